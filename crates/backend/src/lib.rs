@@ -1,0 +1,240 @@
+//! Storage backends (the data path's bottom layer, like Ganesha's FSALs).
+//!
+//! A backend names objects by a [`FileKey`]: an opaque identity that stays valid across
+//! server restarts for as long as the object exists (the local backend uses the kernel's
+//! file handle; the memory backend an inode number). The server wraps keys into NFS file
+//! handles (adding the export id and a MAC so clients cannot forge them); backends never
+//! see NFS types. All calls are synchronous: the server runs a whole COMPOUND on one
+//! blocking thread (one handoff per request), so a backend call is a plain syscall.
+
+use bytes::Bytes;
+
+pub mod local;
+pub mod memory;
+
+/// Opaque, restart-stable identity of an object inside one backend (at most
+/// [`MAX_KEY_LEN`] bytes).
+pub type FileKey = Bytes;
+
+/// The largest key a backend may produce (leaves room in the 128-byte NFS handle for the
+/// export id and MAC).
+pub const MAX_KEY_LEN: usize = 88;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileType {
+    Regular,
+    Directory,
+    Symlink,
+    BlockDev,
+    CharDev,
+    Fifo,
+    Socket,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Hash)]
+pub struct Timestamp {
+    pub sec: i64,
+    pub nsec: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attrs {
+    pub ftype: FileType,
+    /// Permission bits including setuid/setgid/sticky (mask 0o7777).
+    pub mode: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub space_used: u64,
+    /// (major, minor) for device nodes, else (0, 0).
+    pub rdev: (u32, u32),
+    /// Identifies the file system the object lives on.
+    pub fsid: u64,
+    /// Unique per object within `fsid`, stable across restarts (the inode number).
+    pub fileid: u64,
+    pub atime: Timestamp,
+    pub mtime: Timestamp,
+    pub ctime: Timestamp,
+    /// Moves on every modification of data or metadata (NFSv4 `change`). Never goes back
+    /// while the server runs.
+    pub change: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetTime {
+    ServerNow,
+    Client(Timestamp),
+}
+
+/// Attribute changes; `None` leaves a field unchanged.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SetAttrs {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<SetTime>,
+    pub mtime: Option<SetTime>,
+}
+
+impl SetAttrs {
+    pub fn is_empty(&self) -> bool {
+        *self == SetAttrs::default()
+    }
+}
+
+/// How a regular file is created (NFSv4 createmode4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CreateMode {
+    /// Create or open the existing file (the given attributes are applied only when
+    /// the file is new, except `size`, which applies in both cases).
+    Unchecked,
+    /// Fail with `Exists` if the name exists.
+    Guarded,
+    /// Exactly-once create: the verifier is stored with the file (in its atime/mtime, as
+    /// knfsd does); a retry with the same verifier opens the file, another gives `Exists`.
+    Exclusive([u8; 8]),
+}
+
+/// A non-regular object to create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeKind {
+    Directory,
+    Symlink(Bytes),
+    Fifo,
+    Socket,
+    BlockDev(u32, u32),
+    CharDev(u32, u32),
+}
+
+/// One directory entry ("." and ".." are never returned).
+#[derive(Debug, Clone)]
+pub struct DirEntry {
+    pub name: Bytes,
+    /// Resume reading after this entry by passing this cookie to `readdir`. Never 0.
+    pub cookie: u64,
+    pub key: FileKey,
+    pub attrs: Attrs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FsStats {
+    pub total_bytes: u64,
+    pub free_bytes: u64,
+    pub avail_bytes: u64,
+    pub total_files: u64,
+    pub free_files: u64,
+    pub avail_files: u64,
+    pub max_name_len: u32,
+}
+
+/// Backend failures; the server maps each to one NFS4ERR_*.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    #[error("no such file or directory")]
+    NotFound,
+    #[error("file exists")]
+    Exists,
+    #[error("not a directory")]
+    NotDir,
+    #[error("is a directory")]
+    IsDir,
+    #[error("directory not empty")]
+    NotEmpty,
+    #[error("permission denied")]
+    Access,
+    #[error("operation not permitted")]
+    Perm,
+    #[error("stale file handle")]
+    Stale,
+    #[error("invalid name")]
+    BadName,
+    #[error("name too long")]
+    NameTooLong,
+    #[error("invalid argument")]
+    Inval,
+    #[error("no space left")]
+    NoSpace,
+    #[error("quota exceeded")]
+    Quota,
+    #[error("read-only file system")]
+    ReadOnly,
+    #[error("file too large")]
+    FileTooBig,
+    #[error("too many links")]
+    MLink,
+    #[error("cross-device link or rename")]
+    XDev,
+    #[error("symbolic link loop")]
+    SymlinkLoop,
+    #[error("not a symbolic link")]
+    NotSymlink,
+    #[error("operation not supported")]
+    NotSupp,
+    #[error("I/O error: {0}")]
+    Io(String),
+}
+
+pub type Result<T> = std::result::Result<T, BackendError>;
+
+/// Caller identity for ownership of new objects and permission checks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Creds {
+    pub uid: u32,
+    pub gid: u32,
+    pub gids: Vec<u32>,
+}
+
+/// The storage interface. Names passed in are single path components that the server
+/// has already validated (non-empty, no '/', no NUL, not "." or ".."); backends check
+/// again and answer `BadName` rather than trusting that.
+pub trait Backend: Send + Sync + 'static {
+    /// The export's root directory.
+    fn root(&self) -> Result<FileKey>;
+    fn getattr(&self, key: &FileKey) -> Result<Attrs>;
+    /// Look a name up in a directory, never following a final symlink.
+    fn lookup(&self, dir: &FileKey, name: &[u8]) -> Result<(FileKey, Attrs)>;
+    /// The parent of a directory. At the export root, returns `NotFound` (the server
+    /// itself decides what is above an export).
+    fn lookup_parent(&self, dir: &FileKey) -> Result<(FileKey, Attrs)>;
+    fn setattr(&self, key: &FileKey, attrs: &SetAttrs) -> Result<Attrs>;
+    /// Read up to `count` bytes at `offset`; the flag is true at end of file.
+    fn read(&self, key: &FileKey, offset: u64, count: u32) -> Result<(Bytes, bool)>;
+    /// Write `data` at `offset`; with `sync` the data (and the size) are on stable
+    /// storage before this returns. Returns the post-write attributes.
+    fn write(&self, key: &FileKey, offset: u64, data: &[u8], sync: bool) -> Result<Attrs>;
+    /// Flush a file's data to stable storage.
+    fn commit(&self, key: &FileKey) -> Result<()>;
+    /// Create (or, per `mode`, open) a regular file. Returns the key, the attributes and
+    /// whether the file was newly created.
+    fn create_file(
+        &self,
+        dir: &FileKey,
+        name: &[u8],
+        mode: CreateMode,
+        attrs: &SetAttrs,
+        owner: &Creds,
+    ) -> Result<(FileKey, Attrs, bool)>;
+    /// Create a directory, symlink, fifo, socket or device node; fails with `Exists`.
+    fn make_node(
+        &self,
+        dir: &FileKey,
+        name: &[u8],
+        kind: &NodeKind,
+        attrs: &SetAttrs,
+        owner: &Creds,
+    ) -> Result<(FileKey, Attrs)>;
+    /// Remove a non-directory or an empty directory.
+    fn remove(&self, dir: &FileKey, name: &[u8]) -> Result<()>;
+    /// POSIX rename semantics (replaces a compatible target atomically).
+    fn rename(&self, from_dir: &FileKey, from: &[u8], to_dir: &FileKey, to: &[u8]) -> Result<()>;
+    fn link(&self, file: &FileKey, dir: &FileKey, name: &[u8]) -> Result<Attrs>;
+    fn readlink(&self, key: &FileKey) -> Result<Bytes>;
+    /// Entries after `cookie` (0 = from the start), at most `max_entries`; the flag is
+    /// true when the end of the directory was reached. Cookies stay valid across calls
+    /// and across entries being added or removed elsewhere in the directory.
+    fn readdir(&self, dir: &FileKey, cookie: u64, max_entries: usize)
+        -> Result<(Vec<DirEntry>, bool)>;
+    fn statfs(&self, key: &FileKey) -> Result<FsStats>;
+}

@@ -1,0 +1,1 @@
+//! Local-directory backend (to be implemented).
