@@ -1,0 +1,1175 @@
+//! The NFSv4.1 open / byte-range-lock state table (RFC 8881 §8, §9).
+//!
+//! Sans-IO: no wire types, no clocks, no randomness. The server owns one
+//! [`StateTable`], wraps it in a mutex, and maps the plain Rust types here
+//! to and from the XDR of RFC 8881 §18:
+//!
+//! | operation                    | method                         |
+//! |------------------------------|--------------------------------|
+//! | OPEN (§18.16)                | [`StateTable::open`]           |
+//! | OPEN_DOWNGRADE (§18.18)      | [`StateTable::open_downgrade`] |
+//! | CLOSE (§18.2)                | [`StateTable::close`]          |
+//! | READ/WRITE/SETATTR (§8.2.2)  | [`StateTable::check_io`]       |
+//! | LOCK (§18.10)                | [`StateTable::lock`]           |
+//! | LOCKT (§18.11)               | [`StateTable::lockt`]          |
+//! | LOCKU (§18.12)               | [`StateTable::locku`]          |
+//! | TEST_STATEID (§18.48)        | [`StateTable::test_stateid`]   |
+//! | FREE_STATEID (§18.38)        | [`StateTable::free_stateid`]   |
+//! | lease expiry, DESTROY_CLIENTID (§8.3, §18.50) | [`StateTable::expire_client`], [`StateTable::client_has_state`] |
+//!
+//! Stateids (§8.2): the 12-byte `other` field is the 4-byte big-endian
+//! boot epoch followed by an 8-byte big-endian counter that is never
+//! reused within an epoch, so a stateid handed out by an earlier server
+//! instance is recognised as stale. `seqid` starts at 1, is incremented by
+//! every state-changing operation and wraps from `u32::MAX` to 1, never 0.
+//!
+//! Byte-range locks are advisory (§9.4 allows either): [`StateTable::check_io`]
+//! checks stateids and share reservations, not byte-range locks.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod range;
+
+use std::collections::{HashMap, HashSet};
+
+use range::Range;
+
+/// `OPEN4_SHARE_ACCESS_READ` (RFC 8881 §18.16.1).
+pub const SHARE_ACCESS_READ: u32 = 1;
+/// `OPEN4_SHARE_ACCESS_WRITE` (RFC 8881 §18.16.1).
+pub const SHARE_ACCESS_WRITE: u32 = 2;
+/// `OPEN4_SHARE_ACCESS_BOTH` (RFC 8881 §18.16.1).
+pub const SHARE_ACCESS_BOTH: u32 = 3;
+/// `OPEN4_SHARE_DENY_NONE` (RFC 8881 §18.16.1).
+pub const SHARE_DENY_NONE: u32 = 0;
+/// `OPEN4_SHARE_DENY_READ` (RFC 8881 §18.16.1).
+pub const SHARE_DENY_READ: u32 = 1;
+/// `OPEN4_SHARE_DENY_WRITE` (RFC 8881 §18.16.1).
+pub const SHARE_DENY_WRITE: u32 = 2;
+/// `OPEN4_SHARE_DENY_BOTH` (RFC 8881 §18.16.1).
+pub const SHARE_DENY_BOTH: u32 = 3;
+
+/// A client ID as handed out by EXCHANGE_ID (RFC 8881 §18.35).
+pub type ClientId = u64;
+
+/// A stable per-object identifier (the server's `fileid`); all state is
+/// keyed by it, the filehandle itself never reaches this crate.
+pub type FileId = u64;
+
+/// A stateid4 (RFC 8881 §8.2.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Stateid {
+    /// Incremented on every change of the state it designates; 0 in a
+    /// request means "the current one" (§8.2.2).
+    pub seqid: u32,
+    /// Identifies the state: boot epoch (4 bytes) + unique counter (8 bytes).
+    pub other: [u8; 12],
+}
+
+impl Stateid {
+    /// The anonymous special stateid: all-zero `other`, seqid 0 (§8.2.3).
+    pub const ANONYMOUS: Stateid = Stateid {
+        seqid: 0,
+        other: [0; 12],
+    };
+    /// The READ bypass special stateid: all-ones `other` and seqid (§8.2.3).
+    pub const READ_BYPASS: Stateid = Stateid {
+        seqid: u32::MAX,
+        other: [0xff; 12],
+    };
+    /// The "current stateid" special value: all-zero `other`, seqid 1
+    /// (§8.2.3, §16.2.3.1.2). The COMPOUND executor must substitute the
+    /// current stateid before calling this crate; if it reaches the table it
+    /// is rejected with [`StateError::BadStateid`].
+    pub const CURRENT: Stateid = Stateid {
+        seqid: 1,
+        other: [0; 12],
+    };
+    /// The "invalid" special stateid: all-zero `other`, seqid all ones
+    /// (§8.2.3). Always [`StateError::BadStateid`]; RFC 8881 §18.2.4 suggests
+    /// servers return it from CLOSE.
+    pub const INVALID: Stateid = Stateid {
+        seqid: u32::MAX,
+        other: [0; 12],
+    };
+
+    /// Whether `other` is all zeros or all ones, i.e. one of the special
+    /// stateids of RFC 8881 §8.2.3 (valid or not).
+    pub fn is_special(&self) -> bool {
+        self.other == [0; 12] || self.other == [0xff; 12]
+    }
+
+    /// Whether this is the "current stateid" marker (§16.2.3.1.2) that the
+    /// COMPOUND executor has to replace.
+    pub fn is_current(&self) -> bool {
+        *self == Self::CURRENT
+    }
+}
+
+/// Byte-range lock type (RFC 8881 §18.10.1 `nfs_lock_type4`). The server maps
+/// `READW_LT`/`WRITEW_LT` to `Read`/`Write`: this table never blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LockType {
+    /// `READ_LT` / `READW_LT`: shared.
+    Read,
+    /// `WRITE_LT` / `WRITEW_LT`: exclusive.
+    Write,
+}
+
+/// A lock-owner: the client plus the opaque owner bytes (RFC 8881 §18.10.1
+/// `lock_owner4`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LockOwner {
+    /// The owning client.
+    pub client: ClientId,
+    /// The opaque owner bytes chosen by the client.
+    pub owner: Vec<u8>,
+}
+
+/// The conflicting lock reported by `NFS4ERR_DENIED` (RFC 8881 §18.10.2
+/// `LOCK4denied`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockDenied {
+    /// Start of the conflicting lock.
+    pub offset: u64,
+    /// Length of the conflicting lock (`u64::MAX` = to EOF).
+    pub length: u64,
+    /// Type of the conflicting lock.
+    pub lock_type: LockType,
+    /// Holder of the conflicting lock.
+    pub owner: LockOwner,
+}
+
+/// Who is locking (RFC 8881 §18.10.1 `locker4`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Locker {
+    /// `new_lock_owner = TRUE` (`open_to_lock_owner4`): the open stateid and
+    /// the lock-owner. The seqids of the v4.0 variant are ignored in v4.1
+    /// (§18.10.3). If the lock-owner already has a lock stateid for the file
+    /// it is reused (as knfsd does).
+    NewOwner {
+        /// An open stateid of this client for the file.
+        open_stateid: Stateid,
+        /// The lock-owner bytes.
+        lock_owner: Vec<u8>,
+    },
+    /// `new_lock_owner = FALSE` (`exist_lock_owner4`): a lock stateid.
+    Existing {
+        /// The lock stateid.
+        lock_stateid: Stateid,
+    },
+}
+
+/// A LOCK request (RFC 8881 §18.10.1 `LOCK4args`), with the file the
+/// current filehandle designates.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockRequest {
+    /// The file of the current filehandle; the stateid must belong to it.
+    pub file: FileId,
+    /// Lock type (blocking variants mapped to the plain ones).
+    pub lock_type: LockType,
+    /// Start of the range.
+    pub offset: u64,
+    /// Length of the range; `u64::MAX` = to EOF; 0 is invalid.
+    pub length: u64,
+    /// New or existing lock-owner.
+    pub locker: Locker,
+}
+
+/// A lock held in the table, as reported by [`StateTable::locks`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldLock {
+    /// The holder.
+    pub owner: LockOwner,
+    /// The type.
+    pub lock_type: LockType,
+    /// Start of the range.
+    pub offset: u64,
+    /// Length of the range (`u64::MAX` = to EOF).
+    pub length: u64,
+}
+
+/// Bounds on the table's size; exceeding one gives [`StateError::Resource`]
+/// (the server must not let clients grow its memory without bound).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StateLimits {
+    /// Distinct open-owners (with at least one open) per client.
+    pub max_open_owners_per_client: usize,
+    /// Distinct lock-owners (with at least one lock stateid) per client.
+    pub max_lock_owners_per_client: usize,
+    /// Open stateids, server-wide.
+    pub max_opens: usize,
+    /// Lock stateids, server-wide.
+    pub max_lock_states: usize,
+    /// Locked ranges (after merging) on one file, all owners together.
+    pub max_locks_per_file: usize,
+    /// Maximum length of open-owner / lock-owner bytes (NFS4_OPAQUE_LIMIT
+    /// is 1024, RFC 8881 §2.2); longer owners are [`StateError::Inval`].
+    pub max_owner_len: usize,
+}
+
+impl Default for StateLimits {
+    fn default() -> Self {
+        StateLimits {
+            max_open_owners_per_client: 4096,
+            max_lock_owners_per_client: 4096,
+            max_opens: 1 << 16,
+            max_lock_states: 1 << 16,
+            max_locks_per_file: 4096,
+            max_owner_len: 1024,
+        }
+    }
+}
+
+/// Counters, for monitoring and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StateStats {
+    /// Open stateids.
+    pub opens: usize,
+    /// Lock stateids (with or without locks).
+    pub lock_states: usize,
+    /// Locked ranges (after merging).
+    pub locks: usize,
+}
+
+/// Errors, each mapping to one NFSv4 status (RFC 8881 §15).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    /// `NFS4ERR_BAD_STATEID` (§15.1.5.2): unknown stateid, a stateid of
+    /// another client or another file, a seqid newer than the current one,
+    /// the wrong kind of stateid for the operation, or a special stateid
+    /// where none is allowed.
+    #[error("bad stateid")]
+    BadStateid,
+    /// `NFS4ERR_OLD_STATEID` (§15.1.5.5): the seqid is older than the
+    /// current one (and not 0).
+    #[error("old stateid")]
+    OldStateid,
+    /// `NFS4ERR_STALE_STATEID` (§15.1.16.7): issued by an earlier server
+    /// instance (boot epoch differs).
+    #[error("stale stateid")]
+    StaleStateid,
+    /// `NFS4ERR_SHARE_DENIED` (§15.1.8.4): OPEN conflicts with another
+    /// open's share access/deny.
+    #[error("share reservation conflict")]
+    ShareDenied,
+    /// `NFS4ERR_LOCKED` (§15.1.8.3): I/O with a special stateid conflicts
+    /// with a share deny (§9.7, as knfsd).
+    #[error("locked by a share reservation")]
+    Locked,
+    /// `NFS4ERR_OPENMODE` (§15.1.8.5): WRITE through an open without write
+    /// access, or a lock type the open's access does not allow (§18.10.4).
+    #[error("open mode does not allow the operation")]
+    OpenMode,
+    /// `NFS4ERR_LOCKS_HELD` (§15.1.8.2): CLOSE while byte-range locks are
+    /// held, or FREE_STATEID of a stateid that still holds locks (an open
+    /// stateid always does, §18.38.3).
+    #[error("locks held")]
+    LocksHeld,
+    /// `NFS4ERR_DENIED` (§15.1.8.1) with the `LOCK4denied` conflict.
+    #[error("lock denied")]
+    Denied(LockDenied),
+    /// `NFS4ERR_INVAL` (§15.1.1.4): bad share bits, OPEN_DOWNGRADE to a
+    /// non-subset, zero length or overflowing byte range, oversized owner.
+    #[error("invalid argument")]
+    Inval,
+    /// `NFS4ERR_RESOURCE` for v4.0; a v4.1 server may prefer
+    /// `NFS4ERR_DELAY` (§15.1.1.3): a [`StateLimits`] bound was reached.
+    #[error("state table limit reached")]
+    Resource,
+}
+
+/// State shared by open and lock stateids.
+#[derive(Debug)]
+struct Common {
+    client: ClientId,
+    file: FileId,
+    seqid: u32,
+}
+
+#[derive(Debug)]
+struct OpenState {
+    owner: Vec<u8>,
+    access: u32,
+    deny: u32,
+    /// Lock stateids derived from this open (§8.2.1: a lock stateid's
+    /// lifetime is bounded by its open's).
+    lock_states: Vec<u64>,
+}
+
+#[derive(Debug)]
+struct LockState {
+    owner: Vec<u8>,
+    /// The open stateid this lock stateid was created from.
+    open: u64,
+    /// Canonical, sorted, non-overlapping ranges.
+    ranges: Vec<Range>,
+}
+
+#[derive(Debug)]
+enum Kind {
+    Open(OpenState),
+    Lock(LockState),
+}
+
+#[derive(Debug)]
+struct State {
+    common: Common,
+    kind: Kind,
+}
+
+#[derive(Debug, Default)]
+struct FileState {
+    opens: Vec<u64>,
+    lock_states: Vec<u64>,
+    /// Sum of the lock states' range counts.
+    lock_count: usize,
+}
+
+#[derive(Debug, Default)]
+struct ClientState {
+    states: HashSet<u64>,
+    open_owners: usize,
+    lock_owners: usize,
+}
+
+/// Key of an open stateid or lock stateid: (client, owner, file).
+type OwnerFileKey = (ClientId, Vec<u8>, FileId);
+/// Key of an owner: (client, owner).
+type OwnerKey = (ClientId, Vec<u8>);
+
+/// The server's open and byte-range lock state (RFC 8881 §8, §9).
+///
+/// One per server instance. All lookups are hash lookups by stateid
+/// `other`, by (client, owner, file) or per file; no operation scans the
+/// whole table.
+#[derive(Debug)]
+pub struct StateTable {
+    epoch: u32,
+    limits: StateLimits,
+    next_id: u64,
+    states: HashMap<u64, State>,
+    files: HashMap<FileId, FileState>,
+    clients: HashMap<ClientId, ClientState>,
+    open_index: HashMap<OwnerFileKey, u64>,
+    lock_index: HashMap<OwnerFileKey, u64>,
+    /// Open-owner -> number of open stateids.
+    open_owners: HashMap<OwnerKey, usize>,
+    /// Lock-owner -> number of lock stateids.
+    lock_owners: HashMap<OwnerKey, usize>,
+    n_opens: usize,
+    n_lock_states: usize,
+    n_locks: usize,
+}
+
+/// The next seqid: wraps from `u32::MAX` to 1, never 0 (§8.2.2).
+fn next_seqid(s: u32) -> u32 {
+    if s == u32::MAX {
+        1
+    } else {
+        s + 1
+    }
+}
+
+/// Compares a request's seqid with the state's (§8.2.2): 0 means current;
+/// older => OLD_STATEID; newer => BAD_STATEID. Serial-number arithmetic
+/// handles the wrap.
+fn check_seqid(given: u32, current: u32) -> Result<(), StateError> {
+    if given == 0 || given == current {
+        Ok(())
+    } else if (current.wrapping_sub(given) as i32) > 0 {
+        Err(StateError::OldStateid)
+    } else {
+        Err(StateError::BadStateid)
+    }
+}
+
+fn valid_access(access: u32) -> bool {
+    (1..=3).contains(&access)
+}
+
+fn valid_deny(deny: u32) -> bool {
+    deny <= 3
+}
+
+fn remove_from(v: &mut Vec<u64>, id: u64) {
+    if let Some(pos) = v.iter().position(|&x| x == id) {
+        v.swap_remove(pos);
+    }
+}
+
+impl StateTable {
+    /// Creates an empty table. `boot_epoch` must differ between server
+    /// instances (e.g. boot time in seconds); it is embedded in every
+    /// stateid so that stateids of earlier instances are
+    /// [`StateError::StaleStateid`] (§8.2.1). It should not be 0 or
+    /// `u32::MAX` (those prefixes are shared with the special stateids,
+    /// though the counter never collides with them).
+    pub fn new(boot_epoch: u32, limits: StateLimits) -> Self {
+        StateTable {
+            epoch: boot_epoch,
+            limits,
+            next_id: 1,
+            states: HashMap::new(),
+            files: HashMap::new(),
+            clients: HashMap::new(),
+            open_index: HashMap::new(),
+            lock_index: HashMap::new(),
+            open_owners: HashMap::new(),
+            lock_owners: HashMap::new(),
+            n_opens: 0,
+            n_lock_states: 0,
+            n_locks: 0,
+        }
+    }
+
+    /// The boot epoch given to [`StateTable::new`].
+    pub fn boot_epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    /// The limits given to [`StateTable::new`].
+    pub fn limits(&self) -> &StateLimits {
+        &self.limits
+    }
+
+    fn make_stateid(&self, id: u64, seqid: u32) -> Stateid {
+        let mut other = [0u8; 12];
+        other[..4].copy_from_slice(&self.epoch.to_be_bytes());
+        other[4..].copy_from_slice(&id.to_be_bytes());
+        Stateid { seqid, other }
+    }
+
+    fn alloc_id(&mut self) -> Result<u64, StateError> {
+        if self.next_id == u64::MAX {
+            return Err(StateError::Resource);
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        Ok(id)
+    }
+
+    /// Resolves a non-special stateid of `client` to its internal id,
+    /// checking epoch, existence, ownership and seqid.
+    fn resolve(&self, client: ClientId, sid: &Stateid) -> Result<u64, StateError> {
+        if sid.is_special() {
+            return Err(StateError::BadStateid);
+        }
+        let mut epoch = [0u8; 4];
+        epoch.copy_from_slice(&sid.other[..4]);
+        if u32::from_be_bytes(epoch) != self.epoch {
+            return Err(StateError::StaleStateid);
+        }
+        let mut idb = [0u8; 8];
+        idb.copy_from_slice(&sid.other[4..]);
+        let id = u64::from_be_bytes(idb);
+        let st = self.states.get(&id).ok_or(StateError::BadStateid)?;
+        if st.common.client != client {
+            return Err(StateError::BadStateid);
+        }
+        check_seqid(sid.seqid, st.common.seqid)?;
+        Ok(id)
+    }
+
+    /// Resolves an open stateid of `client` for `file`.
+    fn resolve_open(
+        &self,
+        client: ClientId,
+        sid: &Stateid,
+        file: FileId,
+    ) -> Result<u64, StateError> {
+        let id = self.resolve(client, sid)?;
+        match self.states.get(&id) {
+            Some(State {
+                common,
+                kind: Kind::Open(_),
+            }) if common.file == file => Ok(id),
+            _ => Err(StateError::BadStateid),
+        }
+    }
+
+    /// Resolves a lock stateid of `client` for `file`.
+    fn resolve_lock(
+        &self,
+        client: ClientId,
+        sid: &Stateid,
+        file: FileId,
+    ) -> Result<u64, StateError> {
+        let id = self.resolve(client, sid)?;
+        match self.states.get(&id) {
+            Some(State {
+                common,
+                kind: Kind::Lock(_),
+            }) if common.file == file => Ok(id),
+            _ => Err(StateError::BadStateid),
+        }
+    }
+
+    /// Bumps the seqid of state `id` and returns its new stateid.
+    fn bump(&mut self, id: u64) -> Result<Stateid, StateError> {
+        let st = self.states.get_mut(&id).ok_or(StateError::BadStateid)?;
+        st.common.seqid = next_seqid(st.common.seqid);
+        let seqid = st.common.seqid;
+        Ok(self.make_stateid(id, seqid))
+    }
+
+    /// Share reservation check (§9.7): does `(access, deny)` conflict with
+    /// any open on `file` other than `except`?
+    fn share_conflict(&self, file: FileId, access: u32, deny: u32, except: Option<u64>) -> bool {
+        let Some(fs) = self.files.get(&file) else {
+            return false;
+        };
+        fs.opens.iter().filter(|&&id| Some(id) != except).any(|id| {
+            matches!(self.states.get(id), Some(State { kind: Kind::Open(o), .. })
+                if (o.deny & access) != 0 || (o.access & deny) != 0)
+        })
+    }
+
+    /// OPEN (RFC 8881 §18.16, share reservations §9.7).
+    ///
+    /// `access` is `OPEN4_SHARE_ACCESS_*` (1, 2 or 3; the v4.1 WANT_* bits
+    /// must be masked off by the caller), `deny` is `OPEN4_SHARE_DENY_*`
+    /// (0..=3); anything else is [`StateError::Inval`]. An OPEN by the same
+    /// (client, open-owner) of the same file upgrades the existing open: the
+    /// access and deny become the unions, `other` is kept and the seqid is
+    /// incremented (§9.11). Conflicts with another open's deny or access on
+    /// the file (any owner, any client) give [`StateError::ShareDenied`].
+    pub fn open(
+        &mut self,
+        client: ClientId,
+        owner: &[u8],
+        file: FileId,
+        access: u32,
+        deny: u32,
+    ) -> Result<Stateid, StateError> {
+        if !valid_access(access) || !valid_deny(deny) || owner.len() > self.limits.max_owner_len {
+            return Err(StateError::Inval);
+        }
+        let key: OwnerFileKey = (client, owner.to_vec(), file);
+        if let Some(&id) = self.open_index.get(&key) {
+            let (old_access, old_deny) = match self.states.get(&id) {
+                Some(State {
+                    kind: Kind::Open(o),
+                    ..
+                }) => (o.access, o.deny),
+                _ => return Err(StateError::BadStateid),
+            };
+            let (new_access, new_deny) = (old_access | access, old_deny | deny);
+            if self.share_conflict(file, new_access, new_deny, Some(id)) {
+                return Err(StateError::ShareDenied);
+            }
+            if let Some(State {
+                kind: Kind::Open(o),
+                ..
+            }) = self.states.get_mut(&id)
+            {
+                o.access = new_access;
+                o.deny = new_deny;
+            }
+            return self.bump(id);
+        }
+        if self.share_conflict(file, access, deny, None) {
+            return Err(StateError::ShareDenied);
+        }
+        if self.n_opens >= self.limits.max_opens {
+            return Err(StateError::Resource);
+        }
+        let owner_key: OwnerKey = (client, owner.to_vec());
+        let new_owner = !self.open_owners.contains_key(&owner_key);
+        if new_owner {
+            let n = self.clients.get(&client).map_or(0, |c| c.open_owners);
+            if n >= self.limits.max_open_owners_per_client {
+                return Err(StateError::Resource);
+            }
+        }
+        let id = self.alloc_id()?;
+        self.states.insert(
+            id,
+            State {
+                common: Common {
+                    client,
+                    file,
+                    seqid: 1,
+                },
+                kind: Kind::Open(OpenState {
+                    owner: owner.to_vec(),
+                    access,
+                    deny,
+                    lock_states: Vec::new(),
+                }),
+            },
+        );
+        self.open_index.insert(key, id);
+        *self.open_owners.entry(owner_key).or_insert(0) += 1;
+        let cs = self.clients.entry(client).or_default();
+        cs.states.insert(id);
+        if new_owner {
+            cs.open_owners += 1;
+        }
+        self.files.entry(file).or_default().opens.push(id);
+        self.n_opens += 1;
+        Ok(self.make_stateid(id, 1))
+    }
+
+    /// OPEN_DOWNGRADE (RFC 8881 §18.18) of an open stateid of `client` for
+    /// `file` (the current filehandle). The new access/deny must be valid
+    /// and a subset of what the open holds, else [`StateError::Inval`].
+    /// Returns the stateid with the seqid incremented.
+    pub fn open_downgrade(
+        &mut self,
+        client: ClientId,
+        sid: &Stateid,
+        file: FileId,
+        access: u32,
+        deny: u32,
+    ) -> Result<Stateid, StateError> {
+        let id = self.resolve_open(client, sid, file)?;
+        if !valid_access(access) || !valid_deny(deny) {
+            return Err(StateError::Inval);
+        }
+        match self.states.get_mut(&id) {
+            Some(State {
+                kind: Kind::Open(o),
+                ..
+            }) => {
+                if access & !o.access != 0 || deny & !o.deny != 0 {
+                    return Err(StateError::Inval);
+                }
+                o.access = access;
+                o.deny = deny;
+            }
+            _ => return Err(StateError::BadStateid),
+        }
+        self.bump(id)
+    }
+
+    /// CLOSE (RFC 8881 §18.2) of an open stateid of `client` for `file`.
+    ///
+    /// Fails with [`StateError::LocksHeld`] if a lock stateid derived from
+    /// this open still holds byte-range locks; lock stateids without locks
+    /// are freed with the open. Returns the final stateid (seqid + 1); a
+    /// v4.1 server may instead reply with [`Stateid::INVALID`] (§18.2.4).
+    pub fn close(
+        &mut self,
+        client: ClientId,
+        sid: &Stateid,
+        file: FileId,
+    ) -> Result<Stateid, StateError> {
+        let id = self.resolve_open(client, sid, file)?;
+        let lock_ids = match self.states.get(&id) {
+            Some(State {
+                kind: Kind::Open(o),
+                ..
+            }) => o.lock_states.clone(),
+            _ => return Err(StateError::BadStateid),
+        };
+        let held = lock_ids.iter().any(|l| {
+            matches!(self.states.get(l), Some(State { kind: Kind::Lock(ls), .. }) if !ls.ranges.is_empty())
+        });
+        if held {
+            return Err(StateError::LocksHeld);
+        }
+        let final_sid = self.bump(id)?;
+        self.remove_state(id);
+        Ok(final_sid)
+    }
+
+    /// Removes state `id` and, for an open, every lock stateid derived from
+    /// it, with all index entries. Returns the number of stateids removed.
+    fn remove_state(&mut self, id: u64) -> usize {
+        let Some(st) = self.states.remove(&id) else {
+            return 0;
+        };
+        let Common { client, file, .. } = st.common;
+        let mut removed = 1;
+        match st.kind {
+            Kind::Open(o) => {
+                for l in &o.lock_states {
+                    removed += self.remove_state(*l);
+                }
+                self.open_index.remove(&(client, o.owner.clone(), file));
+                let owner_key = (client, o.owner);
+                let mut owner_gone = false;
+                if let Some(n) = self.open_owners.get_mut(&owner_key) {
+                    *n -= 1;
+                    owner_gone = *n == 0;
+                }
+                if owner_gone {
+                    self.open_owners.remove(&owner_key);
+                }
+                if let Some(cs) = self.clients.get_mut(&client) {
+                    cs.states.remove(&id);
+                    if owner_gone {
+                        cs.open_owners = cs.open_owners.saturating_sub(1);
+                    }
+                }
+                if let Some(fs) = self.files.get_mut(&file) {
+                    remove_from(&mut fs.opens, id);
+                }
+                self.n_opens -= 1;
+            }
+            Kind::Lock(l) => {
+                if let Some(State {
+                    kind: Kind::Open(o),
+                    ..
+                }) = self.states.get_mut(&l.open)
+                {
+                    remove_from(&mut o.lock_states, id);
+                }
+                self.lock_index.remove(&(client, l.owner.clone(), file));
+                let owner_key = (client, l.owner);
+                let mut owner_gone = false;
+                if let Some(n) = self.lock_owners.get_mut(&owner_key) {
+                    *n -= 1;
+                    owner_gone = *n == 0;
+                }
+                if owner_gone {
+                    self.lock_owners.remove(&owner_key);
+                }
+                if let Some(cs) = self.clients.get_mut(&client) {
+                    cs.states.remove(&id);
+                    if owner_gone {
+                        cs.lock_owners = cs.lock_owners.saturating_sub(1);
+                    }
+                }
+                if let Some(fs) = self.files.get_mut(&file) {
+                    remove_from(&mut fs.lock_states, id);
+                    fs.lock_count -= l.ranges.len();
+                }
+                self.n_locks -= l.ranges.len();
+                self.n_lock_states -= 1;
+            }
+        }
+        if self
+            .files
+            .get(&file)
+            .is_some_and(|fs| fs.opens.is_empty() && fs.lock_states.is_empty())
+        {
+            self.files.remove(&file);
+        }
+        if self
+            .clients
+            .get(&client)
+            .is_some_and(|cs| cs.states.is_empty())
+        {
+            self.clients.remove(&client);
+        }
+        removed
+    }
+
+    /// Validates the stateid of a READ, WRITE or SETATTR(size) (RFC 8881
+    /// §8.2.2, §8.2.3, §9.7, §18.22.3, §18.32.3).
+    ///
+    /// * The anonymous stateid is allowed unless an open on the file denies
+    ///   the access (`write` => deny-write, else deny-read), which gives
+    ///   [`StateError::Locked`]. The READ bypass stateid is allowed for reads
+    ///   regardless of deny modes and treated as anonymous for writes. Other
+    ///   special stateids are [`StateError::BadStateid`].
+    /// * Otherwise the stateid must be an open or lock stateid of `client`
+    ///   for `file` ([`StateError::BadStateid`]), of this boot epoch
+    ///   ([`StateError::StaleStateid`]), with seqid 0 or current (older =>
+    ///   [`StateError::OldStateid`]). A write needs the (lock stateid's) open
+    ///   to have write access, else [`StateError::OpenMode`]; a read is
+    ///   allowed through any open, including write-only ones (the Linux
+    ///   client reads through write opens, as knfsd allows).
+    pub fn check_io(
+        &self,
+        client: ClientId,
+        sid: &Stateid,
+        file: FileId,
+        write: bool,
+    ) -> Result<(), StateError> {
+        let anonymous = *sid == Stateid::ANONYMOUS;
+        let bypass = *sid == Stateid::READ_BYPASS;
+        if anonymous || bypass {
+            if bypass && !write {
+                return Ok(());
+            }
+            let denied_bit = if write {
+                SHARE_DENY_WRITE
+            } else {
+                SHARE_DENY_READ
+            };
+            if self.share_conflict(file, denied_bit, 0, None) {
+                return Err(StateError::Locked);
+            }
+            return Ok(());
+        }
+        let id = self.resolve(client, sid)?;
+        let st = self.states.get(&id).ok_or(StateError::BadStateid)?;
+        if st.common.file != file {
+            return Err(StateError::BadStateid);
+        }
+        let open_id = match &st.kind {
+            Kind::Open(_) => id,
+            Kind::Lock(l) => l.open,
+        };
+        let access = match self.states.get(&open_id) {
+            Some(State {
+                kind: Kind::Open(o),
+                ..
+            }) => o.access,
+            _ => return Err(StateError::BadStateid),
+        };
+        if write && access & SHARE_ACCESS_WRITE == 0 {
+            return Err(StateError::OpenMode);
+        }
+        Ok(())
+    }
+
+    /// First lock on `file` held by an owner other than `me` that conflicts
+    /// with `[start, end]` of type `kind`.
+    fn find_conflict(
+        &self,
+        file: FileId,
+        me: (ClientId, &[u8]),
+        kind: LockType,
+        start: u64,
+        end: u64,
+    ) -> Option<LockDenied> {
+        let fs = self.files.get(&file)?;
+        for lid in &fs.lock_states {
+            let Some(State {
+                common,
+                kind: Kind::Lock(l),
+            }) = self.states.get(lid)
+            else {
+                continue;
+            };
+            if common.client == me.0 && l.owner == me.1 {
+                continue;
+            }
+            for r in &l.ranges {
+                if r.start > end {
+                    break;
+                }
+                if r.overlaps(start, end) && (kind == LockType::Write || r.kind == LockType::Write)
+                {
+                    return Some(LockDenied {
+                        offset: r.offset(),
+                        length: r.length(),
+                        lock_type: r.kind,
+                        owner: LockOwner {
+                            client: common.client,
+                            owner: l.owner.clone(),
+                        },
+                    });
+                }
+            }
+        }
+        None
+    }
+
+    /// LOCK (RFC 8881 §18.10; locking semantics §9.2-§9.5).
+    ///
+    /// Ranges: a zero length or an `offset + length` beyond 2^64 - 1 (other
+    /// than length `u64::MAX` = to EOF) is [`StateError::Inval`]. The lock
+    /// type must be allowed by the open (READ needs read access, WRITE needs
+    /// write access, §18.10.4), else [`StateError::OpenMode`]. A lock of
+    /// another lock-owner (same or other client) overlapping the range
+    /// where at least one of the two is a write lock gives
+    /// [`StateError::Denied`] with that lock; the table never waits
+    /// (blocking lock types behave like the plain ones). The owner's own
+    /// locks are replaced in the range POSIX style (merge, split, upgrade,
+    /// downgrade). On success returns the lock stateid: a new one has seqid
+    /// 1, an existing one gets seqid + 1.
+    pub fn lock(&mut self, client: ClientId, req: LockRequest) -> Result<Stateid, StateError> {
+        let LockRequest {
+            file,
+            lock_type,
+            offset,
+            length,
+            locker,
+        } = req;
+        // Resolve the locker to (existing lock state or None, open id, owner).
+        let (existing, open_id, owner) = match locker {
+            Locker::NewOwner {
+                open_stateid,
+                lock_owner,
+            } => {
+                let open_id = self.resolve_open(client, &open_stateid, file)?;
+                if lock_owner.len() > self.limits.max_owner_len {
+                    return Err(StateError::Inval);
+                }
+                let existing = self
+                    .lock_index
+                    .get(&(client, lock_owner.clone(), file))
+                    .copied();
+                (existing, open_id, lock_owner)
+            }
+            Locker::Existing { lock_stateid } => {
+                let id = self.resolve_lock(client, &lock_stateid, file)?;
+                match self.states.get(&id) {
+                    Some(State {
+                        kind: Kind::Lock(l),
+                        ..
+                    }) => (Some(id), l.open, l.owner.clone()),
+                    _ => return Err(StateError::BadStateid),
+                }
+            }
+        };
+        let (start, end) = range::validate(offset, length)?;
+        let access = match self.states.get(&open_id) {
+            Some(State {
+                kind: Kind::Open(o),
+                ..
+            }) => o.access,
+            _ => return Err(StateError::BadStateid),
+        };
+        let needed = match lock_type {
+            LockType::Read => SHARE_ACCESS_READ,
+            LockType::Write => SHARE_ACCESS_WRITE,
+        };
+        if access & needed == 0 {
+            return Err(StateError::OpenMode);
+        }
+        if let Some(denied) = self.find_conflict(file, (client, &owner), lock_type, start, end) {
+            return Err(StateError::Denied(denied));
+        }
+        let old_ranges: &[Range] = match existing.and_then(|id| self.states.get(&id)) {
+            Some(State {
+                kind: Kind::Lock(l),
+                ..
+            }) => &l.ranges,
+            _ => &[],
+        };
+        let new_ranges = range::apply(old_ranges, start, end, Some(lock_type));
+        let old_len = old_ranges.len();
+        let file_count = self.files.get(&file).map_or(0, |f| f.lock_count);
+        if file_count.saturating_sub(old_len) + new_ranges.len() > self.limits.max_locks_per_file {
+            return Err(StateError::Resource);
+        }
+        let id = match existing {
+            Some(id) => id,
+            None => self.create_lock_state(client, file, open_id, owner)?,
+        };
+        self.set_ranges(id, file, new_ranges);
+        if existing.is_some() {
+            self.bump(id)
+        } else {
+            Ok(self.make_stateid(id, 1))
+        }
+    }
+
+    /// Creates an empty lock stateid for (client, owner, file) tied to
+    /// open `open_id`, enforcing the limits.
+    fn create_lock_state(
+        &mut self,
+        client: ClientId,
+        file: FileId,
+        open_id: u64,
+        owner: Vec<u8>,
+    ) -> Result<u64, StateError> {
+        if self.n_lock_states >= self.limits.max_lock_states {
+            return Err(StateError::Resource);
+        }
+        let owner_key: OwnerKey = (client, owner.clone());
+        let new_owner = !self.lock_owners.contains_key(&owner_key);
+        if new_owner {
+            let n = self.clients.get(&client).map_or(0, |c| c.lock_owners);
+            if n >= self.limits.max_lock_owners_per_client {
+                return Err(StateError::Resource);
+            }
+        }
+        let id = self.alloc_id()?;
+        self.lock_index.insert((client, owner.clone(), file), id);
+        self.states.insert(
+            id,
+            State {
+                common: Common {
+                    client,
+                    file,
+                    seqid: 1,
+                },
+                kind: Kind::Lock(LockState {
+                    owner,
+                    open: open_id,
+                    ranges: Vec::new(),
+                }),
+            },
+        );
+        if let Some(State {
+            kind: Kind::Open(o),
+            ..
+        }) = self.states.get_mut(&open_id)
+        {
+            o.lock_states.push(id);
+        }
+        *self.lock_owners.entry(owner_key).or_insert(0) += 1;
+        let cs = self.clients.entry(client).or_default();
+        cs.states.insert(id);
+        if new_owner {
+            cs.lock_owners += 1;
+        }
+        self.files.entry(file).or_default().lock_states.push(id);
+        self.n_lock_states += 1;
+        Ok(id)
+    }
+
+    /// Replaces the ranges of lock state `id` on `file`, keeping counters.
+    fn set_ranges(&mut self, id: u64, file: FileId, ranges: Vec<Range>) {
+        let new_len = ranges.len();
+        let old_len = match self.states.get_mut(&id) {
+            Some(State {
+                kind: Kind::Lock(l),
+                ..
+            }) => std::mem::replace(&mut l.ranges, ranges).len(),
+            _ => return,
+        };
+        if let Some(fs) = self.files.get_mut(&file) {
+            fs.lock_count = fs.lock_count - old_len + new_len;
+        }
+        self.n_locks = self.n_locks - old_len + new_len;
+    }
+
+    /// LOCKT (RFC 8881 §18.11): would a lock of `lock_type` on the range by
+    /// lock-owner (`client`, `owner`) be granted? `Ok(())` if so, else
+    /// [`StateError::Denied`] with a conflicting lock. The owner need not
+    /// be known; its own locks never conflict. Bad ranges are
+    /// [`StateError::Inval`].
+    pub fn lockt(
+        &self,
+        client: ClientId,
+        owner: &[u8],
+        file: FileId,
+        lock_type: LockType,
+        offset: u64,
+        length: u64,
+    ) -> Result<(), StateError> {
+        let (start, end) = range::validate(offset, length)?;
+        match self.find_conflict(file, (client, owner), lock_type, start, end) {
+            Some(d) => Err(StateError::Denied(d)),
+            None => Ok(()),
+        }
+    }
+
+    /// LOCKU (RFC 8881 §18.12): unlocks the range for the lock stateid
+    /// `sid` of `client` on `file`. Unlocking ranges that are not locked is
+    /// not an error; a partially covered lock is split. The lock stateid
+    /// stays valid with no locks (§8.2.4) until FREE_STATEID or CLOSE.
+    /// Returns the lock stateid with seqid + 1. Splitting one range into two
+    /// can hit `max_locks_per_file` ([`StateError::Resource`]).
+    pub fn locku(
+        &mut self,
+        client: ClientId,
+        sid: &Stateid,
+        file: FileId,
+        offset: u64,
+        length: u64,
+    ) -> Result<Stateid, StateError> {
+        let id = self.resolve_lock(client, sid, file)?;
+        let (start, end) = range::validate(offset, length)?;
+        let (old_len, new_ranges) = match self.states.get(&id) {
+            Some(State {
+                kind: Kind::Lock(l),
+                ..
+            }) => (l.ranges.len(), range::apply(&l.ranges, start, end, None)),
+            _ => return Err(StateError::BadStateid),
+        };
+        let file_count = self.files.get(&file).map_or(0, |f| f.lock_count);
+        if new_ranges.len() > old_len
+            && file_count.saturating_sub(old_len) + new_ranges.len()
+                > self.limits.max_locks_per_file
+        {
+            return Err(StateError::Resource);
+        }
+        self.set_ranges(id, file, new_ranges);
+        self.bump(id)
+    }
+
+    /// TEST_STATEID (RFC 8881 §18.48), for one stateid of the list: `Ok` if
+    /// it is a valid open or lock stateid of `client` with seqid 0 or
+    /// current; otherwise [`StateError::BadStateid`] (including all special
+    /// stateids), [`StateError::OldStateid`] or [`StateError::StaleStateid`].
+    pub fn test_stateid(&self, client: ClientId, sid: &Stateid) -> Result<(), StateError> {
+        self.resolve(client, sid).map(|_| ())
+    }
+
+    /// FREE_STATEID (RFC 8881 §18.38): frees a lock stateid of `client`
+    /// that holds no locks. A lock stateid with locks, and any open stateid
+    /// (an open is itself a lock, §18.38.3), give [`StateError::LocksHeld`].
+    pub fn free_stateid(&mut self, client: ClientId, sid: &Stateid) -> Result<(), StateError> {
+        let id = self.resolve(client, sid)?;
+        match self.states.get(&id) {
+            Some(State {
+                kind: Kind::Lock(l),
+                ..
+            }) if l.ranges.is_empty() => {}
+            Some(_) => return Err(StateError::LocksHeld),
+            None => return Err(StateError::BadStateid),
+        }
+        self.remove_state(id);
+        Ok(())
+    }
+
+    /// Lease expiry (RFC 8881 §8.3) or DESTROY_CLIENTID/EXCHANGE_ID client
+    /// replacement: drops every open and lock stateid (and so every share
+    /// reservation and byte-range lock) of `client`. Returns the number of
+    /// stateids freed. Those stateids become [`StateError::BadStateid`].
+    pub fn expire_client(&mut self, client: ClientId) -> usize {
+        let Some(cs) = self.clients.get(&client) else {
+            return 0;
+        };
+        let ids: Vec<u64> = cs.states.iter().copied().collect();
+        let mut freed = 0;
+        for id in ids {
+            freed += self.remove_state(id);
+        }
+        self.clients.remove(&client);
+        freed
+    }
+
+    /// Whether `client` holds any open or lock stateid (DESTROY_CLIENTID
+    /// must fail with `NFS4ERR_CLIENTID_BUSY` if so, RFC 8881 §18.50.3).
+    pub fn client_has_state(&self, client: ClientId) -> bool {
+        self.clients
+            .get(&client)
+            .is_some_and(|c| !c.states.is_empty())
+    }
+
+    /// The byte-range locks held on `file` (all owners), sorted by owner
+    /// then offset. For diagnostics and tests.
+    pub fn locks(&self, file: FileId) -> Vec<HeldLock> {
+        let mut out = Vec::new();
+        let Some(fs) = self.files.get(&file) else {
+            return out;
+        };
+        for lid in &fs.lock_states {
+            if let Some(State {
+                common,
+                kind: Kind::Lock(l),
+            }) = self.states.get(lid)
+            {
+                for r in &l.ranges {
+                    out.push(HeldLock {
+                        owner: LockOwner {
+                            client: common.client,
+                            owner: l.owner.clone(),
+                        },
+                        lock_type: r.kind,
+                        offset: r.offset(),
+                        length: r.length(),
+                    });
+                }
+            }
+        }
+        out.sort_by(|a, b| {
+            (a.owner.client, &a.owner.owner, a.offset).cmp(&(
+                b.owner.client,
+                &b.owner.owner,
+                b.offset,
+            ))
+        });
+        out
+    }
+
+    /// Counters of the whole table.
+    pub fn stats(&self) -> StateStats {
+        StateStats {
+            opens: self.n_opens,
+            lock_states: self.n_lock_states,
+            locks: self.n_locks,
+        }
+    }
+}
