@@ -841,3 +841,88 @@ fn __xdr_get_fixed<T>(
     Ok(v)
 }
 "#;
+
+#[cfg(test)]
+mod tests {
+    use crate::{generate, Error};
+
+    fn gen_ok(src: &str) -> String {
+        generate(src).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn gen_err(src: &str) -> String {
+        match generate(src) {
+            Err(Error::Semantic(m)) => m,
+            other => panic!("expected a semantic error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn names_and_mappings() {
+        let out = gen_ok(
+            "const N = 2; const BIG = 0x100000000; const NEG = -1;
+             typedef opaque fh<N>;
+             enum e { A = 0, B = N };
+             struct s { int type; fh h; e kind; s *next; };
+             struct l { s *items; unsigned hyper x; string n<>; opaque v[4]; };
+             union u switch (e d) { case A: void; case B: l lst; default: int z; };",
+        );
+        for want in [
+            "pub const N: u32 = 2;",
+            "pub const BIG: u64 = 4294967296;",
+            "pub const NEG: i64 = -1;",
+            "pub type fh = ::bytes::Bytes;",
+            "#[repr(i32)]\npub enum e {\n#[default]\nA = 0,\nB = 2,\n}",
+            "pub r#type: i32,",
+            "pub items: Vec<s>,",
+            "pub v: [u8; 4],",
+            "pub n: ::bytes::Bytes,",
+            "A,\nB(l),\ndefault(e, i32),",
+            "get_opaque(src, 2)?",
+            "put_list(out, &self.items)",
+            "get_list::<s>(src)?",
+            "pub fn discriminant(&self) -> e",
+            "pub fn from_i32(v: i32) -> Option<Self>",
+        ] {
+            assert!(out.contains(want), "missing {want:?} in:\n{out}");
+        }
+        // The self pointer is not a member of the Rust struct.
+        assert!(!out.contains("pub next"), "{out}");
+        assert!(out.contains("Clone, Debug, PartialEq, Eq, Hash"));
+    }
+
+    #[test]
+    fn identical_duplicates_are_emitted_once() {
+        let out = gen_ok("struct a { int x; }; struct a { int x; };");
+        assert_eq!(out.matches("pub struct a ").count(), 1);
+    }
+
+    #[test]
+    fn floats_drop_eq() {
+        let out = gen_ok("struct f { float x; double y; };");
+        assert!(
+            out.contains("#[derive(Clone, Debug, PartialEq, Default)]"),
+            "{out}"
+        );
+        assert!(out.contains("pub x: f32,") && out.contains("pub y: f64,"));
+    }
+
+    #[test]
+    fn semantic_errors() {
+        assert!(gen_err("struct a { b x; };").contains("unknown type b"));
+        assert!(gen_err("struct a { a *n; int x; };").contains("must be the last member"));
+        assert!(gen_err("struct a { int x; }; struct a { int y; };").contains("defined twice"));
+        assert!(gen_err("struct a { a x; };").contains("without a pointer"));
+        assert!(gen_err("enum e { A = 1, B = 1 };").contains("share the value"));
+        assert!(
+            gen_err("enum e { A = 1 }; union u switch (e d) { case 2: void; };")
+                .contains("not a member of e")
+        );
+        assert!(gen_err("union u switch (bool b) { case 2: void; };").contains("out of range"));
+        assert!(gen_err("struct a { quadruple q; };").contains("quadruple"));
+        assert!(gen_err("struct a { opaque x<M>; };").contains("unknown constant M"));
+        assert!(
+            gen_err("const A = B; const B = A; struct s { opaque x<A>; };").contains("circular")
+        );
+    }
+}
