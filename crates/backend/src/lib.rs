@@ -178,6 +178,22 @@ pub enum BackendError {
 
 pub type Result<T> = std::result::Result<T, BackendError>;
 
+/// The longest name (one path component, in bytes) a backend accepts.
+pub const NAME_MAX: usize = 255;
+
+/// Checks one path component the way every backend does: empty, ".", "..", or containing
+/// '/' or NUL gives `BadName`; longer than [`NAME_MAX`] bytes gives `NameTooLong`.
+pub fn check_name(name: &[u8]) -> Result<()> {
+    if name.is_empty() || name == b"." || name == b".." || name.iter().any(|&b| b == b'/' || b == 0)
+    {
+        return Err(BackendError::BadName);
+    }
+    if name.len() > NAME_MAX {
+        return Err(BackendError::NameTooLong);
+    }
+    Ok(())
+}
+
 /// Caller identity for ownership of new objects and permission checks.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Creds {
@@ -234,7 +250,11 @@ pub trait Backend: Send + Sync + 'static {
     /// Entries after `cookie` (0 = from the start), at most `max_entries`; the flag is
     /// true when the end of the directory was reached. Cookies stay valid across calls
     /// and across entries being added or removed elsewhere in the directory.
-    fn readdir(&self, dir: &FileKey, cookie: u64, max_entries: usize)
-        -> Result<(Vec<DirEntry>, bool)>;
+    fn readdir(
+        &self,
+        dir: &FileKey,
+        cookie: u64,
+        max_entries: usize,
+    ) -> Result<(Vec<DirEntry>, bool)>;
     fn statfs(&self, key: &FileKey) -> Result<FsStats>;
 }

@@ -1,0 +1,792 @@
+//! One conformance suite run against every backend: each `check_*` function takes a fresh
+//! backend and asserts outcomes; `conformance!` instantiates all of them per backend.
+
+use std::collections::HashSet;
+
+use bytes::Bytes;
+use txnfs_backend::local::LocalBackend;
+use txnfs_backend::memory::MemoryBackend;
+use txnfs_backend::{
+    Backend, BackendError, CreateMode, Creds, FileKey, FileType, NodeKind, SetAttrs, SetTime,
+    Timestamp,
+};
+
+// ---------------------------------------------------------------------------------------
+// Fixtures
+
+/// A backend plus whatever must outlive it (the temp dir of the local backend).
+pub struct Fixture<B> {
+    pub b: B,
+    pub _dir: Option<tempfile::TempDir>,
+}
+
+fn memory() -> Fixture<MemoryBackend> {
+    Fixture {
+        b: MemoryBackend::new(),
+        _dir: None,
+    }
+}
+
+fn local() -> Fixture<LocalBackend> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let b = LocalBackend::open(dir.path()).expect("open local backend");
+    Fixture { b, _dir: Some(dir) }
+}
+
+fn creds() -> Creds {
+    Creds {
+        uid: 1234,
+        gid: 5678,
+        gids: vec![5678],
+    }
+}
+
+fn create<B: Backend>(b: &B, dir: &FileKey, name: &str) -> FileKey {
+    let (k, a, created) = b
+        .create_file(
+            dir,
+            name.as_bytes(),
+            CreateMode::Guarded,
+            &SetAttrs::default(),
+            &creds(),
+        )
+        .expect("create");
+    assert!(created);
+    assert_eq!(a.ftype, FileType::Regular);
+    k
+}
+
+fn mkdir<B: Backend>(b: &B, dir: &FileKey, name: &str) -> FileKey {
+    b.make_node(
+        dir,
+        name.as_bytes(),
+        &NodeKind::Directory,
+        &SetAttrs::default(),
+        &creds(),
+    )
+    .expect("mkdir")
+    .0
+}
+
+// ---------------------------------------------------------------------------------------
+// Checks
+
+pub fn check_root<B: Backend>(b: &B) {
+    let root = b.root().unwrap();
+    assert!(!root.is_empty() && root.len() <= txnfs_backend::MAX_KEY_LEN);
+    let a = b.getattr(&root).unwrap();
+    assert_eq!(a.ftype, FileType::Directory);
+    assert_eq!(b.lookup_parent(&root).unwrap_err(), BackendError::NotFound);
+    assert_eq!(b.root().unwrap(), root, "root key is stable");
+}
+
+pub fn check_create_write_read<B: Backend>(b: &B) {
+    let root = b.root().unwrap();
+    let (k, a, created) = b
+        .create_file(
+            &root,
+            b"f",
+            CreateMode::Unchecked,
+            &SetAttrs {
+                mode: Some(0o640),
+                ..Default::default()
+            },
+            &creds(),
+        )
+        .unwrap();
+    assert!(created);
+    assert_eq!(a.mode, 0o640);
+    assert_eq!(a.uid, 1234);
+    assert_eq!(a.gid, 5678);
+    assert_eq!(a.nlink, 1);
+    assert_eq!(a.size, 0);
+    let a = b.write(&k, 0, b"hello world", false).unwrap();
+    assert_eq!(a.size, 11);
+    let (data, eof) = b.read(&k, 0, 100).unwrap();
+    assert_eq!(&data[..], b"hello world");
+    assert!(eof);
+    let (data, eof) = b.read(&k, 0, 5).unwrap();
+    assert_eq!(&data[..], b"hello");
+    assert!(!eof);
+    let (data, eof) = b.read(&k, 6, 5).unwrap();
+    assert_eq!(&data[..], b"world");
+    assert!(eof, "a read ending exactly at EOF reports eof");
+    let (data, eof) = b.read(&k, 11, 5).unwrap();
+    assert!(data.is_empty());
+    assert!(eof);
+    let (data, eof) = b.read(&k, 1000, 5).unwrap();
+    assert!(data.is_empty());
+    assert!(eof);
+    // a hole
+    b.write(&k, 20, b"x", false).unwrap();
+    let (data, _) = b.read(&k, 0, 100).unwrap();
+    assert_eq!(data.len(), 21);
+    assert_eq!(&data[11..20], &[0u8; 9]);
+    // lookup finds the same key
+    let (k2, a2) = b.lookup(&root, b"f").unwrap();
+    assert_eq!(k2, k);
+    assert_eq!(a2.fileid, b.getattr(&k).unwrap().fileid);
+    assert_eq!(
+        b.lookup(&root, b"nope").unwrap_err(),
+        BackendError::NotFound
+    );
+    // unchecked create of an existing file opens it, applies only the size
+    let (k3, a3, created) = b
+        .create_file(
+            &root,
+            b"f",
+            CreateMode::Unchecked,
+            &SetAttrs {
+                mode: Some(0o600),
+                size: Some(3),
+                ..Default::default()
+            },
+            &creds(),
+        )
+        .unwrap();
+    assert!(!created);
+    assert_eq!(k3, k);
+    assert_eq!(a3.size, 3);
+    assert_eq!(a3.mode, 0o640);
+    // reading a directory
+    assert_eq!(b.read(&root, 0, 10).unwrap_err(), BackendError::IsDir);
+    assert_eq!(
+        b.write(&root, 0, b"x", false).unwrap_err(),
+        BackendError::IsDir
+    );
+}
+
+pub fn check_sync_write_commit<B: Backend>(b: &B) {
+    let root = b.root().unwrap();
+    let k = create(b, &root, "s");
+    let a = b.write(&k, 0, b"stable", true).unwrap();
+    assert_eq!(a.size, 6);
+    b.commit(&k).unwrap();
+    b.write(&k, 6, b" more", false).unwrap();
+    b.commit(&k).unwrap();
+    assert_eq!(&b.read(&k, 0, 64).unwrap().0[..], b"stable more");
+}
+
+pub fn check_setattr<B: Backend>(b: &B) {
+    let root = b.root().unwrap();
+    let k = create(b, &root, "a");
+    b.write(&k, 0, b"0123456789", false).unwrap();
+    // truncate
+    let a = b
+        .setattr(
+            &k,
+            &SetAttrs {
+                size: Some(4),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(a.size, 4);
+    assert_eq!(&b.read(&k, 0, 100).unwrap().0[..], b"0123");
+    // extend with zeros
+    let a = b
+        .setattr(
+            &k,
+            &SetAttrs {
+                size: Some(8),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(a.size, 8);
+    assert_eq!(&b.read(&k, 0, 100).unwrap().0[..], b"0123\0\0\0\0");
+    // mode
+    let a = b
+        .setattr(
+            &k,
+            &SetAttrs {
+                mode: Some(0o4711),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(a.mode, 0o4711);
+    assert_eq!(b.getattr(&k).unwrap().mode, 0o4711);
+    // owner
+    let a = b
+        .setattr(
+            &k,
+            &SetAttrs {
+                uid: Some(42),
+                gid: Some(43),
+                mode: Some(0o600),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!((a.uid, a.gid, a.mode), (42, 43, 0o600));
+    // client times
+    let t1 = Timestamp {
+        sec: 1_000_000_000,
+        nsec: 123_456_789,
+    };
+    let t2 = Timestamp {
+        sec: 1_100_000_000,
+        nsec: 5,
+    };
+    let a = b
+        .setattr(
+            &k,
+            &SetAttrs {
+                atime: Some(SetTime::Client(t1)),
+                mtime: Some(SetTime::Client(t2)),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(a.atime, t1);
+    assert_eq!(a.mtime, t2);
+    // server time
+    let before = now_sec();
+    let a = b
+        .setattr(
+            &k,
+            &SetAttrs {
+                mtime: Some(SetTime::ServerNow),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert!(a.mtime.sec >= before - 1 && a.mtime.sec <= now_sec() + 1);
+    assert_eq!(a.atime, t1, "atime untouched");
+    // size on a directory
+    assert_eq!(
+        b.setattr(
+            &root,
+            &SetAttrs {
+                size: Some(0),
+                ..Default::default()
+            }
+        )
+        .unwrap_err(),
+        BackendError::IsDir
+    );
+    // empty setattr is a getattr
+    assert_eq!(b.setattr(&k, &SetAttrs::default()).unwrap().size, 8);
+}
+
+fn now_sec() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+pub fn check_create_modes<B: Backend>(b: &B) {
+    let root = b.root().unwrap();
+    let k = create(b, &root, "g");
+    let e = b
+        .create_file(
+            &root,
+            b"g",
+            CreateMode::Guarded,
+            &SetAttrs::default(),
+            &creds(),
+        )
+        .unwrap_err();
+    assert_eq!(e, BackendError::Exists);
+    let verf = *b"verifier";
+    let (k1, _, c1) = b
+        .create_file(
+            &root,
+            b"x",
+            CreateMode::Exclusive(verf),
+            &SetAttrs::default(),
+            &creds(),
+        )
+        .unwrap();
+    assert!(c1);
+    let (k2, _, c2) = b
+        .create_file(
+            &root,
+            b"x",
+            CreateMode::Exclusive(verf),
+            &SetAttrs::default(),
+            &creds(),
+        )
+        .unwrap();
+    assert!(!c2, "retry with the same verifier opens the file");
+    assert_eq!(k1, k2);
+    let e = b
+        .create_file(
+            &root,
+            b"x",
+            CreateMode::Exclusive(*b"other!!!"),
+            &SetAttrs::default(),
+            &creds(),
+        )
+        .unwrap_err();
+    assert_eq!(e, BackendError::Exists);
+    // an exclusive create over a file made otherwise is Exists
+    let e = b
+        .create_file(
+            &root,
+            b"g",
+            CreateMode::Exclusive(verf),
+            &SetAttrs::default(),
+            &creds(),
+        )
+        .unwrap_err();
+    assert_eq!(e, BackendError::Exists);
+    let _ = k;
+    // create over a directory
+    mkdir(b, &root, "d");
+    let e = b
+        .create_file(
+            &root,
+            b"d",
+            CreateMode::Unchecked,
+            &SetAttrs::default(),
+            &creds(),
+        )
+        .unwrap_err();
+    assert_eq!(e, BackendError::IsDir);
+}
+
+pub fn check_make_node<B: Backend>(b: &B) {
+    let root = b.root().unwrap();
+    let root_nlink = b.getattr(&root).unwrap().nlink;
+    let (dk, da) = b
+        .make_node(
+            &root,
+            b"dir",
+            &NodeKind::Directory,
+            &SetAttrs {
+                mode: Some(0o750),
+                ..Default::default()
+            },
+            &creds(),
+        )
+        .unwrap();
+    assert_eq!(da.ftype, FileType::Directory);
+    assert_eq!(da.mode, 0o750);
+    assert_eq!(da.nlink, 2);
+    assert_eq!((da.uid, da.gid), (1234, 5678));
+    assert_eq!(b.getattr(&root).unwrap().nlink, root_nlink + 1);
+    let (pk, _) = b.lookup_parent(&dk).unwrap();
+    assert_eq!(pk, root);
+    let (sk, sa) = b
+        .make_node(
+            &dk,
+            b"sym",
+            &NodeKind::Symlink(Bytes::from_static(b"../target/x")),
+            &SetAttrs::default(),
+            &creds(),
+        )
+        .unwrap();
+    assert_eq!(sa.ftype, FileType::Symlink);
+    assert_eq!(sa.size, 11);
+    assert_eq!(&b.readlink(&sk).unwrap()[..], b"../target/x");
+    assert_eq!(b.readlink(&dk).unwrap_err(), BackendError::NotSymlink);
+    let (fk, fa) = b
+        .make_node(
+            &dk,
+            b"fifo",
+            &NodeKind::Fifo,
+            &SetAttrs {
+                mode: Some(0o600),
+                ..Default::default()
+            },
+            &creds(),
+        )
+        .unwrap();
+    assert_eq!(fa.ftype, FileType::Fifo);
+    assert_eq!(fa.mode, 0o600);
+    assert_eq!(b.getattr(&fk).unwrap().ftype, FileType::Fifo);
+    assert_eq!(b.read(&fk, 0, 1).unwrap_err(), BackendError::Inval);
+    let e = b
+        .make_node(
+            &dk,
+            b"fifo",
+            &NodeKind::Directory,
+            &SetAttrs::default(),
+            &creds(),
+        )
+        .unwrap_err();
+    assert_eq!(e, BackendError::Exists);
+    let (ck, ca) = b
+        .make_node(
+            &dk,
+            b"null",
+            &NodeKind::CharDev(1, 3),
+            &SetAttrs::default(),
+            &creds(),
+        )
+        .unwrap();
+    assert_eq!(ca.ftype, FileType::CharDev);
+    assert_eq!(ca.rdev, (1, 3));
+    assert_eq!(b.read(&ck, 0, 1).unwrap_err(), BackendError::Inval);
+    // a key of a non-directory used as a directory
+    let e = b.lookup(&fk, b"x").unwrap_err();
+    assert_eq!(e, BackendError::NotDir);
+}
+
+pub fn check_link<B: Backend>(b: &B) {
+    let root = b.root().unwrap();
+    let k = create(b, &root, "orig");
+    let d = mkdir(b, &root, "sub");
+    let a = b.link(&k, &d, b"alias").unwrap();
+    assert_eq!(a.nlink, 2);
+    let (k2, a2) = b.lookup(&d, b"alias").unwrap();
+    assert_eq!(a2.fileid, a.fileid);
+    assert_eq!(b.getattr(&k2).unwrap().nlink, 2);
+    assert_eq!(b.link(&k, &d, b"alias").unwrap_err(), BackendError::Exists);
+    assert_eq!(
+        b.link(&d, &root, b"dirlink").unwrap_err(),
+        BackendError::IsDir
+    );
+    b.remove(&root, b"orig").unwrap();
+    assert_eq!(
+        b.getattr(&k2).unwrap().nlink,
+        1,
+        "still alive via the other link"
+    );
+    b.write(&k2, 0, b"ok", false).unwrap();
+}
+
+pub fn check_rename<B: Backend>(b: &B) {
+    let root = b.root().unwrap();
+    let a = create(b, &root, "a");
+    b.write(&a, 0, b"AAA", false).unwrap();
+    let t = create(b, &root, "t");
+    b.write(&t, 0, b"TTTTTT", false).unwrap();
+    b.rename(&root, b"a", &root, b"t").unwrap();
+    assert_eq!(b.lookup(&root, b"a").unwrap_err(), BackendError::NotFound);
+    let (k, attrs) = b.lookup(&root, b"t").unwrap();
+    assert_eq!(k, a, "the key follows the object");
+    assert_eq!(attrs.size, 3);
+    assert_eq!(b.getattr(&t).unwrap_err(), BackendError::Stale);
+    // across directories
+    let d1 = mkdir(b, &root, "d1");
+    let d2 = mkdir(b, &root, "d2");
+    let n = b.getattr(&root).unwrap().nlink;
+    let sub = mkdir(b, &d1, "sub");
+    b.rename(&d1, b"sub", &d2, b"moved").unwrap();
+    assert_eq!(b.getattr(&d1).unwrap().nlink, 2);
+    assert_eq!(b.getattr(&d2).unwrap().nlink, 3);
+    assert_eq!(b.lookup_parent(&sub).unwrap().0, d2);
+    assert_eq!(b.getattr(&root).unwrap().nlink, n);
+    // dir over a non-empty dir
+    let full = mkdir(b, &root, "full");
+    create(b, &full, "inside");
+    let e = b.rename(&root, b"d1", &root, b"full").unwrap_err();
+    assert_eq!(e, BackendError::NotEmpty);
+    // dir over an empty dir works
+    b.rename(&root, b"d1", &d2, b"moved").unwrap();
+    assert_eq!(b.lookup(&d2, b"moved").unwrap().0, d1);
+    assert_eq!(b.getattr(&sub).unwrap_err(), BackendError::Stale);
+    // file over dir / dir over file
+    assert_eq!(
+        b.rename(&root, b"t", &root, b"full").unwrap_err(),
+        BackendError::IsDir
+    );
+    assert_eq!(
+        b.rename(&root, b"full", &root, b"t").unwrap_err(),
+        BackendError::NotDir
+    );
+    // into its own subtree
+    assert_eq!(
+        b.rename(&root, b"d2", &d1, b"loop").unwrap_err(),
+        BackendError::Inval
+    );
+    // missing source
+    assert_eq!(
+        b.rename(&root, b"ghost", &root, b"x").unwrap_err(),
+        BackendError::NotFound
+    );
+    // rename onto itself is a no-op
+    b.rename(&root, b"t", &root, b"t").unwrap();
+    assert!(b.lookup(&root, b"t").is_ok());
+}
+
+pub fn check_remove<B: Backend>(b: &B) {
+    let root = b.root().unwrap();
+    let k = create(b, &root, "gone");
+    b.write(&k, 0, b"data", false).unwrap();
+    assert!(b.getattr(&k).is_ok());
+    b.remove(&root, b"gone").unwrap();
+    assert_eq!(b.getattr(&k).unwrap_err(), BackendError::Stale);
+    assert_eq!(b.read(&k, 0, 4).unwrap_err(), BackendError::Stale);
+    assert_eq!(
+        b.lookup(&root, b"gone").unwrap_err(),
+        BackendError::NotFound
+    );
+    assert_eq!(
+        b.remove(&root, b"gone").unwrap_err(),
+        BackendError::NotFound
+    );
+    let d = mkdir(b, &root, "d");
+    create(b, &d, "f");
+    assert_eq!(b.remove(&root, b"d").unwrap_err(), BackendError::NotEmpty);
+    b.remove(&d, b"f").unwrap();
+    let n = b.getattr(&root).unwrap().nlink;
+    b.remove(&root, b"d").unwrap();
+    assert_eq!(b.getattr(&root).unwrap().nlink, n - 1);
+    assert_eq!(b.getattr(&d).unwrap_err(), BackendError::Stale);
+    // a removed directory's key is no directory anymore
+    assert!(b.lookup(&d, b"f").is_err());
+}
+
+pub fn check_readdir_paging<B: Backend>(b: &B) {
+    let root = b.root().unwrap();
+    let d = mkdir(b, &root, "big");
+    let names: Vec<String> = (0..1000).map(|i| format!("entry-{i:04}")).collect();
+    for n in &names {
+        create(b, &d, n);
+    }
+    // plain paging
+    let mut seen = Vec::new();
+    let mut cookie = 0;
+    loop {
+        let (ents, eof) = b.readdir(&d, cookie, 7).unwrap();
+        assert!(ents.len() <= 7);
+        for e in &ents {
+            assert_ne!(e.cookie, 0);
+            assert_eq!(e.attrs.ftype, FileType::Regular);
+            let (k, _) = b.lookup(&d, &e.name).unwrap();
+            assert_eq!(k, e.key);
+            seen.push(String::from_utf8(e.name.to_vec()).unwrap());
+        }
+        if eof {
+            break;
+        }
+        assert!(!ents.is_empty(), "no progress without eof");
+        cookie = ents.last().unwrap().cookie;
+    }
+    let mut sorted = seen.clone();
+    sorted.sort();
+    assert_eq!(sorted, names, "every name exactly once");
+
+    // paging while entries are removed between pages
+    let mut seen = HashSet::new();
+    let mut removed = HashSet::new();
+    let mut cookie = 0;
+    let mut victim = 999usize;
+    loop {
+        let (ents, eof) = b.readdir(&d, cookie, 7).unwrap();
+        for e in &ents {
+            let name = String::from_utf8(e.name.to_vec()).unwrap();
+            assert!(!removed.contains(&name), "removed entry {name} returned");
+            assert!(seen.insert(name.clone()), "{name} returned twice");
+        }
+        if eof {
+            break;
+        }
+        cookie = ents.last().unwrap().cookie;
+        // remove one already-seen entry and one not yet seen
+        if let Some(e) = ents.first() {
+            b.remove(&d, &e.name).unwrap();
+        }
+        while victim > 0 {
+            let n = &names[victim];
+            victim -= 1;
+            if !seen.contains(n) && !removed.contains(n) {
+                b.remove(&d, n.as_bytes()).unwrap();
+                removed.insert(n.clone());
+                break;
+            }
+        }
+    }
+    for n in &names {
+        assert!(
+            seen.contains(n) || removed.contains(n),
+            "{n} neither seen nor removed"
+        );
+    }
+    // max_entries 0 and empty dir
+    let e = mkdir(b, &root, "empty");
+    let (ents, eof) = b.readdir(&e, 0, 10).unwrap();
+    assert!(ents.is_empty());
+    assert!(eof);
+    let plain = create(b, &root, "plain");
+    assert_eq!(b.readdir(&plain, 0, 1).unwrap_err(), BackendError::NotDir);
+}
+
+pub fn check_change<B: Backend>(b: &B) {
+    let root = b.root().unwrap();
+    let k = create(b, &root, "c");
+    let mut last = b.getattr(&k).unwrap().change;
+    for i in 0..100u32 {
+        let a = b.write(&k, 0, &i.to_be_bytes(), false).unwrap();
+        assert!(a.change > last, "write {i}: change {} !> {last}", a.change);
+        assert_eq!(
+            b.getattr(&k).unwrap().change,
+            a.change,
+            "stable without mutation"
+        );
+        last = a.change;
+    }
+    let a = b
+        .setattr(
+            &k,
+            &SetAttrs {
+                mode: Some(0o600),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert!(a.change > last);
+    // directory change moves on create/remove/rename
+    let d0 = b.getattr(&root).unwrap().change;
+    create(b, &root, "c2");
+    let d1 = b.getattr(&root).unwrap().change;
+    assert!(d1 > d0);
+    b.rename(&root, b"c2", &root, b"c3").unwrap();
+    let d2 = b.getattr(&root).unwrap().change;
+    assert!(d2 > d1);
+    b.remove(&root, b"c3").unwrap();
+    let d3 = b.getattr(&root).unwrap().change;
+    assert!(d3 > d2);
+    b.link(&k, &root, b"c4").unwrap();
+    assert!(b.getattr(&root).unwrap().change > d3);
+}
+
+pub fn check_bad_names<B: Backend>(b: &B) {
+    let root = b.root().unwrap();
+    let c = creds();
+    for bad in [&b".."[..], b".", b"a/b", b"", b"nul\0"] {
+        assert_eq!(b.lookup(&root, bad).unwrap_err(), BackendError::BadName);
+        let e = b
+            .create_file(&root, bad, CreateMode::Unchecked, &SetAttrs::default(), &c)
+            .unwrap_err();
+        assert_eq!(e, BackendError::BadName);
+        let e = b
+            .make_node(&root, bad, &NodeKind::Directory, &SetAttrs::default(), &c)
+            .unwrap_err();
+        assert_eq!(e, BackendError::BadName);
+        assert_eq!(b.remove(&root, bad).unwrap_err(), BackendError::BadName);
+        assert_eq!(
+            b.rename(&root, bad, &root, b"x").unwrap_err(),
+            BackendError::BadName
+        );
+    }
+    let long = vec![b'a'; 256];
+    assert_eq!(
+        b.lookup(&root, &long).unwrap_err(),
+        BackendError::NameTooLong
+    );
+    let ok = vec![b'a'; 255];
+    b.create_file(&root, &ok, CreateMode::Guarded, &SetAttrs::default(), &c)
+        .unwrap();
+    // garbage keys are stale, not a crash
+    for key in [
+        Bytes::new(),
+        Bytes::from_static(b"\x01"),
+        Bytes::from_static(&[0xff; 88]),
+        Bytes::from_static(&[0x01, 0, 0, 0, 0, 0, 0, 0, 9]),
+    ] {
+        assert_eq!(b.getattr(&key).unwrap_err(), BackendError::Stale, "{key:?}");
+    }
+}
+
+pub fn check_symlink_not_followed<B: Backend>(b: &B) {
+    let root = b.root().unwrap();
+    let d = mkdir(b, &root, "real");
+    create(b, &d, "inner");
+    let (sk, _) = b
+        .make_node(
+            &root,
+            b"link",
+            &NodeKind::Symlink(Bytes::from_static(b"real")),
+            &SetAttrs::default(),
+            &creds(),
+        )
+        .unwrap();
+    let (k, a) = b.lookup(&root, b"link").unwrap();
+    assert_eq!(k, sk);
+    assert_eq!(a.ftype, FileType::Symlink);
+    assert_eq!(b.lookup(&sk, b"inner").unwrap_err(), BackendError::NotDir);
+    assert_eq!(b.readdir(&sk, 0, 10).unwrap_err(), BackendError::NotDir);
+    // creating through a symlink name does not follow it
+    let e = b
+        .create_file(
+            &root,
+            b"link",
+            CreateMode::Guarded,
+            &SetAttrs::default(),
+            &creds(),
+        )
+        .unwrap_err();
+    assert_eq!(e, BackendError::Exists);
+    assert!(b.read(&sk, 0, 10).is_err());
+    // setattr mode on a symlink leaves the target alone
+    let before = b.getattr(&d).unwrap().mode;
+    let _ = b.setattr(
+        &sk,
+        &SetAttrs {
+            mode: Some(0o700),
+            ..Default::default()
+        },
+    );
+    assert_eq!(b.getattr(&d).unwrap().mode, before);
+    // times on a symlink apply to the link
+    let t = Timestamp {
+        sec: 1_234_567_890,
+        nsec: 0,
+    };
+    let dt = b.getattr(&d).unwrap().mtime;
+    let a = b
+        .setattr(
+            &sk,
+            &SetAttrs {
+                mtime: Some(SetTime::Client(t)),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(a.mtime, t);
+    assert_eq!(b.getattr(&d).unwrap().mtime, dt);
+    // readdir reports it as a symlink
+    let (ents, _) = b.readdir(&root, 0, 100).unwrap();
+    let e = ents.iter().find(|e| &e.name[..] == b"link").unwrap();
+    assert_eq!(e.attrs.ftype, FileType::Symlink);
+}
+
+pub fn check_statfs<B: Backend>(b: &B) {
+    let root = b.root().unwrap();
+    let s = b.statfs(&root).unwrap();
+    assert!(s.total_bytes > 0);
+    assert!(s.free_bytes <= s.total_bytes);
+    assert!(s.max_name_len >= 255);
+}
+
+macro_rules! conformance {
+    ($modname:ident, $fixture:path) => {
+        mod $modname {
+            use super::*;
+
+            macro_rules! case {
+                ($name:ident) => {
+                    #[test]
+                    fn $name() {
+                        let f = $fixture();
+                        super::$name(&f.b);
+                    }
+                };
+            }
+
+            case!(check_root);
+            case!(check_create_write_read);
+            case!(check_sync_write_commit);
+            case!(check_setattr);
+            case!(check_create_modes);
+            case!(check_make_node);
+            case!(check_link);
+            case!(check_rename);
+            case!(check_remove);
+            case!(check_readdir_paging);
+            case!(check_change);
+            case!(check_bad_names);
+            case!(check_symlink_not_followed);
+            case!(check_statfs);
+        }
+    };
+}
+
+conformance!(memory_backend, memory);
+conformance!(local_backend, local);
