@@ -1,0 +1,416 @@
+//! End-to-end harness: starts an NFSv4.1 server (txnfs, or NFS-Ganesha for
+//! validating the tests themselves) on a free loopback port with a fresh
+//! temporary export, and mounts it with the third-party `nfs-rs` client.
+//!
+//! The server is chosen by `TXNFS_E2E_SERVER` (`txnfs`, the default, or
+//! `ganesha`). The txnfs binary is `$TXNFS_BIN` or
+//! `<workspace>/target/debug/txnfs`.
+
+use std::fs::File;
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub use nfs_rs;
+
+/// How long a server gets to start accepting connections.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// Upper bound for any single client call in the tests.
+pub const OP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Which NFS server the tests drive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServerKind {
+    Txnfs,
+    Ganesha,
+}
+
+impl ServerKind {
+    /// The kind named by `TXNFS_E2E_SERVER` (default: txnfs).
+    pub fn from_env() -> ServerKind {
+        match std::env::var("TXNFS_E2E_SERVER").as_deref() {
+            Ok("ganesha") => ServerKind::Ganesha,
+            Ok("txnfs") | Ok("") | Err(_) => ServerKind::Txnfs,
+            Ok(other) => panic!("TXNFS_E2E_SERVER={other:?}: expected \"txnfs\" or \"ganesha\""),
+        }
+    }
+}
+
+/// A running server with its own temporary export and state directory.
+/// The child process is killed (by PID) when the guard is dropped.
+pub struct ServerGuard {
+    kind: ServerKind,
+    port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    starts: u32,
+}
+
+/// The workspace root (two levels above this crate's manifest).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("crate lives at <workspace>/crates/e2e")
+        .to_path_buf()
+}
+
+/// The txnfs binary to run.
+pub fn txnfs_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("TXNFS_BIN") {
+        return PathBuf::from(bin);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    target.join("debug").join("txnfs")
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local_addr").port()
+}
+
+impl ServerGuard {
+    /// Start the server named by `TXNFS_E2E_SERVER`.
+    pub fn start_default() -> ServerGuard {
+        ServerGuard::start(ServerKind::from_env())
+    }
+
+    /// Start a server of the given kind on a free loopback port.
+    pub fn start(kind: ServerKind) -> ServerGuard {
+        let mut dir = tempfile::Builder::new()
+            .prefix("txnfs-e2e-")
+            .tempdir()
+            .expect("create temp dir");
+        std::fs::create_dir_all(dir.path().join("export")).expect("mkdir export");
+        std::fs::create_dir_all(dir.path().join("state")).expect("mkdir state");
+        if kind == ServerKind::Txnfs {
+            let bin = txnfs_bin();
+            assert!(
+                bin.is_file(),
+                "txnfs binary {} is missing: build it first with cargo build -p txnfs-cli \
+                 (or set TXNFS_BIN)",
+                bin.display()
+            );
+        }
+        let mut last_err = String::new();
+        // A port found free may be taken by someone else before the server
+        // binds it: retry with another port a few times.
+        for _ in 0..3 {
+            let mut guard = ServerGuard {
+                kind,
+                port: free_port(),
+                dir,
+                child: None,
+                starts: 0,
+            };
+            match guard.spawn() {
+                Ok(()) => return guard,
+                Err(e) => {
+                    last_err = e;
+                    guard.kill9();
+                    dir = guard.into_dir();
+                }
+            }
+        }
+        panic!("could not start {kind:?} server: {last_err}");
+    }
+
+    fn into_dir(mut self) -> tempfile::TempDir {
+        self.kill9();
+        let placeholder = tempfile::tempdir().expect("tempdir");
+        std::mem::replace(&mut self.dir, placeholder)
+    }
+
+    pub fn kind(&self) -> ServerKind {
+        self.kind
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Host path of the exported directory, for checking bytes on disk.
+    pub fn export_dir(&self) -> PathBuf {
+        self.dir.path().join("export")
+    }
+
+    /// Server state directory (txnfs `--state-dir`, Ganesha recovery root).
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("server.log")
+    }
+
+    /// The whole server log so far (stdout+stderr of every start).
+    pub fn log(&self) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = File::open(self.log_path()) {
+            let _ = f.read_to_string(&mut s);
+        }
+        s
+    }
+
+    /// The last `n` lines of the server log, for failure messages.
+    pub fn log_tail(&self, n: usize) -> String {
+        let log = self.log();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// The export path part of the URL: Ganesha's pseudo path is /export,
+    /// txnfs exports its directory at the pseudo root.
+    pub fn export_path(&self) -> &'static str {
+        match self.kind {
+            ServerKind::Txnfs => "/",
+            ServerKind::Ganesha => "/export",
+        }
+    }
+
+    /// `nfs://` URL for nfs-rs, forcing NFSv4.1 and an unprivileged source port.
+    pub fn url(&self) -> String {
+        format!(
+            "nfs://127.0.0.1:{}{}?version=4.1&noresvport=true&uid=0&gid=0",
+            self.port,
+            self.export_path()
+        )
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .map_err(|e| format!("open log: {e}"))?;
+        self.starts += 1;
+        let mut cmd = match self.kind {
+            ServerKind::Txnfs => {
+                let mut cmd = Command::new(txnfs_bin());
+                cmd.arg("serve")
+                    .arg("--listen")
+                    .arg(format!("127.0.0.1:{}", self.port))
+                    .arg("--no-grace")
+                    .arg("--state-dir")
+                    .arg(self.state_dir())
+                    .arg(self.export_dir());
+                if std::env::var_os("RUST_LOG").is_none() {
+                    cmd.env("RUST_LOG", "info");
+                }
+                cmd
+            }
+            ServerKind::Ganesha => {
+                let conf = self.dir.path().join("ganesha.conf");
+                std::fs::write(&conf, ganesha_conf(self.port, self.dir.path()))
+                    .map_err(|e| format!("write ganesha.conf: {e}"))?;
+                let mut cmd = Command::new("ganesha.nfsd");
+                cmd.arg("-F")
+                    .arg("-L")
+                    .arg(self.log_path())
+                    .arg("-f")
+                    .arg(&conf)
+                    .arg("-p")
+                    .arg(self.dir.path().join("ganesha.pid"));
+                cmd
+            }
+        };
+        let err_log = log.try_clone().map_err(|e| e.to_string())?;
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(err_log));
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("spawn {:?}: {e}", self.kind))?;
+        self.child = Some(child);
+        self.wait_ready()
+    }
+
+    fn wait_ready(&mut self) -> Result<(), String> {
+        let addr: SocketAddr = ([127, 0, 0, 1], self.port).into();
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    return Err(format!(
+                        "server exited during startup with {status}; log tail:\n{}",
+                        self.log_tail(30)
+                    ));
+                }
+            }
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "server did not accept on {addr} within {START_TIMEOUT:?}; log tail:\n{}",
+                    self.log_tail(30)
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGKILL the server and reap it.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Start the server again with the same port, export and state dir.
+    pub fn restart(&mut self) {
+        self.kill9();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(e) if Instant::now() < deadline => {
+                    // The port may linger briefly; try again.
+                    eprintln!("restart attempt failed, retrying: {e}");
+                    self.kill9();
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) => panic!("restart failed: {e}"),
+            }
+        }
+    }
+
+    /// Mount the export with nfs-rs (NFSv4.1).
+    pub async fn mount(&self) -> Box<dyn nfs_rs::Mount> {
+        let url = self.url();
+        match tokio::time::timeout(OP_TIMEOUT, nfs_rs::parse_url_and_mount(&url)).await {
+            Ok(Ok(m)) => m,
+            Ok(Err(e)) => panic!(
+                "mount {url} failed: {e} ({e:?}); server log tail:\n{}",
+                self.log_tail(30)
+            ),
+            Err(_) => panic!(
+                "mount {url} timed out; server log tail:\n{}",
+                self.log_tail(30)
+            ),
+        }
+    }
+}
+
+impl Drop for ServerGuard {
+    fn drop(&mut self) {
+        self.kill9();
+        if std::thread::panicking() || std::env::var_os("TXNFS_E2E_SHOW_LOG").is_some() {
+            eprintln!(
+                "---- {:?} server log tail ({}) ----\n{}\n----",
+                self.kind,
+                self.log_path().display(),
+                self.log_tail(40)
+            );
+        }
+        if std::env::var_os("TXNFS_E2E_KEEP").is_some() {
+            let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("tempdir"));
+            eprintln!("keeping {}", dir.keep().display());
+        }
+    }
+}
+
+fn ganesha_conf(port: u16, dir: &Path) -> String {
+    let dir = dir.display();
+    format!(
+        r#"NFS_CORE_PARAM {{
+    Bind_addr = 127.0.0.1;
+    NFS_Port = {port};
+    Protocols = 4;
+    Enable_NLM = false;
+    Enable_RQUOTA = false;
+    Enable_UDP = false;
+}}
+NFSv4 {{
+    Graceless = true;
+    Minor_Versions = 1, 2;
+    RecoveryRoot = {dir}/state;
+    Only_Numeric_Owners = true;
+}}
+NFS_KRB5 {{ Active_krb5 = false; }}
+EXPORT {{
+    Export_Id = 1;
+    Path = {dir}/export;
+    Pseudo = /export;
+    Access_Type = RW;
+    Squash = No_Root_Squash;
+    Protocols = 4;
+    Transports = TCP;
+    SecType = sys;
+    FSAL {{ Name = VFS; }}
+}}
+"#
+    )
+}
+
+/// Await `fut` with [`OP_TIMEOUT`], panicking with `what` on timeout.
+pub async fn timed<F: std::future::Future>(what: &str, fut: F) -> F::Output {
+    match tokio::time::timeout(OP_TIMEOUT, fut).await {
+        Ok(v) => v,
+        Err(_) => panic!("{what}: timed out after {OP_TIMEOUT:?}"),
+    }
+}
+
+/// Deterministic test pattern: byte i of a stream seeded with `seed`.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            // xorshift64
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// Read `len` bytes from `offset`, looping over short reads until EOF.
+pub async fn read_exact(
+    m: &dyn nfs_rs::Mount,
+    fh: bytes::Bytes,
+    offset: u64,
+    len: usize,
+) -> nfs_rs::Result<Vec<u8>> {
+    let max = m.get_max_read_size().max(4096) as usize;
+    let mut out = Vec::with_capacity(len);
+    while out.len() < len {
+        let want = (len - out.len()).min(max) as u32;
+        let chunk = timed("read", m.read(fh.clone(), offset + out.len() as u64, want)).await?;
+        if chunk.is_empty() {
+            break;
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
+/// List every name in a directory with READDIR pages (nfs-rs
+/// `readdirplus_page`), failing on a repeated cookie.
+pub async fn list_dir(m: &dyn nfs_rs::Mount, dir_fh: bytes::Bytes) -> nfs_rs::Result<Vec<String>> {
+    let mut position = nfs_rs::DirectoryCookie::default();
+    let mut seen = std::collections::HashSet::new();
+    let mut names = Vec::new();
+    loop {
+        let page = timed("readdir page", m.readdirplus_page(dir_fh.clone(), position)).await?;
+        names.extend(
+            page.entries
+                .into_iter()
+                .map(|e| e.file_name)
+                .filter(|n| n != "." && n != ".."),
+        );
+        if page.eof {
+            return Ok(names);
+        }
+        if !seen.insert(page.next.cookie) {
+            return Err(nfs_rs::NfsError::Xdr("directory cookie repeated".into()));
+        }
+        position = page.next;
+    }
+}

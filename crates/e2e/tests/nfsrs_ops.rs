@@ -1,0 +1,1251 @@
+//! Filesystem operations driven through the third-party `nfs-rs` client
+//! (NFSv4.1). Each test starts its own server with a fresh export, does its
+//! work over the wire, and checks the outcome both through the client and,
+//! where possible, on the host directory that the server exports.
+
+use std::collections::HashSet;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+use bytes::Bytes;
+use nfs_rs::{Mount, Nfs4ErrorCode, NfsError, Time, OPEN_BOTH, OPEN_READ};
+use txnfs_e2e::{list_dir, pattern, read_exact, timed, ServerGuard};
+
+/// NFSv4 `nfs_ftype4` values as reported in `Attr::type_`.
+const NF4REG: u32 = 1;
+const NF4DIR: u32 = 2;
+const NF4LNK: u32 = 5;
+/// Lock types for `Mount::lock` / `lock_test`.
+const READ_LT: u32 = 1;
+const WRITE_LT: u32 = 2;
+
+async fn setup() -> (ServerGuard, Box<dyn Mount>) {
+    let server = ServerGuard::start_default();
+    let mount = server.mount().await;
+    (server, mount)
+}
+
+/// Panics with the server log tail when `r` is an error.
+fn ok<T>(server: &ServerGuard, what: &str, r: nfs_rs::Result<T>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => panic!(
+            "{what} failed: {e} ({e:?})\nserver log tail:\n{}",
+            server.log_tail(25)
+        ),
+    }
+}
+
+/// Expects an error; panics (with the server log tail) on success.
+fn err<T: std::fmt::Debug>(server: &ServerGuard, what: &str, r: nfs_rs::Result<T>) -> NfsError {
+    match r {
+        Ok(v) => panic!(
+            "{what} unexpectedly succeeded: {v:?}\nserver log tail:\n{}",
+            server.log_tail(25)
+        ),
+        Err(e) => e,
+    }
+}
+
+/// A lock conflict: nfs-rs reports LOCK denials as `LockDenied` (with the
+/// holder's range) and LOCKT denials as plain `NFS4ERR_DENIED`.
+fn is_denied(e: &NfsError) -> bool {
+    matches!(e, NfsError::LockDenied { .. }) || is_nfs4(e, Nfs4ErrorCode::NFS4ERR_DENIED)
+}
+
+fn is_nfs4(e: &NfsError, want: Nfs4ErrorCode) -> bool {
+    matches!(e, NfsError::Nfs4(code) if std::mem::discriminant(code) == std::mem::discriminant(&want))
+}
+
+async fn write_all(server: &ServerGuard, m: &dyn Mount, fh: &Bytes, offset: u64, data: &[u8]) {
+    let n = ok(
+        server,
+        "write_all",
+        timed(
+            "write_all",
+            nfs_rs::write_all(m, fh.clone(), offset, Bytes::copy_from_slice(data)),
+        )
+        .await,
+    );
+    assert_eq!(n, data.len() as u64, "write_all wrote a short count");
+}
+
+async fn create_with(
+    server: &ServerGuard,
+    m: &dyn Mount,
+    path: &str,
+    mode: u32,
+    data: &[u8],
+) -> Bytes {
+    let obj = ok(
+        server,
+        &format!("create {path}"),
+        timed("create", m.create_path(path, Some(mode))).await,
+    );
+    if !data.is_empty() {
+        write_all(server, m, &obj.fh, 0, data).await;
+    }
+    ok(
+        server,
+        "close",
+        timed("close", m.close(obj.fh.clone())).await,
+    );
+    obj.fh
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_write_read_roundtrip() {
+    let (server, m) = setup().await;
+    let data = b"hello from nfs-rs over NFSv4.1\n".repeat(10);
+
+    let created = ok(
+        &server,
+        "create",
+        timed("create", m.create_path("hello.txt", Some(0o644))).await,
+    );
+    let attr = created.attr.as_ref().expect("OPEN returned attributes");
+    assert_eq!(attr.type_, NF4REG);
+    assert_eq!(attr.filesize, 0, "new file is empty");
+    write_all(&server, &*m, &created.fh, 0, &data).await;
+    ok(
+        &server,
+        "close",
+        timed("close", m.close(created.fh.clone())).await,
+    );
+
+    let opened = ok(
+        &server,
+        "open",
+        timed("open", m.open_path("hello.txt", OPEN_READ)).await,
+    );
+    assert_eq!(
+        opened.fh, created.fh,
+        "OPEN and CREATE agree on the file handle"
+    );
+    let back = ok(
+        &server,
+        "read",
+        read_exact(&*m, opened.fh.clone(), 0, data.len() + 100).await,
+    );
+    ok(&server, "close", timed("close", m.close(opened.fh)).await);
+    assert_eq!(back, data, "bytes read back over NFS");
+
+    let on_disk = std::fs::read(server.export_dir().join("hello.txt")).expect("host file");
+    assert_eq!(on_disk, data, "bytes on the host disk");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_beyond_eof_leaves_hole() {
+    let (server, m) = setup().await;
+    let fh = ok(
+        &server,
+        "create",
+        timed("create", m.create_path("sparse", Some(0o644))).await,
+    )
+    .fh;
+    const FAR: u64 = 1 << 20;
+    write_all(&server, &*m, &fh, 0, b"head").await;
+    write_all(&server, &*m, &fh, FAR, b"tail").await;
+    ok(&server, "close", timed("close", m.close(fh.clone())).await);
+
+    let attr = ok(
+        &server,
+        "getattr",
+        timed("getattr", m.getattr(fh.clone())).await,
+    );
+    assert_eq!(attr.filesize, FAR + 4);
+
+    let all = ok(
+        &server,
+        "read",
+        read_exact(&*m, fh.clone(), 0, (FAR + 4) as usize).await,
+    );
+    assert_eq!(all.len() as u64, FAR + 4);
+    assert_eq!(&all[..4], b"head");
+    assert!(
+        all[4..FAR as usize].iter().all(|&b| b == 0),
+        "hole reads as zeros"
+    );
+    assert_eq!(&all[FAR as usize..], b"tail");
+
+    // A read that starts inside the hole and one that starts past EOF.
+    let mid = ok(
+        &server,
+        "read mid",
+        timed("read", m.read(fh.clone(), 4096, 16)).await,
+    );
+    assert_eq!(&mid[..], &[0u8; 16]);
+    let past = ok(
+        &server,
+        "read past eof",
+        timed("read", m.read(fh.clone(), FAR + 100, 16)).await,
+    );
+    assert!(past.is_empty(), "read past EOF returns no bytes");
+
+    let on_disk = std::fs::read(server.export_dir().join("sparse")).expect("host file");
+    assert_eq!(on_disk, all);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_write_read_8mib() {
+    let (server, m) = setup().await;
+    const SIZE: usize = 8 << 20;
+    const CHUNK: usize = 1 << 20;
+    let data = pattern(8, SIZE);
+    let fh = ok(
+        &server,
+        "create",
+        timed("create", m.create_path("big.bin", Some(0o644))).await,
+    )
+    .fh;
+    for (i, chunk) in data.chunks(CHUNK).enumerate() {
+        write_all(&server, &*m, &fh, (i * CHUNK) as u64, chunk).await;
+    }
+    ok(&server, "close", timed("close", m.close(fh.clone())).await);
+
+    let attr = ok(
+        &server,
+        "getattr",
+        timed("getattr", m.getattr(fh.clone())).await,
+    );
+    assert_eq!(attr.filesize, SIZE as u64);
+    let back = ok(&server, "read", read_exact(&*m, fh.clone(), 0, SIZE).await);
+    assert_eq!(back.len(), SIZE);
+    if let Some(i) = back.iter().zip(&data).position(|(a, b)| a != b) {
+        panic!("read-back differs from written data first at byte {i}");
+    }
+    // An unaligned read across chunk boundaries.
+    let off = CHUNK - 777;
+    let piece = ok(
+        &server,
+        "read unaligned",
+        read_exact(&*m, fh.clone(), off as u64, 5000).await,
+    );
+    assert_eq!(&piece[..], &data[off..off + 5000]);
+
+    let on_disk = std::fs::read(server.export_dir().join("big.bin")).expect("host file");
+    assert!(on_disk == data, "host file differs from written data");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn getattr_size_mode_type() {
+    let (server, m) = setup().await;
+    let fh = create_with(&server, &*m, "f", 0o640, &[7u8; 100]).await;
+    let attr = ok(
+        &server,
+        "getattr",
+        timed("getattr", m.getattr(fh.clone())).await,
+    );
+    assert_eq!(attr.type_, NF4REG);
+    assert_eq!(attr.filesize, 100);
+    assert_eq!(attr.file_mode & 0o7777, 0o640, "mode set at create");
+    assert_eq!(attr.nlink, 1);
+    assert_ne!(attr.fileid, 0);
+
+    let by_path = ok(
+        &server,
+        "getattr_path",
+        timed("getattr_path", m.getattr_path("f")).await,
+    );
+    assert_eq!(by_path.fileid, attr.fileid, "fileid is stable");
+    assert_eq!(by_path.filesize, 100);
+
+    let root = ok(
+        &server,
+        "getattr root",
+        timed("getattr", m.getattr(m.getfh().await)).await,
+    );
+    assert_eq!(root.type_, NF4DIR);
+
+    let meta = std::fs::metadata(server.export_dir().join("f")).expect("host file");
+    assert_eq!(meta.len(), 100);
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o640, "mode on host");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setattr_chmod_truncate_times() {
+    let (server, m) = setup().await;
+    let data = pattern(3, 10_000);
+    let fh = create_with(&server, &*m, "f", 0o644, &data).await;
+    let host = server.export_dir().join("f");
+
+    // chmod
+    ok(
+        &server,
+        "setattr mode",
+        timed(
+            "setattr",
+            m.setattr(fh.clone(), None, Some(0o600), None, None, None, None, None),
+        )
+        .await,
+    );
+    let attr = ok(
+        &server,
+        "getattr",
+        timed("getattr", m.getattr(fh.clone())).await,
+    );
+    assert_eq!(attr.file_mode & 0o7777, 0o600);
+    assert_eq!(
+        std::fs::metadata(&host).unwrap().permissions().mode() & 0o7777,
+        0o600
+    );
+
+    // truncate down
+    ok(
+        &server,
+        "setattr size 10",
+        timed(
+            "setattr",
+            m.setattr(fh.clone(), None, None, None, None, Some(10), None, None),
+        )
+        .await,
+    );
+    let attr = ok(
+        &server,
+        "getattr",
+        timed("getattr", m.getattr(fh.clone())).await,
+    );
+    assert_eq!(attr.filesize, 10);
+    let back = ok(&server, "read", read_exact(&*m, fh.clone(), 0, 100).await);
+    assert_eq!(back, &data[..10]);
+    assert_eq!(std::fs::metadata(&host).unwrap().len(), 10);
+
+    // extend: the new range reads as zeros
+    ok(
+        &server,
+        "setattr size 5000",
+        timed(
+            "setattr",
+            m.setattr(fh.clone(), None, None, None, None, Some(5000), None, None),
+        )
+        .await,
+    );
+    let back = ok(&server, "read", read_exact(&*m, fh.clone(), 0, 6000).await);
+    assert_eq!(back.len(), 5000);
+    assert_eq!(&back[..10], &data[..10]);
+    assert!(back[10..].iter().all(|&b| b == 0));
+    assert_eq!(std::fs::read(&host).unwrap(), back);
+
+    // times (SET_TO_CLIENT_TIME)
+    let atime = Time {
+        seconds: 1_000_000_000,
+        nseconds: 0,
+    };
+    let mtime = Time {
+        seconds: 1_234_567_890,
+        nseconds: 0,
+    };
+    ok(
+        &server,
+        "setattr times",
+        timed(
+            "setattr",
+            m.setattr(
+                fh.clone(),
+                None,
+                None,
+                None,
+                None,
+                None,
+                Some(atime),
+                Some(mtime),
+            ),
+        )
+        .await,
+    );
+    let attr = ok(
+        &server,
+        "getattr",
+        timed("getattr", m.getattr(fh.clone())).await,
+    );
+    assert_eq!(attr.mtime.seconds, mtime.seconds, "mtime over NFS");
+    assert_eq!(attr.atime.seconds, atime.seconds, "atime over NFS");
+    let meta = std::fs::metadata(&host).unwrap();
+    assert_eq!(meta.mtime(), i64::from(mtime.seconds), "mtime on host");
+    assert_eq!(meta.atime(), i64::from(atime.seconds), "atime on host");
+
+    // guarded setattr with the current ctime succeeds
+    ok(
+        &server,
+        "setattr guarded",
+        timed(
+            "setattr_path",
+            m.setattr_path("f", true, Some(0o640), None, None, None, None, None),
+        )
+        .await,
+    );
+    let attr = ok(
+        &server,
+        "getattr",
+        timed("getattr", m.getattr(fh.clone())).await,
+    );
+    assert_eq!(attr.file_mode & 0o7777, 0o640);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mkdir_nested_and_exists() {
+    let (server, m) = setup().await;
+    let a = ok(
+        &server,
+        "mkdir a",
+        timed("mkdir", m.mkdir_path("a", 0o755)).await,
+    );
+    assert_eq!(a.attr.as_ref().map(|a| a.type_), Some(NF4DIR));
+    ok(
+        &server,
+        "mkdir a/b",
+        timed("mkdir", m.mkdir_path("a/b", 0o700)).await,
+    );
+    let c = ok(
+        &server,
+        "mkdir a/b/c",
+        timed("mkdir", m.mkdir_path("a/b/c", 0o750)).await,
+    );
+    create_with(&server, &*m, "a/b/c/file", 0o644, b"deep").await;
+
+    let attr = ok(
+        &server,
+        "getattr c",
+        timed("getattr", m.getattr(c.fh.clone())).await,
+    );
+    assert_eq!(attr.type_, NF4DIR);
+    assert_eq!(attr.file_mode & 0o7777, 0o750, "mkdir mode");
+    let back = ok(
+        &server,
+        "read deep file",
+        timed("read", m.read_path("a/b/c/file", 0, 100)).await,
+    );
+    assert_eq!(&back[..], b"deep");
+
+    let e = err(
+        &server,
+        "mkdir existing",
+        timed("mkdir", m.mkdir_path("a/b", 0o755)).await,
+    );
+    assert!(
+        e.is_exist(),
+        "mkdir of an existing name: want EXIST, got {e:?}"
+    );
+    let e = err(
+        &server,
+        "mkdir under missing parent",
+        timed("mkdir", m.mkdir_path("nope/x", 0o755)).await,
+    );
+    assert!(e.is_not_found(), "want NOENT, got {e:?}");
+
+    let host = server.export_dir();
+    assert!(host.join("a/b/c").is_dir());
+    assert_eq!(
+        std::fs::metadata(host.join("a/b"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777,
+        0o700
+    );
+    assert_eq!(std::fs::read(host.join("a/b/c/file")).unwrap(), b"deep");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readdir_1000_entries() {
+    let (server, m) = setup().await;
+    let dir = ok(
+        &server,
+        "mkdir",
+        timed("mkdir", m.mkdir_path("big", 0o755)).await,
+    )
+    .fh;
+    const N: usize = 1000;
+    let names: Vec<String> = (0..N)
+        .map(|i| format!("entry-{i:04}-{}", "x".repeat(i % 40)))
+        .collect();
+
+    // Create the files with a few requests in flight at once.
+    let m_ref: &dyn Mount = &*m;
+    for batch in names.chunks(16) {
+        let mut set = Vec::new();
+        for name in batch {
+            let dir = dir.clone();
+            set.push(async move {
+                let obj = m_ref.create(dir, name, Some(0o644)).await?;
+                m_ref.close(obj.fh).await
+            });
+        }
+        for (name, r) in batch.iter().zip(join_all(set).await) {
+            ok(&server, &format!("create {name}"), r);
+        }
+    }
+
+    let listed = ok(&server, "readdir", list_dir(&*m, dir.clone()).await);
+    let mut seen = HashSet::new();
+    for n in &listed {
+        assert!(seen.insert(n.clone()), "name {n:?} listed twice");
+    }
+    let want: HashSet<String> = names.iter().cloned().collect();
+    let missing: Vec<_> = want.difference(&seen).collect();
+    let extra: Vec<_> = seen.difference(&want).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "readdir mismatch: {} listed, missing {:?}, extra {:?}",
+        listed.len(),
+        &missing[..missing.len().min(5)],
+        &extra[..extra.len().min(5)]
+    );
+    assert_eq!(listed.len(), N);
+    assert_eq!(
+        std::fs::read_dir(server.export_dir().join("big"))
+            .unwrap()
+            .count(),
+        N
+    );
+
+    // Entries carry attributes and handles that agree with LOOKUP.
+    let page = ok(
+        &server,
+        "readdir page",
+        timed(
+            "readdirplus_page",
+            m.readdirplus_page(dir.clone(), nfs_rs::DirectoryCookie::default()),
+        )
+        .await,
+    );
+    let first = page
+        .entries
+        .iter()
+        .find(|e| e.file_name != "." && e.file_name != "..")
+        .expect("a first entry");
+    let looked = ok(
+        &server,
+        "lookup",
+        timed("lookup", m.lookup(dir.clone(), &first.file_name)).await,
+    );
+    if let Some(attr) = &first.attr {
+        assert_eq!(attr.type_, NF4REG);
+        let real = ok(
+            &server,
+            "getattr",
+            timed("getattr", m.getattr(looked.fh.clone())).await,
+        );
+        assert_eq!(
+            attr.fileid, real.fileid,
+            "READDIR fileid agrees with GETATTR"
+        );
+    }
+}
+
+/// Minimal join_all: polls futures to completion one after another while
+/// all of them are already started via tokio tasks is not possible for
+/// borrowed futures, so poll them concurrently by hand.
+async fn join_all<F: std::future::Future>(futs: Vec<F>) -> Vec<F::Output> {
+    use std::pin::Pin;
+    use std::task::Poll;
+    let mut futs: Vec<Pin<Box<F>>> = futs.into_iter().map(Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (i, f) in futs.iter_mut().enumerate() {
+            if out[i].is_none() {
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(v) => out[i] = Some(v),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().map(|o| o.expect("completed")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rename_file() {
+    let (server, m) = setup().await;
+    let fh = create_with(&server, &*m, "old-name", 0o644, b"contents").await;
+    ok(
+        &server,
+        "rename",
+        timed("rename", m.rename_path("old-name", "new-name")).await,
+    );
+    let e = err(
+        &server,
+        "lookup old",
+        timed("lookup", m.lookup_path("old-name")).await,
+    );
+    assert!(e.is_not_found(), "old name gone: got {e:?}");
+    let new = ok(
+        &server,
+        "lookup new",
+        timed("lookup", m.lookup_path("new-name")).await,
+    );
+    assert_eq!(new.fh, fh, "rename keeps the file handle");
+    let back = ok(&server, "read", timed("read", m.read(new.fh, 0, 100)).await);
+    assert_eq!(&back[..], b"contents");
+
+    let host = server.export_dir();
+    assert!(!host.join("old-name").exists());
+    assert_eq!(std::fs::read(host.join("new-name")).unwrap(), b"contents");
+
+    let e = err(
+        &server,
+        "rename missing",
+        timed("rename", m.rename_path("no-such", "whatever")).await,
+    );
+    assert!(e.is_not_found(), "rename of a missing name: got {e:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rename_over_existing_file() {
+    let (server, m) = setup().await;
+    create_with(&server, &*m, "src", 0o644, b"new data").await;
+    create_with(&server, &*m, "dst", 0o644, b"old data that is longer").await;
+    ok(
+        &server,
+        "rename",
+        timed("rename", m.rename_path("src", "dst")).await,
+    );
+
+    let e = err(
+        &server,
+        "lookup src",
+        timed("lookup", m.lookup_path("src")).await,
+    );
+    assert!(e.is_not_found(), "got {e:?}");
+    let back = ok(
+        &server,
+        "read dst",
+        timed("read", m.read_path("dst", 0, 100)).await,
+    );
+    assert_eq!(&back[..], b"new data");
+    let attr = ok(
+        &server,
+        "getattr",
+        timed("getattr", m.getattr_path("dst")).await,
+    );
+    assert_eq!(attr.filesize, 8);
+
+    let host = server.export_dir();
+    assert!(!host.join("src").exists());
+    assert_eq!(std::fs::read(host.join("dst")).unwrap(), b"new data");
+    assert_eq!(std::fs::read_dir(&host).unwrap().count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rename_directory() {
+    let (server, m) = setup().await;
+    ok(
+        &server,
+        "mkdir d1",
+        timed("mkdir", m.mkdir_path("d1", 0o755)).await,
+    );
+    ok(
+        &server,
+        "mkdir other",
+        timed("mkdir", m.mkdir_path("other", 0o755)).await,
+    );
+    create_with(&server, &*m, "d1/inner", 0o644, b"inside").await;
+
+    ok(
+        &server,
+        "rename dir",
+        timed("rename", m.rename_path("d1", "d2")).await,
+    );
+    let back = ok(
+        &server,
+        "read d2/inner",
+        timed("read", m.read_path("d2/inner", 0, 100)).await,
+    );
+    assert_eq!(&back[..], b"inside");
+    let e = err(
+        &server,
+        "lookup d1",
+        timed("lookup", m.lookup_path("d1")).await,
+    );
+    assert!(e.is_not_found(), "got {e:?}");
+
+    // Into another directory.
+    ok(
+        &server,
+        "rename across dirs",
+        timed("rename", m.rename_path("d2", "other/d3")).await,
+    );
+    let back = ok(
+        &server,
+        "read other/d3/inner",
+        timed("read", m.read_path("other/d3/inner", 0, 100)).await,
+    );
+    assert_eq!(&back[..], b"inside");
+    let names = ok(
+        &server,
+        "readdir root",
+        list_dir(&*m, m.getfh().await).await,
+    );
+    assert_eq!(names, vec!["other".to_string()], "root holds only 'other'");
+
+    let host = server.export_dir();
+    assert!(!host.join("d1").exists() && !host.join("d2").exists());
+    assert_eq!(
+        std::fs::read(host.join("other/d3/inner")).unwrap(),
+        b"inside"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remove_file() {
+    let (server, m) = setup().await;
+    create_with(&server, &*m, "doomed", 0o644, b"bye").await;
+    assert!(server.export_dir().join("doomed").exists());
+    ok(
+        &server,
+        "remove",
+        timed("remove", m.remove_path("doomed")).await,
+    );
+    let e = err(
+        &server,
+        "lookup",
+        timed("lookup", m.lookup_path("doomed")).await,
+    );
+    assert!(e.is_not_found(), "got {e:?}");
+    assert!(!server.export_dir().join("doomed").exists());
+
+    let e = err(
+        &server,
+        "remove again",
+        timed("remove", m.remove_path("doomed")).await,
+    );
+    assert!(e.is_not_found(), "remove of a missing name: got {e:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rmdir_nonempty_fails_then_succeeds() {
+    let (server, m) = setup().await;
+    ok(
+        &server,
+        "mkdir",
+        timed("mkdir", m.mkdir_path("d", 0o755)).await,
+    );
+    create_with(&server, &*m, "d/f", 0o644, b"x").await;
+
+    let e = err(
+        &server,
+        "rmdir non-empty",
+        timed("rmdir", m.rmdir_path("d")).await,
+    );
+    assert!(
+        is_nfs4(&e, Nfs4ErrorCode::NFS4ERR_NOTEMPTY),
+        "rmdir of a non-empty dir: want NFS4ERR_NOTEMPTY, got {e:?}"
+    );
+    assert!(server.export_dir().join("d/f").exists());
+
+    ok(
+        &server,
+        "remove d/f",
+        timed("remove", m.remove_path("d/f")).await,
+    );
+    ok(&server, "rmdir", timed("rmdir", m.rmdir_path("d")).await);
+    let e = err(
+        &server,
+        "lookup d",
+        timed("lookup", m.lookup_path("d")).await,
+    );
+    assert!(e.is_not_found(), "got {e:?}");
+    assert!(!server.export_dir().join("d").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn symlink_and_readlink() {
+    let (server, m) = setup().await;
+    create_with(&server, &*m, "target-file", 0o644, b"t").await;
+    let link = ok(
+        &server,
+        "symlink",
+        timed("symlink", m.symlink_path("target-file", "link")).await,
+    );
+    let odd_target = "../some/where/not existing";
+    ok(
+        &server,
+        "symlink dangling",
+        timed("symlink", m.symlink_path(odd_target, "dangling")).await,
+    );
+
+    let attr = ok(
+        &server,
+        "getattr",
+        timed("getattr", m.getattr(link.fh.clone())).await,
+    );
+    assert_eq!(attr.type_, NF4LNK);
+    let target = ok(
+        &server,
+        "readlink",
+        timed("readlink", m.readlink(link.fh.clone())).await,
+    );
+    assert_eq!(target, "target-file");
+    let target = ok(
+        &server,
+        "readlink_path",
+        timed("readlink", m.readlink_path("dangling")).await,
+    );
+    assert_eq!(target, odd_target);
+
+    let host = server.export_dir();
+    assert_eq!(
+        std::fs::read_link(host.join("link")).unwrap().to_str(),
+        Some("target-file")
+    );
+    assert_eq!(
+        std::fs::read_link(host.join("dangling")).unwrap().to_str(),
+        Some(odd_target)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hard_link_nlink_2() {
+    let (server, m) = setup().await;
+    let fh = create_with(&server, &*m, "orig", 0o644, b"shared bytes").await;
+    ok(
+        &server,
+        "link",
+        timed("link", m.link_path("orig", "alias")).await,
+    );
+
+    let attr = ok(
+        &server,
+        "getattr",
+        timed("getattr", m.getattr(fh.clone())).await,
+    );
+    assert_eq!(attr.nlink, 2, "nlink after LINK");
+    let alias = ok(
+        &server,
+        "lookup alias",
+        timed("lookup", m.lookup_path("alias")).await,
+    );
+    let alias_attr = ok(
+        &server,
+        "getattr alias",
+        timed("getattr", m.getattr(alias.fh.clone())).await,
+    );
+    assert_eq!(alias_attr.fileid, attr.fileid, "both names are one file");
+    let back = ok(
+        &server,
+        "read alias",
+        timed("read", m.read(alias.fh, 0, 100)).await,
+    );
+    assert_eq!(&back[..], b"shared bytes");
+
+    let host = server.export_dir();
+    let a = std::fs::metadata(host.join("orig")).unwrap();
+    let b = std::fs::metadata(host.join("alias")).unwrap();
+    assert_eq!(a.nlink(), 2);
+    assert_eq!(a.ino(), b.ino());
+
+    ok(
+        &server,
+        "remove orig",
+        timed("remove", m.remove_path("orig")).await,
+    );
+    let attr = ok(
+        &server,
+        "getattr after unlink",
+        timed("getattr", m.getattr_path("alias")).await,
+    );
+    assert_eq!(attr.nlink, 1);
+    let e = err(
+        &server,
+        "link over existing",
+        timed("link", m.link_path("alias", "alias")).await,
+    );
+    assert!(e.is_exist(), "LINK onto an existing name: got {e:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookup_missing_is_noent() {
+    let (server, m) = setup().await;
+    let e = err(
+        &server,
+        "lookup",
+        timed("lookup", m.lookup_path("missing")).await,
+    );
+    assert!(e.is_not_found(), "want NOENT, got {e:?}");
+    ok(
+        &server,
+        "mkdir",
+        timed("mkdir", m.mkdir_path("dir", 0o755)).await,
+    );
+    let e = err(
+        &server,
+        "lookup nested",
+        timed("lookup", m.lookup_path("dir/missing")).await,
+    );
+    assert!(e.is_not_found(), "want NOENT, got {e:?}");
+    let e = err(
+        &server,
+        "getattr_path",
+        timed("getattr", m.getattr_path("dir/missing")).await,
+    );
+    assert!(e.is_not_found(), "want NOENT, got {e:?}");
+    let e = err(
+        &server,
+        "open missing",
+        timed("open", m.open_path("missing", OPEN_READ)).await,
+    );
+    assert!(
+        e.is_not_found(),
+        "OPEN of a missing file without CREATE: got {e:?}"
+    );
+
+    // LOOKUP through a regular file is NOTDIR.
+    create_with(&server, &*m, "plain", 0o644, b"").await;
+    let e = err(
+        &server,
+        "lookup via file",
+        timed("lookup", m.lookup_path("plain/x")).await,
+    );
+    assert!(
+        is_nfs4(&e, Nfs4ErrorCode::NFS4ERR_NOTDIR),
+        "LOOKUP with a file as directory: want NOTDIR, got {e:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_close_semantics() {
+    let (server, m) = setup().await;
+    create_with(&server, &*m, "f", 0o644, b"0123456789").await;
+
+    // Create (UNCHECKED4) of an existing file opens it without truncating.
+    let again = ok(
+        &server,
+        "create existing",
+        timed("create", m.create_path("f", Some(0o644))).await,
+    );
+    assert_eq!(again.attr.as_ref().map(|a| a.filesize), Some(10));
+    ok(
+        &server,
+        "close",
+        timed("close", m.close(again.fh.clone())).await,
+    );
+
+    // Open for read and write, overwrite the middle, read through another open.
+    let rw = ok(
+        &server,
+        "open rw",
+        timed("open", m.open_path("f", OPEN_BOTH)).await,
+    );
+    write_all(&server, &*m, &rw.fh, 3, b"abc").await;
+    let ro = ok(
+        &server,
+        "open ro",
+        timed("open", m.open_path("f", OPEN_READ)).await,
+    );
+    let back = ok(
+        &server,
+        "read",
+        timed("read", m.read(ro.fh.clone(), 0, 100)).await,
+    );
+    assert_eq!(&back[..], b"012abc6789");
+    ok(
+        &server,
+        "close ro",
+        timed("close", m.close(ro.fh.clone())).await,
+    );
+    ok(
+        &server,
+        "close rw",
+        timed("close", m.close(rw.fh.clone())).await,
+    );
+
+    // A second client sees the data (close-to-open).
+    let m2 = server.mount().await;
+    let back = ok(
+        &server,
+        "read m2",
+        timed("read", m2.read_path("f", 0, 100)).await,
+    );
+    assert_eq!(&back[..], b"012abc6789");
+    ok(&server, "umount m2", timed("umount", m2.umount()).await);
+
+    // OPEN of a directory for reading is refused.
+    ok(
+        &server,
+        "mkdir",
+        timed("mkdir", m.mkdir_path("d", 0o755)).await,
+    );
+    let e = err(
+        &server,
+        "open dir",
+        timed("open", m.open_path("d", OPEN_READ)).await,
+    );
+    assert!(
+        is_nfs4(&e, Nfs4ErrorCode::NFS4ERR_ISDIR),
+        "OPEN of a directory: want ISDIR, got {e:?}"
+    );
+    ok(&server, "umount", timed("umount", m.umount()).await);
+    assert_eq!(
+        std::fs::read(server.export_dir().join("f")).unwrap(),
+        b"012abc6789"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn byte_range_locks_two_clients() {
+    let (server, a) = setup().await;
+    let b = server.mount().await;
+    assert!(
+        a.capabilities().locks,
+        "nfs-rs reports lock support on v4.1"
+    );
+    create_with(&server, &*a, "locked", 0o644, &[0u8; 1000]).await;
+
+    // LOCK needs an open stateid: both clients open the file.
+    let fa = ok(
+        &server,
+        "open a",
+        timed("open", a.open_path("locked", OPEN_BOTH)).await,
+    )
+    .fh;
+    let fb = ok(
+        &server,
+        "open b",
+        timed("open", b.open_path("locked", OPEN_BOTH)).await,
+    )
+    .fh;
+
+    // A takes a write lock on [0, 100).
+    let tok_a = ok(
+        &server,
+        "lock a [0,100)",
+        timed("lock", a.lock_stateful(fa.clone(), WRITE_LT, 0, 100)).await,
+    );
+
+    // B conflicts on overlapping ranges, both for LOCKT and LOCK.
+    let e = err(
+        &server,
+        "lockt b [50,60)",
+        timed("lockt", b.lock_test(fb.clone(), WRITE_LT, 50, 10)).await,
+    );
+    assert!(
+        is_denied(&e),
+        "LOCKT over a held lock: want DENIED, got {e:?}"
+    );
+    let e = err(
+        &server,
+        "lockt b read [99,1)",
+        timed("lockt", b.lock_test(fb.clone(), READ_LT, 99, 1)).await,
+    );
+    assert!(is_denied(&e), "got {e:?}");
+    let e = err(
+        &server,
+        "lock b [0,10)",
+        timed("lock", b.lock_stateful(fb.clone(), WRITE_LT, 0, 10)).await,
+    );
+    assert!(
+        is_denied(&e),
+        "LOCK over a held lock: want DENIED, got {e:?}"
+    );
+    if let NfsError::LockDenied {
+        offset,
+        length,
+        lock_type,
+        ..
+    } = &e
+    {
+        assert_eq!(
+            (*offset, *length),
+            (0, 100),
+            "DENIED reports the holder's range"
+        );
+        assert_eq!(*lock_type, WRITE_LT);
+    }
+
+    // Non-overlapping ranges do not conflict.
+    ok(
+        &server,
+        "lockt b [100,50)",
+        timed("lockt", b.lock_test(fb.clone(), WRITE_LT, 100, 50)).await,
+    );
+    let tok_b = ok(
+        &server,
+        "lock b [200,10)",
+        timed("lock", b.lock_stateful(fb.clone(), WRITE_LT, 200, 10)).await,
+    );
+    // (nfs-rs tokens carry the lock stateid with its seqid at LOCK time, so
+    // release this one before B locks again: a later LOCK would make it old.)
+    ok(
+        &server,
+        "unlock b",
+        timed("locku", b.unlock_stateful(tok_b)).await,
+    );
+
+    // A unlocks; B can now lock the range.
+    ok(
+        &server,
+        "unlock a",
+        timed("locku", a.unlock_stateful(tok_a)).await,
+    );
+    ok(
+        &server,
+        "lockt b after unlock",
+        timed("lockt", b.lock_test(fb.clone(), WRITE_LT, 0, 100)).await,
+    );
+    let tok_b2 = ok(
+        &server,
+        "lock b [0,10) after unlock",
+        timed("lock", b.lock_stateful(fb.clone(), WRITE_LT, 0, 10)).await,
+    );
+    // And now A is the one refused.
+    let e = err(
+        &server,
+        "lockt a [5,1)",
+        timed("lockt", a.lock_test(fa.clone(), WRITE_LT, 5, 1)).await,
+    );
+    assert!(is_denied(&e), "got {e:?}");
+
+    ok(
+        &server,
+        "unlock b2",
+        timed("locku", b.unlock_stateful(tok_b2)).await,
+    );
+    ok(&server, "close a", timed("close", a.close(fa)).await);
+    ok(&server, "close b", timed("close", b.close(fb)).await);
+    ok(&server, "umount b", timed("umount", b.umount()).await);
+    ok(&server, "umount a", timed("umount", a.umount()).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_locks_share_write_lock_excludes() {
+    let (server, a) = setup().await;
+    let b = server.mount().await;
+    create_with(&server, &*a, "shared", 0o644, &[1u8; 100]).await;
+    let fa = ok(
+        &server,
+        "open a",
+        timed("open", a.open_path("shared", OPEN_BOTH)).await,
+    )
+    .fh;
+    let fb = ok(
+        &server,
+        "open b",
+        timed("open", b.open_path("shared", OPEN_BOTH)).await,
+    )
+    .fh;
+
+    let ra = ok(
+        &server,
+        "read lock a",
+        timed("lock", a.lock_stateful(fa.clone(), READ_LT, 0, 50)).await,
+    );
+    let rb = ok(
+        &server,
+        "read lock b (shared)",
+        timed("lock", b.lock_stateful(fb.clone(), READ_LT, 10, 50)).await,
+    );
+    let e = err(
+        &server,
+        "lockt write b",
+        timed("lockt", b.lock_test(fb.clone(), WRITE_LT, 0, 5)).await,
+    );
+    assert!(is_denied(&e), "got {e:?}");
+    ok(
+        &server,
+        "unlock a",
+        timed("locku", a.unlock_stateful(ra)).await,
+    );
+    ok(
+        &server,
+        "unlock b",
+        timed("locku", b.unlock_stateful(rb)).await,
+    );
+    ok(
+        &server,
+        "lockt write after unlocks",
+        timed("lockt", b.lock_test(fb.clone(), WRITE_LT, 0, 100)).await,
+    );
+    ok(&server, "close a", timed("close", a.close(fa)).await);
+    ok(&server, "close b", timed("close", b.close(fb)).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fsinfo_fsstat_access() {
+    let (server, m) = setup().await;
+    let info = ok(&server, "fsinfo", timed("fsinfo", m.fsinfo()).await);
+    assert!(info.rtmax > 0 && info.wtmax > 0, "fsinfo: {info:?}");
+    let stat = ok(&server, "fsstat", timed("fsstat", m.fsstat()).await);
+    assert!(
+        stat.tbytes > 0 && stat.fbytes <= stat.tbytes,
+        "fsstat: {stat:?}"
+    );
+    assert!(m.get_max_read_size() >= 4096 && m.get_max_write_size() >= 4096);
+    let root = m.getfh().await;
+    // ACCESS4_READ | ACCESS4_LOOKUP | ACCESS4_MODIFY | ACCESS4_EXTEND
+    let granted = ok(
+        &server,
+        "access",
+        timed("access", m.access(root, 0x0f)).await,
+    );
+    assert_eq!(
+        granted & 0x0f,
+        0x0f,
+        "root may read/lookup/modify/extend the export root"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn same_owner_locks_do_not_conflict() {
+    let (server, a) = setup().await;
+    let b = server.mount().await;
+    create_with(&server, &*a, "mine", 0o644, &[0u8; 300]).await;
+    let fa = ok(
+        &server,
+        "open a",
+        timed("open", a.open_path("mine", OPEN_BOTH)).await,
+    )
+    .fh;
+    let fb = ok(
+        &server,
+        "open b",
+        timed("open", b.open_path("mine", OPEN_BOTH)).await,
+    )
+    .fh;
+    let t1 = ok(
+        &server,
+        "lock [0,100)",
+        timed("lock", a.lock_stateful(fa.clone(), WRITE_LT, 0, 100)).await,
+    );
+    // The same lock-owner may lock an overlapping, larger range again.
+    let t2 = ok(
+        &server,
+        "relock [0,150) by the same owner",
+        timed("lock", a.lock_stateful(fa.clone(), WRITE_LT, 0, 150)).await,
+    );
+    let e = err(
+        &server,
+        "lockt b [120,1)",
+        timed("lockt", b.lock_test(fb.clone(), WRITE_LT, 120, 1)).await,
+    );
+    assert!(is_denied(&e), "the extended range is held: got {e:?}");
+
+    // The second LOCK bumped the lock stateid's seqid: the first token's
+    // stateid is now old (RFC 8881 8.2.2).
+    let e = err(
+        &server,
+        "unlock with old token",
+        timed("locku", a.unlock_stateful(t1)).await,
+    );
+    assert!(
+        is_nfs4(&e, Nfs4ErrorCode::NFS4ERR_OLD_STATEID),
+        "LOCKU with a superseded lock stateid: want OLD_STATEID, got {e:?}"
+    );
+    ok(
+        &server,
+        "unlock [0,150)",
+        timed("locku", a.unlock_stateful(t2)).await,
+    );
+    ok(
+        &server,
+        "lockt b after unlock",
+        timed("lockt", b.lock_test(fb.clone(), WRITE_LT, 0, 300)).await,
+    );
+    ok(&server, "close a", timed("close", a.close(fa)).await);
+    ok(&server, "close b", timed("close", b.close(fb)).await);
+}

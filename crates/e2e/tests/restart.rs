@@ -1,0 +1,251 @@
+//! Server restart: file handles handed out before a `kill -9` must still
+//! name the same objects after the server comes back on the same port and
+//! state directory (no NFS4ERR_STALE, same bytes).
+//!
+//! nfs-rs takes file handles as raw `Bytes`, so a handle obtained from a
+//! mount before the crash can be passed verbatim to a new mount afterwards.
+
+use bytes::Bytes;
+use nfs_rs::{Mount, NfsError};
+use txnfs_e2e::{pattern, read_exact, timed, ServerGuard};
+
+fn ok<T>(server: &ServerGuard, what: &str, r: nfs_rs::Result<T>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => {
+            let stale = matches!(&e, NfsError::Nfs4(c) if c.to_string().contains("stale"));
+            panic!(
+                "{what} failed{}: {e} ({e:?})\nserver log tail:\n{}",
+                if stale { " with a STALE handle" } else { "" },
+                server.log_tail(30)
+            )
+        }
+    }
+}
+
+struct Before {
+    root: Bytes,
+    dir: Bytes,
+    file: Bytes,
+    fileid: u64,
+    data: Vec<u8>,
+}
+
+async fn populate(server: &ServerGuard, m: &dyn Mount) -> Before {
+    let data = pattern(42, 300_000);
+    let dir = ok(
+        server,
+        "mkdir",
+        timed("mkdir", m.mkdir_path("keep", 0o755)).await,
+    )
+    .fh;
+    let file = ok(
+        server,
+        "create",
+        timed("create", m.create(dir.clone(), "file.bin", Some(0o644))).await,
+    )
+    .fh;
+    let n = ok(
+        server,
+        "write_all",
+        timed(
+            "write_all",
+            nfs_rs::write_all(m, file.clone(), 0, Bytes::from(data.clone())),
+        )
+        .await,
+    );
+    assert_eq!(n, data.len() as u64);
+    ok(server, "close", timed("close", m.close(file.clone())).await);
+    let attr = ok(
+        server,
+        "getattr",
+        timed("getattr", m.getattr(file.clone())).await,
+    );
+    assert_eq!(attr.filesize, data.len() as u64);
+    Before {
+        root: m.getfh().await,
+        dir,
+        file,
+        fileid: attr.fileid,
+        data,
+    }
+}
+
+/// The handles from before the crash work through a brand-new mount.
+async fn check_old_handles(server: &ServerGuard, m: &dyn Mount, before: &Before) {
+    assert_eq!(
+        m.getfh().await,
+        before.root,
+        "root file handle changed across restart"
+    );
+    let attr = ok(
+        server,
+        "getattr(old file handle)",
+        timed("getattr", m.getattr(before.file.clone())).await,
+    );
+    assert_eq!(attr.filesize, before.data.len() as u64);
+    assert_eq!(attr.fileid, before.fileid, "fileid changed across restart");
+    let back = ok(
+        server,
+        "read(old file handle)",
+        read_exact(m, before.file.clone(), 0, before.data.len()).await,
+    );
+    assert!(back == before.data, "bytes changed across restart");
+
+    let dattr = ok(
+        server,
+        "getattr(old dir handle)",
+        timed("getattr", m.getattr(before.dir.clone())).await,
+    );
+    assert_eq!(dattr.type_, 2, "old dir handle is still a directory");
+    let looked = ok(
+        server,
+        "lookup(old dir handle, file.bin)",
+        timed("lookup", m.lookup(before.dir.clone(), "file.bin")).await,
+    );
+    assert_eq!(
+        looked.fh, before.file,
+        "LOOKUP returns the same handle as before"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_handles_survive_kill9_restart() {
+    let mut server = ServerGuard::start_default();
+    let m = server.mount().await;
+    let before = populate(&server, &*m).await;
+    drop(m);
+
+    server.kill9();
+    server.restart();
+
+    let m2 = server.mount().await;
+    check_old_handles(&server, &*m2, &before).await;
+
+    // Writing through the old handle (anonymous stateid, no OPEN) and via a
+    // fresh OPEN both work and reach the disk.
+    ok(
+        &server,
+        "write(old handle)",
+        timed(
+            "write",
+            m2.write(before.file.clone(), 0, Bytes::from_static(b"AFTER")),
+        )
+        .await,
+    );
+    let dir_obj = ok(
+        &server,
+        "open via old dir handle",
+        timed(
+            "open",
+            m2.open(before.dir.clone(), "file.bin", nfs_rs::OPEN_BOTH),
+        )
+        .await,
+    );
+    assert_eq!(dir_obj.fh, before.file);
+    let n = ok(
+        &server,
+        "write_all after restart",
+        timed(
+            "write_all",
+            nfs_rs::write_all(&*m2, before.file.clone(), 5, Bytes::from_static(b"-again")),
+        )
+        .await,
+    );
+    assert_eq!(n, 6);
+    ok(
+        &server,
+        "close",
+        timed("close", m2.close(before.file.clone())).await,
+    );
+    let on_disk = std::fs::read(server.export_dir().join("keep/file.bin")).unwrap();
+    assert_eq!(&on_disk[..11], b"AFTER-again");
+    assert_eq!(&on_disk[11..], &before.data[11..]);
+    ok(&server, "umount", timed("umount", m2.umount()).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_twice_and_create_after() {
+    let mut server = ServerGuard::start_default();
+    let m = server.mount().await;
+    let before = populate(&server, &*m).await;
+    drop(m);
+    for round in 0..2 {
+        server.kill9();
+        server.restart();
+        let m = server.mount().await;
+        check_old_handles(&server, &*m, &before).await;
+        // New objects created after a restart get working handles too.
+        let name = format!("new-{round}");
+        let fh = ok(
+            &server,
+            "create after restart",
+            timed("create", m.create(before.dir.clone(), &name, Some(0o600))).await,
+        )
+        .fh;
+        assert_ne!(fh, before.file, "distinct files have distinct handles");
+        ok(&server, "close", timed("close", m.close(fh)).await);
+        ok(&server, "umount", timed("umount", m.umount()).await);
+    }
+    let m = server.mount().await;
+    let names = ok(
+        &server,
+        "readdir",
+        txnfs_e2e::list_dir(&*m, before.dir.clone()).await,
+    );
+    let mut names = names;
+    names.sort();
+    assert_eq!(names, vec!["file.bin", "new-0", "new-1"]);
+}
+
+/// The mount that was live during the crash: after the restart its next
+/// calls should either work (the client re-establishes its clientid and
+/// session) or fail with a session/clientid error — never STALE for a file
+/// handle. This checks that the server's errors let nfs-rs recover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "nfs-rs 0.8.8 limitation: after a reconnect it only re-binds the connection to its \
+            old session (BIND_CONN_TO_SESSION); when the server lost that session the mount is \
+            permanently 'not ready' (seen on Ganesha). Run with --ignored."]
+async fn live_mount_recovers_after_restart() {
+    let mut server = ServerGuard::start_default();
+    let m = server.mount().await;
+    let before = populate(&server, &*m).await;
+
+    server.kill9();
+    server.restart();
+
+    // nfs-rs reconnects and re-creates its session on its own; give it a
+    // few attempts (the first call may see the dropped connection).
+    let mut last = None;
+    for _ in 0..5 {
+        match timed("getattr", m.getattr(before.file.clone())).await {
+            Ok(attr) => {
+                assert_eq!(attr.filesize, before.data.len() as u64);
+                last = None;
+                break;
+            }
+            Err(e) => {
+                assert!(
+                    !matches!(&e, NfsError::Nfs4(c) if c.to_string().contains("stale")),
+                    "old handle reported STALE after restart: {e:?}\n{}",
+                    server.log_tail(30)
+                );
+                last = Some(e);
+                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            }
+        }
+    }
+    if let Some(e) = last {
+        panic!(
+            "the mount that was live across the restart did not recover: {e} ({e:?})\n\
+             server log tail:\n{}",
+            server.log_tail(30)
+        );
+    }
+    let back = ok(
+        &server,
+        "read after recovery",
+        read_exact(&*m, before.file.clone(), 0, 1000).await,
+    );
+    assert_eq!(&back[..], &before.data[..1000]);
+}
