@@ -484,7 +484,8 @@ impl LocalBackend {
 
     /// An `O_PATH` descriptor for `key` (cached).
     fn resolve(&self, key: &FileKey) -> Result<Arc<OwnedFd>> {
-        if let Some(fd) = lock(&self.paths).get(key) {
+        let cached = lock(&self.paths).get(key);
+        if let Some(fd) = cached {
             return Ok(fd);
         }
         if key.len() > MAX_KEY_LEN {
@@ -585,7 +586,9 @@ impl LocalBackend {
 
     /// A descriptor of `key` open for I/O (read-write when possible), with its stat.
     fn io_fd(&self, key: &FileKey, need_write: bool) -> Result<(Arc<OwnedFd>, Stat)> {
-        if let Some(fd) = lock(&self.rw).get(key) {
+        // (bound first: the guard must not live through the block, which may lock again)
+        let cached = lock(&self.rw).get(key);
+        if let Some(fd) = cached {
             let st = self.stat_live(key, &fd)?;
             let writable = rfs::fcntl_getfl(&*fd)
                 .map(|f| f.contains(OFlags::RDWR))
@@ -612,9 +615,8 @@ impl LocalBackend {
 
     /// Drops cached descriptors of `key` if its object has no links left.
     fn forget_if_unlinked(&self, key: &FileKey) {
-        let cached = lock(&self.paths)
-            .get(key)
-            .or_else(|| lock(&self.rw).get(key));
+        let in_paths = lock(&self.paths).get(key);
+        let cached = in_paths.or_else(|| lock(&self.rw).get(key));
         if let Some(fd) = cached {
             match rfs::fstat(&*fd) {
                 Ok(st) if st.st_nlink > 0 => {}

@@ -1,0 +1,440 @@
+//! Tests that only make sense for the local-directory backend: restart-stable keys,
+//! symlink containment, keys of objects outside the export, mount points.
+
+use std::os::unix::fs::symlink;
+use std::path::Path;
+use std::process::Command;
+
+use bytes::Bytes;
+use txnfs_backend::local::LocalBackend;
+use txnfs_backend::{
+    Backend, BackendError, CreateMode, Creds, FileType, NodeKind, SetAttrs, MAX_KEY_LEN,
+};
+
+fn creds() -> Creds {
+    Creds {
+        uid: 1000,
+        gid: 1000,
+        gids: vec![],
+    }
+}
+
+#[test]
+fn keys_survive_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (root, file, sub, link, data_key) = {
+        let b = LocalBackend::open(dir.path()).unwrap();
+        let root = b.root().unwrap();
+        let (file, _, _) = b
+            .create_file(
+                &root,
+                b"file",
+                CreateMode::Guarded,
+                &SetAttrs::default(),
+                &creds(),
+            )
+            .unwrap();
+        b.write(&file, 0, b"persisted", true).unwrap();
+        let (sub, _) = b
+            .make_node(
+                &root,
+                b"sub",
+                &NodeKind::Directory,
+                &SetAttrs::default(),
+                &creds(),
+            )
+            .unwrap();
+        let (link, _) = b
+            .make_node(
+                &sub,
+                b"ln",
+                &NodeKind::Symlink(Bytes::from_static(b"../file")),
+                &SetAttrs::default(),
+                &creds(),
+            )
+            .unwrap();
+        for k in [&root, &file, &sub, &link] {
+            assert!(k.len() <= MAX_KEY_LEN);
+        }
+        let (data_key, _, _) = b
+            .create_file(
+                &sub,
+                b"deleted-later",
+                CreateMode::Guarded,
+                &SetAttrs::default(),
+                &creds(),
+            )
+            .unwrap();
+        (root, file, sub, link, data_key)
+    };
+    // Removed while the server is down.
+    std::fs::remove_file(dir.path().join("sub/deleted-later")).unwrap();
+
+    let b = LocalBackend::open(dir.path()).unwrap();
+    assert_eq!(b.root().unwrap(), root);
+    assert_eq!(&b.read(&file, 0, 100).unwrap().0[..], b"persisted");
+    assert_eq!(b.getattr(&sub).unwrap().ftype, FileType::Directory);
+    assert_eq!(&b.readlink(&link).unwrap()[..], b"../file");
+    assert_eq!(b.lookup_parent(&sub).unwrap().0, root);
+    assert_eq!(b.lookup(&root, b"file").unwrap().0, file);
+    assert_eq!(b.getattr(&data_key).unwrap_err(), BackendError::Stale);
+}
+
+#[test]
+fn symlink_to_root_is_never_traversed() {
+    let dir = tempfile::tempdir().unwrap();
+    symlink("/", dir.path().join("escape")).unwrap();
+    symlink("/etc", dir.path().join("etc")).unwrap();
+    let b = LocalBackend::open(dir.path()).unwrap();
+    let root = b.root().unwrap();
+    let (k, a) = b.lookup(&root, b"escape").unwrap();
+    assert_eq!(a.ftype, FileType::Symlink);
+    assert_eq!(&b.readlink(&k).unwrap()[..], b"/");
+    assert_eq!(b.lookup(&k, b"etc").unwrap_err(), BackendError::NotDir);
+    assert_eq!(b.readdir(&k, 0, 10).unwrap_err(), BackendError::NotDir);
+    assert_eq!(b.lookup_parent(&k).unwrap_err(), BackendError::NotDir);
+    let e = b
+        .create_file(
+            &k,
+            b"pwned",
+            CreateMode::Unchecked,
+            &SetAttrs::default(),
+            &creds(),
+        )
+        .unwrap_err();
+    assert_eq!(e, BackendError::NotDir);
+    let e = b
+        .make_node(
+            &k,
+            b"pwned",
+            &NodeKind::Directory,
+            &SetAttrs::default(),
+            &creds(),
+        )
+        .unwrap_err();
+    assert_eq!(e, BackendError::NotDir);
+    assert_eq!(b.remove(&k, b"tmp").unwrap_err(), BackendError::NotDir);
+    // Unchecked create on the name of a symlink does not write through it.
+    let (etc, _) = b.lookup(&root, b"etc").unwrap();
+    let e = b
+        .create_file(
+            &root,
+            b"etc",
+            CreateMode::Unchecked,
+            &SetAttrs {
+                size: Some(0),
+                ..Default::default()
+            },
+            &creds(),
+        )
+        .unwrap_err();
+    assert_eq!(e, BackendError::SymlinkLoop);
+    assert!(b.write(&etc, 0, b"x", false).is_err());
+    assert!(b
+        .setattr(
+            &etc,
+            &SetAttrs {
+                size: Some(0),
+                ..Default::default()
+            }
+        )
+        .is_err());
+    // chown of the symlink changes the link, not /etc
+    let etc_uid = std::fs::metadata("/etc").map(|m| {
+        use std::os::unix::fs::MetadataExt;
+        m.uid()
+    });
+    let a = b
+        .setattr(
+            &etc,
+            &SetAttrs {
+                uid: Some(4242),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(a.uid, 4242);
+    assert_eq!(a.ftype, FileType::Symlink);
+    assert_eq!(
+        std::fs::metadata("/etc")
+            .map(|m| {
+                use std::os::unix::fs::MetadataExt;
+                m.uid()
+            })
+            .ok(),
+        etc_uid.ok()
+    );
+    // readdir lists them as symlinks
+    let (ents, eof) = b.readdir(&root, 0, 100).unwrap();
+    assert!(eof);
+    assert_eq!(ents.len(), 2);
+    assert!(ents.iter().all(|e| e.attrs.ftype == FileType::Symlink));
+}
+
+/// A key of an object outside the export (but on the same file system) still resolves:
+/// `open_by_handle_at` does not check ancestry. The server's MAC on NFS handles is the
+/// guard against forged handles; the backend only ever hands out keys of objects it
+/// reached from the export root.
+#[test]
+fn forged_key_outside_export_resolves_only_via_handle() {
+    let top = tempfile::tempdir().unwrap();
+    let export = top.path().join("export");
+    let outside = top.path().join("outside");
+    std::fs::create_dir(&export).unwrap();
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("secret"), b"s3cret").unwrap();
+
+    let wide = LocalBackend::open(top.path()).unwrap();
+    let (okey, _) = wide.lookup(&wide.root().unwrap(), b"outside").unwrap();
+    let (skey, _) = wide.lookup(&okey, b"secret").unwrap();
+    drop(wide);
+
+    let b = LocalBackend::open(&export).unwrap();
+    let root = b.root().unwrap();
+    // No name inside the export reaches it.
+    assert_eq!(
+        b.lookup(&root, b"outside").unwrap_err(),
+        BackendError::NotFound
+    );
+    assert_eq!(b.lookup_parent(&root).unwrap_err(), BackendError::NotFound);
+    // A forged key does resolve (documented: the MAC guards against this).
+    assert_eq!(b.getattr(&okey).unwrap().ftype, FileType::Directory);
+    assert_eq!(&b.read(&skey, 0, 10).unwrap().0[..], b"s3cret");
+}
+
+#[test]
+fn stale_after_external_removal() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = LocalBackend::open(dir.path()).unwrap();
+    let root = b.root().unwrap();
+    let (k, _, _) = b
+        .create_file(
+            &root,
+            b"f",
+            CreateMode::Guarded,
+            &SetAttrs::default(),
+            &creds(),
+        )
+        .unwrap();
+    b.write(&k, 0, b"abc", false).unwrap(); // cached read-write descriptor
+    std::fs::remove_file(dir.path().join("f")).unwrap();
+    assert_eq!(b.getattr(&k).unwrap_err(), BackendError::Stale);
+    assert_eq!(b.read(&k, 0, 3).unwrap_err(), BackendError::Stale);
+    assert_eq!(
+        b.write(&k, 0, b"x", false).unwrap_err(),
+        BackendError::Stale
+    );
+    let (d, _) = b
+        .make_node(
+            &root,
+            b"d",
+            &NodeKind::Directory,
+            &SetAttrs::default(),
+            &creds(),
+        )
+        .unwrap();
+    std::fs::remove_dir(dir.path().join("d")).unwrap();
+    assert_eq!(b.getattr(&d).unwrap_err(), BackendError::Stale);
+    assert_eq!(b.readdir(&d, 0, 10).unwrap_err(), BackendError::Stale);
+}
+
+#[test]
+fn exclusive_verifier_lives_in_atime_mtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = LocalBackend::open(dir.path()).unwrap();
+    let root = b.root().unwrap();
+    for (i, verf) in [[0u8; 8], [0xff; 8], *b"\x80\0\0\x01\x7f\xff\xff\xff"]
+        .iter()
+        .enumerate()
+    {
+        let name = format!("x{i}");
+        let (k, a, created) = b
+            .create_file(
+                &root,
+                name.as_bytes(),
+                CreateMode::Exclusive(*verf),
+                &SetAttrs::default(),
+                &creds(),
+            )
+            .unwrap();
+        assert!(created);
+        let at = i64::from(u32::from_be_bytes([verf[0], verf[1], verf[2], verf[3]]));
+        let mt = i64::from(u32::from_be_bytes([verf[4], verf[5], verf[6], verf[7]]));
+        assert_eq!((a.atime.sec, a.mtime.sec), (at, mt));
+        let (k2, _, again) = b
+            .create_file(
+                &root,
+                name.as_bytes(),
+                CreateMode::Exclusive(*verf),
+                &SetAttrs::default(),
+                &creds(),
+            )
+            .unwrap();
+        assert!(!again);
+        assert_eq!(k, k2);
+    }
+}
+
+#[test]
+fn ownership_and_setgid_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = LocalBackend::open(dir.path()).unwrap();
+    let root = b.root().unwrap();
+    let (d, _) = b
+        .make_node(
+            &root,
+            b"shared",
+            &NodeKind::Directory,
+            &SetAttrs {
+                mode: Some(0o2775),
+                gid: Some(777),
+                ..Default::default()
+            },
+            &creds(),
+        )
+        .unwrap();
+    let a = b.getattr(&d).unwrap();
+    assert_eq!((a.mode, a.uid, a.gid), (0o2775, 1000, 777));
+    let (_, fa, _) = b
+        .create_file(
+            &d,
+            b"f",
+            CreateMode::Guarded,
+            &SetAttrs::default(),
+            &creds(),
+        )
+        .unwrap();
+    assert_eq!((fa.uid, fa.gid, fa.mode), (1000, 777, 0o644));
+    let (_, sa) = b
+        .make_node(
+            &d,
+            b"sub",
+            &NodeKind::Directory,
+            &SetAttrs::default(),
+            &creds(),
+        )
+        .unwrap();
+    assert_eq!((sa.gid, sa.mode), (777, 0o2755));
+    // mode is exact, whatever the umask
+    let (_, ua, _) = b
+        .create_file(
+            &root,
+            b"wide",
+            CreateMode::Guarded,
+            &SetAttrs {
+                mode: Some(0o777),
+                ..Default::default()
+            },
+            &creds(),
+        )
+        .unwrap();
+    assert_eq!(ua.mode, 0o777);
+}
+
+/// Runs `mount` (as root) and unmounts on drop; `None` when mounting is not possible
+/// here.
+struct Mounted(std::path::PathBuf);
+
+impl Mounted {
+    fn new(args: &[&str], target: &Path) -> Option<Self> {
+        let ok = Command::new("mount")
+            .args(args)
+            .arg(target)
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        ok.then(|| Mounted(target.to_path_buf()))
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn mount_points_are_xdev() {
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    let bind = dir.path().join("bind");
+    std::fs::create_dir(&mnt).unwrap();
+    std::fs::create_dir(&bind).unwrap();
+    std::fs::create_dir(dir.path().join("plain")).unwrap();
+    let Some(_tmpfs) = Mounted::new(&["-t", "tmpfs", "txnfs-test"], &mnt) else {
+        eprintln!("skipping: cannot mount tmpfs here");
+        return;
+    };
+    let src = dir.path().join("plain");
+    let src = src.to_string_lossy().into_owned();
+    let bound = Mounted::new(&["--bind", &src], &bind);
+
+    let b = LocalBackend::open(dir.path()).unwrap();
+    let root = b.root().unwrap();
+    assert_eq!(b.lookup(&root, b"mnt").unwrap_err(), BackendError::XDev);
+    if bound.is_some() {
+        // Same device, other mount: refused too (a bind mount could show anything).
+        assert_eq!(b.lookup(&root, b"bind").unwrap_err(), BackendError::XDev);
+    }
+    let (ents, _) = b.readdir(&root, 0, 100).unwrap();
+    let names: Vec<_> = ents.iter().map(|e| e.name.clone()).collect();
+    assert!(names.contains(&Bytes::from_static(b"plain")));
+    assert!(!names.contains(&Bytes::from_static(b"mnt")));
+    if bound.is_some() {
+        assert!(!names.contains(&Bytes::from_static(b"bind")));
+    }
+}
+
+#[test]
+fn missing_export_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(
+        LocalBackend::open(&dir.path().join("nope")).unwrap_err(),
+        BackendError::NotFound
+    );
+    let f = dir.path().join("file");
+    std::fs::write(&f, b"").unwrap();
+    assert_eq!(LocalBackend::open(&f).unwrap_err(), BackendError::NotDir);
+}
+
+/// The suite also runs on tmpfs (whose directory offsets differ from ext4's) when
+/// /dev/shm is one.
+#[test]
+fn readdir_cookies_on_tmpfs() {
+    let Ok(dir) = tempfile::tempdir_in("/dev/shm") else {
+        eprintln!("skipping: no /dev/shm");
+        return;
+    };
+    let b = LocalBackend::open(dir.path()).unwrap();
+    let root = b.root().unwrap();
+    for i in 0..200 {
+        b.create_file(
+            &root,
+            format!("n{i}").as_bytes(),
+            CreateMode::Guarded,
+            &SetAttrs::default(),
+            &creds(),
+        )
+        .unwrap();
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut cookie = 0;
+    let mut round = 0;
+    loop {
+        let (ents, eof) = b.readdir(&root, cookie, 7).unwrap();
+        for e in &ents {
+            assert!(seen.insert(e.name.clone()), "duplicate {:?}", e.name);
+            assert_ne!(e.cookie, 0);
+        }
+        if eof {
+            break;
+        }
+        cookie = ents.last().unwrap().cookie;
+        // remove an already returned entry between pages
+        round += 1;
+        if round % 2 == 0 {
+            b.remove(&root, &ents[0].name).unwrap();
+        }
+    }
+    assert_eq!(seen.len(), 200);
+}
