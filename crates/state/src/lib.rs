@@ -1173,3 +1173,59 @@ impl StateTable {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seqid_wraps_to_one_never_zero() {
+        assert_eq!(next_seqid(1), 2);
+        assert_eq!(next_seqid(u32::MAX - 1), u32::MAX);
+        assert_eq!(next_seqid(u32::MAX), 1);
+    }
+
+    #[test]
+    fn seqid_comparison_across_the_wrap() {
+        assert_eq!(check_seqid(0, 5), Ok(()));
+        assert_eq!(check_seqid(5, 5), Ok(()));
+        assert_eq!(check_seqid(4, 5), Err(StateError::OldStateid));
+        assert_eq!(check_seqid(6, 5), Err(StateError::BadStateid));
+        // Current 1 after the wrap: u32::MAX is the previous one.
+        assert_eq!(check_seqid(u32::MAX, 1), Err(StateError::OldStateid));
+        assert_eq!(check_seqid(2, 1), Err(StateError::BadStateid));
+        // Current u32::MAX: 1 is from the future (after the wrap).
+        assert_eq!(check_seqid(1, u32::MAX), Err(StateError::BadStateid));
+        assert_eq!(
+            check_seqid(u32::MAX - 1, u32::MAX),
+            Err(StateError::OldStateid)
+        );
+    }
+
+    #[test]
+    fn wrap_through_the_table() {
+        let mut t = StateTable::new(1, StateLimits::default());
+        let s = t.open(1, b"o", 1, 1, 0).unwrap();
+        let id = u64::from_be_bytes(s.other[4..].try_into().unwrap());
+        t.states.get_mut(&id).unwrap().common.seqid = u32::MAX - 1;
+        let s = t.open(1, b"o", 1, 1, 0).unwrap();
+        assert_eq!(s.seqid, u32::MAX);
+        let s2 = t.open(1, b"o", 1, 1, 0).unwrap();
+        assert_eq!(s2.seqid, 1);
+        assert_eq!(t.check_io(1, &s, 1, false), Err(StateError::OldStateid));
+        t.check_io(1, &s2, 1, false).unwrap();
+        assert_eq!(t.close(1, &s2, 1).unwrap().seqid, 2);
+    }
+
+    #[test]
+    fn other_layout() {
+        let mut t = StateTable::new(0xdead_beef, StateLimits::default());
+        let a = t.open(1, b"o", 1, 1, 0).unwrap();
+        let b = t.open(1, b"o", 2, 1, 0).unwrap();
+        assert_eq!(&a.other[..4], &[0xde, 0xad, 0xbe, 0xef]);
+        assert_eq!(
+            u64::from_be_bytes(a.other[4..].try_into().unwrap()) + 1,
+            u64::from_be_bytes(b.other[4..].try_into().unwrap())
+        );
+    }
+}

@@ -1,0 +1,881 @@
+//! Outcome tests for the state table: share reservations, stateid
+//! validation, byte-range locks, FREE_STATEID, client expiry, limits.
+
+use txnfs_state::*;
+
+const EPOCH: u32 = 0x5eed_0001;
+const F: FileId = 100;
+const G: FileId = 200;
+const C1: ClientId = 1;
+const C2: ClientId = 2;
+const R: u32 = SHARE_ACCESS_READ;
+const W: u32 = SHARE_ACCESS_WRITE;
+const RW: u32 = SHARE_ACCESS_BOTH;
+const DN: u32 = SHARE_DENY_NONE;
+const DR: u32 = SHARE_DENY_READ;
+const DW: u32 = SHARE_DENY_WRITE;
+const DB: u32 = SHARE_DENY_BOTH;
+
+fn table() -> StateTable {
+    StateTable::new(EPOCH, StateLimits::default())
+}
+
+fn with_seqid(sid: Stateid, seqid: u32) -> Stateid {
+    Stateid { seqid, ..sid }
+}
+
+fn new_lock(
+    file: FileId,
+    open: Stateid,
+    owner: &[u8],
+    lock_type: LockType,
+    offset: u64,
+    length: u64,
+) -> LockRequest {
+    LockRequest {
+        file,
+        lock_type,
+        offset,
+        length,
+        locker: Locker::NewOwner {
+            open_stateid: open,
+            lock_owner: owner.to_vec(),
+        },
+    }
+}
+
+fn existing_lock(
+    file: FileId,
+    sid: Stateid,
+    lock_type: LockType,
+    offset: u64,
+    length: u64,
+) -> LockRequest {
+    LockRequest {
+        file,
+        lock_type,
+        offset,
+        length,
+        locker: Locker::Existing { lock_stateid: sid },
+    }
+}
+
+fn held(client: ClientId, owner: &[u8], lock_type: LockType, offset: u64, length: u64) -> HeldLock {
+    HeldLock {
+        owner: LockOwner {
+            client,
+            owner: owner.to_vec(),
+        },
+        lock_type,
+        offset,
+        length,
+    }
+}
+
+// ---------------------------------------------------------------- share reservations
+
+#[test]
+fn deny_write_blocks_writer_and_allows_reader() {
+    let mut t = table();
+    t.open(C1, b"a", F, R, DW).unwrap();
+    // Another client's writer is refused, so is another owner of the same client.
+    assert_eq!(t.open(C2, b"b", F, W, DN), Err(StateError::ShareDenied));
+    assert_eq!(t.open(C1, b"b", F, RW, DN), Err(StateError::ShareDenied));
+    // A plain reader is fine.
+    t.open(C2, b"b", F, R, DN).unwrap();
+    // Other files are unaffected.
+    t.open(C2, b"b", G, W, DN).unwrap();
+    assert_eq!(t.stats().opens, 3);
+}
+
+#[test]
+fn two_readers_fine_and_deny_read_refused_while_reader_exists() {
+    let mut t = table();
+    t.open(C1, b"a", F, R, DN).unwrap();
+    t.open(C2, b"b", F, R, DN).unwrap();
+    // Denying read is impossible while others read; denying write is fine.
+    assert_eq!(t.open(C2, b"c", F, R, DR), Err(StateError::ShareDenied));
+    t.open(C2, b"c", F, R, DW).unwrap();
+    // Now nobody else may write.
+    assert_eq!(t.open(C1, b"d", F, W, DN), Err(StateError::ShareDenied));
+}
+
+#[test]
+fn deny_both_is_exclusive() {
+    let mut t = table();
+    t.open(C1, b"a", F, RW, DB).unwrap();
+    assert_eq!(t.open(C2, b"b", F, R, DN), Err(StateError::ShareDenied));
+    assert_eq!(t.open(C2, b"b", F, W, DN), Err(StateError::ShareDenied));
+}
+
+#[test]
+fn upgrade_of_own_open_keeps_other_and_bumps_seqid() {
+    let mut t = table();
+    let s1 = t.open(C1, b"a", F, R, DW).unwrap();
+    assert_eq!(s1.seqid, 1);
+    // Own deny-write does not block own write upgrade.
+    let s2 = t.open(C1, b"a", F, W, DN).unwrap();
+    assert_eq!(s2.other, s1.other);
+    assert_eq!(s2.seqid, 2);
+    assert_eq!(t.stats().opens, 1);
+    // The union is held: write works and deny-write is still in force.
+    t.check_io(C1, &s2, F, true).unwrap();
+    assert_eq!(t.open(C2, b"b", F, W, DN), Err(StateError::ShareDenied));
+    // Downgrade to the original read/deny-write is a subset.
+    let s3 = t.open_downgrade(C1, &s2, F, R, DW).unwrap();
+    assert_eq!(s3.seqid, 3);
+    assert_eq!(t.check_io(C1, &s3, F, true), Err(StateError::OpenMode));
+}
+
+#[test]
+fn failed_upgrade_changes_nothing() {
+    let mut t = table();
+    let a = t.open(C1, b"a", F, R, DN).unwrap();
+    t.open(C2, b"b", F, R, DN).unwrap();
+    assert_eq!(t.open(C1, b"a", F, R, DR), Err(StateError::ShareDenied));
+    // Still seqid 1 and still no deny: a third reader gets in.
+    t.test_stateid(C1, &a).unwrap();
+    t.open(C2, b"c", F, R, DN).unwrap();
+}
+
+#[test]
+fn open_rejects_bad_share_bits() {
+    let mut t = table();
+    assert_eq!(t.open(C1, b"a", F, 0, DN), Err(StateError::Inval));
+    assert_eq!(t.open(C1, b"a", F, 4, DN), Err(StateError::Inval));
+    assert_eq!(t.open(C1, b"a", F, R, 4), Err(StateError::Inval));
+    assert_eq!(t.stats(), StateStats::default());
+}
+
+#[test]
+fn open_downgrade_must_be_subset() {
+    let mut t = table();
+    let s = t.open(C1, b"a", F, R, DN).unwrap();
+    assert_eq!(t.open_downgrade(C1, &s, F, RW, DN), Err(StateError::Inval));
+    assert_eq!(t.open_downgrade(C1, &s, F, R, DW), Err(StateError::Inval));
+    assert_eq!(t.open_downgrade(C1, &s, F, 0, DN), Err(StateError::Inval));
+    // Wrong file, wrong client.
+    assert_eq!(
+        t.open_downgrade(C1, &s, G, R, DN),
+        Err(StateError::BadStateid)
+    );
+    assert_eq!(
+        t.open_downgrade(C2, &s, F, R, DN),
+        Err(StateError::BadStateid)
+    );
+    let s2 = t.open_downgrade(C1, &s, F, R, DN).unwrap();
+    assert_eq!(s2.seqid, 2);
+    // The old seqid is now old.
+    assert_eq!(
+        t.open_downgrade(C1, &s, F, R, DN),
+        Err(StateError::OldStateid)
+    );
+}
+
+#[test]
+fn downgrade_releases_deny_for_others() {
+    let mut t = table();
+    let s = t.open(C1, b"a", F, RW, DW).unwrap();
+    assert_eq!(t.open(C2, b"b", F, W, DN), Err(StateError::ShareDenied));
+    t.open_downgrade(C1, &s, F, RW, DN).unwrap();
+    t.open(C2, b"b", F, W, DN).unwrap();
+}
+
+// ---------------------------------------------------------------- open/close seqids
+
+#[test]
+fn open_close_seqids() {
+    let mut t = table();
+    let s1 = t.open(C1, b"a", F, R, DN).unwrap();
+    assert_eq!(s1.seqid, 1);
+    assert_eq!(&s1.other[..4], &EPOCH.to_be_bytes());
+    let s2 = t.open(C1, b"a", F, R, DN).unwrap();
+    assert_eq!((s2.seqid, s2.other), (2, s1.other));
+    let fin = t.close(C1, &s2, F).unwrap();
+    assert_eq!((fin.seqid, fin.other), (3, s1.other));
+    assert_eq!(t.stats(), StateStats::default());
+    assert!(!t.client_has_state(C1));
+    // Gone: every form of it is now BAD_STATEID.
+    assert_eq!(t.test_stateid(C1, &fin), Err(StateError::BadStateid));
+    assert_eq!(t.close(C1, &fin, F), Err(StateError::BadStateid));
+    // Re-opening gets a new `other` (the counter is never reused).
+    let s3 = t.open(C1, b"a", F, R, DN).unwrap();
+    assert_ne!(s3.other, s1.other);
+    assert_eq!(s3.seqid, 1);
+}
+
+#[test]
+fn close_with_old_seqid_is_old_and_seqid_zero_is_current() {
+    let mut t = table();
+    let s1 = t.open(C1, b"a", F, R, DN).unwrap();
+    let s2 = t.open(C1, b"a", F, R, DN).unwrap();
+    assert_eq!(t.close(C1, &s1, F), Err(StateError::OldStateid));
+    assert_eq!(
+        t.close(C1, &with_seqid(s2, 3), F),
+        Err(StateError::BadStateid)
+    );
+    assert_eq!(t.close(C1, &s2, G), Err(StateError::BadStateid));
+    let fin = t.close(C1, &with_seqid(s2, 0), F).unwrap();
+    assert_eq!(fin.seqid, 3);
+}
+
+#[test]
+fn close_of_one_owner_keeps_others() {
+    let mut t = table();
+    let a = t.open(C1, b"a", F, R, DW).unwrap();
+    let b = t.open(C1, b"b", F, R, DN).unwrap();
+    t.close(C1, &a, F).unwrap();
+    t.check_io(C1, &b, F, false).unwrap();
+    // a's deny-write went away with it.
+    t.open(C2, b"c", F, W, DN).unwrap();
+    assert!(t.client_has_state(C1));
+}
+
+// ---------------------------------------------------------------- stateid validation
+
+#[test]
+fn old_bad_stale_stateids() {
+    let mut t = table();
+    let s1 = t.open(C1, b"a", F, RW, DN).unwrap();
+    let s2 = t.open(C1, b"a", F, RW, DN).unwrap();
+    assert_eq!(t.check_io(C1, &s1, F, false), Err(StateError::OldStateid));
+    assert_eq!(t.test_stateid(C1, &s1), Err(StateError::OldStateid));
+    t.check_io(C1, &s2, F, true).unwrap();
+    t.check_io(C1, &with_seqid(s2, 0), F, true).unwrap();
+    // A seqid from the future is bad.
+    assert_eq!(
+        t.check_io(C1, &with_seqid(s2, 3), F, false),
+        Err(StateError::BadStateid)
+    );
+    assert_eq!(
+        t.check_io(C1, &with_seqid(s2, u32::MAX), F, false),
+        Err(StateError::OldStateid)
+    );
+    // Unknown counter under our epoch.
+    let mut unknown = s2;
+    unknown.other[11] ^= 0x55;
+    assert_eq!(
+        t.check_io(C1, &unknown, F, false),
+        Err(StateError::BadStateid)
+    );
+    assert_eq!(t.test_stateid(C1, &unknown), Err(StateError::BadStateid));
+    // Another client's stateid, another file.
+    assert_eq!(t.check_io(C2, &s2, F, false), Err(StateError::BadStateid));
+    assert_eq!(t.test_stateid(C2, &s2), Err(StateError::BadStateid));
+    assert_eq!(t.check_io(C1, &s2, G, false), Err(StateError::BadStateid));
+    // From a previous server instance.
+    let restarted = StateTable::new(EPOCH + 1, StateLimits::default());
+    assert_eq!(
+        restarted.check_io(C1, &s2, F, false),
+        Err(StateError::StaleStateid)
+    );
+    assert_eq!(
+        restarted.test_stateid(C1, &s2),
+        Err(StateError::StaleStateid)
+    );
+}
+
+#[test]
+fn special_stateids() {
+    let mut t = table();
+    // No opens: anonymous I/O and bypass reads are fine.
+    t.check_io(C1, &Stateid::ANONYMOUS, F, false).unwrap();
+    t.check_io(C1, &Stateid::ANONYMOUS, F, true).unwrap();
+    t.check_io(C1, &Stateid::READ_BYPASS, F, false).unwrap();
+    t.check_io(C1, &Stateid::READ_BYPASS, F, true).unwrap();
+    // The other special forms are never valid here.
+    for s in [
+        Stateid::CURRENT,
+        Stateid::INVALID,
+        Stateid {
+            seqid: 7,
+            other: [0; 12],
+        },
+        Stateid {
+            seqid: 0,
+            other: [0xff; 12],
+        },
+    ] {
+        assert_eq!(
+            t.check_io(C1, &s, F, false),
+            Err(StateError::BadStateid),
+            "{s:?}"
+        );
+    }
+    assert!(Stateid::CURRENT.is_current());
+    assert!(Stateid::ANONYMOUS.is_special() && Stateid::READ_BYPASS.is_special());
+    for s in [
+        Stateid::ANONYMOUS,
+        Stateid::READ_BYPASS,
+        Stateid::CURRENT,
+        Stateid::INVALID,
+    ] {
+        assert_eq!(t.test_stateid(C1, &s), Err(StateError::BadStateid));
+        assert_eq!(t.free_stateid(C1, &s), Err(StateError::BadStateid));
+    }
+
+    // Deny-write: anonymous and bypass writes are LOCKED, reads fine.
+    let s = t.open(C2, b"w", F, R, DW).unwrap();
+    assert_eq!(
+        t.check_io(C1, &Stateid::ANONYMOUS, F, true),
+        Err(StateError::Locked)
+    );
+    assert_eq!(
+        t.check_io(C1, &Stateid::READ_BYPASS, F, true),
+        Err(StateError::Locked)
+    );
+    t.check_io(C1, &Stateid::ANONYMOUS, F, false).unwrap();
+    t.check_io(C1, &Stateid::ANONYMOUS, G, true).unwrap();
+    // Deny-read: anonymous reads are LOCKED, bypass reads are not.
+    t.close(C2, &s, F).unwrap();
+    t.open(C2, b"r", F, W, DR).unwrap();
+    assert_eq!(
+        t.check_io(C1, &Stateid::ANONYMOUS, F, false),
+        Err(StateError::Locked)
+    );
+    t.check_io(C1, &Stateid::READ_BYPASS, F, false).unwrap();
+    t.check_io(C1, &Stateid::ANONYMOUS, F, true).unwrap();
+}
+
+#[test]
+fn io_access_modes() {
+    let mut t = table();
+    let ro = t.open(C1, b"ro", F, R, DN).unwrap();
+    let wo = t.open(C1, b"wo", F, W, DN).unwrap();
+    t.check_io(C1, &ro, F, false).unwrap();
+    assert_eq!(t.check_io(C1, &ro, F, true), Err(StateError::OpenMode));
+    // READ through a write-only open is allowed (Linux client behaviour).
+    t.check_io(C1, &wo, F, false).unwrap();
+    t.check_io(C1, &wo, F, true).unwrap();
+    // Lock stateids inherit their open's access.
+    let l = t
+        .lock(C1, new_lock(F, ro, b"lk", LockType::Read, 0, 10))
+        .unwrap();
+    t.check_io(C1, &l, F, false).unwrap();
+    assert_eq!(t.check_io(C1, &l, F, true), Err(StateError::OpenMode));
+    assert_eq!(t.check_io(C1, &l, G, false), Err(StateError::BadStateid));
+    assert_eq!(t.check_io(C2, &l, F, false), Err(StateError::BadStateid));
+}
+
+// ---------------------------------------------------------------- locks
+
+#[test]
+fn lock_stateid_lifecycle_and_seqids() {
+    let mut t = table();
+    let o = t.open(C1, b"a", F, RW, DN).unwrap();
+    let l1 = t
+        .lock(C1, new_lock(F, o, b"L", LockType::Write, 0, 10))
+        .unwrap();
+    assert_eq!(l1.seqid, 1);
+    assert_ne!(l1.other, o.other);
+    assert_eq!(&l1.other[..4], &EPOCH.to_be_bytes());
+    let l2 = t
+        .lock(C1, existing_lock(F, l1, LockType::Read, 20, 10))
+        .unwrap();
+    assert_eq!((l2.seqid, l2.other), (2, l1.other));
+    // The open stateid's seqid is not affected by LOCK.
+    t.test_stateid(C1, &o).unwrap();
+    // Old lock seqid.
+    assert_eq!(
+        t.lock(C1, existing_lock(F, l1, LockType::Read, 40, 1)),
+        Err(StateError::OldStateid)
+    );
+    // new_lock_owner = TRUE for an owner that already has a lock stateid: reused.
+    let l3 = t
+        .lock(C1, new_lock(F, o, b"L", LockType::Read, 40, 1))
+        .unwrap();
+    assert_eq!((l3.seqid, l3.other), (3, l1.other));
+    assert_eq!(
+        t.stats(),
+        StateStats {
+            opens: 1,
+            lock_states: 1,
+            locks: 3
+        }
+    );
+    let l4 = t.locku(C1, &l3, F, 0, u64::MAX).unwrap();
+    assert_eq!((l4.seqid, l4.other), (4, l1.other));
+    // Still valid with no locks (RFC 8881 §8.2.4).
+    t.test_stateid(C1, &l4).unwrap();
+    assert_eq!(
+        t.stats(),
+        StateStats {
+            opens: 1,
+            lock_states: 1,
+            locks: 0
+        }
+    );
+}
+
+#[test]
+fn lock_argument_errors() {
+    let mut t = table();
+    let ro = t.open(C1, b"a", F, R, DN).unwrap();
+    let rw = t.open(C1, b"b", F, RW, DN).unwrap();
+    assert_eq!(
+        t.lock(C1, new_lock(F, ro, b"L", LockType::Read, 0, 0)),
+        Err(StateError::Inval)
+    );
+    assert_eq!(
+        t.lock(C1, new_lock(F, ro, b"L", LockType::Read, u64::MAX, 1)),
+        Err(StateError::Inval)
+    );
+    assert_eq!(
+        t.lock(C1, new_lock(F, ro, b"L", LockType::Read, 10, u64::MAX - 5)),
+        Err(StateError::Inval)
+    );
+    // Write lock through a read-only open.
+    assert_eq!(
+        t.lock(C1, new_lock(F, ro, b"L", LockType::Write, 0, 1)),
+        Err(StateError::OpenMode)
+    );
+    // Open stateid of another file / client.
+    assert_eq!(
+        t.lock(C1, new_lock(G, ro, b"L", LockType::Read, 0, 1)),
+        Err(StateError::BadStateid)
+    );
+    assert_eq!(
+        t.lock(C2, new_lock(F, ro, b"L", LockType::Read, 0, 1)),
+        Err(StateError::BadStateid)
+    );
+    // An open stateid where a lock stateid is expected, and vice versa.
+    assert_eq!(
+        t.lock(C1, existing_lock(F, rw, LockType::Read, 0, 1)),
+        Err(StateError::BadStateid)
+    );
+    let l = t
+        .lock(C1, new_lock(F, rw, b"L", LockType::Write, 0, 1))
+        .unwrap();
+    assert_eq!(
+        t.lock(C1, new_lock(F, l, b"M", LockType::Read, 5, 1)),
+        Err(StateError::BadStateid)
+    );
+    assert_eq!(t.locku(C1, &rw, F, 0, 1), Err(StateError::BadStateid));
+    assert_eq!(t.locku(C1, &l, F, 0, 0), Err(StateError::Inval));
+    assert_eq!(t.locku(C1, &l, G, 0, 1), Err(StateError::BadStateid));
+    assert_eq!(
+        t.lockt(C1, b"x", F, LockType::Read, 3, 0),
+        Err(StateError::Inval)
+    );
+    // Nothing leaked from the failures.
+    assert_eq!(
+        t.stats(),
+        StateStats {
+            opens: 2,
+            lock_states: 1,
+            locks: 1
+        }
+    );
+}
+
+#[test]
+fn lock_conflicts_across_owners_and_clients() {
+    let mut t = table();
+    let o1 = t.open(C1, b"o1", F, RW, DN).unwrap();
+    let o2 = t.open(C2, b"o2", F, RW, DN).unwrap();
+    let a = t
+        .lock(C1, new_lock(F, o1, b"A", LockType::Write, 100, 50))
+        .unwrap();
+    let denied = |offset, length, lock_type, client, owner: &[u8]| {
+        Err(StateError::Denied(LockDenied {
+            offset,
+            length,
+            lock_type,
+            owner: LockOwner {
+                client,
+                owner: owner.to_vec(),
+            },
+        }))
+    };
+    // Another owner of the same client conflicts.
+    assert_eq!(
+        t.lock(C1, new_lock(F, o1, b"B", LockType::Read, 149, 1)),
+        denied(100, 50, LockType::Write, C1, b"A")
+    );
+    // The same owner bytes on another client are another owner.
+    assert_eq!(
+        t.lock(C2, new_lock(F, o2, b"A", LockType::Read, 0, u64::MAX)),
+        denied(100, 50, LockType::Write, C1, b"A")
+    );
+    // Denied LOCKs with a new lock-owner created nothing.
+    assert_eq!(t.stats().lock_states, 1);
+    // Adjacent ranges are fine.
+    let b = t
+        .lock(C2, new_lock(F, o2, b"B", LockType::Write, 150, 10))
+        .unwrap();
+    t.lock(C2, existing_lock(F, b, LockType::Write, 0, 100))
+        .unwrap();
+    // Read locks share.
+    t.locku(C1, &a, F, 100, 50).unwrap();
+    let r1 = t
+        .lock(C1, new_lock(F, o1, b"R1", LockType::Read, 200, u64::MAX))
+        .unwrap();
+    let r2 = t
+        .lock(C2, new_lock(F, o2, b"R2", LockType::Read, 300, 10))
+        .unwrap();
+    // A write lock over someone else's read lock is refused, reporting the
+    // to-EOF length.
+    assert_eq!(
+        t.lock(
+            C2,
+            existing_lock(F, with_seqid(r2, 0), LockType::Write, 300, 10)
+        ),
+        denied(200, u64::MAX, LockType::Read, C1, b"R1")
+    );
+    // Upgrade of own read lock without others is fine.
+    t.locku(C1, &r1, F, 0, u64::MAX).unwrap();
+    t.lock(
+        C2,
+        existing_lock(F, with_seqid(r2, 0), LockType::Write, 300, 10),
+    )
+    .unwrap();
+    // Other files are independent.
+    let og = t.open(C1, b"o1", G, RW, DN).unwrap();
+    t.lock(C1, new_lock(G, og, b"A", LockType::Write, 0, u64::MAX))
+        .unwrap();
+}
+
+#[test]
+fn lockt_reports_conflicts() {
+    let mut t = table();
+    let o = t.open(C1, b"o", F, RW, DN).unwrap();
+    t.lock(C1, new_lock(F, o, b"A", LockType::Read, 10, 10))
+        .unwrap();
+    // Read vs read: fine; write vs read: denied; own locks never conflict.
+    t.lockt(C2, b"X", F, LockType::Read, 0, u64::MAX).unwrap();
+    match t.lockt(C2, b"X", F, LockType::Write, 19, 5) {
+        Err(StateError::Denied(d)) => {
+            assert_eq!((d.offset, d.length, d.lock_type), (10, 10, LockType::Read));
+            assert_eq!(
+                d.owner,
+                LockOwner {
+                    client: C1,
+                    owner: b"A".to_vec()
+                }
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    t.lockt(C1, b"A", F, LockType::Write, 0, u64::MAX).unwrap();
+    t.lockt(C2, b"X", F, LockType::Write, 20, 5).unwrap();
+    t.lockt(C2, b"X", F, LockType::Write, 0, 10).unwrap();
+    t.lockt(C2, b"X", G, LockType::Write, 0, u64::MAX).unwrap();
+    // LOCKT creates no state.
+    assert_eq!(
+        t.stats(),
+        StateStats {
+            opens: 1,
+            lock_states: 1,
+            locks: 1
+        }
+    );
+}
+
+#[test]
+fn same_owner_merge_split_upgrade_downgrade() {
+    let mut t = table();
+    let o = t.open(C1, b"o", F, RW, DN).unwrap();
+    let l = t
+        .lock(C1, new_lock(F, o, b"A", LockType::Read, 0, 100))
+        .unwrap();
+    // A write lock over part of the read lock splits it.
+    let l = t
+        .lock(C1, existing_lock(F, l, LockType::Write, 40, 20))
+        .unwrap();
+    assert_eq!(
+        t.locks(F),
+        vec![
+            held(C1, b"A", LockType::Read, 0, 40),
+            held(C1, b"A", LockType::Write, 40, 20),
+            held(C1, b"A", LockType::Read, 60, 40)
+        ]
+    );
+    assert_eq!(t.stats().locks, 3);
+    // Downgrading it back merges everything into one range.
+    let l = t
+        .lock(C1, existing_lock(F, l, LockType::Read, 40, 20))
+        .unwrap();
+    assert_eq!(t.locks(F), vec![held(C1, b"A", LockType::Read, 0, 100)]);
+    // Adjacent and overlapping same-type locks merge; to EOF.
+    let l = t
+        .lock(C1, existing_lock(F, l, LockType::Read, 100, 10))
+        .unwrap();
+    let l = t
+        .lock(C1, existing_lock(F, l, LockType::Read, 105, u64::MAX))
+        .unwrap();
+    assert_eq!(
+        t.locks(F),
+        vec![held(C1, b"A", LockType::Read, 0, u64::MAX)]
+    );
+    // Upgrade the whole thing.
+    let l = t
+        .lock(C1, existing_lock(F, l, LockType::Write, 0, u64::MAX))
+        .unwrap();
+    assert_eq!(
+        t.locks(F),
+        vec![held(C1, b"A", LockType::Write, 0, u64::MAX)]
+    );
+    // A read lock in the middle of a write lock splits it into three.
+    t.lock(C1, existing_lock(F, l, LockType::Read, 10, 10))
+        .unwrap();
+    assert_eq!(
+        t.locks(F),
+        vec![
+            held(C1, b"A", LockType::Write, 0, 10),
+            held(C1, b"A", LockType::Read, 10, 10),
+            held(C1, b"A", LockType::Write, 20, u64::MAX)
+        ]
+    );
+}
+
+#[test]
+fn locku_partial() {
+    let mut t = table();
+    let o = t.open(C1, b"o", F, RW, DN).unwrap();
+    let l = t
+        .lock(C1, new_lock(F, o, b"A", LockType::Write, 0, 100))
+        .unwrap();
+    // Punch a hole.
+    let l = t.locku(C1, &l, F, 10, 10).unwrap();
+    assert_eq!(
+        t.locks(F),
+        vec![
+            held(C1, b"A", LockType::Write, 0, 10),
+            held(C1, b"A", LockType::Write, 20, 80)
+        ]
+    );
+    // Another owner can lock the hole, not beyond.
+    let o2 = t.open(C2, b"o", F, RW, DN).unwrap();
+    t.lock(C2, new_lock(F, o2, b"B", LockType::Write, 10, 10))
+        .unwrap();
+    assert!(matches!(
+        t.lock(C2, new_lock(F, o2, b"C", LockType::Write, 10, 11)),
+        Err(StateError::Denied(_))
+    ));
+    // Unlock over the tail and beyond; unlocking unlocked ranges is fine.
+    let l = t.locku(C1, &l, F, 50, u64::MAX).unwrap();
+    let l = t.locku(C1, &l, F, 1000, 5).unwrap();
+    assert_eq!(l.seqid, 4);
+    assert_eq!(
+        t.locks(F),
+        vec![
+            held(C1, b"A", LockType::Write, 0, 10),
+            held(C1, b"A", LockType::Write, 20, 30),
+            held(C2, b"B", LockType::Write, 10, 10)
+        ]
+    );
+}
+
+#[test]
+fn close_with_locks_held() {
+    let mut t = table();
+    let o = t.open(C1, b"o", F, RW, DN).unwrap();
+    let l = t
+        .lock(C1, new_lock(F, o, b"A", LockType::Read, 0, 1))
+        .unwrap();
+    assert_eq!(t.close(C1, &o, F), Err(StateError::LocksHeld));
+    t.check_io(C1, &o, F, true).unwrap();
+    let l = t.locku(C1, &l, F, 0, 1).unwrap();
+    let fin = t.close(C1, &o, F).unwrap();
+    assert_eq!(fin.seqid, 2);
+    // The lock stateid (without locks) went away with its open.
+    assert_eq!(t.test_stateid(C1, &l), Err(StateError::BadStateid));
+    assert_eq!(t.stats(), StateStats::default());
+    assert!(!t.client_has_state(C1));
+}
+
+#[test]
+fn free_stateid() {
+    let mut t = table();
+    let o = t.open(C1, b"o", F, RW, DN).unwrap();
+    let l = t
+        .lock(C1, new_lock(F, o, b"A", LockType::Write, 0, 10))
+        .unwrap();
+    assert_eq!(t.free_stateid(C1, &o), Err(StateError::LocksHeld));
+    assert_eq!(t.free_stateid(C1, &l), Err(StateError::LocksHeld));
+    assert_eq!(t.free_stateid(C2, &l), Err(StateError::BadStateid));
+    let l2 = t.locku(C1, &l, F, 0, 10).unwrap();
+    assert_eq!(t.free_stateid(C1, &l), Err(StateError::OldStateid));
+    t.free_stateid(C1, &l2).unwrap();
+    assert_eq!(t.test_stateid(C1, &l2), Err(StateError::BadStateid));
+    assert_eq!(t.free_stateid(C1, &l2), Err(StateError::BadStateid));
+    assert_eq!(
+        t.stats(),
+        StateStats {
+            opens: 1,
+            lock_states: 0,
+            locks: 0
+        }
+    );
+    // The lock-owner can start over with a new lock stateid.
+    let l3 = t
+        .lock(C1, new_lock(F, o, b"A", LockType::Write, 0, 10))
+        .unwrap();
+    assert_ne!(l3.other, l.other);
+    assert_eq!(l3.seqid, 1);
+    // FREE_STATEID never frees an open.
+    assert_eq!(t.free_stateid(C1, &o), Err(StateError::LocksHeld));
+}
+
+#[test]
+fn expire_client_frees_everything() {
+    let mut t = table();
+    let o1 = t.open(C1, b"o", F, RW, DW).unwrap();
+    let og = t.open(C1, b"o", G, R, DN).unwrap();
+    let l1 = t
+        .lock(C1, new_lock(F, o1, b"A", LockType::Write, 0, u64::MAX))
+        .unwrap();
+    t.lock(C1, new_lock(F, o1, b"B", LockType::Read, 0, 1))
+        .unwrap_err();
+    t.lock(C1, new_lock(G, og, b"A", LockType::Read, 0, 1))
+        .unwrap();
+    let o2 = t.open(C2, b"o", F, R, DN).unwrap();
+    assert!(matches!(
+        t.lock(C2, new_lock(F, o2, b"X", LockType::Read, 5, 1)),
+        Err(StateError::Denied(_))
+    ));
+    assert_eq!(t.open(C2, b"w", F, W, DN), Err(StateError::ShareDenied));
+    assert!(t.client_has_state(C1));
+
+    assert_eq!(t.expire_client(C1), 4);
+    assert!(!t.client_has_state(C1));
+    assert_eq!(t.expire_client(C1), 0);
+    for s in [o1, og, l1] {
+        assert_eq!(t.test_stateid(C1, &s), Err(StateError::BadStateid));
+    }
+    // The other client's locks and opens now succeed.
+    t.lock(C2, new_lock(F, o2, b"X", LockType::Read, 5, 1))
+        .unwrap();
+    t.open(C2, b"w", F, W, DN).unwrap();
+    assert_eq!(
+        t.stats(),
+        StateStats {
+            opens: 2,
+            lock_states: 1,
+            locks: 1
+        }
+    );
+    assert!(t.locks(G).is_empty());
+    assert_eq!(t.expire_client(C2), 3);
+    assert_eq!(t.stats(), StateStats::default());
+}
+
+// ---------------------------------------------------------------- limits
+
+fn limits() -> StateLimits {
+    StateLimits {
+        max_open_owners_per_client: 2,
+        max_lock_owners_per_client: 2,
+        max_opens: 4,
+        max_lock_states: 3,
+        max_locks_per_file: 3,
+        max_owner_len: 8,
+    }
+}
+
+#[test]
+fn limit_open_owners_per_client() {
+    let mut t = StateTable::new(EPOCH, limits());
+    t.open(C1, b"a", F, R, DN).unwrap();
+    t.open(C1, b"b", F, R, DN).unwrap();
+    assert_eq!(t.open(C1, b"c", F, R, DN), Err(StateError::Resource));
+    // Known owners may open other files; other clients are unaffected.
+    let ag = t.open(C1, b"a", G, R, DN).unwrap();
+    assert_eq!(t.open(C2, b"c", F, R, DN).map(|_| ()), Ok(()));
+    // Closing the last open of an owner frees its slot only if it was its last.
+    t.close(C1, &ag, G).unwrap();
+    assert_eq!(t.open(C1, b"c", F, R, DN), Err(StateError::Resource));
+    assert_eq!(t.open(C1, b"a", F, R, DN).map(|s| s.seqid), Ok(2));
+}
+
+#[test]
+fn limit_opens_and_owner_len() {
+    let mut t = StateTable::new(EPOCH, limits());
+    for f in 0..4 {
+        t.open(C1 + f, b"a", F, R, DN).unwrap();
+    }
+    assert_eq!(t.open(C1, b"a", G, R, DN), Err(StateError::Resource));
+    // Upgrades need no new state.
+    t.open(C1, b"a", F, RW, DN).unwrap();
+    assert_eq!(t.open(C1, b"123456789", F, R, DN), Err(StateError::Inval));
+    t.expire_client(C1);
+    t.open(C1, b"12345678", G, R, DN).unwrap();
+}
+
+#[test]
+fn limit_lock_states_and_lock_owners() {
+    let mut t = StateTable::new(EPOCH, limits());
+    let o = t.open(C1, b"o", F, RW, DN).unwrap();
+    t.lock(C1, new_lock(F, o, b"A", LockType::Read, 0, 1))
+        .unwrap();
+    t.lock(C1, new_lock(F, o, b"B", LockType::Read, 0, 1))
+        .unwrap();
+    // Third lock-owner for C1.
+    assert_eq!(
+        t.lock(C1, new_lock(F, o, b"C", LockType::Read, 0, 1)),
+        Err(StateError::Resource)
+    );
+    // Same owner on another file is fine (owner count unchanged).
+    let og = t.open(C1, b"o", G, RW, DN).unwrap();
+    t.lock(C1, new_lock(G, og, b"A", LockType::Read, 0, 1))
+        .unwrap();
+    // Fourth lock stateid server-wide.
+    let o2 = t.open(C2, b"o", F, RW, DN).unwrap();
+    assert_eq!(
+        t.lock(C2, new_lock(F, o2, b"A", LockType::Read, 0, 1)),
+        Err(StateError::Resource)
+    );
+    assert_eq!(
+        t.lock(C1, new_lock(F, o, b"123456789", LockType::Read, 0, 1)),
+        Err(StateError::Inval)
+    );
+    assert_eq!(
+        t.stats(),
+        StateStats {
+            opens: 3,
+            lock_states: 3,
+            locks: 3
+        }
+    );
+}
+
+#[test]
+fn limit_locks_per_file() {
+    let mut t = StateTable::new(EPOCH, limits());
+    let o = t.open(C1, b"o", F, RW, DN).unwrap();
+    let l = t
+        .lock(C1, new_lock(F, o, b"A", LockType::Write, 0, 100))
+        .unwrap();
+    let l = t
+        .lock(C1, existing_lock(F, l, LockType::Read, 10, 10))
+        .unwrap();
+    assert_eq!(t.stats().locks, 3);
+    // A fourth range is refused, whether from LOCK or from a LOCKU split.
+    assert_eq!(
+        t.lock(C1, existing_lock(F, l, LockType::Read, 50, 10)),
+        Err(StateError::Resource)
+    );
+    assert_eq!(t.locku(C1, &l, F, 50, 10), Err(StateError::Resource));
+    // Merging locks are fine at the limit, and so are shrinking unlocks.
+    let l = t
+        .lock(C1, existing_lock(F, l, LockType::Write, 10, 10))
+        .unwrap();
+    assert_eq!(t.stats().locks, 1);
+    let l = t.locku(C1, &l, F, 50, 10).unwrap();
+    let l = t.locku(C1, &l, F, 70, 10).unwrap();
+    assert_eq!(t.stats().locks, 3);
+    t.locku(C1, &l, F, 0, 60).unwrap();
+    assert_eq!(t.stats().locks, 2);
+    // Locks of another owner count too.
+    let o2 = t.open(C2, b"o", F, RW, DN).unwrap();
+    t.lock(C2, new_lock(F, o2, b"B", LockType::Read, 200, 1))
+        .unwrap();
+    assert_eq!(
+        t.lock(C2, new_lock(F, o2, b"B", LockType::Read, 300, 1)),
+        Err(StateError::Resource)
+    );
+    // Another file has its own budget.
+    let og = t.open(C2, b"o", G, RW, DN).unwrap();
+    t.lock(C2, new_lock(G, og, b"B", LockType::Read, 300, 1))
+        .unwrap();
+}
