@@ -1,0 +1,165 @@
+//! `txnfs serve`: flags and TOML configuration to a running server.
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use txnfs_server::{BackendKind, Config, ExportConfig, Server};
+
+#[derive(Args, Debug)]
+#[command(after_help = "EXAMPLES:\n  \
+    txnfs serve /srv/data                      export /srv/data as / on 127.0.0.1:2049\n  \
+    txnfs serve --listen 0.0.0.0:2049 /srv     listen on every interface\n  \
+    txnfs serve --export /home=/home --export /scratch=/mnt/scratch\n  \
+    txnfs serve --config /etc/txnfs.toml\n\n\
+    CONFIG FILE (TOML, same settings as the flags):\n  \
+    listen = \"127.0.0.1:2049\"\n  \
+    state_dir = \"/var/lib/txnfs\"\n  \
+    grace = true\n  \
+    lease_time = 60\n  \
+    [[exports]]\n  \
+    name = \"/data\"\n  \
+    path = \"/srv/data\"\n  \
+    read_only = false\n\n\
+    Clients mount with: mount -t nfs -o vers=4.1,port=PORT HOST:/ /mnt\n\
+    Logs go to stderr; set TXNFS_LOG=debug for more.")]
+pub struct ServeArgs {
+    /// Directory to export as "/" (the simple case).
+    pub dir: Option<PathBuf>,
+    /// Address and port to listen on.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<SocketAddr>,
+    /// Export PATH under the pseudo-root as NAME (repeatable), e.g. --export /data=/srv/data.
+    #[arg(long = "export", value_name = "NAME=PATH")]
+    pub exports: Vec<String>,
+    /// TOML configuration file (flags given on the command line override it).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Skip the grace period after a restart (clients cannot reclaim opens and locks).
+    #[arg(long)]
+    pub no_grace: bool,
+    /// Where the handle secret and client list live (default /var/lib/txnfs for root).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Serve a volatile in-memory file system instead of a directory (tests, benchmarks).
+    #[arg(long)]
+    pub memory: bool,
+    /// Lease time in seconds.
+    #[arg(long, value_name = "SECONDS")]
+    pub lease_time: Option<u32>,
+}
+
+fn parse_export(s: &str) -> Result<(String, PathBuf)> {
+    let Some((name, path)) = s.split_once('=') else {
+        bail!("--export wants NAME=PATH (e.g. /data=/srv/data), got {s:?}");
+    };
+    let name = if name.starts_with('/') {
+        name.to_string()
+    } else {
+        format!("/{name}")
+    };
+    Ok((name, PathBuf::from(path)))
+}
+
+pub fn build_config(a: &ServeArgs) -> Result<Config> {
+    let mut cfg = match &a.config {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read config file {}", p.display()))?;
+            toml::from_str::<Config>(&text)
+                .with_context(|| format!("invalid config file {}", p.display()))?
+        }
+        None => Config::default(),
+    };
+    if let Some(l) = a.listen {
+        cfg.listen = l;
+    }
+    if a.no_grace {
+        cfg.grace = false;
+    }
+    if let Some(d) = &a.state_dir {
+        cfg.state_dir = Some(d.clone());
+    }
+    if let Some(t) = a.lease_time {
+        if t < 5 {
+            bail!("--lease-time must be at least 5 seconds");
+        }
+        cfg.lease_time = t;
+    }
+    let backend = if a.memory {
+        BackendKind::Memory
+    } else {
+        BackendKind::Local
+    };
+    if let Some(d) = &a.dir {
+        cfg.exports.push(ExportConfig {
+            name: "/".into(),
+            path: d.clone(),
+            backend,
+            read_only: false,
+        });
+    } else if a.memory && a.exports.is_empty() && cfg.exports.is_empty() {
+        cfg.exports.push(ExportConfig {
+            name: "/".into(),
+            path: PathBuf::new(),
+            backend,
+            read_only: false,
+        });
+    }
+    for e in &a.exports {
+        let (name, path) = parse_export(e)?;
+        cfg.exports.push(ExportConfig {
+            name,
+            path,
+            backend,
+            read_only: false,
+        });
+    }
+    if cfg.exports.is_empty() {
+        bail!("nothing to export: give a directory (txnfs serve /srv/data) or --export NAME=PATH");
+    }
+    for e in &cfg.exports {
+        if e.backend == BackendKind::Local {
+            let md = std::fs::metadata(&e.path)
+                .with_context(|| format!("cannot export {}", e.path.display()))?;
+            if !md.is_dir() {
+                bail!("cannot export {}: not a directory", e.path.display());
+            }
+        }
+    }
+    Ok(cfg)
+}
+
+pub fn run(a: ServeArgs) -> Result<()> {
+    let cfg = build_config(&a)?;
+    let listen = cfg.listen;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(async move {
+        let server = Server::new(cfg).context("cannot start the server")?;
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("cannot listen on {listen}"))?;
+        for e in server.exports.exports.values() {
+            tracing::info!(export = %e.name, "exporting");
+        }
+        tracing::info!(%listen, "txnfs serving NFSv4.1");
+        let shutdown = async {
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(s) => s,
+                    Err(_) => return std::future::pending().await,
+                };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {},
+                _ = term.recv() => {},
+            }
+            tracing::info!("shutting down");
+        };
+        txnfs_server::run(server, listener, shutdown)
+            .await
+            .context("server failed")
+    })
+}

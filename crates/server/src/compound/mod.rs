@@ -1,0 +1,310 @@
+//! The COMPOUND executor (RFC 8881 §2.10.6, §15.2, §16.2).
+//!
+//! Decodes one op at a time, checks the op table's flags, runs the handler, and encodes
+//! each result straight into the reply buffer so the reply size is known at every step
+//! (REP_TOO_BIG / REP_TOO_BIG_TO_CACHE are decided on real bytes, not estimates). Stops
+//! at the first failing op. The reply is what the slot's reply cache stores.
+
+pub mod optable;
+
+use crate::export::Export;
+use crate::nfs::{nfs_argop4, nfs_opnum4, nfs_resop4, nfsstat4, stateid4};
+use crate::server::Server;
+use crate::session::{ClientId, Session};
+use bytes::{BufMut, Bytes, BytesMut};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::Instant;
+use txnfs_backend::{BackendError, Creds, FileKey};
+use txnfs_xdr::{Decode, Encode, XdrError};
+
+/// A current or saved filehandle, resolved to what it names.
+#[derive(Clone)]
+pub enum Fh {
+    /// A pseudo-file-system directory.
+    Pseudo(u16),
+    Obj(ObjFh),
+}
+
+#[derive(Clone)]
+pub struct ObjFh {
+    pub export: Arc<Export>,
+    pub key: FileKey,
+    /// The handle as the client sees it.
+    pub wire: Bytes,
+}
+
+/// Why an op failed: a status, or a status with a result body (LOCK denied).
+#[derive(Debug)]
+pub enum OpError {
+    Status(nfsstat4),
+    WithBody(nfsstat4, Box<nfs_resop4>),
+}
+
+impl From<nfsstat4> for OpError {
+    fn from(s: nfsstat4) -> Self {
+        OpError::Status(s)
+    }
+}
+
+impl From<BackendError> for OpError {
+    fn from(e: BackendError) -> Self {
+        OpError::Status(crate::errors::backend_status(&e))
+    }
+}
+
+pub type OpResult = Result<nfs_resop4, OpError>;
+
+/// Per-request execution state.
+pub struct Compound<'a> {
+    pub srv: &'a Server,
+    pub creds: Creds,
+    pub conn: u64,
+    pub cfh: Option<Fh>,
+    pub sfh: Option<Fh>,
+    pub cur_sid: Option<stateid4>,
+    pub saved_sid: Option<stateid4>,
+    pub session: Option<Arc<Session>>,
+    pub client: Option<ClientId>,
+    pub minor: u32,
+    /// Bytes still available in the reply (for sizing READ and READDIR).
+    pub reply_left: usize,
+    pub now: Instant,
+}
+
+impl Compound<'_> {
+    pub fn cfh(&self) -> Result<&Fh, nfsstat4> {
+        self.cfh.as_ref().ok_or(nfsstat4::NFS4ERR_NOFILEHANDLE)
+    }
+
+    /// The current filehandle as an object inside an export.
+    pub fn cobj(&self) -> Result<&ObjFh, nfsstat4> {
+        match self.cfh()? {
+            Fh::Obj(o) => Ok(o),
+            // Pseudo directories are read-only directories; callers that want an
+            // object treat them as such.
+            Fh::Pseudo(_) => Err(nfsstat4::NFS4ERR_ROFS),
+        }
+    }
+
+    pub fn client(&self) -> Result<ClientId, nfsstat4> {
+        self.client.ok_or(nfsstat4::NFS4ERR_OP_NOT_IN_SESSION)
+    }
+
+    /// Resolve the "current stateid" special value (seqid 1, other all zero; RFC 8881
+    /// §16.2.3.1.2).
+    pub fn resolve_sid(&self, sid: &stateid4) -> Result<stateid4, nfsstat4> {
+        if sid.seqid == 1 && sid.other == [0u8; 12] {
+            self.cur_sid.clone().ok_or(nfsstat4::NFS4ERR_BAD_STATEID)
+        } else {
+            Ok(sid.clone())
+        }
+    }
+}
+
+/// Reasons the whole call is rejected at the RPC level.
+#[derive(Debug, thiserror::Error)]
+pub enum CompoundError {
+    #[error("COMPOUND header does not decode: {0}")]
+    Garbage(#[from] XdrError),
+}
+
+const MAX_TAG: usize = 1024;
+
+fn put_status(out: &mut BytesMut, s: nfsstat4) {
+    out.put_i32(s as i32);
+}
+
+/// Encode a failed op's result: opnum, status, and whatever an error result carries.
+fn encode_error(out: &mut BytesMut, op: u32, status: nfsstat4) {
+    out.put_u32(op);
+    put_status(out, status);
+    if op == nfs_opnum4::OP_SETATTR as u32 {
+        out.put_u32(0); // SETATTR4res.attrsset: empty bitmap
+    }
+}
+
+fn request_hash(args: &Bytes) -> u64 {
+    // A false retry (same slot and seqid, different request) is a client bug; detecting
+    // it from the length plus the head and tail of the request is enough and keeps a
+    // 1 MiB WRITE from being hashed in full.
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    args.len().hash(&mut h);
+    args[..args.len().min(512)].hash(&mut h);
+    args[args.len().saturating_sub(128)..].hash(&mut h);
+    h.finish()
+}
+
+/// Execute one COMPOUND and return the encoded COMPOUND4res.
+pub fn execute(
+    srv: &Server,
+    creds: Creds,
+    conn: u64,
+    args: Bytes,
+) -> Result<Bytes, CompoundError> {
+    let mut src = args.clone();
+    let tag = txnfs_xdr::get_opaque(&mut src, MAX_TAG)?;
+    let minor = txnfs_xdr::get_u32(&mut src)?;
+    let nops = txnfs_xdr::get_u32(&mut src)?;
+
+    let mut out = BytesMut::with_capacity(256);
+    out.put_u32(0); // status, patched at the end
+    txnfs_xdr::put_opaque(&mut out, &tag);
+    let count_at = out.len();
+    out.put_u32(0); // result count, patched at the end
+
+    if minor == 0 || minor > 2 {
+        let mut b = out;
+        b[..4].copy_from_slice(&(nfsstat4::NFS4ERR_MINOR_VERS_MISMATCH as i32).to_be_bytes());
+        return Ok(b.freeze());
+    }
+
+    let mut c = Compound {
+        srv,
+        creds,
+        conn,
+        cfh: None,
+        sfh: None,
+        cur_sid: None,
+        saved_sid: None,
+        session: None,
+        client: None,
+        minor,
+        reply_left: srv.limits.max_response as usize,
+        now: Instant::now(),
+    };
+    let mut status = nfsstat4::NFS4_OK;
+    let mut done: u32 = 0;
+    // (session, slot) whose reply cache entry we must complete.
+    let mut slot: Option<(Arc<Session>, u32)> = None;
+    let mut cache_limit = usize::MAX;
+    let mut cachethis = false;
+
+    for i in 0..nops {
+        let opnum = match txnfs_xdr::get_u32(&mut src.clone()) {
+            Ok(v) => v,
+            Err(_) => {
+                // Fewer ops than announced: malformed.
+                status = nfsstat4::NFS4ERR_BADXDR;
+                break;
+            }
+        };
+        let Some(op_kind) = nfs_opnum4::from_i32(opnum as i32) else {
+            encode_error(&mut out, nfs_opnum4::OP_ILLEGAL as u32, nfsstat4::NFS4ERR_OP_ILLEGAL);
+            done += 1;
+            status = nfsstat4::NFS4ERR_OP_ILLEGAL;
+            break;
+        };
+        srv.stats.count(opnum);
+        let desc = optable::desc(op_kind);
+        let arg = match nfs_argop4::decode(&mut src) {
+            Ok(a) => a,
+            Err(_) => {
+                encode_error(&mut out, opnum, nfsstat4::NFS4ERR_BADXDR);
+                done += 1;
+                status = nfsstat4::NFS4ERR_BADXDR;
+                break;
+            }
+        };
+        let before = out.len();
+
+        // Position rules for SEQUENCE and the session-less ops.
+        let pre: Result<(), nfsstat4> = if i == 0 {
+            if let nfs_argop4::OP_SEQUENCE(sa) = &arg {
+                match crate::ops::session::sequence(&mut c, sa, nops, args.len(), request_hash(&args))
+                {
+                    Ok((res, s)) => {
+                        cachethis = sa.sa_cachethis;
+                        cache_limit = s.fore.max_response_cached as usize;
+                        c.reply_left = s.fore.max_response as usize;
+                        slot = Some((s, sa.sa_slotid));
+                        nfs_resop4::OP_SEQUENCE(crate::nfs::SEQUENCE4res::NFS4_OK(res)).encode(&mut out);
+                        done += 1;
+                        continue;
+                    }
+                    Err(crate::ops::session::SeqFail::Replay(bytes)) => return Ok(bytes),
+                    Err(crate::ops::session::SeqFail::Status(s)) => Err(s),
+                }
+            } else if desc.sessionless {
+                if nops == 1 {
+                    Ok(())
+                } else {
+                    Err(nfsstat4::NFS4ERR_NOT_ONLY_OP)
+                }
+            } else {
+                Err(nfsstat4::NFS4ERR_OP_NOT_IN_SESSION)
+            }
+        } else if matches!(arg, nfs_argop4::OP_SEQUENCE(_)) {
+            Err(nfsstat4::NFS4ERR_SEQUENCE_POS)
+        } else if !desc.supported || optable::v40_only(op_kind) {
+            Err(nfsstat4::NFS4ERR_NOTSUPP)
+        } else if desc.needs_fh && c.cfh.is_none() {
+            Err(nfsstat4::NFS4ERR_NOFILEHANDLE)
+        } else {
+            Ok(())
+        };
+
+        let result = match pre {
+            Err(s) => Err(OpError::Status(s)),
+            Ok(()) => crate::ops::dispatch(&mut c, arg),
+        };
+        let st = match result {
+            Ok(res) => {
+                res.encode(&mut out);
+                nfsstat4::NFS4_OK
+            }
+            Err(OpError::Status(s)) => {
+                encode_error(&mut out, opnum, s);
+                s
+            }
+            Err(OpError::WithBody(s, res)) => {
+                res.encode(&mut out);
+                s
+            }
+        };
+        done += 1;
+        // Reply size limits, checked on the real encoding.
+        let limit = if cachethis {
+            cache_limit.min(c.reply_left_total())
+        } else {
+            c.reply_left_total()
+        };
+        if out.len() > limit {
+            out.truncate(before);
+            let s = if cachethis && out.len() <= c.reply_left_total() {
+                nfsstat4::NFS4ERR_REP_TOO_BIG_TO_CACHE
+            } else {
+                nfsstat4::NFS4ERR_REP_TOO_BIG
+            };
+            encode_error(&mut out, opnum, s);
+            status = s;
+            break;
+        }
+        c.reply_left = limit.saturating_sub(out.len());
+        if st != nfsstat4::NFS4_OK {
+            status = st;
+            break;
+        }
+    }
+
+    out[..4].copy_from_slice(&(status as i32).to_be_bytes());
+    out[count_at..count_at + 4].copy_from_slice(&done.to_be_bytes());
+    let reply = out.freeze();
+    if let Some((s, slotid)) = slot {
+        let keep = reply.len() <= s.fore.max_response_cached as usize;
+        if let Ok(mut t) = s.slots.lock() {
+            t.finish(slotid, keep.then(|| reply.clone()));
+        }
+    }
+    Ok(reply)
+}
+
+impl Compound<'_> {
+    /// The reply size limit of this compound (negotiated max response or server max).
+    fn reply_left_total(&self) -> usize {
+        match &self.session {
+            Some(s) => s.fore.max_response as usize,
+            None => self.srv.limits.max_response as usize,
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! Server settings: built from CLI flags or a TOML file (same keys), with defaults that
+//! work for `txnfs serve <dir>`.
+
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// A directory of the local file system (the default).
+    #[default]
+    Local,
+    /// Volatile in-memory file system (tests, benchmarks).
+    Memory,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportConfig {
+    /// Path in the NFS name space, "/" or "/a/b".
+    pub name: String,
+    /// Directory to export (ignored for the memory backend).
+    #[serde(default)]
+    pub path: PathBuf,
+    #[serde(default)]
+    pub backend: BackendKind,
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub exports: Vec<ExportConfig>,
+    /// Where the handle secret and the client list for the grace period live.
+    pub state_dir: Option<PathBuf>,
+    /// Run a grace period after a restart so clients can reclaim their state.
+    pub grace: bool,
+    /// Lease time in seconds (also the grace period length).
+    pub lease_time: u32,
+    /// Largest RPC record accepted (bytes).
+    pub max_record_size: usize,
+    /// Largest READ/WRITE payload (bytes).
+    pub max_io_size: u32,
+    /// Upper bound of slots per session (the table grows lazily up to it).
+    pub max_slots_per_session: u32,
+    /// Upper bound of operations per COMPOUND we negotiate.
+    pub max_ops_per_compound: u32,
+    /// Upper bound of a cached reply (ca_maxresponsesize_cached).
+    pub max_cached_reply: u32,
+    pub max_clients: usize,
+    pub max_sessions_per_client: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 2049)),
+            exports: Vec::new(),
+            state_dir: None,
+            grace: true,
+            lease_time: 60,
+            max_record_size: (1 << 20) + (64 << 10),
+            max_io_size: 1 << 20,
+            max_slots_per_session: 2048,
+            max_ops_per_compound: 16384,
+            max_cached_reply: 64 << 10,
+            max_clients: 4096,
+            max_sessions_per_client: 16,
+        }
+    }
+}
+
+impl Config {
+    /// The state directory: configured, else /var/lib/txnfs for root, else
+    /// $XDG_STATE_HOME/txnfs or ~/.local/state/txnfs.
+    pub fn state_dir(&self) -> PathBuf {
+        if let Some(d) = &self.state_dir {
+            return d.clone();
+        }
+        if std::env::var_os("USER").is_some_and(|u| u == "root")
+            || std::env::var_os("HOME").is_some_and(|h| h == "/root")
+        {
+            return PathBuf::from("/var/lib/txnfs");
+        }
+        if let Some(x) = std::env::var_os("XDG_STATE_HOME") {
+            return PathBuf::from(x).join("txnfs");
+        }
+        match std::env::var_os("HOME") {
+            Some(h) => PathBuf::from(h).join(".local/state/txnfs"),
+            None => PathBuf::from("/var/lib/txnfs"),
+        }
+    }
+}

@@ -1,0 +1,268 @@
+//! The export table and the pseudo file system above the exports (RFC 8881 §7).
+//!
+//! With one export named "/", the NFS root *is* that export. Otherwise the root is a
+//! read-only synthetic directory tree whose leaves are the exports' roots.
+
+use crate::config::{BackendKind, ExportConfig};
+use bytes::Bytes;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use txnfs_backend::{local::LocalBackend, memory::MemoryBackend, Backend, FileKey};
+
+/// One exported directory.
+pub struct Export {
+    pub id: u16,
+    pub name: String,
+    pub backend: Arc<dyn Backend>,
+    pub root_key: FileKey,
+    pub read_only: bool,
+    /// The pseudo directory this export hangs under (its mounted-on node).
+    pub parent_node: Option<u16>,
+}
+
+impl Export {
+    /// NFSv4 fsid of objects in this export: unique per export, stable across restarts.
+    pub fn fsid(&self) -> (u64, u64) {
+        (self.id as u64, 0x7478_6e66) // "txnf"
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum PseudoChild {
+    Node(u16),
+    Export(u16),
+}
+
+#[derive(Debug, Clone)]
+pub struct PseudoNode {
+    pub name: Bytes,
+    pub parent: u16,
+    pub children: BTreeMap<Bytes, PseudoChild>,
+}
+
+impl PseudoNode {
+    /// Synthetic fileid of a pseudo directory: high bit set so it never equals an inode
+    /// of a real file system the client could also see through the same fsid.
+    pub fn fileid(id: u16) -> u64 {
+        (1u64 << 63) | id as u64
+    }
+}
+
+pub const PSEUDO_FSID: (u64, u64) = (0, 0);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error("no export configured (give a directory or --export NAME=PATH)")]
+    None,
+    #[error("export name {0:?} must be an absolute path like /data")]
+    BadName(String),
+    #[error("export {0:?} is given twice")]
+    Duplicate(String),
+    #[error("export \"/\" cannot be combined with other exports")]
+    RootWithOthers,
+    #[error("export {0:?} lies inside export {1:?}")]
+    Nested(String, String),
+    #[error("export names {0:?} and {1:?} hash to the same id; rename one")]
+    IdCollision(String, String),
+    #[error("cannot open export {name:?} at {path}: {err}")]
+    Open {
+        name: String,
+        path: String,
+        err: txnfs_backend::BackendError,
+    },
+}
+
+pub struct Exports {
+    /// Pseudo directories; node 0 is the root. Empty when the root is an export.
+    pub nodes: Vec<PseudoNode>,
+    pub exports: BTreeMap<u16, Arc<Export>>,
+    /// Some(id) when the single export "/" is the root.
+    pub root_export: Option<u16>,
+}
+
+/// Stable 16-bit export id from the export's name (FNV-1a folded), never 0.
+fn export_id(name: &str) -> u16 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in name.as_bytes() {
+        h ^= *b as u32;
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    let id = ((h >> 16) ^ (h & 0xffff)) as u16;
+    if id == 0 {
+        1
+    } else {
+        id
+    }
+}
+
+fn components(name: &str) -> Result<Vec<String>, ExportError> {
+    if !name.starts_with('/') {
+        return Err(ExportError::BadName(name.into()));
+    }
+    let parts: Vec<String> = name
+        .split('/')
+        .filter(|c| !c.is_empty())
+        .map(String::from)
+        .collect();
+    if parts.iter().any(|c| c == "." || c == "..") {
+        return Err(ExportError::BadName(name.into()));
+    }
+    Ok(parts)
+}
+
+impl Exports {
+    pub fn build(cfgs: &[ExportConfig]) -> Result<Self, ExportError> {
+        if cfgs.is_empty() {
+            return Err(ExportError::None);
+        }
+        let open = |c: &ExportConfig, id: u16, parent: Option<u16>| -> Result<Export, ExportError> {
+            let backend: Arc<dyn Backend> = match c.backend {
+                BackendKind::Memory => Arc::new(MemoryBackend::new()),
+                BackendKind::Local => {
+                    Arc::new(LocalBackend::open(&c.path).map_err(|err| ExportError::Open {
+                        name: c.name.clone(),
+                        path: c.path.display().to_string(),
+                        err,
+                    })?)
+                }
+            };
+            let root_key = backend.root().map_err(|err| ExportError::Open {
+                name: c.name.clone(),
+                path: c.path.display().to_string(),
+                err,
+            })?;
+            Ok(Export {
+                id,
+                name: c.name.clone(),
+                backend,
+                root_key,
+                read_only: c.read_only,
+                parent_node: parent,
+            })
+        };
+
+        let mut all: Vec<(Vec<String>, &ExportConfig)> = Vec::new();
+        for c in cfgs {
+            let comps = components(&c.name)?;
+            if all.iter().any(|(p, _)| *p == comps) {
+                return Err(ExportError::Duplicate(c.name.clone()));
+            }
+            all.push((comps, c));
+        }
+        if all.iter().any(|(p, _)| p.is_empty()) {
+            if all.len() > 1 {
+                return Err(ExportError::RootWithOthers);
+            }
+            let id = export_id("/");
+            let e = open(all[0].1, id, None)?;
+            let mut exports = BTreeMap::new();
+            exports.insert(id, Arc::new(e));
+            return Ok(Exports {
+                nodes: Vec::new(),
+                exports,
+                root_export: Some(id),
+            });
+        }
+        for (a, ca) in &all {
+            for (b, cb) in &all {
+                if a.len() < b.len() && b.starts_with(a) {
+                    return Err(ExportError::Nested(cb.name.clone(), ca.name.clone()));
+                }
+            }
+        }
+        let mut nodes = vec![PseudoNode {
+            name: Bytes::new(),
+            parent: 0,
+            children: BTreeMap::new(),
+        }];
+        let mut exports: BTreeMap<u16, Arc<Export>> = BTreeMap::new();
+        let mut names: BTreeMap<u16, String> = BTreeMap::new();
+        for (comps, c) in &all {
+            let mut node = 0u16;
+            for comp in &comps[..comps.len() - 1] {
+                let key = Bytes::from(comp.clone().into_bytes());
+                node = match nodes[node as usize].children.get(&key) {
+                    Some(PseudoChild::Node(n)) => *n,
+                    _ => {
+                        let n = nodes.len() as u16;
+                        nodes.push(PseudoNode {
+                            name: key.clone(),
+                            parent: node,
+                            children: BTreeMap::new(),
+                        });
+                        nodes[node as usize]
+                            .children
+                            .insert(key, PseudoChild::Node(n));
+                        n
+                    }
+                };
+            }
+            let id = export_id(&c.name);
+            if let Some(other) = names.get(&id) {
+                return Err(ExportError::IdCollision(other.clone(), c.name.clone()));
+            }
+            names.insert(id, c.name.clone());
+            let e = open(c, id, Some(node))?;
+            let leaf = Bytes::from(comps[comps.len() - 1].clone().into_bytes());
+            nodes[node as usize]
+                .children
+                .insert(leaf, PseudoChild::Export(id));
+            exports.insert(id, Arc::new(e));
+        }
+        Ok(Exports {
+            nodes,
+            exports,
+            root_export: None,
+        })
+    }
+
+    pub fn get(&self, id: u16) -> Option<&Arc<Export>> {
+        self.exports.get(&id)
+    }
+
+    pub fn node(&self, id: u16) -> Option<&PseudoNode> {
+        self.nodes.get(id as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mem(name: &str) -> ExportConfig {
+        ExportConfig {
+            name: name.into(),
+            path: Default::default(),
+            backend: BackendKind::Memory,
+            read_only: false,
+        }
+    }
+
+    #[test]
+    fn pseudo_tree_and_errors() {
+        let e = Exports::build(&[mem("/a/b"), mem("/a/c"), mem("/d")]).unwrap();
+        assert_eq!(e.exports.len(), 3);
+        // root, "a"
+        assert_eq!(e.nodes.len(), 2);
+        assert_eq!(e.nodes[0].children.len(), 2);
+        assert_eq!(e.nodes[1].children.len(), 2);
+        assert!(matches!(
+            Exports::build(&[mem("/"), mem("/x")]),
+            Err(ExportError::RootWithOthers)
+        ));
+        assert!(matches!(
+            Exports::build(&[mem("/a"), mem("/a/b")]),
+            Err(ExportError::Nested(..))
+        ));
+        assert!(matches!(
+            Exports::build(&[mem("a")]),
+            Err(ExportError::BadName(_))
+        ));
+        assert!(matches!(
+            Exports::build(&[mem("/x/../y")]),
+            Err(ExportError::BadName(_))
+        ));
+        let r = Exports::build(&[mem("/")]).unwrap();
+        assert!(r.root_export.is_some());
+    }
+}

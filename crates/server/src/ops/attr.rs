@@ -1,0 +1,159 @@
+//! Attribute operations: GETATTR, SETATTR, VERIFY, NVERIFY, ACCESS.
+
+use crate::compound::{Compound, Fh, OpError, OpResult};
+use crate::errors::status_from_u32;
+use crate::nfs::*;
+use txnfs_backend::{Attrs, Creds, FileType};
+
+/// Permission bits a caller has on an object (POSIX owner/group/other, root bypasses
+/// read/write, and execute when any x bit is set).
+pub fn perms(attrs: &Attrs, creds: &Creds) -> u32 {
+    if creds.uid == 0 {
+        let x = if attrs.mode & 0o111 != 0 || attrs.ftype == FileType::Directory {
+            1
+        } else {
+            0
+        };
+        return 6 | x;
+    }
+    let m = attrs.mode;
+    if creds.uid == attrs.uid {
+        (m >> 6) & 7
+    } else if creds.gid == attrs.gid || creds.gids.contains(&attrs.gid) {
+        (m >> 3) & 7
+    } else {
+        m & 7
+    }
+}
+
+pub const R: u32 = 4;
+pub const W: u32 = 2;
+pub const X: u32 = 1;
+
+/// Require permission bits `want` on `attrs` for the caller.
+pub fn require(attrs: &Attrs, creds: &Creds, want: u32) -> Result<(), nfsstat4> {
+    if perms(attrs, creds) & want == want {
+        Ok(())
+    } else {
+        Err(nfsstat4::NFS4ERR_ACCESS)
+    }
+}
+
+pub fn getattr(c: &mut Compound, a: &GETATTR4args) -> OpResult {
+    let fh = c.cfh()?.clone();
+    let attrs = c.srv.fattr(&fh, &a.attr_request, None)?;
+    Ok(nfs_resop4::OP_GETATTR(GETATTR4res::NFS4_OK(GETATTR4resok {
+        obj_attributes: attrs,
+    })))
+}
+
+pub fn setattr(c: &mut Compound, a: &SETATTR4args) -> OpResult {
+    let fh = c.cfh()?.clone();
+    let Fh::Obj(o) = &fh else {
+        return Err(nfsstat4::NFS4ERR_ROFS.into());
+    };
+    if o.export.read_only {
+        return Err(nfsstat4::NFS4ERR_ROFS.into());
+    }
+    let (set, attrsset) = txnfs_attr::decode_setattrs(&a.obj_attributes.attrmask, &a.obj_attributes.attr_vals)
+        .map_err(|e| status_from_u32(e.nfsstat()))?;
+    let cur = o.export.backend.getattr(&o.key)?;
+    if set.size.is_some() {
+        if cur.ftype == FileType::Directory {
+            return Err(nfsstat4::NFS4ERR_ISDIR.into());
+        }
+        if cur.ftype != FileType::Regular {
+            return Err(nfsstat4::NFS4ERR_INVAL.into());
+        }
+        let sid = c.resolve_sid(&a.stateid)?;
+        c.srv.check_io(c.client, &sid, cur.fileid, true)?;
+        require(&cur, &c.creds, W)?;
+    }
+    let owner_or_root = c.creds.uid == 0 || c.creds.uid == cur.uid;
+    if (set.mode.is_some() || set.gid.is_some()) && !owner_or_root {
+        return Err(nfsstat4::NFS4ERR_PERM.into());
+    }
+    if let Some(uid) = set.uid {
+        if c.creds.uid != 0 && uid != cur.uid {
+            return Err(nfsstat4::NFS4ERR_PERM.into());
+        }
+    }
+    if (set.atime.is_some() || set.mtime.is_some()) && !owner_or_root {
+        // Setting times to "now" needs only write permission (utimes(NULL) rules).
+        let only_now = [set.atime, set.mtime]
+            .iter()
+            .all(|t| !matches!(t, Some(txnfs_backend::SetTime::Client(_))));
+        if !only_now {
+            return Err(nfsstat4::NFS4ERR_PERM.into());
+        }
+        require(&cur, &c.creds, W)?;
+    }
+    if !set.is_empty() {
+        o.export.backend.setattr(&o.key, &set)?;
+    }
+    Ok(nfs_resop4::OP_SETATTR(SETATTR4res {
+        status: nfsstat4::NFS4_OK,
+        attrsset,
+    }))
+}
+
+fn compare(c: &mut Compound, f: &fattr4) -> Result<bool, OpError> {
+    let fh = c.cfh()?.clone();
+    c.srv.compare_attrs(&fh, f)
+}
+
+pub fn verify(c: &mut Compound, a: &VERIFY4args) -> OpResult {
+    if !compare(c, &a.obj_attributes)? {
+        return Err(nfsstat4::NFS4ERR_NOT_SAME.into());
+    }
+    Ok(nfs_resop4::OP_VERIFY(VERIFY4res {
+        status: nfsstat4::NFS4_OK,
+    }))
+}
+
+pub fn nverify(c: &mut Compound, a: &NVERIFY4args) -> OpResult {
+    if compare(c, &a.obj_attributes)? {
+        return Err(nfsstat4::NFS4ERR_SAME.into());
+    }
+    Ok(nfs_resop4::OP_NVERIFY(NVERIFY4res {
+        status: nfsstat4::NFS4_OK,
+    }))
+}
+
+pub fn access(c: &mut Compound, a: &ACCESS4args) -> OpResult {
+    let fh = c.cfh()?.clone();
+    let attrs = c.srv.attrs_of(&fh)?;
+    let p = perms(&attrs, &c.creds);
+    let ro = match &fh {
+        Fh::Pseudo(_) => true,
+        Fh::Obj(o) => o.export.read_only,
+    };
+    let dir = attrs.ftype == FileType::Directory;
+    let mut granted = 0;
+    if p & R != 0 {
+        granted |= ACCESS4_READ;
+    }
+    if dir && p & X != 0 {
+        granted |= ACCESS4_LOOKUP;
+    }
+    if !ro && p & W != 0 {
+        granted |= ACCESS4_MODIFY | ACCESS4_EXTEND;
+        if dir {
+            granted |= ACCESS4_DELETE;
+        }
+    }
+    if !dir && p & X != 0 {
+        granted |= ACCESS4_EXECUTE;
+    }
+    let supported = ACCESS4_READ
+        | ACCESS4_LOOKUP
+        | ACCESS4_MODIFY
+        | ACCESS4_EXTEND
+        | ACCESS4_DELETE
+        | ACCESS4_EXECUTE;
+    let asked = a.access & supported;
+    Ok(nfs_resop4::OP_ACCESS(ACCESS4res::NFS4_OK(ACCESS4resok {
+        supported: asked,
+        access: granted & asked,
+    })))
+}

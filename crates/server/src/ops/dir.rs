@@ -1,0 +1,254 @@
+//! Directory operations: CREATE, REMOVE, RENAME, LINK, READLINK, READDIR.
+
+use crate::compound::{Compound, Fh, ObjFh, OpError, OpResult};
+use crate::errors::status_from_u32;
+use crate::export::PseudoChild;
+use crate::nfs::*;
+use crate::ops::attr::{require, W, X};
+use crate::ops::fh::check_name;
+use bytes::Bytes;
+use txnfs_backend::{FileType, NodeKind};
+
+fn cinfo(before: u64, after: u64) -> change_info4 {
+    change_info4 {
+        atomic: false,
+        before,
+        after,
+    }
+}
+
+/// The current filehandle as a writable directory of an export.
+fn writable_dir(c: &Compound, fh: &Fh) -> Result<(ObjFh, txnfs_backend::Attrs), OpError> {
+    let Fh::Obj(o) = fh else {
+        return Err(nfsstat4::NFS4ERR_ROFS.into());
+    };
+    if o.export.read_only {
+        return Err(nfsstat4::NFS4ERR_ROFS.into());
+    }
+    let attrs = o.export.backend.getattr(&o.key)?;
+    if attrs.ftype != FileType::Directory {
+        return Err(nfsstat4::NFS4ERR_NOTDIR.into());
+    }
+    require(&attrs, &c.creds, W | X)?;
+    Ok((o.clone(), attrs))
+}
+
+pub fn create(c: &mut Compound, a: CREATE4args) -> OpResult {
+    let fh = c.cfh()?.clone();
+    let (dir, dattrs) = writable_dir(c, &fh)?;
+    check_name(&a.objname)?;
+    let kind = match a.objtype {
+        createtype4::NF4LNK(target) => {
+            if target.is_empty() {
+                return Err(nfsstat4::NFS4ERR_INVAL.into());
+            }
+            NodeKind::Symlink(target)
+        }
+        createtype4::NF4BLK(d) | createtype4::NF4CHR(d) if c.creds.uid != 0 => {
+            let _ = d;
+            return Err(nfsstat4::NFS4ERR_PERM.into());
+        }
+        createtype4::NF4BLK(d) => NodeKind::BlockDev(d.specdata1, d.specdata2),
+        createtype4::NF4CHR(d) => NodeKind::CharDev(d.specdata1, d.specdata2),
+        createtype4::NF4SOCK => NodeKind::Socket,
+        createtype4::NF4FIFO => NodeKind::Fifo,
+        createtype4::NF4DIR => NodeKind::Directory,
+        createtype4::default(_) => return Err(nfsstat4::NFS4ERR_BADTYPE.into()),
+    };
+    let (set, attrset) =
+        txnfs_attr::decode_setattrs(&a.createattrs.attrmask, &a.createattrs.attr_vals)
+            .map_err(|e| status_from_u32(e.nfsstat()))?;
+    let be = &dir.export.backend;
+    let (key, _) = be.make_node(&dir.key, &a.objname, &kind, &set, &c.creds)?;
+    let after = be.getattr(&dir.key).map(|x| x.change).unwrap_or(0);
+    c.cfh = Some(c.srv.obj_fh(&dir.export, key));
+    Ok(nfs_resop4::OP_CREATE(CREATE4res::NFS4_OK(CREATE4resok {
+        cinfo: cinfo(dattrs.change, after),
+        attrset,
+    })))
+}
+
+pub fn remove(c: &mut Compound, a: &REMOVE4args) -> OpResult {
+    let fh = c.cfh()?.clone();
+    let (dir, dattrs) = writable_dir(c, &fh)?;
+    check_name(&a.target)?;
+    let be = &dir.export.backend;
+    be.remove(&dir.key, &a.target)?;
+    let after = be.getattr(&dir.key).map(|x| x.change).unwrap_or(0);
+    Ok(nfs_resop4::OP_REMOVE(REMOVE4res::NFS4_OK(REMOVE4resok {
+        cinfo: cinfo(dattrs.change, after),
+    })))
+}
+
+pub fn rename(c: &mut Compound, a: &RENAME4args) -> OpResult {
+    let sfh = c.sfh.clone().ok_or(nfsstat4::NFS4ERR_NOFILEHANDLE)?;
+    let tfh = c.cfh()?.clone();
+    check_name(&a.oldname)?;
+    check_name(&a.newname)?;
+    let (src, sattrs) = writable_dir(c, &sfh)?;
+    let (dst, tattrs) = writable_dir(c, &tfh)?;
+    if src.export.id != dst.export.id {
+        return Err(nfsstat4::NFS4ERR_XDEV.into());
+    }
+    let be = &src.export.backend;
+    be.rename(&src.key, &a.oldname, &dst.key, &a.newname)?;
+    let safter = be.getattr(&src.key).map(|x| x.change).unwrap_or(0);
+    let tafter = be.getattr(&dst.key).map(|x| x.change).unwrap_or(0);
+    Ok(nfs_resop4::OP_RENAME(RENAME4res::NFS4_OK(RENAME4resok {
+        source_cinfo: cinfo(sattrs.change, safter),
+        target_cinfo: cinfo(tattrs.change, tafter),
+    })))
+}
+
+pub fn link(c: &mut Compound, a: &LINK4args) -> OpResult {
+    let sfh = c.sfh.clone().ok_or(nfsstat4::NFS4ERR_NOFILEHANDLE)?;
+    let tfh = c.cfh()?.clone();
+    check_name(&a.newname)?;
+    let Fh::Obj(file) = &sfh else {
+        return Err(nfsstat4::NFS4ERR_ISDIR.into());
+    };
+    let (dir, dattrs) = writable_dir(c, &tfh)?;
+    if file.export.id != dir.export.id {
+        return Err(nfsstat4::NFS4ERR_XDEV.into());
+    }
+    let be = &dir.export.backend;
+    if be.getattr(&file.key)?.ftype == FileType::Directory {
+        return Err(nfsstat4::NFS4ERR_ISDIR.into());
+    }
+    be.link(&file.key, &dir.key, &a.newname)?;
+    let after = be.getattr(&dir.key).map(|x| x.change).unwrap_or(0);
+    Ok(nfs_resop4::OP_LINK(LINK4res::NFS4_OK(LINK4resok {
+        cinfo: cinfo(dattrs.change, after),
+    })))
+}
+
+pub fn readlink(c: &mut Compound) -> OpResult {
+    let Fh::Obj(o) = c.cfh()? else {
+        return Err(nfsstat4::NFS4ERR_INVAL.into());
+    };
+    let be = &o.export.backend;
+    match be.readlink(&o.key) {
+        Ok(link) => Ok(nfs_resop4::OP_READLINK(READLINK4res::NFS4_OK(
+            READLINK4resok { link },
+        ))),
+        Err(txnfs_backend::BackendError::NotSymlink | txnfs_backend::BackendError::Inval) => {
+            Err(nfsstat4::NFS4ERR_INVAL.into())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// XDR size of an entry4 in a READDIR reply (value-follows flag included).
+fn entry_size(name: &Bytes, attrs: &fattr4) -> usize {
+    4 + 8 + 4 + txnfs_xdr::pad_len(name.len()) + name.len()
+        + 4 + 4 * attrs.attrmask.len()
+        + 4 + attrs.attr_vals.len() + txnfs_xdr::pad_len(attrs.attr_vals.len())
+}
+
+/// READDIR cookies 1 and 2 are reserved (RFC 8881 §18.23.4); backend cookie n is sent
+/// as n + 2.
+const COOKIE_SHIFT: u64 = 2;
+
+pub fn readdir(c: &mut Compound, a: &READDIR4args) -> OpResult {
+    let fh = c.cfh()?.clone();
+    if a.cookie == 1 || a.cookie == 2 {
+        return Err(nfsstat4::NFS4ERR_BAD_COOKIE.into());
+    }
+    let verf = c.srv.cookieverf(&fh);
+    if a.cookie != 0 && a.cookieverf != [0u8; 8] && a.cookieverf != verf {
+        return Err(nfsstat4::NFS4ERR_NOT_SAME.into());
+    }
+    // Reply budget: the client's maxcount and what is left in the COMPOUND reply.
+    let limit = (a.maxcount as usize).min(c.reply_left.saturating_sub(8));
+    let fixed = 8 + 4 + 4; // cookieverf + end-of-list marker + eof
+    let dir_limit = if a.dircount == 0 {
+        usize::MAX
+    } else {
+        a.dircount as usize
+    };
+    let mut entries: Vec<entry4> = Vec::new();
+    let mut used = fixed;
+    let mut dir_used = 0usize;
+    let mut eof = false;
+    let mut full = false;
+
+    match &fh {
+        Fh::Pseudo(n) => {
+            let node = c.srv.exports.node(*n).ok_or(nfsstat4::NFS4ERR_STALE)?;
+            let start = a.cookie.saturating_sub(COOKIE_SHIFT);
+            let children: Vec<(Bytes, PseudoChild)> = node
+                .children
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            eof = true;
+            for (i, (name, child)) in children.iter().enumerate().skip(start as usize) {
+                let cfh = match child {
+                    PseudoChild::Node(m) => Fh::Pseudo(*m),
+                    PseudoChild::Export(id) => {
+                        let e = c.srv.exports.get(*id).ok_or(nfsstat4::NFS4ERR_STALE)?;
+                        c.srv.obj_fh(e, e.root_key.clone())
+                    }
+                };
+                let attrs = c.srv.fattr(&cfh, &a.attr_request, None)?;
+                let sz = entry_size(name, &attrs);
+                if used + sz > limit || dir_used + 12 + name.len() > dir_limit {
+                    eof = false;
+                    full = true;
+                    break;
+                }
+                used += sz;
+                dir_used += 12 + name.len();
+                entries.push(entry4 {
+                    cookie: i as u64 + 1 + COOKIE_SHIFT,
+                    name: name.clone(),
+                    attrs,
+                });
+            }
+        }
+        Fh::Obj(o) => {
+            let be = &o.export.backend;
+            let dattrs = be.getattr(&o.key)?;
+            if dattrs.ftype != FileType::Directory {
+                return Err(nfsstat4::NFS4ERR_NOTDIR.into());
+            }
+            require(&dattrs, &c.creds, crate::ops::attr::R)?;
+            let mut cookie = a.cookie.saturating_sub(COOKIE_SHIFT);
+            'outer: loop {
+                let (batch, at_end) = be.readdir(&o.key, cookie, 128)?;
+                if batch.is_empty() {
+                    eof = at_end;
+                    break;
+                }
+                for e in batch {
+                    let efh = c.srv.obj_fh(&o.export, e.key.clone());
+                    let attrs = c.srv.fattr(&efh, &a.attr_request, Some(&e.attrs))?;
+                    let sz = entry_size(&e.name, &attrs);
+                    if used + sz > limit || dir_used + 12 + e.name.len() > dir_limit {
+                        full = true;
+                        break 'outer;
+                    }
+                    used += sz;
+                    dir_used += 12 + e.name.len();
+                    cookie = e.cookie;
+                    entries.push(entry4 {
+                        cookie: e.cookie.saturating_add(COOKIE_SHIFT),
+                        name: e.name,
+                        attrs,
+                    });
+                }
+                if at_end {
+                    eof = true;
+                    break;
+                }
+            }
+        }
+    }
+    if entries.is_empty() && full {
+        return Err(nfsstat4::NFS4ERR_TOOSMALL.into());
+    }
+    Ok(nfs_resop4::OP_READDIR(READDIR4res::NFS4_OK(READDIR4resok {
+        cookieverf: verf,
+        reply: dirlist4 { entries, eof },
+    })))
+}

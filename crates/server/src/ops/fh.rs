@@ -1,0 +1,163 @@
+//! Filehandle operations: PUTFH, PUTROOTFH, PUTPUBFH, GETFH, SAVEFH, RESTOREFH, LOOKUP,
+//! LOOKUPP, SECINFO, SECINFO_NO_NAME.
+
+use crate::compound::{Compound, Fh, OpResult};
+use crate::export::PseudoChild;
+use crate::nfs::*;
+use bytes::Bytes;
+
+/// Validate one name component (RFC 8881 §14.2): never a path, never "." or "..".
+pub fn check_name(name: &Bytes) -> Result<(), nfsstat4> {
+    if name.is_empty() {
+        return Err(nfsstat4::NFS4ERR_INVAL);
+    }
+    if name.len() > 255 {
+        return Err(nfsstat4::NFS4ERR_NAMETOOLONG);
+    }
+    if &name[..] == b"." || &name[..] == b".." || name.iter().any(|b| *b == b'/' || *b == 0) {
+        return Err(nfsstat4::NFS4ERR_BADNAME);
+    }
+    Ok(())
+}
+
+pub fn putfh(c: &mut Compound, a: &PUTFH4args) -> OpResult {
+    c.cfh = Some(c.srv.fh_from_wire(&a.object)?);
+    c.cur_sid = None;
+    Ok(nfs_resop4::OP_PUTFH(PUTFH4res {
+        status: nfsstat4::NFS4_OK,
+    }))
+}
+
+pub fn putrootfh(c: &mut Compound) -> OpResult {
+    c.cfh = Some(c.srv.root_fh());
+    c.cur_sid = None;
+    Ok(nfs_resop4::OP_PUTROOTFH(PUTROOTFH4res {
+        status: nfsstat4::NFS4_OK,
+    }))
+}
+
+pub fn putpubfh(c: &mut Compound) -> OpResult {
+    c.cfh = Some(c.srv.root_fh());
+    c.cur_sid = None;
+    Ok(nfs_resop4::OP_PUTPUBFH(PUTPUBFH4res {
+        status: nfsstat4::NFS4_OK,
+    }))
+}
+
+pub fn getfh(c: &mut Compound) -> OpResult {
+    let wire = c.srv.fh_wire(c.cfh()?);
+    Ok(nfs_resop4::OP_GETFH(GETFH4res::NFS4_OK(GETFH4resok {
+        object: wire,
+    })))
+}
+
+pub fn savefh(c: &mut Compound) -> OpResult {
+    c.sfh = c.cfh.clone();
+    c.saved_sid = c.cur_sid.clone();
+    Ok(nfs_resop4::OP_SAVEFH(SAVEFH4res {
+        status: nfsstat4::NFS4_OK,
+    }))
+}
+
+pub fn restorefh(c: &mut Compound) -> OpResult {
+    let s = c.sfh.clone().ok_or(nfsstat4::NFS4ERR_RESTOREFH)?;
+    c.cfh = Some(s);
+    c.cur_sid = c.saved_sid.clone();
+    Ok(nfs_resop4::OP_RESTOREFH(RESTOREFH4res {
+        status: nfsstat4::NFS4_OK,
+    }))
+}
+
+/// Resolve `name` inside the directory `dir` (pseudo or real).
+pub fn lookup_in(c: &Compound, dir: &Fh, name: &Bytes) -> Result<Fh, crate::compound::OpError> {
+    check_name(name)?;
+    match dir {
+        Fh::Pseudo(n) => {
+            let node = c.srv.exports.node(*n).ok_or(nfsstat4::NFS4ERR_STALE)?;
+            match node.children.get(name) {
+                Some(PseudoChild::Node(m)) => Ok(Fh::Pseudo(*m)),
+                Some(PseudoChild::Export(id)) => {
+                    let e = c.srv.exports.get(*id).ok_or(nfsstat4::NFS4ERR_STALE)?;
+                    Ok(c.srv.obj_fh(e, e.root_key.clone()))
+                }
+                None => Err(nfsstat4::NFS4ERR_NOENT.into()),
+            }
+        }
+        Fh::Obj(o) => {
+            let (key, _attrs) = o.export.backend.lookup(&o.key, name)?;
+            Ok(c.srv.obj_fh(&o.export, key))
+        }
+    }
+}
+
+pub fn lookup(c: &mut Compound, a: &LOOKUP4args) -> OpResult {
+    let dir = c.cfh()?.clone();
+    c.cfh = Some(lookup_in(c, &dir, &a.objname)?);
+    c.cur_sid = None;
+    Ok(nfs_resop4::OP_LOOKUP(LOOKUP4res {
+        status: nfsstat4::NFS4_OK,
+    }))
+}
+
+/// The parent of a directory, crossing from an export root into the pseudo tree.
+pub fn parent_of(c: &Compound, fh: &Fh) -> Result<Fh, crate::compound::OpError> {
+    match fh {
+        Fh::Pseudo(0) => Err(nfsstat4::NFS4ERR_NOENT.into()),
+        Fh::Pseudo(n) => {
+            let node = c.srv.exports.node(*n).ok_or(nfsstat4::NFS4ERR_STALE)?;
+            Ok(Fh::Pseudo(node.parent))
+        }
+        Fh::Obj(o) => {
+            if o.key == o.export.root_key {
+                return match o.export.parent_node {
+                    Some(p) => Ok(Fh::Pseudo(p)),
+                    None => Err(nfsstat4::NFS4ERR_NOENT.into()),
+                };
+            }
+            let (key, _) = o.export.backend.lookup_parent(&o.key)?;
+            Ok(c.srv.obj_fh(&o.export, key))
+        }
+    }
+}
+
+pub fn lookupp(c: &mut Compound) -> OpResult {
+    let fh = c.cfh()?.clone();
+    if let Fh::Obj(o) = &fh {
+        let attrs = o.export.backend.getattr(&o.key)?;
+        if attrs.ftype != txnfs_backend::FileType::Directory {
+            return Err(if attrs.ftype == txnfs_backend::FileType::Symlink {
+                nfsstat4::NFS4ERR_SYMLINK
+            } else {
+                nfsstat4::NFS4ERR_NOTDIR
+            }
+            .into());
+        }
+    }
+    c.cfh = Some(parent_of(c, &fh)?);
+    c.cur_sid = None;
+    Ok(nfs_resop4::OP_LOOKUPP(LOOKUPP4res {
+        status: nfsstat4::NFS4_OK,
+    }))
+}
+
+/// We offer AUTH_SYS (and AUTH_NONE is accepted by the transport).
+fn flavors() -> SECINFO4resok {
+    vec![secinfo4::default(AUTH_SYS)]
+}
+
+pub fn secinfo(c: &mut Compound, a: &SECINFO4args) -> OpResult {
+    let dir = c.cfh()?.clone();
+    lookup_in(c, &dir, &a.name)?;
+    // SECINFO consumes the current filehandle (RFC 8881 §2.6.3.1.1.8).
+    c.cfh = None;
+    Ok(nfs_resop4::OP_SECINFO(SECINFO4res::NFS4_OK(flavors())))
+}
+
+pub fn secinfo_no_name(c: &mut Compound, a: &SECINFO_NO_NAME4args) -> OpResult {
+    let fh = c.cfh()?.clone();
+    if *a == secinfo_style4::SECINFO_STYLE4_PARENT {
+        parent_of(c, &fh)?;
+    }
+    c.cfh = None;
+    Ok(nfs_resop4::OP_SECINFO_NO_NAME(SECINFO4res::NFS4_OK(flavors())))
+}

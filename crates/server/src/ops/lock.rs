@@ -1,0 +1,154 @@
+//! Byte-range locks and stateid housekeeping: LOCK, LOCKT, LOCKU, TEST_STATEID,
+//! FREE_STATEID (RFC 8881 §18.10-18.12, §18.38, §18.48).
+
+use crate::compound::{Compound, OpError, OpResult};
+use crate::errors::state_status;
+use crate::nfs::*;
+use crate::server::{from_wire, to_wire};
+use txnfs_state::{LockDenied, LockRequest, LockType, Locker, StateError};
+
+fn lock_type(t: nfs_lock_type4) -> LockType {
+    match t {
+        nfs_lock_type4::READ_LT | nfs_lock_type4::READW_LT => LockType::Read,
+        nfs_lock_type4::WRITE_LT | nfs_lock_type4::WRITEW_LT => LockType::Write,
+    }
+}
+
+fn denied(d: &LockDenied) -> LOCK4denied {
+    LOCK4denied {
+        offset: d.offset,
+        length: d.length,
+        locktype: match d.lock_type {
+            LockType::Read => nfs_lock_type4::READ_LT,
+            LockType::Write => nfs_lock_type4::WRITE_LT,
+        },
+        owner: lock_owner4 {
+            clientid: d.owner.client,
+            owner: bytes::Bytes::from(d.owner.owner.clone()),
+        },
+    }
+}
+
+pub fn lock(c: &mut Compound, a: &LOCK4args) -> OpResult {
+    let client = c.client()?;
+    if a.reclaim != c.srv.grace.in_grace() {
+        return Err(if a.reclaim {
+            nfsstat4::NFS4ERR_NO_GRACE
+        } else {
+            nfsstat4::NFS4ERR_GRACE
+        }
+        .into());
+    }
+    let file = c.srv.cfh_file_id(c.cfh()?)?;
+    let locker = match &a.locker {
+        locker4::TRUE(o) => {
+            if o.lock_owner.clientid != client {
+                return Err(nfsstat4::NFS4ERR_INVAL.into());
+            }
+            Locker::NewOwner {
+                open_stateid: from_wire(&c.resolve_sid(&o.open_stateid)?),
+                lock_owner: o.lock_owner.owner.to_vec(),
+            }
+        }
+        locker4::FALSE(e) => Locker::Existing {
+            lock_stateid: from_wire(&c.resolve_sid(&e.lock_stateid)?),
+        },
+    };
+    let req = LockRequest {
+        file,
+        lock_type: lock_type(a.locktype),
+        offset: a.offset,
+        length: a.length,
+        locker,
+    };
+    let res = {
+        let mut st = c.srv.state.lock().map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
+        st.lock(client, req)
+    };
+    match res {
+        Ok(sid) => {
+            let sid = to_wire(&sid);
+            c.cur_sid = Some(sid.clone());
+            Ok(nfs_resop4::OP_LOCK(LOCK4res::NFS4_OK(LOCK4resok {
+                lock_stateid: sid,
+            })))
+        }
+        Err(StateError::Denied(d)) => Err(OpError::WithBody(
+            nfsstat4::NFS4ERR_DENIED,
+            Box::new(nfs_resop4::OP_LOCK(LOCK4res::NFS4ERR_DENIED(denied(&d)))),
+        )),
+        Err(e) => Err(state_status(&e).into()),
+    }
+}
+
+pub fn lockt(c: &mut Compound, a: &LOCKT4args) -> OpResult {
+    let client = c.client()?;
+    if c.srv.grace.in_grace() {
+        return Err(nfsstat4::NFS4ERR_GRACE.into());
+    }
+    let file = c.srv.cfh_file_id(c.cfh()?)?;
+    let res = {
+        let st = c.srv.state.lock().map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
+        st.lockt(
+            client,
+            &a.owner.owner,
+            file,
+            lock_type(a.locktype),
+            a.offset,
+            a.length,
+        )
+    };
+    match res {
+        Ok(()) => Ok(nfs_resop4::OP_LOCKT(LOCKT4res::NFS4_OK)),
+        Err(StateError::Denied(d)) => Err(OpError::WithBody(
+            nfsstat4::NFS4ERR_DENIED,
+            Box::new(nfs_resop4::OP_LOCKT(LOCKT4res::NFS4ERR_DENIED(denied(&d)))),
+        )),
+        Err(e) => Err(state_status(&e).into()),
+    }
+}
+
+pub fn locku(c: &mut Compound, a: &LOCKU4args) -> OpResult {
+    let client = c.client()?;
+    let file = c.srv.cfh_file_id(c.cfh()?)?;
+    let sid = from_wire(&c.resolve_sid(&a.lock_stateid)?);
+    let new = {
+        let mut st = c.srv.state.lock().map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
+        st.locku(client, &sid, file, a.offset, a.length)
+            .map_err(|e| state_status(&e))?
+    };
+    let new = to_wire(&new);
+    c.cur_sid = Some(new.clone());
+    Ok(nfs_resop4::OP_LOCKU(LOCKU4res::NFS4_OK(new)))
+}
+
+pub fn test_stateid(c: &mut Compound, a: &TEST_STATEID4args) -> OpResult {
+    let client = c.client()?;
+    let st = c.srv.state.lock().map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
+    let codes = a
+        .ts_stateids
+        .iter()
+        .map(|s| match st.test_stateid(client, &from_wire(s)) {
+            Ok(()) => nfsstat4::NFS4_OK,
+            Err(e) => state_status(&e),
+        })
+        .collect();
+    Ok(nfs_resop4::OP_TEST_STATEID(TEST_STATEID4res::NFS4_OK(
+        TEST_STATEID4resok {
+            tsr_status_codes: codes,
+        },
+    )))
+}
+
+pub fn free_stateid(c: &mut Compound, a: &FREE_STATEID4args) -> OpResult {
+    let client = c.client()?;
+    let sid = from_wire(&c.resolve_sid(&a.fsa_stateid)?);
+    {
+        let mut st = c.srv.state.lock().map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
+        st.free_stateid(client, &sid)
+            .map_err(|e| state_status(&e))?;
+    }
+    Ok(nfs_resop4::OP_FREE_STATEID(FREE_STATEID4res {
+        fsr_status: nfsstat4::NFS4_OK,
+    }))
+}

@@ -1,0 +1,304 @@
+//! Session operations: EXCHANGE_ID, CREATE_SESSION, SEQUENCE, DESTROY_SESSION,
+//! DESTROY_CLIENTID, BIND_CONN_TO_SESSION, RECLAIM_COMPLETE (RFC 8881 §18.35-18.51).
+
+use crate::compound::{Compound, OpResult};
+use crate::nfs::*;
+use crate::session::{ChannelAttrs, CreateSessionOutcome, Session, SessionError, SlotVerdict};
+use bytes::Bytes;
+use std::sync::Arc;
+
+fn session_status(e: SessionError) -> nfsstat4 {
+    use nfsstat4::*;
+    match e {
+        SessionError::StaleClientId => NFS4ERR_STALE_CLIENTID,
+        SessionError::SeqMisordered => NFS4ERR_SEQ_MISORDERED,
+        SessionError::BadSession => NFS4ERR_BADSESSION,
+        SessionError::ClientIdBusy => NFS4ERR_CLIENTID_BUSY,
+        SessionError::NoEnt => NFS4ERR_NOENT,
+        SessionError::NotSame => NFS4ERR_NOT_SAME,
+        SessionError::Resource => NFS4ERR_RESOURCE,
+        SessionError::CompleteAlready => NFS4ERR_COMPLETE_ALREADY,
+        SessionError::Inval => NFS4ERR_INVAL,
+        SessionError::TooSmall => NFS4ERR_TOOSMALL,
+    }
+}
+
+impl From<SessionError> for crate::compound::OpError {
+    fn from(e: SessionError) -> Self {
+        crate::compound::OpError::Status(session_status(e))
+    }
+}
+
+pub fn exchange_id(c: &mut Compound, a: &EXCHANGE_ID4args) -> OpResult {
+    let flags = a.eia_flags;
+    let known = EXCHGID4_FLAG_SUPP_MOVED_REFER
+        | EXCHGID4_FLAG_SUPP_MOVED_MIGR
+        | EXCHGID4_FLAG_BIND_PRINC_STATEID
+        | EXCHGID4_FLAG_USE_NON_PNFS
+        | EXCHGID4_FLAG_USE_PNFS_MDS
+        | EXCHGID4_FLAG_USE_PNFS_DS
+        | EXCHGID4_FLAG_UPD_CONFIRMED_REC_A
+        | EXCHGID4_FLAG_SUPP_FENCE_OPS;
+    if flags & !known != 0 || flags & EXCHGID4_FLAG_CONFIRMED_R != 0 {
+        return Err(nfsstat4::NFS4ERR_INVAL.into());
+    }
+    // SSV state protection is not offered; SP4_MACH_CRED and SP4_NONE both get
+    // SP4_NONE (allowed: the server chooses, RFC 8881 §18.35.4).
+    if let state_protect4_a::SP4_SSV(_) = a.eia_state_protect {
+        return Err(nfsstat4::NFS4ERR_ENCR_ALG_UNSUPP.into());
+    }
+    let owner = &a.eia_clientowner;
+    let ok = {
+        let mut t = c.srv.sessions.lock().map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
+        t.exchange_id(
+            &owner.co_ownerid,
+            owner.co_verifier,
+            flags & EXCHGID4_FLAG_UPD_CONFIRMED_REC_A != 0,
+            c.now,
+        )?
+    };
+    let mut eir_flags = EXCHGID4_FLAG_USE_NON_PNFS;
+    if ok.confirmed {
+        eir_flags |= EXCHGID4_FLAG_CONFIRMED_R;
+    }
+    Ok(nfs_resop4::OP_EXCHANGE_ID(EXCHANGE_ID4res::NFS4_OK(
+        EXCHANGE_ID4resok {
+            eir_clientid: ok.clientid,
+            eir_sequenceid: ok.sequenceid,
+            eir_flags,
+            eir_state_protect: state_protect4_r::SP4_NONE,
+            eir_server_owner: server_owner4 {
+                so_minor_id: 0,
+                so_major_id: c.srv.server_owner.clone(),
+            },
+            eir_server_scope: c.srv.server_owner.clone(),
+            eir_server_impl_id: vec![nfs_impl_id4 {
+                nii_domain: Bytes::from_static(b"txnfs.dev"),
+                nii_name: Bytes::from(format!("txnfs {}", env!("CARGO_PKG_VERSION"))),
+                nii_date: nfstime4 {
+                    seconds: 0,
+                    nseconds: 0,
+                },
+            }],
+        },
+    )))
+}
+
+fn to_attrs(a: &channel_attrs4) -> ChannelAttrs {
+    ChannelAttrs {
+        max_request: a.ca_maxrequestsize,
+        max_response: a.ca_maxresponsesize,
+        max_response_cached: a.ca_maxresponsesize_cached,
+        max_ops: a.ca_maxoperations,
+        max_requests: a.ca_maxrequests,
+    }
+}
+
+fn from_attrs(a: &ChannelAttrs) -> channel_attrs4 {
+    channel_attrs4 {
+        ca_headerpadsize: 0,
+        ca_maxrequestsize: a.max_request,
+        ca_maxresponsesize: a.max_response,
+        ca_maxresponsesize_cached: a.max_response_cached,
+        ca_maxoperations: a.max_ops,
+        ca_maxrequests: a.max_requests,
+        ca_rdma_ird: Vec::new(),
+    }
+}
+
+pub fn create_session(c: &mut Compound, a: &CREATE_SESSION4args) -> OpResult {
+    if a.csa_fore_chan_attrs.ca_rdma_ird.len() > 1 || a.csa_back_chan_attrs.ca_rdma_ird.len() > 1
+    {
+        return Err(nfsstat4::NFS4ERR_BADXDR.into());
+    }
+    let (out, replaced) = {
+        let mut t = c.srv.sessions.lock().map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
+        t.create_session(
+            a.csa_clientid,
+            a.csa_sequence,
+            a.csa_flags,
+            &to_attrs(&a.csa_fore_chan_attrs),
+            &to_attrs(&a.csa_back_chan_attrs),
+            a.csa_cb_program,
+            c.conn,
+            c.now,
+        )?
+    };
+    if let Some(old) = replaced {
+        // The client rebooted and confirmed its new incarnation: its old opens and
+        // locks are gone (RFC 8881 §18.35.4 case 3 / §18.36.4).
+        c.srv.release_client_state(old);
+    }
+    c.srv.persist_clients();
+    let CreateSessionOutcome::Created {
+        id,
+        seq,
+        flags,
+        fore,
+        back,
+    } = out;
+    Ok(nfs_resop4::OP_CREATE_SESSION(CREATE_SESSION4res::NFS4_OK(
+        CREATE_SESSION4resok {
+            csr_sessionid: id,
+            csr_sequence: seq,
+            csr_flags: flags,
+            csr_fore_chan_attrs: from_attrs(&fore),
+            csr_back_chan_attrs: from_attrs(&back),
+        },
+    )))
+}
+
+/// Why SEQUENCE did not let the compound proceed.
+pub enum SeqFail {
+    /// A retransmission: send the cached reply as the whole COMPOUND reply.
+    Replay(Bytes),
+    Status(nfsstat4),
+}
+
+/// SEQUENCE (RFC 8881 §18.46): find the session, apply the slot rules, renew the lease.
+pub fn sequence(
+    c: &mut Compound,
+    a: &SEQUENCE4args,
+    nops: u32,
+    req_len: usize,
+    req_hash: u64,
+) -> Result<(SEQUENCE4resok, Arc<Session>), SeqFail> {
+    let session = {
+        let t = c
+            .srv
+            .sessions
+            .lock()
+            .map_err(|_| SeqFail::Status(nfsstat4::NFS4ERR_SERVERFAULT))?;
+        t.session(&a.sa_sessionid)
+            .ok_or(SeqFail::Status(nfsstat4::NFS4ERR_BADSESSION))?
+    };
+    if nops > session.fore.max_ops {
+        return Err(SeqFail::Status(nfsstat4::NFS4ERR_TOO_MANY_OPS));
+    }
+    if req_len > session.fore.max_request as usize {
+        return Err(SeqFail::Status(nfsstat4::NFS4ERR_REQ_TOO_BIG));
+    }
+    let (verdict, granted) = {
+        let mut slots = session
+            .slots
+            .lock()
+            .map_err(|_| SeqFail::Status(nfsstat4::NFS4ERR_SERVERFAULT))?;
+        (
+            slots.begin(a.sa_slotid, a.sa_sequenceid, req_hash),
+            slots.granted(),
+        )
+    };
+    match verdict {
+        SlotVerdict::Execute => {}
+        SlotVerdict::Replay(b) => {
+            c.srv.stats.replays.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Err(SeqFail::Replay(b));
+        }
+        SlotVerdict::InProgress => return Err(SeqFail::Status(nfsstat4::NFS4ERR_DELAY)),
+        SlotVerdict::RetryUncached => {
+            return Err(SeqFail::Status(nfsstat4::NFS4ERR_RETRY_UNCACHED_REP))
+        }
+        SlotVerdict::FalseRetry => return Err(SeqFail::Status(nfsstat4::NFS4ERR_SEQ_FALSE_RETRY)),
+        SlotVerdict::Misordered => return Err(SeqFail::Status(nfsstat4::NFS4ERR_SEQ_MISORDERED)),
+        SlotVerdict::BadSlot => return Err(SeqFail::Status(nfsstat4::NFS4ERR_BADSLOT)),
+    }
+    if let Ok(mut t) = c.srv.sessions.lock() {
+        t.renew(session.client, c.now);
+    }
+    // With SP4_NONE, a connection is implicitly bound by using it (RFC 8881 §2.10.3.1).
+    if let Ok(mut conns) = session.conns.lock() {
+        conns.insert(c.conn);
+    }
+    c.client = Some(session.client);
+    c.session = Some(session.clone());
+    let highest = granted - 1;
+    Ok((
+        SEQUENCE4resok {
+            sr_sessionid: a.sa_sessionid,
+            sr_sequenceid: a.sa_sequenceid,
+            sr_slotid: a.sa_slotid,
+            sr_highest_slotid: highest,
+            sr_target_highest_slotid: highest,
+            sr_status_flags: 0,
+        },
+        session,
+    ))
+}
+
+pub fn destroy_session(c: &mut Compound, a: &DESTROY_SESSION4args) -> OpResult {
+    let mut t = c.srv.sessions.lock().map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
+    t.destroy_session(&a.dsa_sessionid)?;
+    Ok(nfs_resop4::OP_DESTROY_SESSION(DESTROY_SESSION4res {
+        dsr_status: nfsstat4::NFS4_OK,
+    }))
+}
+
+pub fn destroy_clientid(c: &mut Compound, a: &DESTROY_CLIENTID4args) -> OpResult {
+    {
+        let st = c.srv.state.lock().map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
+        if st.client_has_state(a.dca_clientid) {
+            return Err(nfsstat4::NFS4ERR_CLIENTID_BUSY.into());
+        }
+    }
+    {
+        let mut t = c.srv.sessions.lock().map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
+        t.destroy_client(a.dca_clientid)?;
+    }
+    c.srv.persist_clients();
+    Ok(nfs_resop4::OP_DESTROY_CLIENTID(DESTROY_CLIENTID4res {
+        dcr_status: nfsstat4::NFS4_OK,
+    }))
+}
+
+pub fn bind_conn_to_session(c: &mut Compound, a: &BIND_CONN_TO_SESSION4args) -> OpResult {
+    let session = {
+        let t = c.srv.sessions.lock().map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
+        t.session(&a.bctsa_sessid)
+            .ok_or(nfsstat4::NFS4ERR_BADSESSION)?
+    };
+    if a.bctsa_use_conn_in_rdma_mode {
+        // We have no RDMA transport; the flag is a hint we can ignore (answer false).
+    }
+    use channel_dir_from_client4 as D;
+    let dir = match a.bctsa_dir {
+        D::CDFC4_FORE => channel_dir_from_server4::CDFS4_FORE,
+        D::CDFC4_BACK => channel_dir_from_server4::CDFS4_BACK,
+        D::CDFC4_FORE_OR_BOTH | D::CDFC4_BACK_OR_BOTH => channel_dir_from_server4::CDFS4_BOTH,
+    };
+    if let Ok(mut conns) = session.conns.lock() {
+        conns.insert(c.conn);
+    }
+    if let Ok(mut t) = c.srv.sessions.lock() {
+        t.renew(session.client, c.now);
+    }
+    Ok(nfs_resop4::OP_BIND_CONN_TO_SESSION(
+        BIND_CONN_TO_SESSION4res::NFS4_OK(BIND_CONN_TO_SESSION4resok {
+            bctsr_sessid: a.bctsa_sessid,
+            bctsr_dir: dir,
+            bctsr_use_conn_in_rdma_mode: false,
+        }),
+    ))
+}
+
+pub fn reclaim_complete(c: &mut Compound, a: &RECLAIM_COMPLETE4args) -> OpResult {
+    let client = c.client()?;
+    if a.rca_one_fs {
+        // Per-file-system reclaim completion: nothing to track (no migration).
+        return Ok(nfs_resop4::OP_RECLAIM_COMPLETE(RECLAIM_COMPLETE4res {
+            rcr_status: nfsstat4::NFS4_OK,
+        }));
+    }
+    let owner = {
+        let mut t = c.srv.sessions.lock().map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
+        let rec = t.client_mut(client).ok_or(nfsstat4::NFS4ERR_STALE_CLIENTID)?;
+        if rec.reclaim_complete {
+            return Err(nfsstat4::NFS4ERR_COMPLETE_ALREADY.into());
+        }
+        rec.reclaim_complete = true;
+        rec.owner.clone()
+    };
+    c.srv.grace.reclaim_complete(&owner);
+    Ok(nfs_resop4::OP_RECLAIM_COMPLETE(RECLAIM_COMPLETE4res {
+        rcr_status: nfsstat4::NFS4_OK,
+    }))
+}

@@ -1,0 +1,425 @@
+//! The server instance: configuration, exports, handles, the session and state tables,
+//! and the helpers ops share (handle resolution, attribute encoding, stateid checks).
+
+use crate::compound::{Fh, ObjFh, OpError};
+use crate::config::Config;
+use crate::export::{Export, ExportError, Exports, PseudoNode, PSEUDO_FSID};
+use crate::grace::Grace;
+use crate::handle::{HandleCodec, HandleError, HandleTarget};
+use crate::nfs::{fattr4, nfsstat4, stateid4};
+use crate::session::{ChannelAttrs, ClientId, Limits, SessionTable};
+use crate::statedir::StateDir;
+use bytes::Bytes;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use txnfs_attr::{AttrSource, FsInfo};
+use txnfs_backend::{Attrs, FileKey, FileType, Timestamp};
+use txnfs_state::{StateLimits, StateTable, Stateid};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(transparent)]
+    Export(#[from] ExportError),
+    #[error("state directory {path}: {err}")]
+    StateDir { path: String, err: std::io::Error },
+}
+
+/// Operation counters (like /proc/self/mountstats on the server side).
+pub struct Stats {
+    pub ops: Vec<AtomicU64>,
+    pub compounds: AtomicU64,
+    pub replays: AtomicU64,
+}
+
+impl Stats {
+    fn new() -> Self {
+        Stats {
+            ops: (0..80).map(|_| AtomicU64::new(0)).collect(),
+            compounds: AtomicU64::new(0),
+            replays: AtomicU64::new(0),
+        }
+    }
+
+    pub fn count(&self, op: u32) {
+        if let Some(c) = self.ops.get(op as usize) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn get(&self, op: u32) -> u64 {
+        self.ops
+            .get(op as usize)
+            .map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+}
+
+pub struct Server {
+    pub cfg: Config,
+    pub exports: Exports,
+    pub handles: HandleCodec,
+    pub sessions: Mutex<SessionTable>,
+    pub state: Mutex<StateTable>,
+    pub grace: Grace,
+    pub write_verf: [u8; 8],
+    pub boot_epoch: u32,
+    pub server_owner: Bytes,
+    /// Fore-channel maxima we offer.
+    pub limits: ChannelAttrs,
+    pub stats: Stats,
+    statedir: StateDir,
+    boot_time: Timestamp,
+}
+
+pub fn to_wire(s: &Stateid) -> stateid4 {
+    stateid4 {
+        seqid: s.seqid,
+        other: s.other,
+    }
+}
+
+pub fn from_wire(s: &stateid4) -> Stateid {
+    Stateid {
+        seqid: s.seqid,
+        other: s.other,
+    }
+}
+
+impl Server {
+    pub fn new(cfg: Config) -> Result<Arc<Server>, ServerError> {
+        let dir = cfg.state_dir();
+        let statedir = StateDir::open(&dir).map_err(|err| ServerError::StateDir {
+            path: dir.display().to_string(),
+            err,
+        })?;
+        let secret = statedir.handle_secret().map_err(|err| ServerError::StateDir {
+            path: dir.display().to_string(),
+            err,
+        })?;
+        let boot_epoch = statedir.next_boot_epoch().map_err(|err| ServerError::StateDir {
+            path: dir.display().to_string(),
+            err,
+        })?;
+        let previous_clients = statedir.load_clients();
+        let exports = Exports::build(&cfg.exports)?;
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let mut write_verf = [0u8; 8];
+        write_verf[..4].copy_from_slice(&boot_epoch.to_be_bytes());
+        write_verf[4..].copy_from_slice(&now.subsec_nanos().to_be_bytes());
+        let limits = ChannelAttrs {
+            max_request: cfg.max_record_size as u32,
+            max_response: cfg.max_record_size as u32,
+            max_response_cached: cfg.max_cached_reply,
+            max_ops: cfg.max_ops_per_compound,
+            max_requests: cfg.max_slots_per_session,
+        };
+        let back = ChannelAttrs {
+            max_request: 64 << 10,
+            max_response: 64 << 10,
+            max_response_cached: 0,
+            max_ops: 16,
+            max_requests: 16,
+        };
+        let grace_len = Duration::from_secs(cfg.lease_time as u64);
+        let grace = if cfg.grace && !previous_clients.is_empty() {
+            tracing::info!(
+                clients = previous_clients.len(),
+                seconds = grace_len.as_secs(),
+                "grace period: waiting for clients to reclaim"
+            );
+            Grace::new(Instant::now() + grace_len, previous_clients)
+        } else {
+            Grace::none()
+        };
+        let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+        let server_owner = Bytes::from(format!("txnfs@{}", host.trim()));
+        let sessions = SessionTable::new(
+            boot_epoch,
+            Limits {
+                max_clients: cfg.max_clients,
+                max_sessions_per_client: cfg.max_sessions_per_client,
+                server_fore: limits,
+                server_back: back,
+            },
+        );
+        Ok(Arc::new(Server {
+            exports,
+            handles: HandleCodec::new(&secret),
+            sessions: Mutex::new(sessions),
+            state: Mutex::new(StateTable::new(boot_epoch, StateLimits::default())),
+            grace,
+            write_verf,
+            boot_epoch,
+            server_owner,
+            limits,
+            stats: Stats::new(),
+            statedir,
+            boot_time: Timestamp {
+                sec: now.as_secs() as i64,
+                nsec: now.subsec_nanos(),
+            },
+            cfg,
+        }))
+    }
+
+    // ---- handles -------------------------------------------------------------------
+
+    pub fn root_fh(&self) -> Fh {
+        match self.exports.root_export.and_then(|id| self.exports.get(id)) {
+            Some(e) => self.obj_fh(e, e.root_key.clone()),
+            None => Fh::Pseudo(0),
+        }
+    }
+
+    pub fn obj_fh(&self, export: &Arc<Export>, key: FileKey) -> Fh {
+        let wire = self.handles.encode(&HandleTarget::Object {
+            export: export.id,
+            key: key.clone(),
+        });
+        Fh::Obj(ObjFh {
+            export: export.clone(),
+            key,
+            wire,
+        })
+    }
+
+    pub fn fh_wire(&self, fh: &Fh) -> Bytes {
+        match fh {
+            Fh::Pseudo(n) => self.handles.encode(&HandleTarget::Pseudo(*n)),
+            Fh::Obj(o) => o.wire.clone(),
+        }
+    }
+
+    pub fn fh_from_wire(&self, wire: &Bytes) -> Result<Fh, nfsstat4> {
+        match self.handles.decode(wire) {
+            Ok(HandleTarget::Pseudo(n)) => {
+                if self.exports.node(n).is_some() {
+                    Ok(Fh::Pseudo(n))
+                } else {
+                    Err(nfsstat4::NFS4ERR_STALE)
+                }
+            }
+            Ok(HandleTarget::Object { export, key }) => {
+                let e = self.exports.get(export).ok_or(nfsstat4::NFS4ERR_STALE)?;
+                Ok(Fh::Obj(ObjFh {
+                    export: e.clone(),
+                    key,
+                    wire: wire.clone(),
+                }))
+            }
+            Err(HandleError::Forged) => {
+                tracing::warn!("rejected a file handle that fails verification (forged?)");
+                Err(nfsstat4::NFS4ERR_BADHANDLE)
+            }
+            Err(HandleError::Malformed) => Err(nfsstat4::NFS4ERR_BADHANDLE),
+        }
+    }
+
+    // ---- attributes ------------------------------------------------------------------
+
+    fn pseudo_attrs(&self, n: u16) -> Attrs {
+        let children = self.exports.node(n).map_or(0, |x| x.children.len());
+        Attrs {
+            ftype: FileType::Directory,
+            mode: 0o555,
+            nlink: 2 + children as u32,
+            uid: 0,
+            gid: 0,
+            size: 4096,
+            space_used: 4096,
+            rdev: (0, 0),
+            fsid: 0,
+            fileid: PseudoNode::fileid(n),
+            atime: self.boot_time,
+            mtime: self.boot_time,
+            ctime: self.boot_time,
+            change: self.boot_epoch as u64,
+        }
+    }
+
+    pub fn attrs_of(&self, fh: &Fh) -> Result<Attrs, OpError> {
+        match fh {
+            Fh::Pseudo(n) => Ok(self.pseudo_attrs(*n)),
+            Fh::Obj(o) => Ok(o.export.backend.getattr(&o.key)?),
+        }
+    }
+
+    fn fs_info(&self, fh: &Fh) -> FsInfo {
+        let fsid = match fh {
+            Fh::Pseudo(_) => PSEUDO_FSID,
+            Fh::Obj(o) => o.export.fsid(),
+        };
+        FsInfo {
+            fsid,
+            lease_time: self.cfg.lease_time,
+            maxread: self.cfg.max_io_size as u64,
+            maxwrite: self.cfg.max_io_size as u64,
+            maxfilesize: i64::MAX as u64,
+            maxname: 255,
+            maxlink: 65000,
+            time_delta: Timestamp { sec: 0, nsec: 1 },
+            fh_expire_type: 0, // FH4_PERSISTENT
+            link_support: true,
+            symlink_support: true,
+        }
+    }
+
+    fn mounted_on_fileid(&self, fh: &Fh, attrs: &Attrs) -> u64 {
+        if let Fh::Obj(o) = fh {
+            if o.key == o.export.root_key && o.export.parent_node.is_some() {
+                // The export root as seen from the pseudo directory it is mounted on.
+                return (1u64 << 62) | o.export.id as u64;
+            }
+        }
+        attrs.fileid
+    }
+
+    /// Encode the requested attributes of `fh`; `known` avoids a second stat when the
+    /// caller (READDIR) already has them.
+    pub fn fattr(&self, fh: &Fh, request: &[u32], known: Option<&Attrs>) -> Result<fattr4, OpError> {
+        let attrs = match known {
+            Some(a) => a.clone(),
+            None => self.attrs_of(fh)?,
+        };
+        let fs = self.fs_info(fh);
+        let stats = if txnfs_attr::needs_fsstats(request) {
+            match fh {
+                Fh::Obj(o) => Some(o.export.backend.statfs(&o.key)?),
+                Fh::Pseudo(_) => Some(txnfs_backend::FsStats::default()),
+            }
+        } else {
+            None
+        };
+        let wire = self.fh_wire(fh);
+        let src = AttrSource {
+            attrs: &attrs,
+            fh: &wire,
+            fs: &fs,
+            fsstats: stats.as_ref(),
+            mounted_on_fileid: self.mounted_on_fileid(fh, &attrs),
+            rdattr_error: None,
+        };
+        let (attrmask, attr_vals) = txnfs_attr::encode(request, &src);
+        Ok(fattr4 {
+            attrmask,
+            attr_vals,
+        })
+    }
+
+    pub fn compare_attrs(&self, fh: &Fh, f: &fattr4) -> Result<bool, OpError> {
+        let attrs = self.attrs_of(fh)?;
+        let fs = self.fs_info(fh);
+        let stats = if txnfs_attr::needs_fsstats(&f.attrmask) {
+            match fh {
+                Fh::Obj(o) => Some(o.export.backend.statfs(&o.key)?),
+                Fh::Pseudo(_) => Some(txnfs_backend::FsStats::default()),
+            }
+        } else {
+            None
+        };
+        let wire = self.fh_wire(fh);
+        let src = AttrSource {
+            attrs: &attrs,
+            fh: &wire,
+            fs: &fs,
+            fsstats: stats.as_ref(),
+            mounted_on_fileid: self.mounted_on_fileid(fh, &attrs),
+            rdattr_error: None,
+        };
+        txnfs_attr::compare(&f.attrmask, &f.attr_vals, &src)
+            .map_err(|e| OpError::Status(crate::errors::status_from_u32(e.nfsstat())))
+    }
+
+    /// READDIR cookie verifier: constant per directory, so cookies stay usable across
+    /// server restarts (our cookies are the file system's own stable offsets).
+    pub fn cookieverf(&self, fh: &Fh) -> [u8; 8] {
+        let id = match fh {
+            Fh::Pseudo(_) => 0u16,
+            Fh::Obj(o) => o.export.id,
+        };
+        let mut v = *b"txnfs\0\0\0";
+        v[6..].copy_from_slice(&id.to_be_bytes());
+        v
+    }
+
+    // ---- state -----------------------------------------------------------------------
+
+    /// The id under which opens and locks of an object are kept: unique across exports.
+    pub fn state_file_id(&self, export: &Export, fileid: u64) -> u64 {
+        fileid ^ ((export.id as u64) << 48)
+    }
+
+    pub fn cfh_file_id(&self, fh: &Fh) -> Result<u64, OpError> {
+        match fh {
+            Fh::Pseudo(_) => Err(nfsstat4::NFS4ERR_ISDIR.into()),
+            Fh::Obj(o) => {
+                let a = o.export.backend.getattr(&o.key)?;
+                match a.ftype {
+                    FileType::Regular => Ok(self.state_file_id(&o.export, a.fileid)),
+                    FileType::Directory => Err(nfsstat4::NFS4ERR_ISDIR.into()),
+                    _ => Err(nfsstat4::NFS4ERR_INVAL.into()),
+                }
+            }
+        }
+    }
+
+    pub fn check_io(
+        &self,
+        client: Option<ClientId>,
+        sid: &stateid4,
+        file: u64,
+        write: bool,
+    ) -> Result<(), nfsstat4> {
+        let client = client.unwrap_or(0);
+        let st = self.state.lock().map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
+        st.check_io(client, &from_wire(sid), file, write)
+            .map_err(|e| crate::errors::state_status(&e))
+    }
+
+    /// Free every open and lock of a client (lease expiry, reboot, DESTROY_CLIENTID).
+    pub fn release_client_state(&self, client: ClientId) {
+        if let Ok(mut st) = self.state.lock() {
+            let n = st.expire_client(client);
+            if n > 0 {
+                tracing::info!(client = format_args!("{client:#x}"), states = n, "released client state");
+            }
+        }
+    }
+
+    /// Persist the owners of confirmed clients so that after a restart the grace period
+    /// knows whom to wait for.
+    pub fn persist_clients(&self) {
+        let owners = match self.sessions.lock() {
+            Ok(t) => t.confirmed_owners(),
+            Err(_) => return,
+        };
+        if let Err(e) = self.statedir.save_clients(&owners) {
+            tracing::warn!("cannot record clients in the state directory: {e}");
+        }
+    }
+
+    /// Periodic housekeeping: expire clients whose lease ran out.
+    pub fn tick(&self) {
+        let lease = Duration::from_secs(self.cfg.lease_time as u64);
+        // Courtesy: one extra lease before a silent client loses its state.
+        let dead = match self.sessions.lock() {
+            Ok(mut t) => t.expire(lease * 2, Instant::now()),
+            Err(_) => return,
+        };
+        for c in &dead {
+            tracing::info!(client = format_args!("{c:#x}"), "lease expired");
+            self.release_client_state(*c);
+        }
+        if !dead.is_empty() {
+            self.persist_clients();
+        }
+    }
+
+    pub fn connection_closed(&self, conn: u64) {
+        if let Ok(t) = self.sessions.lock() {
+            t.connection_closed(conn);
+        }
+    }
+}

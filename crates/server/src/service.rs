@@ -1,0 +1,108 @@
+//! The NFS RPC program (100003, version 4): NULL and COMPOUND. A COMPOUND runs to
+//! completion on one blocking-pool thread (the single handoff per request; storage
+//! calls are plain syscalls there), so the async transport threads never block.
+
+use crate::server::Server;
+use bytes::Bytes;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use txnfs_backend::Creds;
+use txnfs_rpc::{CallInfo, Credential, ReplyBody, RpcService};
+
+pub const NFS_PROGRAM: u32 = 100003;
+const NFS_V4: u32 = 4;
+const PROC_NULL: u32 = 0;
+const PROC_COMPOUND: u32 = 1;
+
+/// Caller identity: AUTH_SYS as sent; AUTH_NONE as nobody (65534).
+fn creds(c: &Credential) -> Creds {
+    match c {
+        Credential::Sys(s) => Creds {
+            uid: s.uid,
+            gid: s.gid,
+            gids: s.gids.clone(),
+        },
+        _ => Creds {
+            uid: 65534,
+            gid: 65534,
+            gids: Vec::new(),
+        },
+    }
+}
+
+pub struct NfsService {
+    pub server: Arc<Server>,
+}
+
+impl RpcService for NfsService {
+    fn programs(&self) -> Vec<(u32, u32, u32)> {
+        vec![(NFS_PROGRAM, NFS_V4, NFS_V4)]
+    }
+
+    fn call(&self, info: CallInfo, args: Bytes) -> impl Future<Output = ReplyBody> + Send {
+        let server = self.server.clone();
+        async move {
+            match info.proc_num {
+                PROC_NULL => ReplyBody::Success(Bytes::new()),
+                PROC_COMPOUND => {
+                    let creds = creds(&info.cred);
+                    let conn = info.conn_id;
+                    let job = tokio::task::spawn_blocking(move || {
+                        server
+                            .stats
+                            .compounds
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        crate::compound::execute(&server, creds, conn, args)
+                    });
+                    match job.await {
+                        Ok(Ok(reply)) => ReplyBody::Success(reply),
+                        Ok(Err(e)) => {
+                            tracing::warn!(peer = %info.peer, "{e}");
+                            ReplyBody::GarbageArgs
+                        }
+                        Err(e) => {
+                            tracing::error!(peer = %info.peer, "COMPOUND task failed: {e}");
+                            ReplyBody::SystemErr
+                        }
+                    }
+                }
+                _ => ReplyBody::ProcUnavail,
+            }
+        }
+    }
+
+    fn connection_closed(&self, conn_id: u64) {
+        self.server.connection_closed(conn_id);
+    }
+}
+
+/// Serve until `shutdown` resolves: the RPC transport plus lease housekeeping.
+pub async fn run(
+    server: Arc<Server>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send,
+) -> std::io::Result<()> {
+    let ticker = {
+        let server = server.clone();
+        tokio::spawn(async move {
+            let mut t = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                t.tick().await;
+                let s = server.clone();
+                let _ = tokio::task::spawn_blocking(move || s.tick()).await;
+            }
+        })
+    };
+    let cfg = txnfs_rpc::ServerConfig {
+        max_record_size: server.cfg.max_record_size,
+        ..Default::default()
+    };
+    let svc = Arc::new(NfsService {
+        server: server.clone(),
+    });
+    let r = txnfs_rpc::serve(listener, svc, cfg, shutdown).await;
+    ticker.abort();
+    server.persist_clients();
+    r
+}
