@@ -1,0 +1,52 @@
+//! ONC RPC v2 (RFC 5531) over TCP with record marking: a server transport ([`serve`] an
+//! [`RpcService`]) and an async client ([`RpcClient`]).
+//!
+//! The server reads records from each connection, answers what the transport can answer
+//! itself (RPC_MISMATCH, AUTH_ERROR, PROG_UNAVAIL, PROG_MISMATCH, GARBAGE_ARGS for a
+//! malformed call header), and runs every other call as its own task, at most
+//! [`ServerConfig::max_in_flight_per_conn`] per connection. Replies are written in
+//! completion order by one writer task per connection, gathering the replies ready at the
+//! same time into one vectored write.
+
+mod client;
+pub mod msg;
+mod record;
+mod server;
+
+pub use client::{decode_reply, ClientConfig, RpcClient};
+pub use msg::{encode_call, record, AuthStat, AuthSys, Credential, OpaqueAuth};
+pub use record::read_record;
+pub use server::{
+    serve, CallInfo, ReplyBody, RpcService, ServerConfig, DEFAULT_MAX_RECORD_SIZE, SHUTDOWN_GRACE,
+};
+
+pub use txnfs_xdr::XdrError;
+
+/// Why a client call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RpcError {
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("malformed RPC reply: {0}")]
+    Xdr(#[from] XdrError),
+    /// MSG_DENIED / RPC_MISMATCH: the server speaks RPC versions `low..=high`.
+    #[error("RPC version mismatch: server supports {low}..={high}")]
+    RpcMismatch { low: u32, high: u32 },
+    /// MSG_DENIED / AUTH_ERROR.
+    #[error("RPC authentication error: {0:?}")]
+    AuthError(AuthStat),
+    #[error("program unavailable")]
+    ProgUnavail,
+    #[error("program version mismatch: server supports {low}..={high}")]
+    ProgMismatch { low: u32, high: u32 },
+    #[error("procedure unavailable")]
+    ProcUnavail,
+    #[error("server could not decode the arguments")]
+    GarbageArgs,
+    #[error("server system error")]
+    SystemErr,
+    #[error("connection lost")]
+    Disconnected,
+    #[error("record of {size} bytes exceeds the limit {max}")]
+    RecordTooLarge { size: usize, max: usize },
+}

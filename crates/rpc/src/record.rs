@@ -1,0 +1,186 @@
+//! Record marking (RFC 5531 §11): reading records made of fragments, and gathered writes.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice};
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::msg::LAST_FRAGMENT;
+
+/// How much buffer space is reserved at most per read, whatever a fragment header declares.
+const READ_CHUNK: usize = 64 * 1024;
+const MIN_READ: usize = 8 * 1024;
+
+#[derive(Debug)]
+pub(crate) enum RecordError {
+    Io(io::Error),
+    /// The record (sum of its fragments so far plus the next declared fragment) exceeds the limit.
+    TooLarge {
+        size: usize,
+        max: usize,
+    },
+    /// EOF in the middle of a record.
+    Truncated,
+}
+
+impl std::fmt::Display for RecordError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecordError::Io(e) => write!(f, "I/O error: {e}"),
+            RecordError::TooLarge { size, max } => {
+                write!(f, "record of at least {size} bytes exceeds the limit {max}")
+            }
+            RecordError::Truncated => write!(f, "connection closed in the middle of a record"),
+        }
+    }
+}
+
+/// Reads whole records from a byte stream.
+///
+/// [`RecordReader::next_record`] is cancel-safe: all progress is kept in `self`, and the only
+/// await point is a `read_buf` into the internal buffer.
+pub(crate) struct RecordReader<R> {
+    io: R,
+    buf: BytesMut,
+    /// Fragments of the current record received so far (only for multi-fragment records).
+    partial: BytesMut,
+    max: usize,
+}
+
+impl<R: AsyncRead + Unpin> RecordReader<R> {
+    pub(crate) fn new(io: R, max: usize) -> Self {
+        RecordReader {
+            io,
+            buf: BytesMut::new(),
+            partial: BytesMut::new(),
+            max,
+        }
+    }
+
+    /// The next complete record, or `None` on a clean EOF between records.
+    pub(crate) async fn next_record(&mut self) -> Result<Option<Bytes>, RecordError> {
+        loop {
+            if self.buf.len() < 4 {
+                if !self.fill(4).await? {
+                    return if self.buf.is_empty() && self.partial.is_empty() {
+                        Ok(None)
+                    } else {
+                        Err(RecordError::Truncated)
+                    };
+                }
+                continue;
+            }
+            let mark = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]);
+            let last = mark & LAST_FRAGMENT != 0;
+            let len = (mark & !LAST_FRAGMENT) as usize;
+            let size = self.partial.len() + len;
+            if size > self.max {
+                return Err(RecordError::TooLarge {
+                    size,
+                    max: self.max,
+                });
+            }
+            if self.buf.len() < 4 + len {
+                if !self.fill(4 + len).await? {
+                    return Err(RecordError::Truncated);
+                }
+                continue;
+            }
+            self.buf.advance(4);
+            let frag = self.buf.split_to(len);
+            if last {
+                if self.partial.is_empty() {
+                    return Ok(Some(frag.freeze()));
+                }
+                self.partial.extend_from_slice(&frag);
+                return Ok(Some(self.partial.split().freeze()));
+            }
+            self.partial.extend_from_slice(&frag);
+        }
+    }
+
+    /// Read more bytes, aiming for `want` buffered bytes but never reserving more than
+    /// [`READ_CHUNK`] at a time. Returns false on EOF.
+    async fn fill(&mut self, want: usize) -> Result<bool, RecordError> {
+        let missing = want.saturating_sub(self.buf.len());
+        let spare = self.buf.capacity() - self.buf.len();
+        if spare < missing.min(MIN_READ) || spare == 0 {
+            self.buf.reserve(missing.clamp(MIN_READ, READ_CHUNK));
+        }
+        let n = self
+            .io
+            .read_buf(&mut self.buf)
+            .await
+            .map_err(RecordError::Io)?;
+        Ok(n > 0)
+    }
+}
+
+/// Maximum number of iovecs handed to one `writev`.
+const MAX_IOVECS: usize = 64;
+
+/// Write every segment of `segs`, gathering them into vectored writes; `segs` is drained.
+pub(crate) async fn write_all_vectored<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    segs: &mut VecDeque<Bytes>,
+) -> io::Result<()> {
+    while !segs.is_empty() {
+        let n = {
+            let slices: Vec<IoSlice<'_>> = segs
+                .iter()
+                .take(MAX_IOVECS)
+                .map(|b| IoSlice::new(b))
+                .collect();
+            w.write_vectored(&slices).await?
+        };
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        let mut n = n;
+        while n > 0 {
+            let Some(front) = segs.front_mut() else { break };
+            if front.len() <= n {
+                n -= front.len();
+                segs.pop_front();
+            } else {
+                front.advance(n);
+                n = 0;
+            }
+        }
+        while segs.front().is_some_and(|b| b.is_empty()) {
+            segs.pop_front();
+        }
+    }
+    w.flush().await
+}
+
+/// Read one record from `r` without internal buffering beyond the record itself (a test and
+/// tooling helper; the server and client use a buffered reader). Memory grows only as bytes
+/// actually arrive, and a record above `max` is refused.
+pub async fn read_record<R: AsyncRead + Unpin>(
+    r: &mut R,
+    max: usize,
+) -> Result<Bytes, crate::RpcError> {
+    let mut out = BytesMut::new();
+    loop {
+        let mark = r.read_u32().await?;
+        let last = mark & LAST_FRAGMENT != 0;
+        let len = (mark & !LAST_FRAGMENT) as usize;
+        let size = out.len() + len;
+        if size > max {
+            return Err(crate::RpcError::RecordTooLarge { size, max });
+        }
+        let mut remaining = len;
+        while remaining > 0 {
+            let chunk = remaining.min(READ_CHUNK);
+            let start = out.len();
+            out.resize(start + chunk, 0);
+            r.read_exact(&mut out[start..]).await?;
+            remaining -= chunk;
+        }
+        if last {
+            return Ok(out.freeze());
+        }
+    }
+}

@@ -1,0 +1,605 @@
+//! The server transport: accept loop, per-connection reader / writer, call dispatch.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::task::{AbortHandle, JoinSet};
+use tracing::{debug, error, info, warn};
+use txnfs_xdr::{get_opaque, get_u32, Decode, XdrError};
+
+use crate::msg::*;
+use crate::record::{write_all_vectored, RecordError, RecordReader};
+
+/// What the transport tells a service about one call.
+#[derive(Debug, Clone)]
+pub struct CallInfo {
+    pub xid: u32,
+    pub prog: u32,
+    pub vers: u32,
+    pub proc_num: u32,
+    pub cred: Credential,
+    /// Unique (per process) id of the connection the call arrived on.
+    pub conn_id: u64,
+    pub peer: SocketAddr,
+}
+
+/// What a service answers to a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplyBody {
+    /// MSG_ACCEPTED / SUCCESS followed by these encoded procedure results.
+    Success(Bytes),
+    /// Normally answered by the transport from [`RpcService::programs`].
+    ProgUnavail,
+    ProcUnavail,
+    GarbageArgs,
+    SystemErr,
+    ProgMismatch {
+        low: u32,
+        high: u32,
+    },
+    /// MSG_DENIED / AUTH_ERROR.
+    AuthError(AuthStat),
+    /// Send no reply at all.
+    Drop,
+}
+
+/// An RPC program implementation served by [`serve`].
+pub trait RpcService: Send + Sync + 'static {
+    /// (program, lowest version, highest version) this service serves; the transport answers
+    /// PROG_UNAVAIL / PROG_MISMATCH itself. Queried once when [`serve`] starts.
+    fn programs(&self) -> Vec<(u32, u32, u32)>;
+
+    /// Execute one call. Calls of one connection run concurrently.
+    fn call(&self, info: CallInfo, args: Bytes) -> impl Future<Output = ReplyBody> + Send;
+
+    /// The connection `conn_id` is gone and every call that arrived on it has finished.
+    fn connection_closed(&self, _conn_id: u64) {}
+}
+
+/// Transport limits.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Largest accepted record (sum of its fragments); a bigger one closes the connection.
+    pub max_record_size: usize,
+    /// Calls of one connection executing (or whose replies are queued) at the same time;
+    /// beyond it the connection is not read until some finish.
+    pub max_in_flight_per_conn: usize,
+    /// Connections accepted beyond this are closed at once.
+    pub max_connections: usize,
+}
+
+pub const DEFAULT_MAX_RECORD_SIZE: usize = 4 * 1024 * 1024 + 64 * 1024;
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            max_record_size: DEFAULT_MAX_RECORD_SIZE,
+            max_in_flight_per_conn: 1024,
+            max_connections: 4096,
+        }
+    }
+}
+
+/// How long [`serve`] waits, after `shutdown` resolved, for in-flight calls to finish and
+/// their replies to be written before dropping the remaining connections.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+static NEXT_CONN_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Serve `svc` on `listener` until `shutdown` resolves; then stop accepting, let in-flight
+/// calls finish (at most [`SHUTDOWN_GRACE`]) and return.
+pub async fn serve<S: RpcService>(
+    listener: TcpListener,
+    svc: Arc<S>,
+    cfg: ServerConfig,
+    shutdown: impl Future<Output = ()> + Send,
+) -> std::io::Result<()> {
+    let shared = Arc::new(Shared {
+        programs: svc.programs(),
+        max_record_size: cfg.max_record_size.max(4),
+        max_in_flight: cfg.max_in_flight_per_conn.max(1),
+    });
+    let (sd_tx, sd_rx) = watch::channel(false);
+    let conn_limit = Arc::new(Semaphore::new(cfg.max_connections.max(1)));
+    let mut conns = JoinSet::new();
+    tokio::pin!(shutdown);
+    if let Ok(addr) = listener.local_addr() {
+        info!(%addr, "RPC server listening");
+    }
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            acc = listener.accept() => match acc {
+                Ok((stream, peer)) => {
+                    let Ok(slot) = conn_limit.clone().try_acquire_owned() else {
+                        warn!(%peer, max = cfg.max_connections, "too many connections; closing new one");
+                        drop(stream);
+                        continue;
+                    };
+                    let conn_id = NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed);
+                    debug!(%peer, conn_id, "accepted connection");
+                    let conn = Connection {
+                        svc: svc.clone(),
+                        shared: shared.clone(),
+                        conn_id,
+                        peer,
+                        shutdown: sd_rx.clone(),
+                    };
+                    conns.spawn(async move {
+                        conn.run(stream).await;
+                        drop(slot);
+                    });
+                }
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+    drop(listener);
+    let _ = sd_tx.send(true);
+    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while conns.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        warn!(
+            remaining = conns.len(),
+            "shutdown grace period over; dropping connections"
+        );
+        conns.abort_all();
+        while conns.join_next().await.is_some() {}
+    }
+    info!("RPC server stopped");
+    Ok(())
+}
+
+struct Shared {
+    programs: Vec<(u32, u32, u32)>,
+    max_record_size: usize,
+    max_in_flight: usize,
+}
+
+struct Connection<S> {
+    svc: Arc<S>,
+    shared: Arc<Shared>,
+    conn_id: u64,
+    peer: SocketAddr,
+    shutdown: watch::Receiver<bool>,
+}
+
+/// A reply queued for the writer; the permit bounds queued + executing calls.
+struct Outgoing {
+    head: Bytes,
+    body: Bytes,
+    _permit: OwnedSemaphorePermit,
+}
+
+/// Calls `connection_closed` and stops the writer however the connection task ends
+/// (normally, or aborted at the end of the shutdown grace period).
+struct CloseGuard<S: RpcService> {
+    svc: Arc<S>,
+    conn_id: u64,
+    writer: Option<AbortHandle>,
+}
+
+impl<S: RpcService> Drop for CloseGuard<S> {
+    fn drop(&mut self) {
+        if let Some(w) = self.writer.take() {
+            w.abort();
+        }
+        self.svc.connection_closed(self.conn_id);
+    }
+}
+
+/// Sends the reply of a call; if the call never produced one (its future panicked or was
+/// cancelled) a SYSTEM_ERR is sent instead so the client is not left waiting.
+struct ReplySender {
+    tx: mpsc::UnboundedSender<Outgoing>,
+    xid: u32,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl ReplySender {
+    fn send(&mut self, body: ReplyBody) {
+        self.send_reply(Reply::Body(body))
+    }
+
+    fn send_reply(&mut self, reply: Reply) {
+        let Some(permit) = self.permit.take() else {
+            return;
+        };
+        if let Some((head, body)) = encode_reply(self.xid, reply) {
+            let _ = self.tx.send(Outgoing {
+                head,
+                body,
+                _permit: permit,
+            });
+        }
+    }
+}
+
+impl Drop for ReplySender {
+    fn drop(&mut self) {
+        if self.permit.is_some() {
+            error!(
+                xid = self.xid,
+                "RPC call ended without a reply (panic or cancellation)"
+            );
+            self.send(ReplyBody::SystemErr);
+        }
+    }
+}
+
+/// Everything the transport can answer: the service's replies plus RPC_MISMATCH.
+enum Reply {
+    Body(ReplyBody),
+    RpcMismatch,
+}
+
+/// Copy result bodies up to this size into the header buffer (one iovec per reply).
+const INLINE_BODY: usize = 4096;
+
+/// Encode a reply as (record mark + header [+ small body], large body). `None` for `Drop`.
+fn encode_reply(xid: u32, reply: Reply) -> Option<(Bytes, Bytes)> {
+    let (hdr, body) = match reply {
+        Reply::RpcMismatch => (
+            ReplyHeader::Denied(RejectedReply::RpcMismatch {
+                low: RPC_VERSION,
+                high: RPC_VERSION,
+            }),
+            Bytes::new(),
+        ),
+        Reply::Body(b) => {
+            let accepted = |stat| ReplyHeader::Accepted {
+                verf: OpaqueAuth::none(),
+                stat,
+            };
+            match b {
+                ReplyBody::Drop => return None,
+                ReplyBody::Success(res) => {
+                    // 4 (mark) + 24 (header) + results must fit one fragment.
+                    if res.len() > MAX_FRAGMENT - 64 {
+                        error!(xid, len = res.len(), "reply too large; sending SYSTEM_ERR");
+                        (accepted(AcceptedStatus::SystemErr), Bytes::new())
+                    } else {
+                        (accepted(AcceptedStatus::Success), res)
+                    }
+                }
+                ReplyBody::ProgUnavail => (accepted(AcceptedStatus::ProgUnavail), Bytes::new()),
+                ReplyBody::ProcUnavail => (accepted(AcceptedStatus::ProcUnavail), Bytes::new()),
+                ReplyBody::GarbageArgs => (accepted(AcceptedStatus::GarbageArgs), Bytes::new()),
+                ReplyBody::SystemErr => (accepted(AcceptedStatus::SystemErr), Bytes::new()),
+                ReplyBody::ProgMismatch { low, high } => (
+                    accepted(AcceptedStatus::ProgMismatch { low, high }),
+                    Bytes::new(),
+                ),
+                ReplyBody::AuthError(s) => (
+                    ReplyHeader::Denied(RejectedReply::AuthError(s)),
+                    Bytes::new(),
+                ),
+            }
+        }
+    };
+    let inline = body.len() <= INLINE_BODY;
+    let mut out = BytesMut::with_capacity(48 + if inline { body.len() } else { 0 });
+    out.put_u32(0);
+    encode_reply_header(&mut out, xid, &hdr);
+    let len = out.len() - 4 + body.len();
+    out[..4].copy_from_slice(&(len as u32 | LAST_FRAGMENT).to_be_bytes());
+    if inline {
+        out.put_slice(&body);
+        Some((out.freeze(), Bytes::new()))
+    } else {
+        Some((out.freeze(), body))
+    }
+}
+
+/// The outcome of parsing one received record.
+enum Parsed {
+    /// Not even an xid: close the connection.
+    Close,
+    /// Nothing to answer (a REPLY message).
+    Ignore,
+    /// Answer without involving the service.
+    Reply(u32, Reply),
+    Call {
+        xid: u32,
+        prog: u32,
+        vers: u32,
+        proc_num: u32,
+        cred: Credential,
+        args: Bytes,
+    },
+}
+
+fn parse_call(mut rec: Bytes, peer: SocketAddr) -> Parsed {
+    let Ok(xid) = get_u32(&mut rec) else {
+        warn!(%peer, len = rec.len(), "RPC record too short for an xid; closing connection");
+        return Parsed::Close;
+    };
+    let garbage = |what: &str, e: XdrError| {
+        warn!(%peer, xid, error = %e, "malformed RPC call header ({what})");
+        Parsed::Reply(xid, Reply::Body(ReplyBody::GarbageArgs))
+    };
+    let mtype = match get_u32(&mut rec) {
+        Ok(m) => m,
+        Err(e) => return garbage("msg_type", e),
+    };
+    match mtype {
+        MSG_CALL => {}
+        MSG_REPLY => {
+            debug!(%peer, xid, "RPC REPLY received by the server (backchannel?); dropped");
+            return Parsed::Ignore;
+        }
+        v => {
+            return garbage(
+                "msg_type",
+                XdrError::BadDiscriminant {
+                    type_name: "msg_type",
+                    value: v as i64,
+                },
+            )
+        }
+    }
+    let mut head = [0u32; 4];
+    for (i, h) in head.iter_mut().enumerate() {
+        match get_u32(&mut rec) {
+            Ok(v) => *h = v,
+            Err(e) => return garbage(["rpcvers", "prog", "vers", "proc"][i], e),
+        }
+        if i == 0 && *h != RPC_VERSION {
+            warn!(%peer, xid, rpcvers = *h, "unsupported RPC version");
+            return Parsed::Reply(xid, Reply::RpcMismatch);
+        }
+    }
+    let [_, prog, vers, proc_num] = head;
+    let auth_err = |what: &str, stat: AuthStat, e: &dyn std::fmt::Display| {
+        warn!(%peer, xid, error = %e, "bad RPC {what}; {stat:?}");
+        Parsed::Reply(xid, Reply::Body(ReplyBody::AuthError(stat)))
+    };
+    let cred = match get_u32(&mut rec) {
+        Ok(f) => f,
+        Err(e) => return garbage("cred flavor", e),
+    };
+    let cred_body = match get_opaque(&mut rec, MAX_AUTH_BYTES) {
+        Ok(b) => b,
+        Err(e @ XdrError::TooLong { .. }) => return auth_err("credential", AuthStat::BadCred, &e),
+        Err(e) => return garbage("cred body", e),
+    };
+    let verf = match OpaqueAuth::decode(&mut rec) {
+        Ok(v) => v,
+        Err(e @ XdrError::TooLong { .. }) => return auth_err("verifier", AuthStat::BadVerf, &e),
+        Err(e) => return garbage("verifier", e),
+    };
+    let cred = match cred {
+        AUTH_NONE => Credential::None,
+        AUTH_SYS => {
+            let mut body = cred_body;
+            match AuthSys::decode(&mut body) {
+                Ok(s) if body.is_empty() => Credential::Sys(s),
+                Ok(_) => {
+                    return auth_err("AUTH_SYS credential", AuthStat::BadCred, &"trailing bytes")
+                }
+                Err(e) => return auth_err("AUTH_SYS credential", AuthStat::BadCred, &e),
+            }
+        }
+        f => {
+            return auth_err(
+                "credential",
+                AuthStat::BadCred,
+                &format_args!("unsupported flavor {f}"),
+            )
+        }
+    };
+    if verf.flavor != AUTH_NONE {
+        return auth_err(
+            "verifier",
+            AuthStat::BadVerf,
+            &format_args!("flavor {}", verf.flavor),
+        );
+    }
+    Parsed::Call {
+        xid,
+        prog,
+        vers,
+        proc_num,
+        cred,
+        args: rec,
+    }
+}
+
+/// PROG_UNAVAIL / PROG_MISMATCH from the service's program table.
+fn check_program(programs: &[(u32, u32, u32)], prog: u32, vers: u32) -> Option<ReplyBody> {
+    let mut range: Option<(u32, u32)> = None;
+    for &(p, low, high) in programs {
+        if p != prog {
+            continue;
+        }
+        if (low..=high).contains(&vers) {
+            return None;
+        }
+        range = Some(match range {
+            None => (low, high),
+            Some((l, h)) => (l.min(low), h.max(high)),
+        });
+    }
+    Some(match range {
+        None => ReplyBody::ProgUnavail,
+        Some((low, high)) => ReplyBody::ProgMismatch { low, high },
+    })
+}
+
+impl<S: RpcService> Connection<S> {
+    async fn run(mut self, stream: TcpStream) {
+        let (conn_id, peer) = (self.conn_id, self.peer);
+        let mut guard = CloseGuard {
+            svc: self.svc.clone(),
+            conn_id,
+            writer: None,
+        };
+        let _ = stream.set_nodelay(true);
+        let (rd, wr) = stream.into_split();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let write_failed = Arc::new(Notify::new());
+        let writer = tokio::spawn(writer_loop(wr, rx, write_failed.clone(), peer));
+        guard.writer = Some(writer.abort_handle());
+        let slots = Arc::new(Semaphore::new(self.shared.max_in_flight));
+        let mut reader = RecordReader::new(rd, self.shared.max_record_size);
+        let mut calls = JoinSet::new();
+
+        loop {
+            let rec = tokio::select! {
+                biased;
+                _ = self.shutdown.wait_for(|s| *s) => {
+                    debug!(%peer, conn_id, "shutdown: no longer reading");
+                    break;
+                }
+                _ = write_failed.notified() => break,
+                Some(_) = calls.join_next(), if !calls.is_empty() => continue,
+                r = reader.next_record() => r,
+            };
+            let rec = match rec {
+                Ok(Some(r)) => r,
+                Ok(None) => {
+                    debug!(%peer, conn_id, "connection closed by peer");
+                    break;
+                }
+                Err(RecordError::Io(e)) => {
+                    debug!(%peer, conn_id, error = %e, "read error");
+                    break;
+                }
+                Err(e) => {
+                    warn!(%peer, conn_id, error = %e, "bad record; closing connection");
+                    break;
+                }
+            };
+            let parsed = parse_call(rec, peer);
+            if matches!(parsed, Parsed::Close) {
+                break;
+            }
+            if matches!(parsed, Parsed::Ignore) {
+                continue;
+            }
+            // One slot per call (or transport-generated reply) until its reply is written.
+            let permit = tokio::select! {
+                biased;
+                _ = self.shutdown.wait_for(|s| *s) => break,
+                p = slots.clone().acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => break,
+                },
+            };
+            let mut sender = ReplySender {
+                tx: tx.clone(),
+                xid: 0,
+                permit: Some(permit),
+            };
+            match parsed {
+                Parsed::Close | Parsed::Ignore => {}
+                Parsed::Reply(xid, reply) => {
+                    sender.xid = xid;
+                    sender.send_reply(reply);
+                }
+                Parsed::Call {
+                    xid,
+                    prog,
+                    vers,
+                    proc_num,
+                    cred,
+                    args,
+                } => {
+                    sender.xid = xid;
+                    if let Some(r) = check_program(&self.shared.programs, prog, vers) {
+                        debug!(%peer, xid, prog, vers, proc_num, reply = ?r, "program check failed");
+                        sender.send(r);
+                        continue;
+                    }
+                    debug!(%peer, conn_id, xid, prog, vers, proc_num, "RPC call");
+                    let info = CallInfo {
+                        xid,
+                        prog,
+                        vers,
+                        proc_num,
+                        cred,
+                        conn_id,
+                        peer,
+                    };
+                    let svc = self.svc.clone();
+                    calls.spawn(async move {
+                        let mut sender = sender;
+                        let reply = svc.call(info, args).await;
+                        sender.send(reply);
+                    });
+                }
+            }
+        }
+        drop(reader);
+        // Let the calls already started finish; their replies are still written.
+        while calls.join_next().await.is_some() {}
+        drop(tx);
+        let _ = writer.await;
+        debug!(%peer, conn_id, "connection finished");
+        drop(guard);
+    }
+}
+
+/// Coalesce at most this many bytes of replies into one gathered write.
+const MAX_BATCH_BYTES: usize = 1024 * 1024;
+const MAX_BATCH_REPLIES: usize = 256;
+
+async fn writer_loop(
+    mut wr: OwnedWriteHalf,
+    mut rx: mpsc::UnboundedReceiver<Outgoing>,
+    failed: Arc<Notify>,
+    peer: SocketAddr,
+) {
+    let mut segs = VecDeque::new();
+    let mut permits = Vec::new();
+    let mut ok = true;
+    while let Some(first) = rx.recv().await {
+        if !ok {
+            // Keep draining until every call is done so the connection ends only then.
+            continue;
+        }
+        let mut bytes = 0;
+        let mut push = |m: Outgoing, segs: &mut VecDeque<Bytes>, permits: &mut Vec<_>| {
+            bytes += m.head.len() + m.body.len();
+            segs.push_back(m.head);
+            if !m.body.is_empty() {
+                segs.push_back(m.body);
+            }
+            permits.push(m._permit);
+            bytes
+        };
+        let mut total = push(first, &mut segs, &mut permits);
+        while total < MAX_BATCH_BYTES && permits.len() < MAX_BATCH_REPLIES {
+            match rx.try_recv() {
+                Ok(m) => total = push(m, &mut segs, &mut permits),
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = write_all_vectored(&mut wr, &mut segs).await {
+            debug!(%peer, error = %e, "write failed; closing connection");
+            ok = false;
+            segs.clear();
+            failed.notify_one();
+        }
+        permits.clear();
+    }
+    if ok {
+        let _ = wr.shutdown().await;
+    }
+}

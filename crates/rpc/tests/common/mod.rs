@@ -1,0 +1,115 @@
+//! Shared test fixtures: a toy RPC service and a server on 127.0.0.1:0.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use txnfs_rpc::{serve, CallInfo, ReplyBody, RpcService, ServerConfig};
+
+pub const PROG: u32 = 400000;
+
+/// prog 400000 vers 1..=2: proc 0 NULL, 1 echo, 2 sleep (first u32 of args, in ms, capped
+/// at 2 s) then echo, 3 GARBAGE_ARGS, 4 panics; anything else PROC_UNAVAIL.
+#[derive(Default)]
+pub struct Toy {
+    pub closed: AtomicUsize,
+    pub calls: AtomicUsize,
+}
+
+impl RpcService for Toy {
+    fn programs(&self) -> Vec<(u32, u32, u32)> {
+        vec![(PROG, 1, 2)]
+    }
+
+    async fn call(&self, info: CallInfo, args: Bytes) -> ReplyBody {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        match info.proc_num {
+            0 => ReplyBody::Success(Bytes::new()),
+            1 => ReplyBody::Success(args),
+            2 => {
+                let ms = args
+                    .get(..4)
+                    .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+                    .unwrap_or(0)
+                    .min(2000);
+                tokio::time::sleep(Duration::from_millis(ms as u64)).await;
+                ReplyBody::Success(args)
+            }
+            3 => ReplyBody::GarbageArgs,
+            4 => panic!("toy service: proc 4 panics on purpose"),
+            _ => ReplyBody::ProcUnavail,
+        }
+    }
+
+    fn connection_closed(&self, _conn_id: u64) {
+        self.closed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub svc: Arc<Toy>,
+    stop: Option<oneshot::Sender<()>>,
+    pub handle: JoinHandle<std::io::Result<()>>,
+}
+
+impl TestServer {
+    pub async fn start() -> Self {
+        Self::start_with(ServerConfig::default()).await
+    }
+
+    pub async fn start_with(cfg: ServerConfig) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("local_addr");
+        let svc = Arc::new(Toy::default());
+        let (stop, rx) = oneshot::channel::<()>();
+        let handle = tokio::spawn(serve(listener, svc.clone(), cfg, async move {
+            let _ = rx.await;
+        }));
+        TestServer {
+            addr,
+            svc,
+            stop: Some(stop),
+            handle,
+        }
+    }
+
+    /// Trigger graceful shutdown and wait for `serve` to return.
+    pub async fn stop(mut self) -> std::io::Result<()> {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        (&mut self.handle).await.expect("serve task")
+    }
+}
+
+/// Read everything the server sends until it closes the connection (or `limit` passes).
+/// Returns (bytes, closed_by_server).
+pub async fn read_until_close(s: &mut TcpStream, limit: Duration) -> (Vec<u8>, bool) {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
+            Err(_) => return (out, false),
+            Ok(Ok(0)) | Ok(Err(_)) => return (out, true),
+            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// Write raw bytes, tolerating a server that already closed the connection.
+pub async fn write_lenient(s: &mut TcpStream, data: &[u8]) {
+    let _ = s.write_all(data).await;
+}
+
+pub fn be32(v: u32) -> [u8; 4] {
+    v.to_be_bytes()
+}
