@@ -414,3 +414,111 @@ pub async fn list_dir(m: &dyn nfs_rs::Mount, dir_fh: bytes::Bytes) -> nfs_rs::Re
         position = page.next;
     }
 }
+
+// ---- assertion helpers shared by the tests ----
+
+/// Panics with the server log tail when `r` is an error.
+pub fn ok<T>(server: &ServerGuard, what: &str, r: nfs_rs::Result<T>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => panic!(
+            "{what} failed: {e} ({e:?})\nserver log tail:\n{}",
+            server.log_tail(25)
+        ),
+    }
+}
+
+/// Expects an error; panics (with the server log tail) on success.
+pub fn err<T: std::fmt::Debug>(
+    server: &ServerGuard,
+    what: &str,
+    r: nfs_rs::Result<T>,
+) -> nfs_rs::NfsError {
+    match r {
+        Ok(v) => panic!(
+            "{what} unexpectedly succeeded: {v:?}\nserver log tail:\n{}",
+            server.log_tail(25)
+        ),
+        Err(e) => e,
+    }
+}
+
+/// A lock conflict: nfs-rs reports LOCK denials as `LockDenied` (with the
+/// holder's range) and LOCKT denials as plain `NFS4ERR_DENIED`.
+pub fn is_denied(e: &nfs_rs::NfsError) -> bool {
+    matches!(e, nfs_rs::NfsError::LockDenied { .. })
+        || is_nfs4(e, nfs_rs::Nfs4ErrorCode::NFS4ERR_DENIED)
+}
+
+pub fn is_nfs4(e: &nfs_rs::NfsError, want: nfs_rs::Nfs4ErrorCode) -> bool {
+    matches!(e, nfs_rs::NfsError::Nfs4(code) if std::mem::discriminant(code) == std::mem::discriminant(&want))
+}
+
+pub async fn write_all(
+    server: &ServerGuard,
+    m: &dyn nfs_rs::Mount,
+    fh: &bytes::Bytes,
+    offset: u64,
+    data: &[u8],
+) {
+    let n = ok(
+        server,
+        "write_all",
+        timed(
+            "write_all",
+            nfs_rs::write_all(m, fh.clone(), offset, bytes::Bytes::copy_from_slice(data)),
+        )
+        .await,
+    );
+    assert_eq!(n, data.len() as u64, "write_all wrote a short count");
+}
+
+pub async fn create_with(
+    server: &ServerGuard,
+    m: &dyn nfs_rs::Mount,
+    path: &str,
+    mode: u32,
+    data: &[u8],
+) -> bytes::Bytes {
+    let obj = ok(
+        server,
+        &format!("create {path}"),
+        timed("create", m.create_path(path, Some(mode))).await,
+    );
+    if !data.is_empty() {
+        write_all(server, m, &obj.fh, 0, data).await;
+    }
+    ok(
+        server,
+        "close",
+        timed("close", m.close(obj.fh.clone())).await,
+    );
+    obj.fh
+}
+
+/// Run borrowed futures concurrently on the current task (a minimal
+/// `join_all`, as the crate keeps to tokio/bytes/nfs-rs/tempfile).
+pub async fn join_all<F: std::future::Future>(futs: Vec<F>) -> Vec<F::Output> {
+    use std::pin::Pin;
+    use std::task::Poll;
+    let mut futs: Vec<Pin<Box<F>>> = futs.into_iter().map(Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (i, f) in futs.iter_mut().enumerate() {
+            if out[i].is_none() {
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(v) => out[i] = Some(v),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().map(|o| o.expect("completed")).collect()
+}

@@ -6,9 +6,11 @@
 use std::collections::HashSet;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
-use bytes::Bytes;
 use nfs_rs::{Mount, Nfs4ErrorCode, NfsError, Time, OPEN_BOTH, OPEN_READ};
-use txnfs_e2e::{list_dir, pattern, read_exact, timed, ServerGuard};
+use txnfs_e2e::{
+    create_with, err, is_denied, is_nfs4, join_all, list_dir, ok, pattern, read_exact, timed,
+    write_all, ServerGuard,
+};
 
 /// NFSv4 `nfs_ftype4` values as reported in `Attr::type_`.
 const NF4REG: u32 = 1;
@@ -22,74 +24,6 @@ async fn setup() -> (ServerGuard, Box<dyn Mount>) {
     let server = ServerGuard::start_default();
     let mount = server.mount().await;
     (server, mount)
-}
-
-/// Panics with the server log tail when `r` is an error.
-fn ok<T>(server: &ServerGuard, what: &str, r: nfs_rs::Result<T>) -> T {
-    match r {
-        Ok(v) => v,
-        Err(e) => panic!(
-            "{what} failed: {e} ({e:?})\nserver log tail:\n{}",
-            server.log_tail(25)
-        ),
-    }
-}
-
-/// Expects an error; panics (with the server log tail) on success.
-fn err<T: std::fmt::Debug>(server: &ServerGuard, what: &str, r: nfs_rs::Result<T>) -> NfsError {
-    match r {
-        Ok(v) => panic!(
-            "{what} unexpectedly succeeded: {v:?}\nserver log tail:\n{}",
-            server.log_tail(25)
-        ),
-        Err(e) => e,
-    }
-}
-
-/// A lock conflict: nfs-rs reports LOCK denials as `LockDenied` (with the
-/// holder's range) and LOCKT denials as plain `NFS4ERR_DENIED`.
-fn is_denied(e: &NfsError) -> bool {
-    matches!(e, NfsError::LockDenied { .. }) || is_nfs4(e, Nfs4ErrorCode::NFS4ERR_DENIED)
-}
-
-fn is_nfs4(e: &NfsError, want: Nfs4ErrorCode) -> bool {
-    matches!(e, NfsError::Nfs4(code) if std::mem::discriminant(code) == std::mem::discriminant(&want))
-}
-
-async fn write_all(server: &ServerGuard, m: &dyn Mount, fh: &Bytes, offset: u64, data: &[u8]) {
-    let n = ok(
-        server,
-        "write_all",
-        timed(
-            "write_all",
-            nfs_rs::write_all(m, fh.clone(), offset, Bytes::copy_from_slice(data)),
-        )
-        .await,
-    );
-    assert_eq!(n, data.len() as u64, "write_all wrote a short count");
-}
-
-async fn create_with(
-    server: &ServerGuard,
-    m: &dyn Mount,
-    path: &str,
-    mode: u32,
-    data: &[u8],
-) -> Bytes {
-    let obj = ok(
-        server,
-        &format!("create {path}"),
-        timed("create", m.create_path(path, Some(mode))).await,
-    );
-    if !data.is_empty() {
-        write_all(server, m, &obj.fh, 0, data).await;
-    }
-    ok(
-        server,
-        "close",
-        timed("close", m.close(obj.fh.clone())).await,
-    );
-    obj.fh
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -530,34 +464,6 @@ async fn readdir_1000_entries() {
             "READDIR fileid agrees with GETATTR"
         );
     }
-}
-
-/// Minimal join_all: polls futures to completion one after another while
-/// all of them are already started via tokio tasks is not possible for
-/// borrowed futures, so poll them concurrently by hand.
-async fn join_all<F: std::future::Future>(futs: Vec<F>) -> Vec<F::Output> {
-    use std::pin::Pin;
-    use std::task::Poll;
-    let mut futs: Vec<Pin<Box<F>>> = futs.into_iter().map(Box::pin).collect();
-    let mut out: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (i, f) in futs.iter_mut().enumerate() {
-            if out[i].is_none() {
-                match f.as_mut().poll(cx) {
-                    Poll::Ready(v) => out[i] = Some(v),
-                    Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
-    })
-    .await;
-    out.into_iter().map(|o| o.expect("completed")).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,604 @@
+//! Error semantics and multi-client behaviour through `nfs-rs` (NFSv4.1):
+//! the status codes a server must return for bad names, wrong object
+//! types and stale handles, and what a second client observes.
+
+use std::os::unix::fs::MetadataExt;
+
+use bytes::Bytes;
+use nfs_rs::{Mount, Nfs4ErrorCode as E, NfsError, OPEN_BOTH};
+use txnfs_e2e::{
+    create_with, err, is_nfs4, join_all, list_dir, ok, pattern, read_exact, timed, write_all,
+    ServerGuard,
+};
+
+async fn setup() -> (ServerGuard, Box<dyn Mount>) {
+    let server = ServerGuard::start_default();
+    let mount = server.mount().await;
+    (server, mount)
+}
+
+fn expect_code(server: &ServerGuard, what: &str, e: &NfsError, want: &[E]) {
+    assert!(
+        want.iter().any(|w| is_nfs4(e, *w)),
+        "{what}: want one of {want:?}, got {e:?}\nserver log tail:\n{}",
+        server.log_tail(20)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_names_are_rejected() {
+    let (server, m) = setup().await;
+    let root = m.getfh().await;
+
+    let long = "n".repeat(256);
+    let e = err(
+        &server,
+        "create 256-byte name",
+        timed("create", m.create(root.clone(), &long, Some(0o644))).await,
+    );
+    expect_code(&server, "256-byte name", &e, &[E::NFS4ERR_NAMETOOLONG]);
+    let e = err(
+        &server,
+        "lookup 256-byte name",
+        timed("lookup", m.lookup(root.clone(), &long)).await,
+    );
+    expect_code(
+        &server,
+        "LOOKUP 256-byte name",
+        &e,
+        &[E::NFS4ERR_NAMETOOLONG],
+    );
+    // 255 bytes is fine.
+    let max = "m".repeat(255);
+    create_with(&server, &*m, &max, 0o644, b"ok").await;
+    assert!(server.export_dir().join(&max).exists());
+
+    let e = err(
+        &server,
+        "create empty name",
+        timed("create", m.create(root.clone(), "", Some(0o644))).await,
+    );
+    expect_code(&server, "empty name", &e, &[E::NFS4ERR_INVAL]);
+
+    for bad in [".", ".."] {
+        let e = err(
+            &server,
+            "mkdir dot name",
+            timed("mkdir", m.mkdir(root.clone(), bad, 0o755)).await,
+        );
+        expect_code(
+            &server,
+            &format!("CREATE {bad:?}"),
+            &e,
+            &[E::NFS4ERR_BADNAME, E::NFS4ERR_EXIST, E::NFS4ERR_INVAL],
+        );
+    }
+    let e = err(
+        &server,
+        "create name with slash",
+        timed("create", m.create(root.clone(), "a/b", Some(0o644))).await,
+    );
+    expect_code(
+        &server,
+        "name with '/'",
+        &e,
+        &[E::NFS4ERR_BADNAME, E::NFS4ERR_BADCHAR, E::NFS4ERR_INVAL],
+    );
+    assert!(!server.export_dir().join("a").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unicode_names_roundtrip() {
+    let (server, m) = setup().await;
+    let names = [
+        "héllo-wörld.txt",
+        "日本語のファイル",
+        "emoji-🦀",
+        "spaces and\ttab",
+    ];
+    for (i, name) in names.iter().enumerate() {
+        create_with(&server, &*m, name, 0o644, format!("file {i}").as_bytes()).await;
+    }
+    let mut listed = ok(&server, "readdir", list_dir(&*m, m.getfh().await).await);
+    listed.sort();
+    let mut want: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    assert_eq!(listed, want);
+    for (i, name) in names.iter().enumerate() {
+        let back = ok(
+            &server,
+            "read",
+            timed("read", m.read_path(name, 0, 100)).await,
+        );
+        assert_eq!(back, format!("file {i}").as_bytes());
+        assert_eq!(
+            std::fs::read(server.export_dir().join(name)).unwrap(),
+            format!("file {i}").as_bytes()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_object_types() {
+    let (server, m) = setup().await;
+    let dir = ok(
+        &server,
+        "mkdir",
+        timed("mkdir", m.mkdir_path("d", 0o755)).await,
+    )
+    .fh;
+    let file = create_with(&server, &*m, "f", 0o644, b"data").await;
+
+    let e = err(
+        &server,
+        "read dir",
+        timed("read", m.read(dir.clone(), 0, 10)).await,
+    );
+    expect_code(&server, "READ of a directory", &e, &[E::NFS4ERR_ISDIR]);
+    let e = err(
+        &server,
+        "write dir",
+        timed("write", m.write(dir.clone(), 0, Bytes::from_static(b"x"))).await,
+    );
+    expect_code(&server, "WRITE to a directory", &e, &[E::NFS4ERR_ISDIR]);
+    let e = err(
+        &server,
+        "readlink file",
+        timed("readlink", m.readlink(file.clone())).await,
+    );
+    expect_code(
+        &server,
+        "READLINK of a regular file",
+        &e,
+        &[E::NFS4ERR_INVAL],
+    );
+    let e = err(&server, "readdir file", list_dir(&*m, file.clone()).await);
+    expect_code(
+        &server,
+        "READDIR of a regular file",
+        &e,
+        &[E::NFS4ERR_NOTDIR],
+    );
+    let e = err(
+        &server,
+        "lookup in file",
+        timed("lookup", m.lookup(file.clone(), "x")).await,
+    );
+    expect_code(
+        &server,
+        "LOOKUP in a regular file",
+        &e,
+        &[E::NFS4ERR_NOTDIR],
+    );
+    let e = err(
+        &server,
+        "create in file",
+        timed("create", m.create(file.clone(), "x", Some(0o644))).await,
+    );
+    expect_code(
+        &server,
+        "OPEN/CREATE with a file as directory",
+        &e,
+        &[E::NFS4ERR_NOTDIR],
+    );
+    let e = err(
+        &server,
+        "link dir",
+        timed("link", m.link_path("d", "d2")).await,
+    );
+    expect_code(&server, "LINK of a directory", &e, &[E::NFS4ERR_ISDIR]);
+    let e = err(
+        &server,
+        "truncate dir",
+        timed(
+            "setattr",
+            m.setattr(dir.clone(), None, None, None, None, Some(0), None, None),
+        )
+        .await,
+    );
+    expect_code(
+        &server,
+        "SETATTR size on a directory",
+        &e,
+        &[E::NFS4ERR_ISDIR, E::NFS4ERR_INVAL],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rename_edge_cases() {
+    let (server, m) = setup().await;
+    ok(
+        &server,
+        "mkdir a",
+        timed("mkdir", m.mkdir_path("a", 0o755)).await,
+    );
+    ok(
+        &server,
+        "mkdir a/sub",
+        timed("mkdir", m.mkdir_path("a/sub", 0o755)).await,
+    );
+    ok(
+        &server,
+        "mkdir full",
+        timed("mkdir", m.mkdir_path("full", 0o755)).await,
+    );
+    create_with(&server, &*m, "full/x", 0o644, b"x").await;
+    create_with(&server, &*m, "file", 0o644, b"file").await;
+
+    // A directory cannot move into its own subtree.
+    let e = err(
+        &server,
+        "rename into self",
+        timed("rename", m.rename_path("a", "a/sub/a")).await,
+    );
+    expect_code(
+        &server,
+        "RENAME dir into its own subdir",
+        &e,
+        &[E::NFS4ERR_INVAL],
+    );
+    // Directory over a non-empty directory.
+    let e = err(
+        &server,
+        "rename over non-empty",
+        timed("rename", m.rename_path("a", "full")).await,
+    );
+    expect_code(
+        &server,
+        "RENAME dir over non-empty dir",
+        &e,
+        &[E::NFS4ERR_EXIST, E::NFS4ERR_NOTEMPTY],
+    );
+    // File over directory and directory over file.
+    let e = err(
+        &server,
+        "rename file over dir",
+        timed("rename", m.rename_path("file", "a")).await,
+    );
+    expect_code(
+        &server,
+        "RENAME file over dir",
+        &e,
+        &[E::NFS4ERR_EXIST, E::NFS4ERR_ISDIR],
+    );
+    let e = err(
+        &server,
+        "rename dir over file",
+        timed("rename", m.rename_path("a", "file")).await,
+    );
+    expect_code(
+        &server,
+        "RENAME dir over file",
+        &e,
+        &[E::NFS4ERR_EXIST, E::NFS4ERR_NOTDIR],
+    );
+    // Rename onto itself is a no-op success.
+    ok(
+        &server,
+        "rename onto itself",
+        timed("rename", m.rename_path("file", "file")).await,
+    );
+    // Directory over an empty directory replaces it.
+    ok(
+        &server,
+        "mkdir empty",
+        timed("mkdir", m.mkdir_path("empty", 0o755)).await,
+    );
+    ok(
+        &server,
+        "rename over empty dir",
+        timed("rename", m.rename_path("a", "empty")).await,
+    );
+    assert!(server.export_dir().join("empty/sub").is_dir());
+    assert!(!server.export_dir().join("a").exists());
+    assert_eq!(
+        std::fs::read(server.export_dir().join("file")).unwrap(),
+        b"file"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removed_file_handle_is_stale() {
+    let (server, m) = setup().await;
+    let fh = create_with(&server, &*m, "gone", 0o644, b"soon gone").await;
+    let dir = ok(
+        &server,
+        "mkdir",
+        timed("mkdir", m.mkdir_path("gonedir", 0o755)).await,
+    )
+    .fh;
+    ok(
+        &server,
+        "remove",
+        timed("remove", m.remove_path("gone")).await,
+    );
+    ok(
+        &server,
+        "rmdir",
+        timed("rmdir", m.rmdir_path("gonedir")).await,
+    );
+    let e = err(
+        &server,
+        "getattr removed",
+        timed("getattr", m.getattr(fh.clone())).await,
+    );
+    expect_code(
+        &server,
+        "GETATTR of a removed file",
+        &e,
+        &[E::NFS4ERR_STALE],
+    );
+    let e = err(
+        &server,
+        "read removed",
+        timed("read", m.read(fh.clone(), 0, 10)).await,
+    );
+    expect_code(&server, "READ of a removed file", &e, &[E::NFS4ERR_STALE]);
+    let e = err(
+        &server,
+        "lookup in removed dir",
+        timed("lookup", m.lookup(dir.clone(), "x")).await,
+    );
+    expect_code(
+        &server,
+        "LOOKUP in a removed dir",
+        &e,
+        &[E::NFS4ERR_STALE, E::NFS4ERR_NOENT],
+    );
+
+    // A handle the server never issued.
+    let mut forged = fh.to_vec();
+    for b in forged.iter_mut() {
+        *b ^= 0x5a;
+    }
+    let e = err(
+        &server,
+        "getattr forged",
+        timed("getattr", m.getattr(Bytes::from(forged))).await,
+    );
+    expect_code(
+        &server,
+        "GETATTR of a forged handle",
+        &e,
+        &[E::NFS4ERR_BADHANDLE, E::NFS4ERR_STALE, E::NFS4ERR_FHEXPIRED],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn second_client_sees_changes() {
+    let (server, a) = setup().await;
+    let b = server.mount().await;
+    let data = pattern(5, 70_000);
+    let fh = create_with(&server, &*a, "shared", 0o644, &data).await;
+
+    // B sees A's data and metadata.
+    let fb = ok(
+        &server,
+        "lookup b",
+        timed("lookup", b.lookup_path("shared")).await,
+    );
+    assert_eq!(fb.fh, fh, "both clients get the same handle");
+    let back = ok(
+        &server,
+        "read b",
+        read_exact(&*b, fb.fh.clone(), 0, data.len()).await,
+    );
+    assert!(back == data);
+
+    // B appends; A sees the new size and bytes.
+    ok(
+        &server,
+        "open b",
+        timed("open", b.open_path("shared", OPEN_BOTH)).await,
+    );
+    write_all(&server, &*b, &fb.fh, data.len() as u64, b"APPENDED").await;
+    ok(
+        &server,
+        "close b",
+        timed("close", b.close(fb.fh.clone())).await,
+    );
+    let attr = ok(
+        &server,
+        "getattr a",
+        timed("getattr", a.getattr(fh.clone())).await,
+    );
+    assert_eq!(attr.filesize, data.len() as u64 + 8);
+    let tail = ok(
+        &server,
+        "read a",
+        timed("read", a.read(fh.clone(), data.len() as u64, 100)).await,
+    );
+    assert_eq!(&tail[..], b"APPENDED");
+
+    // A renames and removes; B observes both.
+    ok(
+        &server,
+        "rename a",
+        timed("rename", a.rename_path("shared", "moved")).await,
+    );
+    let e = err(
+        &server,
+        "lookup old b",
+        timed("lookup", b.lookup_path("shared")).await,
+    );
+    assert!(e.is_not_found(), "got {e:?}");
+    let moved = ok(
+        &server,
+        "lookup new b",
+        timed("lookup", b.lookup_path("moved")).await,
+    );
+    assert_eq!(moved.fh, fh);
+    ok(
+        &server,
+        "remove a",
+        timed("remove", a.remove_path("moved")).await,
+    );
+    let e = err(
+        &server,
+        "getattr b after remove",
+        timed("getattr", b.getattr(fh.clone())).await,
+    );
+    expect_code(
+        &server,
+        "GETATTR of a file removed by another client",
+        &e,
+        &[E::NFS4ERR_STALE],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers() {
+    let (server, a) = setup().await;
+    let b = server.mount().await;
+    const PART: usize = 256 * 1024;
+    let fh = create_with(&server, &*a, "striped", 0o644, &[]).await;
+    let data = pattern(9, PART * 8);
+
+    // Two clients write alternating 256 KiB parts of one file at once,
+    // and each also fills a file of its own.
+    let mut jobs = Vec::new();
+    for (who, m) in [(0usize, &*a), (1, &*b)] {
+        let fh = fh.clone();
+        let data = &data;
+        let server = &server;
+        jobs.push(async move {
+            let own = m
+                .create_path(&format!("own-{who}"), Some(0o644))
+                .await
+                .map_err(|e| format!("create own-{who}: {e:?}"))?
+                .fh;
+            for part in (who..8).step_by(2) {
+                let off = part * PART;
+                nfs_rs::write_all(
+                    m,
+                    fh.clone(),
+                    off as u64,
+                    Bytes::copy_from_slice(&data[off..off + PART]),
+                )
+                .await
+                .map_err(|e| format!("client {who} part {part}: {e:?}"))?;
+                nfs_rs::write_all(
+                    m,
+                    own.clone(),
+                    off as u64,
+                    Bytes::copy_from_slice(&data[off..off + PART]),
+                )
+                .await
+                .map_err(|e| format!("client {who} own part {part}: {e:?}"))?;
+            }
+            m.close(own)
+                .await
+                .map_err(|e| format!("close own: {e:?}"))?;
+            let _ = server;
+            Ok::<(), String>(())
+        });
+    }
+    for r in timed("concurrent writers", join_all(jobs)).await {
+        if let Err(e) = r {
+            panic!("{e}\nserver log tail:\n{}", server.log_tail(20));
+        }
+    }
+    let back = ok(
+        &server,
+        "read striped",
+        read_exact(&*a, fh.clone(), 0, data.len()).await,
+    );
+    assert!(
+        back == data,
+        "interleaved writes from two clients lost data"
+    );
+    let host = server.export_dir();
+    assert!(std::fs::read(host.join("striped")).unwrap() == data);
+    for who in 0..2 {
+        let own = std::fs::read(host.join(format!("own-{who}"))).unwrap();
+        assert_eq!(
+            own.len(),
+            (7 + who) * PART,
+            "own-{who} ends after its last part"
+        );
+        for part in (who..8).step_by(2) {
+            let r = part * PART..(part + 1) * PART;
+            assert!(own[r.clone()] == data[r], "own-{who} part {part}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chown_as_root() {
+    let (server, m) = setup().await;
+    let fh = create_with(&server, &*m, "owned", 0o644, b"x").await;
+    let attr = ok(
+        &server,
+        "getattr",
+        timed("getattr", m.getattr(fh.clone())).await,
+    );
+    assert_eq!(
+        (attr.uid, attr.gid),
+        (0, 0),
+        "file created by uid 0 is owned by root"
+    );
+    ok(
+        &server,
+        "setattr owner",
+        timed(
+            "setattr",
+            m.setattr(
+                fh.clone(),
+                None,
+                None,
+                Some(1234),
+                Some(5678),
+                None,
+                None,
+                None,
+            ),
+        )
+        .await,
+    );
+    let attr = ok(
+        &server,
+        "getattr",
+        timed("getattr", m.getattr(fh.clone())).await,
+    );
+    assert_eq!((attr.uid, attr.gid), (1234, 5678));
+    let meta = std::fs::metadata(server.export_dir().join("owned")).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (1234, 5678), "owner on host");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn truncate_to_zero_and_rewrite() {
+    let (server, m) = setup().await;
+    let fh = create_with(&server, &*m, "t", 0o644, &pattern(1, 50_000)).await;
+    ok(
+        &server,
+        "truncate 0",
+        timed(
+            "setattr",
+            m.setattr(fh.clone(), None, None, None, None, Some(0), None, None),
+        )
+        .await,
+    );
+    let back = ok(
+        &server,
+        "read empty",
+        timed("read", m.read(fh.clone(), 0, 100)).await,
+    );
+    assert!(back.is_empty());
+    ok(
+        &server,
+        "open",
+        timed("open", m.open_path("t", OPEN_BOTH)).await,
+    );
+    write_all(&server, &*m, &fh, 0, b"fresh").await;
+    ok(&server, "close", timed("close", m.close(fh.clone())).await);
+    let attr = ok(
+        &server,
+        "getattr",
+        timed("getattr", m.getattr(fh.clone())).await,
+    );
+    assert_eq!(attr.filesize, 5);
+    assert_eq!(
+        std::fs::read(server.export_dir().join("t")).unwrap(),
+        b"fresh"
+    );
+}
