@@ -354,7 +354,7 @@ async fn pipelined_requests_in_one_write() {
         )));
     }
     s.write_all(&wire).await.expect("write");
-    let mut seen = vec![false; 50];
+    let mut seen = [false; 50];
     for _ in 0..50 {
         let rec = read_record(&mut s, 1 << 20).await.expect("record");
         let (xid, r) = decode_reply(rec).expect("decode");
