@@ -1,0 +1,419 @@
+//! Protocol-level tests over real TCP: sessions, exactly-once semantics, the COMPOUND
+//! executor's rules, and hostile input.
+
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use txnfs_server::nfs::*;
+use txnfs_xdr::Decode;
+
+const GETATTR_TYPE_SIZE: [u32; 1] = [(1 << 1) | (1 << 4)];
+
+#[tokio::test]
+async fn create_write_read_rename_remove() {
+    let srv = start_memory_server().await;
+    let mut s = Session::new(srv.addr, b"basic").await;
+    let r = s
+        .run(vec![
+            nfs_argop4::OP_PUTROOTFH,
+            open_create("a.txt", createhow4::UNCHECKED4(empty_fattr())),
+            nfs_argop4::OP_GETFH,
+        ])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    let nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(open)) = &r.resarray[2] else {
+        panic!()
+    };
+    let nfs_resop4::OP_GETFH(GETFH4res::NFS4_OK(fh)) = &r.resarray[3] else {
+        panic!()
+    };
+    let fh = fh.object.clone();
+    let sid = open.stateid.clone();
+    let r = s
+        .run(vec![
+            nfs_argop4::OP_PUTFH(PUTFH4args { object: fh.clone() }),
+            nfs_argop4::OP_WRITE(WRITE4args {
+                stateid: sid.clone(),
+                offset: 3,
+                stable: stable_how4::FILE_SYNC4,
+                data: Bytes::from_static(b"hello"),
+            }),
+            nfs_argop4::OP_READ(READ4args {
+                stateid: sid.clone(),
+                offset: 0,
+                count: 100,
+            }),
+            nfs_argop4::OP_CLOSE(CLOSE4args {
+                seqid: 0,
+                open_stateid: sid.clone(),
+            }),
+        ])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    let nfs_resop4::OP_READ(READ4res::NFS4_OK(rd)) = &r.resarray[3] else {
+        panic!()
+    };
+    assert_eq!(&rd.data[..], b"\0\0\0hello");
+    assert!(rd.eof);
+
+    // rename, then the old name is gone and the new one has the bytes
+    let r = s
+        .run(vec![
+            nfs_argop4::OP_PUTROOTFH,
+            nfs_argop4::OP_SAVEFH,
+            nfs_argop4::OP_RENAME(RENAME4args {
+                oldname: Bytes::from_static(b"a.txt"),
+                newname: Bytes::from_static(b"b.txt"),
+            }),
+            lookup("b.txt"),
+            nfs_argop4::OP_GETATTR(GETATTR4args {
+                attr_request: GETATTR_TYPE_SIZE.to_vec(),
+            }),
+        ])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    let r = s
+        .run(vec![nfs_argop4::OP_PUTROOTFH, lookup("a.txt")])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_NOENT);
+    let r = s
+        .run(vec![
+            nfs_argop4::OP_PUTROOTFH,
+            nfs_argop4::OP_REMOVE(REMOVE4args {
+                target: Bytes::from_static(b"b.txt"),
+            }),
+        ])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK);
+    // the handle of the removed file is now stale
+    let r = s
+        .run(vec![
+            nfs_argop4::OP_PUTFH(PUTFH4args { object: fh }),
+            nfs_argop4::OP_GETATTR(GETATTR4args {
+                attr_request: GETATTR_TYPE_SIZE.to_vec(),
+            }),
+        ])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_STALE);
+}
+
+/// Send a non-idempotent COMPOUND, cut the connection, and retransmit the same bytes on
+/// a new connection in the same slot: the reply comes from the cache and the operation
+/// does not run twice.
+async fn exactly_once(setup: Vec<nfs_argop4>, op: Vec<nfs_argop4>, check: Vec<nfs_argop4>) {
+    let srv = start_memory_server().await;
+    let mut s = Session::new(srv.addr, b"eos").await;
+    let r = s.run(setup).await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "setup: {:?}", r.resarray);
+    let request = s.next(op);
+    let first = call_raw(&s.cl, request.clone()).await;
+    let first_res = COMPOUND4res::from_bytes(first.clone()).unwrap();
+    assert_eq!(first_res.status, nfsstat4::NFS4_OK, "{:?}", first_res.resarray);
+    let replays_before = srv
+        .server
+        .stats
+        .replays
+        .load(std::sync::atomic::Ordering::Relaxed);
+    // Cut the connection, reconnect, retransmit in the same slot with the same seqid.
+    let sess = Session {
+        cl: connect(srv.addr).await,
+        clientid: s.clientid,
+        sid: s.sid,
+        seq: s.seq,
+    };
+    drop(std::mem::replace(&mut s, sess));
+    let again = call_raw(&s.cl, request).await;
+    assert_eq!(again, first, "the retry gets the cached reply, byte for byte");
+    assert_eq!(
+        srv.server
+            .stats
+            .replays
+            .load(std::sync::atomic::Ordering::Relaxed),
+        replays_before + 1
+    );
+    let r = s.run(check).await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "state after retry: {:?}", r.resarray);
+}
+
+fn mkdir(name: &str) -> nfs_argop4 {
+    nfs_argop4::OP_CREATE(CREATE4args {
+        objtype: createtype4::NF4DIR,
+        objname: Bytes::copy_from_slice(name.as_bytes()),
+        createattrs: empty_fattr(),
+    })
+}
+
+#[tokio::test]
+async fn exactly_once_rename() {
+    exactly_once(
+        vec![nfs_argop4::OP_PUTROOTFH, mkdir("src")],
+        vec![
+            nfs_argop4::OP_PUTROOTFH,
+            nfs_argop4::OP_SAVEFH,
+            nfs_argop4::OP_RENAME(RENAME4args {
+                oldname: Bytes::from_static(b"src"),
+                newname: Bytes::from_static(b"dst"),
+            }),
+        ],
+        vec![nfs_argop4::OP_PUTROOTFH, lookup("dst")],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn exactly_once_remove() {
+    exactly_once(
+        vec![nfs_argop4::OP_PUTROOTFH, mkdir("victim")],
+        vec![
+            nfs_argop4::OP_PUTROOTFH,
+            nfs_argop4::OP_REMOVE(REMOVE4args {
+                target: Bytes::from_static(b"victim"),
+            }),
+        ],
+        vec![nfs_argop4::OP_PUTROOTFH],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn exactly_once_exclusive_create() {
+    exactly_once(
+        vec![nfs_argop4::OP_PUTROOTFH],
+        vec![
+            nfs_argop4::OP_PUTROOTFH,
+            open_create(
+                "excl",
+                createhow4::EXCLUSIVE4_1(creatverfattr {
+                    cva_verf: [9; 8],
+                    cva_attrs: empty_fattr(),
+                }),
+            ),
+        ],
+        vec![nfs_argop4::OP_PUTROOTFH, lookup("excl")],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn slot_rules() {
+    let srv = start_memory_server().await;
+    let s = Session::new(srv.addr, b"slots").await;
+    // first use of a slot must be seqid 1
+    let r = call(&s.cl, vec![s.sequence(0, 5)]).await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_SEQ_MISORDERED);
+    let r = call(&s.cl, vec![s.sequence(0, 1), nfs_argop4::OP_PUTROOTFH]).await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK);
+    // same slot+seqid, different request: false retry
+    let r = call(&s.cl, vec![s.sequence(0, 1), nfs_argop4::OP_PUTPUBFH]).await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_SEQ_FALSE_RETRY);
+    // slot beyond the table
+    let r = call(&s.cl, vec![s.sequence(100_000, 1)]).await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_BADSLOT);
+    // a large slot id inside the granted table works (the table grows lazily)
+    let r = call(&s.cl, vec![s.sequence(63, 1), nfs_argop4::OP_PUTROOTFH]).await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK);
+    let nfs_resop4::OP_SEQUENCE(SEQUENCE4res::NFS4_OK(seq)) = &r.resarray[0] else {
+        panic!()
+    };
+    assert_eq!(seq.sr_highest_slotid, 63);
+    // unknown session
+    let mut bad = s.sid;
+    bad[15] ^= 0xff;
+    let r = call(
+        &s.cl,
+        vec![nfs_argop4::OP_SEQUENCE(SEQUENCE4args {
+            sa_sessionid: bad,
+            sa_sequenceid: 1,
+            sa_slotid: 0,
+            sa_highest_slotid: 0,
+            sa_cachethis: false,
+        })],
+    )
+    .await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_BADSESSION);
+}
+
+#[tokio::test]
+async fn executor_rules() {
+    let srv = start_memory_server().await;
+    let mut s = Session::new(srv.addr, b"rules").await;
+    // no SEQUENCE first
+    let r = call(&s.cl, vec![nfs_argop4::OP_PUTROOTFH]).await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_OP_NOT_IN_SESSION);
+    // SEQUENCE not first
+    let r = s
+        .run(vec![nfs_argop4::OP_PUTROOTFH, s.sequence(1, 1)])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_SEQUENCE_POS);
+    assert_eq!(r.resarray.len(), 3);
+    // no current filehandle
+    let r = s.run(vec![nfs_argop4::OP_GETFH]).await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_NOFILEHANDLE);
+    // v4.0-only op
+    let r = s
+        .run(vec![nfs_argop4::OP_RENEW(RENEW4args { clientid: 1 })])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_NOTSUPP);
+    // too many ops for the negotiated 1000
+    let mut ops = vec![nfs_argop4::OP_PUTROOTFH; 1000];
+    ops.push(nfs_argop4::OP_GETFH);
+    let r = s.run(ops).await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_TOO_MANY_OPS);
+    // a failed SEQUENCE does not consume the sequence id
+    s.seq -= 1;
+    // but large compounds within the limit run: 500 LOOKUPs of missing names stop at
+    // the first; 900 PUTROOTFH+GETFH pairs are fine
+    let mut ops = Vec::new();
+    for _ in 0..450 {
+        ops.push(nfs_argop4::OP_PUTROOTFH);
+        ops.push(nfs_argop4::OP_GETFH);
+    }
+    let r = s.run(ops).await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK);
+    assert_eq!(r.resarray.len(), 901);
+    // minor version 0 is not served
+    let mut b = encode_compound(vec![nfs_argop4::OP_PUTROOTFH]).to_vec();
+    b[8..12].copy_from_slice(&0u32.to_be_bytes());
+    let r = COMPOUND4res::from_bytes(call_raw(&s.cl, Bytes::from(b)).await).unwrap();
+    assert_eq!(r.status, nfsstat4::NFS4ERR_MINOR_VERS_MISMATCH);
+}
+
+#[tokio::test]
+async fn hostile_handles_names_and_ops() {
+    let srv = start_memory_server().await;
+    let mut s = Session::new(srv.addr, b"hostile").await;
+    let r = s
+        .run(vec![nfs_argop4::OP_PUTROOTFH, nfs_argop4::OP_GETFH])
+        .await;
+    let nfs_resop4::OP_GETFH(GETFH4res::NFS4_OK(root)) = &r.resarray[2] else {
+        panic!()
+    };
+    // a forged handle: flip a byte of a real one
+    let mut forged = root.object.to_vec();
+    forged[5] ^= 0x40;
+    let r = s
+        .run(vec![nfs_argop4::OP_PUTFH(PUTFH4args {
+            object: Bytes::from(forged),
+        })])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_BADHANDLE);
+    let r = s
+        .run(vec![nfs_argop4::OP_PUTFH(PUTFH4args {
+            object: Bytes::from_static(b"garbage"),
+        })])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_BADHANDLE);
+    // escaping names
+    for (name, want) in [
+        ("..", nfsstat4::NFS4ERR_BADNAME),
+        ("a/../../etc", nfsstat4::NFS4ERR_BADNAME),
+        ("", nfsstat4::NFS4ERR_INVAL),
+    ] {
+        let r = s.run(vec![nfs_argop4::OP_PUTROOTFH, lookup(name)]).await;
+        assert_eq!(r.status, want, "name {name:?}");
+    }
+    // LOOKUPP above the root
+    let r = s
+        .run(vec![nfs_argop4::OP_PUTROOTFH, nfs_argop4::OP_LOOKUPP])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_NOENT);
+    // an unknown op number: OP_ILLEGAL after the ops before it ran
+    let mut b = s.next(vec![nfs_argop4::OP_PUTROOTFH]).to_vec();
+    let n = u32::from_be_bytes([b[12], b[13], b[14], b[15]]);
+    b[12..16].copy_from_slice(&(n + 1).to_be_bytes());
+    b.extend_from_slice(&9999u32.to_be_bytes());
+    let r = COMPOUND4res::from_bytes(call_raw(&s.cl, Bytes::from(b)).await).unwrap();
+    assert_eq!(r.status, nfsstat4::NFS4ERR_OP_ILLEGAL);
+    assert_eq!(r.resarray.len(), 3);
+    // a truncated op: BADXDR
+    let mut b = s.next(vec![nfs_argop4::OP_PUTROOTFH, lookup("abc")]).to_vec();
+    b.truncate(b.len() - 4);
+    let r = COMPOUND4res::from_bytes(call_raw(&s.cl, Bytes::from(b)).await).unwrap();
+    assert_eq!(r.status, nfsstat4::NFS4ERR_BADXDR);
+    // garbage COMPOUND header: GARBAGE_ARGS at the RPC level, and the server keeps going
+    let e = s
+        .cl
+        .call(100003, 4, 1, Bytes::from_static(&[0xff, 0xff, 0xff, 0xff]))
+        .await;
+    assert!(matches!(e, Err(txnfs_rpc::RpcError::GarbageArgs)), "{e:?}");
+    let r = s.run(vec![nfs_argop4::OP_PUTROOTFH]).await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK);
+}
+
+#[tokio::test]
+async fn locks_conflict_across_clients() {
+    let srv = start_memory_server().await;
+    let mut a = Session::new(srv.addr, b"client-a").await;
+    let mut b = Session::new(srv.addr, b"client-b").await;
+    let open = |s: &Session| {
+        let mut o = open_create("locked", createhow4::UNCHECKED4(empty_fattr()));
+        if let nfs_argop4::OP_OPEN(ref mut x) = o {
+            x.owner.clientid = s.clientid;
+        }
+        o
+    };
+    let mut sids = Vec::new();
+    for s in [&mut a, &mut b] {
+        let o = open(s);
+        let r = s.run(vec![nfs_argop4::OP_PUTROOTFH, o, nfs_argop4::OP_GETFH]).await;
+        assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+        let nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(o)) = &r.resarray[2] else {
+            panic!()
+        };
+        let nfs_resop4::OP_GETFH(GETFH4res::NFS4_OK(fh)) = &r.resarray[3] else {
+            panic!()
+        };
+        sids.push((o.stateid.clone(), fh.object.clone()));
+    }
+    let lock = |cid: u64, sid: &stateid4, fh: &Bytes, owner: &'static [u8]| {
+        vec![
+            nfs_argop4::OP_PUTFH(PUTFH4args { object: fh.clone() }),
+            nfs_argop4::OP_LOCK(LOCK4args {
+                locktype: nfs_lock_type4::WRITE_LT,
+                reclaim: false,
+                offset: 0,
+                length: 100,
+                locker: locker4::TRUE(open_to_lock_owner4 {
+                    open_seqid: 0,
+                    open_stateid: sid.clone(),
+                    lock_seqid: 0,
+                    lock_owner: lock_owner4 {
+                        clientid: cid,
+                        owner: Bytes::from_static(owner),
+                    },
+                }),
+            }),
+        ]
+    };
+    let r = a.run(lock(a.clientid, &sids[0].0, &sids[0].1, b"la")).await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    let nfs_resop4::OP_LOCK(LOCK4res::NFS4_OK(la)) = &r.resarray[2] else {
+        panic!()
+    };
+    let la = la.lock_stateid.clone();
+    let r = b.run(lock(b.clientid, &sids[1].0, &sids[1].1, b"lb")).await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_DENIED);
+    let nfs_resop4::OP_LOCK(LOCK4res::NFS4ERR_DENIED(d)) = &r.resarray[2] else {
+        panic!("{:?}", r.resarray)
+    };
+    assert_eq!((d.offset, d.length), (0, 100));
+    // unlock, then B gets it
+    let r = a
+        .run(vec![
+            nfs_argop4::OP_PUTFH(PUTFH4args {
+                object: sids[0].1.clone(),
+            }),
+            nfs_argop4::OP_LOCKU(LOCKU4args {
+                locktype: nfs_lock_type4::WRITE_LT,
+                seqid: 0,
+                lock_stateid: la,
+                offset: 0,
+                length: 100,
+            }),
+        ])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    let r = b.run(lock(b.clientid, &sids[1].0, &sids[1].1, b"lb")).await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+}
