@@ -206,9 +206,10 @@ fn name_to_handle(
     Ok((encode_key(buf.handle_type, &buf.f_handle[..len])?, mount_id))
 }
 
-/// `open_by_handle_at(mount_fd, key, O_PATH | O_CLOEXEC)`.
-fn open_handle(mount_fd: BorrowedFd<'_>, key: &[u8]) -> Result<OwnedFd> {
-    let mut buf = decode_key(key).ok_or(BackendError::Stale)?;
+/// `open_by_handle_at(mount_fd, key, O_PATH | O_CLOEXEC)`; a key that does not decode
+/// is `ESTALE`.
+fn open_handle(mount_fd: BorrowedFd<'_>, key: &[u8]) -> rustix::io::Result<OwnedFd> {
+    let mut buf = decode_key(key).ok_or(Errno::STALE)?;
     loop {
         // SAFETY: `buf` is a live, aligned `struct file_handle` with `handle_bytes` <=
         // MAX_HANDLE_SZ valid bytes after the header (checked by `decode_key`), so the
@@ -226,16 +227,22 @@ fn open_handle(mount_fd: BorrowedFd<'_>, key: &[u8]) -> Result<OwnedFd> {
             // owns; wrapping it transfers ownership exactly once.
             return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
         }
-        let e = Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO);
-        return Err(match e {
+        match Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO) {
             Errno::INTR => continue,
-            Errno::STALE | Errno::NOENT | Errno::INVAL => BackendError::Stale,
-            Errno::PERM => BackendError::Io(
-                "open_by_handle_at: EPERM: the server needs CAP_DAC_READ_SEARCH (run it as root)"
-                    .into(),
-            ),
-            other => map_errno(other),
-        });
+            e => return Err(e),
+        }
+    }
+}
+
+/// Error of `open_by_handle_at` as a backend error.
+fn map_handle_errno(e: Errno) -> BackendError {
+    match e {
+        Errno::STALE | Errno::NOENT | Errno::INVAL => BackendError::Stale,
+        Errno::PERM => BackendError::Io(
+            "open_by_handle_at: EPERM: the server needs CAP_DAC_READ_SEARCH (run it as root)"
+                .into(),
+        ),
+        other => map_errno(other),
     }
 }
 
@@ -276,6 +283,17 @@ impl FdCache {
         }
         self.tick += 1;
         self.map.insert(key, (fd, self.tick));
+    }
+
+    /// Drops the least recently used half.
+    fn shrink_to_half(&mut self) {
+        if self.map.is_empty() {
+            return;
+        }
+        let mut ticks: Vec<u64> = self.map.values().map(|&(_, t)| t).collect();
+        let k = ticks.len() / 2;
+        let (_, &mut cut, _) = ticks.select_nth_unstable(k);
+        self.map.retain(|_, (_, t)| *t > cut);
     }
 
     fn remove(&mut self, key: &FileKey) -> Option<Arc<OwnedFd>> {
@@ -396,6 +414,34 @@ fn to_rts(t: Option<SetTime>) -> rfs::Timespec {
     }
 }
 
+/// Descriptor cache capacities that fit the process's descriptor limit, after raising
+/// its soft limit to the hard limit (as file servers usually do).
+fn cache_caps() -> (usize, usize) {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let lim = getrlimit(Resource::Nofile);
+    let mut soft = lim.current.unwrap_or(u64::MAX);
+    if let Some(want) = lim.maximum.map(|m| m.min(1 << 20)) {
+        if soft < want
+            && setrlimit(
+                Resource::Nofile,
+                Rlimit {
+                    current: Some(want),
+                    maximum: lim.maximum,
+                },
+            )
+            .is_ok()
+        {
+            soft = want;
+        }
+    }
+    let soft = usize::try_from(soft).unwrap_or(usize::MAX);
+    // Leave half of the descriptors (and at least 256) to sockets and everything else.
+    let spare = soft.saturating_sub(256) / 2;
+    let rw = (spare / 16).clamp(8, RW_CACHE_CAP);
+    let paths = spare.saturating_sub(rw).clamp(32, PATH_CACHE_CAP);
+    (paths, rw)
+}
+
 // ---------------------------------------------------------------------------------------
 // The backend
 
@@ -435,6 +481,9 @@ impl LocalBackend {
     /// from the administrator). Fails if it is not a directory, if its file system cannot
     /// produce file handles, or if this process may not open handles
     /// (`CAP_DAC_READ_SEARCH`).
+    ///
+    /// Raises the process's soft `RLIMIT_NOFILE` to its hard limit, and sizes the
+    /// descriptor caches to the result.
     pub fn open(path: &Path) -> Result<Self> {
         let root_fd = retry(|| {
             rfs::open(
@@ -456,13 +505,14 @@ impl LocalBackend {
                 ))
             })?;
         // Prove that handles can be opened now rather than on the first client request.
-        open_handle(root_fd.as_fd(), &root_key).map_err(|e| match e {
+        open_handle(root_fd.as_fd(), &root_key).map_err(|e| match map_handle_errno(e) {
             BackendError::Io(m) => BackendError::Io(m),
             other => BackendError::Io(format!(
                 "export {}: open_by_handle_at failed: {other}",
                 path.display()
             )),
         })?;
+        let (path_cap, rw_cap) = cache_caps();
         let fsid = match rfs::fstatvfs(&root_fd) {
             Ok(v) if v.f_fsid != 0 => v.f_fsid,
             _ => st.st_dev as u64,
@@ -474,8 +524,8 @@ impl LocalBackend {
             mount_id,
             fsid,
             root_fd,
-            paths: Mutex::new(FdCache::new(PATH_CACHE_CAP)),
-            rw: Mutex::new(FdCache::new(RW_CACHE_CAP)),
+            paths: Mutex::new(FdCache::new(path_cap)),
+            rw: Mutex::new(FdCache::new(rw_cap)),
             changes: Mutex::new(ChangeTable {
                 map: HashMap::new(),
             }),
@@ -491,7 +541,10 @@ impl LocalBackend {
         if key.len() > MAX_KEY_LEN {
             return Err(BackendError::Stale);
         }
-        let fd = Arc::new(open_handle(self.root_fd.as_fd(), key)?);
+        let fd = self
+            .fds(|| open_handle(self.root_fd.as_fd(), key))
+            .map_err(map_handle_errno)?;
+        let fd = Arc::new(fd);
         lock(&self.paths).insert(key.clone(), fd.clone());
         Ok(fd)
     }
@@ -500,6 +553,32 @@ impl LocalBackend {
     fn forget(&self, key: &FileKey) {
         lock(&self.paths).remove(key);
         lock(&self.rw).remove(key);
+    }
+
+    /// Runs a descriptor-allocating call, retrying on `EINTR`, and once more after
+    /// shrinking the caches when the process is out of descriptors.
+    fn fds<T>(&self, mut f: impl FnMut() -> rustix::io::Result<T>) -> rustix::io::Result<T> {
+        match retry(&mut f) {
+            Err(Errno::MFILE | Errno::NFILE) => {
+                tracing::warn!("out of file descriptors: shrinking the descriptor caches");
+                lock(&self.paths).shrink_to_half();
+                lock(&self.rw).shrink_to_half();
+                retry(f)
+            }
+            r => r,
+        }
+    }
+
+    /// After `NotFound` from an operation in directory `dir`: if the directory itself has
+    /// been removed, the answer is `Stale`.
+    fn enoent_in(&self, dir: &FileKey, dfd: &OwnedFd, e: BackendError) -> BackendError {
+        if e == BackendError::NotFound
+            && rfs::fstat(dfd).map(|st| st.st_nlink == 0).unwrap_or(false)
+        {
+            self.forget(dir);
+            return BackendError::Stale;
+        }
+        e
     }
 
     /// fstat of a resolved key; an object without links is gone (`Stale`).
@@ -553,8 +632,8 @@ impl LocalBackend {
     }
 
     /// Opens `name` in `dirfd` as `O_PATH`, never following a symlink.
-    fn open_child(dirfd: &OwnedFd, name: &CStr) -> Result<OwnedFd> {
-        retry(|| {
+    fn open_child(&self, dirfd: &OwnedFd, name: &CStr) -> Result<OwnedFd> {
+        self.fds(|| {
             rfs::openat(
                 dirfd,
                 name,
@@ -567,14 +646,14 @@ impl LocalBackend {
 
     /// Opens the object of an `O_PATH` descriptor for I/O. Only regular files (never
     /// devices or fifos, whose open has side effects).
-    fn reopen_file(fd: &OwnedFd, st: &Stat, flags: OFlags) -> Result<OwnedFd> {
+    fn reopen_file(&self, fd: &OwnedFd, st: &Stat, flags: OFlags) -> Result<OwnedFd> {
         match ftype_of(st) {
             FileType::Regular => {}
             FileType::Directory => return Err(BackendError::IsDir),
             FileType::Symlink => return Err(BackendError::SymlinkLoop),
             _ => return Err(BackendError::Inval),
         }
-        retry(|| {
+        self.fds(|| {
             rfs::open(
                 proc_path(fd.as_fd()).as_str(),
                 flags | OFlags::CLOEXEC | OFlags::NOCTTY,
@@ -599,12 +678,12 @@ impl LocalBackend {
         }
         let pfd = self.resolve(key)?;
         let st = self.stat_live(key, &pfd)?;
-        let fd = match Self::reopen_file(&pfd, &st, OFlags::RDWR) {
+        let fd = match self.reopen_file(&pfd, &st, OFlags::RDWR) {
             Ok(fd) => fd,
             Err(BackendError::ReadOnly | BackendError::Access | BackendError::Perm)
                 if !need_write =>
             {
-                Self::reopen_file(&pfd, &st, OFlags::RDONLY)?
+                self.reopen_file(&pfd, &st, OFlags::RDONLY)?
             }
             Err(e) => return Err(e),
         };
@@ -719,7 +798,7 @@ impl LocalBackend {
     ) -> Result<(FileKey, Attrs, bool)> {
         // A few rounds in case the name is removed or created concurrently.
         for _ in 0..8 {
-            let created = retry(|| {
+            let created = self.fds(|| {
                 rfs::openat(
                     dfd,
                     name,
@@ -737,7 +816,7 @@ impl LocalBackend {
                 Err(Errno::EXIST) => {}
                 Err(e) => return Err(map_errno(e)),
             }
-            let pfd = match Self::open_child(dfd, name) {
+            let pfd = match self.open_child(dfd, name) {
                 Ok(fd) => fd,
                 Err(BackendError::NotFound) => continue,
                 Err(e) => return Err(e),
@@ -793,10 +872,11 @@ impl LocalBackend {
     ) -> Result<(FileKey, Attrs, bool)> {
         let result = (|| {
             let exclusive = matches!(mode, CreateMode::Exclusive(_));
-            let st = self.init_new(&fd, dst, owner, attrs, 0o644, !exclusive)?;
+            // Size first: truncating sets mtime, which explicit times then override.
             if let Some(size) = attrs.size {
                 rfs::ftruncate(&fd, size).map_err(map_errno)?;
             }
+            let st = self.init_new(&fd, dst, owner, attrs, 0o644, !exclusive)?;
             if let CreateMode::Exclusive(verf) = mode {
                 let (a, m) = verifier_times(&verf);
                 let t = rfs::Timestamps {
@@ -811,7 +891,7 @@ impl LocalBackend {
                 };
                 rfs::futimens(&fd, &t).map_err(map_errno)?;
             }
-            let st = if attrs.size.is_some() || exclusive {
+            let st = if exclusive {
                 rfs::fstat(&fd).map_err(map_errno)?
             } else {
                 st
@@ -842,15 +922,16 @@ impl LocalBackend {
         max_entries: usize,
     ) -> Result<(Vec<DirEntry>, bool)> {
         let open_dir = || -> Result<Dir> {
-            let fd = retry(|| {
-                rfs::openat(
-                    dfd,
-                    c".",
-                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )
-            })
-            .map_err(map_errno)?;
+            let fd = self
+                .fds(|| {
+                    rfs::openat(
+                        dfd,
+                        c".",
+                        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                        Mode::empty(),
+                    )
+                })
+                .map_err(map_errno)?;
             Dir::new(fd).map_err(map_errno)
         };
         let mut dir = open_dir()?;
@@ -970,7 +1051,9 @@ impl Backend for LocalBackend {
     fn lookup(&self, dir: &FileKey, name: &[u8]) -> Result<(FileKey, Attrs)> {
         let name = cname(name)?;
         let dfd = self.resolve(dir)?;
-        let fd = Self::open_child(&dfd, &name)?;
+        let fd = self
+            .open_child(&dfd, &name)
+            .map_err(|e| self.enoent_in(dir, &dfd, e))?;
         let st = rfs::fstat(&fd).map_err(map_errno)?;
         let key = self.key_in_export(&fd, &st)?;
         lock(&self.paths).insert(key.clone(), Arc::new(fd));
@@ -982,15 +1065,16 @@ impl Backend for LocalBackend {
         if st.st_dev as u64 == self.root_dev && st.st_ino as u64 == self.root_ino {
             return Err(BackendError::NotFound);
         }
-        let fd = retry(|| {
-            rfs::openat(
-                &*dfd,
-                c"..",
-                OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::empty(),
-            )
-        })
-        .map_err(map_errno)?;
+        let fd = self
+            .fds(|| {
+                rfs::openat(
+                    &*dfd,
+                    c"..",
+                    OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+            })
+            .map_err(map_errno)?;
         let pst = rfs::fstat(&fd).map_err(map_errno)?;
         let key = self.key_in_export(&fd, &pst)?;
         lock(&self.paths).insert(key.clone(), Arc::new(fd));
@@ -1041,7 +1125,8 @@ impl Backend for LocalBackend {
         }
         let want = u64::from(count.min(MAX_READ)).min(size - offset);
         // want <= MAX_READ (16 MiB), fits in usize.
-        let mut buf = vec![0u8; want as usize];
+        let want = want as usize;
+        let mut buf = vec![0u8; want];
         let mut got = 0usize;
         while got < buf.len() {
             let pos = offset + got as u64;
@@ -1052,12 +1137,8 @@ impl Backend for LocalBackend {
             }
         }
         buf.truncate(got);
-        // The file may have grown or shrunk meanwhile: judge EOF on its current size.
-        let size_now = rfs::fstat(&*fd)
-            .ok()
-            .and_then(|s| u64::try_from(s.st_size).ok())
-            .unwrap_or(size);
-        let eof = offset + got as u64 >= size_now;
+        // A short read means the file shrank meanwhile: that is end of file too.
+        let eof = got < want || offset + got as u64 >= size;
         Ok((Bytes::from(buf), eof))
     }
 
@@ -1092,15 +1173,16 @@ impl Backend for LocalBackend {
                 retry(|| rfs::fsync(&*fd)).map_err(map_errno)
             }
             FileType::Directory => {
-                let fd = retry(|| {
-                    rfs::openat(
-                        &*pfd,
-                        c".",
-                        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                        Mode::empty(),
-                    )
-                })
-                .map_err(map_errno)?;
+                let fd = self
+                    .fds(|| {
+                        rfs::openat(
+                            &*pfd,
+                            c".",
+                            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                            Mode::empty(),
+                        )
+                    })
+                    .map_err(map_errno)?;
                 retry(|| rfs::fsync(&fd)).map_err(map_errno)
             }
             _ => Err(BackendError::Inval),
@@ -1176,7 +1258,7 @@ impl Backend for LocalBackend {
         made.map_err(map_errno)?;
         let is_dir = matches!(kind, NodeKind::Directory);
         let result = (|| {
-            let fd = Self::open_child(&dfd, &name)?;
+            let fd = self.open_child(&dfd, &name)?;
             let st = self.init_new(&fd, &dst, owner, attrs, default_mode, true)?;
             let key = self.key_in_export(&fd, &st)?;
             Ok((fd, st, key))
@@ -1205,10 +1287,9 @@ impl Backend for LocalBackend {
         let victim = name_to_handle(dfd.as_fd(), &name, 0).ok().map(|(k, _)| k);
         match retry(|| rfs::unlinkat(&*dfd, &*name, AtFlags::empty())) {
             Ok(()) => {}
-            Err(Errno::ISDIR) => {
-                retry(|| rfs::unlinkat(&*dfd, &*name, AtFlags::REMOVEDIR)).map_err(map_errno_dir)?
-            }
-            Err(e) => return Err(map_errno(e)),
+            Err(Errno::ISDIR) => retry(|| rfs::unlinkat(&*dfd, &*name, AtFlags::REMOVEDIR))
+                .map_err(|e| self.enoent_in(dir, &dfd, map_errno_dir(e)))?,
+            Err(e) => return Err(self.enoent_in(dir, &dfd, map_errno(e))),
         }
         if let Some(k) = victim {
             self.forget_if_unlinked(&k);
@@ -1224,7 +1305,10 @@ impl Backend for LocalBackend {
         let tfd = self.resolve(to_dir)?;
         let victim = name_to_handle(tfd.as_fd(), &to, 0).ok().map(|(k, _)| k);
         let moved = name_to_handle(ffd.as_fd(), &from, 0).ok().map(|(k, _)| k);
-        retry(|| rfs::renameat(&*ffd, &*from, &*tfd, &*to)).map_err(map_errno_dir)?;
+        retry(|| rfs::renameat(&*ffd, &*from, &*tfd, &*to)).map_err(|e| {
+            let e = self.enoent_in(from_dir, &ffd, map_errno_dir(e));
+            self.enoent_in(to_dir, &tfd, e)
+        })?;
         if let Some(k) = victim {
             if Some(&k) != moved.as_ref() {
                 self.forget_if_unlinked(&k);
@@ -1250,7 +1334,10 @@ impl Backend for LocalBackend {
             return Err(BackendError::IsDir);
         }
         let dfd = self.resolve(dir)?;
-        retry(|| rfs::linkat(&*fd, c"", &*dfd, &*name, AtFlags::EMPTY_PATH)).map_err(map_errno)?;
+        retry(|| rfs::linkat(&*fd, c"", &*dfd, &*name, AtFlags::EMPTY_PATH)).map_err(|e| {
+            let e = self.enoent_in(file, &fd, map_errno(e));
+            self.enoent_in(dir, &dfd, e)
+        })?;
         self.dir_mutated(&dfd);
         let st = rfs::fstat(&*fd).map_err(map_errno)?;
         Ok(self.attrs(&st, true))

@@ -528,8 +528,20 @@ pub fn check_remove<B: Backend>(b: &B) {
     b.remove(&root, b"d").unwrap();
     assert_eq!(b.getattr(&root).unwrap().nlink, n - 1);
     assert_eq!(b.getattr(&d).unwrap_err(), BackendError::Stale);
-    // a removed directory's key is no directory anymore
-    assert!(b.lookup(&d, b"f").is_err());
+    // operations inside a removed directory: its key is stale
+    assert_eq!(b.lookup(&d, b"f").unwrap_err(), BackendError::Stale);
+    assert_eq!(b.remove(&d, b"f").unwrap_err(), BackendError::Stale);
+    assert_eq!(b.readdir(&d, 0, 10).unwrap_err(), BackendError::Stale);
+    let e = b
+        .create_file(
+            &d,
+            b"f",
+            CreateMode::Unchecked,
+            &SetAttrs::default(),
+            &creds(),
+        )
+        .unwrap_err();
+    assert_eq!(e, BackendError::Stale);
 }
 
 pub fn check_readdir_paging<B: Backend>(b: &B) {
@@ -747,6 +759,82 @@ pub fn check_symlink_not_followed<B: Backend>(b: &B) {
     assert_eq!(e.attrs.ftype, FileType::Symlink);
 }
 
+pub fn check_create_attrs<B: Backend>(b: &B) {
+    let root = b.root().unwrap();
+    let t = Timestamp {
+        sec: 1_500_000_000,
+        nsec: 42,
+    };
+    let (k, a, created) = b
+        .create_file(
+            &root,
+            b"sized",
+            CreateMode::Guarded,
+            &SetAttrs {
+                size: Some(5),
+                mtime: Some(SetTime::Client(t)),
+                mode: Some(0o600),
+                ..Default::default()
+            },
+            &creds(),
+        )
+        .unwrap();
+    assert!(created);
+    assert_eq!((a.size, a.mtime, a.mode), (5, t, 0o600));
+    assert_eq!(&b.read(&k, 0, 10).unwrap().0[..], &[0u8; 5]);
+    // a write beyond any file size limit
+    assert_eq!(
+        b.write(&k, u64::MAX - 1, b"xy", false).unwrap_err(),
+        BackendError::FileTooBig
+    );
+    // empty symlink target
+    let e = b
+        .make_node(
+            &root,
+            b"empty-link",
+            &NodeKind::Symlink(Bytes::new()),
+            &SetAttrs::default(),
+            &creds(),
+        )
+        .unwrap_err();
+    assert_eq!(e, BackendError::Inval);
+}
+
+/// Several threads at once on one backend: no deadlock, no lost entries.
+pub fn check_concurrent<B: Backend>(b: &B) {
+    let root = b.root().unwrap();
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let root = root.clone();
+            s.spawn(move || {
+                let d = mkdir(b, &root, &format!("t{t}"));
+                for i in 0..50 {
+                    let name = format!("f{i}");
+                    let k = create(b, &d, &name);
+                    b.write(&k, 0, name.as_bytes(), i % 2 == 0).unwrap();
+                    assert_eq!(&b.read(&k, 0, 16).unwrap().0[..], name.as_bytes());
+                    if i % 3 == 0 {
+                        b.remove(&d, name.as_bytes()).unwrap();
+                        assert_eq!(b.getattr(&k).unwrap_err(), BackendError::Stale);
+                    }
+                    let _ = b.readdir(&root, 0, 3).unwrap();
+                }
+                let mut n = 0;
+                let mut cookie = 0;
+                loop {
+                    let (ents, eof) = b.readdir(&d, cookie, 10).unwrap();
+                    n += ents.len();
+                    if eof {
+                        break;
+                    }
+                    cookie = ents.last().unwrap().cookie;
+                }
+                assert_eq!(n, 50 - 17);
+            });
+        }
+    });
+}
+
 pub fn check_statfs<B: Backend>(b: &B) {
     let root = b.root().unwrap();
     let s = b.statfs(&root).unwrap();
@@ -784,6 +872,8 @@ macro_rules! conformance {
             case!(check_bad_names);
             case!(check_symlink_not_followed);
             case!(check_statfs);
+            case!(check_create_attrs);
+            case!(check_concurrent);
         }
     };
 }

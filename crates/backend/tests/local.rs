@@ -438,3 +438,39 @@ fn readdir_cookies_on_tmpfs() {
     }
     assert_eq!(seen.len(), 200);
 }
+
+/// More objects than the descriptor cache holds: eviction keeps everything working.
+#[test]
+fn many_keys_beyond_the_descriptor_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = LocalBackend::open(dir.path()).unwrap();
+    let root = b.root().unwrap();
+    let mut keys = Vec::new();
+    for i in 0..5000u32 {
+        let (k, _, _) = b
+            .create_file(
+                &root,
+                format!("f{i}").as_bytes(),
+                CreateMode::Guarded,
+                &SetAttrs::default(),
+                &creds(),
+            )
+            .unwrap();
+        if i % 10 == 0 {
+            b.write(&k, 0, &i.to_be_bytes(), false).unwrap();
+        }
+        keys.push(k);
+    }
+    for (i, k) in keys.iter().enumerate() {
+        let a = b.getattr(k).unwrap();
+        if i % 10 == 0 {
+            assert_eq!(a.size, 4);
+            let (d, _) = b.read(k, 0, 4).unwrap();
+            assert_eq!(&d[..], &(i as u32).to_be_bytes());
+        }
+    }
+    for i in (0..5000).step_by(7) {
+        b.remove(&root, format!("f{i}").as_bytes()).unwrap();
+        assert_eq!(b.getattr(&keys[i]).unwrap_err(), BackendError::Stale);
+    }
+}
