@@ -66,25 +66,24 @@ pub enum AuthStat {
 
 impl AuthStat {
     pub fn from_u32(v: u32) -> Option<Self> {
-        use AuthStat::*;
-        Some(match v {
-            0 => Ok,
-            1 => BadCred,
-            2 => RejectedCred,
-            3 => BadVerf,
-            4 => RejectedVerf,
-            5 => TooWeak,
-            6 => InvalidResp,
-            7 => Failed,
-            8 => KerbGeneric,
-            9 => TimeExpire,
-            10 => TktFile,
-            11 => Decode,
-            12 => NetAddr,
-            13 => RpcsecGssCredProblem,
-            14 => RpcsecGssCtxProblem,
-            _ => return None,
-        })
+        const ALL: [AuthStat; 15] = [
+            AuthStat::Ok,
+            AuthStat::BadCred,
+            AuthStat::RejectedCred,
+            AuthStat::BadVerf,
+            AuthStat::RejectedVerf,
+            AuthStat::TooWeak,
+            AuthStat::InvalidResp,
+            AuthStat::Failed,
+            AuthStat::KerbGeneric,
+            AuthStat::TimeExpire,
+            AuthStat::TktFile,
+            AuthStat::Decode,
+            AuthStat::NetAddr,
+            AuthStat::RpcsecGssCredProblem,
+            AuthStat::RpcsecGssCtxProblem,
+        ];
+        ALL.get(v as usize).copied()
     }
 }
 
@@ -404,4 +403,87 @@ pub(crate) fn encode_call_into(
     }
     .encode(out);
     out.put_slice(args);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auth_stat_values() {
+        for v in 0..15 {
+            let s = AuthStat::from_u32(v).expect("defined");
+            assert_eq!(s as u32, v);
+        }
+        assert_eq!(AuthStat::from_u32(15), None);
+        assert_eq!(AuthStat::BadCred as u32, 1);
+    }
+
+    #[test]
+    fn reply_headers_round_trip() {
+        let hdrs = [
+            ReplyHeader::Accepted {
+                verf: OpaqueAuth::none(),
+                stat: AcceptedStatus::Success,
+            },
+            ReplyHeader::Accepted {
+                verf: OpaqueAuth {
+                    flavor: 9,
+                    body: Bytes::from_static(b"xyz"),
+                },
+                stat: AcceptedStatus::ProgMismatch { low: 3, high: 7 },
+            },
+            ReplyHeader::Accepted {
+                verf: OpaqueAuth::none(),
+                stat: AcceptedStatus::SystemErr,
+            },
+            ReplyHeader::Denied(RejectedReply::RpcMismatch { low: 2, high: 2 }),
+            ReplyHeader::Denied(RejectedReply::AuthError(AuthStat::TooWeak)),
+        ];
+        for (i, h) in hdrs.iter().enumerate() {
+            let mut out = BytesMut::new();
+            encode_reply_header(&mut out, i as u32, h);
+            out.put_slice(b"results");
+            let (xid, back, rest) = decode_reply_message(out.freeze()).expect("decode");
+            assert_eq!(xid, i as u32);
+            assert_eq!(&back, h);
+            assert_eq!(&rest[..], b"results");
+        }
+    }
+
+    #[test]
+    fn auth_sys_bounds() {
+        let s = AuthSys {
+            stamp: 1,
+            machinename: Bytes::from_static(b"host"),
+            uid: 2,
+            gid: 3,
+            gids: (0..16).collect(),
+        };
+        assert_eq!(AuthSys::from_bytes(s.to_bytes()), Ok(s.clone()));
+        let mut t = s.clone();
+        t.gids.push(99);
+        assert!(AuthSys::from_bytes(t.to_bytes()).is_err());
+        let mut t = s;
+        t.machinename = Bytes::from(vec![b'a'; 256]);
+        assert!(AuthSys::from_bytes(t.to_bytes()).is_err());
+    }
+
+    #[test]
+    fn record_mark() {
+        let r = record(b"hello");
+        assert_eq!(&r[..4], &(0x8000_0005u32).to_be_bytes());
+        assert_eq!(&r[4..], b"hello");
+        let r = record(b"");
+        assert_eq!(&r[..], &LAST_FRAGMENT.to_be_bytes());
+    }
+
+    #[test]
+    fn call_encoding() {
+        let c = encode_call(5, 100003, 4, 1, &Credential::None, b"ab");
+        let mut src = c;
+        let words: Vec<u32> = (0..10).map(|_| get_u32(&mut src).expect("u32")).collect();
+        assert_eq!(words, [5, MSG_CALL, 2, 100003, 4, 1, 0, 0, 0, 0]);
+        assert_eq!(&src[..], b"ab");
+    }
 }

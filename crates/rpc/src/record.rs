@@ -104,8 +104,7 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
     /// [`READ_CHUNK`] at a time. Returns false on EOF.
     async fn fill(&mut self, want: usize) -> Result<bool, RecordError> {
         let missing = want.saturating_sub(self.buf.len());
-        let spare = self.buf.capacity() - self.buf.len();
-        if spare < missing.min(MIN_READ) || spare == 0 {
+        if self.buf.capacity() - self.buf.len() < MIN_READ {
             self.buf.reserve(missing.clamp(MIN_READ, READ_CHUNK));
         }
         let n = self

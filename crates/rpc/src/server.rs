@@ -75,6 +75,9 @@ pub struct ServerConfig {
     pub max_in_flight_per_conn: usize,
     /// Connections accepted beyond this are closed at once.
     pub max_connections: usize,
+    /// After `shutdown` resolved: how long in-flight calls may take to finish and have their
+    /// replies written before the remaining connections are dropped.
+    pub shutdown_grace: Duration,
 }
 
 pub const DEFAULT_MAX_RECORD_SIZE: usize = 4 * 1024 * 1024 + 64 * 1024;
@@ -85,18 +88,18 @@ impl Default for ServerConfig {
             max_record_size: DEFAULT_MAX_RECORD_SIZE,
             max_in_flight_per_conn: 1024,
             max_connections: 4096,
+            shutdown_grace: SHUTDOWN_GRACE,
         }
     }
 }
 
-/// How long [`serve`] waits, after `shutdown` resolved, for in-flight calls to finish and
-/// their replies to be written before dropping the remaining connections.
+/// Default [`ServerConfig::shutdown_grace`].
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 static NEXT_CONN_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Serve `svc` on `listener` until `shutdown` resolves; then stop accepting, let in-flight
-/// calls finish (at most [`SHUTDOWN_GRACE`]) and return.
+/// calls finish (at most [`ServerConfig::shutdown_grace`]) and return.
 pub async fn serve<S: RpcService>(
     listener: TcpListener,
     svc: Arc<S>,
@@ -150,7 +153,7 @@ pub async fn serve<S: RpcService>(
     }
     drop(listener);
     let _ = sd_tx.send(true);
-    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+    let drained = tokio::time::timeout(cfg.shutdown_grace, async {
         while conns.join_next().await.is_some() {}
     })
     .await;

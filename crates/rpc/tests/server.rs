@@ -474,3 +474,39 @@ async fn client_reports_disconnect_for_pending_calls() {
         .expect("in time");
     assert!(matches!(r, Err(RpcError::Disconnected)), "{r:?}");
 }
+
+#[tokio::test]
+async fn shutdown_grace_is_bounded() {
+    let srv = TestServer::start_with(ServerConfig {
+        shutdown_grace: Duration::from_millis(200),
+        ..ServerConfig::default()
+    })
+    .await;
+    let c = Arc::new(client(&srv).await);
+    let call = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            c.call(PROG, 1, 2, Bytes::from_static(&[0, 0, 7, 208]))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let svc = srv.svc.clone();
+    let started = Instant::now();
+    srv.stop().await.expect("serve returned Ok");
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        started.elapsed()
+    );
+    // The 2 s call was cut short: the client hears SYSTEM_ERR or loses the connection.
+    let r = tokio::time::timeout(T, call)
+        .await
+        .expect("in time")
+        .expect("task");
+    assert!(
+        matches!(r, Err(RpcError::Disconnected) | Err(RpcError::SystemErr)),
+        "{r:?}"
+    );
+    assert_eq!(svc.closed.load(Ordering::Relaxed), 1);
+}
