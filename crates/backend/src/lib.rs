@@ -224,6 +224,15 @@ pub trait Backend: Send + Sync + 'static {
     fn commit(&self, key: &FileKey) -> Result<()>;
     /// Create (or, per `mode`, open) a regular file. Returns the key, the attributes and
     /// whether the file was newly created.
+    ///
+    /// A new object belongs to `owner.uid` and to `owner.gid` (or, in a set-group-ID
+    /// directory, to the directory's group); `attrs.uid` / `attrs.gid`, when given,
+    /// override that, so the server must refuse values the caller may not set. Its mode
+    /// is exactly `attrs.mode` (default 0o644 for files, 0o755 for directories), with no
+    /// umask. With `Exclusive`, `attrs.atime`/`attrs.mtime` are ignored (the verifier
+    /// lives there; set the times afterwards). An existing directory gives `IsDir`, an
+    /// existing symlink `SymlinkLoop` (Unchecked) or `Exists`, another non-regular
+    /// object `Exists`.
     fn create_file(
         &self,
         dir: &FileKey,
@@ -233,6 +242,8 @@ pub trait Backend: Send + Sync + 'static {
         owner: &Creds,
     ) -> Result<(FileKey, Attrs, bool)>;
     /// Create a directory, symlink, fifo, socket or device node; fails with `Exists`.
+    /// Ownership and mode as for `create_file`; `attrs.size` gives `Inval`, and so does an
+    /// empty symlink target or one containing NUL.
     fn make_node(
         &self,
         dir: &FileKey,
@@ -241,7 +252,8 @@ pub trait Backend: Send + Sync + 'static {
         attrs: &SetAttrs,
         owner: &Creds,
     ) -> Result<(FileKey, Attrs)>;
-    /// Remove a non-directory or an empty directory.
+    /// Remove a non-directory or an empty directory (a non-empty one gives `NotEmpty`).
+    /// Once the last link of an object is gone, its key is `Stale`.
     fn remove(&self, dir: &FileKey, name: &[u8]) -> Result<()>;
     /// POSIX rename semantics (replaces a compatible target atomically).
     fn rename(&self, from_dir: &FileKey, from: &[u8], to_dir: &FileKey, to: &[u8]) -> Result<()>;
@@ -250,6 +262,12 @@ pub trait Backend: Send + Sync + 'static {
     /// Entries after `cookie` (0 = from the start), at most `max_entries`; the flag is
     /// true when the end of the directory was reached. Cookies stay valid across calls
     /// and across entries being added or removed elsewhere in the directory.
+    ///
+    /// Cookies are opaque and never 0, but a backend may hand out any other value
+    /// (the local backend passes the file system's `d_off` through, which can be small);
+    /// a server that must avoid NFS's reserved cookies 1 and 2 maps them itself. A page
+    /// may come back empty with the flag false only if `max_entries` is 0; it may come
+    /// back empty with the flag true.
     fn readdir(
         &self,
         dir: &FileKey,
