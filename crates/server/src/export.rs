@@ -115,31 +115,34 @@ impl Exports {
         if cfgs.is_empty() {
             return Err(ExportError::None);
         }
-        let open = |c: &ExportConfig, id: u16, parent: Option<u16>| -> Result<Export, ExportError> {
-            let backend: Arc<dyn Backend> = match c.backend {
-                BackendKind::Memory => Arc::new(MemoryBackend::new()),
-                BackendKind::Local => {
-                    Arc::new(LocalBackend::open(&c.path).map_err(|err| ExportError::Open {
-                        name: c.name.clone(),
-                        path: c.path.display().to_string(),
-                        err,
-                    })?)
-                }
+        let open =
+            |c: &ExportConfig, id: u16, parent: Option<u16>| -> Result<Export, ExportError> {
+                let backend: Arc<dyn Backend> = match c.backend {
+                    BackendKind::Memory => Arc::new(MemoryBackend::new()),
+                    BackendKind::Local => {
+                        Arc::new(
+                            LocalBackend::open(&c.path).map_err(|err| ExportError::Open {
+                                name: c.name.clone(),
+                                path: c.path.display().to_string(),
+                                err,
+                            })?,
+                        )
+                    }
+                };
+                let root_key = backend.root().map_err(|err| ExportError::Open {
+                    name: c.name.clone(),
+                    path: c.path.display().to_string(),
+                    err,
+                })?;
+                Ok(Export {
+                    id,
+                    name: c.name.clone(),
+                    backend,
+                    root_key,
+                    read_only: c.read_only,
+                    parent_node: parent,
+                })
             };
-            let root_key = backend.root().map_err(|err| ExportError::Open {
-                name: c.name.clone(),
-                path: c.path.display().to_string(),
-                err,
-            })?;
-            Ok(Export {
-                id,
-                name: c.name.clone(),
-                backend,
-                root_key,
-                read_only: c.read_only,
-                parent_node: parent,
-            })
-        };
 
         let mut all: Vec<(Vec<String>, &ExportConfig)> = Vec::new();
         for c in cfgs {

@@ -46,9 +46,8 @@ pub struct HandleCodec {
 impl HandleCodec {
     pub fn new(secret: &[u8; 32]) -> Self {
         // HMAC accepts keys of any length; 32 bytes can never be rejected.
-        let mac = <Hmac<Sha256> as Mac>::new_from_slice(secret).unwrap_or_else(|_| {
-            unreachable!("HMAC-SHA256 accepts any key length")
-        });
+        let mac = <Hmac<Sha256> as Mac>::new_from_slice(secret)
+            .unwrap_or_else(|_| unreachable!("HMAC-SHA256 accepts any key length"));
         Self { mac }
     }
 

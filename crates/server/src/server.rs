@@ -92,14 +92,18 @@ impl Server {
             path: dir.display().to_string(),
             err,
         })?;
-        let secret = statedir.handle_secret().map_err(|err| ServerError::StateDir {
-            path: dir.display().to_string(),
-            err,
-        })?;
-        let boot_epoch = statedir.next_boot_epoch().map_err(|err| ServerError::StateDir {
-            path: dir.display().to_string(),
-            err,
-        })?;
+        let secret = statedir
+            .handle_secret()
+            .map_err(|err| ServerError::StateDir {
+                path: dir.display().to_string(),
+                err,
+            })?;
+        let boot_epoch = statedir
+            .next_boot_epoch()
+            .map_err(|err| ServerError::StateDir {
+                path: dir.display().to_string(),
+                err,
+            })?;
         let previous_clients = statedir.load_clients();
         let exports = Exports::build(&cfg.exports)?;
         let now = SystemTime::now()
@@ -278,7 +282,12 @@ impl Server {
 
     /// Encode the requested attributes of `fh`; `known` avoids a second stat when the
     /// caller (READDIR) already has them.
-    pub fn fattr(&self, fh: &Fh, request: &[u32], known: Option<&Attrs>) -> Result<fattr4, OpError> {
+    pub fn fattr(
+        &self,
+        fh: &Fh,
+        request: &[u32],
+        known: Option<&Attrs>,
+    ) -> Result<fattr4, OpError> {
         let attrs = match known {
             Some(a) => a.clone(),
             None => self.attrs_of(fh)?,
@@ -373,7 +382,10 @@ impl Server {
         write: bool,
     ) -> Result<(), nfsstat4> {
         let client = client.unwrap_or(0);
-        let st = self.state.lock().map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
+        let st = self
+            .state
+            .lock()
+            .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
         st.check_io(client, &from_wire(sid), file, write)
             .map_err(|e| crate::errors::state_status(&e))
     }
@@ -383,7 +395,11 @@ impl Server {
         if let Ok(mut st) = self.state.lock() {
             let n = st.expire_client(client);
             if n > 0 {
-                tracing::info!(client = format_args!("{client:#x}"), states = n, "released client state");
+                tracing::info!(
+                    client = format_args!("{client:#x}"),
+                    states = n,
+                    "released client state"
+                );
             }
         }
     }

@@ -36,7 +36,7 @@ fn hex(b: &[u8]) -> String {
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())
@@ -68,7 +68,10 @@ impl StateDir {
             Ok(_) => {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
-                    format!("{} is not 32 bytes; remove it to make a new one (all file handles change)", p.display()),
+                    format!(
+                        "{} is not 32 bytes; remove it to make a new one (all file handles change)",
+                        p.display()
+                    ),
                 ))
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -126,7 +129,10 @@ mod tests {
         let e1 = s.next_boot_epoch().unwrap();
         let e2 = s.next_boot_epoch().unwrap();
         assert_eq!(e2, e1 + 1);
-        let owners = vec![Bytes::from_static(b"Linux NFSv4.1 vm1"), Bytes::from_static(b"\x00\xff")];
+        let owners = vec![
+            Bytes::from_static(b"Linux NFSv4.1 vm1"),
+            Bytes::from_static(b"\x00\xff"),
+        ];
         s.save_clients(&owners).unwrap();
         assert_eq!(s.load_clients(), owners);
         fs::remove_dir_all(&d).unwrap();

@@ -73,9 +73,7 @@ async fn create_write_read_rename_remove() {
         ])
         .await;
     assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
-    let r = s
-        .run(vec![nfs_argop4::OP_PUTROOTFH, lookup("a.txt")])
-        .await;
+    let r = s.run(vec![nfs_argop4::OP_PUTROOTFH, lookup("a.txt")]).await;
     assert_eq!(r.status, nfsstat4::NFS4ERR_NOENT);
     let r = s
         .run(vec![
@@ -109,7 +107,12 @@ async fn exactly_once(setup: Vec<nfs_argop4>, op: Vec<nfs_argop4>, check: Vec<nf
     let request = s.next(op);
     let first = call_raw(&s.cl, request.clone()).await;
     let first_res = COMPOUND4res::from_bytes(first.clone()).unwrap();
-    assert_eq!(first_res.status, nfsstat4::NFS4_OK, "{:?}", first_res.resarray);
+    assert_eq!(
+        first_res.status,
+        nfsstat4::NFS4_OK,
+        "{:?}",
+        first_res.resarray
+    );
     let replays_before = srv
         .server
         .stats
@@ -124,7 +127,10 @@ async fn exactly_once(setup: Vec<nfs_argop4>, op: Vec<nfs_argop4>, check: Vec<nf
     };
     drop(std::mem::replace(&mut s, sess));
     let again = call_raw(&s.cl, request).await;
-    assert_eq!(again, first, "the retry gets the cached reply, byte for byte");
+    assert_eq!(
+        again, first,
+        "the retry gets the cached reply, byte for byte"
+    );
     assert_eq!(
         srv.server
             .stats
@@ -133,7 +139,12 @@ async fn exactly_once(setup: Vec<nfs_argop4>, op: Vec<nfs_argop4>, check: Vec<nf
         replays_before + 1
     );
     let r = s.run(check).await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "state after retry: {:?}", r.resarray);
+    assert_eq!(
+        r.status,
+        nfsstat4::NFS4_OK,
+        "state after retry: {:?}",
+        r.resarray
+    );
 }
 
 fn mkdir(name: &str) -> nfs_argop4 {
@@ -327,15 +338,16 @@ async fn hostile_handles_names_and_ops() {
     assert_eq!(r.status, nfsstat4::NFS4ERR_OP_ILLEGAL);
     assert_eq!(r.resarray.len(), 3);
     // a truncated op: BADXDR
-    let mut b = s.next(vec![nfs_argop4::OP_PUTROOTFH, lookup("abc")]).to_vec();
+    let mut b = s
+        .next(vec![nfs_argop4::OP_PUTROOTFH, lookup("abc")])
+        .to_vec();
     b.truncate(b.len() - 4);
     let r = COMPOUND4res::from_bytes(call_raw(&s.cl, Bytes::from(b)).await).unwrap();
     assert_eq!(r.status, nfsstat4::NFS4ERR_BADXDR);
     // garbage COMPOUND header: GARBAGE_ARGS at the RPC level, and the server keeps going
-    let e = s
-        .cl
-        .call(100003, 4, 1, Bytes::from_static(&[0xff, 0xff, 0xff, 0xff]))
-        .await;
+    let e =
+        s.cl.call(100003, 4, 1, Bytes::from_static(&[0xff, 0xff, 0xff, 0xff]))
+            .await;
     assert!(matches!(e, Err(txnfs_rpc::RpcError::GarbageArgs)), "{e:?}");
     let r = s.run(vec![nfs_argop4::OP_PUTROOTFH]).await;
     assert_eq!(r.status, nfsstat4::NFS4_OK);
@@ -356,7 +368,9 @@ async fn locks_conflict_across_clients() {
     let mut sids = Vec::new();
     for s in [&mut a, &mut b] {
         let o = open(s);
-        let r = s.run(vec![nfs_argop4::OP_PUTROOTFH, o, nfs_argop4::OP_GETFH]).await;
+        let r = s
+            .run(vec![nfs_argop4::OP_PUTROOTFH, o, nfs_argop4::OP_GETFH])
+            .await;
         assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
         let nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(o)) = &r.resarray[2] else {
             panic!()

@@ -136,12 +136,7 @@ fn request_hash(args: &Bytes) -> u64 {
 }
 
 /// Execute one COMPOUND and return the encoded COMPOUND4res.
-pub fn execute(
-    srv: &Server,
-    creds: Creds,
-    conn: u64,
-    args: Bytes,
-) -> Result<Bytes, CompoundError> {
+pub fn execute(srv: &Server, creds: Creds, conn: u64, args: Bytes) -> Result<Bytes, CompoundError> {
     let mut src = args.clone();
     let tag = txnfs_xdr::get_opaque(&mut src, MAX_TAG)?;
     let minor = txnfs_xdr::get_u32(&mut src)?;
@@ -190,7 +185,11 @@ pub fn execute(
             }
         };
         let Some(op_kind) = nfs_opnum4::from_i32(opnum as i32) else {
-            encode_error(&mut out, nfs_opnum4::OP_ILLEGAL as u32, nfsstat4::NFS4ERR_OP_ILLEGAL);
+            encode_error(
+                &mut out,
+                nfs_opnum4::OP_ILLEGAL as u32,
+                nfsstat4::NFS4ERR_OP_ILLEGAL,
+            );
             done += 1;
             status = nfsstat4::NFS4ERR_OP_ILLEGAL;
             break;
@@ -211,14 +210,20 @@ pub fn execute(
         // Position rules for SEQUENCE and the session-less ops.
         let pre: Result<(), nfsstat4> = if i == 0 {
             if let nfs_argop4::OP_SEQUENCE(sa) = &arg {
-                match crate::ops::session::sequence(&mut c, sa, nops, args.len(), request_hash(&args))
-                {
+                match crate::ops::session::sequence(
+                    &mut c,
+                    sa,
+                    nops,
+                    args.len(),
+                    request_hash(&args),
+                ) {
                     Ok((res, s)) => {
                         cachethis = sa.sa_cachethis;
                         cache_limit = s.fore.max_response_cached as usize;
                         c.reply_left = s.fore.max_response as usize;
                         slot = Some((s, sa.sa_slotid));
-                        nfs_resop4::OP_SEQUENCE(crate::nfs::SEQUENCE4res::NFS4_OK(res)).encode(&mut out);
+                        nfs_resop4::OP_SEQUENCE(crate::nfs::SEQUENCE4res::NFS4_OK(res))
+                            .encode(&mut out);
                         done += 1;
                         continue;
                     }

@@ -42,9 +42,11 @@ pub fn require(attrs: &Attrs, creds: &Creds, want: u32) -> Result<(), nfsstat4> 
 pub fn getattr(c: &mut Compound, a: &GETATTR4args) -> OpResult {
     let fh = c.cfh()?.clone();
     let attrs = c.srv.fattr(&fh, &a.attr_request, None)?;
-    Ok(nfs_resop4::OP_GETATTR(GETATTR4res::NFS4_OK(GETATTR4resok {
-        obj_attributes: attrs,
-    })))
+    Ok(nfs_resop4::OP_GETATTR(GETATTR4res::NFS4_OK(
+        GETATTR4resok {
+            obj_attributes: attrs,
+        },
+    )))
 }
 
 pub fn setattr(c: &mut Compound, a: &SETATTR4args) -> OpResult {
@@ -55,8 +57,9 @@ pub fn setattr(c: &mut Compound, a: &SETATTR4args) -> OpResult {
     if o.export.read_only {
         return Err(nfsstat4::NFS4ERR_ROFS.into());
     }
-    let (set, attrsset) = txnfs_attr::decode_setattrs(&a.obj_attributes.attrmask, &a.obj_attributes.attr_vals)
-        .map_err(|e| status_from_u32(e.nfsstat()))?;
+    let (set, attrsset) =
+        txnfs_attr::decode_setattrs(&a.obj_attributes.attrmask, &a.obj_attributes.attr_vals)
+            .map_err(|e| status_from_u32(e.nfsstat()))?;
     let cur = o.export.backend.getattr(&o.key)?;
     if set.size.is_some() {
         if cur.ftype == FileType::Directory {

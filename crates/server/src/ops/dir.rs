@@ -140,9 +140,15 @@ pub fn readlink(c: &mut Compound) -> OpResult {
 
 /// XDR size of an entry4 in a READDIR reply (value-follows flag included).
 fn entry_size(name: &Bytes, attrs: &fattr4) -> usize {
-    4 + 8 + 4 + txnfs_xdr::pad_len(name.len()) + name.len()
-        + 4 + 4 * attrs.attrmask.len()
-        + 4 + attrs.attr_vals.len() + txnfs_xdr::pad_len(attrs.attr_vals.len())
+    4 + 8
+        + 4
+        + txnfs_xdr::pad_len(name.len())
+        + name.len()
+        + 4
+        + 4 * attrs.attrmask.len()
+        + 4
+        + attrs.attr_vals.len()
+        + txnfs_xdr::pad_len(attrs.attr_vals.len())
 }
 
 /// READDIR cookies 1 and 2 are reserved (RFC 8881 §18.23.4); backend cookie n is sent
@@ -247,8 +253,10 @@ pub fn readdir(c: &mut Compound, a: &READDIR4args) -> OpResult {
     if entries.is_empty() && full {
         return Err(nfsstat4::NFS4ERR_TOOSMALL.into());
     }
-    Ok(nfs_resop4::OP_READDIR(READDIR4res::NFS4_OK(READDIR4resok {
-        cookieverf: verf,
-        reply: dirlist4 { entries, eof },
-    })))
+    Ok(nfs_resop4::OP_READDIR(READDIR4res::NFS4_OK(
+        READDIR4resok {
+            cookieverf: verf,
+            reply: dirlist4 { entries, eof },
+        },
+    )))
 }

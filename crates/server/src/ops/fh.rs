@@ -159,5 +159,7 @@ pub fn secinfo_no_name(c: &mut Compound, a: &SECINFO_NO_NAME4args) -> OpResult {
         parent_of(c, &fh)?;
     }
     c.cfh = None;
-    Ok(nfs_resop4::OP_SECINFO_NO_NAME(SECINFO4res::NFS4_OK(flavors())))
+    Ok(nfs_resop4::OP_SECINFO_NO_NAME(SECINFO4res::NFS4_OK(
+        flavors(),
+    )))
 }

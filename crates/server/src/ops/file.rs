@@ -85,9 +85,8 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
                     };
                     let set = match fattr {
                         Some(f) => {
-                            let (s, bits) =
-                                txnfs_attr::decode_setattrs(&f.attrmask, &f.attr_vals)
-                                    .map_err(|e| status_from_u32(e.nfsstat()))?;
+                            let (s, bits) = txnfs_attr::decode_setattrs(&f.attrmask, &f.attr_vals)
+                                .map_err(|e| status_from_u32(e.nfsstat()))?;
                             attrset = bits;
                             s
                         }
@@ -103,8 +102,7 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
                     if existing.is_err() {
                         require(&dattrs, &c.creds, W | X)?;
                     }
-                    let (key, attrs, new) =
-                        be.create_file(&dir.key, name, mode, &set, &c.creds)?;
+                    let (key, attrs, new) = be.create_file(&dir.key, name, mode, &set, &c.creds)?;
                     type_check(attrs.ftype)?;
                     created = new;
                     if !new {
@@ -164,7 +162,11 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
     }
     let file = c.srv.state_file_id(&target.export, attrs.fileid);
     let sid = {
-        let mut st = c.srv.state.lock().map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
+        let mut st = c
+            .srv
+            .state
+            .lock()
+            .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
         st.open(client, &a.owner.owner, file, access, deny)
             .map_err(|e| crate::errors::state_status(&e))?
     };
@@ -186,7 +188,11 @@ pub fn open_downgrade(c: &mut Compound, a: &OPEN_DOWNGRADE4args) -> OpResult {
     let sid = crate::server::from_wire(&c.resolve_sid(&a.open_stateid)?);
     let file = c.srv.cfh_file_id(c.cfh()?)?;
     let new = {
-        let mut st = c.srv.state.lock().map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
+        let mut st = c
+            .srv
+            .state
+            .lock()
+            .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
         st.open_downgrade(client, &sid, file, access, deny)
             .map_err(|e| crate::errors::state_status(&e))?
     };
@@ -202,7 +208,11 @@ pub fn close(c: &mut Compound, a: &CLOSE4args) -> OpResult {
     let sid = crate::server::from_wire(&c.resolve_sid(&a.open_stateid)?);
     let file = c.srv.cfh_file_id(c.cfh()?)?;
     {
-        let mut st = c.srv.state.lock().map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
+        let mut st = c
+            .srv
+            .state
+            .lock()
+            .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
         st.close(client, &sid, file)
             .map_err(|e| crate::errors::state_status(&e))?;
     }
@@ -226,13 +236,20 @@ pub fn read(c: &mut Compound, a: &READ4args) -> OpResult {
         }
     })?;
     let sid = c.resolve_sid(&a.stateid)?;
-    c.srv
-        .check_io(c.client, &sid, c.srv.state_file_id(&o.export, attrs.fileid), false)?;
+    c.srv.check_io(
+        c.client,
+        &sid,
+        c.srv.state_file_id(&o.export, attrs.fileid),
+        false,
+    )?;
     // Fit the data into what is left of the reply (eof + length + padding overhead).
     let room = c.reply_left.saturating_sub(16) as u32;
     let count = a.count.min(c.srv.cfg.max_io_size).min(room);
     let (data, eof) = o.export.backend.read(&o.key, a.offset, count)?;
-    Ok(nfs_resop4::OP_READ(READ4res::NFS4_OK(READ4resok { eof, data })))
+    Ok(nfs_resop4::OP_READ(READ4res::NFS4_OK(READ4resok {
+        eof,
+        data,
+    })))
 }
 
 pub fn write(c: &mut Compound, a: WRITE4args) -> OpResult {

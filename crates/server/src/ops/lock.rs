@@ -62,7 +62,11 @@ pub fn lock(c: &mut Compound, a: &LOCK4args) -> OpResult {
         locker,
     };
     let res = {
-        let mut st = c.srv.state.lock().map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
+        let mut st = c
+            .srv
+            .state
+            .lock()
+            .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
         st.lock(client, req)
     };
     match res {
@@ -88,7 +92,11 @@ pub fn lockt(c: &mut Compound, a: &LOCKT4args) -> OpResult {
     }
     let file = c.srv.cfh_file_id(c.cfh()?)?;
     let res = {
-        let st = c.srv.state.lock().map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
+        let st = c
+            .srv
+            .state
+            .lock()
+            .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
         st.lockt(
             client,
             &a.owner.owner,
@@ -113,7 +121,11 @@ pub fn locku(c: &mut Compound, a: &LOCKU4args) -> OpResult {
     let file = c.srv.cfh_file_id(c.cfh()?)?;
     let sid = from_wire(&c.resolve_sid(&a.lock_stateid)?);
     let new = {
-        let mut st = c.srv.state.lock().map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
+        let mut st = c
+            .srv
+            .state
+            .lock()
+            .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
         st.locku(client, &sid, file, a.offset, a.length)
             .map_err(|e| state_status(&e))?
     };
@@ -124,7 +136,11 @@ pub fn locku(c: &mut Compound, a: &LOCKU4args) -> OpResult {
 
 pub fn test_stateid(c: &mut Compound, a: &TEST_STATEID4args) -> OpResult {
     let client = c.client()?;
-    let st = c.srv.state.lock().map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
+    let st = c
+        .srv
+        .state
+        .lock()
+        .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
     let codes = a
         .ts_stateids
         .iter()
@@ -144,7 +160,11 @@ pub fn free_stateid(c: &mut Compound, a: &FREE_STATEID4args) -> OpResult {
     let client = c.client()?;
     let sid = from_wire(&c.resolve_sid(&a.fsa_stateid)?);
     {
-        let mut st = c.srv.state.lock().map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
+        let mut st = c
+            .srv
+            .state
+            .lock()
+            .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
         st.free_stateid(client, &sid)
             .map_err(|e| state_status(&e))?;
     }

@@ -49,7 +49,11 @@ pub fn exchange_id(c: &mut Compound, a: &EXCHANGE_ID4args) -> OpResult {
     }
     let owner = &a.eia_clientowner;
     let ok = {
-        let mut t = c.srv.sessions.lock().map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
+        let mut t = c
+            .srv
+            .sessions
+            .lock()
+            .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
         t.exchange_id(
             &owner.co_ownerid,
             owner.co_verifier,
@@ -107,12 +111,15 @@ fn from_attrs(a: &ChannelAttrs) -> channel_attrs4 {
 }
 
 pub fn create_session(c: &mut Compound, a: &CREATE_SESSION4args) -> OpResult {
-    if a.csa_fore_chan_attrs.ca_rdma_ird.len() > 1 || a.csa_back_chan_attrs.ca_rdma_ird.len() > 1
-    {
+    if a.csa_fore_chan_attrs.ca_rdma_ird.len() > 1 || a.csa_back_chan_attrs.ca_rdma_ird.len() > 1 {
         return Err(nfsstat4::NFS4ERR_BADXDR.into());
     }
     let (out, replaced) = {
-        let mut t = c.srv.sessions.lock().map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
+        let mut t = c
+            .srv
+            .sessions
+            .lock()
+            .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
         t.create_session(
             a.csa_clientid,
             a.csa_sequence,
@@ -191,7 +198,10 @@ pub fn sequence(
     match verdict {
         SlotVerdict::Execute => {}
         SlotVerdict::Replay(b) => {
-            c.srv.stats.replays.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            c.srv
+                .stats
+                .replays
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return Err(SeqFail::Replay(b));
         }
         SlotVerdict::InProgress => return Err(SeqFail::Status(nfsstat4::NFS4ERR_DELAY)),
@@ -226,7 +236,11 @@ pub fn sequence(
 }
 
 pub fn destroy_session(c: &mut Compound, a: &DESTROY_SESSION4args) -> OpResult {
-    let mut t = c.srv.sessions.lock().map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
+    let mut t = c
+        .srv
+        .sessions
+        .lock()
+        .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
     t.destroy_session(&a.dsa_sessionid)?;
     Ok(nfs_resop4::OP_DESTROY_SESSION(DESTROY_SESSION4res {
         dsr_status: nfsstat4::NFS4_OK,
@@ -235,13 +249,21 @@ pub fn destroy_session(c: &mut Compound, a: &DESTROY_SESSION4args) -> OpResult {
 
 pub fn destroy_clientid(c: &mut Compound, a: &DESTROY_CLIENTID4args) -> OpResult {
     {
-        let st = c.srv.state.lock().map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
+        let st = c
+            .srv
+            .state
+            .lock()
+            .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
         if st.client_has_state(a.dca_clientid) {
             return Err(nfsstat4::NFS4ERR_CLIENTID_BUSY.into());
         }
     }
     {
-        let mut t = c.srv.sessions.lock().map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
+        let mut t = c
+            .srv
+            .sessions
+            .lock()
+            .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
         t.destroy_client(a.dca_clientid)?;
     }
     c.srv.persist_clients();
@@ -252,7 +274,11 @@ pub fn destroy_clientid(c: &mut Compound, a: &DESTROY_CLIENTID4args) -> OpResult
 
 pub fn bind_conn_to_session(c: &mut Compound, a: &BIND_CONN_TO_SESSION4args) -> OpResult {
     let session = {
-        let t = c.srv.sessions.lock().map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
+        let t = c
+            .srv
+            .sessions
+            .lock()
+            .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
         t.session(&a.bctsa_sessid)
             .ok_or(nfsstat4::NFS4ERR_BADSESSION)?
     };
@@ -289,8 +315,14 @@ pub fn reclaim_complete(c: &mut Compound, a: &RECLAIM_COMPLETE4args) -> OpResult
         }));
     }
     let owner = {
-        let mut t = c.srv.sessions.lock().map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
-        let rec = t.client_mut(client).ok_or(nfsstat4::NFS4ERR_STALE_CLIENTID)?;
+        let mut t = c
+            .srv
+            .sessions
+            .lock()
+            .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
+        let rec = t
+            .client_mut(client)
+            .ok_or(nfsstat4::NFS4ERR_STALE_CLIENTID)?;
         if rec.reclaim_complete {
             return Err(nfsstat4::NFS4ERR_COMPLETE_ALREADY.into());
         }

@@ -503,7 +503,10 @@ mod tests {
             SessionError::ClientIdBusy
         );
         t.destroy_session(&id).unwrap();
-        assert_eq!(t.destroy_session(&id).unwrap_err(), SessionError::BadSession);
+        assert_eq!(
+            t.destroy_session(&id).unwrap_err(),
+            SessionError::BadSession
+        );
         let later = now + Duration::from_secs(100);
         assert_eq!(t.expire(Duration::from_secs(60), later), vec![e.clientid]);
         assert_eq!(t.counts(), (0, 0));

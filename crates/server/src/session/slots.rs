@@ -18,7 +18,7 @@ enum Cached {
     /// The full encoded COMPOUND4res.
     Reply(Bytes),
     /// Executed, but the client did not ask us to cache it (or it was too big).
-    NotCached,
+    Uncached,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -99,7 +99,7 @@ impl SlotTable {
             return match &s.cached {
                 Cached::InProgress => SlotVerdict::InProgress,
                 Cached::Reply(b) => SlotVerdict::Replay(b.clone()),
-                Cached::NotCached | Cached::Empty => SlotVerdict::RetryUncached,
+                Cached::Uncached | Cached::Empty => SlotVerdict::RetryUncached,
             };
         } else if seqid != s.seqid.wrapping_add(1) {
             return SlotVerdict::Misordered;
@@ -121,7 +121,7 @@ impl SlotTable {
                     self.cached_bytes += b.len();
                     Cached::Reply(b)
                 }
-                None => Cached::NotCached,
+                None => Cached::Uncached,
             };
         }
     }
@@ -135,7 +135,7 @@ impl SlotTable {
             s.cached = if prev_seqid == 0 {
                 Cached::Empty
             } else {
-                Cached::NotCached
+                Cached::Uncached
             };
         }
     }

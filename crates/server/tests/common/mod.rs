@@ -105,7 +105,9 @@ pub fn channel(max_requests: u32) -> channel_attrs4 {
 }
 
 pub async fn connect(addr: SocketAddr) -> RpcClient {
-    RpcClient::connect(addr, root_cred()).await.expect("connect")
+    RpcClient::connect(addr, root_cred())
+        .await
+        .expect("connect")
 }
 
 impl Session {
