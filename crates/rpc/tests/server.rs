@@ -510,3 +510,107 @@ async fn shutdown_grace_is_bounded() {
     );
     assert_eq!(svc.closed.load(Ordering::Relaxed), 1);
 }
+
+#[tokio::test]
+async fn credential_and_conn_id_reach_the_service() {
+    use bytes::Buf;
+    let srv = TestServer::start().await;
+    let c1 = RpcClient::connect(srv.addr, sys_cred())
+        .await
+        .expect("connect");
+    let c2 = client(&srv).await;
+    let mut r = c1.call(PROG, 1, 5, Bytes::new()).await.expect("whoami");
+    assert_eq!(r.get_u32(), 1);
+    assert_eq!((r.get_u32(), r.get_u32(), r.get_u32()), (1000, 100, 3));
+    assert_eq!((r.get_u32(), r.get_u32(), r.get_u32()), (100, 101, 102));
+    let id1 = r.get_u64();
+    let mut r = c1.call(PROG, 1, 5, Bytes::new()).await.expect("whoami");
+    r.advance(7 * 4);
+    assert_eq!(r.get_u64(), id1, "same connection, same conn_id");
+    let mut r = c2.call(PROG, 1, 5, Bytes::new()).await.expect("whoami");
+    assert_eq!(r.get_u32(), 0);
+    assert_ne!(r.get_u64(), id1, "conn_id is per connection");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_records_both_ways() {
+    let srv = TestServer::start().await;
+    let c = Arc::new(client(&srv).await);
+    let mut tasks = Vec::new();
+    for i in 0..6u32 {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            let len = if i == 0 {
+                4 * 1024 * 1024
+            } else {
+                700_000 + i as usize
+            };
+            let args: Bytes = (0..len)
+                .map(|j| (j as u32 ^ i) as u8)
+                .collect::<Vec<u8>>()
+                .into();
+            let r = c.call(PROG, 1, 1, args.clone()).await.expect("big echo");
+            assert!(r == args, "big echo {i} corrupted");
+        }));
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    // A reply above the client's limit drops the client's connection, not the server.
+    let small = RpcClient::connect_with_config(
+        srv.addr,
+        Credential::None,
+        txnfs_rpc::ClientConfig {
+            max_record_size: 1000,
+        },
+    )
+    .await
+    .expect("connect");
+    assert!(small
+        .call(PROG, 1, 1, Bytes::from(vec![1u8; 900]))
+        .await
+        .is_ok());
+    let r = small.call(PROG, 1, 1, Bytes::from(vec![1u8; 2000])).await;
+    assert!(
+        matches!(r, Err(RpcError::Disconnected)),
+        "{:?}",
+        r.map(|b| b.len())
+    );
+    assert!(c.call(PROG, 1, 0, Bytes::new()).await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_that_does_not_read_gets_backpressure_not_loss() {
+    let srv = TestServer::start_with(ServerConfig {
+        max_in_flight_per_conn: 4,
+        ..ServerConfig::default()
+    })
+    .await;
+    let s = TcpStream::connect(srv.addr).await.expect("connect");
+    let (mut rd, mut wr) = s.into_split();
+    const N: u32 = 100;
+    let writer = tokio::spawn(async move {
+        for xid in 0..N {
+            let mut args = vec![xid as u8; 64 * 1024];
+            args[..4].copy_from_slice(&be32(xid));
+            let m = encode_call(xid, PROG, 1, 1, &Credential::None, &args);
+            wr.write_all(&record(&m)).await.expect("write");
+        }
+        wr
+    });
+    // Nobody reads for a while: the server must stall, not buffer everything or give up.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut seen = [false; N as usize];
+    for _ in 0..N {
+        let rec = tokio::time::timeout(T, read_record(&mut rd, 1 << 20))
+            .await
+            .expect("in time")
+            .expect("record");
+        let (xid, r) = decode_reply(rec).expect("decode");
+        let r = r.expect("success");
+        assert_eq!(r.len(), 64 * 1024);
+        assert_eq!(&r[..4], &be32(xid));
+        assert!(!std::mem::replace(&mut seen[xid as usize], true));
+    }
+    writer.await.expect("writer");
+}

@@ -16,7 +16,8 @@ use txnfs_rpc::{serve, CallInfo, ReplyBody, RpcService, ServerConfig};
 pub const PROG: u32 = 400000;
 
 /// prog 400000 vers 1..=2: proc 0 NULL, 1 echo, 2 sleep (first u32 of args, in ms, capped
-/// at 2 s) then echo, 3 GARBAGE_ARGS, 4 panics; anything else PROC_UNAVAIL.
+/// at 2 s) then echo, 3 GARBAGE_ARGS, 4 panics, 5 returns
+/// the credential and conn_id; anything else PROC_UNAVAIL.
 #[derive(Default)]
 pub struct Toy {
     pub closed: AtomicUsize,
@@ -44,6 +45,25 @@ impl RpcService for Toy {
             }
             3 => ReplyBody::GarbageArgs,
             4 => panic!("toy service: proc 4 panics on purpose"),
+            5 => {
+                // whoami: flavor, uid, gid, gids..., conn_id
+                let mut out = bytes::BytesMut::new();
+                use bytes::BufMut;
+                match &info.cred {
+                    txnfs_rpc::Credential::None => out.put_u32(0),
+                    txnfs_rpc::Credential::Sys(s) => {
+                        out.put_u32(1);
+                        out.put_u32(s.uid);
+                        out.put_u32(s.gid);
+                        out.put_u32(s.gids.len() as u32);
+                        for g in &s.gids {
+                            out.put_u32(*g);
+                        }
+                    }
+                }
+                out.put_u64(info.conn_id);
+                ReplyBody::Success(out.freeze())
+            }
             _ => ReplyBody::ProcUnavail,
         }
     }
