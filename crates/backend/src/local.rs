@@ -1378,3 +1378,60 @@ impl Backend for LocalBackend {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_encoding_round_trips() {
+        for (t, body) in [(1, vec![7u8; 8]), (0x81, vec![1; 20]), (0xff, vec![2; 4])] {
+            let key = encode_key(t, &body).unwrap();
+            let buf = decode_key(&key).unwrap();
+            assert_eq!(buf.handle_type, t);
+            assert_eq!(&buf.f_handle[..buf.handle_bytes as usize], &body[..]);
+        }
+        assert_eq!(encode_key(1, &[0; 8]).unwrap().len(), 9);
+        assert_eq!(encode_key(-5, &[0; 8]).unwrap().len(), 13);
+        assert!(encode_key(1, &[0; MAX_KEY_LEN]).is_err());
+        assert!(decode_key(b"").is_none());
+        assert!(decode_key(b"\x01").is_none());
+        assert!(decode_key(b"\xff\x01\x00").is_none());
+    }
+
+    #[test]
+    fn change_values_move_and_hold() {
+        let mut t = ChangeTable {
+            map: HashMap::new(),
+        };
+        assert_eq!(t.value(1, 100, false), 100);
+        assert_eq!(t.value(1, 100, true), 100);
+        assert_eq!(t.value(1, 100, true), 101);
+        assert_eq!(t.value(1, 100, false), 101);
+        assert_eq!(t.value(1, 100, true), 102);
+        // ctime moved but not past the counter: still forward
+        assert_eq!(t.value(1, 101, false), 103);
+        assert_eq!(t.value(1, 500, false), 500);
+        // ctime set back (e.g. restored file): never backwards
+        assert_eq!(t.value(1, 50, false), 501);
+        assert_eq!(t.value(2, 7, false), 7);
+    }
+
+    #[test]
+    fn fd_cache_evicts_least_recent() {
+        let mut c = FdCache::new(16);
+        let fd = |_: u32| Arc::new(rfs::open("/", OFlags::PATH, Mode::empty()).unwrap());
+        for i in 0..16u32 {
+            c.insert(Bytes::from(i.to_be_bytes().to_vec()), fd(i));
+        }
+        // touch key 0 so it survives
+        assert!(c.get(&Bytes::from(0u32.to_be_bytes().to_vec())).is_some());
+        c.insert(Bytes::from(99u32.to_be_bytes().to_vec()), fd(99));
+        assert!(c.map.len() <= 16);
+        assert!(c.get(&Bytes::from(0u32.to_be_bytes().to_vec())).is_some());
+        assert!(c.get(&Bytes::from(1u32.to_be_bytes().to_vec())).is_none());
+        assert!(c.get(&Bytes::from(99u32.to_be_bytes().to_vec())).is_some());
+        c.shrink_to_half();
+        assert!(c.map.len() <= 8);
+    }
+}

@@ -835,6 +835,75 @@ pub fn check_concurrent<B: Backend>(b: &B) {
     });
 }
 
+pub fn check_setgid_dirs<B: Backend>(b: &B) {
+    let root = b.root().unwrap();
+    let (d, _) = b
+        .make_node(
+            &root,
+            b"shared",
+            &NodeKind::Directory,
+            &SetAttrs {
+                mode: Some(0o2775),
+                gid: Some(777),
+                ..Default::default()
+            },
+            &Creds {
+                uid: 1000,
+                gid: 1000,
+                gids: vec![],
+            },
+        )
+        .unwrap();
+    let a = b.getattr(&d).unwrap();
+    assert_eq!((a.mode, a.uid, a.gid), (0o2775, 1000, 777));
+    let (_, fa, _) = b
+        .create_file(
+            &d,
+            b"f",
+            CreateMode::Guarded,
+            &SetAttrs::default(),
+            &Creds {
+                uid: 1000,
+                gid: 1000,
+                gids: vec![],
+            },
+        )
+        .unwrap();
+    assert_eq!((fa.uid, fa.gid, fa.mode), (1000, 777, 0o644));
+    let (_, sa) = b
+        .make_node(
+            &d,
+            b"sub",
+            &NodeKind::Directory,
+            &SetAttrs::default(),
+            &Creds {
+                uid: 1000,
+                gid: 1000,
+                gids: vec![],
+            },
+        )
+        .unwrap();
+    assert_eq!((sa.gid, sa.mode), (777, 0o2755));
+    // mode is exact, whatever the umask
+    let (_, ua, _) = b
+        .create_file(
+            &root,
+            b"wide",
+            CreateMode::Guarded,
+            &SetAttrs {
+                mode: Some(0o777),
+                ..Default::default()
+            },
+            &Creds {
+                uid: 1000,
+                gid: 1000,
+                gids: vec![],
+            },
+        )
+        .unwrap();
+    assert_eq!(ua.mode, 0o777);
+}
+
 pub fn check_statfs<B: Backend>(b: &B) {
     let root = b.root().unwrap();
     let s = b.statfs(&root).unwrap();
@@ -874,6 +943,7 @@ macro_rules! conformance {
             case!(check_statfs);
             case!(check_create_attrs);
             case!(check_concurrent);
+            case!(check_setgid_dirs);
         }
     };
 }

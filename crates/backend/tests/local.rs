@@ -275,62 +275,6 @@ fn exclusive_verifier_lives_in_atime_mtime() {
     }
 }
 
-#[test]
-fn ownership_and_setgid_directories() {
-    let dir = tempfile::tempdir().unwrap();
-    let b = LocalBackend::open(dir.path()).unwrap();
-    let root = b.root().unwrap();
-    let (d, _) = b
-        .make_node(
-            &root,
-            b"shared",
-            &NodeKind::Directory,
-            &SetAttrs {
-                mode: Some(0o2775),
-                gid: Some(777),
-                ..Default::default()
-            },
-            &creds(),
-        )
-        .unwrap();
-    let a = b.getattr(&d).unwrap();
-    assert_eq!((a.mode, a.uid, a.gid), (0o2775, 1000, 777));
-    let (_, fa, _) = b
-        .create_file(
-            &d,
-            b"f",
-            CreateMode::Guarded,
-            &SetAttrs::default(),
-            &creds(),
-        )
-        .unwrap();
-    assert_eq!((fa.uid, fa.gid, fa.mode), (1000, 777, 0o644));
-    let (_, sa) = b
-        .make_node(
-            &d,
-            b"sub",
-            &NodeKind::Directory,
-            &SetAttrs::default(),
-            &creds(),
-        )
-        .unwrap();
-    assert_eq!((sa.gid, sa.mode), (777, 0o2755));
-    // mode is exact, whatever the umask
-    let (_, ua, _) = b
-        .create_file(
-            &root,
-            b"wide",
-            CreateMode::Guarded,
-            &SetAttrs {
-                mode: Some(0o777),
-                ..Default::default()
-            },
-            &creds(),
-        )
-        .unwrap();
-    assert_eq!(ua.mode, 0o777);
-}
-
 /// Runs `mount` (as root) and unmounts on drop; `None` when mounting is not possible
 /// here.
 struct Mounted(std::path::PathBuf);
