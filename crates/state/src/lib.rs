@@ -23,15 +23,33 @@
 //! instance is recognised as stale. `seqid` starts at 1, is incremented by
 //! every state-changing operation and wraps from `u32::MAX` to 1, never 0.
 //!
-//! Byte-range locks are advisory (§9.4 allows either): [`StateTable::check_io`]
-//! checks stateids and share reservations, not byte-range locks.
+//! Costs: stateids are found by hash of `other`; opens by hash of
+//! (client, owner, file); share checks are O(1) (per-file counters); a
+//! LOCK/LOCKT conflict check visits the lock-owners holding locks on that
+//! file only (O(holders × log ranges), bounded by
+//! [`StateLimits::max_locks_per_file`]); expiring a client is linear in that
+//! client's state.
+//!
+//! Simplifications of RFC 8881 (deliberate):
+//! * Byte-range locks are advisory (§9.4 allows either):
+//!   [`StateTable::check_io`] checks stateids and share reservations, not
+//!   byte-range locks.
+//! * OPEN_DOWNGRADE requires a subset of the current access/deny instead of
+//!   tracking every access/deny combination previously opened (§18.18.3).
+//! * No delegations, layouts, reclaims/grace period, or revoked-state
+//!   statuses (`NFS4ERR_EXPIRED`, `NFS4ERR_ADMIN_REVOKED`): expiring a client
+//!   deletes its state, so its stateids become `NFS4ERR_BAD_STATEID`.
+//! * No blocking locks: `READW_LT`/`WRITEW_LT` are plain lock attempts
+//!   (allowed by §18.10.3; no CB_NOTIFY_LOCK).
+//! * v4.1 only: seqid 0 is accepted everywhere as "current" (§8.2.2) and the
+//!   v4.0 open/lock-owner seqids are not modelled.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod range;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use range::Range;
 
@@ -295,7 +313,7 @@ struct OpenState {
     deny: u32,
     /// Lock stateids derived from this open (§8.2.1: a lock stateid's
     /// lifetime is bounded by its open's).
-    lock_states: Vec<u64>,
+    lock_states: BTreeSet<u64>,
 }
 
 #[derive(Debug)]
@@ -321,10 +339,51 @@ struct State {
 
 #[derive(Debug, Default)]
 struct FileState {
-    opens: Vec<u64>,
-    lock_states: Vec<u64>,
+    opens: BTreeSet<u64>,
+    lock_states: BTreeSet<u64>,
+    /// Lock states with at least one range: the only ones a conflict check
+    /// visits. Ordered by id (creation order) so conflict reports are
+    /// deterministic.
+    holders: BTreeSet<u64>,
     /// Sum of the lock states' range counts.
     lock_count: usize,
+    /// Share reservation counters: opens with READ access, WRITE access,
+    /// DENY_READ, DENY_WRITE, so a share check is O(1).
+    share: ShareCounts,
+}
+
+/// Number of opens of a file holding each share bit.
+#[derive(Debug, Default, Clone, Copy)]
+struct ShareCounts {
+    access_read: usize,
+    access_write: usize,
+    deny_read: usize,
+    deny_write: usize,
+}
+
+impl ShareCounts {
+    fn add(&mut self, access: u32, deny: u32) {
+        self.access_read += usize::from(access & SHARE_ACCESS_READ != 0);
+        self.access_write += usize::from(access & SHARE_ACCESS_WRITE != 0);
+        self.deny_read += usize::from(deny & SHARE_DENY_READ != 0);
+        self.deny_write += usize::from(deny & SHARE_DENY_WRITE != 0);
+    }
+
+    fn sub(&mut self, access: u32, deny: u32) {
+        self.access_read -= usize::from(access & SHARE_ACCESS_READ != 0);
+        self.access_write -= usize::from(access & SHARE_ACCESS_WRITE != 0);
+        self.deny_read -= usize::from(deny & SHARE_DENY_READ != 0);
+        self.deny_write -= usize::from(deny & SHARE_DENY_WRITE != 0);
+    }
+
+    /// Whether an open with `(access, deny)` conflicts with the counted
+    /// opens (RFC 8881 §9.7).
+    fn conflicts(&self, access: u32, deny: u32) -> bool {
+        (access & SHARE_ACCESS_READ != 0 && self.deny_read > 0)
+            || (access & SHARE_ACCESS_WRITE != 0 && self.deny_write > 0)
+            || (deny & SHARE_DENY_READ != 0 && self.access_read > 0)
+            || (deny & SHARE_DENY_WRITE != 0 && self.access_write > 0)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -391,12 +450,6 @@ fn valid_access(access: u32) -> bool {
 
 fn valid_deny(deny: u32) -> bool {
     deny <= 3
-}
-
-fn remove_from(v: &mut Vec<u64>, id: u64) {
-    if let Some(pos) = v.iter().position(|&x| x == id) {
-        v.swap_remove(pos);
-    }
 }
 
 impl StateTable {
@@ -516,14 +569,21 @@ impl StateTable {
 
     /// Share reservation check (§9.7): does `(access, deny)` conflict with
     /// any open on `file` other than `except`?
-    fn share_conflict(&self, file: FileId, access: u32, deny: u32, except: Option<u64>) -> bool {
+    fn share_conflict(
+        &self,
+        file: FileId,
+        access: u32,
+        deny: u32,
+        except: Option<(u32, u32)>,
+    ) -> bool {
         let Some(fs) = self.files.get(&file) else {
             return false;
         };
-        fs.opens.iter().filter(|&&id| Some(id) != except).any(|id| {
-            matches!(self.states.get(id), Some(State { kind: Kind::Open(o), .. })
-                if (o.deny & access) != 0 || (o.access & deny) != 0)
-        })
+        let mut counts = fs.share;
+        if let Some((a, d)) = except {
+            counts.sub(a, d);
+        }
+        counts.conflicts(access, deny)
     }
 
     /// OPEN (RFC 8881 §18.16, share reservations §9.7).
@@ -556,17 +616,10 @@ impl StateTable {
                 _ => return Err(StateError::BadStateid),
             };
             let (new_access, new_deny) = (old_access | access, old_deny | deny);
-            if self.share_conflict(file, new_access, new_deny, Some(id)) {
+            if self.share_conflict(file, new_access, new_deny, Some((old_access, old_deny))) {
                 return Err(StateError::ShareDenied);
             }
-            if let Some(State {
-                kind: Kind::Open(o),
-                ..
-            }) = self.states.get_mut(&id)
-            {
-                o.access = new_access;
-                o.deny = new_deny;
-            }
+            self.set_share(id, file, new_access, new_deny);
             return self.bump(id);
         }
         if self.share_conflict(file, access, deny, None) {
@@ -596,7 +649,7 @@ impl StateTable {
                     owner: owner.to_vec(),
                     access,
                     deny,
-                    lock_states: Vec::new(),
+                    lock_states: BTreeSet::new(),
                 }),
             },
         );
@@ -607,7 +660,9 @@ impl StateTable {
         if new_owner {
             cs.open_owners += 1;
         }
-        self.files.entry(file).or_default().opens.push(id);
+        let fs = self.files.entry(file).or_default();
+        fs.opens.insert(id);
+        fs.share.add(access, deny);
         self.n_opens += 1;
         Ok(self.make_stateid(id, 1))
     }
@@ -628,7 +683,7 @@ impl StateTable {
         if !valid_access(access) || !valid_deny(deny) {
             return Err(StateError::Inval);
         }
-        match self.states.get_mut(&id) {
+        match self.states.get(&id) {
             Some(State {
                 kind: Kind::Open(o),
                 ..
@@ -636,12 +691,30 @@ impl StateTable {
                 if access & !o.access != 0 || deny & !o.deny != 0 {
                     return Err(StateError::Inval);
                 }
-                o.access = access;
-                o.deny = deny;
             }
             _ => return Err(StateError::BadStateid),
         }
+        self.set_share(id, file, access, deny);
         self.bump(id)
+    }
+
+    /// Sets the access/deny of open `id` on `file`, keeping the file's share
+    /// counters.
+    fn set_share(&mut self, id: u64, file: FileId, access: u32, deny: u32) {
+        let Some(State {
+            kind: Kind::Open(o),
+            ..
+        }) = self.states.get_mut(&id)
+        else {
+            return;
+        };
+        let (old_access, old_deny) = (o.access, o.deny);
+        o.access = access;
+        o.deny = deny;
+        if let Some(fs) = self.files.get_mut(&file) {
+            fs.share.sub(old_access, old_deny);
+            fs.share.add(access, deny);
+        }
     }
 
     /// CLOSE (RFC 8881 §18.2) of an open stateid of `client` for `file`.
@@ -657,16 +730,15 @@ impl StateTable {
         file: FileId,
     ) -> Result<Stateid, StateError> {
         let id = self.resolve_open(client, sid, file)?;
-        let lock_ids = match self.states.get(&id) {
+        let held = match self.states.get(&id) {
             Some(State {
                 kind: Kind::Open(o),
                 ..
-            }) => o.lock_states.clone(),
+            }) => o.lock_states.iter().any(|l| {
+                matches!(self.states.get(l), Some(State { kind: Kind::Lock(ls), .. }) if !ls.ranges.is_empty())
+            }),
             _ => return Err(StateError::BadStateid),
         };
-        let held = lock_ids.iter().any(|l| {
-            matches!(self.states.get(l), Some(State { kind: Kind::Lock(ls), .. }) if !ls.ranges.is_empty())
-        });
         if held {
             return Err(StateError::LocksHeld);
         }
@@ -705,7 +777,8 @@ impl StateTable {
                     }
                 }
                 if let Some(fs) = self.files.get_mut(&file) {
-                    remove_from(&mut fs.opens, id);
+                    fs.opens.remove(&id);
+                    fs.share.sub(o.access, o.deny);
                 }
                 self.n_opens -= 1;
             }
@@ -715,7 +788,7 @@ impl StateTable {
                     ..
                 }) = self.states.get_mut(&l.open)
                 {
-                    remove_from(&mut o.lock_states, id);
+                    o.lock_states.remove(&id);
                 }
                 self.lock_index.remove(&(client, l.owner.clone(), file));
                 let owner_key = (client, l.owner);
@@ -734,7 +807,8 @@ impl StateTable {
                     }
                 }
                 if let Some(fs) = self.files.get_mut(&file) {
-                    remove_from(&mut fs.lock_states, id);
+                    fs.lock_states.remove(&id);
+                    fs.holders.remove(&id);
                     fs.lock_count -= l.ranges.len();
                 }
                 self.n_locks -= l.ranges.len();
@@ -829,7 +903,7 @@ impl StateTable {
         end: u64,
     ) -> Option<LockDenied> {
         let fs = self.files.get(&file)?;
-        for lid in &fs.lock_states {
+        for lid in &fs.holders {
             let Some(State {
                 common,
                 kind: Kind::Lock(l),
@@ -837,15 +911,15 @@ impl StateTable {
             else {
                 continue;
             };
-            if common.client == me.0 && l.owner == me.1 {
-                continue;
-            }
-            for r in &l.ranges {
-                if r.start > end {
-                    break;
-                }
-                if r.overlaps(start, end) && (kind == LockType::Write || r.kind == LockType::Write)
-                {
+            // The ranges are sorted and disjoint, so their ends are sorted
+            // too: skip to the first one ending at or after `start`.
+            let first = l.ranges.partition_point(|r| r.end < start);
+            let hit = l.ranges[first..]
+                .iter()
+                .take_while(|r| r.start <= end)
+                .find(|r| kind == LockType::Write || r.kind == LockType::Write);
+            if let Some(r) = hit {
+                if common.client != me.0 || l.owner != me.1 {
                     return Some(LockDenied {
                         offset: r.offset(),
                         length: r.length(),
@@ -994,7 +1068,7 @@ impl StateTable {
             ..
         }) = self.states.get_mut(&open_id)
         {
-            o.lock_states.push(id);
+            o.lock_states.insert(id);
         }
         *self.lock_owners.entry(owner_key).or_insert(0) += 1;
         let cs = self.clients.entry(client).or_default();
@@ -1002,7 +1076,7 @@ impl StateTable {
         if new_owner {
             cs.lock_owners += 1;
         }
-        self.files.entry(file).or_default().lock_states.push(id);
+        self.files.entry(file).or_default().lock_states.insert(id);
         self.n_lock_states += 1;
         Ok(id)
     }
@@ -1019,6 +1093,11 @@ impl StateTable {
         };
         if let Some(fs) = self.files.get_mut(&file) {
             fs.lock_count = fs.lock_count - old_len + new_len;
+            if new_len == 0 {
+                fs.holders.remove(&id);
+            } else {
+                fs.holders.insert(id);
+            }
         }
         self.n_locks = self.n_locks - old_len + new_len;
     }
@@ -1135,7 +1214,7 @@ impl StateTable {
         let Some(fs) = self.files.get(&file) else {
             return out;
         };
-        for lid in &fs.lock_states {
+        for lid in &fs.holders {
             if let Some(State {
                 common,
                 kind: Kind::Lock(l),

@@ -879,3 +879,36 @@ fn limit_locks_per_file() {
     t.lock(C2, new_lock(G, og, b"B", LockType::Read, 300, 1))
         .unwrap();
 }
+
+#[test]
+fn many_opens_on_one_file_expire_quickly() {
+    let mut t = table();
+    let start = std::time::Instant::now();
+    for c in 1..=8u64 {
+        for o in 0..4000u32 {
+            let s = t.open(c, &o.to_be_bytes(), F, R, DN).unwrap();
+            if o % 8 == 0 {
+                t.lock(
+                    c,
+                    new_lock(F, s, &o.to_be_bytes(), LockType::Read, u64::from(o), 1),
+                )
+                .unwrap();
+            }
+        }
+    }
+    assert_eq!(
+        t.stats(),
+        StateStats {
+            opens: 32_000,
+            lock_states: 4_000,
+            locks: 4_000
+        }
+    );
+    for c in 1..=8u64 {
+        assert_eq!(t.expire_client(c), 4_500);
+    }
+    assert_eq!(t.stats(), StateStats::default());
+    // Generous bound for debug builds on a loaded machine: quadratic
+    // behaviour would take minutes.
+    assert!(start.elapsed() < std::time::Duration::from_secs(30));
+}
