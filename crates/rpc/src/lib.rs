@@ -7,6 +7,40 @@
 //! [`ServerConfig::max_in_flight_per_conn`] per connection. Replies are written in
 //! completion order by one writer task per connection, gathering the replies ready at the
 //! same time into one vectored write.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use bytes::Bytes;
+//! use txnfs_rpc::{serve, CallInfo, Credential, ReplyBody, RpcClient, RpcService, ServerConfig};
+//!
+//! struct Echo;
+//! impl RpcService for Echo {
+//!     fn programs(&self) -> Vec<(u32, u32, u32)> {
+//!         vec![(400000, 1, 1)]
+//!     }
+//!     async fn call(&self, info: CallInfo, args: Bytes) -> ReplyBody {
+//!         match info.proc_num {
+//!             0 => ReplyBody::Success(Bytes::new()),
+//!             1 => ReplyBody::Success(args),
+//!             _ => ReplyBody::ProcUnavail,
+//!         }
+//!     }
+//! }
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! let addr = listener.local_addr()?;
+//! let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+//! let server = tokio::spawn(serve(listener, Arc::new(Echo), ServerConfig::default(), async {
+//!     let _ = stopped.await;
+//! }));
+//! let client = RpcClient::connect(addr, Credential::None).await?;
+//! assert_eq!(client.call(400000, 1, 1, Bytes::from_static(b"hi")).await?, "hi");
+//! let _ = stop.send(());
+//! server.await??;
+//! # Ok(())
+//! # }
+//! ```
 
 mod client;
 pub mod msg;

@@ -2,6 +2,7 @@
 //! other connections.
 mod common;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes};
@@ -105,8 +106,25 @@ fn inputs() -> impl Strategy<Value = Vec<u8>> {
     ]
 }
 
+/// Panics anywhere in this test binary other than the toy service's deliberate one.
+static UNEXPECTED_PANICS: AtomicUsize = AtomicUsize::new(0);
+
 #[test]
 fn random_records_never_hurt_the_server() {
+    // Spawned server tasks that panic would be swallowed by tokio; count them instead.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        if !msg.contains("on purpose") {
+            UNEXPECTED_PANICS.fetch_add(1, Ordering::Relaxed);
+        }
+        default_hook(info)
+    }));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -143,7 +161,7 @@ fn random_records_never_hurt_the_server() {
         // Every fed connection was closed and reported (+ none of the two good ones yet).
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
-            let closed = srv.svc.closed.load(std::sync::atomic::Ordering::Relaxed);
+            let closed = srv.svc.closed.load(Ordering::Relaxed);
             if closed >= 300 {
                 break;
             }
@@ -157,4 +175,9 @@ fn random_records_never_hurt_the_server() {
         drop(good);
         srv.stop().await.expect("clean shutdown");
     });
+    assert_eq!(
+        UNEXPECTED_PANICS.load(Ordering::Relaxed),
+        0,
+        "a task panicked"
+    );
 }
