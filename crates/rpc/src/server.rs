@@ -445,6 +445,12 @@ fn check_program(programs: &[(u32, u32, u32)], prog: u32, vers: u32) -> Option<R
     })
 }
 
+/// What to do with a parsed record.
+enum Work {
+    Reply(Reply),
+    Call(CallInfo, Bytes),
+}
+
 impl<S: RpcService> Connection<S> {
     async fn run(mut self, stream: TcpStream) {
         let (conn_id, peer) = (self.conn_id, self.peer);
@@ -489,13 +495,36 @@ impl<S: RpcService> Connection<S> {
                     break;
                 }
             };
-            let parsed = parse_call(rec, peer);
-            if matches!(parsed, Parsed::Close) {
-                break;
-            }
-            if matches!(parsed, Parsed::Ignore) {
-                continue;
-            }
+            let (xid, work) = match parse_call(rec, peer) {
+                Parsed::Close => break,
+                Parsed::Ignore => continue,
+                Parsed::Reply(xid, reply) => (xid, Work::Reply(reply)),
+                Parsed::Call {
+                    xid,
+                    prog,
+                    vers,
+                    proc_num,
+                    cred,
+                    args,
+                } => match check_program(&self.shared.programs, prog, vers) {
+                    Some(r) => {
+                        debug!(%peer, xid, prog, vers, proc_num, reply = ?r, "program check failed");
+                        (xid, Work::Reply(Reply::Body(r)))
+                    }
+                    None => {
+                        let info = CallInfo {
+                            xid,
+                            prog,
+                            vers,
+                            proc_num,
+                            cred,
+                            conn_id,
+                            peer,
+                        };
+                        (xid, Work::Call(info, args))
+                    }
+                },
+            };
             // One slot per call (or transport-generated reply) until its reply is written.
             let permit = tokio::select! {
                 biased;
@@ -507,39 +536,14 @@ impl<S: RpcService> Connection<S> {
             };
             let mut sender = ReplySender {
                 tx: tx.clone(),
-                xid: 0,
+                xid,
                 permit: Some(permit),
             };
-            match parsed {
-                Parsed::Close | Parsed::Ignore => {}
-                Parsed::Reply(xid, reply) => {
-                    sender.xid = xid;
-                    sender.send_reply(reply);
-                }
-                Parsed::Call {
-                    xid,
-                    prog,
-                    vers,
-                    proc_num,
-                    cred,
-                    args,
-                } => {
-                    sender.xid = xid;
-                    if let Some(r) = check_program(&self.shared.programs, prog, vers) {
-                        debug!(%peer, xid, prog, vers, proc_num, reply = ?r, "program check failed");
-                        sender.send(r);
-                        continue;
-                    }
-                    debug!(%peer, conn_id, xid, prog, vers, proc_num, "RPC call");
-                    let info = CallInfo {
-                        xid,
-                        prog,
-                        vers,
-                        proc_num,
-                        cred,
-                        conn_id,
-                        peer,
-                    };
+            match work {
+                Work::Reply(reply) => sender.send_reply(reply),
+                Work::Call(info, args) => {
+                    debug!(%peer, conn_id, xid, prog = info.prog, vers = info.vers,
+                        proc_num = info.proc_num, "RPC call");
                     let svc = self.svc.clone();
                     calls.spawn(async move {
                         let mut sender = sender;
