@@ -39,6 +39,23 @@ pub fn require(attrs: &Attrs, creds: &Creds, want: u32) -> Result<(), nfsstat4> 
     }
 }
 
+/// Owner and group a caller may give a new object (non-root: only itself and its groups).
+pub fn check_new_owner(set: &txnfs_backend::SetAttrs, creds: &Creds) -> Result<(), nfsstat4> {
+    if creds.uid == 0 {
+        return Ok(());
+    }
+    if set.uid.is_some_and(|u| u != creds.uid) {
+        return Err(nfsstat4::NFS4ERR_PERM);
+    }
+    if set
+        .gid
+        .is_some_and(|g| g != creds.gid && !creds.gids.contains(&g))
+    {
+        return Err(nfsstat4::NFS4ERR_PERM);
+    }
+    Ok(())
+}
+
 pub fn getattr(c: &mut Compound, a: &GETATTR4args) -> OpResult {
     let fh = c.cfh()?.clone();
     let attrs = c.srv.fattr(&fh, &a.attr_request, None)?;

@@ -58,6 +58,7 @@ pub fn create(c: &mut Compound, a: CREATE4args) -> OpResult {
     let (set, attrset) =
         txnfs_attr::decode_setattrs(&a.createattrs.attrmask, &a.createattrs.attr_vals)
             .map_err(|e| status_from_u32(e.nfsstat()))?;
+    crate::ops::attr::check_new_owner(&set, &c.creds)?;
     let be = &dir.export.backend;
     let (key, _) = be.make_node(&dir.key, &a.objname, &kind, &set, &c.creds)?;
     let after = be.getattr(&dir.key).map(|x| x.change).unwrap_or(0);

@@ -98,6 +98,7 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
                         // The verifier lives in the times (RFC 8881 §18.16.3).
                         return Err(nfsstat4::NFS4ERR_INVAL.into());
                     }
+                    crate::ops::attr::check_new_owner(&set, &c.creds)?;
                     let existing = be.lookup(&dir.key, name);
                     if existing.is_err() {
                         require(&dattrs, &c.creds, W | X)?;
