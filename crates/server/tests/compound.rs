@@ -431,3 +431,33 @@ async fn locks_conflict_across_clients() {
     let r = b.run(lock(b.clientid, &sids[1].0, &sids[1].1, b"lb")).await;
     assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
 }
+
+#[tokio::test]
+async fn hostile_records_do_not_disturb_other_clients() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let srv = start_memory_server().await;
+    let mut good = Session::new(srv.addr, b"good").await;
+    let hostile: Vec<Vec<u8>> = vec![
+        // a record mark announcing 1 GiB (above the maximum record size)
+        vec![0xc0, 0, 0, 0, 1, 2, 3, 4],
+        // a complete record of garbage
+        vec![0x80, 0, 0, 8, 0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 9],
+        // a truncated record: mark says 100 bytes, then the connection closes
+        vec![0x80, 0, 0, 100, 0, 0, 0, 1],
+    ];
+    for bytes in hostile {
+        let mut t = tokio::net::TcpStream::connect(srv.addr).await.unwrap();
+        t.write_all(&bytes).await.unwrap();
+        let _ = t.shutdown().await;
+        let mut buf = Vec::new();
+        // The server answers what it can (GARBAGE_ARGS or nothing) and closes; it must
+        // not hang: the read ends within the timeout.
+        let r =
+            tokio::time::timeout(std::time::Duration::from_secs(5), t.read_to_end(&mut buf)).await;
+        assert!(r.is_ok(), "server kept a hostile connection open");
+        let r = good
+            .run(vec![nfs_argop4::OP_PUTROOTFH, nfs_argop4::OP_GETFH])
+            .await;
+        assert_eq!(r.status, nfsstat4::NFS4_OK);
+    }
+}
