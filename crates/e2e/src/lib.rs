@@ -42,10 +42,18 @@ impl ServerKind {
 /// The child process is killed (by PID) when the guard is dropped.
 pub struct ServerGuard {
     kind: ServerKind,
+    opts: ServerOpts,
     port: u16,
     dir: tempfile::TempDir,
     child: Option<Child>,
     starts: u32,
+}
+
+/// Server settings beyond the defaults.
+#[derive(Clone, Debug, Default)]
+pub struct ServerOpts {
+    /// Lease time in seconds (txnfs `--lease-time`, Ganesha `Lease_Lifetime`).
+    pub lease_time: Option<u32>,
 }
 
 /// The workspace root (two levels above this crate's manifest).
@@ -79,8 +87,18 @@ impl ServerGuard {
         ServerGuard::start(ServerKind::from_env())
     }
 
+    /// Start the server named by `TXNFS_E2E_SERVER` with extra settings.
+    pub fn start_default_with(opts: ServerOpts) -> ServerGuard {
+        ServerGuard::start_with(ServerKind::from_env(), opts)
+    }
+
     /// Start a server of the given kind on a free loopback port.
     pub fn start(kind: ServerKind) -> ServerGuard {
+        ServerGuard::start_with(kind, ServerOpts::default())
+    }
+
+    /// Start a server of the given kind and settings on a free loopback port.
+    pub fn start_with(kind: ServerKind, opts: ServerOpts) -> ServerGuard {
         let mut dir = tempfile::Builder::new()
             .prefix("txnfs-e2e-")
             .tempdir()
@@ -102,6 +120,7 @@ impl ServerGuard {
         for _ in 0..3 {
             let mut guard = ServerGuard {
                 kind,
+                opts: opts.clone(),
                 port: free_port(),
                 dir,
                 child: None,
@@ -172,10 +191,17 @@ impl ServerGuard {
         }
     }
 
-    /// `nfs://` URL for nfs-rs, forcing NFSv4.1 and an unprivileged source port.
+    /// `nfs://` URL for nfs-rs, forcing NFSv4.1 and an unprivileged source
+    /// port, as uid 0 / gid 0.
     pub fn url(&self) -> String {
+        self.url_with("uid=0&gid=0")
+    }
+
+    /// Like [`ServerGuard::url`] with extra query options instead of the
+    /// default `uid=0&gid=0` (e.g. `uid=1000&gid=1000&readdir-buffer=1024`).
+    pub fn url_with(&self, query: &str) -> String {
         format!(
-            "nfs://127.0.0.1:{}{}?version=4.1&noresvport=true&uid=0&gid=0",
+            "nfs://127.0.0.1:{}{}?version=4.1&noresvport=true&{query}",
             self.port,
             self.export_path()
         )
@@ -196,17 +222,24 @@ impl ServerGuard {
                     .arg(format!("127.0.0.1:{}", self.port))
                     .arg("--no-grace")
                     .arg("--state-dir")
-                    .arg(self.state_dir())
-                    .arg(self.export_dir());
-                if std::env::var_os("RUST_LOG").is_none() {
-                    cmd.env("RUST_LOG", "info");
+                    .arg(self.state_dir());
+                if let Some(lease) = self.opts.lease_time {
+                    cmd.arg("--lease-time").arg(lease.to_string());
+                }
+                cmd.arg(self.export_dir());
+                cmd.env("NO_COLOR", "1");
+                if std::env::var_os("TXNFS_LOG").is_none() {
+                    cmd.env("TXNFS_LOG", "info");
                 }
                 cmd
             }
             ServerKind::Ganesha => {
                 let conf = self.dir.path().join("ganesha.conf");
-                std::fs::write(&conf, ganesha_conf(self.port, self.dir.path()))
-                    .map_err(|e| format!("write ganesha.conf: {e}"))?;
+                std::fs::write(
+                    &conf,
+                    ganesha_conf(self.port, self.dir.path(), self.opts.lease_time),
+                )
+                .map_err(|e| format!("write ganesha.conf: {e}"))?;
                 let mut cmd = Command::new("ganesha.nfsd");
                 cmd.arg("-F")
                     .arg("-L")
@@ -281,9 +314,18 @@ impl ServerGuard {
         }
     }
 
-    /// Mount the export with nfs-rs (NFSv4.1).
+    /// Mount the export with nfs-rs (NFSv4.1) as root.
     pub async fn mount(&self) -> Box<dyn nfs_rs::Mount> {
-        let url = self.url();
+        self.mount_url(&self.url()).await
+    }
+
+    /// Mount with extra URL query options (see [`ServerGuard::url_with`]).
+    pub async fn mount_with(&self, query: &str) -> Box<dyn nfs_rs::Mount> {
+        self.mount_url(&self.url_with(query)).await
+    }
+
+    async fn mount_url(&self, url: &str) -> Box<dyn nfs_rs::Mount> {
+        let url = url.to_string();
         match tokio::time::timeout(OP_TIMEOUT, nfs_rs::parse_url_and_mount(&url)).await {
             Ok(Ok(m)) => m,
             Ok(Err(e)) => panic!(
@@ -316,8 +358,16 @@ impl Drop for ServerGuard {
     }
 }
 
-fn ganesha_conf(port: u16, dir: &Path) -> String {
+fn ganesha_conf(port: u16, dir: &Path, lease: Option<u32>) -> String {
     let dir = dir.display();
+    let lease = lease
+        .map(|l| {
+            format!(
+                "    Lease_Lifetime = {l};\n    Grace_Period = {};\n",
+                l.max(2)
+            )
+        })
+        .unwrap_or_default();
     format!(
         r#"NFS_CORE_PARAM {{
     Bind_addr = 127.0.0.1;
@@ -332,7 +382,7 @@ NFSv4 {{
     Minor_Versions = 1, 2;
     RecoveryRoot = {dir}/state;
     Only_Numeric_Owners = true;
-}}
+{lease}}}
 NFS_KRB5 {{ Active_krb5 = false; }}
 EXPORT {{
     Export_Id = 1;
@@ -521,4 +571,68 @@ pub async fn join_all<F: std::future::Future>(futs: Vec<F>) -> Vec<F::Output> {
     })
     .await;
     out.into_iter().map(|o| o.expect("completed")).collect()
+}
+
+/// Collects independent check failures so one test can report all of them
+/// (with the server log tail) instead of stopping at the first.
+pub struct Checks<'a> {
+    server: &'a ServerGuard,
+    failures: Vec<String>,
+}
+
+impl<'a> Checks<'a> {
+    pub fn new(server: &'a ServerGuard) -> Checks<'a> {
+        Checks {
+            server,
+            failures: Vec::new(),
+        }
+    }
+
+    /// Records `what` as failed unless `cond` holds.
+    pub fn check(&mut self, cond: bool, what: impl Into<String>) {
+        if !cond {
+            self.failures.push(what.into());
+        }
+    }
+
+    /// Records a failure unless `r` is an NFSv4 error among `want`.
+    pub fn expect_err<T: std::fmt::Debug>(
+        &mut self,
+        what: &str,
+        r: nfs_rs::Result<T>,
+        want: &[nfs_rs::Nfs4ErrorCode],
+    ) {
+        match r {
+            Ok(v) => self.failures.push(format!(
+                "{what}: want one of {want:?}, but it succeeded: {v:?}"
+            )),
+            Err(e) if want.iter().any(|w| is_nfs4(&e, *w)) => {}
+            Err(e) => self
+                .failures
+                .push(format!("{what}: want one of {want:?}, got {e:?}")),
+        }
+    }
+
+    /// Records a failure if `r` is an error; returns the value.
+    pub fn expect_ok<T>(&mut self, what: &str, r: nfs_rs::Result<T>) -> Option<T> {
+        match r {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.failures.push(format!("{what}: failed: {e:?}"));
+                None
+            }
+        }
+    }
+
+    /// Panics listing every recorded failure.
+    pub fn finish(self) {
+        if !self.failures.is_empty() {
+            panic!(
+                "{} check(s) failed:\n  - {}\nserver log tail:\n{}",
+                self.failures.len(),
+                self.failures.join("\n  - "),
+                self.server.log_tail(20)
+            );
+        }
+    }
 }
