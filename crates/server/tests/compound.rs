@@ -461,3 +461,175 @@ async fn hostile_records_do_not_disturb_other_clients() {
         assert_eq!(r.status, nfsstat4::NFS4_OK);
     }
 }
+
+#[tokio::test]
+async fn reply_size_limits() {
+    let srv = start_memory_server().await;
+    let s = Session::new(srv.addr, b"sizes").await;
+    // A second session on the same client with a 4 KiB response limit.
+    let r = call(
+        &s.cl,
+        vec![nfs_argop4::OP_EXCHANGE_ID(EXCHANGE_ID4args {
+            eia_clientowner: client_owner4 {
+                co_verifier: [1; 8],
+                co_ownerid: Bytes::from_static(b"sizes"),
+            },
+            eia_flags: 0,
+            eia_state_protect: state_protect4_a::SP4_NONE,
+            eia_client_impl_id: vec![],
+        })],
+    )
+    .await;
+    let nfs_resop4::OP_EXCHANGE_ID(EXCHANGE_ID4res::NFS4_OK(e)) = &r.resarray[0] else {
+        panic!()
+    };
+    let mut small = channel(4);
+    small.ca_maxresponsesize = 4096;
+    small.ca_maxresponsesize_cached = 1024;
+    let r = call(
+        &s.cl,
+        vec![nfs_argop4::OP_CREATE_SESSION(CREATE_SESSION4args {
+            csa_clientid: e.eir_clientid,
+            csa_sequence: e.eir_sequenceid,
+            csa_flags: 0,
+            csa_fore_chan_attrs: small,
+            csa_back_chan_attrs: channel(1),
+            csa_cb_program: 0,
+            csa_sec_parms: vec![],
+        })],
+    )
+    .await;
+    let nfs_resop4::OP_CREATE_SESSION(CREATE_SESSION4res::NFS4_OK(cs)) = &r.resarray[0] else {
+        panic!("{:?}", r.resarray)
+    };
+    assert_eq!(cs.csr_fore_chan_attrs.ca_maxresponsesize, 4096);
+    let mut t = Session {
+        cl: connect(srv.addr).await,
+        clientid: e.eir_clientid,
+        sid: cs.csr_sessionid,
+        seq: 0,
+    };
+    let mut ops = Vec::new();
+    for _ in 0..100 {
+        ops.push(nfs_argop4::OP_PUTROOTFH);
+        ops.push(nfs_argop4::OP_GETFH);
+    }
+    // cachethis is set by Session::sequence: the 1 KiB cache limit trips first
+    let r = t.run(ops.clone()).await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_REP_TOO_BIG_TO_CACHE);
+    // without cachethis the 4 KiB response limit applies
+    t.seq += 1;
+    let mut all = vec![nfs_argop4::OP_SEQUENCE(SEQUENCE4args {
+        sa_sessionid: t.sid,
+        sa_sequenceid: t.seq,
+        sa_slotid: 0,
+        sa_highest_slotid: 0,
+        sa_cachethis: false,
+    })];
+    all.extend(ops);
+    let r = call(&t.cl, all).await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_REP_TOO_BIG);
+    let last = r.resarray.last().unwrap();
+    assert_eq!(status_of(last), nfsstat4::NFS4ERR_REP_TOO_BIG);
+    assert!(r.resarray.len() > 10 && r.resarray.len() < 201);
+}
+
+#[tokio::test]
+async fn share_deny_downgrade_and_stateids() {
+    let srv = start_memory_server().await;
+    let mut a = Session::new(srv.addr, b"share-a").await;
+    let mut b = Session::new(srv.addr, b"share-b").await;
+    let open = |cid: u64, access: u32, deny: u32| {
+        nfs_argop4::OP_OPEN(OPEN4args {
+            seqid: 0,
+            share_access: access,
+            share_deny: deny,
+            owner: open_owner4 {
+                clientid: cid,
+                owner: Bytes::from_static(b"o"),
+            },
+            openhow: openflag4::OPEN4_CREATE(createhow4::UNCHECKED4(empty_fattr())),
+            claim: open_claim4::CLAIM_NULL(Bytes::from_static(b"shared")),
+        })
+    };
+    let r = a
+        .run(vec![
+            nfs_argop4::OP_PUTROOTFH,
+            open(a.clientid, OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_DENY_WRITE),
+        ])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK);
+    let nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(oa)) = &r.resarray[2] else {
+        panic!()
+    };
+    let sid = oa.stateid.clone();
+    // B may not open for writing while A denies writes
+    let r = b
+        .run(vec![
+            nfs_argop4::OP_PUTROOTFH,
+            open(b.clientid, OPEN4_SHARE_ACCESS_WRITE, OPEN4_SHARE_DENY_NONE),
+        ])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_SHARE_DENIED);
+    // A downgrades to read/deny-none: now B can
+    let r = a
+        .run(vec![
+            nfs_argop4::OP_PUTROOTFH,
+            lookup("shared"),
+            nfs_argop4::OP_OPEN_DOWNGRADE(OPEN_DOWNGRADE4args {
+                open_stateid: sid.clone(),
+                seqid: 0,
+                share_access: OPEN4_SHARE_ACCESS_READ,
+                share_deny: OPEN4_SHARE_DENY_NONE,
+            }),
+        ])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    let r = b
+        .run(vec![
+            nfs_argop4::OP_PUTROOTFH,
+            open(b.clientid, OPEN4_SHARE_ACCESS_WRITE, OPEN4_SHARE_DENY_NONE),
+        ])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK);
+    // TEST_STATEID: A's open is valid (current seqid), an old seqid is reported old,
+    // a made-up one bad
+    let mut old = sid.clone();
+    old.seqid = 1;
+    let mut cur = sid.clone();
+    cur.seqid = 0;
+    let mut bogus = sid.clone();
+    bogus.other[11] ^= 0x55;
+    let r = a
+        .run(vec![nfs_argop4::OP_TEST_STATEID(TEST_STATEID4args {
+            ts_stateids: vec![cur, bogus],
+        })])
+        .await;
+    let nfs_resop4::OP_TEST_STATEID(TEST_STATEID4res::NFS4_OK(t)) = &r.resarray[1] else {
+        panic!()
+    };
+    assert_eq!(
+        t.tsr_status_codes,
+        vec![nfsstat4::NFS4_OK, nfsstat4::NFS4ERR_BAD_STATEID]
+    );
+    // FREE_STATEID on an open stateid: LOCKS_HELD (RFC 8881 §18.38.3)
+    let r = a
+        .run(vec![nfs_argop4::OP_FREE_STATEID(FREE_STATEID4args {
+            fsa_stateid: stateid4 { seqid: 0, ..sid },
+        })])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_LOCKS_HELD);
+    // READ with the old seqid: OLD_STATEID
+    let r = a
+        .run(vec![
+            nfs_argop4::OP_PUTROOTFH,
+            lookup("shared"),
+            nfs_argop4::OP_READ(READ4args {
+                stateid: old,
+                offset: 0,
+                count: 10,
+            }),
+        ])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_OLD_STATEID);
+}
