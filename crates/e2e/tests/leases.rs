@@ -1,0 +1,132 @@
+//! Lease behaviour (lease time 10 s): a client that stops renewing loses
+//! its byte-range locks to other clients; a client that keeps renewing
+//! (nfs-rs renews with SEQUENCE every lease/2, at least every 5 s) keeps
+//! them past several lease periods.
+
+use std::time::{Duration, Instant};
+
+use nfs_rs::OPEN_BOTH;
+use txnfs_e2e::{create_with, is_denied, ok, timed, ServerGuard, ServerOpts};
+
+const LEASE: u32 = 10;
+const WRITE_LT: u32 = 2;
+
+fn start() -> ServerGuard {
+    ServerGuard::start_default_with(ServerOpts {
+        lease_time: Some(LEASE),
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_client_loses_its_lock_after_the_lease() {
+    let server = start();
+    let a = server.mount().await;
+    let b = server.mount().await;
+    create_with(&server, &*a, "f", 0o644, &[0u8; 100]).await;
+    let fa = ok(
+        &server,
+        "open a",
+        timed("open", a.open_path("f", OPEN_BOTH)).await,
+    )
+    .fh;
+    let fb = ok(
+        &server,
+        "open b",
+        timed("open", b.open_path("f", OPEN_BOTH)).await,
+    )
+    .fh;
+    let _held = ok(
+        &server,
+        "lock a",
+        timed("lock", a.lock_stateful(fa, WRITE_LT, 0, 100)).await,
+    );
+    let e = timed("lockt", b.lock_test(fb.clone(), WRITE_LT, 0, 100))
+        .await
+        .expect_err("B must conflict while A holds the lock");
+    assert!(is_denied(&e), "got {e:?}");
+
+    // A goes silent: dropping the mount stops its lease renewal (its TCP
+    // connection may stay open, but no SEQUENCE is sent any more).
+    let silent_at = Instant::now();
+    drop(a);
+    let deadline = Duration::from_secs(u64::from(LEASE) * 4);
+    loop {
+        match timed("lockt", b.lock_test(fb.clone(), WRITE_LT, 0, 100)).await {
+            Ok(()) => break,
+            Err(e) if is_denied(&e) => {
+                assert!(
+                    silent_at.elapsed() < deadline,
+                    "A's lock still blocks B {:?} after A stopped renewing a {LEASE}s lease\n{}",
+                    silent_at.elapsed(),
+                    server.log_tail(20)
+                );
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => panic!("LOCKT failed: {e:?}\n{}", server.log_tail(20)),
+        }
+    }
+    let waited = silent_at.elapsed();
+    assert!(
+        waited >= Duration::from_secs(u64::from(LEASE) - 1),
+        "A's lock vanished after {waited:?}, before its {LEASE}s lease could expire"
+    );
+    let tok = ok(
+        &server,
+        "lock b after expiry",
+        timed("lock", b.lock_stateful(fb.clone(), WRITE_LT, 0, 100)).await,
+    );
+    ok(
+        &server,
+        "unlock b",
+        timed("locku", b.unlock_stateful(tok)).await,
+    );
+    eprintln!("silent client's lock released after {waited:?} (lease {LEASE}s)");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewing_client_keeps_its_lock() {
+    let server = start();
+    let a = server.mount().await;
+    let b = server.mount().await;
+    create_with(&server, &*a, "f", 0o644, &[0u8; 100]).await;
+    let fa = ok(
+        &server,
+        "open a",
+        timed("open", a.open_path("f", OPEN_BOTH)).await,
+    )
+    .fh;
+    let fb = ok(
+        &server,
+        "open b",
+        timed("open", b.open_path("f", OPEN_BOTH)).await,
+    )
+    .fh;
+    let held = ok(
+        &server,
+        "lock a",
+        timed("lock", a.lock_stateful(fa.clone(), WRITE_LT, 0, 100)).await,
+    );
+    // Idle for 2.5 lease periods; only nfs-rs's background SEQUENCE renews.
+    tokio::time::sleep(Duration::from_secs(u64::from(LEASE) * 5 / 2)).await;
+    let e = timed("lockt", b.lock_test(fb.clone(), WRITE_LT, 0, 100))
+        .await
+        .expect_err("B must still conflict: A renewed its lease");
+    assert!(is_denied(&e), "got {e:?}");
+    assert_eq!(
+        a.health().lease_healthy,
+        Some(true),
+        "nfs-rs reports its lease unhealthy"
+    );
+    ok(
+        &server,
+        "unlock a",
+        timed("locku", a.unlock_stateful(held)).await,
+    );
+    ok(
+        &server,
+        "lockt b after unlock",
+        timed("lockt", b.lock_test(fb.clone(), WRITE_LT, 0, 100)).await,
+    );
+    ok(&server, "close a", timed("close", a.close(fa)).await);
+    ok(&server, "close b", timed("close", b.close(fb)).await);
+}
