@@ -249,3 +249,87 @@ async fn live_mount_recovers_after_restart() {
     );
     assert_eq!(&back[..], &before.data[..1000]);
 }
+
+/// The write verifier must change when the server restarts, so a client
+/// holding UNSTABLE writes knows to resend them (RFC 8881 18.32.3); and
+/// data that was COMMITted before the crash is on disk afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_verifier_changes_across_restart() {
+    let mut server = ServerGuard::start_default();
+    let m = server.mount().await;
+    let fh = ok(
+        &server,
+        "create",
+        timed("create", m.create_path("v", Some(0o644))).await,
+    )
+    .fh;
+    let committed = pattern(7, 50_000);
+    let n = ok(
+        &server,
+        "write_all (committed)",
+        timed(
+            "write_all",
+            nfs_rs::write_all(&*m, fh.clone(), 0, Bytes::from(committed.clone())),
+        )
+        .await,
+    );
+    assert_eq!(n, committed.len() as u64);
+    let before = ok(
+        &server,
+        "unstable write",
+        timed(
+            "write",
+            m.write(fh.clone(), 50_000, Bytes::from_static(b"maybe lost")),
+        )
+        .await,
+    );
+    drop(m);
+    server.kill9();
+    // Committed data is on disk even before the server comes back.
+    let on_disk = std::fs::read(server.export_dir().join("v")).unwrap();
+    assert!(
+        on_disk.len() >= committed.len() && on_disk[..committed.len()] == committed[..],
+        "committed bytes missing on disk after kill -9"
+    );
+    if server.kind() == txnfs_e2e::ServerKind::Ganesha {
+        // Ganesha's write verifier is its start time in whole seconds: a
+        // restart within the same second would reuse it (a Ganesha limit).
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+    }
+    server.restart();
+
+    let m2 = server.mount().await;
+    let after = ok(
+        &server,
+        "write after restart",
+        timed(
+            "write",
+            m2.write(fh.clone(), 50_000, Bytes::from_static(b"maybe lost")),
+        )
+        .await,
+    );
+    if before.committed != nfs_rs::WriteCommitted::FileSync {
+        assert_ne!(
+            before.verifier, after.verifier,
+            "write verifier unchanged across a restart: clients cannot detect lost UNSTABLE writes"
+        );
+    }
+    let cv = ok(
+        &server,
+        "commit after restart",
+        timed("commit", m2.commit_with_verifier(fh.clone(), 0, 0)).await,
+    );
+    if after.committed != nfs_rs::WriteCommitted::FileSync {
+        assert_eq!(
+            cv, after.verifier,
+            "COMMIT verifier differs from WRITE verifier"
+        );
+    }
+    let back = ok(
+        &server,
+        "read",
+        read_exact(&*m2, fh.clone(), 0, 50_010).await,
+    );
+    assert!(back[..50_000] == committed[..]);
+    assert_eq!(&back[50_000..], b"maybe lost");
+}
