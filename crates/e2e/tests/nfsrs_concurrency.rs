@@ -1,0 +1,134 @@
+//! Two clients changing one directory at the same time: create, write,
+//! rename and remove racing with each other and with directory listings,
+//! and MKDIR races on the same names (exactly one winner per name).
+
+use std::collections::BTreeSet;
+
+use bytes::Bytes;
+use nfs_rs::Mount;
+use txnfs_e2e::{join_all, list_dir, ok, timed, ServerGuard};
+
+const ITER: usize = 100;
+
+async fn churn(m: &dyn Mount, dir: Bytes, who: usize) -> Result<BTreeSet<String>, String> {
+    let mut kept = BTreeSet::new();
+    for i in 0..ITER {
+        let tmp = format!("tmp-{who}-{i}");
+        let fin = format!("final-{who}-{i}");
+        let o = m
+            .create(dir.clone(), &tmp, Some(0o644))
+            .await
+            .map_err(|e| format!("create {tmp}: {e:?}"))?;
+        let body = Bytes::from(format!("{who}:{i}:").repeat(10));
+        nfs_rs::write_all(m, o.fh.clone(), 0, body)
+            .await
+            .map_err(|e| format!("write {tmp}: {e:?}"))?;
+        m.close(o.fh)
+            .await
+            .map_err(|e| format!("close {tmp}: {e:?}"))?;
+        m.rename(dir.clone(), &tmp, dir.clone(), &fin)
+            .await
+            .map_err(|e| format!("rename {tmp} -> {fin}: {e:?}"))?;
+        if i % 3 == 0 {
+            m.remove(dir.clone(), &fin)
+                .await
+                .map_err(|e| format!("remove {fin}: {e:?}"))?;
+        } else {
+            kept.insert(fin);
+        }
+        if i % 10 == 0 {
+            // List while the other client is changing the directory.
+            let names = list_dir(m, dir.clone())
+                .await
+                .map_err(|e| format!("readdir during churn: {e:?}"))?;
+            let uniq: BTreeSet<_> = names.iter().collect();
+            if uniq.len() != names.len() {
+                return Err("readdir during churn listed a name twice".into());
+            }
+        }
+    }
+    Ok(kept)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_clients_churn_one_directory() {
+    let server = ServerGuard::start_default();
+    let a = server.mount().await;
+    let b = server.mount().await;
+    let dir = ok(
+        &server,
+        "mkdir",
+        timed("mkdir", a.mkdir_path("churn", 0o755)).await,
+    )
+    .fh;
+    let results = timed(
+        "churn",
+        join_all(vec![churn(&*a, dir.clone(), 0), churn(&*b, dir.clone(), 1)]),
+    )
+    .await;
+    let mut want = BTreeSet::new();
+    for r in results {
+        match r {
+            Ok(k) => want.extend(k),
+            Err(e) => panic!("{e}\nserver log tail:\n{}", server.log_tail(20)),
+        }
+    }
+    let listed: BTreeSet<String> = ok(&server, "final readdir", list_dir(&*b, dir.clone()).await)
+        .into_iter()
+        .collect();
+    assert_eq!(listed, want, "directory after churn (over NFS)");
+    let host: BTreeSet<String> = std::fs::read_dir(server.export_dir().join("churn"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(host, want, "directory after churn (on the host)");
+    for name in want.iter().take(20) {
+        let mut parts = name.trim_start_matches("final-").split('-');
+        let (who, i) = (parts.next().unwrap(), parts.next().unwrap());
+        let body = std::fs::read(server.export_dir().join("churn").join(name)).unwrap();
+        assert_eq!(
+            body,
+            format!("{who}:{i}:").repeat(10).into_bytes(),
+            "{name}"
+        );
+    }
+}
+
+async fn race(mount: &dyn Mount, root: Bytes) -> Result<Vec<usize>, String> {
+    let mut wins = Vec::new();
+    for i in 0..50 {
+        match mount.mkdir(root.clone(), &format!("d{i}"), 0o755).await {
+            Ok(_) => wins.push(i),
+            Err(e) if e.is_exist() => {}
+            Err(e) => return Err(format!("mkdir d{i}: {e:?}")),
+        }
+    }
+    Ok(wins)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mkdir_races_have_one_winner() {
+    let server = ServerGuard::start_default();
+    let a = server.mount().await;
+    let b = server.mount().await;
+    let root = a.getfh().await;
+    let results = timed(
+        "mkdir race",
+        join_all(vec![race(&*a, root.clone()), race(&*b, root.clone())]),
+    )
+    .await;
+    let mut all = Vec::new();
+    for r in results {
+        match r {
+            Ok(w) => all.extend(w),
+            Err(e) => panic!("{e}\nserver log tail:\n{}", server.log_tail(20)),
+        }
+    }
+    all.sort();
+    assert_eq!(
+        all,
+        (0..50).collect::<Vec<_>>(),
+        "each name created exactly once"
+    );
+    assert_eq!(std::fs::read_dir(server.export_dir()).unwrap().count(), 50);
+}
