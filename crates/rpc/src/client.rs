@@ -123,6 +123,14 @@ impl RpcClient {
         &self.cred
     }
 
+    /// Cut the connection now, as a network failure would: every pending call fails with
+    /// `Disconnected` and the socket is closed (fault injection, tests).
+    pub fn abort(&self) {
+        self.reader.abort();
+        fail_all(&self.pending);
+        let _ = self.tx.send(Bytes::new());
+    }
+
     /// A fresh transaction id.
     pub fn next_xid(&self) -> u32 {
         self.next_xid.fetch_add(1, Ordering::Relaxed)
@@ -194,6 +202,12 @@ async fn client_writer(
 ) {
     let mut segs = VecDeque::new();
     while let Some(first) = rx.recv().await {
+        if first.is_empty() {
+            // `abort()`: close our side of the connection.
+            let _ = tokio::io::AsyncWriteExt::shutdown(&mut wr).await;
+            fail_all(&pending);
+            return;
+        }
         segs.push_back(first);
         while segs.len() < 64 {
             match rx.try_recv() {

@@ -1,0 +1,511 @@
+//! The session layer: EXCHANGE_ID + CREATE_SESSION, SEQUENCE on every COMPOUND, lease
+//! renewal in the background, recovery when the server restarts, and statistics.
+
+use crate::compound::{compound_ops, op_name, Compound, Reply};
+use crate::slots::SlotTable;
+use crate::transport::Transport;
+use crate::ClientError;
+use bytes::Bytes;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
+use txnfs_proto::nfs4::*;
+use txnfs_rpc::{AuthSys, Credential};
+use txnfs_xdr::Decode;
+
+/// How to reach and authenticate to a server.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    pub addr: SocketAddr,
+    pub uid: u32,
+    pub gid: u32,
+    pub gids: Vec<u32>,
+    /// Client owner id (must be unique per client instance; default: host + pid + time).
+    pub owner: Option<Bytes>,
+    /// Slots to ask for (the server may grant fewer).
+    pub slots: u32,
+    /// Connection attempts before a call fails as unreachable.
+    pub max_attempts: u32,
+}
+
+impl ClientConfig {
+    pub fn new(addr: SocketAddr) -> Self {
+        ClientConfig {
+            addr,
+            uid: current_id("Uid"),
+            gid: current_id("Gid"),
+            gids: Vec::new(),
+            owner: None,
+            slots: 64,
+            max_attempts: 20,
+        }
+    }
+}
+
+/// The effective uid/gid from /proc/self/status (no libc needed).
+fn current_id(field: &str) -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(&format!("{field}:")))
+                .and_then(|l| l.split_whitespace().nth(2))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(65534)
+}
+
+/// Negotiated limits of the fore channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_ops: u32,
+    pub max_request: u32,
+    pub max_response: u32,
+    pub slots: u32,
+}
+
+/// Counters of what this client sent.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub compounds: u64,
+    /// Ops sent per op name (SEQUENCE included).
+    pub ops: BTreeMap<&'static str, u64>,
+    pub reconnects: u64,
+    pub session_recoveries: u64,
+}
+
+impl Stats {
+    pub fn total_ops(&self) -> u64 {
+        self.ops.values().sum()
+    }
+    /// Ops sent other than SEQUENCE.
+    pub fn ops_excluding_sequence(&self) -> u64 {
+        self.total_ops() - self.ops.get("SEQUENCE").copied().unwrap_or(0)
+    }
+}
+
+struct SessionState {
+    clientid: u64,
+    sessionid: sessionid4,
+    limits: Limits,
+    slots: SlotTable,
+    /// Bumped on every re-establishment so concurrent callers recover only once.
+    epoch: u64,
+}
+
+struct Inner {
+    cfg: ClientConfig,
+    transport: Transport,
+    session: RwLock<Arc<SessionState>>,
+    recovering: tokio::sync::Mutex<()>,
+    stats: Mutex<Stats>,
+    compounds: AtomicU64,
+    recoveries: AtomicU64,
+    verifier: [u8; 8],
+    owner: Bytes,
+    lease: AtomicU64,
+}
+
+/// An NFSv4.1 client session. Cheap to clone; all clones share the session.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+fn encode(ops: &[nfs_argop4]) -> Bytes {
+    let mut out = bytes::BytesMut::with_capacity(256);
+    txnfs_xdr::put_opaque(&mut out, b"txnfs");
+    txnfs_xdr::put_u32(&mut out, 1);
+    txnfs_xdr::put_array(&mut out, ops);
+    out.freeze()
+}
+
+fn decode_reply(b: Bytes) -> Result<COMPOUND4res, ClientError> {
+    COMPOUND4res::from_bytes(b).map_err(|e| ClientError::Protocol(format!("COMPOUND reply: {e}")))
+}
+
+impl Client {
+    /// Connect, create a client id and a session.
+    pub async fn connect(cfg: ClientConfig) -> Result<Client, ClientError> {
+        let cred = Credential::Sys(AuthSys {
+            stamp: 0,
+            machinename: Bytes::from(
+                std::fs::read_to_string("/etc/hostname")
+                    .unwrap_or_else(|_| "txnfs-client".into())
+                    .trim()
+                    .to_string(),
+            ),
+            uid: cfg.uid,
+            gid: cfg.gid,
+            gids: cfg.gids.clone(),
+        });
+        let transport = Transport::connect(cfg.addr, cred, cfg.max_attempts).await?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let verifier = (now.as_nanos() as u64).to_be_bytes();
+        let owner = cfg.owner.clone().unwrap_or_else(|| {
+            Bytes::from(format!(
+                "txnfs-client/{}/{}/{}",
+                std::fs::read_to_string("/etc/hostname")
+                    .unwrap_or_default()
+                    .trim(),
+                std::process::id(),
+                now.as_nanos()
+            ))
+        });
+        let (state, _) = establish(&transport, &cfg, &owner, verifier, 1).await?;
+        let inner = Arc::new(Inner {
+            cfg,
+            transport,
+            session: RwLock::new(Arc::new(state)),
+            recovering: tokio::sync::Mutex::new(()),
+            stats: Mutex::new(Stats::default()),
+            compounds: AtomicU64::new(0),
+            recoveries: AtomicU64::new(0),
+            verifier,
+            owner,
+            lease: AtomicU64::new(60),
+        });
+        let c = Client { inner };
+        // Lease time for the renewal task (default 60 s if the server does not say).
+        let mut q = Compound::new();
+        q.putrootfh();
+        let i = q.getattr(crate::attrs::bitmap(&[crate::attrs::LEASE_TIME]));
+        if let Ok(r) = c.compound(&q).await {
+            if let Ok(a) = r.attrs(i) {
+                if let Some(l) = a.lease_time {
+                    c.inner.lease.store(l.max(5) as u64, Ordering::Relaxed);
+                }
+            }
+        }
+        spawn_renewer(Arc::downgrade(&c.inner));
+        Ok(c)
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.state().limits
+    }
+
+    fn state(&self) -> Arc<SessionState> {
+        self.inner
+            .session
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Snapshot of what was sent so far.
+    pub fn stats(&self) -> Stats {
+        let mut s = self
+            .inner
+            .stats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        s.compounds = self.inner.compounds.load(Ordering::Relaxed);
+        s.reconnects = self.inner.transport.reconnects.load(Ordering::Relaxed);
+        s.session_recoveries = self.inner.recoveries.load(Ordering::Relaxed);
+        s
+    }
+
+    pub fn reset_stats(&self) {
+        *self.inner.stats.lock().unwrap_or_else(|e| e.into_inner()) = Stats::default();
+        self.inner.compounds.store(0, Ordering::Relaxed);
+    }
+
+    fn count(&self, ops: &[nfs_argop4]) {
+        self.inner.compounds.fetch_add(1, Ordering::Relaxed);
+        let mut s = self.inner.stats.lock().unwrap_or_else(|e| e.into_inner());
+        *s.ops.entry("SEQUENCE").or_default() += 1;
+        for op in compound_ops(ops) {
+            *s.ops.entry(op_name(op)).or_default() += 1;
+        }
+    }
+
+    /// Send `ops` after a SEQUENCE. Returns the results of `ops` (SEQUENCE removed).
+    /// Retries transparently on a dropped connection (same slot, same bytes: exactly
+    /// once), on NFS4ERR_DELAY from SEQUENCE, and re-establishes the session if the
+    /// server lost it (restart).
+    pub async fn compound(&self, c: &Compound) -> Result<Reply, ClientError> {
+        self.send(c, true).await
+    }
+
+    async fn send(&self, c: &Compound, counted: bool) -> Result<Reply, ClientError> {
+        let mut delay_tries = 0u32;
+        loop {
+            let st = self.state();
+            let (slot, seq, highest) = st.slots.acquire().await;
+            let mut all = Vec::with_capacity(c.ops.len() + 1);
+            all.push(nfs_argop4::OP_SEQUENCE(SEQUENCE4args {
+                sa_sessionid: st.sessionid,
+                sa_sequenceid: seq,
+                sa_slotid: slot,
+                sa_highest_slotid: highest,
+                sa_cachethis: c.wants_cache(),
+            }));
+            all.extend(c.ops.iter().cloned());
+            if counted {
+                self.count(&c.ops);
+            }
+            let bytes = match self.inner.transport.compound(encode(&all)).await {
+                Ok(b) => b,
+                Err(e) => {
+                    // Whether the server executed it is unknown: retire the slot.
+                    st.slots.retire(slot);
+                    return Err(e);
+                }
+            };
+            let res = match decode_reply(bytes) {
+                Ok(r) => r,
+                Err(e) => {
+                    st.slots.retire(slot);
+                    return Err(e);
+                }
+            };
+            let mut results = res.resarray;
+            if results.is_empty() {
+                st.slots.release(slot, false, None);
+                // e.g. Ganesha's NFS4ERR_RESOURCE for more ops than it handles, whatever
+                // it negotiated.
+                return Err(ClientError::nfs("COMPOUND", 0, res.status));
+            }
+            let seq_res = results.remove(0);
+            match seq_res {
+                nfs_resop4::OP_SEQUENCE(SEQUENCE4res::NFS4_OK(ok)) => {
+                    st.slots
+                        .release(slot, true, Some(ok.sr_target_highest_slotid));
+                    if res.status == nfsstat4::NFS4ERR_DELAY
+                        && results.len() == 1
+                        && delay_tries < 30
+                    {
+                        // The first op asked us to come back later; nothing ran.
+                        delay_tries += 1;
+                        tokio::time::sleep(Duration::from_millis(100 << delay_tries.min(4))).await;
+                        continue;
+                    }
+                    if res.status == nfsstat4::NFS4ERR_RETRY_UNCACHED_REP && results.len() == 1 {
+                        // knfsd and Ganesha answer the retransmission of an uncached
+                        // request with SEQUENCE OK and this error on the next op; nothing
+                        // ran, so send it again as a new request.
+                        continue;
+                    }
+                    return Ok(Reply {
+                        status: res.status,
+                        results,
+                        sent: c.ops.len(),
+                    });
+                }
+                nfs_resop4::OP_SEQUENCE(SEQUENCE4res::default(s)) => {
+                    st.slots.release(slot, false, None);
+                    match s {
+                        nfsstat4::NFS4ERR_DELAY if delay_tries < 30 => {
+                            delay_tries += 1;
+                            tokio::time::sleep(Duration::from_millis(100 << delay_tries.min(4)))
+                                .await;
+                        }
+                        nfsstat4::NFS4ERR_RETRY_UNCACHED_REP => {
+                            // Our retransmission of a request whose reply the server did
+                            // not keep: the sequence id is used up; send it again as a new
+                            // request (only compounds without cachethis get here, and those
+                            // are safe to repeat).
+                            st.slots.release(slot, true, None);
+                        }
+                        nfsstat4::NFS4ERR_BADSESSION
+                        | nfsstat4::NFS4ERR_DEADSESSION
+                        | nfsstat4::NFS4ERR_STALE_CLIENTID
+                        | nfsstat4::NFS4ERR_EXPIRED => {
+                            self.recover(st.epoch).await?;
+                        }
+                        other => return Err(ClientError::nfs("SEQUENCE", 0, other)),
+                    }
+                }
+                _ => {
+                    st.slots.retire(slot);
+                    return Err(ClientError::Protocol("first result is not SEQUENCE".into()));
+                }
+            }
+        }
+    }
+
+    /// Re-create the session (and, if needed, the client id) after the server lost it.
+    async fn recover(&self, seen_epoch: u64) -> Result<(), ClientError> {
+        let _g = self.inner.recovering.lock().await;
+        if self.state().epoch != seen_epoch {
+            return Ok(()); // someone else already recovered
+        }
+        tracing::info!("server lost our session; establishing a new one");
+        let (st, _) = establish(
+            &self.inner.transport,
+            &self.inner.cfg,
+            &self.inner.owner,
+            self.inner.verifier,
+            seen_epoch + 1,
+        )
+        .await?;
+        *self
+            .inner
+            .session
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = Arc::new(st);
+        self.inner.recoveries.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Drop the TCP connection (as a network failure would). In-flight and later calls
+    /// reconnect and retry in their slots. For tests and fault injection.
+    pub async fn sever_connection(&self) {
+        self.inner.transport.sever().await;
+    }
+
+    /// DESTROY_SESSION and DESTROY_CLIENTID.
+    pub async fn close(self) -> Result<(), ClientError> {
+        let st = self.state();
+        let r = self
+            .inner
+            .transport
+            .compound(encode(&[nfs_argop4::OP_DESTROY_SESSION(
+                DESTROY_SESSION4args {
+                    dsa_sessionid: st.sessionid,
+                },
+            )]))
+            .await?;
+        let r = decode_reply(r)?;
+        if r.status != nfsstat4::NFS4_OK {
+            return Err(ClientError::nfs("DESTROY_SESSION", 0, r.status));
+        }
+        let r = self
+            .inner
+            .transport
+            .compound(encode(&[nfs_argop4::OP_DESTROY_CLIENTID(
+                DESTROY_CLIENTID4args {
+                    dca_clientid: st.clientid,
+                },
+            )]))
+            .await?;
+        let r = decode_reply(r)?;
+        if r.status != nfsstat4::NFS4_OK {
+            return Err(ClientError::nfs("DESTROY_CLIENTID", 0, r.status));
+        }
+        Ok(())
+    }
+}
+
+fn channel(max_requests: u32) -> channel_attrs4 {
+    channel_attrs4 {
+        ca_headerpadsize: 0,
+        ca_maxrequestsize: (1 << 20) + (64 << 10),
+        ca_maxresponsesize: (1 << 20) + (64 << 10),
+        ca_maxresponsesize_cached: 64 << 10,
+        ca_maxoperations: 16384,
+        ca_maxrequests: max_requests,
+        ca_rdma_ird: vec![],
+    }
+}
+
+/// EXCHANGE_ID, CREATE_SESSION, RECLAIM_COMPLETE.
+async fn establish(
+    t: &Transport,
+    cfg: &ClientConfig,
+    owner: &Bytes,
+    verifier: [u8; 8],
+    epoch: u64,
+) -> Result<(SessionState, ()), ClientError> {
+    let r = decode_reply(
+        t.compound(encode(&[nfs_argop4::OP_EXCHANGE_ID(EXCHANGE_ID4args {
+            eia_clientowner: client_owner4 {
+                co_verifier: verifier,
+                co_ownerid: owner.clone(),
+            },
+            eia_flags: EXCHGID4_FLAG_SUPP_MOVED_REFER | EXCHGID4_FLAG_SUPP_MOVED_MIGR,
+            eia_state_protect: state_protect4_a::SP4_NONE,
+            eia_client_impl_id: vec![nfs_impl_id4 {
+                nii_domain: Bytes::from_static(b"txnfs.dev"),
+                nii_name: Bytes::from(format!("txnfs-client {}", env!("CARGO_PKG_VERSION"))),
+                nii_date: nfstime4 {
+                    seconds: 0,
+                    nseconds: 0,
+                },
+            }],
+        })]))
+        .await?,
+    )?;
+    let eid = match r.resarray.first() {
+        Some(nfs_resop4::OP_EXCHANGE_ID(EXCHANGE_ID4res::NFS4_OK(e))) => e.clone(),
+        _ => return Err(ClientError::nfs("EXCHANGE_ID", 0, r.status)),
+    };
+    let r = decode_reply(
+        t.compound(encode(&[nfs_argop4::OP_CREATE_SESSION(
+            CREATE_SESSION4args {
+                csa_clientid: eid.eir_clientid,
+                csa_sequence: eid.eir_sequenceid,
+                csa_flags: 0,
+                csa_fore_chan_attrs: channel(cfg.slots),
+                csa_back_chan_attrs: channel_attrs4 {
+                    ca_maxrequests: 1,
+                    ca_maxoperations: 2,
+                    ca_maxresponsesize_cached: 0,
+                    ..channel(1)
+                },
+                csa_cb_program: 0x4000_0000,
+                csa_sec_parms: vec![callback_sec_parms4::AUTH_NONE],
+            },
+        )]))
+        .await?,
+    )?;
+    let cs = match r.resarray.first() {
+        Some(nfs_resop4::OP_CREATE_SESSION(CREATE_SESSION4res::NFS4_OK(s))) => s.clone(),
+        _ => return Err(ClientError::nfs("CREATE_SESSION", 0, r.status)),
+    };
+    let fore = &cs.csr_fore_chan_attrs;
+    let st = SessionState {
+        clientid: eid.eir_clientid,
+        sessionid: cs.csr_sessionid,
+        limits: Limits {
+            max_ops: fore.ca_maxoperations,
+            max_request: fore.ca_maxrequestsize,
+            max_response: fore.ca_maxresponsesize,
+            slots: fore.ca_maxrequests,
+        },
+        slots: SlotTable::new(fore.ca_maxrequests),
+        epoch,
+    };
+    // RECLAIM_COMPLETE: we hold no state to reclaim.
+    let mut ops = vec![nfs_argop4::OP_SEQUENCE(SEQUENCE4args {
+        sa_sessionid: st.sessionid,
+        sa_sequenceid: 1,
+        sa_slotid: 0,
+        sa_highest_slotid: 0,
+        sa_cachethis: false,
+    })];
+    ops.push(nfs_argop4::OP_RECLAIM_COMPLETE(RECLAIM_COMPLETE4args {
+        rca_one_fs: false,
+    }));
+    let (slot, _, _) = st.slots.acquire().await;
+    let r = decode_reply(t.compound(encode(&ops)).await?)?;
+    st.slots.release(slot, true, None);
+    if r.status != nfsstat4::NFS4_OK && r.status != nfsstat4::NFS4ERR_COMPLETE_ALREADY {
+        return Err(ClientError::nfs("RECLAIM_COMPLETE", 0, r.status));
+    }
+    Ok((st, ()))
+}
+
+/// Renew the lease with a bare SEQUENCE every third of the lease time.
+fn spawn_renewer(weak: Weak<Inner>) {
+    tokio::spawn(async move {
+        loop {
+            let secs = match weak.upgrade() {
+                Some(i) => i.lease.load(Ordering::Relaxed),
+                None => return,
+            };
+            tokio::time::sleep(Duration::from_secs((secs / 3).max(1))).await;
+            let Some(inner) = weak.upgrade() else { return };
+            let c = Client { inner };
+            if let Err(e) = c.send(&Compound::new(), false).await {
+                tracing::warn!("lease renewal failed: {e}");
+            }
+        }
+    });
+}

@@ -1,0 +1,427 @@
+//! A typed COMPOUND builder and its reply. Each `push`-style method returns the op's
+//! index; the reply's accessors take that index and return the typed result, or the
+//! error of the op that failed (with its index and status).
+
+use crate::attrs::{self, Attributes, SetAttributes};
+use crate::ClientError;
+use bytes::Bytes;
+use txnfs_proto::nfs4::*;
+
+/// The "current stateid" (RFC 8881 §16.2.3.1.2): use the stateid the previous op in the
+/// same COMPOUND produced, so OPEN + READ + CLOSE need no round trip in between.
+pub const CURRENT_STATEID: stateid4 = stateid4 {
+    seqid: 1,
+    other: [0; 12],
+};
+
+/// The anonymous stateid (I/O without an open).
+pub const ANONYMOUS_STATEID: stateid4 = stateid4 {
+    seqid: 0,
+    other: [0; 12],
+};
+
+/// Name of an op for messages and statistics.
+pub fn op_name(op: nfs_opnum4) -> &'static str {
+    use nfs_opnum4::*;
+    match op {
+        OP_ACCESS => "ACCESS",
+        OP_CLOSE => "CLOSE",
+        OP_COMMIT => "COMMIT",
+        OP_CREATE => "CREATE",
+        OP_GETATTR => "GETATTR",
+        OP_GETFH => "GETFH",
+        OP_LINK => "LINK",
+        OP_LOCK => "LOCK",
+        OP_LOCKT => "LOCKT",
+        OP_LOCKU => "LOCKU",
+        OP_LOOKUP => "LOOKUP",
+        OP_LOOKUPP => "LOOKUPP",
+        OP_NVERIFY => "NVERIFY",
+        OP_OPEN => "OPEN",
+        OP_OPEN_DOWNGRADE => "OPEN_DOWNGRADE",
+        OP_PUTFH => "PUTFH",
+        OP_PUTPUBFH => "PUTPUBFH",
+        OP_PUTROOTFH => "PUTROOTFH",
+        OP_READ => "READ",
+        OP_READDIR => "READDIR",
+        OP_READLINK => "READLINK",
+        OP_REMOVE => "REMOVE",
+        OP_RENAME => "RENAME",
+        OP_RESTOREFH => "RESTOREFH",
+        OP_SAVEFH => "SAVEFH",
+        OP_SECINFO => "SECINFO",
+        OP_SETATTR => "SETATTR",
+        OP_VERIFY => "VERIFY",
+        OP_WRITE => "WRITE",
+        OP_SEQUENCE => "SEQUENCE",
+        OP_EXCHANGE_ID => "EXCHANGE_ID",
+        OP_CREATE_SESSION => "CREATE_SESSION",
+        OP_DESTROY_SESSION => "DESTROY_SESSION",
+        OP_DESTROY_CLIENTID => "DESTROY_CLIENTID",
+        OP_RECLAIM_COMPLETE => "RECLAIM_COMPLETE",
+        OP_FREE_STATEID => "FREE_STATEID",
+        OP_TEST_STATEID => "TEST_STATEID",
+        OP_COPY => "COPY",
+        OP_CLONE => "CLONE",
+        _ => "OTHER",
+    }
+}
+
+fn opnum(a: &nfs_argop4) -> nfs_opnum4 {
+    a.discriminant()
+}
+
+/// An ordered list of ops (SEQUENCE is added by the client when it is sent).
+#[derive(Debug, Clone, Default)]
+pub struct Compound {
+    pub(crate) ops: Vec<nfs_argop4>,
+}
+
+fn name(s: &[u8]) -> Bytes {
+    Bytes::copy_from_slice(s)
+}
+
+impl Compound {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    pub fn ops(&self) -> &[nfs_argop4] {
+        &self.ops
+    }
+
+    /// Ask the server to keep the reply for retransmissions (sa_cachethis) when the
+    /// COMPOUND changes state and its reply is small; READ/READDIR replies can exceed the
+    /// cache and those compounds are safe to repeat.
+    pub fn wants_cache(&self) -> bool {
+        use nfs_argop4 as A;
+        let changes = self.ops.iter().any(|o| {
+            matches!(
+                o,
+                A::OP_CREATE(_)
+                    | A::OP_REMOVE(_)
+                    | A::OP_RENAME(_)
+                    | A::OP_LINK(_)
+                    | A::OP_OPEN(_)
+                    | A::OP_CLOSE(_)
+                    | A::OP_OPEN_DOWNGRADE(_)
+                    | A::OP_LOCK(_)
+                    | A::OP_LOCKU(_)
+                    | A::OP_SETATTR(_)
+            )
+        });
+        let big = self
+            .ops
+            .iter()
+            .any(|o| matches!(o, A::OP_READ(_) | A::OP_READDIR(_) | A::OP_WRITE(_)));
+        changes && !big
+    }
+
+    /// Append any op (the escape hatch for ops without a helper).
+    pub fn op(&mut self, op: nfs_argop4) -> usize {
+        self.ops.push(op);
+        self.ops.len() - 1
+    }
+
+    pub fn putrootfh(&mut self) -> usize {
+        self.op(nfs_argop4::OP_PUTROOTFH)
+    }
+    pub fn putfh(&mut self, fh: &Bytes) -> usize {
+        self.op(nfs_argop4::OP_PUTFH(PUTFH4args { object: fh.clone() }))
+    }
+    pub fn getfh(&mut self) -> usize {
+        self.op(nfs_argop4::OP_GETFH)
+    }
+    pub fn savefh(&mut self) -> usize {
+        self.op(nfs_argop4::OP_SAVEFH)
+    }
+    pub fn restorefh(&mut self) -> usize {
+        self.op(nfs_argop4::OP_RESTOREFH)
+    }
+    pub fn lookup(&mut self, n: &[u8]) -> usize {
+        self.op(nfs_argop4::OP_LOOKUP(LOOKUP4args { objname: name(n) }))
+    }
+    pub fn lookupp(&mut self) -> usize {
+        self.op(nfs_argop4::OP_LOOKUPP)
+    }
+    pub fn getattr(&mut self, bitmap: Vec<u32>) -> usize {
+        self.op(nfs_argop4::OP_GETATTR(GETATTR4args {
+            attr_request: bitmap,
+        }))
+    }
+    pub fn setattr(&mut self, stateid: stateid4, set: &SetAttributes) -> usize {
+        self.op(nfs_argop4::OP_SETATTR(SETATTR4args {
+            stateid,
+            obj_attributes: attrs::encode_set(set),
+        }))
+    }
+    pub fn access(&mut self, bits: u32) -> usize {
+        self.op(nfs_argop4::OP_ACCESS(ACCESS4args { access: bits }))
+    }
+    /// OPEN of `n` in the current directory. `create`: None = open existing;
+    /// Some((exclusive verifier, attrs)): create (GUARDED when no verifier is given and
+    /// `guarded`, else UNCHECKED; EXCLUSIVE4_1 with a verifier).
+    pub fn open(
+        &mut self,
+        n: &[u8],
+        access: u32,
+        owner: &[u8],
+        create: Option<(CreateHow, &SetAttributes)>,
+    ) -> usize {
+        let openhow = match create {
+            None => openflag4::default(opentype4::OPEN4_NOCREATE),
+            Some((how, set)) => openflag4::OPEN4_CREATE(match how {
+                CreateHow::Unchecked => createhow4::UNCHECKED4(attrs::encode_set(set)),
+                CreateHow::Guarded => createhow4::GUARDED4(attrs::encode_set(set)),
+                CreateHow::Exclusive(v) => createhow4::EXCLUSIVE4_1(creatverfattr {
+                    cva_verf: v,
+                    cva_attrs: attrs::encode_set(set),
+                }),
+            }),
+        };
+        self.op(nfs_argop4::OP_OPEN(OPEN4args {
+            seqid: 0,
+            share_access: access | OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
+            share_deny: OPEN4_SHARE_DENY_NONE,
+            owner: open_owner4 {
+                clientid: 0,
+                owner: name(owner),
+            },
+            openhow,
+            claim: open_claim4::CLAIM_NULL(name(n)),
+        }))
+    }
+    /// OPEN of the current filehandle itself (CLAIM_FH).
+    pub fn open_fh(&mut self, access: u32, owner: &[u8]) -> usize {
+        self.op(nfs_argop4::OP_OPEN(OPEN4args {
+            seqid: 0,
+            share_access: access | OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
+            share_deny: OPEN4_SHARE_DENY_NONE,
+            owner: open_owner4 {
+                clientid: 0,
+                owner: name(owner),
+            },
+            openhow: openflag4::default(opentype4::OPEN4_NOCREATE),
+            claim: open_claim4::CLAIM_FH,
+        }))
+    }
+    pub fn close(&mut self, stateid: stateid4) -> usize {
+        self.op(nfs_argop4::OP_CLOSE(CLOSE4args {
+            seqid: 0,
+            open_stateid: stateid,
+        }))
+    }
+    pub fn read(&mut self, stateid: stateid4, offset: u64, count: u32) -> usize {
+        self.op(nfs_argop4::OP_READ(READ4args {
+            stateid,
+            offset,
+            count,
+        }))
+    }
+    pub fn write(&mut self, stateid: stateid4, offset: u64, data: Bytes, stable: bool) -> usize {
+        self.op(nfs_argop4::OP_WRITE(WRITE4args {
+            stateid,
+            offset,
+            stable: if stable {
+                stable_how4::FILE_SYNC4
+            } else {
+                stable_how4::UNSTABLE4
+            },
+            data,
+        }))
+    }
+    pub fn commit(&mut self) -> usize {
+        self.op(nfs_argop4::OP_COMMIT(COMMIT4args {
+            offset: 0,
+            count: 0,
+        }))
+    }
+    pub fn mkdir(&mut self, n: &[u8], set: &SetAttributes) -> usize {
+        self.op(nfs_argop4::OP_CREATE(CREATE4args {
+            objtype: createtype4::NF4DIR,
+            objname: name(n),
+            createattrs: attrs::encode_set(set),
+        }))
+    }
+    pub fn symlink(&mut self, n: &[u8], target: &[u8], set: &SetAttributes) -> usize {
+        self.op(nfs_argop4::OP_CREATE(CREATE4args {
+            objtype: createtype4::NF4LNK(name(target)),
+            objname: name(n),
+            createattrs: attrs::encode_set(set),
+        }))
+    }
+    pub fn readlink(&mut self) -> usize {
+        self.op(nfs_argop4::OP_READLINK)
+    }
+    pub fn remove(&mut self, n: &[u8]) -> usize {
+        self.op(nfs_argop4::OP_REMOVE(REMOVE4args { target: name(n) }))
+    }
+    /// RENAME from the saved filehandle's directory to the current one.
+    pub fn rename(&mut self, from: &[u8], to: &[u8]) -> usize {
+        self.op(nfs_argop4::OP_RENAME(RENAME4args {
+            oldname: name(from),
+            newname: name(to),
+        }))
+    }
+    /// LINK the saved filehandle into the current directory.
+    pub fn link(&mut self, n: &[u8]) -> usize {
+        self.op(nfs_argop4::OP_LINK(LINK4args { newname: name(n) }))
+    }
+    pub fn readdir(
+        &mut self,
+        cookie: u64,
+        verf: [u8; 8],
+        maxcount: u32,
+        bitmap: Vec<u32>,
+    ) -> usize {
+        self.op(nfs_argop4::OP_READDIR(READDIR4args {
+            cookie,
+            cookieverf: verf,
+            dircount: maxcount,
+            maxcount,
+            attr_request: bitmap,
+        }))
+    }
+}
+
+/// How OPEN creates a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CreateHow {
+    Unchecked,
+    Guarded,
+    Exclusive([u8; 8]),
+}
+
+/// The results of a COMPOUND, SEQUENCE excluded. Index `i` is the i-th op pushed.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: nfsstat4,
+    pub results: Vec<nfs_resop4>,
+    /// How many ops were sent (results may be shorter when one failed).
+    pub sent: usize,
+}
+
+fn status_of(r: &nfs_resop4) -> nfsstat4 {
+    use txnfs_xdr::Encode;
+    // Every result begins with its status after the opnum.
+    let b = r.to_bytes();
+    if b.len() < 8 {
+        return nfsstat4::NFS4ERR_SERVERFAULT;
+    }
+    let v = i32::from_be_bytes([b[4], b[5], b[6], b[7]]);
+    nfsstat4::from_i32(v).unwrap_or(nfsstat4::NFS4ERR_SERVERFAULT)
+}
+
+impl Reply {
+    /// (index, status) of the op that failed, if one did.
+    pub fn failed(&self) -> Option<(usize, nfsstat4)> {
+        if self.status == nfsstat4::NFS4_OK {
+            return None;
+        }
+        let i = self.results.len().saturating_sub(1);
+        Some((i, self.status))
+    }
+
+    /// Whether op `i` ran and succeeded.
+    pub fn succeeded(&self, i: usize) -> bool {
+        match self.failed() {
+            None => i < self.results.len(),
+            Some((f, _)) => i < f,
+        }
+    }
+
+    fn get(&self, i: usize) -> Result<&nfs_resop4, ClientError> {
+        let r = self.results.get(i).ok_or(match self.failed() {
+            Some((f, s)) => ClientError::nfs(
+                self.results
+                    .get(f)
+                    .map(|r| op_name(r.discriminant()))
+                    .unwrap_or("COMPOUND"),
+                f,
+                s,
+            ),
+            None => ClientError::Protocol(format!("no result for op {i}")),
+        })?;
+        let s = status_of(r);
+        if s != nfsstat4::NFS4_OK {
+            return Err(ClientError::nfs(op_name(r.discriminant()), i, s));
+        }
+        Ok(r)
+    }
+
+    fn unexpected(i: usize) -> ClientError {
+        ClientError::Protocol(format!("result {i} has an unexpected type"))
+    }
+
+    /// Op `i` succeeded (any op).
+    pub fn ok(&self, i: usize) -> Result<(), ClientError> {
+        self.get(i).map(|_| ())
+    }
+
+    pub fn fh(&self, i: usize) -> Result<Bytes, ClientError> {
+        match self.get(i)? {
+            nfs_resop4::OP_GETFH(GETFH4res::NFS4_OK(r)) => Ok(r.object.clone()),
+            _ => Err(Self::unexpected(i)),
+        }
+    }
+
+    pub fn attrs(&self, i: usize) -> Result<Attributes, ClientError> {
+        match self.get(i)? {
+            nfs_resop4::OP_GETATTR(GETATTR4res::NFS4_OK(r)) => attrs::decode(&r.obj_attributes),
+            _ => Err(Self::unexpected(i)),
+        }
+    }
+
+    pub fn open(&self, i: usize) -> Result<OPEN4resok, ClientError> {
+        match self.get(i)? {
+            nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(r)) => Ok(r.clone()),
+            _ => Err(Self::unexpected(i)),
+        }
+    }
+
+    pub fn read(&self, i: usize) -> Result<(Bytes, bool), ClientError> {
+        match self.get(i)? {
+            nfs_resop4::OP_READ(READ4res::NFS4_OK(r)) => Ok((r.data.clone(), r.eof)),
+            _ => Err(Self::unexpected(i)),
+        }
+    }
+
+    pub fn write(&self, i: usize) -> Result<WRITE4resok, ClientError> {
+        match self.get(i)? {
+            nfs_resop4::OP_WRITE(WRITE4res::NFS4_OK(r)) => Ok(r.clone()),
+            _ => Err(Self::unexpected(i)),
+        }
+    }
+
+    pub fn readlink(&self, i: usize) -> Result<Bytes, ClientError> {
+        match self.get(i)? {
+            nfs_resop4::OP_READLINK(READLINK4res::NFS4_OK(r)) => Ok(r.link.clone()),
+            _ => Err(Self::unexpected(i)),
+        }
+    }
+
+    pub fn readdir(&self, i: usize) -> Result<READDIR4resok, ClientError> {
+        match self.get(i)? {
+            nfs_resop4::OP_READDIR(READDIR4res::NFS4_OK(r)) => Ok(r.clone()),
+            _ => Err(Self::unexpected(i)),
+        }
+    }
+
+    /// The status of op `i` (NFS4_OK if it ran and succeeded; the failing status if it
+    /// is the op that failed; None if it never ran).
+    pub fn status(&self, i: usize) -> Option<nfsstat4> {
+        self.results.get(i).map(status_of)
+    }
+}
+
+pub(crate) fn compound_ops(ops: &[nfs_argop4]) -> impl Iterator<Item = nfs_opnum4> + '_ {
+    ops.iter().map(opnum)
+}

@@ -1,0 +1,72 @@
+//! Client errors: every NFS status keeps the op and its index in the COMPOUND.
+
+use txnfs_proto::nfs4::nfsstat4;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The server answered this op with an error status.
+    #[error("{op} failed: {} ({status:?})", message(*status))]
+    Nfs {
+        op: &'static str,
+        /// Index of the op in the COMPOUND (SEQUENCE not counted).
+        index: usize,
+        status: nfsstat4,
+    },
+    #[error("RPC error: {0}")]
+    Rpc(#[from] txnfs_rpc::RpcError),
+    #[error("cannot reach {addr}: {msg}")]
+    Unreachable { addr: String, msg: String },
+    #[error("the server broke the protocol: {0}")]
+    Protocol(String),
+    #[error("invalid path {0:?}")]
+    BadPath(String),
+    #[error("{0}")]
+    Local(String),
+}
+
+impl ClientError {
+    /// The NFS status, when the failure is one.
+    pub fn status(&self) -> Option<nfsstat4> {
+        match self {
+            ClientError::Nfs { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    pub fn nfs(op: &'static str, index: usize, status: nfsstat4) -> Self {
+        ClientError::Nfs { op, index, status }
+    }
+}
+
+/// A coreutils-style description of an NFS status ("No such file or directory").
+pub fn message(s: nfsstat4) -> &'static str {
+    use nfsstat4::*;
+    match s {
+        NFS4_OK => "Success",
+        NFS4ERR_PERM => "Operation not permitted",
+        NFS4ERR_NOENT => "No such file or directory",
+        NFS4ERR_IO => "Input/output error",
+        NFS4ERR_NXIO => "No such device or address",
+        NFS4ERR_ACCESS => "Permission denied",
+        NFS4ERR_EXIST => "File exists",
+        NFS4ERR_XDEV => "Invalid cross-device link",
+        NFS4ERR_NOTDIR => "Not a directory",
+        NFS4ERR_ISDIR => "Is a directory",
+        NFS4ERR_INVAL => "Invalid argument",
+        NFS4ERR_FBIG => "File too large",
+        NFS4ERR_NOSPC => "No space left on device",
+        NFS4ERR_ROFS => "Read-only file system",
+        NFS4ERR_MLINK => "Too many links",
+        NFS4ERR_NAMETOOLONG => "File name too long",
+        NFS4ERR_NOTEMPTY => "Directory not empty",
+        NFS4ERR_DQUOT => "Disk quota exceeded",
+        NFS4ERR_STALE => "Stale file handle",
+        NFS4ERR_BADNAME => "Invalid file name",
+        NFS4ERR_SYMLINK => "Is a symbolic link",
+        NFS4ERR_DENIED | NFS4ERR_LOCKED => "Resource temporarily unavailable",
+        NFS4ERR_SHARE_DENIED => "Text file busy",
+        NFS4ERR_DELAY | NFS4ERR_GRACE => "Try again later",
+        NFS4ERR_NOTSUPP => "Operation not supported",
+        _ => "Remote I/O error",
+    }
+}

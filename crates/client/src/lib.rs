@@ -1,0 +1,39 @@
+//! txnfs-client: an async NFSv4.1 client with a vectorized API.
+//!
+//! Three layers:
+//! - [`Client`]: the session (EXCHANGE_ID, CREATE_SESSION, slots, SEQUENCE, lease
+//!   renewal, reconnect with exactly-once retries, recovery after a server restart);
+//! - [`Compound`] / [`Reply`]: a typed COMPOUND builder whose results come back typed,
+//!   with the index and status of the op that failed;
+//! - [`Fs`]: the vectorized API (vNFS style): every call takes many items and packs as
+//!   many of them per COMPOUND as the negotiated limits allow.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), txnfs_client::ClientError> {
+//! use txnfs_client::{Client, ClientConfig, Fs};
+//! let client = Client::connect(ClientConfig::new("127.0.0.1:2049".parse().unwrap())).await?;
+//! let fs = Fs::new(client.clone());
+//! // 20 small files in one COMPOUND: OPEN + READ + CLOSE each.
+//! let paths: Vec<String> = (0..20).map(|i| format!("dir/f{i}")).collect();
+//! for r in fs.vread(&paths).await {
+//!     let data = r?;
+//!     println!("{} bytes", data.len());
+//! }
+//! println!("{} COMPOUNDs", client.stats().compounds);
+//! # Ok(()) }
+//! ```
+
+pub mod attrs;
+pub mod blocking;
+mod client;
+pub mod compound;
+mod error;
+mod slots;
+mod transport;
+pub mod vector;
+
+pub use attrs::{Attributes, FileKind, SetAttributes, Time};
+pub use client::{Client, ClientConfig, Limits, Stats};
+pub use compound::{Compound, CreateHow, Reply};
+pub use error::{message, ClientError};
+pub use vector::{DirEntry, Fs};

@@ -1,0 +1,121 @@
+//! One TCP connection to the server, re-established when it drops. A call that was in
+//! flight when the connection broke is re-sent byte for byte on the new connection: same
+//! slot, same sequence id, so the server's reply cache makes it exactly-once.
+
+use crate::ClientError;
+use bytes::Bytes;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Mutex;
+use txnfs_rpc::{Credential, RpcClient, RpcError};
+
+const NFS_PROGRAM: u32 = 100003;
+const NFS_V4: u32 = 4;
+const PROC_COMPOUND: u32 = 1;
+
+pub(crate) struct Transport {
+    addr: SocketAddr,
+    cred: Credential,
+    conn: Mutex<Option<(u64, Arc<RpcClient>)>>,
+    generation: AtomicU64,
+    pub(crate) reconnects: AtomicU64,
+    max_attempts: u32,
+}
+
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis((50u64 << attempt.min(7)).min(5000))
+}
+
+impl Transport {
+    pub(crate) async fn connect(
+        addr: SocketAddr,
+        cred: Credential,
+        max_attempts: u32,
+    ) -> Result<Self, ClientError> {
+        let t = Transport {
+            addr,
+            cred,
+            conn: Mutex::new(None),
+            generation: AtomicU64::new(0),
+            reconnects: AtomicU64::new(0),
+            max_attempts,
+        };
+        t.current().await?;
+        Ok(t)
+    }
+
+    async fn current(&self) -> Result<(u64, Arc<RpcClient>), ClientError> {
+        let mut g = self.conn.lock().await;
+        if let Some(c) = g.as_ref() {
+            return Ok(c.clone());
+        }
+        let mut last = String::new();
+        for attempt in 0..self.max_attempts.max(1) {
+            match RpcClient::connect(self.addr, self.cred.clone()).await {
+                Ok(c) => {
+                    let gen = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+                    if gen > 1 {
+                        self.reconnects.fetch_add(1, Ordering::Relaxed);
+                        tracing::info!(addr = %self.addr, "reconnected");
+                    }
+                    let c = (gen, Arc::new(c));
+                    *g = Some(c.clone());
+                    return Ok(c);
+                }
+                Err(e) => {
+                    last = e.to_string();
+                    tokio::time::sleep(backoff(attempt)).await;
+                }
+            }
+        }
+        Err(ClientError::Unreachable {
+            addr: self.addr.to_string(),
+            msg: last,
+        })
+    }
+
+    async fn drop_conn(&self, gen: u64) {
+        let mut g = self.conn.lock().await;
+        if g.as_ref().is_some_and(|(cur, _)| *cur == gen) {
+            *g = None;
+        }
+    }
+
+    /// Send an encoded COMPOUND4args; on a broken connection, reconnect and re-send the
+    /// same bytes.
+    pub(crate) async fn compound(&self, args: Bytes) -> Result<Bytes, ClientError> {
+        self.call(PROC_COMPOUND, args).await
+    }
+
+    pub(crate) async fn call(&self, proc_num: u32, args: Bytes) -> Result<Bytes, ClientError> {
+        let mut attempt = 0;
+        loop {
+            let (gen, c) = self.current().await?;
+            match c.call(NFS_PROGRAM, NFS_V4, proc_num, args.clone()).await {
+                Ok(b) => return Ok(b),
+                Err(RpcError::Disconnected | RpcError::Io(_)) => {
+                    self.drop_conn(gen).await;
+                    attempt += 1;
+                    if attempt >= self.max_attempts {
+                        return Err(ClientError::Unreachable {
+                            addr: self.addr.to_string(),
+                            msg: "connection lost".into(),
+                        });
+                    }
+                    tokio::time::sleep(backoff(attempt)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Break the current connection (tests use it to simulate a network failure).
+    pub(crate) async fn sever(&self) {
+        let mut g = self.conn.lock().await;
+        if let Some((_, c)) = g.take() {
+            c.abort();
+        }
+    }
+}

@@ -1,0 +1,368 @@
+//! Vectorized data calls: vopen, vclose, vread, vwrite, vcopy.
+//!
+//! Whole small files go in one item each (OPEN + READ/WRITE + CLOSE with the current
+//! stateid, so no round trip in between); large files continue in further items that
+//! reuse the open file's handle and stateid.
+
+use super::meta::merge;
+use super::{split_parent, Fs, Item, ItemResult};
+use crate::attrs::SetAttributes;
+use crate::compound::{CreateHow, CURRENT_STATEID};
+use crate::ClientError;
+use bytes::{Bytes, BytesMut};
+use txnfs_proto::nfs4::*;
+
+/// An open file: its handle and open stateid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenFile {
+    pub path: String,
+    pub fh: Bytes,
+    pub stateid: stateid4,
+}
+
+fn find<T>(v: &[nfs_resop4], f: impl Fn(&nfs_resop4) -> Option<T>) -> Option<T> {
+    v.iter().find_map(f)
+}
+
+fn getfh(v: &[nfs_resop4]) -> Option<Bytes> {
+    find(v, |r| match r {
+        nfs_resop4::OP_GETFH(GETFH4res::NFS4_OK(f)) => Some(f.object.clone()),
+        _ => None,
+    })
+}
+
+fn open_sid(v: &[nfs_resop4]) -> Option<stateid4> {
+    find(v, |r| match r {
+        nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(o)) => Some(o.stateid.clone()),
+        _ => None,
+    })
+}
+
+fn open_args(fs: &Fs, leaf: &str, access: u32, create: Option<&SetAttributes>) -> nfs_argop4 {
+    let mut c = crate::compound::Compound::new();
+    match create {
+        Some(set) => c.open(
+            leaf.as_bytes(),
+            access,
+            &fs.owner,
+            Some((CreateHow::Unchecked, set)),
+        ),
+        None => c.open(leaf.as_bytes(), access, &fs.owner, None),
+    };
+    c.ops.remove(0)
+}
+
+/// Largest READ/WRITE payload per op.
+const CHUNK: usize = 1 << 20;
+
+impl Fs {
+    /// Open many files; `create` creates missing ones (UNCHECKED) with these attributes.
+    pub async fn vopen<S: AsRef<str>>(
+        &self,
+        paths: &[S],
+        access: u32,
+        create: Option<SetAttributes>,
+    ) -> Vec<Result<OpenFile, ClientError>> {
+        let mut items = Vec::new();
+        let mut errs = Vec::new();
+        let mut sent = Vec::new();
+        for p in paths {
+            match split_parent(p.as_ref())
+                .and_then(|(parent, leaf)| Ok((self.resolve(&parent)?, leaf)))
+            {
+                Ok((mut ops, leaf)) => {
+                    sent.push(p.as_ref().to_string());
+                    ops.push(open_args(self, &leaf, access, create.as_ref()));
+                    ops.push(nfs_argop4::OP_GETFH);
+                    items.push(Item {
+                        ops,
+                        reply_estimate: 300,
+                    });
+                    errs.push(None);
+                }
+                Err(e) => errs.push(Some(e)),
+            }
+        }
+        let res = self.run(items).await;
+        let mut idx = sent.into_iter();
+        merge(errs, res, |r: ItemResult| {
+            let path = idx.next().unwrap_or_default();
+            let v = r?;
+            Ok(OpenFile {
+                path,
+                fh: getfh(&v).ok_or_else(|| ClientError::Protocol("no GETFH".into()))?,
+                stateid: open_sid(&v).ok_or_else(|| ClientError::Protocol("no OPEN".into()))?,
+            })
+        })
+    }
+
+    /// Close many open files.
+    pub async fn vclose(&self, files: &[OpenFile]) -> Vec<Result<(), ClientError>> {
+        let items = files
+            .iter()
+            .map(|f| Item {
+                ops: vec![
+                    nfs_argop4::OP_PUTFH(PUTFH4args {
+                        object: f.fh.clone(),
+                    }),
+                    nfs_argop4::OP_CLOSE(CLOSE4args {
+                        seqid: 0,
+                        open_stateid: f.stateid.clone(),
+                    }),
+                ],
+                reply_estimate: 64,
+            })
+            .collect();
+        self.run(items)
+            .await
+            .into_iter()
+            .map(|r| r.map(|_| ()))
+            .collect()
+    }
+
+    /// Read whole files. Each file is OPEN + READ + CLOSE in one item (20 small files go
+    /// in a single COMPOUND); what does not fit the first READ is read in further items.
+    pub async fn vread<S: AsRef<str>>(&self, paths: &[S]) -> Vec<Result<Bytes, ClientError>> {
+        // Share the reply budget among the files, so small files all fit one COMPOUND;
+        // larger ones continue below.
+        let first = ((self.client.limits().max_response as usize * 7 / 8) / paths.len().max(1))
+            .clamp(4096, CHUNK);
+        let mut out: Vec<Result<BytesMut, ClientError>> =
+            paths.iter().map(|_| Ok(BytesMut::new())).collect();
+        // (output index, path, offset) still to read
+        let mut todo: Vec<(usize, String, u64)> = paths
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (i, p.as_ref().to_string(), 0))
+            .collect();
+        let mut count = first;
+        while !todo.is_empty() {
+            let mut items = Vec::new();
+            let mut sent = Vec::new();
+            for (i, p, off) in todo {
+                match split_parent(&p).and_then(|(parent, leaf)| Ok((self.resolve(&parent)?, leaf)))
+                {
+                    Ok((mut ops, leaf)) => {
+                        ops.push(open_args(self, &leaf, OPEN4_SHARE_ACCESS_READ, None));
+                        ops.push(nfs_argop4::OP_READ(READ4args {
+                            stateid: CURRENT_STATEID,
+                            offset: off,
+                            count: count as u32,
+                        }));
+                        ops.push(nfs_argop4::OP_CLOSE(CLOSE4args {
+                            seqid: 0,
+                            open_stateid: CURRENT_STATEID,
+                        }));
+                        items.push(Item {
+                            ops,
+                            reply_estimate: count + 256,
+                        });
+                        sent.push((i, p));
+                    }
+                    Err(e) => out[i] = Err(e),
+                }
+            }
+            let res = self.run(items).await;
+            let mut next = Vec::new();
+            for ((i, p), r) in sent.into_iter().zip(res) {
+                let got = r.and_then(|v| {
+                    find(&v, |x| match x {
+                        nfs_resop4::OP_READ(READ4res::NFS4_OK(rd)) => {
+                            Some((rd.data.clone(), rd.eof))
+                        }
+                        _ => None,
+                    })
+                    .ok_or_else(|| ClientError::Protocol("no READ".into()))
+                });
+                match (got, &mut out[i]) {
+                    (Ok((d, eof)), Ok(buf)) => {
+                        buf.extend_from_slice(&d);
+                        if !eof && !d.is_empty() {
+                            next.push((i, p, buf.len() as u64));
+                        }
+                    }
+                    (Err(e), slot) => *slot = Err(e),
+                    _ => {}
+                }
+            }
+            todo = next;
+            count = CHUNK;
+        }
+        out.into_iter().map(|r| r.map(BytesMut::freeze)).collect()
+    }
+
+    /// Write whole files (created or truncated). Small files are OPEN + WRITE + CLOSE in
+    /// one item; large ones continue in items of WRITEs on the open stateid. With
+    /// `stable`, data is FILE_SYNC; else UNSTABLE and a COMMIT before CLOSE.
+    pub async fn vwrite<S: AsRef<str>>(
+        &self,
+        files: &[(S, Bytes)],
+        stable: bool,
+    ) -> Vec<Result<(), ClientError>> {
+        let per_item = ((self.client.limits().max_request as usize).saturating_sub(4096) / 2)
+            .clamp(4096, CHUNK);
+        let create = SetAttributes {
+            size: Some(0),
+            mode: Some(0o644),
+            ..Default::default()
+        };
+        let how = if stable {
+            stable_how4::FILE_SYNC4
+        } else {
+            stable_how4::UNSTABLE4
+        };
+        let mut items = Vec::new();
+        let mut errs = Vec::new();
+        for (p, data) in files {
+            match split_parent(p.as_ref())
+                .and_then(|(parent, leaf)| Ok((self.resolve(&parent)?, leaf)))
+            {
+                Ok((mut ops, leaf)) => {
+                    ops.push(open_args(
+                        self,
+                        &leaf,
+                        OPEN4_SHARE_ACCESS_WRITE,
+                        Some(&create),
+                    ));
+                    ops.push(nfs_argop4::OP_GETFH);
+                    let small = data.len() <= per_item;
+                    let first = data.slice(..data.len().min(per_item));
+                    if !first.is_empty() {
+                        ops.push(nfs_argop4::OP_WRITE(WRITE4args {
+                            stateid: CURRENT_STATEID,
+                            offset: 0,
+                            stable: how,
+                            data: first,
+                        }));
+                    }
+                    if small {
+                        if !stable && !data.is_empty() {
+                            ops.push(nfs_argop4::OP_COMMIT(COMMIT4args {
+                                offset: 0,
+                                count: 0,
+                            }));
+                        }
+                        ops.push(nfs_argop4::OP_CLOSE(CLOSE4args {
+                            seqid: 0,
+                            open_stateid: CURRENT_STATEID,
+                        }));
+                    }
+                    items.push(Item {
+                        ops,
+                        reply_estimate: 300,
+                    });
+                    errs.push(None);
+                }
+                Err(e) => errs.push(Some(e)),
+            }
+        }
+        let res = self.run(items).await;
+        let mut out: Vec<Result<(), ClientError>> = Vec::new();
+        let mut big: Vec<(usize, Bytes, stateid4, Bytes)> = Vec::new(); // (out, fh, sid, data)
+        let datas: Vec<&Bytes> = files.iter().map(|(_, d)| d).collect();
+        let opened = merge(errs, res, |r| {
+            let v = r?;
+            Ok((getfh(&v), open_sid(&v)))
+        });
+        for (r, data) in opened.into_iter().zip(datas) {
+            match r {
+                Ok((Some(fh), Some(sid))) if data.len() > per_item => {
+                    big.push((out.len(), fh, sid, data.clone()));
+                    out.push(Ok(()));
+                }
+                Ok(_) => out.push(Ok(())),
+                Err(e) => out.push(Err(e)),
+            }
+        }
+        if big.is_empty() {
+            return out;
+        }
+        // Remaining chunks of large files: one item per chunk, then one closing item each.
+        let mut items = Vec::new();
+        let mut owner = Vec::new();
+        for (k, (_, fh, sid, data)) in big.iter().enumerate() {
+            let mut off = per_item;
+            while off < data.len() {
+                let end = (off + per_item).min(data.len());
+                items.push(Item {
+                    ops: vec![
+                        nfs_argop4::OP_PUTFH(PUTFH4args { object: fh.clone() }),
+                        nfs_argop4::OP_WRITE(WRITE4args {
+                            stateid: sid.clone(),
+                            offset: off as u64,
+                            stable: how,
+                            data: data.slice(off..end),
+                        }),
+                    ],
+                    reply_estimate: 64,
+                });
+                owner.push(k);
+                off = end;
+            }
+        }
+        let res = self.run(items).await;
+        for (k, r) in owner.into_iter().zip(res) {
+            if let Err(e) = r {
+                let o = big[k].0;
+                if out[o].is_ok() {
+                    out[o] = Err(e);
+                }
+            }
+        }
+        let closing = big
+            .iter()
+            .map(|(_, fh, sid, _)| {
+                let mut ops = vec![nfs_argop4::OP_PUTFH(PUTFH4args { object: fh.clone() })];
+                if !stable {
+                    ops.push(nfs_argop4::OP_COMMIT(COMMIT4args {
+                        offset: 0,
+                        count: 0,
+                    }));
+                }
+                ops.push(nfs_argop4::OP_CLOSE(CLOSE4args {
+                    seqid: 0,
+                    open_stateid: sid.clone(),
+                }));
+                Item {
+                    ops,
+                    reply_estimate: 96,
+                }
+            })
+            .collect();
+        for ((o, ..), r) in big.iter().zip(self.run(closing).await) {
+            if let Err(e) = r {
+                if out[*o].is_ok() {
+                    out[*o] = Err(e);
+                }
+            }
+        }
+        out
+    }
+
+    /// Copy files on the server (read + write through the client: the servers we target
+    /// speak v4.1, which has no COPY).
+    pub async fn vcopy<S: AsRef<str>, T: AsRef<str>>(
+        &self,
+        pairs: &[(S, T)],
+    ) -> Vec<Result<(), ClientError>> {
+        let srcs: Vec<&str> = pairs.iter().map(|(s, _)| s.as_ref()).collect();
+        let data = self.vread(&srcs).await;
+        let mut writes = Vec::new();
+        let mut slots = Vec::new();
+        let mut out: Vec<Result<(), ClientError>> = Vec::new();
+        for ((_, dst), d) in pairs.iter().zip(data) {
+            match d {
+                Ok(d) => {
+                    slots.push(out.len());
+                    out.push(Ok(()));
+                    writes.push((dst.as_ref().to_string(), d));
+                }
+                Err(e) => out.push(Err(e)),
+            }
+        }
+        for (i, r) in slots.into_iter().zip(self.vwrite(&writes, false).await) {
+            out[i] = r;
+        }
+        out
+    }
+}

@@ -1,0 +1,538 @@
+//! Vectorized metadata calls: vgetattrs, vsetattrs, vmkdir, vsymlink, vreadlink,
+//! vremove, vrename, vhardlink, vlistdir.
+
+use super::{components, split_parent, Fs, Item, ItemResult};
+use crate::attrs::{self, Attributes, SetAttributes};
+use crate::compound::ANONYMOUS_STATEID;
+use crate::ClientError;
+use bytes::Bytes;
+use std::collections::BTreeMap;
+use txnfs_proto::nfs4::*;
+
+/// One entry of a directory listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    /// Path relative to the export root.
+    pub path: String,
+    pub name: String,
+    pub attrs: Attributes,
+}
+
+fn name(s: &str) -> Bytes {
+    Bytes::copy_from_slice(s.as_bytes())
+}
+
+fn last_attrs(r: &[nfs_resop4]) -> Result<Attributes, ClientError> {
+    match r.last() {
+        Some(nfs_resop4::OP_GETATTR(GETATTR4res::NFS4_OK(g))) => attrs::decode(&g.obj_attributes),
+        _ => Err(ClientError::Protocol("expected GETATTR".into())),
+    }
+}
+
+fn unit(r: ItemResult) -> Result<(), ClientError> {
+    r.map(|_| ())
+}
+
+fn join(parent: &str, name: &str) -> String {
+    if parent.is_empty() {
+        name.to_string()
+    } else {
+        format!("{parent}/{name}")
+    }
+}
+
+impl Fs {
+    /// Attributes of many paths (symlinks are not followed).
+    pub async fn vgetattrs<S: AsRef<str>>(
+        &self,
+        paths: &[S],
+    ) -> Vec<Result<Attributes, ClientError>> {
+        let mut items = Vec::new();
+        let mut errs = Vec::new();
+        for p in paths {
+            match self.resolve(p.as_ref()) {
+                Ok(mut ops) => {
+                    ops.push(nfs_argop4::OP_GETATTR(GETATTR4args {
+                        attr_request: attrs::stat_bitmap(),
+                    }));
+                    items.push(Item {
+                        ops,
+                        reply_estimate: 256,
+                    });
+                    errs.push(None);
+                }
+                Err(e) => errs.push(Some(e)),
+            }
+        }
+        merge(errs, self.run(items).await, |r| {
+            r.and_then(|v| last_attrs(&v))
+        })
+    }
+
+    /// Set attributes on many paths (SETATTR with the anonymous stateid).
+    pub async fn vsetattrs<S: AsRef<str>>(
+        &self,
+        sets: &[(S, SetAttributes)],
+    ) -> Vec<Result<(), ClientError>> {
+        let mut items = Vec::new();
+        let mut errs = Vec::new();
+        for (p, s) in sets {
+            match self.resolve(p.as_ref()) {
+                Ok(mut ops) => {
+                    ops.push(nfs_argop4::OP_SETATTR(SETATTR4args {
+                        stateid: ANONYMOUS_STATEID,
+                        obj_attributes: attrs::encode_set(s),
+                    }));
+                    items.push(Item {
+                        ops,
+                        reply_estimate: 32,
+                    });
+                    errs.push(None);
+                }
+                Err(e) => errs.push(Some(e)),
+            }
+        }
+        merge(errs, self.run(items).await, unit)
+    }
+
+    /// Create directories. With `parents`, missing ancestors are created too and
+    /// existing directories are not an error (`mkdir -p`); directories are created level
+    /// by level, each level in as few COMPOUNDs as possible.
+    pub async fn vmkdir<S: AsRef<str>>(
+        &self,
+        paths: &[S],
+        mode: u32,
+        parents: bool,
+    ) -> Vec<Result<(), ClientError>> {
+        let set = SetAttributes {
+            mode: Some(mode),
+            ..Default::default()
+        };
+        let mut out: Vec<Option<Result<(), ClientError>>> =
+            (0..paths.len()).map(|_| None).collect();
+        // depth -> (path, index of the requested path or None for an ancestor)
+        let mut levels: BTreeMap<usize, BTreeMap<String, Option<usize>>> = BTreeMap::new();
+        for (i, p) in paths.iter().enumerate() {
+            match components(p.as_ref()) {
+                Ok(c) if !c.is_empty() => {
+                    if parents {
+                        for d in 1..c.len() {
+                            levels
+                                .entry(d)
+                                .or_default()
+                                .entry(c[..d].join("/"))
+                                .or_insert(None);
+                        }
+                    }
+                    levels
+                        .entry(c.len())
+                        .or_default()
+                        .insert(c.join("/"), Some(i));
+                }
+                Ok(_) => out[i] = Some(Err(ClientError::BadPath(p.as_ref().into()))),
+                Err(e) => out[i] = Some(Err(e)),
+            }
+        }
+        for (_, level) in levels {
+            let mut items = Vec::new();
+            let mut who = Vec::new();
+            for (path, idx) in &level {
+                let Ok((parent, leaf)) = split_parent(path) else {
+                    continue;
+                };
+                let Ok(mut ops) = self.resolve(&parent) else {
+                    continue;
+                };
+                ops.push(nfs_argop4::OP_CREATE(CREATE4args {
+                    objtype: createtype4::NF4DIR,
+                    objname: name(&leaf),
+                    createattrs: attrs::encode_set(&set),
+                }));
+                ops.push(nfs_argop4::OP_GETFH);
+                items.push(Item {
+                    ops,
+                    reply_estimate: 200,
+                });
+                who.push((path.clone(), *idx));
+            }
+            let res = self.run(items).await;
+            for ((path, idx), r) in who.into_iter().zip(res) {
+                let r = match r {
+                    Ok(v) => {
+                        if let Some(nfs_resop4::OP_GETFH(GETFH4res::NFS4_OK(fh))) = v.last() {
+                            self.remember_dir(&path, fh.object.clone());
+                        }
+                        Ok(())
+                    }
+                    Err(e) if parents && e.status() == Some(nfsstat4::NFS4ERR_EXIST) => Ok(()),
+                    Err(e) => Err(e),
+                };
+                if let Some(i) = idx {
+                    out[i] = Some(r);
+                }
+            }
+        }
+        out.into_iter().map(|r| r.unwrap_or(Ok(()))).collect()
+    }
+
+    /// Create symlinks: (path of the new link, target text).
+    pub async fn vsymlink<S: AsRef<str>, T: AsRef<str>>(
+        &self,
+        links: &[(S, T)],
+    ) -> Vec<Result<(), ClientError>> {
+        let mut items = Vec::new();
+        let mut errs = Vec::new();
+        for (p, target) in links {
+            match split_parent(p.as_ref())
+                .and_then(|(parent, leaf)| Ok((self.resolve(&parent)?, leaf)))
+            {
+                Ok((mut ops, leaf)) => {
+                    ops.push(nfs_argop4::OP_CREATE(CREATE4args {
+                        objtype: createtype4::NF4LNK(name(target.as_ref())),
+                        objname: name(&leaf),
+                        createattrs: attrs::encode_set(&SetAttributes::default()),
+                    }));
+                    items.push(Item {
+                        ops,
+                        reply_estimate: 64,
+                    });
+                    errs.push(None);
+                }
+                Err(e) => errs.push(Some(e)),
+            }
+        }
+        merge(errs, self.run(items).await, unit)
+    }
+
+    /// Targets of many symlinks.
+    pub async fn vreadlink<S: AsRef<str>>(&self, paths: &[S]) -> Vec<Result<String, ClientError>> {
+        let mut items = Vec::new();
+        let mut errs = Vec::new();
+        for p in paths {
+            match self.resolve(p.as_ref()) {
+                Ok(mut ops) => {
+                    ops.push(nfs_argop4::OP_READLINK);
+                    items.push(Item {
+                        ops,
+                        reply_estimate: 4200,
+                    });
+                    errs.push(None);
+                }
+                Err(e) => errs.push(Some(e)),
+            }
+        }
+        merge(errs, self.run(items).await, |r| {
+            r.and_then(|v| match v.last() {
+                Some(nfs_resop4::OP_READLINK(READLINK4res::NFS4_OK(l))) => {
+                    Ok(String::from_utf8_lossy(&l.link).into_owned())
+                }
+                _ => Err(ClientError::Protocol("expected READLINK".into())),
+            })
+        })
+    }
+
+    /// Remove files or empty directories; with `recursive`, whole trees (listed level by
+    /// level, then files removed, then directories from the deepest up).
+    pub async fn vremove<S: AsRef<str>>(
+        &self,
+        paths: &[S],
+        recursive: bool,
+    ) -> Vec<Result<(), ClientError>> {
+        let mut out: Vec<Option<Result<(), ClientError>>> =
+            (0..paths.len()).map(|_| None).collect();
+        let mut to_remove: Vec<(String, Option<usize>, usize)> = Vec::new(); // path, index, depth
+        if recursive {
+            let dirs: Vec<String> = paths.iter().map(|p| p.as_ref().to_string()).collect();
+            let attrs = self.vgetattrs(&dirs).await;
+            let mut trees = Vec::new();
+            for (i, (p, a)) in dirs.iter().zip(attrs).enumerate() {
+                match a {
+                    Ok(a) if a.is_dir() => trees.push((i, p.clone())),
+                    Ok(_) => to_remove.push((p.clone(), Some(i), 0)),
+                    Err(e) => out[i] = Some(Err(e)),
+                }
+            }
+            let roots: Vec<String> = trees.iter().map(|(_, p)| p.clone()).collect();
+            let listings = self.vlistdir(&roots, true).await;
+            for ((i, root), l) in trees.into_iter().zip(listings) {
+                match l {
+                    Ok(entries) => {
+                        let base = components(&root).map(|c| c.len()).unwrap_or(0);
+                        for e in entries {
+                            let depth = components(&e.path).map(|c| c.len()).unwrap_or(0) - base;
+                            let rank = if e.attrs.is_dir() { depth } else { usize::MAX };
+                            to_remove.push((e.path, None, rank));
+                        }
+                        to_remove.push((root, Some(i), 0));
+                    }
+                    Err(e) => out[i] = Some(Err(e)),
+                }
+            }
+        } else {
+            for (i, p) in paths.iter().enumerate() {
+                to_remove.push((p.as_ref().to_string(), Some(i), 0));
+            }
+        }
+        // Files first (rank MAX), then directories deepest first.
+        to_remove.sort_by_key(|x| std::cmp::Reverse(x.2));
+        let mut start = 0;
+        while start < to_remove.len() {
+            let rank = to_remove[start].2;
+            let end = to_remove[start..]
+                .iter()
+                .position(|x| x.2 != rank)
+                .map_or(to_remove.len(), |k| start + k);
+            let group = &to_remove[start..end];
+            let mut items = Vec::new();
+            let mut who = Vec::new();
+            for (p, idx, _) in group {
+                match split_parent(p).and_then(|(parent, leaf)| Ok((self.resolve(&parent)?, leaf)))
+                {
+                    Ok((mut ops, leaf)) => {
+                        ops.push(nfs_argop4::OP_REMOVE(REMOVE4args {
+                            target: name(&leaf),
+                        }));
+                        items.push(Item {
+                            ops,
+                            reply_estimate: 64,
+                        });
+                        who.push((p.clone(), *idx));
+                    }
+                    Err(e) => {
+                        if let Some(i) = idx {
+                            out[*i] = Some(Err(e));
+                        }
+                    }
+                }
+            }
+            for ((p, idx), r) in who.into_iter().zip(self.run(items).await) {
+                if r.is_ok() {
+                    self.forget_dir(&p);
+                }
+                if let Some(i) = idx {
+                    if out[i].is_none() {
+                        out[i] = Some(unit(r));
+                    }
+                } else if let Err(e) = r {
+                    tracing::debug!("remove {p}: {e}");
+                }
+            }
+            start = end;
+        }
+        out.into_iter().map(|r| r.unwrap_or(Ok(()))).collect()
+    }
+
+    /// Rename many (from, to) pairs.
+    pub async fn vrename<S: AsRef<str>, T: AsRef<str>>(
+        &self,
+        pairs: &[(S, T)],
+    ) -> Vec<Result<(), ClientError>> {
+        let mut items = Vec::new();
+        let mut errs = Vec::new();
+        for (from, to) in pairs {
+            let built = (|| -> Result<Vec<nfs_argop4>, ClientError> {
+                let (fp, fname) = split_parent(from.as_ref())?;
+                let (tp, tname) = split_parent(to.as_ref())?;
+                let mut ops = self.resolve(&fp)?;
+                ops.push(nfs_argop4::OP_SAVEFH);
+                ops.extend(self.resolve(&tp)?);
+                ops.push(nfs_argop4::OP_RENAME(RENAME4args {
+                    oldname: name(&fname),
+                    newname: name(&tname),
+                }));
+                Ok(ops)
+            })();
+            match built {
+                Ok(ops) => {
+                    items.push(Item {
+                        ops,
+                        reply_estimate: 96,
+                    });
+                    errs.push(None);
+                    self.forget_dir(from.as_ref());
+                }
+                Err(e) => errs.push(Some(e)),
+            }
+        }
+        merge(errs, self.run(items).await, unit)
+    }
+
+    /// Hard links: (existing path, new path).
+    pub async fn vhardlink<S: AsRef<str>, T: AsRef<str>>(
+        &self,
+        pairs: &[(S, T)],
+    ) -> Vec<Result<(), ClientError>> {
+        let mut items = Vec::new();
+        let mut errs = Vec::new();
+        for (existing, new) in pairs {
+            let built = (|| -> Result<Vec<nfs_argop4>, ClientError> {
+                let (np, nname) = split_parent(new.as_ref())?;
+                let mut ops = self.resolve(existing.as_ref())?;
+                ops.push(nfs_argop4::OP_SAVEFH);
+                ops.extend(self.resolve(&np)?);
+                ops.push(nfs_argop4::OP_LINK(LINK4args {
+                    newname: name(&nname),
+                }));
+                Ok(ops)
+            })();
+            match built {
+                Ok(ops) => {
+                    items.push(Item {
+                        ops,
+                        reply_estimate: 64,
+                    });
+                    errs.push(None);
+                }
+                Err(e) => errs.push(Some(e)),
+            }
+        }
+        merge(errs, self.run(items).await, unit)
+    }
+
+    /// List directories (entries sorted by name), with attributes. With `recursive`, the
+    /// whole trees: every level of the tree is read with one READDIR per directory, all
+    /// directories of a level packed together; entries carry their file handles, so no
+    /// LOOKUP is needed for the next level.
+    pub async fn vlistdir<S: AsRef<str>>(
+        &self,
+        dirs: &[S],
+        recursive: bool,
+    ) -> Vec<Result<Vec<DirEntry>, ClientError>> {
+        let mut out: Vec<Result<Vec<DirEntry>, ClientError>> =
+            (0..dirs.len()).map(|_| Ok(Vec::new())).collect();
+        // (owner index, dir path, how to reach it, cookie, verifier)
+        struct Pending {
+            owner: usize,
+            path: String,
+            fh: Option<Bytes>,
+            cookie: u64,
+            verf: [u8; 8],
+        }
+        let mut level: Vec<Pending> = dirs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| Pending {
+                owner: i,
+                path: components(d.as_ref())
+                    .map(|c| c.join("/"))
+                    .unwrap_or_default(),
+                fh: None,
+                cookie: 0,
+                verf: [0; 8],
+            })
+            .collect();
+        let maxcount: u32 = 32 << 10;
+        while !level.is_empty() {
+            let mut items = Vec::new();
+            let mut keep = Vec::new();
+            for p in level {
+                let ops = match &p.fh {
+                    Some(fh) => Ok(vec![nfs_argop4::OP_PUTFH(PUTFH4args {
+                        object: fh.clone(),
+                    })]),
+                    None => self.resolve(&p.path),
+                };
+                match ops {
+                    Ok(mut ops) => {
+                        ops.push(nfs_argop4::OP_READDIR(READDIR4args {
+                            cookie: p.cookie,
+                            cookieverf: p.verf,
+                            dircount: maxcount,
+                            maxcount,
+                            attr_request: attrs::stat_fh_bitmap(),
+                        }));
+                        items.push(Item {
+                            ops,
+                            reply_estimate: maxcount as usize,
+                        });
+                        keep.push(p);
+                    }
+                    Err(e) => out[p.owner] = Err(e),
+                }
+            }
+            let res = self.run(items).await;
+            let mut next = Vec::new();
+            for (p, r) in keep.into_iter().zip(res) {
+                if out[p.owner].is_err() {
+                    continue;
+                }
+                let rd = match r {
+                    Ok(v) => match v.last() {
+                        Some(nfs_resop4::OP_READDIR(READDIR4res::NFS4_OK(rd))) => rd.clone(),
+                        _ => {
+                            out[p.owner] = Err(ClientError::Protocol("expected READDIR".into()));
+                            continue;
+                        }
+                    },
+                    Err(e) => {
+                        out[p.owner] = Err(e);
+                        continue;
+                    }
+                };
+                let mut last = p.cookie;
+                for e in &rd.reply.entries {
+                    last = e.cookie;
+                    let nm = String::from_utf8_lossy(&e.name).into_owned();
+                    let a = match attrs::decode(&e.attrs) {
+                        Ok(a) => a,
+                        Err(err) => {
+                            out[p.owner] = Err(err);
+                            break;
+                        }
+                    };
+                    let path = join(&p.path, &nm);
+                    if a.is_dir() {
+                        if let Some(fh) = &a.fh {
+                            self.remember_dir(&path, fh.clone());
+                        }
+                        if recursive {
+                            next.push(Pending {
+                                owner: p.owner,
+                                path: path.clone(),
+                                fh: a.fh.clone(),
+                                cookie: 0,
+                                verf: [0; 8],
+                            });
+                        }
+                    }
+                    if let Ok(list) = &mut out[p.owner] {
+                        list.push(DirEntry {
+                            path,
+                            name: nm,
+                            attrs: a,
+                        });
+                    }
+                }
+                if !rd.reply.eof {
+                    next.push(Pending {
+                        cookie: last,
+                        verf: rd.cookieverf,
+                        ..p
+                    });
+                }
+            }
+            level = next;
+        }
+        for l in out.iter_mut().flatten() {
+            l.sort_by(|a, b| a.path.cmp(&b.path));
+        }
+        out
+    }
+}
+
+/// Put per-item results back in input order, where some inputs failed before sending.
+pub(crate) fn merge<T>(
+    errs: Vec<Option<ClientError>>,
+    results: Vec<ItemResult>,
+    mut f: impl FnMut(ItemResult) -> Result<T, ClientError>,
+) -> Vec<Result<T, ClientError>> {
+    let mut it = results.into_iter();
+    errs.into_iter()
+        .map(|e| match e {
+            Some(e) => Err(e),
+            None => f(it
+                .next()
+                .unwrap_or_else(|| Err(ClientError::Local("missing result".into())))),
+        })
+        .collect()
+}

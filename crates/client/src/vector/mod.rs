@@ -1,0 +1,375 @@
+//! The vectorized API (in the spirit of vNFS): every call takes many items and sends
+//! as few COMPOUNDs as the negotiated limits allow.
+//!
+//! The engine ([`Fs::run`]) takes one op list per item, packs consecutive items into a
+//! COMPOUND until `ca_maxoperations`, `ca_maxrequestsize` or the estimated reply size
+//! would be exceeded, and keeps several COMPOUNDs in flight on free slots. A COMPOUND
+//! stops at its first failing op: the item that failed gets that error, the items before
+//! it are done, and the items after it are sent again in the next COMPOUND. Results are
+//! per item, in input order.
+
+mod data;
+mod meta;
+
+pub use data::OpenFile;
+pub use meta::DirEntry;
+
+use crate::compound::Compound;
+use crate::{Client, ClientError};
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use txnfs_proto::nfs4::*;
+use txnfs_xdr::Encode;
+
+/// One element of a vectorized call: its ops and an estimate of its reply size.
+pub(crate) struct Item {
+    pub ops: Vec<nfs_argop4>,
+    pub reply_estimate: usize,
+}
+
+/// The ops' results of one item (same order as its ops).
+pub(crate) type ItemResult = Result<Vec<nfs_resop4>, ClientError>;
+
+/// A path split into components ("." dropped, ".." folded), relative to the export root.
+pub fn components(path: &str) -> Result<Vec<String>, ClientError> {
+    let mut out: Vec<String> = Vec::new();
+    for c in path.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                if out.pop().is_none() {
+                    return Err(ClientError::BadPath(path.into()));
+                }
+            }
+            c => out.push(c.to_string()),
+        }
+    }
+    Ok(out)
+}
+
+/// (parent path, last name) of a path; the root has no name.
+pub fn split_parent(path: &str) -> Result<(String, String), ClientError> {
+    let mut c = components(path)?;
+    let name = c.pop().ok_or_else(|| ClientError::BadPath(path.into()))?;
+    Ok((c.join("/"), name))
+}
+
+fn request_size(op: &nfs_argop4) -> usize {
+    match op {
+        // Avoid copying payloads just to measure them.
+        nfs_argop4::OP_WRITE(w) => 48 + w.data.len(),
+        other => other.to_bytes().len(),
+    }
+}
+
+/// The vectorized file-system API over one [`Client`].
+#[derive(Clone)]
+pub struct Fs {
+    pub(crate) client: Client,
+    /// Directory path -> file handle, filled from what the server tells us, so that
+    /// items start with PUTFH(parent) instead of PUTROOTFH + one LOOKUP per component.
+    dirs: Arc<Mutex<HashMap<String, Bytes>>>,
+    /// Open-owner for this Fs's opens.
+    pub(crate) owner: Bytes,
+    /// Ops per COMPOUND the server really accepts (see [`OpLimit`]).
+    max_ops: Arc<Mutex<OpLimit>>,
+}
+
+/// Learns how many ops per COMPOUND a server really accepts. It starts at the
+/// negotiated ca_maxoperations; when a server refuses a COMPOUND as too large with
+/// NFS4ERR_RESOURCE (Ganesha 4.3 does above 100 ops, whatever it negotiated), the limit
+/// drops to 90% of the refused size and then bisects between the largest size that
+/// worked and the smallest that was refused.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OpLimit {
+    good: usize,
+    bad: usize,
+    limit: usize,
+}
+
+impl OpLimit {
+    fn refused(&mut self, nops: usize) {
+        self.bad = self.bad.min(nops);
+        self.limit = if self.good == 0 {
+            self.bad * 9 / 10
+        } else {
+            (self.good + self.bad) / 2
+        }
+        .clamp(1, self.bad.saturating_sub(1).max(1));
+    }
+
+    fn accepted(&mut self, nops: usize) {
+        if nops < self.limit {
+            return;
+        }
+        self.good = self.good.max(nops);
+        self.limit = if self.bad > self.good + 1 {
+            (self.good + self.bad) / 2
+        } else {
+            self.good
+        };
+    }
+}
+
+impl Fs {
+    pub fn new(client: Client) -> Self {
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Fs {
+            client,
+            dirs: Arc::new(Mutex::new(HashMap::new())),
+            owner: Bytes::from(format!("txnfs-fs-{}-{n}", std::process::id())),
+            max_ops: Arc::new(Mutex::new(OpLimit {
+                good: 0,
+                bad: usize::MAX,
+                limit: usize::MAX,
+            })),
+        }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub(crate) fn remember_dir(&self, path: &str, fh: Bytes) {
+        if let Ok(p) = components(path) {
+            self.dirs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(p.join("/"), fh);
+        }
+    }
+
+    pub(crate) fn forget_dir(&self, path: &str) {
+        if let Ok(p) = components(path) {
+            let key = p.join("/");
+            let mut g = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
+            g.retain(|k, _| !(k == &key || k.starts_with(&format!("{key}/"))));
+        }
+    }
+
+    /// Ops that make `path` the current filehandle: PUTFH of the deepest cached
+    /// ancestor, then LOOKUPs.
+    pub(crate) fn resolve(&self, path: &str) -> Result<Vec<nfs_argop4>, ClientError> {
+        let comps = components(path)?;
+        let g = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
+        for cut in (0..=comps.len()).rev() {
+            let key = comps[..cut].join("/");
+            if cut > 0 {
+                if let Some(fh) = g.get(&key) {
+                    let mut ops = vec![nfs_argop4::OP_PUTFH(PUTFH4args { object: fh.clone() })];
+                    for c in &comps[cut..] {
+                        ops.push(nfs_argop4::OP_LOOKUP(LOOKUP4args {
+                            objname: Bytes::from(c.clone().into_bytes()),
+                        }));
+                    }
+                    return Ok(ops);
+                }
+            }
+        }
+        let mut ops = vec![nfs_argop4::OP_PUTROOTFH];
+        for c in &comps {
+            ops.push(nfs_argop4::OP_LOOKUP(LOOKUP4args {
+                objname: Bytes::from(c.clone().into_bytes()),
+            }));
+        }
+        Ok(ops)
+    }
+
+    /// Execute items, packing them into as few COMPOUNDs as the limits allow, several
+    /// in flight at once. Results are in input order.
+    pub(crate) async fn run(&self, items: Vec<Item>) -> Vec<ItemResult> {
+        let n = items.len();
+        let items = Arc::new(items);
+        let mut results: Vec<Option<ItemResult>> = (0..n).map(|_| None).collect();
+        let mut pending: Vec<usize> = (0..n).collect();
+        let mut delays = vec![0u32; n];
+        while !pending.is_empty() {
+            let limits = self.client.limits();
+            // Leave room for SEQUENCE and the COMPOUND header.
+            let max_ops = (limits.max_ops.saturating_sub(1).max(1) as usize)
+                .min(self.max_ops.lock().unwrap_or_else(|e| e.into_inner()).limit);
+            let max_req = (limits.max_request as usize).saturating_sub(512).max(1024);
+            let max_rep = (limits.max_response as usize).saturating_sub(512).max(1024);
+            // Pack pending items, in order, into batches.
+            let mut batches: Vec<Vec<usize>> = Vec::new();
+            let mut cur: Vec<usize> = Vec::new();
+            let (mut ops, mut req, mut rep) = (0usize, 0usize, 0usize);
+            for &i in &pending {
+                let it = &items[i];
+                let iops = it.ops.len();
+                let ireq: usize = it.ops.iter().map(request_size).sum();
+                let irep = it.reply_estimate + 16 * iops;
+                if !cur.is_empty()
+                    && (ops + iops > max_ops || req + ireq > max_req || rep + irep > max_rep)
+                {
+                    batches.push(std::mem::take(&mut cur));
+                    (ops, req, rep) = (0, 0, 0);
+                }
+                cur.push(i);
+                ops += iops;
+                req += ireq;
+                rep += irep;
+            }
+            if !cur.is_empty() {
+                batches.push(cur);
+            }
+            // Send the batches, as many at once as we have slots.
+            let parallel = (limits.slots as usize).clamp(1, 16);
+            let mut set = tokio::task::JoinSet::new();
+            let mut next_pending = Vec::new();
+            let mut queue = batches.into_iter();
+            loop {
+                while set.len() < parallel {
+                    let Some(batch) = queue.next() else { break };
+                    let client = self.client.clone();
+                    let items = items.clone();
+                    set.spawn(async move {
+                        let mut c = Compound::new();
+                        let mut ranges = Vec::with_capacity(batch.len());
+                        for &i in &batch {
+                            let start = c.len();
+                            for op in &items[i].ops {
+                                c.op(op.clone());
+                            }
+                            ranges.push((i, start, c.len()));
+                        }
+                        let nops = c.len();
+                        (ranges, nops, client.compound(&c).await)
+                    });
+                }
+                let Some(done) = set.join_next().await else {
+                    break;
+                };
+                let (ranges, nops, reply) = match done {
+                    Ok(x) => x,
+                    Err(e) => {
+                        // A task panicked or was cancelled: fail what it carried.
+                        tracing::error!("vectorized batch task failed: {e}");
+                        continue;
+                    }
+                };
+                match reply {
+                    Err(ClientError::Nfs {
+                        op: "COMPOUND",
+                        status: nfsstat4::NFS4ERR_RESOURCE,
+                        ..
+                    }) if nops > 1 => {
+                        // Too many ops for this server: shrink and send again.
+                        let mut l = self.max_ops.lock().unwrap_or_else(|e| e.into_inner());
+                        l.refused(nops);
+                        tracing::debug!(
+                            ops = nops,
+                            limit = l.limit,
+                            "server refused the COMPOUND size"
+                        );
+                        next_pending.extend(ranges.iter().map(|(i, _, _)| *i));
+                    }
+                    Err(e) => {
+                        let msg = e.to_string();
+                        for (k, (i, _, _)) in ranges.iter().enumerate() {
+                            results[*i] = Some(Err(if k == 0 {
+                                e_clone(&e, &msg)
+                            } else {
+                                ClientError::Local(msg.clone())
+                            }));
+                        }
+                    }
+                    Ok(r) => {
+                        self.max_ops
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .accepted(nops);
+                        let failed = r.failed();
+                        for (i, start, end) in ranges {
+                            match failed {
+                                Some((f, status)) if f < end => {
+                                    if f >= start {
+                                        let retry = matches!(
+                                            status,
+                                            nfsstat4::NFS4ERR_DELAY | nfsstat4::NFS4ERR_GRACE
+                                        ) && delays[i] < 20;
+                                        if retry {
+                                            delays[i] += 1;
+                                            next_pending.push(i);
+                                        } else {
+                                            let op = r.results.get(f).map(|x| {
+                                                crate::compound::op_name(x.discriminant())
+                                            });
+                                            results[i] = Some(Err(ClientError::nfs(
+                                                op.unwrap_or("COMPOUND"),
+                                                f - start,
+                                                status,
+                                            )));
+                                        }
+                                    } else {
+                                        // Never ran: send again.
+                                        next_pending.push(i);
+                                    }
+                                }
+                                _ => {
+                                    let slice = r.results.get(start..end).map(|s| s.to_vec());
+                                    results[i] = Some(slice.ok_or_else(|| {
+                                        ClientError::Protocol("short COMPOUND reply".into())
+                                    }));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            next_pending.sort_unstable();
+            if next_pending.iter().any(|&i| delays[i] > 0) {
+                let d = next_pending.iter().map(|&i| delays[i]).max().unwrap_or(0);
+                tokio::time::sleep(std::time::Duration::from_millis(50 << d.min(5))).await;
+            }
+            pending = next_pending;
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(ClientError::Local("item was not executed".into()))))
+            .collect()
+    }
+}
+
+fn e_clone(e: &ClientError, msg: &str) -> ClientError {
+    match e {
+        ClientError::Nfs { op, index, status } => ClientError::Nfs {
+            op,
+            index: *index,
+            status: *status,
+        },
+        _ => ClientError::Local(msg.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn op_limit_converges_below_the_servers_cap() {
+        let cap = 99; // the largest size the "server" takes
+        let mut l = OpLimit {
+            good: 0,
+            bad: usize::MAX,
+            limit: usize::MAX,
+        };
+        let mut tries = 0;
+        let mut size = 140;
+        while tries < 30 {
+            let n = size.min(l.limit);
+            if n > cap {
+                l.refused(n);
+            } else {
+                l.accepted(n);
+            }
+            size = 140;
+            tries += 1;
+        }
+        assert_eq!(l.limit, cap);
+        assert_eq!(components("a/./b/../c").unwrap(), vec!["a", "c"]);
+        assert!(components("../x").is_err());
+    }
+}

@@ -1,0 +1,295 @@
+//! The vectorized API against real servers: txnfs (the binary) and NFS-Ganesha (when
+//! installed), with the same expectations on both, and RPC counts from the client's own
+//! statistics.
+
+use bytes::Bytes;
+use std::net::SocketAddr;
+use txnfs_client::{Client, ClientConfig, FileKind, Fs, SetAttributes};
+use txnfs_e2e::{ServerGuard, ServerKind};
+
+fn kinds() -> Vec<ServerKind> {
+    let mut k = vec![ServerKind::Txnfs];
+    if std::process::Command::new("sh")
+        .args(["-c", "command -v ganesha.nfsd"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+    {
+        k.push(ServerKind::Ganesha);
+    } else {
+        eprintln!("ganesha.nfsd not installed: testing txnfs only");
+    }
+    k
+}
+
+/// Ganesha serializes on one machine-wide port set; run server kinds one after another
+/// inside a test and the tests themselves one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+struct Env {
+    server: ServerGuard,
+    fs: Fs,
+    /// Directory under the NFS root where the test works ("" for txnfs, "export" for
+    /// Ganesha's pseudo path).
+    base: String,
+}
+
+impl Env {
+    async fn new(kind: ServerKind) -> Env {
+        let server = ServerGuard::start(kind);
+        let addr: SocketAddr = format!("127.0.0.1:{}", server.port()).parse().unwrap();
+        let mut cfg = ClientConfig::new(addr);
+        cfg.uid = 0;
+        cfg.gid = 0;
+        let client = Client::connect(cfg).await.expect("connect");
+        eprintln!("{kind:?} limits: {:?}", client.limits());
+        let base = server.export_path().trim_matches('/').to_string();
+        Env {
+            server,
+            fs: Fs::new(client),
+            base,
+        }
+    }
+
+    fn p(&self, rel: &str) -> String {
+        if self.base.is_empty() {
+            rel.to_string()
+        } else {
+            format!("{}/{rel}", self.base)
+        }
+    }
+
+    fn compounds(&self) -> u64 {
+        self.fs.client().stats().compounds
+    }
+}
+
+fn content(i: usize, len: usize) -> Bytes {
+    Bytes::from(
+        (0..len)
+            .map(|k| ((k * 31 + i * 7) % 251) as u8)
+            .collect::<Vec<u8>>(),
+    )
+}
+
+fn all_ok<T: std::fmt::Debug>(what: &str, v: Vec<Result<T, txnfs_client::ClientError>>) -> Vec<T> {
+    v.into_iter()
+        .enumerate()
+        .map(|(i, r)| r.unwrap_or_else(|e| panic!("{what} item {i}: {e}")))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_small_files_in_one_compound() {
+    let _g = SERIAL.lock().await;
+    for kind in kinds() {
+        let env = Env::new(kind).await;
+        let dir = env.p("small");
+        all_ok("mkdir", env.fs.vmkdir(&[&dir], 0o755, true).await);
+        let files: Vec<(String, Bytes)> = (0..20)
+            .map(|i| (format!("{dir}/f{i}"), content(i, 4096)))
+            .collect();
+        all_ok("vwrite", env.fs.vwrite(&files, true).await);
+        // host-side check of what landed on disk
+        let disk = std::fs::read(env.server.export_dir().join("small/f7")).unwrap();
+        assert_eq!(disk, content(7, 4096).to_vec(), "{kind:?}");
+        let paths: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
+        let before = env.compounds();
+        let data = all_ok("vread", env.fs.vread(&paths).await);
+        assert_eq!(
+            env.compounds() - before,
+            1,
+            "{kind:?}: 20 reads in one COMPOUND"
+        );
+        for (i, d) in data.iter().enumerate() {
+            assert_eq!(d, &content(i, 4096), "{kind:?} file {i}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_calls_agree_on_both_servers() {
+    let _g = SERIAL.lock().await;
+    let mut outcomes = Vec::new();
+    for kind in kinds() {
+        let env = Env::new(kind).await;
+        let d = |r: &str| env.p(r);
+        all_ok(
+            "mkdir -p",
+            env.fs.vmkdir(&[d("a/b/c"), d("a/x")], 0o750, true).await,
+        );
+        // mkdir without -p of an existing dir fails with EXIST
+        let r = env.fs.vmkdir(&[d("a/b")], 0o755, false).await;
+        assert_eq!(
+            r[0].as_ref().unwrap_err().status(),
+            Some(txnfs_proto::nfs4::nfsstat4::NFS4ERR_EXIST)
+        );
+        all_ok(
+            "vwrite",
+            env.fs
+                .vwrite(
+                    &[(d("a/b/c/file"), Bytes::from_static(b"hello world"))],
+                    false,
+                )
+                .await,
+        );
+        all_ok(
+            "symlink",
+            env.fs.vsymlink(&[(d("a/link"), "b/c/file")]).await,
+        );
+        let t = all_ok("readlink", env.fs.vreadlink(&[d("a/link")]).await);
+        assert_eq!(t, vec!["b/c/file".to_string()]);
+        all_ok(
+            "hardlink",
+            env.fs.vhardlink(&[(d("a/b/c/file"), d("a/x/hard"))]).await,
+        );
+        all_ok(
+            "setattr",
+            env.fs
+                .vsetattrs(&[(
+                    d("a/x/hard"),
+                    SetAttributes {
+                        mode: Some(0o600),
+                        size: Some(5),
+                        ..Default::default()
+                    },
+                )])
+                .await,
+        );
+        all_ok(
+            "rename",
+            env.fs.vrename(&[(d("a/x/hard"), d("a/renamed"))]).await,
+        );
+        let attrs = env
+            .fs
+            .vgetattrs(&[d("a/renamed"), d("a/b/c/file"), d("a/link"), d("a/missing")])
+            .await;
+        let a0 = attrs[0].as_ref().unwrap();
+        let a1 = attrs[1].as_ref().unwrap();
+        assert_eq!(a0.size, Some(5));
+        assert_eq!(a0.mode.map(|m| m & 0o7777), Some(0o600));
+        assert_eq!(a0.nlink, Some(2));
+        assert_eq!(a0.fileid, a1.fileid, "hard link: same file");
+        assert_eq!(attrs[2].as_ref().unwrap().kind, Some(FileKind::Symlink));
+        assert_eq!(
+            attrs[3].as_ref().unwrap_err().status(),
+            Some(txnfs_proto::nfs4::nfsstat4::NFS4ERR_NOENT)
+        );
+        let data = all_ok("vread", env.fs.vread(&[d("a/b/c/file")]).await);
+        assert_eq!(&data[0][..], b"hello");
+        let listing = all_ok("ls -R", env.fs.vlistdir(&[d("a")], true).await);
+        let names: Vec<String> = listing[0]
+            .iter()
+            .map(|e| {
+                e.path
+                    .trim_start_matches(&format!("{}/", env.base))
+                    .to_string()
+            })
+            .collect();
+        // non-recursive remove of a non-empty directory fails; recursive succeeds
+        let r = env.fs.vremove(&[d("a")], false).await;
+        assert_eq!(
+            r[0].as_ref().unwrap_err().status(),
+            Some(txnfs_proto::nfs4::nfsstat4::NFS4ERR_NOTEMPTY)
+        );
+        all_ok("rm -r", env.fs.vremove(&[d("a")], true).await);
+        let gone = env.fs.vgetattrs(&[d("a")]).await;
+        assert!(gone[0].is_err());
+        assert!(!env.server.export_dir().join("a").exists());
+        outcomes.push((kind, names));
+    }
+    if outcomes.len() == 2 {
+        assert_eq!(
+            outcomes[0].1, outcomes[1].1,
+            "same tree on txnfs and Ganesha"
+        );
+    }
+}
+
+/// A 1,000-file tree: ls -lR, cp -R (mkdir + write) and rm -r use at least 20x fewer
+/// RPCs than one op per RPC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tree_operations_are_rpc_economical() {
+    let _g = SERIAL.lock().await;
+    for kind in kinds() {
+        let env = Env::new(kind).await;
+        let root = env.p("tree");
+        let mut dirs = Vec::new();
+        let mut files = Vec::new();
+        for a in 0..10 {
+            for b in 0..10 {
+                let d = format!("{root}/d{a}/e{b}");
+                for f in 0..10 {
+                    files.push((format!("{d}/f{f}"), content(f, 100)));
+                }
+                dirs.push(d);
+            }
+        }
+        let c = env.fs.client().clone();
+        c.reset_stats();
+        all_ok("mkdir -p", env.fs.vmkdir(&dirs, 0o755, true).await);
+        all_ok("write", env.fs.vwrite(&files, true).await);
+        let cp = c.stats();
+        c.reset_stats();
+        let listing = all_ok("ls -lR", env.fs.vlistdir(&[&root], true).await);
+        assert_eq!(listing[0].len(), 1000 + 100 + 10, "{kind:?}");
+        let ls = c.stats();
+        c.reset_stats();
+        all_ok("rm -r", env.fs.vremove(&[&root], true).await);
+        let rm = c.stats();
+        for (what, s) in [("cp -R", &cp), ("ls -lR", &ls), ("rm -r", &rm)] {
+            let ops = s.ops_excluding_sequence();
+            eprintln!(
+                "{kind:?} {what}: {} COMPOUNDs for {ops} ops (ratio {:.0}x)",
+                s.compounds,
+                ops as f64 / s.compounds as f64
+            );
+            assert!(
+                s.compounds * 20 <= ops,
+                "{kind:?} {what}: {} COMPOUNDs for {ops} ops",
+                s.compounds
+            );
+        }
+        assert!(!env.server.export_dir().join("tree").exists());
+    }
+}
+
+/// Cutting the connection during a large vwrite loses and duplicates nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_cut_during_vwrite() {
+    let _g = SERIAL.lock().await;
+    for kind in kinds() {
+        let env = Env::new(kind).await;
+        let big = content(3, 32 << 20);
+        let files: Vec<(String, Bytes)> = vec![
+            (env.p("big"), big.clone()),
+            (env.p("small1"), content(1, 1000)),
+            (env.p("small2"), content(2, 1000)),
+        ];
+        let fs = env.fs.clone();
+        let writer = tokio::spawn(async move { fs.vwrite(&files, false).await });
+        // Cut the connection three times while WRITEs are in flight.
+        let start = env.compounds();
+        for k in 1..=3 {
+            while env.compounds() < start + 2 * k && !writer.is_finished() {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+            env.fs.client().sever_connection().await;
+        }
+        let r = writer.await.unwrap();
+        all_ok("vwrite across cuts", r);
+        assert!(
+            env.fs.client().stats().reconnects >= 1,
+            "{kind:?}: the connection was cut"
+        );
+        let disk = std::fs::read(env.server.export_dir().join("big")).unwrap();
+        assert_eq!(disk.len(), big.len(), "{kind:?}");
+        assert!(disk == big.to_vec(), "{kind:?}: content differs");
+        let back = all_ok(
+            "vread",
+            env.fs.vread(&[env.p("small1"), env.p("small2")]).await,
+        );
+        assert_eq!(back[0], content(1, 1000));
+        assert_eq!(back[1], content(2, 1000));
+    }
+}
