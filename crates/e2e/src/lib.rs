@@ -54,6 +54,16 @@ pub struct ServerGuard {
 pub struct ServerOpts {
     /// Lease time in seconds (txnfs `--lease-time`, Ganesha `Lease_Lifetime`).
     pub lease_time: Option<u32>,
+    /// Named exports instead of the single export at "/": (pseudo path such
+    /// as "/a" or "/x/y", read-only). Each is backed by its own host
+    /// directory, see [`ServerGuard::export_host_dir`]. txnfs gets them
+    /// through a `--config` TOML file, Ganesha as EXPORT blocks.
+    pub exports: Vec<(String, bool)>,
+}
+
+/// Host directory name for a named export ("/x/y" -> "x_y").
+fn export_slug(name: &str) -> String {
+    name.trim_matches('/').replace('/', "_")
 }
 
 /// The workspace root (two levels above this crate's manifest).
@@ -105,6 +115,10 @@ impl ServerGuard {
             .expect("create temp dir");
         std::fs::create_dir_all(dir.path().join("export")).expect("mkdir export");
         std::fs::create_dir_all(dir.path().join("state")).expect("mkdir state");
+        for (name, _) in &opts.exports {
+            std::fs::create_dir_all(dir.path().join("exports").join(export_slug(name)))
+                .expect("mkdir export");
+        }
         if kind == ServerKind::Txnfs {
             let bin = txnfs_bin();
             assert!(
@@ -155,6 +169,24 @@ impl ServerGuard {
     /// Host path of the exported directory, for checking bytes on disk.
     pub fn export_dir(&self) -> PathBuf {
         self.dir.path().join("export")
+    }
+
+    /// Host directory behind the named export `name` (see [`ServerOpts::exports`]).
+    pub fn export_host_dir(&self, name: &str) -> PathBuf {
+        self.dir.path().join("exports").join(export_slug(name))
+    }
+
+    /// `nfs://` URL for the pseudo path `path` (e.g. "/" or "/a"), as root.
+    pub fn url_at(&self, path: &str) -> String {
+        format!(
+            "nfs://127.0.0.1:{}{path}?version=4.1&noresvport=true&uid=0&gid=0",
+            self.port
+        )
+    }
+
+    /// Mount the pseudo path `path` (for servers started with named exports).
+    pub async fn mount_at(&self, path: &str) -> Box<dyn nfs_rs::Mount> {
+        self.mount_url(&self.url_at(path)).await
     }
 
     /// Server state directory (txnfs `--state-dir`, Ganesha recovery root).
@@ -226,7 +258,20 @@ impl ServerGuard {
                 if let Some(lease) = self.opts.lease_time {
                     cmd.arg("--lease-time").arg(lease.to_string());
                 }
-                cmd.arg(self.export_dir());
+                if self.opts.exports.is_empty() {
+                    cmd.arg(self.export_dir());
+                } else {
+                    let conf = self.dir.path().join("txnfs.toml");
+                    let mut toml = String::new();
+                    for (name, ro) in &self.opts.exports {
+                        toml.push_str(&format!(
+                            "[[exports]]\nname = \"{name}\"\npath = \"{}\"\nread_only = {ro}\n\n",
+                            self.export_host_dir(name).display()
+                        ));
+                    }
+                    std::fs::write(&conf, toml).map_err(|e| format!("write txnfs.toml: {e}"))?;
+                    cmd.arg("--config").arg(conf);
+                }
                 cmd.env("NO_COLOR", "1");
                 if std::env::var_os("TXNFS_LOG").is_none() {
                     cmd.env("TXNFS_LOG", "info");
@@ -235,11 +280,8 @@ impl ServerGuard {
             }
             ServerKind::Ganesha => {
                 let conf = self.dir.path().join("ganesha.conf");
-                std::fs::write(
-                    &conf,
-                    ganesha_conf(self.port, self.dir.path(), self.opts.lease_time),
-                )
-                .map_err(|e| format!("write ganesha.conf: {e}"))?;
+                std::fs::write(&conf, ganesha_conf(self.port, self.dir.path(), &self.opts))
+                    .map_err(|e| format!("write ganesha.conf: {e}"))?;
                 let mut cmd = Command::new("ganesha.nfsd");
                 cmd.arg("-F")
                     .arg("-L")
@@ -358,9 +400,9 @@ impl Drop for ServerGuard {
     }
 }
 
-fn ganesha_conf(port: u16, dir: &Path, lease: Option<u32>) -> String {
-    let dir = dir.display();
-    let lease = lease
+fn ganesha_conf(port: u16, dir: &Path, opts: &ServerOpts) -> String {
+    let lease = opts
+        .lease_time
         .map(|l| {
             format!(
                 "    Lease_Lifetime = {l};\n    Grace_Period = {};\n",
@@ -368,7 +410,21 @@ fn ganesha_conf(port: u16, dir: &Path, lease: Option<u32>) -> String {
             )
         })
         .unwrap_or_default();
-    format!(
+    let exports: Vec<(String, PathBuf, bool)> = if opts.exports.is_empty() {
+        vec![("/export".into(), dir.join("export"), false)]
+    } else {
+        opts.exports
+            .iter()
+            .map(|(name, ro)| {
+                (
+                    name.clone(),
+                    dir.join("exports").join(export_slug(name)),
+                    *ro,
+                )
+            })
+            .collect()
+    };
+    let mut conf = format!(
         r#"NFS_CORE_PARAM {{
     Bind_addr = 127.0.0.1;
     NFS_Port = {port};
@@ -380,23 +436,33 @@ fn ganesha_conf(port: u16, dir: &Path, lease: Option<u32>) -> String {
 NFSv4 {{
     Graceless = true;
     Minor_Versions = 1, 2;
-    RecoveryRoot = {dir}/state;
+    RecoveryRoot = {state};
     Only_Numeric_Owners = true;
 {lease}}}
 NFS_KRB5 {{ Active_krb5 = false; }}
-EXPORT {{
-    Export_Id = 1;
-    Path = {dir}/export;
-    Pseudo = /export;
-    Access_Type = RW;
+"#,
+        state = dir.join("state").display()
+    );
+    for (i, (pseudo, path, ro)) in exports.iter().enumerate() {
+        conf.push_str(&format!(
+            r#"EXPORT {{
+    Export_Id = {id};
+    Path = {path};
+    Pseudo = {pseudo};
+    Access_Type = {access};
     Squash = No_Root_Squash;
     Protocols = 4;
     Transports = TCP;
     SecType = sys;
     FSAL {{ Name = VFS; }}
 }}
-"#
-    )
+"#,
+            id = i + 1,
+            path = path.display(),
+            access = if *ro { "RO" } else { "RW" },
+        ));
+    }
+    conf
 }
 
 /// Await `fut` with [`OP_TIMEOUT`], panicking with `what` on timeout.

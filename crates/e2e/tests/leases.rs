@@ -14,6 +14,7 @@ const WRITE_LT: u32 = 2;
 fn start() -> ServerGuard {
     ServerGuard::start_default_with(ServerOpts {
         lease_time: Some(LEASE),
+        ..ServerOpts::default()
     })
 }
 
