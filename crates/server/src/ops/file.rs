@@ -24,6 +24,11 @@ fn share_bits(access: u32, deny: u32) -> Result<(u32, u32), nfsstat4> {
     Ok((acc, deny))
 }
 
+/// The anonymous and READ-bypass stateids: I/O without an OPEN.
+fn is_special(s: &stateid4) -> bool {
+    s.other == [0; 12] || s.other == [0xff; 12]
+}
+
 fn type_check(t: FileType) -> Result<(), nfsstat4> {
     match t {
         FileType::Regular => Ok(()),
@@ -265,7 +270,7 @@ pub fn write(c: &mut Compound, a: WRITE4args) -> OpResult {
         return Err(nfsstat4::NFS4ERR_FBIG.into());
     }
     let sid = c.resolve_sid(&a.stateid)?;
-    let fileid = {
+    let (fileid, attrs) = {
         // Only a stateid check needs the fileid; avoid the stat for the common case
         // of a regular open stateid by asking the backend once.
         let attrs = o.export.backend.getattr(&o.key)?;
@@ -276,10 +281,13 @@ pub fn write(c: &mut Compound, a: WRITE4args) -> OpResult {
                 e
             }
         })?;
-        attrs.fileid
+        (attrs.fileid, attrs)
     };
     c.srv
         .check_io(c.client, &sid, c.srv.state_file_id(&o.export, fileid), true)?;
+    if is_special(&sid) {
+        require(&attrs, &c.creds, W)?;
+    }
     let sync = a.stable != stable_how4::UNSTABLE4;
     o.export.backend.write(&o.key, a.offset, &a.data, sync)?;
     Ok(nfs_resop4::OP_WRITE(WRITE4res::NFS4_OK(WRITE4resok {
