@@ -1,0 +1,119 @@
+#!/bin/sh
+# Build the guest for the Linux-client tests (cached):
+#   $WORK/initramfs-<key>.cpio.gz  busybox-static + virtio/9p/nfsv4 modules of the installed
+#                                  Debian kernel + mount.nfs (from the nfs-common .deb, extracted,
+#                                  never installed) + guest-tool (static C helper: flock/fcntl
+#                                  locks, rename(2)) + guest-init as /init
+#   $WORK/vmlinux-$KVER            uncompressed ELF kernel (QEMU boots it through its PVH entry)
+#   $WORK/hostfwd-<key>            host-side guestfwd forwarder (hostfwd.c: why not socat)
+# <key> = checksum of this script, guest-init, guest-tool.c, hostfwd.c and the kernel version, so a rerun
+# with unchanged inputs does nothing.  Prints the two paths (KEY=VALUE) on stdout, last lines.
+# Needs (install-deps.sh): busybox-static cpio kmod linux-image-amd64 xz-utils gcc libc6-dev
+# python3 (host), and apt lists (apt-get update) for `apt-get download`.
+set -eu
+HERE=$(cd "$(dirname "$0")" && pwd)
+W=${WORK:-${TMPDIR:-/tmp}/txnfs-vm}; mkdir -p "$W"
+KVER=${KVER:-$(ls /lib/modules | sort -V | tail -1)}
+KEY=$( { cat "$HERE/build-initramfs.sh" "$HERE/guest-init" "$HERE/guest-tool.c" "$HERE/hostfwd.c"; echo "$KVER"; } |
+       sha256sum | cut -c1-16)
+OUT=$W/initramfs-$KEY.cpio.gz
+VMLINUX=$W/vmlinux-$KVER
+HOSTFWD=$W/hostfwd-$KEY
+
+if [ ! -s "$VMLINUX" ]; then
+  [ -r "/boot/vmlinuz-$KVER" ] || { echo "no /boot/vmlinuz-$KVER (apt-get install linux-image-amd64)" >&2; exit 1; }
+  # the bzImage holds an xz stream: cut it out and decompress it (no decompressor stub needed)
+  python3 - "/boot/vmlinuz-$KVER" "$VMLINUX.xz.$$" <<'EOF'
+import sys
+d = open(sys.argv[1], 'rb').read()
+i = d.find(b'\xfd7zXZ\x00')
+if i < 0:
+    sys.exit("no xz stream in " + sys.argv[1])
+open(sys.argv[2], 'wb').write(d[i:])
+EOF
+  xz -dc --single-stream "$VMLINUX.xz.$$" > "$VMLINUX.$$" 2>/dev/null || true
+  rm -f "$VMLINUX.xz.$$"
+  [ -s "$VMLINUX.$$" ] || { echo "could not extract vmlinux" >&2; exit 1; }
+  mv -f "$VMLINUX.$$" "$VMLINUX"
+fi
+
+if [ ! -x "$HOSTFWD" ]; then
+  gcc -O2 -Wall -o "$HOSTFWD.$$" "$HERE"/hostfwd.c
+  mv -f "$HOSTFWD.$$" "$HOSTFWD"
+fi
+
+if [ -s "$OUT" ]; then
+  echo "INITRAMFS=$OUT"; echo "VMLINUX=$VMLINUX"; echo "HOSTFWD=$HOSTFWD"; exit 0
+fi
+
+MODS="virtio_pci virtio_net 9pnet_virtio 9p nfsv4"   # insmod-ed by /init, in dependency order
+R=$(mktemp -d "$W/rootfs.XXXXXX")
+trap 'rm -rf "$R"' EXIT
+mkdir -p "$R"/bin "$R"/sbin "$R"/usr/bin "$R"/usr/sbin "$R"/etc "$R"/proc "$R"/sys \
+         "$R"/dev "$R"/tmp "$R"/run "$R"/mnt "$R"/share "$R"/root "$R"/lib64 \
+         "$R"/var/lib/nfs "$R"/lib/x86_64-linux-gnu "$R"/lib/modules/"$KVER"
+cp /bin/busybox "$R"/bin/busybox
+for a in $(/bin/busybox --list); do
+  [ "$a" = busybox ] || ln -s /bin/busybox "$R"/bin/"$a"
+done
+for a in modprobe insmod rmmod lsmod depmod ip ifconfig route poweroff reboot halt; do
+  ln -sf /bin/busybox "$R"/sbin/$a
+done
+
+# kernel modules, in dependency order (modprobe --show-depends resolves the chain)
+: > "$R"/etc/modules.load
+for m in $MODS; do modprobe -S "$KVER" --show-depends "$m"; done |
+  awk '$1=="insmod"{print $2}' | awk '!seen[$0]++' | while read -r f; do
+    rel=${f#/lib/modules/"$KVER"/}
+    mkdir -p "$R/lib/modules/$KVER/$(dirname "$rel")"
+    cp "$f" "$R/lib/modules/$KVER/$rel"
+    echo "$rel" >> "$R"/etc/modules.load
+  done
+cp /lib/modules/"$KVER"/modules.order /lib/modules/"$KVER"/modules.builtin* "$R"/lib/modules/"$KVER"/
+depmod -b "$R" "$KVER"
+
+# mount.nfs from the Debian packages (extracted into $W/debroot, never installed on the host);
+# libraries it needs that are not in those .debs come from the host (libc, libmount, ...).
+D=$W/debroot-nfs-common
+if [ ! -x "$D"/sbin/mount.nfs ]; then
+  T=$(mktemp -d "$W/debs.XXXXXX")
+  chmod 755 "$T"   # apt-get download runs as _apt where it can
+  (cd "$T" && apt-get download -q nfs-common libtirpc3 libtirpc-common libgssapi-krb5-2 \
+       libkrb5-3 libk5crypto3 libkrb5support0 libkeyutils1 libcom-err2 2>&1 | grep -v '^W: Download is performed unsandboxed' >&2) || true
+  ls "$T"/nfs-common_*.deb > /dev/null || { echo "apt-get download nfs-common failed (apt-get update?)" >&2; exit 1; }
+  DT=$(mktemp -d "$W/debroot.XXXXXX")
+  for d in "$T"/*.deb; do dpkg-deb -x "$d" "$DT"; done
+  rm -rf "$T" "$D"; mv "$DT" "$D"
+fi
+LP=$D/lib/x86_64-linux-gnu:$D/usr/lib/x86_64-linux-gnu
+cp "$D"/sbin/mount.nfs "$R"/sbin/mount.nfs
+ln -sf mount.nfs "$R"/sbin/mount.nfs4
+LD_LIBRARY_PATH=$LP ldd "$D"/sbin/mount.nfs |
+  awk '/=>/ && $3 ~ /^\// {print $3}' | sort -u | while read -r lib; do
+    cp -L "$lib" "$R/lib/x86_64-linux-gnu/"
+  done
+cp -L /lib64/ld-linux-x86-64.so.2 "$R"/lib64/
+if LD_LIBRARY_PATH=$R/lib/x86_64-linux-gnu ldd "$R"/sbin/mount.nfs | grep -q 'not found'; then
+  echo "mount.nfs: unresolved libraries" >&2; exit 1
+fi
+cp "$D"/etc/netconfig "$R"/etc/ 2>/dev/null || true
+printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' > "$R"/etc/passwd
+printf 'root:x:0:\nnogroup:x:65534:\n' > "$R"/etc/group
+printf 'passwd: files\ngroup: files\nhosts: files\n' > "$R"/etc/nsswitch.conf
+printf '127.0.0.1 localhost\n10.0.2.15 guest\n' > "$R"/etc/hosts
+printf 'nfs 2049/tcp\nsunrpc 111/tcp\nsunrpc 111/udp\n' > "$R"/etc/services
+# mount.nfs fails without it ("Failed to find 'tcp' protocol")
+printf 'ip 0 IP\nicmp 1 ICMP\ntcp 6 TCP\nudp 17 UDP\nipv6 41 IPv6\n' > "$R"/etc/protocols
+printf 'nfs 100003 nfs\nportmapper 100000 sunrpc\n' > "$R"/etc/rpc
+: > "$R"/etc/fstab
+ln -sf /proc/self/mounts "$R"/etc/mtab
+
+# static helper (locks, rename(2)): the guest has no compiler
+gcc -static -O2 -Wall -o "$R"/usr/bin/guest-tool "$HERE"/guest-tool.c
+
+cp "$HERE"/guest-init "$R"/init
+chmod 755 "$R"/init
+(cd "$R" && find . | cpio -o -H newc --quiet) | gzip -1 > "$OUT.$$"
+mv -f "$OUT.$$" "$OUT"
+echo "modules: $(wc -l < "$R"/etc/modules.load), initramfs: $(wc -c < "$OUT") bytes" >&2
+echo "INITRAMFS=$OUT"; echo "VMLINUX=$VMLINUX"; echo "HOSTFWD=$HOSTFWD"

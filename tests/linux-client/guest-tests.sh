@@ -1,0 +1,286 @@
+#!/bin/sh
+# Runs INSIDE the guest (busybox ash, as root) as /share/run.sh: the real Linux NFSv4.1 client
+# against the server on the host (10.0.2.100:2049 -> 127.0.0.1:$PORT).  Every check prints a
+# "PASS: ..." or "FAIL: ..." line; the script exits non-zero if any check failed.  A check that
+# makes later steps meaningless (mount) ends the script at once.  "TIME <step>: N s" per step.
+# Inputs from the host, in /share: params.sh (EXPORT_PATH), tree.tar (step b).
+# Outputs to /share: big.md5 (a), ls-guest.txt (c), restart-request (f; the host answers with
+# restart-done after kill -9 + restart of the server), summary.txt.
+set -u
+. /share/params.sh
+EXPORT_PATH=${EXPORT_PATH:-/}
+SRV=10.0.2.100
+M=/mnt/nfs
+MB=${MB:-64}
+NPASS=0; NFAIL=0
+
+up() { cut -d' ' -f1 /proc/uptime; }
+pass() { NPASS=$((NPASS + 1)); echo "PASS: $*"; }
+fail() { NFAIL=$((NFAIL + 1)); echo "FAIL: $*"; }
+# check DESC CMD... : PASS iff CMD exits 0
+check() { d=$1; shift; if "$@"; then pass "$d"; else fail "$d (exit $?: $*)"; fi; }
+# eq DESC GOT WANT
+eq() { if [ "$2" = "$3" ]; then pass "$1 [$2]"; else fail "$1: got '$2', want '$3'"; fi; }
+dropcaches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+md5() { md5sum "$@" | cut -d' ' -f1; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", b-a}'; }
+rate() { awk -v a="$1" -v b="$2" -v m="$3" 'BEGIN{printf "%d MiB in %.2f s = %.1f MiB/s", m, b-a, m/(b-a)}'; }
+STEP=; ST0=
+begin() { STEP=$1; ST0=$(up); echo; echo "=== [$STEP] t=${ST0}s"; }
+end() { echo "TIME $STEP: $(secs "$ST0" "$(up)") s"; }
+finish() {
+  echo
+  if dmesg | grep -i stale > /tmp/stale.txt; then
+    fail "kernel log mentions 'stale': $(head -3 /tmp/stale.txt | tr '\n' '|')"
+  else
+    pass "no 'stale' in the kernel log"
+  fi
+  if [ "$NFAIL" -ne 0 ]; then
+    echo "--- dmesg (last 40 lines)"; dmesg | tail -40
+  fi
+  echo "guest: $NPASS passed, $NFAIL failed"
+  echo "$NPASS $NFAIL" > /share/summary.txt
+  [ "$NFAIL" -eq 0 ]
+  exit $?
+}
+# waitfile FILE PATTERN SECONDS: wait until FILE contains PATTERN
+waitfile() {
+  i=0
+  while [ "$i" -lt $(($3 * 20)) ]; do
+    grep -q "$2" "$1" 2>/dev/null && return 0
+    usleep 50000; i=$((i + 1))
+  done
+  return 1
+}
+
+echo "guest $(hostname), kernel $(uname -r), server $SRV:$EXPORT_PATH"
+
+# ---------------------------------------------------------------- mount
+begin mount
+mkdir -p $M
+if mount.nfs4 "$SRV:$EXPORT_PATH" $M -o vers=4.1,proto=tcp,port=2049,hard,timeo=600; then
+  pass "mount $SRV:$EXPORT_PATH (vers=4.1)"
+else
+  fail "mount $SRV:$EXPORT_PATH failed"
+  echo "--- dmesg tail"; dmesg | tail -20
+  finish
+fi
+grep " $M " /proc/mounts
+check "mount is NFSv4.1" grep -q " $M nfs4 .*vers=4.1" /proc/mounts
+end
+
+# ---------------------------------------------------------------- a: 64 MiB file
+begin a-bigfile
+dd if=/dev/urandom of=/tmp/big bs=1M count="$MB" 2>/dev/null
+SRC=$(md5 /tmp/big)
+echo "$SRC" > /share/big.md5
+t0=$(up)
+if dd if=/tmp/big of=$M/big.bin bs=1M conv=fsync 2>/tmp/dd.err; then
+  pass "dd ${MB} MiB to NFS (conv=fsync)"
+else
+  fail "dd ${MB} MiB to NFS (conv=fsync): $(tail -2 /tmp/dd.err)"
+fi
+t1=$(up); echo "WRITE: $(rate "$t0" "$t1" "$MB")"
+dropcaches
+eq "size of big.bin after drop_caches" "$(stat -c %s $M/big.bin)" $((MB * 1048576))
+t0=$(up)
+eq "md5 of big.bin read back (caches dropped)" "$(md5 $M/big.bin)" "$SRC"
+t1=$(up); echo "READ: $(rate "$t0" "$t1" "$MB")"
+end
+
+# ---------------------------------------------------------------- b: tar extraction
+begin b-tar
+mkdir -p /tmp/ref
+tar -xf /share/tree.tar -C /tmp/ref
+NREF=$(find /tmp/ref/tree | wc -l)
+echo "reference tree in tmpfs: $NREF entries"
+t0=$(up)
+check "tar -xf tree.tar onto NFS" tar -xf /share/tree.tar -C $M
+echo "extract: $(secs "$t0" "$(up)") s"
+dropcaches
+t0=$(up)
+if diff -r /tmp/ref/tree $M/tree > /tmp/diff.out 2>&1; then
+  pass "diff -r tmpfs copy vs NFS copy: identical"
+else
+  fail "diff -r tmpfs copy vs NFS copy: $(wc -l < /tmp/diff.out) lines of differences"
+  head -20 /tmp/diff.out
+fi
+echo "diff: $(secs "$t0" "$(up)") s"
+eq "entries under tree/ (find)" "$(find $M/tree | wc -l)" "$NREF"
+eq "symlinks under tree/" "$(find $M/tree -type l | wc -l)" "$(find /tmp/ref/tree -type l | wc -l)"
+end
+
+# ---------------------------------------------------------------- c: ls -lnR listing
+begin c-listing
+dropcaches
+# numeric ids, full timestamps (UTC: the guest has no time zone)
+if (cd $M/tree && ls -lnR --full-time .) > /share/ls-guest.txt 2>/tmp/ls.err; then
+  pass "ls -lnR --full-time of tree/ ($(wc -l < /share/ls-guest.txt) lines, compared on the host)"
+else
+  fail "ls -lnR of tree/: $(head -3 /tmp/ls.err)"
+fi
+NLS=$(wc -l < /share/ls-guest.txt)
+end
+
+# ---------------------------------------------------------------- d: namespace/attribute ops
+begin d-ops
+O=$M/ops
+mkdir -p $O
+# rename a file over an existing file
+echo AAA > $O/f1; echo BBB > $O/f2
+check "rename file over existing file" guest-tool rename $O/f1 $O/f2
+dropcaches
+check "  old name gone" test ! -e $O/f1
+eq "  target has the source's content" "$(cat $O/f2)" AAA
+# rename a directory over an existing empty directory (rename(2): busybox mv would move into it)
+mkdir -p $O/d1 $O/d2 $O/d3; echo inner > $O/d1/inner; echo x > $O/d3/x
+check "rename dir over existing empty dir" guest-tool rename $O/d1 $O/d2
+dropcaches
+check "  old dir gone" test ! -e $O/d1
+eq "  content moved with it" "$(cat $O/d2/inner 2>&1)" inner
+OUT=$(guest-tool rename $O/d2 $O/d3)
+eq "rename dir over non-empty dir fails (ENOTEMPTY/EEXIST)" \
+  "$(echo "$OUT" | grep -cE 'Directory not empty|File exists')" 1
+mkdir -p $O/sub
+check "rename file across directories" guest-tool rename $O/f2 $O/sub/moved
+eq "  content after cross-dir rename" "$(cat $O/sub/moved)" AAA
+# hard link
+echo linked > $O/h1
+check "hard link" ln $O/h1 $O/h2
+dropcaches
+eq "  link count 2 (stat %h)" "$(stat -c %h $O/h1)" 2
+eq "  same inode number" "$(stat -c %i $O/h2)" "$(stat -c %i $O/h1)"
+eq "  content via the link" "$(cat $O/h2)" linked
+rm $O/h1
+dropcaches
+eq "  link count 1 after unlink" "$(stat -c %h $O/h2)" 1
+# symlink
+check "symlink" ln -s ../ops/sub/moved $O/sl
+dropcaches
+eq "  readlink" "$(readlink $O/sl)" ../ops/sub/moved
+eq "  content through the symlink" "$(cat $O/sl)" AAA
+eq "  lstat: is a symlink" "$(stat -c %F $O/sl)" "symbolic link"
+# chmod
+echo m > $O/mode
+check "chmod 640" chmod 640 $O/mode
+check "chmod 4711 (setuid) on a file" chmod 4711 $O/h2
+mkdir -p $O/dm; check "chmod 1777 (sticky) on a dir" chmod 1777 $O/dm
+dropcaches
+eq "  mode 640 after drop_caches" "$(stat -c %a $O/mode)" 640
+eq "  mode 4711 after drop_caches" "$(stat -c %a $O/h2)" 4711
+eq "  mode 1777 after drop_caches" "$(stat -c %a $O/dm)" 1777
+# truncate: shrink then grow; content checked against a local model
+head -c 10000 /tmp/big > $O/tr
+head -c 4000 /tmp/big > /tmp/tr.want
+check "truncate -s 4000 (shrink)" truncate -s 4000 $O/tr
+dropcaches
+eq "  size after shrink" "$(stat -c %s $O/tr)" 4000
+eq "  content after shrink" "$(md5 $O/tr)" "$(md5 /tmp/tr.want)"
+check "truncate -s 100000 (grow)" truncate -s 100000 $O/tr
+truncate -s 100000 /tmp/tr.want
+dropcaches
+eq "  size after grow" "$(stat -c %s $O/tr)" 100000
+eq "  content after grow (zero tail)" "$(md5 $O/tr)" "$(md5 /tmp/tr.want)"
+check "truncate -s 0" truncate -s 0 $O/tr
+dropcaches
+eq "  size after truncate to 0" "$(stat -c %s $O/tr)" 0
+# utimes (the guest runs in UTC)
+echo t > $O/times
+check "touch -d '2001-02-03 04:05:06'" touch -d '2001-02-03 04:05:06' $O/times
+dropcaches
+eq "  mtime (stat %Y)" "$(stat -c %Y $O/times)" 981173106
+eq "  atime (stat %X)" "$(stat -c %X $O/times)" 981173106
+check "touch -t 199912312359.58" touch -t 199912312359.58 $O/times
+dropcaches
+eq "  mtime after touch -t" "$(stat -c %Y $O/times)" 946684798
+check "touch -m -d '2030-01-01 00:00:00' (mtime only, future)" touch -m -d '2030-01-01 00:00:00' $O/times
+dropcaches
+eq "  mtime after touch -m" "$(stat -c %Y $O/times)" 1893456000
+eq "  atime unchanged by touch -m" "$(stat -c %X $O/times)" 946684798
+end
+
+# ---------------------------------------------------------------- e: locks
+begin e-locks
+L=$M/locks
+mkdir -p $L
+: > $L/fl; : > $L/fc
+# flock(2) (the Linux NFS client sends it to the server as a whole-file lock)
+rm -f /tmp/rel.*
+guest-tool flock $L/fl x /tmp/rel.a > /tmp/a.out 2>&1 &
+A=$!
+if waitfile /tmp/a.out locked 30; then pass "flock -x by A"; else fail "flock -x by A: $(cat /tmp/a.out)"; fi
+eq "flock -n -x by B while A holds it" "$(guest-tool flock $L/fl x 0)" conflict
+eq "flock -n -s by B while A holds -x" "$(guest-tool flock $L/fl s 0)" conflict
+touch /tmp/rel.a; wait $A
+eq "A released its flock" "$(tail -1 /tmp/a.out)" released
+eq "flock -n -x by B after A released" "$(guest-tool flock $L/fl x 0 | head -1)" locked
+# shared flocks coexist
+guest-tool flock $L/fl s /tmp/rel.b > /tmp/b.out 2>&1 &
+A=$!
+waitfile /tmp/b.out locked 30 || true
+eq "flock -n -s by B while A holds -s" "$(guest-tool flock $L/fl s 0 | head -1)" locked
+eq "flock -n -x by B while A holds -s" "$(guest-tool flock $L/fl x 0)" conflict
+touch /tmp/rel.b; wait $A
+# fcntl(2) byte-range locks
+guest-tool fcntl $L/fc w 0 100 /tmp/rel.c > /tmp/c.out 2>&1 &
+A=$!
+if waitfile /tmp/c.out locked 30; then pass "fcntl write lock [0,100) by A"; else fail "fcntl lock by A: $(cat /tmp/c.out)"; fi
+eq "fcntl write [50,150) by B: overlaps" "$(guest-tool fcntl $L/fc w 50 100 0)" conflict
+eq "fcntl write [99,100) by B: overlaps by one byte" "$(guest-tool fcntl $L/fc w 99 1 0)" conflict
+eq "fcntl read [0,10) by B: overlaps A's write lock" "$(guest-tool fcntl $L/fc r 0 10 0)" conflict
+eq "fcntl write [100,200) by B: adjacent, no overlap" "$(guest-tool fcntl $L/fc w 100 100 0 | head -1)" locked
+eq "fcntl write [1000,EOF) by B: disjoint" "$(guest-tool fcntl $L/fc w 1000 0 0 | head -1)" locked
+eq "fcntl write [0,EOF) by B: overlaps" "$(guest-tool fcntl $L/fc w 0 0 0)" conflict
+touch /tmp/rel.c; wait $A
+eq "A released its fcntl lock" "$(tail -1 /tmp/c.out)" released
+eq "fcntl write [50,150) by B after A released" "$(guest-tool fcntl $L/fc w 50 100 0 | head -1)" locked
+# read locks share, write vs read conflicts
+guest-tool fcntl $L/fc r 500 100 /tmp/rel.d > /tmp/d.out 2>&1 &
+A=$!
+waitfile /tmp/d.out locked 30 || true
+eq "fcntl read [500,600) by B while A holds a read lock there" "$(guest-tool fcntl $L/fc r 550 100 0 | head -1)" locked
+eq "fcntl write [550,560) by B while A holds a read lock" "$(guest-tool fcntl $L/fc w 550 10 0)" conflict
+touch /tmp/rel.d; wait $A
+end
+
+# ---------------------------------------------------------------- f: server restart
+begin f-restart
+dropcaches
+ls $M/tree/a0/b0 > /dev/null
+cd $O                       # the shell's cwd keeps a file handle from before the restart
+exec 3< $M/big.bin          # an open file (open stateid) held across the restart
+rm -f /share/restart-done
+echo "$(hostname)" > /share/restart-request
+echo "requested a server restart (kill -9 + start) at t=$(up)s"
+if waitfile /share/restart-done . 120; then
+  eq "host restarted the server" "$(cat /share/restart-done)" done
+else
+  fail "host did not answer the restart request within 120 s"
+fi
+t0=$(up)
+eq "read through the fd held across the restart (md5)" "$(md5sum <&3 | cut -d' ' -f1)" "$SRC"
+echo "first read after restart finished after $(secs "$t0" "$(up)") s"
+exec 3<&-
+eq "cwd (old file handle) still usable: cat ./sub/moved" "$(cat ./sub/moved 2>&1)" AAA
+cd /
+dropcaches
+eq "md5 of big.bin after restart" "$(md5 $M/big.bin)" "$SRC"
+if ls -la $M > /tmp/ls-root.out 2>&1; then pass "ls -la of the mount root after restart"; else fail "ls -la after restart: $(head -3 /tmp/ls-root.out)"; fi
+eq "ls -lnR of tree/ after restart: same number of lines" \
+  "$( (cd $M/tree && ls -lnR --full-time .) 2>&1 | wc -l)" "$NLS"
+echo "written after the restart" > $M/after-restart 2>/tmp/ar.err || cat /tmp/ar.err
+dropcaches
+eq "new file created after restart reads back" "$(cat $M/after-restart 2>&1)" "written after the restart"
+rm -f $M/after-restart
+end
+
+# ---------------------------------------------------------------- g: umount
+begin g-umount
+echo "--- per-op counts (mountstats)"
+sed -n '/per-op statistics/,$p' /proc/self/mountstats | awk 'NF>1 && $2+0>0 {print "   ", $1, $2}' | head -60
+cd /
+check "umount" umount $M
+check "no NFS mount left" sh -c "! grep -q ' $M ' /proc/mounts"
+end
+
+finish
