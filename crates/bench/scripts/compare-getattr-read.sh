@@ -16,6 +16,8 @@
 #   TXNFS_LOG        passed to txnfs (unset: the binary's default)
 #   SKIP_BUILD=1     do not run cargo build (use the binaries already built)
 #   TXNFS_BIN        txnfs binary (default <target>/release/txnfs)
+#   GANESHA_PNFS=1   keep Ganesha's default pNFS MDS flag (nfs-rs then sends
+#                    a failing LAYOUTGET before every READ to Ganesha)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
@@ -133,6 +135,17 @@ NO_COLOR=1 "$TXNFS" serve --listen "127.0.0.1:$TXNFS_PORT" --no-grace \
     </dev/null >"$WORK/txnfs/server.log" 2>&1 &
 TXNFS_PID=$!
 
+# Ganesha advertises a pNFS MDS by default (EXCHANGE_ID flag USE_PNFS_MDS)
+# even though FSAL VFS hands out no layouts; nfs-rs then sends a LAYOUTGET
+# before every READ (it does not remember the failure), doubling the round
+# trips. Turn that off unless GANESHA_PNFS=1 asks for Ganesha's default.
+if [ "${GANESHA_PNFS:-0}" = 1 ]; then
+    GANESHA_PNFS_CONF=""
+else
+    GANESHA_PNFS_CONF="    PNFS_MDS = false;
+    PNFS_DS = false;
+"
+fi
 cat >"$WORK/ganesha/ganesha.conf" <<EOF
 NFS_CORE_PARAM {
     Bind_addr = 127.0.0.1;
@@ -147,7 +160,7 @@ NFSv4 {
     Minor_Versions = 1, 2;
     RecoveryRoot = $WORK/ganesha/state;
     Only_Numeric_Owners = true;
-}
+$GANESHA_PNFS_CONF}
 NFS_KRB5 { Active_krb5 = false; }
 EXPORT {
     Export_Id = 1;
