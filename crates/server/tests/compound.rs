@@ -633,3 +633,89 @@ async fn share_deny_downgrade_and_stateids() {
         .await;
     assert_eq!(r.status, nfsstat4::NFS4ERR_OLD_STATEID);
 }
+
+#[tokio::test]
+async fn io_without_open_checks_the_callers_permissions() {
+    let srv = start_memory_server().await;
+    let mut root = Session::new(srv.addr, b"root").await;
+    let mode600 = {
+        let mut v = bytes::BytesMut::new();
+        txnfs_xdr::put_u32(&mut v, 0o600);
+        fattr4 {
+            attrmask: vec![0, 1 << (33 - 32)],
+            attr_vals: v.freeze(),
+        }
+    };
+    let r = root
+        .run(vec![
+            nfs_argop4::OP_PUTROOTFH,
+            open_create("private", createhow4::UNCHECKED4(mode600)),
+            nfs_argop4::OP_WRITE(WRITE4args {
+                stateid: stateid4 {
+                    seqid: 1,
+                    other: [0; 12],
+                },
+                offset: 0,
+                stable: stable_how4::FILE_SYNC4,
+                data: Bytes::from_static(b"secret"),
+            }),
+            nfs_argop4::OP_GETFH,
+        ])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    let nfs_resop4::OP_GETFH(GETFH4res::NFS4_OK(fh)) = &r.resarray[4] else {
+        panic!()
+    };
+    // Same session, another user's credentials on a new connection.
+    let user = txnfs_rpc::RpcClient::connect(
+        srv.addr,
+        txnfs_rpc::Credential::Sys(txnfs_rpc::AuthSys {
+            stamp: 1,
+            machinename: Bytes::from_static(b"test"),
+            uid: 1000,
+            gid: 1000,
+            gids: vec![],
+        }),
+    )
+    .await
+    .unwrap();
+    let anon = stateid4 {
+        seqid: 0,
+        other: [0; 12],
+    };
+    root.seq += 1;
+    let r = call(
+        &user,
+        vec![
+            root.sequence(0, root.seq),
+            nfs_argop4::OP_PUTFH(PUTFH4args {
+                object: fh.object.clone(),
+            }),
+            nfs_argop4::OP_READ(READ4args {
+                stateid: anon.clone(),
+                offset: 0,
+                count: 10,
+            }),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_ACCESS);
+    root.seq += 1;
+    let r = call(
+        &user,
+        vec![
+            root.sequence(0, root.seq),
+            nfs_argop4::OP_PUTFH(PUTFH4args {
+                object: fh.object.clone(),
+            }),
+            nfs_argop4::OP_WRITE(WRITE4args {
+                stateid: anon,
+                offset: 0,
+                stable: stable_how4::FILE_SYNC4,
+                data: Bytes::from_static(b"x"),
+            }),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_ACCESS);
+}

@@ -248,6 +248,10 @@ pub fn read(c: &mut Compound, a: &READ4args) -> OpResult {
         c.srv.state_file_id(&o.export, attrs.fileid),
         false,
     )?;
+    if is_special(&sid) {
+        // No OPEN checked this caller's access: do it now.
+        require(&attrs, &c.creds, R)?;
+    }
     // Fit the data into what is left of the reply (eof + length + padding overhead).
     let room = c.reply_left.saturating_sub(16) as u32;
     let count = a.count.min(c.srv.cfg.max_io_size).min(room);
