@@ -59,6 +59,11 @@ pub struct ServerOpts {
     /// directory, see [`ServerGuard::export_host_dir`]. txnfs gets them
     /// through a `--config` TOML file, Ganesha as EXPORT blocks.
     pub exports: Vec<(String, bool)>,
+    /// Run the server with its grace period after (re)start (default: no
+    /// grace, txnfs `--no-grace`, Ganesha `Graceless = true`). The grace
+    /// period lasts one lease time on txnfs; Ganesha gets
+    /// `Grace_Period = lease_time`.
+    pub grace: bool,
 }
 
 /// Host directory name for a named export ("/x/y" -> "x_y").
@@ -252,9 +257,11 @@ impl ServerGuard {
                 cmd.arg("serve")
                     .arg("--listen")
                     .arg(format!("127.0.0.1:{}", self.port))
-                    .arg("--no-grace")
                     .arg("--state-dir")
                     .arg(self.state_dir());
+                if !self.opts.grace {
+                    cmd.arg("--no-grace");
+                }
                 if let Some(lease) = self.opts.lease_time {
                     cmd.arg("--lease-time").arg(lease.to_string());
                 }
@@ -403,13 +410,9 @@ impl Drop for ServerGuard {
 fn ganesha_conf(port: u16, dir: &Path, opts: &ServerOpts) -> String {
     let lease = opts
         .lease_time
-        .map(|l| {
-            format!(
-                "    Lease_Lifetime = {l};\n    Grace_Period = {};\n",
-                l.max(2)
-            )
-        })
+        .map(|l| format!("    Lease_Lifetime = {l};\n    Grace_Period = {l};\n"))
         .unwrap_or_default();
+    let graceless = !opts.grace;
     let exports: Vec<(String, PathBuf, bool)> = if opts.exports.is_empty() {
         vec![("/export".into(), dir.join("export"), false)]
     } else {
@@ -434,7 +437,7 @@ fn ganesha_conf(port: u16, dir: &Path, opts: &ServerOpts) -> String {
     Enable_UDP = false;
 }}
 NFSv4 {{
-    Graceless = true;
+    Graceless = {graceless};
     Minor_Versions = 1, 2;
     RecoveryRoot = {state};
     Only_Numeric_Owners = true;
