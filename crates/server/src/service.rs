@@ -48,14 +48,20 @@ impl RpcService for NfsService {
                 PROC_COMPOUND => {
                     let creds = creds(&info.cred);
                     let conn = info.conn_id;
-                    let job = tokio::task::spawn_blocking(move || {
-                        server
-                            .stats
-                            .compounds
-                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        crate::compound::execute(&server, creds, conn, args)
-                    });
-                    match job.await {
+                    server
+                        .stats
+                        .compounds
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let result = if crate::compound::is_quick(&args) {
+                        // Run to completion here: no handoff (ADR 0004).
+                        Ok(crate::compound::execute(&server, creds, conn, args))
+                    } else {
+                        tokio::task::spawn_blocking(move || {
+                            crate::compound::execute(&server, creds, conn, args)
+                        })
+                        .await
+                    };
+                    match result {
                         Ok(Ok(reply)) => ReplyBody::Success(reply),
                         Ok(Err(e)) => {
                             tracing::warn!(peer = %info.peer, "{e}");

@@ -313,3 +313,67 @@ impl Compound<'_> {
         }
     }
 }
+
+/// Whether a COMPOUND is short and touches only the page cache, so it can run inline
+/// on the transport thread instead of paying a handoff to the blocking pool (seed 004:
+/// context switches dominate small requests). Anything that may wait on the disk
+/// (COMMIT, stable or large WRITEs, namespace changes that journal, large READs) or is
+/// long goes to the blocking pool.
+pub fn is_quick(args: &Bytes) -> bool {
+    const MAX_OPS: u32 = 16;
+    const MAX_IO: usize = 64 << 10;
+    let mut src = args.clone();
+    let Ok(_tag) = txnfs_xdr::get_opaque(&mut src, MAX_TAG) else {
+        return false;
+    };
+    let (Ok(_minor), Ok(n)) = (txnfs_xdr::get_u32(&mut src), txnfs_xdr::get_u32(&mut src)) else {
+        return false;
+    };
+    if n > MAX_OPS {
+        return false;
+    }
+    for _ in 0..n {
+        let Ok(op) = nfs_argop4::decode(&mut src) else {
+            return true; // malformed: answered without touching storage
+        };
+        use nfs_argop4 as A;
+        let quick = match &op {
+            A::OP_SEQUENCE(_)
+            | A::OP_PUTFH(_)
+            | A::OP_PUTROOTFH
+            | A::OP_PUTPUBFH
+            | A::OP_GETFH
+            | A::OP_SAVEFH
+            | A::OP_RESTOREFH
+            | A::OP_GETATTR(_)
+            | A::OP_ACCESS(_)
+            | A::OP_LOOKUP(_)
+            | A::OP_LOOKUPP
+            | A::OP_VERIFY(_)
+            | A::OP_NVERIFY(_)
+            | A::OP_CLOSE(_)
+            | A::OP_READLINK
+            | A::OP_READDIR(_)
+            | A::OP_SECINFO(_)
+            | A::OP_SECINFO_NO_NAME(_)
+            | A::OP_TEST_STATEID(_)
+            | A::OP_FREE_STATEID(_)
+            | A::OP_LOCK(_)
+            | A::OP_LOCKT(_)
+            | A::OP_LOCKU(_)
+            | A::OP_OPEN_DOWNGRADE(_)
+            | A::OP_RECLAIM_COMPLETE(_)
+            | A::OP_DESTROY_SESSION(_) => true,
+            A::OP_READ(r) => (r.count as usize) <= MAX_IO,
+            A::OP_WRITE(w) => {
+                w.stable == crate::nfs::stable_how4::UNSTABLE4 && w.data.len() <= MAX_IO
+            }
+            A::OP_OPEN(o) => matches!(o.openhow, crate::nfs::openflag4::default(_)),
+            _ => false,
+        };
+        if !quick {
+            return false;
+        }
+    }
+    true
+}
