@@ -2,7 +2,12 @@
 //! switches and memory from `/proc`, and small statistics.
 //!
 //! Everything here is measurement plumbing; the load generators live in
-//! `src/bin/`.
+//! `src/bin/`. [`proxy`] is a user-space TCP delay proxy (latency without
+//! netem) that also counts ONC RPC records.
+
+pub mod proxy;
+
+pub use proxy::{DelayProxy, ProxyStats, RecordCounter};
 
 use std::collections::HashMap;
 use std::path::PathBuf;
