@@ -132,3 +132,45 @@ async fn mkdir_races_have_one_winner() {
     );
     assert_eq!(std::fs::read_dir(server.export_dir()).unwrap().count(), 50);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_clients_mount_work_and_unmount() {
+    let server = ServerGuard::start_default();
+    const N: usize = 16;
+    let url = server.url();
+    let jobs: Vec<_> = (0..N)
+        .map(|i| {
+            let url = url.clone();
+            async move {
+                let m = nfs_rs::parse_url_and_mount(&url)
+                    .await
+                    .map_err(|e| format!("mount {i}: {e:?}"))?;
+                let o = m
+                    .create_path(&format!("client-{i}"), Some(0o644))
+                    .await
+                    .map_err(|e| format!("create {i}: {e:?}"))?;
+                nfs_rs::write_all(&*m, o.fh.clone(), 0, Bytes::from(format!("client {i}")))
+                    .await
+                    .map_err(|e| format!("write {i}: {e:?}"))?;
+                m.close(o.fh)
+                    .await
+                    .map_err(|e| format!("close {i}: {e:?}"))?;
+                m.umount().await.map_err(|e| format!("umount {i}: {e:?}"))?;
+                Ok::<(), String>(())
+            }
+        })
+        .collect();
+    for r in timed("16 clients", join_all(jobs)).await {
+        if let Err(e) = r {
+            panic!("{e}\nserver log tail:\n{}", server.log_tail(20));
+        }
+    }
+    for i in 0..N {
+        let body = std::fs::read(server.export_dir().join(format!("client-{i}"))).unwrap();
+        assert_eq!(body, format!("client {i}").into_bytes());
+    }
+    // The server still serves a fresh client afterwards.
+    let m = server.mount().await;
+    let names = ok(&server, "readdir", list_dir(&*m, m.getfh().await).await);
+    assert_eq!(names.len(), N);
+}
