@@ -1,19 +1,42 @@
-//! `txnfs`: the one binary. `txnfs serve DIR` exports DIR over NFSv4.1.
+//! `txnfs`: the one binary. `txnfs serve DIR` exports DIR over NFSv4.1; `ls`, `stat`,
+//! `cat`, `cp`, `mkdir`, `rm`, `mv` and `ln` work on nfs://host[:port]/path URLs through
+//! the vectorized client.
 
+mod commands;
 mod serve;
 
 use clap::{Parser, Subcommand};
+use commands::{FileCmd, GlobalArgs};
 
 #[derive(Parser)]
 #[command(
     name = "txnfs",
     version,
-    about = "A user-space NFSv4.1 server",
-    long_about = "txnfs is a user-space NFSv4.1 server.\n\n\
+    about = "A user-space NFSv4.1 server, and file commands that talk NFSv4.1",
+    long_about = "txnfs is a user-space NFSv4.1 server, with coreutils-like file commands \
+                  on nfs://host[:port]/path URLs that pack many operations per COMPOUND.\n\n\
                   Quick start:  txnfs serve /srv/data\n\
-                  then, on a Linux client:  mount -t nfs -o vers=4.1 SERVER:/ /mnt"
+                  then, on a Linux client:  mount -t nfs -o vers=4.1 SERVER:/ /mnt\n\
+                  or without mounting:      txnfs ls -l nfs://SERVER/",
+    after_help = "EXAMPLES:\n  \
+    txnfs serve --listen 127.0.0.1:2050 /srv/data\n  \
+    txnfs ls -lR nfs://127.0.0.1:2050/\n  \
+    txnfs cp -R ./photos nfs://127.0.0.1:2050/photos\n  \
+    txnfs cp nfs://127.0.0.1:2050/photos/a.jpg /tmp/\n  \
+    txnfs cat nfs://127.0.0.1:2050/notes.txt\n  \
+    txnfs mkdir -p nfs://127.0.0.1:2050/a/b/c\n  \
+    txnfs mv nfs://127.0.0.1:2050/a nfs://127.0.0.1:2050/b\n  \
+    txnfs ln -s notes.txt nfs://127.0.0.1:2050/latest\n  \
+    txnfs rm -r nfs://127.0.0.1:2050/b\n  \
+    txnfs --stats cp -R ./tree nfs://127.0.0.1:2050/t   (COMPOUNDs and ops per op type)\n\n\
+    URLs: nfs://host[:port]/path, port 2049 by default, path relative to the server's \
+    NFS root (%XX escapes allowed).\n\
+    Credentials: AUTH_SYS with the caller's uid/gid, or --uid/--gid.\n\
+    Exit status: 0 on success, 1 if any item failed, 2 on usage errors."
 )]
 struct Cli {
+    #[command(flatten)]
+    global: GlobalArgs,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -22,25 +45,56 @@ struct Cli {
 enum Cmd {
     /// Serve directories over NFSv4.1 (listens on 127.0.0.1:2049 by default).
     Serve(serve::ServeArgs),
+    /// List directory contents.
+    Ls(commands::ls::LsArgs),
+    /// Show file attributes.
+    Stat(commands::stat::StatArgs),
+    /// Print files to stdout.
+    Cat(commands::cat::CatArgs),
+    /// Copy files and trees between local paths and NFS URLs.
+    Cp(commands::cp::CpArgs),
+    /// Create directories.
+    Mkdir(commands::mkdir::MkdirArgs),
+    /// Remove files or trees.
+    Rm(commands::rm::RmArgs),
+    /// Rename or move files.
+    Mv(commands::mv::MvArgs),
+    /// Make hard or symbolic links.
+    Ln(commands::ln::LnArgs),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    let default_log = if matches!(cli.cmd, Cmd::Serve(_)) {
+        "info"
+    } else {
+        "warn"
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("TXNFS_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log)),
         )
         .with_writer(std::io::stderr)
         .init();
-    let r = match cli.cmd {
-        Cmd::Serve(a) => serve::run(a),
-    };
-    match r {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("txnfs: {e:#}");
-            std::process::ExitCode::FAILURE
+    let file_cmd = match cli.cmd {
+        Cmd::Serve(a) => {
+            return match serve::run(a) {
+                Ok(()) => std::process::ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("txnfs: {e:#}");
+                    std::process::ExitCode::FAILURE
+                }
+            }
         }
-    }
+        Cmd::Ls(a) => FileCmd::Ls(a),
+        Cmd::Stat(a) => FileCmd::Stat(a),
+        Cmd::Cat(a) => FileCmd::Cat(a),
+        Cmd::Cp(a) => FileCmd::Cp(a),
+        Cmd::Mkdir(a) => FileCmd::Mkdir(a),
+        Cmd::Rm(a) => FileCmd::Rm(a),
+        Cmd::Mv(a) => FileCmd::Mv(a),
+        Cmd::Ln(a) => FileCmd::Ln(a),
+    };
+    commands::run(cli.global, file_cmd)
 }

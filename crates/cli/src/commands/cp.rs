@@ -1,0 +1,931 @@
+//! `txnfs cp [-R] SRC... DEST`: local→remote, remote→local and remote→remote.
+//!
+//! The whole copy is planned first (every operand, and with -R every tree, listed with
+//! one vlistdir per server: one READDIR round per tree level), then executed in a few
+//! vectorized calls: one vmkdir for all directories (level by level), one vsymlink for
+//! all symlinks, files in batches of up to 32 MiB (vwrite / vread / vcopy, many files per
+//! COMPOUND), files over 32 MiB streamed, and one vsetattrs for modes that differ from
+//! the creation defaults.
+
+use super::progress::Progress;
+use super::stream::{RemoteReader, RemoteWriter};
+use super::url::{Location, NfsUrl, ServerKey};
+use super::{describe, describe_io, umask, usage, Ctx};
+use bytes::Bytes;
+use clap::Args;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use txnfs_client::{Attributes, ClientError, FileKind, SetAttributes};
+use txnfs_proto::nfs4::nfsstat4;
+
+/// Bytes per batch of small files (read into memory, then written in one call).
+const BATCH: u64 = 32 << 20;
+/// Files larger than this are streamed instead of batched.
+const STREAM: u64 = 32 << 20;
+/// Mode of files and directories the vectorized calls create.
+const FILE_MODE: u32 = 0o644;
+const DIR_MODE: u32 = 0o755;
+
+#[derive(Args, Debug)]
+#[command(
+    override_usage = "txnfs cp [OPTIONS] SRC... DEST",
+    after_help = "EXAMPLES:\n  \
+    txnfs cp photo.jpg nfs://server/data/               local -> remote\n  \
+    txnfs cp -R ./project nfs://server/backup/project    a whole tree\n  \
+    txnfs cp nfs://server/data/a.txt .                   remote -> local\n  \
+    txnfs cp -R nfs://server/data nfs://server/data.bak  remote -> remote\n  \
+    txnfs --stats cp -R ./tree nfs://127.0.0.1:2050/t    show the COMPOUNDs sent\n\n\
+    At least one side must be an nfs:// URL. If DEST is an existing directory, each SRC\n\
+    is copied into it; with several SRCs it must be one. Modes are copied (minus the\n\
+    umask), owners and times are not. A progress line is shown on a terminal for copies\n\
+    over 1 MiB."
+)]
+pub struct CpArgs {
+    /// Copy directories recursively (symlinks are copied as symlinks).
+    #[arg(short = 'R', short_alias = 'r', long = "recursive")]
+    pub recursive: bool,
+    /// Sources, then the destination.
+    #[arg(required = true, num_args = 2.., value_name = "PATH")]
+    pub paths: Vec<String>,
+}
+
+/// One end of a copy.
+#[derive(Debug, Clone)]
+enum End {
+    Local(PathBuf),
+    Remote(NfsUrl),
+}
+
+impl End {
+    fn join(&self, rel: &str) -> End {
+        if rel.is_empty() {
+            return self.clone();
+        }
+        match self {
+            End::Local(p) => End::Local(p.join(rel)),
+            End::Remote(u) => End::Remote(u.join(rel)),
+        }
+    }
+    fn display(&self) -> String {
+        match self {
+            End::Local(p) => p.display().to_string(),
+            End::Remote(u) => u.display.clone(),
+        }
+    }
+    fn server(&self) -> Option<ServerKey> {
+        match self {
+            End::Local(_) => None,
+            End::Remote(u) => Some(u.server()),
+        }
+    }
+    fn remote(&self) -> Option<&NfsUrl> {
+        match self {
+            End::Remote(u) => Some(u),
+            End::Local(_) => None,
+        }
+    }
+    fn basename(&self) -> Option<String> {
+        match self {
+            End::Local(p) => p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .filter(|n| n != "." && n != ".."),
+            End::Remote(u) => Some(u.basename().to_string()).filter(|n| !n.is_empty()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Dir,
+    File,
+    Link,
+}
+
+#[derive(Debug, Clone)]
+struct Item {
+    kind: Kind,
+    src: End,
+    dst: End,
+    size: u64,
+    mode: u32,
+    target: Option<String>,
+}
+
+fn kind_of(a: &Attributes) -> Option<Kind> {
+    match a.kind {
+        Some(FileKind::Directory) => Some(Kind::Dir),
+        Some(FileKind::Regular) => Some(Kind::File),
+        Some(FileKind::Symlink) => Some(Kind::Link),
+        _ => None,
+    }
+}
+
+fn local_kind(m: &std::fs::Metadata) -> Option<Kind> {
+    let t = m.file_type();
+    if t.is_dir() {
+        Some(Kind::Dir)
+    } else if t.is_file() {
+        Some(Kind::File)
+    } else if t.is_symlink() {
+        Some(Kind::Link)
+    } else {
+        None
+    }
+}
+
+/// Walk a local tree (pre-order, names sorted); failures are reported and skipped.
+fn walk_local(ctx: &mut Ctx, root: &Path, src: &End, dst: &End, out: &mut Vec<Item>) {
+    let mut stack = vec![String::new()];
+    while let Some(rel) = stack.pop() {
+        let dir = if rel.is_empty() {
+            root.to_path_buf()
+        } else {
+            root.join(&rel)
+        };
+        let rd = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) => {
+                ctx.fail_io(format!("cannot open directory '{}'", dir.display()), &e);
+                continue;
+            }
+        };
+        let mut names: Vec<String> = rd
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        let mut subdirs = Vec::new();
+        for n in names {
+            let r = if rel.is_empty() {
+                n.clone()
+            } else {
+                format!("{rel}/{n}")
+            };
+            let p = root.join(&r);
+            let m = match std::fs::symlink_metadata(&p) {
+                Ok(m) => m,
+                Err(e) => {
+                    ctx.fail_io(format!("cannot stat '{}'", p.display()), &e);
+                    continue;
+                }
+            };
+            let Some(kind) = local_kind(&m) else {
+                ctx.fail_msg(format!(
+                    "'{}': not a regular file, directory or symlink; skipped",
+                    p.display()
+                ));
+                continue;
+            };
+            let target = if kind == Kind::Link {
+                match std::fs::read_link(&p) {
+                    Ok(t) => Some(t.to_string_lossy().into_owned()),
+                    Err(e) => {
+                        ctx.fail_io(format!("cannot read symbolic link '{}'", p.display()), &e);
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
+            if kind == Kind::Dir {
+                subdirs.push(r.clone());
+            }
+            out.push(Item {
+                kind,
+                src: src.join(&r),
+                dst: dst.join(&r),
+                size: if kind == Kind::File { m.len() } else { 0 },
+                mode: m.mode() & 0o7777,
+                target,
+            });
+        }
+        stack.extend(subdirs.into_iter().rev());
+    }
+}
+
+pub async fn run(ctx: &mut Ctx, a: CpArgs) -> anyhow::Result<()> {
+    let Some((dest_s, srcs_s)) = a.paths.split_last() else {
+        return usage("missing destination operand");
+    };
+    let parse = |s: &String| match Location::parse(s) {
+        Ok(Location::Local(p)) => Ok(End::Local(p)),
+        Ok(Location::Remote(u)) => Ok(End::Remote(u)),
+        Err(e) => usage(format!("invalid URL '{s}': {e}")),
+    };
+    let dest = parse(dest_s)?;
+    let srcs: Vec<End> = srcs_s.iter().map(parse).collect::<anyhow::Result<_>>()?;
+    for s in &srcs {
+        if matches!((s, &dest), (End::Local(_), End::Local(_))) {
+            return usage(format!(
+                "cannot copy '{}' to '{}': one side must be an nfs:// URL (use cp(1) for local copies)",
+                s.display(),
+                dest.display()
+            ));
+        }
+    }
+    umask_cache(umask());
+
+    // Is DEST an existing directory?
+    let dest_dir = match &dest {
+        End::Local(p) => std::fs::metadata(p).map(|m| m.is_dir()).unwrap_or(false),
+        End::Remote(u) => match ctx.getattrs(&[u]).await?.pop() {
+            Some(Ok(at)) => at.is_dir(),
+            Some(Err(e)) if e.status() == Some(nfsstat4::NFS4ERR_NOENT) => false,
+            Some(Err(e)) => {
+                ctx.fail_nfs(format!("cannot stat '{}'", u.display), &e);
+                return Ok(());
+            }
+            None => false,
+        },
+    };
+    if srcs.len() > 1 && !dest_dir {
+        ctx.fail_msg(format!("target '{}' is not a directory", dest.display()));
+        return Ok(());
+    }
+
+    // The operands themselves.
+    let remote_srcs: Vec<&NfsUrl> = srcs.iter().filter_map(End::remote).collect();
+    let mut remote_attrs = ctx.getattrs(&remote_srcs).await?.into_iter();
+    let mut items: Vec<Item> = Vec::new();
+    let mut remote_trees: Vec<(End, End)> = Vec::new();
+    let mut local_trees: Vec<(PathBuf, End, End)> = Vec::new();
+    for s in &srcs {
+        let dst = if dest_dir {
+            match s.basename() {
+                Some(b) => dest.join(&b),
+                None => dest.clone(),
+            }
+        } else {
+            dest.clone()
+        };
+        let (kind, size, mode, target) = match s {
+            End::Local(p) => {
+                let m = if a.recursive {
+                    std::fs::symlink_metadata(p)
+                } else {
+                    std::fs::metadata(p)
+                };
+                let m = match m {
+                    Ok(m) => m,
+                    Err(e) => {
+                        ctx.fail_io(format!("cannot stat '{}'", p.display()), &e);
+                        continue;
+                    }
+                };
+                let Some(k) = local_kind(&m) else {
+                    ctx.fail_msg(format!("cannot copy '{}': not a regular file", p.display()));
+                    continue;
+                };
+                let target = if k == Kind::Link {
+                    std::fs::read_link(p)
+                        .ok()
+                        .map(|t| t.to_string_lossy().into_owned())
+                } else {
+                    None
+                };
+                (k, m.len(), m.mode() & 0o7777, target)
+            }
+            End::Remote(u) => match remote_attrs.next() {
+                Some(Ok(at)) => {
+                    let Some(k) = kind_of(&at) else {
+                        ctx.fail_msg(format!("cannot copy '{}': not a regular file", u.display));
+                        continue;
+                    };
+                    (k, at.size.unwrap_or(0), at.mode.unwrap_or(FILE_MODE), None)
+                }
+                Some(Err(e)) => {
+                    ctx.fail_nfs(format!("cannot stat '{}'", u.display), &e);
+                    continue;
+                }
+                None => continue,
+            },
+        };
+        if kind == Kind::Dir && !a.recursive {
+            ctx.fail_msg(format!(
+                "-r not specified; omitting directory '{}'",
+                s.display()
+            ));
+            continue;
+        }
+        if kind == Kind::Dir {
+            match s {
+                End::Local(p) => local_trees.push((p.clone(), s.clone(), dst.clone())),
+                End::Remote(_) => remote_trees.push((s.clone(), dst.clone())),
+            }
+        }
+        items.push(Item {
+            kind,
+            src: s.clone(),
+            dst,
+            size: if kind == Kind::File { size } else { 0 },
+            mode,
+            target,
+        });
+    }
+
+    // Trees.
+    for (root, src, dst) in &local_trees {
+        walk_local(ctx, root, src, dst, &mut items);
+    }
+    let roots: Vec<&NfsUrl> = remote_trees
+        .iter()
+        .filter_map(|(s, _)| s.remote())
+        .collect();
+    let listings = ctx
+        .per_server(&roots, |fs, paths| async move {
+            fs.vlistdir(&paths, true).await
+        })
+        .await?;
+    for ((src, dst), l) in remote_trees.iter().zip(listings) {
+        let Some(su) = src.remote() else { continue };
+        match l {
+            Ok(entries) => {
+                for e in entries {
+                    let rel = if su.path.is_empty() {
+                        e.path.as_str()
+                    } else {
+                        e.path
+                            .strip_prefix(&su.path)
+                            .map(|r| r.trim_start_matches('/'))
+                            .unwrap_or(&e.path)
+                    };
+                    let Some(kind) = kind_of(&e.attrs) else {
+                        ctx.fail_msg(format!(
+                            "'{}': not a regular file, directory or symlink; skipped",
+                            su.join(rel).display
+                        ));
+                        continue;
+                    };
+                    items.push(Item {
+                        kind,
+                        src: src.join(rel),
+                        dst: dst.join(rel),
+                        size: if kind == Kind::File {
+                            e.attrs.size.unwrap_or(0)
+                        } else {
+                            0
+                        },
+                        mode: e.attrs.mode.unwrap_or(FILE_MODE) & 0o7777,
+                        target: None,
+                    });
+                }
+            }
+            Err(e) => ctx.fail_nfs(format!("cannot open directory '{}'", su.display), &e),
+        }
+    }
+    // Targets of remote symlinks.
+    let link_idx: Vec<usize> = (0..items.len())
+        .filter(|&i| items[i].kind == Kind::Link && items[i].target.is_none())
+        .collect();
+    let link_urls: Vec<&NfsUrl> = link_idx
+        .iter()
+        .filter_map(|&i| items[i].src.remote())
+        .collect();
+    let targets = ctx
+        .per_server(
+            &link_urls,
+            |fs, paths| async move { fs.vreadlink(&paths).await },
+        )
+        .await?;
+    let mut unreadable = BTreeSet::new();
+    for (&i, t) in link_idx.iter().zip(targets) {
+        match t {
+            Ok(t) => items[i].target = Some(t),
+            Err(e) => {
+                ctx.fail_nfs(
+                    format!("cannot read symbolic link '{}'", items[i].src.display()),
+                    &e,
+                );
+                unreadable.insert(i);
+            }
+        }
+    }
+    let items: Vec<Item> = items
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| !unreadable.contains(i))
+        .map(|(_, it)| it)
+        .collect();
+
+    let mut cp = Copier {
+        failed_dirs: Vec::new(),
+        progress: Progress::new(
+            items.iter().map(|i| i.size).sum(),
+            items.iter().filter(|i| i.kind == Kind::File).count() as u64,
+        ),
+        done: Vec::new(),
+    };
+    cp.dirs(ctx, &items).await?;
+    cp.links(ctx, &items).await?;
+    cp.files(ctx, &items).await?;
+    cp.progress.finish();
+    cp.modes(ctx, &items).await?;
+    Ok(())
+}
+
+static UMASK: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+
+fn umask_cache(m: u32) {
+    let _ = UMASK.set(m);
+}
+
+/// The mode a copy gets (coreutils without -p: the source's mode minus the umask).
+fn wanted_mode(it: &Item) -> u32 {
+    it.mode & !UMASK.get().copied().unwrap_or(0o022) & 0o7777
+}
+
+struct Copier {
+    /// Destinations of directories that could not be created (their contents are skipped).
+    failed_dirs: Vec<String>,
+    progress: Progress,
+    /// Items (by index) copied successfully, for setting modes.
+    done: Vec<usize>,
+}
+
+fn under(p: &str, dirs: &[String]) -> bool {
+    dirs.iter().any(|d| p.starts_with(&format!("{d}/")))
+}
+
+impl Copier {
+    fn skip(&self, it: &Item) -> bool {
+        under(&it.dst.display(), &self.failed_dirs)
+    }
+
+    fn fail_nfs(&mut self, ctx: &mut Ctx, what: String, e: &ClientError) {
+        self.progress.interrupt();
+        ctx.fail_nfs(what, e);
+    }
+
+    fn fail_io(&mut self, ctx: &mut Ctx, what: String, e: &std::io::Error) {
+        self.progress.interrupt();
+        ctx.fail_io(what, e);
+    }
+
+    async fn dirs(&mut self, ctx: &mut Ctx, items: &[Item]) -> anyhow::Result<()> {
+        let dirs: Vec<usize> = (0..items.len())
+            .filter(|&i| items[i].kind == Kind::Dir)
+            .collect();
+        // Local destinations, parents first.
+        let mut local: Vec<usize> = dirs
+            .iter()
+            .copied()
+            .filter(|&i| matches!(items[i].dst, End::Local(_)))
+            .collect();
+        local.sort_by_key(|&i| items[i].dst.display().matches('/').count());
+        for i in local {
+            let End::Local(p) = &items[i].dst else {
+                continue;
+            };
+            if self.skip(&items[i]) {
+                continue;
+            }
+            match std::fs::create_dir(p) {
+                Ok(()) => self.done.push(i),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && p.is_dir() => {}
+                Err(e) => {
+                    self.fail_io(
+                        ctx,
+                        format!("cannot create directory '{}'", p.display()),
+                        &e,
+                    );
+                    self.failed_dirs.push(items[i].dst.display());
+                }
+            }
+        }
+        // Remote destinations: one vmkdir per server (level by level inside).
+        let remote: Vec<usize> = dirs
+            .iter()
+            .copied()
+            .filter(|&i| matches!(items[i].dst, End::Remote(_)))
+            .collect();
+        let urls: Vec<&NfsUrl> = remote
+            .iter()
+            .filter_map(|&i| items[i].dst.remote())
+            .collect();
+        let res = ctx
+            .per_server(&urls, |fs, paths| async move {
+                fs.vmkdir(&paths, DIR_MODE, false).await
+            })
+            .await?;
+        for (&i, r) in remote.iter().zip(res) {
+            match r {
+                Ok(()) => self.done.push(i),
+                Err(e) if e.status() == Some(nfsstat4::NFS4ERR_EXIST) => {}
+                Err(e) => {
+                    if !self.skip(&items[i]) {
+                        self.fail_nfs(
+                            ctx,
+                            format!("cannot create directory '{}'", items[i].dst.display()),
+                            &e,
+                        );
+                    }
+                    self.failed_dirs.push(items[i].dst.display());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn links(&mut self, ctx: &mut Ctx, items: &[Item]) -> anyhow::Result<()> {
+        let links: Vec<usize> = (0..items.len())
+            .filter(|&i| items[i].kind == Kind::Link && !self.skip(&items[i]))
+            .collect();
+        let mut remote = Vec::new();
+        for &i in &links {
+            let t = items[i].target.clone().unwrap_or_default();
+            match &items[i].dst {
+                End::Local(p) => {
+                    if let Err(e) = std::os::unix::fs::symlink(&t, p) {
+                        self.fail_io(
+                            ctx,
+                            format!("cannot create symbolic link '{}'", p.display()),
+                            &e,
+                        );
+                    }
+                }
+                End::Remote(_) => remote.push(i),
+            }
+        }
+        let urls: Vec<&NfsUrl> = remote
+            .iter()
+            .filter_map(|&i| items[i].dst.remote())
+            .collect();
+        let res = ctx
+            .per_server_idx(&urls, |fs, which| {
+                let pairs: Vec<(String, String)> = which
+                    .iter()
+                    .map(|&k| {
+                        let it = &items[remote[k]];
+                        (urls[k].path.clone(), it.target.clone().unwrap_or_default())
+                    })
+                    .collect();
+                async move { fs.vsymlink(&pairs).await }
+            })
+            .await?;
+        for (&i, r) in remote.iter().zip(res) {
+            if let Err(e) = r {
+                self.fail_nfs(
+                    ctx,
+                    format!("cannot create symbolic link '{}'", items[i].dst.display()),
+                    &e,
+                );
+            }
+        }
+        Ok(())
+    }
+
+    async fn files(&mut self, ctx: &mut Ctx, items: &[Item]) -> anyhow::Result<()> {
+        let files: Vec<usize> = (0..items.len())
+            .filter(|&i| items[i].kind == Kind::File && !self.skip(&items[i]))
+            .collect();
+        // Small files grouped by (source server, destination server).
+        let mut groups: BTreeMap<(Option<ServerKey>, Option<ServerKey>), Vec<usize>> =
+            BTreeMap::new();
+        let mut big = Vec::new();
+        for i in files {
+            if items[i].size > STREAM {
+                big.push(i);
+            } else {
+                groups
+                    .entry((items[i].src.server(), items[i].dst.server()))
+                    .or_default()
+                    .push(i);
+            }
+        }
+        for ((s, d), idx) in groups {
+            let mut start = 0;
+            while start < idx.len() {
+                let mut end = start;
+                let mut bytes = 0;
+                while end < idx.len() && (end == start || bytes + items[idx[end]].size <= BATCH) {
+                    bytes += items[idx[end]].size;
+                    end += 1;
+                }
+                self.batch(ctx, items, &idx[start..end], s.as_ref(), d.as_ref())
+                    .await?;
+                start = end;
+            }
+        }
+        for i in big {
+            self.stream(ctx, &items[i], i).await?;
+        }
+        Ok(())
+    }
+
+    /// Copy a batch of small files from one place to another.
+    async fn batch(
+        &mut self,
+        ctx: &mut Ctx,
+        items: &[Item],
+        idx: &[usize],
+        src: Option<&ServerKey>,
+        dst: Option<&ServerKey>,
+    ) -> anyhow::Result<()> {
+        let bytes: u64 = idx.iter().map(|&i| items[i].size).sum();
+        let path = |e: &End| e.remote().map(|u| u.path.clone()).unwrap_or_default();
+        // Same server: vcopy.
+        if let (Some(s), Some(d)) = (src, dst) {
+            if s == d {
+                let fs = ctx.fs(s).await?;
+                let pairs: Vec<(String, String)> = idx
+                    .iter()
+                    .map(|&i| (path(&items[i].src), path(&items[i].dst)))
+                    .collect();
+                for (&i, r) in idx.iter().zip(fs.vcopy(&pairs).await) {
+                    match r {
+                        Ok(()) => self.done.push(i),
+                        Err(e) => self.fail_nfs(
+                            ctx,
+                            format!(
+                                "cannot copy '{}' to '{}'",
+                                items[i].src.display(),
+                                items[i].dst.display()
+                            ),
+                            &e,
+                        ),
+                    }
+                }
+                self.progress.add_bytes(bytes);
+                self.progress.add_files(idx.len() as u64);
+                return Ok(());
+            }
+        }
+        // Read the batch.
+        let mut data: Vec<Option<Bytes>> = Vec::with_capacity(idx.len());
+        match src {
+            None => {
+                for &i in idx {
+                    let End::Local(p) = &items[i].src else {
+                        data.push(None);
+                        continue;
+                    };
+                    match std::fs::read(p) {
+                        Ok(d) => data.push(Some(Bytes::from(d))),
+                        Err(e) => {
+                            self.fail_io(
+                                ctx,
+                                format!("cannot open '{}' for reading", p.display()),
+                                &e,
+                            );
+                            data.push(None);
+                        }
+                    }
+                }
+            }
+            Some(s) => {
+                let fs = ctx.fs(s).await?;
+                let paths: Vec<String> = idx.iter().map(|&i| path(&items[i].src)).collect();
+                for (&i, r) in idx.iter().zip(fs.vread(&paths).await) {
+                    match r {
+                        Ok(d) => data.push(Some(d)),
+                        Err(e) => {
+                            self.fail_nfs(
+                                ctx,
+                                format!("cannot open '{}' for reading", items[i].src.display()),
+                                &e,
+                            );
+                            data.push(None);
+                        }
+                    }
+                }
+            }
+        }
+        // Write it.
+        match dst {
+            None => {
+                for (&i, d) in idx.iter().zip(&data) {
+                    let (Some(d), End::Local(p)) = (d, &items[i].dst) else {
+                        continue;
+                    };
+                    match std::fs::write(p, d) {
+                        Ok(()) => self.done.push(i),
+                        Err(e) => self.fail_io(
+                            ctx,
+                            format!("cannot create regular file '{}'", p.display()),
+                            &e,
+                        ),
+                    }
+                    self.progress.add_bytes(d.len() as u64);
+                    self.progress.add_files(1);
+                }
+            }
+            Some(d) => {
+                let fs = ctx.fs(d).await?;
+                let mut which = Vec::new();
+                let mut writes = Vec::new();
+                for (&i, b) in idx.iter().zip(data) {
+                    if let Some(b) = b {
+                        which.push(i);
+                        writes.push((path(&items[i].dst), b));
+                    }
+                }
+                for (&i, r) in which.iter().zip(fs.vwrite(&writes, false).await) {
+                    match r {
+                        Ok(()) => self.done.push(i),
+                        Err(e) => self.fail_nfs(
+                            ctx,
+                            format!("cannot create regular file '{}'", items[i].dst.display()),
+                            &e,
+                        ),
+                    }
+                }
+                self.progress.add_bytes(bytes);
+                self.progress.add_files(which.len() as u64);
+            }
+        }
+        Ok(())
+    }
+
+    /// Copy one large file chunk by chunk.
+    async fn stream(&mut self, ctx: &mut Ctx, it: &Item, idx: usize) -> anyhow::Result<()> {
+        enum Src {
+            Local(std::fs::File),
+            Remote(RemoteReader),
+        }
+        enum Dst {
+            Local(std::fs::File),
+            Remote(RemoteWriter),
+        }
+        let src = match &it.src {
+            End::Local(p) => match std::fs::File::open(p) {
+                Ok(f) => Src::Local(f),
+                Err(e) => {
+                    self.fail_io(
+                        ctx,
+                        format!("cannot open '{}' for reading", p.display()),
+                        &e,
+                    );
+                    return Ok(());
+                }
+            },
+            End::Remote(u) => {
+                let fs = ctx.fs(&u.server()).await?;
+                match RemoteReader::open(fs.client(), &u.path).await {
+                    Ok(r) => Src::Remote(r),
+                    Err(e) => {
+                        self.fail_nfs(ctx, format!("cannot open '{}' for reading", u.display), &e);
+                        return Ok(());
+                    }
+                }
+            }
+        };
+        let dst = match &it.dst {
+            End::Local(p) => std::fs::File::create(p)
+                .map(Dst::Local)
+                .map_err(|e| describe_io(&e)),
+            End::Remote(u) => {
+                let fs = ctx.fs(&u.server()).await?;
+                RemoteWriter::create(fs.client(), &u.path, FILE_MODE)
+                    .await
+                    .map(Dst::Remote)
+                    .map_err(|e| describe(&e))
+            }
+        };
+        let mut src = src;
+        let mut dst = match dst {
+            Ok(d) => d,
+            Err(why) => {
+                if let Src::Remote(r) = src {
+                    let _ = r.close().await;
+                }
+                self.progress.interrupt();
+                ctx.fail(
+                    format!("cannot create regular file '{}'", it.dst.display()),
+                    why,
+                );
+                return Ok(());
+            }
+        };
+        let mut buf = vec![0u8; 1 << 20];
+        // (what failed, why)
+        let mut failure: Option<(String, String)> = None;
+        loop {
+            let chunk: Bytes = match &mut src {
+                Src::Local(f) => match f.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => Bytes::copy_from_slice(&buf[..n]),
+                    Err(e) => {
+                        failure = Some((
+                            format!("error reading '{}'", it.src.display()),
+                            describe_io(&e),
+                        ));
+                        break;
+                    }
+                },
+                Src::Remote(r) => match r.next().await {
+                    Ok(Some(b)) => b,
+                    Ok(None) => break,
+                    Err(e) => {
+                        failure = Some((
+                            format!("error reading '{}'", it.src.display()),
+                            describe(&e),
+                        ));
+                        break;
+                    }
+                },
+            };
+            let w = match &mut dst {
+                Dst::Local(f) => f.write_all(&chunk).map_err(|e| describe_io(&e)),
+                Dst::Remote(w) => w.write(&chunk).await.map_err(|e| describe(&e)),
+            };
+            if let Err(why) = w {
+                failure = Some((format!("error writing '{}'", it.dst.display()), why));
+                break;
+            }
+            self.progress.add_bytes(chunk.len() as u64);
+        }
+        if let Src::Remote(r) = src {
+            let _ = r.close().await;
+        }
+        let fin = match dst {
+            Dst::Local(f) => f.sync_all().map_err(|e| describe_io(&e)),
+            Dst::Remote(w) => {
+                if failure.is_some() {
+                    w.abort().await;
+                    Ok(())
+                } else {
+                    w.finish().await.map_err(|e| describe(&e))
+                }
+            }
+        };
+        if let (None, Err(why)) = (&failure, fin) {
+            failure = Some((format!("error writing '{}'", it.dst.display()), why));
+        }
+        match failure {
+            Some((what, why)) => {
+                self.progress.interrupt();
+                ctx.fail(what, why);
+            }
+            None => {
+                self.done.push(idx);
+                self.progress.add_files(1);
+            }
+        }
+        Ok(())
+    }
+
+    /// Modes that differ from what creation gave: set_permissions locally, one
+    /// vsetattrs per server remotely.
+    async fn modes(&mut self, ctx: &mut Ctx, items: &[Item]) -> anyhow::Result<()> {
+        let mut remote: Vec<(NfsUrl, u32)> = Vec::new();
+        let mut done = self.done.clone();
+        // Deepest first, so that a read-only directory is changed after its contents.
+        done.sort_by_key(|&i| std::cmp::Reverse(items[i].dst.display().matches('/').count()));
+        for i in done {
+            let it = &items[i];
+            let want = wanted_mode(it);
+            match &it.dst {
+                End::Local(p) => {
+                    if let Err(e) =
+                        std::fs::set_permissions(p, std::fs::Permissions::from_mode(want))
+                    {
+                        self.fail_io(
+                            ctx,
+                            format!("cannot set permissions of '{}'", p.display()),
+                            &e,
+                        );
+                    }
+                }
+                End::Remote(u) => {
+                    let default = if it.kind == Kind::Dir {
+                        DIR_MODE
+                    } else {
+                        FILE_MODE
+                    };
+                    if want != default {
+                        remote.push((u.clone(), want));
+                    }
+                }
+            }
+        }
+        let urls: Vec<&NfsUrl> = remote.iter().map(|(u, _)| u).collect();
+        let res = ctx
+            .per_server_idx(&urls, |fs, which| {
+                let v: Vec<(String, SetAttributes)> = which
+                    .iter()
+                    .map(|&k| {
+                        let set = SetAttributes {
+                            mode: Some(remote[k].1),
+                            ..Default::default()
+                        };
+                        (remote[k].0.path.clone(), set)
+                    })
+                    .collect();
+                async move { fs.vsetattrs(&v).await }
+            })
+            .await?;
+        for ((u, _), r) in remote.iter().zip(res) {
+            if let Err(e) = r {
+                self.fail_nfs(
+                    ctx,
+                    format!("cannot set permissions of '{}'", u.display),
+                    &e,
+                );
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,310 @@
+//! The file commands of the `txnfs` binary (ls, stat, cat, cp, mkdir, rm, mv, ln), on
+//! the vectorized client API, and what they share: connecting to the servers named by
+//! the URLs, coreutils-style failure messages and exit codes, and `--stats`.
+
+pub mod cat;
+pub mod cp;
+pub mod format;
+pub mod ln;
+pub mod ls;
+pub mod mkdir;
+pub mod mv;
+pub mod progress;
+pub mod rm;
+pub mod stat;
+pub mod stream;
+pub mod url;
+
+use clap::Args;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::process::ExitCode;
+use txnfs_client::{message, Attributes, Client, ClientConfig, ClientError, Fs};
+use url::{NfsUrl, ServerKey};
+
+/// Flags every file command takes.
+#[derive(Args, Debug, Clone, Default)]
+pub struct GlobalArgs {
+    /// Uid to send in AUTH_SYS credentials (default: the calling user's).
+    #[arg(long, global = true, value_name = "UID")]
+    pub uid: Option<u32>,
+    /// Gid to send in AUTH_SYS credentials (default: the calling user's).
+    #[arg(long, global = true, value_name = "GID")]
+    pub gid: Option<u32>,
+    /// After the command, print to stderr the number of COMPOUNDs and of ops per op
+    /// type sent to each server.
+    #[arg(long, global = true)]
+    pub stats: bool,
+}
+
+/// One file command with its arguments.
+pub enum FileCmd {
+    Ls(ls::LsArgs),
+    Stat(stat::StatArgs),
+    Cat(cat::CatArgs),
+    Cp(cp::CpArgs),
+    Mkdir(mkdir::MkdirArgs),
+    Rm(rm::RmArgs),
+    Mv(mv::MvArgs),
+    Ln(ln::LnArgs),
+}
+
+/// A usage error found after parsing (bad URL, missing operand): exit code 2.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Bail out with a usage error.
+pub fn usage<T>(msg: impl Into<String>) -> anyhow::Result<T> {
+    Err(UsageError(msg.into()).into())
+}
+
+/// What a command works with: connections (one session per server), and the count of
+/// items that failed.
+pub struct Ctx {
+    pub global: GlobalArgs,
+    conns: BTreeMap<ServerKey, Fs>,
+    failures: usize,
+}
+
+/// "No such file or directory (NFS4ERR_NOENT)" for NFS errors; the error's text
+/// otherwise.
+pub fn describe(e: &ClientError) -> String {
+    match e {
+        ClientError::Nfs { status, .. } => format!("{} ({status:?})", message(*status)),
+        other => other.to_string(),
+    }
+}
+
+/// An OS error as coreutils prints it ("No such file or directory", no "(os error 2)").
+pub fn describe_io(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.rfind(" (os error ") {
+        Some(i) if s.ends_with(')') => s[..i].to_string(),
+        _ => s,
+    }
+}
+
+impl Ctx {
+    pub fn new(global: GlobalArgs) -> Ctx {
+        Ctx {
+            global,
+            conns: BTreeMap::new(),
+            failures: 0,
+        }
+    }
+
+    /// The session to `key`'s server (connected on first use).
+    pub async fn fs(&mut self, key: &ServerKey) -> anyhow::Result<Fs> {
+        if let Some(fs) = self.conns.get(key) {
+            return Ok(fs.clone());
+        }
+        let addr = key
+            .addr()
+            .map_err(|e| anyhow::anyhow!("cannot resolve '{}': {e}", key.host))?;
+        let mut cfg = ClientConfig::new(addr);
+        if let Some(u) = self.global.uid {
+            cfg.uid = u;
+        }
+        if let Some(g) = self.global.gid {
+            cfg.gid = g;
+        }
+        cfg.max_attempts = 3;
+        let client = Client::connect(cfg)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot connect to {key}: {}", describe(&e)))?;
+        let fs = Fs::new(client);
+        self.conns.insert(key.clone(), fs.clone());
+        Ok(fs)
+    }
+
+    /// Report one failed item: `txnfs: <what>: <why>`.
+    pub fn fail(&mut self, what: impl std::fmt::Display, why: impl std::fmt::Display) {
+        eprintln!("txnfs: {what}: {why}");
+        self.failures += 1;
+    }
+
+    /// Report a failed NFS item.
+    pub fn fail_nfs(&mut self, what: impl std::fmt::Display, e: &ClientError) {
+        self.fail(what, describe(e));
+    }
+
+    /// Report a failed local item.
+    pub fn fail_io(&mut self, what: impl std::fmt::Display, e: &std::io::Error) {
+        self.fail(what, describe_io(e));
+    }
+
+    /// Report a failure without an error text (e.g. "-r not specified; omitting ...").
+    pub fn fail_msg(&mut self, msg: impl std::fmt::Display) {
+        eprintln!("txnfs: {msg}");
+        self.failures += 1;
+    }
+
+    pub fn failures(&self) -> usize {
+        self.failures
+    }
+
+    /// Run a vectorized call per server over `urls` and put the results back in the
+    /// order of `urls`. `f` gets the session and the paths of that server's URLs.
+    pub async fn per_server<T, F, Fut>(
+        &mut self,
+        urls: &[&NfsUrl],
+        f: F,
+    ) -> anyhow::Result<Vec<Result<T, ClientError>>>
+    where
+        F: Fn(Fs, Vec<String>) -> Fut,
+        Fut: Future<Output = Vec<Result<T, ClientError>>>,
+    {
+        self.per_server_idx(urls, |fs, idx| {
+            f(fs, idx.iter().map(|&i| urls[i].path.clone()).collect())
+        })
+        .await
+    }
+
+    /// Like [`Ctx::per_server`], but `f` gets the indices (into `urls`) of the server's
+    /// URLs, in order.
+    pub async fn per_server_idx<T, F, Fut>(
+        &mut self,
+        urls: &[&NfsUrl],
+        f: F,
+    ) -> anyhow::Result<Vec<Result<T, ClientError>>>
+    where
+        F: Fn(Fs, Vec<usize>) -> Fut,
+        Fut: Future<Output = Vec<Result<T, ClientError>>>,
+    {
+        let mut groups: BTreeMap<ServerKey, Vec<usize>> = BTreeMap::new();
+        for (i, u) in urls.iter().enumerate() {
+            groups.entry(u.server()).or_default().push(i);
+        }
+        let mut out: Vec<Option<Result<T, ClientError>>> = urls.iter().map(|_| None).collect();
+        for (key, idx) in groups {
+            let fs = self.fs(&key).await?;
+            for (i, r) in idx.clone().into_iter().zip(f(fs, idx).await) {
+                out[i] = Some(r);
+            }
+        }
+        Ok(out
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(ClientError::Local("no result".into()))))
+            .collect())
+    }
+
+    /// Attributes of many URLs (symlinks not followed), in one vectorized call per server.
+    pub async fn getattrs(
+        &mut self,
+        urls: &[&NfsUrl],
+    ) -> anyhow::Result<Vec<Result<Attributes, ClientError>>> {
+        self.per_server(urls, |fs, paths| async move { fs.vgetattrs(&paths).await })
+            .await
+    }
+
+    /// Print `--stats` and close the sessions.
+    async fn finish(&mut self) {
+        let conns = std::mem::take(&mut self.conns);
+        for (key, fs) in conns {
+            if self.global.stats {
+                eprint!("{}", stats_text(&key, fs.client()));
+            }
+            let client = fs.client().clone();
+            drop(fs);
+            // Best effort: the server drops the session at lease expiry anyway.
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), client.close()).await;
+        }
+    }
+}
+
+/// The `--stats` block for one server.
+pub fn stats_text(key: &ServerKey, client: &Client) -> String {
+    let s = client.stats();
+    let mut out = format!(
+        "txnfs: stats for {key}: {} COMPOUNDs, {} ops ({} besides SEQUENCE)\n",
+        s.compounds,
+        s.total_ops(),
+        s.ops_excluding_sequence()
+    );
+    for (op, n) in &s.ops {
+        out.push_str(&format!("  {op:<16} {n:>8}\n"));
+    }
+    if s.reconnects > 0 || s.session_recoveries > 0 {
+        out.push_str(&format!(
+            "  (reconnects {}, session recoveries {})\n",
+            s.reconnects, s.session_recoveries
+        ));
+    }
+    out
+}
+
+/// Run a file command: 0 on success, 1 if any item failed (or a fatal error), 2 for
+/// usage errors.
+pub fn run(global: GlobalArgs, cmd: FileCmd) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("txnfs: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(async move {
+        let mut ctx = Ctx::new(global);
+        let r = match cmd {
+            FileCmd::Ls(a) => ls::run(&mut ctx, a).await,
+            FileCmd::Stat(a) => stat::run(&mut ctx, a).await,
+            FileCmd::Cat(a) => cat::run(&mut ctx, a).await,
+            FileCmd::Cp(a) => cp::run(&mut ctx, a).await,
+            FileCmd::Mkdir(a) => mkdir::run(&mut ctx, a).await,
+            FileCmd::Rm(a) => rm::run(&mut ctx, a).await,
+            FileCmd::Mv(a) => mv::run(&mut ctx, a).await,
+            FileCmd::Ln(a) => ln::run(&mut ctx, a).await,
+        };
+        ctx.finish().await;
+        match r {
+            Err(e) if e.downcast_ref::<UsageError>().is_some() => {
+                eprintln!("txnfs: {e}\nTry 'txnfs --help' for more information.");
+                ExitCode::from(2)
+            }
+            Err(e) => {
+                eprintln!("txnfs: {e:#}");
+                ExitCode::FAILURE
+            }
+            Ok(()) if ctx.failures() > 0 => ExitCode::FAILURE,
+            Ok(()) => ExitCode::SUCCESS,
+        }
+    })
+}
+
+/// Parse URL operands; a bad one is a usage error.
+pub fn parse_urls(args: &[String]) -> anyhow::Result<Vec<NfsUrl>> {
+    args.iter()
+        .map(|a| {
+            if !url::is_url(a) {
+                return usage(format!(
+                    "'{a}' is not an nfs:// URL (expected nfs://host[:port]/path)"
+                ));
+            }
+            NfsUrl::parse(a).or_else(|e| usage(format!("invalid URL '{a}': {e}")))
+        })
+        .collect()
+}
+
+/// The process umask (from /proc/self/status; 022 if unknown).
+pub fn umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        })
+        .unwrap_or(0o022)
+}

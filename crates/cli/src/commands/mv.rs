@@ -1,0 +1,78 @@
+//! `txnfs mv SRC... DEST`: one vrename for all operands (into DEST if it is a directory).
+
+use super::url::NfsUrl;
+use super::{parse_urls, usage, Ctx};
+use clap::Args;
+use txnfs_proto::nfs4::nfsstat4;
+
+#[derive(Args, Debug)]
+#[command(
+    override_usage = "txnfs mv SRC... DEST",
+    after_help = "EXAMPLES:\n  \
+    txnfs mv nfs://server/a.txt nfs://server/b.txt\n  \
+    txnfs mv nfs://server/x nfs://server/y nfs://server/dir/   (into dir)\n\n\
+    SRC and DEST must be on the same server (NFS RENAME)."
+)]
+pub struct MvArgs {
+    /// Sources, then the destination.
+    #[arg(required = true, num_args = 2.., value_name = "URL")]
+    pub urls: Vec<String>,
+}
+
+pub async fn run(ctx: &mut Ctx, a: MvArgs) -> anyhow::Result<()> {
+    let urls = parse_urls(&a.urls)?;
+    let Some((dest, srcs)) = urls.split_last() else {
+        return usage("missing destination operand");
+    };
+    for s in srcs {
+        if s.server() != dest.server() {
+            return usage(format!(
+                "cannot move '{}' to '{}': not on the same server",
+                s.display, dest.display
+            ));
+        }
+    }
+    let dest_dir = match ctx.getattrs(&[dest]).await?.pop() {
+        Some(Ok(at)) => at.is_dir(),
+        Some(Err(e)) if e.status() == Some(nfsstat4::NFS4ERR_NOENT) => false,
+        Some(Err(e)) => {
+            ctx.fail_nfs(format!("cannot stat '{}'", dest.display), &e);
+            return Ok(());
+        }
+        None => false,
+    };
+    if srcs.len() > 1 && !dest_dir {
+        ctx.fail_msg(format!("target '{}' is not a directory", dest.display));
+        return Ok(());
+    }
+    let mut pairs: Vec<(&NfsUrl, NfsUrl)> = Vec::new();
+    for s in srcs {
+        if s.path.is_empty() {
+            ctx.fail_msg(format!(
+                "cannot move '{}': it is the server's root",
+                s.display
+            ));
+            continue;
+        }
+        let to = if dest_dir {
+            dest.child(s.basename())
+        } else {
+            dest.clone()
+        };
+        pairs.push((s, to));
+    }
+    let fs = ctx.fs(&dest.server()).await?;
+    let v: Vec<(&str, &str)> = pairs
+        .iter()
+        .map(|(s, d)| (s.path.as_str(), d.path.as_str()))
+        .collect();
+    for ((s, d), r) in pairs.iter().zip(fs.vrename(&v).await) {
+        if let Err(e) = r {
+            ctx.fail_nfs(
+                format!("cannot move '{}' to '{}'", s.display, d.display),
+                &e,
+            );
+        }
+    }
+    Ok(())
+}
