@@ -1082,6 +1082,14 @@ async fn fsinfo_fsstat_access() {
         "fsstat: {stat:?}"
     );
     assert!(m.get_max_read_size() >= 4096 && m.get_max_write_size() >= 4096);
+    eprintln!(
+        "rsize {} wsize {}; fsinfo rtmax {} wtmax {}; session {:?}",
+        m.get_max_read_size(),
+        m.get_max_write_size(),
+        info.rtmax,
+        info.wtmax,
+        m.nfs41_channel_limits().await
+    );
     let root = m.getfh().await;
     // ACCESS4_READ | ACCESS4_LOOKUP | ACCESS4_MODIFY | ACCESS4_EXTEND
     let granted = ok(
