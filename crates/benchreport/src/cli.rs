@@ -1,0 +1,155 @@
+//! `txnfs bench compare` / `txnfs-compare`: the command line.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+
+use crate::compare::{self, Comparison, MatrixOpts};
+use crate::report;
+use crate::results::BenchResult;
+use crate::servers::{ServerKind, ServerOpts};
+
+/// Start each server on loopback, run the same workloads against each with
+/// `txnfs-bench run`, print the ratios, and write `compare.json`, SVG plots
+/// and `report.md`.
+#[derive(clap::Args, Debug, Clone)]
+#[command(after_help = "EXAMPLES:
+  txnfs-compare smallfile-read seqread --delay-ms 0,10 --repeat 3
+  txnfs-compare getattr --servers txnfs,ganesha --out /tmp/cmp -- --threads 4
+  txnfs-compare --from-results txnfs.json ganesha.json --out /tmp/report
+
+Servers run on 127.0.0.1 on free ports with fresh exports in temporary
+directories: txnfs ($TXNFS_BIN, else <target>/release/txnfs, else debug)
+and NFS-Ganesha (ganesha.nfsd, FSAL VFS, NFSv4.1, graceless, pNFS off).
+The runner is $TXNFS_BENCH_BIN, else <target>/{release,debug}/txnfs-bench.
+TXNFS_COMPARE_KEEP=1 (or --keep) keeps the servers' directories and logs.")]
+pub struct CompareArgs {
+    /// Workloads to run (names known to `txnfs-bench run`).
+    #[arg(value_name = "WORKLOAD", required_unless_present = "from_results")]
+    pub workloads: Vec<String>,
+
+    /// Servers to compare, comma-separated (txnfs, ganesha).
+    #[arg(long, value_delimiter = ',', default_value = "txnfs,ganesha")]
+    pub servers: Vec<String>,
+
+    /// Added network delay in milliseconds, comma-separated list.
+    #[arg(long = "delay-ms", value_delimiter = ',', default_value = "0")]
+    pub delay_ms: Vec<f64>,
+
+    /// Repeats per run (passed to the runner; its default when not given).
+    #[arg(long)]
+    pub repeat: Option<u32>,
+
+    /// Output directory (default <target>/bench/compare).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+
+    /// Server the others are divided by (default ganesha, else the last one).
+    #[arg(long)]
+    pub baseline: Option<String>,
+
+    /// The txnfs-bench binary.
+    #[arg(long, value_name = "PATH")]
+    pub bench_bin: Option<PathBuf>,
+
+    /// The txnfs binary.
+    #[arg(long, value_name = "PATH")]
+    pub txnfs_bin: Option<PathBuf>,
+
+    /// Keep the servers' temporary directories (exports, logs).
+    #[arg(long)]
+    pub keep: bool,
+
+    /// Seconds a server may take to answer an RPC NULL after starting.
+    #[arg(long, default_value_t = 10)]
+    pub start_timeout: u64,
+
+    /// Do not run anything: build the report from existing results JSON
+    /// files (server from each file's "server" field, else its file name).
+    #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with = "workloads")]
+    pub from_results: Vec<PathBuf>,
+
+    /// Arguments after `--` are passed to every `txnfs-bench run`.
+    #[arg(last = true, value_name = "RUNNER_ARGS")]
+    pub bench_args: Vec<String>,
+}
+
+/// Run the comparison (or render existing results) and write the outputs.
+pub fn main(args: CompareArgs) -> Result<()> {
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| crate::servers::target_dir().join("bench").join("compare"));
+    if args.delay_ms.iter().any(|d| !d.is_finite() || *d < 0.0) {
+        bail!("--delay-ms takes non-negative numbers");
+    }
+    let mut cmp = if !args.from_results.is_empty() {
+        let mut results = Vec::new();
+        for f in &args.from_results {
+            let name = f
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "server".into());
+            for r in BenchResult::read_file(f)? {
+                results.push((name.clone(), Some(f.display().to_string()), r));
+            }
+        }
+        Comparison::from_results(results)
+    } else {
+        let servers = args
+            .servers
+            .iter()
+            .filter(|s| !s.trim().is_empty())
+            .map(|s| s.parse::<ServerKind>())
+            .collect::<Result<Vec<_>>>()?;
+        let mut seen = Vec::new();
+        for s in &servers {
+            if seen.contains(s) {
+                bail!("server {s} given twice in --servers");
+            }
+            seen.push(*s);
+        }
+        let opts = MatrixOpts {
+            workloads: args.workloads.clone(),
+            servers,
+            delays_ms: args.delay_ms.clone(),
+            repeat: args.repeat,
+            extra_args: args.bench_args.clone(),
+            out: out.clone(),
+            bench_bin: args.bench_bin.clone(),
+            server_opts: ServerOpts {
+                txnfs_bin: args.txnfs_bin.clone(),
+                keep: args.keep,
+                start_timeout: std::time::Duration::from_secs(args.start_timeout),
+                ..ServerOpts::default()
+            },
+        };
+        compare::run_matrix(&opts)?
+    };
+    if let Some(b) = &args.baseline {
+        if !cmp.server_names().contains(b) {
+            bail!("--baseline {b} is not among the servers compared");
+        }
+        cmp.settings.baseline = b.clone();
+        cmp.compute_ratios();
+    }
+    let written = report::write_all(&cmp, &out)
+        .with_context(|| format!("writing the report into {}", out.display()))?;
+    print!("{}", cmp.text_table());
+    eprintln!(
+        "\nwrote {}, {} and {} plots in {}",
+        written.json.display(),
+        written.report.display(),
+        written.bar_charts.len() + written.line_charts.len(),
+        out.display()
+    );
+    if !cmp.errors.is_empty() {
+        bail!(
+            "{} of {} runs failed (see {})",
+            cmp.errors.len(),
+            cmp.errors.len() + cmp.runs.len(),
+            written.report.display()
+        );
+    }
+    Ok(())
+}

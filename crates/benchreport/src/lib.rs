@@ -1,0 +1,21 @@
+//! Comparison of txnfs with NFS-Ganesha: `txnfs bench compare`.
+//!
+//! * [`servers`]: start/stop txnfs and Ganesha on 127.0.0.1 (free port, fresh
+//!   export in a temporary directory, RPC NULL readiness probe, stop by PID).
+//! * [`results`]: the results JSON of `txnfs-bench run` (crates/bench).
+//! * [`stats`]: means, 95 % CIs and ratios of means (delta-method CI).
+//! * [`compare`]: the server × delay × workload matrix driver and ratios.
+//! * [`plots`] and [`report`]: SVG plots (plotters, SVG backend only),
+//!   `compare.json` and `report.md`.
+//! * [`cli`]: the `clap` arguments and `main`, used by the `txnfs-compare`
+//!   binary and the `txnfs` CLI.
+
+pub mod cli;
+pub mod compare;
+pub mod plots;
+pub mod report;
+pub mod results;
+pub mod servers;
+pub mod stats;
+
+pub use cli::{main, CompareArgs};

@@ -1,0 +1,684 @@
+//! Start and stop the servers under comparison on 127.0.0.1, each on a free
+//! port with a fresh export in a temporary directory.
+//!
+//! * txnfs: `<bin> serve --listen 127.0.0.1:PORT --no-grace --state-dir DIR
+//!   EXPORTDIR`, exported as `/`. The binary is `$TXNFS_BIN`, else
+//!   `<target>/release/txnfs`, else `<target>/debug/txnfs`.
+//! * NFS-Ganesha (FSAL VFS): `ganesha.nfsd -F -L LOG -f CONF -p PIDFILE`,
+//!   exported as `/export`, NFSv4.1, graceless, pNFS off (FSAL VFS gives out
+//!   no layouts, but with the default MDS flag nfs-rs sends a failing
+//!   LAYOUTGET before every READ; see `crates/bench/scripts/compare-getattr-read.sh`).
+//!
+//! A server counts as up once it answers an ONC RPC NULL call for NFSv4
+//! (program 100003, version 4, procedure 0). Servers are stopped by PID:
+//! SIGTERM, then SIGKILL after a grace time. Only one Ganesha runs at a time
+//! on this machine (it still uses fixed paths such as `/var/run/ganesha`),
+//! enforced with an exclusive lock on [`GANESHA_LOCK`] held while it runs.
+
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use bytes::Bytes;
+use txnfs_rpc::{Credential, RpcClient};
+
+/// Lock file serializing Ganesha instances started by this crate (across
+/// processes and threads: `flock` locks conflict between open file
+/// descriptions even inside one process).
+pub const GANESHA_LOCK: &str = "/tmp/txnfs-benchreport-ganesha.lock";
+
+/// How long a server may take to answer the NULL probe.
+pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long to wait for another Ganesha run to release [`GANESHA_LOCK`].
+const GANESHA_LOCK_WAIT: Duration = Duration::from_secs(600);
+
+/// NFS program number and version probed with a NULL call.
+const NFS_PROGRAM: u32 = 100003;
+const NFS_V4: u32 = 4;
+
+/// Which server implementation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ServerKind {
+    Txnfs,
+    Ganesha,
+}
+
+impl ServerKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ServerKind::Txnfs => "txnfs",
+            ServerKind::Ganesha => "ganesha",
+        }
+    }
+
+    /// The path of the export in NFS terms (what goes after the port in a URL).
+    pub fn export_path(self) -> &'static str {
+        match self {
+            ServerKind::Txnfs => "/",
+            ServerKind::Ganesha => "/export",
+        }
+    }
+}
+
+impl fmt::Display for ServerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for ServerKind {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "txnfs" => Ok(ServerKind::Txnfs),
+            "ganesha" | "nfs-ganesha" => Ok(ServerKind::Ganesha),
+            other => bail!("unknown server {other:?} (known: txnfs, ganesha)"),
+        }
+    }
+}
+
+/// Settings for starting a server.
+#[derive(Clone, Debug)]
+pub struct ServerOpts {
+    /// txnfs binary; `None`: [`find_txnfs_bin`].
+    pub txnfs_bin: Option<PathBuf>,
+    /// Ganesha binary; `None`: `ganesha.nfsd` from `PATH`.
+    pub ganesha_bin: Option<PathBuf>,
+    /// Parent of the temporary directory (exports, state, logs); `None`: the
+    /// system temporary directory.
+    pub tmp_parent: Option<PathBuf>,
+    /// Time allowed until the server answers the NULL probe.
+    pub start_timeout: Duration,
+    /// Keep the temporary directory after stopping (logs, exports).
+    pub keep: bool,
+}
+
+impl Default for ServerOpts {
+    fn default() -> Self {
+        ServerOpts {
+            txnfs_bin: None,
+            ganesha_bin: None,
+            tmp_parent: None,
+            start_timeout: DEFAULT_START_TIMEOUT,
+            keep: false,
+        }
+    }
+}
+
+/// The workspace root (two levels above this crate's manifest).
+pub fn workspace_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| manifest.to_path_buf())
+}
+
+/// The cargo target directory: `$CARGO_TARGET_DIR`, else `<workspace>/target`.
+pub fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(d) if !d.is_empty() => {
+            let d = PathBuf::from(d);
+            if d.is_absolute() {
+                d
+            } else {
+                workspace_root().join(d)
+            }
+        }
+        _ => workspace_root().join("target"),
+    }
+}
+
+/// A workspace binary: `$ENV_VAR` when set, else `<target>/release/NAME`, else
+/// `<target>/debug/NAME` (the first that exists).
+pub fn find_workspace_bin(env_var: &str, name: &str) -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os(env_var).filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        if !p.is_file() {
+            bail!("{env_var}={} does not exist", p.display());
+        }
+        return Ok(p);
+    }
+    let target = target_dir();
+    let candidates = [
+        target.join("release").join(name),
+        target.join("debug").join(name),
+    ];
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .ok_or_else(|| {
+            anyhow!(
+                "{name} binary not found (looked at {} and {}; set {env_var} or build it)",
+                candidates[0].display(),
+                candidates[1].display()
+            )
+        })
+}
+
+/// The txnfs binary: `$TXNFS_BIN`, `<target>/release/txnfs` or `<target>/debug/txnfs`.
+pub fn find_txnfs_bin() -> Result<PathBuf> {
+    find_workspace_bin("TXNFS_BIN", "txnfs")
+        .map_err(|e| anyhow!("{e}: cargo build --release -p txnfs-cli"))
+}
+
+/// `name` on `PATH`, if it is there.
+pub fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// A port on 127.0.0.1 nobody listens on right now (the kernel picks it;
+/// the server binding it later is checked by the start-up probe).
+pub fn free_port() -> Result<u16> {
+    let l = TcpListener::bind("127.0.0.1:0").context("binding 127.0.0.1:0 to find a free port")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// A running server. Dropping it stops the server (by PID) and removes its
+/// temporary directory unless `keep` was set.
+pub struct RunningServer {
+    pub kind: ServerKind,
+    pub pid: u32,
+    pub port: u16,
+    /// The export in NFS terms: `/` for txnfs, `/export` for Ganesha.
+    pub export_path: String,
+    /// The exported directory on this host.
+    pub export_dir: PathBuf,
+    /// Server log (stdout and stderr, and Ganesha's `-L` log).
+    pub log_path: PathBuf,
+    /// One line naming the server's version, if it could be found.
+    pub version: Option<String>,
+    keep: bool,
+    child: Option<Child>,
+    work: Option<tempfile::TempDir>,
+    _lock: Option<File>,
+}
+
+impl fmt::Debug for RunningServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunningServer")
+            .field("kind", &self.kind)
+            .field("pid", &self.pid)
+            .field("port", &self.port)
+            .field("export_path", &self.export_path)
+            .field("export_dir", &self.export_dir)
+            .finish()
+    }
+}
+
+impl RunningServer {
+    /// Start `kind` and wait until it answers an RPC NULL call.
+    pub fn start(kind: ServerKind, opts: &ServerOpts) -> Result<RunningServer> {
+        match kind {
+            ServerKind::Txnfs => start_txnfs(opts),
+            ServerKind::Ganesha => start_ganesha(opts),
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// `nfs://127.0.0.1:PORT/` or `nfs://127.0.0.1:PORT/export`.
+    pub fn url(&self) -> String {
+        format!("nfs://127.0.0.1:{}{}", self.port, self.export_path)
+    }
+
+    /// The temporary directory holding export, state and logs.
+    pub fn work_dir(&self) -> Option<&Path> {
+        self.work.as_ref().map(|w| w.path())
+    }
+
+    /// Whether the server process is still running.
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// The last `lines` lines of the server log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        log_tail(&self.log_path, lines)
+    }
+
+    /// Stop the server: SIGTERM by PID, SIGKILL after 10 s. Returns an error
+    /// when it had already exited before (with its status and log tail).
+    pub fn stop(&mut self) -> Result<()> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        let result = match child.try_wait() {
+            Ok(Some(status)) => Err(anyhow!(
+                "{} (pid {}) had already exited ({status}); log tail:\n{}",
+                self.kind,
+                self.pid,
+                self.log_tail(20)
+            )),
+            _ => {
+                terminate(&mut child, self.pid, Duration::from_secs(10));
+                Ok(())
+            }
+        };
+        if let Some(work) = self.work.take() {
+            if self.keep_work() {
+                eprintln!("kept {} (logs, export)", work.path().display());
+                let _ = work.keep();
+            }
+        }
+        self._lock = None;
+        result
+    }
+
+    fn keep_work(&self) -> bool {
+        self.keep || std::env::var_os("TXNFS_COMPARE_KEEP").is_some_and(|v| v == "1")
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
+/// SIGTERM `pid`, wait up to `grace` for it to exit, then SIGKILL; reaps it.
+fn terminate(child: &mut Child, pid: u32, grace: Duration) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!("server pid {pid} ignored SIGTERM for {grace:?}; sending SIGKILL");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// The last `lines` lines of a file (at most its last 64 KiB), or a note that
+/// it could not be read.
+pub fn log_tail(path: &Path, lines: usize) -> String {
+    let mut f = match File::open(path) {
+        Ok(f) => f,
+        Err(e) => return format!("(no log at {}: {e})", path.display()),
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let start = len.saturating_sub(64 * 1024);
+    let _ = f.seek(SeekFrom::Start(start));
+    let mut buf = Vec::new();
+    let _ = f.read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf);
+    let all: Vec<&str> = text.lines().collect();
+    let tail = &all[all.len().saturating_sub(lines)..];
+    if tail.is_empty() {
+        format!("(log {} is empty)", path.display())
+    } else {
+        tail.join("\n")
+    }
+}
+
+fn make_work_dir(kind: ServerKind, opts: &ServerOpts) -> Result<tempfile::TempDir> {
+    let prefix = format!("txnfs-compare-{}.", kind.name());
+    let mut b = tempfile::Builder::new();
+    b.prefix(&prefix);
+    let dir = match &opts.tmp_parent {
+        Some(p) => {
+            std::fs::create_dir_all(p).with_context(|| format!("creating {}", p.display()))?;
+            b.tempdir_in(p)
+        }
+        None => b.tempdir(),
+    }
+    .context("creating a temporary directory for the server")?;
+    for sub in ["export", "state"] {
+        std::fs::create_dir(dir.path().join(sub))
+            .with_context(|| format!("creating {}", dir.path().join(sub).display()))?;
+    }
+    Ok(dir)
+}
+
+fn log_file(path: &Path) -> Result<(Stdio, Stdio)> {
+    let f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("creating log {}", path.display()))?;
+    let g = f.try_clone()?;
+    Ok((Stdio::from(f), Stdio::from(g)))
+}
+
+fn version_line(bin: &Path, arg: &str) -> Option<String> {
+    let out = Command::new(bin)
+        .arg(arg)
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(str::to_string)
+}
+
+fn start_txnfs(opts: &ServerOpts) -> Result<RunningServer> {
+    let bin = match &opts.txnfs_bin {
+        Some(b) if b.is_file() => b.clone(),
+        Some(b) => bail!("txnfs binary {} not found", b.display()),
+        None => find_txnfs_bin()?,
+    };
+    let work = make_work_dir(ServerKind::Txnfs, opts)?;
+    let export_dir = work.path().join("export");
+    let log_path = work.path().join("server.log");
+    let port = free_port()?;
+    let (out, err) = log_file(&log_path)?;
+    let child = Command::new(&bin)
+        .arg("serve")
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--no-grace")
+        .arg("--state-dir")
+        .arg(work.path().join("state"))
+        .arg(&export_dir)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    let mut server = RunningServer {
+        kind: ServerKind::Txnfs,
+        pid: child.id(),
+        port,
+        export_path: ServerKind::Txnfs.export_path().to_string(),
+        export_dir,
+        log_path,
+        version: version_line(&bin, "--version"),
+        keep: opts.keep,
+        child: Some(child),
+        work: Some(work),
+        _lock: None,
+    };
+    wait_ready(&mut server, opts.start_timeout)?;
+    Ok(server)
+}
+
+/// The Ganesha configuration: NFSv4.1 only, TCP on 127.0.0.1:`port`,
+/// graceless, pNFS off, FSAL VFS export of `export_dir` as `/export`.
+pub fn ganesha_config(port: u16, export_dir: &Path, recovery_dir: &Path) -> String {
+    format!(
+        r#"NFS_CORE_PARAM {{
+    Bind_addr = 127.0.0.1;
+    NFS_Port = {port};
+    Protocols = 4;
+    Enable_NLM = false;
+    Enable_RQUOTA = false;
+    Enable_UDP = false;
+}}
+NFSv4 {{
+    Graceless = true;
+    Minor_Versions = 1, 2;
+    RecoveryRoot = {recovery};
+    Only_Numeric_Owners = true;
+    PNFS_MDS = false;
+    PNFS_DS = false;
+}}
+NFS_KRB5 {{ Active_krb5 = false; }}
+EXPORT {{
+    Export_Id = 1;
+    Path = {export};
+    Pseudo = /export;
+    Access_Type = RW;
+    Squash = No_Root_Squash;
+    Protocols = 4;
+    Transports = TCP;
+    SecType = sys;
+    FSAL {{ Name = VFS; }}
+}}
+"#,
+        recovery = recovery_dir.display(),
+        export = export_dir.display(),
+    )
+}
+
+/// Take the machine-wide Ganesha lock, waiting (with a note on stderr) while
+/// another run holds it.
+fn lock_ganesha() -> Result<File> {
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(GANESHA_LOCK)
+        .with_context(|| format!("opening {GANESHA_LOCK}"))?;
+    let start = Instant::now();
+    let mut told = false;
+    loop {
+        match f.try_lock() {
+            Ok(()) => return Ok(f),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                if !told {
+                    eprintln!("waiting for another Ganesha run to finish (lock {GANESHA_LOCK})");
+                    told = true;
+                }
+                if start.elapsed() > GANESHA_LOCK_WAIT {
+                    bail!("another Ganesha run held {GANESHA_LOCK} for over {GANESHA_LOCK_WAIT:?}");
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("locking {GANESHA_LOCK}"))
+            }
+        }
+    }
+}
+
+fn start_ganesha(opts: &ServerOpts) -> Result<RunningServer> {
+    let bin = match &opts.ganesha_bin {
+        Some(b) if b.is_file() => b.clone(),
+        Some(b) => bail!(
+            "{} not found: apt-get install nfs-ganesha nfs-ganesha-vfs",
+            b.display()
+        ),
+        None => which("ganesha.nfsd").ok_or_else(|| {
+            anyhow!("ganesha.nfsd not found: apt-get install nfs-ganesha nfs-ganesha-vfs")
+        })?,
+    };
+    let lock = lock_ganesha()?;
+    let work = make_work_dir(ServerKind::Ganesha, opts)?;
+    let export_dir = work.path().join("export");
+    let log_path = work.path().join("server.log");
+    let conf_path = work.path().join("ganesha.conf");
+    let port = free_port()?;
+    std::fs::write(
+        &conf_path,
+        ganesha_config(port, &export_dir, &work.path().join("state")),
+    )
+    .with_context(|| format!("writing {}", conf_path.display()))?;
+    let (out, err) = log_file(&log_path)?;
+    let child = Command::new(&bin)
+        .arg("-F")
+        .arg("-L")
+        .arg(&log_path)
+        .arg("-f")
+        .arg(&conf_path)
+        .arg("-p")
+        .arg(work.path().join("ganesha.pid"))
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    let mut server = RunningServer {
+        kind: ServerKind::Ganesha,
+        pid: child.id(),
+        port,
+        export_path: ServerKind::Ganesha.export_path().to_string(),
+        export_dir,
+        log_path,
+        version: version_line(&bin, "-v"),
+        keep: opts.keep,
+        child: Some(child),
+        work: Some(work),
+        _lock: Some(lock),
+    };
+    wait_ready(&mut server, opts.start_timeout)?;
+    Ok(server)
+}
+
+/// Wait until the server answers the NULL probe; on failure stop it and return
+/// an error with the log tail.
+fn wait_ready(server: &mut RunningServer, timeout: Duration) -> Result<()> {
+    let start = Instant::now();
+    let addr = server.addr();
+    let mut last_err;
+    loop {
+        if let Some(child) = server.child.as_mut() {
+            if let Ok(Some(status)) = child.try_wait() {
+                let tail = server.log_tail(30);
+                server.child = None;
+                bail!(
+                    "{} (pid {}) exited during start-up ({status}) on 127.0.0.1:{}; log {}:\n{tail}",
+                    server.kind,
+                    server.pid,
+                    server.port,
+                    server.log_path.display()
+                );
+            }
+        }
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            match rpc_null_blocking(addr, Duration::from_secs(2)) {
+                Ok(()) => return Ok(()),
+                Err(e) => last_err = format!("{e:#}"),
+            }
+        } else {
+            last_err = "connection refused".into();
+        }
+        if start.elapsed() >= timeout {
+            let tail = server.log_tail(30);
+            let _ = server.stop();
+            bail!(
+                "{} (pid {}) did not answer an RPC NULL on 127.0.0.1:{} within {:?} (last: {last_err}); log {}:\n{tail}",
+                server.kind,
+                server.pid,
+                server.port,
+                timeout,
+                server.log_path.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// One NFSv4 NULL call to `addr` with [`RpcClient`].
+pub async fn rpc_null(addr: SocketAddr) -> Result<()> {
+    let client = RpcClient::connect(addr, Credential::None)
+        .await
+        .with_context(|| format!("connecting to {addr}"))?;
+    client
+        .call(NFS_PROGRAM, NFS_V4, 0, Bytes::new())
+        .await
+        .with_context(|| format!("NFSv4 NULL call to {addr}"))?;
+    Ok(())
+}
+
+/// [`rpc_null`] with a timeout, on a private current-thread runtime in its own
+/// thread (so it also works when called from inside another tokio runtime).
+pub fn rpc_null_blocking(addr: SocketAddr, timeout: Duration) -> Result<()> {
+    std::thread::spawn(move || -> Result<()> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("building a tokio runtime")?;
+        rt.block_on(async {
+            match tokio::time::timeout(timeout, rpc_null(addr)).await {
+                Ok(r) => r,
+                Err(_) => bail!("NULL call to {addr} timed out after {timeout:?}"),
+            }
+        })
+    })
+    .join()
+    .map_err(|_| anyhow!("NULL probe thread panicked"))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_kinds() {
+        assert_eq!("txnfs".parse::<ServerKind>().unwrap(), ServerKind::Txnfs);
+        assert_eq!(
+            "Ganesha".parse::<ServerKind>().unwrap(),
+            ServerKind::Ganesha
+        );
+        assert!("knfsd".parse::<ServerKind>().is_err());
+    }
+
+    #[test]
+    fn ganesha_config_has_settings() {
+        let c = ganesha_config(12345, Path::new("/tmp/x/export"), Path::new("/tmp/x/state"));
+        for needle in [
+            "NFS_Port = 12345;",
+            "Bind_addr = 127.0.0.1;",
+            "Path = /tmp/x/export;",
+            "Pseudo = /export;",
+            "Graceless = true;",
+            "PNFS_MDS = false;",
+            "PNFS_DS = false;",
+            "RecoveryRoot = /tmp/x/state;",
+        ] {
+            assert!(c.contains(needle), "{needle} missing in\n{c}");
+        }
+    }
+
+    #[test]
+    fn missing_ganesha_binary_is_a_clear_error() {
+        let opts = ServerOpts {
+            ganesha_bin: Some(PathBuf::from("/nonexistent/ganesha.nfsd")),
+            ..ServerOpts::default()
+        };
+        let err = RunningServer::start(ServerKind::Ganesha, &opts).unwrap_err();
+        assert!(
+            format!("{err}").contains("apt-get install nfs-ganesha nfs-ganesha-vfs"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn server_exiting_at_start_is_reported_with_log_tail() {
+        // `false` exits at once with status 1: "exited during start-up".
+        let opts = ServerOpts {
+            txnfs_bin: which("false"),
+            ..ServerOpts::default()
+        };
+        let err = RunningServer::start(ServerKind::Txnfs, &opts).unwrap_err();
+        let msg = format!("{err}");
+        assert!(msg.contains("exited during start-up"), "{msg}");
+    }
+
+    #[test]
+    fn log_tail_takes_last_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("log");
+        std::fs::write(&p, "a\nb\nc\nd\n").unwrap();
+        assert_eq!(log_tail(&p, 2), "c\nd");
+        assert!(log_tail(&dir.path().join("none"), 2).contains("no log"));
+    }
+}
