@@ -10,7 +10,7 @@
 use super::progress::Progress;
 use super::stream::{RemoteReader, RemoteWriter};
 use super::url::{Location, NfsUrl, ServerKey};
-use super::{describe, describe_io, umask, usage, Ctx};
+use super::{describe, describe_io, split_retry, umask, usage, Ctx};
 use bytes::Bytes;
 use clap::Args;
 use std::collections::{BTreeMap, BTreeSet};
@@ -634,7 +634,13 @@ impl Copier {
                     .iter()
                     .map(|&i| (path(&items[i].src), path(&items[i].dst)))
                     .collect();
-                for (&i, r) in idx.iter().zip(fs.vcopy(&pairs).await) {
+                let res = split_retry((0..pairs.len()).collect(), |part| {
+                    let fs = fs.clone();
+                    let p: Vec<(String, String)> = part.iter().map(|&k| pairs[k].clone()).collect();
+                    async move { fs.vcopy(&p).await }
+                })
+                .await;
+                for (&i, r) in idx.iter().zip(res) {
                     match r {
                         Ok(()) => self.done.push(i),
                         Err(e) => self.fail_nfs(
@@ -678,7 +684,13 @@ impl Copier {
             Some(s) => {
                 let fs = ctx.fs(s).await?;
                 let paths: Vec<String> = idx.iter().map(|&i| path(&items[i].src)).collect();
-                for (&i, r) in idx.iter().zip(fs.vread(&paths).await) {
+                let res = split_retry((0..paths.len()).collect(), |part| {
+                    let fs = fs.clone();
+                    let p: Vec<String> = part.iter().map(|&k| paths[k].clone()).collect();
+                    async move { fs.vread(&p).await }
+                })
+                .await;
+                for (&i, r) in idx.iter().zip(res) {
                     match r {
                         Ok(d) => data.push(Some(d)),
                         Err(e) => {
@@ -722,7 +734,13 @@ impl Copier {
                         writes.push((path(&items[i].dst), b));
                     }
                 }
-                for (&i, r) in which.iter().zip(fs.vwrite(&writes, false).await) {
+                let res = split_retry((0..writes.len()).collect(), |part| {
+                    let fs = fs.clone();
+                    let w: Vec<(String, Bytes)> = part.iter().map(|&k| writes[k].clone()).collect();
+                    async move { fs.vwrite(&w, false).await }
+                })
+                .await;
+                for (&i, r) in which.iter().zip(res) {
                     match r {
                         Ok(()) => self.done.push(i),
                         Err(e) => self.fail_nfs(

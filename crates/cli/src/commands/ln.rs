@@ -1,7 +1,7 @@
 //! `txnfs ln [-s] TARGET... LINK`: one vsymlink or vhardlink for all operands.
 
 use super::url::NfsUrl;
-use super::{parse_urls, usage, Ctx};
+use super::{parse_urls, split_retry, usage, Ctx};
 use clap::Args;
 use txnfs_proto::nfs4::nfsstat4;
 
@@ -82,7 +82,13 @@ pub async fn run(ctx: &mut Ctx, a: LnArgs) -> anyhow::Result<()> {
             .zip(targets)
             .map(|(l, t)| (l.path.as_str(), t.as_str()))
             .collect();
-        for (l, r) in names.iter().zip(fs.vsymlink(&v).await) {
+        let res = split_retry((0..v.len()).collect(), |part| {
+            let fs = fs.clone();
+            let p: Vec<(&str, &str)> = part.iter().map(|&k| v[k]).collect();
+            async move { fs.vsymlink(&p).await }
+        })
+        .await;
+        for (l, r) in names.iter().zip(res) {
             if let Err(e) = r {
                 ctx.fail_nfs(
                     format!("failed to create symbolic link '{}'", l.display),
@@ -96,7 +102,13 @@ pub async fn run(ctx: &mut Ctx, a: LnArgs) -> anyhow::Result<()> {
             .zip(&names)
             .map(|(t, l)| (t.path.as_str(), l.path.as_str()))
             .collect();
-        for ((t, l), r) in hard.iter().zip(&names).zip(fs.vhardlink(&v).await) {
+        let res = split_retry((0..v.len()).collect(), |part| {
+            let fs = fs.clone();
+            let p: Vec<(&str, &str)> = part.iter().map(|&k| v[k]).collect();
+            async move { fs.vhardlink(&p).await }
+        })
+        .await;
+        for ((t, l), r) in hard.iter().zip(&names).zip(res) {
             if let Err(e) = r {
                 ctx.fail_nfs(
                     format!(

@@ -186,7 +186,8 @@ impl Ctx {
         let mut out: Vec<Option<Result<T, ClientError>>> = urls.iter().map(|_| None).collect();
         for (key, idx) in groups {
             let fs = self.fs(&key).await?;
-            for (i, r) in idx.clone().into_iter().zip(f(fs, idx).await) {
+            let res = split_retry(idx.clone(), |part| f(fs.clone(), part)).await;
+            for (i, r) in idx.into_iter().zip(res) {
                 out[i] = Some(r);
             }
         }
@@ -281,6 +282,52 @@ pub fn run(global: GlobalArgs, cmd: FileCmd) -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
         }
     })
+}
+
+/// Whether a whole vectorized call failed because the server could not decode the
+/// COMPOUND (RPC GARBAGE_ARGS): Ganesha refuses more than 1024 ops that way, not with
+/// NFS4ERR_RESOURCE, so the client library does not learn its limit.
+fn undecodable(results: &[Result<impl Sized, ClientError>]) -> bool {
+    !results.is_empty()
+        && results.iter().all(|r| match r {
+            Err(e) => e.status().is_none() && e.to_string().contains("could not decode"),
+            Ok(_) => false,
+        })
+}
+
+/// Call `f` on `items` (indices of the caller's items); when the server could not
+/// decode the COMPOUND, call it again on each half (recursively), so a vectorized call
+/// never needs more ops than the server takes. Results are in the order of `items`.
+pub async fn split_retry<T, F, Fut>(items: Vec<usize>, f: F) -> Vec<Result<T, ClientError>>
+where
+    F: Fn(Vec<usize>) -> Fut,
+    Fut: Future<Output = Vec<Result<T, ClientError>>>,
+{
+    let n = items.len();
+    let mut out: Vec<Option<Result<T, ClientError>>> = (0..n).map(|_| None).collect();
+    // (offset into items, part)
+    let mut todo: Vec<(usize, Vec<usize>)> = vec![(0, items)];
+    while let Some((off, part)) = todo.pop() {
+        let res = f(part.clone()).await;
+        if part.len() > 1 && undecodable(&res) {
+            tracing::debug!(
+                items = part.len(),
+                "server could not decode the COMPOUND; splitting"
+            );
+            let half = part.len() / 2;
+            todo.push((off + half, part[half..].to_vec()));
+            todo.push((off, part[..half].to_vec()));
+            continue;
+        }
+        for (k, r) in res.into_iter().enumerate() {
+            if let Some(slot) = out.get_mut(off + k) {
+                *slot = Some(r);
+            }
+        }
+    }
+    out.into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(ClientError::Local("no result".into()))))
+        .collect()
 }
 
 /// Parse URL operands; a bad one is a usage error.

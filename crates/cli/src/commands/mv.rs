@@ -1,7 +1,7 @@
 //! `txnfs mv SRC... DEST`: one vrename for all operands (into DEST if it is a directory).
 
 use super::url::NfsUrl;
-use super::{parse_urls, usage, Ctx};
+use super::{parse_urls, split_retry, usage, Ctx};
 use clap::Args;
 use txnfs_proto::nfs4::nfsstat4;
 
@@ -66,7 +66,13 @@ pub async fn run(ctx: &mut Ctx, a: MvArgs) -> anyhow::Result<()> {
         .iter()
         .map(|(s, d)| (s.path.as_str(), d.path.as_str()))
         .collect();
-    for ((s, d), r) in pairs.iter().zip(fs.vrename(&v).await) {
+    let res = split_retry((0..v.len()).collect(), |part| {
+        let fs = fs.clone();
+        let p: Vec<(&str, &str)> = part.iter().map(|&k| v[k]).collect();
+        async move { fs.vrename(&p).await }
+    })
+    .await;
+    for ((s, d), r) in pairs.iter().zip(res) {
         if let Err(e) = r {
             ctx.fail_nfs(
                 format!("cannot move '{}' to '{}'", s.display, d.display),

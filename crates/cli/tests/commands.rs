@@ -1,0 +1,488 @@
+//! The file commands of the real `txnfs` binary against a real server: txnfs itself
+//! (`txnfs serve` started here, killed by PID on drop) and NFS-Ganesha when installed.
+//! Outcomes are checked on the host, in the server's export directory.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Mutex;
+use txnfs_e2e::{pattern, ServerGuard, ServerKind};
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_txnfs")
+}
+
+/// One server at a time (Ganesha shares machine-wide resources; and the tests count
+/// RPCs, which other load would not change, but wall time on 2 cores would).
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn kinds() -> Vec<ServerKind> {
+    let mut k = vec![ServerKind::Txnfs];
+    let have_ganesha = Command::new("sh")
+        .args(["-c", "command -v ganesha.nfsd"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if have_ganesha && std::env::var_os("TXNFS_CLI_SKIP_GANESHA").is_none() {
+        k.push(ServerKind::Ganesha);
+    } else {
+        eprintln!("ganesha.nfsd not used: testing txnfs only");
+    }
+    k
+}
+
+struct Env {
+    server: ServerGuard,
+    tmp: tempfile::TempDir,
+}
+
+impl Env {
+    fn new(kind: ServerKind) -> Env {
+        // The harness runs $TXNFS_BIN: the binary under test.
+        std::env::set_var("TXNFS_BIN", bin());
+        Env {
+            server: ServerGuard::start(kind),
+            tmp: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
+    /// URL of `rel` under the export.
+    fn url(&self, rel: &str) -> String {
+        let base = self.server.export_path().trim_end_matches('/');
+        format!("nfs://127.0.0.1:{}{base}/{rel}", self.server.port())
+    }
+
+    /// Host path of `rel` in the export.
+    fn host(&self, rel: &str) -> PathBuf {
+        self.server.export_dir().join(rel)
+    }
+
+    /// A local scratch path.
+    fn local(&self, rel: &str) -> PathBuf {
+        self.tmp.path().join(rel)
+    }
+
+    fn kind(&self) -> ServerKind {
+        self.server.kind()
+    }
+}
+
+fn run(args: &[&str]) -> Output {
+    run_env(args, &[])
+}
+
+fn run_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(bin());
+    c.args(args).env("TXNFS_PROGRESS", "0");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("run txnfs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[track_caller]
+fn ok(o: Output) -> Output {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        stdout(&o),
+        stderr(&o)
+    );
+    o
+}
+
+/// COMPOUNDs reported by --stats.
+fn compounds(o: &Output) -> u64 {
+    let e = stderr(o);
+    let line = e
+        .lines()
+        .find(|l| l.contains(" COMPOUNDs, "))
+        .unwrap_or_else(|| panic!("no stats in:\n{e}"));
+    let head = line.split(" COMPOUNDs").next().unwrap_or("");
+    head.rsplit(' ')
+        .next()
+        .unwrap_or("")
+        .parse()
+        .unwrap_or_else(|_| panic!("bad stats line {line}"))
+}
+
+/// A tree of 300 small files: 10 dirs x 3 subdirs x 10 files, sizes 0..4 KiB.
+fn make_tree(root: &Path) {
+    let mut n = 0;
+    for a in 0..10 {
+        for b in 0..3 {
+            let d = root.join(format!("d{a}")).join(format!("s{b}"));
+            std::fs::create_dir_all(&d).unwrap();
+            for f in 0..10 {
+                let len = (n * 137) % 4096;
+                std::fs::write(d.join(format!("f{f}.dat")), pattern(n as u64, len)).unwrap();
+                n += 1;
+            }
+        }
+    }
+    assert_eq!(n, 300);
+}
+
+/// Path -> contents ("<dir>" for directories, "-> t" for symlinks) of a host tree.
+fn snapshot(root: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            if m.is_dir() {
+                out.insert(rel, b"<dir>".to_vec());
+                stack.push(p);
+            } else if m.file_type().is_symlink() {
+                let t = std::fs::read_link(&p).unwrap();
+                out.insert(rel, format!("-> {}", t.display()).into_bytes());
+            } else {
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+#[track_caller]
+fn same_tree(a: &Path, b: &Path) {
+    let (x, y) = (snapshot(a), snapshot(b));
+    assert_eq!(
+        x.keys().collect::<Vec<_>>(),
+        y.keys().collect::<Vec<_>>(),
+        "{} and {} list different names",
+        a.display(),
+        b.display()
+    );
+    for (k, v) in &x {
+        assert!(
+            y[k] == *v,
+            "{k} differs between {} and {}",
+            a.display(),
+            b.display()
+        );
+    }
+}
+
+#[test]
+fn cp_trees_both_ways_and_remote_to_remote_with_few_compounds() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for kind in kinds() {
+        let env = Env::new(kind);
+        let src = env.local("src");
+        make_tree(&src);
+        // local -> remote: 300 files, 40 directories.
+        let o = ok(run(&[
+            "--stats",
+            "cp",
+            "-R",
+            src.to_str().unwrap(),
+            &env.url("tree"),
+        ]));
+        same_tree(&src, &env.host("tree"));
+        let n = compounds(&o);
+        eprintln!(
+            "{kind:?}: cp -R local->remote of 300 files: {n} COMPOUNDs\n{}",
+            stderr(&o)
+        );
+        let bound = match kind {
+            ServerKind::Txnfs => 15,
+            // Ganesha takes at most ~100 ops per COMPOUND: the client learns that from
+            // ~25 refused COMPOUNDs (each one counted), then sends ~100 ops at a time.
+            ServerKind::Ganesha => 100,
+        };
+        assert!(
+            n < bound,
+            "{kind:?}: {n} COMPOUNDs for 300 files (bound {bound})"
+        );
+
+        // remote -> local.
+        let back = env.local("back");
+        let o = ok(run(&[
+            "--stats",
+            "cp",
+            "-R",
+            &env.url("tree"),
+            back.to_str().unwrap(),
+        ]));
+        same_tree(&src, &back);
+        let n = compounds(&o);
+        eprintln!("{kind:?}: cp -R remote->local of 300 files: {n} COMPOUNDs");
+        assert!(n < bound, "{kind:?}: {n} COMPOUNDs for 300 files back");
+
+        // remote -> remote (vcopy), into an existing directory.
+        ok(run(&["mkdir", &env.url("copies")]));
+        let o = ok(run(&[
+            "--stats",
+            "cp",
+            "-R",
+            &env.url("tree"),
+            &env.url("copies"),
+        ]));
+        same_tree(&src, &env.host("copies/tree"));
+        let n = compounds(&o);
+        eprintln!("{kind:?}: cp -R remote->remote of 300 files: {n} COMPOUNDs");
+        assert!(n < bound * 2, "{kind:?}: {n} COMPOUNDs remote->remote");
+    }
+}
+
+#[test]
+fn cp_big_file_with_progress_and_cat() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for kind in kinds() {
+        let env = Env::new(kind);
+        let big = env.local("big.bin");
+        let data = pattern(7, 5 << 20);
+        std::fs::write(&big, &data).unwrap();
+        std::fs::set_permissions(&big, std::os::unix::fs::PermissionsExt::from_mode(0o750))
+            .unwrap();
+        let o = ok(run_env(
+            &["--stats", "cp", big.to_str().unwrap(), &env.url("")],
+            &[("TXNFS_PROGRESS", "1")],
+        ));
+        let e = stderr(&o);
+        assert!(
+            e.contains("\r") && e.contains("MiB") && e.contains("1/1 files"),
+            "no progress line: {e}"
+        );
+        eprintln!("{kind:?}: cp of 5 MiB: {} COMPOUNDs", compounds(&o));
+        assert_eq!(std::fs::read(env.host("big.bin")).unwrap(), data);
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(env.host("big.bin"))
+                .unwrap()
+                .permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o750, "mode copied");
+        // remote -> local into a directory, and cat of small + big files.
+        let out = env.local("out");
+        std::fs::create_dir(&out).unwrap();
+        ok(run(&["cp", &env.url("big.bin"), out.to_str().unwrap()]));
+        assert_eq!(std::fs::read(out.join("big.bin")).unwrap(), data);
+        std::fs::write(env.host("hello.txt"), b"hello\n").unwrap();
+        let o = ok(run(&[
+            "cat",
+            &env.url("hello.txt"),
+            &env.url("big.bin"),
+            &env.url("hello.txt"),
+        ]));
+        let mut want = b"hello\n".to_vec();
+        want.extend_from_slice(&data);
+        want.extend_from_slice(b"hello\n");
+        assert!(
+            o.stdout == want,
+            "cat output differs ({} bytes)",
+            o.stdout.len()
+        );
+    }
+}
+
+#[test]
+fn ls_stat_and_messages() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for kind in kinds() {
+        let env = Env::new(kind);
+        std::fs::create_dir_all(env.host("dir/sub")).unwrap();
+        std::fs::write(env.host("dir/hello.txt"), b"hello").unwrap();
+        std::fs::write(env.host("dir/sub/deep.txt"), b"0123456789").unwrap();
+        std::fs::write(env.host("dir/.hidden"), b"").unwrap();
+        std::os::unix::fs::symlink("hello.txt", env.host("dir/lnk")).unwrap();
+        let o = ok(run(&["ls", &env.url("dir")]));
+        assert_eq!(stdout(&o), "hello.txt\nlnk\nsub\n");
+        let o = ok(run(&["ls", "-a", &env.url("dir")]));
+        assert_eq!(stdout(&o), ".hidden\nhello.txt\nlnk\nsub\n");
+        let o = ok(run(&["--stats", "ls", "-lR", &env.url("dir")]));
+        let out = stdout(&o);
+        let has = |start: &str, end: &str| {
+            out.lines()
+                .any(|l| l.starts_with(start) && l.ends_with(end))
+        };
+        assert!(
+            out.starts_with(&format!("{}:\ntotal ", env.url("dir"))),
+            "{out}"
+        );
+        assert!(
+            has("-rw-r--r-- 1 ", " 5 ") || has("-rw-r--r-- 1 ", " hello.txt"),
+            "{out}"
+        );
+        assert!(
+            out.lines().any(|l| l.starts_with("-rw-r--r-- 1 ")
+                && l.ends_with(" hello.txt")
+                && l.split_whitespace().nth(4) == Some("5")),
+            "{out}"
+        );
+        assert!(has("lrwxrwxrwx 1 ", " lnk -> hello.txt"), "{out}");
+        assert!(has("drwxr-xr-x ", " sub"), "{out}");
+        assert!(
+            out.contains(&format!("\n\n{}:\ntotal ", env.url("dir/sub"))),
+            "{out}"
+        );
+        assert!(
+            out.lines()
+                .any(|l| l.ends_with(" deep.txt") && l.split_whitespace().nth(4) == Some("10")),
+            "{out}"
+        );
+        assert!(compounds(&o) <= 6, "ls -lR: {}", stderr(&o));
+        let o = ok(run(&[
+            "stat",
+            &env.url("dir/hello.txt"),
+            &env.url("dir/lnk"),
+        ]));
+        let out = stdout(&o);
+        assert!(
+            out.contains("Size: 5 ") && out.contains("regular file"),
+            "{out}"
+        );
+        assert!(
+            out.contains("Access: (0644/-rw-r--r--)") && out.contains("Links: 1"),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!("File: {} -> hello.txt", env.url("dir/lnk"))),
+            "{out}"
+        );
+        // Missing operands: exit 1, one coreutils-style line each, others still done.
+        let missing = env.url("dir/nope");
+        let o = run(&["ls", &missing, &env.url("dir/sub")]);
+        assert_eq!(o.status.code(), Some(1));
+        assert_eq!(
+            stderr(&o),
+            format!(
+                "txnfs: cannot access '{missing}': No such file or directory (NFS4ERR_NOENT)\n"
+            )
+        );
+        // Several operands: headers, as coreutils prints them.
+        assert_eq!(stdout(&o), format!("{}:\ndeep.txt\n", env.url("dir/sub")));
+        let o = run(&["stat", &missing]);
+        assert_eq!(o.status.code(), Some(1));
+        assert_eq!(
+            stderr(&o),
+            format!("txnfs: cannot stat '{missing}': No such file or directory (NFS4ERR_NOENT)\n")
+        );
+        let o = run(&["cat", &missing]);
+        assert_eq!(o.status.code(), Some(1));
+        // Usage errors: exit 2.
+        assert_eq!(run(&["ls", "not-a-url"]).status.code(), Some(2));
+        assert_eq!(run(&["cp", &env.url("x")]).status.code(), Some(2));
+        assert_eq!(
+            run(&["ls", "nfs://127.0.0.1:notaport/"]).status.code(),
+            Some(2)
+        );
+    }
+}
+
+#[test]
+fn mkdir_rm_mv_ln() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for kind in kinds() {
+        let env = Env::new(kind);
+        // mkdir -p, and mkdir of an existing directory.
+        ok(run(&["mkdir", "-p", &env.url("a/b/c"), &env.url("a/x")]));
+        assert!(env.host("a/b/c").is_dir() && env.host("a/x").is_dir());
+        let o = run(&["mkdir", &env.url("a/b")]);
+        assert_eq!(o.status.code(), Some(1));
+        assert_eq!(
+            stderr(&o),
+            format!(
+                "txnfs: cannot create directory '{}': File exists (NFS4ERR_EXIST)\n",
+                env.url("a/b")
+            )
+        );
+        ok(run(&["mkdir", "-p", &env.url("a/b")]));
+
+        // mv: rename, then into a directory.
+        std::fs::write(env.host("a/f.txt"), b"data").unwrap();
+        ok(run(&["mv", &env.url("a/f.txt"), &env.url("a/g.txt")]));
+        assert!(!env.host("a/f.txt").exists());
+        assert_eq!(std::fs::read(env.host("a/g.txt")).unwrap(), b"data");
+        ok(run(&["mv", &env.url("a/g.txt"), &env.url("a/x")]));
+        assert_eq!(std::fs::read(env.host("a/x/g.txt")).unwrap(), b"data");
+        let o = run(&["mv", &env.url("a/nope"), &env.url("a/y")]);
+        assert_eq!(o.status.code(), Some(1));
+        assert!(stderr(&o).starts_with(&format!(
+            "txnfs: cannot move '{}' to '{}': No such file or directory (NFS4ERR_NOENT)",
+            env.url("a/nope"),
+            env.url("a/y")
+        )));
+
+        // ln -s and ln.
+        ok(run(&["ln", "-s", "x/g.txt", &env.url("a/sym")]));
+        assert_eq!(
+            std::fs::read_link(env.host("a/sym")).unwrap(),
+            Path::new("x/g.txt")
+        );
+        ok(run(&["ln", &env.url("a/x/g.txt"), &env.url("a/hard")]));
+        use std::os::unix::fs::MetadataExt;
+        let (m1, m2) = (
+            std::fs::metadata(env.host("a/x/g.txt")).unwrap(),
+            std::fs::metadata(env.host("a/hard")).unwrap(),
+        );
+        assert_eq!((m1.ino(), m1.nlink()), (m2.ino(), 2));
+        ok(run(&["ln", "-s", "one", "two", &env.url("a/b")]));
+        assert_eq!(
+            std::fs::read_link(env.host("a/b/two")).unwrap(),
+            Path::new("two")
+        );
+        let o = run(&["ln", "-s", "t", &env.url("a/sym")]);
+        assert_eq!(o.status.code(), Some(1));
+        assert_eq!(
+            stderr(&o),
+            format!(
+                "txnfs: failed to create symbolic link '{}': File exists (NFS4ERR_EXIST)\n",
+                env.url("a/sym")
+            )
+        );
+
+        // rm: a file; a directory without -r; a missing file (exact message); -f.
+        ok(run(&["rm", &env.url("a/hard")]));
+        assert!(!env.host("a/hard").exists());
+        let o = run(&["rm", &env.url("a/b")]);
+        assert_eq!(o.status.code(), Some(1));
+        assert_eq!(
+            stderr(&o),
+            format!(
+                "txnfs: cannot remove '{}': Is a directory\n",
+                env.url("a/b")
+            )
+        );
+        let missing = env.url("a/missing");
+        let o = run(&["rm", &missing]);
+        assert_eq!(o.status.code(), Some(1));
+        assert_eq!(
+            stderr(&o),
+            format!(
+                "txnfs: cannot remove '{missing}': No such file or directory (NFS4ERR_NOENT)\n"
+            )
+        );
+        ok(run(&["rm", "-f", &missing]));
+
+        // rm -r of a 300-file tree.
+        make_tree(&env.host("t"));
+        let o = ok(run(&["--stats", "rm", "-r", &env.url("t"), &env.url("a")]));
+        assert!(!env.host("t").exists() && !env.host("a").exists());
+        assert_eq!(
+            std::fs::read_dir(env.server.export_dir()).unwrap().count(),
+            0
+        );
+        eprintln!(
+            "{kind:?}: rm -r of 300 files + 2 trees: {} COMPOUNDs",
+            compounds(&o)
+        );
+        let bound = if env.kind() == ServerKind::Txnfs {
+            15
+        } else {
+            100
+        };
+        assert!(compounds(&o) < bound, "{}", stderr(&o));
+    }
+}
