@@ -1,11 +1,22 @@
 //! Helpers for the txnfs benchmarks: reading a server's CPU time, context
 //! switches and memory from `/proc`, and small statistics.
 //!
-//! Everything here is measurement plumbing; the load generators live in
-//! `src/bin/`. [`proxy`] is a user-space TCP delay proxy (latency without
+//! The Benchmaster-style framework: [`workload::Workload`]s (one file per
+//! family in [`workloads`]) run by [`runner`] on N clients × T threads, with
+//! [`recorder`] per-op counts and latency histograms, [`stats`] (mean ± 95%
+//! CI), [`results`] (the JSON schema) and [`cli`] (`txnfs bench`). The
+//! nfs-rs load generators live in `src/bin/`. [`proxy`] is a user-space TCP delay proxy (latency without
 //! netem) that also counts ONC RPC records.
 
+pub mod cli;
+pub mod nfs;
 pub mod proxy;
+pub mod recorder;
+pub mod results;
+pub mod runner;
+pub mod stats;
+pub mod workload;
+pub mod workloads;
 
 pub use proxy::{DelayProxy, ProxyStats, RecordCounter};
 

@@ -1,0 +1,219 @@
+//! The `txnfs bench` command line: `bench run <workload> --target nfs://host:port/path ...`.
+
+use crate::runner::{self, RunConfig, Target};
+use crate::workload::StopAt;
+use crate::workloads::{self, parse_size, Params};
+use anyhow::{bail, Context};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub cmd: BenchCmd,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum BenchCmd {
+    /// Run a workload against an NFSv4.1 server and report ops/s, MB/s,
+    /// per-op counts and latencies (mean ± 95% CI over repeats).
+    Run(Box<RunArgs>),
+    /// List the workloads.
+    List,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Workload name (see `bench list`).
+    pub workload: String,
+    /// nfs://host:port/path: the workload works in its own new directory
+    /// under path (removed afterwards).
+    #[arg(long)]
+    pub target: String,
+    /// Clients, each with its own NFSv4.1 session.
+    #[arg(long, default_value_t = 1)]
+    pub clients: usize,
+    /// Threads per client (sharing the client's session).
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Delay added each way by a built-in TCP proxy, in milliseconds.
+    #[arg(long, default_value_t = 0.0)]
+    pub delay_ms: f64,
+    /// Timed part length in seconds (default: the workload's natural op count).
+    #[arg(long, conflicts_with = "ops")]
+    pub duration: Option<f64>,
+    /// Total iterations over all workers.
+    #[arg(long)]
+    pub ops: Option<u64>,
+    /// Repeat the run (prepare, run, clean up) this many times.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+    /// Write `<workload>-<unix time>.json` into this directory.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// PID of a local server process: report its CPU µs and context switches per request.
+    #[arg(long)]
+    pub server_pid: Option<u32>,
+    /// Label of the server in the results (e.g. txnfs, ganesha).
+    #[arg(long)]
+    pub server: Option<String>,
+    /// Multiply the workload's default sizes and counts.
+    #[arg(long, default_value_t = 1.0)]
+    pub scale: f64,
+    /// Number of files (workloads with a file set).
+    #[arg(long)]
+    pub files: Option<u64>,
+    /// File size (4096, 4k, 16M ...).
+    #[arg(long, value_parser = parse_size)]
+    pub file_size: Option<u64>,
+    /// I/O size per READ/WRITE (4k .. 1M).
+    #[arg(long, value_parser = parse_size)]
+    pub io_size: Option<u64>,
+    /// FILE_SYNC writes (like O_SYNC) instead of UNSTABLE + COMMIT.
+    #[arg(long)]
+    pub sync: bool,
+    /// Session slots each client asks for.
+    #[arg(long, default_value_t = 64)]
+    pub slots: u32,
+    /// Workload-specific setting key=value (repeatable; see `bench list`).
+    #[arg(long = "set", value_parser = parse_kv)]
+    pub set: Vec<(String, String)>,
+    /// Fail (exit status 2) when a per-op count check fails.
+    #[arg(long)]
+    pub strict: bool,
+    /// Less output.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+fn parse_kv(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .ok_or_else(|| format!("expected key=value, got {s:?}"))
+}
+
+impl RunArgs {
+    pub fn params(&self) -> Params {
+        Params {
+            scale: self.scale,
+            files: self.files,
+            file_size: self.file_size,
+            io_size: self.io_size,
+            sync: self.sync,
+            set: self.set.iter().cloned().collect::<BTreeMap<_, _>>(),
+        }
+    }
+
+    pub fn config(&self) -> anyhow::Result<RunConfig> {
+        let target: Target = self.target.parse()?;
+        let stop = match (self.duration, self.ops) {
+            (Some(d), _) if d > 0.0 => Some(StopAt::Duration(Duration::from_secs_f64(d))),
+            (Some(_), _) => bail!("--duration must be positive"),
+            (None, Some(k)) => Some(StopAt::Ops(k)),
+            (None, None) => None,
+        };
+        Ok(RunConfig {
+            target,
+            clients: self.clients,
+            threads: self.threads,
+            delay_ms: self.delay_ms,
+            stop,
+            repeat: self.repeat,
+            server_pid: self.server_pid,
+            server_label: self.server.clone(),
+            slots: self.slots,
+            verbose: !self.quiet,
+        })
+    }
+}
+
+/// Run `bench run` and return the results (also written to `--out`).
+pub async fn run(args: &RunArgs) -> anyhow::Result<crate::results::Results> {
+    let w = workloads::by_name(&args.workload, &args.params())?;
+    let cfg = args.config()?;
+    let res = runner::run(w, &cfg).await?;
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        let path = dir.join(format!("{}-{secs}.json", res.workload));
+        std::fs::write(&path, serde_json::to_vec_pretty(&res)?)
+            .with_context(|| format!("write {}", path.display()))?;
+        if !args.quiet {
+            eprintln!("wrote {}", path.display());
+        }
+    }
+    Ok(res)
+}
+
+/// Human-readable summary of results.
+pub fn report(res: &crate::results::Results) -> String {
+    let mut s = String::new();
+    let fmt = |o: &Option<crate::stats::Summary>| match o {
+        Some(x) => x.to_string(),
+        None => "-".into(),
+    };
+    s.push_str(&format!(
+        "{} on {} ({} clients × {} threads, delay {} ms)\n",
+        res.workload, res.target, res.clients, res.threads, res.delay_ms
+    ));
+    s.push_str(&format!("  ops/s      {}\n", fmt(&res.summary.ops_per_s)));
+    s.push_str(&format!("  MB/s       {}\n", fmt(&res.summary.mb_per_s)));
+    if res.summary.cpu_us_per_op.is_some() {
+        s.push_str(&format!(
+            "  server CPU µs/request {}\n  server ctx switches/request {}\n",
+            fmt(&res.summary.cpu_us_per_op),
+            fmt(&res.summary.ctx_switches_per_op)
+        ));
+    }
+    if let Some(last) = res.repeats.last() {
+        s.push_str("  requests (last repeat): type count mean/p50/p99 µs\n");
+        for (k, l) in &last.latency_us {
+            s.push_str(&format!(
+                "    {k:<12} {:>8} {:>9.1} {:>9.1} {:>9.1}\n",
+                l.count, l.mean, l.p50, l.p99
+            ));
+        }
+        let ops: Vec<String> = last
+            .op_counts
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        s.push_str(&format!("  ops: {}\n", ops.join(" ")));
+    }
+    for r in &res.repeats {
+        for c in &r.checks {
+            if !c.ok {
+                s.push_str(&format!("  CHECK FAILED: {} ({})\n", c.rule, c.detail));
+            }
+        }
+    }
+    if res.all_checks_ok() {
+        s.push_str("  all per-op checks passed\n");
+    }
+    s
+}
+
+/// Entry point of `txnfs bench`.
+pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
+    match args.cmd {
+        BenchCmd::List => {
+            for n in workloads::NAMES {
+                println!("{n}");
+            }
+            Ok(())
+        }
+        BenchCmd::Run(a) => {
+            let res = run(&a).await?;
+            print!("{}", report(&res));
+            if a.strict && !res.all_checks_ok() {
+                eprintln!("per-op checks failed: {:?}", res.failed_checks());
+                std::process::exit(2);
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! The workloads, one file per family, and the registry by name.
+
+pub mod randio;
+pub mod seqio;
+
+use crate::workload::Workload;
+use anyhow::bail;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Workload parameters from the command line. Each workload takes what it
+/// uses and fills in its defaults (the seeds' sizes, times `scale`).
+#[derive(Clone, Debug)]
+pub struct Params {
+    /// Multiplies the default counts (files, iterations, tree size).
+    pub scale: f64,
+    pub files: Option<u64>,
+    /// File size in bytes.
+    pub file_size: Option<u64>,
+    /// I/O size in bytes.
+    pub io_size: Option<u64>,
+    /// FILE_SYNC writes (like O_SYNC) instead of UNSTABLE + COMMIT.
+    pub sync: bool,
+    /// Further workload-specific settings (`--set key=value`).
+    pub set: BTreeMap<String, String>,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            scale: 1.0,
+            files: None,
+            file_size: None,
+            io_size: None,
+            sync: false,
+            set: BTreeMap::new(),
+        }
+    }
+}
+
+impl Params {
+    /// `default` times the scale, at least 1.
+    pub fn scaled(&self, default: u64) -> u64 {
+        ((default as f64 * self.scale).round() as u64).max(1)
+    }
+
+    pub fn files_or(&self, default: u64) -> u64 {
+        self.files.unwrap_or_else(|| self.scaled(default))
+    }
+
+    /// A `--set` value parsed as a size ("4k", "1M", "512").
+    pub fn get_size(&self, key: &str) -> anyhow::Result<Option<u64>> {
+        self.set.get(key).map(|v| parse_size(v)).transpose()
+    }
+
+    pub fn get_u64(&self, key: &str, default: u64) -> anyhow::Result<u64> {
+        Ok(self.get_size(key)?.unwrap_or(default))
+    }
+}
+
+/// "4096", "4k", "16K", "1m", "1MiB", "2g" -> bytes (binary units).
+pub fn parse_size(s: &str) -> anyhow::Result<u64> {
+    let t = s.trim().to_ascii_lowercase();
+    let t = t
+        .strip_suffix("ib")
+        .or_else(|| t.strip_suffix('b'))
+        .unwrap_or(&t);
+    let (num, mult) = match t.chars().last() {
+        Some('k') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('m') => (&t[..t.len() - 1], 1 << 20),
+        Some('g') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    let n: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("bad size {s:?} (e.g. 4096, 4k, 1M)"))?;
+    if n < 0.0 {
+        bail!("bad size {s:?}");
+    }
+    Ok((n * mult as f64).round() as u64)
+}
+
+/// Workload names accepted by [`by_name`].
+pub const NAMES: &[&str] = &["randread", "randwrite", "seqread", "seqwrite"];
+
+/// The workload called `name` with these parameters.
+pub fn by_name(name: &str, p: &Params) -> anyhow::Result<Arc<dyn Workload>> {
+    Ok(match name {
+        "randread" => Arc::new(randio::BlockIo::random(false, p)?),
+        "randwrite" => Arc::new(randio::BlockIo::random(true, p)?),
+        "seqread" => Arc::new(seqio::sequential(false, p)?),
+        "seqwrite" => Arc::new(seqio::sequential(true, p)?),
+        other => bail!("unknown workload {other:?}; known: {}", NAMES.join(", ")),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("4k").unwrap(), 4096);
+        assert_eq!(parse_size("16KiB").unwrap(), 16384);
+        assert_eq!(parse_size("1M").unwrap(), 1 << 20);
+        assert_eq!(parse_size("0.5k").unwrap(), 512);
+        assert!(parse_size("x").is_err());
+    }
+
+    #[test]
+    fn every_name_builds() {
+        for n in NAMES {
+            let w = by_name(n, &Params::default()).unwrap();
+            assert_eq!(w.name(), *n);
+            assert!(w.default_ops() > 0);
+        }
+        assert!(by_name("nope", &Params::default()).is_err());
+    }
+}

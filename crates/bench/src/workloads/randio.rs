@@ -1,0 +1,205 @@
+//! Random read and random write of one large file (seed 001 §3.1, §3.3): each
+//! iteration is one READ or WRITE of `io_size` bytes (4 KB-1 MB) at a random
+//! aligned offset; `--sync` makes writes FILE_SYNC (like O_SYNC), otherwise
+//! they are UNSTABLE and each worker COMMITs once at the end. The sequential
+//! variants (seqio.rs) use the same engine with a shared cursor.
+
+use crate::nfs;
+use crate::workload::{BoxFut, Expectation, RunStats, Setup, Worker, Workload};
+use crate::workloads::Params;
+use crate::XorShift;
+use anyhow::{bail, Context};
+use bytes::Bytes;
+use std::sync::Mutex;
+use txnfs_client::Compound;
+use txnfs_proto::nfs4::{OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_ACCESS_READ};
+
+const FILE: &str = "data";
+
+pub struct BlockIo {
+    pub name: &'static str,
+    pub write: bool,
+    pub random: bool,
+    pub file_size: u64,
+    pub io_size: u64,
+    pub sync: bool,
+    /// Iterations per run by default.
+    pub default_ops: u64,
+    fh: Mutex<Option<Bytes>>,
+}
+
+impl BlockIo {
+    pub(crate) fn new(
+        name: &'static str,
+        write: bool,
+        random: bool,
+        file_size: u64,
+        io_size: u64,
+        sync: bool,
+        default_ops: u64,
+    ) -> anyhow::Result<BlockIo> {
+        if io_size == 0 || io_size > (1 << 20) {
+            bail!("--io-size must be between 1 byte and 1 MiB");
+        }
+        if file_size < io_size {
+            bail!("--file-size must be at least --io-size");
+        }
+        Ok(BlockIo {
+            name,
+            write,
+            random,
+            file_size,
+            io_size,
+            sync,
+            default_ops,
+            fh: Mutex::new(None),
+        })
+    }
+
+    /// Random read/write: default a 64 MiB file (times --scale), 4 KiB I/O,
+    /// 10,000 iterations (times --scale).
+    pub fn random(write: bool, p: &Params) -> anyhow::Result<BlockIo> {
+        let io = p.io_size.unwrap_or(4096);
+        BlockIo::new(
+            if write { "randwrite" } else { "randread" },
+            write,
+            true,
+            p.file_size.unwrap_or_else(|| p.scaled(64 << 20)).max(io),
+            io,
+            p.sync,
+            p.scaled(10_000),
+        )
+    }
+
+    fn offset(&self, rng: &mut XorShift, i: u64) -> u64 {
+        let blocks = (self.file_size / self.io_size).max(1);
+        let b = if self.random {
+            rng.next_u64() % blocks
+        } else {
+            i % blocks
+        };
+        b * self.io_size
+    }
+}
+
+impl Workload for BlockIo {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn params(&self) -> serde_json::Value {
+        serde_json::json!({
+            "file_size": self.file_size,
+            "io_size": self.io_size,
+            "sync": self.sync,
+            "random": self.random,
+        })
+    }
+
+    fn default_ops(&self) -> u64 {
+        self.default_ops
+    }
+
+    fn prepare<'a>(&'a self, s: &'a Setup) -> BoxFut<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            // Writers start from a file of full size too, so writes are
+            // in place (as in the seed).
+            let fh = nfs::fill_file(
+                &s.client,
+                &s.base_fh,
+                FILE,
+                self.file_size,
+                1 << 20,
+                &s.owner,
+            )
+            .await?;
+            *self.fh.lock().expect("not poisoned") = Some(fh);
+            Ok(())
+        })
+    }
+
+    fn run<'a>(&'a self, w: &'a mut Worker) -> BoxFut<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            let fh = self
+                .fh
+                .lock()
+                .expect("not poisoned")
+                .clone()
+                .context("not prepared")?;
+            // Untimed: open the file once.
+            let mut c = Compound::new();
+            c.putfh(&w.base_fh);
+            let access = if self.write {
+                OPEN4_SHARE_ACCESS_BOTH
+            } else {
+                OPEN4_SHARE_ACCESS_READ
+            };
+            let o = c.open(FILE.as_bytes(), access, &w.owner.clone(), None);
+            let r = w.call(&c).await?;
+            let sid = r.open(o)?.stateid;
+            let data = Bytes::from(crate::pattern(w.global_idx() as u64, self.io_size as usize));
+            let mut rng = XorShift::new(w.global_idx() as u64 + 1);
+            w.ready().await;
+            while let Some(i) = w.next_iter() {
+                let off = self.offset(&mut rng, i);
+                let mut c = Compound::new();
+                c.putfh(&fh);
+                if self.write {
+                    let k = c.write(sid.clone(), off, data.clone(), self.sync);
+                    let r = w.call(&c).await?;
+                    let n = r.write(k)?.count as u64;
+                    if n != self.io_size {
+                        bail!("short WRITE: {n} of {} bytes at {off}", self.io_size);
+                    }
+                } else {
+                    let k = c.read(sid.clone(), off, self.io_size as u32);
+                    let r = w.call(&c).await?;
+                    let (d, _) = r.read(k)?;
+                    if d.len() as u64 != self.io_size {
+                        bail!("short READ: {} of {} bytes at {off}", d.len(), self.io_size);
+                    }
+                }
+                w.done();
+            }
+            let mut c = Compound::new();
+            c.putfh(&fh);
+            if self.write && !self.sync {
+                c.commit();
+            }
+            c.close(sid);
+            w.call(&c).await?;
+            Ok(())
+        })
+    }
+
+    fn expected_ops(&self, s: &RunStats) -> Vec<Expectation> {
+        let workers = (s.clients * s.threads) as u64;
+        let it = s.iterations();
+        let mut v = Vec::new();
+        if self.write {
+            v.push(Expectation::eq("WRITE == iterations", s.ops("WRITE"), it));
+            v.push(Expectation::eq("READ == 0", s.ops("READ"), 0));
+            let commits = if self.sync { 0 } else { workers };
+            v.push(Expectation::eq(
+                "COMMIT == workers unless --sync (then 0)",
+                s.ops("COMMIT"),
+                commits,
+            ));
+        } else {
+            v.push(Expectation::eq("READ == iterations", s.ops("READ"), it));
+            v.push(Expectation::eq("WRITE == 0", s.ops("WRITE"), 0));
+        }
+        v.push(Expectation::eq(
+            "bytes == iterations × io_size",
+            s.rec.bytes,
+            it * self.io_size,
+        ));
+        v.push(Expectation::eq("CLOSE == workers", s.ops("CLOSE"), workers));
+        v.push(Expectation::eq(
+            "no OPEN in the timed part",
+            s.ops("OPEN"),
+            0,
+        ));
+        v
+    }
+}
