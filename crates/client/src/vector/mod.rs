@@ -77,38 +77,30 @@ pub struct Fs {
 }
 
 /// Learns how many ops per COMPOUND a server really accepts. It starts at the
-/// negotiated ca_maxoperations; when a server refuses a COMPOUND as too large with
-/// NFS4ERR_RESOURCE (Ganesha 4.3 does above 100 ops, whatever it negotiated), the limit
-/// drops to 90% of the refused size and then bisects between the largest size that
-/// worked and the smallest that was refused.
+/// negotiated ca_maxoperations. Some servers accept a large ca_maxoperations and then
+/// refuse big COMPOUNDs anyway (Ganesha 4.3: NFS4ERR_RESOURCE above 100 ops, GARBAGE_ARGS
+/// above 1024). On the first refusal the limit drops to 99 ops (100 with SEQUENCE, the
+/// most common real cap) or below the refused size; on later refusals it halves, never
+/// going above the largest size that worked. It never grows back: one refusal per
+/// session on such servers, none on honest ones.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct OpLimit {
     good: usize,
-    bad: usize,
     limit: usize,
 }
 
 impl OpLimit {
     fn refused(&mut self, nops: usize) {
-        self.bad = self.bad.min(nops);
-        self.limit = if self.good == 0 {
-            self.bad * 9 / 10
+        let next = if self.limit == usize::MAX {
+            99.min(nops.saturating_sub(1))
         } else {
-            (self.good + self.bad) / 2
-        }
-        .clamp(1, self.bad.saturating_sub(1).max(1));
+            (nops / 2).max(self.good.min(nops.saturating_sub(1)))
+        };
+        self.limit = next.max(1);
     }
 
     fn accepted(&mut self, nops: usize) {
-        if nops < self.limit {
-            return;
-        }
         self.good = self.good.max(nops);
-        self.limit = if self.bad > self.good + 1 {
-            (self.good + self.bad) / 2
-        } else {
-            self.good
-        };
     }
 }
 
@@ -122,7 +114,6 @@ impl Fs {
             owner: Bytes::from(format!("txnfs-fs-{}-{n}", std::process::id())),
             max_ops: Arc::new(Mutex::new(OpLimit {
                 good: 0,
-                bad: usize::MAX,
                 limit: usize::MAX,
             })),
         }
@@ -255,7 +246,10 @@ impl Fs {
                         op: "COMPOUND",
                         status: nfsstat4::NFS4ERR_RESOURCE,
                         ..
-                    }) if nops > 1 => {
+                    })
+                    | Err(ClientError::Rpc(txnfs_rpc::RpcError::GarbageArgs))
+                        if nops > 1 =>
+                    {
                         // Too many ops for this server: shrink and send again.
                         let mut l = self.max_ops.lock().unwrap_or_else(|e| e.into_inner());
                         l.refused(nops);
@@ -349,26 +343,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn op_limit_converges_below_the_servers_cap() {
-        let cap = 99; // the largest size the "server" takes
+    fn op_limit_settles_after_one_refusal_on_a_100_op_server() {
+        let cap = 99; // the largest size (without SEQUENCE) the "server" takes
         let mut l = OpLimit {
             good: 0,
-            bad: usize::MAX,
             limit: usize::MAX,
         };
-        let mut tries = 0;
-        let mut size = 140;
-        while tries < 30 {
-            let n = size.min(l.limit);
+        let mut refusals = 0;
+        for _ in 0..30 {
+            let n = 1800usize.min(l.limit);
             if n > cap {
+                refusals += 1;
                 l.refused(n);
             } else {
                 l.accepted(n);
             }
-            size = 140;
-            tries += 1;
         }
-        assert_eq!(l.limit, cap);
+        assert_eq!((l.limit, refusals), (99, 1));
+        // a stricter server: halves until it fits, never above what worked
+        let mut l = OpLimit {
+            good: 0,
+            limit: usize::MAX,
+        };
+        for _ in 0..30 {
+            let n = 1800usize.min(l.limit);
+            if n > 30 {
+                l.refused(n);
+            } else {
+                l.accepted(n);
+            }
+        }
+        assert!(l.limit <= 30 && l.limit >= 15, "{}", l.limit);
         assert_eq!(components("a/./b/../c").unwrap(), vec!["a", "c"]);
         assert!(components("../x").is_err());
     }
