@@ -438,6 +438,10 @@ fn ganesha_conf(port: u16, dir: &Path, opts: &ServerOpts) -> String {
 }}
 NFSv4 {{
     Graceless = {graceless};
+    # Ganesha advertises a pNFS MDS by default although FSAL VFS serves no
+    # layouts; nfs-rs would then send a failing LAYOUTGET before I/O.
+    PNFS_MDS = false;
+    PNFS_DS = false;
     Minor_Versions = 1, 2;
     RecoveryRoot = {state};
     Only_Numeric_Owners = true;
