@@ -1,0 +1,189 @@
+//! Attributes seen through READDIR agree with GETATTR and with the host:
+//! type, size, mode, fileid, nlink (also of directories), and the
+//! per-entry file handles READDIR returns are usable.
+
+use std::collections::HashSet;
+use std::os::unix::fs::MetadataExt;
+
+use nfs_rs::DirectoryCookie;
+use txnfs_e2e::{create_with, ok, timed, Checks, ServerGuard};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readdir_attributes_match_getattr_and_host() {
+    let server = ServerGuard::start_default();
+    let m = server.mount().await;
+    let dir = ok(
+        &server,
+        "mkdir",
+        timed("mkdir", m.mkdir_path("d", 0o755)).await,
+    )
+    .fh;
+    for i in 0..30usize {
+        let mode = [0o600, 0o640, 0o644, 0o755][i % 4];
+        create_with(
+            &server,
+            &*m,
+            &format!("d/file-{i}"),
+            mode,
+            &vec![b'x'; i * 1000],
+        )
+        .await;
+    }
+    for i in 0..5 {
+        ok(
+            &server,
+            "mkdir",
+            timed("mkdir", m.mkdir_path(&format!("d/sub-{i}"), 0o750)).await,
+        );
+        for j in 0..i {
+            ok(
+                &server,
+                "mkdir",
+                timed("mkdir", m.mkdir_path(&format!("d/sub-{i}/n{j}"), 0o755)).await,
+            );
+        }
+    }
+    for i in 0..5 {
+        ok(
+            &server,
+            "symlink",
+            timed(
+                "symlink",
+                m.symlink_path(&format!("target-{i}"), &format!("d/link-{i}")),
+            )
+            .await,
+        );
+    }
+    ok(
+        &server,
+        "link",
+        timed("link", m.link_path("d/file-3", "d/hard-3")).await,
+    );
+
+    let mut c = Checks::new(&server);
+    let mut pos = DirectoryCookie::default();
+    let mut entries = Vec::new();
+    loop {
+        let page = ok(
+            &server,
+            "page",
+            timed("page", m.readdirplus_page(dir.clone(), pos)).await,
+        );
+        entries.extend(page.entries);
+        if page.eof {
+            break;
+        }
+        pos = page.next;
+    }
+    c.check(
+        entries.len() == 41,
+        format!("{} entries, want 41", entries.len()),
+    );
+    let mut fileids = HashSet::new();
+    let host_dir = server.export_dir().join("d");
+    for e in &entries {
+        let Some(attr) = &e.attr else {
+            c.check(
+                false,
+                format!("{}: READDIR returned no attributes", e.file_name),
+            );
+            continue;
+        };
+        let real = ok(
+            &server,
+            "lookup",
+            timed("lookup", m.lookup(dir.clone(), &e.file_name)).await,
+        );
+        let g = ok(
+            &server,
+            "getattr",
+            timed("getattr", m.getattr(real.fh.clone())).await,
+        );
+        let n = &e.file_name;
+        c.check(
+            attr.type_ == g.type_,
+            format!("{n}: type {} vs GETATTR {}", attr.type_, g.type_),
+        );
+        c.check(
+            attr.filesize == g.filesize,
+            format!("{n}: size {} vs GETATTR {}", attr.filesize, g.filesize),
+        );
+        c.check(
+            attr.file_mode & 0o7777 == g.file_mode & 0o7777,
+            format!(
+                "{n}: mode {:o} vs GETATTR {:o}",
+                attr.file_mode, g.file_mode
+            ),
+        );
+        c.check(
+            attr.fileid == g.fileid,
+            format!("{n}: fileid {} vs GETATTR {}", attr.fileid, g.fileid),
+        );
+        c.check(
+            attr.nlink == g.nlink,
+            format!("{n}: nlink {} vs GETATTR {}", attr.nlink, g.nlink),
+        );
+        c.check(
+            e.fileid == g.fileid,
+            format!("{n}: entry fileid {} vs GETATTR {}", e.fileid, g.fileid),
+        );
+        if !e.handle.is_empty() {
+            c.check(
+                e.handle == real.fh,
+                format!("{n}: READDIR handle differs from LOOKUP's"),
+            );
+        }
+        if !n.starts_with("hard-") && !n.starts_with("file-3") {
+            c.check(
+                fileids.insert(g.fileid),
+                format!("{n}: fileid {} not unique", g.fileid),
+            );
+        }
+        let host = std::fs::symlink_metadata(host_dir.join(n)).unwrap();
+        c.check(
+            host.len() == g.filesize,
+            format!("{n}: host size {} vs {}", host.len(), g.filesize),
+        );
+        c.check(
+            u64::from(g.nlink) == host.nlink(),
+            format!("{n}: nlink {} vs host {}", g.nlink, host.nlink()),
+        );
+        c.check(
+            host.mode() & 0o7777 == g.file_mode & 0o7777 || host.file_type().is_symlink(),
+            format!(
+                "{n}: mode {:o} vs host {:o}",
+                g.file_mode & 0o7777,
+                host.mode() & 0o7777
+            ),
+        );
+    }
+    // Directory link counts follow subdirectories (2 + number of subdirs).
+    let d = ok(
+        &server,
+        "getattr d",
+        timed("getattr", m.getattr(dir.clone())).await,
+    );
+    let host_d = std::fs::metadata(&host_dir).unwrap();
+    c.check(
+        u64::from(d.nlink) == host_d.nlink(),
+        format!("dir nlink {} vs host {}", d.nlink, host_d.nlink()),
+    );
+    // The handle of a file replaced by RENAME is stale afterwards.
+    let victim = ok(
+        &server,
+        "lookup victim",
+        timed("lookup", m.lookup_path("d/file-5")).await,
+    )
+    .fh;
+    ok(
+        &server,
+        "rename over",
+        timed("rename", m.rename_path("d/file-6", "d/file-5")).await,
+    );
+    c.expect_err(
+        "GETATTR of a file replaced by RENAME",
+        timed("getattr", m.getattr(victim)).await,
+        &[nfs_rs::Nfs4ErrorCode::NFS4ERR_STALE],
+    );
+    c.finish();
+}
