@@ -10,6 +10,15 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::stats::{fmt_num, Estimate};
 
+/// An axis label: whole numbers without decimals.
+fn fmt_axis(v: &f64) -> String {
+    if v.is_finite() && (v - v.round()).abs() < 1e-9 {
+        format!("{v:.0}")
+    } else {
+        fmt_num(*v)
+    }
+}
+
 /// Colour of the `i`-th server: txnfs first (blue), Ganesha (orange), ...
 pub fn server_color(i: usize) -> RGBColor {
     const PALETTE: [RGBColor; 6] = [
@@ -74,7 +83,7 @@ pub fn bar_chart(
         .disable_x_mesh()
         .x_labels(n)
         .x_label_formatter(&label_of)
-        .y_label_formatter(&|y| fmt_num(*y))
+        .y_label_formatter(&fmt_axis)
         .y_desc(y_desc)
         .label_style(("sans-serif", 13))
         .draw()
@@ -176,7 +185,7 @@ pub fn line_chart(
         .configure_mesh()
         .x_desc(x_desc)
         .y_desc(y_desc)
-        .y_label_formatter(&|y| fmt_num(*y))
+        .y_label_formatter(&fmt_axis)
         .label_style(("sans-serif", 13))
         .draw()
         .map_err(err)?;

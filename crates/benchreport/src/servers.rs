@@ -364,14 +364,33 @@ fn log_file(path: &Path) -> Result<(Stdio, Stdio)> {
     Ok((Stdio::from(f), Stdio::from(g)))
 }
 
+/// The first non-empty line `bin arg` prints (stdout, then stderr), if it
+/// exits within 3 s (it is killed otherwise).
 fn version_line(bin: &Path, arg: &str) -> Option<String> {
-    let out = Command::new(bin)
+    let dir = tempfile::tempdir().ok()?;
+    let out_path = dir.path().join("version.txt");
+    let out = File::create(&out_path).ok()?;
+    let err = out.try_clone().ok()?;
+    let mut child = Command::new(bin)
         .arg(arg)
         .stdin(Stdio::null())
-        .output()
+        .stdout(Stdio::from(out))
+        .stderr(Stdio::from(err))
+        .spawn()
         .ok()?;
-    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
-    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+    let text = std::fs::read_to_string(&out_path).ok()?;
     text.lines()
         .map(str::trim)
         .find(|l| !l.is_empty())
