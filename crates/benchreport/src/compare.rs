@@ -413,33 +413,36 @@ pub fn find_bench_bin() -> Result<PathBuf> {
         .map_err(|e| anyhow::anyhow!("{e}: cargo build --release -p txnfs-bench"))
 }
 
-/// The arguments of one `txnfs-bench run`.
+/// The arguments of one `txnfs-bench run` of `workload` at `delay_ms`
+/// against `server`, writing into `dir`:
+/// `run WORKLOAD --server NAME --target URL --delay-ms D [--repeat R]
+/// --server-pid PID --out DIR [passthrough args]`.
 pub fn bench_args(
+    opts: &MatrixOpts,
+    server: &RunningServer,
     workload: &str,
-    target: &str,
     delay_ms: f64,
-    repeat: Option<u32>,
-    server_pid: u32,
-    out: &Path,
-    extra: &[String],
+    dir: &Path,
 ) -> Vec<String> {
     let mut args = vec![
         "run".to_string(),
         workload.to_string(),
+        "--server".into(),
+        server.kind.name().to_string(),
         "--target".into(),
-        target.to_string(),
+        server.url(),
         "--delay-ms".into(),
         fmt_delay(delay_ms),
     ];
-    if let Some(r) = repeat {
+    if let Some(r) = opts.repeat {
         args.push("--repeat".into());
         args.push(r.to_string());
     }
     args.push("--server-pid".into());
-    args.push(server_pid.to_string());
+    args.push(server.pid.to_string());
     args.push("--out".into());
-    args.push(out.display().to_string());
-    args.extend(extra.iter().cloned());
+    args.push(dir.display().to_string());
+    args.extend(opts.extra_args.iter().cloned());
     args
 }
 
@@ -496,15 +499,7 @@ fn run_one(
     let log_path = dir.join("bench.log");
     let log = std::fs::File::create(&log_path)
         .with_context(|| format!("creating {}", log_path.display()))?;
-    let args = bench_args(
-        workload,
-        &server.url(),
-        delay_ms,
-        opts.repeat,
-        server.pid,
-        dir,
-        &opts.extra_args,
-    );
+    let args = bench_args(opts, server, workload, delay_ms, dir);
     std::fs::write(
         dir.join("command.txt"),
         format!("{} {}\n", bench.display(), args.join(" ")),

@@ -113,10 +113,11 @@ const FAKE_BENCH: &str = r#"#!/bin/sh
 set -eu
 [ "$1" = run ] || { echo "expected run, got $1" >&2; exit 2; }
 wl=$2; shift 2
-target= delay= repeat=1 pid= out= extra=
+target= delay= repeat=1 pid= out= extra= label=
 while [ $# -gt 0 ]; do
   case $1 in
     --target) target=$2; shift 2;;
+    --server) label=$2; shift 2;;
     --delay-ms) delay=$2; shift 2;;
     --repeat) repeat=$2; shift 2;;
     --server-pid) pid=$2; shift 2;;
@@ -132,10 +133,11 @@ case $target in
   */) ops=1200; srv=txnfs;;
   *) echo "bad target $target" >&2; exit 6;;
 esac
+[ "$label" = "$srv" ] || { echo "label '$label' for $target" >&2; exit 7; }
 a=$((ops - 10)); b=$((ops + 10))
 echo "fake run $wl on $target delay $delay repeat $repeat"
 cat > "$out/$wl.json" <<JSON
-{"workload": "$wl", "server": null, "target": "$target", "delay_ms": $delay,
+{"workload": "$wl", "server": "$label", "target": "$target", "delay_ms": $delay,
  "params": {"fake": true},
  "repeats": [
    {"duration_s": 1, "ops": $a, "ops_per_s": $a, "mb_per_s": 1.0,
