@@ -64,6 +64,9 @@ pub struct ServerOpts {
     /// period lasts one lease time on txnfs; Ganesha gets
     /// `Grace_Period = lease_time`.
     pub grace: bool,
+    /// txnfs only: serve the volatile in-memory file system (`--memory`)
+    /// instead of the export directory.
+    pub memory: bool,
 }
 
 /// Host directory name for a named export ("/x/y" -> "x_y").
@@ -265,7 +268,9 @@ impl ServerGuard {
                 if let Some(lease) = self.opts.lease_time {
                     cmd.arg("--lease-time").arg(lease.to_string());
                 }
-                if self.opts.exports.is_empty() {
+                if self.opts.memory {
+                    cmd.arg("--memory");
+                } else if self.opts.exports.is_empty() {
                     cmd.arg(self.export_dir());
                 } else {
                     let conf = self.dir.path().join("txnfs.toml");
