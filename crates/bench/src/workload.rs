@@ -155,6 +155,7 @@ pub struct Worker {
     pub rec: Recorder,
     pub(crate) shared: Arc<Shared>,
     pub(crate) timed: bool,
+    recording: bool,
     deadline: Option<Instant>,
 }
 
@@ -183,6 +184,7 @@ impl Worker {
             rec: Recorder::new(Instant::now()),
             shared,
             timed: false,
+            recording: true,
             deadline: None,
         }
     }
@@ -218,6 +220,16 @@ impl Worker {
         self.timed
     }
 
+    fn recording(&self) -> bool {
+        self.timed && self.recording
+    }
+
+    /// Stop (false) or resume (true) recording, e.g. for untimed clean-up
+    /// of per-worker state after the last iteration.
+    pub fn set_recording(&mut self, on: bool) {
+        self.recording = on;
+    }
+
     /// Claim the next iteration: its global index (unique over all workers),
     /// or `None` when the run is over (deadline passed or op budget used up).
     pub fn next_iter(&mut self) -> Option<u64> {
@@ -235,7 +247,7 @@ impl Worker {
 
     /// The iteration claimed last is complete.
     pub fn done(&mut self) {
-        if self.timed {
+        if self.recording() {
             self.rec.iteration();
         }
     }
@@ -245,7 +257,7 @@ impl Worker {
         let t = Instant::now();
         let r = self.client.compound(c).await;
         let lat = t.elapsed();
-        if self.timed {
+        if self.recording() {
             let kind = nfs::primary_op(c);
             let bytes = nfs::write_bytes(c) + r.as_ref().map(nfs::read_bytes).unwrap_or(0);
             self.rec.request(kind, nfs::op_names(c), lat, bytes);
@@ -279,7 +291,7 @@ impl Worker {
         latency: Duration,
         bytes: u64,
     ) {
-        if !self.timed {
+        if !self.recording() {
             return;
         }
         let compounds = after.compounds.saturating_sub(before.compounds);
@@ -301,7 +313,7 @@ impl Worker {
     }
 
     pub fn count(&mut self, key: &str, n: u64) {
-        if self.timed {
+        if self.recording() {
             self.rec.count(key, n);
         }
     }

@@ -1,7 +1,16 @@
 //! The workloads, one file per family, and the registry by name.
 
+pub mod common;
+pub mod create;
+pub mod deleg;
+pub mod filebench;
+pub mod listing;
+pub mod locked;
 pub mod randio;
 pub mod seqio;
+pub mod smallfiles;
+pub mod tcnfs;
+pub mod tree;
 
 use crate::workload::Workload;
 use anyhow::bail;
@@ -82,7 +91,25 @@ pub fn parse_size(s: &str) -> anyhow::Result<u64> {
 }
 
 /// Workload names accepted by [`by_name`].
-pub const NAMES: &[&str] = &["randread", "randwrite", "seqread", "seqwrite"];
+pub const NAMES: &[&str] = &[
+    "randread",
+    "randwrite",
+    "seqread",
+    "seqwrite",
+    "smallfiles",
+    "create",
+    "listing",
+    "locked",
+    "deleg",
+    "fileserver",
+    "webserver",
+    "mailserver",
+    "writefiles",
+    "readfiles",
+    "tree-ls",
+    "tree-cp",
+    "tree-rm",
+];
 
 /// The workload called `name` with these parameters.
 pub fn by_name(name: &str, p: &Params) -> anyhow::Result<Arc<dyn Workload>> {
@@ -91,6 +118,28 @@ pub fn by_name(name: &str, p: &Params) -> anyhow::Result<Arc<dyn Workload>> {
         "randwrite" => Arc::new(randio::BlockIo::random(true, p)?),
         "seqread" => Arc::new(seqio::sequential(false, p)?),
         "seqwrite" => Arc::new(seqio::sequential(true, p)?),
+        "smallfiles" => Arc::new(smallfiles::SmallFiles::new(p)),
+        "create" => Arc::new(create::Create::new(p)),
+        "listing" => Arc::new(listing::Listing::new(p)?),
+        "locked" => Arc::new(locked::Locked::new(p)?),
+        "deleg" => Arc::new(deleg::Deleg::new(p)),
+        "fileserver" => Arc::new(filebench::Filebench::new(
+            filebench::Personality::FileServer,
+            p,
+        )?),
+        "webserver" => Arc::new(filebench::Filebench::new(
+            filebench::Personality::WebServer,
+            p,
+        )?),
+        "mailserver" => Arc::new(filebench::Filebench::new(
+            filebench::Personality::MailServer,
+            p,
+        )?),
+        "writefiles" => Arc::new(tcnfs::TcNfs::new(true, p)),
+        "readfiles" => Arc::new(tcnfs::TcNfs::new(false, p)),
+        "tree-ls" => Arc::new(tree::Tree::new(tree::TreeOp::Ls, p)?),
+        "tree-cp" => Arc::new(tree::Tree::new(tree::TreeOp::Cp, p)?),
+        "tree-rm" => Arc::new(tree::Tree::new(tree::TreeOp::Rm, p)?),
         other => bail!("unknown workload {other:?}; known: {}", NAMES.join(", ")),
     })
 }

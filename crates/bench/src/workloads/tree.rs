@@ -1,0 +1,299 @@
+//! vNFS-style tree operations with the vectorized client ([`txnfs_client::Fs`]):
+//! `ls -lR` (tree-ls), `cp -R` (tree-cp) and `rm -r` (tree-rm) of a generated
+//! tree shaped like a kernel source tree: about 60,000 files averaging about
+//! 15 KB in about 4,000 directories at scale 1 (`--scale`, `--files`,
+//! `--set dirs=N`, `--set mean_size=15k`). One iteration is one whole-tree
+//! operation. Per-op counts come from the client's counters around each call,
+//! so the workload runs one thread per client (the vectorized client keeps
+//! many COMPOUNDs in flight itself). tree-rm removes one prepared copy per
+//! iteration (`--set trees=N`, default 1).
+
+use crate::workload::{BoxFut, Expectation, RunStats, Setup, Worker, Workload};
+use crate::workloads::Params;
+use crate::XorShift;
+use anyhow::Context;
+use bytes::Bytes;
+use std::time::Instant;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TreeOp {
+    Ls,
+    Cp,
+    Rm,
+}
+
+/// A generated tree: directories (relative paths, parents first, "" is the
+/// root) and files (relative path, size).
+#[derive(Clone, Debug)]
+pub struct Shape {
+    pub dirs: Vec<String>,
+    pub files: Vec<(String, u64)>,
+}
+
+impl Shape {
+    /// `dirs` directories as a random recursive tree (each new directory
+    /// under a uniformly chosen earlier one: shallow and bushy, like a source
+    /// tree), `files` files spread uniformly with sizes exponentially
+    /// distributed around `mean` (1 byte to 1 MiB).
+    pub fn generate(dirs: u64, files: u64, mean: u64, seed: u64) -> Shape {
+        let mut rng = XorShift::new(seed);
+        let mut d = vec![String::new()];
+        for k in 1..dirs.max(1) {
+            let parent = d[(rng.next_u64() % k) as usize].clone();
+            d.push(if parent.is_empty() {
+                format!("d{k}")
+            } else {
+                format!("{parent}/d{k}")
+            });
+        }
+        let f = (0..files)
+            .map(|j| {
+                let dir = &d[(rng.next_u64() % d.len() as u64) as usize];
+                let u = ((rng.next_u64() >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+                let size = ((-u.ln()) * mean as f64).clamp(1.0, (1 << 20) as f64) as u64;
+                let name = if dir.is_empty() {
+                    format!("f{j}.c")
+                } else {
+                    format!("{dir}/f{j}.c")
+                };
+                (name, size)
+            })
+            .collect();
+        Shape { dirs: d, files: f }
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.files.iter().map(|f| f.1).sum()
+    }
+}
+
+pub struct Tree {
+    pub op: TreeOp,
+    pub shape: Shape,
+    pub trees: u64,
+}
+
+impl Tree {
+    pub fn new(op: TreeOp, p: &Params) -> anyhow::Result<Tree> {
+        let dirs = p.get_u64("dirs", p.scaled(4000))?.max(1);
+        let files = p.files_or(60_000);
+        let mean = p.file_size.unwrap_or(p.get_u64("mean_size", 15 << 10)?);
+        Ok(Tree {
+            op,
+            shape: Shape::generate(dirs, files, mean, 42),
+            trees: p.get_u64("trees", 1)?.max(1),
+        })
+    }
+
+    fn root(&self, k: u64) -> String {
+        format!("src{k}")
+    }
+}
+
+fn join(a: &str, b: &str) -> String {
+    if b.is_empty() {
+        a.to_string()
+    } else {
+        format!("{a}/{b}")
+    }
+}
+
+async fn build(s: &Setup, root: &str, shape: &Shape) -> anyhow::Result<()> {
+    let dirs: Vec<String> = shape.dirs.iter().map(|d| join(&s.path(root), d)).collect();
+    for r in s.fs.vmkdir(&dirs, 0o755, true).await {
+        r.context("mkdir")?;
+    }
+    for chunk in shape.files.chunks(1000) {
+        let files: Vec<(String, Bytes)> = chunk
+            .iter()
+            .map(|(p, n)| {
+                (
+                    join(&s.path(root), p),
+                    Bytes::from(crate::pattern(*n, *n as usize)),
+                )
+            })
+            .collect();
+        for r in s.fs.vwrite(&files, false).await {
+            r.context("write file")?;
+        }
+    }
+    Ok(())
+}
+
+impl Workload for Tree {
+    fn name(&self) -> &str {
+        match self.op {
+            TreeOp::Ls => "tree-ls",
+            TreeOp::Cp => "tree-cp",
+            TreeOp::Rm => "tree-rm",
+        }
+    }
+    fn params(&self) -> serde_json::Value {
+        serde_json::json!({"dirs": self.shape.dirs.len(), "files": self.shape.files.len(),
+                           "bytes": self.shape.bytes(), "trees": self.trees})
+    }
+    fn default_ops(&self) -> u64 {
+        match self.op {
+            TreeOp::Rm => self.trees,
+            _ => 1,
+        }
+    }
+    fn validate(&self, _clients: usize, threads: usize) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            threads == 1,
+            "tree workloads run one thread per client (the vectorized client is concurrent itself)"
+        );
+        Ok(())
+    }
+    fn prepare<'a>(&'a self, s: &'a Setup) -> BoxFut<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            let n = if self.op == TreeOp::Rm { self.trees } else { 1 };
+            for k in 0..n {
+                build(s, &self.root(k), &self.shape).await?;
+            }
+            Ok(())
+        })
+    }
+    fn run<'a>(&'a self, w: &'a mut Worker) -> BoxFut<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            let fs = w.fs();
+            let src = join(&w.base, &self.root(0));
+            w.ready().await;
+            while let Some(i) = w.next_iter() {
+                let before = w.client.stats();
+                let t = Instant::now();
+                let (kind, bytes) = match self.op {
+                    TreeOp::Ls => {
+                        let l = fs
+                            .vlistdir(std::slice::from_ref(&src), true)
+                            .await
+                            .pop()
+                            .context("no listing")??;
+                        w.count("entries", l.len() as u64);
+                        ("LS_LR", 0)
+                    }
+                    TreeOp::Cp => {
+                        let dst = join(&w.base, &format!("copy{i}"));
+                        let l = fs
+                            .vlistdir(std::slice::from_ref(&src), true)
+                            .await
+                            .pop()
+                            .context("no listing")??;
+                        let mut dirs = vec![dst.clone()];
+                        let mut pairs = Vec::new();
+                        let mut bytes = 0;
+                        for e in &l {
+                            let rel = e.path.strip_prefix(&format!("{src}/")).unwrap_or(&e.path);
+                            let to = join(&dst, rel);
+                            if e.attrs.is_dir() {
+                                dirs.push(to);
+                            } else {
+                                bytes += e.attrs.size.unwrap_or(0);
+                                pairs.push((e.path.clone(), to));
+                            }
+                        }
+                        for r in fs.vmkdir(&dirs, 0o755, true).await {
+                            r.context("mkdir")?;
+                        }
+                        for r in fs.vcopy(&pairs).await {
+                            r.context("copy")?;
+                        }
+                        w.count("files_copied", pairs.len() as u64);
+                        w.count("dirs_created", dirs.len() as u64);
+                        ("CP_R", 2 * bytes)
+                    }
+                    TreeOp::Rm => {
+                        if i >= self.trees {
+                            break;
+                        }
+                        let root = join(&w.base, &self.root(i));
+                        for r in fs.vremove(&[root], true).await {
+                            r.context("rm -r")?;
+                        }
+                        w.count(
+                            "entries_removed",
+                            (self.shape.dirs.len() + self.shape.files.len()) as u64,
+                        );
+                        ("RM_R", 0)
+                    }
+                };
+                let after = w.client.stats();
+                w.record_stats_delta(kind, &before, &after, t.elapsed(), bytes);
+                w.done();
+            }
+            Ok(())
+        })
+    }
+    fn expected_ops(&self, s: &RunStats) -> Vec<Expectation> {
+        let it = s.iterations();
+        let (d, f) = (self.shape.dirs.len() as u64, self.shape.files.len() as u64);
+        let mut v = Vec::new();
+        match self.op {
+            TreeOp::Ls => {
+                v.push(Expectation::eq(
+                    "entries listed == dirs - 1 + files",
+                    s.counter("entries"),
+                    it * (d - 1 + f),
+                ));
+                v.push(Expectation::ge("READDIR >= dirs", s.ops("READDIR"), it * d));
+            }
+            TreeOp::Cp => {
+                v.push(Expectation::eq(
+                    "files copied",
+                    s.counter("files_copied"),
+                    it * f,
+                ));
+                v.push(Expectation::eq(
+                    "dirs created",
+                    s.counter("dirs_created"),
+                    it * d,
+                ));
+                v.push(Expectation::ge(
+                    "OPEN >= 2 × files",
+                    s.ops("OPEN"),
+                    2 * it * f,
+                ));
+                v.push(Expectation::ge("CREATE >= dirs", s.ops("CREATE"), it * d));
+            }
+            TreeOp::Rm => {
+                v.push(Expectation::ge(
+                    "REMOVE >= dirs + files",
+                    s.ops("REMOVE"),
+                    it * (d + f),
+                ));
+            }
+        }
+        if d + f >= 50 && self.op != TreeOp::Cp {
+            v.push(Expectation::that(
+                "vectorized: COMPOUNDs × 4 < entries",
+                s.rec.compounds * 4 < it * (d + f),
+                format!("{} COMPOUNDs for {} entries", s.rec.compounds, it * (d + f)),
+            ));
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_like_shape() {
+        let s = Shape::generate(4000, 60_000, 15 << 10, 42);
+        assert_eq!(s.dirs.len(), 4000);
+        assert_eq!(s.files.len(), 60_000);
+        let mean = s.bytes() / 60_000;
+        assert!((12 << 10..=18 << 10).contains(&mean), "mean {mean}");
+        let depth = s.dirs.iter().map(|d| d.matches('/').count()).max().unwrap();
+        assert!((3..=30).contains(&depth), "depth {depth}");
+        // Parents come before children.
+        let mut seen = std::collections::HashSet::new();
+        for d in &s.dirs {
+            if let Some((p, _)) = d.rsplit_once('/') {
+                assert!(seen.contains(p));
+            }
+            seen.insert(d.clone());
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! Every workload end to end at tiny scale against txnfs and NFS-Ganesha:
+//! the per-op count rules of each workload hold, and the results JSON has
+//! the schema the compare report reads.
+//!
+//! txnfs: build it first (`cargo build -p txnfs-cli`, or set TXNFS_BIN).
+//! Ganesha: `ganesha.nfsd` must be installed.
+
+use std::time::Instant;
+use txnfs_bench::runner::{self, RunConfig, Target};
+use txnfs_bench::workload::StopAt;
+use txnfs_bench::workloads::{self, locked::LOCK_CLIENTID_MSG, Params};
+use txnfs_e2e::{ServerGuard, ServerKind};
+
+struct Case {
+    name: &'static str,
+    clients: usize,
+    threads: usize,
+    ops: Option<u64>,
+    params: Params,
+    delay_ms: f64,
+    repeat: usize,
+    sample_self: bool,
+}
+
+fn case(name: &'static str) -> Case {
+    Case {
+        name,
+        clients: 1,
+        threads: 2,
+        ops: None,
+        params: Params {
+            files: Some(12),
+            file_size: Some(4096),
+            ..Params::default()
+        },
+        delay_ms: 0.0,
+        repeat: 1,
+        sample_self: false,
+    }
+}
+
+fn cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    // Random read through the delay proxy, 2 clients, server sampling (of
+    // this process: the path is the same for a real server PID), 2 repeats.
+    let mut c = case("randread");
+    c.clients = 2;
+    c.ops = Some(40);
+    c.params.file_size = Some(256 << 10);
+    c.delay_ms = 1.0;
+    c.repeat = 2;
+    c.sample_self = true;
+    v.push(c);
+    let mut c = case("randwrite");
+    c.ops = Some(30);
+    c.params.file_size = Some(256 << 10);
+    c.params.io_size = Some(16 << 10);
+    v.push(c);
+    let mut c = case("randwrite");
+    c.ops = Some(20);
+    c.params.file_size = Some(64 << 10);
+    c.params.sync = true;
+    v.push(c);
+    let mut c = case("seqread");
+    c.params.file_size = Some(1 << 20);
+    c.params.io_size = Some(128 << 10);
+    v.push(c);
+    let mut c = case("seqwrite");
+    c.params.file_size = Some(1 << 20);
+    c.params.io_size = Some(256 << 10);
+    v.push(c);
+    let mut c = case("smallfiles");
+    c.ops = Some(30);
+    v.push(c);
+    for size in [0, 4096, 16384] {
+        let mut c = case("create");
+        c.params.file_size = Some(size);
+        c.params.files = Some(15);
+        c.threads = 3;
+        v.push(c);
+    }
+    let mut c = case("listing");
+    c.params.files = Some(60);
+    c.ops = Some(20);
+    v.push(c);
+    let mut c = case("locked");
+    c.params.files = Some(4);
+    v.push(c);
+    let mut c = case("deleg");
+    c.clients = 3;
+    c.threads = 1;
+    v.push(c);
+    for p in ["fileserver", "webserver", "mailserver"] {
+        let mut c = case(p);
+        c.ops = Some(6);
+        c.params.file_size = Some(8 << 10);
+        v.push(c);
+    }
+    let mut c = case("writefiles");
+    c.params.file_size = Some(1536 << 10); // two WRITEs per file
+    c.params.files = Some(4);
+    v.push(c);
+    let mut c = case("readfiles");
+    c.params.file_size = Some(1024);
+    v.push(c);
+    for t in ["tree-ls", "tree-cp", "tree-rm"] {
+        let mut c = case(t);
+        c.threads = 1;
+        c.params.files = Some(80);
+        c.params.file_size = Some(2048);
+        c.params.set.insert("dirs".into(), "10".into());
+        c.params.set.insert("trees".into(), "2".into());
+        v.push(c);
+    }
+    v
+}
+
+fn check_schema(v: &serde_json::Value, what: &str) {
+    for k in [
+        "workload", "server", "target", "delay_ms", "clients", "threads", "params", "repeats",
+        "summary",
+    ] {
+        assert!(v.get(k).is_some(), "{what}: results lack {k:?}");
+    }
+    let reps = v["repeats"].as_array().expect("repeats is an array");
+    assert!(!reps.is_empty(), "{what}: no repeats");
+    for r in reps {
+        for k in [
+            "duration_s",
+            "ops",
+            "bytes",
+            "ops_per_s",
+            "mb_per_s",
+            "per_second",
+            "op_counts",
+            "op_bytes",
+            "latency_us",
+            "server",
+            "checks",
+        ] {
+            assert!(r.get(k).is_some(), "{what}: repeat lacks {k:?}");
+        }
+        for (op, l) in r["latency_us"].as_object().expect("latency_us object") {
+            for k in ["count", "mean", "p50", "p90", "p99", "max"] {
+                assert!(l[k].is_number(), "{what}: latency_us.{op}.{k}");
+            }
+            assert!(l["p50"].as_f64() <= l["max"].as_f64(), "{what}: p50 <= max");
+        }
+        for s in r["per_second"].as_array().expect("per_second array") {
+            for k in ["t", "ops", "bytes"] {
+                assert!(s[k].is_u64(), "{what}: per_second.{k}");
+            }
+        }
+        let total: u64 = r["per_second"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["ops"].as_u64().unwrap())
+            .sum();
+        assert_eq!(
+            Some(total),
+            r["ops"].as_u64(),
+            "{what}: per-second ops add up"
+        );
+        assert!(
+            r["op_counts"]["SEQUENCE"].as_u64() > Some(0),
+            "{what}: counted COMPOUNDs"
+        );
+    }
+    let s = &v["summary"];
+    for k in ["ops_per_s", "mb_per_s"] {
+        for f in ["mean", "ci95", "n"] {
+            assert!(s[k].get(f).is_some(), "{what}: summary.{k}.{f}");
+        }
+    }
+    assert!(s.get("cpu_us_per_op").is_some() && s.get("ctx_switches_per_op").is_some());
+}
+
+async fn run_all(kind: ServerKind) {
+    let server = ServerGuard::start(kind);
+    let path = server.export_path();
+    let target: Target = format!("nfs://127.0.0.1:{}{path}", server.port())
+        .parse()
+        .expect("target");
+    let mut failures = Vec::new();
+    for c in cases() {
+        let t = Instant::now();
+        let what = format!(
+            "{kind:?} {} {:?}",
+            c.name,
+            (c.params.file_size, c.params.sync)
+        );
+        let w = workloads::by_name(c.name, &c.params).expect("workload");
+        let mut cfg = RunConfig::new(target.clone());
+        cfg.clients = c.clients;
+        cfg.threads = c.threads;
+        cfg.stop = c.ops.map(StopAt::Ops);
+        cfg.delay_ms = c.delay_ms;
+        cfg.repeat = c.repeat;
+        cfg.server_label = Some(format!("{kind:?}").to_lowercase());
+        if c.sample_self {
+            cfg.server_pid = Some(std::process::id());
+        }
+        let res = runner::run(w, &cfg).await;
+        let res = match res {
+            Ok(r) => r,
+            Err(e)
+                if kind == ServerKind::Txnfs
+                    && c.name == "locked"
+                    && format!("{e:#}").contains(LOCK_CLIENTID_MSG) =>
+            {
+                // Known txnfs server bug (see LOCK_CLIENTID_MSG): keep the
+                // test honest by requiring exactly this failure until fixed.
+                eprintln!("{what}: known server issue: {e:#}");
+                continue;
+            }
+            Err(e) => {
+                failures.push(format!("{what}: run failed: {e:#}"));
+                continue;
+            }
+        };
+        eprintln!(
+            "{what}: {} ops, {:.0} ops/s, {} checks, {:.2} s",
+            res.repeats[0].ops,
+            res.repeats[0].ops_per_s,
+            res.repeats[0].checks.len(),
+            t.elapsed().as_secs_f64()
+        );
+        if !res.all_checks_ok() {
+            failures.push(format!("{what}: {:?}", res.failed_checks()));
+        }
+        assert_eq!(res.repeats.len(), c.repeat, "{what}");
+        assert!(res.repeats.iter().all(|r| r.ops > 0), "{what}: did work");
+        if c.sample_self {
+            assert!(res.repeats[0].server.is_some(), "{what}: server sampled");
+            assert!(res.summary.cpu_us_per_op.is_some());
+            assert_eq!(res.summary.ops_per_s.unwrap().n, 2);
+            assert!(res.summary.ops_per_s.unwrap().ci95.is_some());
+            assert!(
+                res.repeats[0].counters.get("proxy_rpc_calls") >= Some(&res.repeats[0].compounds),
+                "{what}: traffic went through the delay proxy"
+            );
+        }
+        let json = serde_json::to_value(&res).expect("serialize");
+        check_schema(&json, &what);
+    }
+    // Clean-up removed every workload directory.
+    let left: Vec<_> = std::fs::read_dir(server.export_dir())
+        .expect("export dir")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .collect();
+    if !left.is_empty() {
+        failures.push(format!("{kind:?}: left behind {left:?}"));
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}\nserver log tail:\n{}",
+        failures.len(),
+        failures.join("\n"),
+        server.log_tail(20)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_workloads_txnfs() {
+    run_all(ServerKind::Txnfs).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_workloads_ganesha() {
+    run_all(ServerKind::Ganesha).await;
+}
