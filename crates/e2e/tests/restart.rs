@@ -204,8 +204,9 @@ async fn restart_twice_and_create_after() {
 /// handle. This checks that the server's errors let nfs-rs recover.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "nfs-rs 0.8.8 limitation: after a reconnect it only re-binds the connection to its \
-            old session (BIND_CONN_TO_SESSION); when the server lost that session the mount is \
-            permanently 'not ready' (seen on Ganesha). Run with --ignored."]
+            old session (BIND_CONN_TO_SESSION); both Ganesha and txnfs rightly answer \
+            NFS4ERR_BADSESSION after a restart, and nfs-rs then leaves the mount permanently \
+            'not ready' instead of creating a new client/session. Run with --ignored."]
 async fn live_mount_recovers_after_restart() {
     let mut server = ServerGuard::start_default();
     let m = server.mount().await;
