@@ -465,3 +465,36 @@ async fn write_commit_verifiers() {
     );
     c.finish();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readdir_reply_too_small_for_one_entry() {
+    let server = ServerGuard::start_default();
+    let m = server.mount_with("uid=0&gid=0&readdir-buffer=64").await;
+    let long = "l".repeat(200);
+    create_with(&server, &*m, &long, 0o644, b"").await;
+    // A maxcount that cannot hold one entry: TOOSMALL (RFC 8881 18.23.4),
+    // not an empty non-EOF page.
+    let r = timed(
+        "readdir page",
+        m.readdirplus_page(m.getfh().await, DirectoryCookie::default()),
+    )
+    .await;
+    match r {
+        Err(e) if txnfs_e2e::is_nfs4(&e, E::NFS4ERR_TOOSMALL) => {}
+        Err(e) => panic!(
+            "READDIR with maxcount 64: want NFS4ERR_TOOSMALL, got {e:?}\n{}",
+            server.log_tail(20)
+        ),
+        Ok(p) => panic!(
+            "READDIR with maxcount 64 returned a page ({} entries, eof {})",
+            p.entries.len(),
+            p.eof
+        ),
+    }
+    // The session is fine afterwards.
+    ok(
+        &server,
+        "getattr",
+        timed("getattr", m.getattr_path(&long)).await,
+    );
+}
