@@ -8,7 +8,7 @@
 use std::time::Instant;
 use txnfs_bench::runner::{self, RunConfig, Target};
 use txnfs_bench::workload::StopAt;
-use txnfs_bench::workloads::{self, locked::LOCK_CLIENTID_MSG, Params};
+use txnfs_bench::workloads::{self, Params};
 use txnfs_e2e::{ServerGuard, ServerKind};
 
 struct Case {
@@ -204,16 +204,6 @@ async fn run_all(kind: ServerKind) {
         let res = runner::run(w, &cfg).await;
         let res = match res {
             Ok(r) => r,
-            Err(e)
-                if kind == ServerKind::Txnfs
-                    && c.name == "locked"
-                    && format!("{e:#}").contains(LOCK_CLIENTID_MSG) =>
-            {
-                // Known txnfs server bug (see LOCK_CLIENTID_MSG): keep the
-                // test honest by requiring exactly this failure until fixed.
-                eprintln!("{what}: known server issue: {e:#}");
-                continue;
-            }
             Err(e) => {
                 failures.push(format!("{what}: run failed: {e:#}"));
                 continue;

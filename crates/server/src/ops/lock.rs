@@ -41,15 +41,12 @@ pub fn lock(c: &mut Compound, a: &LOCK4args) -> OpResult {
     }
     let file = c.srv.cfh_file_id(c.cfh()?)?;
     let locker = match &a.locker {
-        locker4::TRUE(o) => {
-            if o.lock_owner.clientid != client {
-                return Err(nfsstat4::NFS4ERR_INVAL.into());
-            }
-            Locker::NewOwner {
-                open_stateid: from_wire(&c.resolve_sid(&o.open_stateid)?),
-                lock_owner: o.lock_owner.owner.to_vec(),
-            }
-        }
+        // In v4.1 the clientid inside lock_owner4 is ignored: the session names the
+        // client (RFC 8881 §18.10.3).
+        locker4::TRUE(o) => Locker::NewOwner {
+            open_stateid: from_wire(&c.resolve_sid(&o.open_stateid)?),
+            lock_owner: o.lock_owner.owner.to_vec(),
+        },
         locker4::FALSE(e) => Locker::Existing {
             lock_stateid: from_wire(&c.resolve_sid(&e.lock_stateid)?),
         },
