@@ -13,7 +13,9 @@
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
 W=${WORK:-${TMPDIR:-/tmp}/txnfs-vm}; mkdir -p "$W"
-KVER=${KVER:-$(ls /lib/modules | sort -V | tail -1)}
+# newest Debian kernel that has both /boot/vmlinuz-V and /lib/modules/V (not the host's kernel)
+KVER=${KVER:-$(for f in /boot/vmlinuz-*; do v=${f#/boot/vmlinuz-}; [ -d "/lib/modules/$v/kernel" ] && echo "$v"; done | sort -V | tail -1)}
+[ -n "$KVER" ] || { echo "no /boot/vmlinuz-V with /lib/modules/V: apt-get install linux-image-amd64" >&2; exit 1; }
 KEY=$( { cat "$HERE/build-initramfs.sh" "$HERE/guest-init" "$HERE/guest-tool.c" "$HERE/hostfwd.c"; echo "$KVER"; } |
        sha256sum | cut -c1-16)
 OUT=$W/initramfs-$KEY.cpio.gz
@@ -115,5 +117,8 @@ cp "$HERE"/guest-init "$R"/init
 chmod 755 "$R"/init
 (cd "$R" && find . | cpio -o -H newc --quiet) | gzip -1 > "$OUT.$$"
 mv -f "$OUT.$$" "$OUT"
+# outputs of earlier versions of these inputs
+find "$W" -maxdepth 1 \( -name 'initramfs-*.cpio.gz' -o -name 'hostfwd-*' \) -mmin +180 \
+  ! -name "initramfs-$KEY.cpio.gz" ! -name "hostfwd-$KEY" -delete 2> /dev/null || true
 echo "modules: $(wc -l < "$R"/etc/modules.load), initramfs: $(wc -c < "$OUT") bytes" >&2
 echo "INITRAMFS=$OUT"; echo "VMLINUX=$VMLINUX"; echo "HOSTFWD=$HOSTFWD"

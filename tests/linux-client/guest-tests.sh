@@ -3,6 +3,10 @@
 # against the server on the host (10.0.2.100:2049 -> 127.0.0.1:$PORT).  Every check prints a
 # "PASS: ..." or "FAIL: ..." line; the script exits non-zero if any check failed.  A check that
 # makes later steps meaningless (mount) ends the script at once.  "TIME <step>: N s" per step.
+# Hangs: each step has a time limit (begin NAME SECONDS).  A watchdog process then reports the
+# step as hung (FAIL), prints the blocked tasks (sysrq w) and the RPC tasks in flight, and
+# SIGKILLs whatever the script is running (NFS waits on a hard mount are killable) until the
+# next step begins, so one hang costs one step and the other steps still run.
 # Inputs from the host, in /share: params.sh (EXPORT_PATH), tree.tar (step b).
 # Outputs to /share: big.md5 (a), ls-guest.txt (c), restart-request (f; the host answers with
 # restart-done after kill -9 + restart of the server), summary.txt.
@@ -26,9 +30,56 @@ md5() { md5sum "$@" | cut -d' ' -f1; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", b-a}'; }
 rate() { awk -v a="$1" -v b="$2" -v m="$3" 'BEGIN{printf "%d MiB in %.2f s = %.1f MiB/s", m, b-a, m/(b-a)}'; }
 STEP=; ST0=
-begin() { STEP=$1; ST0=$(up); echo; echo "=== [$STEP] t=${ST0}s"; }
+# begin NAME LIMIT_SECONDS
+begin() {
+  STEP=$1; ST0=$(up); echo; echo "=== [$STEP] t=${ST0}s (limit ${2}s)"
+  echo "$STEP $ST0 $2" > /tmp/step.new; mv /tmp/step.new /tmp/step
+}
 end() { echo "TIME $STEP: $(secs "$ST0" "$(up)") s"; }
+
+# ---- watchdog (a separate sh: busybox ash has no $BASHPID to exclude a subshell from the kill)
+mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null || true
+cat > /tmp/watchdog.sh <<'WD'
+# usage: watchdog.sh MAIN_PID
+main=$1; me=$$; fired=
+ppid_of() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f2; }
+# descendants of $1, not including the watchdog itself or its children
+descendants() {
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}; [ "$p" = "$me" ] && continue
+    q=$p
+    while [ -n "$q" ] && [ "$q" -gt 1 ]; do
+      q=$(ppid_of "$q")
+      [ "$q" = "$me" ] && break
+      if [ "$q" = "$1" ]; then echo "$p"; break; fi
+    done
+  done
+}
+while sleep 2; do
+  kill -0 "$main" 2>/dev/null || exit 0
+  read -r s t0 lim < /tmp/step || continue
+  [ "$s" = done ] && exit 0
+  over=$(awk -v a="$t0" -v l="$lim" -v b="$(cut -d' ' -f1 /proc/uptime)" 'BEGIN{print (b-a > l) ? 1 : 0}')
+  [ "$over" = 1 ] || continue
+  pids=$(descendants "$main")
+  if [ "$fired" != "$s" ]; then
+    fired=$s
+    echo "FAIL: [$s] still running after ${lim}s: hung (watchdog); processes (busybox applets show as sh): $(for p in $pids; do tr '\0' ' ' < /proc/$p/cmdline 2>/dev/null; echo -n '| '; done)"
+    echo "$s" >> /tmp/wd-fails
+    echo "--- blocked tasks (sysrq w)"; echo w > /proc/sysrq-trigger; sleep 1; dmesg | tail -60
+    echo "--- RPC tasks in flight"; cat /sys/kernel/debug/sunrpc/rpc_clnt/*/tasks 2>/dev/null | head -20
+    echo "--- killing the step's processes until the next step begins"
+  fi
+  [ -n "$pids" ] && kill -9 $pids 2>/dev/null
+done
+WD
+: > /tmp/wd-fails
+echo "init 0 100000" > /tmp/step
+sh /tmp/watchdog.sh $$ &
+
 finish() {
+  echo "done 0 0" > /tmp/step
+  NFAIL=$((NFAIL + $(wc -l < /tmp/wd-fails)))
   echo
   if dmesg | grep -i stale > /tmp/stale.txt; then
     fail "kernel log mentions 'stale': $(head -3 /tmp/stale.txt | tr '\n' '|')"
@@ -56,7 +107,7 @@ waitfile() {
 echo "guest $(hostname), kernel $(uname -r), server $SRV:$EXPORT_PATH"
 
 # ---------------------------------------------------------------- mount
-begin mount
+begin mount 60
 mkdir -p $M
 if mount.nfs4 "$SRV:$EXPORT_PATH" $M -o vers=4.1,proto=tcp,port=2049,hard,timeo=600; then
   pass "mount $SRV:$EXPORT_PATH (vers=4.1)"
@@ -70,7 +121,7 @@ check "mount is NFSv4.1" grep -q " $M nfs4 .*vers=4.1" /proc/mounts
 end
 
 # ---------------------------------------------------------------- a: 64 MiB file
-begin a-bigfile
+begin a-bigfile 120
 dd if=/dev/urandom of=/tmp/big bs=1M count="$MB" 2>/dev/null
 SRC=$(md5 /tmp/big)
 echo "$SRC" > /share/big.md5
@@ -89,7 +140,7 @@ t1=$(up); echo "READ: $(rate "$t0" "$t1" "$MB")"
 end
 
 # ---------------------------------------------------------------- b: tar extraction
-begin b-tar
+begin b-tar 300
 mkdir -p /tmp/ref
 tar -xf /share/tree.tar -C /tmp/ref
 NREF=$(find /tmp/ref/tree | wc -l)
@@ -111,7 +162,7 @@ eq "symlinks under tree/" "$(find $M/tree -type l | wc -l)" "$(find /tmp/ref/tre
 end
 
 # ---------------------------------------------------------------- c: ls -lnR listing
-begin c-listing
+begin c-listing 120
 dropcaches
 # numeric ids, full timestamps (UTC: the guest has no time zone)
 if (cd $M/tree && ls -lnR --full-time .) > /share/ls-guest.txt 2>/tmp/ls.err; then
@@ -123,7 +174,7 @@ NLS=$(wc -l < /share/ls-guest.txt)
 end
 
 # ---------------------------------------------------------------- d: namespace/attribute ops
-begin d-ops
+begin d-ops 90
 O=$M/ops
 mkdir -p $O
 # rename a file over an existing file
@@ -200,7 +251,7 @@ eq "  atime unchanged by touch -m" "$(stat -c %X $O/times)" 946684798
 end
 
 # ---------------------------------------------------------------- e: locks
-begin e-locks
+begin e-locks 90
 L=$M/locks
 mkdir -p $L
 : > $L/fl; : > $L/fc
@@ -244,16 +295,16 @@ touch /tmp/rel.d; wait $A
 end
 
 # ---------------------------------------------------------------- f: server restart
-begin f-restart
+begin f-restart 240
 dropcaches
 ls $M/tree/a0/b0 > /dev/null
-cd $O                       # the shell's cwd keeps a file handle from before the restart
+cd $O || exit 1             # the shell's cwd keeps a file handle from before the restart
 exec 3< $M/big.bin          # an open file (open stateid) held across the restart
 rm -f /share/restart-done
-echo "$(hostname)" > /share/restart-request
+hostname > /share/restart-request
 echo "requested a server restart (kill -9 + start) at t=$(up)s"
 if waitfile /share/restart-done . 120; then
-  eq "host restarted the server" "$(cat /share/restart-done)" done
+  eq "host restarted the server" "$(cat /share/restart-done)" "done"
 else
   fail "host did not answer the restart request within 120 s"
 fi
@@ -275,7 +326,7 @@ rm -f $M/after-restart
 end
 
 # ---------------------------------------------------------------- g: umount
-begin g-umount
+begin g-umount 60
 echo "--- per-op counts (mountstats)"
 sed -n '/per-op statistics/,$p' /proc/self/mountstats | awk 'NF>1 && $2+0>0 {print "   ", $1, $2}' | head -60
 cd /

@@ -14,7 +14,7 @@
 # /dev/kvm on these machines does not boot a stock kernel (PVM), so TCG it is.
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
-[ $# -eq 1 ] && [ -f "$1" ] || { echo "usage: $0 GUEST_SCRIPT" >&2; exit 2; }
+if [ $# -ne 1 ] || [ ! -f "$1" ]; then echo "usage: $0 GUEST_SCRIPT" >&2; exit 2; fi
 : "${NFSPORT:?NFSPORT must be set}" "${SHARE:?SHARE must be set}"
 MEM=${MEM:-1536}; SMP=${SMP:-1}; TIMEOUT=${TIMEOUT:-600}; GHOST=${GHOST:-vm$$}
 

@@ -7,7 +7,8 @@
 #                     (default BIN: <repo>/target/debug/txnfs), guest mounts 10.0.2.100:/
 #   --server ganesha  ganesha.nfsd with ganesha.conf.in (export Pseudo=/export), mounts /export
 #   --keep            keep the run directory (export, capture, logs) even when everything passed
-# env: WORK (cache + run dirs, default /tmp/txnfs-vm), TIMEOUT (VM seconds, default 420)
+# env: WORK (cache + run dirs, default /tmp/txnfs-vm; run dirs older than 3 h are deleted),
+#      TIMEOUT (VM seconds, default 420), TXNFS_LOG (server log filter, default info)
 # Exit status 0 iff every guest check and every host check passed.
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -44,6 +45,8 @@ fi
 
 WORK=${WORK:-${TMPDIR:-/tmp}/txnfs-vm}; export WORK
 mkdir -p "$WORK"
+# run directories of earlier runs (a failed one keeps a capture of a few hundred MB)
+find "$WORK" -maxdepth 1 -name 'run-*' -mmin +180 -exec rm -rf {} + 2> /dev/null || true
 W=$(mktemp -d "$WORK/run-$SERVER.XXXXXX")
 EXPORT=$W/export; SHARE=$W/share; STATE=$W/state; SLOG=$W/server.log
 mkdir -p "$EXPORT" "$SHARE" "$STATE"
@@ -51,11 +54,11 @@ log "server=$SERVER run dir=$W"
 
 SERVER_PID=; TSHARK_PID=; VM_PID=; TAIL_PID=
 stop_pid() {  # stop_pid PID SIGNAL: signal, wait up to 10 s, then SIGKILL
-  local p=$1 sig=$2 i
+  local p=$1 sig=$2 _
   [ -n "$p" ] || return 0
   kill -0 "$p" 2> /dev/null || { wait "$p" 2> /dev/null || true; return 0; }
   kill "-$sig" "$p" 2> /dev/null || true
-  for i in $(seq 100); do kill -0 "$p" 2> /dev/null || break; sleep 0.1; done
+  for _ in $(seq 100); do kill -0 "$p" 2> /dev/null || break; sleep 0.1; done
   kill -0 "$p" 2> /dev/null && kill -9 "$p" 2> /dev/null
   wait "$p" 2> /dev/null || true
 }
@@ -67,7 +70,7 @@ cleanup() {
   stop_pid "$SERVER_PID" TERM; SERVER_PID=
   stop_pid "$TSHARK_PID" TERM; TSHARK_PID=
   if [ "$rc" -eq 0 ] && [ "$KEEP" = 0 ]; then
-    rm -rf "$EXPORT" "$W/hostref" "$W/cap.pcapng" "$SHARE/tree.tar" "$STATE"
+    rm -rf "$EXPORT" "$W/hostref" "$W/cap.pcapng" "$SHARE/tree.tar" "$STATE" "$W/txnfs"
     log "logs kept in $W"
   else
     log "run directory kept: $W"
@@ -96,7 +99,9 @@ if [ "$SERVER" = ganesha ]; then
   SERVER_CMD=(ganesha.nfsd -F -L "$W"/ganesha.log -f "$W"/ganesha.conf -p "$W"/ganesha.pid)
 else
   EXPORT_PATH=/
-  SERVER_CMD=("$BIN" serve --listen "127.0.0.1:$PORT" --no-grace --state-dir "$STATE" "$EXPORT")
+  # a private copy: others may rebuild target/debug/txnfs while this runs (restart uses it too)
+  cp "$BIN" "$W"/txnfs
+  SERVER_CMD=("$W"/txnfs serve --listen "127.0.0.1:$PORT" --no-grace --state-dir "$STATE" "$EXPORT")
 fi
 printf 'EXPORT_PATH=%s\nSERVER_KIND=%s\n' "$EXPORT_PATH" "$SERVER" > "$SHARE"/params.sh
 
@@ -110,10 +115,10 @@ log "tshark capturing on lo, tcp port $PORT (pid $TSHARK_PID)"
 # ------------------------------------------------------------------ server
 start_server() {
   echo "=== $(date -u +%FT%TZ) start: ${SERVER_CMD[*]}" >> "$SLOG"
-  RUST_LOG=${RUST_LOG:-info} "${SERVER_CMD[@]}" >> "$SLOG" 2>&1 < /dev/null &
+  TXNFS_LOG=${TXNFS_LOG:-info} NO_COLOR=1 "${SERVER_CMD[@]}" >> "$SLOG" 2>&1 < /dev/null &
   SERVER_PID=$!
-  local i
-  for i in $(seq 300); do
+  local _
+  for _ in $(seq 300); do
     if ! kill -0 "$SERVER_PID" 2> /dev/null; then
       wait "$SERVER_PID" 2> /dev/null; local rc=$?
       SERVER_PID=
@@ -143,7 +148,7 @@ do_restart() {
   if start_server; then
     RESTARTS=$((RESTARTS + 1))
     log "server restarted (pid $SERVER_PID, $(since "$T") s)"
-    echo done > "$SHARE"/restart-done
+    echo "done" > "$SHARE"/restart-done
   else
     RESTART_FAILED=1
     echo failed > "$SHARE"/restart-done
@@ -254,7 +259,7 @@ if [ "$SERVER" = txnfs ]; then
 fi
 TP=$((GPASS + HPASS)); TF=$((GFAIL + HFAIL))
 if [ "$HFAIL" -ne 0 ]; then
-  echo "FAILED checks: ${FAILED[*]}"
+  echo "FAILED host checks:"; printf '    %s\n' "${FAILED[@]}"
 fi
 echo "linux-client: $TP passed, $TF failed"
 [ "$HFAIL" -eq 0 ]
