@@ -8,7 +8,7 @@
 #   --server ganesha  ganesha.nfsd with ganesha.conf.in (export Pseudo=/export), mounts /export
 #   --keep            keep the run directory (export, capture, logs) even when everything passed
 # env: WORK (cache + run dirs, default /tmp/txnfs-vm; run dirs older than 3 h are deleted),
-#      TIMEOUT (VM seconds, default 420), TXNFS_LOG (server log filter, default info)
+#      TIMEOUT (VM seconds, default 600), TXNFS_LOG (server log filter, default info)
 # Exit status 0 iff every guest check and every host check passed.
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -155,7 +155,7 @@ do_restart() {
   fi
 }
 T_VM=$(now)
-NFSPORT=$PORT SHARE=$SHARE TIMEOUT=${TIMEOUT:-420} GHOST=txnfs-lc-$$ \
+NFSPORT=$PORT SHARE=$SHARE TIMEOUT=${TIMEOUT:-600} GHOST=txnfs-lc-$$ \
   "$HERE"/run-vm.sh "$HERE"/guest-tests.sh > "$W"/vm.log 2>&1 &
 VM_PID=$!
 tail -n +1 -f --pid="$VM_PID" "$W"/vm.log | tr -d '\033' &
