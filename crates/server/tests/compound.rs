@@ -719,3 +719,50 @@ async fn io_without_open_checks_the_callers_permissions() {
     .await;
     assert_eq!(r.status, nfsstat4::NFS4ERR_ACCESS);
 }
+
+#[tokio::test]
+async fn setattr_size_with_the_open_stateid() {
+    let srv = start_memory_server().await;
+    let mut s = Session::new(srv.addr, b"truncate").await;
+    let r = s
+        .run(vec![
+            nfs_argop4::OP_PUTROOTFH,
+            open_create("t", createhow4::UNCHECKED4(empty_fattr())),
+        ])
+        .await;
+    let nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(o)) = &r.resarray[2] else {
+        panic!("{:?}", r.resarray)
+    };
+    let size7 = {
+        let mut v = bytes::BytesMut::new();
+        txnfs_xdr::put_u64(&mut v, 7);
+        fattr4 {
+            attrmask: vec![1 << 4],
+            attr_vals: v.freeze(),
+        }
+    };
+    // seqid 0 = "the current seqid of this stateid", as the Linux client sends it
+    let sid = stateid4 {
+        seqid: 0,
+        ..o.stateid.clone()
+    };
+    let r = s
+        .run(vec![
+            nfs_argop4::OP_PUTROOTFH,
+            lookup("t"),
+            nfs_argop4::OP_SETATTR(SETATTR4args {
+                stateid: sid,
+                obj_attributes: size7,
+            }),
+            nfs_argop4::OP_GETATTR(GETATTR4args {
+                attr_request: GETATTR_TYPE_SIZE.to_vec(),
+            }),
+        ])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    let nfs_resop4::OP_GETATTR(GETATTR4res::NFS4_OK(g)) = &r.resarray[4] else {
+        panic!()
+    };
+    // TYPE (4 bytes) then SIZE (8 bytes)
+    assert_eq!(&g.obj_attributes.attr_vals[4..12], &7u64.to_be_bytes());
+}

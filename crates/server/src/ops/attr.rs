@@ -86,7 +86,12 @@ pub fn setattr(c: &mut Compound, a: &SETATTR4args) -> OpResult {
             return Err(nfsstat4::NFS4ERR_INVAL.into());
         }
         let sid = c.resolve_sid(&a.stateid)?;
-        c.srv.check_io(c.client, &sid, cur.fileid, true)?;
+        c.srv.check_io(
+            c.client,
+            &sid,
+            c.srv.state_file_id(&o.export, cur.fileid),
+            true,
+        )?;
         require(&cur, &c.creds, W)?;
     }
     let owner_or_root = c.creds.uid == 0 || c.creds.uid == cur.uid;
