@@ -124,6 +124,7 @@ pub fn main(args: CompareArgs) -> Result<()> {
                 ..ServerOpts::default()
             },
         };
+        crate::servers::install_signal_cleanup();
         compare::run_matrix(&opts)?
     };
     if let Some(b) = &args.baseline {

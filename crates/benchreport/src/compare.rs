@@ -504,13 +504,17 @@ fn run_one(
         dir.join("command.txt"),
         format!("{} {}\n", bench.display(), args.join(" ")),
     )?;
-    let status = Command::new(bench)
+    let mut child = Command::new(bench)
         .args(&args)
         .stdin(Stdio::null())
         .stdout(Stdio::from(log.try_clone()?))
         .stderr(Stdio::from(log))
-        .status()
+        .spawn()
         .with_context(|| format!("running {}", bench.display()))?;
+    crate::servers::register_child(child.id(), None);
+    let status = child.wait();
+    crate::servers::unregister_child(child.id());
+    let status = status.with_context(|| format!("waiting for {}", bench.display()))?;
     if !status.success() {
         bail!(
             "{} {} exited with {status}; log {}:\n{}",

@@ -260,6 +260,7 @@ impl RunningServer {
         let Some(mut child) = self.child.take() else {
             return Ok(());
         };
+        unregister_child(self.pid);
         let result = match child.try_wait() {
             Ok(Some(status)) => Err(anyhow!(
                 "{} (pid {}) had already exited ({status}); log tail:\n{}",
@@ -295,12 +296,7 @@ impl Drop for RunningServer {
 
 /// SIGTERM `pid`, wait up to `grace` for it to exit, then SIGKILL; reaps it.
 fn terminate(child: &mut Child, pid: u32, grace: Duration) {
-    let _ = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
+    signal_pid(pid, "-TERM");
     let deadline = Instant::now() + grace;
     while Instant::now() < deadline {
         if let Ok(Some(_)) = child.try_wait() {
@@ -564,6 +560,7 @@ fn start_ganesha(opts: &ServerOpts) -> Result<RunningServer> {
 /// Wait until the server answers the NULL probe; on failure stop it and return
 /// an error with the log tail.
 fn wait_ready(server: &mut RunningServer, timeout: Duration) -> Result<()> {
+    register_child(server.pid, server.work_dir().map(Path::to_path_buf));
     let start = Instant::now();
     let addr = server.addr();
     let mut last_err;
@@ -572,6 +569,7 @@ fn wait_ready(server: &mut RunningServer, timeout: Duration) -> Result<()> {
             if let Ok(Some(status)) = child.try_wait() {
                 let tail = server.log_tail(30);
                 server.child = None;
+                unregister_child(server.pid);
                 bail!(
                     "{} (pid {}) exited during start-up ({status}) on 127.0.0.1:{}; log {}:\n{tail}",
                     server.kind,
@@ -634,6 +632,107 @@ pub fn rpc_null_blocking(addr: SocketAddr, timeout: Duration) -> Result<()> {
     })
     .join()
     .map_err(|_| anyhow!("NULL probe thread panicked"))?
+}
+
+/// Children to stop when this process is interrupted: (pid, directory to
+/// remove afterwards).
+static LIVE: std::sync::Mutex<Vec<(u32, Option<PathBuf>)>> = std::sync::Mutex::new(Vec::new());
+
+fn live() -> std::sync::MutexGuard<'static, Vec<(u32, Option<PathBuf>)>> {
+    LIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Note a child process (server or runner) to stop on SIGINT/SIGTERM (see
+/// [`install_signal_cleanup`]), and a directory to remove after it.
+pub fn register_child(pid: u32, dir: Option<PathBuf>) {
+    live().push((pid, dir));
+}
+
+/// Forget a child registered with [`register_child`] (it was stopped).
+pub fn unregister_child(pid: u32) {
+    live().retain(|(p, _)| *p != pid);
+}
+
+/// Whether `pid` exists and is not a zombie.
+fn pid_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
+/// On SIGINT or SIGTERM, stop every registered child by PID (SIGTERM, then
+/// SIGKILL after 5 s), remove their temporary directories (unless
+/// `TXNFS_COMPARE_KEEP=1`) and exit with status 130. Installed once, from a
+/// thread of its own with a private tokio runtime.
+pub fn install_signal_cleanup() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = std::thread::Builder::new()
+            .name("compare-signals".into())
+            .spawn(|| {
+                let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                else {
+                    return;
+                };
+                let name = rt.block_on(async {
+                    use tokio::signal::unix::{signal, SignalKind};
+                    let (Ok(mut int), Ok(mut term)) = (
+                        signal(SignalKind::interrupt()),
+                        signal(SignalKind::terminate()),
+                    ) else {
+                        return None;
+                    };
+                    tokio::select! {
+                        _ = int.recv() => Some("SIGINT"),
+                        _ = term.recv() => Some("SIGTERM"),
+                    }
+                });
+                let Some(name) = name else { return };
+                let children: Vec<(u32, Option<PathBuf>)> = live().drain(..).collect();
+                eprintln!(
+                    "\n{name}: stopping {} child process(es) and exiting",
+                    children.len()
+                );
+                for (pid, _) in &children {
+                    signal_pid(*pid, "-TERM");
+                }
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while children.iter().any(|(p, _)| pid_alive(*p)) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                for (pid, _) in &children {
+                    if pid_alive(*pid) {
+                        signal_pid(*pid, "-KILL");
+                    }
+                }
+                let keep = std::env::var_os("TXNFS_COMPARE_KEEP").is_some_and(|v| v == "1");
+                for (_, dir) in &children {
+                    if let Some(d) = dir {
+                        if keep {
+                            eprintln!("kept {}", d.display());
+                        } else {
+                            let _ = std::fs::remove_dir_all(d);
+                        }
+                    }
+                }
+                std::process::exit(130);
+            });
+    });
+}
+
+fn signal_pid(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
 }
 
 #[cfg(test)]
