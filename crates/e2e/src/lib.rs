@@ -94,9 +94,66 @@ pub fn txnfs_bin() -> PathBuf {
     target.join("debug").join("txnfs")
 }
 
+/// A port that is free now, below the kernel's ephemeral range (32768+),
+/// so that no client socket is ever given it implicitly (which could also
+/// let a readiness probe connect to itself), and never handed out twice in
+/// this process.
 fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("local_addr").port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Mutex;
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    static USED: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    // Start at an offset that differs between processes.
+    let seed = std::process::id().wrapping_mul(2_654_435_761)
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+    let _ = NEXT.compare_exchange(u32::MAX, seed % SPAN, Ordering::SeqCst, Ordering::SeqCst);
+    for _ in 0..SPAN {
+        let port = (LOW + NEXT.fetch_add(1, Ordering::SeqCst) % SPAN) as u16;
+        let mut used = USED.lock().unwrap_or_else(|e| e.into_inner());
+        if used.contains(&port) {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            used.push(port);
+            return port;
+        }
+    }
+    panic!("no free port in {LOW}..{}", LOW + SPAN);
+}
+
+/// Whether process `pid` owns the socket listening on 127.0.0.1:`port`
+/// (IPv4 or IPv4-mapped IPv6), read from /proc.
+fn pid_listens_on(pid: u32, port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // local_address, rem_address, st, ..., inode at index 9
+            if f.len() > 9 && f[1].ends_with(&want) && f[3] == "0A" {
+                inodes.push(format!("socket:[{}]", f[9]));
+            }
+        }
+    }
+    if inodes.is_empty() {
+        return false;
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .map(|l| inodes.iter().any(|i| l.to_string_lossy() == *i))
+            .unwrap_or(false)
+    })
 }
 
 impl ServerGuard {
@@ -329,7 +386,12 @@ impl ServerGuard {
                     ));
                 }
             }
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            // Ready when the port accepts AND the listener is our child's
+            // (not another process that happens to hold the same port).
+            let pid = self.child.as_ref().map(|c| c.id());
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+                && pid.is_some_and(|pid| pid_listens_on(pid, self.port))
+            {
                 return Ok(());
             }
             if Instant::now() > deadline {
