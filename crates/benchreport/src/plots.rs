@@ -32,6 +32,16 @@ pub fn server_color(i: usize) -> RGBColor {
     PALETTE[i % PALETTE.len()]
 }
 
+/// The colour index of a server: txnfs always blue, Ganesha always orange,
+/// others by position after those.
+pub fn color_index(name: &str, position: usize) -> usize {
+    match name {
+        "txnfs" => 0,
+        "ganesha" => 1,
+        _ => position + 2,
+    }
+}
+
 fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow!("plotting: {e:?}")
 }
@@ -95,7 +105,7 @@ pub fn bar_chart(
         .color(&BLACK)
         .pos(Pos::new(HPos::Center, VPos::Bottom));
     for (s, name) in series.iter().enumerate() {
-        let color = server_color(s);
+        let color = server_color(color_index(name, s));
         let bars: Vec<(f64, Estimate)> = (0..categories.len())
             .filter_map(|c| value(s, c).map(|e| (c as f64 - group / 2.0 + s as f64 * w, e)))
             .filter(|(_, e)| e.mean.is_finite())

@@ -96,10 +96,23 @@ pub fn write_all(cmp: &Comparison, out: &Path) -> Result<Written> {
                     if rep.per_second.is_empty() {
                         continue;
                     }
+                    // Only whole seconds: the runner's last bucket is usually
+                    // a partial second (t counts from 0).
+                    let whole: Vec<(f64, f64)> = rep
+                        .per_second
+                        .iter()
+                        .filter(|p| rep.duration_s.is_none_or(|d| p.t + 1.0 <= d + 0.05))
+                        .map(|p| (p.t, p.ops))
+                        .collect();
+                    let points = if whole.is_empty() {
+                        rep.per_second.iter().map(|p| (p.t, p.ops)).collect()
+                    } else {
+                        whole
+                    };
                     lines.push(Line {
                         label: (ri == 0).then(|| server.clone()),
-                        color: si,
-                        points: rep.per_second.iter().map(|p| (p.t, p.ops)).collect(),
+                        color: plots::color_index(server, si),
+                        points,
                     });
                 }
             }
@@ -312,11 +325,11 @@ pub fn markdown(cmp: &Comparison, written: &Written, out: &Path) -> String {
                         .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
                     let count: f64 = ls.iter().filter_map(|l| l.count).sum();
                     lat_rows.push(format!(
-                        "| `{}` | {} | {} | {} | {} | {} | {} | {} | {} |",
+                        "| `{}` | {} | {} | {:.0} | {} | {} | {} | {} | {} |",
                         cell(workload),
                         server,
                         cell(op),
-                        fmt_num(count),
+                        count,
                         avg(|l| l.mean),
                         avg(|l| l.p50),
                         avg(|l| l.p90),
@@ -350,7 +363,7 @@ pub fn markdown(cmp: &Comparison, written: &Written, out: &Path) -> String {
             })
             .collect();
         if !lines.is_empty() {
-            md.push_str("Throughput per second (one line per repeat):\n\n");
+            md.push_str("Throughput per second (one line per repeat, whole seconds only):\n\n");
             for p in lines {
                 let r = rel(p, out);
                 let _ = writeln!(md, "![per-second throughput]({r})\n");
