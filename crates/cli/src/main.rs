@@ -61,6 +61,41 @@ enum Cmd {
     Mv(commands::mv::MvArgs),
     /// Make hard or symbolic links.
     Ln(commands::ln::LnArgs),
+    /// Benchmarks: run a workload, or compare servers side by side.
+    Bench(BenchArgs),
+}
+
+#[derive(clap::Args)]
+struct BenchArgs {
+    #[command(subcommand)]
+    cmd: BenchCmd,
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// Run a workload against an NFSv4.1 server: ops/s, MB/s, per-op counts and
+    /// latencies, server CPU and context switches per op (mean ± 95% CI over repeats).
+    Run(Box<txnfs_bench::cli::RunArgs>),
+    /// List the workloads.
+    List,
+    /// Start txnfs and NFS-Ganesha on loopback, run the same workloads against both and
+    /// write ratios, JSON, SVG plots and a Markdown report (needs the txnfs-bench runner:
+    /// cargo build --release --workspace).
+    Compare(txnfs_benchreport::cli::CompareArgs),
+}
+
+fn bench(a: BenchArgs) -> anyhow::Result<()> {
+    let run = |cmd| -> anyhow::Result<()> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(txnfs_bench::cli::main(txnfs_bench::cli::BenchArgs { cmd }))
+    };
+    match a.cmd {
+        BenchCmd::Run(r) => run(txnfs_bench::cli::BenchCmd::Run(r)),
+        BenchCmd::List => run(txnfs_bench::cli::BenchCmd::List),
+        BenchCmd::Compare(c) => txnfs_benchreport::cli::main(c),
+    }
 }
 
 fn main() -> std::process::ExitCode {
@@ -95,6 +130,15 @@ fn main() -> std::process::ExitCode {
         Cmd::Rm(a) => FileCmd::Rm(a),
         Cmd::Mv(a) => FileCmd::Mv(a),
         Cmd::Ln(a) => FileCmd::Ln(a),
+        Cmd::Bench(a) => {
+            return match bench(a) {
+                Ok(()) => std::process::ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("txnfs: {e:#}");
+                    std::process::ExitCode::FAILURE
+                }
+            };
+        }
     };
     commands::run(cli.global, file_cmd)
 }
