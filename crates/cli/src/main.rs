@@ -81,7 +81,7 @@ enum BenchCmd {
     /// Start txnfs and NFS-Ganesha on loopback, run the same workloads against both and
     /// write ratios, JSON, SVG plots and a Markdown report (needs the txnfs-bench runner:
     /// cargo build --release --workspace).
-    Compare(txnfs_benchreport::cli::CompareArgs),
+    Compare(Box<txnfs_benchreport::cli::CompareArgs>),
 }
 
 fn bench(a: BenchArgs) -> anyhow::Result<()> {
@@ -94,7 +94,7 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
     match a.cmd {
         BenchCmd::Run(r) => run(txnfs_bench::cli::BenchCmd::Run(r)),
         BenchCmd::List => run(txnfs_bench::cli::BenchCmd::List),
-        BenchCmd::Compare(c) => txnfs_benchreport::cli::main(c),
+        BenchCmd::Compare(c) => txnfs_benchreport::cli::main(*c),
     }
 }
 
