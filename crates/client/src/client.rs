@@ -63,6 +63,8 @@ pub struct Limits {
     pub max_ops: u32,
     pub max_request: u32,
     pub max_response: u32,
+    /// Largest reply the server keeps for retransmissions (ca_maxresponsesize_cached).
+    pub max_response_cached: u32,
     pub slots: u32,
 }
 
@@ -467,6 +469,7 @@ async fn establish(
             max_ops: fore.ca_maxoperations,
             max_request: fore.ca_maxrequestsize,
             max_response: fore.ca_maxresponsesize,
+            max_response_cached: fore.ca_maxresponsesize_cached,
             slots: fore.ca_maxrequests,
         },
         slots: SlotTable::new(fore.ca_maxrequests),

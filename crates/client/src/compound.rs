@@ -102,27 +102,7 @@ impl Compound {
     /// COMPOUND changes state and its reply is small; READ/READDIR replies can exceed the
     /// cache and those compounds are safe to repeat.
     pub fn wants_cache(&self) -> bool {
-        use nfs_argop4 as A;
-        let changes = self.ops.iter().any(|o| {
-            matches!(
-                o,
-                A::OP_CREATE(_)
-                    | A::OP_REMOVE(_)
-                    | A::OP_RENAME(_)
-                    | A::OP_LINK(_)
-                    | A::OP_OPEN(_)
-                    | A::OP_CLOSE(_)
-                    | A::OP_OPEN_DOWNGRADE(_)
-                    | A::OP_LOCK(_)
-                    | A::OP_LOCKU(_)
-                    | A::OP_SETATTR(_)
-            )
-        });
-        let big = self
-            .ops
-            .iter()
-            .any(|o| matches!(o, A::OP_READ(_) | A::OP_READDIR(_) | A::OP_WRITE(_)));
-        changes && !big
+        changes_state(&self.ops) && !carries_data(&self.ops)
     }
 
     /// Append any op (the escape hatch for ops without a helper).
@@ -290,6 +270,37 @@ impl Compound {
             attr_request: bitmap,
         }))
     }
+}
+
+/// Whether ops hold one that changes state and must not run twice (its reply must
+/// come from the server's reply cache when retransmitted).
+pub(crate) fn changes_state(ops: &[nfs_argop4]) -> bool {
+    use nfs_argop4 as A;
+    ops.iter().any(|o| {
+        matches!(
+            o,
+            A::OP_CREATE(_)
+                | A::OP_REMOVE(_)
+                | A::OP_RENAME(_)
+                | A::OP_LINK(_)
+                | A::OP_OPEN(_)
+                | A::OP_CLOSE(_)
+                | A::OP_OPEN_DOWNGRADE(_)
+                | A::OP_LOCK(_)
+                | A::OP_LOCKU(_)
+                | A::OP_SETATTR(_)
+        )
+    })
+}
+
+/// Whether ops move file data or listings (replies that may exceed the reply cache).
+pub(crate) fn carries_data(ops: &[nfs_argop4]) -> bool {
+    ops.iter().any(|o| {
+        matches!(
+            o,
+            nfs_argop4::OP_READ(_) | nfs_argop4::OP_READDIR(_) | nfs_argop4::OP_WRITE(_)
+        )
+    })
 }
 
 /// How OPEN creates a file.

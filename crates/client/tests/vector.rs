@@ -365,3 +365,31 @@ async fn client_recovers_after_server_restart() {
     assert!(s.session_recoveries >= 1, "{s:?}");
     assert!(s.reconnects >= 1, "{s:?}");
 }
+
+/// Thousands of state-changing items: every COMPOUND's reply must fit the server's reply
+/// cache (else REP_TOO_BIG_TO_CACHE fails an item per COMPOUND and, e.g., `rm -r`
+/// leaves files behind).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_files_in_one_directory() {
+    let _g = SERIAL.lock().await;
+    for kind in kinds() {
+        let env = Env::new(kind).await;
+        let dir = env.p("many");
+        all_ok("mkdir", env.fs.vmkdir(&[&dir], 0o755, true).await);
+        let files: Vec<(String, Bytes)> = (0..3000)
+            .map(|i| (format!("{dir}/empty-file-{i:05}"), Bytes::new()))
+            .collect();
+        all_ok("vwrite", env.fs.vwrite(&files, false).await);
+        assert_eq!(
+            std::fs::read_dir(env.server.export_dir().join("many"))
+                .unwrap()
+                .count(),
+            3000,
+            "{kind:?}"
+        );
+        let list = all_ok("ls", env.fs.vlistdir(&[&dir], false).await);
+        assert_eq!(list[0].len(), 3000, "{kind:?}");
+        all_ok("rm -r", env.fs.vremove(&[&dir], true).await);
+        assert!(!env.server.export_dir().join("many").exists(), "{kind:?}");
+    }
+}

@@ -430,7 +430,11 @@ impl Fs {
                     Some(fh) => Ok(vec![nfs_argop4::OP_PUTFH(PUTFH4args {
                         object: fh.clone(),
                     })]),
-                    None => self.resolve(&p.path),
+                    // GETFH: remember the directory's handle for later items.
+                    None => self.resolve(&p.path).map(|mut o| {
+                        o.push(nfs_argop4::OP_GETFH);
+                        o
+                    }),
                 };
                 match ops {
                     Ok(mut ops) => {
@@ -452,9 +456,17 @@ impl Fs {
             }
             let res = self.run(items).await;
             let mut next = Vec::new();
-            for (p, r) in keep.into_iter().zip(res) {
+            for (mut p, r) in keep.into_iter().zip(res) {
                 if out[p.owner].is_err() {
                     continue;
+                }
+                if let Ok(v) = &r {
+                    if let Some(nfs_resop4::OP_GETFH(GETFH4res::NFS4_OK(f))) =
+                        v.get(v.len().saturating_sub(2))
+                    {
+                        self.remember_dir(&p.path, f.object.clone());
+                        p.fh = Some(f.object.clone());
+                    }
                 }
                 let rd = match r {
                     Ok(v) => match v.last() {

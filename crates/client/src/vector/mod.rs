@@ -183,20 +183,36 @@ impl Fs {
                 .min(self.max_ops.lock().unwrap_or_else(|e| e.into_inner()).limit);
             let max_req = (limits.max_request as usize).saturating_sub(512).max(1024);
             let max_rep = (limits.max_response as usize).saturating_sub(512).max(1024);
+            // A COMPOUND that changes state asks the server to cache its reply (exactly-once
+            // on retransmission): keep such replies within the cache limit.
+            let max_cached = (limits.max_response_cached as usize)
+                .saturating_sub(256)
+                .max(512);
             // Pack pending items, in order, into batches.
             let mut batches: Vec<Vec<usize>> = Vec::new();
             let mut cur: Vec<usize> = Vec::new();
             let (mut ops, mut req, mut rep) = (0usize, 0usize, 0usize);
+            // (batch changes state, batch carries data): the COMPOUND asks for its reply
+            // to be cached exactly when it changes state and carries no data
+            // (`Compound::wants_cache`).
+            let (mut changes, mut data) = (false, false);
             for &i in &pending {
                 let it = &items[i];
                 let iops = it.ops.len();
                 let ireq: usize = it.ops.iter().map(request_size).sum();
                 let irep = it.reply_estimate + 16 * iops;
+                let c = changes || crate::compound::changes_state(&it.ops);
+                let d = data || crate::compound::carries_data(&it.ops);
+                let rep_limit = if c && !d { max_cached } else { max_rep };
                 if !cur.is_empty()
-                    && (ops + iops > max_ops || req + ireq > max_req || rep + irep > max_rep)
+                    && (ops + iops > max_ops || req + ireq > max_req || rep + irep > rep_limit)
                 {
                     batches.push(std::mem::take(&mut cur));
                     (ops, req, rep) = (0, 0, 0);
+                    changes = crate::compound::changes_state(&it.ops);
+                    data = crate::compound::carries_data(&it.ops);
+                } else {
+                    (changes, data) = (c, d);
                 }
                 cur.push(i);
                 ops += iops;
