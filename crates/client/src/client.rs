@@ -28,6 +28,8 @@ pub struct ClientConfig {
     pub slots: u32,
     /// Connection attempts before a call fails as unreachable.
     pub max_attempts: u32,
+    /// Longest wait for one reply.
+    pub call_timeout: Duration,
 }
 
 impl ClientConfig {
@@ -40,6 +42,7 @@ impl ClientConfig {
             owner: None,
             slots: 64,
             max_attempts: 20,
+            call_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -143,7 +146,8 @@ impl Client {
             gid: cfg.gid,
             gids: cfg.gids.clone(),
         });
-        let transport = Transport::connect(cfg.addr, cred, cfg.max_attempts).await?;
+        let transport =
+            Transport::connect(cfg.addr, cred, cfg.max_attempts, cfg.call_timeout).await?;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
@@ -239,7 +243,11 @@ impl Client {
         let mut delay_tries = 0u32;
         loop {
             let st = self.state();
-            let (slot, seq, highest) = st.slots.acquire().await;
+            let Some((slot, seq, highest)) = st.slots.acquire().await else {
+                // Every slot was retired: start a fresh session.
+                self.recover(st.epoch).await?;
+                continue;
+            };
             let mut all = Vec::with_capacity(c.ops.len() + 1);
             all.push(nfs_argop4::OP_SEQUENCE(SEQUENCE4args {
                 sa_sessionid: st.sessionid,
@@ -254,8 +262,15 @@ impl Client {
             }
             let bytes = match self.inner.transport.compound(encode(&all)).await {
                 Ok(b) => b,
+                Err(e @ ClientError::Rpc(_)) => {
+                    // A reply that rejects the call (GARBAGE_ARGS, AUTH_ERROR ...): the
+                    // server ran nothing, not even SEQUENCE; the slot is free as it was.
+                    st.slots.release(slot, false, None);
+                    return Err(e);
+                }
                 Err(e) => {
-                    // Whether the server executed it is unknown: retire the slot.
+                    // No reply: whether the server executed it is unknown, so this slot
+                    // is never used again in this session.
                     st.slots.retire(slot);
                     return Err(e);
                 }
@@ -486,7 +501,7 @@ async fn establish(
     ops.push(nfs_argop4::OP_RECLAIM_COMPLETE(RECLAIM_COMPLETE4args {
         rca_one_fs: false,
     }));
-    let (slot, _, _) = st.slots.acquire().await;
+    let slot = st.slots.acquire().await.map_or(0, |(s, _, _)| s);
     let r = decode_reply(t.compound(encode(&ops)).await?)?;
     st.slots.release(slot, true, None);
     if r.status != nfsstat4::NFS4_OK && r.status != nfsstat4::NFS4ERR_COMPLETE_ALREADY {

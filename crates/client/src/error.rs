@@ -18,6 +18,8 @@ pub enum ClientError {
     Unreachable { addr: String, msg: String },
     #[error("the server broke the protocol: {0}")]
     Protocol(String),
+    #[error("no reply within {0:?}")]
+    Timeout(std::time::Duration),
     #[error("invalid path {0:?}")]
     BadPath(String),
     #[error("{0}")]

@@ -34,17 +34,26 @@ impl SlotTable {
         }
     }
 
-    /// Wait for a free slot; returns (slot id, sequence id to send, highest slot id in use).
-    pub(crate) async fn acquire(&self) -> (u32, u32, u32) {
+    /// Wait for a free slot; returns (slot id, sequence id to send, highest slot id in use),
+    /// or `None` when every slot has been retired (the session must be replaced).
+    pub(crate) async fn acquire(&self) -> Option<(u32, u32, u32)> {
         loop {
             let notified = self.notify.notified();
             {
                 let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+                if g.retired.iter().all(|r| *r) {
+                    return None;
+                }
+                // Retired slots below the target would starve us: widen the usable range
+                // to the next live slot.
+                while g.usable < g.busy.len() && (0..g.usable).all(|i| g.retired[i]) {
+                    g.usable += 1;
+                }
                 let usable = g.usable;
                 if let Some(i) = (0..usable).find(|&i| !g.busy[i] && !g.retired[i]) {
                     g.busy[i] = true;
                     let highest = (0..g.busy.len()).rev().find(|&j| g.busy[j]).unwrap_or(i);
-                    return (i as u32, g.seq[i].wrapping_add(1), highest as u32);
+                    return Some((i as u32, g.seq[i].wrapping_add(1), highest as u32));
                 }
             }
             notified.await;
@@ -92,22 +101,26 @@ mod tests {
     #[tokio::test]
     async fn sequence_ids_advance_only_when_processed() {
         let t = SlotTable::new(2);
-        let (s0, q0, _) = t.acquire().await;
+        let (s0, q0, _) = t.acquire().await.unwrap();
         assert_eq!((s0, q0), (0, 1));
-        let (s1, q1, h) = t.acquire().await;
+        let (s1, q1, h) = t.acquire().await.unwrap();
         assert_eq!((s1, q1, h), (1, 1, 1));
         t.release(0, false, None);
-        let (s, q, _) = t.acquire().await;
+        let (s, q, _) = t.acquire().await.unwrap();
         assert_eq!((s, q), (0, 1), "not processed: same seqid again");
         t.release(0, true, Some(0));
-        let (s, q, _) = t.acquire().await;
+        let (s, q, _) = t.acquire().await.unwrap();
         assert_eq!((s, q), (0, 2));
         t.release(0, true, None);
         t.release(1, true, None);
+        // target 0 and slot 0 retired: the usable range widens to slot 1
         t.retire(0);
-        // only slot 0 usable (target 0) and it is retired: grow the range back
-        t.release(1, false, Some(1));
-        let (s, _, _) = t.acquire().await;
+        let (s, _, _) = t.acquire().await.unwrap();
         assert_eq!(s, 1);
+        t.retire(1);
+        assert!(
+            t.acquire().await.is_none(),
+            "all retired: replace the session"
+        );
     }
 }

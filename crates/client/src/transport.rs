@@ -22,6 +22,10 @@ pub(crate) struct Transport {
     generation: AtomicU64,
     pub(crate) reconnects: AtomicU64,
     max_attempts: u32,
+    /// How long to wait for a reply before giving the call up. Some servers drop a
+    /// request they cannot decode without answering (Ganesha 4.3 for more than 1,024
+    /// ops): without a bound the call would wait forever.
+    timeout: Duration,
 }
 
 fn backoff(attempt: u32) -> Duration {
@@ -33,6 +37,7 @@ impl Transport {
         addr: SocketAddr,
         cred: Credential,
         max_attempts: u32,
+        timeout: Duration,
     ) -> Result<Self, ClientError> {
         let t = Transport {
             addr,
@@ -41,6 +46,7 @@ impl Transport {
             generation: AtomicU64::new(0),
             reconnects: AtomicU64::new(0),
             max_attempts,
+            timeout,
         };
         t.current().await?;
         Ok(t)
@@ -93,7 +99,11 @@ impl Transport {
         let mut attempt = 0;
         loop {
             let (gen, c) = self.current().await?;
-            match c.call(NFS_PROGRAM, NFS_V4, proc_num, args.clone()).await {
+            let call = c.call(NFS_PROGRAM, NFS_V4, proc_num, args.clone());
+            let Ok(reply) = tokio::time::timeout(self.timeout, call).await else {
+                return Err(ClientError::Timeout(self.timeout));
+            };
+            match reply {
                 Ok(b) => return Ok(b),
                 Err(RpcError::Disconnected | RpcError::Io(_)) => {
                     self.drop_conn(gen).await;

@@ -140,6 +140,11 @@ impl Fs {
         }
     }
 
+    /// The largest COMPOUND (ops) this server has accepted so far.
+    fn max_ops_good(&self) -> usize {
+        self.max_ops.lock().unwrap_or_else(|e| e.into_inner()).good
+    }
+
     /// Ops that make `path` the current filehandle: PUTFH of the deepest cached
     /// ancestor, then LOOKUPs.
     pub(crate) fn resolve(&self, path: &str) -> Result<Vec<nfs_argop4>, ClientError> {
@@ -264,7 +269,8 @@ impl Fs {
                         ..
                     })
                     | Err(ClientError::Rpc(txnfs_rpc::RpcError::GarbageArgs))
-                        if nops > 1 =>
+                    | Err(ClientError::Timeout(_))
+                        if nops > 1 && nops > self.max_ops_good() =>
                     {
                         // Too many ops for this server: shrink and send again.
                         let mut l = self.max_ops.lock().unwrap_or_else(|e| e.into_inner());
