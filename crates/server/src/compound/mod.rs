@@ -317,8 +317,8 @@ impl Compound<'_> {
 /// Whether a COMPOUND is short and touches only the page cache, so it can run inline
 /// on the transport thread instead of paying a handoff to the blocking pool (seed 004:
 /// context switches dominate small requests). Anything that may wait on the disk
-/// (COMMIT, stable or large WRITEs, namespace changes that journal, large READs) or is
-/// long goes to the blocking pool.
+/// (COMMIT, stable or large WRITEs, truncation, large READs, session creation, which
+/// persists the client list) or is long goes to the blocking pool.
 pub fn is_quick(args: &Bytes) -> bool {
     const MAX_OPS: u32 = 16;
     const MAX_IO: usize = 64 << 10;
@@ -368,7 +368,17 @@ pub fn is_quick(args: &Bytes) -> bool {
             A::OP_WRITE(w) => {
                 w.stable == crate::nfs::stable_how4::UNSTABLE4 && w.data.len() <= MAX_IO
             }
-            A::OP_OPEN(o) => matches!(o.openhow, crate::nfs::openflag4::default(_)),
+            // Namespace changes and creates touch the page cache and the journal, which
+            // the file system commits asynchronously: they do not wait on the disk.
+            A::OP_OPEN(_) | A::OP_CREATE(_) | A::OP_REMOVE(_) | A::OP_RENAME(_) | A::OP_LINK(_) => {
+                true
+            }
+            // Truncating can free many blocks; other attribute changes are quick.
+            A::OP_SETATTR(sa) => sa
+                .obj_attributes
+                .attrmask
+                .first()
+                .is_none_or(|w| w & (1 << 4) == 0),
             _ => false,
         };
         if !quick {
