@@ -210,6 +210,10 @@ fn name_to_handle(
 /// is `ESTALE`.
 fn open_handle(mount_fd: BorrowedFd<'_>, key: &[u8]) -> rustix::io::Result<OwnedFd> {
     let mut buf = decode_key(key).ok_or(Errno::STALE)?;
+    // ENOMEM is what ext4 reports when the inode is being freed by a concurrent unlink
+    // (exportfs cannot build a dentry for it). Retry briefly; if it persists, the object
+    // is going away: `map_handle_errno` answers Stale.
+    let mut nomem_retries = 3;
     loop {
         // SAFETY: `buf` is a live, aligned `struct file_handle` with `handle_bytes` <=
         // MAX_HANDLE_SZ valid bytes after the header (checked by `decode_key`), so the
@@ -229,6 +233,10 @@ fn open_handle(mount_fd: BorrowedFd<'_>, key: &[u8]) -> rustix::io::Result<Owned
         }
         match Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO) {
             Errno::INTR => continue,
+            Errno::NOMEM if nomem_retries > 0 => {
+                nomem_retries -= 1;
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
             e => return Err(e),
         }
     }
@@ -237,7 +245,8 @@ fn open_handle(mount_fd: BorrowedFd<'_>, key: &[u8]) -> rustix::io::Result<Owned
 /// Error of `open_by_handle_at` as a backend error.
 fn map_handle_errno(e: Errno) -> BackendError {
     match e {
-        Errno::STALE | Errno::NOENT | Errno::INVAL => BackendError::Stale,
+        // NOMEM: see `open_handle` (an inode being freed).
+        Errno::STALE | Errno::NOENT | Errno::INVAL | Errno::NOMEM => BackendError::Stale,
         Errno::PERM => BackendError::Io(
             "open_by_handle_at: EPERM: the server needs CAP_DAC_READ_SEARCH (run it as root)"
                 .into(),
