@@ -280,6 +280,23 @@ impl Server {
         attrs.fileid
     }
 
+    /// What the attribute layer needs about `fh` to encode or compare `mask`.
+    fn attr_inputs(
+        &self,
+        fh: &Fh,
+        mask: &[u32],
+    ) -> Result<(FsInfo, Option<txnfs_backend::FsStats>, Bytes), OpError> {
+        let stats = if txnfs_attr::needs_fsstats(mask) {
+            match fh {
+                Fh::Obj(o) => Some(o.export.backend.statfs(&o.key)?),
+                Fh::Pseudo(_) => Some(txnfs_backend::FsStats::default()),
+            }
+        } else {
+            None
+        };
+        Ok((self.fs_info(fh), stats, self.fh_wire(fh)))
+    }
+
     /// Encode the requested attributes of `fh`; `known` avoids a second stat when the
     /// caller (READDIR) already has them.
     pub fn fattr(
@@ -292,16 +309,7 @@ impl Server {
             Some(a) => a.clone(),
             None => self.attrs_of(fh)?,
         };
-        let fs = self.fs_info(fh);
-        let stats = if txnfs_attr::needs_fsstats(request) {
-            match fh {
-                Fh::Obj(o) => Some(o.export.backend.statfs(&o.key)?),
-                Fh::Pseudo(_) => Some(txnfs_backend::FsStats::default()),
-            }
-        } else {
-            None
-        };
-        let wire = self.fh_wire(fh);
+        let (fs, stats, wire) = self.attr_inputs(fh, request)?;
         let src = AttrSource {
             attrs: &attrs,
             fh: &wire,
@@ -317,18 +325,10 @@ impl Server {
         })
     }
 
+    /// VERIFY/NVERIFY: whether the client's attributes equal ours.
     pub fn compare_attrs(&self, fh: &Fh, f: &fattr4) -> Result<bool, OpError> {
         let attrs = self.attrs_of(fh)?;
-        let fs = self.fs_info(fh);
-        let stats = if txnfs_attr::needs_fsstats(&f.attrmask) {
-            match fh {
-                Fh::Obj(o) => Some(o.export.backend.statfs(&o.key)?),
-                Fh::Pseudo(_) => Some(txnfs_backend::FsStats::default()),
-            }
-        } else {
-            None
-        };
-        let wire = self.fh_wire(fh);
+        let (fs, stats, wire) = self.attr_inputs(fh, &f.attrmask)?;
         let src = AttrSource {
             attrs: &attrs,
             fh: &wire,

@@ -47,23 +47,13 @@ impl Fs {
         &self,
         paths: &[S],
     ) -> Vec<Result<Attributes, ClientError>> {
-        let mut items = Vec::new();
-        let mut errs = Vec::new();
-        for p in paths {
-            match self.resolve(p.as_ref()) {
-                Ok(mut ops) => {
-                    ops.push(nfs_argop4::OP_GETATTR(GETATTR4args {
-                        attr_request: attrs::stat_bitmap(),
-                    }));
-                    items.push(Item {
-                        ops,
-                        reply_estimate: 256,
-                    });
-                    errs.push(None);
-                }
-                Err(e) => errs.push(Some(e)),
-            }
-        }
+        let (items, errs) = items_for(paths, 256, |p| {
+            let mut ops = self.resolve(p.as_ref())?;
+            ops.push(nfs_argop4::OP_GETATTR(GETATTR4args {
+                attr_request: attrs::stat_bitmap(),
+            }));
+            Ok(ops)
+        });
         merge(errs, self.run(items).await, |r| {
             r.and_then(|v| last_attrs(&v))
         })
@@ -74,24 +64,14 @@ impl Fs {
         &self,
         sets: &[(S, SetAttributes)],
     ) -> Vec<Result<(), ClientError>> {
-        let mut items = Vec::new();
-        let mut errs = Vec::new();
-        for (p, s) in sets {
-            match self.resolve(p.as_ref()) {
-                Ok(mut ops) => {
-                    ops.push(nfs_argop4::OP_SETATTR(SETATTR4args {
-                        stateid: ANONYMOUS_STATEID,
-                        obj_attributes: attrs::encode_set(s),
-                    }));
-                    items.push(Item {
-                        ops,
-                        reply_estimate: 32,
-                    });
-                    errs.push(None);
-                }
-                Err(e) => errs.push(Some(e)),
-            }
-        }
+        let (items, errs) = items_for(sets, 32, |(p, set)| {
+            let mut ops = self.resolve(p.as_ref())?;
+            ops.push(nfs_argop4::OP_SETATTR(SETATTR4args {
+                stateid: ANONYMOUS_STATEID,
+                obj_attributes: attrs::encode_set(set),
+            }));
+            Ok(ops)
+        });
         merge(errs, self.run(items).await, unit)
     }
 
@@ -180,47 +160,26 @@ impl Fs {
         &self,
         links: &[(S, T)],
     ) -> Vec<Result<(), ClientError>> {
-        let mut items = Vec::new();
-        let mut errs = Vec::new();
-        for (p, target) in links {
-            match split_parent(p.as_ref())
-                .and_then(|(parent, leaf)| Ok((self.resolve(&parent)?, leaf)))
-            {
-                Ok((mut ops, leaf)) => {
-                    ops.push(nfs_argop4::OP_CREATE(CREATE4args {
-                        objtype: createtype4::NF4LNK(name(target.as_ref())),
-                        objname: name(&leaf),
-                        createattrs: attrs::encode_set(&SetAttributes::default()),
-                    }));
-                    items.push(Item {
-                        ops,
-                        reply_estimate: 64,
-                    });
-                    errs.push(None);
-                }
-                Err(e) => errs.push(Some(e)),
-            }
-        }
+        let (items, errs) = items_for(links, 64, |(p, target)| {
+            let (parent, leaf) = split_parent(p.as_ref())?;
+            let mut ops = self.resolve(&parent)?;
+            ops.push(nfs_argop4::OP_CREATE(CREATE4args {
+                objtype: createtype4::NF4LNK(name(target.as_ref())),
+                objname: name(&leaf),
+                createattrs: attrs::encode_set(&SetAttributes::default()),
+            }));
+            Ok(ops)
+        });
         merge(errs, self.run(items).await, unit)
     }
 
     /// Targets of many symlinks.
     pub async fn vreadlink<S: AsRef<str>>(&self, paths: &[S]) -> Vec<Result<String, ClientError>> {
-        let mut items = Vec::new();
-        let mut errs = Vec::new();
-        for p in paths {
-            match self.resolve(p.as_ref()) {
-                Ok(mut ops) => {
-                    ops.push(nfs_argop4::OP_READLINK);
-                    items.push(Item {
-                        ops,
-                        reply_estimate: 4200,
-                    });
-                    errs.push(None);
-                }
-                Err(e) => errs.push(Some(e)),
-            }
-        }
+        let (items, errs) = items_for(paths, 4200, |p| {
+            let mut ops = self.resolve(p.as_ref())?;
+            ops.push(nfs_argop4::OP_READLINK);
+            Ok(ops)
+        });
         merge(errs, self.run(items).await, |r| {
             r.and_then(|v| match v.last() {
                 Some(nfs_resop4::OP_READLINK(READLINK4res::NFS4_OK(l))) => {
@@ -327,33 +286,19 @@ impl Fs {
         &self,
         pairs: &[(S, T)],
     ) -> Vec<Result<(), ClientError>> {
-        let mut items = Vec::new();
-        let mut errs = Vec::new();
-        for (from, to) in pairs {
-            let built = (|| -> Result<Vec<nfs_argop4>, ClientError> {
-                let (fp, fname) = split_parent(from.as_ref())?;
-                let (tp, tname) = split_parent(to.as_ref())?;
-                let mut ops = self.resolve(&fp)?;
-                ops.push(nfs_argop4::OP_SAVEFH);
-                ops.extend(self.resolve(&tp)?);
-                ops.push(nfs_argop4::OP_RENAME(RENAME4args {
-                    oldname: name(&fname),
-                    newname: name(&tname),
-                }));
-                Ok(ops)
-            })();
-            match built {
-                Ok(ops) => {
-                    items.push(Item {
-                        ops,
-                        reply_estimate: 96,
-                    });
-                    errs.push(None);
-                    self.forget_dir(from.as_ref());
-                }
-                Err(e) => errs.push(Some(e)),
-            }
-        }
+        let (items, errs) = items_for(pairs, 96, |(from, to)| {
+            let (fp, fname) = split_parent(from.as_ref())?;
+            let (tp, tname) = split_parent(to.as_ref())?;
+            let mut ops = self.resolve(&fp)?;
+            ops.push(nfs_argop4::OP_SAVEFH);
+            ops.extend(self.resolve(&tp)?);
+            ops.push(nfs_argop4::OP_RENAME(RENAME4args {
+                oldname: name(&fname),
+                newname: name(&tname),
+            }));
+            self.forget_dir(from.as_ref());
+            Ok(ops)
+        });
         merge(errs, self.run(items).await, unit)
     }
 
@@ -362,30 +307,16 @@ impl Fs {
         &self,
         pairs: &[(S, T)],
     ) -> Vec<Result<(), ClientError>> {
-        let mut items = Vec::new();
-        let mut errs = Vec::new();
-        for (existing, new) in pairs {
-            let built = (|| -> Result<Vec<nfs_argop4>, ClientError> {
-                let (np, nname) = split_parent(new.as_ref())?;
-                let mut ops = self.resolve(existing.as_ref())?;
-                ops.push(nfs_argop4::OP_SAVEFH);
-                ops.extend(self.resolve(&np)?);
-                ops.push(nfs_argop4::OP_LINK(LINK4args {
-                    newname: name(&nname),
-                }));
-                Ok(ops)
-            })();
-            match built {
-                Ok(ops) => {
-                    items.push(Item {
-                        ops,
-                        reply_estimate: 64,
-                    });
-                    errs.push(None);
-                }
-                Err(e) => errs.push(Some(e)),
-            }
-        }
+        let (items, errs) = items_for(pairs, 64, |(existing, new)| {
+            let (np, nname) = split_parent(new.as_ref())?;
+            let mut ops = self.resolve(existing.as_ref())?;
+            ops.push(nfs_argop4::OP_SAVEFH);
+            ops.extend(self.resolve(&np)?);
+            ops.push(nfs_argop4::OP_LINK(LINK4args {
+                newname: name(&nname),
+            }));
+            Ok(ops)
+        });
         merge(errs, self.run(items).await, unit)
     }
 
@@ -530,6 +461,30 @@ impl Fs {
         }
         out
     }
+}
+
+/// One item per input, built by `build`; an input whose ops cannot be built (a bad
+/// path) fails on its own and is not sent. Use with [`merge`].
+pub(crate) fn items_for<T>(
+    inputs: &[T],
+    reply_estimate: usize,
+    build: impl Fn(&T) -> Result<Vec<nfs_argop4>, ClientError>,
+) -> (Vec<Item>, Vec<Option<ClientError>>) {
+    let mut items = Vec::new();
+    let mut errs = Vec::new();
+    for input in inputs {
+        match build(input) {
+            Ok(ops) => {
+                items.push(Item {
+                    ops,
+                    reply_estimate,
+                });
+                errs.push(None);
+            }
+            Err(e) => errs.push(Some(e)),
+        }
+    }
+    (items, errs)
 }
 
 /// Put per-item results back in input order, where some inputs failed before sending.
