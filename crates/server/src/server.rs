@@ -46,12 +46,6 @@ impl Stats {
             c.fetch_add(1, Ordering::Relaxed);
         }
     }
-
-    pub fn get(&self, op: u32) -> u64 {
-        self.ops
-            .get(op as usize)
-            .map_or(0, |c| c.load(Ordering::Relaxed))
-    }
 }
 
 pub struct Server {

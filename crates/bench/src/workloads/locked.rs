@@ -50,26 +50,6 @@ impl Workload for Locked {
         Box::pin(async move {
             let dir = w.base_fh.clone();
             let owner = w.owner.clone();
-            // Untimed probe: RFC 8881 §18.10.3 says the server MUST ignore the
-            // client ID in lock_owner4 (txnfs_client does not expose ours, so
-            // we send 0); say so clearly when a server insists on it.
-            let f = common::open(w, &dir, "f0", OPEN4_SHARE_ACCESS_READ, false, false).await?;
-            let mut c = Compound::new();
-            c.putfh(&f.fh);
-            let l = c.op(nfs::lock_new_owner(
-                nfs_lock_type4::READ_LT,
-                f.sid.clone(),
-                &owner,
-                0,
-                u64::MAX,
-            ));
-            let r = w.call_raw(&c).await?;
-            let lsid = nfs::lock_stateid(&r, l)?;
-            let mut c = Compound::new();
-            c.putfh(&f.fh);
-            c.op(nfs::locku(nfs_lock_type4::READ_LT, lsid, 0, u64::MAX));
-            w.call(&c).await?;
-            common::close(w, f).await?;
             w.ready().await;
             while let Some(i) = w.next_iter() {
                 let name = format!("f{}", (i / self.repeats_per_file) % self.files);

@@ -138,10 +138,6 @@ impl SessionTable {
         id
     }
 
-    pub fn client(&self, id: ClientId) -> Option<&ClientRecord> {
-        self.clients.get(&id)
-    }
-
     pub fn client_mut(&mut self, id: ClientId) -> Option<&mut ClientRecord> {
         self.clients.get_mut(&id)
     }

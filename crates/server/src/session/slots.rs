@@ -69,11 +69,6 @@ impl SlotTable {
         self.granted
     }
 
-    /// Highest slot id a client has actually used.
-    pub fn highest_used(&self) -> u32 {
-        self.slots.len().saturating_sub(1) as u32
-    }
-
     pub fn cached_bytes(&self) -> usize {
         self.cached_bytes
     }
@@ -124,24 +119,6 @@ impl SlotTable {
                 None => Cached::Uncached,
             };
         }
-    }
-
-    /// A SEQUENCE that failed after `begin` (it executes nothing): roll the slot back so
-    /// the client may reuse the sequence id. Used when the compound is rejected before
-    /// any op after SEQUENCE ran.
-    pub fn abort(&mut self, slot: u32, prev_seqid: u32) {
-        if let Some(s) = self.slots.get_mut(slot as usize) {
-            s.seqid = prev_seqid;
-            s.cached = if prev_seqid == 0 {
-                Cached::Empty
-            } else {
-                Cached::Uncached
-            };
-        }
-    }
-
-    pub fn seqid(&self, slot: u32) -> u32 {
-        self.slots.get(slot as usize).map_or(0, |s| s.seqid)
     }
 }
 
