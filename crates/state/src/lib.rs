@@ -761,15 +761,7 @@ impl StateTable {
                     removed += self.remove_state(*l);
                 }
                 self.open_index.remove(&(client, o.owner.clone(), file));
-                let owner_key = (client, o.owner);
-                let mut owner_gone = false;
-                if let Some(n) = self.open_owners.get_mut(&owner_key) {
-                    *n -= 1;
-                    owner_gone = *n == 0;
-                }
-                if owner_gone {
-                    self.open_owners.remove(&owner_key);
-                }
+                let owner_gone = release_owner(&mut self.open_owners, (client, o.owner));
                 if let Some(cs) = self.clients.get_mut(&client) {
                     cs.states.remove(&id);
                     if owner_gone {
@@ -791,15 +783,7 @@ impl StateTable {
                     o.lock_states.remove(&id);
                 }
                 self.lock_index.remove(&(client, l.owner.clone(), file));
-                let owner_key = (client, l.owner);
-                let mut owner_gone = false;
-                if let Some(n) = self.lock_owners.get_mut(&owner_key) {
-                    *n -= 1;
-                    owner_gone = *n == 0;
-                }
-                if owner_gone {
-                    self.lock_owners.remove(&owner_key);
-                }
+                let owner_gone = release_owner(&mut self.lock_owners, (client, l.owner));
                 if let Some(cs) = self.clients.get_mut(&client) {
                     cs.states.remove(&id);
                     if owner_gone {
@@ -1251,6 +1235,22 @@ impl StateTable {
             locks: self.n_locks,
         }
     }
+}
+
+/// Drop one state of an owner from its count; true when that was its last state (the
+/// owner is gone and removed from the map).
+fn release_owner(owners: &mut HashMap<OwnerKey, usize>, key: OwnerKey) -> bool {
+    let gone = match owners.get_mut(&key) {
+        Some(n) => {
+            *n -= 1;
+            *n == 0
+        }
+        None => false,
+    };
+    if gone {
+        owners.remove(&key);
+    }
+    gone
 }
 
 #[cfg(test)]
