@@ -56,6 +56,11 @@ pub struct CompareArgs {
     #[arg(long, value_name = "PATH")]
     pub txnfs_bin: Option<PathBuf>,
 
+    /// Arguments put before `run` when calling the runner (set by `txnfs bench compare`,
+    /// whose runner is `txnfs bench`).
+    #[arg(skip)]
+    pub bench_prefix: Vec<String>,
+
     /// Keep the servers' temporary directories (exports, logs).
     #[arg(long)]
     pub keep: bool,
@@ -117,6 +122,7 @@ pub fn main(args: CompareArgs) -> Result<()> {
             extra_args: args.bench_args.clone(),
             out: out.clone(),
             bench_bin: args.bench_bin.clone(),
+            bench_prefix: args.bench_prefix.clone(),
             server_opts: ServerOpts {
                 txnfs_bin: args.txnfs_bin.clone(),
                 keep: args.keep,

@@ -404,6 +404,8 @@ pub struct MatrixOpts {
     pub out: PathBuf,
     /// `txnfs-bench`; `None`: [`find_bench_bin`].
     pub bench_bin: Option<PathBuf>,
+    /// Arguments before `run ...` (`["bench"]` when the runner is the `txnfs` binary).
+    pub bench_prefix: Vec<String>,
     pub server_opts: ServerOpts,
 }
 
@@ -499,7 +501,8 @@ fn run_one(
     let log_path = dir.join("bench.log");
     let log = std::fs::File::create(&log_path)
         .with_context(|| format!("creating {}", log_path.display()))?;
-    let args = bench_args(opts, server, workload, delay_ms, dir);
+    let mut args = opts.bench_prefix.clone();
+    args.extend(bench_args(opts, server, workload, delay_ms, dir));
     std::fs::write(
         dir.join("command.txt"),
         format!("{} {}\n", bench.display(), args.join(" ")),

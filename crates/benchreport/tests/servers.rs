@@ -169,6 +169,7 @@ fn matrix_against_real_servers_with_fake_runner() {
         extra_args: vec!["--threads".into(), "2".into()],
         out: out.clone(),
         bench_bin: Some(bench),
+        bench_prefix: Vec::new(),
         server_opts: ServerOpts::default(),
     };
     let cmp = run_matrix(&opts).unwrap();

@@ -79,8 +79,7 @@ enum BenchCmd {
     /// List the workloads.
     List,
     /// Start txnfs and NFS-Ganesha on loopback, run the same workloads against both and
-    /// write ratios, JSON, SVG plots and a Markdown report (needs the txnfs-bench runner:
-    /// cargo build --release --workspace).
+    /// write ratios, JSON, SVG plots and a Markdown report.
     Compare(Box<txnfs_benchreport::cli::CompareArgs>),
 }
 
@@ -94,7 +93,20 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
     match a.cmd {
         BenchCmd::Run(r) => run(txnfs_bench::cli::BenchCmd::Run(r)),
         BenchCmd::List => run(txnfs_bench::cli::BenchCmd::List),
-        BenchCmd::Compare(c) => txnfs_benchreport::cli::main(*c),
+        BenchCmd::Compare(mut c) => {
+            // This binary is both the txnfs server and the runner (`txnfs bench run`),
+            // unless told otherwise.
+            if let Ok(me) = std::env::current_exe() {
+                if c.bench_bin.is_none() && std::env::var_os("TXNFS_BENCH_BIN").is_none() {
+                    c.bench_bin = Some(me.clone());
+                    c.bench_prefix = vec!["bench".into()];
+                }
+                if c.txnfs_bin.is_none() && std::env::var_os("TXNFS_BIN").is_none() {
+                    c.txnfs_bin = Some(me);
+                }
+            }
+            txnfs_benchreport::cli::main(*c)
+        }
     }
 }
 
