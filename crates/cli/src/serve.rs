@@ -97,6 +97,7 @@ pub fn build_config(a: &ServeArgs) -> Result<Config> {
             path: d.clone(),
             backend,
             read_only: false,
+            prebuilt: None,
         });
     } else if a.memory && a.exports.is_empty() && cfg.exports.is_empty() {
         cfg.exports.push(ExportConfig {
@@ -104,6 +105,7 @@ pub fn build_config(a: &ServeArgs) -> Result<Config> {
             path: PathBuf::new(),
             backend,
             read_only: false,
+            prebuilt: None,
         });
     }
     for e in &a.exports {
@@ -113,6 +115,7 @@ pub fn build_config(a: &ServeArgs) -> Result<Config> {
             path,
             backend,
             read_only: false,
+            prebuilt: None,
         });
     }
     if cfg.exports.is_empty() {

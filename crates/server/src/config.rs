@@ -27,6 +27,20 @@ pub struct ExportConfig {
     pub backend: BackendKind,
     #[serde(default)]
     pub read_only: bool,
+    /// A backend built by the embedding program (tests, the simulation); when set it is
+    /// used instead of `backend`/`path`. Not configurable from TOML.
+    #[serde(skip)]
+    pub prebuilt: Option<PrebuiltBackend>,
+}
+
+/// A backend handed to the server ready-made (kept across simulated restarts).
+#[derive(Clone)]
+pub struct PrebuiltBackend(pub std::sync::Arc<dyn txnfs_backend::Backend>);
+
+impl std::fmt::Debug for PrebuiltBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PrebuiltBackend")
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -117,17 +117,16 @@ impl Exports {
         }
         let open =
             |c: &ExportConfig, id: u16, parent: Option<u16>| -> Result<Export, ExportError> {
-                let backend: Arc<dyn Backend> = match c.backend {
-                    BackendKind::Memory => Arc::new(MemoryBackend::new()),
-                    BackendKind::Local => {
-                        Arc::new(
-                            LocalBackend::open(&c.path).map_err(|err| ExportError::Open {
-                                name: c.name.clone(),
-                                path: c.path.display().to_string(),
-                                err,
-                            })?,
-                        )
-                    }
+                let backend: Arc<dyn Backend> = match (&c.prebuilt, c.backend) {
+                    (Some(b), _) => b.0.clone(),
+                    (None, BackendKind::Memory) => Arc::new(MemoryBackend::new()),
+                    (None, BackendKind::Local) => Arc::new(LocalBackend::open(&c.path).map_err(
+                        |err| ExportError::Open {
+                            name: c.name.clone(),
+                            path: c.path.display().to_string(),
+                            err,
+                        },
+                    )?),
                 };
                 let root_key = backend.root().map_err(|err| ExportError::Open {
                     name: c.name.clone(),
@@ -238,6 +237,7 @@ mod tests {
             path: Default::default(),
             backend: BackendKind::Memory,
             read_only: false,
+            prebuilt: None,
         }
     }
 

@@ -32,13 +32,13 @@ impl Grace {
         }
     }
 
-    pub fn in_grace(&self) -> bool {
+    pub fn in_grace(&self, now: Instant) -> bool {
         let Ok(mut g) = self.inner.lock() else {
             return false;
         };
         let active = g
             .as_ref()
-            .is_some_and(|s| Instant::now() < s.until && !s.waiting.is_empty());
+            .is_some_and(|s| now < s.until && !s.waiting.is_empty());
         if !active && g.is_some() {
             *g = None;
             tracing::info!("grace period over");
@@ -66,13 +66,14 @@ mod tests {
             Instant::now() + Duration::from_secs(60),
             vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")],
         );
-        assert!(g.in_grace());
+        let now = Instant::now();
+        assert!(g.in_grace(now));
         g.reclaim_complete(&Bytes::from_static(b"a"));
-        assert!(g.in_grace());
+        assert!(g.in_grace(now));
         g.reclaim_complete(&Bytes::from_static(b"b"));
-        assert!(!g.in_grace());
-        assert!(!Grace::none().in_grace());
-        let expired = Grace::new(Instant::now(), vec![Bytes::from_static(b"a")]);
-        assert!(!expired.in_grace());
+        assert!(!g.in_grace(now));
+        assert!(!Grace::none().in_grace(now));
+        let expired = Grace::new(now, vec![Bytes::from_static(b"a")]);
+        assert!(!expired.in_grace(now));
     }
 }

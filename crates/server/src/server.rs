@@ -12,9 +12,10 @@ use crate::statedir::StateDir;
 use bytes::Bytes;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use txnfs_attr::{AttrSource, FsInfo};
 use txnfs_backend::{Attrs, FileKey, FileType, Timestamp};
+use txnfs_state::clock::{Clock, SystemClock};
 use txnfs_state::{StateLimits, StateTable, Stateid};
 
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +62,8 @@ pub struct Server {
     /// Fore-channel maxima we offer.
     pub limits: ChannelAttrs,
     pub stats: Stats,
+    /// The one source of time for leases, grace and the executor (simulated in tests).
+    pub clock: Arc<dyn Clock>,
     statedir: StateDir,
     boot_time: Timestamp,
 }
@@ -81,6 +84,11 @@ pub fn from_wire(s: &stateid4) -> Stateid {
 
 impl Server {
     pub fn new(cfg: Config) -> Result<Arc<Server>, ServerError> {
+        Self::with_clock(cfg, Arc::new(SystemClock))
+    }
+
+    /// A server whose leases, grace period and executor run on `clock`.
+    pub fn with_clock(cfg: Config, clock: Arc<dyn Clock>) -> Result<Arc<Server>, ServerError> {
         let dir = cfg.state_dir();
         let statedir = StateDir::open(&dir).map_err(|err| ServerError::StateDir {
             path: dir.display().to_string(),
@@ -127,7 +135,7 @@ impl Server {
                 seconds = grace_len.as_secs(),
                 "grace period: waiting for clients to reclaim"
             );
-            Grace::new(Instant::now() + grace_len, previous_clients)
+            Grace::new(clock.now() + grace_len, previous_clients)
         } else {
             Grace::none()
         };
@@ -153,6 +161,7 @@ impl Server {
             server_owner,
             limits,
             stats: Stats::new(),
+            clock,
             statedir,
             boot_time: Timestamp {
                 sec: now.as_secs() as i64,
@@ -415,7 +424,7 @@ impl Server {
         let lease = Duration::from_secs(self.cfg.lease_time as u64);
         // Courtesy: one extra lease before a silent client loses its state.
         let dead = match self.sessions.lock() {
-            Ok(mut t) => t.expire(lease * 2, Instant::now()),
+            Ok(mut t) => t.expire(lease * 2, self.clock.now()),
             Err(_) => return,
         };
         for c in &dead {

@@ -47,6 +47,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod clock;
 mod range;
 
 use std::collections::{BTreeSet, HashMap, HashSet};

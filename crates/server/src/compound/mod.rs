@@ -166,7 +166,7 @@ pub fn execute(srv: &Server, creds: Creds, conn: u64, args: Bytes) -> Result<Byt
         client: None,
         minor,
         reply_left: srv.limits.max_response as usize,
-        now: Instant::now(),
+        now: srv.clock.now(),
     };
     let mut status = nfsstat4::NFS4_OK;
     let mut done: u32 = 0;

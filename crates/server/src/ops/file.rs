@@ -44,10 +44,10 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
     let fh = c.cfh()?.clone();
     let reclaim = matches!(a.claim, open_claim4::CLAIM_PREVIOUS(_));
     if reclaim {
-        if !c.srv.grace.in_grace() {
+        if !c.srv.grace.in_grace(c.now) {
             return Err(nfsstat4::NFS4ERR_NO_GRACE.into());
         }
-    } else if c.srv.grace.in_grace() {
+    } else if c.srv.grace.in_grace(c.now) {
         return Err(nfsstat4::NFS4ERR_GRACE.into());
     }
     let create = match &a.openhow {

@@ -31,7 +31,7 @@ fn denied(d: &LockDenied) -> LOCK4denied {
 
 pub fn lock(c: &mut Compound, a: &LOCK4args) -> OpResult {
     let client = c.client()?;
-    if a.reclaim != c.srv.grace.in_grace() {
+    if a.reclaim != c.srv.grace.in_grace(c.now) {
         return Err(if a.reclaim {
             nfsstat4::NFS4ERR_NO_GRACE
         } else {
@@ -84,7 +84,7 @@ pub fn lock(c: &mut Compound, a: &LOCK4args) -> OpResult {
 
 pub fn lockt(c: &mut Compound, a: &LOCKT4args) -> OpResult {
     let client = c.client()?;
-    if c.srv.grace.in_grace() {
+    if c.srv.grace.in_grace(c.now) {
         return Err(nfsstat4::NFS4ERR_GRACE.into());
     }
     let file = c.srv.cfh_file_id(c.cfh()?)?;

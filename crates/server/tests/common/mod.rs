@@ -37,6 +37,7 @@ pub async fn start_memory_server() -> TestServer {
             path: Default::default(),
             backend: BackendKind::Memory,
             read_only: false,
+            prebuilt: None,
         }],
         state_dir: Some(state_dir.clone()),
         grace: false,
