@@ -66,6 +66,19 @@ pub struct Config {
     pub max_cached_reply: u32,
     pub max_clients: usize,
     pub max_sessions_per_client: usize,
+    /// Deliberate defects for proving that the tests and the simulation can fail.
+    /// Never set outside tests; not configurable from TOML.
+    #[serde(skip)]
+    #[doc(hidden)]
+    pub mutations: Mutations,
+}
+
+/// Deliberate defects a test can switch on to check that it catches them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[doc(hidden)]
+pub struct Mutations {
+    /// Execute retransmissions again instead of answering from the reply cache.
+    pub break_reply_cache: bool,
 }
 
 impl Default for Config {
@@ -83,6 +96,7 @@ impl Default for Config {
             max_cached_reply: 64 << 10,
             max_clients: 4096,
             max_sessions_per_client: 16,
+            mutations: Mutations::default(),
         }
     }
 }

@@ -197,6 +197,8 @@ pub fn sequence(
     };
     match verdict {
         SlotVerdict::Execute => {}
+        // Test-only mutation: run the retransmission again (what a broken cache does).
+        SlotVerdict::Replay(_) if c.srv.cfg.mutations.break_reply_cache => {}
         SlotVerdict::Replay(b) => {
             c.srv
                 .stats
