@@ -41,12 +41,52 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Callbacks: the back channel
+//!
+//! The server can call the client back over the client's own connection (the NFSv4.1 back
+//! channel, RFC 8881 §2.10.3.1). Every accepted connection has a [`BackChannel`], a
+//! cloneable handle the service gets in [`CallInfo::back_channel`] and, once per
+//! connection, in [`RpcService::connection_opened`] (a default no-op method).
+//! [`BackChannel::call`] sends an RFC 5531 CALL (AUTH_NONE or AUTH_SYS credential, null
+//! verifier) through the connection's writer, as one whole record between replies, and
+//! waits for the REPLY with the same xid:
+//!
+//! - xids are chosen per connection and never repeat among outstanding callbacks; the
+//!   client's own xids are a separate space.
+//! - A SUCCESS reply yields its encoded results; every other reply status is a typed
+//!   [`CallbackError`] (`ProgUnavail`, `GarbageArgs`, `SystemErr`, `AuthError`, ...).
+//! - No reply within the caller's timeout: [`CallbackError::Timeout`]; the call is
+//!   forgotten and a late reply is dropped like any reply with an unknown xid (logged; the
+//!   connection keeps serving).
+//! - A reply that cannot be decoded fails its call with `MalformedReply` if its xid is
+//!   pending and is dropped otherwise.
+//! - When the connection closes, pending callbacks fail at once with `ConnectionClosed`,
+//!   and so does every later call on the handle.
+//! - At most [`ServerConfig::max_callbacks_per_conn`] callbacks wait at the same time;
+//!   one more fails with `TooManyOutstanding`.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use bytes::Bytes;
+//! use txnfs_rpc::{BackChannel, CallbackError, Credential};
+//!
+//! /// CB_NULL (procedure 0) of the NFSv4.1 callback program.
+//! async fn probe(back_channel: &BackChannel, cb_program: u32) -> Result<(), CallbackError> {
+//!     back_channel
+//!         .call(cb_program, 1, 0, &Credential::None, Bytes::new(), Duration::from_secs(5))
+//!         .await
+//!         .map(|_results| ())
+//! }
+//! ```
 
+mod backchannel;
 mod client;
 pub mod msg;
 mod record;
 mod server;
 
+pub use backchannel::{BackChannel, CallbackError, DEFAULT_MAX_CALLBACKS_PER_CONN};
 pub use client::{decode_reply, ClientConfig, RpcClient};
 pub use msg::{encode_call, record, AuthStat, AuthSys, Credential, OpaqueAuth};
 pub use record::read_record;

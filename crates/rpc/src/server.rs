@@ -16,6 +16,7 @@ use tokio::task::{AbortHandle, JoinSet};
 use tracing::{debug, error, info, warn};
 use txnfs_xdr::{get_opaque, get_u32, Decode, XdrError};
 
+use crate::backchannel::{BackChannel, DEFAULT_MAX_CALLBACKS_PER_CONN};
 use crate::msg::*;
 use crate::record::{write_all_vectored, RecordError, RecordReader};
 
@@ -30,6 +31,8 @@ pub struct CallInfo {
     /// Unique (per process) id of the connection the call arrived on.
     pub conn_id: u64,
     pub peer: SocketAddr,
+    /// Sends callbacks (CALLs from the server) to the client over this same connection.
+    pub back_channel: BackChannel,
 }
 
 /// What a service answers to a call.
@@ -61,7 +64,12 @@ pub trait RpcService: Send + Sync + 'static {
     /// Execute one call. Calls of one connection run concurrently.
     fn call(&self, info: CallInfo, args: Bytes) -> impl Future<Output = ReplyBody> + Send;
 
+    /// A connection was accepted; `back_channel` sends callbacks to its client. Called
+    /// before the connection's first call is read.
+    fn connection_opened(&self, _conn_id: u64, _back_channel: &BackChannel) {}
+
     /// The connection `conn_id` is gone and every call that arrived on it has finished.
+    /// Its [`BackChannel`] is closed by then.
     fn connection_closed(&self, _conn_id: u64) {}
 }
 
@@ -78,6 +86,9 @@ pub struct ServerConfig {
     /// After `shutdown` resolved: how long in-flight calls may take to finish and have their
     /// replies written before the remaining connections are dropped.
     pub shutdown_grace: Duration,
+    /// Callbacks ([`BackChannel::call`]) of one connection waiting for their replies at the
+    /// same time; one more fails with `TooManyOutstanding`.
+    pub max_callbacks_per_conn: usize,
 }
 
 pub const DEFAULT_MAX_RECORD_SIZE: usize = 4 * 1024 * 1024 + 64 * 1024;
@@ -89,6 +100,7 @@ impl Default for ServerConfig {
             max_in_flight_per_conn: 1024,
             max_connections: 4096,
             shutdown_grace: SHUTDOWN_GRACE,
+            max_callbacks_per_conn: DEFAULT_MAX_CALLBACKS_PER_CONN,
         }
     }
 }
@@ -110,6 +122,7 @@ pub async fn serve<S: RpcService>(
         programs: svc.programs(),
         max_record_size: cfg.max_record_size.max(4),
         max_in_flight: cfg.max_in_flight_per_conn.max(1),
+        max_callbacks: cfg.max_callbacks_per_conn.max(1),
     });
     let (sd_tx, sd_rx) = watch::channel(false);
     let conn_limit = Arc::new(Semaphore::new(cfg.max_connections.max(1)));
@@ -173,6 +186,7 @@ struct Shared {
     programs: Vec<(u32, u32, u32)>,
     max_record_size: usize,
     max_in_flight: usize,
+    max_callbacks: usize,
 }
 
 struct Connection<S> {
@@ -183,11 +197,14 @@ struct Connection<S> {
     shutdown: watch::Receiver<bool>,
 }
 
-/// A reply queued for the writer; the permit bounds queued + executing calls.
-struct Outgoing {
-    head: Bytes,
-    body: Bytes,
-    _permit: OwnedSemaphorePermit,
+/// A record queued for the writer: a reply, whose permit bounds queued + executing calls,
+/// or a callback CALL (no permit; [`BackChannel`] bounds those).
+pub(crate) struct Outgoing {
+    /// Record mark and message header (and small bodies).
+    pub(crate) head: Bytes,
+    /// The rest of the same record; may be empty.
+    pub(crate) body: Bytes,
+    pub(crate) permit: Option<OwnedSemaphorePermit>,
 }
 
 /// Calls `connection_closed` and stops the writer however the connection task ends
@@ -196,12 +213,16 @@ struct CloseGuard<S: RpcService> {
     svc: Arc<S>,
     conn_id: u64,
     writer: Option<AbortHandle>,
+    back_channel: Option<BackChannel>,
 }
 
 impl<S: RpcService> Drop for CloseGuard<S> {
     fn drop(&mut self) {
         if let Some(w) = self.writer.take() {
             w.abort();
+        }
+        if let Some(b) = self.back_channel.take() {
+            b.close();
         }
         self.svc.connection_closed(self.conn_id);
     }
@@ -228,7 +249,7 @@ impl ReplySender {
             let _ = self.tx.send(Outgoing {
                 head,
                 body,
-                _permit: permit,
+                permit: Some(permit),
             });
         }
     }
@@ -314,8 +335,8 @@ fn encode_reply(xid: u32, reply: Reply) -> Option<(Bytes, Bytes)> {
 enum Parsed {
     /// Not even an xid: close the connection.
     Close,
-    /// Nothing to answer (a REPLY message).
-    Ignore,
+    /// A REPLY message (the whole record, from the xid): an answer to a callback.
+    BackReply(Bytes),
     /// Answer without involving the service.
     Reply(u32, Reply),
     Call {
@@ -329,6 +350,7 @@ enum Parsed {
 }
 
 fn parse_call(mut rec: Bytes, peer: SocketAddr) -> Parsed {
+    let whole = rec.clone();
     let Ok(xid) = get_u32(&mut rec) else {
         warn!(%peer, len = rec.len(), "RPC record too short for an xid; closing connection");
         return Parsed::Close;
@@ -343,10 +365,7 @@ fn parse_call(mut rec: Bytes, peer: SocketAddr) -> Parsed {
     };
     match mtype {
         MSG_CALL => {}
-        MSG_REPLY => {
-            debug!(%peer, xid, "RPC REPLY received by the server (backchannel?); dropped");
-            return Parsed::Ignore;
-        }
+        MSG_REPLY => return Parsed::BackReply(whole),
         v => {
             return garbage(
                 "msg_type",
@@ -458,6 +477,7 @@ impl<S: RpcService> Connection<S> {
             svc: self.svc.clone(),
             conn_id,
             writer: None,
+            back_channel: None,
         };
         let _ = stream.set_nodelay(true);
         let (rd, wr) = stream.into_split();
@@ -465,6 +485,9 @@ impl<S: RpcService> Connection<S> {
         let write_failed = Arc::new(Notify::new());
         let writer = tokio::spawn(writer_loop(wr, rx, write_failed.clone(), peer));
         guard.writer = Some(writer.abort_handle());
+        let back_channel = BackChannel::new(conn_id, peer, tx.clone(), self.shared.max_callbacks);
+        guard.back_channel = Some(back_channel.clone());
+        self.svc.connection_opened(conn_id, &back_channel);
         let slots = Arc::new(Semaphore::new(self.shared.max_in_flight));
         let mut reader = RecordReader::new(rd, self.shared.max_record_size);
         let mut calls = JoinSet::new();
@@ -497,7 +520,10 @@ impl<S: RpcService> Connection<S> {
             };
             let (xid, work) = match parse_call(rec, peer) {
                 Parsed::Close => break,
-                Parsed::Ignore => continue,
+                Parsed::BackReply(rec) => {
+                    back_channel.deliver(rec);
+                    continue;
+                }
                 Parsed::Reply(xid, reply) => (xid, Work::Reply(reply)),
                 Parsed::Call {
                     xid,
@@ -520,6 +546,7 @@ impl<S: RpcService> Connection<S> {
                             cred,
                             conn_id,
                             peer,
+                            back_channel: back_channel.clone(),
                         };
                         (xid, Work::Call(info, args))
                     }
@@ -554,6 +581,8 @@ impl<S: RpcService> Connection<S> {
             }
         }
         drop(reader);
+        // No reply can arrive any more: fail pending callbacks and release the writer queue.
+        back_channel.close();
         // Let the calls already started finish; their replies are still written.
         while calls.join_next().await.is_some() {}
         drop(tx);
@@ -565,7 +594,7 @@ impl<S: RpcService> Connection<S> {
 
 /// Coalesce at most this many bytes of replies into one gathered write.
 const MAX_BATCH_BYTES: usize = 1024 * 1024;
-const MAX_BATCH_REPLIES: usize = 256;
+const MAX_BATCH_RECORDS: usize = 256;
 
 async fn writer_loop(
     mut wr: OwnedWriteHalf,
@@ -588,11 +617,11 @@ async fn writer_loop(
             if !m.body.is_empty() {
                 segs.push_back(m.body);
             }
-            permits.push(m._permit);
+            permits.push(m.permit);
             bytes
         };
         let mut total = push(first, &mut segs, &mut permits);
-        while total < MAX_BATCH_BYTES && permits.len() < MAX_BATCH_REPLIES {
+        while total < MAX_BATCH_BYTES && permits.len() < MAX_BATCH_RECORDS {
             match rx.try_recv() {
                 Ok(m) => total = push(m, &mut segs, &mut permits),
                 Err(_) => break,
