@@ -350,7 +350,10 @@ enum Parsed {
 }
 
 fn parse_call(mut rec: Bytes, peer: SocketAddr) -> Parsed {
-    let whole = rec.clone();
+    // A REPLY (msg_type at offset 4) answers one of our callbacks: hand over the whole record.
+    if rec.get(4..8) == Some(&MSG_REPLY.to_be_bytes()[..]) {
+        return Parsed::BackReply(rec);
+    }
     let Ok(xid) = get_u32(&mut rec) else {
         warn!(%peer, len = rec.len(), "RPC record too short for an xid; closing connection");
         return Parsed::Close;
@@ -363,18 +366,14 @@ fn parse_call(mut rec: Bytes, peer: SocketAddr) -> Parsed {
         Ok(m) => m,
         Err(e) => return garbage("msg_type", e),
     };
-    match mtype {
-        MSG_CALL => {}
-        MSG_REPLY => return Parsed::BackReply(whole),
-        v => {
-            return garbage(
-                "msg_type",
-                XdrError::BadDiscriminant {
-                    type_name: "msg_type",
-                    value: v as i64,
-                },
-            )
-        }
+    if mtype != MSG_CALL {
+        return garbage(
+            "msg_type",
+            XdrError::BadDiscriminant {
+                type_name: "msg_type",
+                value: mtype as i64,
+            },
+        );
     }
     let mut head = [0u32; 4];
     for (i, h) in head.iter_mut().enumerate() {
