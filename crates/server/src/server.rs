@@ -49,7 +49,7 @@ impl Stats {
     }
 
     /// The counters now: COMPOUNDs, replies served from the reply cache, and the ops
-    /// that ran at least once, by name.
+    /// COMPOUNDs carried (counted when the executor reaches them), by name.
     pub fn snapshot(&self) -> StatsSnapshot {
         let ops = self
             .ops
@@ -74,7 +74,8 @@ impl Stats {
 pub struct StatsSnapshot {
     pub compounds: u64,
     pub replays: u64,
-    /// (op name, times it was executed), in opnum order.
+    /// (op name, times the executor reached it), in opnum order; ops never seen are
+    /// left out.
     pub ops: Vec<(&'static str, u64)>,
 }
 
