@@ -594,6 +594,50 @@ mod tests {
             attrset: vec![u32::MAX; 3],
         }));
         assert!(size(&create) <= entry(OP_CREATE).unwrap().reply_bound(&A::OP_GETFH));
+        let big = |n| bytes::Bytes::from(vec![b'x'; n]);
+        let exchange_id = R::OP_EXCHANGE_ID(EXCHANGE_ID4res::NFS4_OK(EXCHANGE_ID4resok {
+            eir_clientid: 1,
+            eir_sequenceid: 1,
+            eir_flags: 0,
+            eir_state_protect: state_protect4_r::SP4_MACH_CRED(state_protect_ops4 {
+                spo_must_enforce: vec![u32::MAX; 3],
+                spo_must_allow: vec![u32::MAX; 3],
+            }),
+            eir_server_owner: server_owner4 {
+                so_minor_id: 1,
+                so_major_id: big(1024),
+            },
+            eir_server_scope: big(1024),
+            eir_server_impl_id: vec![nfs_impl_id4 {
+                nii_domain: big(1024),
+                nii_name: big(1024),
+                nii_date: Default::default(),
+            }],
+        }));
+        assert!(size(&exchange_id) <= entry(OP_EXCHANGE_ID).unwrap().reply_bound(&A::OP_GETFH));
+        let chan = channel_attrs4 {
+            ca_rdma_ird: vec![1],
+            ..Default::default()
+        };
+        let create_session =
+            R::OP_CREATE_SESSION(CREATE_SESSION4res::NFS4_OK(CREATE_SESSION4resok {
+                csr_sessionid: [1; 16],
+                csr_sequence: 1,
+                csr_flags: 0,
+                csr_fore_chan_attrs: chan.clone(),
+                csr_back_chan_attrs: chan,
+            }));
+        assert!(
+            size(&create_session) <= entry(OP_CREATE_SESSION).unwrap().reply_bound(&A::OP_GETFH)
+        );
+        let open = R::OP_OPEN(OPEN4res::NFS4_OK(OPEN4resok {
+            stateid: Default::default(),
+            cinfo: Default::default(),
+            rflags: 0,
+            attrset: vec![u32::MAX; 3],
+            delegation: open_delegation4::OPEN_DELEGATE_NONE,
+        }));
+        assert!(size(&open) <= entry(OP_OPEN).unwrap().reply_bound(&A::OP_GETFH));
         let getattr = A::OP_GETATTR(GETATTR4args {
             attr_request: vec![u32::MAX, u32::MAX, u32::MAX],
         });
