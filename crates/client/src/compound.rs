@@ -20,51 +20,9 @@ pub const ANONYMOUS_STATEID: stateid4 = stateid4 {
     other: [0; 12],
 };
 
-/// Name of an op for messages and statistics.
+/// Name of an op for messages and statistics (from the protocol op table, ADR 0007).
 pub fn op_name(op: nfs_opnum4) -> &'static str {
-    use nfs_opnum4::*;
-    match op {
-        OP_ACCESS => "ACCESS",
-        OP_CLOSE => "CLOSE",
-        OP_COMMIT => "COMMIT",
-        OP_CREATE => "CREATE",
-        OP_GETATTR => "GETATTR",
-        OP_GETFH => "GETFH",
-        OP_LINK => "LINK",
-        OP_LOCK => "LOCK",
-        OP_LOCKT => "LOCKT",
-        OP_LOCKU => "LOCKU",
-        OP_LOOKUP => "LOOKUP",
-        OP_LOOKUPP => "LOOKUPP",
-        OP_NVERIFY => "NVERIFY",
-        OP_OPEN => "OPEN",
-        OP_OPEN_DOWNGRADE => "OPEN_DOWNGRADE",
-        OP_PUTFH => "PUTFH",
-        OP_PUTPUBFH => "PUTPUBFH",
-        OP_PUTROOTFH => "PUTROOTFH",
-        OP_READ => "READ",
-        OP_READDIR => "READDIR",
-        OP_READLINK => "READLINK",
-        OP_REMOVE => "REMOVE",
-        OP_RENAME => "RENAME",
-        OP_RESTOREFH => "RESTOREFH",
-        OP_SAVEFH => "SAVEFH",
-        OP_SECINFO => "SECINFO",
-        OP_SETATTR => "SETATTR",
-        OP_VERIFY => "VERIFY",
-        OP_WRITE => "WRITE",
-        OP_SEQUENCE => "SEQUENCE",
-        OP_EXCHANGE_ID => "EXCHANGE_ID",
-        OP_CREATE_SESSION => "CREATE_SESSION",
-        OP_DESTROY_SESSION => "DESTROY_SESSION",
-        OP_DESTROY_CLIENTID => "DESTROY_CLIENTID",
-        OP_RECLAIM_COMPLETE => "RECLAIM_COMPLETE",
-        OP_FREE_STATEID => "FREE_STATEID",
-        OP_TEST_STATEID => "TEST_STATEID",
-        OP_COPY => "COPY",
-        OP_CLONE => "CLONE",
-        _ => "OTHER",
-    }
+    txnfs_proto::ops::op_name(op)
 }
 
 fn opnum(a: &nfs_argop4) -> nfs_opnum4 {
@@ -275,22 +233,8 @@ impl Compound {
 /// Whether ops hold one that changes state and must not run twice (its reply must
 /// come from the server's reply cache when retransmitted).
 pub(crate) fn changes_state(ops: &[nfs_argop4]) -> bool {
-    use nfs_argop4 as A;
-    ops.iter().any(|o| {
-        matches!(
-            o,
-            A::OP_CREATE(_)
-                | A::OP_REMOVE(_)
-                | A::OP_RENAME(_)
-                | A::OP_LINK(_)
-                | A::OP_OPEN(_)
-                | A::OP_CLOSE(_)
-                | A::OP_OPEN_DOWNGRADE(_)
-                | A::OP_LOCK(_)
-                | A::OP_LOCKU(_)
-                | A::OP_SETATTR(_)
-        )
-    })
+    ops.iter()
+        .any(|o| txnfs_proto::ops::info(o.discriminant()).cache_reply)
 }
 
 /// Whether ops move file data or listings (replies that may exceed the reply cache).

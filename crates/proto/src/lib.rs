@@ -48,3 +48,6 @@ pub mod nfs3 {
 pub mod mnt3 {
     include!(concat!(env!("OUT_DIR"), "/mnt3.rs"));
 }
+
+/// Per-operation protocol facts (names, flags) shared by client and server (ADR 0007).
+pub mod ops;

@@ -47,6 +47,36 @@ impl Stats {
             c.fetch_add(1, Ordering::Relaxed);
         }
     }
+
+    /// The counters now: COMPOUNDs, replies served from the reply cache, and the ops
+    /// COMPOUNDs carried (counted when the executor reaches them), by name.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let ops = self
+            .ops
+            .iter()
+            .enumerate()
+            .filter_map(|(n, c)| {
+                let count = c.load(Ordering::Relaxed);
+                let op = crate::nfs::nfs_opnum4::from_i32(n as i32)?;
+                (count > 0).then(|| (txnfs_proto::ops::op_name(op), count))
+            })
+            .collect();
+        StatsSnapshot {
+            compounds: self.compounds.load(Ordering::Relaxed),
+            replays: self.replays.load(Ordering::Relaxed),
+            ops,
+        }
+    }
+}
+
+/// A copy of [`Stats`] at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    pub compounds: u64,
+    pub replays: u64,
+    /// (op name, times the executor reached it), in opnum order; ops never seen are
+    /// left out.
+    pub ops: Vec<(&'static str, u64)>,
 }
 
 pub struct Server {

@@ -521,6 +521,8 @@ impl<'a> Gen<'a> {
         let mut seen = HashMap::new();
         let mut body = String::new();
         let mut from = String::new();
+        let mut all = String::new();
+        let mut names = String::new();
         for (m, v) in members {
             let x = self.value(v)?;
             if !(i32::MIN as i128..=i32::MAX as i128).contains(&x) {
@@ -535,12 +537,18 @@ impl<'a> Gen<'a> {
             }
             writeln!(body, "{mid} = {x},").ok();
             writeln!(from, "{x} => Some({name}::{mid}),").ok();
+            writeln!(all, "{name}::{mid},").ok();
+            writeln!(names, "{name}::{mid} => {m:?},").ok();
         }
         write!(
             o,
             "\n{derives}#[repr(i32)]\npub enum {name} {{\n{body}}}\n\
              impl {name} {{\n\
+             /// Every member, in specification order.\n\
+             pub const VARIANTS: &'static [{name}] = &[\n{all}];\n\
              pub fn from_i32(v: i32) -> Option<Self> {{\nmatch v {{\n{from}_ => None,\n}}\n}}\n\
+             /// The member's name as the specification spells it.\n\
+             pub const fn name(self) -> &'static str {{\nmatch self {{\n{names}}}\n}}\n\
              }}\n\
              impl ::txnfs_xdr::Encode for {name} {{\n\
              fn encode(&self, out: &mut ::bytes::BytesMut) {{ ::txnfs_xdr::put_i32(out, *self as i32) }}\n\
@@ -883,6 +891,8 @@ mod tests {
             "get_list::<s>(src)?",
             "pub fn discriminant(&self) -> e",
             "pub fn from_i32(v: i32) -> Option<Self>",
+            "pub const VARIANTS: &'static [e] = &[\ne::A,\ne::B,\n];",
+            "e::B => \"B\",",
         ] {
             assert!(out.contains(want), "missing {want:?} in:\n{out}");
         }

@@ -1,9 +1,14 @@
-//! The COMPOUND executor (RFC 8881 §2.10.6, §15.2, §16.2).
+//! The COMPOUND executor (RFC 8881 §2.10.6, §15.2, §16.2): a loop over the op table
+//! (`optable`, ADR 0007).
 //!
-//! Decodes one op at a time, checks the op table's flags, runs the handler, and encodes
-//! each result straight into the reply buffer so the reply size is known at every step
-//! (REP_TOO_BIG / REP_TOO_BIG_TO_CACHE are decided on real bytes, not estimates). Stops
-//! at the first failing op. The reply is what the slot's reply cache stores.
+//! Per op: decode, check the table's rules (SEQUENCE first, session-less ops alone,
+//! NOTSUPP, NOFILEHANDLE), and for an op that modifies state check *before* running it
+//! that its reply bound fits what is left of the reply (REP_TOO_BIG) and, when the
+//! client asked for caching, of the reply cache (REP_TOO_BIG_TO_CACHE): an op that
+//! changed state must never be reported as failed. Then run the handler, apply the op's
+//! current-stateid rule, and encode the result straight into the reply buffer, so the
+//! other ops are checked on real bytes. Stops at the first failing op. The reply is
+//! what the slot's reply cache stores.
 
 pub mod optable;
 
@@ -111,19 +116,6 @@ pub enum CompoundError {
 
 const MAX_TAG: usize = 1024;
 
-fn put_status(out: &mut BytesMut, s: nfsstat4) {
-    out.put_i32(s as i32);
-}
-
-/// Encode a failed op's result: opnum, status, and whatever an error result carries.
-fn encode_error(out: &mut BytesMut, op: u32, status: nfsstat4) {
-    out.put_u32(op);
-    put_status(out, status);
-    if op == nfs_opnum4::OP_SETATTR as u32 {
-        out.put_u32(0); // SETATTR4res.attrsset: empty bitmap
-    }
-}
-
 fn request_hash(args: &Bytes) -> u64 {
     // A false retry (same slot and seqid, different request) is a client bug; detecting
     // it from the length plus the head and tail of the request is enough and keeps a
@@ -184,8 +176,8 @@ pub fn execute(srv: &Server, creds: Creds, conn: u64, args: Bytes) -> Result<Byt
                 break;
             }
         };
-        let Some(op_kind) = nfs_opnum4::from_i32(opnum as i32) else {
-            encode_error(
+        let Some(entry) = nfs_opnum4::from_i32(opnum as i32).and_then(optable::entry) else {
+            optable::encode_status(
                 &mut out,
                 nfs_opnum4::OP_ILLEGAL as u32,
                 nfsstat4::NFS4ERR_OP_ILLEGAL,
@@ -195,11 +187,11 @@ pub fn execute(srv: &Server, creds: Creds, conn: u64, args: Bytes) -> Result<Byt
             break;
         };
         srv.stats.count(opnum);
-        let desc = optable::desc(op_kind);
+        let info = entry.info();
         let arg = match nfs_argop4::decode(&mut src) {
             Ok(a) => a,
             Err(_) => {
-                encode_error(&mut out, opnum, nfsstat4::NFS4ERR_BADXDR);
+                entry.encode_error(&mut out, nfsstat4::NFS4ERR_BADXDR);
                 done += 1;
                 status = nfsstat4::NFS4ERR_BADXDR;
                 break;
@@ -207,8 +199,8 @@ pub fn execute(srv: &Server, creds: Creds, conn: u64, args: Bytes) -> Result<Byt
         };
         let before = out.len();
 
-        // Position rules for SEQUENCE and the session-less ops.
-        let pre: Result<(), nfsstat4> = if i == 0 {
+        // Position rules for SEQUENCE and the session-less ops, then the table's flags.
+        let pre: Result<optable::Handler, nfsstat4> = if i == 0 {
             if let nfs_argop4::OP_SEQUENCE(sa) = &arg {
                 match crate::ops::session::sequence(
                     &mut c,
@@ -230,36 +222,46 @@ pub fn execute(srv: &Server, creds: Creds, conn: u64, args: Bytes) -> Result<Byt
                     Err(crate::ops::session::SeqFail::Replay(bytes)) => return Ok(bytes),
                     Err(crate::ops::session::SeqFail::Status(s)) => Err(s),
                 }
-            } else if desc.sessionless {
-                if nops == 1 {
-                    Ok(())
-                } else {
-                    Err(nfsstat4::NFS4ERR_NOT_ONLY_OP)
-                }
-            } else {
+            } else if !info.sessionless {
                 Err(nfsstat4::NFS4ERR_OP_NOT_IN_SESSION)
+            } else if nops != 1 {
+                Err(nfsstat4::NFS4ERR_NOT_ONLY_OP)
+            } else {
+                runnable(entry, &c)
             }
         } else if matches!(arg, nfs_argop4::OP_SEQUENCE(_)) {
             Err(nfsstat4::NFS4ERR_SEQUENCE_POS)
-        } else if !desc.supported || optable::v40_only(op_kind) {
-            Err(nfsstat4::NFS4ERR_NOTSUPP)
-        } else if desc.needs_fh && c.cfh.is_none() {
-            Err(nfsstat4::NFS4ERR_NOFILEHANDLE)
         } else {
-            Ok(())
+            runnable(entry, &c)
         };
+        // An op that changes state runs only if its result surely fits: afterwards it
+        // could not be reported as failed without lying about what happened.
+        let pre = pre.and_then(|h| {
+            if !info.modifies {
+                return Ok(h);
+            }
+            let need = out.len() + entry.reply_bound(&arg);
+            if need > c.reply_left_total() {
+                Err(nfsstat4::NFS4ERR_REP_TOO_BIG)
+            } else if cachethis && need > cache_limit {
+                Err(nfsstat4::NFS4ERR_REP_TOO_BIG_TO_CACHE)
+            } else {
+                Ok(h)
+            }
+        });
 
         let result = match pre {
             Err(s) => Err(OpError::Status(s)),
-            Ok(()) => crate::ops::dispatch(&mut c, arg),
+            Ok(handler) => handler(&mut c, arg),
         };
         let st = match result {
             Ok(res) => {
+                c.apply_stateid_rule(entry.stateid, &res);
                 res.encode(&mut out);
                 nfsstat4::NFS4_OK
             }
             Err(OpError::Status(s)) => {
-                encode_error(&mut out, opnum, s);
+                entry.encode_error(&mut out, s);
                 s
             }
             Err(OpError::WithBody(s, res)) => {
@@ -268,20 +270,27 @@ pub fn execute(srv: &Server, creds: Creds, conn: u64, args: Bytes) -> Result<Byt
             }
         };
         done += 1;
-        // Reply size limits, checked on the real encoding.
+        // Reply size limits, checked on the real encoding (for ops that modify state
+        // this only trips if their table bound is wrong).
         let limit = if cachethis {
             cache_limit.min(c.reply_left_total())
         } else {
             c.reply_left_total()
         };
         if out.len() > limit {
+            if info.modifies && st == nfsstat4::NFS4_OK {
+                tracing::error!(
+                    op = info.name(),
+                    "reply exceeds the op table's bound after the op changed state"
+                );
+            }
             out.truncate(before);
             let s = if cachethis && out.len() <= c.reply_left_total() {
                 nfsstat4::NFS4ERR_REP_TOO_BIG_TO_CACHE
             } else {
                 nfsstat4::NFS4ERR_REP_TOO_BIG
             };
-            encode_error(&mut out, opnum, s);
+            entry.encode_error(&mut out, s);
             status = s;
             break;
         }
@@ -304,6 +313,23 @@ pub fn execute(srv: &Server, creds: Creds, conn: u64, args: Bytes) -> Result<Byt
     Ok(reply)
 }
 
+/// The handler of an op that passed the table's checks, or why it may not run:
+/// unimplemented or not in this minor version (NOTSUPP, as RFC 8881 asks of the v4.0-only
+/// ops), or no current filehandle.
+fn runnable(entry: &optable::OpEntry, c: &Compound) -> Result<optable::Handler, nfsstat4> {
+    let info = entry.info();
+    match entry.handler {
+        Some(h) if info.in_minor(c.minor) => {
+            if info.needs_fh && c.cfh.is_none() {
+                Err(nfsstat4::NFS4ERR_NOFILEHANDLE)
+            } else {
+                Ok(h)
+            }
+        }
+        _ => Err(nfsstat4::NFS4ERR_NOTSUPP),
+    }
+}
+
 impl Compound<'_> {
     /// The reply size limit of this compound (negotiated max response or server max).
     fn reply_left_total(&self) -> usize {
@@ -312,16 +338,27 @@ impl Compound<'_> {
             None => self.srv.limits.max_response as usize,
         }
     }
+
+    /// Apply a successful op's effect on the current stateid (RFC 8881 §16.2.3.1.2).
+    pub(crate) fn apply_stateid_rule(&mut self, rule: optable::CurrentStateid, res: &nfs_resop4) {
+        use optable::CurrentStateid as S;
+        match rule {
+            S::Keeps => {}
+            S::Clears => self.cur_sid = None,
+            S::Sets(returned) => self.cur_sid = returned(res),
+            S::Saves => self.saved_sid = self.cur_sid.clone(),
+            S::Restores => self.cur_sid = self.saved_sid.clone(),
+        }
+    }
 }
 
 /// Whether a COMPOUND is short and touches only the page cache, so it can run inline
 /// on the transport thread instead of paying a handoff to the blocking pool (seed 004:
-/// context switches dominate small requests). Anything that may wait on the disk
-/// (COMMIT, stable or large WRITEs, truncation, large READs, session creation, which
-/// persists the client list) or is long goes to the blocking pool.
+/// context switches dominate small requests). Whether an op may wait on the disk is the
+/// op table's `may_block` (COMMIT, stable or large WRITEs, truncation, large READs,
+/// session creation, which persists the client list); long COMPOUNDs go to the pool too.
 pub fn is_quick(args: &Bytes) -> bool {
     const MAX_OPS: u32 = 16;
-    const MAX_IO: usize = 64 << 10;
     let mut src = args.clone();
     let Ok(_tag) = txnfs_xdr::get_opaque(&mut src, MAX_TAG) else {
         return false;
@@ -336,53 +373,9 @@ pub fn is_quick(args: &Bytes) -> bool {
         let Ok(op) = nfs_argop4::decode(&mut src) else {
             return true; // malformed: answered without touching storage
         };
-        use nfs_argop4 as A;
-        let quick = match &op {
-            A::OP_SEQUENCE(_)
-            | A::OP_PUTFH(_)
-            | A::OP_PUTROOTFH
-            | A::OP_PUTPUBFH
-            | A::OP_GETFH
-            | A::OP_SAVEFH
-            | A::OP_RESTOREFH
-            | A::OP_GETATTR(_)
-            | A::OP_ACCESS(_)
-            | A::OP_LOOKUP(_)
-            | A::OP_LOOKUPP
-            | A::OP_VERIFY(_)
-            | A::OP_NVERIFY(_)
-            | A::OP_CLOSE(_)
-            | A::OP_READLINK
-            | A::OP_READDIR(_)
-            | A::OP_SECINFO(_)
-            | A::OP_SECINFO_NO_NAME(_)
-            | A::OP_TEST_STATEID(_)
-            | A::OP_FREE_STATEID(_)
-            | A::OP_LOCK(_)
-            | A::OP_LOCKT(_)
-            | A::OP_LOCKU(_)
-            | A::OP_OPEN_DOWNGRADE(_)
-            | A::OP_RECLAIM_COMPLETE(_)
-            | A::OP_DESTROY_SESSION(_) => true,
-            A::OP_READ(r) => (r.count as usize) <= MAX_IO,
-            A::OP_WRITE(w) => {
-                w.stable == crate::nfs::stable_how4::UNSTABLE4 && w.data.len() <= MAX_IO
-            }
-            // Namespace changes and creates touch the page cache and the journal, which
-            // the file system commits asynchronously: they do not wait on the disk.
-            A::OP_OPEN(_) | A::OP_CREATE(_) | A::OP_REMOVE(_) | A::OP_RENAME(_) | A::OP_LINK(_) => {
-                true
-            }
-            // Truncating can free many blocks; other attribute changes are quick.
-            A::OP_SETATTR(sa) => sa
-                .obj_attributes
-                .attrmask
-                .first()
-                .is_none_or(|w| w & (1 << 4) == 0),
-            _ => false,
-        };
-        if !quick {
-            return false;
+        match optable::entry(op.discriminant()) {
+            Some(entry) if !entry.may_block(&op) => {}
+            _ => return false,
         }
     }
     true

@@ -1,89 +1,675 @@
-//! The one operation table (as Linux `nfsd4_ops[]`): per op its name and the flags the
-//! executor checks before calling the handler. Handlers themselves are dispatched in
-//! `ops::dispatch`; nothing op-specific lives in the executor.
+//! The one operation table (ADR 0007; as Linux nfsd's `nfsd4_ops[]`), indexed by opnum.
+//!
+//! Each entry pairs the protocol facts of `txnfs_proto::ops::info` (name, modifies,
+//! sessionless, needs a current filehandle, minor versions) with what only the server
+//! knows: the handler, whether the op may wait on storage, what it does to the current
+//! stateid, a bound on its reply's size, and what a failed result carries besides its
+//! status. The executor (`compound::execute`) is a loop over this table; adding an op
+//! means one entry here plus one handler.
 
-use crate::nfs::nfs_opnum4;
+use super::{Compound, OpError, OpResult};
+use crate::nfs::{nfs_argop4 as A, nfs_opnum4, nfs_resop4 as R, nfsstat4, stateid4};
+use crate::ops::{attr, dir, fh, file, lock, session};
+use bytes::{BufMut, BytesMut};
+use txnfs_proto::ops::OpInfo;
 
-#[derive(Debug, Clone, Copy)]
-pub struct OpDesc {
-    pub name: &'static str,
-    /// Fails with NFS4ERR_NOFILEHANDLE when there is no current filehandle.
-    pub needs_fh: bool,
-    /// May be the sole op of a COMPOUND that has no SEQUENCE.
-    pub sessionless: bool,
-    /// Implemented (others answer NFS4ERR_NOTSUPP).
-    pub supported: bool,
+/// Runs one op on its decoded arguments.
+pub type Handler = fn(&mut Compound, A) -> OpResult;
+
+/// Whether an op may wait on storage (so its COMPOUND goes to the blocking pool instead
+/// of running on the transport thread; ADR 0004).
+#[derive(Clone, Copy)]
+pub enum MayBlock {
+    Never,
+    Always,
+    /// Depends on the arguments (READ count, WRITE stability and size, SETATTR size).
+    When(fn(&A) -> bool),
 }
 
-const fn d(name: &'static str, needs_fh: bool, sessionless: bool, supported: bool) -> OpDesc {
-    OpDesc {
-        name,
-        needs_fh,
-        sessionless,
-        supported,
+/// What a successful op does to the current stateid (RFC 8881 §16.2.3.1.2). The
+/// executor applies it, so handlers never touch `cur_sid`/`saved_sid` for this.
+#[derive(Clone, Copy)]
+pub enum CurrentStateid {
+    Keeps,
+    /// The current filehandle changed (or the state is gone): using the current stateid
+    /// afterwards fails NFS4ERR_BAD_STATEID until another op sets one.
+    Clears,
+    /// The op returned a stateid, which becomes current.
+    Sets(fn(&R) -> Option<stateid4>),
+    /// SAVEFH: the saved stateid travels with the saved filehandle.
+    Saves,
+    /// RESTOREFH.
+    Restores,
+}
+
+/// An upper bound on the encoded size of an op's result (opnum and status included),
+/// checked before a state-modifying op runs (NFS4ERR_REP_TOO_BIG[_TO_CACHE]).
+#[derive(Clone, Copy)]
+pub enum ReplyBound {
+    Fixed(usize),
+    Args(fn(&A) -> usize),
+}
+
+/// What a failed result carries after its status.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum ErrorBody {
+    Nothing,
+    /// SETATTR4res: the attrsset bitmap, empty.
+    EmptyBitmap,
+}
+
+#[derive(Clone, Copy)]
+pub struct OpEntry {
+    pub op: nfs_opnum4,
+    /// `None`: not implemented (NFS4ERR_NOTSUPP).
+    pub handler: Option<Handler>,
+    pub may_block: MayBlock,
+    pub stateid: CurrentStateid,
+    pub reply_bound: ReplyBound,
+    pub error_body: ErrorBody,
+}
+
+impl OpEntry {
+    /// An unimplemented op: answered NFS4ERR_NOTSUPP without touching storage.
+    const fn new(op: nfs_opnum4) -> Self {
+        OpEntry {
+            op,
+            handler: None,
+            may_block: MayBlock::Never,
+            stateid: CurrentStateid::Keeps,
+            reply_bound: ReplyBound::Fixed(STATUS),
+            error_body: ErrorBody::Nothing,
+        }
+    }
+    const fn run(mut self, h: Handler) -> Self {
+        self.handler = Some(h);
+        self
+    }
+    const fn blocks(mut self, b: MayBlock) -> Self {
+        self.may_block = b;
+        self
+    }
+    const fn sid(mut self, s: CurrentStateid) -> Self {
+        self.stateid = s;
+        self
+    }
+    const fn reply(mut self, bytes: usize) -> Self {
+        self.reply_bound = ReplyBound::Fixed(bytes);
+        self
+    }
+    const fn reply_args(mut self, f: fn(&A) -> usize) -> Self {
+        self.reply_bound = ReplyBound::Args(f);
+        self
+    }
+    const fn on_error(mut self, e: ErrorBody) -> Self {
+        self.error_body = e;
+        self
+    }
+
+    /// The protocol facts of this op.
+    pub fn info(&self) -> OpInfo {
+        txnfs_proto::ops::info(self.op)
+    }
+
+    pub fn may_block(&self, arg: &A) -> bool {
+        match self.may_block {
+            MayBlock::Never => false,
+            MayBlock::Always => true,
+            MayBlock::When(f) => f(arg),
+        }
+    }
+
+    pub fn reply_bound(&self, arg: &A) -> usize {
+        match self.reply_bound {
+            ReplyBound::Fixed(n) => n,
+            ReplyBound::Args(f) => f(arg),
+        }
+    }
+
+    /// Encode this op's failed result.
+    pub fn encode_error(&self, out: &mut BytesMut, status: nfsstat4) {
+        encode_status(out, self.op as u32, status);
+        if self.error_body == ErrorBody::EmptyBitmap {
+            out.put_u32(0);
+        }
     }
 }
 
-pub fn desc(op: nfs_opnum4) -> OpDesc {
-    use nfs_opnum4::*;
-    match op {
-        OP_ACCESS => d("ACCESS", true, false, true),
-        OP_CLOSE => d("CLOSE", true, false, true),
-        OP_COMMIT => d("COMMIT", true, false, true),
-        OP_CREATE => d("CREATE", true, false, true),
-        OP_GETATTR => d("GETATTR", true, false, true),
-        OP_GETFH => d("GETFH", true, false, true),
-        OP_LINK => d("LINK", true, false, true),
-        OP_LOCK => d("LOCK", true, false, true),
-        OP_LOCKT => d("LOCKT", true, false, true),
-        OP_LOCKU => d("LOCKU", true, false, true),
-        OP_LOOKUP => d("LOOKUP", true, false, true),
-        OP_LOOKUPP => d("LOOKUPP", true, false, true),
-        OP_NVERIFY => d("NVERIFY", true, false, true),
-        OP_OPEN => d("OPEN", true, false, true),
-        OP_OPEN_DOWNGRADE => d("OPEN_DOWNGRADE", true, false, true),
-        OP_PUTFH => d("PUTFH", false, false, true),
-        OP_PUTPUBFH => d("PUTPUBFH", false, false, true),
-        OP_PUTROOTFH => d("PUTROOTFH", false, false, true),
-        OP_READ => d("READ", true, false, true),
-        OP_READDIR => d("READDIR", true, false, true),
-        OP_READLINK => d("READLINK", true, false, true),
-        OP_REMOVE => d("REMOVE", true, false, true),
-        OP_RENAME => d("RENAME", true, false, true),
-        OP_RESTOREFH => d("RESTOREFH", false, false, true),
-        OP_SAVEFH => d("SAVEFH", true, false, true),
-        OP_SECINFO => d("SECINFO", true, false, true),
-        OP_SETATTR => d("SETATTR", true, false, true),
-        OP_VERIFY => d("VERIFY", true, false, true),
-        OP_WRITE => d("WRITE", true, false, true),
-        OP_BIND_CONN_TO_SESSION => d("BIND_CONN_TO_SESSION", false, true, true),
-        OP_EXCHANGE_ID => d("EXCHANGE_ID", false, true, true),
-        OP_CREATE_SESSION => d("CREATE_SESSION", false, true, true),
-        OP_DESTROY_SESSION => d("DESTROY_SESSION", false, true, true),
-        OP_FREE_STATEID => d("FREE_STATEID", false, false, true),
-        OP_SECINFO_NO_NAME => d("SECINFO_NO_NAME", true, false, true),
-        OP_SEQUENCE => d("SEQUENCE", false, false, true),
-        OP_TEST_STATEID => d("TEST_STATEID", false, false, true),
-        OP_DESTROY_CLIENTID => d("DESTROY_CLIENTID", false, true, true),
-        OP_RECLAIM_COMPLETE => d("RECLAIM_COMPLETE", false, false, true),
-        // v4.0-only operations are illegal in a v4.1 compound (RFC 8881 §18.x "MUST NOT").
-        OP_OPENATTR => d("OPENATTR", true, false, false),
-        OP_DELEGPURGE => d("DELEGPURGE", false, false, false),
-        OP_DELEGRETURN => d("DELEGRETURN", true, false, false),
-        OP_OPEN_CONFIRM => d("OPEN_CONFIRM", false, false, false),
-        OP_RENEW => d("RENEW", false, false, false),
-        OP_SETCLIENTID => d("SETCLIENTID", false, false, false),
-        OP_SETCLIENTID_CONFIRM => d("SETCLIENTID_CONFIRM", false, false, false),
-        OP_RELEASE_LOCKOWNER => d("RELEASE_LOCKOWNER", false, false, false),
-        _ => d("other", false, false, false),
+/// A result that is only opnum and status.
+pub fn encode_status(out: &mut BytesMut, op: u32, status: nfsstat4) {
+    out.put_u32(op);
+    out.put_i32(status as i32);
+}
+
+// Encoded sizes (RFC 8881 §3.3 and the op results in §18).
+const STATUS: usize = 8; // opnum + status
+const STATEID: usize = 16;
+const CHANGE_INFO: usize = 20;
+/// The server reports attribute numbers below 96: at most three bitmap words.
+const BITMAP: usize = 4 + 3 * 4;
+const OPAQUE_LIMIT: usize = 4 + 1024;
+/// LOCK4denied: offset, length, type, owner (clientid + opaque owner).
+const LOCK_DENIED: usize = 8 + 8 + 4 + 8 + OPAQUE_LIMIT;
+/// We grant no delegations: the OPEN result carries OPEN_DELEGATE_NONE or
+/// OPEN_DELEGATE_NONE_EXT (type, reason, bool). Granting delegations grows this.
+const OPEN_DELEGATION: usize = 12;
+const MAX_IO: usize = 64 << 10;
+const FHSIZE: usize = 128;
+const PATH_MAX: usize = 4096;
+
+fn pad4(n: usize) -> usize {
+    n.div_ceil(4) * 4
+}
+
+/// Builds a handler from a pattern on the decoded arguments. A mismatch (the table and
+/// the decoder disagree) is a server bug: SERVERFAULT, never a panic.
+macro_rules! handler {
+    ($v:ident($a:ident) => $body:expr) => {{
+        fn h(c: &mut Compound, arg: A) -> OpResult {
+            match arg {
+                A::$v($a) => $body(c, $a),
+                _ => Err(OpError::Status(nfsstat4::NFS4ERR_SERVERFAULT)),
+            }
+        }
+        h as Handler
+    }};
+    ($v:ident => $body:expr) => {{
+        fn h(c: &mut Compound, arg: A) -> OpResult {
+            match arg {
+                A::$v => $body(c),
+                _ => Err(OpError::Status(nfsstat4::NFS4ERR_SERVERFAULT)),
+            }
+        }
+        h as Handler
+    }};
+}
+
+fn read_blocks(a: &A) -> bool {
+    !matches!(a, A::OP_READ(r) if (r.count as usize) <= MAX_IO)
+}
+
+fn write_blocks(a: &A) -> bool {
+    !matches!(a, A::OP_WRITE(w)
+        if w.stable == crate::nfs::stable_how4::UNSTABLE4 && w.data.len() <= MAX_IO)
+}
+
+/// Truncating can free many blocks; other attribute changes are quick.
+fn setattr_blocks(a: &A) -> bool {
+    const SIZE_BIT: u32 = 1 << txnfs_attr::fattr::SIZE;
+    match a {
+        A::OP_SETATTR(sa) => sa
+            .obj_attributes
+            .attrmask
+            .first()
+            .is_some_and(|w| w & SIZE_BIT != 0),
+        _ => true,
     }
 }
 
-/// Ops that RFC 8881 forbids in minor version 1 (answer NFS4ERR_NOTSUPP).
-pub fn v40_only(op: nfs_opnum4) -> bool {
-    use nfs_opnum4::*;
-    matches!(
-        op,
-        OP_OPEN_CONFIRM | OP_RENEW | OP_SETCLIENTID | OP_SETCLIENTID_CONFIRM | OP_RELEASE_LOCKOWNER
-    )
+fn read_reply(a: &A) -> usize {
+    let count = match a {
+        A::OP_READ(r) => r.count as usize,
+        _ => MAX_IO,
+    };
+    STATUS + 4 + 4 + pad4(count)
+}
+
+fn readdir_reply(a: &A) -> usize {
+    let maxcount = match a {
+        A::OP_READDIR(r) => r.maxcount as usize,
+        _ => MAX_IO,
+    };
+    // cookieverf, the entries (at most maxcount), the list end and eof.
+    STATUS + 8 + maxcount + 8
+}
+
+fn test_stateid_reply(a: &A) -> usize {
+    let n = match a {
+        A::OP_TEST_STATEID(t) => t.ts_stateids.len(),
+        _ => 0,
+    };
+    STATUS + 4 + 4 * n
+}
+
+/// The largest encoding of one attribute the server can return.
+fn attr_bound(bit: u32) -> usize {
+    use txnfs_attr::fattr;
+    match bit {
+        fattr::OWNER | fattr::OWNER_GROUP | fattr::MIMETYPE => OPAQUE_LIMIT,
+        fattr::FILEHANDLE => 4 + FHSIZE,
+        // Variable-length attributes the server does not return (ACLs, locations)
+        // answer with an empty list; keep room for a small one anyway.
+        fattr::ACL | fattr::FS_LOCATIONS => 1024,
+        fattr::SUPPORTED_ATTRS | fattr::SUPPATTR_EXCLCREAT => BITMAP,
+        // Every other attribute is at most a fsid, a time, or a 64-bit value.
+        _ => 16,
+    }
+}
+
+fn getattr_reply(a: &A) -> usize {
+    let mask: &[u32] = match a {
+        A::OP_GETATTR(g) => &g.attr_request,
+        _ => &[],
+    };
+    let values: usize = mask
+        .iter()
+        .enumerate()
+        .flat_map(|(w, bits)| {
+            (0..32u32)
+                .filter(move |b| bits & (1 << b) != 0)
+                .map(move |b| attr_bound(w as u32 * 32 + b))
+        })
+        .sum();
+    STATUS + 4 + 4 * mask.len() + 4 + values
+}
+
+fn open_sid(r: &R) -> Option<stateid4> {
+    match r {
+        R::OP_OPEN(crate::nfs::OPEN4res::NFS4_OK(ok)) => Some(ok.stateid.clone()),
+        _ => None,
+    }
+}
+
+fn open_downgrade_sid(r: &R) -> Option<stateid4> {
+    match r {
+        R::OP_OPEN_DOWNGRADE(crate::nfs::OPEN_DOWNGRADE4res::NFS4_OK(ok)) => {
+            Some(ok.open_stateid.clone())
+        }
+        _ => None,
+    }
+}
+
+fn lock_sid(r: &R) -> Option<stateid4> {
+    match r {
+        R::OP_LOCK(crate::nfs::LOCK4res::NFS4_OK(ok)) => Some(ok.lock_stateid.clone()),
+        _ => None,
+    }
+}
+
+fn locku_sid(r: &R) -> Option<stateid4> {
+    match r {
+        R::OP_LOCKU(crate::nfs::LOCKU4res::NFS4_OK(sid)) => Some(sid.clone()),
+        _ => None,
+    }
+}
+
+use nfs_opnum4::*;
+use CurrentStateid::{Clears, Restores, Saves, Sets};
+use MayBlock::{Always, When};
+
+const fn e(op: nfs_opnum4) -> OpEntry {
+    OpEntry::new(op)
+}
+
+/// The lowest opnum (OP_ACCESS); `TABLE[i]` describes opnum `FIRST + i`.
+const FIRST: usize = 3;
+
+/// Every op of `nfs_opnum4` but OP_ILLEGAL, in opnum order.
+static TABLE: [OpEntry; 73] = [
+    e(OP_ACCESS)
+        .run(handler!(OP_ACCESS(a) => |c, a| attr::access(c, &a)))
+        .reply(STATUS + 8),
+    e(OP_CLOSE)
+        .run(handler!(OP_CLOSE(a) => |c, a| file::close(c, &a)))
+        .sid(Clears)
+        .reply(STATUS + STATEID),
+    e(OP_COMMIT)
+        .run(handler!(OP_COMMIT(a) => |c, a| file::commit(c, &a)))
+        .blocks(Always)
+        .reply(STATUS + 8),
+    e(OP_CREATE)
+        .run(handler!(OP_CREATE(a) => dir::create))
+        .sid(Clears)
+        .reply(STATUS + CHANGE_INFO + BITMAP),
+    e(OP_DELEGPURGE),
+    e(OP_DELEGRETURN),
+    e(OP_GETATTR)
+        .run(handler!(OP_GETATTR(a) => |c, a| attr::getattr(c, &a)))
+        .reply_args(getattr_reply),
+    e(OP_GETFH)
+        .run(handler!(OP_GETFH => fh::getfh))
+        .reply(STATUS + 4 + FHSIZE),
+    e(OP_LINK)
+        .run(handler!(OP_LINK(a) => |c, a| dir::link(c, &a)))
+        .reply(STATUS + CHANGE_INFO),
+    e(OP_LOCK)
+        .run(handler!(OP_LOCK(a) => |c, a| lock::lock(c, &a)))
+        .sid(Sets(lock_sid))
+        .reply(STATUS + LOCK_DENIED),
+    e(OP_LOCKT)
+        .run(handler!(OP_LOCKT(a) => |c, a| lock::lockt(c, &a)))
+        .reply(STATUS + LOCK_DENIED),
+    e(OP_LOCKU)
+        .run(handler!(OP_LOCKU(a) => |c, a| lock::locku(c, &a)))
+        .sid(Sets(locku_sid))
+        .reply(STATUS + STATEID),
+    e(OP_LOOKUP)
+        .run(handler!(OP_LOOKUP(a) => |c, a| fh::lookup(c, &a)))
+        .sid(Clears),
+    e(OP_LOOKUPP)
+        .run(handler!(OP_LOOKUPP => fh::lookupp))
+        .sid(Clears),
+    e(OP_NVERIFY).run(handler!(OP_NVERIFY(a) => |c, a| attr::nverify(c, &a))),
+    e(OP_OPEN)
+        .run(handler!(OP_OPEN(a) => file::open))
+        .sid(Sets(open_sid))
+        .reply(STATUS + STATEID + CHANGE_INFO + 4 + BITMAP + OPEN_DELEGATION),
+    e(OP_OPENATTR).sid(Clears),
+    e(OP_OPEN_CONFIRM),
+    e(OP_OPEN_DOWNGRADE)
+        .run(handler!(OP_OPEN_DOWNGRADE(a) => |c, a| file::open_downgrade(c, &a)))
+        .sid(Sets(open_downgrade_sid))
+        .reply(STATUS + STATEID),
+    e(OP_PUTFH)
+        .run(handler!(OP_PUTFH(a) => |c, a| fh::putfh(c, &a)))
+        .sid(Clears),
+    e(OP_PUTPUBFH)
+        .run(handler!(OP_PUTPUBFH => fh::putpubfh))
+        .sid(Clears),
+    e(OP_PUTROOTFH)
+        .run(handler!(OP_PUTROOTFH => fh::putrootfh))
+        .sid(Clears),
+    e(OP_READ)
+        .run(handler!(OP_READ(a) => |c, a| file::read(c, &a)))
+        .blocks(When(read_blocks))
+        .reply_args(read_reply),
+    e(OP_READDIR)
+        .run(handler!(OP_READDIR(a) => |c, a| dir::readdir(c, &a)))
+        .reply_args(readdir_reply),
+    e(OP_READLINK)
+        .run(handler!(OP_READLINK => dir::readlink))
+        .reply(STATUS + 4 + PATH_MAX),
+    e(OP_REMOVE)
+        .run(handler!(OP_REMOVE(a) => |c, a| dir::remove(c, &a)))
+        .reply(STATUS + CHANGE_INFO),
+    e(OP_RENAME)
+        .run(handler!(OP_RENAME(a) => |c, a| dir::rename(c, &a)))
+        .reply(STATUS + 2 * CHANGE_INFO),
+    e(OP_RENEW),
+    e(OP_RESTOREFH)
+        .run(handler!(OP_RESTOREFH => fh::restorefh))
+        .sid(Restores),
+    e(OP_SAVEFH)
+        .run(handler!(OP_SAVEFH => fh::savefh))
+        .sid(Saves),
+    e(OP_SECINFO)
+        .run(handler!(OP_SECINFO(a) => |c, a| fh::secinfo(c, &a)))
+        .reply(STATUS + 4 + 4 * 4),
+    e(OP_SETATTR)
+        .run(handler!(OP_SETATTR(a) => |c, a| attr::setattr(c, &a)))
+        .blocks(When(setattr_blocks))
+        .reply(STATUS + BITMAP)
+        .on_error(ErrorBody::EmptyBitmap),
+    e(OP_SETCLIENTID),
+    e(OP_SETCLIENTID_CONFIRM),
+    e(OP_VERIFY).run(handler!(OP_VERIFY(a) => |c, a| attr::verify(c, &a))),
+    e(OP_WRITE)
+        .run(handler!(OP_WRITE(a) => file::write))
+        .blocks(When(write_blocks))
+        .reply(STATUS + 4 + 4 + 8),
+    e(OP_RELEASE_LOCKOWNER),
+    e(OP_BACKCHANNEL_CTL),
+    e(OP_BIND_CONN_TO_SESSION)
+        .run(handler!(OP_BIND_CONN_TO_SESSION(a) => |c, a| session::bind_conn_to_session(c, &a)))
+        .blocks(Always)
+        .reply(STATUS + 16 + 4 + 4),
+    e(OP_EXCHANGE_ID)
+        .run(handler!(OP_EXCHANGE_ID(a) => |c, a| session::exchange_id(c, &a)))
+        .blocks(Always)
+        // clientid, sequenceid, flags, state protection (at most two bitmaps),
+        // server owner, server scope, one implementation id.
+        .reply(
+            STATUS
+                + 8
+                + 4
+                + 4
+                + (4 + 2 * BITMAP)
+                + (8 + OPAQUE_LIMIT)
+                + OPAQUE_LIMIT
+                + (4 + 2 * OPAQUE_LIMIT + 12),
+        ),
+    e(OP_CREATE_SESSION)
+        .run(handler!(OP_CREATE_SESSION(a) => |c, a| session::create_session(c, &a)))
+        .blocks(Always)
+        // session id, sequence, flags, two channels (six counters, one rdma_ird).
+        .reply(STATUS + 16 + 4 + 4 + 2 * (6 * 4 + 4 + 4)),
+    e(OP_DESTROY_SESSION)
+        .run(handler!(OP_DESTROY_SESSION(a) => |c, a| session::destroy_session(c, &a))),
+    e(OP_FREE_STATEID).run(handler!(OP_FREE_STATEID(a) => |c, a| lock::free_stateid(c, &a))),
+    e(OP_GET_DIR_DELEGATION),
+    e(OP_GETDEVICEINFO),
+    e(OP_GETDEVICELIST),
+    e(OP_LAYOUTCOMMIT),
+    e(OP_LAYOUTGET),
+    e(OP_LAYOUTRETURN),
+    e(OP_SECINFO_NO_NAME)
+        .run(handler!(OP_SECINFO_NO_NAME(a) => |c, a| fh::secinfo_no_name(c, &a)))
+        .reply(STATUS + 4 + 4 * 4),
+    // Run by the executor itself (position rules, slot, replay): see `compound::execute`.
+    e(OP_SEQUENCE).reply(STATUS + 16 + 5 * 4),
+    e(OP_SET_SSV),
+    e(OP_TEST_STATEID)
+        .run(handler!(OP_TEST_STATEID(a) => |c, a| lock::test_stateid(c, &a)))
+        .reply_args(test_stateid_reply),
+    e(OP_WANT_DELEGATION),
+    e(OP_DESTROY_CLIENTID)
+        .run(handler!(OP_DESTROY_CLIENTID(a) => |c, a| session::destroy_clientid(c, &a)))
+        .blocks(Always),
+    e(OP_RECLAIM_COMPLETE)
+        .run(handler!(OP_RECLAIM_COMPLETE(a) => |c, a| session::reclaim_complete(c, &a))),
+    e(OP_ALLOCATE),
+    e(OP_COPY),
+    e(OP_COPY_NOTIFY),
+    e(OP_DEALLOCATE),
+    e(OP_IO_ADVISE),
+    e(OP_LAYOUTERROR),
+    e(OP_LAYOUTSTATS),
+    e(OP_OFFLOAD_CANCEL),
+    e(OP_OFFLOAD_STATUS),
+    e(OP_READ_PLUS),
+    e(OP_SEEK),
+    e(OP_WRITE_SAME),
+    e(OP_CLONE),
+    e(OP_GETXATTR),
+    e(OP_SETXATTR),
+    e(OP_LISTXATTRS),
+    e(OP_REMOVEXATTR),
+];
+
+fn illegal(_c: &mut Compound, _a: A) -> OpResult {
+    Err(OpError::Status(nfsstat4::NFS4ERR_OP_ILLEGAL))
+}
+
+/// OP_ILLEGAL sent as such (RFC 8881 §18.51) answers like an unknown opnum.
+static ILLEGAL: OpEntry = e(OP_ILLEGAL).run(illegal);
+
+/// The table entry of `op`; `None` only if the table misses an op of `nfs_opnum4` (a
+/// bug the tests catch).
+pub fn entry(op: nfs_opnum4) -> Option<&'static OpEntry> {
+    if op == OP_ILLEGAL {
+        return Some(&ILLEGAL);
+    }
+    (op as usize)
+        .checked_sub(FIRST)
+        .and_then(|i| TABLE.get(i))
+        .filter(|e| e.op == op)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_op_of_the_specification_has_its_entry() {
+        for &op in nfs_opnum4::VARIANTS {
+            let e = entry(op).unwrap_or_else(|| panic!("no table entry for {op:?}"));
+            assert_eq!(e.op, op);
+        }
+        for (i, e) in TABLE.iter().enumerate() {
+            assert_eq!(e.op as usize, FIRST + i, "{:?} is out of order", e.op);
+        }
+    }
+
+    #[test]
+    fn current_stateid_rules_follow_rfc_8881() {
+        for &op in nfs_opnum4::VARIANTS {
+            let Some(e) = entry(op) else { continue };
+            let want = match op {
+                // Ops that replace the current filehandle without returning a stateid.
+                OP_PUTFH | OP_PUTPUBFH | OP_PUTROOTFH | OP_LOOKUP | OP_LOOKUPP | OP_CREATE
+                | OP_OPENATTR | OP_CLOSE => "clears",
+                OP_OPEN | OP_OPEN_DOWNGRADE | OP_LOCK | OP_LOCKU => "sets",
+                OP_SAVEFH => "saves",
+                OP_RESTOREFH => "restores",
+                _ => "keeps",
+            };
+            let got = match e.stateid {
+                CurrentStateid::Keeps => "keeps",
+                Clears => "clears",
+                Sets(_) => "sets",
+                Saves => "saves",
+                Restores => "restores",
+            };
+            assert_eq!(got, want, "{op:?}");
+        }
+    }
+
+    #[test]
+    fn only_setattr_carries_a_body_on_error() {
+        for &op in nfs_opnum4::VARIANTS {
+            let mut out = BytesMut::new();
+            entry(op)
+                .unwrap()
+                .encode_error(&mut out, nfsstat4::NFS4ERR_PERM);
+            let want = if op == OP_SETATTR { 12 } else { 8 };
+            assert_eq!(out.len(), want, "{op:?}");
+        }
+    }
+
+    #[test]
+    fn reply_bounds_cover_the_largest_results() {
+        use crate::nfs::*;
+        use txnfs_xdr::Encode;
+        let bound = |a: &A| entry(a.discriminant()).unwrap().reply_bound(a);
+        let size = |r: &R| {
+            let mut b = BytesMut::new();
+            r.encode(&mut b);
+            b.len()
+        };
+        let owner = bytes::Bytes::from(vec![7u8; 1024]);
+        let denied = R::OP_LOCK(LOCK4res::NFS4ERR_DENIED(LOCK4denied {
+            offset: 0,
+            length: u64::MAX,
+            locktype: nfs_lock_type4::WRITE_LT,
+            owner: lock_owner4 { clientid: 1, owner },
+        }));
+        let lock = A::OP_LOCK(LOCK4args {
+            locktype: nfs_lock_type4::WRITE_LT,
+            reclaim: false,
+            offset: 0,
+            length: 1,
+            locker: locker4::FALSE(exist_lock_owner4::default()),
+        });
+        assert!(size(&denied) <= bound(&lock));
+        let rename = R::OP_RENAME(RENAME4res::NFS4_OK(RENAME4resok::default()));
+        assert!(
+            size(&rename)
+                <= bound(&A::OP_RENAME(RENAME4args {
+                    oldname: Default::default(),
+                    newname: Default::default(),
+                }))
+        );
+        let read = R::OP_READ(READ4res::NFS4_OK(READ4resok {
+            eof: true,
+            data: bytes::Bytes::from(vec![0u8; 1001]),
+        }));
+        let read_args = A::OP_READ(READ4args {
+            stateid: Default::default(),
+            offset: 0,
+            count: 1001,
+        });
+        assert!(size(&read) <= bound(&read_args));
+        let create = R::OP_CREATE(CREATE4res::NFS4_OK(CREATE4resok {
+            cinfo: Default::default(),
+            attrset: vec![u32::MAX; 3],
+        }));
+        assert!(size(&create) <= entry(OP_CREATE).unwrap().reply_bound(&A::OP_GETFH));
+        let big = |n| bytes::Bytes::from(vec![b'x'; n]);
+        let exchange_id = R::OP_EXCHANGE_ID(EXCHANGE_ID4res::NFS4_OK(EXCHANGE_ID4resok {
+            eir_clientid: 1,
+            eir_sequenceid: 1,
+            eir_flags: 0,
+            eir_state_protect: state_protect4_r::SP4_MACH_CRED(state_protect_ops4 {
+                spo_must_enforce: vec![u32::MAX; 3],
+                spo_must_allow: vec![u32::MAX; 3],
+            }),
+            eir_server_owner: server_owner4 {
+                so_minor_id: 1,
+                so_major_id: big(1024),
+            },
+            eir_server_scope: big(1024),
+            eir_server_impl_id: vec![nfs_impl_id4 {
+                nii_domain: big(1024),
+                nii_name: big(1024),
+                nii_date: Default::default(),
+            }],
+        }));
+        assert!(size(&exchange_id) <= entry(OP_EXCHANGE_ID).unwrap().reply_bound(&A::OP_GETFH));
+        let chan = channel_attrs4 {
+            ca_rdma_ird: vec![1],
+            ..Default::default()
+        };
+        let create_session =
+            R::OP_CREATE_SESSION(CREATE_SESSION4res::NFS4_OK(CREATE_SESSION4resok {
+                csr_sessionid: [1; 16],
+                csr_sequence: 1,
+                csr_flags: 0,
+                csr_fore_chan_attrs: chan.clone(),
+                csr_back_chan_attrs: chan,
+            }));
+        assert!(
+            size(&create_session) <= entry(OP_CREATE_SESSION).unwrap().reply_bound(&A::OP_GETFH)
+        );
+        let open = R::OP_OPEN(OPEN4res::NFS4_OK(OPEN4resok {
+            stateid: Default::default(),
+            cinfo: Default::default(),
+            rflags: 0,
+            attrset: vec![u32::MAX; 3],
+            delegation: open_delegation4::OPEN_DELEGATE_NONE,
+        }));
+        assert!(size(&open) <= entry(OP_OPEN).unwrap().reply_bound(&A::OP_GETFH));
+        let getattr = A::OP_GETATTR(GETATTR4args {
+            attr_request: vec![u32::MAX, u32::MAX, u32::MAX],
+        });
+        assert!(bound(&getattr) > 3 * OPAQUE_LIMIT);
+    }
+
+    #[test]
+    fn may_block_depends_on_the_arguments() {
+        use crate::nfs::*;
+        let read = |count| {
+            A::OP_READ(READ4args {
+                stateid: Default::default(),
+                offset: 0,
+                count,
+            })
+        };
+        let r = entry(OP_READ).unwrap();
+        assert!(!r.may_block(&read(4096)));
+        assert!(r.may_block(&read(1 << 20)));
+        let setattr = |mask| {
+            A::OP_SETATTR(SETATTR4args {
+                stateid: Default::default(),
+                obj_attributes: fattr4 {
+                    attrmask: mask,
+                    attr_vals: Default::default(),
+                },
+            })
+        };
+        let s = entry(OP_SETATTR).unwrap();
+        assert!(s.may_block(&setattr(vec![1 << 4])));
+        assert!(!s.may_block(&setattr(vec![0, 1 << 1])));
+        assert!(entry(OP_COMMIT).unwrap().may_block(&A::OP_GETFH));
+        assert!(!entry(OP_COPY).unwrap().may_block(&A::OP_GETFH));
+    }
 }

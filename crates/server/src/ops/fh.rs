@@ -22,7 +22,6 @@ pub fn check_name(name: &Bytes) -> Result<(), nfsstat4> {
 
 pub fn putfh(c: &mut Compound, a: &PUTFH4args) -> OpResult {
     c.cfh = Some(c.srv.fh_from_wire(&a.object)?);
-    c.cur_sid = None;
     Ok(nfs_resop4::OP_PUTFH(PUTFH4res {
         status: nfsstat4::NFS4_OK,
     }))
@@ -30,7 +29,6 @@ pub fn putfh(c: &mut Compound, a: &PUTFH4args) -> OpResult {
 
 pub fn putrootfh(c: &mut Compound) -> OpResult {
     c.cfh = Some(c.srv.root_fh());
-    c.cur_sid = None;
     Ok(nfs_resop4::OP_PUTROOTFH(PUTROOTFH4res {
         status: nfsstat4::NFS4_OK,
     }))
@@ -38,7 +36,6 @@ pub fn putrootfh(c: &mut Compound) -> OpResult {
 
 pub fn putpubfh(c: &mut Compound) -> OpResult {
     c.cfh = Some(c.srv.root_fh());
-    c.cur_sid = None;
     Ok(nfs_resop4::OP_PUTPUBFH(PUTPUBFH4res {
         status: nfsstat4::NFS4_OK,
     }))
@@ -53,7 +50,6 @@ pub fn getfh(c: &mut Compound) -> OpResult {
 
 pub fn savefh(c: &mut Compound) -> OpResult {
     c.sfh = c.cfh.clone();
-    c.saved_sid = c.cur_sid.clone();
     Ok(nfs_resop4::OP_SAVEFH(SAVEFH4res {
         status: nfsstat4::NFS4_OK,
     }))
@@ -62,7 +58,6 @@ pub fn savefh(c: &mut Compound) -> OpResult {
 pub fn restorefh(c: &mut Compound) -> OpResult {
     let s = c.sfh.clone().ok_or(nfsstat4::NFS4ERR_RESTOREFH)?;
     c.cfh = Some(s);
-    c.cur_sid = c.saved_sid.clone();
     Ok(nfs_resop4::OP_RESTOREFH(RESTOREFH4res {
         status: nfsstat4::NFS4_OK,
     }))
@@ -93,7 +88,6 @@ pub fn lookup_in(c: &Compound, dir: &Fh, name: &Bytes) -> Result<Fh, crate::comp
 pub fn lookup(c: &mut Compound, a: &LOOKUP4args) -> OpResult {
     let dir = c.cfh()?.clone();
     c.cfh = Some(lookup_in(c, &dir, &a.objname)?);
-    c.cur_sid = None;
     Ok(nfs_resop4::OP_LOOKUP(LOOKUP4res {
         status: nfsstat4::NFS4_OK,
     }))
@@ -134,7 +128,6 @@ pub fn lookupp(c: &mut Compound) -> OpResult {
         }
     }
     c.cfh = Some(parent_of(c, &fh)?);
-    c.cur_sid = None;
     Ok(nfs_resop4::OP_LOOKUPP(LOOKUPP4res {
         status: nfsstat4::NFS4_OK,
     }))

@@ -1,0 +1,223 @@
+//! Protocol facts about each NFSv4 operation that both ends need (ADR 0007): its name,
+//! whether it changes server state, whether a retransmission must be answered from the
+//! reply cache, whether it may run without a session, whether it needs a current
+//! filehandle, and in which minor versions it exists. The server's op table
+//! (`txnfs-server`, `compound::optable`) pairs each of these with its handler; the client
+//! reads them for statistics names and for `sa_cachethis`.
+//!
+//! The match in [`info`] is exhaustive: an op added to `spec/nfs4.x` does not compile
+//! until it is described here.
+
+use crate::nfs4::nfs_opnum4;
+
+/// The minor versions an operation belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Minors {
+    /// Only NFSv4.0: "MUST NOT be used" in a v4.1 COMPOUND (RFC 8881 §18.35 ff.: the
+    /// server answers NFS4ERR_NOTSUPP).
+    Only0,
+    /// Defined from this minor version on (0 for the base protocol, 1 for RFC 8881,
+    /// 2 for RFC 7862 and RFC 8276).
+    Since(u32),
+}
+
+/// What the protocol says about one operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpInfo {
+    pub op: nfs_opnum4,
+    /// Changes server state (files, opens, locks, sessions): a server must decide
+    /// whether its reply fits before running it, because it cannot be undone.
+    pub modifies: bool,
+    /// Not idempotent: running it twice gives a different answer (a second CREATE
+    /// fails EXIST, a second CLOSE fails BAD_STATEID), so a retransmission must be
+    /// answered from the reply cache and a client asks for caching (sa_cachethis).
+    pub cache_reply: bool,
+    /// May be the only op of a COMPOUND that does not start with SEQUENCE
+    /// (RFC 8881 §2.10.6.2 and the op descriptions in §18).
+    pub sessionless: bool,
+    /// Fails with NFS4ERR_NOFILEHANDLE when there is no current filehandle.
+    pub needs_fh: bool,
+    pub minors: Minors,
+}
+
+impl OpInfo {
+    const fn new(op: nfs_opnum4, minors: Minors) -> Self {
+        OpInfo {
+            op,
+            modifies: false,
+            cache_reply: false,
+            sessionless: false,
+            needs_fh: false,
+            minors,
+        }
+    }
+    const fn fh(mut self) -> Self {
+        self.needs_fh = true;
+        self
+    }
+    const fn modifies(mut self) -> Self {
+        self.modifies = true;
+        self
+    }
+    /// Modifies and is not idempotent.
+    const fn once(mut self) -> Self {
+        self.modifies = true;
+        self.cache_reply = true;
+        self
+    }
+    const fn sessionless(mut self) -> Self {
+        self.sessionless = true;
+        self
+    }
+
+    /// The op's name without the `OP_` prefix ("READ", "CREATE_SESSION").
+    pub fn name(&self) -> &'static str {
+        op_name(self.op)
+    }
+
+    /// Whether the op exists in `minor`.
+    pub fn in_minor(&self, minor: u32) -> bool {
+        match self.minors {
+            Minors::Only0 => minor == 0,
+            Minors::Since(first) => minor >= first,
+        }
+    }
+}
+
+/// The op's name as RFC 8881 writes it, without the `OP_` prefix.
+pub fn op_name(op: nfs_opnum4) -> &'static str {
+    let n = op.name();
+    n.strip_prefix("OP_").unwrap_or(n)
+}
+
+/// The protocol facts about `op`.
+pub fn info(op: nfs_opnum4) -> OpInfo {
+    use nfs_opnum4::*;
+    use Minors::{Only0, Since};
+    let v0 = Since(0);
+    let v1 = Since(1);
+    let v2 = Since(2);
+    let i = |minors| OpInfo::new(op, minors);
+    match op {
+        OP_ACCESS => i(v0).fh(),
+        OP_CLOSE => i(v0).fh().once(),
+        OP_COMMIT => i(v0).fh().modifies(),
+        OP_CREATE => i(v0).fh().once(),
+        OP_DELEGPURGE => i(v0).once(),
+        OP_DELEGRETURN => i(v0).fh().once(),
+        OP_GETATTR => i(v0).fh(),
+        OP_GETFH => i(v0).fh(),
+        OP_LINK => i(v0).fh().once(),
+        OP_LOCK => i(v0).fh().once(),
+        OP_LOCKT => i(v0).fh(),
+        OP_LOCKU => i(v0).fh().once(),
+        OP_LOOKUP => i(v0).fh(),
+        OP_LOOKUPP => i(v0).fh(),
+        OP_NVERIFY => i(v0).fh(),
+        OP_OPEN => i(v0).fh().once(),
+        OP_OPENATTR => i(v0).fh(),
+        OP_OPEN_CONFIRM => i(Only0).fh().once(),
+        OP_OPEN_DOWNGRADE => i(v0).fh().once(),
+        OP_PUTFH => i(v0),
+        OP_PUTPUBFH => i(v0),
+        OP_PUTROOTFH => i(v0),
+        OP_READ => i(v0).fh(),
+        OP_READDIR => i(v0).fh(),
+        OP_READLINK => i(v0).fh(),
+        OP_REMOVE => i(v0).fh().once(),
+        OP_RENAME => i(v0).fh().once(),
+        OP_RENEW => i(Only0).modifies(),
+        OP_RESTOREFH => i(v0),
+        OP_SAVEFH => i(v0).fh(),
+        OP_SECINFO => i(v0).fh(),
+        OP_SETATTR => i(v0).fh().once(),
+        OP_SETCLIENTID => i(Only0).once(),
+        OP_SETCLIENTID_CONFIRM => i(Only0).once(),
+        OP_VERIFY => i(v0).fh(),
+        OP_WRITE => i(v0).fh().modifies(),
+        OP_RELEASE_LOCKOWNER => i(Only0).once(),
+        OP_BACKCHANNEL_CTL => i(v1).modifies(),
+        OP_BIND_CONN_TO_SESSION => i(v1).modifies().sessionless(),
+        OP_EXCHANGE_ID => i(v1).modifies().sessionless(),
+        OP_CREATE_SESSION => i(v1).modifies().sessionless(),
+        OP_DESTROY_SESSION => i(v1).modifies().sessionless(),
+        OP_FREE_STATEID => i(v1).once(),
+        OP_GET_DIR_DELEGATION => i(v1).fh().modifies(),
+        OP_GETDEVICEINFO => i(v1),
+        OP_GETDEVICELIST => i(v1).fh(),
+        OP_LAYOUTCOMMIT => i(v1).fh().modifies(),
+        OP_LAYOUTGET => i(v1).fh().modifies(),
+        OP_LAYOUTRETURN => i(v1).fh().once(),
+        OP_SECINFO_NO_NAME => i(v1).fh(),
+        OP_SEQUENCE => i(v1),
+        OP_SET_SSV => i(v1).modifies(),
+        OP_TEST_STATEID => i(v1),
+        OP_WANT_DELEGATION => i(v1).modifies(),
+        OP_DESTROY_CLIENTID => i(v1).modifies().sessionless(),
+        OP_RECLAIM_COMPLETE => i(v1).once(),
+        OP_ALLOCATE => i(v2).fh().modifies(),
+        OP_COPY => i(v2).fh().modifies(),
+        OP_COPY_NOTIFY => i(v2).fh().modifies(),
+        OP_DEALLOCATE => i(v2).fh().modifies(),
+        OP_IO_ADVISE => i(v2).fh(),
+        OP_LAYOUTERROR => i(v2).fh().modifies(),
+        OP_LAYOUTSTATS => i(v2).fh().modifies(),
+        OP_OFFLOAD_CANCEL => i(v2).fh().modifies(),
+        OP_OFFLOAD_STATUS => i(v2).fh(),
+        OP_READ_PLUS => i(v2).fh(),
+        OP_SEEK => i(v2).fh(),
+        OP_WRITE_SAME => i(v2).fh().modifies(),
+        OP_CLONE => i(v2).fh().modifies(),
+        OP_GETXATTR => i(v2).fh(),
+        OP_SETXATTR => i(v2).fh().once(),
+        OP_LISTXATTRS => i(v2).fh(),
+        OP_REMOVEXATTR => i(v2).fh().once(),
+        OP_ILLEGAL => i(v0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_op_is_described_under_its_own_number() {
+        assert_eq!(nfs_opnum4::VARIANTS.len(), 74);
+        for &op in nfs_opnum4::VARIANTS {
+            assert_eq!(info(op).op, op);
+            assert!(!op_name(op).starts_with("OP_"));
+        }
+        assert_eq!(op_name(nfs_opnum4::OP_CREATE_SESSION), "CREATE_SESSION");
+    }
+
+    #[test]
+    fn protocol_facts() {
+        use nfs_opnum4::*;
+        // DELEGRETURN and DELEGPURGE are v4.1 ops too; only these five are v4.0-only.
+        let only0: Vec<_> = nfs_opnum4::VARIANTS
+            .iter()
+            .filter(|&&o| info(o).minors == Minors::Only0)
+            .map(|&o| op_name(o))
+            .collect();
+        assert_eq!(
+            only0,
+            [
+                "OPEN_CONFIRM",
+                "RENEW",
+                "SETCLIENTID",
+                "SETCLIENTID_CONFIRM",
+                "RELEASE_LOCKOWNER"
+            ]
+        );
+        assert!(info(OP_DELEGRETURN).in_minor(1));
+        assert!(!info(OP_COPY).in_minor(1) && info(OP_COPY).in_minor(2));
+        // Every op that must not run twice changes state.
+        for &op in nfs_opnum4::VARIANTS {
+            let i = info(op);
+            assert!(!i.cache_reply || i.modifies, "{}", i.name());
+            assert!(!(i.sessionless && i.needs_fh), "{}", i.name());
+        }
+        assert!(!info(OP_WRITE).cache_reply && info(OP_WRITE).modifies);
+        assert!(!info(OP_PUTFH).needs_fh && info(OP_SAVEFH).needs_fh);
+    }
+}
