@@ -146,3 +146,6 @@ impl Server {
             .map_err(|e| crate::errors::state_status(&e))
     }
 }
+
+#[cfg(test)]
+mod tests;
