@@ -4,7 +4,7 @@
 use crate::compound::{Compound, OpError, OpResult};
 use crate::errors::state_status;
 use crate::nfs::*;
-use crate::statecore::{stateid_from_wire as from_wire, stateid_to_wire as to_wire};
+use crate::statecore::{stateid_from_wire, stateid_to_wire};
 use txnfs_state::{LockDenied, LockRequest, LockType, Locker, StateError};
 
 fn lock_type(t: nfs_lock_type4) -> LockType {
@@ -41,11 +41,11 @@ pub fn lock(c: &mut Compound, a: &LOCK4args) -> OpResult {
         // In v4.1 the clientid inside lock_owner4 is ignored: the session names the
         // client (RFC 8881 §18.10.3).
         locker4::TRUE(o) => Locker::NewOwner {
-            open_stateid: from_wire(&c.resolve_sid(&o.open_stateid)?),
+            open_stateid: stateid_from_wire(&c.resolve_sid(&o.open_stateid)?),
             lock_owner: o.lock_owner.owner.to_vec(),
         },
         locker4::FALSE(e) => Locker::Existing {
-            lock_stateid: from_wire(&c.resolve_sid(&e.lock_stateid)?),
+            lock_stateid: stateid_from_wire(&c.resolve_sid(&e.lock_stateid)?),
         },
     };
     let req = LockRequest {
@@ -58,7 +58,7 @@ pub fn lock(c: &mut Compound, a: &LOCK4args) -> OpResult {
     let res = c.srv.core()?.lock(c.now, a.reclaim, client, req);
     match res {
         Ok(sid) => {
-            let sid = to_wire(&sid);
+            let sid = stateid_to_wire(&sid);
             c.cur_sid = Some(sid.clone());
             Ok(nfs_resop4::OP_LOCK(LOCK4res::NFS4_OK(LOCK4resok {
                 lock_stateid: sid,
@@ -101,14 +101,14 @@ pub fn lockt(c: &mut Compound, a: &LOCKT4args) -> OpResult {
 pub fn locku(c: &mut Compound, a: &LOCKU4args) -> OpResult {
     let client = c.client()?;
     let file = c.srv.cfh_file_id(c.cfh()?)?;
-    let sid = from_wire(&c.resolve_sid(&a.lock_stateid)?);
+    let sid = stateid_from_wire(&c.resolve_sid(&a.lock_stateid)?);
     let new = c
         .srv
         .core()?
         .table_mut()
         .locku(client, &sid, file, a.offset, a.length)
         .map_err(|e| state_status(&e))?;
-    let new = to_wire(&new);
+    let new = stateid_to_wire(&new);
     c.cur_sid = Some(new.clone());
     Ok(nfs_resop4::OP_LOCKU(LOCKU4res::NFS4_OK(new)))
 }
@@ -119,10 +119,12 @@ pub fn test_stateid(c: &mut Compound, a: &TEST_STATEID4args) -> OpResult {
     let codes = a
         .ts_stateids
         .iter()
-        .map(|s| match core.table().test_stateid(client, &from_wire(s)) {
-            Ok(()) => nfsstat4::NFS4_OK,
-            Err(e) => state_status(&e),
-        })
+        .map(
+            |s| match core.table().test_stateid(client, &stateid_from_wire(s)) {
+                Ok(()) => nfsstat4::NFS4_OK,
+                Err(e) => state_status(&e),
+            },
+        )
         .collect();
     Ok(nfs_resop4::OP_TEST_STATEID(TEST_STATEID4res::NFS4_OK(
         TEST_STATEID4resok {
@@ -133,7 +135,7 @@ pub fn test_stateid(c: &mut Compound, a: &TEST_STATEID4args) -> OpResult {
 
 pub fn free_stateid(c: &mut Compound, a: &FREE_STATEID4args) -> OpResult {
     let client = c.client()?;
-    let sid = from_wire(&c.resolve_sid(&a.fsa_stateid)?);
+    let sid = stateid_from_wire(&c.resolve_sid(&a.fsa_stateid)?);
     c.srv
         .core()?
         .table_mut()
