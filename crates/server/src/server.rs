@@ -48,6 +48,14 @@ impl Stats {
     }
 }
 
+/// Whether sessions offer a back channel (CREATE_SESSION's CONN_BACK_CHAN,
+/// BIND_CONN_TO_SESSION's BACK/BOTH). The server sends no callbacks yet, and since it
+/// grants no delegations or layouts it needs none; but nfs-rs 0.8.8 (the e2e client)
+/// refuses every NFSv4.1 mount unless BIND_CONN_TO_SESSION confirms the back channel.
+/// So it stays on until the callback path lands (ADR 0008, D11); switching it off
+/// makes the answers exact (fore channel only).
+pub const OFFER_BACK_CHANNEL: bool = true;
+
 pub struct Server {
     pub cfg: Config,
     pub exports: Exports,
@@ -148,6 +156,7 @@ impl Server {
                     max_sessions_per_client: cfg.max_sessions_per_client,
                     server_fore: limits,
                     server_back: back,
+                    back_channel: OFFER_BACK_CHANNEL,
                 },
                 state: StateLimits::default(),
             },

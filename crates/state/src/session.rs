@@ -163,9 +163,9 @@ pub enum ConnDirRequest {
 pub enum ConnDir {
     /// `CDFS4_FORE`.
     Fore,
-    /// `CDFS4_BACK` (not granted until the server has a back channel).
+    /// `CDFS4_BACK` (only with a back channel).
     Back,
-    /// `CDFS4_BOTH` (not granted until the server has a back channel).
+    /// `CDFS4_BOTH` (only with a back channel).
     Both,
 }
 
@@ -221,6 +221,10 @@ pub struct SessionLimits {
     pub server_fore: ChannelAttrs,
     /// Back-channel maxima.
     pub server_back: ChannelAttrs,
+    /// Whether connections may be bound to the back channel (callbacks). Without it,
+    /// CREATE_SESSION clears `CREATE_SESSION4_FLAG_CONN_BACK_CHAN` and
+    /// BIND_CONN_TO_SESSION binds the fore channel only.
+    pub back_channel: bool,
 }
 
 /// All clients and sessions of one server instance.
@@ -386,9 +390,13 @@ impl SessionTable {
         id[8..12].copy_from_slice(&self.boot_epoch.to_be_bytes());
         id[12..].copy_from_slice(&self.next_session.to_be_bytes());
         self.next_session = self.next_session.wrapping_add(1);
-        // We honour the back-channel flag (callbacks may later use this connection) and
-        // never offer persistence or RDMA.
-        let flags = args.flags & CREATE_SESSION4_FLAG_CONN_BACK_CHAN;
+        // We never offer persistence or RDMA; the back-channel flag only when
+        // connections may carry callbacks.
+        let flags = if self.limits.back_channel {
+            args.flags & CREATE_SESSION4_FLAG_CONN_BACK_CHAN
+        } else {
+            0
+        };
         self.sessions.insert(
             id,
             SessionRecord {
@@ -476,10 +484,12 @@ impl SessionTable {
         }
     }
 
-    /// BIND_CONN_TO_SESSION (RFC 8881 §18.34). There is no back channel yet, so the
-    /// connection is bound to the fore channel only: `*_OR_BOTH` requests get
-    /// [`ConnDir::Fore`] and a request for the back channel alone is refused with
-    /// [`SessionError::Inval`] (the server cannot do what was asked).
+    /// BIND_CONN_TO_SESSION (RFC 8881 §18.34). With a back channel
+    /// ([`SessionLimits::back_channel`]) the server grants what was asked (`*_OR_BOTH`
+    /// gets [`ConnDir::Both`]). Without one the connection is bound to the fore
+    /// channel only: `*_OR_BOTH` requests get [`ConnDir::Fore`] and a request for the
+    /// back channel alone is refused with [`SessionError::Inval`] (the server cannot
+    /// do what was asked).
     pub fn bind_conn(
         &mut self,
         session: &SessionId,
@@ -491,11 +501,12 @@ impl SessionTable {
             .sessions
             .get_mut(session)
             .ok_or(SessionError::BadSession)?;
-        let granted = match dir {
-            ConnDirRequest::Fore | ConnDirRequest::ForeOrBoth | ConnDirRequest::BackOrBoth => {
-                ConnDir::Fore
-            }
-            ConnDirRequest::Back => return Err(SessionError::Inval),
+        let granted = match (dir, self.limits.back_channel) {
+            (ConnDirRequest::Fore, _) => ConnDir::Fore,
+            (ConnDirRequest::ForeOrBoth | ConnDirRequest::BackOrBoth, true) => ConnDir::Both,
+            (ConnDirRequest::ForeOrBoth | ConnDirRequest::BackOrBoth, false) => ConnDir::Fore,
+            (ConnDirRequest::Back, true) => ConnDir::Back,
+            (ConnDirRequest::Back, false) => return Err(SessionError::Inval),
         };
         rec.conns.insert(conn);
         let client = rec.shared.client;

@@ -32,6 +32,7 @@ fn core(grace: Grace) -> StateCore {
                 max_sessions_per_client: 4,
                 server_fore: ch(8),
                 server_back: ch(1),
+                back_channel: false,
             },
             state: StateLimits::default(),
         },

@@ -168,21 +168,21 @@ fn a_poisoned_core_is_a_reported_fault_and_leases_still_expire() {
 }
 
 #[test]
-fn bind_conn_to_session_binds_the_fore_channel_only() {
+fn bind_conn_to_session_answers_per_the_back_channel_setting() {
     let f = fixture("bind");
     let sid = session(&f.srv, b"binder");
     use channel_dir_from_client4 as D;
+    use channel_dir_from_server4 as S;
+    let (both, back) = if crate::server::OFFER_BACK_CHANNEL {
+        (Ok(S::CDFS4_BOTH), Ok(S::CDFS4_BACK))
+    } else {
+        (Ok(S::CDFS4_FORE), Err(nfsstat4::NFS4ERR_INVAL))
+    };
     for (dir, want) in [
-        (D::CDFC4_FORE, Ok(channel_dir_from_server4::CDFS4_FORE)),
-        (
-            D::CDFC4_FORE_OR_BOTH,
-            Ok(channel_dir_from_server4::CDFS4_FORE),
-        ),
-        (
-            D::CDFC4_BACK_OR_BOTH,
-            Ok(channel_dir_from_server4::CDFS4_FORE),
-        ),
-        (D::CDFC4_BACK, Err(nfsstat4::NFS4ERR_INVAL)),
+        (D::CDFC4_FORE, Ok(S::CDFS4_FORE)),
+        (D::CDFC4_FORE_OR_BOTH, both),
+        (D::CDFC4_BACK_OR_BOTH, both),
+        (D::CDFC4_BACK, back),
     ] {
         let r = run(
             &f.srv,

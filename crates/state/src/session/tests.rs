@@ -3,6 +3,10 @@
 use super::*;
 
 fn table() -> SessionTable {
+    table_with(true)
+}
+
+fn table_with(back_channel: bool) -> SessionTable {
     let ch = ChannelAttrs {
         max_request: 1 << 20,
         max_response: 1 << 20,
@@ -17,6 +21,7 @@ fn table() -> SessionTable {
             max_sessions_per_client: 2,
             server_fore: ch,
             server_back: ch,
+            back_channel,
         },
     )
 }
@@ -180,25 +185,66 @@ fn sequence_renews_binds_and_checks_limits() {
     assert_eq!(t.connections(&out.id), vec![7, 8]);
 }
 
+fn bind_all(t: &mut SessionTable, id: &SessionId) -> Vec<Result<ConnDir, SessionError>> {
+    [
+        ConnDirRequest::Fore,
+        ConnDirRequest::ForeOrBoth,
+        ConnDirRequest::BackOrBoth,
+        ConnDirRequest::Back,
+    ]
+    .into_iter()
+    .map(|d| t.bind_conn(id, d, 5, Instant::now()))
+    .collect()
+}
+
 #[test]
-fn bind_conn_never_claims_a_back_channel() {
-    let mut t = table();
+fn without_a_back_channel_nothing_claims_one() {
+    let mut t = table_with(false);
     let now = Instant::now();
     let e = t
         .exchange_id(&Bytes::from_static(b"b"), [1; 8], false, now)
         .unwrap();
-    let (out, _) = t.create_session(&create(e.clientid, 1, 4, 1), now).unwrap();
-    for (dir, want) in [
-        (ConnDirRequest::Fore, Ok(ConnDir::Fore)),
-        (ConnDirRequest::ForeOrBoth, Ok(ConnDir::Fore)),
-        (ConnDirRequest::BackOrBoth, Ok(ConnDir::Fore)),
-        (ConnDirRequest::Back, Err(SessionError::Inval)),
-    ] {
-        assert_eq!(t.bind_conn(&out.id, dir, 5, now), want, "{dir:?}");
-    }
+    let mut args = create(e.clientid, 1, 4, 1);
+    args.flags = CREATE_SESSION4_FLAG_CONN_BACK_CHAN;
+    let (out, _) = t.create_session(&args, now).unwrap();
+    assert_eq!(out.flags, 0, "CONN_BACK_CHAN is not granted");
+    assert_eq!(
+        bind_all(&mut t, &out.id),
+        vec![
+            Ok(ConnDir::Fore),
+            Ok(ConnDir::Fore),
+            Ok(ConnDir::Fore),
+            Err(SessionError::Inval)
+        ]
+    );
     assert_eq!(t.connections(&out.id), vec![1, 5]);
     assert_eq!(
         t.bind_conn(&[0; 16], ConnDirRequest::Fore, 5, now),
         Err(SessionError::BadSession)
+    );
+}
+
+#[test]
+fn with_a_back_channel_binding_grants_what_was_asked() {
+    let mut t = table_with(true);
+    let now = Instant::now();
+    let e = t
+        .exchange_id(&Bytes::from_static(b"b"), [1; 8], false, now)
+        .unwrap();
+    let mut args = create(e.clientid, 1, 4, 1);
+    args.flags = CREATE_SESSION4_FLAG_CONN_BACK_CHAN | 0x1;
+    let (out, _) = t.create_session(&args, now).unwrap();
+    assert_eq!(
+        out.flags, CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
+        "never PERSIST"
+    );
+    assert_eq!(
+        bind_all(&mut t, &out.id),
+        vec![
+            Ok(ConnDir::Fore),
+            Ok(ConnDir::Both),
+            Ok(ConnDir::Both),
+            Ok(ConnDir::Back)
+        ]
     );
 }
