@@ -519,6 +519,11 @@ impl SessionTable {
         self.sessions.get(id).map(|r| r.shared.clone())
     }
 
+    /// Whether client `id` exists (confirmed or not).
+    pub fn client_exists(&self, id: ClientId) -> bool {
+        self.clients.contains_key(&id)
+    }
+
     /// Renews `client`'s lease.
     pub fn renew(&mut self, client: ClientId, now: Instant) {
         if let Some(r) = self.clients.get_mut(&client) {

@@ -447,3 +447,153 @@ fn state_of_different_exports_never_collides() {
     );
     assert_ne!(file_id(u16::MAX, u64::MAX), file_id(u16::MAX - 1, u64::MAX));
 }
+
+mod random_events {
+    //! Random interleavings of client creation, opens, locks, renewals, the passage of
+    //! time, housekeeping and DESTROY_CLIENTID: the core never keeps state of a client
+    //! that is gone, and releases a client for its lease only after two silent leases.
+
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+    use std::time::Instant;
+
+    #[derive(Debug, Clone)]
+    enum Event {
+        Client(usize, u8),
+        Open(usize, u64),
+        Lock(usize, u64),
+        Renew(usize),
+        Advance(u64),
+        Tick,
+        Destroy(usize),
+    }
+
+    fn event() -> impl Strategy<Value = Event> {
+        prop_oneof![
+            (0..3usize, 1..3u8).prop_map(|(k, v)| Event::Client(k, v)),
+            (0..3usize, 0..3u64).prop_map(|(k, f)| Event::Open(k, f)),
+            (0..3usize, 0..3u64).prop_map(|(k, f)| Event::Lock(k, f)),
+            (0..3usize).prop_map(Event::Renew),
+            (0..90u64).prop_map(Event::Advance),
+            Just(Event::Tick),
+            (0..3usize).prop_map(Event::Destroy),
+        ]
+    }
+
+    const OWNERS: [&[u8]; 3] = [b"k0", b"k1", b"k2"];
+
+    #[derive(Default)]
+    struct Model {
+        /// Per owner: client id, session, last renewal, open stateids by file.
+        live: HashMap<usize, (ClientId, SessionId, Instant, HashMap<u64, Stateid>)>,
+        seqids: HashMap<SessionId, u32>,
+        /// Every session each client made.
+        sessions: HashMap<ClientId, Vec<SessionId>>,
+        ever: Vec<ClientId>,
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        #[test]
+        fn no_orphaned_state_and_no_early_expiry(events in proptest::collection::vec(event(), 1..80)) {
+            let clock = ManualClock::new();
+            let mut c = core(Grace::none());
+            let mut m = Model::default();
+            for ev in events {
+                let now = clock.now();
+                let mut effects = Vec::new();
+                match ev {
+                    Event::Client(k, v) => {
+                        let e = c.exchange_id(&Bytes::from_static(OWNERS[k]), [v; 8], false, now).unwrap();
+                        let res = c.create_session(&CreateSessionArgs {
+                            clientid: e.clientid, seq: e.sequenceid, flags: 0,
+                            fore: ch(2), back: ch(1), conn: 1,
+                        }, now);
+                        if let Ok((out, fx)) = res {
+                            effects = fx;
+                            m.ever.push(e.clientid);
+                            m.sessions.entry(e.clientid).or_default().push(out.id);
+                            let old = m.live.insert(k, (e.clientid, out.id, now, HashMap::new()));
+                            if let Some((old_id, ..)) = old.filter(|o| o.0 != e.clientid) {
+                                // Replaced incarnation: released in the same step.
+                                prop_assert!(released(&effects).iter().any(|r| r.0 == old_id));
+                            }
+                        }
+                    }
+                    Event::Open(k, f) => {
+                        // Any client ever seen, gone ones included: a request that
+                        // passed SEQUENCE before its client went must create nothing.
+                        if let Some(&cid) = m.ever.get(k % m.ever.len().max(1)) {
+                            let res = c.open(now, false, cid, b"o", file_id(0, f), SHARE_ACCESS_BOTH, SHARE_DENY_NONE);
+                            if let Some((_, _, _, opens)) = m.live.values_mut().find(|v| v.0 == cid) {
+                                if let Ok(sid) = res {
+                                    opens.insert(f, sid);
+                                }
+                            }
+                        }
+                    }
+                    Event::Lock(k, f) => {
+                        if let Some((cid, _, _, opens)) = m.live.get(&k) {
+                            if let Some(sid) = opens.get(&f) {
+                                let _ = c.lock(now, false, *cid, lock_req(file_id(0, f), Stateid { seqid: 0, ..*sid }));
+                            }
+                        }
+                    }
+                    Event::Renew(k) => {
+                        if let Some((_, sid, last, _)) = m.live.get_mut(&k) {
+                            let seq = m.seqids.entry(*sid).or_insert(0);
+                            *seq += 1;
+                            let args = SequenceArgs {
+                                session: *sid,
+                                slot: 0,
+                                seqid: *seq,
+                                request_hash: 0,
+                                nops: 1,
+                                request_len: 100,
+                                conn: 1,
+                            };
+                            // BADSESSION after a refused DESTROY_CLIENTID destroyed it.
+                            if let Ok(ok) = c.sequence(&args, now) {
+                                prop_assert_eq!(ok.verdict, SlotVerdict::Execute);
+                                c.finish_slot(sid, 0, None);
+                                *last = now;
+                            }
+                        }
+                    }
+                    Event::Advance(s) => clock.advance(Duration::from_secs(s)),
+                    Event::Tick => effects = c.tick(now),
+                    Event::Destroy(k) => {
+                        if let Some((cid, _, _, _)) = m.live.get(&k).cloned() {
+                            for sid in m.sessions.get(&cid).into_iter().flatten() {
+                                let _ = c.destroy_session(sid);
+                            }
+                            match c.destroy_client(cid) {
+                                Ok(fx) => { effects = fx; m.live.remove(&k); }
+                                Err(e) => {
+                                    prop_assert_eq!(e, SessionError::ClientIdBusy);
+                                    prop_assert!(c.table().client_has_state(cid));
+                                    // Sessionless now: the model keeps it until it expires.
+                                }
+                            }
+                        }
+                    }
+                }
+                for (client, reason, _) in released(&effects) {
+                    if reason == ReleaseReason::LeaseExpired {
+                        let (k, (_, _, last, _)) = m.live.iter().find(|(_, v)| v.0 == client).unwrap();
+                        prop_assert!(now.duration_since(*last) > LEASE * 2, "released early");
+                        let k = *k;
+                        m.live.remove(&k);
+                    }
+                }
+                for id in &m.ever {
+                    prop_assert!(
+                        !c.table().client_has_state(*id) || c.sessions().client_exists(*id),
+                        "state of a client that is gone"
+                    );
+                }
+            }
+        }
+    }
+}
