@@ -51,6 +51,9 @@ pub fn state_status(e: &txnfs_state::StateError) -> nfsstat4 {
         S::Denied(_) => NFS4ERR_DENIED,
         S::Inval => NFS4ERR_INVAL,
         S::Locked => NFS4ERR_LOCKED,
+        S::StaleClientId => NFS4ERR_STALE_CLIENTID,
+        S::Grace => NFS4ERR_GRACE,
+        S::NoGrace => NFS4ERR_NO_GRACE,
         // v4.1 prefers DELAY to RESOURCE (RFC 8881 §15.1.1.3).
         S::Resource => NFS4ERR_DELAY,
     }

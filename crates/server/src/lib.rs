@@ -1,18 +1,18 @@
 //! txnfs server core. The data path, top to bottom:
 //! `service` (RPC program dispatch) → `compound` (executor + op table) → `ops` (one file
-//! per op family) → `session` / state tables → backends (`txnfs-backend`).
+//! per op family) → the state core (`txnfs-state`, via `statecore`) → backends (`txnfs-backend`).
 //! Everything below `service` is synchronous and socket-free (sans-IO).
 
 pub mod compound;
 pub mod config;
 pub mod errors;
 pub mod export;
-pub mod grace;
 pub mod handle;
 pub mod ops;
 pub mod server;
 pub mod service;
 pub mod session;
+pub mod statecore;
 pub mod statedir;
 
 pub use txnfs_proto::nfs4 as nfs;

@@ -4,10 +4,8 @@
 use crate::compound::{Fh, ObjFh, OpError};
 use crate::config::Config;
 use crate::export::{Export, ExportError, Exports, PseudoNode, PSEUDO_FSID};
-use crate::grace::Grace;
 use crate::handle::{HandleCodec, HandleError, HandleTarget};
-use crate::nfs::{fattr4, nfsstat4, stateid4};
-use crate::session::{ChannelAttrs, ClientId, Limits, SessionTable};
+use crate::nfs::{fattr4, nfsstat4};
 use crate::statedir::StateDir;
 use bytes::Bytes;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,7 +14,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use txnfs_attr::{AttrSource, FsInfo};
 use txnfs_backend::{Attrs, FileKey, FileType, Timestamp};
 use txnfs_state::clock::{Clock, SystemClock};
-use txnfs_state::{StateLimits, StateTable, Stateid};
+use txnfs_state::session::{ChannelAttrs, SessionLimits};
+use txnfs_state::{CoreConfig, FileId, Grace, StateCore, StateLimits};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -79,13 +78,27 @@ pub struct StatsSnapshot {
     pub ops: Vec<(&'static str, u64)>,
 }
 
+/// Whether sessions offer a back channel (CREATE_SESSION's CONN_BACK_CHAN,
+/// BIND_CONN_TO_SESSION's BACK/BOTH). The server sends no callbacks yet, and since it
+/// grants no delegations or layouts it needs none; but nfs-rs 0.8.8 (the e2e client)
+/// refuses every NFSv4.1 mount unless BIND_CONN_TO_SESSION confirms the back channel.
+/// So it stays on until the callback path lands (ADR 0008, D11); switching it off
+/// makes the answers exact (fore channel only).
+pub const OFFER_BACK_CHANNEL: bool = true;
+
 pub struct Server {
     pub cfg: Config,
     pub exports: Exports,
     pub handles: HandleCodec,
-    pub sessions: Mutex<SessionTable>,
-    pub state: Mutex<StateTable>,
-    pub grace: Grace,
+    /// Clients, sessions, slots, leases, grace, opens and locks (ADR 0008). Held only
+    /// for bookkeeping, never across storage calls; reach it through
+    /// [`Server::core`], which reports a poisoned lock.
+    pub(crate) core: Mutex<StateCore>,
+    /// Times a request or housekeeping found the state core's lock poisoned.
+    pub core_faults: AtomicU64,
+    /// Generation of the last client list written to the state directory (also
+    /// serialises those writes).
+    pub(crate) persisted: Mutex<u64>,
     pub write_verf: [u8; 8],
     pub boot_epoch: u32,
     pub server_owner: Bytes,
@@ -94,22 +107,8 @@ pub struct Server {
     pub stats: Stats,
     /// The one source of time for leases, grace and the executor (simulated in tests).
     pub clock: Arc<dyn Clock>,
-    statedir: StateDir,
+    pub(crate) statedir: StateDir,
     boot_time: Timestamp,
-}
-
-pub fn to_wire(s: &Stateid) -> stateid4 {
-    stateid4 {
-        seqid: s.seqid,
-        other: s.other,
-    }
-}
-
-pub fn from_wire(s: &stateid4) -> Stateid {
-    Stateid {
-        seqid: s.seqid,
-        other: s.other,
-    }
 }
 
 impl Server {
@@ -136,7 +135,14 @@ impl Server {
                 path: dir.display().to_string(),
                 err,
             })?;
-        let previous_clients = statedir.load_clients();
+        // An unreadable client list would silently skip the grace period and let new
+        // clients take locks the old ones still hold: refuse to start instead.
+        let previous_clients = statedir
+            .load_clients()
+            .map_err(|err| ServerError::StateDir {
+                path: dir.join("clients").display().to_string(),
+                err,
+            })?;
         let exports = Exports::build(&cfg.exports)?;
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -171,21 +177,27 @@ impl Server {
         };
         let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
         let server_owner = Bytes::from(format!("txnfs@{}", host.trim()));
-        let sessions = SessionTable::new(
-            boot_epoch,
-            Limits {
-                max_clients: cfg.max_clients,
-                max_sessions_per_client: cfg.max_sessions_per_client,
-                server_fore: limits,
-                server_back: back,
+        let core = StateCore::new(
+            CoreConfig {
+                boot_epoch,
+                lease: Duration::from_secs(u64::from(cfg.lease_time)),
+                sessions: SessionLimits {
+                    max_clients: cfg.max_clients,
+                    max_sessions_per_client: cfg.max_sessions_per_client,
+                    server_fore: limits,
+                    server_back: back,
+                    back_channel: OFFER_BACK_CHANNEL,
+                },
+                state: StateLimits::default(),
             },
+            grace,
         );
         Ok(Arc::new(Server {
             exports,
             handles: HandleCodec::new(&secret),
-            sessions: Mutex::new(sessions),
-            state: Mutex::new(StateTable::new(boot_epoch, StateLimits::default())),
-            grace,
+            core: Mutex::new(core),
+            core_faults: AtomicU64::new(0),
+            persisted: Mutex::new(0),
             write_verf,
             boot_epoch,
             server_owner,
@@ -388,12 +400,13 @@ impl Server {
 
     // ---- state -----------------------------------------------------------------------
 
-    /// The id under which opens and locks of an object are kept: unique across exports.
-    pub fn state_file_id(&self, export: &Export, fileid: u64) -> u64 {
-        fileid ^ ((export.id as u64) << 48)
+    /// The id under which opens and locks of an object are kept: (export, fileid),
+    /// without collisions for any 64-bit fileid.
+    pub fn state_file_id(&self, export: &Export, fileid: u64) -> FileId {
+        txnfs_state::file_id(export.id, fileid)
     }
 
-    pub fn cfh_file_id(&self, fh: &Fh) -> Result<u64, OpError> {
+    pub fn cfh_file_id(&self, fh: &Fh) -> Result<FileId, OpError> {
         match fh {
             Fh::Pseudo(_) => Err(nfsstat4::NFS4ERR_ISDIR.into()),
             Fh::Obj(o) => {
@@ -404,71 +417,6 @@ impl Server {
                     _ => Err(nfsstat4::NFS4ERR_INVAL.into()),
                 }
             }
-        }
-    }
-
-    pub fn check_io(
-        &self,
-        client: Option<ClientId>,
-        sid: &stateid4,
-        file: u64,
-        write: bool,
-    ) -> Result<(), nfsstat4> {
-        let client = client.unwrap_or(0);
-        let st = self
-            .state
-            .lock()
-            .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
-        st.check_io(client, &from_wire(sid), file, write)
-            .map_err(|e| crate::errors::state_status(&e))
-    }
-
-    /// Free every open and lock of a client (lease expiry, reboot, DESTROY_CLIENTID).
-    pub fn release_client_state(&self, client: ClientId) {
-        if let Ok(mut st) = self.state.lock() {
-            let n = st.expire_client(client);
-            if n > 0 {
-                tracing::info!(
-                    client = format_args!("{client:#x}"),
-                    states = n,
-                    "released client state"
-                );
-            }
-        }
-    }
-
-    /// Persist the owners of confirmed clients so that after a restart the grace period
-    /// knows whom to wait for.
-    pub fn persist_clients(&self) {
-        let owners = match self.sessions.lock() {
-            Ok(t) => t.confirmed_owners(),
-            Err(_) => return,
-        };
-        if let Err(e) = self.statedir.save_clients(&owners) {
-            tracing::warn!("cannot record clients in the state directory: {e}");
-        }
-    }
-
-    /// Periodic housekeeping: expire clients whose lease ran out.
-    pub fn tick(&self) {
-        let lease = Duration::from_secs(self.cfg.lease_time as u64);
-        // Courtesy: one extra lease before a silent client loses its state.
-        let dead = match self.sessions.lock() {
-            Ok(mut t) => t.expire(lease * 2, self.clock.now()),
-            Err(_) => return,
-        };
-        for c in &dead {
-            tracing::info!(client = format_args!("{c:#x}"), "lease expired");
-            self.release_client_state(*c);
-        }
-        if !dead.is_empty() {
-            self.persist_clients();
-        }
-    }
-
-    pub fn connection_closed(&self, conn: u64) {
-        if let Ok(t) = self.sessions.lock() {
-            t.connection_closed(conn);
         }
     }
 }

@@ -1,34 +1,60 @@
 //! The server's small persistent state: the handle secret, a boot counter and the list
 //! of clients that held state (for the grace period). Files are written atomically
-//! (temporary file, fsync, rename) so a `kill -9` never leaves a torn one.
+//! (temporary file, fsync, rename) so a `kill -9` never leaves a torn one; every write
+//! uses its own temporary file, so concurrent writers never interleave in one (the
+//! server also serialises client-list writes and skips outdated ones). Read errors
+//! other than "not there yet" are errors: the caller refuses to start rather than
+//! silently forget whom the grace period must wait for.
 
 use bytes::Bytes;
 use std::fs;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 pub struct StateDir {
     dir: PathBuf,
 }
 
+/// A temporary name next to `path` that no other writer in any process uses.
+fn temp_path(path: &Path) -> PathBuf {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let n = SEQ.fetch_add(1, Ordering::Relaxed);
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".tmp.{}.{n}", std::process::id()));
+    path.with_file_name(name)
+}
+
 fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
-    let tmp = path.with_extension("tmp");
+    let tmp = temp_path(path);
+    let r = write_then_rename(&tmp, path, data);
+    if r.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    r
+}
+
+fn write_then_rename(tmp: &Path, path: &Path, data: &[u8]) -> io::Result<()> {
     {
         let mut f = fs::OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .mode(0o600)
-            .open(&tmp)?;
+            .open(tmp)?;
         f.write_all(data)?;
         f.sync_all()?;
     }
-    fs::rename(&tmp, path)?;
+    fs::rename(tmp, path)?;
     if let Some(parent) = path.parent() {
         fs::File::open(parent)?.sync_all()?;
     }
     Ok(())
+}
+
+fn invalid(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg)
 }
 
 fn hex(b: &[u8]) -> String {
@@ -86,21 +112,44 @@ impl StateDir {
     /// it so that those of a previous instance are recognised as stale).
     pub fn next_boot_epoch(&self) -> io::Result<u32> {
         let p = self.dir.join("boot-epoch");
-        let prev = fs::read_to_string(&p)
-            .ok()
-            .and_then(|s| s.trim().parse::<u32>().ok())
-            .unwrap_or(0);
+        // An unreadable counter must not restart at 1: stateids of an earlier instance
+        // with the same epoch would be taken for current ones.
+        let prev = match fs::read_to_string(&p) {
+            Ok(s) => s.trim().parse::<u32>().map_err(|_| {
+                invalid(format!(
+                    "{} does not hold a number; remove it to start a new count",
+                    p.display()
+                ))
+            })?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(e),
+        };
         let next = prev.wrapping_add(1).max(1);
         write_atomic(&p, format!("{next}\n").as_bytes())?;
         Ok(next)
     }
 
-    pub fn load_clients(&self) -> Vec<Bytes> {
-        fs::read_to_string(self.dir.join("clients"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| unhex(l.trim()))
-            .map(Bytes::from)
+    /// The client owners saved by the previous instance: none if it never saved any;
+    /// an unreadable or corrupt file is an error.
+    pub fn load_clients(&self) -> io::Result<Vec<Bytes>> {
+        let p = self.dir.join("clients");
+        let text = match fs::read_to_string(&p) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        text.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                unhex(l).map(Bytes::from).ok_or_else(|| {
+                    invalid(format!(
+                        "{} has a line that is not hex ({l:?}); fix or remove it \
+                         (removing it skips the grace period for those clients)",
+                        p.display()
+                    ))
+                })
+            })
             .collect()
     }
 
@@ -134,7 +183,73 @@ mod tests {
             Bytes::from_static(b"\x00\xff"),
         ];
         s.save_clients(&owners).unwrap();
-        assert_eq!(s.load_clients(), owners);
+        assert_eq!(s.load_clients().unwrap(), owners);
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    fn fresh(name: &str) -> (PathBuf, StateDir) {
+        let d = std::env::temp_dir().join(format!("txnfs-statedir-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        let s = StateDir::open(&d).unwrap();
+        (d, s)
+    }
+
+    #[test]
+    fn unreadable_or_corrupt_files_are_errors() {
+        let (d, s) = fresh("errors");
+        assert_eq!(
+            s.load_clients().unwrap(),
+            Vec::<Bytes>::new(),
+            "none saved yet"
+        );
+        fs::write(d.join("clients"), "6869\nnot-hex\n").unwrap();
+        let e = s.load_clients().unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        fs::remove_file(d.join("clients")).unwrap();
+        fs::create_dir(d.join("clients")).unwrap();
+        assert!(s.load_clients().is_err(), "a read error is reported");
+        fs::write(d.join("boot-epoch"), "garbage").unwrap();
+        assert_eq!(
+            s.next_boot_epoch().unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn concurrent_saves_never_tear_or_collide() {
+        let (d, s) = fresh("concurrent");
+        let s = std::sync::Arc::new(s);
+        let threads: Vec<_> = (0..8u8)
+            .map(|i| {
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    for j in 0..20u8 {
+                        let owners = vec![Bytes::from(vec![i; 64]), Bytes::from(vec![j; 64])];
+                        s.save_clients(&owners).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let got = s.load_clients().unwrap();
+        assert_eq!(got.len(), 2, "one whole list survives");
+        assert!(got
+            .iter()
+            .all(|o| o.len() == 64 && o.iter().all(|b| *b == o[0])));
+        let leftovers = fs::read_dir(&d)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .contains(".tmp")
+            })
+            .count();
+        assert_eq!(leftovers, 0, "no temporary file is left behind");
         fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -306,9 +306,7 @@ pub fn execute(srv: &Server, creds: Creds, conn: u64, args: Bytes) -> Result<Byt
     let reply = out.freeze();
     if let Some((s, slotid)) = slot {
         let keep = reply.len() <= s.fore.max_response_cached as usize;
-        if let Ok(mut t) = s.slots.lock() {
-            t.finish(slotid, keep.then(|| reply.clone()));
-        }
+        srv.finish_slot(&s, slotid, keep.then(|| reply.clone()));
     }
     Ok(reply)
 }

@@ -5,7 +5,9 @@ use crate::errors::status_from_u32;
 use crate::nfs::*;
 use crate::ops::attr::{require, R, W, X};
 use crate::ops::fh::check_name;
+use crate::statecore::{stateid_from_wire, stateid_to_wire};
 use txnfs_backend::{CreateMode, FileType, SetAttrs};
+use txnfs_state::Stateid;
 
 fn cinfo(before: u64, after: u64) -> change_info4 {
     change_info4 {
@@ -24,11 +26,6 @@ fn share_bits(access: u32, deny: u32) -> Result<(u32, u32), nfsstat4> {
     Ok((acc, deny))
 }
 
-/// The anonymous and READ-bypass stateids: I/O without an OPEN.
-fn is_special(s: &stateid4) -> bool {
-    s.other == [0; 12] || s.other == [0xff; 12]
-}
-
 fn type_check(t: FileType) -> Result<(), nfsstat4> {
     match t {
         FileType::Regular => Ok(()),
@@ -43,13 +40,11 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
     let (access, deny) = share_bits(a.share_access, a.share_deny)?;
     let fh = c.cfh()?.clone();
     let reclaim = matches!(a.claim, open_claim4::CLAIM_PREVIOUS(_));
-    if reclaim {
-        if !c.srv.grace.in_grace(c.now) {
-            return Err(nfsstat4::NFS4ERR_NO_GRACE.into());
-        }
-    } else if c.srv.grace.in_grace(c.now) {
-        return Err(nfsstat4::NFS4ERR_GRACE.into());
-    }
+    // Refuse early (before creating anything); the core checks again when it decides.
+    c.srv
+        .core()?
+        .check_grace(reclaim, c.now)
+        .map_err(|e| crate::errors::state_status(&e))?;
     let create = match &a.openhow {
         openflag4::OPEN4_CREATE(how) => Some(how),
         openflag4::default(_) => None,
@@ -167,16 +162,12 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
         require(&attrs, &c.creds, want)?;
     }
     let file = c.srv.state_file_id(&target.export, attrs.fileid);
-    let sid = {
-        let mut st = c
-            .srv
-            .state
-            .lock()
-            .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
-        st.open(client, &a.owner.owner, file, access, deny)
-            .map_err(|e| crate::errors::state_status(&e))?
-    };
-    let sid = crate::server::to_wire(&sid);
+    let sid = c
+        .srv
+        .core()?
+        .open(c.now, reclaim, client, &a.owner.owner, file, access, deny)
+        .map_err(|e| crate::errors::state_status(&e))?;
+    let sid = stateid_to_wire(&sid);
     c.cfh = Some(Fh::Obj(target));
     c.cur_sid = Some(sid.clone());
     Ok(nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(OPEN4resok {
@@ -191,18 +182,15 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
 pub fn open_downgrade(c: &mut Compound, a: &OPEN_DOWNGRADE4args) -> OpResult {
     let client = c.client()?;
     let (access, deny) = share_bits(a.share_access, a.share_deny)?;
-    let sid = crate::server::from_wire(&c.resolve_sid(&a.open_stateid)?);
+    let sid = stateid_from_wire(&c.resolve_sid(&a.open_stateid)?);
     let file = c.srv.cfh_file_id(c.cfh()?)?;
-    let new = {
-        let mut st = c
-            .srv
-            .state
-            .lock()
-            .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
-        st.open_downgrade(client, &sid, file, access, deny)
-            .map_err(|e| crate::errors::state_status(&e))?
-    };
-    let new = crate::server::to_wire(&new);
+    let new = c
+        .srv
+        .core()?
+        .table_mut()
+        .open_downgrade(client, &sid, file, access, deny)
+        .map_err(|e| crate::errors::state_status(&e))?;
+    let new = stateid_to_wire(&new);
     c.cur_sid = Some(new.clone());
     Ok(nfs_resop4::OP_OPEN_DOWNGRADE(OPEN_DOWNGRADE4res::NFS4_OK(
         OPEN_DOWNGRADE4resok { open_stateid: new },
@@ -211,22 +199,15 @@ pub fn open_downgrade(c: &mut Compound, a: &OPEN_DOWNGRADE4args) -> OpResult {
 
 pub fn close(c: &mut Compound, a: &CLOSE4args) -> OpResult {
     let client = c.client()?;
-    let sid = crate::server::from_wire(&c.resolve_sid(&a.open_stateid)?);
+    let sid = stateid_from_wire(&c.resolve_sid(&a.open_stateid)?);
     let file = c.srv.cfh_file_id(c.cfh()?)?;
-    {
-        let mut st = c
-            .srv
-            .state
-            .lock()
-            .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
-        st.close(client, &sid, file)
-            .map_err(|e| crate::errors::state_status(&e))?;
-    }
+    c.srv
+        .core()?
+        .table_mut()
+        .close(client, &sid, file)
+        .map_err(|e| crate::errors::state_status(&e))?;
     // RFC 8881 §18.2.4: the returned stateid SHOULD be the invalid special stateid.
-    let gone = stateid4 {
-        seqid: u32::MAX,
-        other: [0; 12],
-    };
+    let gone = stateid_to_wire(&Stateid::INVALID);
     c.cur_sid = None;
     Ok(nfs_resop4::OP_CLOSE(CLOSE4res::NFS4_OK(gone)))
 }
@@ -248,7 +229,7 @@ pub fn read(c: &mut Compound, a: &READ4args) -> OpResult {
         c.srv.state_file_id(&o.export, attrs.fileid),
         false,
     )?;
-    if is_special(&sid) {
+    if stateid_from_wire(&sid).is_special() {
         // No OPEN checked this caller's access: do it now.
         require(&attrs, &c.creds, R)?;
     }
@@ -289,7 +270,7 @@ pub fn write(c: &mut Compound, a: WRITE4args) -> OpResult {
     };
     c.srv
         .check_io(c.client, &sid, c.srv.state_file_id(&o.export, fileid), true)?;
-    if is_special(&sid) {
+    if stateid_from_wire(&sid).is_special() {
         require(&attrs, &c.creds, W)?;
     }
     let sync = a.stable != stable_how4::UNSTABLE4;

@@ -4,7 +4,7 @@
 use crate::compound::{Compound, OpError, OpResult};
 use crate::errors::state_status;
 use crate::nfs::*;
-use crate::server::{from_wire, to_wire};
+use crate::statecore::{stateid_from_wire, stateid_to_wire};
 use txnfs_state::{LockDenied, LockRequest, LockType, Locker, StateError};
 
 fn lock_type(t: nfs_lock_type4) -> LockType {
@@ -31,24 +31,21 @@ fn denied(d: &LockDenied) -> LOCK4denied {
 
 pub fn lock(c: &mut Compound, a: &LOCK4args) -> OpResult {
     let client = c.client()?;
-    if a.reclaim != c.srv.grace.in_grace(c.now) {
-        return Err(if a.reclaim {
-            nfsstat4::NFS4ERR_NO_GRACE
-        } else {
-            nfsstat4::NFS4ERR_GRACE
-        }
-        .into());
-    }
+    // Refuse early (before any storage call); the core checks again when it decides.
+    c.srv
+        .core()?
+        .check_grace(a.reclaim, c.now)
+        .map_err(|e| state_status(&e))?;
     let file = c.srv.cfh_file_id(c.cfh()?)?;
     let locker = match &a.locker {
         // In v4.1 the clientid inside lock_owner4 is ignored: the session names the
         // client (RFC 8881 §18.10.3).
         locker4::TRUE(o) => Locker::NewOwner {
-            open_stateid: from_wire(&c.resolve_sid(&o.open_stateid)?),
+            open_stateid: stateid_from_wire(&c.resolve_sid(&o.open_stateid)?),
             lock_owner: o.lock_owner.owner.to_vec(),
         },
         locker4::FALSE(e) => Locker::Existing {
-            lock_stateid: from_wire(&c.resolve_sid(&e.lock_stateid)?),
+            lock_stateid: stateid_from_wire(&c.resolve_sid(&e.lock_stateid)?),
         },
     };
     let req = LockRequest {
@@ -58,17 +55,10 @@ pub fn lock(c: &mut Compound, a: &LOCK4args) -> OpResult {
         length: a.length,
         locker,
     };
-    let res = {
-        let mut st = c
-            .srv
-            .state
-            .lock()
-            .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
-        st.lock(client, req)
-    };
+    let res = c.srv.core()?.lock(c.now, a.reclaim, client, req);
     match res {
         Ok(sid) => {
-            let sid = to_wire(&sid);
+            let sid = stateid_to_wire(&sid);
             c.cur_sid = Some(sid.clone());
             Ok(nfs_resop4::OP_LOCK(LOCK4res::NFS4_OK(LOCK4resok {
                 lock_stateid: sid,
@@ -84,25 +74,20 @@ pub fn lock(c: &mut Compound, a: &LOCK4args) -> OpResult {
 
 pub fn lockt(c: &mut Compound, a: &LOCKT4args) -> OpResult {
     let client = c.client()?;
-    if c.srv.grace.in_grace(c.now) {
-        return Err(nfsstat4::NFS4ERR_GRACE.into());
-    }
+    c.srv
+        .core()?
+        .check_grace(false, c.now)
+        .map_err(|e| state_status(&e))?;
     let file = c.srv.cfh_file_id(c.cfh()?)?;
-    let res = {
-        let st = c
-            .srv
-            .state
-            .lock()
-            .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
-        st.lockt(
-            client,
-            &a.owner.owner,
-            file,
-            lock_type(a.locktype),
-            a.offset,
-            a.length,
-        )
-    };
+    let res = c.srv.core()?.lockt(
+        c.now,
+        client,
+        &a.owner.owner,
+        file,
+        lock_type(a.locktype),
+        a.offset,
+        a.length,
+    );
     match res {
         Ok(()) => Ok(nfs_resop4::OP_LOCKT(LOCKT4res::NFS4_OK)),
         Err(StateError::Denied(d)) => Err(OpError::WithBody(
@@ -116,35 +101,30 @@ pub fn lockt(c: &mut Compound, a: &LOCKT4args) -> OpResult {
 pub fn locku(c: &mut Compound, a: &LOCKU4args) -> OpResult {
     let client = c.client()?;
     let file = c.srv.cfh_file_id(c.cfh()?)?;
-    let sid = from_wire(&c.resolve_sid(&a.lock_stateid)?);
-    let new = {
-        let mut st = c
-            .srv
-            .state
-            .lock()
-            .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
-        st.locku(client, &sid, file, a.offset, a.length)
-            .map_err(|e| state_status(&e))?
-    };
-    let new = to_wire(&new);
+    let sid = stateid_from_wire(&c.resolve_sid(&a.lock_stateid)?);
+    let new = c
+        .srv
+        .core()?
+        .table_mut()
+        .locku(client, &sid, file, a.offset, a.length)
+        .map_err(|e| state_status(&e))?;
+    let new = stateid_to_wire(&new);
     c.cur_sid = Some(new.clone());
     Ok(nfs_resop4::OP_LOCKU(LOCKU4res::NFS4_OK(new)))
 }
 
 pub fn test_stateid(c: &mut Compound, a: &TEST_STATEID4args) -> OpResult {
     let client = c.client()?;
-    let st = c
-        .srv
-        .state
-        .lock()
-        .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
+    let core = c.srv.core()?;
     let codes = a
         .ts_stateids
         .iter()
-        .map(|s| match st.test_stateid(client, &from_wire(s)) {
-            Ok(()) => nfsstat4::NFS4_OK,
-            Err(e) => state_status(&e),
-        })
+        .map(
+            |s| match core.table().test_stateid(client, &stateid_from_wire(s)) {
+                Ok(()) => nfsstat4::NFS4_OK,
+                Err(e) => state_status(&e),
+            },
+        )
         .collect();
     Ok(nfs_resop4::OP_TEST_STATEID(TEST_STATEID4res::NFS4_OK(
         TEST_STATEID4resok {
@@ -155,16 +135,12 @@ pub fn test_stateid(c: &mut Compound, a: &TEST_STATEID4args) -> OpResult {
 
 pub fn free_stateid(c: &mut Compound, a: &FREE_STATEID4args) -> OpResult {
     let client = c.client()?;
-    let sid = from_wire(&c.resolve_sid(&a.fsa_stateid)?);
-    {
-        let mut st = c
-            .srv
-            .state
-            .lock()
-            .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
-        st.free_stateid(client, &sid)
-            .map_err(|e| state_status(&e))?;
-    }
+    let sid = stateid_from_wire(&c.resolve_sid(&a.fsa_stateid)?);
+    c.srv
+        .core()?
+        .table_mut()
+        .free_stateid(client, &sid)
+        .map_err(|e| state_status(&e))?;
     Ok(nfs_resop4::OP_FREE_STATEID(FREE_STATEID4res {
         fsr_status: nfsstat4::NFS4_OK,
     }))

@@ -3,9 +3,13 @@
 
 use crate::compound::{Compound, OpResult};
 use crate::nfs::*;
-use crate::session::{ChannelAttrs, CreateSessionOutcome, Session, SessionError, SlotVerdict};
 use bytes::Bytes;
 use std::sync::Arc;
+use txnfs_state::session::{
+    ChannelAttrs, ConnDir, ConnDirRequest, CreateSessionArgs, CreateSessionOutcome, SequenceArgs,
+    Session, SessionError,
+};
+use txnfs_state::slots::SlotVerdict;
 
 fn session_status(e: SessionError) -> nfsstat4 {
     use nfsstat4::*;
@@ -20,6 +24,8 @@ fn session_status(e: SessionError) -> nfsstat4 {
         SessionError::CompleteAlready => NFS4ERR_COMPLETE_ALREADY,
         SessionError::Inval => NFS4ERR_INVAL,
         SessionError::TooSmall => NFS4ERR_TOOSMALL,
+        SessionError::TooManyOps => NFS4ERR_TOO_MANY_OPS,
+        SessionError::ReqTooBig => NFS4ERR_REQ_TOO_BIG,
     }
 }
 
@@ -48,19 +54,12 @@ pub fn exchange_id(c: &mut Compound, a: &EXCHANGE_ID4args) -> OpResult {
         return Err(nfsstat4::NFS4ERR_ENCR_ALG_UNSUPP.into());
     }
     let owner = &a.eia_clientowner;
-    let ok = {
-        let mut t = c
-            .srv
-            .sessions
-            .lock()
-            .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
-        t.exchange_id(
-            &owner.co_ownerid,
-            owner.co_verifier,
-            flags & EXCHGID4_FLAG_UPD_CONFIRMED_REC_A != 0,
-            c.now,
-        )?
-    };
+    let ok = c.srv.core()?.exchange_id(
+        &owner.co_ownerid,
+        owner.co_verifier,
+        flags & EXCHGID4_FLAG_UPD_CONFIRMED_REC_A != 0,
+        c.now,
+    )?;
     let mut eir_flags = EXCHGID4_FLAG_USE_NON_PNFS;
     if ok.confirmed {
         eir_flags |= EXCHGID4_FLAG_CONFIRMED_R;
@@ -114,30 +113,19 @@ pub fn create_session(c: &mut Compound, a: &CREATE_SESSION4args) -> OpResult {
     if a.csa_fore_chan_attrs.ca_rdma_ird.len() > 1 || a.csa_back_chan_attrs.ca_rdma_ird.len() > 1 {
         return Err(nfsstat4::NFS4ERR_BADXDR.into());
     }
-    let (out, replaced) = {
-        let mut t = c
-            .srv
-            .sessions
-            .lock()
-            .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
-        t.create_session(
-            a.csa_clientid,
-            a.csa_sequence,
-            a.csa_flags,
-            &to_attrs(&a.csa_fore_chan_attrs),
-            &to_attrs(&a.csa_back_chan_attrs),
-            a.csa_cb_program,
-            c.conn,
-            c.now,
-        )?
+    let args = CreateSessionArgs {
+        clientid: a.csa_clientid,
+        seq: a.csa_sequence,
+        flags: a.csa_flags,
+        fore: to_attrs(&a.csa_fore_chan_attrs),
+        back: to_attrs(&a.csa_back_chan_attrs),
+        conn: c.conn,
     };
-    if let Some(old) = replaced {
-        // The client rebooted and confirmed its new incarnation: its old opens and
-        // locks are gone (RFC 8881 §18.35.4 case 3 / §18.36.4).
-        c.srv.release_client_state(old);
-    }
-    c.srv.persist_clients();
-    let CreateSessionOutcome::Created {
+    // Confirming a rebooted client's new incarnation releases the old one's opens and
+    // locks in the same step (RFC 8881 §18.35.4 case 3 / §18.36.4).
+    let (out, effects) = c.srv.core()?.create_session(&args, c.now)?;
+    c.srv.apply(effects);
+    let CreateSessionOutcome {
         id,
         seq,
         flags,
@@ -170,31 +158,23 @@ pub fn sequence(
     req_len: usize,
     req_hash: u64,
 ) -> Result<(SEQUENCE4resok, Arc<Session>), SeqFail> {
-    let session = {
-        let t = c
-            .srv
-            .sessions
-            .lock()
-            .map_err(|_| SeqFail::Status(nfsstat4::NFS4ERR_SERVERFAULT))?;
-        t.session(&a.sa_sessionid)
-            .ok_or(SeqFail::Status(nfsstat4::NFS4ERR_BADSESSION))?
+    let args = SequenceArgs {
+        session: a.sa_sessionid,
+        slot: a.sa_slotid,
+        seqid: a.sa_sequenceid,
+        request_hash: req_hash,
+        nops,
+        request_len: req_len,
+        conn: c.conn,
     };
-    if nops > session.fore.max_ops {
-        return Err(SeqFail::Status(nfsstat4::NFS4ERR_TOO_MANY_OPS));
-    }
-    if req_len > session.fore.max_request as usize {
-        return Err(SeqFail::Status(nfsstat4::NFS4ERR_REQ_TOO_BIG));
-    }
-    let (verdict, granted) = {
-        let mut slots = session
-            .slots
-            .lock()
-            .map_err(|_| SeqFail::Status(nfsstat4::NFS4ERR_SERVERFAULT))?;
-        (
-            slots.begin(a.sa_slotid, a.sa_sequenceid, req_hash),
-            slots.granted(),
-        )
-    };
+    // One acquisition: session lookup, limits, slot rules, renewal and binding.
+    let ok = c
+        .srv
+        .core()
+        .map_err(SeqFail::Status)?
+        .sequence(&args, c.now)
+        .map_err(|e| SeqFail::Status(session_status(e)))?;
+    let (session, verdict) = (ok.session, ok.verdict);
     match verdict {
         SlotVerdict::Execute => {}
         // Test-only mutation: run the retransmission again (what a broken cache does).
@@ -214,16 +194,9 @@ pub fn sequence(
         SlotVerdict::Misordered => return Err(SeqFail::Status(nfsstat4::NFS4ERR_SEQ_MISORDERED)),
         SlotVerdict::BadSlot => return Err(SeqFail::Status(nfsstat4::NFS4ERR_BADSLOT)),
     }
-    if let Ok(mut t) = c.srv.sessions.lock() {
-        t.renew(session.client, c.now);
-    }
-    // With SP4_NONE, a connection is implicitly bound by using it (RFC 8881 §2.10.3.1).
-    if let Ok(mut conns) = session.conns.lock() {
-        conns.insert(c.conn);
-    }
     c.client = Some(session.client);
     c.session = Some(session.clone());
-    let highest = granted - 1;
+    let highest = ok.highest_slot;
     Ok((
         SEQUENCE4resok {
             sr_sessionid: a.sa_sessionid,
@@ -238,67 +211,41 @@ pub fn sequence(
 }
 
 pub fn destroy_session(c: &mut Compound, a: &DESTROY_SESSION4args) -> OpResult {
-    let mut t = c
-        .srv
-        .sessions
-        .lock()
-        .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
-    t.destroy_session(&a.dsa_sessionid)?;
+    c.srv.core()?.destroy_session(&a.dsa_sessionid)?;
     Ok(nfs_resop4::OP_DESTROY_SESSION(DESTROY_SESSION4res {
         dsr_status: nfsstat4::NFS4_OK,
     }))
 }
 
 pub fn destroy_clientid(c: &mut Compound, a: &DESTROY_CLIENTID4args) -> OpResult {
-    {
-        let st = c
-            .srv
-            .state
-            .lock()
-            .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
-        if st.client_has_state(a.dca_clientid) {
-            return Err(nfsstat4::NFS4ERR_CLIENTID_BUSY.into());
-        }
-    }
-    {
-        let mut t = c
-            .srv
-            .sessions
-            .lock()
-            .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
-        t.destroy_client(a.dca_clientid)?;
-    }
-    c.srv.persist_clients();
+    // Sessions, opens and locks are checked and the client removed in one step.
+    let effects = c.srv.core()?.destroy_client(a.dca_clientid)?;
+    c.srv.apply(effects);
     Ok(nfs_resop4::OP_DESTROY_CLIENTID(DESTROY_CLIENTID4res {
         dcr_status: nfsstat4::NFS4_OK,
     }))
 }
 
 pub fn bind_conn_to_session(c: &mut Compound, a: &BIND_CONN_TO_SESSION4args) -> OpResult {
-    let session = {
-        let t = c
-            .srv
-            .sessions
-            .lock()
-            .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
-        t.session(&a.bctsa_sessid)
-            .ok_or(nfsstat4::NFS4ERR_BADSESSION)?
-    };
-    if a.bctsa_use_conn_in_rdma_mode {
-        // We have no RDMA transport; the flag is a hint we can ignore (answer false).
-    }
+    // We have no RDMA transport: bctsa_use_conn_in_rdma_mode is a hint we answer
+    // false to.
     use channel_dir_from_client4 as D;
     let dir = match a.bctsa_dir {
-        D::CDFC4_FORE => channel_dir_from_server4::CDFS4_FORE,
-        D::CDFC4_BACK => channel_dir_from_server4::CDFS4_BACK,
-        D::CDFC4_FORE_OR_BOTH | D::CDFC4_BACK_OR_BOTH => channel_dir_from_server4::CDFS4_BOTH,
+        D::CDFC4_FORE => ConnDirRequest::Fore,
+        D::CDFC4_BACK => ConnDirRequest::Back,
+        D::CDFC4_FORE_OR_BOTH => ConnDirRequest::ForeOrBoth,
+        D::CDFC4_BACK_OR_BOTH => ConnDirRequest::BackOrBoth,
     };
-    if let Ok(mut conns) = session.conns.lock() {
-        conns.insert(c.conn);
-    }
-    if let Ok(mut t) = c.srv.sessions.lock() {
-        t.renew(session.client, c.now);
-    }
+    // No back channel yet: the connection serves the fore channel only (D11).
+    let granted = c
+        .srv
+        .core()?
+        .bind_conn(&a.bctsa_sessid, dir, c.conn, c.now)?;
+    let dir = match granted {
+        ConnDir::Fore => channel_dir_from_server4::CDFS4_FORE,
+        ConnDir::Back => channel_dir_from_server4::CDFS4_BACK,
+        ConnDir::Both => channel_dir_from_server4::CDFS4_BOTH,
+    };
     Ok(nfs_resop4::OP_BIND_CONN_TO_SESSION(
         BIND_CONN_TO_SESSION4res::NFS4_OK(BIND_CONN_TO_SESSION4resok {
             bctsr_sessid: a.bctsa_sessid,
@@ -316,22 +263,8 @@ pub fn reclaim_complete(c: &mut Compound, a: &RECLAIM_COMPLETE4args) -> OpResult
             rcr_status: nfsstat4::NFS4_OK,
         }));
     }
-    let owner = {
-        let mut t = c
-            .srv
-            .sessions
-            .lock()
-            .map_err(|_| nfsstat4::NFS4ERR_SERVERFAULT)?;
-        let rec = t
-            .client_mut(client)
-            .ok_or(nfsstat4::NFS4ERR_STALE_CLIENTID)?;
-        if rec.reclaim_complete {
-            return Err(nfsstat4::NFS4ERR_COMPLETE_ALREADY.into());
-        }
-        rec.reclaim_complete = true;
-        rec.owner.clone()
-    };
-    c.srv.grace.reclaim_complete(&owner);
+    let effects = c.srv.core()?.reclaim_complete(client, c.now)?;
+    c.srv.apply(effects);
     Ok(nfs_resop4::OP_RECLAIM_COMPLETE(RECLAIM_COMPLETE4res {
         rcr_status: nfsstat4::NFS4_OK,
     }))

@@ -47,6 +47,7 @@ pub enum SlotVerdict {
     BadSlot,
 }
 
+/// One session's slots (fore channel).
 #[derive(Debug)]
 pub struct SlotTable {
     slots: Vec<Slot>,
@@ -57,6 +58,7 @@ pub struct SlotTable {
 }
 
 impl SlotTable {
+    /// A table of `granted` slots (at least one), materialised on first use.
     pub fn new(granted: u32) -> Self {
         SlotTable {
             slots: Vec::new(),
@@ -65,14 +67,18 @@ impl SlotTable {
         }
     }
 
+    /// Number of slots granted.
     pub fn granted(&self) -> u32 {
         self.granted
     }
 
+    /// Bytes of cached replies held now.
     pub fn cached_bytes(&self) -> usize {
         self.cached_bytes
     }
 
+    /// SEQUENCE's slot rules (RFC 8881 §2.10.6.1) for `seqid` in `slot`; on
+    /// [`SlotVerdict::Execute`] the slot is marked in progress until [`SlotTable::finish`].
     pub fn begin(&mut self, slot: u32, seqid: u32, request_hash: u64) -> SlotVerdict {
         if slot >= self.granted {
             return SlotVerdict::BadSlot;

@@ -1,0 +1,151 @@
+//! The server's side of the state core (ADR 0008): taking its lock (a poisoned lock
+//! is a reported server fault, never silently skipped), executing the effects the
+//! core returns, housekeeping on the injected clock, and the one pair of stateid
+//! conversions between the wire and the core.
+
+use crate::nfs::{nfsstat4, stateid4};
+use crate::server::Server;
+use crate::session::{ClientId, Session};
+use bytes::Bytes;
+use std::sync::atomic::Ordering;
+use std::sync::{MutexGuard, PoisonError};
+use txnfs_state::{ClientList, Effect, FileId, StateCore, Stateid};
+
+/// A core stateid as `stateid4`.
+pub fn stateid_to_wire(s: &Stateid) -> stateid4 {
+    stateid4 {
+        seqid: s.seqid,
+        other: s.other,
+    }
+}
+
+/// A `stateid4` as a core stateid.
+pub fn stateid_from_wire(s: &stateid4) -> Stateid {
+    Stateid {
+        seqid: s.seqid,
+        other: s.other,
+    }
+}
+
+impl Server {
+    /// The state core, for one decision. A poisoned lock (a thread panicked while
+    /// holding it, so the core may be half-updated) is logged at error level, counted
+    /// in [`Server::core_faults`] and answered with `NFS4ERR_SERVERFAULT`: every
+    /// request keeps failing loudly rather than acting on possibly broken state.
+    pub fn core(&self) -> Result<MutexGuard<'_, StateCore>, nfsstat4> {
+        self.core.lock().map_err(|_| {
+            self.report_fault("a request");
+            nfsstat4::NFS4ERR_SERVERFAULT
+        })
+    }
+
+    /// The core for housekeeping: after reporting a poisoned lock it carries on with
+    /// the state as it is, because housekeeping only removes state (expired clients,
+    /// the end of grace) and stopping it would let dead clients hold locks forever.
+    fn core_for_housekeeping(&self, what: &str) -> MutexGuard<'_, StateCore> {
+        self.core.lock().unwrap_or_else(|poisoned| {
+            self.report_fault(what);
+            poisoned.into_inner()
+        })
+    }
+
+    fn report_fault(&self, during: &str) {
+        let n = self.core_faults.fetch_add(1, Ordering::Relaxed) + 1;
+        tracing::error!(
+            faults = n,
+            "state core lock poisoned (a thread panicked while holding it), seen by {during}: \
+             answering NFS4ERR_SERVERFAULT; restart the server"
+        );
+    }
+
+    /// Execute what the core asked for. Call after the core's lock is released.
+    pub fn apply(&self, effects: Vec<Effect>) {
+        for e in effects {
+            match e {
+                Effect::PersistClients(list) => self.persist(list),
+                Effect::ClientReleased {
+                    client,
+                    reason,
+                    states,
+                } => tracing::info!(
+                    client = format_args!("{client:#x}"),
+                    ?reason,
+                    states,
+                    "released client state"
+                ),
+                Effect::GraceEnded(end) => tracing::info!(?end, "grace period over"),
+                Effect::Callback { .. } | Effect::Revoke { .. } | Effect::Wake { .. } => {
+                    tracing::error!(effect = ?e, "the state core asked for an effect this server cannot execute yet");
+                }
+            }
+        }
+    }
+
+    /// Write a client list unless a newer one was written already. Writes are
+    /// serialised, so two snapshots never race on the same file.
+    fn persist(&self, list: ClientList) {
+        let mut last = self
+            .persisted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if list.generation <= *last {
+            return;
+        }
+        match self.statedir.save_clients(&list.owners) {
+            Ok(()) => *last = list.generation,
+            Err(e) => tracing::error!(
+                "cannot record clients in the state directory (a restart would not wait for them to reclaim): {e}"
+            ),
+        }
+    }
+
+    /// Persist the owners of confirmed clients so that after a restart the grace period
+    /// knows whom to wait for.
+    pub fn persist_clients(&self) {
+        let e = self
+            .core_for_housekeeping("persisting clients")
+            .persist_clients();
+        self.apply(vec![e]);
+    }
+
+    /// Periodic housekeeping on the server's clock: expire clients whose lease ran out
+    /// (with their opens and locks), end the grace period when due.
+    pub fn tick(&self) {
+        let now = self.clock.now();
+        let effects = self.core_for_housekeeping("lease expiry").tick(now);
+        self.apply(effects);
+    }
+
+    /// A transport connection closed: unbind it from every session.
+    pub fn connection_closed(&self, conn: u64) {
+        self.core_for_housekeeping("connection close")
+            .connection_closed(conn);
+    }
+
+    /// Complete the slot a COMPOUND's SEQUENCE opened (`reply`: the reply to cache, or
+    /// `None` when it is not cached).
+    pub fn finish_slot(&self, session: &Session, slot: u32, reply: Option<Bytes>) {
+        // A poisoned core answers every later SEQUENCE with SERVERFAULT anyway.
+        if let Ok(mut core) = self.core() {
+            core.finish_slot(&session.id, slot, reply);
+        }
+    }
+
+    /// Validate the stateid of a READ, WRITE or SETATTR(size) of `file`.
+    pub fn check_io(
+        &self,
+        client: Option<ClientId>,
+        sid: &stateid4,
+        file: FileId,
+        write: bool,
+    ) -> Result<(), nfsstat4> {
+        let client = client.unwrap_or(0);
+        self.core()?
+            .table()
+            .check_io(client, &stateid_from_wire(sid), file, write)
+            .map_err(|e| crate::errors::state_status(&e))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,250 @@
+//! The server's use of the state core through `compound::execute` on a ManualClock:
+//! lock poisoning is a reported fault, BIND_CONN_TO_SESSION never claims a back
+//! channel, client lists are persisted newest-first and read back strictly.
+
+use crate::config::{BackendKind, Config, ExportConfig};
+use crate::nfs::*;
+use crate::server::{Server, ServerError};
+use bytes::Bytes;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
+use std::time::Duration;
+use txnfs_backend::Creds;
+use txnfs_state::clock::{Clock, ManualClock};
+use txnfs_state::{ClientList, Effect};
+use txnfs_xdr::{Decode, Encode};
+
+struct Fixture {
+    srv: Arc<Server>,
+    clock: Arc<ManualClock>,
+    dir: std::path::PathBuf,
+}
+
+fn config(dir: &std::path::Path, grace: bool) -> Config {
+    Config {
+        exports: vec![ExportConfig {
+            name: "/".into(),
+            path: Default::default(),
+            backend: BackendKind::Memory,
+            read_only: false,
+            prebuilt: None,
+        }],
+        state_dir: Some(dir.to_path_buf()),
+        grace,
+        lease_time: 10,
+        ..Config::default()
+    }
+}
+
+fn fixture(name: &str) -> Fixture {
+    let dir = std::env::temp_dir().join(format!("txnfs-core-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let clock = Arc::new(ManualClock::new());
+    let srv = Server::with_clock(config(&dir, false), clock.clone()).unwrap();
+    Fixture { srv, clock, dir }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn run(srv: &Server, conn: u64, ops: Vec<nfs_argop4>) -> COMPOUND4res {
+    let args = COMPOUND4args {
+        tag: Bytes::from_static(b"t"),
+        minorversion: 1,
+        argarray: ops,
+    }
+    .to_bytes();
+    let creds = Creds {
+        uid: 0,
+        gid: 0,
+        gids: vec![],
+    };
+    let reply = crate::compound::execute(srv, creds, conn, args).unwrap();
+    COMPOUND4res::from_bytes(reply).unwrap()
+}
+
+fn channel() -> channel_attrs4 {
+    channel_attrs4 {
+        ca_headerpadsize: 0,
+        ca_maxrequestsize: 1 << 20,
+        ca_maxresponsesize: 1 << 20,
+        ca_maxresponsesize_cached: 64 << 10,
+        ca_maxoperations: 100,
+        ca_maxrequests: 4,
+        ca_rdma_ird: vec![],
+    }
+}
+
+/// EXCHANGE_ID + CREATE_SESSION; returns the session id.
+fn session(srv: &Server, owner: &'static [u8]) -> sessionid4 {
+    let r = run(
+        srv,
+        1,
+        vec![nfs_argop4::OP_EXCHANGE_ID(EXCHANGE_ID4args {
+            eia_clientowner: client_owner4 {
+                co_verifier: [1; 8],
+                co_ownerid: Bytes::from_static(owner),
+            },
+            eia_flags: 0,
+            eia_state_protect: state_protect4_a::SP4_NONE,
+            eia_client_impl_id: vec![],
+        })],
+    );
+    let nfs_resop4::OP_EXCHANGE_ID(EXCHANGE_ID4res::NFS4_OK(e)) = &r.resarray[0] else {
+        panic!("{:?}", r.resarray)
+    };
+    let r = run(
+        srv,
+        1,
+        vec![nfs_argop4::OP_CREATE_SESSION(CREATE_SESSION4args {
+            csa_clientid: e.eir_clientid,
+            csa_sequence: e.eir_sequenceid,
+            csa_flags: 0,
+            csa_fore_chan_attrs: channel(),
+            csa_back_chan_attrs: channel(),
+            csa_cb_program: 0x4000_0000,
+            csa_sec_parms: vec![callback_sec_parms4::AUTH_NONE],
+        })],
+    );
+    let nfs_resop4::OP_CREATE_SESSION(CREATE_SESSION4res::NFS4_OK(s)) = &r.resarray[0] else {
+        panic!("{:?}", r.resarray)
+    };
+    s.csr_sessionid
+}
+
+fn sequence(sid: sessionid4, seqid: u32) -> nfs_argop4 {
+    nfs_argop4::OP_SEQUENCE(SEQUENCE4args {
+        sa_sessionid: sid,
+        sa_sequenceid: seqid,
+        sa_slotid: 0,
+        sa_highest_slotid: 0,
+        sa_cachethis: false,
+    })
+}
+
+#[test]
+fn a_poisoned_core_is_a_reported_fault_and_leases_still_expire() {
+    let f = fixture("poison");
+    let sid = session(&f.srv, b"victim");
+    assert_eq!(
+        run(&f.srv, 1, vec![sequence(sid, 1)]).status,
+        nfsstat4::NFS4_OK
+    );
+    // A thread panics while holding the core's lock.
+    let srv = f.srv.clone();
+    let panicked = std::thread::spawn(move || {
+        let _held = srv.core.lock().unwrap();
+        panic!("deliberate panic while holding the state core");
+    })
+    .join();
+    assert!(panicked.is_err());
+    assert_eq!(f.srv.core_faults.load(Ordering::Relaxed), 0);
+
+    let r = run(&f.srv, 1, vec![sequence(sid, 2)]);
+    assert_eq!(
+        r.status,
+        nfsstat4::NFS4ERR_SERVERFAULT,
+        "not DELAY, not silence"
+    );
+    assert_eq!(f.srv.core_faults.load(Ordering::Relaxed), 1);
+    assert_eq!(f.srv.core().err(), Some(nfsstat4::NFS4ERR_SERVERFAULT));
+    assert_eq!(f.srv.core_faults.load(Ordering::Relaxed), 2);
+
+    // Housekeeping reports the fault too and keeps expiring leases.
+    f.clock.advance(Duration::from_secs(3 * 10));
+    f.srv.tick();
+    assert_eq!(f.srv.core_faults.load(Ordering::Relaxed), 3);
+    let counts = f
+        .srv
+        .core
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .sessions()
+        .counts();
+    assert_eq!(counts, (0, 0), "the silent client expired");
+}
+
+#[test]
+fn bind_conn_to_session_answers_per_the_back_channel_setting() {
+    let f = fixture("bind");
+    let sid = session(&f.srv, b"binder");
+    use channel_dir_from_client4 as D;
+    use channel_dir_from_server4 as S;
+    let (both, back) = if crate::server::OFFER_BACK_CHANNEL {
+        (Ok(S::CDFS4_BOTH), Ok(S::CDFS4_BACK))
+    } else {
+        (Ok(S::CDFS4_FORE), Err(nfsstat4::NFS4ERR_INVAL))
+    };
+    for (dir, want) in [
+        (D::CDFC4_FORE, Ok(S::CDFS4_FORE)),
+        (D::CDFC4_FORE_OR_BOTH, both),
+        (D::CDFC4_BACK_OR_BOTH, both),
+        (D::CDFC4_BACK, back),
+    ] {
+        let r = run(
+            &f.srv,
+            9,
+            vec![nfs_argop4::OP_BIND_CONN_TO_SESSION(
+                BIND_CONN_TO_SESSION4args {
+                    bctsa_sessid: sid,
+                    bctsa_dir: dir,
+                    bctsa_use_conn_in_rdma_mode: false,
+                },
+            )],
+        );
+        let got = match &r.resarray[0] {
+            nfs_resop4::OP_BIND_CONN_TO_SESSION(BIND_CONN_TO_SESSION4res::NFS4_OK(ok)) => {
+                Ok(ok.bctsr_dir)
+            }
+            _ => Err(r.status),
+        };
+        assert_eq!(got, want, "{dir:?}");
+    }
+    let conns = f.srv.core().unwrap().sessions().connections(&sid);
+    assert_eq!(conns, vec![1, 9]);
+}
+
+#[test]
+fn an_outdated_client_list_is_not_written_over_a_newer_one() {
+    let f = fixture("generations");
+    let list = |generation, owner: &'static [u8]| {
+        Effect::PersistClients(ClientList {
+            generation,
+            owners: vec![Bytes::from_static(owner)],
+        })
+    };
+    f.srv.apply(vec![list(100, b"newest")]);
+    f.srv.apply(vec![list(99, b"older")]);
+    assert_eq!(
+        f.srv.statedir.load_clients().unwrap(),
+        vec![Bytes::from_static(b"newest")]
+    );
+}
+
+#[test]
+fn a_restart_waits_for_persisted_clients_and_refuses_a_corrupt_list() {
+    let f = fixture("restart");
+    session(&f.srv, b"before-restart");
+    let clock = Arc::new(ManualClock::new());
+    let again = Server::with_clock(config(&f.dir, true), clock.clone()).unwrap();
+    assert!(again.core().unwrap().in_grace(clock.now()));
+    clock.advance(Duration::from_secs(10));
+    again.tick();
+    assert!(
+        !again.core().unwrap().in_grace(clock.now()),
+        "grace lasts one lease"
+    );
+
+    std::fs::write(f.dir.join("clients"), "zz\n").unwrap();
+    match Server::with_clock(config(&f.dir, true), clock) {
+        Err(ServerError::StateDir { path, err }) => {
+            assert!(path.ends_with("clients"), "{path}");
+            assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
+        }
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("started with a corrupt client list"),
+    }
+}

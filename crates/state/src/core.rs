@@ -1,0 +1,331 @@
+//! The state core: clients, sessions (with their slots and reply caches), leases,
+//! the grace period, opens and locks, owned by one value so that every decision that
+//! spans them is one critical section.
+//!
+//! Sans-IO (ADR 0008): methods take an injected `now` and return results plus
+//! [`Effect`]s for the server to execute (persisting the client list, logging a
+//! released client, and reserved callbacks, revocations and wake-ups). The core never
+//! reads a clock, never touches a file and never logs; the server holds it in one
+//! mutex, only for bookkeeping, never across storage calls.
+
+use bytes::Bytes;
+use std::time::{Duration, Instant};
+
+use crate::effect::{ClientList, Effect, ReleaseReason};
+use crate::grace::{Grace, GraceEnd};
+use crate::session::{
+    ConnDir, ConnDirRequest, CreateSessionArgs, CreateSessionOutcome, ExchangeIdOk, SequenceArgs,
+    SequenceOk, SessionError, SessionId, SessionLimits, SessionTable,
+};
+use crate::table::StateTable;
+use crate::types::{ClientId, FileId, LockRequest, LockType, StateError, StateLimits, Stateid};
+
+/// How to build a [`StateCore`].
+#[derive(Debug, Clone, Copy)]
+pub struct CoreConfig {
+    /// Differs between server instances; carried by client ids, session ids and
+    /// stateids so that those of an earlier instance are stale.
+    pub boot_epoch: u32,
+    /// The lease time. A client silent for two leases (one courtesy lease) loses its
+    /// state at the next [`StateCore::tick`].
+    pub lease: Duration,
+    /// Client and session limits.
+    pub sessions: SessionLimits,
+    /// Open and lock limits.
+    pub state: StateLimits,
+}
+
+/// All protocol state of one server instance.
+#[derive(Debug)]
+pub struct StateCore {
+    sessions: SessionTable,
+    table: StateTable,
+    grace: Grace,
+    lease: Duration,
+    /// Generation of the last client-list snapshot.
+    persist_generation: u64,
+}
+
+impl StateCore {
+    /// A core with no clients, in the given grace period ([`Grace::none`] for none).
+    pub fn new(cfg: CoreConfig, grace: Grace) -> Self {
+        StateCore {
+            sessions: SessionTable::new(cfg.boot_epoch, cfg.sessions),
+            table: StateTable::new(cfg.boot_epoch, cfg.state),
+            grace,
+            lease: cfg.lease,
+            persist_generation: 0,
+        }
+    }
+
+    // ---- clients and sessions --------------------------------------------------------
+
+    /// EXCHANGE_ID (RFC 8881 §18.35).
+    pub fn exchange_id(
+        &mut self,
+        owner: &Bytes,
+        verifier: [u8; 8],
+        update: bool,
+        now: Instant,
+    ) -> Result<ExchangeIdOk, SessionError> {
+        self.sessions.exchange_id(owner, verifier, update, now)
+    }
+
+    /// CREATE_SESSION (RFC 8881 §18.36). Confirming a client that replaced an older
+    /// incarnation releases that incarnation's opens and locks in the same step, so no
+    /// request of the old incarnation can slip in between.
+    pub fn create_session(
+        &mut self,
+        args: &CreateSessionArgs,
+        now: Instant,
+    ) -> Result<(CreateSessionOutcome, Vec<Effect>), SessionError> {
+        let was_confirmed = self
+            .sessions
+            .client(args.clientid)
+            .is_some_and(|c| c.confirmed);
+        let (out, replaced) = self.sessions.create_session(args, now)?;
+        let mut effects = Vec::new();
+        if let Some(old) = replaced {
+            effects.push(self.release(old, ReleaseReason::Replaced));
+        }
+        if !was_confirmed {
+            effects.push(self.snapshot());
+        }
+        Ok((out, effects))
+    }
+
+    /// SEQUENCE (RFC 8881 §18.46): session, channel limits, slot rules, lease renewal
+    /// and connection binding, in one step.
+    pub fn sequence(
+        &mut self,
+        args: &SequenceArgs,
+        now: Instant,
+    ) -> Result<SequenceOk, SessionError> {
+        self.sessions.sequence(args, now)
+    }
+
+    /// Completes the slot SEQUENCE opened: stores the reply for replays (`None`: not
+    /// cached).
+    pub fn finish_slot(&mut self, session: &SessionId, slot: u32, reply: Option<Bytes>) {
+        self.sessions.finish_slot(session, slot, reply);
+    }
+
+    /// BIND_CONN_TO_SESSION (RFC 8881 §18.34); see [`SessionTable::bind_conn`].
+    pub fn bind_conn(
+        &mut self,
+        session: &SessionId,
+        dir: ConnDirRequest,
+        conn: u64,
+        now: Instant,
+    ) -> Result<ConnDir, SessionError> {
+        self.sessions.bind_conn(session, dir, conn, now)
+    }
+
+    /// DESTROY_SESSION (RFC 8881 §18.37).
+    pub fn destroy_session(&mut self, id: &SessionId) -> Result<(), SessionError> {
+        self.sessions.destroy_session(id)
+    }
+
+    /// DESTROY_CLIENTID (RFC 8881 §18.50): refused with
+    /// [`SessionError::ClientIdBusy`] while the client has sessions, opens or locks.
+    /// The checks and the removal are one step: no session or OPEN can appear between
+    /// them.
+    pub fn destroy_client(&mut self, id: ClientId) -> Result<Vec<Effect>, SessionError> {
+        let confirmed = self
+            .sessions
+            .client(id)
+            .ok_or(SessionError::StaleClientId)?
+            .confirmed;
+        if self.table.client_has_state(id) {
+            return Err(SessionError::ClientIdBusy);
+        }
+        self.sessions.destroy_client(id)?;
+        let mut effects = vec![Effect::ClientReleased {
+            client: id,
+            reason: ReleaseReason::Destroyed,
+            states: 0,
+        }];
+        if confirmed {
+            effects.push(self.snapshot());
+        }
+        Ok(effects)
+    }
+
+    /// RECLAIM_COMPLETE for the whole server (RFC 8881 §18.51, `rca_one_fs` false).
+    pub fn reclaim_complete(
+        &mut self,
+        client: ClientId,
+        now: Instant,
+    ) -> Result<Vec<Effect>, SessionError> {
+        let rec = self
+            .sessions
+            .client_mut(client)
+            .ok_or(SessionError::StaleClientId)?;
+        if rec.reclaim_complete {
+            return Err(SessionError::CompleteAlready);
+        }
+        rec.reclaim_complete = true;
+        let owner = rec.owner.clone();
+        self.grace.reclaim_complete(&owner);
+        Ok(self.poll_grace(now).into_iter().collect())
+    }
+
+    /// A transport connection closed: unbind it from every session.
+    pub fn connection_closed(&mut self, conn: u64) {
+        self.sessions.connection_closed(conn);
+    }
+
+    /// The client and session table (diagnostics, tests).
+    pub fn sessions(&self) -> &SessionTable {
+        &self.sessions
+    }
+
+    // ---- grace -------------------------------------------------------------------
+
+    /// Whether the server is in its grace period at `now`.
+    pub fn in_grace(&self, now: Instant) -> bool {
+        self.grace.in_grace(now)
+    }
+
+    /// The grace rule for a state-creating request (RFC 8881 §8.4.2): a reclaim needs
+    /// the grace period ([`StateError::NoGrace`]), anything else must wait for its end
+    /// ([`StateError::Grace`]).
+    pub fn check_grace(&self, reclaim: bool, now: Instant) -> Result<(), StateError> {
+        match (reclaim, self.grace.in_grace(now)) {
+            (true, false) => Err(StateError::NoGrace),
+            (false, true) => Err(StateError::Grace),
+            _ => Ok(()),
+        }
+    }
+
+    fn poll_grace(&mut self, now: Instant) -> Vec<Effect> {
+        let Some(end) = self.grace.poll(now) else {
+            return Vec::new();
+        };
+        let mut effects = vec![Effect::GraceEnded(end)];
+        if matches!(end, GraceEnd::TimedOut { unreclaimed } if unreclaimed > 0) {
+            // The unreclaimed clients are no longer waited for after a restart either.
+            effects.push(self.snapshot());
+        }
+        effects
+    }
+
+    // ---- opens and locks ---------------------------------------------------------
+
+    fn check_client(&self, client: ClientId) -> Result<(), StateError> {
+        // A COMPOUND whose client expired or was destroyed after its SEQUENCE must not
+        // create state nobody would ever release.
+        match self.sessions.client(client) {
+            Some(_) => Ok(()),
+            None => Err(StateError::StaleClientId),
+        }
+    }
+
+    /// OPEN's state part (RFC 8881 §18.16): grace rule, then
+    /// [`StateTable::open`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn open(
+        &mut self,
+        now: Instant,
+        reclaim: bool,
+        client: ClientId,
+        owner: &[u8],
+        file: FileId,
+        access: u32,
+        deny: u32,
+    ) -> Result<Stateid, StateError> {
+        self.check_grace(reclaim, now)?;
+        self.check_client(client)?;
+        self.table.open(client, owner, file, access, deny)
+    }
+
+    /// LOCK (RFC 8881 §18.10): grace rule, then [`StateTable::lock`].
+    pub fn lock(
+        &mut self,
+        now: Instant,
+        reclaim: bool,
+        client: ClientId,
+        req: LockRequest,
+    ) -> Result<Stateid, StateError> {
+        self.check_grace(reclaim, now)?;
+        self.check_client(client)?;
+        self.table.lock(client, req)
+    }
+
+    /// LOCKT (RFC 8881 §18.11): refused during grace, then [`StateTable::lockt`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn lockt(
+        &self,
+        now: Instant,
+        client: ClientId,
+        owner: &[u8],
+        file: FileId,
+        lock_type: LockType,
+        offset: u64,
+        length: u64,
+    ) -> Result<(), StateError> {
+        self.check_grace(false, now)?;
+        self.table
+            .lockt(client, owner, file, lock_type, offset, length)
+    }
+
+    /// The open and lock table, for the operations that need no cross-table decision
+    /// (CLOSE, OPEN_DOWNGRADE, LOCKU, TEST_STATEID, FREE_STATEID, I/O checks).
+    pub fn table(&self) -> &StateTable {
+        &self.table
+    }
+
+    /// Mutable [`StateCore::table`].
+    pub fn table_mut(&mut self) -> &mut StateTable {
+        &mut self.table
+    }
+
+    // ---- time --------------------------------------------------------------------
+
+    /// Housekeeping at `now`: clients silent for more than two leases lose their
+    /// sessions, opens and locks ([`Effect::ClientReleased`], and
+    /// [`Effect::PersistClients`] if a confirmed one went); the grace period ends when
+    /// due ([`Effect::GraceEnded`]).
+    pub fn tick(&mut self, now: Instant) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        let dead = self.sessions.expire(self.lease * 2, now);
+        let mut confirmed_gone = false;
+        for (client, confirmed) in dead {
+            confirmed_gone |= confirmed;
+            effects.push(self.release(client, ReleaseReason::LeaseExpired));
+        }
+        if confirmed_gone {
+            effects.push(self.snapshot());
+        }
+        effects.extend(self.poll_grace(now));
+        effects
+    }
+
+    /// A snapshot of the clients a restarted server must wait for: the confirmed
+    /// clients plus, during grace, the previous instance's clients not yet reclaimed
+    /// (so a second restart in grace still waits for them).
+    pub fn persist_clients(&mut self) -> Effect {
+        self.snapshot()
+    }
+
+    fn snapshot(&mut self) -> Effect {
+        self.persist_generation += 1;
+        let mut owners = self.sessions.confirmed_owners();
+        owners.extend(self.grace.waiting().cloned());
+        owners.sort_unstable();
+        owners.dedup();
+        Effect::PersistClients(ClientList {
+            generation: self.persist_generation,
+            owners,
+        })
+    }
+
+    fn release(&mut self, client: ClientId, reason: ReleaseReason) -> Effect {
+        let states = self.table.expire_client(client);
+        Effect::ClientReleased {
+            client,
+            reason,
+            states,
+        }
+    }
+}

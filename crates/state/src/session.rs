@@ -1,0 +1,630 @@
+//! Clients and sessions (RFC 8881 §2.4, §2.10, §18.35-§18.37, §18.46-§18.51):
+//! EXCHANGE_ID's client records, CREATE_SESSION's sessions with their slot tables
+//! and bound connections, and lease renewal. Owned by [`crate::StateCore`], which
+//! adds the cross-table decisions (releasing opens and locks, grace, effects).
+//!
+//! Sans-IO: every method takes `now` and returns a decision; the server turns the
+//! decisions into wire results.
+
+use bytes::Bytes;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::slots::{SlotTable, SlotVerdict};
+use crate::types::ClientId;
+
+/// A session id (RFC 8881 §18.36: `sessionid4`): client id, boot epoch, counter.
+pub type SessionId = [u8; 16];
+
+/// `CREATE_SESSION4_FLAG_CONN_BACK_CHAN` (RFC 8881 §18.36.1).
+pub const CREATE_SESSION4_FLAG_CONN_BACK_CHAN: u32 = 0x2;
+
+/// Negotiated channel limits (channel_attrs4 without RDMA).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChannelAttrs {
+    /// `ca_maxrequestsize`.
+    pub max_request: u32,
+    /// `ca_maxresponsesize`.
+    pub max_response: u32,
+    /// `ca_maxresponsesize_cached`.
+    pub max_response_cached: u32,
+    /// `ca_maxoperations`.
+    pub max_ops: u32,
+    /// `ca_maxrequests` (slots).
+    pub max_requests: u32,
+}
+
+/// What a COMPOUND needs of its session: fixed when the session is created, so the
+/// executor may hold it without a lock. The mutable parts (slots, connections) stay
+/// inside the table.
+#[derive(Debug)]
+pub struct Session {
+    /// The session id.
+    pub id: SessionId,
+    /// The client the session belongs to.
+    pub client: ClientId,
+    /// The negotiated fore-channel limits.
+    pub fore: ChannelAttrs,
+}
+
+/// A session's mutable state, only touched under the core's lock.
+#[derive(Debug)]
+struct SessionRecord {
+    shared: Arc<Session>,
+    slots: SlotTable,
+    /// Connections bound to this session (by transport connection id).
+    conns: HashSet<u64>,
+}
+
+/// One client incarnation (RFC 8881 §2.4).
+#[derive(Debug)]
+pub(crate) struct ClientRecord {
+    pub(crate) owner: Bytes,
+    verifier: [u8; 8],
+    pub(crate) confirmed: bool,
+    /// csa_sequence the next CREATE_SESSION must carry.
+    create_seq: u32,
+    /// The reply to the last CREATE_SESSION, for its replay.
+    last_create: Option<(u32, CreateSessionOutcome)>,
+    last_renew: Instant,
+    sessions: Vec<SessionId>,
+    pub(crate) reclaim_complete: bool,
+}
+
+/// CREATE_SESSION's result (replayed verbatim for a retransmission).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateSessionOutcome {
+    /// The new session.
+    pub id: SessionId,
+    /// `csr_sequence`.
+    pub seq: u32,
+    /// `csr_flags`.
+    pub flags: u32,
+    /// Negotiated fore channel.
+    pub fore: ChannelAttrs,
+    /// Negotiated back channel.
+    pub back: ChannelAttrs,
+}
+
+/// A CREATE_SESSION request (RFC 8881 §18.36.1), wire types mapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CreateSessionArgs {
+    /// `csa_clientid`.
+    pub clientid: ClientId,
+    /// `csa_sequence`.
+    pub seq: u32,
+    /// `csa_flags`.
+    pub flags: u32,
+    /// Requested fore channel.
+    pub fore: ChannelAttrs,
+    /// Requested back channel.
+    pub back: ChannelAttrs,
+    /// The connection the request arrived on (bound to the new session).
+    pub conn: u64,
+}
+
+/// EXCHANGE_ID's result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExchangeIdOk {
+    /// `eir_clientid`.
+    pub clientid: ClientId,
+    /// `eir_sequenceid`.
+    pub sequenceid: u32,
+    /// Whether the record is confirmed (`EXCHGID4_FLAG_CONFIRMED_R`).
+    pub confirmed: bool,
+}
+
+/// A SEQUENCE request (RFC 8881 §18.46.1) plus what the executor knows of the call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SequenceArgs {
+    /// `sa_sessionid`.
+    pub session: SessionId,
+    /// `sa_slotid`.
+    pub slot: u32,
+    /// `sa_sequenceid`.
+    pub seqid: u32,
+    /// Hash of the request (false-retry detection).
+    pub request_hash: u64,
+    /// Operations in the COMPOUND.
+    pub nops: u32,
+    /// Size of the COMPOUND request in bytes.
+    pub request_len: usize,
+    /// The connection the request arrived on.
+    pub conn: u64,
+}
+
+/// SEQUENCE's decision for a known session.
+#[derive(Debug, Clone)]
+pub struct SequenceOk {
+    /// The session, for the rest of the COMPOUND.
+    pub session: Arc<Session>,
+    /// What to do with the request (execute, replay, or an error status).
+    pub verdict: SlotVerdict,
+    /// `sr_highest_slotid`.
+    pub highest_slot: u32,
+}
+
+/// The direction a client asks BIND_CONN_TO_SESSION for (`channel_dir_from_client4`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnDirRequest {
+    /// `CDFC4_FORE`.
+    Fore,
+    /// `CDFC4_BACK`.
+    Back,
+    /// `CDFC4_FORE_OR_BOTH`.
+    ForeOrBoth,
+    /// `CDFC4_BACK_OR_BOTH`.
+    BackOrBoth,
+}
+
+/// The direction a connection was bound for (`channel_dir_from_server4`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnDir {
+    /// `CDFS4_FORE`.
+    Fore,
+    /// `CDFS4_BACK` (only with a back channel).
+    Back,
+    /// `CDFS4_BOTH` (only with a back channel).
+    Both,
+}
+
+/// Session-layer failures; each maps to one NFS4ERR_*.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SessionError {
+    /// `NFS4ERR_STALE_CLIENTID`.
+    #[error("NFS4ERR_STALE_CLIENTID")]
+    StaleClientId,
+    /// `NFS4ERR_SEQ_MISORDERED`.
+    #[error("NFS4ERR_SEQ_MISORDERED")]
+    SeqMisordered,
+    /// `NFS4ERR_BADSESSION`.
+    #[error("NFS4ERR_BADSESSION")]
+    BadSession,
+    /// `NFS4ERR_CLIENTID_BUSY`.
+    #[error("NFS4ERR_CLIENTID_BUSY")]
+    ClientIdBusy,
+    /// `NFS4ERR_NOENT`.
+    #[error("NFS4ERR_NOENT")]
+    NoEnt,
+    /// `NFS4ERR_NOT_SAME`.
+    #[error("NFS4ERR_NOT_SAME")]
+    NotSame,
+    /// `NFS4ERR_RESOURCE`.
+    #[error("NFS4ERR_RESOURCE")]
+    Resource,
+    /// `NFS4ERR_COMPLETE_ALREADY`.
+    #[error("NFS4ERR_COMPLETE_ALREADY")]
+    CompleteAlready,
+    /// `NFS4ERR_INVAL`.
+    #[error("NFS4ERR_INVAL")]
+    Inval,
+    /// `NFS4ERR_TOOSMALL`.
+    #[error("NFS4ERR_TOOSMALL")]
+    TooSmall,
+    /// `NFS4ERR_TOO_MANY_OPS`.
+    #[error("NFS4ERR_TOO_MANY_OPS")]
+    TooManyOps,
+    /// `NFS4ERR_REQ_TOO_BIG`.
+    #[error("NFS4ERR_REQ_TOO_BIG")]
+    ReqTooBig,
+}
+
+/// Bounds on clients and sessions, and the channel maxima the server offers.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionLimits {
+    /// Client records (confirmed or not).
+    pub max_clients: usize,
+    /// Sessions per client.
+    pub max_sessions_per_client: usize,
+    /// Fore-channel maxima.
+    pub server_fore: ChannelAttrs,
+    /// Back-channel maxima.
+    pub server_back: ChannelAttrs,
+    /// Whether connections may be bound to the back channel (callbacks). Without it,
+    /// CREATE_SESSION clears `CREATE_SESSION4_FLAG_CONN_BACK_CHAN` and
+    /// BIND_CONN_TO_SESSION binds the fore channel only.
+    pub back_channel: bool,
+}
+
+/// All clients and sessions of one server instance.
+#[derive(Debug)]
+pub struct SessionTable {
+    boot_epoch: u32,
+    next_client: u32,
+    next_session: u32,
+    clients: HashMap<ClientId, ClientRecord>,
+    /// Owner -> (confirmed id, unconfirmed id).
+    by_owner: HashMap<Bytes, (Option<ClientId>, Option<ClientId>)>,
+    sessions: HashMap<SessionId, SessionRecord>,
+    limits: SessionLimits,
+}
+
+/// Smallest request/response sizes we accept: a SEQUENCE + PUTFH + GETATTR must fit.
+const MIN_CHANNEL_SIZE: u32 = 1024;
+
+impl SessionTable {
+    /// An empty table; `boot_epoch` goes into every client and session id so that
+    /// those of an earlier server instance are stale.
+    pub fn new(boot_epoch: u32, limits: SessionLimits) -> Self {
+        SessionTable {
+            boot_epoch,
+            next_client: 1,
+            next_session: 1,
+            clients: HashMap::new(),
+            by_owner: HashMap::new(),
+            sessions: HashMap::new(),
+            limits,
+        }
+    }
+
+    fn new_client_id(&mut self) -> ClientId {
+        let id = (u64::from(self.boot_epoch) << 32) | u64::from(self.next_client);
+        self.next_client = self.next_client.wrapping_add(1).max(1);
+        id
+    }
+
+    pub(crate) fn client(&self, id: ClientId) -> Option<&ClientRecord> {
+        self.clients.get(&id)
+    }
+
+    pub(crate) fn client_mut(&mut self, id: ClientId) -> Option<&mut ClientRecord> {
+        self.clients.get_mut(&id)
+    }
+
+    /// EXCHANGE_ID (RFC 8881 §18.35.5), cases 1-8 for a single principal (AUTH_SYS
+    /// principals are not authenticated, so "different principal" cases do not arise).
+    /// A replaced incarnation is purged when the new record is confirmed
+    /// ([`SessionTable::create_session`]), not here.
+    pub fn exchange_id(
+        &mut self,
+        owner: &Bytes,
+        verifier: [u8; 8],
+        update: bool,
+        now: Instant,
+    ) -> Result<ExchangeIdOk, SessionError> {
+        let (conf, unconf) = self.by_owner.get(owner).cloned().unwrap_or((None, None));
+        if update {
+            let Some(cid) = conf else {
+                return Err(SessionError::NoEnt);
+            };
+            let rec = self
+                .clients
+                .get_mut(&cid)
+                .ok_or(SessionError::StaleClientId)?;
+            if rec.verifier != verifier {
+                return Err(SessionError::NotSame);
+            }
+            rec.last_renew = now;
+            return Ok(ExchangeIdOk {
+                clientid: cid,
+                sequenceid: rec.create_seq,
+                confirmed: true,
+            });
+        }
+        if let Some(cid) = conf {
+            if let Some(rec) = self.clients.get_mut(&cid) {
+                if rec.verifier == verifier {
+                    // Case 2: a retry or a second EXCHANGE_ID of a live client.
+                    rec.last_renew = now;
+                    return Ok(ExchangeIdOk {
+                        clientid: cid,
+                        sequenceid: rec.create_seq,
+                        confirmed: true,
+                    });
+                }
+            }
+        }
+        // Cases 1, 3 (client rebooted: new unconfirmed record beside the confirmed one)
+        // and 4 (replace an unconfirmed record).
+        if let Some(u) = unconf {
+            self.clients.remove(&u);
+        }
+        if self.clients.len() >= self.limits.max_clients {
+            return Err(SessionError::Resource);
+        }
+        let id = self.new_client_id();
+        self.clients.insert(
+            id,
+            ClientRecord {
+                owner: owner.clone(),
+                verifier,
+                confirmed: false,
+                create_seq: 1,
+                last_create: None,
+                last_renew: now,
+                sessions: Vec::new(),
+                reclaim_complete: false,
+            },
+        );
+        self.by_owner.insert(owner.clone(), (conf, Some(id)));
+        Ok(ExchangeIdOk {
+            clientid: id,
+            sequenceid: 1,
+            confirmed: false,
+        })
+    }
+
+    fn negotiate(req: &ChannelAttrs, max: &ChannelAttrs) -> Result<ChannelAttrs, SessionError> {
+        if req.max_request < MIN_CHANNEL_SIZE || req.max_response < MIN_CHANNEL_SIZE {
+            return Err(SessionError::TooSmall);
+        }
+        Ok(ChannelAttrs {
+            max_request: req.max_request.min(max.max_request),
+            max_response: req.max_response.min(max.max_response),
+            max_response_cached: req.max_response_cached.min(max.max_response_cached),
+            max_ops: req.max_ops.clamp(1, max.max_ops),
+            max_requests: req.max_requests.clamp(1, max.max_requests),
+        })
+    }
+
+    /// CREATE_SESSION (RFC 8881 §18.36). On success returns the outcome and, if this
+    /// confirmed a client that replaced an older incarnation, that old client id (its
+    /// record and sessions are gone; the caller releases its opens and locks).
+    pub fn create_session(
+        &mut self,
+        args: &CreateSessionArgs,
+        now: Instant,
+    ) -> Result<(CreateSessionOutcome, Option<ClientId>), SessionError> {
+        let clientid = args.clientid;
+        let seq = args.seq;
+        let rec = self
+            .clients
+            .get(&clientid)
+            .ok_or(SessionError::StaleClientId)?;
+        if let Some((s, out)) = &rec.last_create {
+            if seq == *s {
+                return Ok((out.clone(), None));
+            }
+        }
+        if seq != rec.create_seq {
+            return Err(SessionError::SeqMisordered);
+        }
+        if rec.sessions.len() >= self.limits.max_sessions_per_client {
+            return Err(SessionError::Resource);
+        }
+        let fore = Self::negotiate(&args.fore, &self.limits.server_fore)?;
+        let back = Self::negotiate(&args.back, &self.limits.server_back)?;
+        let mut id = [0u8; 16];
+        id[..8].copy_from_slice(&clientid.to_be_bytes());
+        id[8..12].copy_from_slice(&self.boot_epoch.to_be_bytes());
+        id[12..].copy_from_slice(&self.next_session.to_be_bytes());
+        self.next_session = self.next_session.wrapping_add(1);
+        // We never offer persistence or RDMA; the back-channel flag only when
+        // connections may carry callbacks.
+        let flags = if self.limits.back_channel {
+            args.flags & CREATE_SESSION4_FLAG_CONN_BACK_CHAN
+        } else {
+            0
+        };
+        self.sessions.insert(
+            id,
+            SessionRecord {
+                shared: Arc::new(Session {
+                    id,
+                    client: clientid,
+                    fore,
+                }),
+                slots: SlotTable::new(fore.max_requests),
+                conns: HashSet::from([args.conn]),
+            },
+        );
+        let outcome = CreateSessionOutcome {
+            id,
+            seq,
+            flags,
+            fore,
+            back,
+        };
+        let mut replaced = None;
+        let owner;
+        {
+            let rec = self
+                .clients
+                .get_mut(&clientid)
+                .ok_or(SessionError::StaleClientId)?;
+            rec.create_seq = seq.wrapping_add(1);
+            rec.last_create = Some((seq, outcome.clone()));
+            rec.sessions.push(id);
+            rec.last_renew = now;
+            owner = rec.owner.clone();
+            if !rec.confirmed {
+                rec.confirmed = true;
+                let (old_conf, _) = self.by_owner.get(&owner).cloned().unwrap_or((None, None));
+                if let Some(old) = old_conf.filter(|o| *o != clientid) {
+                    replaced = Some(old);
+                }
+                self.by_owner.insert(owner.clone(), (Some(clientid), None));
+            }
+        }
+        if let Some(old) = replaced {
+            self.remove_client(old);
+        }
+        Ok((outcome, replaced))
+    }
+
+    /// SEQUENCE's session part (RFC 8881 §18.46.4): finds the session, checks the
+    /// request against the channel limits and applies the slot rules. A request that
+    /// is executed or replayed renews the client's lease and binds the connection to
+    /// the session (with SP4_NONE a connection is bound by using it, §2.10.3.1).
+    pub fn sequence(
+        &mut self,
+        args: &SequenceArgs,
+        now: Instant,
+    ) -> Result<SequenceOk, SessionError> {
+        let rec = self
+            .sessions
+            .get_mut(&args.session)
+            .ok_or(SessionError::BadSession)?;
+        if args.nops > rec.shared.fore.max_ops {
+            return Err(SessionError::TooManyOps);
+        }
+        if args.request_len > rec.shared.fore.max_request as usize {
+            return Err(SessionError::ReqTooBig);
+        }
+        let verdict = rec.slots.begin(args.slot, args.seqid, args.request_hash);
+        let highest_slot = rec.slots.granted() - 1;
+        let session = rec.shared.clone();
+        if matches!(verdict, SlotVerdict::Execute | SlotVerdict::Replay(_)) {
+            rec.conns.insert(args.conn);
+            self.renew(session.client, now);
+        }
+        Ok(SequenceOk {
+            session,
+            verdict,
+            highest_slot,
+        })
+    }
+
+    /// Records the reply of the request executing in `slot` of `session` (the cache
+    /// entry SEQUENCE marked in progress). A session destroyed meanwhile is ignored.
+    pub fn finish_slot(&mut self, session: &SessionId, slot: u32, reply: Option<Bytes>) {
+        if let Some(rec) = self.sessions.get_mut(session) {
+            rec.slots.finish(slot, reply);
+        }
+    }
+
+    /// BIND_CONN_TO_SESSION (RFC 8881 §18.34). With a back channel
+    /// ([`SessionLimits::back_channel`]) the server grants what was asked (`*_OR_BOTH`
+    /// gets [`ConnDir::Both`]). Without one the connection is bound to the fore
+    /// channel only: `*_OR_BOTH` requests get [`ConnDir::Fore`] and a request for the
+    /// back channel alone is refused with [`SessionError::Inval`] (the server cannot
+    /// do what was asked).
+    pub fn bind_conn(
+        &mut self,
+        session: &SessionId,
+        dir: ConnDirRequest,
+        conn: u64,
+        now: Instant,
+    ) -> Result<ConnDir, SessionError> {
+        let rec = self
+            .sessions
+            .get_mut(session)
+            .ok_or(SessionError::BadSession)?;
+        let granted = match (dir, self.limits.back_channel) {
+            (ConnDirRequest::Fore, _) => ConnDir::Fore,
+            (ConnDirRequest::ForeOrBoth | ConnDirRequest::BackOrBoth, true) => ConnDir::Both,
+            (ConnDirRequest::ForeOrBoth | ConnDirRequest::BackOrBoth, false) => ConnDir::Fore,
+            (ConnDirRequest::Back, true) => ConnDir::Back,
+            (ConnDirRequest::Back, false) => return Err(SessionError::Inval),
+        };
+        rec.conns.insert(conn);
+        let client = rec.shared.client;
+        self.renew(client, now);
+        Ok(granted)
+    }
+
+    /// The session `id`, if it exists.
+    pub fn session(&self, id: &SessionId) -> Option<Arc<Session>> {
+        self.sessions.get(id).map(|r| r.shared.clone())
+    }
+
+    /// Whether client `id` exists (confirmed or not).
+    pub fn client_exists(&self, id: ClientId) -> bool {
+        self.clients.contains_key(&id)
+    }
+
+    /// Renews `client`'s lease.
+    pub fn renew(&mut self, client: ClientId, now: Instant) {
+        if let Some(r) = self.clients.get_mut(&client) {
+            r.last_renew = now;
+        }
+    }
+
+    /// DESTROY_SESSION (RFC 8881 §18.37).
+    pub fn destroy_session(&mut self, id: &SessionId) -> Result<(), SessionError> {
+        let s = self.sessions.remove(id).ok_or(SessionError::BadSession)?;
+        if let Some(r) = self.clients.get_mut(&s.shared.client) {
+            r.sessions.retain(|x| x != id);
+        }
+        Ok(())
+    }
+
+    /// DESTROY_CLIENTID's session part: refused while the client has sessions. The
+    /// caller ([`crate::StateCore::destroy_client`]) checks opens and locks in the
+    /// same critical section.
+    pub fn destroy_client(&mut self, id: ClientId) -> Result<(), SessionError> {
+        let r = self.clients.get(&id).ok_or(SessionError::StaleClientId)?;
+        if !r.sessions.is_empty() {
+            return Err(SessionError::ClientIdBusy);
+        }
+        self.remove_client(id);
+        Ok(())
+    }
+
+    fn remove_client(&mut self, id: ClientId) {
+        if let Some(r) = self.clients.remove(&id) {
+            for s in &r.sessions {
+                self.sessions.remove(s);
+            }
+            if let Some((c, u)) = self.by_owner.get_mut(&r.owner) {
+                if *c == Some(id) {
+                    *c = None;
+                }
+                if *u == Some(id) {
+                    *u = None;
+                }
+                if c.is_none() && u.is_none() {
+                    self.by_owner.remove(&r.owner);
+                }
+            }
+        }
+    }
+
+    /// Clients whose lease ran out (`now - last renewal > lease`); they and their
+    /// sessions are removed and returned with whether they were confirmed, so the
+    /// caller can free their state.
+    pub fn expire(&mut self, lease: Duration, now: Instant) -> Vec<(ClientId, bool)> {
+        let mut dead: Vec<(ClientId, bool)> = self
+            .clients
+            .iter()
+            .filter(|(_, r)| now.saturating_duration_since(r.last_renew) > lease)
+            .map(|(id, r)| (*id, r.confirmed))
+            .collect();
+        // Deterministic order (the simulation replays runs).
+        dead.sort_unstable();
+        for (id, _) in &dead {
+            self.remove_client(*id);
+        }
+        dead
+    }
+
+    /// Owners of confirmed clients (persisted so a restarted server knows whom to wait
+    /// for during its grace period), sorted.
+    pub fn confirmed_owners(&self) -> Vec<Bytes> {
+        let mut v: Vec<Bytes> = self
+            .clients
+            .values()
+            .filter(|r| r.confirmed)
+            .map(|r| r.owner.clone())
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Connection closed: unbind it from every session.
+    pub fn connection_closed(&mut self, conn: u64) {
+        for s in self.sessions.values_mut() {
+            s.conns.remove(&conn);
+        }
+    }
+
+    /// Connections bound to `session` (diagnostics and tests).
+    pub fn connections(&self, session: &SessionId) -> Vec<u64> {
+        let mut v: Vec<u64> = self
+            .sessions
+            .get(session)
+            .map(|r| r.conns.iter().copied().collect())
+            .unwrap_or_default();
+        v.sort_unstable();
+        v
+    }
+
+    /// (clients, sessions).
+    pub fn counts(&self) -> (usize, usize) {
+        (self.clients.len(), self.sessions.len())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,250 @@
+//! Unit tests of the client and session table.
+
+use super::*;
+
+fn table() -> SessionTable {
+    table_with(true)
+}
+
+fn table_with(back_channel: bool) -> SessionTable {
+    let ch = ChannelAttrs {
+        max_request: 1 << 20,
+        max_response: 1 << 20,
+        max_response_cached: 1 << 16,
+        max_ops: 1000,
+        max_requests: 64,
+    };
+    SessionTable::new(
+        7,
+        SessionLimits {
+            max_clients: 2,
+            max_sessions_per_client: 2,
+            server_fore: ch,
+            server_back: ch,
+            back_channel,
+        },
+    )
+}
+
+fn ch(req: u32) -> ChannelAttrs {
+    ChannelAttrs {
+        max_request: 1 << 21,
+        max_response: 1 << 21,
+        max_response_cached: 1 << 20,
+        max_ops: 5000,
+        max_requests: req,
+    }
+}
+
+fn create(clientid: ClientId, seq: u32, slots: u32, conn: u64) -> CreateSessionArgs {
+    CreateSessionArgs {
+        clientid,
+        seq,
+        flags: 0,
+        fore: ch(slots),
+        back: ch(1),
+        conn,
+    }
+}
+
+fn seq(session: SessionId, slot: u32, seqid: u32, conn: u64) -> SequenceArgs {
+    SequenceArgs {
+        session,
+        slot,
+        seqid,
+        request_hash: 1,
+        nops: 2,
+        request_len: 100,
+        conn,
+    }
+}
+
+#[test]
+fn exchange_and_create_session() {
+    let mut t = table();
+    let now = Instant::now();
+    let owner = Bytes::from_static(b"linux-host");
+    let e = t.exchange_id(&owner, [1; 8], false, now).unwrap();
+    assert!(!e.confirmed);
+    // create with wrong seq
+    assert_eq!(
+        t.create_session(&create(e.clientid, 2, 200, 1), now)
+            .unwrap_err(),
+        SessionError::SeqMisordered
+    );
+    let (out, replaced) = t
+        .create_session(&create(e.clientid, 1, 200, 1), now)
+        .unwrap();
+    assert_eq!(replaced, None);
+    assert_eq!(out.fore.max_requests, 64, "clamped to the server maximum");
+    assert_eq!(out.fore.max_ops, 1000);
+    let id = out.id;
+    // replay of the same CREATE_SESSION returns the same session
+    let (again, _) = t
+        .create_session(&create(e.clientid, 1, 200, 1), now)
+        .unwrap();
+    assert_eq!(again, out);
+    assert!(t.session(&id).is_some());
+    // same verifier again: same client, confirmed
+    let e2 = t.exchange_id(&owner, [1; 8], false, now).unwrap();
+    assert_eq!(e2.clientid, e.clientid);
+    assert!(e2.confirmed);
+    // client reboot: new verifier gives a new id; confirming it drops the old one
+    let e3 = t.exchange_id(&owner, [2; 8], false, now).unwrap();
+    assert_ne!(e3.clientid, e.clientid);
+    let (_, replaced) = t
+        .create_session(&create(e3.clientid, 1, 8, 2), now)
+        .unwrap();
+    assert_eq!(replaced, Some(e.clientid));
+    assert!(t.session(&id).is_none());
+    assert_eq!(
+        t.create_session(&create(e.clientid, 2, 8, 2), now)
+            .unwrap_err(),
+        SessionError::StaleClientId
+    );
+    // update with wrong verifier
+    assert_eq!(
+        t.exchange_id(&owner, [9; 8], true, now).unwrap_err(),
+        SessionError::NotSame
+    );
+}
+
+#[test]
+fn lease_expiry_and_destroy() {
+    let mut t = table();
+    let now = Instant::now();
+    let e = t
+        .exchange_id(&Bytes::from_static(b"a"), [1; 8], false, now)
+        .unwrap();
+    let (out, _) = t.create_session(&create(e.clientid, 1, 4, 1), now).unwrap();
+    let id = out.id;
+    assert_eq!(
+        t.destroy_client(e.clientid).unwrap_err(),
+        SessionError::ClientIdBusy
+    );
+    t.destroy_session(&id).unwrap();
+    assert_eq!(
+        t.destroy_session(&id).unwrap_err(),
+        SessionError::BadSession
+    );
+    let later = now + Duration::from_secs(100);
+    assert_eq!(
+        t.expire(Duration::from_secs(60), later),
+        vec![(e.clientid, true)]
+    );
+    assert_eq!(t.counts(), (0, 0));
+    // limits
+    t.exchange_id(&Bytes::from_static(b"x"), [1; 8], false, now)
+        .unwrap();
+    t.exchange_id(&Bytes::from_static(b"y"), [1; 8], false, now)
+        .unwrap();
+    assert_eq!(
+        t.exchange_id(&Bytes::from_static(b"z"), [1; 8], false, now)
+            .unwrap_err(),
+        SessionError::Resource
+    );
+}
+
+#[test]
+fn sequence_renews_binds_and_checks_limits() {
+    let mut t = table();
+    let t0 = Instant::now();
+    let e = t
+        .exchange_id(&Bytes::from_static(b"s"), [1; 8], false, t0)
+        .unwrap();
+    let (out, _) = t.create_session(&create(e.clientid, 1, 4, 1), t0).unwrap();
+    let t1 = t0 + Duration::from_secs(50);
+    let ok = t.sequence(&seq(out.id, 0, 1, 7), t1).unwrap();
+    assert_eq!(ok.verdict, SlotVerdict::Execute);
+    assert_eq!(ok.highest_slot, 3);
+    assert_eq!(t.connections(&out.id), vec![1, 7]);
+    // Renewed at t1: not expired 60 s after t0 + 50 s - 1.
+    assert!(t
+        .expire(Duration::from_secs(60), t1 + Duration::from_secs(59))
+        .is_empty());
+    let mut too_many = seq(out.id, 1, 1, 7);
+    too_many.nops = 1001;
+    assert_eq!(
+        t.sequence(&too_many, t1).unwrap_err(),
+        SessionError::TooManyOps
+    );
+    let mut too_big = seq(out.id, 1, 1, 7);
+    too_big.request_len = 1 << 21;
+    assert_eq!(
+        t.sequence(&too_big, t1).unwrap_err(),
+        SessionError::ReqTooBig
+    );
+    assert_eq!(
+        t.sequence(&seq([9; 16], 0, 1, 7), t1).unwrap_err(),
+        SessionError::BadSession
+    );
+    t.finish_slot(&out.id, 0, Some(Bytes::from_static(b"r")));
+    let again = t.sequence(&seq(out.id, 0, 1, 8), t1).unwrap();
+    assert_eq!(again.verdict, SlotVerdict::Replay(Bytes::from_static(b"r")));
+    t.connection_closed(1);
+    assert_eq!(t.connections(&out.id), vec![7, 8]);
+}
+
+fn bind_all(t: &mut SessionTable, id: &SessionId) -> Vec<Result<ConnDir, SessionError>> {
+    [
+        ConnDirRequest::Fore,
+        ConnDirRequest::ForeOrBoth,
+        ConnDirRequest::BackOrBoth,
+        ConnDirRequest::Back,
+    ]
+    .into_iter()
+    .map(|d| t.bind_conn(id, d, 5, Instant::now()))
+    .collect()
+}
+
+#[test]
+fn without_a_back_channel_nothing_claims_one() {
+    let mut t = table_with(false);
+    let now = Instant::now();
+    let e = t
+        .exchange_id(&Bytes::from_static(b"b"), [1; 8], false, now)
+        .unwrap();
+    let mut args = create(e.clientid, 1, 4, 1);
+    args.flags = CREATE_SESSION4_FLAG_CONN_BACK_CHAN;
+    let (out, _) = t.create_session(&args, now).unwrap();
+    assert_eq!(out.flags, 0, "CONN_BACK_CHAN is not granted");
+    assert_eq!(
+        bind_all(&mut t, &out.id),
+        vec![
+            Ok(ConnDir::Fore),
+            Ok(ConnDir::Fore),
+            Ok(ConnDir::Fore),
+            Err(SessionError::Inval)
+        ]
+    );
+    assert_eq!(t.connections(&out.id), vec![1, 5]);
+    assert_eq!(
+        t.bind_conn(&[0; 16], ConnDirRequest::Fore, 5, now),
+        Err(SessionError::BadSession)
+    );
+}
+
+#[test]
+fn with_a_back_channel_binding_grants_what_was_asked() {
+    let mut t = table_with(true);
+    let now = Instant::now();
+    let e = t
+        .exchange_id(&Bytes::from_static(b"b"), [1; 8], false, now)
+        .unwrap();
+    let mut args = create(e.clientid, 1, 4, 1);
+    args.flags = CREATE_SESSION4_FLAG_CONN_BACK_CHAN | 0x1;
+    let (out, _) = t.create_session(&args, now).unwrap();
+    assert_eq!(
+        out.flags, CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
+        "never PERSIST"
+    );
+    assert_eq!(
+        bind_all(&mut t, &out.id),
+        vec![
+            Ok(ConnDir::Fore),
+            Ok(ConnDir::Both),
+            Ok(ConnDir::Both),
+            Ok(ConnDir::Back)
+        ]
+    );
+}
