@@ -7,8 +7,8 @@ use bytes::Bytes;
 use txnfs_backend::local::LocalBackend;
 use txnfs_backend::memory::MemoryBackend;
 use txnfs_backend::{
-    Backend, BackendError, CreateMode, Creds, FileKey, FileType, NodeKind, SetAttrs, SetTime,
-    Timestamp,
+    Backend, BackendError, CreateMode, Creds, FileKey, FileType, NodeKind, OpCtx, SetAttrs,
+    SetTime, Timestamp,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -42,13 +42,18 @@ fn creds() -> Creds {
 }
 
 fn create<B: Backend>(b: &B, dir: &FileKey, name: &str) -> FileKey {
-    let (k, a, created) = b
+    let txnfs_backend::Created {
+        key: k,
+        attrs: a,
+        created,
+        ..
+    } = b
         .create_file(
+            &OpCtx::for_creds(creds()),
             dir,
             name.as_bytes(),
             CreateMode::Guarded,
             &SetAttrs::default(),
-            &creds(),
         )
         .expect("create");
     assert!(created);
@@ -58,14 +63,14 @@ fn create<B: Backend>(b: &B, dir: &FileKey, name: &str) -> FileKey {
 
 fn mkdir<B: Backend>(b: &B, dir: &FileKey, name: &str) -> FileKey {
     b.make_node(
+        &OpCtx::for_creds(creds()),
         dir,
         name.as_bytes(),
         &NodeKind::Directory,
         &SetAttrs::default(),
-        &creds(),
     )
     .expect("mkdir")
-    .0
+    .key
 }
 
 // ---------------------------------------------------------------------------------------
@@ -82,8 +87,14 @@ pub fn check_root<B: Backend>(b: &B) {
 
 pub fn check_create_write_read<B: Backend>(b: &B) {
     let root = b.root().unwrap();
-    let (k, a, created) = b
+    let txnfs_backend::Created {
+        key: k,
+        attrs: a,
+        created,
+        ..
+    } = b
         .create_file(
+            &OpCtx::for_creds(creds()),
             &root,
             b"f",
             CreateMode::Unchecked,
@@ -91,7 +102,6 @@ pub fn check_create_write_read<B: Backend>(b: &B) {
                 mode: Some(0o640),
                 ..Default::default()
             },
-            &creds(),
         )
         .unwrap();
     assert!(created);
@@ -100,7 +110,9 @@ pub fn check_create_write_read<B: Backend>(b: &B) {
     assert_eq!(a.gid, 5678);
     assert_eq!(a.nlink, 1);
     assert_eq!(a.size, 0);
-    let a = b.write(&k, 0, b"hello world", false).unwrap();
+    let a = b
+        .write(&OpCtx::default(), &k, 0, b"hello world", false)
+        .unwrap();
     assert_eq!(a.size, 11);
     let (data, eof) = b.read(&k, 0, 100).unwrap();
     assert_eq!(&data[..], b"hello world");
@@ -118,7 +130,7 @@ pub fn check_create_write_read<B: Backend>(b: &B) {
     assert!(data.is_empty());
     assert!(eof);
     // a hole
-    b.write(&k, 20, b"x", false).unwrap();
+    b.write(&OpCtx::default(), &k, 20, b"x", false).unwrap();
     let (data, _) = b.read(&k, 0, 100).unwrap();
     assert_eq!(data.len(), 21);
     assert_eq!(&data[11..20], &[0u8; 9]);
@@ -131,8 +143,14 @@ pub fn check_create_write_read<B: Backend>(b: &B) {
         BackendError::NotFound
     );
     // unchecked create of an existing file opens it, applies only the size
-    let (k3, a3, created) = b
+    let txnfs_backend::Created {
+        key: k3,
+        attrs: a3,
+        created,
+        ..
+    } = b
         .create_file(
+            &OpCtx::for_creds(creds()),
             &root,
             b"f",
             CreateMode::Unchecked,
@@ -141,7 +159,6 @@ pub fn check_create_write_read<B: Backend>(b: &B) {
                 size: Some(3),
                 ..Default::default()
             },
-            &creds(),
         )
         .unwrap();
     assert!(!created);
@@ -151,7 +168,8 @@ pub fn check_create_write_read<B: Backend>(b: &B) {
     // reading a directory
     assert_eq!(b.read(&root, 0, 10).unwrap_err(), BackendError::IsDir);
     assert_eq!(
-        b.write(&root, 0, b"x", false).unwrap_err(),
+        b.write(&OpCtx::default(), &root, 0, b"x", false)
+            .unwrap_err(),
         BackendError::IsDir
     );
 }
@@ -159,21 +177,23 @@ pub fn check_create_write_read<B: Backend>(b: &B) {
 pub fn check_sync_write_commit<B: Backend>(b: &B) {
     let root = b.root().unwrap();
     let k = create(b, &root, "s");
-    let a = b.write(&k, 0, b"stable", true).unwrap();
+    let a = b.write(&OpCtx::default(), &k, 0, b"stable", true).unwrap();
     assert_eq!(a.size, 6);
-    b.commit(&k).unwrap();
-    b.write(&k, 6, b" more", false).unwrap();
-    b.commit(&k).unwrap();
+    b.commit(&OpCtx::default(), &k).unwrap();
+    b.write(&OpCtx::default(), &k, 6, b" more", false).unwrap();
+    b.commit(&OpCtx::default(), &k).unwrap();
     assert_eq!(&b.read(&k, 0, 64).unwrap().0[..], b"stable more");
 }
 
 pub fn check_setattr<B: Backend>(b: &B) {
     let root = b.root().unwrap();
     let k = create(b, &root, "a");
-    b.write(&k, 0, b"0123456789", false).unwrap();
+    b.write(&OpCtx::default(), &k, 0, b"0123456789", false)
+        .unwrap();
     // truncate
     let a = b
         .setattr(
+            &OpCtx::default(),
             &k,
             &SetAttrs {
                 size: Some(4),
@@ -186,6 +206,7 @@ pub fn check_setattr<B: Backend>(b: &B) {
     // extend with zeros
     let a = b
         .setattr(
+            &OpCtx::default(),
             &k,
             &SetAttrs {
                 size: Some(8),
@@ -198,6 +219,7 @@ pub fn check_setattr<B: Backend>(b: &B) {
     // mode
     let a = b
         .setattr(
+            &OpCtx::default(),
             &k,
             &SetAttrs {
                 mode: Some(0o4711),
@@ -210,6 +232,7 @@ pub fn check_setattr<B: Backend>(b: &B) {
     // owner
     let a = b
         .setattr(
+            &OpCtx::default(),
             &k,
             &SetAttrs {
                 uid: Some(42),
@@ -231,6 +254,7 @@ pub fn check_setattr<B: Backend>(b: &B) {
     };
     let a = b
         .setattr(
+            &OpCtx::default(),
             &k,
             &SetAttrs {
                 atime: Some(SetTime::Client(t1)),
@@ -245,6 +269,7 @@ pub fn check_setattr<B: Backend>(b: &B) {
     let before = now_sec();
     let a = b
         .setattr(
+            &OpCtx::default(),
             &k,
             &SetAttrs {
                 mtime: Some(SetTime::ServerNow),
@@ -257,6 +282,7 @@ pub fn check_setattr<B: Backend>(b: &B) {
     // size on a directory
     assert_eq!(
         b.setattr(
+            &OpCtx::default(),
             &root,
             &SetAttrs {
                 size: Some(0),
@@ -267,7 +293,12 @@ pub fn check_setattr<B: Backend>(b: &B) {
         BackendError::IsDir
     );
     // empty setattr is a getattr
-    assert_eq!(b.setattr(&k, &SetAttrs::default()).unwrap().size, 8);
+    assert_eq!(
+        b.setattr(&OpCtx::default(), &k, &SetAttrs::default())
+            .unwrap()
+            .size,
+        8
+    );
 }
 
 fn now_sec() -> i64 {
@@ -282,54 +313,64 @@ pub fn check_create_modes<B: Backend>(b: &B) {
     let k = create(b, &root, "g");
     let e = b
         .create_file(
+            &OpCtx::for_creds(creds()),
             &root,
             b"g",
             CreateMode::Guarded,
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap_err();
     assert_eq!(e, BackendError::Exists);
     let verf = *b"verifier";
-    let (k1, _, c1) = b
+    let txnfs_backend::Created {
+        key: k1,
+        attrs: _,
+        created: c1,
+        ..
+    } = b
         .create_file(
+            &OpCtx::for_creds(creds()),
             &root,
             b"x",
             CreateMode::Exclusive(verf),
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap();
     assert!(c1);
-    let (k2, _, c2) = b
+    let txnfs_backend::Created {
+        key: k2,
+        attrs: _,
+        created: c2,
+        ..
+    } = b
         .create_file(
+            &OpCtx::for_creds(creds()),
             &root,
             b"x",
             CreateMode::Exclusive(verf),
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap();
     assert!(!c2, "retry with the same verifier opens the file");
     assert_eq!(k1, k2);
     let e = b
         .create_file(
+            &OpCtx::for_creds(creds()),
             &root,
             b"x",
             CreateMode::Exclusive(*b"other!!!"),
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap_err();
     assert_eq!(e, BackendError::Exists);
     // an exclusive create over a file made otherwise is Exists
     let e = b
         .create_file(
+            &OpCtx::for_creds(creds()),
             &root,
             b"g",
             CreateMode::Exclusive(verf),
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap_err();
     assert_eq!(e, BackendError::Exists);
@@ -338,11 +379,11 @@ pub fn check_create_modes<B: Backend>(b: &B) {
     mkdir(b, &root, "d");
     let e = b
         .create_file(
+            &OpCtx::for_creds(creds()),
             &root,
             b"d",
             CreateMode::Unchecked,
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap_err();
     assert_eq!(e, BackendError::IsDir);
@@ -351,8 +392,11 @@ pub fn check_create_modes<B: Backend>(b: &B) {
 pub fn check_make_node<B: Backend>(b: &B) {
     let root = b.root().unwrap();
     let root_nlink = b.getattr(&root).unwrap().nlink;
-    let (dk, da) = b
+    let txnfs_backend::Made {
+        key: dk, attrs: da, ..
+    } = b
         .make_node(
+            &OpCtx::for_creds(creds()),
             &root,
             b"dir",
             &NodeKind::Directory,
@@ -360,7 +404,6 @@ pub fn check_make_node<B: Backend>(b: &B) {
                 mode: Some(0o750),
                 ..Default::default()
             },
-            &creds(),
         )
         .unwrap();
     assert_eq!(da.ftype, FileType::Directory);
@@ -370,21 +413,26 @@ pub fn check_make_node<B: Backend>(b: &B) {
     assert_eq!(b.getattr(&root).unwrap().nlink, root_nlink + 1);
     let (pk, _) = b.lookup_parent(&dk).unwrap();
     assert_eq!(pk, root);
-    let (sk, sa) = b
+    let txnfs_backend::Made {
+        key: sk, attrs: sa, ..
+    } = b
         .make_node(
+            &OpCtx::for_creds(creds()),
             &dk,
             b"sym",
             &NodeKind::Symlink(Bytes::from_static(b"../target/x")),
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap();
     assert_eq!(sa.ftype, FileType::Symlink);
     assert_eq!(sa.size, 11);
     assert_eq!(&b.readlink(&sk).unwrap()[..], b"../target/x");
     assert_eq!(b.readlink(&dk).unwrap_err(), BackendError::NotSymlink);
-    let (fk, fa) = b
+    let txnfs_backend::Made {
+        key: fk, attrs: fa, ..
+    } = b
         .make_node(
+            &OpCtx::for_creds(creds()),
             &dk,
             b"fifo",
             &NodeKind::Fifo,
@@ -392,7 +440,6 @@ pub fn check_make_node<B: Backend>(b: &B) {
                 mode: Some(0o600),
                 ..Default::default()
             },
-            &creds(),
         )
         .unwrap();
     assert_eq!(fa.ftype, FileType::Fifo);
@@ -401,21 +448,23 @@ pub fn check_make_node<B: Backend>(b: &B) {
     assert_eq!(b.read(&fk, 0, 1).unwrap_err(), BackendError::Inval);
     let e = b
         .make_node(
+            &OpCtx::for_creds(creds()),
             &dk,
             b"fifo",
             &NodeKind::Directory,
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap_err();
     assert_eq!(e, BackendError::Exists);
-    let (ck, ca) = b
+    let txnfs_backend::Made {
+        key: ck, attrs: ca, ..
+    } = b
         .make_node(
+            &OpCtx::for_creds(creds()),
             &dk,
             b"null",
             &NodeKind::CharDev(1, 3),
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap();
     assert_eq!(ca.ftype, FileType::CharDev);
@@ -430,32 +479,37 @@ pub fn check_link<B: Backend>(b: &B) {
     let root = b.root().unwrap();
     let k = create(b, &root, "orig");
     let d = mkdir(b, &root, "sub");
-    let a = b.link(&k, &d, b"alias").unwrap();
+    let a = b.link(&OpCtx::default(), &k, &d, b"alias").unwrap().attrs;
     assert_eq!(a.nlink, 2);
     let (k2, a2) = b.lookup(&d, b"alias").unwrap();
     assert_eq!(a2.fileid, a.fileid);
     assert_eq!(b.getattr(&k2).unwrap().nlink, 2);
-    assert_eq!(b.link(&k, &d, b"alias").unwrap_err(), BackendError::Exists);
     assert_eq!(
-        b.link(&d, &root, b"dirlink").unwrap_err(),
+        b.link(&OpCtx::default(), &k, &d, b"alias").unwrap_err(),
+        BackendError::Exists
+    );
+    assert_eq!(
+        b.link(&OpCtx::default(), &d, &root, b"dirlink")
+            .unwrap_err(),
         BackendError::IsDir
     );
-    b.remove(&root, b"orig").unwrap();
+    b.remove(&OpCtx::default(), &root, b"orig").unwrap();
     assert_eq!(
         b.getattr(&k2).unwrap().nlink,
         1,
         "still alive via the other link"
     );
-    b.write(&k2, 0, b"ok", false).unwrap();
+    b.write(&OpCtx::default(), &k2, 0, b"ok", false).unwrap();
 }
 
 pub fn check_rename<B: Backend>(b: &B) {
     let root = b.root().unwrap();
     let a = create(b, &root, "a");
-    b.write(&a, 0, b"AAA", false).unwrap();
+    b.write(&OpCtx::default(), &a, 0, b"AAA", false).unwrap();
     let t = create(b, &root, "t");
-    b.write(&t, 0, b"TTTTTT", false).unwrap();
-    b.rename(&root, b"a", &root, b"t").unwrap();
+    b.write(&OpCtx::default(), &t, 0, b"TTTTTT", false).unwrap();
+    b.rename(&OpCtx::default(), &root, b"a", &root, b"t")
+        .unwrap();
     assert_eq!(b.lookup(&root, b"a").unwrap_err(), BackendError::NotFound);
     let (k, attrs) = b.lookup(&root, b"t").unwrap();
     assert_eq!(k, a, "the key follows the object");
@@ -466,7 +520,8 @@ pub fn check_rename<B: Backend>(b: &B) {
     let d2 = mkdir(b, &root, "d2");
     let n = b.getattr(&root).unwrap().nlink;
     let sub = mkdir(b, &d1, "sub");
-    b.rename(&d1, b"sub", &d2, b"moved").unwrap();
+    b.rename(&OpCtx::default(), &d1, b"sub", &d2, b"moved")
+        .unwrap();
     assert_eq!(b.getattr(&d1).unwrap().nlink, 2);
     assert_eq!(b.getattr(&d2).unwrap().nlink, 3);
     assert_eq!(b.lookup_parent(&sub).unwrap().0, d2);
@@ -474,42 +529,50 @@ pub fn check_rename<B: Backend>(b: &B) {
     // dir over a non-empty dir
     let full = mkdir(b, &root, "full");
     create(b, &full, "inside");
-    let e = b.rename(&root, b"d1", &root, b"full").unwrap_err();
+    let e = b
+        .rename(&OpCtx::default(), &root, b"d1", &root, b"full")
+        .unwrap_err();
     assert_eq!(e, BackendError::NotEmpty);
     // dir over an empty dir works
-    b.rename(&root, b"d1", &d2, b"moved").unwrap();
+    b.rename(&OpCtx::default(), &root, b"d1", &d2, b"moved")
+        .unwrap();
     assert_eq!(b.lookup(&d2, b"moved").unwrap().0, d1);
     assert_eq!(b.getattr(&sub).unwrap_err(), BackendError::Stale);
     // file over dir / dir over file
     assert_eq!(
-        b.rename(&root, b"t", &root, b"full").unwrap_err(),
+        b.rename(&OpCtx::default(), &root, b"t", &root, b"full")
+            .unwrap_err(),
         BackendError::IsDir
     );
     assert_eq!(
-        b.rename(&root, b"full", &root, b"t").unwrap_err(),
+        b.rename(&OpCtx::default(), &root, b"full", &root, b"t")
+            .unwrap_err(),
         BackendError::NotDir
     );
     // into its own subtree
     assert_eq!(
-        b.rename(&root, b"d2", &d1, b"loop").unwrap_err(),
+        b.rename(&OpCtx::default(), &root, b"d2", &d1, b"loop")
+            .unwrap_err(),
         BackendError::Inval
     );
     // missing source
     assert_eq!(
-        b.rename(&root, b"ghost", &root, b"x").unwrap_err(),
+        b.rename(&OpCtx::default(), &root, b"ghost", &root, b"x")
+            .unwrap_err(),
         BackendError::NotFound
     );
     // rename onto itself is a no-op
-    b.rename(&root, b"t", &root, b"t").unwrap();
+    b.rename(&OpCtx::default(), &root, b"t", &root, b"t")
+        .unwrap();
     assert!(b.lookup(&root, b"t").is_ok());
 }
 
 pub fn check_remove<B: Backend>(b: &B) {
     let root = b.root().unwrap();
     let k = create(b, &root, "gone");
-    b.write(&k, 0, b"data", false).unwrap();
+    b.write(&OpCtx::default(), &k, 0, b"data", false).unwrap();
     assert!(b.getattr(&k).is_ok());
-    b.remove(&root, b"gone").unwrap();
+    b.remove(&OpCtx::default(), &root, b"gone").unwrap();
     assert_eq!(b.getattr(&k).unwrap_err(), BackendError::Stale);
     assert_eq!(b.read(&k, 0, 4).unwrap_err(), BackendError::Stale);
     assert_eq!(
@@ -517,28 +580,34 @@ pub fn check_remove<B: Backend>(b: &B) {
         BackendError::NotFound
     );
     assert_eq!(
-        b.remove(&root, b"gone").unwrap_err(),
+        b.remove(&OpCtx::default(), &root, b"gone").unwrap_err(),
         BackendError::NotFound
     );
     let d = mkdir(b, &root, "d");
     create(b, &d, "f");
-    assert_eq!(b.remove(&root, b"d").unwrap_err(), BackendError::NotEmpty);
-    b.remove(&d, b"f").unwrap();
+    assert_eq!(
+        b.remove(&OpCtx::default(), &root, b"d").unwrap_err(),
+        BackendError::NotEmpty
+    );
+    b.remove(&OpCtx::default(), &d, b"f").unwrap();
     let n = b.getattr(&root).unwrap().nlink;
-    b.remove(&root, b"d").unwrap();
+    b.remove(&OpCtx::default(), &root, b"d").unwrap();
     assert_eq!(b.getattr(&root).unwrap().nlink, n - 1);
     assert_eq!(b.getattr(&d).unwrap_err(), BackendError::Stale);
     // operations inside a removed directory: its key is stale
     assert_eq!(b.lookup(&d, b"f").unwrap_err(), BackendError::Stale);
-    assert_eq!(b.remove(&d, b"f").unwrap_err(), BackendError::Stale);
+    assert_eq!(
+        b.remove(&OpCtx::default(), &d, b"f").unwrap_err(),
+        BackendError::Stale
+    );
     assert_eq!(b.readdir(&d, 0, 10).unwrap_err(), BackendError::Stale);
     let e = b
         .create_file(
+            &OpCtx::for_creds(creds()),
             &d,
             b"f",
             CreateMode::Unchecked,
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap_err();
     assert_eq!(e, BackendError::Stale);
@@ -592,13 +661,13 @@ pub fn check_readdir_paging<B: Backend>(b: &B) {
         cookie = ents.last().unwrap().cookie;
         // remove one already-seen entry and one not yet seen
         if let Some(e) = ents.first() {
-            b.remove(&d, &e.name).unwrap();
+            b.remove(&OpCtx::default(), &d, &e.name).unwrap();
         }
         while victim > 0 {
             let n = &names[victim];
             victim -= 1;
             if !seen.contains(n) && !removed.contains(n) {
-                b.remove(&d, n.as_bytes()).unwrap();
+                b.remove(&OpCtx::default(), &d, n.as_bytes()).unwrap();
                 removed.insert(n.clone());
                 break;
             }
@@ -624,7 +693,9 @@ pub fn check_change<B: Backend>(b: &B) {
     let k = create(b, &root, "c");
     let mut last = b.getattr(&k).unwrap().change;
     for i in 0..100u32 {
-        let a = b.write(&k, 0, &i.to_be_bytes(), false).unwrap();
+        let a = b
+            .write(&OpCtx::default(), &k, 0, &i.to_be_bytes(), false)
+            .unwrap();
         assert!(a.change > last, "write {i}: change {} !> {last}", a.change);
         assert_eq!(
             b.getattr(&k).unwrap().change,
@@ -635,6 +706,7 @@ pub fn check_change<B: Backend>(b: &B) {
     }
     let a = b
         .setattr(
+            &OpCtx::default(),
             &k,
             &SetAttrs {
                 mode: Some(0o600),
@@ -648,13 +720,14 @@ pub fn check_change<B: Backend>(b: &B) {
     create(b, &root, "c2");
     let d1 = b.getattr(&root).unwrap().change;
     assert!(d1 > d0);
-    b.rename(&root, b"c2", &root, b"c3").unwrap();
+    b.rename(&OpCtx::default(), &root, b"c2", &root, b"c3")
+        .unwrap();
     let d2 = b.getattr(&root).unwrap().change;
     assert!(d2 > d1);
-    b.remove(&root, b"c3").unwrap();
+    b.remove(&OpCtx::default(), &root, b"c3").unwrap();
     let d3 = b.getattr(&root).unwrap().change;
     assert!(d3 > d2);
-    b.link(&k, &root, b"c4").unwrap();
+    b.link(&OpCtx::default(), &k, &root, b"c4").unwrap();
     assert!(b.getattr(&root).unwrap().change > d3);
 }
 
@@ -664,16 +737,32 @@ pub fn check_bad_names<B: Backend>(b: &B) {
     for bad in [&b".."[..], b".", b"a/b", b"", b"nul\0"] {
         assert_eq!(b.lookup(&root, bad).unwrap_err(), BackendError::BadName);
         let e = b
-            .create_file(&root, bad, CreateMode::Unchecked, &SetAttrs::default(), &c)
+            .create_file(
+                &OpCtx::for_creds(c.clone()),
+                &root,
+                bad,
+                CreateMode::Unchecked,
+                &SetAttrs::default(),
+            )
             .unwrap_err();
         assert_eq!(e, BackendError::BadName);
         let e = b
-            .make_node(&root, bad, &NodeKind::Directory, &SetAttrs::default(), &c)
+            .make_node(
+                &OpCtx::for_creds(c.clone()),
+                &root,
+                bad,
+                &NodeKind::Directory,
+                &SetAttrs::default(),
+            )
             .unwrap_err();
         assert_eq!(e, BackendError::BadName);
-        assert_eq!(b.remove(&root, bad).unwrap_err(), BackendError::BadName);
         assert_eq!(
-            b.rename(&root, bad, &root, b"x").unwrap_err(),
+            b.remove(&OpCtx::default(), &root, bad).unwrap_err(),
+            BackendError::BadName
+        );
+        assert_eq!(
+            b.rename(&OpCtx::default(), &root, bad, &root, b"x")
+                .unwrap_err(),
             BackendError::BadName
         );
     }
@@ -683,8 +772,14 @@ pub fn check_bad_names<B: Backend>(b: &B) {
         BackendError::NameTooLong
     );
     let ok = vec![b'a'; 255];
-    b.create_file(&root, &ok, CreateMode::Guarded, &SetAttrs::default(), &c)
-        .unwrap();
+    b.create_file(
+        &OpCtx::for_creds(c.clone()),
+        &root,
+        &ok,
+        CreateMode::Guarded,
+        &SetAttrs::default(),
+    )
+    .unwrap();
     // garbage keys are stale, not a crash
     for key in [
         Bytes::new(),
@@ -700,13 +795,15 @@ pub fn check_symlink_not_followed<B: Backend>(b: &B) {
     let root = b.root().unwrap();
     let d = mkdir(b, &root, "real");
     create(b, &d, "inner");
-    let (sk, _) = b
+    let txnfs_backend::Made {
+        key: sk, attrs: _, ..
+    } = b
         .make_node(
+            &OpCtx::for_creds(creds()),
             &root,
             b"link",
             &NodeKind::Symlink(Bytes::from_static(b"real")),
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap();
     let (k, a) = b.lookup(&root, b"link").unwrap();
@@ -717,11 +814,11 @@ pub fn check_symlink_not_followed<B: Backend>(b: &B) {
     // creating through a symlink name does not follow it
     let e = b
         .create_file(
+            &OpCtx::for_creds(creds()),
             &root,
             b"link",
             CreateMode::Guarded,
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap_err();
     assert_eq!(e, BackendError::Exists);
@@ -729,6 +826,7 @@ pub fn check_symlink_not_followed<B: Backend>(b: &B) {
     // setattr mode on a symlink leaves the target alone
     let before = b.getattr(&d).unwrap().mode;
     let _ = b.setattr(
+        &OpCtx::default(),
         &sk,
         &SetAttrs {
             mode: Some(0o700),
@@ -744,6 +842,7 @@ pub fn check_symlink_not_followed<B: Backend>(b: &B) {
     let dt = b.getattr(&d).unwrap().mtime;
     let a = b
         .setattr(
+            &OpCtx::default(),
             &sk,
             &SetAttrs {
                 mtime: Some(SetTime::Client(t)),
@@ -765,8 +864,14 @@ pub fn check_create_attrs<B: Backend>(b: &B) {
         sec: 1_500_000_000,
         nsec: 42,
     };
-    let (k, a, created) = b
+    let txnfs_backend::Created {
+        key: k,
+        attrs: a,
+        created,
+        ..
+    } = b
         .create_file(
+            &OpCtx::for_creds(creds()),
             &root,
             b"sized",
             CreateMode::Guarded,
@@ -776,7 +881,6 @@ pub fn check_create_attrs<B: Backend>(b: &B) {
                 mode: Some(0o600),
                 ..Default::default()
             },
-            &creds(),
         )
         .unwrap();
     assert!(created);
@@ -784,17 +888,18 @@ pub fn check_create_attrs<B: Backend>(b: &B) {
     assert_eq!(&b.read(&k, 0, 10).unwrap().0[..], &[0u8; 5]);
     // a write beyond any file size limit
     assert_eq!(
-        b.write(&k, u64::MAX - 1, b"xy", false).unwrap_err(),
+        b.write(&OpCtx::default(), &k, u64::MAX - 1, b"xy", false)
+            .unwrap_err(),
         BackendError::FileTooBig
     );
     // empty symlink target
     let e = b
         .make_node(
+            &OpCtx::for_creds(creds()),
             &root,
             b"empty-link",
             &NodeKind::Symlink(Bytes::new()),
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap_err();
     assert_eq!(e, BackendError::Inval);
@@ -811,10 +916,11 @@ pub fn check_concurrent<B: Backend>(b: &B) {
                 for i in 0..50 {
                     let name = format!("f{i}");
                     let k = create(b, &d, &name);
-                    b.write(&k, 0, name.as_bytes(), i % 2 == 0).unwrap();
+                    b.write(&OpCtx::default(), &k, 0, name.as_bytes(), i % 2 == 0)
+                        .unwrap();
                     assert_eq!(&b.read(&k, 0, 16).unwrap().0[..], name.as_bytes());
                     if i % 3 == 0 {
-                        b.remove(&d, name.as_bytes()).unwrap();
+                        b.remove(&OpCtx::default(), &d, name.as_bytes()).unwrap();
                         assert_eq!(b.getattr(&k).unwrap_err(), BackendError::Stale);
                     }
                     let _ = b.readdir(&root, 0, 3).unwrap();
@@ -837,8 +943,15 @@ pub fn check_concurrent<B: Backend>(b: &B) {
 
 pub fn check_setgid_dirs<B: Backend>(b: &B) {
     let root = b.root().unwrap();
-    let (d, _) = b
+    let txnfs_backend::Made {
+        key: d, attrs: _, ..
+    } = b
         .make_node(
+            &OpCtx::for_creds(Creds {
+                uid: 1000,
+                gid: 1000,
+                gids: vec![],
+            }),
             &root,
             b"shared",
             &NodeKind::Directory,
@@ -847,57 +960,64 @@ pub fn check_setgid_dirs<B: Backend>(b: &B) {
                 gid: Some(777),
                 ..Default::default()
             },
-            &Creds {
-                uid: 1000,
-                gid: 1000,
-                gids: vec![],
-            },
         )
         .unwrap();
     let a = b.getattr(&d).unwrap();
     assert_eq!((a.mode, a.uid, a.gid), (0o2775, 1000, 777));
-    let (_, fa, _) = b
+    let txnfs_backend::Created {
+        key: _,
+        attrs: fa,
+        created: _,
+        ..
+    } = b
         .create_file(
+            &OpCtx::for_creds(Creds {
+                uid: 1000,
+                gid: 1000,
+                gids: vec![],
+            }),
             &d,
             b"f",
             CreateMode::Guarded,
             &SetAttrs::default(),
-            &Creds {
-                uid: 1000,
-                gid: 1000,
-                gids: vec![],
-            },
         )
         .unwrap();
     assert_eq!((fa.uid, fa.gid, fa.mode), (1000, 777, 0o644));
-    let (_, sa) = b
+    let txnfs_backend::Made {
+        key: _, attrs: sa, ..
+    } = b
         .make_node(
+            &OpCtx::for_creds(Creds {
+                uid: 1000,
+                gid: 1000,
+                gids: vec![],
+            }),
             &d,
             b"sub",
             &NodeKind::Directory,
             &SetAttrs::default(),
-            &Creds {
-                uid: 1000,
-                gid: 1000,
-                gids: vec![],
-            },
         )
         .unwrap();
     assert_eq!((sa.gid, sa.mode), (777, 0o2755));
     // mode is exact, whatever the umask
-    let (_, ua, _) = b
+    let txnfs_backend::Created {
+        key: _,
+        attrs: ua,
+        created: _,
+        ..
+    } = b
         .create_file(
+            &OpCtx::for_creds(Creds {
+                uid: 1000,
+                gid: 1000,
+                gids: vec![],
+            }),
             &root,
             b"wide",
             CreateMode::Guarded,
             &SetAttrs {
                 mode: Some(0o777),
                 ..Default::default()
-            },
-            &Creds {
-                uid: 1000,
-                gid: 1000,
-                gids: vec![],
             },
         )
         .unwrap();

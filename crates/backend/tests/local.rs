@@ -8,7 +8,7 @@ use std::process::Command;
 use bytes::Bytes;
 use txnfs_backend::local::LocalBackend;
 use txnfs_backend::{
-    Backend, BackendError, CreateMode, Creds, FileType, NodeKind, SetAttrs, MAX_KEY_LEN,
+    Backend, BackendError, CreateMode, Creds, FileType, NodeKind, OpCtx, SetAttrs, MAX_KEY_LEN,
 };
 
 fn creds() -> Creds {
@@ -25,44 +25,61 @@ fn keys_survive_restart() {
     let (root, file, sub, link, data_key) = {
         let b = LocalBackend::open(dir.path()).unwrap();
         let root = b.root().unwrap();
-        let (file, _, _) = b
+        let txnfs_backend::Created {
+            key: file,
+            attrs: _,
+            created: _,
+            ..
+        } = b
             .create_file(
+                &OpCtx::for_creds(creds()),
                 &root,
                 b"file",
                 CreateMode::Guarded,
                 &SetAttrs::default(),
-                &creds(),
             )
             .unwrap();
-        b.write(&file, 0, b"persisted", true).unwrap();
-        let (sub, _) = b
+        b.write(&OpCtx::default(), &file, 0, b"persisted", true)
+            .unwrap();
+        let txnfs_backend::Made {
+            key: sub, attrs: _, ..
+        } = b
             .make_node(
+                &OpCtx::for_creds(creds()),
                 &root,
                 b"sub",
                 &NodeKind::Directory,
                 &SetAttrs::default(),
-                &creds(),
             )
             .unwrap();
-        let (link, _) = b
+        let txnfs_backend::Made {
+            key: link,
+            attrs: _,
+            ..
+        } = b
             .make_node(
+                &OpCtx::for_creds(creds()),
                 &sub,
                 b"ln",
                 &NodeKind::Symlink(Bytes::from_static(b"../file")),
                 &SetAttrs::default(),
-                &creds(),
             )
             .unwrap();
         for k in [&root, &file, &sub, &link] {
             assert!(k.len() <= MAX_KEY_LEN);
         }
-        let (data_key, _, _) = b
+        let txnfs_backend::Created {
+            key: data_key,
+            attrs: _,
+            created: _,
+            ..
+        } = b
             .create_file(
+                &OpCtx::for_creds(creds()),
                 &sub,
                 b"deleted-later",
                 CreateMode::Guarded,
                 &SetAttrs::default(),
-                &creds(),
             )
             .unwrap();
         (root, file, sub, link, data_key)
@@ -95,29 +112,33 @@ fn symlink_to_root_is_never_traversed() {
     assert_eq!(b.lookup_parent(&k).unwrap_err(), BackendError::NotDir);
     let e = b
         .create_file(
+            &OpCtx::for_creds(creds()),
             &k,
             b"pwned",
             CreateMode::Unchecked,
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap_err();
     assert_eq!(e, BackendError::NotDir);
     let e = b
         .make_node(
+            &OpCtx::for_creds(creds()),
             &k,
             b"pwned",
             &NodeKind::Directory,
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap_err();
     assert_eq!(e, BackendError::NotDir);
-    assert_eq!(b.remove(&k, b"tmp").unwrap_err(), BackendError::NotDir);
+    assert_eq!(
+        b.remove(&OpCtx::default(), &k, b"tmp").unwrap_err(),
+        BackendError::NotDir
+    );
     // Unchecked create on the name of a symlink does not write through it.
     let (etc, _) = b.lookup(&root, b"etc").unwrap();
     let e = b
         .create_file(
+            &OpCtx::for_creds(creds()),
             &root,
             b"etc",
             CreateMode::Unchecked,
@@ -125,13 +146,13 @@ fn symlink_to_root_is_never_traversed() {
                 size: Some(0),
                 ..Default::default()
             },
-            &creds(),
         )
         .unwrap_err();
     assert_eq!(e, BackendError::SymlinkLoop);
-    assert!(b.write(&etc, 0, b"x", false).is_err());
+    assert!(b.write(&OpCtx::default(), &etc, 0, b"x", false).is_err());
     assert!(b
         .setattr(
+            &OpCtx::default(),
             &etc,
             &SetAttrs {
                 size: Some(0),
@@ -146,6 +167,7 @@ fn symlink_to_root_is_never_traversed() {
     });
     let a = b
         .setattr(
+            &OpCtx::default(),
             &etc,
             &SetAttrs {
                 uid: Some(4242),
@@ -207,30 +229,37 @@ fn stale_after_external_removal() {
     let dir = tempfile::tempdir().unwrap();
     let b = LocalBackend::open(dir.path()).unwrap();
     let root = b.root().unwrap();
-    let (k, _, _) = b
+    let txnfs_backend::Created {
+        key: k,
+        attrs: _,
+        created: _,
+        ..
+    } = b
         .create_file(
+            &OpCtx::for_creds(creds()),
             &root,
             b"f",
             CreateMode::Guarded,
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap();
-    b.write(&k, 0, b"abc", false).unwrap(); // cached read-write descriptor
+    b.write(&OpCtx::default(), &k, 0, b"abc", false).unwrap(); // cached read-write descriptor
     std::fs::remove_file(dir.path().join("f")).unwrap();
     assert_eq!(b.getattr(&k).unwrap_err(), BackendError::Stale);
     assert_eq!(b.read(&k, 0, 3).unwrap_err(), BackendError::Stale);
     assert_eq!(
-        b.write(&k, 0, b"x", false).unwrap_err(),
+        b.write(&OpCtx::default(), &k, 0, b"x", false).unwrap_err(),
         BackendError::Stale
     );
-    let (d, _) = b
+    let txnfs_backend::Made {
+        key: d, attrs: _, ..
+    } = b
         .make_node(
+            &OpCtx::for_creds(creds()),
             &root,
             b"d",
             &NodeKind::Directory,
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap();
     std::fs::remove_dir(dir.path().join("d")).unwrap();
@@ -248,26 +277,36 @@ fn exclusive_verifier_lives_in_atime_mtime() {
         .enumerate()
     {
         let name = format!("x{i}");
-        let (k, a, created) = b
+        let txnfs_backend::Created {
+            key: k,
+            attrs: a,
+            created,
+            ..
+        } = b
             .create_file(
+                &OpCtx::for_creds(creds()),
                 &root,
                 name.as_bytes(),
                 CreateMode::Exclusive(*verf),
                 &SetAttrs::default(),
-                &creds(),
             )
             .unwrap();
         assert!(created);
         let at = i64::from(u32::from_be_bytes([verf[0], verf[1], verf[2], verf[3]]));
         let mt = i64::from(u32::from_be_bytes([verf[4], verf[5], verf[6], verf[7]]));
         assert_eq!((a.atime.sec, a.mtime.sec), (at, mt));
-        let (k2, _, again) = b
+        let txnfs_backend::Created {
+            key: k2,
+            attrs: _,
+            created: again,
+            ..
+        } = b
             .create_file(
+                &OpCtx::for_creds(creds()),
                 &root,
                 name.as_bytes(),
                 CreateMode::Exclusive(*verf),
                 &SetAttrs::default(),
-                &creds(),
             )
             .unwrap();
         assert!(!again);
@@ -353,11 +392,11 @@ fn readdir_cookies_on_tmpfs() {
     let root = b.root().unwrap();
     for i in 0..200 {
         b.create_file(
+            &OpCtx::for_creds(creds()),
             &root,
             format!("n{i}").as_bytes(),
             CreateMode::Guarded,
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap();
     }
@@ -377,7 +416,7 @@ fn readdir_cookies_on_tmpfs() {
         // remove an already returned entry between pages
         round += 1;
         if round % 2 == 0 {
-            b.remove(&root, &ents[0].name).unwrap();
+            b.remove(&OpCtx::default(), &root, &ents[0].name).unwrap();
         }
     }
     assert_eq!(seen.len(), 200);
@@ -391,17 +430,23 @@ fn many_keys_beyond_the_descriptor_cache() {
     let root = b.root().unwrap();
     let mut keys = Vec::new();
     for i in 0..5000u32 {
-        let (k, _, _) = b
+        let txnfs_backend::Created {
+            key: k,
+            attrs: _,
+            created: _,
+            ..
+        } = b
             .create_file(
+                &OpCtx::for_creds(creds()),
                 &root,
                 format!("f{i}").as_bytes(),
                 CreateMode::Guarded,
                 &SetAttrs::default(),
-                &creds(),
             )
             .unwrap();
         if i % 10 == 0 {
-            b.write(&k, 0, &i.to_be_bytes(), false).unwrap();
+            b.write(&OpCtx::default(), &k, 0, &i.to_be_bytes(), false)
+                .unwrap();
         }
         keys.push(k);
     }
@@ -414,7 +459,8 @@ fn many_keys_beyond_the_descriptor_cache() {
         }
     }
     for i in (0..5000).step_by(7) {
-        b.remove(&root, format!("f{i}").as_bytes()).unwrap();
+        b.remove(&OpCtx::default(), &root, format!("f{i}").as_bytes())
+            .unwrap();
         assert_eq!(b.getattr(&keys[i]).unwrap_err(), BackendError::Stale);
     }
 }
