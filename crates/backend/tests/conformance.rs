@@ -33,6 +33,24 @@ fn local() -> Fixture<LocalBackend> {
     Fixture { b, _dir: Some(dir) }
 }
 
+/// A layer that changes nothing: the suite run through it proves that every call
+/// forwards (a layer that dropped or garbled one would fail here).
+pub struct Passthrough(std::sync::Arc<dyn Backend>);
+
+impl txnfs_backend::layer::Layer for Passthrough {
+    fn lower(&self) -> &dyn Backend {
+        &*self.0
+    }
+}
+
+fn layered() -> Fixture<Passthrough> {
+    let f = local();
+    Fixture {
+        b: Passthrough(std::sync::Arc::new(Passthrough(std::sync::Arc::new(f.b)))),
+        _dir: f._dir,
+    }
+}
+
 fn creds() -> Creds {
     Creds {
         uid: 1234,
@@ -1064,9 +1082,99 @@ macro_rules! conformance {
             case!(check_create_attrs);
             case!(check_concurrent);
             case!(check_setgid_dirs);
+            case!(check_dir_change);
+            case!(check_clone_range);
         }
     };
 }
 
+/// Directory mutators report the directory's change exactly: `after` moved past
+/// `before`, equals what getattr says afterwards, and never goes back across calls.
+pub fn check_dir_change<B: Backend>(b: &B) {
+    let cx = OpCtx::for_creds(creds());
+    let root = b.root().unwrap();
+    let change = |k: &FileKey| b.getattr(k).unwrap().change;
+    let mut last_root = change(&root);
+    let step = |d: txnfs_backend::DirChange, dir: &FileKey, last: &mut u64| {
+        assert!(
+            d.before >= *last,
+            "before {} < previous {}",
+            d.before,
+            *last
+        );
+        assert!(
+            d.after > d.before,
+            "after {} <= before {}",
+            d.after,
+            d.before
+        );
+        assert_eq!(d.after, change(dir), "after is what getattr reports");
+        *last = d.after;
+    };
+    let f = b
+        .create_file(&cx, &root, b"f", CreateMode::Guarded, &SetAttrs::default())
+        .unwrap();
+    step(f.dir, &root, &mut last_root);
+    let d = b
+        .make_node(&cx, &root, b"d", &NodeKind::Directory, &SetAttrs::default())
+        .unwrap();
+    step(d.dir, &root, &mut last_root);
+    let mut last_d = change(&d.key);
+    let l = b.link(&cx, &f.key, &d.key, b"l").unwrap();
+    step(l.dir, &d.key, &mut last_d);
+    let r = b.rename(&cx, &root, b"f", &d.key, b"g").unwrap();
+    step(r.from, &root, &mut last_root);
+    step(r.to, &d.key, &mut last_d);
+    let r = b.rename(&cx, &d.key, b"g", &d.key, b"h").unwrap();
+    assert_eq!(r.from, r.to, "one directory: one change");
+    step(r.to, &d.key, &mut last_d);
+    step(b.remove(&cx, &d.key, b"h").unwrap(), &d.key, &mut last_d);
+    // Opening an existing file changes nothing.
+    let again = b
+        .create_file(
+            &cx,
+            &d.key,
+            b"l",
+            CreateMode::Unchecked,
+            &SetAttrs::default(),
+        )
+        .unwrap();
+    assert!(!again.created);
+    assert_eq!(again.dir.before, again.dir.after);
+    assert_eq!(again.dir.after, change(&d.key));
+}
+
+/// clone_range makes the destination range equal to the source range, by whatever
+/// method, and reports `Reflink` only where the backend can share blocks.
+pub fn check_clone_range<B: Backend>(b: &B) {
+    let cx = OpCtx::default();
+    let root = b.root().unwrap();
+    let src = create(b, &root, "src");
+    let dst = create(b, &root, "dst");
+    let data: Vec<u8> = (0..3 * 4096 + 100).map(|i| (i * 7 % 251) as u8).collect();
+    b.write(&cx, &src, 0, &data, false).unwrap();
+    let before = b.getattr(&dst).unwrap().change;
+    // Whole file (len 0 = to the end of the source).
+    let m = b.clone_range(&cx, &src, 0, &dst, 0, 0).unwrap();
+    if b.clone_method() == txnfs_backend::CloneMethod::Copy {
+        assert_eq!(m, txnfs_backend::CloneMethod::Copy);
+    }
+    assert_eq!(b.read(&dst, 0, 1 << 20).unwrap().0, &data[..]);
+    assert!(b.getattr(&dst).unwrap().change > before, "dst change moves");
+    // An unaligned range past the destination's end grows it.
+    let m = b.clone_range(&cx, &src, 10, &dst, 20_000, 333).unwrap();
+    assert_eq!(m, txnfs_backend::CloneMethod::Copy, "unaligned ranges copy");
+    assert_eq!(b.getattr(&dst).unwrap().size, 20_333);
+    assert_eq!(b.read(&dst, 20_000, 333).unwrap().0, &data[10..343]);
+    // A source range beyond the end of the source is refused.
+    let e = b
+        .clone_range(&cx, &src, data.len() as u64, &dst, 0, 1)
+        .unwrap_err();
+    assert_eq!(e, BackendError::Inval);
+    let d = mkdir(b, &root, "dir");
+    assert!(b.clone_range(&cx, &d, 0, &dst, 0, 0).is_err());
+}
+
 conformance!(memory_backend, memory);
 conformance!(local_backend, local);
+conformance!(layered_backend, layered);
