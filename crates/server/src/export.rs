@@ -386,4 +386,46 @@ mod tests {
         let r = Exports::build(&[mem("/")]).unwrap();
         assert!(r.root_export.is_some());
     }
+
+    #[test]
+    fn layer_stacks_are_checked_before_anything_opens() {
+        let stack = |names: &[&str]| ExportConfig {
+            backend: crate::config::LayerStack::of(names.iter().copied()),
+            ..mem("/a")
+        };
+        let e = Exports::build(&[stack(&["memory:max_bytes=1M"])]).unwrap();
+        let b = &e.exports.values().next().unwrap().backend;
+        assert_eq!(b.statfs(&b.root().unwrap()).unwrap().total_bytes, 1 << 20);
+        let err = Exports::build(&[
+            stack(&["memory"]),
+            ExportConfig {
+                name: "/b".into(),
+                ..stack(&["lcoal"])
+            },
+        ])
+        .err()
+        .unwrap();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("\"/b\"") && msg.contains("unknown layer \"lcoal\""),
+            "{msg}"
+        );
+        assert!(msg.contains("known layers: local, memory"), "{msg}");
+        // A prebuilt backend is used as handed in, whatever the stack says.
+        let pre = ExportConfig {
+            prebuilt: Some(crate::config::PrebuiltBackend(Arc::new(
+                txnfs_backend::memory::MemoryBackend::new(),
+            ))),
+            ..stack(&["nonsense"])
+        };
+        assert!(Exports::build(&[pre]).is_ok());
+    }
+
+    #[test]
+    fn compound_ids_are_fresh_and_never_zero() {
+        let e = Exports::build(&[mem("/")]).unwrap();
+        let a = CompoundScope::new(&e);
+        let b = CompoundScope::new(&e);
+        assert!(a.ctx().compound > 0 && b.ctx().compound > a.ctx().compound);
+    }
 }
