@@ -18,6 +18,7 @@ use bytes::Bytes;
 pub mod layer;
 pub mod local;
 pub mod memory;
+mod reflink;
 
 /// Opaque, restart-stable identity of an object inside one backend (at most
 /// [`MAX_KEY_LEN`] bytes).

@@ -45,6 +45,7 @@ use rustix::fs::{self as rfs, AtFlags, Dir, FileType as RFileType, Mode, OFlags,
 use rustix::io::Errno;
 
 use crate::memory::{check_symlink_target, verifier_times};
+use crate::reflink::{copy_range, ficlonerange, probe_reflink};
 use crate::{
     check_name, Attrs, Backend, BackendError, CloneMethod, CreateMode, Created, Creds, DirChange,
     DirEntry, FileKey, FileType, FsStats, Linked, Made, NodeKind, OpCtx, RenameChange, Result,
@@ -100,7 +101,7 @@ fn map_errno_dir(e: Errno) -> BackendError {
     }
 }
 
-fn retry<T>(mut f: impl FnMut() -> rustix::io::Result<T>) -> rustix::io::Result<T> {
+pub(crate) fn retry<T>(mut f: impl FnMut() -> rustix::io::Result<T>) -> rustix::io::Result<T> {
     loop {
         match f() {
             Err(Errno::INTR) => continue,
@@ -1512,95 +1513,6 @@ impl Backend for LocalBackend {
 
     fn clone_method(&self) -> CloneMethod {
         self.clone
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// Range cloning
-
-/// `ioctl(dst, FICLONERANGE, {src, src_off, len, dst_off})`: share `len` bytes of `src`
-/// with `dst` (XFS, Btrfs; offsets and length must be block-aligned, except a range
-/// ending at the source's end of file).
-fn ficlonerange(
-    src: &OwnedFd,
-    src_off: u64,
-    dst: &OwnedFd,
-    dst_off: u64,
-    len: u64,
-) -> rustix::io::Result<()> {
-    let arg = libc::file_clone_range {
-        src_fd: i64::from(src.as_raw_fd()),
-        src_offset: src_off,
-        src_length: len,
-        dest_offset: dst_off,
-    };
-    retry(|| {
-        // SAFETY: `arg` is a live, initialized `struct file_clone_range` that the kernel
-        // only reads during the call; `dst` and `src` are open descriptors borrowed for
-        // the call. FICLONERANGE takes exactly a pointer to that struct.
-        let rc = unsafe { libc::ioctl(dst.as_raw_fd(), libc::FICLONERANGE, &arg) };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO))
-        }
-    })
-}
-
-/// Copies `len` bytes of `src` at `src_off` to `dst` at `dst_off` (the clone fallback).
-fn copy_range(src: &OwnedFd, src_off: u64, dst: &OwnedFd, dst_off: u64, len: u64) -> Result<()> {
-    const CHUNK: u64 = 1 << 20;
-    let mut buf = vec![0u8; CHUNK.min(len) as usize];
-    let mut done = 0u64;
-    while done < len {
-        let want = (len - done).min(CHUNK) as usize;
-        let n = retry(|| rustix::io::pread(src, &mut buf[..want], src_off + done))
-            .map_err(map_errno)?;
-        if n == 0 {
-            return Err(BackendError::Inval); // the source shrank meanwhile
-        }
-        let mut w = 0usize;
-        while w < n {
-            let at = dst_off + done + w as u64;
-            match retry(|| rustix::io::pwrite(dst, &buf[w..n], at)) {
-                Ok(0) => return Err(BackendError::NoSpace),
-                Ok(k) => w += k,
-                Err(e) => return Err(map_errno(e)),
-            }
-        }
-        done += n as u64;
-    }
-    Ok(())
-}
-
-/// Whether the export's file system shares blocks: clones one block between two unnamed
-/// temporary files in the export root (`O_TMPFILE`: nothing is left behind). Any failure
-/// (ext4 and tmpfs answer EOPNOTSUPP, a read-only export EROFS) means copying.
-fn probe_reflink(root: &OwnedFd) -> CloneMethod {
-    let tmp = || {
-        rfs::openat(
-            root,
-            c".",
-            OFlags::RDWR | OFlags::TMPFILE | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )
-    };
-    let probe = || -> rustix::io::Result<()> {
-        let (a, b) = (tmp()?, tmp()?);
-        let block = rfs::fstatvfs(root).map_or(4096, |v| v.f_bsize.clamp(512, 1 << 16));
-        let data = vec![0x5au8; block as usize];
-        let mut done = 0;
-        while done < data.len() {
-            done += retry(|| rustix::io::pwrite(&a, &data[done..], done as u64))?;
-        }
-        ficlonerange(&a, 0, &b, 0, block)
-    };
-    match probe() {
-        Ok(()) => CloneMethod::Reflink,
-        Err(e) => {
-            tracing::debug!("export does not support FICLONERANGE ({e}): clone_range copies");
-            CloneMethod::Copy
-        }
     }
 }
 
