@@ -5,12 +5,20 @@
 //! file handle; the memory backend an inode number). The server wraps keys into NFS file
 //! handles (adding the export id and a MAC so clients cannot forge them); backends never
 //! see NFS types. All calls are synchronous: the server runs a whole COMPOUND on one
-//! blocking thread (one handoff per request), so a backend call is a plain syscall.
+//! thread, so a backend call is a plain syscall.
+//!
+//! Backends stack (see `docs/adr/0009-backend-layers.md`): a [`layer::Layer`] is a
+//! backend that holds the backend below it and forwards what it does not change. Every
+//! call that may change the file system gets the [`OpCtx`] of the COMPOUND it belongs
+//! to, and [`Backend::begin_compound`] / [`Backend::end_compound`] bracket a COMPOUND,
+//! so a layer can group a COMPOUND's mutations (undo logs, locks, fault injection).
 
 use bytes::Bytes;
 
+pub mod layer;
 pub mod local;
 pub mod memory;
+mod reflink;
 
 /// Opaque, restart-stable identity of an object inside one backend (at most
 /// [`MAX_KEY_LEN`] bytes).
@@ -172,6 +180,10 @@ pub enum BackendError {
     NotSymlink,
     #[error("operation not supported")]
     NotSupp,
+    /// A layer refuses the call for now (e.g. a conflicting transaction holds the
+    /// object); the client should retry later (NFS4ERR_DELAY).
+    #[error("conflict, retry later")]
+    Conflict,
     #[error("I/O error: {0}")]
     Io(String),
 }
@@ -202,6 +214,83 @@ pub struct Creds {
     pub gids: Vec<u32>,
 }
 
+/// Who is calling and on behalf of which COMPOUND: handed to every call that may change
+/// the file system, and to the COMPOUND hooks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpCtx {
+    /// The caller; new objects belong to it (see [`Backend::create_file`]).
+    pub creds: Creds,
+    /// The NFS client id, when the COMPOUND runs in a session.
+    pub client: Option<u64>,
+    /// Unique per COMPOUND within one server run (never 0 for a real COMPOUND; 0 marks
+    /// calls made outside any COMPOUND, e.g. by tests or tools).
+    pub compound: u64,
+}
+
+impl OpCtx {
+    /// A context outside any COMPOUND acting as `creds` (tests, tools).
+    pub fn for_creds(creds: Creds) -> Self {
+        OpCtx {
+            creds,
+            client: None,
+            compound: 0,
+        }
+    }
+}
+
+/// How a directory's `change` moved across one mutation (NFSv4 `change_info4`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirChange {
+    pub before: u64,
+    pub after: u64,
+    /// True when nothing else changed the directory between `before` and `after` (the
+    /// values were taken under the same lock as the mutation).
+    pub atomic: bool,
+}
+
+/// What [`Backend::create_file`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Created {
+    pub key: FileKey,
+    pub attrs: Attrs,
+    /// False when an existing file was opened (Unchecked, or an Exclusive retry).
+    pub created: bool,
+    /// The directory's change (before == after when nothing was created).
+    pub dir: DirChange,
+}
+
+/// What [`Backend::make_node`] made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Made {
+    pub key: FileKey,
+    pub attrs: Attrs,
+    pub dir: DirChange,
+}
+
+/// The two directories of a rename (the same values twice when they are one directory).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RenameChange {
+    pub from: DirChange,
+    pub to: DirChange,
+}
+
+/// What [`Backend::link`] did: the file's new attributes and the directory's change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Linked {
+    pub attrs: Attrs,
+    pub dir: DirChange,
+}
+
+/// How [`Backend::clone_range`] shares data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloneMethod {
+    /// The destination shares the source's blocks (copy-on-write, e.g. FICLONERANGE on
+    /// XFS or Btrfs): cheap, and no extra space until either side is written.
+    Reflink,
+    /// The bytes are copied (the time and space of a write of `len` bytes).
+    Copy,
+}
+
 /// The storage interface. Names passed in are single path components that the server
 /// has already validated (non-empty, no '/', no NUL, not "." or ".."); backends check
 /// again and answer `BadName` rather than trusting that.
@@ -214,18 +303,25 @@ pub trait Backend: Send + Sync + 'static {
     /// The parent of a directory. At the export root, returns `NotFound` (the server
     /// itself decides what is above an export).
     fn lookup_parent(&self, dir: &FileKey) -> Result<(FileKey, Attrs)>;
-    fn setattr(&self, key: &FileKey, attrs: &SetAttrs) -> Result<Attrs>;
+    fn setattr(&self, cx: &OpCtx, key: &FileKey, attrs: &SetAttrs) -> Result<Attrs>;
     /// Read up to `count` bytes at `offset`; the flag is true at end of file.
     fn read(&self, key: &FileKey, offset: u64, count: u32) -> Result<(Bytes, bool)>;
     /// Write `data` at `offset`; with `sync` the data (and the size) are on stable
     /// storage before this returns. Returns the post-write attributes.
-    fn write(&self, key: &FileKey, offset: u64, data: &[u8], sync: bool) -> Result<Attrs>;
+    fn write(
+        &self,
+        cx: &OpCtx,
+        key: &FileKey,
+        offset: u64,
+        data: &[u8],
+        sync: bool,
+    ) -> Result<Attrs>;
     /// Flush a file's data to stable storage.
-    fn commit(&self, key: &FileKey) -> Result<()>;
-    /// Create (or, per `mode`, open) a regular file. Returns the key, the attributes and
-    /// whether the file was newly created.
+    fn commit(&self, cx: &OpCtx, key: &FileKey) -> Result<()>;
+    /// Create (or, per `mode`, open) a regular file. Returns the key, the attributes,
+    /// whether the file was newly created, and the directory's change.
     ///
-    /// A new object belongs to `owner.uid` and to `owner.gid` (or, in a set-group-ID
+    /// A new object belongs to `cx.creds.uid` and `cx.creds.gid` (or, in a set-group-ID
     /// directory, to the directory's group); `attrs.uid` / `attrs.gid`, when given,
     /// override that, so the server must refuse values the caller may not set. Its mode
     /// is exactly `attrs.mode` (default 0o644 for files, 0o755 for directories), with no
@@ -235,29 +331,36 @@ pub trait Backend: Send + Sync + 'static {
     /// object `Exists`.
     fn create_file(
         &self,
+        cx: &OpCtx,
         dir: &FileKey,
         name: &[u8],
         mode: CreateMode,
         attrs: &SetAttrs,
-        owner: &Creds,
-    ) -> Result<(FileKey, Attrs, bool)>;
+    ) -> Result<Created>;
     /// Create a directory, symlink, fifo, socket or device node; fails with `Exists`.
     /// Ownership and mode as for `create_file`; `attrs.size` gives `Inval`, and so does an
     /// empty symlink target or one containing NUL.
     fn make_node(
         &self,
+        cx: &OpCtx,
         dir: &FileKey,
         name: &[u8],
         kind: &NodeKind,
         attrs: &SetAttrs,
-        owner: &Creds,
-    ) -> Result<(FileKey, Attrs)>;
+    ) -> Result<Made>;
     /// Remove a non-directory or an empty directory (a non-empty one gives `NotEmpty`).
     /// Once the last link of an object is gone, its key is `Stale`.
-    fn remove(&self, dir: &FileKey, name: &[u8]) -> Result<()>;
+    fn remove(&self, cx: &OpCtx, dir: &FileKey, name: &[u8]) -> Result<DirChange>;
     /// POSIX rename semantics (replaces a compatible target atomically).
-    fn rename(&self, from_dir: &FileKey, from: &[u8], to_dir: &FileKey, to: &[u8]) -> Result<()>;
-    fn link(&self, file: &FileKey, dir: &FileKey, name: &[u8]) -> Result<Attrs>;
+    fn rename(
+        &self,
+        cx: &OpCtx,
+        from_dir: &FileKey,
+        from: &[u8],
+        to_dir: &FileKey,
+        to: &[u8],
+    ) -> Result<RenameChange>;
+    fn link(&self, cx: &OpCtx, file: &FileKey, dir: &FileKey, name: &[u8]) -> Result<Linked>;
     fn readlink(&self, key: &FileKey) -> Result<Bytes>;
     /// Entries after `cookie` (0 = from the start), at most `max_entries`; the flag is
     /// true when the end of the directory was reached. Cookies stay valid across calls
@@ -275,4 +378,35 @@ pub trait Backend: Send + Sync + 'static {
         max_entries: usize,
     ) -> Result<(Vec<DirEntry>, bool)>;
     fn statfs(&self, key: &FileKey) -> Result<FsStats>;
+
+    /// Make `len` bytes of `dst` at `dst_off` equal to `src` at `src_off` (both regular
+    /// files of this backend; `dst` grows if needed), e.g. to save a range before a
+    /// write overwrites it and to put it back on undo. `len` 0 means "to the end of
+    /// `src`". Returns how the data was shared: [`CloneMethod::Reflink`] only when the
+    /// blocks are really shared, else [`CloneMethod::Copy`].
+    fn clone_range(
+        &self,
+        cx: &OpCtx,
+        src: &FileKey,
+        src_off: u64,
+        dst: &FileKey,
+        dst_off: u64,
+        len: u64,
+    ) -> Result<CloneMethod>;
+    /// What [`Backend::clone_range`] does on this backend when the ranges are suitably
+    /// aligned (decided once, when the backend is opened).
+    fn clone_method(&self) -> CloneMethod;
+
+    /// A COMPOUND whose context is `cx` starts using this backend (called once per
+    /// COMPOUND and export, before the first call on its behalf). An error fails the op
+    /// that touched the export; `Conflict` tells the client to retry later.
+    fn begin_compound(&self, cx: &OpCtx) -> Result<()> {
+        let _ = cx;
+        Ok(())
+    }
+    /// The COMPOUND of `cx` is done (`ok`: every op succeeded). Called once for every
+    /// successful `begin_compound`, before the reply is sent or cached.
+    fn end_compound(&self, cx: &OpCtx, ok: bool) {
+        let _ = (cx, ok);
+    }
 }

@@ -19,6 +19,10 @@
 //!   regular files (128) so that hot keys are not reopened on every call.
 //! * `change` is the ctime in nanoseconds, bumped by an in-memory per-file counter so that
 //!   two mutations within one ctime tick still differ and it never goes back during a run.
+//! * Directory mutations report their directory's change before and after (not atomic:
+//!   another process may change the directory in between).
+//! * `clone_range` uses `FICLONERANGE` when a probe at open time showed that the file
+//!   system shares blocks (XFS, Btrfs), else it copies (ext4, tmpfs).
 //! * Directory cookies are the file system's `d_off` values (stable on ext4, xfs, btrfs
 //!   and tmpfs since Linux 6.6). If the file system reports a `d_off` that cannot be
 //!   passed back to `lseek` (0 or negative), the entry gets an ordinal cookie instead
@@ -41,9 +45,11 @@ use rustix::fs::{self as rfs, AtFlags, Dir, FileType as RFileType, Mode, OFlags,
 use rustix::io::Errno;
 
 use crate::memory::{check_symlink_target, verifier_times};
+use crate::reflink::{copy_range, ficlonerange, probe_reflink};
 use crate::{
-    check_name, Attrs, Backend, BackendError, CreateMode, Creds, DirEntry, FileKey, FileType,
-    FsStats, NodeKind, Result, SetAttrs, SetTime, Timestamp, MAX_KEY_LEN,
+    check_name, Attrs, Backend, BackendError, CloneMethod, CreateMode, Created, Creds, DirChange,
+    DirEntry, FileKey, FileType, FsStats, Linked, Made, NodeKind, OpCtx, RenameChange, Result,
+    SetAttrs, SetTime, Timestamp, MAX_KEY_LEN,
 };
 
 /// Capacity of the `O_PATH` descriptor cache.
@@ -95,7 +101,7 @@ fn map_errno_dir(e: Errno) -> BackendError {
     }
 }
 
-fn retry<T>(mut f: impl FnMut() -> rustix::io::Result<T>) -> rustix::io::Result<T> {
+pub(crate) fn retry<T>(mut f: impl FnMut() -> rustix::io::Result<T>) -> rustix::io::Result<T> {
     loop {
         match f() {
             Err(Errno::INTR) => continue,
@@ -211,8 +217,13 @@ fn name_to_handle(
 fn open_handle(mount_fd: BorrowedFd<'_>, key: &[u8]) -> rustix::io::Result<OwnedFd> {
     let mut buf = decode_key(key).ok_or(Errno::STALE)?;
     // ENOMEM is what ext4 reports when the inode is being freed by a concurrent unlink
-    // (exportfs cannot build a dentry for it). Retry briefly; if it persists, the object
-    // is going away: `map_handle_errno` answers Stale.
+    // (exportfs cannot build a dentry for it). Retry a few times; if it persists, the
+    // object is going away: `map_handle_errno` answers Stale.
+    //
+    // The retries only yield, never sleep: a short COMPOUND runs inline on a tokio worker
+    // thread (`compound::is_quick`), where a sleep would stall every connection served
+    // by that worker. Yielding lets the unlinking thread finish without blocking, and the
+    // bound (3 yields) keeps the worst case at a few context switches.
     let mut nomem_retries = 3;
     loop {
         // SAFETY: `buf` is a live, aligned `struct file_handle` with `handle_bytes` <=
@@ -235,7 +246,7 @@ fn open_handle(mount_fd: BorrowedFd<'_>, key: &[u8]) -> rustix::io::Result<Owned
             Errno::INTR => continue,
             Errno::NOMEM if nomem_retries > 0 => {
                 nomem_retries -= 1;
-                std::thread::sleep(std::time::Duration::from_millis(1));
+                std::thread::yield_now();
             }
             e => return Err(e),
         }
@@ -333,7 +344,9 @@ impl ChangeTable {
     fn value(&mut self, fileid: u64, ctime: u64, mutated: bool) -> u64 {
         let next = match self.map.get(&fileid) {
             None if !mutated => return ctime,
-            None => ctime,
+            // The unrecorded ctime may have been handed out already (a directory's
+            // `before`), and a coarse ctime may not have moved: go past it.
+            None => ctime + 1,
             Some(e) if e.ctime == ctime && !mutated => return e.change,
             Some(e) if e.ctime == ctime => e.change + 1,
             Some(e) => ctime.max(e.change + 1),
@@ -467,6 +480,8 @@ pub struct LocalBackend {
     paths: Mutex<FdCache>,
     rw: Mutex<FdCache>,
     changes: Mutex<ChangeTable>,
+    /// What `clone_range` does here (probed once at open).
+    clone: CloneMethod,
 }
 
 impl std::fmt::Debug for LocalBackend {
@@ -526,7 +541,9 @@ impl LocalBackend {
             Ok(v) if v.f_fsid != 0 => v.f_fsid,
             _ => st.st_dev as u64,
         };
+        let clone = probe_reflink(&root_fd);
         Ok(LocalBackend {
+            clone,
             root_key,
             root_dev: st.st_dev as u64,
             root_ino: st.st_ino as u64,
@@ -621,10 +638,24 @@ impl LocalBackend {
         }
     }
 
-    /// Records a mutation of a directory done through the backend (moves its `change`).
-    fn dir_mutated(&self, dirfd: &OwnedFd) {
-        if let Ok(st) = rfs::fstat(dirfd) {
-            let _ = self.attrs(&st, true);
+    /// Records a mutation of a directory done through the backend (moves its `change`);
+    /// returns the new change value (0 if the directory cannot be stat'ed).
+    fn dir_mutated(&self, dirfd: &OwnedFd) -> u64 {
+        rfs::fstat(dirfd).map_or(0, |st| self.attrs(&st, true).change)
+    }
+
+    /// A directory's change value before a mutation (0 if it cannot be stat'ed).
+    fn dir_before(&self, dirfd: &OwnedFd) -> u64 {
+        rfs::fstat(dirfd).map_or(0, |st| self.attrs(&st, false).change)
+    }
+
+    /// The change of a directory across a mutation through the backend.
+    fn dir_change(&self, dirfd: &OwnedFd, before: u64) -> DirChange {
+        let after = self.dir_mutated(dirfd);
+        DirChange {
+            before,
+            after,
+            atomic: false,
         }
     }
 
@@ -913,7 +944,7 @@ impl LocalBackend {
                 let fd = Arc::new(fd);
                 lock(&self.rw).insert(key.clone(), fd.clone());
                 lock(&self.paths).insert(key.clone(), fd);
-                self.dir_mutated(dfd);
+                let _ = self.dir_mutated(dfd);
                 Ok((key, self.attrs(&st, true), true))
             }
             Err(e) => {
@@ -1090,7 +1121,7 @@ impl Backend for LocalBackend {
         Ok((key, self.attrs(&pst, false)))
     }
 
-    fn setattr(&self, key: &FileKey, attrs: &SetAttrs) -> Result<Attrs> {
+    fn setattr(&self, _cx: &OpCtx, key: &FileKey, attrs: &SetAttrs) -> Result<Attrs> {
         let fd = self.resolve(key)?;
         let st = self.stat_live(key, &fd)?;
         if attrs.is_empty() {
@@ -1151,7 +1182,14 @@ impl Backend for LocalBackend {
         Ok((Bytes::from(buf), eof))
     }
 
-    fn write(&self, key: &FileKey, offset: u64, data: &[u8], sync: bool) -> Result<Attrs> {
+    fn write(
+        &self,
+        _cx: &OpCtx,
+        key: &FileKey,
+        offset: u64,
+        data: &[u8],
+        sync: bool,
+    ) -> Result<Attrs> {
         offset
             .checked_add(data.len() as u64)
             .filter(|&end| end <= i64::MAX as u64)
@@ -1173,7 +1211,7 @@ impl Backend for LocalBackend {
         Ok(self.attrs(&st, true))
     }
 
-    fn commit(&self, key: &FileKey) -> Result<()> {
+    fn commit(&self, _cx: &OpCtx, key: &FileKey) -> Result<()> {
         let pfd = self.resolve(key)?;
         let st = self.stat_live(key, &pfd)?;
         match ftype_of(&st) {
@@ -1200,30 +1238,53 @@ impl Backend for LocalBackend {
 
     fn create_file(
         &self,
+        cx: &OpCtx,
         dir: &FileKey,
         name: &[u8],
         mode: CreateMode,
         attrs: &SetAttrs,
-        owner: &Creds,
-    ) -> Result<(FileKey, Attrs, bool)> {
+    ) -> Result<Created> {
         let name = cname(name)?;
         let (dfd, dst) = self.dir_fd(dir)?;
-        self.create_inner(&dfd, &dst, &name, mode, attrs, owner)
+        let before = self.attrs(&dst, false).change;
+        let (key, attrs, created) = self.create_inner(&dfd, &dst, &name, mode, attrs, &cx.creds)?;
+        let dir = if created {
+            // `finish_created` recorded the mutation: read the value it left.
+            DirChange {
+                before,
+                after: self.dir_before(&dfd),
+                atomic: false,
+            }
+        } else {
+            DirChange {
+                before,
+                after: before,
+                atomic: false,
+            }
+        };
+        Ok(Created {
+            key,
+            attrs,
+            created,
+            dir,
+        })
     }
 
     fn make_node(
         &self,
+        cx: &OpCtx,
         dir: &FileKey,
         name: &[u8],
         kind: &NodeKind,
         attrs: &SetAttrs,
-        owner: &Creds,
-    ) -> Result<(FileKey, Attrs)> {
+    ) -> Result<Made> {
+        let owner = &cx.creds;
         let name = cname(name)?;
         if attrs.size.is_some() {
             return Err(BackendError::Inval);
         }
         let (dfd, dst) = self.dir_fd(dir)?;
+        let before = self.attrs(&dst, false).change;
         let private = Mode::from_raw_mode(0o600);
         let (made, default_mode) = match kind {
             NodeKind::Directory => (
@@ -1275,8 +1336,12 @@ impl Backend for LocalBackend {
         match result {
             Ok((fd, st, key)) => {
                 lock(&self.paths).insert(key.clone(), Arc::new(fd));
-                self.dir_mutated(&dfd);
-                Ok((key, self.attrs(&st, true)))
+                let dir = self.dir_change(&dfd, before);
+                Ok(Made {
+                    key,
+                    attrs: self.attrs(&st, true),
+                    dir,
+                })
             }
             Err(e) => {
                 let flags = if is_dir {
@@ -1290,9 +1355,10 @@ impl Backend for LocalBackend {
         }
     }
 
-    fn remove(&self, dir: &FileKey, name: &[u8]) -> Result<()> {
+    fn remove(&self, _cx: &OpCtx, dir: &FileKey, name: &[u8]) -> Result<DirChange> {
         let name = cname(name)?;
         let dfd = self.resolve(dir)?;
+        let before = self.dir_before(&dfd);
         let victim = name_to_handle(dfd.as_fd(), &name, 0).ok().map(|(k, _)| k);
         match retry(|| rfs::unlinkat(&*dfd, &*name, AtFlags::empty())) {
             Ok(()) => {}
@@ -1303,15 +1369,22 @@ impl Backend for LocalBackend {
         if let Some(k) = victim {
             self.forget_if_unlinked(&k);
         }
-        self.dir_mutated(&dfd);
-        Ok(())
+        Ok(self.dir_change(&dfd, before))
     }
 
-    fn rename(&self, from_dir: &FileKey, from: &[u8], to_dir: &FileKey, to: &[u8]) -> Result<()> {
+    fn rename(
+        &self,
+        _cx: &OpCtx,
+        from_dir: &FileKey,
+        from: &[u8],
+        to_dir: &FileKey,
+        to: &[u8],
+    ) -> Result<RenameChange> {
         let from = cname(from)?;
         let to = cname(to)?;
         let ffd = self.resolve(from_dir)?;
         let tfd = self.resolve(to_dir)?;
+        let (from_before, to_before) = (self.dir_before(&ffd), self.dir_before(&tfd));
         let victim = name_to_handle(tfd.as_fd(), &to, 0).ok().map(|(k, _)| k);
         let moved = name_to_handle(ffd.as_fd(), &from, 0).ok().map(|(k, _)| k);
         retry(|| rfs::renameat(&*ffd, &*from, &*tfd, &*to)).map_err(|e| {
@@ -1323,8 +1396,13 @@ impl Backend for LocalBackend {
                 self.forget_if_unlinked(&k);
             }
         }
-        self.dir_mutated(&ffd);
-        self.dir_mutated(&tfd);
+        let from_change = self.dir_change(&ffd, from_before);
+        let to_change = if from_dir == to_dir {
+            // One directory, one mutation: both sides report the same values.
+            from_change
+        } else {
+            self.dir_change(&tfd, to_before)
+        };
         if let Some(k) = moved {
             if let Ok(fd) = self.resolve(&k) {
                 if let Ok(st) = rfs::fstat(&*fd) {
@@ -1332,10 +1410,13 @@ impl Backend for LocalBackend {
                 }
             }
         }
-        Ok(())
+        Ok(RenameChange {
+            from: from_change,
+            to: to_change,
+        })
     }
 
-    fn link(&self, file: &FileKey, dir: &FileKey, name: &[u8]) -> Result<Attrs> {
+    fn link(&self, _cx: &OpCtx, file: &FileKey, dir: &FileKey, name: &[u8]) -> Result<Linked> {
         let name = cname(name)?;
         let fd = self.resolve(file)?;
         let st = self.stat_live(file, &fd)?;
@@ -1343,13 +1424,17 @@ impl Backend for LocalBackend {
             return Err(BackendError::IsDir);
         }
         let dfd = self.resolve(dir)?;
+        let before = self.dir_before(&dfd);
         retry(|| rfs::linkat(&*fd, c"", &*dfd, &*name, AtFlags::EMPTY_PATH)).map_err(|e| {
             let e = self.enoent_in(file, &fd, map_errno(e));
             self.enoent_in(dir, &dfd, e)
         })?;
-        self.dir_mutated(&dfd);
+        let dir = self.dir_change(&dfd, before);
         let st = rfs::fstat(&*fd).map_err(map_errno)?;
-        Ok(self.attrs(&st, true))
+        Ok(Linked {
+            attrs: self.attrs(&st, true),
+            dir,
+        })
     }
 
     fn readlink(&self, key: &FileKey) -> Result<Bytes> {
@@ -1386,6 +1471,49 @@ impl Backend for LocalBackend {
             max_name_len: u32::try_from(s.f_namemax).unwrap_or(u32::MAX),
         })
     }
+
+    fn clone_range(
+        &self,
+        _cx: &OpCtx,
+        src: &FileKey,
+        src_off: u64,
+        dst: &FileKey,
+        dst_off: u64,
+        len: u64,
+    ) -> Result<CloneMethod> {
+        let (sfd, sst) = self.io_fd(src, false)?;
+        let (dfd, _) = self.io_fd(dst, true)?;
+        let size = u64::try_from(sst.st_size).unwrap_or(0);
+        let len = if len == 0 {
+            size.checked_sub(src_off).ok_or(BackendError::Inval)?
+        } else {
+            len
+        };
+        let src_end = src_off.checked_add(len).ok_or(BackendError::Inval)?;
+        let dst_end = dst_off.checked_add(len).ok_or(BackendError::FileTooBig)?;
+        if src_end > size || dst_end > i64::MAX as u64 {
+            return Err(BackendError::Inval);
+        }
+        if src == dst && src_off < dst_end && dst_off < src_end {
+            return Err(BackendError::Inval);
+        }
+        let method = if self.clone == CloneMethod::Reflink
+            && ficlonerange(&sfd, src_off, &dfd, dst_off, len).is_ok()
+        {
+            CloneMethod::Reflink
+        } else {
+            // Unaligned ranges (EINVAL), another file system, or no reflink support.
+            copy_range(&sfd, src_off, &dfd, dst_off, len)?;
+            CloneMethod::Copy
+        };
+        let st = rfs::fstat(&*dfd).map_err(map_errno)?;
+        let _ = self.attrs(&st, true);
+        Ok(method)
+    }
+
+    fn clone_method(&self) -> CloneMethod {
+        self.clone
+    }
 }
 
 #[cfg(test)]
@@ -1414,12 +1542,13 @@ mod tests {
             map: HashMap::new(),
         };
         assert_eq!(t.value(1, 100, false), 100);
-        assert_eq!(t.value(1, 100, true), 100);
+        // a mutation within the same ctime tick still moves past what was handed out
         assert_eq!(t.value(1, 100, true), 101);
-        assert_eq!(t.value(1, 100, false), 101);
         assert_eq!(t.value(1, 100, true), 102);
+        assert_eq!(t.value(1, 100, false), 102);
+        assert_eq!(t.value(1, 100, true), 103);
         // ctime moved but not past the counter: still forward
-        assert_eq!(t.value(1, 101, false), 103);
+        assert_eq!(t.value(1, 101, false), 104);
         assert_eq!(t.value(1, 500, false), 500);
         // ctime set back (e.g. restored file): never backwards
         assert_eq!(t.value(1, 50, false), 501);

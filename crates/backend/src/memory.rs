@@ -21,19 +21,36 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 
 use crate::{
-    check_name, Attrs, Backend, BackendError, CreateMode, Creds, DirEntry, FileKey, FileType,
-    FsStats, NodeKind, Result, SetAttrs, SetTime, Timestamp, NAME_MAX,
+    check_name, Attrs, Backend, BackendError, CloneMethod, CreateMode, Created, Creds, DirChange,
+    DirEntry, FileKey, FileType, FsStats, Linked, Made, NodeKind, OpCtx, RenameChange, Result,
+    SetAttrs, SetTime, Timestamp, NAME_MAX,
 };
 
 /// The root directory's inode number.
 const ROOT_INO: u64 = 1;
-/// Largest file the memory backend holds (data lives in a `Vec`).
-const MAX_FILE_SIZE: u64 = 1 << 32;
 /// Largest read answered in one call (a shorter read is not end of file).
 const MAX_READ: u32 = 16 << 20;
-/// Reported capacity (nothing enforces it beyond `MAX_FILE_SIZE`).
-const REPORTED_BYTES: u64 = 1 << 40;
 const REPORTED_FILES: u64 = 1 << 32;
+
+/// How much the memory backend may hold (file data lives in `Vec`s, so these bound the
+/// process's memory rather than a disk).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryLimits {
+    /// Largest size of one file (`FileTooBig` beyond it). Default 4 GiB.
+    pub max_file_size: u64,
+    /// Total bytes of file data (`NoSpace` beyond it); also the reported capacity.
+    /// Default 8 GiB.
+    pub max_bytes: u64,
+}
+
+impl Default for MemoryLimits {
+    fn default() -> Self {
+        MemoryLimits {
+            max_file_size: 4 << 30,
+            max_bytes: 8 << 30,
+        }
+    }
+}
 /// First cookie handed out in a directory (0 is "start", 1 and 2 are reserved by NFS).
 const FIRST_COOKIE: u64 = 3;
 const BLOCK: u64 = 4096;
@@ -101,6 +118,9 @@ struct Inner {
     next_ino: u64,
     /// Source of `change` values: bumped by every mutation, so they never repeat.
     change: u64,
+    limits: MemoryLimits,
+    /// Bytes of file data held (sum of file lengths), bounded by `limits.max_bytes`.
+    data_bytes: u64,
 }
 
 /// An in-memory [`Backend`]. Cheap to create; everything is lost when dropped.
@@ -206,7 +226,13 @@ impl Inner {
             node.attrs.nlink == 0
         };
         if free {
-            self.nodes.remove(&ino);
+            if let Some(Node {
+                content: Content::File(data),
+                ..
+            }) = self.nodes.remove(&ino)
+            {
+                self.data_bytes -= data.len() as u64;
+            }
         }
         Ok(())
     }
@@ -224,11 +250,40 @@ impl Inner {
         }
     }
 
-    fn set_size(&mut self, ino: u64, size: u64) -> Result<()> {
-        if size > MAX_FILE_SIZE {
+    /// Checks that a file of `old` bytes may become `new` bytes long.
+    fn reserve(&self, old: u64, new: u64) -> Result<()> {
+        if new > self.limits.max_file_size {
             return Err(BackendError::FileTooBig);
         }
+        if new > old && self.data_bytes - old + new > self.limits.max_bytes {
+            return Err(BackendError::NoSpace);
+        }
+        Ok(())
+    }
+
+    /// The change value of directory `dir` now.
+    fn change_of(&self, dir: u64) -> Result<u64> {
+        Ok(self.node(dir)?.attrs.change)
+    }
+
+    /// A directory's change across a mutation done under the lock (hence atomic).
+    fn dir_change(&self, dir: u64, before: u64) -> Result<DirChange> {
+        Ok(DirChange {
+            before,
+            after: self.change_of(dir)?,
+            atomic: true,
+        })
+    }
+
+    fn set_size(&mut self, ino: u64, size: u64) -> Result<()> {
+        let old = match &self.node(ino)?.content {
+            Content::File(data) => data.len() as u64,
+            Content::Dir(_) => return Err(BackendError::IsDir),
+            _ => return Err(BackendError::Inval),
+        };
+        self.reserve(old, size)?;
         let len = usize::try_from(size).map_err(|_| BackendError::FileTooBig)?;
+        self.data_bytes = self.data_bytes - old + size;
         let node = self.node_mut(ino)?;
         match &mut node.content {
             Content::File(data) => {
@@ -240,6 +295,37 @@ impl Inner {
             Content::Dir(_) => Err(BackendError::IsDir),
             _ => Err(BackendError::Inval),
         }
+    }
+
+    /// Writes `data` at `offset` of file `ino` (growing it), within the limits. Does not
+    /// touch the times.
+    fn write_at(&mut self, ino: u64, offset: u64, data: &[u8]) -> Result<()> {
+        let end = offset
+            .checked_add(data.len() as u64)
+            .ok_or(BackendError::FileTooBig)?;
+        let old = match &self.node(ino)?.content {
+            Content::File(d) => d.len() as u64,
+            Content::Dir(_) => return Err(BackendError::IsDir),
+            _ => return Err(BackendError::Inval),
+        };
+        let new = old.max(end);
+        self.reserve(old, new)?;
+        // end <= max_file_size; usize conversion checked for 32-bit targets.
+        let s = usize::try_from(offset).map_err(|_| BackendError::FileTooBig)?;
+        let e = usize::try_from(end).map_err(|_| BackendError::FileTooBig)?;
+        self.data_bytes = self.data_bytes - old + new;
+        let node = self.node_mut(ino)?;
+        if let Content::File(buf) = &mut node.content {
+            if buf.len() < e {
+                buf.resize(e, 0);
+            }
+            buf[s..e].copy_from_slice(data);
+            let size = buf.len() as u64;
+            node.attrs.size = size;
+            node.attrs.space_used = space_for(size);
+        }
+        // Writes by root keep set-ID bits (CAP_FSETID), as on the local backend.
+        Ok(())
     }
 
     /// Applies `sa` (already validated) to `ino`. `skip_times` leaves atime/mtime alone
@@ -357,8 +443,14 @@ impl Inner {
 }
 
 impl MemoryBackend {
-    /// An empty file system: a root directory (mode 0755, owned by root).
+    /// An empty file system: a root directory (mode 0755, owned by root), with the
+    /// default [`MemoryLimits`].
     pub fn new() -> Self {
+        Self::with_limits(MemoryLimits::default())
+    }
+
+    /// An empty file system holding at most what `limits` allow.
+    pub fn with_limits(limits: MemoryLimits) -> Self {
         let t = now();
         let root = Node {
             attrs: Attrs {
@@ -386,9 +478,147 @@ impl MemoryBackend {
                 nodes,
                 next_ino: ROOT_INO + 1,
                 change: 1,
+                limits,
+                data_bytes: 0,
             }),
             fsid: 0x6d65_6d00_0000_0000 | NEXT_FSID.fetch_add(1, Ordering::Relaxed),
         }
+    }
+
+    /// `create_file` with the lock held.
+    fn create_locked(
+        &self,
+        inner: &mut Inner,
+        cx: &OpCtx,
+        dir: u64,
+        name: &[u8],
+        mode: CreateMode,
+        attrs: &SetAttrs,
+    ) -> Result<(FileKey, Attrs, bool)> {
+        if let Some(ino) = inner.dir(dir)?.get(name) {
+            let existing = inner.attrs(ino)?;
+            match existing.ftype {
+                FileType::Regular => {}
+                FileType::Directory => return Err(BackendError::IsDir),
+                FileType::Symlink if mode == CreateMode::Unchecked => {
+                    return Err(BackendError::SymlinkLoop)
+                }
+                _ => return Err(BackendError::Exists),
+            }
+            return match mode {
+                CreateMode::Guarded => Err(BackendError::Exists),
+                CreateMode::Unchecked => {
+                    if let Some(size) = attrs.size {
+                        inner.set_size(ino, size)?;
+                        inner.touch(ino, true, now())?;
+                    }
+                    Ok((key_of(ino), self.out(inner.attrs(ino)?), false))
+                }
+                CreateMode::Exclusive(verf) => {
+                    let (a, m) = verifier_times(&verf);
+                    if existing.atime.sec == a && existing.mtime.sec == m {
+                        Ok((key_of(ino), self.out(existing), false))
+                    } else {
+                        Err(BackendError::Exists)
+                    }
+                }
+            };
+        }
+        let create_attrs = SetAttrs {
+            size: None,
+            atime: None,
+            mtime: None,
+            ..attrs.clone()
+        };
+        let ino = inner.new_node(
+            dir,
+            name,
+            FileType::Regular,
+            Content::File(Vec::new()),
+            0o644,
+            &cx.creds,
+            &create_attrs,
+            (0, 0),
+        )?;
+        let rest = SetAttrs {
+            mode: None,
+            uid: None,
+            gid: None,
+            ..attrs.clone()
+        };
+        let result = match mode {
+            CreateMode::Exclusive(verf) => {
+                let (a, m) = verifier_times(&verf);
+                let node = inner.node_mut(ino)?;
+                node.attrs.atime = Timestamp { sec: a, nsec: 0 };
+                node.attrs.mtime = Timestamp { sec: m, nsec: 0 };
+                if rest.size.is_some() {
+                    inner.apply(ino, &rest, true)
+                } else {
+                    Ok(())
+                }
+            }
+            _ if !rest.is_empty() => inner.apply(ino, &rest, false),
+            _ => Ok(()),
+        };
+        if let Err(e) = result {
+            // Undo the half-made file.
+            let t = now();
+            if inner.dir_mut(dir)?.remove(name).is_some() {
+                inner.unlink_node(ino, t)?;
+            }
+            return Err(e);
+        }
+        Ok((key_of(ino), self.out(inner.attrs(ino)?), true))
+    }
+
+    /// `make_node` with the lock held.
+    fn make_locked(
+        &self,
+        inner: &mut Inner,
+        owner: &Creds,
+        dir: u64,
+        name: &[u8],
+        kind: &NodeKind,
+        attrs: &SetAttrs,
+    ) -> Result<(FileKey, Attrs)> {
+        if inner.dir(dir)?.get(name).is_some() {
+            return Err(BackendError::Exists);
+        }
+        if attrs.size.is_some() {
+            return Err(BackendError::Inval);
+        }
+        let (ftype, content, mode, rdev) = match kind {
+            NodeKind::Directory => (
+                FileType::Directory,
+                Content::Dir(Dir::new(dir)),
+                0o755,
+                (0, 0),
+            ),
+            NodeKind::Symlink(target) => {
+                check_symlink_target(target)?;
+                (
+                    FileType::Symlink,
+                    Content::Symlink(target.clone()),
+                    0o777,
+                    (0, 0),
+                )
+            }
+            NodeKind::Fifo => (FileType::Fifo, Content::Special, 0o644, (0, 0)),
+            NodeKind::Socket => (FileType::Socket, Content::Special, 0o644, (0, 0)),
+            NodeKind::BlockDev(ma, mi) => (FileType::BlockDev, Content::Special, 0o644, (*ma, *mi)),
+            NodeKind::CharDev(ma, mi) => (FileType::CharDev, Content::Special, 0o644, (*ma, *mi)),
+        };
+        let ino = inner.new_node(dir, name, ftype, content, mode, owner, attrs, rdev)?;
+        if attrs.atime.is_some() || attrs.mtime.is_some() {
+            let times = SetAttrs {
+                atime: attrs.atime,
+                mtime: attrs.mtime,
+                ..SetAttrs::default()
+            };
+            inner.apply(ino, &times, false)?;
+        }
+        Ok((key_of(ino), self.out(inner.attrs(ino)?)))
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -432,7 +662,7 @@ impl Backend for MemoryBackend {
         Ok((key_of(parent), self.out(inner.attrs(parent)?)))
     }
 
-    fn setattr(&self, key: &FileKey, attrs: &SetAttrs) -> Result<Attrs> {
+    fn setattr(&self, _cx: &OpCtx, key: &FileKey, attrs: &SetAttrs) -> Result<Attrs> {
         let ino = ino_of(key)?;
         let mut inner = self.lock();
         inner.node(ino)?;
@@ -464,39 +694,22 @@ impl Backend for MemoryBackend {
         Ok((out, end >= len))
     }
 
-    fn write(&self, key: &FileKey, offset: u64, data: &[u8], _sync: bool) -> Result<Attrs> {
+    fn write(
+        &self,
+        _cx: &OpCtx,
+        key: &FileKey,
+        offset: u64,
+        data: &[u8],
+        _sync: bool,
+    ) -> Result<Attrs> {
         let ino = ino_of(key)?;
         let mut inner = self.lock();
-        let end = offset
-            .checked_add(data.len() as u64)
-            .ok_or(BackendError::FileTooBig)?;
-        {
-            let node = inner.node_mut(ino)?;
-            let buf = match &mut node.content {
-                Content::File(d) => d,
-                Content::Dir(_) => return Err(BackendError::IsDir),
-                _ => return Err(BackendError::Inval),
-            };
-            if end > MAX_FILE_SIZE {
-                return Err(BackendError::FileTooBig);
-            }
-            // end <= MAX_FILE_SIZE fits in usize on 64-bit targets; checked for others.
-            let s = usize::try_from(offset).map_err(|_| BackendError::FileTooBig)?;
-            let e = usize::try_from(end).map_err(|_| BackendError::FileTooBig)?;
-            if buf.len() < e {
-                buf.resize(e, 0);
-            }
-            buf[s..e].copy_from_slice(data);
-            let size = buf.len() as u64;
-            node.attrs.size = size;
-            node.attrs.space_used = space_for(size);
-            // Writes by root keep set-ID bits (CAP_FSETID), as on the local backend.
-        }
+        inner.write_at(ino, offset, data)?;
         inner.touch(ino, true, now())?;
         Ok(self.out(inner.attrs(ino)?))
     }
 
-    fn commit(&self, key: &FileKey) -> Result<()> {
+    fn commit(&self, _cx: &OpCtx, key: &FileKey) -> Result<()> {
         let ino = ino_of(key)?;
         let inner = self.lock();
         match inner.node(ino)?.attrs.ftype {
@@ -507,146 +720,49 @@ impl Backend for MemoryBackend {
 
     fn create_file(
         &self,
+        cx: &OpCtx,
         dir: &FileKey,
         name: &[u8],
         mode: CreateMode,
         attrs: &SetAttrs,
-        owner: &Creds,
-    ) -> Result<(FileKey, Attrs, bool)> {
+    ) -> Result<Created> {
         check_name(name)?;
         let dir = ino_of(dir)?;
         let mut inner = self.lock();
-        if let Some(ino) = inner.dir(dir)?.get(name) {
-            let existing = inner.attrs(ino)?;
-            match existing.ftype {
-                FileType::Regular => {}
-                FileType::Directory => return Err(BackendError::IsDir),
-                FileType::Symlink if mode == CreateMode::Unchecked => {
-                    return Err(BackendError::SymlinkLoop)
-                }
-                _ => return Err(BackendError::Exists),
-            }
-            return match mode {
-                CreateMode::Guarded => Err(BackendError::Exists),
-                CreateMode::Unchecked => {
-                    if let Some(size) = attrs.size {
-                        inner.set_size(ino, size)?;
-                        inner.touch(ino, true, now())?;
-                    }
-                    Ok((key_of(ino), self.out(inner.attrs(ino)?), false))
-                }
-                CreateMode::Exclusive(verf) => {
-                    let (a, m) = verifier_times(&verf);
-                    if existing.atime.sec == a && existing.mtime.sec == m {
-                        Ok((key_of(ino), self.out(existing), false))
-                    } else {
-                        Err(BackendError::Exists)
-                    }
-                }
-            };
-        }
-        let create_attrs = SetAttrs {
-            size: None,
-            atime: None,
-            mtime: None,
-            ..attrs.clone()
-        };
-        let ino = inner.new_node(
-            dir,
-            name,
-            FileType::Regular,
-            Content::File(Vec::new()),
-            0o644,
-            owner,
-            &create_attrs,
-            (0, 0),
-        )?;
-        let rest = SetAttrs {
-            mode: None,
-            uid: None,
-            gid: None,
-            ..attrs.clone()
-        };
-        let result = match mode {
-            CreateMode::Exclusive(verf) => {
-                let (a, m) = verifier_times(&verf);
-                let node = inner.node_mut(ino)?;
-                node.attrs.atime = Timestamp { sec: a, nsec: 0 };
-                node.attrs.mtime = Timestamp { sec: m, nsec: 0 };
-                if rest.size.is_some() {
-                    inner.apply(ino, &rest, true)
-                } else {
-                    Ok(())
-                }
-            }
-            _ if !rest.is_empty() => inner.apply(ino, &rest, false),
-            _ => Ok(()),
-        };
-        if let Err(e) = result {
-            // Undo the half-made file.
-            let t = now();
-            if inner.dir_mut(dir)?.remove(name).is_some() {
-                inner.unlink_node(ino, t)?;
-            }
-            return Err(e);
-        }
-        Ok((key_of(ino), self.out(inner.attrs(ino)?), true))
+        let before = inner.change_of(dir)?;
+        let (key, attrs, created) = self.create_locked(&mut inner, cx, dir, name, mode, attrs)?;
+        Ok(Created {
+            key,
+            attrs,
+            created,
+            dir: inner.dir_change(dir, before)?,
+        })
     }
 
     fn make_node(
         &self,
+        cx: &OpCtx,
         dir: &FileKey,
         name: &[u8],
         kind: &NodeKind,
         attrs: &SetAttrs,
-        owner: &Creds,
-    ) -> Result<(FileKey, Attrs)> {
+    ) -> Result<Made> {
         check_name(name)?;
         let dir = ino_of(dir)?;
         let mut inner = self.lock();
-        if inner.dir(dir)?.get(name).is_some() {
-            return Err(BackendError::Exists);
-        }
-        if attrs.size.is_some() {
-            return Err(BackendError::Inval);
-        }
-        let (ftype, content, mode, rdev) = match kind {
-            NodeKind::Directory => (
-                FileType::Directory,
-                Content::Dir(Dir::new(dir)),
-                0o755,
-                (0, 0),
-            ),
-            NodeKind::Symlink(target) => {
-                check_symlink_target(target)?;
-                (
-                    FileType::Symlink,
-                    Content::Symlink(target.clone()),
-                    0o777,
-                    (0, 0),
-                )
-            }
-            NodeKind::Fifo => (FileType::Fifo, Content::Special, 0o644, (0, 0)),
-            NodeKind::Socket => (FileType::Socket, Content::Special, 0o644, (0, 0)),
-            NodeKind::BlockDev(ma, mi) => (FileType::BlockDev, Content::Special, 0o644, (*ma, *mi)),
-            NodeKind::CharDev(ma, mi) => (FileType::CharDev, Content::Special, 0o644, (*ma, *mi)),
-        };
-        let ino = inner.new_node(dir, name, ftype, content, mode, owner, attrs, rdev)?;
-        if attrs.atime.is_some() || attrs.mtime.is_some() {
-            let times = SetAttrs {
-                atime: attrs.atime,
-                mtime: attrs.mtime,
-                ..SetAttrs::default()
-            };
-            inner.apply(ino, &times, false)?;
-        }
-        Ok((key_of(ino), self.out(inner.attrs(ino)?)))
+        let before = inner.change_of(dir)?;
+        let (key, attrs) = self.make_locked(&mut inner, &cx.creds, dir, name, kind, attrs)?;
+        Ok(Made {
+            key,
+            attrs,
+            dir: inner.dir_change(dir, before)?,
+        })
     }
-
-    fn remove(&self, dir: &FileKey, name: &[u8]) -> Result<()> {
+    fn remove(&self, _cx: &OpCtx, dir: &FileKey, name: &[u8]) -> Result<DirChange> {
         check_name(name)?;
         let dir = ino_of(dir)?;
         let mut inner = self.lock();
+        let before = inner.change_of(dir)?;
         let ino = inner.dir(dir)?.get(name).ok_or(BackendError::NotFound)?;
         let is_dir = match &inner.node(ino)?.content {
             Content::Dir(d) if !d.entries.is_empty() => return Err(BackendError::NotEmpty),
@@ -660,16 +776,31 @@ impl Backend for MemoryBackend {
             p.attrs.nlink = p.attrs.nlink.saturating_sub(1);
         }
         inner.touch(dir, true, t)?;
-        inner.unlink_node(ino, t)
+        inner.unlink_node(ino, t)?;
+        inner.dir_change(dir, before)
     }
 
-    fn rename(&self, from_dir: &FileKey, from: &[u8], to_dir: &FileKey, to: &[u8]) -> Result<()> {
+    fn rename(
+        &self,
+        _cx: &OpCtx,
+        from_dir: &FileKey,
+        from: &[u8],
+        to_dir: &FileKey,
+        to: &[u8],
+    ) -> Result<RenameChange> {
         check_name(from)?;
         check_name(to)?;
         let from_dir = ino_of(from_dir)?;
         let to_dir = ino_of(to_dir)?;
         let mut inner = self.lock();
         inner.dir(to_dir)?;
+        let (from_before, to_before) = (inner.change_of(from_dir)?, inner.change_of(to_dir)?);
+        let changes = |inner: &Inner| -> Result<RenameChange> {
+            Ok(RenameChange {
+                from: inner.dir_change(from_dir, from_before)?,
+                to: inner.dir_change(to_dir, to_before)?,
+            })
+        };
         let ino = inner
             .dir(from_dir)?
             .get(from)
@@ -678,7 +809,7 @@ impl Backend for MemoryBackend {
         let target = inner.dir(to_dir)?.get(to);
         if target == Some(ino) {
             // Same object (same name, or two links to one file): POSIX says do nothing.
-            return Ok(());
+            return changes(&inner);
         }
         if src_is_dir && inner.is_ancestor(ino, to_dir)? {
             return Err(BackendError::Inval);
@@ -720,14 +851,16 @@ impl Backend for MemoryBackend {
         if to_dir != from_dir {
             inner.touch(to_dir, true, t)?;
         }
-        inner.touch(ino, false, t)
+        inner.touch(ino, false, t)?;
+        changes(&inner)
     }
 
-    fn link(&self, file: &FileKey, dir: &FileKey, name: &[u8]) -> Result<Attrs> {
+    fn link(&self, _cx: &OpCtx, file: &FileKey, dir: &FileKey, name: &[u8]) -> Result<Linked> {
         check_name(name)?;
         let ino = ino_of(file)?;
         let dir = ino_of(dir)?;
         let mut inner = self.lock();
+        let before = inner.change_of(dir)?;
         if inner.node(ino)?.attrs.ftype == FileType::Directory {
             return Err(BackendError::IsDir);
         }
@@ -744,7 +877,10 @@ impl Backend for MemoryBackend {
         inner.node_mut(ino)?.attrs.nlink += 1;
         inner.touch(dir, true, t)?;
         inner.touch(ino, false, t)?;
-        Ok(self.out(inner.attrs(ino)?))
+        Ok(Linked {
+            attrs: self.out(inner.attrs(ino)?),
+            dir: inner.dir_change(dir, before)?,
+        })
     }
 
     fn readlink(&self, key: &FileKey) -> Result<Bytes> {
@@ -790,12 +926,12 @@ impl Backend for MemoryBackend {
         let ino = ino_of(key)?;
         let inner = self.lock();
         inner.node(ino)?;
-        let used: u64 = inner.nodes.values().map(|n| n.attrs.space_used).sum();
+        let total = inner.limits.max_bytes;
+        let free = total.saturating_sub(inner.data_bytes);
         let files = inner.nodes.len() as u64;
-        let free = REPORTED_BYTES.saturating_sub(used);
         let free_files = REPORTED_FILES.saturating_sub(files);
         Ok(FsStats {
-            total_bytes: REPORTED_BYTES,
+            total_bytes: total,
             free_bytes: free,
             avail_bytes: free,
             total_files: REPORTED_FILES,
@@ -803,6 +939,43 @@ impl Backend for MemoryBackend {
             avail_files: free_files,
             max_name_len: NAME_MAX as u32,
         })
+    }
+
+    fn clone_range(
+        &self,
+        _cx: &OpCtx,
+        src: &FileKey,
+        src_off: u64,
+        dst: &FileKey,
+        dst_off: u64,
+        len: u64,
+    ) -> Result<CloneMethod> {
+        let (src, dst) = (ino_of(src)?, ino_of(dst)?);
+        let mut inner = self.lock();
+        let data = match &inner.node(src)?.content {
+            Content::File(d) => {
+                let size = d.len() as u64;
+                let end = if len == 0 {
+                    size
+                } else {
+                    src_off.checked_add(len).ok_or(BackendError::Inval)?
+                };
+                if end > size || src_off > end {
+                    return Err(BackendError::Inval);
+                }
+                // Both bounds are within the Vec's length, so they fit in usize.
+                d[src_off as usize..end as usize].to_vec()
+            }
+            Content::Dir(_) => return Err(BackendError::IsDir),
+            _ => return Err(BackendError::Inval),
+        };
+        inner.write_at(dst, dst_off, &data)?;
+        inner.touch(dst, true, now())?;
+        Ok(CloneMethod::Copy)
+    }
+
+    fn clone_method(&self) -> CloneMethod {
+        CloneMethod::Copy
     }
 }
 

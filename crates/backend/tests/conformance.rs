@@ -7,8 +7,8 @@ use bytes::Bytes;
 use txnfs_backend::local::LocalBackend;
 use txnfs_backend::memory::MemoryBackend;
 use txnfs_backend::{
-    Backend, BackendError, CreateMode, Creds, FileKey, FileType, NodeKind, SetAttrs, SetTime,
-    Timestamp,
+    Backend, BackendError, CreateMode, Creds, FileKey, FileType, NodeKind, OpCtx, SetAttrs,
+    SetTime, Timestamp,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -33,6 +33,24 @@ fn local() -> Fixture<LocalBackend> {
     Fixture { b, _dir: Some(dir) }
 }
 
+/// A layer that changes nothing: the suite run through it proves that every call
+/// forwards (a layer that dropped or garbled one would fail here).
+pub struct Passthrough(std::sync::Arc<dyn Backend>);
+
+impl txnfs_backend::layer::Layer for Passthrough {
+    fn lower(&self) -> &dyn Backend {
+        &*self.0
+    }
+}
+
+fn layered() -> Fixture<Passthrough> {
+    let f = local();
+    Fixture {
+        b: Passthrough(std::sync::Arc::new(Passthrough(std::sync::Arc::new(f.b)))),
+        _dir: f._dir,
+    }
+}
+
 fn creds() -> Creds {
     Creds {
         uid: 1234,
@@ -42,13 +60,18 @@ fn creds() -> Creds {
 }
 
 fn create<B: Backend>(b: &B, dir: &FileKey, name: &str) -> FileKey {
-    let (k, a, created) = b
+    let txnfs_backend::Created {
+        key: k,
+        attrs: a,
+        created,
+        ..
+    } = b
         .create_file(
+            &OpCtx::for_creds(creds()),
             dir,
             name.as_bytes(),
             CreateMode::Guarded,
             &SetAttrs::default(),
-            &creds(),
         )
         .expect("create");
     assert!(created);
@@ -58,14 +81,14 @@ fn create<B: Backend>(b: &B, dir: &FileKey, name: &str) -> FileKey {
 
 fn mkdir<B: Backend>(b: &B, dir: &FileKey, name: &str) -> FileKey {
     b.make_node(
+        &OpCtx::for_creds(creds()),
         dir,
         name.as_bytes(),
         &NodeKind::Directory,
         &SetAttrs::default(),
-        &creds(),
     )
     .expect("mkdir")
-    .0
+    .key
 }
 
 // ---------------------------------------------------------------------------------------
@@ -82,8 +105,14 @@ pub fn check_root<B: Backend>(b: &B) {
 
 pub fn check_create_write_read<B: Backend>(b: &B) {
     let root = b.root().unwrap();
-    let (k, a, created) = b
+    let txnfs_backend::Created {
+        key: k,
+        attrs: a,
+        created,
+        ..
+    } = b
         .create_file(
+            &OpCtx::for_creds(creds()),
             &root,
             b"f",
             CreateMode::Unchecked,
@@ -91,7 +120,6 @@ pub fn check_create_write_read<B: Backend>(b: &B) {
                 mode: Some(0o640),
                 ..Default::default()
             },
-            &creds(),
         )
         .unwrap();
     assert!(created);
@@ -100,7 +128,9 @@ pub fn check_create_write_read<B: Backend>(b: &B) {
     assert_eq!(a.gid, 5678);
     assert_eq!(a.nlink, 1);
     assert_eq!(a.size, 0);
-    let a = b.write(&k, 0, b"hello world", false).unwrap();
+    let a = b
+        .write(&OpCtx::default(), &k, 0, b"hello world", false)
+        .unwrap();
     assert_eq!(a.size, 11);
     let (data, eof) = b.read(&k, 0, 100).unwrap();
     assert_eq!(&data[..], b"hello world");
@@ -118,7 +148,7 @@ pub fn check_create_write_read<B: Backend>(b: &B) {
     assert!(data.is_empty());
     assert!(eof);
     // a hole
-    b.write(&k, 20, b"x", false).unwrap();
+    b.write(&OpCtx::default(), &k, 20, b"x", false).unwrap();
     let (data, _) = b.read(&k, 0, 100).unwrap();
     assert_eq!(data.len(), 21);
     assert_eq!(&data[11..20], &[0u8; 9]);
@@ -131,8 +161,14 @@ pub fn check_create_write_read<B: Backend>(b: &B) {
         BackendError::NotFound
     );
     // unchecked create of an existing file opens it, applies only the size
-    let (k3, a3, created) = b
+    let txnfs_backend::Created {
+        key: k3,
+        attrs: a3,
+        created,
+        ..
+    } = b
         .create_file(
+            &OpCtx::for_creds(creds()),
             &root,
             b"f",
             CreateMode::Unchecked,
@@ -141,7 +177,6 @@ pub fn check_create_write_read<B: Backend>(b: &B) {
                 size: Some(3),
                 ..Default::default()
             },
-            &creds(),
         )
         .unwrap();
     assert!(!created);
@@ -151,7 +186,8 @@ pub fn check_create_write_read<B: Backend>(b: &B) {
     // reading a directory
     assert_eq!(b.read(&root, 0, 10).unwrap_err(), BackendError::IsDir);
     assert_eq!(
-        b.write(&root, 0, b"x", false).unwrap_err(),
+        b.write(&OpCtx::default(), &root, 0, b"x", false)
+            .unwrap_err(),
         BackendError::IsDir
     );
 }
@@ -159,21 +195,23 @@ pub fn check_create_write_read<B: Backend>(b: &B) {
 pub fn check_sync_write_commit<B: Backend>(b: &B) {
     let root = b.root().unwrap();
     let k = create(b, &root, "s");
-    let a = b.write(&k, 0, b"stable", true).unwrap();
+    let a = b.write(&OpCtx::default(), &k, 0, b"stable", true).unwrap();
     assert_eq!(a.size, 6);
-    b.commit(&k).unwrap();
-    b.write(&k, 6, b" more", false).unwrap();
-    b.commit(&k).unwrap();
+    b.commit(&OpCtx::default(), &k).unwrap();
+    b.write(&OpCtx::default(), &k, 6, b" more", false).unwrap();
+    b.commit(&OpCtx::default(), &k).unwrap();
     assert_eq!(&b.read(&k, 0, 64).unwrap().0[..], b"stable more");
 }
 
 pub fn check_setattr<B: Backend>(b: &B) {
     let root = b.root().unwrap();
     let k = create(b, &root, "a");
-    b.write(&k, 0, b"0123456789", false).unwrap();
+    b.write(&OpCtx::default(), &k, 0, b"0123456789", false)
+        .unwrap();
     // truncate
     let a = b
         .setattr(
+            &OpCtx::default(),
             &k,
             &SetAttrs {
                 size: Some(4),
@@ -186,6 +224,7 @@ pub fn check_setattr<B: Backend>(b: &B) {
     // extend with zeros
     let a = b
         .setattr(
+            &OpCtx::default(),
             &k,
             &SetAttrs {
                 size: Some(8),
@@ -198,6 +237,7 @@ pub fn check_setattr<B: Backend>(b: &B) {
     // mode
     let a = b
         .setattr(
+            &OpCtx::default(),
             &k,
             &SetAttrs {
                 mode: Some(0o4711),
@@ -210,6 +250,7 @@ pub fn check_setattr<B: Backend>(b: &B) {
     // owner
     let a = b
         .setattr(
+            &OpCtx::default(),
             &k,
             &SetAttrs {
                 uid: Some(42),
@@ -231,6 +272,7 @@ pub fn check_setattr<B: Backend>(b: &B) {
     };
     let a = b
         .setattr(
+            &OpCtx::default(),
             &k,
             &SetAttrs {
                 atime: Some(SetTime::Client(t1)),
@@ -245,6 +287,7 @@ pub fn check_setattr<B: Backend>(b: &B) {
     let before = now_sec();
     let a = b
         .setattr(
+            &OpCtx::default(),
             &k,
             &SetAttrs {
                 mtime: Some(SetTime::ServerNow),
@@ -257,6 +300,7 @@ pub fn check_setattr<B: Backend>(b: &B) {
     // size on a directory
     assert_eq!(
         b.setattr(
+            &OpCtx::default(),
             &root,
             &SetAttrs {
                 size: Some(0),
@@ -267,7 +311,12 @@ pub fn check_setattr<B: Backend>(b: &B) {
         BackendError::IsDir
     );
     // empty setattr is a getattr
-    assert_eq!(b.setattr(&k, &SetAttrs::default()).unwrap().size, 8);
+    assert_eq!(
+        b.setattr(&OpCtx::default(), &k, &SetAttrs::default())
+            .unwrap()
+            .size,
+        8
+    );
 }
 
 fn now_sec() -> i64 {
@@ -282,54 +331,64 @@ pub fn check_create_modes<B: Backend>(b: &B) {
     let k = create(b, &root, "g");
     let e = b
         .create_file(
+            &OpCtx::for_creds(creds()),
             &root,
             b"g",
             CreateMode::Guarded,
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap_err();
     assert_eq!(e, BackendError::Exists);
     let verf = *b"verifier";
-    let (k1, _, c1) = b
+    let txnfs_backend::Created {
+        key: k1,
+        attrs: _,
+        created: c1,
+        ..
+    } = b
         .create_file(
+            &OpCtx::for_creds(creds()),
             &root,
             b"x",
             CreateMode::Exclusive(verf),
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap();
     assert!(c1);
-    let (k2, _, c2) = b
+    let txnfs_backend::Created {
+        key: k2,
+        attrs: _,
+        created: c2,
+        ..
+    } = b
         .create_file(
+            &OpCtx::for_creds(creds()),
             &root,
             b"x",
             CreateMode::Exclusive(verf),
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap();
     assert!(!c2, "retry with the same verifier opens the file");
     assert_eq!(k1, k2);
     let e = b
         .create_file(
+            &OpCtx::for_creds(creds()),
             &root,
             b"x",
             CreateMode::Exclusive(*b"other!!!"),
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap_err();
     assert_eq!(e, BackendError::Exists);
     // an exclusive create over a file made otherwise is Exists
     let e = b
         .create_file(
+            &OpCtx::for_creds(creds()),
             &root,
             b"g",
             CreateMode::Exclusive(verf),
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap_err();
     assert_eq!(e, BackendError::Exists);
@@ -338,11 +397,11 @@ pub fn check_create_modes<B: Backend>(b: &B) {
     mkdir(b, &root, "d");
     let e = b
         .create_file(
+            &OpCtx::for_creds(creds()),
             &root,
             b"d",
             CreateMode::Unchecked,
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap_err();
     assert_eq!(e, BackendError::IsDir);
@@ -351,8 +410,11 @@ pub fn check_create_modes<B: Backend>(b: &B) {
 pub fn check_make_node<B: Backend>(b: &B) {
     let root = b.root().unwrap();
     let root_nlink = b.getattr(&root).unwrap().nlink;
-    let (dk, da) = b
+    let txnfs_backend::Made {
+        key: dk, attrs: da, ..
+    } = b
         .make_node(
+            &OpCtx::for_creds(creds()),
             &root,
             b"dir",
             &NodeKind::Directory,
@@ -360,7 +422,6 @@ pub fn check_make_node<B: Backend>(b: &B) {
                 mode: Some(0o750),
                 ..Default::default()
             },
-            &creds(),
         )
         .unwrap();
     assert_eq!(da.ftype, FileType::Directory);
@@ -370,21 +431,26 @@ pub fn check_make_node<B: Backend>(b: &B) {
     assert_eq!(b.getattr(&root).unwrap().nlink, root_nlink + 1);
     let (pk, _) = b.lookup_parent(&dk).unwrap();
     assert_eq!(pk, root);
-    let (sk, sa) = b
+    let txnfs_backend::Made {
+        key: sk, attrs: sa, ..
+    } = b
         .make_node(
+            &OpCtx::for_creds(creds()),
             &dk,
             b"sym",
             &NodeKind::Symlink(Bytes::from_static(b"../target/x")),
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap();
     assert_eq!(sa.ftype, FileType::Symlink);
     assert_eq!(sa.size, 11);
     assert_eq!(&b.readlink(&sk).unwrap()[..], b"../target/x");
     assert_eq!(b.readlink(&dk).unwrap_err(), BackendError::NotSymlink);
-    let (fk, fa) = b
+    let txnfs_backend::Made {
+        key: fk, attrs: fa, ..
+    } = b
         .make_node(
+            &OpCtx::for_creds(creds()),
             &dk,
             b"fifo",
             &NodeKind::Fifo,
@@ -392,7 +458,6 @@ pub fn check_make_node<B: Backend>(b: &B) {
                 mode: Some(0o600),
                 ..Default::default()
             },
-            &creds(),
         )
         .unwrap();
     assert_eq!(fa.ftype, FileType::Fifo);
@@ -401,21 +466,23 @@ pub fn check_make_node<B: Backend>(b: &B) {
     assert_eq!(b.read(&fk, 0, 1).unwrap_err(), BackendError::Inval);
     let e = b
         .make_node(
+            &OpCtx::for_creds(creds()),
             &dk,
             b"fifo",
             &NodeKind::Directory,
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap_err();
     assert_eq!(e, BackendError::Exists);
-    let (ck, ca) = b
+    let txnfs_backend::Made {
+        key: ck, attrs: ca, ..
+    } = b
         .make_node(
+            &OpCtx::for_creds(creds()),
             &dk,
             b"null",
             &NodeKind::CharDev(1, 3),
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap();
     assert_eq!(ca.ftype, FileType::CharDev);
@@ -430,32 +497,37 @@ pub fn check_link<B: Backend>(b: &B) {
     let root = b.root().unwrap();
     let k = create(b, &root, "orig");
     let d = mkdir(b, &root, "sub");
-    let a = b.link(&k, &d, b"alias").unwrap();
+    let a = b.link(&OpCtx::default(), &k, &d, b"alias").unwrap().attrs;
     assert_eq!(a.nlink, 2);
     let (k2, a2) = b.lookup(&d, b"alias").unwrap();
     assert_eq!(a2.fileid, a.fileid);
     assert_eq!(b.getattr(&k2).unwrap().nlink, 2);
-    assert_eq!(b.link(&k, &d, b"alias").unwrap_err(), BackendError::Exists);
     assert_eq!(
-        b.link(&d, &root, b"dirlink").unwrap_err(),
+        b.link(&OpCtx::default(), &k, &d, b"alias").unwrap_err(),
+        BackendError::Exists
+    );
+    assert_eq!(
+        b.link(&OpCtx::default(), &d, &root, b"dirlink")
+            .unwrap_err(),
         BackendError::IsDir
     );
-    b.remove(&root, b"orig").unwrap();
+    b.remove(&OpCtx::default(), &root, b"orig").unwrap();
     assert_eq!(
         b.getattr(&k2).unwrap().nlink,
         1,
         "still alive via the other link"
     );
-    b.write(&k2, 0, b"ok", false).unwrap();
+    b.write(&OpCtx::default(), &k2, 0, b"ok", false).unwrap();
 }
 
 pub fn check_rename<B: Backend>(b: &B) {
     let root = b.root().unwrap();
     let a = create(b, &root, "a");
-    b.write(&a, 0, b"AAA", false).unwrap();
+    b.write(&OpCtx::default(), &a, 0, b"AAA", false).unwrap();
     let t = create(b, &root, "t");
-    b.write(&t, 0, b"TTTTTT", false).unwrap();
-    b.rename(&root, b"a", &root, b"t").unwrap();
+    b.write(&OpCtx::default(), &t, 0, b"TTTTTT", false).unwrap();
+    b.rename(&OpCtx::default(), &root, b"a", &root, b"t")
+        .unwrap();
     assert_eq!(b.lookup(&root, b"a").unwrap_err(), BackendError::NotFound);
     let (k, attrs) = b.lookup(&root, b"t").unwrap();
     assert_eq!(k, a, "the key follows the object");
@@ -466,7 +538,8 @@ pub fn check_rename<B: Backend>(b: &B) {
     let d2 = mkdir(b, &root, "d2");
     let n = b.getattr(&root).unwrap().nlink;
     let sub = mkdir(b, &d1, "sub");
-    b.rename(&d1, b"sub", &d2, b"moved").unwrap();
+    b.rename(&OpCtx::default(), &d1, b"sub", &d2, b"moved")
+        .unwrap();
     assert_eq!(b.getattr(&d1).unwrap().nlink, 2);
     assert_eq!(b.getattr(&d2).unwrap().nlink, 3);
     assert_eq!(b.lookup_parent(&sub).unwrap().0, d2);
@@ -474,42 +547,50 @@ pub fn check_rename<B: Backend>(b: &B) {
     // dir over a non-empty dir
     let full = mkdir(b, &root, "full");
     create(b, &full, "inside");
-    let e = b.rename(&root, b"d1", &root, b"full").unwrap_err();
+    let e = b
+        .rename(&OpCtx::default(), &root, b"d1", &root, b"full")
+        .unwrap_err();
     assert_eq!(e, BackendError::NotEmpty);
     // dir over an empty dir works
-    b.rename(&root, b"d1", &d2, b"moved").unwrap();
+    b.rename(&OpCtx::default(), &root, b"d1", &d2, b"moved")
+        .unwrap();
     assert_eq!(b.lookup(&d2, b"moved").unwrap().0, d1);
     assert_eq!(b.getattr(&sub).unwrap_err(), BackendError::Stale);
     // file over dir / dir over file
     assert_eq!(
-        b.rename(&root, b"t", &root, b"full").unwrap_err(),
+        b.rename(&OpCtx::default(), &root, b"t", &root, b"full")
+            .unwrap_err(),
         BackendError::IsDir
     );
     assert_eq!(
-        b.rename(&root, b"full", &root, b"t").unwrap_err(),
+        b.rename(&OpCtx::default(), &root, b"full", &root, b"t")
+            .unwrap_err(),
         BackendError::NotDir
     );
     // into its own subtree
     assert_eq!(
-        b.rename(&root, b"d2", &d1, b"loop").unwrap_err(),
+        b.rename(&OpCtx::default(), &root, b"d2", &d1, b"loop")
+            .unwrap_err(),
         BackendError::Inval
     );
     // missing source
     assert_eq!(
-        b.rename(&root, b"ghost", &root, b"x").unwrap_err(),
+        b.rename(&OpCtx::default(), &root, b"ghost", &root, b"x")
+            .unwrap_err(),
         BackendError::NotFound
     );
     // rename onto itself is a no-op
-    b.rename(&root, b"t", &root, b"t").unwrap();
+    b.rename(&OpCtx::default(), &root, b"t", &root, b"t")
+        .unwrap();
     assert!(b.lookup(&root, b"t").is_ok());
 }
 
 pub fn check_remove<B: Backend>(b: &B) {
     let root = b.root().unwrap();
     let k = create(b, &root, "gone");
-    b.write(&k, 0, b"data", false).unwrap();
+    b.write(&OpCtx::default(), &k, 0, b"data", false).unwrap();
     assert!(b.getattr(&k).is_ok());
-    b.remove(&root, b"gone").unwrap();
+    b.remove(&OpCtx::default(), &root, b"gone").unwrap();
     assert_eq!(b.getattr(&k).unwrap_err(), BackendError::Stale);
     assert_eq!(b.read(&k, 0, 4).unwrap_err(), BackendError::Stale);
     assert_eq!(
@@ -517,28 +598,34 @@ pub fn check_remove<B: Backend>(b: &B) {
         BackendError::NotFound
     );
     assert_eq!(
-        b.remove(&root, b"gone").unwrap_err(),
+        b.remove(&OpCtx::default(), &root, b"gone").unwrap_err(),
         BackendError::NotFound
     );
     let d = mkdir(b, &root, "d");
     create(b, &d, "f");
-    assert_eq!(b.remove(&root, b"d").unwrap_err(), BackendError::NotEmpty);
-    b.remove(&d, b"f").unwrap();
+    assert_eq!(
+        b.remove(&OpCtx::default(), &root, b"d").unwrap_err(),
+        BackendError::NotEmpty
+    );
+    b.remove(&OpCtx::default(), &d, b"f").unwrap();
     let n = b.getattr(&root).unwrap().nlink;
-    b.remove(&root, b"d").unwrap();
+    b.remove(&OpCtx::default(), &root, b"d").unwrap();
     assert_eq!(b.getattr(&root).unwrap().nlink, n - 1);
     assert_eq!(b.getattr(&d).unwrap_err(), BackendError::Stale);
     // operations inside a removed directory: its key is stale
     assert_eq!(b.lookup(&d, b"f").unwrap_err(), BackendError::Stale);
-    assert_eq!(b.remove(&d, b"f").unwrap_err(), BackendError::Stale);
+    assert_eq!(
+        b.remove(&OpCtx::default(), &d, b"f").unwrap_err(),
+        BackendError::Stale
+    );
     assert_eq!(b.readdir(&d, 0, 10).unwrap_err(), BackendError::Stale);
     let e = b
         .create_file(
+            &OpCtx::for_creds(creds()),
             &d,
             b"f",
             CreateMode::Unchecked,
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap_err();
     assert_eq!(e, BackendError::Stale);
@@ -592,13 +679,13 @@ pub fn check_readdir_paging<B: Backend>(b: &B) {
         cookie = ents.last().unwrap().cookie;
         // remove one already-seen entry and one not yet seen
         if let Some(e) = ents.first() {
-            b.remove(&d, &e.name).unwrap();
+            b.remove(&OpCtx::default(), &d, &e.name).unwrap();
         }
         while victim > 0 {
             let n = &names[victim];
             victim -= 1;
             if !seen.contains(n) && !removed.contains(n) {
-                b.remove(&d, n.as_bytes()).unwrap();
+                b.remove(&OpCtx::default(), &d, n.as_bytes()).unwrap();
                 removed.insert(n.clone());
                 break;
             }
@@ -624,7 +711,9 @@ pub fn check_change<B: Backend>(b: &B) {
     let k = create(b, &root, "c");
     let mut last = b.getattr(&k).unwrap().change;
     for i in 0..100u32 {
-        let a = b.write(&k, 0, &i.to_be_bytes(), false).unwrap();
+        let a = b
+            .write(&OpCtx::default(), &k, 0, &i.to_be_bytes(), false)
+            .unwrap();
         assert!(a.change > last, "write {i}: change {} !> {last}", a.change);
         assert_eq!(
             b.getattr(&k).unwrap().change,
@@ -635,6 +724,7 @@ pub fn check_change<B: Backend>(b: &B) {
     }
     let a = b
         .setattr(
+            &OpCtx::default(),
             &k,
             &SetAttrs {
                 mode: Some(0o600),
@@ -648,13 +738,14 @@ pub fn check_change<B: Backend>(b: &B) {
     create(b, &root, "c2");
     let d1 = b.getattr(&root).unwrap().change;
     assert!(d1 > d0);
-    b.rename(&root, b"c2", &root, b"c3").unwrap();
+    b.rename(&OpCtx::default(), &root, b"c2", &root, b"c3")
+        .unwrap();
     let d2 = b.getattr(&root).unwrap().change;
     assert!(d2 > d1);
-    b.remove(&root, b"c3").unwrap();
+    b.remove(&OpCtx::default(), &root, b"c3").unwrap();
     let d3 = b.getattr(&root).unwrap().change;
     assert!(d3 > d2);
-    b.link(&k, &root, b"c4").unwrap();
+    b.link(&OpCtx::default(), &k, &root, b"c4").unwrap();
     assert!(b.getattr(&root).unwrap().change > d3);
 }
 
@@ -664,16 +755,32 @@ pub fn check_bad_names<B: Backend>(b: &B) {
     for bad in [&b".."[..], b".", b"a/b", b"", b"nul\0"] {
         assert_eq!(b.lookup(&root, bad).unwrap_err(), BackendError::BadName);
         let e = b
-            .create_file(&root, bad, CreateMode::Unchecked, &SetAttrs::default(), &c)
+            .create_file(
+                &OpCtx::for_creds(c.clone()),
+                &root,
+                bad,
+                CreateMode::Unchecked,
+                &SetAttrs::default(),
+            )
             .unwrap_err();
         assert_eq!(e, BackendError::BadName);
         let e = b
-            .make_node(&root, bad, &NodeKind::Directory, &SetAttrs::default(), &c)
+            .make_node(
+                &OpCtx::for_creds(c.clone()),
+                &root,
+                bad,
+                &NodeKind::Directory,
+                &SetAttrs::default(),
+            )
             .unwrap_err();
         assert_eq!(e, BackendError::BadName);
-        assert_eq!(b.remove(&root, bad).unwrap_err(), BackendError::BadName);
         assert_eq!(
-            b.rename(&root, bad, &root, b"x").unwrap_err(),
+            b.remove(&OpCtx::default(), &root, bad).unwrap_err(),
+            BackendError::BadName
+        );
+        assert_eq!(
+            b.rename(&OpCtx::default(), &root, bad, &root, b"x")
+                .unwrap_err(),
             BackendError::BadName
         );
     }
@@ -683,8 +790,14 @@ pub fn check_bad_names<B: Backend>(b: &B) {
         BackendError::NameTooLong
     );
     let ok = vec![b'a'; 255];
-    b.create_file(&root, &ok, CreateMode::Guarded, &SetAttrs::default(), &c)
-        .unwrap();
+    b.create_file(
+        &OpCtx::for_creds(c.clone()),
+        &root,
+        &ok,
+        CreateMode::Guarded,
+        &SetAttrs::default(),
+    )
+    .unwrap();
     // garbage keys are stale, not a crash
     for key in [
         Bytes::new(),
@@ -700,13 +813,15 @@ pub fn check_symlink_not_followed<B: Backend>(b: &B) {
     let root = b.root().unwrap();
     let d = mkdir(b, &root, "real");
     create(b, &d, "inner");
-    let (sk, _) = b
+    let txnfs_backend::Made {
+        key: sk, attrs: _, ..
+    } = b
         .make_node(
+            &OpCtx::for_creds(creds()),
             &root,
             b"link",
             &NodeKind::Symlink(Bytes::from_static(b"real")),
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap();
     let (k, a) = b.lookup(&root, b"link").unwrap();
@@ -717,11 +832,11 @@ pub fn check_symlink_not_followed<B: Backend>(b: &B) {
     // creating through a symlink name does not follow it
     let e = b
         .create_file(
+            &OpCtx::for_creds(creds()),
             &root,
             b"link",
             CreateMode::Guarded,
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap_err();
     assert_eq!(e, BackendError::Exists);
@@ -729,6 +844,7 @@ pub fn check_symlink_not_followed<B: Backend>(b: &B) {
     // setattr mode on a symlink leaves the target alone
     let before = b.getattr(&d).unwrap().mode;
     let _ = b.setattr(
+        &OpCtx::default(),
         &sk,
         &SetAttrs {
             mode: Some(0o700),
@@ -744,6 +860,7 @@ pub fn check_symlink_not_followed<B: Backend>(b: &B) {
     let dt = b.getattr(&d).unwrap().mtime;
     let a = b
         .setattr(
+            &OpCtx::default(),
             &sk,
             &SetAttrs {
                 mtime: Some(SetTime::Client(t)),
@@ -765,8 +882,14 @@ pub fn check_create_attrs<B: Backend>(b: &B) {
         sec: 1_500_000_000,
         nsec: 42,
     };
-    let (k, a, created) = b
+    let txnfs_backend::Created {
+        key: k,
+        attrs: a,
+        created,
+        ..
+    } = b
         .create_file(
+            &OpCtx::for_creds(creds()),
             &root,
             b"sized",
             CreateMode::Guarded,
@@ -776,7 +899,6 @@ pub fn check_create_attrs<B: Backend>(b: &B) {
                 mode: Some(0o600),
                 ..Default::default()
             },
-            &creds(),
         )
         .unwrap();
     assert!(created);
@@ -784,17 +906,18 @@ pub fn check_create_attrs<B: Backend>(b: &B) {
     assert_eq!(&b.read(&k, 0, 10).unwrap().0[..], &[0u8; 5]);
     // a write beyond any file size limit
     assert_eq!(
-        b.write(&k, u64::MAX - 1, b"xy", false).unwrap_err(),
+        b.write(&OpCtx::default(), &k, u64::MAX - 1, b"xy", false)
+            .unwrap_err(),
         BackendError::FileTooBig
     );
     // empty symlink target
     let e = b
         .make_node(
+            &OpCtx::for_creds(creds()),
             &root,
             b"empty-link",
             &NodeKind::Symlink(Bytes::new()),
             &SetAttrs::default(),
-            &creds(),
         )
         .unwrap_err();
     assert_eq!(e, BackendError::Inval);
@@ -811,10 +934,11 @@ pub fn check_concurrent<B: Backend>(b: &B) {
                 for i in 0..50 {
                     let name = format!("f{i}");
                     let k = create(b, &d, &name);
-                    b.write(&k, 0, name.as_bytes(), i % 2 == 0).unwrap();
+                    b.write(&OpCtx::default(), &k, 0, name.as_bytes(), i % 2 == 0)
+                        .unwrap();
                     assert_eq!(&b.read(&k, 0, 16).unwrap().0[..], name.as_bytes());
                     if i % 3 == 0 {
-                        b.remove(&d, name.as_bytes()).unwrap();
+                        b.remove(&OpCtx::default(), &d, name.as_bytes()).unwrap();
                         assert_eq!(b.getattr(&k).unwrap_err(), BackendError::Stale);
                     }
                     let _ = b.readdir(&root, 0, 3).unwrap();
@@ -837,8 +961,15 @@ pub fn check_concurrent<B: Backend>(b: &B) {
 
 pub fn check_setgid_dirs<B: Backend>(b: &B) {
     let root = b.root().unwrap();
-    let (d, _) = b
+    let txnfs_backend::Made {
+        key: d, attrs: _, ..
+    } = b
         .make_node(
+            &OpCtx::for_creds(Creds {
+                uid: 1000,
+                gid: 1000,
+                gids: vec![],
+            }),
             &root,
             b"shared",
             &NodeKind::Directory,
@@ -847,57 +978,64 @@ pub fn check_setgid_dirs<B: Backend>(b: &B) {
                 gid: Some(777),
                 ..Default::default()
             },
-            &Creds {
-                uid: 1000,
-                gid: 1000,
-                gids: vec![],
-            },
         )
         .unwrap();
     let a = b.getattr(&d).unwrap();
     assert_eq!((a.mode, a.uid, a.gid), (0o2775, 1000, 777));
-    let (_, fa, _) = b
+    let txnfs_backend::Created {
+        key: _,
+        attrs: fa,
+        created: _,
+        ..
+    } = b
         .create_file(
+            &OpCtx::for_creds(Creds {
+                uid: 1000,
+                gid: 1000,
+                gids: vec![],
+            }),
             &d,
             b"f",
             CreateMode::Guarded,
             &SetAttrs::default(),
-            &Creds {
-                uid: 1000,
-                gid: 1000,
-                gids: vec![],
-            },
         )
         .unwrap();
     assert_eq!((fa.uid, fa.gid, fa.mode), (1000, 777, 0o644));
-    let (_, sa) = b
+    let txnfs_backend::Made {
+        key: _, attrs: sa, ..
+    } = b
         .make_node(
+            &OpCtx::for_creds(Creds {
+                uid: 1000,
+                gid: 1000,
+                gids: vec![],
+            }),
             &d,
             b"sub",
             &NodeKind::Directory,
             &SetAttrs::default(),
-            &Creds {
-                uid: 1000,
-                gid: 1000,
-                gids: vec![],
-            },
         )
         .unwrap();
     assert_eq!((sa.gid, sa.mode), (777, 0o2755));
     // mode is exact, whatever the umask
-    let (_, ua, _) = b
+    let txnfs_backend::Created {
+        key: _,
+        attrs: ua,
+        created: _,
+        ..
+    } = b
         .create_file(
+            &OpCtx::for_creds(Creds {
+                uid: 1000,
+                gid: 1000,
+                gids: vec![],
+            }),
             &root,
             b"wide",
             CreateMode::Guarded,
             &SetAttrs {
                 mode: Some(0o777),
                 ..Default::default()
-            },
-            &Creds {
-                uid: 1000,
-                gid: 1000,
-                gids: vec![],
             },
         )
         .unwrap();
@@ -944,9 +1082,99 @@ macro_rules! conformance {
             case!(check_create_attrs);
             case!(check_concurrent);
             case!(check_setgid_dirs);
+            case!(check_dir_change);
+            case!(check_clone_range);
         }
     };
 }
 
+/// Directory mutators report the directory's change exactly: `after` moved past
+/// `before`, equals what getattr says afterwards, and never goes back across calls.
+pub fn check_dir_change<B: Backend>(b: &B) {
+    let cx = OpCtx::for_creds(creds());
+    let root = b.root().unwrap();
+    let change = |k: &FileKey| b.getattr(k).unwrap().change;
+    let mut last_root = change(&root);
+    let step = |d: txnfs_backend::DirChange, dir: &FileKey, last: &mut u64| {
+        assert!(
+            d.before >= *last,
+            "before {} < previous {}",
+            d.before,
+            *last
+        );
+        assert!(
+            d.after > d.before,
+            "after {} <= before {}",
+            d.after,
+            d.before
+        );
+        assert_eq!(d.after, change(dir), "after is what getattr reports");
+        *last = d.after;
+    };
+    let f = b
+        .create_file(&cx, &root, b"f", CreateMode::Guarded, &SetAttrs::default())
+        .unwrap();
+    step(f.dir, &root, &mut last_root);
+    let d = b
+        .make_node(&cx, &root, b"d", &NodeKind::Directory, &SetAttrs::default())
+        .unwrap();
+    step(d.dir, &root, &mut last_root);
+    let mut last_d = change(&d.key);
+    let l = b.link(&cx, &f.key, &d.key, b"l").unwrap();
+    step(l.dir, &d.key, &mut last_d);
+    let r = b.rename(&cx, &root, b"f", &d.key, b"g").unwrap();
+    step(r.from, &root, &mut last_root);
+    step(r.to, &d.key, &mut last_d);
+    let r = b.rename(&cx, &d.key, b"g", &d.key, b"h").unwrap();
+    assert_eq!(r.from, r.to, "one directory: one change");
+    step(r.to, &d.key, &mut last_d);
+    step(b.remove(&cx, &d.key, b"h").unwrap(), &d.key, &mut last_d);
+    // Opening an existing file changes nothing.
+    let again = b
+        .create_file(
+            &cx,
+            &d.key,
+            b"l",
+            CreateMode::Unchecked,
+            &SetAttrs::default(),
+        )
+        .unwrap();
+    assert!(!again.created);
+    assert_eq!(again.dir.before, again.dir.after);
+    assert_eq!(again.dir.after, change(&d.key));
+}
+
+/// clone_range makes the destination range equal to the source range, by whatever
+/// method, and reports `Reflink` only where the backend can share blocks.
+pub fn check_clone_range<B: Backend>(b: &B) {
+    let cx = OpCtx::default();
+    let root = b.root().unwrap();
+    let src = create(b, &root, "src");
+    let dst = create(b, &root, "dst");
+    let data: Vec<u8> = (0..3 * 4096 + 100).map(|i| (i * 7 % 251) as u8).collect();
+    b.write(&cx, &src, 0, &data, false).unwrap();
+    let before = b.getattr(&dst).unwrap().change;
+    // Whole file (len 0 = to the end of the source).
+    let m = b.clone_range(&cx, &src, 0, &dst, 0, 0).unwrap();
+    if b.clone_method() == txnfs_backend::CloneMethod::Copy {
+        assert_eq!(m, txnfs_backend::CloneMethod::Copy);
+    }
+    assert_eq!(b.read(&dst, 0, 1 << 20).unwrap().0, &data[..]);
+    assert!(b.getattr(&dst).unwrap().change > before, "dst change moves");
+    // An unaligned range past the destination's end grows it.
+    let m = b.clone_range(&cx, &src, 10, &dst, 20_000, 333).unwrap();
+    assert_eq!(m, txnfs_backend::CloneMethod::Copy, "unaligned ranges copy");
+    assert_eq!(b.getattr(&dst).unwrap().size, 20_333);
+    assert_eq!(b.read(&dst, 20_000, 333).unwrap().0, &data[10..343]);
+    // A source range beyond the end of the source is refused.
+    let e = b
+        .clone_range(&cx, &src, data.len() as u64, &dst, 0, 1)
+        .unwrap_err();
+    assert_eq!(e, BackendError::Inval);
+    let d = mkdir(b, &root, "dir");
+    assert!(b.clone_range(&cx, &d, 0, &dst, 0, 0).is_err());
+}
+
 conformance!(memory_backend, memory);
 conformance!(local_backend, local);
+conformance!(layered_backend, layered);

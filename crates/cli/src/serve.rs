@@ -20,6 +20,8 @@ use txnfs_server::{BackendKind, Config, ExportConfig, Server};
     [[exports]]\n  \
     name = \"/data\"\n  \
     path = \"/srv/data\"\n  \
+    layers = [\"local\"]            # the backend stack, top first; or [\"memory\"],\n  \
+    #                               [\"memory:max_file_size=1G,max_bytes=4G\"]\n  \
     read_only = false\n\n\
     Clients mount with: mount -t nfs -o vers=4.1,port=PORT HOST:/ /mnt\n\
     Logs go to stderr; set TXNFS_LOG=debug for more.")]
@@ -95,7 +97,7 @@ pub fn build_config(a: &ServeArgs) -> Result<Config> {
         cfg.exports.push(ExportConfig {
             name: "/".into(),
             path: d.clone(),
-            backend,
+            backend: backend.clone(),
             read_only: false,
             prebuilt: None,
         });
@@ -103,7 +105,7 @@ pub fn build_config(a: &ServeArgs) -> Result<Config> {
         cfg.exports.push(ExportConfig {
             name: "/".into(),
             path: PathBuf::new(),
-            backend,
+            backend: backend.clone(),
             read_only: false,
             prebuilt: None,
         });
@@ -113,7 +115,7 @@ pub fn build_config(a: &ServeArgs) -> Result<Config> {
         cfg.exports.push(ExportConfig {
             name,
             path,
-            backend,
+            backend: backend.clone(),
             read_only: false,
             prebuilt: None,
         });
@@ -122,7 +124,10 @@ pub fn build_config(a: &ServeArgs) -> Result<Config> {
         bail!("nothing to export: give a directory (txnfs serve /srv/data) or --export NAME=PATH");
     }
     for e in &cfg.exports {
-        if e.backend == BackendKind::Local {
+        e.backend
+            .check_builtin()
+            .with_context(|| format!("export {}", e.name))?;
+        if e.backend.bottom() == Some("local") {
             let md = std::fs::metadata(&e.path)
                 .with_context(|| format!("cannot export {}", e.path.display()))?;
             if !md.is_dir() {
@@ -165,4 +170,56 @@ pub fn run(a: ServeArgs) -> Result<()> {
             .await
             .context("server failed")
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn args(v: &[&str]) -> ServeArgs {
+        Cli::parse_from(std::iter::once("serve").chain(v.iter().copied())).serve
+    }
+
+    fn config_file(text: &str) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
+        f
+    }
+
+    #[test]
+    fn memory_flag_and_dir_keep_their_meaning() {
+        let cfg = build_config(&args(&["--memory"])).unwrap();
+        assert_eq!(cfg.exports.len(), 1);
+        assert_eq!(cfg.exports[0].backend, BackendKind::Memory);
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = build_config(&args(&[dir.path().to_str().unwrap()])).unwrap();
+        assert_eq!(cfg.exports[0].backend, BackendKind::Local);
+        assert_eq!(cfg.exports[0].name, "/");
+    }
+
+    #[test]
+    fn toml_layers_and_the_old_backend_key() {
+        let f = config_file("[[exports]]\nname = \"/m\"\nlayers = [\"memory:max_bytes=1M\"]\n");
+        let cfg = build_config(&args(&["--config", f.path().to_str().unwrap()])).unwrap();
+        assert_eq!(cfg.exports[0].backend.names(), ["memory:max_bytes=1M"]);
+        let f = config_file("[[exports]]\nname = \"/m\"\nbackend = \"memory\"\n");
+        let cfg = build_config(&args(&["--config", f.path().to_str().unwrap()])).unwrap();
+        assert_eq!(cfg.exports[0].backend, BackendKind::Memory);
+    }
+
+    #[test]
+    fn unknown_layer_lists_the_known_ones() {
+        let f = config_file("[[exports]]\nname = \"/m\"\nlayers = [\"txn\", \"memory\"]\n");
+        let err = build_config(&args(&["--config", f.path().to_str().unwrap()])).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.contains("unknown layer \"txn\""), "{msg}");
+        assert!(msg.contains("local, memory"), "{msg}");
+    }
 }

@@ -2,17 +2,73 @@
 //! work for `txnfs serve <dir>`.
 
 use serde::Deserialize;
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum BackendKind {
+/// An export's backend as a stack of layers, top first: requests enter the first layer
+/// and the last one stores the data, e.g. `["local"]`, `["memory"]`, later
+/// `["txn", "local"]`. A layer may carry parameters after a colon
+/// (`"memory:max_file_size=1G,max_bytes=4G"`). Names are resolved by
+/// [`txnfs_backend::layer::LayerRegistry`]; an unknown name is an error at startup that
+/// lists the known ones.
+///
+/// In TOML, `layers = ["txn", "local"]`, or the older `backend = "memory"` (one layer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayerStack(pub Cow<'static, [Cow<'static, str>]>);
+
+/// The former name of [`LayerStack`] (`BackendKind::Local`, `BackendKind::Memory`).
+pub type BackendKind = LayerStack;
+
+#[allow(non_upper_case_globals)]
+impl LayerStack {
     /// A directory of the local file system (the default).
-    #[default]
-    Local,
+    pub const Local: LayerStack = LayerStack(Cow::Borrowed(&[Cow::Borrowed("local")]));
     /// Volatile in-memory file system (tests, benchmarks).
-    Memory,
+    pub const Memory: LayerStack = LayerStack(Cow::Borrowed(&[Cow::Borrowed("memory")]));
+
+    /// A stack from layer names, top first.
+    pub fn of<S: Into<String>>(names: impl IntoIterator<Item = S>) -> Self {
+        LayerStack(names.into_iter().map(|n| Cow::Owned(n.into())).collect())
+    }
+
+    pub fn names(&self) -> &[Cow<'static, str>] {
+        &self.0
+    }
+
+    /// Checks the names against the built-in layers (what `txnfs serve` can build);
+    /// the error names the unknown layer and lists the known ones.
+    pub fn check_builtin(&self) -> Result<(), txnfs_backend::layer::StackError> {
+        txnfs_backend::layer::LayerRegistry::builtin().check(self.names())
+    }
+
+    /// The bottom layer's name without parameters (`"local"`, `"memory"`).
+    pub fn bottom(&self) -> Option<&str> {
+        self.0
+            .last()
+            .map(|n| n.split(':').next().unwrap_or(n).trim())
+    }
+}
+
+impl Default for LayerStack {
+    fn default() -> Self {
+        LayerStack::Local
+    }
+}
+
+impl<'de> Deserialize<'de> for LayerStack {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum OneOrMany {
+            One(String),
+            Many(Vec<String>),
+        }
+        Ok(match OneOrMany::deserialize(d)? {
+            OneOrMany::One(n) => LayerStack::of([n]),
+            OneOrMany::Many(v) => LayerStack::of(v),
+        })
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -20,15 +76,17 @@ pub enum BackendKind {
 pub struct ExportConfig {
     /// Path in the NFS name space, "/" or "/a/b".
     pub name: String,
-    /// Directory to export (ignored for the memory backend).
+    /// Directory to export (used by the `local` layer).
     #[serde(default)]
     pub path: PathBuf,
-    #[serde(default)]
-    pub backend: BackendKind,
+    /// The layer stack (TOML `layers = [...]`, or `backend = "..."`).
+    #[serde(default, alias = "layers")]
+    pub backend: LayerStack,
     #[serde(default)]
     pub read_only: bool,
     /// A backend built by the embedding program (tests, the simulation); when set it is
-    /// used instead of `backend`/`path`. Not configurable from TOML.
+    /// used instead of `backend`/`path` (wrap it in layers yourself, see
+    /// `txnfs_backend::layer`). Not configurable from TOML.
     #[serde(skip)]
     pub prebuilt: Option<PrebuiltBackend>,
 }

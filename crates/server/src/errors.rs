@@ -26,6 +26,7 @@ pub fn backend_status(e: &BackendError) -> nfsstat4 {
         BackendError::SymlinkLoop => NFS4ERR_SYMLINK,
         BackendError::NotSymlink => NFS4ERR_INVAL,
         BackendError::NotSupp => NFS4ERR_NOTSUPP,
+        BackendError::Conflict => NFS4ERR_DELAY,
         BackendError::Io(msg) => {
             tracing::warn!("backend I/O error: {msg}");
             NFS4ERR_IO

@@ -3,11 +3,13 @@
 //! With one export named "/", the NFS root *is* that export. Otherwise the root is a
 //! read-only synthetic directory tree whose leaves are the exports' roots.
 
-use crate::config::{BackendKind, ExportConfig};
+use crate::config::ExportConfig;
 use bytes::Bytes;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use txnfs_backend::{local::LocalBackend, memory::MemoryBackend, Backend, FileKey};
+use txnfs_backend::layer::{LayerRegistry, StackError};
+use txnfs_backend::{Backend, BackendError, Creds, FileKey, OpCtx};
 
 /// One exported directory.
 pub struct Export {
@@ -64,6 +66,8 @@ pub enum ExportError {
     Nested(String, String),
     #[error("export names {0:?} and {1:?} hash to the same id; rename one")]
     IdCollision(String, String),
+    #[error("export {name:?}: {err}")]
+    Stack { name: String, err: StackError },
     #[error("cannot open export {name:?} at {path}: {err}")]
     Open {
         name: String,
@@ -78,6 +82,8 @@ pub struct Exports {
     pub exports: BTreeMap<u16, Arc<Export>>,
     /// Some(id) when the single export "/" is the root.
     pub root_export: Option<u16>,
+    /// Source of COMPOUND ids ([`OpCtx::compound`]); the first is 1.
+    compounds: AtomicU64,
 }
 
 /// Stable 16-bit export id from the export's name (FNV-1a folded), never 0.
@@ -111,22 +117,42 @@ fn components(name: &str) -> Result<Vec<String>, ExportError> {
 }
 
 impl Exports {
+    /// Opens the exports, building each backend from the built-in layers.
     pub fn build(cfgs: &[ExportConfig]) -> Result<Self, ExportError> {
+        Self::build_with(cfgs, &LayerRegistry::builtin())
+    }
+
+    /// Opens the exports, resolving layer names in `layers`.
+    pub fn build_with(cfgs: &[ExportConfig], layers: &LayerRegistry) -> Result<Self, ExportError> {
         if cfgs.is_empty() {
             return Err(ExportError::None);
         }
+        // Check every stack before opening any, so a typo fails fast and alone.
+        for c in cfgs.iter().filter(|c| c.prebuilt.is_none()) {
+            layers
+                .check(c.backend.names())
+                .map_err(|err| ExportError::Stack {
+                    name: c.name.clone(),
+                    err,
+                })?;
+        }
         let open =
             |c: &ExportConfig, id: u16, parent: Option<u16>| -> Result<Export, ExportError> {
-                let backend: Arc<dyn Backend> = match (&c.prebuilt, c.backend) {
-                    (Some(b), _) => b.0.clone(),
-                    (None, BackendKind::Memory) => Arc::new(MemoryBackend::new()),
-                    (None, BackendKind::Local) => Arc::new(LocalBackend::open(&c.path).map_err(
-                        |err| ExportError::Open {
-                            name: c.name.clone(),
-                            path: c.path.display().to_string(),
-                            err,
-                        },
-                    )?),
+                let backend: Arc<dyn Backend> = match &c.prebuilt {
+                    Some(b) => b.0.clone(),
+                    None => layers
+                        .build(c.backend.names(), &c.path)
+                        .map_err(|err| match err {
+                            StackError::Open { err, .. } => ExportError::Open {
+                                name: c.name.clone(),
+                                path: c.path.display().to_string(),
+                                err,
+                            },
+                            err => ExportError::Stack {
+                                name: c.name.clone(),
+                                err,
+                            },
+                        })?,
                 };
                 let root_key = backend.root().map_err(|err| ExportError::Open {
                     name: c.name.clone(),
@@ -163,6 +189,7 @@ impl Exports {
                 nodes: Vec::new(),
                 exports,
                 root_export: Some(id),
+                compounds: AtomicU64::new(0),
             });
         }
         for (a, ca) in &all {
@@ -215,7 +242,13 @@ impl Exports {
             nodes,
             exports,
             root_export: None,
+            compounds: AtomicU64::new(0),
         })
+    }
+
+    /// A fresh id for a COMPOUND (unique while this server runs, never 0).
+    pub fn next_compound_id(&self) -> u64 {
+        self.compounds.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     pub fn get(&self, id: u16) -> Option<&Arc<Export>> {
@@ -227,9 +260,94 @@ impl Exports {
     }
 }
 
+/// The backend side of one COMPOUND: its [`OpCtx`] and the exports whose
+/// [`Backend::begin_compound`] ran, so each gets exactly one `end_compound`.
+///
+/// An export is entered when an op first puts one of its objects into the current
+/// filehandle (PUTFH, PUTROOTFH, LOOKUP, ...) and again, as a no-op, before every
+/// mutating backend call ([`CompoundScope::ctx_for`]), so no backend call of a COMPOUND
+/// can precede that backend's `begin_compound`.
+pub struct CompoundScope {
+    ctx: OpCtx,
+    /// Exports whose `begin_compound` succeeded (few per COMPOUND: a linear scan).
+    entered: Vec<Arc<Export>>,
+    finished: bool,
+}
+
+impl CompoundScope {
+    pub fn new(exports: &Exports) -> Self {
+        CompoundScope {
+            ctx: OpCtx {
+                creds: Creds::default(),
+                client: None,
+                compound: exports.next_compound_id(),
+            },
+            entered: Vec::new(),
+            finished: false,
+        }
+    }
+
+    /// The context (for calls that need no `begin_compound`, e.g. in tests).
+    pub fn ctx(&self) -> &OpCtx {
+        &self.ctx
+    }
+
+    /// Runs `begin_compound` on `export` unless this COMPOUND already did. The caller
+    /// and its client are fixed when the first export is entered (SEQUENCE, which sets
+    /// the client, always runs before any op can touch an export).
+    pub fn enter(
+        &mut self,
+        export: &Arc<Export>,
+        creds: &Creds,
+        client: Option<u64>,
+    ) -> Result<(), BackendError> {
+        if self.entered.iter().any(|e| e.id == export.id) {
+            return Ok(());
+        }
+        if self.entered.is_empty() {
+            self.ctx.creds = creds.clone();
+            self.ctx.client = client;
+        }
+        export.backend.begin_compound(&self.ctx)?;
+        self.entered.push(export.clone());
+        Ok(())
+    }
+
+    /// The context for a call on `export`'s backend, entering the export first.
+    pub fn ctx_for(
+        &mut self,
+        export: &Arc<Export>,
+        creds: &Creds,
+        client: Option<u64>,
+    ) -> Result<&OpCtx, BackendError> {
+        self.enter(export, creds, client)?;
+        Ok(&self.ctx)
+    }
+
+    /// Ends the COMPOUND on every entered export (`ok`: every op succeeded), in the
+    /// reverse order of entering.
+    pub fn finish(&mut self, ok: bool) {
+        self.finished = true;
+        while let Some(e) = self.entered.pop() {
+            e.backend.end_compound(&self.ctx, ok);
+        }
+    }
+}
+
+impl Drop for CompoundScope {
+    /// A COMPOUND abandoned without `finish` (an early return, a panic) did not
+    /// complete: its exports see it end as failed.
+    fn drop(&mut self) {
+        if !self.finished {
+            self.finish(false);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::BackendKind;
 
     fn mem(name: &str) -> ExportConfig {
         ExportConfig {
@@ -267,5 +385,47 @@ mod tests {
         ));
         let r = Exports::build(&[mem("/")]).unwrap();
         assert!(r.root_export.is_some());
+    }
+
+    #[test]
+    fn layer_stacks_are_checked_before_anything_opens() {
+        let stack = |names: &[&str]| ExportConfig {
+            backend: crate::config::LayerStack::of(names.iter().copied()),
+            ..mem("/a")
+        };
+        let e = Exports::build(&[stack(&["memory:max_bytes=1M"])]).unwrap();
+        let b = &e.exports.values().next().unwrap().backend;
+        assert_eq!(b.statfs(&b.root().unwrap()).unwrap().total_bytes, 1 << 20);
+        let err = Exports::build(&[
+            stack(&["memory"]),
+            ExportConfig {
+                name: "/b".into(),
+                ..stack(&["lcoal"])
+            },
+        ])
+        .err()
+        .unwrap();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("\"/b\"") && msg.contains("unknown layer \"lcoal\""),
+            "{msg}"
+        );
+        assert!(msg.contains("known layers: local, memory"), "{msg}");
+        // A prebuilt backend is used as handed in, whatever the stack says.
+        let pre = ExportConfig {
+            prebuilt: Some(crate::config::PrebuiltBackend(Arc::new(
+                txnfs_backend::memory::MemoryBackend::new(),
+            ))),
+            ..stack(&["nonsense"])
+        };
+        assert!(Exports::build(&[pre]).is_ok());
+    }
+
+    #[test]
+    fn compound_ids_are_fresh_and_never_zero() {
+        let e = Exports::build(&[mem("/")]).unwrap();
+        let a = CompoundScope::new(&e);
+        let b = CompoundScope::new(&e);
+        assert!(a.ctx().compound > 0 && b.ctx().compound > a.ctx().compound);
     }
 }

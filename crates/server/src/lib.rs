@@ -17,6 +17,6 @@ pub mod statedir;
 
 pub use txnfs_proto::nfs4 as nfs;
 
-pub use config::{BackendKind, Config, ExportConfig, Mutations, PrebuiltBackend};
+pub use config::{BackendKind, Config, ExportConfig, LayerStack, Mutations, PrebuiltBackend};
 pub use server::Server;
 pub use service::{run, NfsService};

@@ -75,6 +75,8 @@ pub struct Compound<'a> {
     /// Bytes still available in the reply (for sizing READ and READDIR).
     pub reply_left: usize,
     pub now: Instant,
+    /// The backend side: OpCtx and begin/end_compound per touched export.
+    pub scope: crate::export::CompoundScope,
 }
 
 impl Compound<'_> {
@@ -159,6 +161,7 @@ pub fn execute(srv: &Server, creds: Creds, conn: u64, args: Bytes) -> Result<Byt
         minor,
         reply_left: srv.limits.max_response as usize,
         now: srv.clock.now(),
+        scope: crate::export::CompoundScope::new(&srv.exports),
     };
     let mut status = nfsstat4::NFS4_OK;
     let mut done: u32 = 0;
@@ -301,6 +304,7 @@ pub fn execute(srv: &Server, creds: Creds, conn: u64, args: Bytes) -> Result<Byt
         }
     }
 
+    c.scope.finish(status == nfsstat4::NFS4_OK);
     out[..4].copy_from_slice(&(status as i32).to_be_bytes());
     out[count_at..count_at + 4].copy_from_slice(&done.to_be_bytes());
     let reply = out.freeze();

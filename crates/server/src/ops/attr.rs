@@ -114,7 +114,8 @@ pub fn setattr(c: &mut Compound, a: &SETATTR4args) -> OpResult {
         require(&cur, &c.creds, W)?;
     }
     if !set.is_empty() {
-        o.export.backend.setattr(&o.key, &set)?;
+        let cx = c.scope.ctx_for(&o.export, &c.creds, c.client)?;
+        o.export.backend.setattr(cx, &o.key, &set)?;
     }
     Ok(nfs_resop4::OP_SETATTR(SETATTR4res {
         status: nfsstat4::NFS4_OK,

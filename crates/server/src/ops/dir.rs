@@ -7,12 +7,16 @@ use crate::nfs::*;
 use crate::ops::attr::{require, W, X};
 use crate::ops::fh::check_name;
 use bytes::Bytes;
-use txnfs_backend::{FileType, NodeKind};
+use txnfs_backend::{DirChange, FileType, NodeKind};
 
-fn cinfo(before: u64, after: u64) -> change_info4 {
+/// The one place a backend's [`DirChange`] becomes a `change_info4` (RFC 8881 §3.3.4).
+/// Guards the wire value even against a misbehaving layer: `after` is never 0 and never
+/// below `before`; a value that had to be repaired is not claimed atomic.
+pub fn change_info(d: DirChange) -> change_info4 {
+    let after = d.after.max(d.before).max(1);
     change_info4 {
-        atomic: false,
-        before,
+        atomic: d.atomic && after == d.after,
+        before: d.before,
         after,
     }
 }
@@ -35,7 +39,7 @@ fn writable_dir(c: &Compound, fh: &Fh) -> Result<(ObjFh, txnfs_backend::Attrs), 
 
 pub fn create(c: &mut Compound, a: CREATE4args) -> OpResult {
     let fh = c.cfh()?.clone();
-    let (dir, dattrs) = writable_dir(c, &fh)?;
+    let (dir, _) = writable_dir(c, &fh)?;
     check_name(&a.objname)?;
     let kind = match a.objtype {
         createtype4::NF4LNK(target) => {
@@ -60,24 +64,24 @@ pub fn create(c: &mut Compound, a: CREATE4args) -> OpResult {
             .map_err(|e| status_from_u32(e.nfsstat()))?;
     crate::ops::attr::check_new_owner(&set, &c.creds)?;
     let be = &dir.export.backend;
-    let (key, _) = be.make_node(&dir.key, &a.objname, &kind, &set, &c.creds)?;
-    let after = be.getattr(&dir.key).map(|x| x.change).unwrap_or(0);
-    c.cfh = Some(c.srv.obj_fh(&dir.export, key));
+    let cx = c.scope.ctx_for(&dir.export, &c.creds, c.client)?;
+    let made = be.make_node(cx, &dir.key, &a.objname, &kind, &set)?;
+    c.cfh = Some(c.srv.obj_fh(&dir.export, made.key));
     Ok(nfs_resop4::OP_CREATE(CREATE4res::NFS4_OK(CREATE4resok {
-        cinfo: cinfo(dattrs.change, after),
+        cinfo: change_info(made.dir),
         attrset,
     })))
 }
 
 pub fn remove(c: &mut Compound, a: &REMOVE4args) -> OpResult {
     let fh = c.cfh()?.clone();
-    let (dir, dattrs) = writable_dir(c, &fh)?;
+    let (dir, _) = writable_dir(c, &fh)?;
     check_name(&a.target)?;
     let be = &dir.export.backend;
-    be.remove(&dir.key, &a.target)?;
-    let after = be.getattr(&dir.key).map(|x| x.change).unwrap_or(0);
+    let cx = c.scope.ctx_for(&dir.export, &c.creds, c.client)?;
+    let change = be.remove(cx, &dir.key, &a.target)?;
     Ok(nfs_resop4::OP_REMOVE(REMOVE4res::NFS4_OK(REMOVE4resok {
-        cinfo: cinfo(dattrs.change, after),
+        cinfo: change_info(change),
     })))
 }
 
@@ -86,18 +90,17 @@ pub fn rename(c: &mut Compound, a: &RENAME4args) -> OpResult {
     let tfh = c.cfh()?.clone();
     check_name(&a.oldname)?;
     check_name(&a.newname)?;
-    let (src, sattrs) = writable_dir(c, &sfh)?;
-    let (dst, tattrs) = writable_dir(c, &tfh)?;
+    let (src, _) = writable_dir(c, &sfh)?;
+    let (dst, _) = writable_dir(c, &tfh)?;
     if src.export.id != dst.export.id {
         return Err(nfsstat4::NFS4ERR_XDEV.into());
     }
     let be = &src.export.backend;
-    be.rename(&src.key, &a.oldname, &dst.key, &a.newname)?;
-    let safter = be.getattr(&src.key).map(|x| x.change).unwrap_or(0);
-    let tafter = be.getattr(&dst.key).map(|x| x.change).unwrap_or(0);
+    let cx = c.scope.ctx_for(&src.export, &c.creds, c.client)?;
+    let change = be.rename(cx, &src.key, &a.oldname, &dst.key, &a.newname)?;
     Ok(nfs_resop4::OP_RENAME(RENAME4res::NFS4_OK(RENAME4resok {
-        source_cinfo: cinfo(sattrs.change, safter),
-        target_cinfo: cinfo(tattrs.change, tafter),
+        source_cinfo: change_info(change.from),
+        target_cinfo: change_info(change.to),
     })))
 }
 
@@ -108,7 +111,7 @@ pub fn link(c: &mut Compound, a: &LINK4args) -> OpResult {
     let Fh::Obj(file) = &sfh else {
         return Err(nfsstat4::NFS4ERR_ISDIR.into());
     };
-    let (dir, dattrs) = writable_dir(c, &tfh)?;
+    let (dir, _) = writable_dir(c, &tfh)?;
     if file.export.id != dir.export.id {
         return Err(nfsstat4::NFS4ERR_XDEV.into());
     }
@@ -116,10 +119,10 @@ pub fn link(c: &mut Compound, a: &LINK4args) -> OpResult {
     if be.getattr(&file.key)?.ftype == FileType::Directory {
         return Err(nfsstat4::NFS4ERR_ISDIR.into());
     }
-    be.link(&file.key, &dir.key, &a.newname)?;
-    let after = be.getattr(&dir.key).map(|x| x.change).unwrap_or(0);
+    let cx = c.scope.ctx_for(&dir.export, &c.creds, c.client)?;
+    let linked = be.link(cx, &file.key, &dir.key, &a.newname)?;
     Ok(nfs_resop4::OP_LINK(LINK4res::NFS4_OK(LINK4resok {
-        cinfo: cinfo(dattrs.change, after),
+        cinfo: change_info(linked.dir),
     })))
 }
 
@@ -260,4 +263,32 @@ pub fn readdir(c: &mut Compound, a: &READDIR4args) -> OpResult {
             reply: dirlist4 { entries, eof },
         },
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn change_info_is_never_zero_or_backwards() {
+        let exact = change_info(DirChange {
+            before: 7,
+            after: 9,
+            atomic: true,
+        });
+        assert_eq!((exact.before, exact.after, exact.atomic), (7, 9, true));
+        // A layer that could not read the directory afterwards (old code: after = 0).
+        let lost = change_info(DirChange {
+            before: 7,
+            after: 0,
+            atomic: true,
+        });
+        assert_eq!((lost.before, lost.after, lost.atomic), (7, 7, false));
+        let nothing = change_info(DirChange {
+            before: 0,
+            after: 0,
+            atomic: false,
+        });
+        assert_eq!(nothing.after, 1);
+    }
 }

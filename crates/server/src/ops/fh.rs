@@ -20,22 +20,33 @@ pub fn check_name(name: &Bytes) -> Result<(), nfsstat4> {
     Ok(())
 }
 
+/// Makes `fh` the current filehandle; the first time this COMPOUND reaches an export,
+/// that export's backend hears `begin_compound` (a refusal fails this op).
+fn set_cfh(c: &mut Compound, fh: Fh) -> Result<(), crate::compound::OpError> {
+    if let Fh::Obj(o) = &fh {
+        c.scope.enter(&o.export, &c.creds, c.client)?;
+    }
+    c.cfh = Some(fh);
+    Ok(())
+}
+
 pub fn putfh(c: &mut Compound, a: &PUTFH4args) -> OpResult {
-    c.cfh = Some(c.srv.fh_from_wire(&a.object)?);
+    let fh = c.srv.fh_from_wire(&a.object)?;
+    set_cfh(c, fh)?;
     Ok(nfs_resop4::OP_PUTFH(PUTFH4res {
         status: nfsstat4::NFS4_OK,
     }))
 }
 
 pub fn putrootfh(c: &mut Compound) -> OpResult {
-    c.cfh = Some(c.srv.root_fh());
+    set_cfh(c, c.srv.root_fh())?;
     Ok(nfs_resop4::OP_PUTROOTFH(PUTROOTFH4res {
         status: nfsstat4::NFS4_OK,
     }))
 }
 
 pub fn putpubfh(c: &mut Compound) -> OpResult {
-    c.cfh = Some(c.srv.root_fh());
+    set_cfh(c, c.srv.root_fh())?;
     Ok(nfs_resop4::OP_PUTPUBFH(PUTPUBFH4res {
         status: nfsstat4::NFS4_OK,
     }))
@@ -57,7 +68,7 @@ pub fn savefh(c: &mut Compound) -> OpResult {
 
 pub fn restorefh(c: &mut Compound) -> OpResult {
     let s = c.sfh.clone().ok_or(nfsstat4::NFS4ERR_RESTOREFH)?;
-    c.cfh = Some(s);
+    set_cfh(c, s)?;
     Ok(nfs_resop4::OP_RESTOREFH(RESTOREFH4res {
         status: nfsstat4::NFS4_OK,
     }))
@@ -87,7 +98,8 @@ pub fn lookup_in(c: &Compound, dir: &Fh, name: &Bytes) -> Result<Fh, crate::comp
 
 pub fn lookup(c: &mut Compound, a: &LOOKUP4args) -> OpResult {
     let dir = c.cfh()?.clone();
-    c.cfh = Some(lookup_in(c, &dir, &a.objname)?);
+    let fh = lookup_in(c, &dir, &a.objname)?;
+    set_cfh(c, fh)?;
     Ok(nfs_resop4::OP_LOOKUP(LOOKUP4res {
         status: nfsstat4::NFS4_OK,
     }))
@@ -127,7 +139,8 @@ pub fn lookupp(c: &mut Compound) -> OpResult {
             .into());
         }
     }
-    c.cfh = Some(parent_of(c, &fh)?);
+    let parent = parent_of(c, &fh)?;
+    set_cfh(c, parent)?;
     Ok(nfs_resop4::OP_LOOKUPP(LOOKUPP4res {
         status: nfsstat4::NFS4_OK,
     }))

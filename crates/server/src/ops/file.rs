@@ -4,18 +4,11 @@ use crate::compound::{Compound, Fh, ObjFh, OpResult};
 use crate::errors::status_from_u32;
 use crate::nfs::*;
 use crate::ops::attr::{require, R, W, X};
+use crate::ops::dir::change_info;
 use crate::ops::fh::check_name;
 use crate::statecore::{stateid_from_wire, stateid_to_wire};
-use txnfs_backend::{CreateMode, FileType, SetAttrs};
+use txnfs_backend::{CreateMode, DirChange, FileType, SetAttrs};
 use txnfs_state::Stateid;
-
-fn cinfo(before: u64, after: u64) -> change_info4 {
-    change_info4 {
-        atomic: false,
-        before,
-        after,
-    }
-}
 
 /// Map the wire share bits, ignoring the v4.1 WANT/signal flags in the upper bits.
 fn share_bits(access: u32, deny: u32) -> Result<(u32, u32), nfsstat4> {
@@ -51,7 +44,11 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
     };
 
     let mut attrset: bitmap4 = Vec::new();
-    let mut dir_change = (0u64, 0u64);
+    let mut dir_change = DirChange {
+        before: 0,
+        after: 0,
+        atomic: false,
+    };
     let mut created = false;
     let target: ObjFh = match &a.claim {
         open_claim4::CLAIM_NULL(name) => {
@@ -103,15 +100,15 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
                     if existing.is_err() {
                         require(&dattrs, &c.creds, W | X)?;
                     }
-                    let (key, attrs, new) = be.create_file(&dir.key, name, mode, &set, &c.creds)?;
-                    type_check(attrs.ftype)?;
-                    created = new;
-                    if !new {
+                    let cx = c.scope.ctx_for(&dir.export, &c.creds, c.client)?;
+                    let made = be.create_file(cx, &dir.key, name, mode, &set)?;
+                    type_check(made.attrs.ftype)?;
+                    created = made.created;
+                    if !made.created {
                         attrset.clear();
                     }
-                    let after = be.getattr(&dir.key).map(|a| a.change).unwrap_or(0);
-                    dir_change = (dattrs.change, after);
-                    match c.srv.obj_fh(&dir.export, key) {
+                    dir_change = made.dir;
+                    match c.srv.obj_fh(&dir.export, made.key) {
                         Fh::Obj(o) => o,
                         Fh::Pseudo(_) => return Err(nfsstat4::NFS4ERR_SERVERFAULT.into()),
                     }
@@ -119,7 +116,11 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
                 None => {
                     require(&dattrs, &c.creds, X)?;
                     let (key, _) = be.lookup(&dir.key, name)?;
-                    dir_change = (dattrs.change, dattrs.change);
+                    dir_change = DirChange {
+                        before: dattrs.change,
+                        after: dattrs.change,
+                        atomic: true,
+                    };
                     match c.srv.obj_fh(&dir.export, key) {
                         Fh::Obj(o) => o,
                         Fh::Pseudo(_) => return Err(nfsstat4::NFS4ERR_SERVERFAULT.into()),
@@ -169,10 +170,9 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
         .map_err(|e| crate::errors::state_status(&e))?;
     let sid = stateid_to_wire(&sid);
     c.cfh = Some(Fh::Obj(target));
-    c.cur_sid = Some(sid.clone());
     Ok(nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(OPEN4resok {
         stateid: sid,
-        cinfo: cinfo(dir_change.0, dir_change.1),
+        cinfo: change_info(dir_change),
         rflags: OPEN4_RESULT_LOCKTYPE_POSIX,
         attrset,
         delegation: open_delegation4::OPEN_DELEGATE_NONE,
@@ -191,7 +191,6 @@ pub fn open_downgrade(c: &mut Compound, a: &OPEN_DOWNGRADE4args) -> OpResult {
         .open_downgrade(client, &sid, file, access, deny)
         .map_err(|e| crate::errors::state_status(&e))?;
     let new = stateid_to_wire(&new);
-    c.cur_sid = Some(new.clone());
     Ok(nfs_resop4::OP_OPEN_DOWNGRADE(OPEN_DOWNGRADE4res::NFS4_OK(
         OPEN_DOWNGRADE4resok { open_stateid: new },
     )))
@@ -208,7 +207,6 @@ pub fn close(c: &mut Compound, a: &CLOSE4args) -> OpResult {
         .map_err(|e| crate::errors::state_status(&e))?;
     // RFC 8881 §18.2.4: the returned stateid SHOULD be the invalid special stateid.
     let gone = stateid_to_wire(&Stateid::INVALID);
-    c.cur_sid = None;
     Ok(nfs_resop4::OP_CLOSE(CLOSE4res::NFS4_OK(gone)))
 }
 
@@ -274,7 +272,10 @@ pub fn write(c: &mut Compound, a: WRITE4args) -> OpResult {
         require(&attrs, &c.creds, W)?;
     }
     let sync = a.stable != stable_how4::UNSTABLE4;
-    o.export.backend.write(&o.key, a.offset, &a.data, sync)?;
+    let cx = c.scope.ctx_for(&o.export, &c.creds, c.client)?;
+    o.export
+        .backend
+        .write(cx, &o.key, a.offset, &a.data, sync)?;
     Ok(nfs_resop4::OP_WRITE(WRITE4res::NFS4_OK(WRITE4resok {
         count: a.data.len() as u32,
         committed: a.stable,
@@ -284,7 +285,8 @@ pub fn write(c: &mut Compound, a: WRITE4args) -> OpResult {
 
 pub fn commit(c: &mut Compound, _a: &COMMIT4args) -> OpResult {
     let o = c.cobj().map_err(|_| nfsstat4::NFS4ERR_ISDIR)?.clone();
-    match o.export.backend.commit(&o.key) {
+    let cx = c.scope.ctx_for(&o.export, &c.creds, c.client)?;
+    match o.export.backend.commit(cx, &o.key) {
         Ok(()) => {}
         Err(txnfs_backend::BackendError::IsDir) => return Err(nfsstat4::NFS4ERR_ISDIR.into()),
         Err(e) => return Err(e.into()),

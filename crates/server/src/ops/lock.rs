@@ -59,7 +59,6 @@ pub fn lock(c: &mut Compound, a: &LOCK4args) -> OpResult {
     match res {
         Ok(sid) => {
             let sid = stateid_to_wire(&sid);
-            c.cur_sid = Some(sid.clone());
             Ok(nfs_resop4::OP_LOCK(LOCK4res::NFS4_OK(LOCK4resok {
                 lock_stateid: sid,
             })))
@@ -109,7 +108,6 @@ pub fn locku(c: &mut Compound, a: &LOCKU4args) -> OpResult {
         .locku(client, &sid, file, a.offset, a.length)
         .map_err(|e| state_status(&e))?;
     let new = stateid_to_wire(&new);
-    c.cur_sid = Some(new.clone());
     Ok(nfs_resop4::OP_LOCKU(LOCKU4res::NFS4_OK(new)))
 }
 

@@ -1,0 +1,425 @@
+//! Stacking backends: a [`Layer`] sits on a lower [`Backend`] and forwards every call it
+//! does not change; a [`LayerRegistry`] builds an export's stack from layer names.
+//!
+//! A layer implements only what it changes: every [`Layer`] method defaults to calling
+//! the same method on [`Layer::lower`], and every `Layer` is a `Backend` (blanket impl),
+//! so layers stack to any depth behind an `Arc<dyn Backend>`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::local::LocalBackend;
+use crate::memory::{MemoryBackend, MemoryLimits};
+use crate::{
+    Attrs, Backend, BackendError, CloneMethod, CreateMode, Created, DirEntry, FileKey, FsStats,
+    Linked, Made, NodeKind, OpCtx, RenameChange, Result, SetAttrs,
+};
+
+/// A backend stacked on another. Override what the layer changes; the rest forwards.
+pub trait Layer: Send + Sync + 'static {
+    /// The backend below this layer.
+    fn lower(&self) -> &dyn Backend;
+
+    fn root(&self) -> Result<FileKey> {
+        self.lower().root()
+    }
+    fn getattr(&self, key: &FileKey) -> Result<Attrs> {
+        self.lower().getattr(key)
+    }
+    fn lookup(&self, dir: &FileKey, name: &[u8]) -> Result<(FileKey, Attrs)> {
+        self.lower().lookup(dir, name)
+    }
+    fn lookup_parent(&self, dir: &FileKey) -> Result<(FileKey, Attrs)> {
+        self.lower().lookup_parent(dir)
+    }
+    fn setattr(&self, cx: &OpCtx, key: &FileKey, attrs: &SetAttrs) -> Result<Attrs> {
+        self.lower().setattr(cx, key, attrs)
+    }
+    fn read(&self, key: &FileKey, offset: u64, count: u32) -> Result<(Bytes, bool)> {
+        self.lower().read(key, offset, count)
+    }
+    fn write(
+        &self,
+        cx: &OpCtx,
+        key: &FileKey,
+        offset: u64,
+        data: &[u8],
+        sync: bool,
+    ) -> Result<Attrs> {
+        self.lower().write(cx, key, offset, data, sync)
+    }
+    fn commit(&self, cx: &OpCtx, key: &FileKey) -> Result<()> {
+        self.lower().commit(cx, key)
+    }
+    fn create_file(
+        &self,
+        cx: &OpCtx,
+        dir: &FileKey,
+        name: &[u8],
+        mode: CreateMode,
+        attrs: &SetAttrs,
+    ) -> Result<Created> {
+        self.lower().create_file(cx, dir, name, mode, attrs)
+    }
+    fn make_node(
+        &self,
+        cx: &OpCtx,
+        dir: &FileKey,
+        name: &[u8],
+        kind: &NodeKind,
+        attrs: &SetAttrs,
+    ) -> Result<Made> {
+        self.lower().make_node(cx, dir, name, kind, attrs)
+    }
+    fn remove(&self, cx: &OpCtx, dir: &FileKey, name: &[u8]) -> Result<crate::DirChange> {
+        self.lower().remove(cx, dir, name)
+    }
+    fn rename(
+        &self,
+        cx: &OpCtx,
+        from_dir: &FileKey,
+        from: &[u8],
+        to_dir: &FileKey,
+        to: &[u8],
+    ) -> Result<RenameChange> {
+        self.lower().rename(cx, from_dir, from, to_dir, to)
+    }
+    fn link(&self, cx: &OpCtx, file: &FileKey, dir: &FileKey, name: &[u8]) -> Result<Linked> {
+        self.lower().link(cx, file, dir, name)
+    }
+    fn readlink(&self, key: &FileKey) -> Result<Bytes> {
+        self.lower().readlink(key)
+    }
+    fn readdir(
+        &self,
+        dir: &FileKey,
+        cookie: u64,
+        max_entries: usize,
+    ) -> Result<(Vec<DirEntry>, bool)> {
+        self.lower().readdir(dir, cookie, max_entries)
+    }
+    fn statfs(&self, key: &FileKey) -> Result<FsStats> {
+        self.lower().statfs(key)
+    }
+    fn clone_range(
+        &self,
+        cx: &OpCtx,
+        src: &FileKey,
+        src_off: u64,
+        dst: &FileKey,
+        dst_off: u64,
+        len: u64,
+    ) -> Result<CloneMethod> {
+        self.lower()
+            .clone_range(cx, src, src_off, dst, dst_off, len)
+    }
+    fn clone_method(&self) -> CloneMethod {
+        self.lower().clone_method()
+    }
+    fn begin_compound(&self, cx: &OpCtx) -> Result<()> {
+        self.lower().begin_compound(cx)
+    }
+    fn end_compound(&self, cx: &OpCtx, ok: bool) {
+        self.lower().end_compound(cx, ok)
+    }
+}
+
+impl<L: Layer> Backend for L {
+    fn root(&self) -> Result<FileKey> {
+        Layer::root(self)
+    }
+    fn getattr(&self, key: &FileKey) -> Result<Attrs> {
+        Layer::getattr(self, key)
+    }
+    fn lookup(&self, dir: &FileKey, name: &[u8]) -> Result<(FileKey, Attrs)> {
+        Layer::lookup(self, dir, name)
+    }
+    fn lookup_parent(&self, dir: &FileKey) -> Result<(FileKey, Attrs)> {
+        Layer::lookup_parent(self, dir)
+    }
+    fn setattr(&self, cx: &OpCtx, key: &FileKey, attrs: &SetAttrs) -> Result<Attrs> {
+        Layer::setattr(self, cx, key, attrs)
+    }
+    fn read(&self, key: &FileKey, offset: u64, count: u32) -> Result<(Bytes, bool)> {
+        Layer::read(self, key, offset, count)
+    }
+    fn write(
+        &self,
+        cx: &OpCtx,
+        key: &FileKey,
+        offset: u64,
+        data: &[u8],
+        sync: bool,
+    ) -> Result<Attrs> {
+        Layer::write(self, cx, key, offset, data, sync)
+    }
+    fn commit(&self, cx: &OpCtx, key: &FileKey) -> Result<()> {
+        Layer::commit(self, cx, key)
+    }
+    fn create_file(
+        &self,
+        cx: &OpCtx,
+        dir: &FileKey,
+        name: &[u8],
+        mode: CreateMode,
+        attrs: &SetAttrs,
+    ) -> Result<Created> {
+        Layer::create_file(self, cx, dir, name, mode, attrs)
+    }
+    fn make_node(
+        &self,
+        cx: &OpCtx,
+        dir: &FileKey,
+        name: &[u8],
+        kind: &NodeKind,
+        attrs: &SetAttrs,
+    ) -> Result<Made> {
+        Layer::make_node(self, cx, dir, name, kind, attrs)
+    }
+    fn remove(&self, cx: &OpCtx, dir: &FileKey, name: &[u8]) -> Result<crate::DirChange> {
+        Layer::remove(self, cx, dir, name)
+    }
+    fn rename(
+        &self,
+        cx: &OpCtx,
+        from_dir: &FileKey,
+        from: &[u8],
+        to_dir: &FileKey,
+        to: &[u8],
+    ) -> Result<RenameChange> {
+        Layer::rename(self, cx, from_dir, from, to_dir, to)
+    }
+    fn link(&self, cx: &OpCtx, file: &FileKey, dir: &FileKey, name: &[u8]) -> Result<Linked> {
+        Layer::link(self, cx, file, dir, name)
+    }
+    fn readlink(&self, key: &FileKey) -> Result<Bytes> {
+        Layer::readlink(self, key)
+    }
+    fn readdir(
+        &self,
+        dir: &FileKey,
+        cookie: u64,
+        max_entries: usize,
+    ) -> Result<(Vec<DirEntry>, bool)> {
+        Layer::readdir(self, dir, cookie, max_entries)
+    }
+    fn statfs(&self, key: &FileKey) -> Result<FsStats> {
+        Layer::statfs(self, key)
+    }
+    fn clone_range(
+        &self,
+        cx: &OpCtx,
+        src: &FileKey,
+        src_off: u64,
+        dst: &FileKey,
+        dst_off: u64,
+        len: u64,
+    ) -> Result<CloneMethod> {
+        Layer::clone_range(self, cx, src, src_off, dst, dst_off, len)
+    }
+    fn clone_method(&self) -> CloneMethod {
+        Layer::clone_method(self)
+    }
+    fn begin_compound(&self, cx: &OpCtx) -> Result<()> {
+        Layer::begin_compound(self, cx)
+    }
+    fn end_compound(&self, cx: &OpCtx, ok: bool) {
+        Layer::end_compound(self, cx, ok)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Building a stack from names
+
+/// Where and how one layer of a stack is opened.
+#[derive(Debug, Clone, Default)]
+pub struct LayerArgs {
+    /// The export's directory (used by `local`).
+    pub path: PathBuf,
+    /// `key=value` parameters given after the layer's name (`memory:max_bytes=1G`).
+    pub params: BTreeMap<String, String>,
+}
+
+type BaseFn = dyn Fn(&LayerArgs) -> Result<Arc<dyn Backend>> + Send + Sync;
+type WrapFn = dyn Fn(Arc<dyn Backend>, &LayerArgs) -> Result<Arc<dyn Backend>> + Send + Sync;
+
+enum Maker {
+    /// A bottom layer: stores the data.
+    Base(Box<BaseFn>),
+    /// A layer over another.
+    Wrap(Box<WrapFn>),
+}
+
+/// Why a stack description cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StackError {
+    #[error("empty layer list (known layers: {known})")]
+    Empty { known: String },
+    #[error("unknown layer {name:?} (known layers: {known})")]
+    Unknown { name: String, known: String },
+    #[error("layer {name:?} stores data and must be the last (bottom) layer of the list")]
+    BaseNotLast { name: String },
+    #[error("layer {name:?} wraps another layer and cannot be the last (bottom) layer")]
+    NothingBelow { name: String },
+    #[error("layer {name:?}: bad parameter {param:?} (want key=value)")]
+    BadParam { name: String, param: String },
+    #[error("layer {name:?}: {err}")]
+    Open { name: String, err: BackendError },
+}
+
+/// Layer names to constructors. The list of a stack is written top first: requests
+/// enter the first layer and the last one stores the data (`["txn", "local"]`).
+pub struct LayerRegistry {
+    makers: BTreeMap<String, Maker>,
+}
+
+impl Default for LayerRegistry {
+    fn default() -> Self {
+        Self::builtin()
+    }
+}
+
+/// Splits `name:key=value,key=value` into the name and its parameters.
+fn parse_spec(spec: &str) -> std::result::Result<(String, BTreeMap<String, String>), StackError> {
+    let (name, rest) = spec.split_once(':').unwrap_or((spec, ""));
+    let mut params = BTreeMap::new();
+    for p in rest.split(',').filter(|p| !p.is_empty()) {
+        let Some((k, v)) = p.split_once('=') else {
+            return Err(StackError::BadParam {
+                name: name.into(),
+                param: p.into(),
+            });
+        };
+        params.insert(k.trim().to_string(), v.trim().to_string());
+    }
+    Ok((name.trim().to_string(), params))
+}
+
+/// A size parameter: a number with an optional K/M/G/T suffix (powers of 1024).
+pub fn parse_size(v: &str) -> Option<u64> {
+    let v = v.trim();
+    let (num, shift) = match v.char_indices().last()? {
+        (i, 'k' | 'K') => (&v[..i], 10),
+        (i, 'm' | 'M') => (&v[..i], 20),
+        (i, 'g' | 'G') => (&v[..i], 30),
+        (i, 't' | 'T') => (&v[..i], 40),
+        _ => (v, 0),
+    };
+    num.trim().parse::<u64>().ok()?.checked_mul(1u64 << shift)
+}
+
+impl LayerRegistry {
+    /// No layers at all.
+    pub fn empty() -> Self {
+        LayerRegistry {
+            makers: BTreeMap::new(),
+        }
+    }
+
+    /// The layers every server knows: `local` (a directory, the export's `path`) and
+    /// `memory` (volatile; parameters `max_file_size` and `max_bytes`).
+    pub fn builtin() -> Self {
+        let mut r = Self::empty();
+        r.register_base("local", |a: &LayerArgs| {
+            Ok(Arc::new(LocalBackend::open(&a.path)?) as Arc<dyn Backend>)
+        });
+        r.register_base("memory", |a: &LayerArgs| {
+            let mut lim = MemoryLimits::default();
+            for (k, v) in &a.params {
+                let n = parse_size(v).ok_or(BackendError::Inval)?;
+                match k.as_str() {
+                    "max_file_size" => lim.max_file_size = n,
+                    "max_bytes" => lim.max_bytes = n,
+                    _ => return Err(BackendError::Inval),
+                }
+            }
+            Ok(Arc::new(MemoryBackend::with_limits(lim)) as Arc<dyn Backend>)
+        });
+        r
+    }
+
+    /// Registers a bottom layer (one that stores data).
+    pub fn register_base(
+        &mut self,
+        name: &str,
+        make: impl Fn(&LayerArgs) -> Result<Arc<dyn Backend>> + Send + Sync + 'static,
+    ) {
+        self.makers.insert(name.into(), Maker::Base(Box::new(make)));
+    }
+
+    /// Registers a layer that wraps the stack below it.
+    pub fn register_layer(
+        &mut self,
+        name: &str,
+        make: impl Fn(Arc<dyn Backend>, &LayerArgs) -> Result<Arc<dyn Backend>> + Send + Sync + 'static,
+    ) {
+        self.makers.insert(name.into(), Maker::Wrap(Box::new(make)));
+    }
+
+    /// The registered names, comma-separated (for error messages).
+    pub fn known(&self) -> String {
+        self.makers.keys().cloned().collect::<Vec<_>>().join(", ")
+    }
+
+    /// Checks a stack description without opening anything.
+    pub fn check<S: AsRef<str>>(&self, specs: &[S]) -> std::result::Result<(), StackError> {
+        let Some(last) = specs.len().checked_sub(1) else {
+            return Err(StackError::Empty {
+                known: self.known(),
+            });
+        };
+        for (i, spec) in specs.iter().enumerate() {
+            let (name, _) = parse_spec(spec.as_ref())?;
+            match self.makers.get(&name) {
+                None => {
+                    return Err(StackError::Unknown {
+                        name,
+                        known: self.known(),
+                    })
+                }
+                Some(Maker::Base(_)) if i != last => return Err(StackError::BaseNotLast { name }),
+                Some(Maker::Wrap(_)) if i == last => return Err(StackError::NothingBelow { name }),
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Builds the stack `specs` (top first) for an export at `path`.
+    pub fn build<S: AsRef<str>>(
+        &self,
+        specs: &[S],
+        path: &Path,
+    ) -> std::result::Result<Arc<dyn Backend>, StackError> {
+        self.check(specs)?;
+        let mut below: Option<Arc<dyn Backend>> = None;
+        for spec in specs.iter().rev() {
+            let (name, params) = parse_spec(spec.as_ref())?;
+            let args = LayerArgs {
+                path: path.to_path_buf(),
+                params,
+            };
+            let open_err = |err| StackError::Open {
+                name: name.clone(),
+                err,
+            };
+            below = Some(match (self.makers.get(&name), below.take()) {
+                (Some(Maker::Base(f)), None) => f(&args).map_err(open_err)?,
+                (Some(Maker::Wrap(f)), Some(lower)) => f(lower, &args).map_err(open_err)?,
+                // `check` ruled the other cases out.
+                _ => {
+                    return Err(StackError::Unknown {
+                        name,
+                        known: self.known(),
+                    })
+                }
+            });
+        }
+        below.ok_or(StackError::Empty {
+            known: self.known(),
+        })
+    }
+}
