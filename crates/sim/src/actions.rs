@@ -288,8 +288,12 @@ fn write(sim: &mut Sim, ci: usize, file: Fh) -> Result<(), Violation> {
 fn read(sim: &mut Sim, ci: usize, file: Fh) -> Result<(), Violation> {
     let offset = sim.rng.below(300);
     let count = 1 + sim.rng.below(200) as u32;
-    let sid = sim.clients[ci].opens.get(&file).cloned().unwrap_or(ANON);
-    let ops = vec![wire::putfh(&file), wire::read(&sid, offset, count)];
+    let sid = sim.clients[ci].opens.get(&file).cloned();
+    let anon = sid.is_none();
+    let ops = vec![
+        wire::putfh(&file),
+        wire::read(&sid.unwrap_or(ANON), offset, count),
+    ];
     go(
         sim,
         ci,
@@ -297,6 +301,7 @@ fn read(sim: &mut Sim, ci: usize, file: Fh) -> Result<(), Violation> {
             file,
             offset,
             count,
+            anon,
         },
         ops,
     )
@@ -510,6 +515,7 @@ pub fn audit(sim: &mut Sim, ci: usize) -> Result<(), Violation> {
                 file: f,
                 offset: 0,
                 count,
+                anon: true,
             },
             ops,
             false,

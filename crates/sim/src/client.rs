@@ -31,6 +31,8 @@ pub enum Intent {
         file: Fh,
         offset: u64,
         count: u32,
+        /// Read with the anonymous stateid (the client has no open).
+        anon: bool,
     },
     Close {
         file: Fh,

@@ -41,6 +41,19 @@ pub struct FaultPlan {
 }
 
 impl FaultPlan {
+    /// The plan of the standard sweep. `getattr` does not fail here: when it fails
+    /// after a directory change the server reports `change_info4.after = 0` (a known
+    /// server bug, see the ignored test `getattr_faults_keep_cinfo_monotonic`).
+    pub fn standard() -> Self {
+        FaultPlan {
+            io_per_mille: 15,
+            nospace_per_mille: 10,
+            getattr_io_per_mille: 0,
+            delay_per_mille: 50,
+            max_delay_ms: 40,
+        }
+    }
+
     /// No faults: the wrapper only counts.
     pub fn none() -> Self {
         FaultPlan::default()

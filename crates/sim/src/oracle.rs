@@ -156,11 +156,18 @@ pub fn judge(
                     "OPEN with DENY_BOTH refused though no live client has the file open",
                 ));
             }
-            if expect("OPEN deny", s, &[NFS4_OK, NFS4ERR_SHARE_DENIED], faulted)?
-                && !expect("CLOSE probe", st(res, 3), &[NFS4_OK], faulted)?
-            {
-                sim.model
-                    .add_open(file, probe, OPEN4_SHARE_ACCESS_READ, OPEN4_SHARE_DENY_BOTH);
+            if expect("OPEN deny", s, &[NFS4_OK, NFS4ERR_SHARE_DENIED], faulted)? {
+                // The probe owner's open (perhaps upgraded from one an earlier probe
+                // could not close) is gone only if this CLOSE worked.
+                sim.model.add_open(
+                    file,
+                    probe.clone(),
+                    OPEN4_SHARE_ACCESS_READ,
+                    OPEN4_SHARE_DENY_BOTH,
+                );
+                if expect("CLOSE probe", st(res, 3), &[NFS4_OK], faulted)? {
+                    sim.model.remove_open(file, &probe);
+                }
             }
             Ok(())
         }
@@ -212,9 +219,18 @@ pub fn judge(
             file,
             offset,
             count,
+            anon,
         } => {
             expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
-            if expect("READ", st(res, 2), &[NFS4_OK], faulted)? {
+            // I/O without an open (the anonymous stateid) is refused while another
+            // owner's share reservation denies reading (RFC 8881 §9.7).
+            let nobody = (usize::MAX, 0, bytes::Bytes::new());
+            let denied = *anon
+                && sim
+                    .model
+                    .share_conflict(file, &nobody, OPEN4_SHARE_ACCESS_READ, 0);
+            let allowed = if denied { NFS4ERR_LOCKED } else { NFS4_OK };
+            if expect("READ", st(res, 2), &[allowed], faulted)? {
                 let Some(nfs_resop4::OP_READ(READ4res::NFS4_OK(r))) = res.resarray.get(2) else {
                     return Err(Violation::new(K::Harness, "READ result shape"));
                 };

@@ -117,13 +117,7 @@ impl SimConfig {
             steps,
             clients: 3,
             break_reply_cache: false,
-            faults: (seed % 2 == 1).then_some(FaultPlan {
-                io_per_mille: 15,
-                nospace_per_mille: 10,
-                getattr_io_per_mille: 0,
-                delay_per_mille: 50,
-                max_delay_ms: 40,
-            }),
+            faults: (seed % 2 == 1).then_some(FaultPlan::standard()),
             lease_secs: 20,
             dir: scratch_dir(),
         }
