@@ -38,6 +38,10 @@ pub struct FaultPlan {
     /// A simulated delay (the clock moves forward 1..=`max_delay_ms`).
     pub delay_per_mille: u32,
     pub max_delay_ms: u64,
+    /// Harness self-test only: a lying backend that flips the last byte of a write
+    /// and reports success. Acknowledged data is then wrong, which the simulation
+    /// must report (invariant 2).
+    pub corrupt_write_per_mille: u32,
 }
 
 impl FaultPlan {
@@ -51,6 +55,7 @@ impl FaultPlan {
             getattr_io_per_mille: 0,
             delay_per_mille: 50,
             max_delay_ms: 40,
+            corrupt_write_per_mille: 0,
         }
     }
 
@@ -205,7 +210,21 @@ impl Backend for FaultBackend {
 
     fn write(&self, key: &FileKey, offset: u64, data: &[u8], sync: bool) -> Result<Attrs> {
         self.gate(Call::Alloc)?;
-        let r = self.inner.write(key, offset, data, sync)?;
+        let corrupt = self.plan.corrupt_write_per_mille > 0
+            && !data.is_empty()
+            && self
+                .rng
+                .lock()
+                .is_ok_and(|mut r| r.chance(self.plan.corrupt_write_per_mille));
+        let r = if corrupt {
+            let mut bad = data.to_vec();
+            if let Some(last) = bad.last_mut() {
+                *last ^= 0xff;
+            }
+            self.inner.write(key, offset, &bad, sync)?
+        } else {
+            self.inner.write(key, offset, data, sync)?
+        };
         self.ledger.count(token(TOKEN_WRITE, data));
         Ok(r)
     }

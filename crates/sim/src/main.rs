@@ -6,7 +6,7 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let (mut seeds, mut steps) = txnfs_sim::env_sizes(64, 400);
+    let (mut seeds, mut steps) = txnfs_sim::env_sizes(96, 1000);
     let mut first = std::env::var("TXNFS_SIM_FIRST_SEED")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -37,6 +37,11 @@ fn main() -> ExitCode {
                 total.expiries += s.expiries;
                 total.faults += s.faults;
                 total.cut_connections += s.cut_connections;
+                total.bytes_verified += s.bytes_verified;
+                total.cinfo_checked += s.cinfo_checked;
+                total.locks_granted += s.locks_granted;
+                total.locks_denied += s.locks_denied;
+                total.share_denied += s.share_denied;
             }
             Err(f) => {
                 failures += 1;
@@ -52,6 +57,14 @@ fn main() -> ExitCode {
         total.expiries,
         total.faults,
         total.cut_connections
+    );
+    println!(
+        "checked: bytes_verified={} cinfo={} locks_granted={} locks_denied={} share_denied={}",
+        total.bytes_verified,
+        total.cinfo_checked,
+        total.locks_granted,
+        total.locks_denied,
+        total.share_denied
     );
     println!("seeds={seeds} steps={steps} failures={failures}");
     if failures == 0 {

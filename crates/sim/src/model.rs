@@ -256,6 +256,7 @@ impl Model {
     }
 
     /// Invariant 2: `data` read at `offset` agrees with every byte the model knows.
+    /// Returns how many bytes were compared.
     pub fn check_read(
         &self,
         file: &Fh,
@@ -263,10 +264,11 @@ impl Model {
         count: u32,
         data: &[u8],
         eof: bool,
-    ) -> Result<(), String> {
+    ) -> Result<u64, String> {
         let Some(o) = self.obj(file) else {
-            return Ok(());
+            return Ok(0);
         };
+        let mut verified = 0;
         for (i, b) in data.iter().enumerate() {
             let at = offset as usize + i;
             match o.data.get(at) {
@@ -282,6 +284,7 @@ impl Model {
                         o.data.len()
                     ))
                 }
+                Some(Cell::Durable(_)) | Some(Cell::Volatile(_)) => verified += 1,
                 _ => {}
             }
         }
@@ -298,6 +301,6 @@ impl Model {
                 ));
             }
         }
-        Ok(())
+        Ok(verified)
     }
 }

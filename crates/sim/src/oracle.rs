@@ -39,6 +39,7 @@ fn expect(
 }
 
 fn cinfo(sim: &mut Sim, dir: &Fh, c: &change_info4, what: &str) -> Result<(), Violation> {
+    sim.stats.cinfo_checked += 1;
     sim.model
         .check_cinfo(dir, c.before, c.after)
         .map_err(|e| Violation::new(K::CinfoBackwards, format!("{what}: {e}")))
@@ -123,6 +124,9 @@ pub fn judge(
                     "OPEN denied by a share reservation no live open holds",
                 ));
             }
+            if s == Some(NFS4ERR_SHARE_DENIED) {
+                sim.stats.share_denied += 1;
+            }
             if expect("OPEN", s, &[NFS4_OK, NFS4ERR_SHARE_DENIED], faulted)? {
                 if getfh(res, 3).as_ref() != Some(file) {
                     return Err(Violation::new(
@@ -155,6 +159,9 @@ pub fn judge(
                     K::StaleStateSurvived,
                     "OPEN with DENY_BOTH refused though no live client has the file open",
                 ));
+            }
+            if s == Some(NFS4ERR_SHARE_DENIED) {
+                sim.stats.share_denied += 1;
             }
             if expect("OPEN deny", s, &[NFS4_OK, NFS4ERR_SHARE_DENIED], faulted)? {
                 // The probe owner's open (perhaps upgraded from one an earlier probe
@@ -234,7 +241,8 @@ pub fn judge(
                 let Some(nfs_resop4::OP_READ(READ4res::NFS4_OK(r))) = res.resarray.get(2) else {
                     return Err(Violation::new(K::Harness, "READ result shape"));
                 };
-                sim.model
+                sim.stats.bytes_verified += sim
+                    .model
                     .check_read(file, *offset, *count, &r.data, r.eof)
                     .map_err(|e| Violation::new(K::DataLost, e))?;
             }
@@ -271,7 +279,11 @@ pub fn judge(
             if conflict.is_none() && s == Some(NFS4ERR_DENIED) {
                 return Err(Violation::new(K::StaleStateSurvived, format!("LOCK {offset}+{length} write={write} by {me:?} denied, no live owner holds a conflicting lock")));
             }
+            if s == Some(NFS4ERR_DENIED) {
+                sim.stats.locks_denied += 1;
+            }
             if expect("LOCK", s, &[NFS4_OK, NFS4ERR_DENIED], faulted)? {
+                sim.stats.locks_granted += 1;
                 sim.model.locks.push(crate::model::LockRec {
                     file: file.clone(),
                     owner: me,
@@ -322,7 +334,12 @@ pub fn judge(
             match (&conflict, s) {
                 (Some(c), Some(NFS4_OK)) => Err(Violation::new(K::LockConflict, format!("LOCKT {offset}+{length} write={write} by {me:?} sees no lock, the model has {c:?}"))),
                 (None, Some(NFS4ERR_DENIED)) => Err(Violation::new(K::StaleStateSurvived, format!("LOCKT {offset}+{length} write={write} by {me:?} denied, no live owner holds a conflicting lock"))),
-                _ => expect("LOCKT", s, &[NFS4_OK, NFS4ERR_DENIED], faulted).map(|_| ()),
+                _ => {
+                    if s == Some(NFS4ERR_DENIED) {
+                        sim.stats.locks_denied += 1;
+                    }
+                    expect("LOCKT", s, &[NFS4_OK, NFS4ERR_DENIED], faulted).map(|_| ())
+                }
             }
         }
         Intent::Mkdir { dir, name } => {

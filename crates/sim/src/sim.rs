@@ -67,12 +67,13 @@ impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "simulation failed: seed={} step={} invariant={:?}: {}\n  replay: TXNFS_SIM_SEED={} {}cargo test -p txnfs-sim -- replay --nocapture",
+            "simulation failed: seed={} step={} invariant={:?}: {}\n  replay: TXNFS_SIM_SEED={} TXNFS_SIM_STEPS={} {}cargo test -p txnfs-sim -- replay --nocapture",
             self.seed,
             self.step,
             self.violation.kind,
             self.violation.detail,
             self.seed,
+            self.step,
             if self.break_reply_cache {
                 "TXNFS_SIM_BREAK_REPLY_CACHE=1 "
             } else {
@@ -92,6 +93,14 @@ pub struct Stats {
     pub expiries: u64,
     pub faults: u64,
     pub cut_connections: u64,
+    /// Checks that found something to check (so a green run is not a vacuous one):
+    /// bytes compared with the model, change_info4 values checked, LOCKs granted and
+    /// denied as the model predicted, OPENs refused by a share reservation.
+    pub bytes_verified: u64,
+    pub cinfo_checked: u64,
+    pub locks_granted: u64,
+    pub locks_denied: u64,
+    pub share_denied: u64,
     /// FNV-1a over every request's intent and every reply's statuses: equal digests
     /// mean the same run.
     pub digest: u64,

@@ -6,8 +6,8 @@ use txnfs_sim::fault::FaultPlan;
 use txnfs_sim::{env_sizes, run, run_seeds, SimConfig, ViolationKind};
 
 /// Default sweep: a few seconds in a debug build on two cores.
-const DEFAULT_SEEDS: u64 = 48;
-const DEFAULT_STEPS: u64 = 600;
+const DEFAULT_SEEDS: u64 = 96;
+const DEFAULT_STEPS: u64 = 1000;
 
 #[test]
 fn seeds_sweep() {
@@ -22,6 +22,11 @@ fn seeds_sweep() {
             let restarts: u64 = stats.iter().map(|s| s.restarts).sum();
             let expiries: u64 = stats.iter().map(|s| s.expiries).sum();
             let faults: u64 = stats.iter().map(|s| s.faults).sum();
+            let bytes: u64 = stats.iter().map(|s| s.bytes_verified).sum();
+            let cinfo: u64 = stats.iter().map(|s| s.cinfo_checked).sum();
+            let granted: u64 = stats.iter().map(|s| s.locks_granted).sum();
+            let denied: u64 = stats.iter().map(|s| s.locks_denied).sum();
+            let share: u64 = stats.iter().map(|s| s.share_denied).sum();
             println!(
                 "txnfs-sim: seeds={seeds} steps={steps} failures=0 compounds={compounds} retransmissions={retrans} restarts={restarts} expiries={expiries} faults={faults}"
             );
@@ -30,6 +35,8 @@ fn seeds_sweep() {
                 // The run exercised what it claims to (else it would pass vacuously).
                 assert!(retrans > 0 && restarts > 0 && expiries > 0 && faults > 0,
                     "retransmissions={retrans} restarts={restarts} expiries={expiries} faults={faults}");
+                assert!(bytes > 0 && cinfo > 0 && granted > 0 && denied > 0 && share > 0,
+                    "bytes={bytes} cinfo={cinfo} granted={granted} denied={denied} share_denied={share}");
             }
         }
         Err(f) => panic!("seeds={seeds} steps={steps}: {f}"),
@@ -125,4 +132,21 @@ fn getattr_faults_keep_cinfo_monotonic() {
             panic!("{f}");
         }
     }
+}
+
+/// The harness can fail on data too: a backend that corrupts acknowledged writes is
+/// reported as lost data (invariant 2).
+#[test]
+fn corrupting_backend_is_caught() {
+    let found = (1..=20u64).find_map(|seed| {
+        let mut cfg = SimConfig::for_seed(seed, 400);
+        cfg.faults = Some(FaultPlan {
+            corrupt_write_per_mille: 50,
+            ..FaultPlan::none()
+        });
+        run(cfg).err()
+    });
+    let f = found.expect("corrupted writes went unnoticed for 20 seeds");
+    println!("caught as expected: {f}");
+    assert_eq!(f.violation.kind, ViolationKind::DataLost, "{f}");
 }
