@@ -72,6 +72,12 @@ fn go(sim: &mut Sim, ci: usize, intent: Intent, ops: Vec<nfs_argop4>) -> Result<
 }
 
 pub fn random_action(sim: &mut Sim, ci: usize) -> Result<(), Violation> {
+    if let Some((file, sid)) = sim.clients[ci].dead_stateids.pop() {
+        sim.clients[ci].dead_stateids.clear();
+        if sim.model.obj(&file).is_some_and(|o| o.alive) {
+            return stale_write(sim, ci, file, sid);
+        }
+    }
     let choice = sim.rng.below(100);
     let files = sim.model.live_files();
     let mine = my_open_files(sim, ci);
@@ -552,4 +558,21 @@ pub fn audit(sim: &mut Sim, ci: usize) -> Result<(), Violation> {
         sim.send(ci, intent, ops, false)?;
     }
     Ok(())
+}
+
+/// A WRITE with an open stateid of the client's dead session (invariant 5).
+fn stale_write(sim: &mut Sim, ci: usize, file: Fh, sid: stateid4) -> Result<(), Violation> {
+    let n = req(sim);
+    let data = payload(sim, n);
+    let ops = vec![
+        wire::putfh(&file),
+        wire::write(&sid, 0, stable_how4::FILE_SYNC4, data.clone()),
+    ];
+    let after_restart = sim.clients[ci].dead_by_restart;
+    let intent = Intent::StaleWrite {
+        file,
+        data,
+        after_restart,
+    };
+    go(sim, ci, intent, ops)
 }

@@ -77,6 +77,12 @@ pub enum Intent {
     Getattr {
         obj: Fh,
     },
+    /// A WRITE with an open stateid of the client's previous, dead session.
+    StaleWrite {
+        file: Fh,
+        data: Bytes,
+        after_restart: bool,
+    },
 }
 
 impl Intent {
@@ -98,6 +104,7 @@ impl Intent {
             Intent::Rename { .. } => 12,
             Intent::Truncate { .. } => 13,
             Intent::Getattr { .. } => 14,
+            Intent::StaleWrite { .. } => 15,
         }
     }
 
@@ -109,7 +116,9 @@ impl Intent {
                 vec![token(TOKEN_CREATE, name)]
             }
             Intent::Rename { name, .. } => vec![token(TOKEN_RENAME, name)],
-            Intent::Write { data, .. } => vec![token(TOKEN_WRITE, data)],
+            Intent::Write { data, .. } | Intent::StaleWrite { data, .. } => {
+                vec![token(TOKEN_WRITE, data)]
+            }
             _ => Vec::new(),
         }
     }
@@ -156,6 +165,10 @@ pub struct SimClient {
     pub incarnation: u32,
     /// The server lost (or must have lost) this client's session: restart or expiry.
     pub expect_dead: bool,
+    /// Why the session is expected dead: a server restart (else lease expiry).
+    pub dead_by_restart: bool,
+    /// Open stateids of the lost session, to try once more (they must be refused).
+    pub dead_stateids: Vec<(Fh, stateid4)>,
     pub pending: Option<Pending>,
     pub opens: BTreeMap<Fh, stateid4>,
     pub locks: BTreeMap<(Fh, usize), HeldLocks>,
@@ -176,6 +189,8 @@ impl SimClient {
             old_clientid: None,
             incarnation: 0,
             expect_dead: false,
+            dead_by_restart: false,
+            dead_stateids: Vec::new(),
             pending: None,
             opens: BTreeMap::new(),
             locks: BTreeMap::new(),
@@ -202,7 +217,8 @@ impl SimClient {
             self.old_clientid = Some(s.clientid);
         }
         self.pending = None;
-        self.opens.clear();
+        // Kept to check that the server refuses them now (invariant 5).
+        self.dead_stateids = std::mem::take(&mut self.opens).into_iter().collect();
         self.locks.clear();
     }
 

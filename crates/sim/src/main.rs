@@ -42,6 +42,7 @@ fn main() -> ExitCode {
                 total.locks_granted += s.locks_granted;
                 total.locks_denied += s.locks_denied;
                 total.share_denied += s.share_denied;
+                total.stale_refused += s.stale_refused;
             }
             Err(f) => {
                 failures += 1;
@@ -59,12 +60,13 @@ fn main() -> ExitCode {
         total.cut_connections
     );
     println!(
-        "checked: bytes_verified={} cinfo={} locks_granted={} locks_denied={} share_denied={}",
+        "checked: bytes_verified={} cinfo={} locks_granted={} locks_denied={} share_denied={} stale_refused={}",
         total.bytes_verified,
         total.cinfo_checked,
         total.locks_granted,
         total.locks_denied,
-        total.share_denied
+        total.share_denied,
+        total.stale_refused
     );
     println!("seeds={seeds} steps={steps} failures={failures}");
     if failures == 0 {

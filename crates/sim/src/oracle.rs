@@ -419,6 +419,11 @@ pub fn judge(
             }
             Ok(())
         }
+        Intent::StaleWrite {
+            data,
+            after_restart,
+            ..
+        } => stale_write(sim, data, *after_restart, res, faulted),
         Intent::Getattr { obj } => {
             expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
             if !expect("GETATTR", st(res, 2), &[NFS4_OK], faulted)? {
@@ -464,6 +469,44 @@ pub fn judge(
             Ok(())
         }
     }
+}
+
+/// Invariant 5 for stateids: a WRITE with a stateid of a session the server dropped is
+/// refused and changes nothing.
+fn stale_write(
+    sim: &mut Sim,
+    data: &bytes::Bytes,
+    after_restart: bool,
+    res: &COMPOUND4res,
+    faulted: bool,
+) -> Result<(), Violation> {
+    expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
+    let s = st(res, 2);
+    let applied = sim
+        .ledger
+        .applied(crate::fault::token(crate::fault::TOKEN_WRITE, data));
+    if s == Some(NFS4_OK) || applied > 0 {
+        return Err(Violation::new(
+            K::StaleStateSurvived,
+            format!(
+                "a WRITE with an open stateid from before the {} was accepted",
+                if after_restart {
+                    "restart"
+                } else {
+                    "lease expiry"
+                }
+            ),
+        ));
+    }
+    // RFC 8881 §8.2: a stateid of an earlier server instance is STALE; one the server
+    // released with an expired lease is BAD (or EXPIRED if it remembers it).
+    let allowed: &[nfsstat4] = if after_restart {
+        &[NFS4ERR_STALE_STATEID]
+    } else {
+        &[NFS4ERR_BAD_STATEID, NFS4ERR_EXPIRED]
+    };
+    sim.stats.stale_refused += 1;
+    expect("stale WRITE", s, allowed, faulted).map(|_| ())
 }
 
 /// Within one server instance the write verifier never changes.

@@ -101,6 +101,8 @@ pub struct Stats {
     pub locks_granted: u64,
     pub locks_denied: u64,
     pub share_denied: u64,
+    /// Stateids of dead sessions tried again and refused.
+    pub stale_refused: u64,
     /// FNV-1a over every request's intent and every reply's statuses: equal digests
     /// mean the same run.
     pub digest: u64,
@@ -584,6 +586,8 @@ impl Sim {
             if c.session.is_some() {
                 c.expect_dead = true;
             }
+            // Stateids kept from an earlier loss are now of an earlier instance too.
+            c.dead_by_restart = true;
         }
         Ok(())
     }
@@ -625,6 +629,7 @@ impl Sim {
             .collect();
         self.model.forget_client(ci, inc);
         self.clients[ci].expect_dead = true;
+        self.clients[ci].dead_by_restart = false;
         crate::actions::probe_released(self, ci, held_locks, held_opens)
     }
 
