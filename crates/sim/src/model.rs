@@ -304,3 +304,119 @@ impl Model {
         Ok(verified)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fh(n: u8) -> Fh {
+        Bytes::from(vec![n; 4])
+    }
+
+    fn model_with_file() -> Model {
+        let mut m = Model {
+            root: fh(0),
+            ..Model::default()
+        };
+        m.objs.push(Obj {
+            fh: fh(1),
+            parent: fh(0),
+            name: Bytes::from_static(b"f"),
+            is_dir: false,
+            alive: true,
+            data: Vec::new(),
+            size_known: true,
+        });
+        m
+    }
+
+    #[test]
+    fn reads_must_match_acknowledged_bytes() {
+        let mut m = model_with_file();
+        m.write(&fh(1), 2, b"abc", true);
+        assert_eq!(m.check_read(&fh(1), 0, 10, b"\0\0abc", true), Ok(5));
+        assert!(m.check_read(&fh(1), 2, 3, b"abX", false).is_err());
+        assert!(
+            m.check_read(&fh(1), 0, 10, b"\0\0abc!", true).is_err(),
+            "beyond size"
+        );
+        assert!(
+            m.check_read(&fh(1), 0, 10, b"\0\0a", true).is_err(),
+            "early eof"
+        );
+    }
+
+    #[test]
+    fn restart_forgets_only_uncommitted_bytes() {
+        let mut m = model_with_file();
+        m.write(&fh(1), 0, b"ab", true);
+        m.write(&fh(1), 2, b"cd", false);
+        m.restart();
+        assert_eq!(m.check_read(&fh(1), 0, 4, b"abXY", true), Ok(2));
+        assert!(m.check_read(&fh(1), 0, 4, b"Xb", true).is_err());
+        m.write(&fh(1), 0, b"zz", false);
+        m.commit(&fh(1));
+        m.restart();
+        assert!(
+            m.check_read(&fh(1), 0, 2, b"ab", true).is_err(),
+            "commit made zz durable"
+        );
+    }
+
+    #[test]
+    fn change_info_never_goes_back() {
+        let mut m = model_with_file();
+        assert!(m.check_cinfo(&fh(0), 3, 5).is_ok());
+        assert!(m.check_cinfo(&fh(0), 5, 4).is_err());
+        assert!(
+            m.check_cinfo(&fh(0), 1, 4).is_err(),
+            "behind the last after"
+        );
+        assert!(m.check_cinfo(&fh(9), 0, 1).is_ok(), "per directory");
+    }
+
+    #[test]
+    fn lock_conflicts_follow_owners_and_types() {
+        let mut m = model_with_file();
+        m.locks.push(LockRec {
+            file: fh(1),
+            owner: (0, 1, 0),
+            start: 10,
+            end: 20,
+            write: false,
+        });
+        let other = (1, 1, 0);
+        assert!(m
+            .lock_conflict(&fh(1), Some(&other), 15, 30, true)
+            .is_some());
+        assert!(m
+            .lock_conflict(&fh(1), Some(&other), 15, 30, false)
+            .is_none());
+        assert!(m
+            .lock_conflict(&fh(1), Some(&other), 20, 30, true)
+            .is_none());
+        assert!(m
+            .lock_conflict(&fh(1), Some(&(0, 1, 0)), 0, u64::MAX, true)
+            .is_none());
+        m.forget_client(0, 1);
+        assert!(m
+            .lock_conflict(&fh(1), Some(&other), 0, u64::MAX, true)
+            .is_none());
+    }
+
+    #[test]
+    fn share_reservations() {
+        let mut m = model_with_file();
+        let a = (0, 1, Bytes::from_static(b"a"));
+        let b = (1, 1, Bytes::from_static(b"b"));
+        m.add_open(&fh(1), a.clone(), 3, 0);
+        assert!(m.share_conflict(&fh(1), &b, 1, 3));
+        assert!(!m.share_conflict(&fh(1), &b, 3, 0));
+        assert!(
+            !m.share_conflict(&fh(1), &a, 1, 3),
+            "own opens never conflict"
+        );
+        m.remove_open(&fh(1), &a);
+        assert!(!m.share_conflict(&fh(1), &b, 1, 3));
+    }
+}

@@ -161,6 +161,8 @@ pub struct Sim {
     pub(crate) step: u64,
     pub(crate) next_conn: u64,
     pub(crate) next_req: u64,
+    /// Print every request and its statuses to stderr (TXNFS_SIM_TRACE=1).
+    pub(crate) trace: bool,
 }
 
 /// Run one seed to the end or to the first violation.
@@ -229,7 +231,14 @@ impl Sim {
             stats: Stats::default(),
             step: 0,
             next_req: 1,
+            trace: std::env::var_os("TXNFS_SIM_TRACE").is_some(),
         })
+    }
+
+    fn note(&self, what: &str) {
+        if self.trace {
+            eprintln!("step {} t={:?} {what}", self.step, self.now());
+        }
     }
 
     pub(crate) fn now(&self) -> Duration {
@@ -262,6 +271,8 @@ impl Sim {
         let now = self.now();
         self.clients[ci].last_contact = now;
         self.stats.compounds += 1;
+        // The request bytes are part of the run: equal seeds send equal bytes.
+        self.digest(crate::fault::token(b'q', &bytes));
         let conn = self.clients[ci].conn;
         let reply = self.server()?.call(conn, bytes).ok_or_else(|| {
             Violation::new(
@@ -406,6 +417,17 @@ impl Sim {
         self.clients[ci].last_renew = now;
         let faulted = self.ledger.injected() > injected;
         self.stats.faults += self.ledger.injected() - injected;
+        if self.trace {
+            eprintln!(
+                "step {} t={:?} client {ci} conn {} {intent:?}{} -> {:?} {:?}",
+                self.step,
+                now,
+                self.clients[ci].conn,
+                if lose { " (reply lost)" } else { "" },
+                res.status,
+                res.resarray.iter().map(status_of).collect::<Vec<_>>()
+            );
+        }
         self.check_tokens(&intent, "first execution")?;
         crate::oracle::judge(self, ci, &intent, &res, faulted)?;
         if lose {
@@ -575,6 +597,7 @@ impl Sim {
     /// Drop the server (a crash: sessions, opens and locks are gone) and start a new
     /// one on the same state directory and backend.
     fn restart(&mut self) -> Result<(), Violation> {
+        self.note("server restart");
         self.stats.restarts += 1;
         self.server = None;
         self.server = Some(
@@ -611,6 +634,7 @@ impl Sim {
             self.keepalive_all(Some(ci))?;
         }
         self.server()?.tick();
+        self.note(&format!("client {ci} silent past its lease; tick"));
         self.stats.expiries += 1;
         let inc = self.clients[ci].incarnation;
         let held_locks: Vec<_> = self
@@ -635,6 +659,7 @@ impl Sim {
 
     fn cut_connection(&mut self) {
         let ci = self.rng.index(self.clients.len());
+        self.note(&format!("client {ci}: connection cut"));
         self.stats.cut_connections += 1;
         if let Some(s) = &self.server {
             s.connection_closed(self.clients[ci].conn);

@@ -58,7 +58,8 @@ fn same_seed_same_run() {
 }
 
 /// `TXNFS_SIM_SEED=<seed> cargo test -p txnfs-sim -- replay --nocapture` replays one
-/// seed (TXNFS_SIM_STEPS steps; TXNFS_SIM_BREAK_REPLY_CACHE=1 to replay the mutation).
+/// seed (TXNFS_SIM_STEPS steps; TXNFS_SIM_BREAK_REPLY_CACHE=1 to replay the mutation;
+/// TXNFS_SIM_TRACE=1 prints every request and its reply statuses).
 /// Without TXNFS_SIM_SEED it replays seed 1.
 #[test]
 fn replay() {
