@@ -108,6 +108,42 @@ impl Intent {
         }
     }
 
+    /// The objects this request names (its result may change what the client knows
+    /// about them).
+    pub fn objects(&self) -> Vec<&Fh> {
+        match self {
+            Intent::Renew => vec![],
+            Intent::OpenCreate { dir, .. } | Intent::Mkdir { dir, .. } => vec![dir],
+            Intent::Open { file }
+            | Intent::DenyProbe { file }
+            | Intent::Write { file, .. }
+            | Intent::Read { file, .. }
+            | Intent::Close { file }
+            | Intent::Lock { file, .. }
+            | Intent::Locku { file, .. }
+            | Intent::Lockt { file, .. }
+            | Intent::Truncate { file, .. }
+            | Intent::StaleWrite { file, .. } => vec![file],
+            Intent::Remove { obj } | Intent::Getattr { obj } => vec![obj],
+            Intent::Rename { obj, to_dir, .. } => vec![obj, to_dir],
+        }
+    }
+
+    /// Whether this request may be sent while `pending` ones are unanswered: it must
+    /// not use a stateid or a name that a lost reply may have changed.
+    pub fn may_pipeline(&self, pending: &[Pending]) -> bool {
+        match self {
+            Intent::Getattr { .. }
+            | Intent::Lockt { .. }
+            | Intent::Mkdir { .. }
+            | Intent::OpenCreate { .. } => true,
+            Intent::Read { file, .. } | Intent::Write { file, .. } => {
+                pending.iter().all(|p| !p.intent.objects().contains(&file))
+            }
+            _ => false,
+        }
+    }
+
     /// The ledger tokens of the effects this request must apply at most once.
     pub fn tokens(&self) -> Vec<u64> {
         use crate::fault::{token, TOKEN_CREATE, TOKEN_RENAME, TOKEN_WRITE};
@@ -133,9 +169,11 @@ pub struct Session {
 }
 
 /// A request whose reply the client never saw: it must retransmit it (same slot,
-/// same seqid, same bytes) before sending anything else.
+/// same seqid, same bytes); meanwhile it may send requests on other slots that do not
+/// depend on what the lost reply would have told it.
 #[derive(Debug, Clone)]
 pub struct Pending {
+    pub slot: u32,
     pub bytes: Bytes,
     pub first_reply: Bytes,
     pub intent: Intent,
@@ -169,7 +207,8 @@ pub struct SimClient {
     pub dead_by_restart: bool,
     /// Open stateids of the lost session, to try once more (they must be refused).
     pub dead_stateids: Vec<(Fh, stateid4)>,
-    pub pending: Option<Pending>,
+    /// Requests whose replies were lost, at most one per slot.
+    pub pending: Vec<Pending>,
     pub opens: BTreeMap<Fh, stateid4>,
     pub locks: BTreeMap<(Fh, usize), HeldLocks>,
     /// Simulated time of the last new SEQUENCE that succeeded (the server renewed).
@@ -191,7 +230,7 @@ impl SimClient {
             expect_dead: false,
             dead_by_restart: false,
             dead_stateids: Vec::new(),
-            pending: None,
+            pending: Vec::new(),
             opens: BTreeMap::new(),
             locks: BTreeMap::new(),
             last_renew: Duration::ZERO,
@@ -216,7 +255,7 @@ impl SimClient {
         if let Some(s) = self.session.take() {
             self.old_clientid = Some(s.clientid);
         }
-        self.pending = None;
+        self.pending.clear();
         // Kept to check that the server refuses them now (invariant 5).
         self.dead_stateids = std::mem::take(&mut self.opens).into_iter().collect();
         self.locks.clear();

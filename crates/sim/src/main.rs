@@ -33,6 +33,7 @@ fn main() -> ExitCode {
             Ok(s) => {
                 total.compounds += s.compounds;
                 total.retransmissions += s.retransmissions;
+                total.overtakes += s.overtakes;
                 total.restarts += s.restarts;
                 total.expiries += s.expiries;
                 total.faults += s.faults;
@@ -51,9 +52,10 @@ fn main() -> ExitCode {
         }
     }
     println!(
-        "compounds={} retransmissions={} restarts={} expiries={} faults={} cut_connections={}",
+        "compounds={} retransmissions={} overtakes={} restarts={} expiries={} faults={} cut_connections={}",
         total.compounds,
         total.retransmissions,
+        total.overtakes,
         total.restarts,
         total.expiries,
         total.faults,

@@ -89,6 +89,8 @@ pub struct Stats {
     pub steps: u64,
     pub compounds: u64,
     pub retransmissions: u64,
+    /// Requests sent on another slot while earlier replies were still lost.
+    pub overtakes: u64,
     pub restarts: u64,
     pub expiries: u64,
     pub faults: u64,
@@ -348,7 +350,12 @@ impl Sim {
 
     /// Encode SEQUENCE(slot, next seqid) + ops; returns the bytes and the slot.
     fn frame(&mut self, ci: usize, ops: Vec<nfs_argop4>) -> Result<(Bytes, u32), Violation> {
-        let slot = self.rng.below(SLOTS as u64) as u32;
+        let busy: Vec<u32> = self.clients[ci].pending.iter().map(|p| p.slot).collect();
+        let free: Vec<u32> = (0..SLOTS).filter(|s| !busy.contains(s)).collect();
+        let slot = free
+            .get(self.rng.index(free.len()))
+            .copied()
+            .ok_or_else(|| Violation::new(ViolationKind::Harness, "every slot is busy"))?;
         let s = self.clients[ci]
             .session
             .as_ref()
@@ -400,14 +407,25 @@ impl Sim {
         ops: Vec<nfs_argop4>,
         lose: bool,
     ) -> Result<(), Violation> {
-        // One request in flight per client: an unanswered one is retransmitted first,
-        // so its slot and seqid are never reused under it.
-        self.retransmit(ci, true)?;
+        // Unanswered requests are retransmitted first unless this one may overtake
+        // them (on another slot, independent of what their replies say).
+        let c = &self.clients[ci];
+        let overtake = c.pending.len() < SLOTS as usize - 1
+            && intent.may_pipeline(&c.pending)
+            && self.rng.chance(700);
+        if !overtake && !c.pending.is_empty() {
+            // The request was built from what the client knew before those replies;
+            // it decides again after hearing them.
+            return self.retransmit(ci, true);
+        }
+        if !c.pending.is_empty() {
+            self.stats.overtakes += 1;
+        }
         if self.clients[ci].session.is_none() {
             return Ok(());
         }
         self.digest(intent.code() as u64);
-        let (bytes, _) = self.frame(ci, ops)?;
+        let (bytes, slot) = self.frame(ci, ops)?;
         let injected = self.ledger.injected();
         let now = self.now();
         let (reply, res) = self.call(ci, bytes.clone())?;
@@ -430,23 +448,22 @@ impl Sim {
         }
         self.check_tokens(&intent, "first execution")?;
         crate::oracle::judge(self, ci, &intent, &res, faulted)?;
+        let pending = Pending {
+            slot,
+            bytes,
+            first_reply: reply,
+            intent,
+        };
         if lose {
-            self.clients[ci].pending = Some(Pending {
-                bytes,
-                first_reply: reply,
-                intent,
-            });
+            self.clients[ci].pending.push(pending);
             return Ok(());
         }
-        crate::oracle::absorb(&mut self.clients[ci], &intent, &res);
+        crate::oracle::absorb(&mut self.clients[ci], &pending.intent, &res);
         if self.rng.chance(30) {
             // A spurious retransmission (the client timed out too early).
-            self.clients[ci].pending = Some(Pending {
-                bytes,
-                first_reply: reply,
-                intent,
-            });
-            self.retransmit(ci, false)?;
+            self.clients[ci].pending.push(pending);
+            let last = self.clients[ci].pending.len() - 1;
+            self.retransmit_one(ci, last, false)?;
         }
         Ok(())
     }
@@ -465,11 +482,21 @@ impl Sim {
         Ok(())
     }
 
-    /// Retransmit the pending request: same bytes, must get the same reply.
+    /// Retransmit every unanswered request of a client, in a random order.
     pub(crate) fn retransmit(&mut self, ci: usize, absorb: bool) -> Result<(), Violation> {
-        let Some(p) = self.clients[ci].pending.take() else {
+        while !self.clients[ci].pending.is_empty() {
+            let i = self.rng.index(self.clients[ci].pending.len());
+            self.retransmit_one(ci, i, absorb)?;
+        }
+        Ok(())
+    }
+
+    /// Retransmit one unanswered request: same bytes, must get the same reply.
+    fn retransmit_one(&mut self, ci: usize, i: usize, absorb: bool) -> Result<(), Violation> {
+        if i >= self.clients[ci].pending.len() {
             return Ok(());
-        };
+        }
+        let p = self.clients[ci].pending.remove(i);
         self.stats.retransmissions += 1;
         let (reply, res) = self.call(ci, p.bytes.clone())?;
         let seq_ok = res.resarray.first().map(status_of) == Some(nfsstat4::NFS4_OK);
@@ -670,8 +697,10 @@ impl Sim {
 
     /// One action of one client.
     fn client_step(&mut self, ci: usize) -> Result<(), Violation> {
-        if self.clients[ci].pending.is_some() {
-            return self.retransmit(ci, true);
+        let pending = self.clients[ci].pending.len();
+        if pending > 0 && self.rng.chance(500) {
+            let i = self.rng.index(pending);
+            return self.retransmit_one(ci, i, true);
         }
         if self.clients[ci].session.is_none() {
             return self.ensure_session(ci);

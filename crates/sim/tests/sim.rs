@@ -28,6 +28,7 @@ fn seeds_sweep() {
             let denied: u64 = stats.iter().map(|s| s.locks_denied).sum();
             let share: u64 = stats.iter().map(|s| s.share_denied).sum();
             let stale: u64 = stats.iter().map(|s| s.stale_refused).sum();
+            let overtakes: u64 = stats.iter().map(|s| s.overtakes).sum();
             println!(
                 "txnfs-sim: seeds={seeds} steps={steps} failures=0 compounds={compounds} retransmissions={retrans} restarts={restarts} expiries={expiries} faults={faults}"
             );
@@ -36,8 +37,8 @@ fn seeds_sweep() {
                 // The run exercised what it claims to (else it would pass vacuously).
                 assert!(retrans > 0 && restarts > 0 && expiries > 0 && faults > 0,
                     "retransmissions={retrans} restarts={restarts} expiries={expiries} faults={faults}");
-                assert!(bytes > 0 && cinfo > 0 && granted > 0 && denied > 0 && share > 0 && stale > 0,
-                    "bytes={bytes} cinfo={cinfo} granted={granted} denied={denied} share_denied={share} stale_refused={stale}");
+                assert!(bytes > 0 && cinfo > 0 && granted > 0 && denied > 0 && share > 0 && stale > 0 && overtakes > 0,
+                    "bytes={bytes} cinfo={cinfo} granted={granted} denied={denied} share_denied={share} stale_refused={stale} overtakes={overtakes}");
             }
         }
         Err(f) => panic!("seeds={seeds} steps={steps}: {f}"),
