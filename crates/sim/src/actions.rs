@@ -67,7 +67,7 @@ fn small_range(sim: &mut Sim) -> (u64, u64) {
 
 /// Send `intent`; with some probability its reply is lost (the client retransmits later).
 fn go(sim: &mut Sim, ci: usize, intent: Intent, ops: Vec<nfs_argop4>) -> Result<(), Violation> {
-    let lose = sim.rng.chance(120);
+    let lose = sim.rng.chance(sim.mix.lose);
     sim.send(ci, intent, ops, lose)
 }
 

@@ -165,6 +165,30 @@ pub struct Sim {
     pub(crate) next_req: u64,
     /// Print every request and its statuses to stderr (TXNFS_SIM_TRACE=1).
     pub(crate) trace: bool,
+    pub(crate) mix: Mix,
+}
+
+/// How often each event happens in a run, per thousand steps (lost replies: per
+/// thousand requests). Drawn per seed ("swarm testing", as TigerBeetle's VOPR does):
+/// some runs restart often, some never, so rare interleavings of one kind get dense.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Mix {
+    pub restart: u64,
+    pub expire: u64,
+    pub cut: u64,
+    pub lose: u32,
+}
+
+impl Mix {
+    fn draw(rng: &mut Rng) -> Mix {
+        let pick = |rng: &mut Rng, v: &[u64]| v[rng.index(v.len())];
+        Mix {
+            restart: pick(rng, &[0, 2, 5, 20]),
+            expire: pick(rng, &[0, 2, 5, 20]),
+            cut: pick(rng, &[0, 10, 30, 100]),
+            lose: pick(rng, &[0, 60, 120, 300]) as u32,
+        }
+    }
 }
 
 /// Run one seed to the end or to the first violation.
@@ -197,6 +221,7 @@ fn unique() -> u64 {
 impl Sim {
     fn new(cfg: SimConfig, state_dir: PathBuf) -> Result<Sim, Violation> {
         let mut rng = Rng::new(cfg.seed);
+        let mix = Mix::draw(&mut rng);
         let clock = Arc::new(ManualClock::new());
         let ledger = Arc::new(Ledger::default());
         let backend = Arc::new(FaultBackend::new(
@@ -234,6 +259,7 @@ impl Sim {
             step: 0,
             next_req: 1,
             trace: std::env::var_os("TXNFS_SIM_TRACE").is_some(),
+            mix,
         })
     }
 
@@ -301,15 +327,18 @@ impl Sim {
             self.step += 1;
             self.digest(self.step);
             let r = self.rng.below(1000);
-            match r {
-                0..=4 => self.restart()?,
-                5..=9 => self.expire_one()?,
-                10..=39 => self.cut_connection(),
-                40..=79 => self.server()?.tick(),
-                _ => {
-                    let ci = self.rng.index(self.clients.len());
-                    self.client_step(ci)?;
-                }
+            let m = self.mix;
+            if r < m.restart {
+                self.restart()?;
+            } else if r < m.restart + m.expire {
+                self.expire_one()?;
+            } else if r < m.restart + m.expire + m.cut {
+                self.cut_connection();
+            } else if r < m.restart + m.expire + m.cut + 40 {
+                self.server()?.tick();
+            } else {
+                let ci = self.rng.index(self.clients.len());
+                self.client_step(ci)?;
             }
             let dt = self.rng.below(300);
             self.clock.advance(Duration::from_millis(dt));
