@@ -1,0 +1,422 @@
+//! The oracle: what the server must have done, built from every executed reply (the
+//! simulation sees replies even when the client "loses" them). It holds the expected
+//! file contents, the namespace, the open and lock state of live clients, and the last
+//! change counter seen per directory.
+
+use crate::wire::Fh;
+use bytes::Bytes;
+use std::collections::BTreeMap;
+
+/// One byte of expected file content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cell {
+    /// Written by an acknowledged stable write (FILE_SYNC, or UNSTABLE + COMMIT with the
+    /// same verifier), or a hole / truncation zero: must read back, also after restarts.
+    Durable(u8),
+    /// Written UNSTABLE and not committed yet: must read back until the server restarts.
+    Volatile(u8),
+    /// The model does not know (an unstable write lost in a restart, a failed call).
+    Unknown,
+}
+
+#[derive(Debug, Clone)]
+pub struct Obj {
+    pub fh: Fh,
+    pub parent: Fh,
+    pub name: Bytes,
+    pub is_dir: bool,
+    pub alive: bool,
+    pub data: Vec<Cell>,
+    /// Whether `data.len()` is the file size for sure.
+    pub size_known: bool,
+}
+
+/// A lock owner: (client index, client incarnation, owner index).
+pub type LockOwner = (usize, u32, usize);
+/// An open owner: (client index, client incarnation, owner name).
+pub type OpenOwner = (usize, u32, Bytes);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockRec {
+    pub file: Fh,
+    pub owner: LockOwner,
+    pub start: u64,
+    /// Exclusive; `u64::MAX` means to the end of all files.
+    pub end: u64,
+    pub write: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenRec {
+    pub file: Fh,
+    pub owner: OpenOwner,
+    pub access: u32,
+    pub deny: u32,
+}
+
+pub fn range_end(offset: u64, length: u64) -> u64 {
+    if length == u64::MAX {
+        u64::MAX
+    } else {
+        offset.saturating_add(length)
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Model {
+    pub root: Fh,
+    pub objs: Vec<Obj>,
+    pub locks: Vec<LockRec>,
+    pub opens: Vec<OpenRec>,
+    /// Directory -> the largest `after` change value any reply showed.
+    pub last_after: BTreeMap<Fh, u64>,
+    /// The write verifier of the running server instance, once a reply showed it.
+    pub boot_verf: Option<[u8; 8]>,
+    /// Directories that may hold an entry the model never saw (a create that the
+    /// backend applied but whose OPEN then failed).
+    pub uncertain_dirs: Vec<Fh>,
+}
+
+impl Model {
+    pub fn obj(&self, fh: &Fh) -> Option<&Obj> {
+        self.objs.iter().find(|o| o.fh == *fh)
+    }
+
+    pub fn obj_mut(&mut self, fh: &Fh) -> Option<&mut Obj> {
+        self.objs.iter_mut().find(|o| o.fh == *fh)
+    }
+
+    pub fn live_files(&self) -> Vec<Fh> {
+        self.objs
+            .iter()
+            .filter(|o| o.alive && !o.is_dir)
+            .map(|o| o.fh.clone())
+            .collect()
+    }
+
+    /// The root and every live directory.
+    pub fn live_dirs(&self) -> Vec<Fh> {
+        let mut v = vec![self.root.clone()];
+        v.extend(
+            self.objs
+                .iter()
+                .filter(|o| o.alive && o.is_dir)
+                .map(|o| o.fh.clone()),
+        );
+        v
+    }
+
+    pub fn children(&self, dir: &Fh) -> usize {
+        self.objs
+            .iter()
+            .filter(|o| o.alive && o.parent == *dir)
+            .count()
+    }
+
+    /// A lock held by another owner that conflicts with the request.
+    pub fn lock_conflict(
+        &self,
+        file: &Fh,
+        me: Option<&LockOwner>,
+        start: u64,
+        end: u64,
+        write: bool,
+    ) -> Option<&LockRec> {
+        self.locks.iter().find(|l| {
+            l.file == *file
+                && Some(&l.owner) != me
+                && l.start < end
+                && start < l.end
+                && (write || l.write)
+        })
+    }
+
+    /// Whether an OPEN with `access`/`deny` by `me` conflicts with another owner's open.
+    pub fn share_conflict(&self, file: &Fh, me: &OpenOwner, access: u32, deny: u32) -> bool {
+        self.opens.iter().any(|o| {
+            o.file == *file && &o.owner != me && (o.access & deny != 0 || o.deny & access != 0)
+        })
+    }
+
+    pub fn add_open(&mut self, file: &Fh, owner: OpenOwner, access: u32, deny: u32) {
+        if let Some(o) = self
+            .opens
+            .iter_mut()
+            .find(|o| o.file == *file && o.owner == owner)
+        {
+            o.access |= access;
+            o.deny |= deny;
+        } else {
+            self.opens.push(OpenRec {
+                file: file.clone(),
+                owner,
+                access,
+                deny,
+            });
+        }
+    }
+
+    pub fn remove_open(&mut self, file: &Fh, owner: &OpenOwner) {
+        self.opens
+            .retain(|o| !(o.file == *file && &o.owner == owner));
+        // Lock stateids derived from the open go with it (the client closes only
+        // files it holds no locks on, so there are no ranges to drop).
+    }
+
+    /// Everything a client incarnation held is gone (lease expiry, restart).
+    pub fn forget_client(&mut self, client: usize, incarnation: u32) {
+        self.locks
+            .retain(|l| !(l.owner.0 == client && l.owner.1 == incarnation));
+        self.opens
+            .retain(|o| !(o.owner.0 == client && o.owner.1 == incarnation));
+    }
+
+    /// A server restart: all open and lock state is gone, uncommitted data may be.
+    pub fn restart(&mut self) {
+        self.locks.clear();
+        self.opens.clear();
+        self.boot_verf = None;
+        for o in &mut self.objs {
+            let mut had_volatile = false;
+            for c in &mut o.data {
+                if matches!(c, Cell::Volatile(_)) {
+                    *c = Cell::Unknown;
+                    had_volatile = true;
+                }
+            }
+            if had_volatile {
+                o.size_known = false;
+            }
+        }
+    }
+
+    /// Apply an acknowledged write.
+    pub fn write(&mut self, file: &Fh, offset: u64, data: &[u8], stable: bool) {
+        let Some(o) = self.obj_mut(file) else { return };
+        let end = offset as usize + data.len();
+        if o.data.len() < end {
+            o.data.resize(end, Cell::Durable(0));
+        }
+        for (i, b) in data.iter().enumerate() {
+            o.data[offset as usize + i] = if stable {
+                Cell::Durable(*b)
+            } else {
+                Cell::Volatile(*b)
+            };
+        }
+    }
+
+    /// A write whose outcome is unknown: forget what the range holds.
+    pub fn write_unknown(&mut self, file: &Fh, offset: u64, len: usize) {
+        let Some(o) = self.obj_mut(file) else { return };
+        let end = offset as usize + len;
+        if o.data.len() < end {
+            o.size_known = false;
+            o.data.resize(end, Cell::Unknown);
+        }
+        for c in &mut o.data[offset as usize..end] {
+            *c = Cell::Unknown;
+        }
+    }
+
+    pub fn commit(&mut self, file: &Fh) {
+        if let Some(o) = self.obj_mut(file) {
+            for c in &mut o.data {
+                if let Cell::Volatile(b) = *c {
+                    *c = Cell::Durable(b);
+                }
+            }
+        }
+    }
+
+    pub fn truncate(&mut self, file: &Fh, size: u64, known: bool) {
+        let Some(o) = self.obj_mut(file) else { return };
+        let keep = (size as usize).min(o.data.len());
+        if known {
+            o.data.resize(size as usize, Cell::Durable(0));
+        } else {
+            for c in &mut o.data[keep..] {
+                *c = Cell::Unknown;
+            }
+            o.size_known = false;
+        }
+    }
+
+    /// Invariant 4: a directory's change counter never goes backwards.
+    pub fn check_cinfo(&mut self, dir: &Fh, before: u64, after: u64) -> Result<(), String> {
+        let last = self.last_after.get(dir).copied().unwrap_or(0);
+        if after < before {
+            return Err(format!("cinfo after {after} < before {before}"));
+        }
+        if after < last {
+            return Err(format!("cinfo after {after} < an earlier after {last}"));
+        }
+        self.last_after.insert(dir.clone(), after);
+        Ok(())
+    }
+
+    /// Invariant 2: `data` read at `offset` agrees with every byte the model knows.
+    /// Returns how many bytes were compared.
+    pub fn check_read(
+        &self,
+        file: &Fh,
+        offset: u64,
+        count: u32,
+        data: &[u8],
+        eof: bool,
+    ) -> Result<u64, String> {
+        let Some(o) = self.obj(file) else {
+            return Ok(0);
+        };
+        let mut verified = 0;
+        for (i, b) in data.iter().enumerate() {
+            let at = offset as usize + i;
+            match o.data.get(at) {
+                Some(Cell::Durable(x)) | Some(Cell::Volatile(x)) if x != b => {
+                    return Err(format!(
+                        "byte {at} reads {b:#04x}, the model expects {x:#04x} ({:?})",
+                        o.data[at]
+                    ))
+                }
+                None if o.size_known => {
+                    return Err(format!(
+                        "read returned byte {at} beyond the size {}",
+                        o.data.len()
+                    ))
+                }
+                Some(Cell::Durable(_)) | Some(Cell::Volatile(_)) => verified += 1,
+                _ => {}
+            }
+        }
+        let end = offset as usize + data.len();
+        if eof && o.size_known && end < o.data.len() && data.len() < count as usize {
+            // Missing bytes the model knows must exist.
+            let known = o.data[end..(offset as usize + count as usize).min(o.data.len())]
+                .iter()
+                .any(|c| !matches!(c, Cell::Unknown));
+            if known {
+                return Err(format!(
+                    "read at {offset} ended (eof) at {end}, the model's size is {}",
+                    o.data.len()
+                ));
+            }
+        }
+        Ok(verified)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fh(n: u8) -> Fh {
+        Bytes::from(vec![n; 4])
+    }
+
+    fn model_with_file() -> Model {
+        let mut m = Model {
+            root: fh(0),
+            ..Model::default()
+        };
+        m.objs.push(Obj {
+            fh: fh(1),
+            parent: fh(0),
+            name: Bytes::from_static(b"f"),
+            is_dir: false,
+            alive: true,
+            data: Vec::new(),
+            size_known: true,
+        });
+        m
+    }
+
+    #[test]
+    fn reads_must_match_acknowledged_bytes() {
+        let mut m = model_with_file();
+        m.write(&fh(1), 2, b"abc", true);
+        assert_eq!(m.check_read(&fh(1), 0, 10, b"\0\0abc", true), Ok(5));
+        assert!(m.check_read(&fh(1), 2, 3, b"abX", false).is_err());
+        assert!(
+            m.check_read(&fh(1), 0, 10, b"\0\0abc!", true).is_err(),
+            "beyond size"
+        );
+        assert!(
+            m.check_read(&fh(1), 0, 10, b"\0\0a", true).is_err(),
+            "early eof"
+        );
+    }
+
+    #[test]
+    fn restart_forgets_only_uncommitted_bytes() {
+        let mut m = model_with_file();
+        m.write(&fh(1), 0, b"ab", true);
+        m.write(&fh(1), 2, b"cd", false);
+        m.restart();
+        assert_eq!(m.check_read(&fh(1), 0, 4, b"abXY", true), Ok(2));
+        assert!(m.check_read(&fh(1), 0, 4, b"Xb", true).is_err());
+        m.write(&fh(1), 0, b"zz", false);
+        m.commit(&fh(1));
+        m.restart();
+        assert!(
+            m.check_read(&fh(1), 0, 2, b"ab", true).is_err(),
+            "commit made zz durable"
+        );
+    }
+
+    #[test]
+    fn change_info_never_goes_back() {
+        let mut m = model_with_file();
+        assert!(m.check_cinfo(&fh(0), 3, 5).is_ok());
+        assert!(m.check_cinfo(&fh(0), 5, 4).is_err());
+        assert!(
+            m.check_cinfo(&fh(0), 1, 4).is_err(),
+            "behind the last after"
+        );
+        assert!(m.check_cinfo(&fh(9), 0, 1).is_ok(), "per directory");
+    }
+
+    #[test]
+    fn lock_conflicts_follow_owners_and_types() {
+        let mut m = model_with_file();
+        m.locks.push(LockRec {
+            file: fh(1),
+            owner: (0, 1, 0),
+            start: 10,
+            end: 20,
+            write: false,
+        });
+        let other = (1, 1, 0);
+        assert!(m
+            .lock_conflict(&fh(1), Some(&other), 15, 30, true)
+            .is_some());
+        assert!(m
+            .lock_conflict(&fh(1), Some(&other), 15, 30, false)
+            .is_none());
+        assert!(m
+            .lock_conflict(&fh(1), Some(&other), 20, 30, true)
+            .is_none());
+        assert!(m
+            .lock_conflict(&fh(1), Some(&(0, 1, 0)), 0, u64::MAX, true)
+            .is_none());
+        m.forget_client(0, 1);
+        assert!(m
+            .lock_conflict(&fh(1), Some(&other), 0, u64::MAX, true)
+            .is_none());
+    }
+
+    #[test]
+    fn share_reservations() {
+        let mut m = model_with_file();
+        let a = (0, 1, Bytes::from_static(b"a"));
+        let b = (1, 1, Bytes::from_static(b"b"));
+        m.add_open(&fh(1), a.clone(), 3, 0);
+        assert!(m.share_conflict(&fh(1), &b, 1, 3));
+        assert!(!m.share_conflict(&fh(1), &b, 3, 0));
+        assert!(
+            !m.share_conflict(&fh(1), &a, 1, 3),
+            "own opens never conflict"
+        );
+        m.remove_open(&fh(1), &a);
+        assert!(!m.share_conflict(&fh(1), &b, 1, 3));
+    }
+}

@@ -1,0 +1,570 @@
+//! Judging replies: every op's status against what the model allows, then the model
+//! and the client's view updated from what was executed.
+
+use crate::client::{Intent, SimClient};
+use crate::model::{range_end, LockOwner, Obj};
+use crate::sim::{Sim, Violation, ViolationKind as K};
+use crate::wire::{decode_change_size, status_of, Fh};
+use txnfs_proto::nfs4::*;
+
+use nfsstat4::*;
+
+fn st(res: &COMPOUND4res, i: usize) -> Option<nfsstat4> {
+    res.resarray.get(i).map(status_of)
+}
+
+/// Check one op's status: `None` (not executed) only after an earlier failure.
+fn expect(
+    what: &str,
+    got: Option<nfsstat4>,
+    allowed: &[nfsstat4],
+    faulted: bool,
+) -> Result<bool, Violation> {
+    let Some(s) = got else {
+        return Err(Violation::new(
+            K::UnexpectedStatus,
+            format!("{what}: not executed although every earlier op succeeded"),
+        ));
+    };
+    if allowed.contains(&s) {
+        return Ok(s == NFS4_OK);
+    }
+    if faulted && matches!(s, NFS4ERR_IO | NFS4ERR_NOSPC) {
+        return Ok(false);
+    }
+    Err(Violation::new(
+        K::UnexpectedStatus,
+        format!("{what}: answered {s:?}, allowed {allowed:?}"),
+    ))
+}
+
+fn cinfo(sim: &mut Sim, dir: &Fh, c: &change_info4, what: &str) -> Result<(), Violation> {
+    sim.stats.cinfo_checked += 1;
+    sim.model
+        .check_cinfo(dir, c.before, c.after)
+        .map_err(|e| Violation::new(K::CinfoBackwards, format!("{what}: {e}")))
+}
+
+fn getfh(res: &COMPOUND4res, i: usize) -> Option<Fh> {
+    match res.resarray.get(i) {
+        Some(nfs_resop4::OP_GETFH(GETFH4res::NFS4_OK(g))) => Some(g.object.clone()),
+        _ => None,
+    }
+}
+
+fn lock_owner(sim: &Sim, ci: usize, k: usize) -> LockOwner {
+    (ci, sim.clients[ci].incarnation, k)
+}
+
+/// The oracle's judgement of an executed compound (seen even if the client loses it).
+pub fn judge(
+    sim: &mut Sim,
+    ci: usize,
+    intent: &Intent,
+    res: &COMPOUND4res,
+    faulted: bool,
+) -> Result<(), Violation> {
+    let inc = sim.clients[ci].incarnation;
+    let oo = (ci, inc, sim.clients[ci].open_owner());
+    match intent {
+        Intent::Renew => Ok(()),
+        Intent::OpenCreate { dir, name } => {
+            expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
+            let ok = expect("OPEN create", st(res, 2), &[NFS4_OK], faulted)?;
+            let applied = sim
+                .ledger
+                .applied(crate::fault::token(crate::fault::TOKEN_CREATE, name));
+            if !ok {
+                if applied > 0 {
+                    // Created, then a later step failed: the name exists unseen.
+                    sim.model.uncertain_dirs.push(dir.clone());
+                }
+                return Ok(());
+            }
+            if applied != 1 {
+                return Err(Violation::new(
+                    K::ExecutedTwice,
+                    format!("OPEN created {name:?} {applied} times"),
+                ));
+            }
+            let Some(nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(o))) = res.resarray.get(2) else {
+                return Err(Violation::new(K::Harness, "OPEN result shape"));
+            };
+            cinfo(sim, dir, &o.cinfo, "OPEN create")?;
+            let fh = getfh(res, 3)
+                .ok_or_else(|| Violation::new(K::UnexpectedStatus, "GETFH after OPEN failed"))?;
+            sim.model.objs.push(Obj {
+                fh: fh.clone(),
+                parent: dir.clone(),
+                name: name.clone(),
+                is_dir: false,
+                alive: true,
+                data: Vec::new(),
+                size_known: true,
+            });
+            sim.model
+                .add_open(&fh, oo, OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_DENY_NONE);
+            Ok(())
+        }
+        Intent::Open { file } => {
+            expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
+            let conflict = sim
+                .model
+                .share_conflict(file, &oo, OPEN4_SHARE_ACCESS_BOTH, 0);
+            let s = st(res, 2);
+            if conflict && s == Some(NFS4_OK) {
+                return Err(Violation::new(
+                    K::LockConflict,
+                    "OPEN granted against a share reservation",
+                ));
+            }
+            if !conflict && s == Some(NFS4ERR_SHARE_DENIED) {
+                return Err(Violation::new(
+                    K::StaleStateSurvived,
+                    "OPEN denied by a share reservation no live open holds",
+                ));
+            }
+            if s == Some(NFS4ERR_SHARE_DENIED) {
+                sim.stats.share_denied += 1;
+            }
+            if expect("OPEN", s, &[NFS4_OK, NFS4ERR_SHARE_DENIED], faulted)? {
+                if getfh(res, 3).as_ref() != Some(file) {
+                    return Err(Violation::new(
+                        K::UnexpectedStatus,
+                        "OPEN by name found another file handle",
+                    ));
+                }
+                sim.model.add_open(file, oo, OPEN4_SHARE_ACCESS_BOTH, 0);
+            }
+            Ok(())
+        }
+        Intent::DenyProbe { file } => {
+            expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
+            let probe = (ci, inc, sim.clients[ci].probe_owner());
+            let conflict = sim.model.share_conflict(
+                file,
+                &probe,
+                OPEN4_SHARE_ACCESS_READ,
+                OPEN4_SHARE_DENY_BOTH,
+            );
+            let s = st(res, 2);
+            if conflict && s == Some(NFS4_OK) {
+                return Err(Violation::new(
+                    K::LockConflict,
+                    "OPEN with DENY_BOTH granted while another owner has the file open",
+                ));
+            }
+            if !conflict && s == Some(NFS4ERR_SHARE_DENIED) {
+                return Err(Violation::new(
+                    K::StaleStateSurvived,
+                    "OPEN with DENY_BOTH refused though no live client has the file open",
+                ));
+            }
+            if s == Some(NFS4ERR_SHARE_DENIED) {
+                sim.stats.share_denied += 1;
+            }
+            if expect("OPEN deny", s, &[NFS4_OK, NFS4ERR_SHARE_DENIED], faulted)? {
+                // The probe owner's open (perhaps upgraded from one an earlier probe
+                // could not close) is gone only if this CLOSE worked.
+                sim.model.add_open(
+                    file,
+                    probe.clone(),
+                    OPEN4_SHARE_ACCESS_READ,
+                    OPEN4_SHARE_DENY_BOTH,
+                );
+                if expect("CLOSE probe", st(res, 3), &[NFS4_OK], faulted)? {
+                    sim.model.remove_open(file, &probe);
+                }
+            }
+            Ok(())
+        }
+        Intent::Write {
+            file,
+            offset,
+            data,
+            commit,
+        } => {
+            expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
+            let ok = expect("WRITE", st(res, 2), &[NFS4_OK], faulted)?;
+            let applied = sim
+                .ledger
+                .applied(crate::fault::token(crate::fault::TOKEN_WRITE, data));
+            if !ok {
+                if applied > 0 {
+                    sim.model.write_unknown(file, *offset, data.len());
+                }
+                return Ok(());
+            }
+            if applied != 1 {
+                return Err(Violation::new(
+                    K::ExecutedTwice,
+                    format!("an acknowledged WRITE was applied {applied} times"),
+                ));
+            }
+            let Some(nfs_resop4::OP_WRITE(WRITE4res::NFS4_OK(w))) = res.resarray.get(2) else {
+                return Err(Violation::new(K::Harness, "WRITE result shape"));
+            };
+            if w.count as usize != data.len() {
+                return Err(Violation::new(K::UnexpectedStatus, "short WRITE"));
+            }
+            check_verf(sim, w.writeverf)?;
+            let stable = w.committed != stable_how4::UNSTABLE4;
+            sim.model.write(file, *offset, data, stable);
+            if *commit && expect("COMMIT", st(res, 3), &[NFS4_OK], faulted)? {
+                let Some(nfs_resop4::OP_COMMIT(COMMIT4res::NFS4_OK(c))) = res.resarray.get(3)
+                else {
+                    return Err(Violation::new(K::Harness, "COMMIT result shape"));
+                };
+                check_verf(sim, c.writeverf)?;
+                if c.writeverf == w.writeverf {
+                    sim.model.commit(file);
+                }
+            }
+            Ok(())
+        }
+        Intent::Read {
+            file,
+            offset,
+            count,
+            anon,
+        } => {
+            expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
+            // I/O without an open (the anonymous stateid) is refused while another
+            // owner's share reservation denies reading (RFC 8881 §9.7).
+            let nobody = (usize::MAX, 0, bytes::Bytes::new());
+            let denied = *anon
+                && sim
+                    .model
+                    .share_conflict(file, &nobody, OPEN4_SHARE_ACCESS_READ, 0);
+            let allowed = if denied { NFS4ERR_LOCKED } else { NFS4_OK };
+            if expect("READ", st(res, 2), &[allowed], faulted)? {
+                let Some(nfs_resop4::OP_READ(READ4res::NFS4_OK(r))) = res.resarray.get(2) else {
+                    return Err(Violation::new(K::Harness, "READ result shape"));
+                };
+                sim.stats.bytes_verified += sim
+                    .model
+                    .check_read(file, *offset, *count, &r.data, r.eof)
+                    .map_err(|e| Violation::new(K::DataLost, e))?;
+            }
+            Ok(())
+        }
+        Intent::Close { file } => {
+            expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
+            if expect("CLOSE", st(res, 2), &[NFS4_OK], faulted)? {
+                sim.model.remove_open(file, &oo);
+            }
+            Ok(())
+        }
+        Intent::Lock {
+            file,
+            owner,
+            offset,
+            length,
+            write,
+        } => {
+            expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
+            let me = lock_owner(sim, ci, *owner);
+            let end = range_end(*offset, *length);
+            let conflict = sim
+                .model
+                .lock_conflict(file, Some(&me), *offset, end, *write)
+                .cloned();
+            let s = st(res, 2);
+            if let (Some(c), Some(NFS4_OK)) = (&conflict, s) {
+                return Err(Violation::new(
+                    K::LockConflict,
+                    format!("LOCK {offset}+{length} write={write} by {me:?} granted over {c:?}"),
+                ));
+            }
+            if conflict.is_none() && s == Some(NFS4ERR_DENIED) {
+                return Err(Violation::new(K::StaleStateSurvived, format!("LOCK {offset}+{length} write={write} by {me:?} denied, no live owner holds a conflicting lock")));
+            }
+            if s == Some(NFS4ERR_DENIED) {
+                sim.stats.locks_denied += 1;
+            }
+            if expect("LOCK", s, &[NFS4_OK, NFS4ERR_DENIED], faulted)? {
+                sim.stats.locks_granted += 1;
+                sim.model.locks.push(crate::model::LockRec {
+                    file: file.clone(),
+                    owner: me,
+                    start: *offset,
+                    end,
+                    write: *write,
+                });
+            }
+            Ok(())
+        }
+        Intent::Locku {
+            file,
+            owner,
+            offset,
+            length,
+            ..
+        } => {
+            expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
+            if expect("LOCKU", st(res, 2), &[NFS4_OK], faulted)? {
+                let me = lock_owner(sim, ci, *owner);
+                let end = range_end(*offset, *length);
+                sim.model.locks.retain(|l| {
+                    !(l.file == *file && l.owner == me && l.start == *offset && l.end == end)
+                });
+            }
+            Ok(())
+        }
+        Intent::Lockt {
+            file,
+            owner,
+            offset,
+            length,
+            write,
+        } => {
+            expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
+            let me = lock_owner(sim, ci, *owner);
+            let conflict = sim
+                .model
+                .lock_conflict(
+                    file,
+                    Some(&me),
+                    *offset,
+                    range_end(*offset, *length),
+                    *write,
+                )
+                .cloned();
+            let s = st(res, 2);
+            match (&conflict, s) {
+                (Some(c), Some(NFS4_OK)) => Err(Violation::new(K::LockConflict, format!("LOCKT {offset}+{length} write={write} by {me:?} sees no lock, the model has {c:?}"))),
+                (None, Some(NFS4ERR_DENIED)) => Err(Violation::new(K::StaleStateSurvived, format!("LOCKT {offset}+{length} write={write} by {me:?} denied, no live owner holds a conflicting lock"))),
+                _ => {
+                    if s == Some(NFS4ERR_DENIED) {
+                        sim.stats.locks_denied += 1;
+                    }
+                    expect("LOCKT", s, &[NFS4_OK, NFS4ERR_DENIED], faulted).map(|_| ())
+                }
+            }
+        }
+        Intent::Mkdir { dir, name } => {
+            expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
+            if !expect("CREATE dir", st(res, 2), &[NFS4_OK], faulted)? {
+                return Ok(());
+            }
+            let Some(nfs_resop4::OP_CREATE(CREATE4res::NFS4_OK(c))) = res.resarray.get(2) else {
+                return Err(Violation::new(K::Harness, "CREATE result shape"));
+            };
+            cinfo(sim, dir, &c.cinfo, "CREATE")?;
+            let fh = getfh(res, 3)
+                .ok_or_else(|| Violation::new(K::UnexpectedStatus, "GETFH after CREATE failed"))?;
+            sim.model.objs.push(Obj {
+                fh,
+                parent: dir.clone(),
+                name: name.clone(),
+                is_dir: true,
+                alive: true,
+                data: Vec::new(),
+                size_known: true,
+            });
+            Ok(())
+        }
+        Intent::Remove { obj } => {
+            expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
+            let Some(o) = sim.model.obj(obj).cloned() else {
+                return Ok(());
+            };
+            let busy = o.is_dir && sim.model.children(obj) > 0;
+            let unsure = o.is_dir && sim.model.uncertain_dirs.contains(obj);
+            let allowed: &[nfsstat4] = if busy {
+                &[NFS4ERR_NOTEMPTY]
+            } else if unsure {
+                &[NFS4_OK, NFS4ERR_NOTEMPTY]
+            } else {
+                &[NFS4_OK]
+            };
+            if expect("REMOVE", st(res, 2), allowed, faulted)? {
+                let Some(nfs_resop4::OP_REMOVE(REMOVE4res::NFS4_OK(r))) = res.resarray.get(2)
+                else {
+                    return Err(Violation::new(K::Harness, "REMOVE result shape"));
+                };
+                cinfo(sim, &o.parent, &r.cinfo, "REMOVE")?;
+                if let Some(m) = sim.model.obj_mut(obj) {
+                    m.alive = false;
+                }
+            }
+            Ok(())
+        }
+        Intent::Rename { obj, to_dir, name } => {
+            for i in 1..=3 {
+                expect("PUTFH/SAVEFH", st(res, i), &[NFS4_OK], faulted)?;
+            }
+            let Some(o) = sim.model.obj(obj).cloned() else {
+                return Ok(());
+            };
+            if !expect("RENAME", st(res, 4), &[NFS4_OK], faulted)? {
+                return Ok(());
+            }
+            let Some(nfs_resop4::OP_RENAME(RENAME4res::NFS4_OK(r))) = res.resarray.get(4) else {
+                return Err(Violation::new(K::Harness, "RENAME result shape"));
+            };
+            cinfo(sim, &o.parent, &r.source_cinfo, "RENAME source")?;
+            cinfo(sim, to_dir, &r.target_cinfo, "RENAME target")?;
+            if let Some(m) = sim.model.obj_mut(obj) {
+                m.parent = to_dir.clone();
+                m.name = name.clone();
+            }
+            Ok(())
+        }
+        Intent::Truncate { file, size } => {
+            expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
+            match expect("SETATTR size", st(res, 2), &[NFS4_OK], faulted)? {
+                true => sim.model.truncate(file, *size, true),
+                false => sim.model.truncate(file, *size, false),
+            }
+            Ok(())
+        }
+        Intent::StaleWrite {
+            data,
+            after_restart,
+            ..
+        } => stale_write(sim, data, *after_restart, res, faulted),
+        Intent::Getattr { obj } => {
+            expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
+            if !expect("GETATTR", st(res, 2), &[NFS4_OK], faulted)? {
+                return Ok(());
+            }
+            let Some(nfs_resop4::OP_GETATTR(GETATTR4res::NFS4_OK(g))) = res.resarray.get(2) else {
+                return Err(Violation::new(K::Harness, "GETATTR result shape"));
+            };
+            let (change, size) = decode_change_size(&g.obj_attributes).ok_or_else(|| {
+                Violation::new(K::UnexpectedStatus, "GETATTR lacks change or size")
+            })?;
+            let Some(o) = sim.model.obj(obj).cloned() else {
+                // The root directory: its change counter must not go back either.
+                return cinfo(
+                    sim,
+                    obj,
+                    &change_info4 {
+                        atomic: false,
+                        before: change,
+                        after: change,
+                    },
+                    "GETATTR root",
+                );
+            };
+            if o.is_dir {
+                return cinfo(
+                    sim,
+                    obj,
+                    &change_info4 {
+                        atomic: false,
+                        before: change,
+                        after: change,
+                    },
+                    "GETATTR dir",
+                );
+            }
+            if o.size_known && size != o.data.len() as u64 {
+                return Err(Violation::new(
+                    K::DataLost,
+                    format!("GETATTR size {size}, the model's size {}", o.data.len()),
+                ));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Invariant 5 for stateids: a WRITE with a stateid of a session the server dropped is
+/// refused and changes nothing.
+fn stale_write(
+    sim: &mut Sim,
+    data: &bytes::Bytes,
+    after_restart: bool,
+    res: &COMPOUND4res,
+    faulted: bool,
+) -> Result<(), Violation> {
+    expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
+    let s = st(res, 2);
+    let applied = sim
+        .ledger
+        .applied(crate::fault::token(crate::fault::TOKEN_WRITE, data));
+    if s == Some(NFS4_OK) || applied > 0 {
+        return Err(Violation::new(
+            K::StaleStateSurvived,
+            format!(
+                "a WRITE with an open stateid from before the {} was accepted",
+                if after_restart {
+                    "restart"
+                } else {
+                    "lease expiry"
+                }
+            ),
+        ));
+    }
+    // RFC 8881 §8.2: a stateid of an earlier server instance is STALE; one the server
+    // released with an expired lease is BAD (or EXPIRED if it remembers it).
+    let allowed: &[nfsstat4] = if after_restart {
+        &[NFS4ERR_STALE_STATEID]
+    } else {
+        &[NFS4ERR_BAD_STATEID, NFS4ERR_EXPIRED]
+    };
+    sim.stats.stale_refused += 1;
+    expect("stale WRITE", s, allowed, faulted).map(|_| ())
+}
+
+/// Within one server instance the write verifier never changes.
+fn check_verf(sim: &mut Sim, v: [u8; 8]) -> Result<(), Violation> {
+    match sim.model.boot_verf {
+        None => {
+            sim.model.boot_verf = Some(v);
+            Ok(())
+        }
+        Some(b) if b == v => Ok(()),
+        Some(b) => Err(Violation::new(
+            K::DataLost,
+            format!("write verifier changed from {b:?} to {v:?} without a restart"),
+        )),
+    }
+}
+
+/// The client learns what a reply it received tells it.
+pub fn absorb(c: &mut SimClient, intent: &Intent, res: &COMPOUND4res) {
+    match intent {
+        Intent::OpenCreate { .. } | Intent::Open { .. } => {
+            if let (Some(nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(o))), Some(fh)) =
+                (res.resarray.get(2), getfh(res, 3))
+            {
+                c.opens.insert(fh, o.stateid.clone());
+            }
+        }
+        Intent::Close { file } if st(res, 2) == Some(NFS4_OK) => {
+            c.opens.remove(file);
+            c.locks.retain(|(f, _), _| f != file);
+        }
+        Intent::Lock {
+            file,
+            owner,
+            offset,
+            length,
+            write,
+        } => {
+            if let Some(nfs_resop4::OP_LOCK(LOCK4res::NFS4_OK(l))) = res.resarray.get(2) {
+                let h = c.locks.entry((file.clone(), *owner)).or_default();
+                h.sid = Some(l.lock_stateid.clone());
+                h.ranges.push((*offset, *length, *write));
+            }
+        }
+        Intent::Locku {
+            file,
+            owner,
+            offset,
+            length,
+            ..
+        } => {
+            if let Some(nfs_resop4::OP_LOCKU(LOCKU4res::NFS4_OK(sid))) = res.resarray.get(2) {
+                if let Some(h) = c.locks.get_mut(&(file.clone(), *owner)) {
+                    h.sid = Some(sid.clone());
+                    h.ranges.retain(|r| !(r.0 == *offset && r.1 == *length));
+                }
+            }
+        }
+        _ => {}
+    }
+}

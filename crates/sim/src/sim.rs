@@ -1,0 +1,748 @@
+//! The driver: one seeded run of several clients against one in-process server, with
+//! lost replies, retransmissions, cut connections, lease expiry on a simulated clock and
+//! server restarts. Invariants are checked as every reply arrives and by an audit at the
+//! end; the first violation stops the run and names the seed and step.
+
+use crate::client::{Intent, Pending, Session, SimClient, SLOTS};
+use crate::fault::{FaultBackend, FaultPlan, Ledger};
+use crate::model::Model;
+use crate::rng::Rng;
+use crate::server_port::{prepare_state_dir, ServerSetup, SimServer};
+use crate::wire::{self, decode, status_of};
+use bytes::Bytes;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use txnfs_backend::memory::MemoryBackend;
+use txnfs_proto::nfs4::*;
+use txnfs_state::clock::ManualClock;
+
+/// Which invariant broke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ViolationKind {
+    /// (1) A slot request was executed twice: its effect was applied twice, or its
+    /// retransmission got a different reply than the original.
+    ExecutedTwice,
+    /// (2) Acknowledged data does not read back.
+    DataLost,
+    /// (3) Conflicting byte-range locks granted, or a LOCK/LOCKT decided wrongly.
+    LockConflict,
+    /// (4) A directory's change counter went backwards.
+    CinfoBackwards,
+    /// (5) State of an expired or rebooted-away client still acts.
+    StaleStateSurvived,
+    /// A live client's session vanished.
+    SessionLost,
+    /// A status the RFC does not allow here.
+    UnexpectedStatus,
+    /// The server or the harness broke (garbage reply, setup failure).
+    Harness,
+}
+
+#[derive(Debug, Clone)]
+pub struct Violation {
+    pub kind: ViolationKind,
+    pub detail: String,
+}
+
+impl Violation {
+    pub fn new(kind: ViolationKind, detail: impl Into<String>) -> Self {
+        Violation {
+            kind,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// A failed run: everything needed to replay it.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub seed: u64,
+    pub step: u64,
+    pub violation: Violation,
+    pub break_reply_cache: bool,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "simulation failed: seed={} step={} invariant={:?}: {}\n  replay: TXNFS_SIM_SEED={} TXNFS_SIM_STEPS={} {}cargo test -p txnfs-sim -- replay --nocapture",
+            self.seed,
+            self.step,
+            self.violation.kind,
+            self.violation.detail,
+            self.seed,
+            self.step,
+            if self.break_reply_cache {
+                "TXNFS_SIM_BREAK_REPLY_CACHE=1 "
+            } else {
+                ""
+            },
+        )
+    }
+}
+
+/// What a run did (for the report line and the determinism check).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub steps: u64,
+    pub compounds: u64,
+    pub retransmissions: u64,
+    /// Requests sent on another slot while earlier replies were still lost.
+    pub overtakes: u64,
+    pub restarts: u64,
+    pub expiries: u64,
+    pub faults: u64,
+    pub cut_connections: u64,
+    /// Checks that found something to check (so a green run is not a vacuous one):
+    /// bytes compared with the model, change_info4 values checked, LOCKs granted and
+    /// denied as the model predicted, OPENs refused by a share reservation.
+    pub bytes_verified: u64,
+    pub cinfo_checked: u64,
+    pub locks_granted: u64,
+    pub locks_denied: u64,
+    pub share_denied: u64,
+    /// Stateids of dead sessions tried again and refused.
+    pub stale_refused: u64,
+    /// FNV-1a over every request's intent and every reply's statuses: equal digests
+    /// mean the same run.
+    pub digest: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    pub seed: u64,
+    pub steps: u64,
+    pub clients: usize,
+    pub break_reply_cache: bool,
+    /// Inject backend faults (else the memory backend runs clean, only counted).
+    pub faults: Option<FaultPlan>,
+    pub lease_secs: u32,
+    pub dir: PathBuf,
+}
+
+impl SimConfig {
+    /// The standard configuration of a seed: odd seeds run with faults.
+    pub fn for_seed(seed: u64, steps: u64) -> Self {
+        SimConfig {
+            seed,
+            steps,
+            clients: 3,
+            break_reply_cache: false,
+            faults: (seed % 2 == 1).then_some(FaultPlan::standard()),
+            lease_secs: 20,
+            dir: scratch_dir(),
+        }
+    }
+}
+
+/// Where state directories go: tmpfs when there is one (the server fsyncs them).
+pub fn scratch_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("TXNFS_SIM_DIR") {
+        return PathBuf::from(d);
+    }
+    let shm = PathBuf::from("/dev/shm");
+    if shm.is_dir() {
+        shm
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+pub struct Sim {
+    pub(crate) cfg: SimConfig,
+    pub(crate) rng: Rng,
+    pub(crate) clock: Arc<ManualClock>,
+    pub(crate) ledger: Arc<Ledger>,
+    pub(crate) setup: ServerSetup,
+    pub(crate) server: Option<SimServer>,
+    pub(crate) clients: Vec<SimClient>,
+    pub(crate) model: Model,
+    pub(crate) stats: Stats,
+    pub(crate) step: u64,
+    pub(crate) next_conn: u64,
+    pub(crate) next_req: u64,
+    /// Print every request and its statuses to stderr (TXNFS_SIM_TRACE=1).
+    pub(crate) trace: bool,
+    pub(crate) mix: Mix,
+}
+
+/// How often each event happens in a run, per thousand steps (lost replies: per
+/// thousand requests). Drawn per seed ("swarm testing", as TigerBeetle's VOPR does):
+/// some runs restart often, some never, so rare interleavings of one kind get dense.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Mix {
+    pub restart: u64,
+    pub expire: u64,
+    pub cut: u64,
+    pub lose: u32,
+}
+
+impl Mix {
+    fn draw(rng: &mut Rng) -> Mix {
+        let pick = |rng: &mut Rng, v: &[u64]| v[rng.index(v.len())];
+        Mix {
+            restart: pick(rng, &[0, 2, 5, 20]),
+            expire: pick(rng, &[0, 2, 5, 20]),
+            cut: pick(rng, &[0, 10, 30, 100]),
+            lose: pick(rng, &[0, 60, 120, 300]) as u32,
+        }
+    }
+}
+
+/// Run one seed to the end or to the first violation.
+pub fn run(cfg: SimConfig) -> Result<Stats, Failure> {
+    let seed = cfg.seed;
+    let brk = cfg.break_reply_cache;
+    let state_dir = cfg.dir.join(format!(
+        "txnfs-sim-{}-{seed}-{}",
+        std::process::id(),
+        unique()
+    ));
+    let fail = |step, v| Failure {
+        seed,
+        step,
+        violation: v,
+        break_reply_cache: brk,
+    };
+    let mut sim = Sim::new(cfg, state_dir.clone()).map_err(|v| fail(0, v))?;
+    let r = sim.run_steps();
+    let _ = std::fs::remove_dir_all(&state_dir);
+    r.map_err(|v| fail(sim.step, v))?;
+    Ok(sim.stats.clone())
+}
+
+fn unique() -> u64 {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+impl Sim {
+    fn new(cfg: SimConfig, state_dir: PathBuf) -> Result<Sim, Violation> {
+        let mut rng = Rng::new(cfg.seed);
+        let mix = Mix::draw(&mut rng);
+        let clock = Arc::new(ManualClock::new());
+        let ledger = Arc::new(Ledger::default());
+        let backend = Arc::new(FaultBackend::new(
+            Arc::new(MemoryBackend::new()),
+            cfg.faults.unwrap_or_else(FaultPlan::none),
+            rng.fork(),
+            clock.clone(),
+            ledger.clone(),
+        ));
+        prepare_state_dir(&state_dir, cfg.seed)
+            .map_err(|e| Violation::new(ViolationKind::Harness, e.to_string()))?;
+        let setup = ServerSetup {
+            state_dir,
+            backend,
+            clock: clock.clone(),
+            lease_secs: cfg.lease_secs,
+            break_reply_cache: cfg.break_reply_cache,
+        };
+        let server = SimServer::start(&setup)
+            .map_err(|e| Violation::new(ViolationKind::Harness, e.to_string()))?;
+        let clients = (0..cfg.clients)
+            .map(|i| SimClient::new(i, i as u64 + 1))
+            .collect();
+        Ok(Sim {
+            next_conn: cfg.clients as u64 + 1,
+            cfg,
+            rng,
+            clock,
+            ledger,
+            setup,
+            server: Some(server),
+            clients,
+            model: Model::default(),
+            stats: Stats::default(),
+            step: 0,
+            next_req: 1,
+            trace: std::env::var_os("TXNFS_SIM_TRACE").is_some(),
+            mix,
+        })
+    }
+
+    fn note(&self, what: &str) {
+        if self.trace {
+            eprintln!("step {} t={:?} {what}", self.step, self.now());
+        }
+    }
+
+    pub(crate) fn now(&self) -> Duration {
+        self.clock.elapsed()
+    }
+
+    pub(crate) fn lease(&self) -> Duration {
+        Duration::from_secs(self.cfg.lease_secs as u64)
+    }
+
+    fn server(&self) -> Result<&SimServer, Violation> {
+        self.server
+            .as_ref()
+            .ok_or_else(|| Violation::new(ViolationKind::Harness, "no server"))
+    }
+
+    pub(crate) fn digest(&mut self, v: u64) {
+        for b in v.to_be_bytes() {
+            self.stats.digest ^= b as u64;
+            self.stats.digest = self.stats.digest.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+
+    /// Send raw bytes on a client's connection and decode the reply.
+    pub(crate) fn call(
+        &mut self,
+        ci: usize,
+        bytes: Bytes,
+    ) -> Result<(Bytes, COMPOUND4res), Violation> {
+        let now = self.now();
+        self.clients[ci].last_contact = now;
+        self.stats.compounds += 1;
+        // The request bytes are part of the run: equal seeds send equal bytes.
+        self.digest(crate::fault::token(b'q', &bytes));
+        let conn = self.clients[ci].conn;
+        let reply = self.server()?.call(conn, bytes).ok_or_else(|| {
+            Violation::new(
+                ViolationKind::Harness,
+                "the server rejected a COMPOUND at the RPC level",
+            )
+        })?;
+        let res = decode(&reply).ok_or_else(|| {
+            Violation::new(
+                ViolationKind::Harness,
+                "the reply does not decode as COMPOUND4res",
+            )
+        })?;
+        self.digest(res.status as i32 as u64);
+        for r in &res.resarray {
+            self.digest(status_of(r) as i32 as u64);
+        }
+        Ok((reply, res))
+    }
+
+    fn run_steps(&mut self) -> Result<(), Violation> {
+        self.bootstrap()?;
+        while self.step < self.cfg.steps {
+            self.step += 1;
+            self.digest(self.step);
+            let r = self.rng.below(1000);
+            let m = self.mix;
+            if r < m.restart {
+                self.restart()?;
+            } else if r < m.restart + m.expire {
+                self.expire_one()?;
+            } else if r < m.restart + m.expire + m.cut {
+                self.cut_connection();
+            } else if r < m.restart + m.expire + m.cut + 40 {
+                self.server()?.tick();
+            } else {
+                let ci = self.rng.index(self.clients.len());
+                self.client_step(ci)?;
+            }
+            let dt = self.rng.below(300);
+            self.clock.advance(Duration::from_millis(dt));
+            self.keepalive_all(None)?;
+        }
+        self.stats.steps = self.step;
+        self.audit()
+    }
+
+    /// The first client learns the root handle.
+    fn bootstrap(&mut self) -> Result<(), Violation> {
+        self.ensure_session(0)?;
+        let ops = vec![nfs_argop4::OP_PUTROOTFH, nfs_argop4::OP_GETFH];
+        let (_, res) = self.send_ops(0, ops)?;
+        match res.resarray.get(2) {
+            Some(nfs_resop4::OP_GETFH(GETFH4res::NFS4_OK(g))) => {
+                self.model.root = g.object.clone();
+                Ok(())
+            }
+            other => Err(Violation::new(
+                ViolationKind::UnexpectedStatus,
+                format!("PUTROOTFH+GETFH failed: {other:?}"),
+            )),
+        }
+    }
+
+    /// SEQUENCE + ops on a random slot, outside the model (setup and audit reads).
+    pub(crate) fn send_ops(
+        &mut self,
+        ci: usize,
+        ops: Vec<nfs_argop4>,
+    ) -> Result<(Bytes, COMPOUND4res), Violation> {
+        let (bytes, _) = self.frame(ci, ops)?;
+        let out = self.call(ci, bytes)?;
+        self.after_sequence(ci, &out.1)?;
+        Ok(out)
+    }
+
+    /// Encode SEQUENCE(slot, next seqid) + ops; returns the bytes and the slot.
+    fn frame(&mut self, ci: usize, ops: Vec<nfs_argop4>) -> Result<(Bytes, u32), Violation> {
+        let busy: Vec<u32> = self.clients[ci].pending.iter().map(|p| p.slot).collect();
+        let free: Vec<u32> = (0..SLOTS).filter(|s| !busy.contains(s)).collect();
+        let slot = free
+            .get(self.rng.index(free.len()))
+            .copied()
+            .ok_or_else(|| Violation::new(ViolationKind::Harness, "every slot is busy"))?;
+        let s = self.clients[ci]
+            .session
+            .as_ref()
+            .ok_or_else(|| Violation::new(ViolationKind::Harness, "no session"))?;
+        let seq = s.slots[slot as usize].wrapping_add(1);
+        let mut all = vec![wire::sequence(s.sid, slot, seq, SLOTS - 1)];
+        all.extend(ops);
+        Ok((wire::compound(all), slot))
+    }
+
+    /// Judge the SEQUENCE result: a new request on a live session must pass; a dead
+    /// session must be refused. Returns whether the compound ran.
+    fn after_sequence(&mut self, ci: usize, res: &COMPOUND4res) -> Result<bool, Violation> {
+        let st = res.resarray.first().map(status_of).unwrap_or(res.status);
+        let c = &mut self.clients[ci];
+        if st == nfsstat4::NFS4_OK {
+            if c.expect_dead {
+                return Err(Violation::new(
+                    ViolationKind::StaleStateSurvived,
+                    format!("client {ci}: its session still works after lease expiry or restart"),
+                ));
+            }
+            if let (Some(s), Some(nfs_resop4::OP_SEQUENCE(SEQUENCE4res::NFS4_OK(ok)))) =
+                (c.session.as_mut(), res.resarray.first())
+            {
+                s.slots[ok.sr_slotid as usize] = ok.sr_sequenceid;
+            }
+            return Ok(true);
+        }
+        if st == nfsstat4::NFS4ERR_BADSESSION && c.expect_dead {
+            c.lose_session();
+            return Ok(false);
+        }
+        Err(Violation::new(
+            if st == nfsstat4::NFS4ERR_BADSESSION {
+                ViolationKind::SessionLost
+            } else {
+                ViolationKind::UnexpectedStatus
+            },
+            format!("client {ci}: SEQUENCE answered {st:?}"),
+        ))
+    }
+
+    /// Send an intent's compound; with `lose`, the client does not see the reply.
+    pub(crate) fn send(
+        &mut self,
+        ci: usize,
+        intent: Intent,
+        ops: Vec<nfs_argop4>,
+        lose: bool,
+    ) -> Result<(), Violation> {
+        // Unanswered requests are retransmitted first unless this one may overtake
+        // them (on another slot, independent of what their replies say).
+        let c = &self.clients[ci];
+        let overtake = c.pending.len() < SLOTS as usize - 1
+            && intent.may_pipeline(&c.pending)
+            && self.rng.chance(700);
+        if !overtake && !c.pending.is_empty() {
+            // The request was built from what the client knew before those replies;
+            // it decides again after hearing them.
+            return self.retransmit(ci, true);
+        }
+        if !c.pending.is_empty() {
+            self.stats.overtakes += 1;
+        }
+        if self.clients[ci].session.is_none() {
+            return Ok(());
+        }
+        self.digest(intent.code() as u64);
+        let (bytes, slot) = self.frame(ci, ops)?;
+        let injected = self.ledger.injected();
+        let now = self.now();
+        let (reply, res) = self.call(ci, bytes.clone())?;
+        if !self.after_sequence(ci, &res)? {
+            return Ok(());
+        }
+        self.clients[ci].last_renew = now;
+        let faulted = self.ledger.injected() > injected;
+        self.stats.faults += self.ledger.injected() - injected;
+        if self.trace {
+            eprintln!(
+                "step {} t={:?} client {ci} conn {} {intent:?}{} -> {:?} {:?}",
+                self.step,
+                now,
+                self.clients[ci].conn,
+                if lose { " (reply lost)" } else { "" },
+                res.status,
+                res.resarray.iter().map(status_of).collect::<Vec<_>>()
+            );
+        }
+        self.check_tokens(&intent, "first execution")?;
+        crate::oracle::judge(self, ci, &intent, &res, faulted)?;
+        let pending = Pending {
+            slot,
+            bytes,
+            first_reply: reply,
+            intent,
+        };
+        if lose {
+            self.clients[ci].pending.push(pending);
+            return Ok(());
+        }
+        crate::oracle::absorb(&mut self.clients[ci], &pending.intent, &res);
+        if self.rng.chance(30) {
+            // A spurious retransmission (the client timed out too early).
+            self.clients[ci].pending.push(pending);
+            let last = self.clients[ci].pending.len() - 1;
+            self.retransmit_one(ci, last, false)?;
+        }
+        Ok(())
+    }
+
+    /// Invariant 1 from effects: no request's effect was applied more than once.
+    fn check_tokens(&self, intent: &Intent, when: &str) -> Result<(), Violation> {
+        for t in intent.tokens() {
+            let n = self.ledger.applied(t);
+            if n > 1 {
+                return Err(Violation::new(
+                    ViolationKind::ExecutedTwice,
+                    format!("{intent:?} was applied {n} times by the backend ({when})"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Retransmit every unanswered request of a client, in a random order.
+    pub(crate) fn retransmit(&mut self, ci: usize, absorb: bool) -> Result<(), Violation> {
+        while !self.clients[ci].pending.is_empty() {
+            let i = self.rng.index(self.clients[ci].pending.len());
+            self.retransmit_one(ci, i, absorb)?;
+        }
+        Ok(())
+    }
+
+    /// Retransmit one unanswered request: same bytes, must get the same reply.
+    fn retransmit_one(&mut self, ci: usize, i: usize, absorb: bool) -> Result<(), Violation> {
+        if i >= self.clients[ci].pending.len() {
+            return Ok(());
+        }
+        let p = self.clients[ci].pending.remove(i);
+        self.stats.retransmissions += 1;
+        let (reply, res) = self.call(ci, p.bytes.clone())?;
+        let seq_ok = res.resarray.first().map(status_of) == Some(nfsstat4::NFS4_OK);
+        if !seq_ok || self.clients[ci].expect_dead {
+            // A dead session (server restart, lease expiry) must refuse it, and then the
+            // reply is lost for good; a live one must not.
+            return self.after_sequence(ci, &res).map(|_| ());
+        }
+        self.check_tokens(&p.intent, "after a retransmission")?;
+        if reply != p.first_reply {
+            return Err(Violation::new(
+                ViolationKind::ExecutedTwice,
+                format!(
+                    "retransmission of {:?} got a different reply than the first (status {:?}, first {:?}): executed again",
+                    p.intent,
+                    res.status,
+                    decode(&p.first_reply).map(|r| r.status)
+                ),
+            ));
+        }
+        if absorb {
+            crate::oracle::absorb(&mut self.clients[ci], &p.intent, &res);
+        }
+        Ok(())
+    }
+
+    /// Make sure client `ci` has a session, re-establishing it as a real client does
+    /// after BADSESSION: CREATE_SESSION on the old id (must be STALE_CLIENTID), then
+    /// EXCHANGE_ID and CREATE_SESSION.
+    pub(crate) fn ensure_session(&mut self, ci: usize) -> Result<(), Violation> {
+        if self.clients[ci].session.is_some() && self.clients[ci].expect_dead {
+            // Find out the way a client does: its next SEQUENCE must be refused.
+            self.send(ci, Intent::Renew, Vec::new(), false)?;
+        }
+        if self.clients[ci].session.is_some() {
+            return Ok(());
+        }
+        if let Some(old) = self.clients[ci].old_clientid.take() {
+            let (_, res) = self.call(
+                ci,
+                wire::compound(vec![wire::create_session(old, 1, SLOTS)]),
+            )?;
+            let st = res.resarray.first().map(status_of).unwrap_or(res.status);
+            if st != nfsstat4::NFS4ERR_STALE_CLIENTID {
+                return Err(Violation::new(
+                    ViolationKind::StaleStateSurvived,
+                    format!("client {ci}: CREATE_SESSION on its dead client id answered {st:?}"),
+                ));
+            }
+        }
+        let c = &self.clients[ci];
+        let (_, res) = self.call(
+            ci,
+            wire::compound(vec![wire::exchange_id(&c.owner, c.verifier)]),
+        )?;
+        let Some(nfs_resop4::OP_EXCHANGE_ID(EXCHANGE_ID4res::NFS4_OK(e))) = res.resarray.first()
+        else {
+            return Err(Violation::new(
+                ViolationKind::UnexpectedStatus,
+                format!("client {ci}: EXCHANGE_ID failed: {:?}", res.status),
+            ));
+        };
+        if e.eir_flags & EXCHGID4_FLAG_CONFIRMED_R != 0 {
+            return Err(Violation::new(
+                ViolationKind::StaleStateSurvived,
+                format!("client {ci}: EXCHANGE_ID found a confirmed record that should be gone"),
+            ));
+        }
+        let (clientid, seq) = (e.eir_clientid, e.eir_sequenceid);
+        let cs = wire::compound(vec![wire::create_session(clientid, seq, SLOTS)]);
+        let (reply, res) = self.call(ci, cs.clone())?;
+        let Some(nfs_resop4::OP_CREATE_SESSION(CREATE_SESSION4res::NFS4_OK(s))) =
+            res.resarray.first()
+        else {
+            return Err(Violation::new(
+                ViolationKind::UnexpectedStatus,
+                format!("client {ci}: CREATE_SESSION failed: {:?}", res.status),
+            ));
+        };
+        let sid = s.csr_sessionid;
+        if self.rng.chance(300) {
+            // The CREATE_SESSION reply was lost: its replay must be the same session.
+            self.stats.retransmissions += 1;
+            let (again, _) = self.call(ci, cs)?;
+            if again != reply {
+                return Err(Violation::new(
+                    ViolationKind::ExecutedTwice,
+                    format!("client {ci}: a replayed CREATE_SESSION got a different reply"),
+                ));
+            }
+        }
+        let now = self.now();
+        let c = &mut self.clients[ci];
+        c.session = Some(Session {
+            clientid,
+            sid,
+            slots: vec![0; SLOTS as usize],
+        });
+        c.incarnation += 1;
+        c.expect_dead = false;
+        c.last_renew = now;
+        c.last_contact = now;
+        Ok(())
+    }
+
+    /// Renew every live client whose lease is half gone (what a real client's renewer
+    /// does), except `silent`.
+    pub(crate) fn keepalive_all(&mut self, silent: Option<usize>) -> Result<(), Violation> {
+        let half = self.lease() / 2;
+        for ci in 0..self.clients.len() {
+            let c = &self.clients[ci];
+            if Some(ci) == silent || c.session.is_none() || c.expect_dead {
+                continue;
+            }
+            if self.now().saturating_sub(c.last_renew) > half {
+                self.retransmit(ci, true)?;
+                if self.clients[ci].session.is_some() {
+                    self.send(ci, Intent::Renew, Vec::new(), false)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Drop the server (a crash: sessions, opens and locks are gone) and start a new
+    /// one on the same state directory and backend.
+    fn restart(&mut self) -> Result<(), Violation> {
+        self.note("server restart");
+        self.stats.restarts += 1;
+        self.server = None;
+        self.server = Some(
+            SimServer::start(&self.setup)
+                .map_err(|e| Violation::new(ViolationKind::Harness, e.to_string()))?,
+        );
+        self.model.restart();
+        for c in &mut self.clients {
+            if c.session.is_some() {
+                c.expect_dead = true;
+            }
+            // Stateids kept from an earlier loss are now of an earlier instance too.
+            c.dead_by_restart = true;
+        }
+        Ok(())
+    }
+
+    /// One client goes silent; the others keep renewing while the clock passes its
+    /// lease (and the server's courtesy lease); then the timer fires. Afterwards the
+    /// silent client's state must be gone: checked by probes (invariant 5) and by its
+    /// next SEQUENCE being refused.
+    fn expire_one(&mut self) -> Result<(), Violation> {
+        let live: Vec<usize> = (0..self.clients.len())
+            .filter(|&i| self.clients[i].session.is_some() && !self.clients[i].expect_dead)
+            .collect();
+        if live.is_empty() {
+            return Ok(());
+        }
+        let ci = live[self.rng.index(live.len())];
+        // The server keeps a silent client for two leases (one courtesy lease).
+        let deadline = self.clients[ci].last_contact + self.lease() * 2 + Duration::from_secs(1);
+        while self.now() <= deadline {
+            self.clock.advance(self.lease() / 4);
+            self.keepalive_all(Some(ci))?;
+        }
+        self.server()?.tick();
+        self.note(&format!("client {ci} silent past its lease; tick"));
+        self.stats.expiries += 1;
+        let inc = self.clients[ci].incarnation;
+        let held_locks: Vec<_> = self
+            .model
+            .locks
+            .iter()
+            .filter(|l| l.owner.0 == ci && l.owner.1 == inc)
+            .cloned()
+            .collect();
+        let held_opens: Vec<_> = self
+            .model
+            .opens
+            .iter()
+            .filter(|o| o.owner.0 == ci && o.owner.1 == inc)
+            .map(|o| o.file.clone())
+            .collect();
+        self.model.forget_client(ci, inc);
+        self.clients[ci].expect_dead = true;
+        self.clients[ci].dead_by_restart = false;
+        crate::actions::probe_released(self, ci, held_locks, held_opens)
+    }
+
+    fn cut_connection(&mut self) {
+        let ci = self.rng.index(self.clients.len());
+        self.note(&format!("client {ci}: connection cut"));
+        self.stats.cut_connections += 1;
+        if let Some(s) = &self.server {
+            s.connection_closed(self.clients[ci].conn);
+        }
+        self.clients[ci].conn = self.next_conn;
+        self.next_conn += 1;
+    }
+
+    /// One action of one client.
+    fn client_step(&mut self, ci: usize) -> Result<(), Violation> {
+        let pending = self.clients[ci].pending.len();
+        if pending > 0 && self.rng.chance(500) {
+            let i = self.rng.index(pending);
+            return self.retransmit_one(ci, i, true);
+        }
+        if self.clients[ci].session.is_none() {
+            return self.ensure_session(ci);
+        }
+        crate::actions::random_action(self, ci)
+    }
+
+    /// End of run: every live file reads back as the model says; every lock the model
+    /// holds is seen by LOCKT from another owner.
+    fn audit(&mut self) -> Result<(), Violation> {
+        let ci = 0;
+        self.retransmit(ci, true)?;
+        self.ensure_session(ci)?;
+        crate::actions::audit(self, ci)
+    }
+}

@@ -1,0 +1,155 @@
+//! The simulation as tests: a bounded sweep of seeds (sizes from TXNFS_SIM_SEEDS and
+//! TXNFS_SIM_STEPS), determinism, replay of one seed, and proof that the harness fails
+//! when the server's reply cache is broken.
+
+use txnfs_sim::fault::FaultPlan;
+use txnfs_sim::{env_sizes, run, run_seeds, SimConfig, ViolationKind};
+
+/// Default sweep: a few seconds in a debug build on two cores.
+const DEFAULT_SEEDS: u64 = 96;
+const DEFAULT_STEPS: u64 = 1000;
+
+#[test]
+fn seeds_sweep() {
+    let (seeds, steps) = env_sizes(DEFAULT_SEEDS, DEFAULT_STEPS);
+    // Printed on stdout so it shows with --nocapture; the assertion below carries the
+    // same numbers into a failure message either way.
+    println!("txnfs-sim: seeds={seeds} steps={steps}");
+    match run_seeds(1, seeds, steps) {
+        Ok(stats) => {
+            let compounds: u64 = stats.iter().map(|s| s.compounds).sum();
+            let retrans: u64 = stats.iter().map(|s| s.retransmissions).sum();
+            let restarts: u64 = stats.iter().map(|s| s.restarts).sum();
+            let expiries: u64 = stats.iter().map(|s| s.expiries).sum();
+            let faults: u64 = stats.iter().map(|s| s.faults).sum();
+            let bytes: u64 = stats.iter().map(|s| s.bytes_verified).sum();
+            let cinfo: u64 = stats.iter().map(|s| s.cinfo_checked).sum();
+            let granted: u64 = stats.iter().map(|s| s.locks_granted).sum();
+            let denied: u64 = stats.iter().map(|s| s.locks_denied).sum();
+            let share: u64 = stats.iter().map(|s| s.share_denied).sum();
+            let stale: u64 = stats.iter().map(|s| s.stale_refused).sum();
+            let overtakes: u64 = stats.iter().map(|s| s.overtakes).sum();
+            println!(
+                "txnfs-sim: seeds={seeds} steps={steps} failures=0 compounds={compounds} retransmissions={retrans} restarts={restarts} expiries={expiries} faults={faults}"
+            );
+            assert_eq!(stats.len() as u64, seeds);
+            if steps >= 200 && seeds >= 4 {
+                // The run exercised what it claims to (else it would pass vacuously).
+                assert!(retrans > 0 && restarts > 0 && expiries > 0 && faults > 0,
+                    "retransmissions={retrans} restarts={restarts} expiries={expiries} faults={faults}");
+                assert!(bytes > 0 && cinfo > 0 && granted > 0 && denied > 0 && share > 0 && stale > 0 && overtakes > 0,
+                    "bytes={bytes} cinfo={cinfo} granted={granted} denied={denied} share_denied={share} stale_refused={stale} overtakes={overtakes}");
+            }
+        }
+        Err(f) => panic!("seeds={seeds} steps={steps}: {f}"),
+    }
+}
+
+#[test]
+fn same_seed_same_run() {
+    for seed in [3u64, 4] {
+        let a = run(SimConfig::for_seed(seed, 400)).unwrap_or_else(|f| panic!("{f}"));
+        let b = run(SimConfig::for_seed(seed, 400)).unwrap_or_else(|f| panic!("{f}"));
+        assert_eq!(a, b, "seed {seed} ran differently twice");
+        assert!(a.compounds > 100);
+    }
+    let c = run(SimConfig::for_seed(5, 400)).unwrap_or_else(|f| panic!("{f}"));
+    let d = run(SimConfig::for_seed(3, 400)).unwrap_or_else(|f| panic!("{f}"));
+    assert_ne!(c.digest, d.digest, "different seeds, different runs");
+}
+
+/// `TXNFS_SIM_SEED=<seed> cargo test -p txnfs-sim -- replay --nocapture` replays one
+/// seed (TXNFS_SIM_STEPS steps; TXNFS_SIM_BREAK_REPLY_CACHE=1 to replay the mutation;
+/// TXNFS_SIM_TRACE=1 prints every request and its reply statuses).
+/// Without TXNFS_SIM_SEED it replays seed 1.
+#[test]
+fn replay() {
+    let seed = std::env::var("TXNFS_SIM_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let (_, steps) = env_sizes(1, DEFAULT_STEPS);
+    let mut cfg = SimConfig::for_seed(seed, steps);
+    cfg.break_reply_cache = std::env::var_os("TXNFS_SIM_BREAK_REPLY_CACHE").is_some();
+    match run(cfg) {
+        Ok(s) => println!("seed={seed} steps={steps} ok: {s:?}"),
+        Err(f) => panic!("{f}"),
+    }
+}
+
+/// The harness can fail: with the reply cache broken (retransmissions executed again)
+/// the simulation reports "executed twice", with a seed, within a few seeds.
+#[test]
+fn broken_reply_cache_is_caught() {
+    let mut found = None;
+    for seed in 1..=20u64 {
+        let mut cfg = SimConfig::for_seed(seed, 400);
+        cfg.break_reply_cache = true;
+        if let Err(f) = run(cfg) {
+            found = Some(f);
+            break;
+        }
+    }
+    let f = found.expect("a broken reply cache went unnoticed for 20 seeds");
+    println!("caught as expected: {f}");
+    assert_eq!(f.violation.kind, ViolationKind::ExecutedTwice, "{f}");
+    assert!(f.to_string().contains(&format!("seed={}", f.seed)));
+    assert!(f.to_string().contains("TXNFS_SIM_BREAK_REPLY_CACHE=1"));
+    // The effect counter alone also sees it: some seed applies a WRITE, CREATE or
+    // RENAME twice.
+    let counted = (1..=40u64).find_map(|seed| {
+        let mut cfg = SimConfig::for_seed(seed, 400);
+        cfg.break_reply_cache = true;
+        run(cfg)
+            .err()
+            .filter(|f| f.violation.detail.contains("applied 2 times"))
+    });
+    let counted = counted.expect("the backend's effect counter never saw a double execution");
+    println!("counted: {counted}");
+    // The failure replays exactly from its seed.
+    let mut cfg = SimConfig::for_seed(f.seed, 400);
+    cfg.break_reply_cache = true;
+    let again = run(cfg).expect_err("replay of the failing seed fails again");
+    assert_eq!(
+        (again.step, again.violation.kind),
+        (f.step, f.violation.kind)
+    );
+}
+
+/// Failing `getattr` too. Found by this simulation: when the GETATTR of the directory
+/// after CREATE / OPEN(create) / REMOVE / RENAME fails, the server answers
+/// `change_info4 { before: <n>, after: 0 }` (`unwrap_or(0)` in ops/dir.rs and
+/// ops/file.rs), so the directory's change counter goes backwards for the client.
+/// Reproduce: `cargo test -p txnfs-sim -- --ignored getattr_faults` (seed 3, step 7:
+/// "OPEN create: cinfo after 0 < before 5").
+#[test]
+#[ignore = "server bug: change_info4.after = 0 when the post-op directory GETATTR fails (seed 3 step 7, getattr_io_per_mille=10; run with --ignored)"]
+fn getattr_faults_keep_cinfo_monotonic() {
+    for seed in 1..=20u64 {
+        let mut cfg = SimConfig::for_seed(seed, 600);
+        cfg.faults = Some(FaultPlan {
+            getattr_io_per_mille: 10,
+            ..FaultPlan::standard()
+        });
+        if let Err(f) = run(cfg) {
+            panic!("{f}");
+        }
+    }
+}
+
+/// The harness can fail on data too: a backend that corrupts acknowledged writes is
+/// reported as lost data (invariant 2).
+#[test]
+fn corrupting_backend_is_caught() {
+    let found = (1..=20u64).find_map(|seed| {
+        let mut cfg = SimConfig::for_seed(seed, 400);
+        cfg.faults = Some(FaultPlan {
+            corrupt_write_per_mille: 50,
+            ..FaultPlan::none()
+        });
+        run(cfg).err()
+    });
+    let f = found.expect("corrupted writes went unnoticed for 20 seeds");
+    println!("caught as expected: {f}");
+    assert_eq!(f.violation.kind, ViolationKind::DataLost, "{f}");
+}
