@@ -715,6 +715,7 @@ pub async fn join_all<F: std::future::Future>(futs: Vec<F>) -> Vec<F::Output> {
 
 /// Collects independent check failures so one test can report all of them
 /// (with the server log tail) instead of stopping at the first.
+#[must_use = "call Checks::finish, or the recorded failures are never reported"]
 pub struct Checks<'a> {
     server: &'a ServerGuard,
     failures: Vec<String>,
@@ -765,13 +766,28 @@ impl<'a> Checks<'a> {
     }
 
     /// Panics listing every recorded failure.
-    pub fn finish(self) {
-        if !self.failures.is_empty() {
+    pub fn finish(mut self) {
+        let failures = std::mem::take(&mut self.failures);
+        if !failures.is_empty() {
             panic!(
                 "{} check(s) failed:\n  - {}\nserver log tail:\n{}",
-                self.failures.len(),
-                self.failures.join("\n  - "),
+                failures.len(),
+                failures.join("\n  - "),
                 self.server.log_tail(20)
+            );
+        }
+    }
+}
+
+/// A collector dropped with failures that [`Checks::finish`] never reported
+/// still fails the test.
+impl Drop for Checks<'_> {
+    fn drop(&mut self) {
+        if !self.failures.is_empty() && !std::thread::panicking() {
+            panic!(
+                "Checks dropped without finish() and {} failure(s):\n  - {}",
+                self.failures.len(),
+                self.failures.join("\n  - ")
             );
         }
     }
