@@ -27,11 +27,22 @@ pub enum StopAt {
 }
 
 /// One rule about the op counts of a run, checked by CI.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Expectation {
     pub rule: String,
     pub ok: bool,
+    #[serde(deserialize_with = "detail_text")]
     pub detail: String,
+}
+
+/// A check's detail read back: null is empty, a non-string is its JSON text.
+fn detail_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(match serde_json::Value::deserialize(d)? {
+        serde_json::Value::String(s) => s,
+        serde_json::Value::Null => String::new(),
+        v => v.to_string(),
+    })
 }
 
 impl Expectation {

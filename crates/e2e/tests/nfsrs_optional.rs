@@ -14,7 +14,10 @@ use txnfs_e2e::{create_with, ok, timed, Checks, ServerGuard, ServerKind};
 fn refused_notsupp<T: std::fmt::Debug>(c: &mut Checks<'_>, what: &str, r: nfs_rs::Result<T>) {
     match r {
         Err(NfsError::Nfs4(E::NFS4ERR_NOTSUPP)) => {}
-        other => c.check(false, format!("{what}: want NFS4ERR_NOTSUPP, got {other:?}")),
+        other => c.check(
+            false,
+            format!("{what}: want NFS4ERR_NOTSUPP, got {other:?}"),
+        ),
     }
 }
 

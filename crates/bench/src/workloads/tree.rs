@@ -10,7 +10,6 @@
 
 use crate::workload::{BoxFut, Expectation, RunStats, Setup, Worker, Workload};
 use crate::workloads::Params;
-use crate::XorShift;
 use anyhow::Context;
 use bytes::Bytes;
 use std::time::Instant;
@@ -22,50 +21,8 @@ pub enum TreeOp {
     Rm,
 }
 
-/// A generated tree: directories (relative paths, parents first, "" is the
-/// root) and files (relative path, size).
-#[derive(Clone, Debug)]
-pub struct Shape {
-    pub dirs: Vec<String>,
-    pub files: Vec<(String, u64)>,
-}
-
-impl Shape {
-    /// `dirs` directories as a random recursive tree (each new directory
-    /// under a uniformly chosen earlier one: shallow and bushy, like a source
-    /// tree), `files` files spread uniformly with sizes exponentially
-    /// distributed around `mean` (1 byte to 1 MiB).
-    pub fn generate(dirs: u64, files: u64, mean: u64, seed: u64) -> Shape {
-        let mut rng = XorShift::new(seed);
-        let mut d = vec![String::new()];
-        for k in 1..dirs.max(1) {
-            let parent = d[(rng.next_u64() % k) as usize].clone();
-            d.push(if parent.is_empty() {
-                format!("d{k}")
-            } else {
-                format!("{parent}/d{k}")
-            });
-        }
-        let f = (0..files)
-            .map(|j| {
-                let dir = &d[(rng.next_u64() % d.len() as u64) as usize];
-                let u = ((rng.next_u64() >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
-                let size = ((-u.ln()) * mean as f64).clamp(1.0, (1 << 20) as f64) as u64;
-                let name = if dir.is_empty() {
-                    format!("f{j}.c")
-                } else {
-                    format!("{dir}/f{j}.c")
-                };
-                (name, size)
-            })
-            .collect();
-        Shape { dirs: d, files: f }
-    }
-
-    pub fn bytes(&self) -> u64 {
-        self.files.iter().map(|f| f.1).sum()
-    }
-}
+/// The shared tree generator.
+pub use txnfs_e2e::data::TreeShape as Shape;
 
 pub struct Tree {
     pub op: TreeOp,
@@ -80,7 +37,7 @@ impl Tree {
         let mean = p.file_size.unwrap_or(p.get_u64("mean_size", 15 << 10)?);
         Ok(Tree {
             op,
-            shape: Shape::generate(dirs, files, mean, 42),
+            shape: Shape::random(dirs, files, mean, 42),
             trees: p.get_u64("trees", 1)?.max(1),
         })
     }
@@ -90,13 +47,7 @@ impl Tree {
     }
 }
 
-fn join(a: &str, b: &str) -> String {
-    if b.is_empty() {
-        a.to_string()
-    } else {
-        format!("{a}/{b}")
-    }
-}
+use txnfs_e2e::data::join;
 
 async fn build(s: &Setup, root: &str, shape: &Shape) -> anyhow::Result<()> {
     let dirs: Vec<String> = shape.dirs.iter().map(|d| join(&s.path(root), d)).collect();
@@ -271,29 +222,5 @@ impl Workload for Tree {
             ));
         }
         v
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kernel_like_shape() {
-        let s = Shape::generate(4000, 60_000, 15 << 10, 42);
-        assert_eq!(s.dirs.len(), 4000);
-        assert_eq!(s.files.len(), 60_000);
-        let mean = s.bytes() / 60_000;
-        assert!((12 << 10..=18 << 10).contains(&mean), "mean {mean}");
-        let depth = s.dirs.iter().map(|d| d.matches('/').count()).max().unwrap();
-        assert!((3..=30).contains(&depth), "depth {depth}");
-        // Parents come before children.
-        let mut seen = std::collections::HashSet::new();
-        for d in &s.dirs {
-            if let Some((p, _)) = d.rsplit_once('/') {
-                assert!(seen.contains(p));
-            }
-            seen.insert(d.clone());
-        }
     }
 }
