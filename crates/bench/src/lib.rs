@@ -9,6 +9,7 @@
 //! netem) that also counts ONC RPC records.
 
 pub mod cli;
+pub mod driver;
 pub mod nfs;
 pub mod proxy;
 pub mod recorder;

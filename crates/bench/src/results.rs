@@ -1,7 +1,7 @@
 //! The results file (JSON). Other tools read these names: keep them stable.
 //!
 //! ```text
-//! { "workload", "server", "target", "delay_ms", "clients", "threads", "params": {..},
+//! { "workload", "server", "target", "delay_ms", "clients", "threads", "driver", "params": {..},
 //!   "repeats": [ { "duration_s", "ops", "bytes", "ops_per_s", "mb_per_s",
 //!                  "per_second": [{"t","ops","bytes"}], "op_counts": {"READ": n, ..},
 //!                  "op_bytes": {..}, "latency_us": {"READ": {"count","mean","p50","p90","p99","max"}},
@@ -39,6 +39,8 @@ pub struct Results {
     pub delay_ms: f64,
     pub clients: usize,
     pub threads: usize,
+    /// The client library of the timed part (txnfs or nfs-rs).
+    pub driver: crate::driver::Driver,
     pub params: serde_json::Value,
     pub repeats: Vec<Repeat>,
     pub summary: SummaryBlock,

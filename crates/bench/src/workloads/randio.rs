@@ -3,7 +3,11 @@
 //! aligned offset; `--sync` makes writes FILE_SYNC (like O_SYNC), otherwise
 //! they are UNSTABLE and each worker COMMITs once at the end. The sequential
 //! variants (seqio.rs) use the same engine with a shared cursor.
+//! randread and seqread also run with `--driver nfs-rs` (READ with the
+//! anonymous stateid, one call at a time); `--file-size 4k` reads one block
+//! only, always at offset 0 (opsloop's `read0`).
 
+use crate::driver::{self, Driver};
 use crate::nfs;
 use crate::workload::{BoxFut, Expectation, RunStats, Setup, Worker, Workload};
 use crate::workloads::Params;
@@ -82,6 +86,32 @@ impl BlockIo {
     }
 }
 
+impl BlockIo {
+    /// The timed READ loop through nfs-rs, one call at a time (reads only).
+    async fn run_nfsrs(&self, w: &mut Worker, fh: Bytes) -> anyhow::Result<()> {
+        let m = w.nfsrs()?;
+        let mut rng = XorShift::new(w.global_idx() as u64 + 1);
+        let io = self.io_size;
+        w.ready().await;
+        while let Some(i) = w.next_iter() {
+            let off = self.offset(&mut rng, i);
+            let d = w
+                .nfsrs_call(
+                    driver::READ,
+                    || format!("READ {io} bytes at {off}"),
+                    m.read(fh.clone(), off, io as u32),
+                    |d| d.len() as u64,
+                )
+                .await?;
+            if d.len() as u64 != io {
+                bail!("short READ: {} of {io} bytes at {off}", d.len());
+            }
+            w.done();
+        }
+        Ok(())
+    }
+}
+
 impl Workload for BlockIo {
     fn name(&self) -> &str {
         self.name
@@ -126,6 +156,9 @@ impl Workload for BlockIo {
                 .expect("not poisoned")
                 .clone()
                 .context("not prepared")?;
+            if w.driver == Driver::NfsRs {
+                return self.run_nfsrs(w, fh).await;
+            }
             // Untimed: open the file once.
             let mut c = Compound::new();
             c.putfh(&w.base_fh);
@@ -172,10 +205,28 @@ impl Workload for BlockIo {
         })
     }
 
+    fn drivers(&self) -> &'static [Driver] {
+        if self.write {
+            &[Driver::Txnfs]
+        } else {
+            &[Driver::Txnfs, Driver::NfsRs]
+        }
+    }
+
     fn expected_ops(&self, s: &RunStats) -> Vec<Expectation> {
         let workers = (s.clients * s.threads) as u64;
         let it = s.iterations();
         let mut v = Vec::new();
+        if s.driver == Driver::NfsRs {
+            // nfs-rs READs with the anonymous stateid: no OPEN or CLOSE.
+            v.push(Expectation::eq("READ == iterations", s.ops("READ"), it));
+            v.push(Expectation::eq(
+                "bytes == iterations × io_size",
+                s.rec.bytes,
+                it * self.io_size,
+            ));
+            return v;
+        }
         if self.write {
             v.push(Expectation::eq("WRITE == iterations", s.ops("WRITE"), it));
             v.push(Expectation::eq("READ == 0", s.ops("READ"), 0));

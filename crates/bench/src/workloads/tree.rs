@@ -8,7 +8,9 @@
 //! many COMPOUNDs in flight itself). tree-rm removes one prepared copy per
 //! iteration (`--set trees=N`, default 1).
 
+use crate::driver::Driver;
 use crate::workload::{BoxFut, Expectation, RunStats, Setup, Worker, Workload};
+use crate::workloads::tree_nfsrs;
 use crate::workloads::Params;
 use anyhow::Context;
 use bytes::Bytes;
@@ -71,6 +73,44 @@ async fn build(s: &Setup, root: &str, shape: &Shape) -> anyhow::Result<()> {
     Ok(())
 }
 
+impl Tree {
+    /// The timed part with nfs-rs, one call at a time ([`tree_nfsrs`]).
+    async fn run_nfsrs(&self, w: &mut Worker) -> anyhow::Result<()> {
+        let m = w.nfsrs()?;
+        let src = self.root(0);
+        w.ready().await;
+        while let Some(i) = w.next_iter() {
+            let t = Instant::now();
+            let kind = match self.op {
+                TreeOp::Ls => {
+                    let n = tree_nfsrs::ls(w, &m, &src).await?;
+                    w.count("entries", n as u64);
+                    "LS_LR"
+                }
+                TreeOp::Cp => {
+                    let (files, dirs) = tree_nfsrs::cp(w, &m, &src, &format!("copy{i}")).await?;
+                    w.count("files_copied", files);
+                    w.count("dirs_created", dirs);
+                    "CP_R"
+                }
+                TreeOp::Rm => {
+                    if i >= self.trees {
+                        break;
+                    }
+                    let n = tree_nfsrs::rm(w, &m, &self.root(i)).await?;
+                    w.count("entries_removed", n + 1);
+                    "RM_R"
+                }
+            };
+            // The whole-tree operation as one entry of its own kind (no
+            // COMPOUND: its calls were recorded one by one).
+            w.record_tree_op(kind, t.elapsed());
+            w.done();
+        }
+        Ok(())
+    }
+}
+
 impl Workload for Tree {
     fn name(&self) -> &str {
         match self.op {
@@ -105,8 +145,14 @@ impl Workload for Tree {
             Ok(())
         })
     }
+    fn drivers(&self) -> &'static [Driver] {
+        &[Driver::Txnfs, Driver::NfsRs]
+    }
     fn run<'a>(&'a self, w: &'a mut Worker) -> BoxFut<'a, anyhow::Result<()>> {
         Box::pin(async move {
+            if w.driver == Driver::NfsRs {
+                return self.run_nfsrs(w).await;
+            }
             let fs = w.fs();
             let src = join(&w.base, &self.root(0));
             w.ready().await;
@@ -179,6 +225,9 @@ impl Workload for Tree {
         let it = s.iterations();
         let (d, f) = (self.shape.dirs.len() as u64, self.shape.files.len() as u64);
         let mut v = Vec::new();
+        if s.driver == Driver::NfsRs {
+            return self.expected_nfsrs(s);
+        }
         match self.op {
             TreeOp::Ls => {
                 v.push(Expectation::eq(
@@ -222,5 +271,41 @@ impl Workload for Tree {
             ));
         }
         v
+    }
+}
+
+impl Tree {
+    /// With nfs-rs every entry costs at least one call: the counters and the
+    /// per-entry op counts must match the tree exactly.
+    fn expected_nfsrs(&self, s: &RunStats) -> Vec<Expectation> {
+        let it = s.iterations();
+        let (d, f) = (self.shape.dirs.len() as u64, self.shape.files.len() as u64);
+        match self.op {
+            TreeOp::Ls => vec![
+                Expectation::eq(
+                    "entries listed == dirs - 1 + files",
+                    s.counter("entries"),
+                    it * (d - 1 + f),
+                ),
+                Expectation::eq(
+                    "one GETATTR per entry",
+                    s.requests("GETATTR"),
+                    it * (d - 1 + f),
+                ),
+                Expectation::ge("READDIR >= dirs", s.requests("READDIR"), it * d),
+            ],
+            TreeOp::Cp => vec![
+                Expectation::eq("files copied", s.counter("files_copied"), it * f),
+                Expectation::eq("dirs created", s.counter("dirs_created"), it * d),
+                Expectation::eq("one OPEN per file", s.requests("OPEN"), it * f),
+                Expectation::eq("one CLOSE per file", s.requests("CLOSE"), it * f),
+                Expectation::eq("one CREATE per directory", s.requests("CREATE"), it * d),
+            ],
+            TreeOp::Rm => vec![Expectation::eq(
+                "one REMOVE per entry",
+                s.requests("REMOVE"),
+                it * (d + f),
+            )],
+        }
     }
 }
