@@ -107,15 +107,8 @@ impl Default for ServerOpts {
     }
 }
 
-/// The workspace root (two levels above this crate's manifest).
-pub fn workspace_root() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest
-        .parent()
-        .and_then(Path::parent)
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| manifest.to_path_buf())
-}
+/// The workspace root (one definition, in txnfs-e2e).
+pub use txnfs_e2e::workspace_root;
 
 /// The cargo target directory: `$CARGO_TARGET_DIR`, else `<workspace>/target`.
 pub fn target_dir() -> PathBuf {

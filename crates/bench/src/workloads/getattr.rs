@@ -7,12 +7,11 @@
 //! `--scale`).
 
 use crate::driver::{self, Driver};
-use crate::nfs;
+
 use crate::workload::{BoxFut, Expectation, RunStats, Setup, Worker, Workload};
+use crate::workloads::common::PreparedFile;
 use crate::workloads::Params;
-use anyhow::{bail, Context};
-use bytes::Bytes;
-use std::sync::Mutex;
+use anyhow::bail;
 use txnfs_client::attrs::{self, SIZE, TYPE};
 use txnfs_client::Compound;
 
@@ -21,7 +20,7 @@ const FILE: &str = "getattr.dat";
 pub struct Getattr {
     file_size: u64,
     default_ops: u64,
-    fh: Mutex<Option<Bytes>>,
+    file: PreparedFile,
 }
 
 impl Getattr {
@@ -29,7 +28,7 @@ impl Getattr {
         Getattr {
             file_size: p.file_size.unwrap_or(1 << 20),
             default_ops: p.scaled(20_000),
-            fh: Mutex::new(None),
+            file: PreparedFile::default(),
         }
     }
 }
@@ -48,28 +47,11 @@ impl Workload for Getattr {
         &[Driver::Txnfs, Driver::NfsRs]
     }
     fn prepare<'a>(&'a self, s: &'a Setup) -> BoxFut<'a, anyhow::Result<()>> {
-        Box::pin(async move {
-            let fh = nfs::fill_file(
-                &s.client,
-                &s.base_fh,
-                FILE,
-                self.file_size,
-                1 << 20,
-                &s.owner,
-            )
-            .await?;
-            *self.fh.lock().expect("not poisoned") = Some(fh);
-            Ok(())
-        })
+        Box::pin(async move { self.file.fill(s, FILE, self.file_size).await })
     }
     fn run<'a>(&'a self, w: &'a mut Worker) -> BoxFut<'a, anyhow::Result<()>> {
         Box::pin(async move {
-            let fh = self
-                .fh
-                .lock()
-                .expect("not poisoned")
-                .clone()
-                .context("not prepared")?;
+            let fh = self.file.handle()?;
             let want = self.file_size;
             match w.driver {
                 Driver::Txnfs => {

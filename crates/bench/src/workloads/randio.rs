@@ -8,13 +8,13 @@
 //! only, always at offset 0 (opsloop's `read0`).
 
 use crate::driver::{self, Driver};
-use crate::nfs;
+
 use crate::workload::{BoxFut, Expectation, RunStats, Setup, Worker, Workload};
+use crate::workloads::common::PreparedFile;
 use crate::workloads::Params;
 use crate::XorShift;
-use anyhow::{bail, Context};
+use anyhow::bail;
 use bytes::Bytes;
-use std::sync::Mutex;
 use txnfs_client::Compound;
 use txnfs_proto::nfs4::{OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_ACCESS_READ};
 
@@ -29,7 +29,7 @@ pub struct BlockIo {
     pub sync: bool,
     /// Iterations per run by default.
     pub default_ops: u64,
-    fh: Mutex<Option<Bytes>>,
+    file: PreparedFile,
 }
 
 impl BlockIo {
@@ -56,7 +56,7 @@ impl BlockIo {
             io_size,
             sync,
             default_ops,
-            fh: Mutex::new(None),
+            file: PreparedFile::default(),
         })
     }
 
@@ -134,28 +134,13 @@ impl Workload for BlockIo {
         Box::pin(async move {
             // Writers start from a file of full size too, so writes are
             // in place (as in the seed).
-            let fh = nfs::fill_file(
-                &s.client,
-                &s.base_fh,
-                FILE,
-                self.file_size,
-                1 << 20,
-                &s.owner,
-            )
-            .await?;
-            *self.fh.lock().expect("not poisoned") = Some(fh);
-            Ok(())
+            self.file.fill(s, FILE, self.file_size).await
         })
     }
 
     fn run<'a>(&'a self, w: &'a mut Worker) -> BoxFut<'a, anyhow::Result<()>> {
         Box::pin(async move {
-            let fh = self
-                .fh
-                .lock()
-                .expect("not poisoned")
-                .clone()
-                .context("not prepared")?;
+            let fh = self.file.handle()?;
             if w.driver == Driver::NfsRs {
                 return self.run_nfsrs(w, fh).await;
             }
