@@ -5,7 +5,8 @@
 # usage: tests/linux-client/run.sh --server txnfs|ganesha [--bin PATH_TO_txnfs] [--keep]
 #   --server txnfs    $BIN serve --listen 127.0.0.1:$PORT --no-grace --state-dir $W/state $EXPORT
 #                     (default BIN: <repo>/target/debug/txnfs), guest mounts 10.0.2.100:/
-#   --server ganesha  ganesha.nfsd with ganesha.conf.in (export Pseudo=/export), mounts /export
+#   --server ganesha  ganesha.nfsd with the shared config of `$BIN bench ganesha-conf`
+#                     (export Pseudo=/export), mounts /export
 #   --keep            keep the run directory (export, capture, logs) even when everything passed
 # env: WORK (cache + run dirs, default /tmp/txnfs-vm; run dirs older than 3 h are deleted),
 #      TIMEOUT (VM seconds, default 600), TXNFS_LOG (server log filter, default info)
@@ -14,7 +15,7 @@ set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 SERVER=; BIN=$REPO/target/debug/txnfs; KEEP=0
-usage() { sed -n '5,10p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '5,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --server) SERVER=${2:-}; shift 2 ;;
@@ -38,10 +39,9 @@ need=(qemu-system-x86_64 socat tshark busybox python3 ss gcc cpio depmod xz tar 
 for c in "${need[@]}"; do
   command -v "$c" > /dev/null || die "missing '$c': run tests/linux-client/install-deps.sh"
 done
-if [ "$SERVER" = txnfs ]; then
-  [ -x "$BIN" ] || die "txnfs binary not found at $BIN (cargo build -p txnfs-cli, or --bin PATH)"
-  BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
-fi
+# txnfs is also needed for --server ganesha: it renders the Ganesha configuration.
+[ -x "$BIN" ] || die "txnfs binary not found at $BIN (cargo build -p txnfs-cli, or --bin PATH)"
+BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
 
 WORK=${WORK:-${TMPDIR:-/tmp}/txnfs-vm}; export WORK
 mkdir -p "$WORK"
@@ -94,8 +94,9 @@ PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 if [ "$SERVER" = ganesha ]; then
   EXPORT_PATH=/export
   mkdir -p "$W"/recov
-  sed -e "s#@PORT@#$PORT#g" -e "s#@EXPORT@#$EXPORT#g" -e "s#@RECOV@#$W/recov#g" \
-    "$HERE"/ganesha.conf.in > "$W"/ganesha.conf
+  # the one Ganesha configuration of all txnfs tools (crates/e2e/src/ganesha.rs)
+  "$BIN" bench ganesha-conf --port "$PORT" --export "$EXPORT" --recovery-root "$W"/recov \
+    > "$W"/ganesha.conf
   SERVER_CMD=(ganesha.nfsd -F -L "$W"/ganesha.log -f "$W"/ganesha.conf -p "$W"/ganesha.pid)
 else
   EXPORT_PATH=/

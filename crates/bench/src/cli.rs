@@ -1,5 +1,6 @@
 //! The `txnfs bench` command line: `bench run <workload> --target nfs://host:port/path ...`.
 
+use crate::driver::Driver;
 use crate::runner::{self, RunConfig, Target};
 use crate::workload::StopAt;
 use crate::workloads::{self, parse_size, Params};
@@ -21,9 +22,35 @@ pub enum BenchCmd {
     Run(Box<RunArgs>),
     /// List the workloads.
     List,
+    /// Print the NFS-Ganesha configuration every txnfs tool uses (FSAL VFS,
+    /// NFSv4.1, graceless, pNFS off, one export at /export).
+    GaneshaConf(GaneshaConfArgs),
 }
 
 #[derive(clap::Args, Debug, Clone)]
+pub struct GaneshaConfArgs {
+    /// TCP port on 127.0.0.1.
+    #[arg(long)]
+    pub port: u16,
+    /// Host directory exported as /export.
+    #[arg(long)]
+    pub export: PathBuf,
+    /// Ganesha's recovery (state) directory.
+    #[arg(long)]
+    pub recovery_root: PathBuf,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+#[command(after_help = "EXAMPLES:
+  txnfs bench run randread --target nfs://127.0.0.1:2049/ --duration 5
+  txnfs bench run getattr --target nfs://127.0.0.1:2049/ --driver nfs-rs --server-pid 1234
+  txnfs bench run randread --target nfs://127.0.0.1:2049/export --driver nfs-rs --file-size 4k
+  txnfs bench run tree-cp --target nfs://127.0.0.1:2049/ --scale 0.05 --delay-ms 10
+  txnfs bench run smallfiles --target nfs://127.0.0.1:2049/ --clients 4 --threads 2 --repeat 3
+
+Workloads: `txnfs bench list` (with the client libraries each runs with).
+--driver nfs-rs runs the timed part through the third-party nfs-rs client,
+one call at a time; set-up and clean-up always use txnfs's own client.")]
 pub struct RunArgs {
     /// Workload name (see `bench list`).
     pub workload: String,
@@ -79,6 +106,10 @@ pub struct RunArgs {
     /// Workload-specific setting key=value (repeatable; see `bench list`).
     #[arg(long = "set", value_parser = parse_kv)]
     pub set: Vec<(String, String)>,
+    /// Client library of the timed part: txnfs (our client) or nfs-rs (the
+    /// third-party crate, one call at a time; see `bench list`).
+    #[arg(long, value_enum, default_value_t = Driver::Txnfs)]
+    pub driver: Driver,
     /// Fail (exit status 2) when a per-op count check fails.
     #[arg(long)]
     pub strict: bool,
@@ -124,6 +155,7 @@ impl RunArgs {
             server_label: self.server.clone(),
             slots: self.slots,
             verbose: !self.quiet,
+            driver: self.driver,
         })
     }
 }
@@ -157,8 +189,8 @@ pub fn report(res: &crate::results::Results) -> String {
         None => "-".into(),
     };
     s.push_str(&format!(
-        "{} on {} ({} clients × {} threads, delay {} ms)\n",
-        res.workload, res.target, res.clients, res.threads, res.delay_ms
+        "{} on {} with {} ({} clients × {} threads, delay {} ms)\n",
+        res.workload, res.target, res.driver, res.clients, res.threads, res.delay_ms
     ));
     s.push_str(&format!("  ops/s      {}\n", fmt(&res.summary.ops_per_s)));
     s.push_str(&format!("  MB/s       {}\n", fmt(&res.summary.mb_per_s)));
@@ -197,13 +229,37 @@ pub fn report(res: &crate::results::Results) -> String {
     s
 }
 
+/// `bench list`: one workload per line, its name first, then the client
+/// libraries it runs with.
+pub fn list() -> String {
+    let mut s = String::new();
+    for n in workloads::NAMES {
+        let drivers = workloads::by_name(n, &Params::default())
+            .map(|w| {
+                w.drivers()
+                    .iter()
+                    .map(|d| d.name())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .unwrap_or_default();
+        s.push_str(&format!("{n:<12} drivers: {drivers}\n"));
+    }
+    s
+}
+
 /// Entry point of `txnfs bench`.
 pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
     match args.cmd {
         BenchCmd::List => {
-            for n in workloads::NAMES {
-                println!("{n}");
-            }
+            print!("{}", list());
+            Ok(())
+        }
+        BenchCmd::GaneshaConf(a) => {
+            print!(
+                "{}",
+                txnfs_e2e::ganesha::Config::single(a.port, &a.export, &a.recovery_root).render()
+            );
             Ok(())
         }
         BenchCmd::Run(a) => {

@@ -9,6 +9,7 @@
 //! netem) that also counts ONC RPC records.
 
 pub mod cli;
+pub mod driver;
 pub mod nfs;
 pub mod proxy;
 pub mod recorder;
@@ -19,6 +20,8 @@ pub mod workload;
 pub mod workloads;
 
 pub use proxy::{DelayProxy, ProxyStats, RecordCounter};
+/// The shared deterministic data helpers (one copy, in txnfs-e2e).
+pub use txnfs_e2e::data::{pattern, XorShift};
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -238,32 +241,6 @@ pub fn median(values: &[f64]) -> Option<f64> {
     } else {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
     })
-}
-
-/// Deterministic xorshift64 generator (for random read offsets that are the
-/// same for every server).
-#[derive(Clone, Debug)]
-pub struct XorShift(u64);
-
-impl XorShift {
-    pub fn new(seed: u64) -> XorShift {
-        XorShift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-}
-
-/// Deterministic file contents: byte i of a stream seeded with `seed`.
-pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut rng = XorShift::new(seed);
-    (0..len).map(|_| (rng.next_u64() >> 24) as u8).collect()
 }
 
 #[cfg(test)]

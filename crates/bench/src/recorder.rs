@@ -115,6 +115,20 @@ impl Recorder {
         self.second(Instant::now()).bytes += bytes;
     }
 
+    /// A latency sample of `kind` that is not a request of its own (a
+    /// composite operation whose requests were recorded separately).
+    pub fn latency_only(&mut self, kind: &str, latency: Duration) {
+        let st = self
+            .requests
+            .entry(kind.to_string())
+            .or_insert_with(OpStat::new);
+        st.count += 1;
+        let ns = (latency.as_nanos() as u64).max(1);
+        if st.hist.record(ns).is_err() {
+            st.hist.saturating_record(ns);
+        }
+    }
+
     /// One workload iteration completed now.
     pub fn iteration(&mut self) {
         self.iterations += 1;

@@ -1,7 +1,7 @@
 //! The results file (JSON). Other tools read these names: keep them stable.
 //!
 //! ```text
-//! { "workload", "server", "target", "delay_ms", "clients", "threads", "params": {..},
+//! { "workload", "server", "target", "delay_ms", "clients", "threads", "driver", "params": {..},
 //!   "repeats": [ { "duration_s", "ops", "bytes", "ops_per_s", "mb_per_s",
 //!                  "per_second": [{"t","ops","bytes"}], "op_counts": {"READ": n, ..},
 //!                  "op_bytes": {..}, "latency_us": {"READ": {"count","mean","p50","p90","p99","max"}},
@@ -17,14 +17,21 @@
 //! "latency_us" and "op_bytes" are per request type (a COMPOUND named after its
 //! main op, as /proc/self/mountstats names requests). Server costs are per
 //! request (COMPOUND).
+//!
+//! This is the one results type: `txnfs bench run` writes it and
+//! `txnfs bench compare` reads it back (leniently: unknown fields are ignored,
+//! missing ones take their defaults, so older files still load).
 
 use crate::recorder::Recorder;
 use crate::stats::Summary;
 use crate::workload::Expectation;
+use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::path::Path;
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Default, Debug, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Results {
     pub workload: String,
     pub server: Option<String>,
@@ -32,19 +39,23 @@ pub struct Results {
     pub delay_ms: f64,
     pub clients: usize,
     pub threads: usize,
+    /// The client library of the timed part (txnfs or nfs-rs).
+    pub driver: crate::driver::Driver,
     pub params: serde_json::Value,
     pub repeats: Vec<Repeat>,
     pub summary: SummaryBlock,
 }
 
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Default, Copy, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct PerSecond {
     pub t: u64,
     pub ops: u64,
     pub bytes: u64,
 }
 
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Default, Copy, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct Latency {
     pub count: u64,
     pub mean: f64,
@@ -54,13 +65,15 @@ pub struct Latency {
     pub max: f64,
 }
 
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Default, Copy, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct ServerCost {
     pub cpu_us_per_op: f64,
     pub ctx_switches_per_op: f64,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Default, Debug, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Repeat {
     pub duration_s: f64,
     pub ops: u64,
@@ -81,7 +94,8 @@ pub struct Repeat {
     pub errors: BTreeMap<String, u64>,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Default, Debug, Serialize, Deserialize)]
+#[serde(default)]
 pub struct SummaryBlock {
     pub ops_per_s: Option<Summary>,
     pub mb_per_s: Option<Summary>,
@@ -165,6 +179,73 @@ impl SummaryBlock {
 }
 
 impl Results {
+    /// Read a results file holding one result object or an array of them.
+    pub fn read_file(path: &Path) -> anyhow::Result<Vec<Results>> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let value: serde_json::Value = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not JSON", path.display()))?;
+        Self::from_value(value).with_context(|| format!("reading results from {}", path.display()))
+    }
+
+    /// A result object, an array of them, or an object with a `results` array.
+    pub fn from_value(value: serde_json::Value) -> anyhow::Result<Vec<Results>> {
+        match value {
+            serde_json::Value::Array(items) => items
+                .into_iter()
+                .map(|v| serde_json::from_value(v).map_err(Into::into))
+                .collect(),
+            serde_json::Value::Object(ref m) if !m.contains_key("workload") => {
+                match m.get("results") {
+                    Some(serde_json::Value::Array(items)) => items
+                        .iter()
+                        .map(|v| serde_json::from_value(v.clone()).map_err(Into::into))
+                        .collect(),
+                    _ => anyhow::bail!("no \"workload\" field and no \"results\" array"),
+                }
+            }
+            v => Ok(vec![serde_json::from_value(v)?]),
+        }
+    }
+
+    /// The per-repeat values of a metric (repeats lacking it are skipped).
+    pub fn samples(&self, metric: Metric) -> Vec<f64> {
+        self.repeats
+            .iter()
+            .filter_map(|r| match metric {
+                Metric::OpsPerS => Some(r.ops_per_s),
+                Metric::MbPerS => Some(r.mb_per_s),
+                Metric::CpuUsPerOp => r.server.map(|s| s.cpu_us_per_op),
+                Metric::CtxSwitchesPerOp => r.server.map(|s| s.ctx_switches_per_op),
+            })
+            .filter(|v| v.is_finite())
+            .collect()
+    }
+
+    /// The summary's estimate of `metric`, or one computed from the repeats
+    /// when the summary lacks it.
+    pub fn estimate(&self, metric: Metric) -> Option<Summary> {
+        let s = &self.summary;
+        let from_summary = match metric {
+            Metric::OpsPerS => s.ops_per_s,
+            Metric::MbPerS => s.mb_per_s,
+            Metric::CpuUsPerOp => s.cpu_us_per_op,
+            Metric::CtxSwitchesPerOp => s.ctx_switches_per_op,
+        };
+        from_summary
+            .filter(|e| e.mean.is_finite())
+            .or_else(|| Summary::of(&self.samples(metric)))
+    }
+
+    /// Checks that failed in any repeat: (repeat index, check).
+    pub fn failed(&self) -> Vec<(usize, &Expectation)> {
+        self.repeats
+            .iter()
+            .enumerate()
+            .flat_map(|(i, r)| r.checks.iter().filter(|c| !c.ok).map(move |c| (i, c)))
+            .collect()
+    }
+
     /// Whether every check of every repeat passed.
     pub fn all_checks_ok(&self) -> bool {
         self.repeats.iter().all(|r| r.checks.iter().all(|c| c.ok))
@@ -182,5 +263,103 @@ impl Results {
                     .map(move |c| format!("repeat {i}: {} ({})", c.rule, c.detail))
             })
             .collect()
+    }
+}
+
+/// The metrics compared between servers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    OpsPerS,
+    MbPerS,
+    CpuUsPerOp,
+    CtxSwitchesPerOp,
+}
+
+impl Metric {
+    pub const ALL: [Metric; 4] = [
+        Metric::OpsPerS,
+        Metric::MbPerS,
+        Metric::CpuUsPerOp,
+        Metric::CtxSwitchesPerOp,
+    ];
+
+    pub fn key(self) -> &'static str {
+        match self {
+            Metric::OpsPerS => "ops_per_s",
+            Metric::MbPerS => "mb_per_s",
+            Metric::CpuUsPerOp => "cpu_us_per_op",
+            Metric::CtxSwitchesPerOp => "ctx_switches_per_op",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Metric::OpsPerS => "ops/s",
+            Metric::MbPerS => "MB/s",
+            Metric::CpuUsPerOp => "server CPU µs/op",
+            Metric::CtxSwitchesPerOp => "server ctx switches/op",
+        }
+    }
+
+    /// Whether a larger value is better (throughput) or worse (cost).
+    pub fn higher_is_better(self) -> bool {
+        matches!(self, Metric::OpsPerS | Metric::MbPerS)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = r#"{
+      "workload": "randread", "server": null, "target": "nfs://127.0.0.1:1/",
+      "delay_ms": 10, "clients": 1, "threads": 4, "params": {"files": 100},
+      "future_field": [1, 2, 3],
+      "repeats": [
+        {"duration_s": 2.0, "ops": 2000, "bytes": 4096000, "ops_per_s": 1000, "mb_per_s": 2.048,
+         "per_second": [{"t": 0, "ops": 990, "bytes": 1}, {"t": 1, "ops": 1010, "bytes": 2}],
+         "op_counts": {"READ": 1500, "OPEN": 500}, "op_bytes": {"READ": 4096000},
+         "latency_us": {"READ": {"count": 1500, "mean": 900.5, "p50": 800, "p90": 1200, "p99": 2000, "max": 5000}},
+         "server": {"cpu_us_per_op": 30.0, "ctx_switches_per_op": 2.5},
+         "checks": [{"rule": "contents", "ok": true, "detail": null}]},
+        {"duration_s": 2.0, "ops": 2200, "ops_per_s": 1100, "mb_per_s": 2.0, "server": null,
+         "checks": [{"rule": "contents", "ok": false, "detail": "mismatch at 4096"}]}
+      ],
+      "summary": {"ops_per_s": {"mean": 1050, "ci95": 635.3, "n": 2}, "mb_per_s": null,
+                  "cpu_us_per_op": null, "ctx_switches_per_op": null}
+    }"#;
+
+    #[test]
+    fn parses_leniently() {
+        let r = &Results::from_value(serde_json::from_str(SAMPLE).unwrap()).unwrap()[0];
+        assert_eq!(r.workload, "randread");
+        assert_eq!(r.server, None);
+        assert_eq!(r.delay_ms, 10.0);
+        assert_eq!(r.repeats.len(), 2);
+        assert_eq!(r.repeats[0].op_counts["READ"], 1500);
+        assert_eq!(r.repeats[0].latency_us["READ"].p99, 2000.0);
+        assert_eq!(r.repeats[1].server, None);
+        assert_eq!(r.samples(Metric::OpsPerS), vec![1000.0, 1100.0]);
+        assert_eq!(r.samples(Metric::CpuUsPerOp), vec![30.0]);
+        assert_eq!(r.estimate(Metric::OpsPerS).unwrap().mean, 1050.0);
+        // mb_per_s is null in the summary: computed from the repeats.
+        assert_eq!(r.estimate(Metric::MbPerS).unwrap().n, 2);
+        assert_eq!(r.failed().len(), 1);
+        assert_eq!(r.failed()[0].0, 1);
+        assert_eq!(r.failed()[0].1.detail, "mismatch at 4096");
+    }
+
+    #[test]
+    fn minimal_and_arrays() {
+        let v: serde_json::Value =
+            serde_json::from_str(r#"[{"workload": "a"}, {"workload": "b", "repeats": []}]"#)
+                .unwrap();
+        let rs = Results::from_value(v).unwrap();
+        assert_eq!(rs.len(), 2);
+        assert!(rs[0].estimate(Metric::OpsPerS).is_none());
+        let v: serde_json::Value =
+            serde_json::from_str(r#"{"results": [{"workload": "c"}]}"#).unwrap();
+        assert_eq!(Results::from_value(v).unwrap()[0].workload, "c");
     }
 }

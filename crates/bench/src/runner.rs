@@ -3,6 +3,7 @@
 //! repeated R times, with the server process's CPU time and context switches
 //! sampled from /proc around the timed part.
 
+use crate::driver::{self, Driver};
 use crate::nfs;
 use crate::proxy::DelayProxy;
 use crate::recorder::Recorder;
@@ -89,6 +90,8 @@ pub struct RunConfig {
     pub slots: u32,
     /// Print progress to stderr.
     pub verbose: bool,
+    /// The client library of the timed part.
+    pub driver: Driver,
 }
 
 impl RunConfig {
@@ -104,6 +107,7 @@ impl RunConfig {
             server_label: None,
             slots: 64,
             verbose: false,
+            driver: Driver::Txnfs,
         }
     }
 }
@@ -154,6 +158,15 @@ pub async fn run(w: Arc<dyn Workload>, cfg: &RunConfig) -> anyhow::Result<Result
         bail!("--clients, --threads and --repeat must be at least 1");
     }
     w.validate(cfg.clients, cfg.threads)?;
+    if !w.drivers().contains(&cfg.driver) {
+        let known: Vec<&str> = w.drivers().iter().map(|d| d.name()).collect();
+        bail!(
+            "workload {} does not run with --driver {} (it runs with: {})",
+            w.name(),
+            cfg.driver,
+            known.join(", ")
+        );
+    }
     let proxy = if cfg.delay_ms > 0.0 {
         let p = DelayProxy::start(
             "127.0.0.1:0".parse().expect("valid address"),
@@ -204,6 +217,7 @@ pub async fn run(w: Arc<dyn Workload>, cfg: &RunConfig) -> anyhow::Result<Result
         delay_ms: cfg.delay_ms,
         clients: cfg.clients,
         threads: cfg.threads,
+        driver: cfg.driver,
         params: w.params(),
         summary: SummaryBlock::of(&repeats),
         repeats,
@@ -272,6 +286,14 @@ async fn timed_part(
     for c in 0..cfg.clients {
         clients.push(connect(worker_addr, cfg.slots, &format!("client{c}")).await?);
     }
+    let mut mounts = Vec::new();
+    if cfg.driver == Driver::NfsRs {
+        let ids = ClientConfig::new(worker_addr);
+        for _ in 0..cfg.clients {
+            mounts
+                .push(driver::mount_nfsrs(worker_addr, &cfg.target.path, ids.uid, ids.gid).await?);
+        }
+    }
     let stop = cfg.stop.unwrap_or(StopAt::Ops(w.default_ops()));
     let nworkers = cfg.clients * cfg.threads;
     let shared = Arc::new(Shared {
@@ -289,6 +311,8 @@ async fn timed_part(
                 (cfg.clients, cfg.threads),
                 shared.clone(),
             );
+            wk.driver = cfg.driver;
+            wk.nfsrs_mount = mounts.get(ci).cloned();
             let w = w.clone();
             tasks.push(tokio::spawn(async move {
                 let r = w.run(&mut wk).await;
@@ -334,6 +358,9 @@ async fn timed_part(
     for c in clients {
         let _ = tokio::time::timeout(Duration::from_secs(5), c.close()).await;
     }
+    for m in mounts {
+        let _ = tokio::time::timeout(Duration::from_secs(5), m.umount()).await;
+    }
     if let Some(e) = first_err {
         return Err(e);
     }
@@ -343,6 +370,7 @@ async fn timed_part(
     };
     let stats = RunStats {
         rec: merged,
+        driver: cfg.driver,
         clients: cfg.clients,
         threads: cfg.threads,
         duration,

@@ -27,11 +27,22 @@ pub enum StopAt {
 }
 
 /// One rule about the op counts of a run, checked by CI.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Expectation {
     pub rule: String,
     pub ok: bool,
+    #[serde(deserialize_with = "detail_text")]
     pub detail: String,
+}
+
+/// A check's detail read back: null is empty, a non-string is its JSON text.
+fn detail_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(match serde_json::Value::deserialize(d)? {
+        serde_json::Value::String(s) => s,
+        serde_json::Value::Null => String::new(),
+        v => v.to_string(),
+    })
 }
 
 impl Expectation {
@@ -72,6 +83,8 @@ impl Expectation {
 #[derive(Clone, Debug)]
 pub struct RunStats {
     pub rec: Recorder,
+    /// The client library that ran the timed part.
+    pub driver: crate::driver::Driver,
     pub clients: usize,
     pub threads: usize,
     pub duration: Duration,
@@ -153,6 +166,10 @@ pub struct Worker {
     /// A distinct open-owner (and lock-owner) name per worker.
     pub owner: Bytes,
     pub rec: Recorder,
+    /// The client library of the timed part.
+    pub driver: crate::driver::Driver,
+    /// This worker's client's nfs-rs mount (with the nfs-rs driver).
+    pub(crate) nfsrs_mount: Option<crate::driver::NfsRsMount>,
     pub(crate) shared: Arc<Shared>,
     pub(crate) timed: bool,
     recording: bool,
@@ -182,6 +199,8 @@ impl Worker {
                 idx.1
             )),
             rec: Recorder::new(Instant::now()),
+            driver: crate::driver::Driver::Txnfs,
+            nfsrs_mount: None,
             shared,
             timed: false,
             recording: true,
@@ -273,6 +292,33 @@ impl Worker {
         Ok(r?)
     }
 
+    /// Record one request sent some other way (e.g. through nfs-rs), once
+    /// timed; `ok: false` counts it as an error of its kind.
+    pub fn record_request<'o>(
+        &mut self,
+        kind: &str,
+        ops: impl IntoIterator<Item = &'o str>,
+        latency: Duration,
+        bytes: u64,
+        ok: bool,
+    ) {
+        if self.recording() {
+            self.rec.request(kind, ops, latency, bytes);
+            if !ok {
+                self.rec.error(&format!("{kind}:error"));
+            }
+        }
+    }
+
+    /// Record the latency of one whole-tree (or other composite) operation
+    /// of kind `kind` whose requests were recorded one by one: a latency
+    /// entry only, no request, op or byte counts.
+    pub fn record_tree_op(&mut self, kind: &str, latency: Duration) {
+        if self.recording() {
+            self.rec.latency_only(kind, latency);
+        }
+    }
+
     /// Send a COMPOUND, record it, fail if an op failed.
     pub async fn call(&mut self, c: &Compound) -> anyhow::Result<Reply> {
         let r = self.call_raw(c).await?;
@@ -344,6 +390,11 @@ pub trait Workload: Send + Sync {
     /// Untimed clean-up beyond removing `s.base` (which the runner does).
     fn cleanup<'a>(&'a self, _s: &'a Setup) -> BoxFut<'a, anyhow::Result<()>> {
         Box::pin(async { Ok(()) })
+    }
+
+    /// The client libraries this workload can run its timed part with.
+    fn drivers(&self) -> &'static [crate::driver::Driver] {
+        &[crate::driver::Driver::Txnfs]
     }
 
     /// Rules the op counts of a run must satisfy.

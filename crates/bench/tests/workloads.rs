@@ -6,6 +6,7 @@
 //! Ganesha: `ganesha.nfsd` must be installed.
 
 use std::time::Instant;
+use txnfs_bench::driver::Driver;
 use txnfs_bench::runner::{self, RunConfig, Target};
 use txnfs_bench::workload::StopAt;
 use txnfs_bench::workloads::{self, Params};
@@ -20,6 +21,7 @@ struct Case {
     delay_ms: f64,
     repeat: usize,
     sample_self: bool,
+    driver: Driver,
 }
 
 fn case(name: &'static str) -> Case {
@@ -36,6 +38,7 @@ fn case(name: &'static str) -> Case {
         delay_ms: 0.0,
         repeat: 1,
         sample_self: false,
+        driver: Driver::Txnfs,
     }
 }
 
@@ -110,6 +113,28 @@ fn cases() -> Vec<Case> {
         c.params.file_size = Some(2048);
         c.params.set.insert("dirs".into(), "10".into());
         c.params.set.insert("trees".into(), "2".into());
+        v.push(c);
+        let mut c = case(t);
+        c.threads = 1;
+        c.driver = Driver::NfsRs;
+        c.params.files = Some(40);
+        c.params.file_size = Some(2048);
+        c.params.set.insert("dirs".into(), "6".into());
+        c.params.set.insert("trees".into(), "2".into());
+        v.push(c);
+    }
+    // GETATTR and 4 KiB READ loops, with both client libraries (what the
+    // retired opsloop measured), sampling this process as the "server".
+    for driver in [Driver::Txnfs, Driver::NfsRs] {
+        let mut c = case("getattr");
+        c.ops = Some(50);
+        c.driver = driver;
+        c.sample_self = driver == Driver::NfsRs;
+        v.push(c);
+        let mut c = case("randread");
+        c.ops = Some(50);
+        c.params.file_size = Some(256 << 10);
+        c.driver = driver;
         v.push(c);
     }
     v
@@ -186,8 +211,9 @@ async fn run_all(kind: ServerKind) {
     for c in cases() {
         let t = Instant::now();
         let what = format!(
-            "{kind:?} {} {:?}",
+            "{kind:?} {} with {} {:?}",
             c.name,
+            c.driver,
             (c.params.file_size, c.params.sync)
         );
         let w = workloads::by_name(c.name, &c.params).expect("workload");
@@ -197,6 +223,7 @@ async fn run_all(kind: ServerKind) {
         cfg.stop = c.ops.map(StopAt::Ops);
         cfg.delay_ms = c.delay_ms;
         cfg.repeat = c.repeat;
+        cfg.driver = c.driver;
         cfg.server_label = Some(format!("{kind:?}").to_lowercase());
         if c.sample_self {
             cfg.server_pid = Some(std::process::id());
@@ -224,13 +251,18 @@ async fn run_all(kind: ServerKind) {
         if c.sample_self {
             assert!(res.repeats[0].server.is_some(), "{what}: server sampled");
             assert!(res.summary.cpu_us_per_op.is_some());
-            assert_eq!(res.summary.ops_per_s.unwrap().n, 2);
+            assert_eq!(res.summary.ops_per_s.unwrap().n, c.repeat as u64);
+        }
+        if c.repeat > 1 {
             assert!(res.summary.ops_per_s.unwrap().ci95.is_some());
+        }
+        if c.delay_ms > 0.0 {
             assert!(
                 res.repeats[0].counters.get("proxy_rpc_calls") >= Some(&res.repeats[0].compounds),
                 "{what}: traffic went through the delay proxy"
             );
         }
+        assert_eq!(res.driver, c.driver, "{what}: driver recorded");
         let json = serde_json::to_value(&res).expect("serialize");
         check_schema(&json, &what);
     }

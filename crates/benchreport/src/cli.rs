@@ -10,21 +10,27 @@ use crate::results::BenchResult;
 use crate::servers::{ServerKind, ServerOpts};
 
 /// Start each server on loopback, run the same workloads against each with
-/// `txnfs-bench run`, print the ratios, and write `compare.json`, SVG plots
+/// `txnfs bench run`, print the ratios, and write `compare.json`, SVG plots
 /// and `report.md`.
 #[derive(clap::Args, Debug, Clone)]
 #[command(after_help = "EXAMPLES:
-  txnfs-compare smallfile-read seqread --delay-ms 0,10 --repeat 3
-  txnfs-compare getattr --servers txnfs,ganesha --out /tmp/cmp -- --threads 4
-  txnfs-compare --from-results txnfs.json ganesha.json --out /tmp/report
+  txnfs bench compare randread -- --duration 3
+  txnfs bench compare getattr randread --delay-ms 0,10 --repeat 3
+  txnfs bench compare getattr randread -- --driver nfs-rs --duration 5
+  txnfs bench compare tree-ls tree-cp tree-rm -- --scale 0.05
+  txnfs bench compare smallfiles --servers txnfs,ganesha --out /tmp/cmp -- --threads 4
+  txnfs bench compare --from-results txnfs.json ganesha.json --out /tmp/report
 
+Workloads are those of `txnfs bench list`; arguments after `--` go to every
+`txnfs bench run` (e.g. --driver nfs-rs, --duration, --clients, --threads).
 Servers run on 127.0.0.1 on free ports with fresh exports in temporary
-directories: txnfs ($TXNFS_BIN, else <target>/release/txnfs, else debug)
-and NFS-Ganesha (ganesha.nfsd, FSAL VFS, NFSv4.1, graceless, pNFS off).
-The runner is $TXNFS_BENCH_BIN, else <target>/{release,debug}/txnfs-bench.
-TXNFS_COMPARE_KEEP=1 (or --keep) keeps the servers' directories and logs.")]
+directories: txnfs (this binary, or $TXNFS_BIN) and NFS-Ganesha (ganesha.nfsd,
+the shared configuration of `txnfs bench ganesha-conf`: FSAL VFS, NFSv4.1,
+graceless, pNFS off). The runner is `txnfs bench run` (this binary, or
+$TXNFS_BENCH_BIN). TXNFS_COMPARE_KEEP=1 (or --keep) keeps the servers'
+directories and logs.")]
 pub struct CompareArgs {
-    /// Workloads to run (names known to `txnfs-bench run`).
+    /// Workloads to run (see `txnfs bench list`).
     #[arg(value_name = "WORKLOAD", required_unless_present = "from_results")]
     pub workloads: Vec<String>,
 
@@ -48,7 +54,7 @@ pub struct CompareArgs {
     #[arg(long)]
     pub baseline: Option<String>,
 
-    /// The txnfs-bench binary.
+    /// The runner binary (`txnfs`, called as `txnfs bench run`).
     #[arg(long, value_name = "PATH")]
     pub bench_bin: Option<PathBuf>,
 
@@ -74,7 +80,7 @@ pub struct CompareArgs {
     #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with = "workloads")]
     pub from_results: Vec<PathBuf>,
 
-    /// Arguments after `--` are passed to every `txnfs-bench run`.
+    /// Arguments after `--` are passed to every `txnfs bench run`.
     #[arg(last = true, value_name = "RUNNER_ARGS")]
     pub bench_args: Vec<String>,
 }

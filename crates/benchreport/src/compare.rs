@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::results::{BenchResult, Metric};
 use crate::servers::{find_workspace_bin, log_tail, RunningServer, ServerKind, ServerOpts};
-use crate::stats::{Estimate, Ratio};
+use crate::stats::{Ratio, Summary};
 
 /// What was asked for.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -129,8 +129,8 @@ pub struct RatioRow {
     pub metric: Metric,
     pub server: String,
     pub baseline: String,
-    pub server_estimate: Option<Estimate>,
-    pub baseline_estimate: Option<Estimate>,
+    pub server_estimate: Option<Summary>,
+    pub baseline_estimate: Option<Summary>,
     pub ratio: Option<Ratio>,
 }
 
@@ -212,12 +212,12 @@ impl Comparison {
         };
         for (name, file, result) in results {
             let server = result.server.clone().unwrap_or(name);
-            let delay_ms = result.delay_ms.unwrap_or(0.0);
+            let delay_ms = result.delay_ms;
             if !cmp.settings.servers.contains(&server) {
                 cmp.settings.servers.push(server.clone());
                 cmp.servers.push(ServerInfo {
                     name: server.clone(),
-                    url: result.target.clone(),
+                    url: Some(result.target.clone()).filter(|t| !t.is_empty()),
                     ..ServerInfo::default()
                 });
             }
@@ -657,7 +657,7 @@ pub fn run_matrix(opts: &MatrixOpts) -> Result<Comparison> {
                             .estimate(Metric::OpsPerS)
                             .map(|e| format!("{} ops/s", e.display()))
                             .unwrap_or_else(|| "no ops/s".into());
-                        let failed = run.result.failed_checks().len();
+                        let failed = run.result.failed().len();
                         let checks = if failed > 0 {
                             format!(", {failed} FAILED checks")
                         } else {

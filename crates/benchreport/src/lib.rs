@@ -16,6 +16,6 @@ pub mod plots;
 pub mod report;
 pub mod results;
 pub mod servers;
-pub mod stats;
+pub use txnfs_bench::stats;
 
 pub use cli::{main, CompareArgs};

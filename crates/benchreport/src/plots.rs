@@ -8,7 +8,7 @@ use anyhow::{anyhow, Result};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::stats::{fmt_num, Estimate};
+use crate::stats::{fmt_num, Summary};
 
 /// An axis label: whole numbers without decimals.
 fn fmt_axis(v: &f64) -> String {
@@ -55,7 +55,7 @@ pub fn bar_chart(
     y_desc: &str,
     categories: &[String],
     series: &[String],
-    value: &dyn Fn(usize, usize) -> Option<Estimate>,
+    value: &dyn Fn(usize, usize) -> Option<Summary>,
 ) -> Result<()> {
     let n = categories.len().max(1);
     let k = series.len().max(1);
@@ -106,7 +106,7 @@ pub fn bar_chart(
         .pos(Pos::new(HPos::Center, VPos::Bottom));
     for (s, name) in series.iter().enumerate() {
         let color = server_color(color_index(name, s));
-        let bars: Vec<(f64, Estimate)> = (0..categories.len())
+        let bars: Vec<(f64, Summary)> = (0..categories.len())
             .filter_map(|c| value(s, c).map(|e| (c as f64 - group / 2.0 + s as f64 * w, e)))
             .filter(|(_, e)| e.mean.is_finite())
             .collect();

@@ -101,11 +101,14 @@ pub fn write_all(cmp: &Comparison, out: &Path) -> Result<Written> {
                     let whole: Vec<(f64, f64)> = rep
                         .per_second
                         .iter()
-                        .filter(|p| rep.duration_s.is_none_or(|d| p.t + 1.0 <= d + 0.05))
-                        .map(|p| (p.t, p.ops))
+                        .filter(|p| p.t as f64 + 1.0 <= rep.duration_s + 0.05)
+                        .map(|p| (p.t as f64, p.ops as f64))
                         .collect();
                     let points = if whole.is_empty() {
-                        rep.per_second.iter().map(|p| (p.t, p.ops)).collect()
+                        rep.per_second
+                            .iter()
+                            .map(|p| (p.t as f64, p.ops as f64))
+                            .collect()
                     } else {
                         whole
                     };
@@ -311,8 +314,8 @@ pub fn markdown(cmp: &Comparison, written: &Written, out: &Path) -> String {
                     }
                 }
                 for (op, ls) in per_op {
-                    let avg = |f: fn(&crate::results::Latency) -> Option<f64>| {
-                        let v: Vec<f64> = ls.iter().filter_map(|l| f(l)).collect();
+                    let avg = |f: fn(&crate::results::Latency) -> f64| {
+                        let v: Vec<f64> = ls.iter().map(|l| f(l)).collect();
                         if v.is_empty() {
                             "–".to_string()
                         } else {
@@ -321,9 +324,9 @@ pub fn markdown(cmp: &Comparison, written: &Written, out: &Path) -> String {
                     };
                     let max = ls
                         .iter()
-                        .filter_map(|l| l.max)
+                        .map(|l| l.max)
                         .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
-                    let count: f64 = ls.iter().filter_map(|l| l.count).sum();
+                    let count: f64 = ls.iter().map(|l| l.count as f64).sum();
                     lat_rows.push(format!(
                         "| `{}` | {} | {} | {:.0} | {} | {} | {} | {} | {} |",
                         cell(workload),
@@ -374,12 +377,8 @@ pub fn markdown(cmp: &Comparison, written: &Written, out: &Path) -> String {
     // Failed checks and runs.
     let mut failed = String::new();
     for run in &cmp.runs {
-        for (rep, check) in run.result.failed_checks() {
-            let detail = match &check.detail {
-                Some(serde_json::Value::String(s)) => s.clone(),
-                Some(serde_json::Value::Null) | None => String::new(),
-                Some(v) => v.to_string(),
-            };
+        for (rep, check) in run.result.failed() {
+            let detail = &check.detail;
             let _ = writeln!(
                 failed,
                 "* {} `{}` delay {} ms, repeat {}: check `{}` failed {}",

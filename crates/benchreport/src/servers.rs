@@ -4,16 +4,15 @@
 //! * txnfs: `<bin> serve --listen 127.0.0.1:PORT --no-grace --state-dir DIR
 //!   EXPORTDIR`, exported as `/`. The binary is `$TXNFS_BIN`, else
 //!   `<target>/release/txnfs`, else `<target>/debug/txnfs`.
-//! * NFS-Ganesha (FSAL VFS): `ganesha.nfsd -F -L LOG -f CONF -p PIDFILE`,
-//!   exported as `/export`, NFSv4.1, graceless, pNFS off (FSAL VFS gives out
-//!   no layouts, but with the default MDS flag nfs-rs sends a failing
-//!   LAYOUTGET before every READ; see `crates/bench/scripts/compare-getattr-read.sh`).
+//! * NFS-Ganesha: the shared configuration and launcher of
+//!   [`txnfs_e2e::ganesha`] (FSAL VFS, NFSv4.1, graceless, pNFS off),
+//!   exported as `/export`.
 //!
 //! A server counts as up once it answers an ONC RPC NULL call for NFSv4
 //! (program 100003, version 4, procedure 0). Servers are stopped by PID:
 //! SIGTERM, then SIGKILL after a grace time. Only one Ganesha runs at a time
 //! on this machine (it still uses fixed paths such as `/var/run/ganesha`),
-//! enforced with an exclusive lock on [`GANESHA_LOCK`] held while it runs.
+//! enforced with [`ganesha::lock`] held while it runs.
 
 use std::fmt;
 use std::fs::{File, OpenOptions};
@@ -26,17 +25,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
+use txnfs_e2e::ganesha;
 use txnfs_rpc::{Credential, RpcClient};
-
-/// Lock file serializing Ganesha instances started by this crate (across
-/// processes and threads: `flock` locks conflict between open file
-/// descriptions even inside one process).
-pub const GANESHA_LOCK: &str = "/tmp/txnfs-benchreport-ganesha.lock";
 
 /// How long a server may take to answer the NULL probe.
 pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long to wait for another Ganesha run to release [`GANESHA_LOCK`].
+/// How long to wait for another Ganesha run to release the Ganesha lock.
 const GANESHA_LOCK_WAIT: Duration = Duration::from_secs(600);
 
 /// NFS program number and version probed with a NULL call.
@@ -62,7 +57,7 @@ impl ServerKind {
     pub fn export_path(self) -> &'static str {
         match self {
             ServerKind::Txnfs => "/",
-            ServerKind::Ganesha => "/export",
+            ServerKind::Ganesha => ganesha::EXPORT_PSEUDO,
         }
     }
 }
@@ -112,15 +107,8 @@ impl Default for ServerOpts {
     }
 }
 
-/// The workspace root (two levels above this crate's manifest).
-pub fn workspace_root() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest
-        .parent()
-        .and_then(Path::parent)
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| manifest.to_path_buf())
-}
+/// The workspace root (one definition, in txnfs-e2e).
+pub use txnfs_e2e::workspace_root;
 
 /// The cargo target directory: `$CARGO_TARGET_DIR`, else `<workspace>/target`.
 pub fn target_dir() -> PathBuf {
@@ -435,110 +423,20 @@ fn start_txnfs(opts: &ServerOpts) -> Result<RunningServer> {
     Ok(server)
 }
 
-/// The Ganesha configuration: NFSv4.1 only, TCP on 127.0.0.1:`port`,
-/// graceless, pNFS off, FSAL VFS export of `export_dir` as `/export`.
-pub fn ganesha_config(port: u16, export_dir: &Path, recovery_dir: &Path) -> String {
-    format!(
-        r#"NFS_CORE_PARAM {{
-    Bind_addr = 127.0.0.1;
-    NFS_Port = {port};
-    Protocols = 4;
-    Enable_NLM = false;
-    Enable_RQUOTA = false;
-    Enable_UDP = false;
-}}
-NFSv4 {{
-    Graceless = true;
-    Minor_Versions = 1, 2;
-    RecoveryRoot = {recovery};
-    Only_Numeric_Owners = true;
-    PNFS_MDS = false;
-    PNFS_DS = false;
-}}
-NFS_KRB5 {{ Active_krb5 = false; }}
-EXPORT {{
-    Export_Id = 1;
-    Path = {export};
-    Pseudo = /export;
-    Access_Type = RW;
-    Squash = No_Root_Squash;
-    Protocols = 4;
-    Transports = TCP;
-    SecType = sys;
-    FSAL {{ Name = VFS; }}
-}}
-"#,
-        recovery = recovery_dir.display(),
-        export = export_dir.display(),
-    )
-}
-
-/// Take the machine-wide Ganesha lock, waiting (with a note on stderr) while
-/// another run holds it.
-fn lock_ganesha() -> Result<File> {
-    let f = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(GANESHA_LOCK)
-        .with_context(|| format!("opening {GANESHA_LOCK}"))?;
-    let start = Instant::now();
-    let mut told = false;
-    loop {
-        match f.try_lock() {
-            Ok(()) => return Ok(f),
-            Err(std::fs::TryLockError::WouldBlock) => {
-                if !told {
-                    eprintln!("waiting for another Ganesha run to finish (lock {GANESHA_LOCK})");
-                    told = true;
-                }
-                if start.elapsed() > GANESHA_LOCK_WAIT {
-                    bail!("another Ganesha run held {GANESHA_LOCK} for over {GANESHA_LOCK_WAIT:?}");
-                }
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            Err(std::fs::TryLockError::Error(e)) => {
-                return Err(e).with_context(|| format!("locking {GANESHA_LOCK}"))
-            }
-        }
-    }
-}
-
 fn start_ganesha(opts: &ServerOpts) -> Result<RunningServer> {
     let bin = match &opts.ganesha_bin {
         Some(b) if b.is_file() => b.clone(),
-        Some(b) => bail!(
-            "{} not found: apt-get install nfs-ganesha nfs-ganesha-vfs",
-            b.display()
-        ),
-        None => which("ganesha.nfsd").ok_or_else(|| {
-            anyhow!("ganesha.nfsd not found: apt-get install nfs-ganesha nfs-ganesha-vfs")
-        })?,
+        Some(b) => bail!("{} not found: {}", b.display(), ganesha::INSTALL_HINT),
+        None => ganesha::find_bin()
+            .ok_or_else(|| anyhow!("ganesha.nfsd not found: {}", ganesha::INSTALL_HINT))?,
     };
-    let lock = lock_ganesha()?;
+    let lock = ganesha::lock(GANESHA_LOCK_WAIT).context("taking the Ganesha lock")?;
     let work = make_work_dir(ServerKind::Ganesha, opts)?;
     let export_dir = work.path().join("export");
     let log_path = work.path().join("server.log");
-    let conf_path = work.path().join("ganesha.conf");
     let port = free_port()?;
-    std::fs::write(
-        &conf_path,
-        ganesha_config(port, &export_dir, &work.path().join("state")),
-    )
-    .with_context(|| format!("writing {}", conf_path.display()))?;
-    let (out, err) = log_file(&log_path)?;
-    let child = Command::new(&bin)
-        .arg("-F")
-        .arg("-L")
-        .arg(&log_path)
-        .arg("-f")
-        .arg(&conf_path)
-        .arg("-p")
-        .arg(work.path().join("ganesha.pid"))
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .spawn()
+    let conf = ganesha::Config::single(port, &export_dir, &work.path().join("state"));
+    let child = ganesha::spawn(&bin, &conf, work.path(), &log_path)
         .with_context(|| format!("starting {}", bin.display()))?;
     let mut server = RunningServer {
         kind: ServerKind::Ganesha,
@@ -747,23 +645,6 @@ mod tests {
             ServerKind::Ganesha
         );
         assert!("knfsd".parse::<ServerKind>().is_err());
-    }
-
-    #[test]
-    fn ganesha_config_has_settings() {
-        let c = ganesha_config(12345, Path::new("/tmp/x/export"), Path::new("/tmp/x/state"));
-        for needle in [
-            "NFS_Port = 12345;",
-            "Bind_addr = 127.0.0.1;",
-            "Path = /tmp/x/export;",
-            "Pseudo = /export;",
-            "Graceless = true;",
-            "PNFS_MDS = false;",
-            "PNFS_DS = false;",
-            "RecoveryRoot = /tmp/x/state;",
-        ] {
-            assert!(c.contains(needle), "{needle} missing in\n{c}");
-        }
     }
 
     #[test]

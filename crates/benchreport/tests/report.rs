@@ -42,7 +42,7 @@ fn ratios_from_sample_results() {
     let ctx = cmp
         .ratio("txnfs", 10.0, "smallfile-read", Metric::CtxSwitchesPerOp)
         .unwrap();
-    let base = ctx.baseline_estimate.clone().unwrap();
+    let base = ctx.baseline_estimate.unwrap();
     assert!((base.mean - 6.0).abs() < 1e-9);
     assert_eq!(base.n, 2);
     assert!((ctx.ratio.as_ref().unwrap().value - 2.5 / 6.0).abs() < 1e-9);

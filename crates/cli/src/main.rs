@@ -76,8 +76,10 @@ enum BenchCmd {
     /// Run a workload against an NFSv4.1 server: ops/s, MB/s, per-op counts and
     /// latencies, server CPU and context switches per op (mean ± 95% CI over repeats).
     Run(Box<txnfs_bench::cli::RunArgs>),
-    /// List the workloads.
+    /// List the workloads (and the client libraries each runs with).
     List,
+    /// Print the NFS-Ganesha configuration every txnfs tool uses.
+    GaneshaConf(txnfs_bench::cli::GaneshaConfArgs),
     /// Start txnfs and NFS-Ganesha on loopback, run the same workloads against both and
     /// write ratios, JSON, SVG plots and a Markdown report.
     Compare(Box<txnfs_benchreport::cli::CompareArgs>),
@@ -93,6 +95,7 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
     match a.cmd {
         BenchCmd::Run(r) => run(txnfs_bench::cli::BenchCmd::Run(r)),
         BenchCmd::List => run(txnfs_bench::cli::BenchCmd::List),
+        BenchCmd::GaneshaConf(g) => run(txnfs_bench::cli::BenchCmd::GaneshaConf(g)),
         BenchCmd::Compare(mut c) => {
             // This binary is both the txnfs server and the runner (`txnfs bench run`),
             // unless told otherwise.

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Mutex;
-use txnfs_e2e::{pattern, ServerGuard, ServerKind};
+use txnfs_e2e::{pattern, ServerGuard, ServerKind, TreeShape};
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_txnfs")
@@ -115,21 +115,12 @@ fn compounds(o: &Output) -> u64 {
         .unwrap_or_else(|_| panic!("bad stats line {line}"))
 }
 
-/// A tree of 300 small files: 10 dirs x 3 subdirs x 10 files, sizes 0..4 KiB.
+/// A tree of 300 small files: 10 dirs x 3 subdirs x 10 files, sizes 0..4 KiB
+/// (the shared generator of txnfs-e2e).
 fn make_tree(root: &Path) {
-    let mut n = 0;
-    for a in 0..10 {
-        for b in 0..3 {
-            let d = root.join(format!("d{a}")).join(format!("s{b}"));
-            std::fs::create_dir_all(&d).unwrap();
-            for f in 0..10 {
-                let len = (n * 137) % 4096;
-                std::fs::write(d.join(format!("f{f}.dat")), pattern(n as u64, len)).unwrap();
-                n += 1;
-            }
-        }
-    }
-    assert_eq!(n, 300);
+    let shape = TreeShape::grid(10, 3, 10, 4096);
+    assert_eq!(shape.files.len(), 300);
+    shape.write_local(root).unwrap();
 }
 
 /// Path -> contents ("<dir>" for directories, "-> t" for symlinks) of a host tree.

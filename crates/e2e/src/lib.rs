@@ -6,6 +6,11 @@
 //! `ganesha`). The txnfs binary is `$TXNFS_BIN` or
 //! `<workspace>/target/debug/txnfs`.
 
+pub mod data;
+pub mod ganesha;
+
+pub use data::{pattern, TreeShape, XorShift};
+
 use std::fs::File;
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -284,7 +289,7 @@ impl ServerGuard {
     pub fn export_path(&self) -> &'static str {
         match self.kind {
             ServerKind::Txnfs => "/",
-            ServerKind::Ganesha => "/export",
+            ServerKind::Ganesha => ganesha::EXPORT_PSEUDO,
         }
     }
 
@@ -348,18 +353,13 @@ impl ServerGuard {
                 cmd
             }
             ServerKind::Ganesha => {
-                let conf = self.dir.path().join("ganesha.conf");
-                std::fs::write(&conf, ganesha_conf(self.port, self.dir.path(), &self.opts))
-                    .map_err(|e| format!("write ganesha.conf: {e}"))?;
-                let mut cmd = Command::new("ganesha.nfsd");
-                cmd.arg("-F")
-                    .arg("-L")
-                    .arg(self.log_path())
-                    .arg("-f")
-                    .arg(&conf)
-                    .arg("-p")
-                    .arg(self.dir.path().join("ganesha.pid"));
-                cmd
+                let conf = ganesha_conf(self.port, self.dir.path(), &self.opts);
+                let bin = ganesha::find_bin()
+                    .ok_or_else(|| format!("ganesha.nfsd not found: {}", ganesha::INSTALL_HINT))?;
+                let child = ganesha::spawn(&bin, &conf, self.dir.path(), &self.log_path())
+                    .map_err(|e| format!("spawn ganesha.nfsd: {e}"))?;
+                self.child = Some(child);
+                return self.wait_ready();
             }
         };
         let err_log = log.try_clone().map_err(|e| e.to_string())?;
@@ -474,67 +474,22 @@ impl Drop for ServerGuard {
     }
 }
 
-fn ganesha_conf(port: u16, dir: &Path, opts: &ServerOpts) -> String {
-    let lease = opts
-        .lease_time
-        .map(|l| format!("    Lease_Lifetime = {l};\n    Grace_Period = {l};\n"))
-        .unwrap_or_default();
-    let graceless = !opts.grace;
-    let exports: Vec<(String, PathBuf, bool)> = if opts.exports.is_empty() {
-        vec![("/export".into(), dir.join("export"), false)]
-    } else {
-        opts.exports
+/// The shared Ganesha configuration ([`ganesha::Config`]) with this
+/// guard's exports, lease time and grace setting.
+fn ganesha_conf(port: u16, dir: &Path, opts: &ServerOpts) -> ganesha::Config {
+    let mut conf = ganesha::Config::single(port, &dir.join("export"), &dir.join("state"));
+    conf.graceless = !opts.grace;
+    conf.lease_time = opts.lease_time;
+    if !opts.exports.is_empty() {
+        conf.exports = opts
+            .exports
             .iter()
-            .map(|(name, ro)| {
-                (
-                    name.clone(),
-                    dir.join("exports").join(export_slug(name)),
-                    *ro,
-                )
+            .map(|(name, ro)| ganesha::Export {
+                path: dir.join("exports").join(export_slug(name)),
+                pseudo: name.clone(),
+                read_only: *ro,
             })
-            .collect()
-    };
-    let mut conf = format!(
-        r#"NFS_CORE_PARAM {{
-    Bind_addr = 127.0.0.1;
-    NFS_Port = {port};
-    Protocols = 4;
-    Enable_NLM = false;
-    Enable_RQUOTA = false;
-    Enable_UDP = false;
-}}
-NFSv4 {{
-    Graceless = {graceless};
-    # Ganesha advertises a pNFS MDS by default although FSAL VFS serves no
-    # layouts; nfs-rs would then send a failing LAYOUTGET before I/O.
-    PNFS_MDS = false;
-    PNFS_DS = false;
-    Minor_Versions = 1, 2;
-    RecoveryRoot = {state};
-    Only_Numeric_Owners = true;
-{lease}}}
-NFS_KRB5 {{ Active_krb5 = false; }}
-"#,
-        state = dir.join("state").display()
-    );
-    for (i, (pseudo, path, ro)) in exports.iter().enumerate() {
-        conf.push_str(&format!(
-            r#"EXPORT {{
-    Export_Id = {id};
-    Path = {path};
-    Pseudo = {pseudo};
-    Access_Type = {access};
-    Squash = No_Root_Squash;
-    Protocols = 4;
-    Transports = TCP;
-    SecType = sys;
-    FSAL {{ Name = VFS; }}
-}}
-"#,
-            id = i + 1,
-            path = path.display(),
-            access = if *ro { "RO" } else { "RW" },
-        ));
+            .collect();
     }
     conf
 }
@@ -545,20 +500,6 @@ pub async fn timed<F: std::future::Future>(what: &str, fut: F) -> F::Output {
         Ok(v) => v,
         Err(_) => panic!("{what}: timed out after {OP_TIMEOUT:?}"),
     }
-}
-
-/// Deterministic test pattern: byte i of a stream seeded with `seed`.
-pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            // xorshift64
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
 }
 
 /// Read `len` bytes from `offset`, looping over short reads until EOF.
@@ -715,6 +656,7 @@ pub async fn join_all<F: std::future::Future>(futs: Vec<F>) -> Vec<F::Output> {
 
 /// Collects independent check failures so one test can report all of them
 /// (with the server log tail) instead of stopping at the first.
+#[must_use = "call Checks::finish, or the recorded failures are never reported"]
 pub struct Checks<'a> {
     server: &'a ServerGuard,
     failures: Vec<String>,
@@ -765,13 +707,28 @@ impl<'a> Checks<'a> {
     }
 
     /// Panics listing every recorded failure.
-    pub fn finish(self) {
-        if !self.failures.is_empty() {
+    pub fn finish(mut self) {
+        let failures = std::mem::take(&mut self.failures);
+        if !failures.is_empty() {
             panic!(
                 "{} check(s) failed:\n  - {}\nserver log tail:\n{}",
-                self.failures.len(),
-                self.failures.join("\n  - "),
+                failures.len(),
+                failures.join("\n  - "),
                 self.server.log_tail(20)
+            );
+        }
+    }
+}
+
+/// A collector dropped with failures that [`Checks::finish`] never reported
+/// still fails the test.
+impl Drop for Checks<'_> {
+    fn drop(&mut self) {
+        if !self.failures.is_empty() && !std::thread::panicking() {
+            panic!(
+                "Checks dropped without finish() and {} failure(s):\n  - {}",
+                self.failures.len(),
+                self.failures.join("\n  - ")
             );
         }
     }

@@ -14,7 +14,6 @@ fn refused(e: &NfsError) -> bool {
         E::NFS4ERR_FHEXPIRED,
         E::NFS4ERR_MOVED,
         E::NFS4ERR_WRONGSEC,
-        E::NFS4ERR_INVAL,
     ]
     .iter()
     .any(|w| is_nfs4(e, *w))

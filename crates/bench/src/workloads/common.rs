@@ -201,3 +201,26 @@ pub fn size_around(rng: &mut crate::XorShift, mean: u64) -> u64 {
     }
     mean / 2 + rng.next_u64() % (mean + 1)
 }
+
+/// One file of `size` bytes filled with the pattern in prepare, whose handle
+/// the workers take in run (random I/O, GETATTR loops).
+#[derive(Default)]
+pub struct PreparedFile(std::sync::Mutex<Option<Bytes>>);
+
+impl PreparedFile {
+    /// Create `name` of `size` bytes in the workload's directory.
+    pub async fn fill(&self, s: &Setup, name: &str, size: u64) -> anyhow::Result<()> {
+        let fh = nfs::fill_file(&s.client, &s.base_fh, name, size, 1 << 20, &s.owner).await?;
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(fh);
+        Ok(())
+    }
+
+    /// The handle of the prepared file.
+    pub fn handle(&self) -> anyhow::Result<Bytes> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .context("not prepared")
+    }
+}

@@ -4,6 +4,7 @@ pub mod common;
 pub mod create;
 pub mod deleg;
 pub mod filebench;
+pub mod getattr;
 pub mod listing;
 pub mod locked;
 pub mod randio;
@@ -11,6 +12,7 @@ pub mod seqio;
 pub mod smallfiles;
 pub mod tcnfs;
 pub mod tree;
+pub mod tree_nfsrs;
 
 use crate::workload::Workload;
 use anyhow::bail;
@@ -109,6 +111,7 @@ pub const NAMES: &[&str] = &[
     "tree-ls",
     "tree-cp",
     "tree-rm",
+    "getattr",
 ];
 
 /// The workload called `name` with these parameters.
@@ -140,6 +143,7 @@ pub fn by_name(name: &str, p: &Params) -> anyhow::Result<Arc<dyn Workload>> {
         "tree-ls" => Arc::new(tree::Tree::new(tree::TreeOp::Ls, p)?),
         "tree-cp" => Arc::new(tree::Tree::new(tree::TreeOp::Cp, p)?),
         "tree-rm" => Arc::new(tree::Tree::new(tree::TreeOp::Rm, p)?),
+        "getattr" => Arc::new(getattr::Getattr::new(p)),
         other => bail!("unknown workload {other:?}; known: {}", NAMES.join(", ")),
     })
 }

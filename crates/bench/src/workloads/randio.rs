@@ -3,14 +3,18 @@
 //! aligned offset; `--sync` makes writes FILE_SYNC (like O_SYNC), otherwise
 //! they are UNSTABLE and each worker COMMITs once at the end. The sequential
 //! variants (seqio.rs) use the same engine with a shared cursor.
+//! randread and seqread also run with `--driver nfs-rs` (READ with the
+//! anonymous stateid, one call at a time); `--file-size 4k` reads one block
+//! only, always at offset 0 (opsloop's `read0`).
 
-use crate::nfs;
+use crate::driver::{self, Driver};
+
 use crate::workload::{BoxFut, Expectation, RunStats, Setup, Worker, Workload};
+use crate::workloads::common::PreparedFile;
 use crate::workloads::Params;
 use crate::XorShift;
-use anyhow::{bail, Context};
+use anyhow::bail;
 use bytes::Bytes;
-use std::sync::Mutex;
 use txnfs_client::Compound;
 use txnfs_proto::nfs4::{OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_ACCESS_READ};
 
@@ -25,7 +29,7 @@ pub struct BlockIo {
     pub sync: bool,
     /// Iterations per run by default.
     pub default_ops: u64,
-    fh: Mutex<Option<Bytes>>,
+    file: PreparedFile,
 }
 
 impl BlockIo {
@@ -52,7 +56,7 @@ impl BlockIo {
             io_size,
             sync,
             default_ops,
-            fh: Mutex::new(None),
+            file: PreparedFile::default(),
         })
     }
 
@@ -82,6 +86,32 @@ impl BlockIo {
     }
 }
 
+impl BlockIo {
+    /// The timed READ loop through nfs-rs, one call at a time (reads only).
+    async fn run_nfsrs(&self, w: &mut Worker, fh: Bytes) -> anyhow::Result<()> {
+        let m = w.nfsrs()?;
+        let mut rng = XorShift::new(w.global_idx() as u64 + 1);
+        let io = self.io_size;
+        w.ready().await;
+        while let Some(i) = w.next_iter() {
+            let off = self.offset(&mut rng, i);
+            let d = w
+                .nfsrs_call(
+                    driver::READ,
+                    || format!("READ {io} bytes at {off}"),
+                    m.read(fh.clone(), off, io as u32),
+                    |d| d.len() as u64,
+                )
+                .await?;
+            if d.len() as u64 != io {
+                bail!("short READ: {} of {io} bytes at {off}", d.len());
+            }
+            w.done();
+        }
+        Ok(())
+    }
+}
+
 impl Workload for BlockIo {
     fn name(&self) -> &str {
         self.name
@@ -104,28 +134,16 @@ impl Workload for BlockIo {
         Box::pin(async move {
             // Writers start from a file of full size too, so writes are
             // in place (as in the seed).
-            let fh = nfs::fill_file(
-                &s.client,
-                &s.base_fh,
-                FILE,
-                self.file_size,
-                1 << 20,
-                &s.owner,
-            )
-            .await?;
-            *self.fh.lock().expect("not poisoned") = Some(fh);
-            Ok(())
+            self.file.fill(s, FILE, self.file_size).await
         })
     }
 
     fn run<'a>(&'a self, w: &'a mut Worker) -> BoxFut<'a, anyhow::Result<()>> {
         Box::pin(async move {
-            let fh = self
-                .fh
-                .lock()
-                .expect("not poisoned")
-                .clone()
-                .context("not prepared")?;
+            let fh = self.file.handle()?;
+            if w.driver == Driver::NfsRs {
+                return self.run_nfsrs(w, fh).await;
+            }
             // Untimed: open the file once.
             let mut c = Compound::new();
             c.putfh(&w.base_fh);
@@ -172,10 +190,28 @@ impl Workload for BlockIo {
         })
     }
 
+    fn drivers(&self) -> &'static [Driver] {
+        if self.write {
+            &[Driver::Txnfs]
+        } else {
+            &[Driver::Txnfs, Driver::NfsRs]
+        }
+    }
+
     fn expected_ops(&self, s: &RunStats) -> Vec<Expectation> {
         let workers = (s.clients * s.threads) as u64;
         let it = s.iterations();
         let mut v = Vec::new();
+        if s.driver == Driver::NfsRs {
+            // nfs-rs READs with the anonymous stateid: no OPEN or CLOSE.
+            v.push(Expectation::eq("READ == iterations", s.ops("READ"), it));
+            v.push(Expectation::eq(
+                "bytes == iterations × io_size",
+                s.rec.bytes,
+                it * self.io_size,
+            ));
+            return v;
+        }
         if self.write {
             v.push(Expectation::eq("WRITE == iterations", s.ops("WRITE"), it));
             v.push(Expectation::eq("READ == 0", s.ops("READ"), 0));

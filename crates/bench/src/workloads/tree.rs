@@ -8,9 +8,10 @@
 //! many COMPOUNDs in flight itself). tree-rm removes one prepared copy per
 //! iteration (`--set trees=N`, default 1).
 
+use crate::driver::Driver;
 use crate::workload::{BoxFut, Expectation, RunStats, Setup, Worker, Workload};
+use crate::workloads::tree_nfsrs;
 use crate::workloads::Params;
-use crate::XorShift;
 use anyhow::Context;
 use bytes::Bytes;
 use std::time::Instant;
@@ -22,50 +23,8 @@ pub enum TreeOp {
     Rm,
 }
 
-/// A generated tree: directories (relative paths, parents first, "" is the
-/// root) and files (relative path, size).
-#[derive(Clone, Debug)]
-pub struct Shape {
-    pub dirs: Vec<String>,
-    pub files: Vec<(String, u64)>,
-}
-
-impl Shape {
-    /// `dirs` directories as a random recursive tree (each new directory
-    /// under a uniformly chosen earlier one: shallow and bushy, like a source
-    /// tree), `files` files spread uniformly with sizes exponentially
-    /// distributed around `mean` (1 byte to 1 MiB).
-    pub fn generate(dirs: u64, files: u64, mean: u64, seed: u64) -> Shape {
-        let mut rng = XorShift::new(seed);
-        let mut d = vec![String::new()];
-        for k in 1..dirs.max(1) {
-            let parent = d[(rng.next_u64() % k) as usize].clone();
-            d.push(if parent.is_empty() {
-                format!("d{k}")
-            } else {
-                format!("{parent}/d{k}")
-            });
-        }
-        let f = (0..files)
-            .map(|j| {
-                let dir = &d[(rng.next_u64() % d.len() as u64) as usize];
-                let u = ((rng.next_u64() >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
-                let size = ((-u.ln()) * mean as f64).clamp(1.0, (1 << 20) as f64) as u64;
-                let name = if dir.is_empty() {
-                    format!("f{j}.c")
-                } else {
-                    format!("{dir}/f{j}.c")
-                };
-                (name, size)
-            })
-            .collect();
-        Shape { dirs: d, files: f }
-    }
-
-    pub fn bytes(&self) -> u64 {
-        self.files.iter().map(|f| f.1).sum()
-    }
-}
+/// The shared tree generator.
+pub use txnfs_e2e::data::TreeShape as Shape;
 
 pub struct Tree {
     pub op: TreeOp,
@@ -80,7 +39,7 @@ impl Tree {
         let mean = p.file_size.unwrap_or(p.get_u64("mean_size", 15 << 10)?);
         Ok(Tree {
             op,
-            shape: Shape::generate(dirs, files, mean, 42),
+            shape: Shape::random(dirs, files, mean, 42),
             trees: p.get_u64("trees", 1)?.max(1),
         })
     }
@@ -90,13 +49,7 @@ impl Tree {
     }
 }
 
-fn join(a: &str, b: &str) -> String {
-    if b.is_empty() {
-        a.to_string()
-    } else {
-        format!("{a}/{b}")
-    }
-}
+use txnfs_e2e::data::join;
 
 async fn build(s: &Setup, root: &str, shape: &Shape) -> anyhow::Result<()> {
     let dirs: Vec<String> = shape.dirs.iter().map(|d| join(&s.path(root), d)).collect();
@@ -118,6 +71,44 @@ async fn build(s: &Setup, root: &str, shape: &Shape) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+impl Tree {
+    /// The timed part with nfs-rs, one call at a time ([`tree_nfsrs`]).
+    async fn run_nfsrs(&self, w: &mut Worker) -> anyhow::Result<()> {
+        let m = w.nfsrs()?;
+        let src = self.root(0);
+        w.ready().await;
+        while let Some(i) = w.next_iter() {
+            let t = Instant::now();
+            let kind = match self.op {
+                TreeOp::Ls => {
+                    let n = tree_nfsrs::ls(w, &m, &src).await?;
+                    w.count("entries", n as u64);
+                    "LS_LR"
+                }
+                TreeOp::Cp => {
+                    let (files, dirs) = tree_nfsrs::cp(w, &m, &src, &format!("copy{i}")).await?;
+                    w.count("files_copied", files);
+                    w.count("dirs_created", dirs);
+                    "CP_R"
+                }
+                TreeOp::Rm => {
+                    if i >= self.trees {
+                        break;
+                    }
+                    let n = tree_nfsrs::rm(w, &m, &self.root(i)).await?;
+                    w.count("entries_removed", n + 1);
+                    "RM_R"
+                }
+            };
+            // The whole-tree operation as one entry of its own kind (no
+            // COMPOUND: its calls were recorded one by one).
+            w.record_tree_op(kind, t.elapsed());
+            w.done();
+        }
+        Ok(())
+    }
 }
 
 impl Workload for Tree {
@@ -154,8 +145,14 @@ impl Workload for Tree {
             Ok(())
         })
     }
+    fn drivers(&self) -> &'static [Driver] {
+        &[Driver::Txnfs, Driver::NfsRs]
+    }
     fn run<'a>(&'a self, w: &'a mut Worker) -> BoxFut<'a, anyhow::Result<()>> {
         Box::pin(async move {
+            if w.driver == Driver::NfsRs {
+                return self.run_nfsrs(w).await;
+            }
             let fs = w.fs();
             let src = join(&w.base, &self.root(0));
             w.ready().await;
@@ -228,6 +225,9 @@ impl Workload for Tree {
         let it = s.iterations();
         let (d, f) = (self.shape.dirs.len() as u64, self.shape.files.len() as u64);
         let mut v = Vec::new();
+        if s.driver == Driver::NfsRs {
+            return self.expected_nfsrs(s);
+        }
         match self.op {
             TreeOp::Ls => {
                 v.push(Expectation::eq(
@@ -274,26 +274,38 @@ impl Workload for Tree {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kernel_like_shape() {
-        let s = Shape::generate(4000, 60_000, 15 << 10, 42);
-        assert_eq!(s.dirs.len(), 4000);
-        assert_eq!(s.files.len(), 60_000);
-        let mean = s.bytes() / 60_000;
-        assert!((12 << 10..=18 << 10).contains(&mean), "mean {mean}");
-        let depth = s.dirs.iter().map(|d| d.matches('/').count()).max().unwrap();
-        assert!((3..=30).contains(&depth), "depth {depth}");
-        // Parents come before children.
-        let mut seen = std::collections::HashSet::new();
-        for d in &s.dirs {
-            if let Some((p, _)) = d.rsplit_once('/') {
-                assert!(seen.contains(p));
-            }
-            seen.insert(d.clone());
+impl Tree {
+    /// With nfs-rs every entry costs at least one call: the counters and the
+    /// per-entry op counts must match the tree exactly.
+    fn expected_nfsrs(&self, s: &RunStats) -> Vec<Expectation> {
+        let it = s.iterations();
+        let (d, f) = (self.shape.dirs.len() as u64, self.shape.files.len() as u64);
+        match self.op {
+            TreeOp::Ls => vec![
+                Expectation::eq(
+                    "entries listed == dirs - 1 + files",
+                    s.counter("entries"),
+                    it * (d - 1 + f),
+                ),
+                Expectation::eq(
+                    "one GETATTR per entry",
+                    s.requests("GETATTR"),
+                    it * (d - 1 + f),
+                ),
+                Expectation::ge("READDIR >= dirs", s.requests("READDIR"), it * d),
+            ],
+            TreeOp::Cp => vec![
+                Expectation::eq("files copied", s.counter("files_copied"), it * f),
+                Expectation::eq("dirs created", s.counter("dirs_created"), it * d),
+                Expectation::eq("one OPEN per file", s.requests("OPEN"), it * f),
+                Expectation::eq("one CLOSE per file", s.requests("CLOSE"), it * f),
+                Expectation::eq("one CREATE per directory", s.requests("CREATE"), it * d),
+            ],
+            TreeOp::Rm => vec![Expectation::eq(
+                "one REMOVE per entry",
+                s.requests("REMOVE"),
+                it * (d + f),
+            )],
         }
     }
 }

@@ -1,0 +1,146 @@
+//! The client library that issues a workload's timed operations.
+//!
+//! * `txnfs` (default): our `txnfs-client`, COMPOUNDs built by the workload
+//!   (op counts are exact) or the vectorized [`txnfs_client::Fs`].
+//! * `nfs-rs`: the third-party `nfs-rs` crate, one call at a time, the way a
+//!   simple program uses a client library (what the retired `opsloop` and
+//!   `treeops` tools measured). nfs-rs composes its own COMPOUNDs, so each
+//!   call is recorded as one request with the ops nfs-rs sends for it
+//!   ([`NfsRsCall`]); behind `--delay-ms` the proxy's `proxy_rpc_calls`
+//!   counter shows the real number of RPCs.
+//!
+//! Set-up and clean-up always use our client: file handles are the server's,
+//! so an nfs-rs worker uses the handles the set-up client found.
+
+use crate::workload::Worker;
+use anyhow::{anyhow, Context};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Which client library drives the timed part.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Driver {
+    #[default]
+    Txnfs,
+    NfsRs,
+}
+
+impl Driver {
+    pub fn name(self) -> &'static str {
+        match self {
+            Driver::Txnfs => "txnfs",
+            Driver::NfsRs => "nfs-rs",
+        }
+    }
+}
+
+impl std::fmt::Display for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An nfs-rs mount, shared by the threads of one client.
+pub type NfsRsMount = Arc<dyn nfs_rs::Mount>;
+
+/// Longest time a mount may take.
+const MOUNT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Mount `path` (relative to the pseudo root) of the server at `addr` with
+/// nfs-rs: NFSv4.1, unprivileged source port, this process's uid/gid (the
+/// credentials our client uses too).
+pub async fn mount_nfsrs(
+    addr: SocketAddr,
+    path: &str,
+    uid: u32,
+    gid: u32,
+) -> anyhow::Result<NfsRsMount> {
+    let url = format!(
+        "nfs://{addr}/{path}?version=4.1&noresvport=true&uid={uid}&gid={gid}",
+        path = path.trim_start_matches('/')
+    );
+    let m = tokio::time::timeout(MOUNT_TIMEOUT, nfs_rs::parse_url_and_mount(&url))
+        .await
+        .map_err(|_| anyhow!("nfs-rs mount {url}: timed out after {MOUNT_TIMEOUT:?}"))?
+        .map_err(|e| anyhow!("nfs-rs mount {url}: {e}"))?;
+    Ok(Arc::from(m))
+}
+
+/// One nfs-rs call as a request: its kind (the main op) and the ops nfs-rs
+/// puts in its COMPOUND after SEQUENCE.
+#[derive(Clone, Copy, Debug)]
+pub struct NfsRsCall {
+    pub kind: &'static str,
+    pub ops: &'static [&'static str],
+}
+
+pub const GETATTR: NfsRsCall = NfsRsCall {
+    kind: "GETATTR",
+    ops: &["PUTFH", "GETATTR"],
+};
+pub const READ: NfsRsCall = NfsRsCall {
+    kind: "READ",
+    ops: &["PUTFH", "READ"],
+};
+pub const READDIR: NfsRsCall = NfsRsCall {
+    kind: "READDIR",
+    ops: &["PUTFH", "READDIR"],
+};
+pub const MKDIR: NfsRsCall = NfsRsCall {
+    kind: "CREATE",
+    ops: &["PUTFH", "CREATE", "GETFH", "GETATTR"],
+};
+pub const OPEN_CREATE: NfsRsCall = NfsRsCall {
+    kind: "OPEN",
+    ops: &["PUTFH", "OPEN", "GETFH", "GETATTR"],
+};
+pub const WRITE: NfsRsCall = NfsRsCall {
+    kind: "WRITE",
+    ops: &["PUTFH", "WRITE"],
+};
+pub const CLOSE: NfsRsCall = NfsRsCall {
+    kind: "CLOSE",
+    ops: &["PUTFH", "CLOSE"],
+};
+pub const REMOVE: NfsRsCall = NfsRsCall {
+    kind: "REMOVE",
+    ops: &["PUTFH", "REMOVE"],
+};
+pub const LOOKUP: NfsRsCall = NfsRsCall {
+    kind: "LOOKUP",
+    ops: &["PUTFH", "LOOKUP", "GETFH", "GETATTR"],
+};
+
+impl Worker {
+    /// This worker's nfs-rs mount (only with `--driver nfs-rs`).
+    pub fn nfsrs(&self) -> anyhow::Result<NfsRsMount> {
+        self.nfsrs_mount
+            .clone()
+            .context("no nfs-rs mount (the runner mounts one with --driver nfs-rs)")
+    }
+
+    /// Run one nfs-rs call and record it (once timed) as `call`, with
+    /// `bytes(result)` payload bytes; an error fails the run.
+    pub async fn nfsrs_call<T, F>(
+        &mut self,
+        call: NfsRsCall,
+        what: impl FnOnce() -> String,
+        fut: F,
+        bytes: impl FnOnce(&T) -> u64,
+    ) -> anyhow::Result<T>
+    where
+        F: std::future::Future<Output = nfs_rs::Result<T>>,
+    {
+        let t = Instant::now();
+        let r = fut.await;
+        let lat = t.elapsed();
+        let n = r.as_ref().map(bytes).unwrap_or(0);
+        self.record_request(call.kind, call.ops.iter().copied(), lat, n, r.is_ok());
+        r.map_err(|e| anyhow!("{} ({}): {e}", what(), call.kind))
+    }
+}

@@ -1,0 +1,115 @@
+//! `txnfs bench run --help` and `txnfs bench compare --help` show examples
+//! that work: the real command (`txnfs bench ...`) and workloads that
+//! `txnfs bench list` knows.
+
+use std::process::Command;
+
+fn txnfs(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_txnfs"))
+        .args(args)
+        .output()
+        .expect("run txnfs");
+    assert!(out.status.success(), "txnfs {args:?} failed: {out:?}");
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// The workload names `txnfs bench list` prints (first word of each line).
+fn listed() -> Vec<String> {
+    txnfs(&["bench", "list"])
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The example lines of a help text (the indented lines after "EXAMPLES:"
+/// up to the first blank line).
+fn examples(help: &str) -> Vec<String> {
+    help.lines()
+        .skip_while(|l| !l.starts_with("EXAMPLES:"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| l.trim().to_string())
+        .collect()
+}
+
+/// The positional words after `txnfs bench <sub>` up to the first option
+/// or `--`.
+fn workloads_named(line: &str, sub: &str) -> Vec<String> {
+    let prefix = format!("txnfs bench {sub} ");
+    let rest = line
+        .strip_prefix(&prefix)
+        .unwrap_or_else(|| panic!("example {line:?} does not start with {prefix:?}"));
+    rest.split_whitespace()
+        .take_while(|w| !w.starts_with('-'))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn list_names_getattr_and_the_tree_workloads_with_their_drivers() {
+    let all = txnfs(&["bench", "list"]);
+    let names = listed();
+    for n in ["randread", "getattr", "tree-ls", "tree-cp", "tree-rm"] {
+        assert!(names.iter().any(|x| x == n), "{n} missing from:\n{all}");
+    }
+    let getattr = all.lines().find(|l| l.starts_with("getattr ")).unwrap();
+    assert!(getattr.contains("txnfs,nfs-rs"), "{getattr}");
+    let randwrite = all.lines().find(|l| l.starts_with("randwrite ")).unwrap();
+    assert!(randwrite.ends_with("drivers: txnfs"), "{randwrite}");
+}
+
+#[test]
+fn help_examples_name_real_workloads_and_the_real_command() {
+    let names = listed();
+    for sub in ["run", "compare"] {
+        let help = txnfs(&["bench", sub, "--help"]);
+        let ex = examples(&help);
+        assert!(
+            ex.len() >= 3,
+            "bench {sub} --help has few examples:\n{help}"
+        );
+        let mut named = 0;
+        for line in &ex {
+            for w in workloads_named(line, sub) {
+                assert!(
+                    names.contains(&w),
+                    "bench {sub} --help example {line:?} names {w:?}, not in `txnfs bench list` {names:?}"
+                );
+                named += 1;
+            }
+        }
+        assert!(
+            named >= 3,
+            "bench {sub} --help examples name {named} workloads"
+        );
+        assert!(
+            !help.contains("txnfs-compare") && !help.contains("txnfs-bench"),
+            "{help}"
+        );
+    }
+}
+
+#[test]
+fn ganesha_conf_renders_the_shared_configuration() {
+    let conf = txnfs(&[
+        "bench",
+        "ganesha-conf",
+        "--port",
+        "20999",
+        "--export",
+        "/srv/x",
+        "--recovery-root",
+        "/srv/r",
+    ]);
+    for needle in [
+        "NFS_Port = 20999;",
+        "Path = /srv/x;",
+        "Pseudo = /export;",
+        "RecoveryRoot = /srv/r;",
+        "PNFS_MDS = false;",
+        "FSAL { Name = VFS; }",
+    ] {
+        assert!(conf.contains(needle), "{needle} missing:\n{conf}");
+    }
+}
