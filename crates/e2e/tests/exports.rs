@@ -5,6 +5,7 @@
 
 use bytes::Bytes;
 use nfs_rs::{Nfs4ErrorCode as E, OPEN_READ, OPEN_WRITE};
+use txnfs_e2e::fixtures::must;
 use txnfs_e2e::{create_with, list_dir, ok, timed, Checks, ServerGuard, ServerKind, ServerOpts};
 
 fn start() -> ServerGuard {
@@ -51,16 +52,8 @@ async fn exports_are_separate_trees() {
     c.check(la == vec!["in-a".to_string()], format!("/a lists {la:?}"));
 
     // Distinct file systems: different fsids, different root handles.
-    let ra = ok(
-        &server,
-        "getattr a",
-        timed("getattr", a.getattr(a.getfh().await)).await,
-    );
-    let rb = ok(
-        &server,
-        "getattr b",
-        timed("getattr", b.getattr(b.getfh().await)).await,
-    );
+    let ra = must(&server, "getattr a", a.getattr(a.getfh().await)).await;
+    let rb = must(&server, "getattr b", b.getattr(b.getfh().await)).await;
     // (Ganesha's VFS FSAL reports the fsid of the host file system, shared
     // by /a and /b here, so this is checked on txnfs only.)
     if server.kind() == ServerKind::Txnfs {
@@ -73,12 +66,7 @@ async fn exports_are_separate_trees() {
 
     // A handle from /a used through the /b mount still names the /a file
     // (handles are server-wide), never a /b object.
-    let fa = ok(
-        &server,
-        "lookup a",
-        timed("lookup", a.lookup_path("in-a")).await,
-    )
-    .fh;
+    let fa = must(&server, "lookup a", a.lookup_path("in-a")).await.fh;
     match timed("read via b", b.read(fa, 0, 10)).await {
         Ok(bytes) => c.check(
             &bytes[..] == b"AAA",
@@ -99,11 +87,12 @@ async fn exports_are_separate_trees() {
         names == vec!["a", "b", "deep", "ro"],
         format!("pseudo-root lists {names:?}"),
     );
-    let rattr = ok(
+    let rattr = must(
         &server,
         "getattr pseudo root",
-        timed("getattr", root.getattr(root.getfh().await)).await,
-    );
+        root.getattr(root.getfh().await),
+    )
+    .await;
     c.check(rattr.type_ == 2, "pseudo-root is not a directory");
     c.expect_err(
         "CREATE in the pseudo-root",

@@ -4,8 +4,9 @@
 //! invalid ranges, locks to EOF, and CLOSE while locks are held.
 
 use bytes::Bytes;
-use nfs_rs::{Mount, Nfs4ErrorCode as E, OPEN_BOTH, OPEN_READ};
-use txnfs_e2e::{create_with, is_denied, ok, timed, Checks, ServerGuard};
+use nfs_rs::{Mount, Nfs4ErrorCode as E, OPEN_READ};
+use txnfs_e2e::fixtures::{must, two_openers, TwoOpeners};
+use txnfs_e2e::{create_with, is_denied, timed, Checks, ServerGuard};
 
 const READ_LT: u32 = 1;
 const WRITE_LT: u32 = 2;
@@ -28,33 +29,21 @@ async fn lockt_free(m: &dyn Mount, fh: &Bytes, off: u64, len: u64) -> Result<boo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partial_unlock_splits_a_lock() {
     let server = ServerGuard::start_default();
-    let a = server.mount().await;
-    let b = server.mount().await;
-    create_with(&server, &*a, "f", 0o644, &[0u8; 200]).await;
-    let fa = ok(
-        &server,
-        "open a",
-        timed("open", a.open_path("f", OPEN_BOTH)).await,
-    )
-    .fh;
-    let fb = ok(
-        &server,
-        "open b",
-        timed("open", b.open_path("f", OPEN_BOTH)).await,
-    )
-    .fh;
+    let TwoOpeners { a, b, fa, fb } = two_openers(&server, "f", &[0u8; 200]).await;
     let mut c = Checks::new(&server);
 
-    let sid = ok(
+    let sid = must(
         &server,
         "lock [0,100)",
-        timed("lock", a.lock(fa.clone(), WRITE_LT, 0, 100)).await,
-    );
-    ok(
+        a.lock(fa.clone(), WRITE_LT, 0, 100),
+    )
+    .await;
+    must(
         &server,
         "unlock [40,60)",
-        timed("locku", a.locku(fa.clone(), sid.clone(), WRITE_LT, 40, 20)).await,
-    );
+        a.locku(fa.clone(), sid.clone(), WRITE_LT, 40, 20),
+    )
+    .await;
     for (off, len, free) in [
         (40, 20, true),
         (0, 10, false),
@@ -99,19 +88,14 @@ async fn partial_unlock_splits_a_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_modes_ranges_and_close() {
     let server = ServerGuard::start_default();
-    let a = server.mount().await;
-    let b = server.mount().await;
-    create_with(&server, &*a, "f", 0o644, &[0u8; 200]).await;
+    let TwoOpeners { a, b, fa, fb } = two_openers(&server, "f", &[0u8; 200]).await;
     create_with(&server, &*a, "r", 0o644, &[0u8; 10]).await;
     let mut c = Checks::new(&server);
 
     // A WRITE lock needs an open for writing.
-    let fr = ok(
-        &server,
-        "open r read-only",
-        timed("open", a.open_path("r", OPEN_READ)).await,
-    )
-    .fh;
+    let fr = must(&server, "open r read-only", a.open_path("r", OPEN_READ))
+        .await
+        .fh;
     c.expect_err(
         "WRITE lock on a file opened read-only",
         timed("lock", a.lock(fr.clone(), WRITE_LT, 0, 10)).await,
@@ -122,18 +106,6 @@ async fn lock_modes_ranges_and_close() {
         timed("lock", a.lock(fr.clone(), READ_LT, 0, 10)).await,
     );
 
-    let fa = ok(
-        &server,
-        "open a",
-        timed("open", a.open_path("f", OPEN_BOTH)).await,
-    )
-    .fh;
-    let fb = ok(
-        &server,
-        "open b",
-        timed("open", b.open_path("f", OPEN_BOTH)).await,
-    )
-    .fh;
     // Invalid ranges.
     c.expect_err(
         "LOCK with length 0",

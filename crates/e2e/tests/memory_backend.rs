@@ -4,6 +4,7 @@
 //! Ganesha has no such backend: the test returns early there.
 
 use nfs_rs::{Nfs4ErrorCode as E, OPEN_BOTH};
+use txnfs_e2e::fixtures::must;
 use txnfs_e2e::{
     create_with, is_denied, is_nfs4, list_dir, ok, pattern, read_exact, timed, Checks, ServerGuard,
     ServerKind, ServerOpts,
@@ -30,11 +31,7 @@ async fn memory_backend_roundtrip_and_restart() {
         read_exact(&*m, fh.clone(), 0, data.len()).await,
     );
     c.check(back == data, "3 MiB round trip");
-    let attr = ok(
-        &server,
-        "getattr",
-        timed("getattr", m.getattr(fh.clone())).await,
-    );
+    let attr = must(&server, "getattr", m.getattr(fh.clone())).await;
     c.check(
         attr.filesize == data.len() as u64,
         format!("size {}", attr.filesize),
@@ -44,22 +41,13 @@ async fn memory_backend_roundtrip_and_restart() {
         format!("mode {:o}", attr.file_mode),
     );
 
-    ok(
-        &server,
-        "mkdir",
-        timed("mkdir", m.mkdir_path("d", 0o755)).await,
-    );
+    must(&server, "mkdir", m.mkdir_path("d", 0o755)).await;
     for i in 0..200 {
         create_with(&server, &*m, &format!("d/f{i}"), 0o644, b"").await;
     }
     let names = ok(&server, "readdir", list_dir(&*m, m.getfh().await).await);
     c.check(names.len() == 2, format!("root lists {names:?}"));
-    let sub = ok(
-        &server,
-        "lookup d",
-        timed("lookup", m.lookup_path("d")).await,
-    )
-    .fh;
+    let sub = must(&server, "lookup d", m.lookup_path("d")).await.fh;
     let listed = ok(&server, "readdir d", list_dir(&*m, sub).await);
     c.check(
         listed.len() == 200,
@@ -91,27 +79,17 @@ async fn memory_backend_roundtrip_and_restart() {
         )
         .await,
     );
-    let b10 = ok(
-        &server,
-        "read",
-        timed("read", m.read(fh.clone(), 0, 100)).await,
-    );
+    let b10 = must(&server, "read", m.read(fh.clone(), 0, 100)).await;
     c.check(b10[..] == data[..10], "truncated content");
 
     // Locks between two clients.
     let m2 = server.mount().await;
-    let f1 = ok(
-        &server,
-        "open 1",
-        timed("open", m.open_path("big", OPEN_BOTH)).await,
-    )
-    .fh;
-    let f2 = ok(
-        &server,
-        "open 2",
-        timed("open", m2.open_path("big", OPEN_BOTH)).await,
-    )
-    .fh;
+    let f1 = must(&server, "open 1", m.open_path("big", OPEN_BOTH))
+        .await
+        .fh;
+    let f2 = must(&server, "open 2", m2.open_path("big", OPEN_BOTH))
+        .await
+        .fh;
     c.expect_ok("lock", timed("lock", m.lock(f1.clone(), 2, 0, 5)).await);
     match timed("lockt", m2.lock_test(f2.clone(), 2, 0, 5)).await {
         Err(e) => c.check(is_denied(&e), format!("LOCKT: {e:?}")),

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 
 use bytes::Bytes;
 use nfs_rs::Mount;
+use txnfs_e2e::fixtures::must;
 use txnfs_e2e::{join_all, list_dir, ok, timed, ServerGuard};
 
 const ITER: usize = 100;
@@ -55,12 +56,9 @@ async fn two_clients_churn_one_directory() {
     let server = ServerGuard::start_default();
     let a = server.mount().await;
     let b = server.mount().await;
-    let dir = ok(
-        &server,
-        "mkdir",
-        timed("mkdir", a.mkdir_path("churn", 0o755)).await,
-    )
-    .fh;
+    let dir = must(&server, "mkdir", a.mkdir_path("churn", 0o755))
+        .await
+        .fh;
     let results = timed(
         "churn",
         join_all(vec![churn(&*a, dir.clone(), 0), churn(&*b, dir.clone(), 1)]),

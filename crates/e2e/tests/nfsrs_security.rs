@@ -4,21 +4,14 @@
 
 use std::os::unix::fs::MetadataExt;
 
-use nfs_rs::{Nfs4ErrorCode as E, NfsError, OPEN_READ, OPEN_WRITE};
-use txnfs_e2e::{create_with, err, is_nfs4, ok, timed, Checks, ServerGuard};
+use nfs_rs::{Nfs4ErrorCode as E, OPEN_READ, OPEN_WRITE};
+use txnfs_e2e::fixtures::{expect_code, must, must_fail};
+use txnfs_e2e::{create_with, err, timed, Checks, ServerGuard};
 
 const ACCESS_READ: u32 = 0x01;
 const ACCESS_LOOKUP: u32 = 0x02;
 const ACCESS_MODIFY: u32 = 0x04;
 const ACCESS_EXTEND: u32 = 0x08;
-
-fn expect_code(server: &ServerGuard, what: &str, e: &NfsError, want: &[E]) {
-    assert!(
-        want.iter().any(|w| is_nfs4(e, *w)),
-        "{what}: want one of {want:?}, got {e:?}\nserver log tail:\n{}",
-        server.log_tail(20)
-    );
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unprivileged_user_is_held_to_mode_bits() {
@@ -26,44 +19,30 @@ async fn unprivileged_user_is_held_to_mode_bits() {
     let root = server.mount().await;
     create_with(&server, &*root, "private", 0o600, b"secret").await;
     create_with(&server, &*root, "public", 0o644, b"hello").await;
-    ok(
-        &server,
-        "mkdir rootdir",
-        timed("mkdir", root.mkdir_path("rootdir", 0o755)).await,
-    );
-    ok(
-        &server,
-        "mkdir open",
-        timed("mkdir", root.mkdir_path("open", 0o777)).await,
-    );
+    must(&server, "mkdir rootdir", root.mkdir_path("rootdir", 0o755)).await;
+    must(&server, "mkdir open", root.mkdir_path("open", 0o777)).await;
     // mkdir's mode may be masked by a umask on the server side: force it.
-    ok(
+    must(
         &server,
         "chmod open",
-        timed(
-            "setattr_path",
-            root.setattr_path("open", false, Some(0o777), None, None, None, None, None),
-        )
-        .await,
-    );
-    ok(
+        root.setattr_path("open", false, Some(0o777), None, None, None, None, None),
+    )
+    .await;
+    must(
         &server,
         "chmod export root",
-        timed(
-            "setattr",
-            root.setattr(
-                root.getfh().await,
-                None,
-                Some(0o755),
-                None,
-                None,
-                None,
-                None,
-                None,
-            ),
-        )
-        .await,
-    );
+        root.setattr(
+            root.getfh().await,
+            None,
+            Some(0o755),
+            None,
+            None,
+            None,
+            None,
+            None,
+        ),
+    )
+    .await;
 
     let user = server.mount_with("uid=1000&gid=1000").await;
     let mut c = Checks::new(&server);
@@ -116,11 +95,7 @@ async fn unprivileged_user_is_held_to_mode_bits() {
     );
 
     // ACCESS reports what is allowed.
-    let public = ok(
-        &server,
-        "lookup public",
-        timed("lookup", user.lookup_path("public")).await,
-    );
+    let public = must(&server, "lookup public", user.lookup_path("public")).await;
     if let Some(granted) = c.expect_ok(
         "ACCESS on public",
         timed(
@@ -138,11 +113,7 @@ async fn unprivileged_user_is_held_to_mode_bits() {
             format!("ACCESS: modify granted on someone else's 0644 file ({granted:#x})"),
         );
     }
-    let rootdir = ok(
-        &server,
-        "lookup rootdir",
-        timed("lookup", user.lookup_path("rootdir")).await,
-    );
+    let rootdir = must(&server, "lookup rootdir", user.lookup_path("rootdir")).await;
     if let Some(granted) = c.expect_ok(
         "ACCESS on rootdir",
         timed(
@@ -189,11 +160,7 @@ async fn unprivileged_user_is_held_to_mode_bits() {
     );
 
     let mine = create_with(&server, &*user, "open/mine", 0o640, b"user data").await;
-    let attr = ok(
-        &server,
-        "getattr mine",
-        timed("getattr", user.getattr(mine)).await,
-    );
+    let attr = must(&server, "getattr mine", user.getattr(mine)).await;
     c.check(
         (attr.uid, attr.gid) == (1000, 1000),
         format!(
@@ -258,58 +225,39 @@ async fn symlinks_are_not_followed_by_the_server() {
             &[E::NFS4ERR_SYMLINK, E::NFS4ERR_NOTDIR],
         );
     }
-    let link = ok(
-        &server,
-        "lookup esc-file",
-        timed("lookup", m.lookup_path("esc-file")).await,
-    );
+    let link = must(&server, "lookup esc-file", m.lookup_path("esc-file")).await;
     assert_eq!(
         link.attr.as_ref().map(|a| a.type_),
         Some(5),
         "esc-file is a symlink"
     );
-    let e = err(
-        &server,
-        "read symlink",
-        timed("read", m.read(link.fh.clone(), 0, 100)).await,
-    );
+    let e = must_fail(&server, "read symlink", m.read(link.fh.clone(), 0, 100)).await;
     expect_code(
         &server,
         "READ of a symlink",
         &e,
         &[E::NFS4ERR_SYMLINK, E::NFS4ERR_INVAL, E::NFS4ERR_WRONG_TYPE],
     );
-    let e = err(
-        &server,
-        "open symlink",
-        timed("open", m.open_path("esc-file", OPEN_READ)).await,
-    );
+    let e = must_fail(&server, "open symlink", m.open_path("esc-file", OPEN_READ)).await;
     expect_code(
         &server,
         "OPEN of a symlink",
         &e,
         &[E::NFS4ERR_SYMLINK, E::NFS4ERR_WRONG_TYPE],
     );
-    let target = ok(
-        &server,
-        "readlink",
-        timed("readlink", m.readlink(link.fh)).await,
-    );
+    let target = must(&server, "readlink", m.readlink(link.fh)).await;
     assert_eq!(
         target, "/etc/hostname",
         "READLINK returns the text, unresolved"
     );
 
     // Creating through a symlinked directory must not create outside.
-    let e = err(
+    let e = must_fail(
         &server,
         "create via symlink dir",
-        timed(
-            "create",
-            m.create_path("esc-dir/txnfs-e2e-should-not-exist", Some(0o644)),
-        )
-        .await,
-    );
+        m.create_path("esc-dir/txnfs-e2e-should-not-exist", Some(0o644)),
+    )
+    .await;
     expect_code(
         &server,
         "CREATE under a symlink",
@@ -324,11 +272,7 @@ async fn dotdot_does_not_escape_the_export() {
     let server = ServerGuard::start_default();
     let m = server.mount().await;
     let root = m.getfh().await;
-    ok(
-        &server,
-        "mkdir",
-        timed("mkdir", m.mkdir_path("sub", 0o755)).await,
-    );
+    must(&server, "mkdir", m.mkdir_path("sub", 0o755)).await;
 
     // NFSv4 LOOKUP takes a component name; ".." is not a name (LOOKUPP is).
     let r = timed("lookup ..", m.lookup(root.clone(), "..")).await;
@@ -341,11 +285,7 @@ async fn dotdot_does_not_escape_the_export() {
         ),
         Ok(obj) => {
             // Tolerated only if it stays at the root (or pseudo-root).
-            let attr = ok(
-                &server,
-                "getattr",
-                timed("getattr", m.getattr(obj.fh.clone())).await,
-            );
+            let attr = must(&server, "getattr", m.getattr(obj.fh.clone())).await;
             let names = txnfs_e2e::list_dir(&*m, obj.fh).await.unwrap_or_default();
             assert!(
                 attr.type_ == 2 && !names.iter().any(|n| n == "etc" || n == "tmp"),
@@ -353,22 +293,19 @@ async fn dotdot_does_not_escape_the_export() {
             );
         }
     }
-    let e = err(
-        &server,
-        "lookup sub/../..",
-        timed("lookup", m.lookup_path("sub/../../etc")).await,
-    );
+    let e = must_fail(&server, "lookup sub/../..", m.lookup_path("sub/../../etc")).await;
     expect_code(
         &server,
         "LOOKUP sub/../../etc",
         &e,
         &[E::NFS4ERR_BADNAME, E::NFS4ERR_NOENT, E::NFS4ERR_INVAL],
     );
-    let e = err(
+    let e = must_fail(
         &server,
         "create ../x",
-        timed("create", m.create(root.clone(), "..", Some(0o644))).await,
-    );
+        m.create(root.clone(), "..", Some(0o644)),
+    )
+    .await;
     expect_code(
         &server,
         "OPEN/CREATE \"..\"",

@@ -5,43 +5,29 @@
 use std::os::unix::fs::MetadataExt;
 
 use bytes::Bytes;
-use nfs_rs::{Mount, Nfs4ErrorCode as E, NfsError, OPEN_BOTH};
-use txnfs_e2e::{
-    create_with, err, is_nfs4, join_all, list_dir, ok, pattern, read_exact, timed, write_all,
-    ServerGuard,
-};
-
-async fn setup() -> (ServerGuard, Box<dyn Mount>) {
-    let server = ServerGuard::start_default();
-    let mount = server.mount().await;
-    (server, mount)
-}
-
-fn expect_code(server: &ServerGuard, what: &str, e: &NfsError, want: &[E]) {
-    assert!(
-        want.iter().any(|w| is_nfs4(e, *w)),
-        "{what}: want one of {want:?}, got {e:?}\nserver log tail:\n{}",
-        server.log_tail(20)
-    );
-}
+use nfs_rs::{Nfs4ErrorCode as E, OPEN_BOTH};
+use txnfs_e2e::fixtures::{expect_code, must, must_fail, start_and_mount};
+use txnfs_e2e::{create_with, err, join_all, list_dir, ok, pattern, read_exact, timed, write_all};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_names_are_rejected() {
-    let (server, m) = setup().await;
+    let (server, m) = start_and_mount().await;
     let root = m.getfh().await;
 
     let long = "n".repeat(256);
-    let e = err(
+    let e = must_fail(
         &server,
         "create 256-byte name",
-        timed("create", m.create(root.clone(), &long, Some(0o644))).await,
-    );
+        m.create(root.clone(), &long, Some(0o644)),
+    )
+    .await;
     expect_code(&server, "256-byte name", &e, &[E::NFS4ERR_NAMETOOLONG]);
-    let e = err(
+    let e = must_fail(
         &server,
         "lookup 256-byte name",
-        timed("lookup", m.lookup(root.clone(), &long)).await,
-    );
+        m.lookup(root.clone(), &long),
+    )
+    .await;
     expect_code(
         &server,
         "LOOKUP 256-byte name",
@@ -53,19 +39,16 @@ async fn bad_names_are_rejected() {
     create_with(&server, &*m, &max, 0o644, b"ok").await;
     assert!(server.export_dir().join(&max).exists());
 
-    let e = err(
+    let e = must_fail(
         &server,
         "create empty name",
-        timed("create", m.create(root.clone(), "", Some(0o644))).await,
-    );
+        m.create(root.clone(), "", Some(0o644)),
+    )
+    .await;
     expect_code(&server, "empty name", &e, &[E::NFS4ERR_INVAL]);
 
     for bad in [".", ".."] {
-        let e = err(
-            &server,
-            "mkdir dot name",
-            timed("mkdir", m.mkdir(root.clone(), bad, 0o755)).await,
-        );
+        let e = must_fail(&server, "mkdir dot name", m.mkdir(root.clone(), bad, 0o755)).await;
         expect_code(
             &server,
             &format!("CREATE {bad:?}"),
@@ -73,11 +56,12 @@ async fn bad_names_are_rejected() {
             &[E::NFS4ERR_BADNAME, E::NFS4ERR_EXIST, E::NFS4ERR_INVAL],
         );
     }
-    let e = err(
+    let e = must_fail(
         &server,
         "create name with slash",
-        timed("create", m.create(root.clone(), "a/b", Some(0o644))).await,
-    );
+        m.create(root.clone(), "a/b", Some(0o644)),
+    )
+    .await;
     expect_code(
         &server,
         "name with '/'",
@@ -89,7 +73,7 @@ async fn bad_names_are_rejected() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unicode_names_roundtrip() {
-    let (server, m) = setup().await;
+    let (server, m) = start_and_mount().await;
     let names = [
         "héllo-wörld.txt",
         "日本語のファイル",
@@ -105,11 +89,7 @@ async fn unicode_names_roundtrip() {
     want.sort();
     assert_eq!(listed, want);
     for (i, name) in names.iter().enumerate() {
-        let back = ok(
-            &server,
-            "read",
-            timed("read", m.read_path(name, 0, 100)).await,
-        );
+        let back = must(&server, "read", m.read_path(name, 0, 100)).await;
         assert_eq!(back, format!("file {i}").as_bytes());
         assert_eq!(
             std::fs::read(server.export_dir().join(name)).unwrap(),
@@ -120,32 +100,20 @@ async fn unicode_names_roundtrip() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_object_types() {
-    let (server, m) = setup().await;
-    let dir = ok(
-        &server,
-        "mkdir",
-        timed("mkdir", m.mkdir_path("d", 0o755)).await,
-    )
-    .fh;
+    let (server, m) = start_and_mount().await;
+    let dir = must(&server, "mkdir", m.mkdir_path("d", 0o755)).await.fh;
     let file = create_with(&server, &*m, "f", 0o644, b"data").await;
 
-    let e = err(
-        &server,
-        "read dir",
-        timed("read", m.read(dir.clone(), 0, 10)).await,
-    );
+    let e = must_fail(&server, "read dir", m.read(dir.clone(), 0, 10)).await;
     expect_code(&server, "READ of a directory", &e, &[E::NFS4ERR_ISDIR]);
-    let e = err(
+    let e = must_fail(
         &server,
         "write dir",
-        timed("write", m.write(dir.clone(), 0, Bytes::from_static(b"x"))).await,
-    );
+        m.write(dir.clone(), 0, Bytes::from_static(b"x")),
+    )
+    .await;
     expect_code(&server, "WRITE to a directory", &e, &[E::NFS4ERR_ISDIR]);
-    let e = err(
-        &server,
-        "readlink file",
-        timed("readlink", m.readlink(file.clone())).await,
-    );
+    let e = must_fail(&server, "readlink file", m.readlink(file.clone())).await;
     expect_code(
         &server,
         "READLINK of a regular file",
@@ -159,43 +127,33 @@ async fn wrong_object_types() {
         &e,
         &[E::NFS4ERR_NOTDIR],
     );
-    let e = err(
-        &server,
-        "lookup in file",
-        timed("lookup", m.lookup(file.clone(), "x")).await,
-    );
+    let e = must_fail(&server, "lookup in file", m.lookup(file.clone(), "x")).await;
     expect_code(
         &server,
         "LOOKUP in a regular file",
         &e,
         &[E::NFS4ERR_NOTDIR],
     );
-    let e = err(
+    let e = must_fail(
         &server,
         "create in file",
-        timed("create", m.create(file.clone(), "x", Some(0o644))).await,
-    );
+        m.create(file.clone(), "x", Some(0o644)),
+    )
+    .await;
     expect_code(
         &server,
         "OPEN/CREATE with a file as directory",
         &e,
         &[E::NFS4ERR_NOTDIR],
     );
-    let e = err(
-        &server,
-        "link dir",
-        timed("link", m.link_path("d", "d2")).await,
-    );
+    let e = must_fail(&server, "link dir", m.link_path("d", "d2")).await;
     expect_code(&server, "LINK of a directory", &e, &[E::NFS4ERR_ISDIR]);
-    let e = err(
+    let e = must_fail(
         &server,
         "truncate dir",
-        timed(
-            "setattr",
-            m.setattr(dir.clone(), None, None, None, None, Some(0), None, None),
-        )
-        .await,
-    );
+        m.setattr(dir.clone(), None, None, None, None, Some(0), None, None),
+    )
+    .await;
     expect_code(
         &server,
         "SETATTR size on a directory",
@@ -206,31 +164,15 @@ async fn wrong_object_types() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rename_edge_cases() {
-    let (server, m) = setup().await;
-    ok(
-        &server,
-        "mkdir a",
-        timed("mkdir", m.mkdir_path("a", 0o755)).await,
-    );
-    ok(
-        &server,
-        "mkdir a/sub",
-        timed("mkdir", m.mkdir_path("a/sub", 0o755)).await,
-    );
-    ok(
-        &server,
-        "mkdir full",
-        timed("mkdir", m.mkdir_path("full", 0o755)).await,
-    );
+    let (server, m) = start_and_mount().await;
+    must(&server, "mkdir a", m.mkdir_path("a", 0o755)).await;
+    must(&server, "mkdir a/sub", m.mkdir_path("a/sub", 0o755)).await;
+    must(&server, "mkdir full", m.mkdir_path("full", 0o755)).await;
     create_with(&server, &*m, "full/x", 0o644, b"x").await;
     create_with(&server, &*m, "file", 0o644, b"file").await;
 
     // A directory cannot move into its own subtree.
-    let e = err(
-        &server,
-        "rename into self",
-        timed("rename", m.rename_path("a", "a/sub/a")).await,
-    );
+    let e = must_fail(&server, "rename into self", m.rename_path("a", "a/sub/a")).await;
     expect_code(
         &server,
         "RENAME dir into its own subdir",
@@ -238,11 +180,7 @@ async fn rename_edge_cases() {
         &[E::NFS4ERR_INVAL],
     );
     // Directory over a non-empty directory.
-    let e = err(
-        &server,
-        "rename over non-empty",
-        timed("rename", m.rename_path("a", "full")).await,
-    );
+    let e = must_fail(&server, "rename over non-empty", m.rename_path("a", "full")).await;
     expect_code(
         &server,
         "RENAME dir over non-empty dir",
@@ -250,22 +188,14 @@ async fn rename_edge_cases() {
         &[E::NFS4ERR_EXIST, E::NFS4ERR_NOTEMPTY],
     );
     // File over directory and directory over file.
-    let e = err(
-        &server,
-        "rename file over dir",
-        timed("rename", m.rename_path("file", "a")).await,
-    );
+    let e = must_fail(&server, "rename file over dir", m.rename_path("file", "a")).await;
     expect_code(
         &server,
         "RENAME file over dir",
         &e,
         &[E::NFS4ERR_EXIST, E::NFS4ERR_ISDIR],
     );
-    let e = err(
-        &server,
-        "rename dir over file",
-        timed("rename", m.rename_path("a", "file")).await,
-    );
+    let e = must_fail(&server, "rename dir over file", m.rename_path("a", "file")).await;
     expect_code(
         &server,
         "RENAME dir over file",
@@ -273,22 +203,15 @@ async fn rename_edge_cases() {
         &[E::NFS4ERR_EXIST, E::NFS4ERR_NOTDIR],
     );
     // Rename onto itself is a no-op success.
-    ok(
-        &server,
-        "rename onto itself",
-        timed("rename", m.rename_path("file", "file")).await,
-    );
+    must(&server, "rename onto itself", m.rename_path("file", "file")).await;
     // Directory over an empty directory replaces it.
-    ok(
-        &server,
-        "mkdir empty",
-        timed("mkdir", m.mkdir_path("empty", 0o755)).await,
-    );
-    ok(
+    must(&server, "mkdir empty", m.mkdir_path("empty", 0o755)).await;
+    must(
         &server,
         "rename over empty dir",
-        timed("rename", m.rename_path("a", "empty")).await,
-    );
+        m.rename_path("a", "empty"),
+    )
+    .await;
     assert!(server.export_dir().join("empty/sub").is_dir());
     assert!(!server.export_dir().join("a").exists());
     assert_eq!(
@@ -299,46 +222,23 @@ async fn rename_edge_cases() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removed_file_handle_is_stale() {
-    let (server, m) = setup().await;
+    let (server, m) = start_and_mount().await;
     let fh = create_with(&server, &*m, "gone", 0o644, b"soon gone").await;
-    let dir = ok(
-        &server,
-        "mkdir",
-        timed("mkdir", m.mkdir_path("gonedir", 0o755)).await,
-    )
-    .fh;
-    ok(
-        &server,
-        "remove",
-        timed("remove", m.remove_path("gone")).await,
-    );
-    ok(
-        &server,
-        "rmdir",
-        timed("rmdir", m.rmdir_path("gonedir")).await,
-    );
-    let e = err(
-        &server,
-        "getattr removed",
-        timed("getattr", m.getattr(fh.clone())).await,
-    );
+    let dir = must(&server, "mkdir", m.mkdir_path("gonedir", 0o755))
+        .await
+        .fh;
+    must(&server, "remove", m.remove_path("gone")).await;
+    must(&server, "rmdir", m.rmdir_path("gonedir")).await;
+    let e = must_fail(&server, "getattr removed", m.getattr(fh.clone())).await;
     expect_code(
         &server,
         "GETATTR of a removed file",
         &e,
         &[E::NFS4ERR_STALE],
     );
-    let e = err(
-        &server,
-        "read removed",
-        timed("read", m.read(fh.clone(), 0, 10)).await,
-    );
+    let e = must_fail(&server, "read removed", m.read(fh.clone(), 0, 10)).await;
     expect_code(&server, "READ of a removed file", &e, &[E::NFS4ERR_STALE]);
-    let e = err(
-        &server,
-        "lookup in removed dir",
-        timed("lookup", m.lookup(dir.clone(), "x")).await,
-    );
+    let e = must_fail(&server, "lookup in removed dir", m.lookup(dir.clone(), "x")).await;
     expect_code(
         &server,
         "LOOKUP in a removed dir",
@@ -351,11 +251,7 @@ async fn removed_file_handle_is_stale() {
     for b in forged.iter_mut() {
         *b ^= 0x5a;
     }
-    let e = err(
-        &server,
-        "getattr forged",
-        timed("getattr", m.getattr(Bytes::from(forged))).await,
-    );
+    let e = must_fail(&server, "getattr forged", m.getattr(Bytes::from(forged))).await;
     expect_code(
         &server,
         "GETATTR of a forged handle",
@@ -366,17 +262,13 @@ async fn removed_file_handle_is_stale() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn second_client_sees_changes() {
-    let (server, a) = setup().await;
+    let (server, a) = start_and_mount().await;
     let b = server.mount().await;
     let data = pattern(5, 70_000);
     let fh = create_with(&server, &*a, "shared", 0o644, &data).await;
 
     // B sees A's data and metadata.
-    let fb = ok(
-        &server,
-        "lookup b",
-        timed("lookup", b.lookup_path("shared")).await,
-    );
+    let fb = must(&server, "lookup b", b.lookup_path("shared")).await;
     assert_eq!(fb.fh, fh, "both clients get the same handle");
     let back = ok(
         &server,
@@ -386,58 +278,27 @@ async fn second_client_sees_changes() {
     assert!(back == data);
 
     // B appends; A sees the new size and bytes.
-    ok(
-        &server,
-        "open b",
-        timed("open", b.open_path("shared", OPEN_BOTH)).await,
-    );
+    must(&server, "open b", b.open_path("shared", OPEN_BOTH)).await;
     write_all(&server, &*b, &fb.fh, data.len() as u64, b"APPENDED").await;
-    ok(
-        &server,
-        "close b",
-        timed("close", b.close(fb.fh.clone())).await,
-    );
-    let attr = ok(
-        &server,
-        "getattr a",
-        timed("getattr", a.getattr(fh.clone())).await,
-    );
+    must(&server, "close b", b.close(fb.fh.clone())).await;
+    let attr = must(&server, "getattr a", a.getattr(fh.clone())).await;
     assert_eq!(attr.filesize, data.len() as u64 + 8);
-    let tail = ok(
+    let tail = must(
         &server,
         "read a",
-        timed("read", a.read(fh.clone(), data.len() as u64, 100)).await,
-    );
+        a.read(fh.clone(), data.len() as u64, 100),
+    )
+    .await;
     assert_eq!(&tail[..], b"APPENDED");
 
     // A renames and removes; B observes both.
-    ok(
-        &server,
-        "rename a",
-        timed("rename", a.rename_path("shared", "moved")).await,
-    );
-    let e = err(
-        &server,
-        "lookup old b",
-        timed("lookup", b.lookup_path("shared")).await,
-    );
+    must(&server, "rename a", a.rename_path("shared", "moved")).await;
+    let e = must_fail(&server, "lookup old b", b.lookup_path("shared")).await;
     assert!(e.is_not_found(), "got {e:?}");
-    let moved = ok(
-        &server,
-        "lookup new b",
-        timed("lookup", b.lookup_path("moved")).await,
-    );
+    let moved = must(&server, "lookup new b", b.lookup_path("moved")).await;
     assert_eq!(moved.fh, fh);
-    ok(
-        &server,
-        "remove a",
-        timed("remove", a.remove_path("moved")).await,
-    );
-    let e = err(
-        &server,
-        "getattr b after remove",
-        timed("getattr", b.getattr(fh.clone())).await,
-    );
+    must(&server, "remove a", a.remove_path("moved")).await;
+    let e = must_fail(&server, "getattr b after remove", b.getattr(fh.clone())).await;
     expect_code(
         &server,
         "GETATTR of a file removed by another client",
@@ -448,7 +309,7 @@ async fn second_client_sees_changes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_writers() {
-    let (server, a) = setup().await;
+    let (server, a) = start_and_mount().await;
     let b = server.mount().await;
     const PART: usize = 256 * 1024;
     let fh = create_with(&server, &*a, "striped", 0o644, &[]).await;
@@ -525,41 +386,30 @@ async fn concurrent_writers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chown_as_root() {
-    let (server, m) = setup().await;
+    let (server, m) = start_and_mount().await;
     let fh = create_with(&server, &*m, "owned", 0o644, b"x").await;
-    let attr = ok(
-        &server,
-        "getattr",
-        timed("getattr", m.getattr(fh.clone())).await,
-    );
+    let attr = must(&server, "getattr", m.getattr(fh.clone())).await;
     assert_eq!(
         (attr.uid, attr.gid),
         (0, 0),
         "file created by uid 0 is owned by root"
     );
-    ok(
+    must(
         &server,
         "setattr owner",
-        timed(
-            "setattr",
-            m.setattr(
-                fh.clone(),
-                None,
-                None,
-                Some(1234),
-                Some(5678),
-                None,
-                None,
-                None,
-            ),
-        )
-        .await,
-    );
-    let attr = ok(
-        &server,
-        "getattr",
-        timed("getattr", m.getattr(fh.clone())).await,
-    );
+        m.setattr(
+            fh.clone(),
+            None,
+            None,
+            Some(1234),
+            Some(5678),
+            None,
+            None,
+            None,
+        ),
+    )
+    .await;
+    let attr = must(&server, "getattr", m.getattr(fh.clone())).await;
     assert_eq!((attr.uid, attr.gid), (1234, 5678));
     let meta = std::fs::metadata(server.export_dir().join("owned")).unwrap();
     assert_eq!((meta.uid(), meta.gid()), (1234, 5678), "owner on host");
@@ -567,35 +417,20 @@ async fn chown_as_root() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn truncate_to_zero_and_rewrite() {
-    let (server, m) = setup().await;
+    let (server, m) = start_and_mount().await;
     let fh = create_with(&server, &*m, "t", 0o644, &pattern(1, 50_000)).await;
-    ok(
+    must(
         &server,
         "truncate 0",
-        timed(
-            "setattr",
-            m.setattr(fh.clone(), None, None, None, None, Some(0), None, None),
-        )
-        .await,
-    );
-    let back = ok(
-        &server,
-        "read empty",
-        timed("read", m.read(fh.clone(), 0, 100)).await,
-    );
+        m.setattr(fh.clone(), None, None, None, None, Some(0), None, None),
+    )
+    .await;
+    let back = must(&server, "read empty", m.read(fh.clone(), 0, 100)).await;
     assert!(back.is_empty());
-    ok(
-        &server,
-        "open",
-        timed("open", m.open_path("t", OPEN_BOTH)).await,
-    );
+    must(&server, "open", m.open_path("t", OPEN_BOTH)).await;
     write_all(&server, &*m, &fh, 0, b"fresh").await;
-    ok(&server, "close", timed("close", m.close(fh.clone())).await);
-    let attr = ok(
-        &server,
-        "getattr",
-        timed("getattr", m.getattr(fh.clone())).await,
-    );
+    must(&server, "close", m.close(fh.clone())).await;
+    let attr = must(&server, "getattr", m.getattr(fh.clone())).await;
     assert_eq!(attr.filesize, 5);
     assert_eq!(
         std::fs::read(server.export_dir().join("t")).unwrap(),
