@@ -5,11 +5,10 @@
 
 use std::time::{Duration, Instant};
 
-use txnfs_e2e::fixtures::{must, two_openers, TwoOpeners};
+use txnfs_e2e::fixtures::{close_both, must, two_openers, TwoOpeners, WRITE_LT};
 use txnfs_e2e::{is_denied, timed, ServerGuard, ServerOpts};
 
 const LEASE: u32 = 10;
-const WRITE_LT: u32 = 2;
 
 fn start() -> ServerGuard {
     ServerGuard::start_default_with(ServerOpts {
@@ -91,6 +90,5 @@ async fn renewing_client_keeps_its_lock() {
         b.lock_test(fb.clone(), WRITE_LT, 0, 100),
     )
     .await;
-    must(&server, "close a", a.close(fa)).await;
-    must(&server, "close b", b.close(fb)).await;
+    close_both(&server, &*a, fa, &*b, fb).await;
 }

@@ -6,8 +6,8 @@ use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;
 
 use nfs_rs::DirectoryCookie;
-use txnfs_e2e::fixtures::must;
-use txnfs_e2e::{create_with, timed, Checks, ServerGuard};
+use txnfs_e2e::fixtures::{must, CheckCalls};
+use txnfs_e2e::{create_with, Checks, ServerGuard};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readdir_attributes_match_getattr_and_host() {
@@ -74,33 +74,25 @@ async fn readdir_attributes_match_getattr_and_host() {
         let real = must(&server, "lookup", m.lookup(dir.clone(), &e.file_name)).await;
         let g = must(&server, "getattr", m.getattr(real.fh.clone())).await;
         let n = &e.file_name;
-        c.check(
-            attr.type_ == g.type_,
-            format!("{n}: type {} vs GETATTR {}", attr.type_, g.type_),
-        );
-        c.check(
-            attr.filesize == g.filesize,
-            format!("{n}: size {} vs GETATTR {}", attr.filesize, g.filesize),
-        );
-        c.check(
-            attr.file_mode & 0o7777 == g.file_mode & 0o7777,
-            format!(
-                "{n}: mode {:o} vs GETATTR {:o}",
-                attr.file_mode, g.file_mode
+        // (name, from READDIR, from GETATTR); the mode in octal, permission bits only.
+        let pairs = [
+            ("type", attr.type_.to_string(), g.type_.to_string()),
+            ("size", attr.filesize.to_string(), g.filesize.to_string()),
+            (
+                "mode",
+                format!("{:o}", attr.file_mode & 0o7777),
+                format!("{:o}", g.file_mode & 0o7777),
             ),
-        );
-        c.check(
-            attr.fileid == g.fileid,
-            format!("{n}: fileid {} vs GETATTR {}", attr.fileid, g.fileid),
-        );
-        c.check(
-            attr.nlink == g.nlink,
-            format!("{n}: nlink {} vs GETATTR {}", attr.nlink, g.nlink),
-        );
-        c.check(
-            e.fileid == g.fileid,
-            format!("{n}: entry fileid {} vs GETATTR {}", e.fileid, g.fileid),
-        );
+            ("fileid", attr.fileid.to_string(), g.fileid.to_string()),
+            ("nlink", attr.nlink.to_string(), g.nlink.to_string()),
+            ("entry fileid", e.fileid.to_string(), g.fileid.to_string()),
+        ];
+        for (field, listed, got) in pairs {
+            c.check(
+                listed == got,
+                format!("{n}: {field} {listed} vs GETATTR {got}"),
+            );
+        }
         if !e.handle.is_empty() {
             c.check(
                 e.handle == real.fh,
@@ -148,10 +140,11 @@ async fn readdir_attributes_match_getattr_and_host() {
         m.rename_path("d/file-6", "d/file-5"),
     )
     .await;
-    c.expect_err(
+    c.call_err(
         "GETATTR of a file replaced by RENAME",
-        timed("getattr", m.getattr(victim)).await,
+        m.getattr(victim),
         &[nfs_rs::Nfs4ErrorCode::NFS4ERR_STALE],
-    );
+    )
+    .await;
     c.finish();
 }

@@ -7,15 +7,15 @@ use std::os::unix::fs::PermissionsExt;
 
 use bytes::Bytes;
 use nfs_rs::OPEN_BOTH;
-use txnfs_e2e::fixtures::{must, start_and_mount};
+use txnfs_e2e::fixtures::{
+    check_read_path, create_open, must, set_mode, start_and_mount, CheckCalls,
+};
 use txnfs_e2e::{create_with, list_dir, ok, read_exact, timed, Checks, ServerKind};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn offsets_beyond_4gib_and_zero_length_io() {
     let (server, m) = start_and_mount().await;
-    let fh = must(&server, "create", m.create_path("huge", Some(0o644)))
-        .await
-        .fh;
+    let fh = create_open(&server, &*m, "huge").await;
     let far: u64 = 5 << 30;
     txnfs_e2e::write_all(&server, &*m, &fh, far, b"past 4GiB").await;
     let mut c = Checks::new(&server);
@@ -92,12 +92,7 @@ async fn special_mode_bits() {
     let mut c = Checks::new(&server);
     let f = create_with(&server, &*m, "suid", 0o644, b"#!/bin/sh\n").await;
     for mode in [0o4755, 0o2755, 0o0000, 0o0777] {
-        must(
-            &server,
-            "chmod",
-            m.setattr(f.clone(), None, Some(mode), None, None, None, None, None),
-        )
-        .await;
+        must(&server, "chmod", set_mode(&*m, &f, mode)).await;
         let attr = must(&server, "getattr", m.getattr(f.clone())).await;
         c.check(
             attr.file_mode & 0o7777 == mode,
@@ -115,12 +110,7 @@ async fn special_mode_bits() {
     let d = must(&server, "mkdir", m.mkdir_path("sticky", 0o755))
         .await
         .fh;
-    must(
-        &server,
-        "chmod dir",
-        m.setattr(d.clone(), None, Some(0o1777), None, None, None, None, None),
-    )
-    .await;
+    must(&server, "chmod dir", set_mode(&*m, &d, 0o1777)).await;
     let attr = must(&server, "getattr dir", m.getattr(d)).await;
     c.check(
         attr.file_mode & 0o7777 == 0o1777,
@@ -137,10 +127,8 @@ async fn renames_that_change_nothing_and_handles_after_parent_rename() {
     must(&server, "link", m.link_path("f", "g")).await;
     // Renaming one name of a file onto another name of the same file does
     // nothing (POSIX rename(2), RFC 8881 18.26.4): both names remain.
-    c.expect_ok(
-        "rename f -> g (same file)",
-        timed("rename", m.rename_path("f", "g")).await,
-    );
+    c.call_ok("rename f -> g (same file)", m.rename_path("f", "g"))
+        .await;
     c.check(
         m.lookup_path("f").await.is_ok(),
         "name f vanished after rename onto its hard link",
@@ -188,14 +176,14 @@ async fn host_side_changes_are_visible() {
         names.contains(&"made-on-host".to_string()),
         format!("host-made dir not listed: {names:?}"),
     );
-    let back = c.expect_ok(
+    check_read_path(
+        &mut c,
+        &*m,
         "read host-made file",
-        timed("read", m.read_path("made-on-host/a.txt", 0, 100)).await,
-    );
-    c.check(
-        back.as_deref() == Some(&b"from the host"[..]),
-        format!("{back:?}"),
-    );
+        "made-on-host/a.txt",
+        b"from the host",
+    )
+    .await;
 
     // A file read over NFS, then rewritten on the host, reads the new bytes.
     let fh = create_with(&server, &*m, "x", 0o644, b"version one").await;
@@ -228,11 +216,12 @@ async fn host_side_changes_are_visible() {
             ),
             Ok(_) => c.check(false, "LOOKUP of a host-removed file succeeded"),
         }
-        c.expect_err(
+        c.call_err(
             "GETATTR of a host-removed file's handle",
-            timed("getattr", m.getattr(fh.clone())).await,
+            m.getattr(fh.clone()),
             &[nfs_rs::Nfs4ErrorCode::NFS4ERR_STALE],
-        );
+        )
+        .await;
     }
 
     // Renamed on the host: the handle still names the file.

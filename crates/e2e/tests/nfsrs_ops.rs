@@ -6,19 +6,16 @@
 use std::collections::HashSet;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
-use nfs_rs::{Mount, Nfs4ErrorCode, NfsError, Time, OPEN_BOTH, OPEN_READ};
-use txnfs_e2e::fixtures::{must, must_fail, start_and_mount};
+use nfs_rs::{Mount, Nfs4ErrorCode, NfsError, OPEN_BOTH, OPEN_READ};
+use txnfs_e2e::fixtures::{
+    close_both, create_open, host_file, must, must_be_denied, must_fail, set_mode, set_size,
+    set_times, start_and_mount, two_openers, whole_second, TwoOpeners, NF4DIR, NF4LNK, NF4REG,
+    READ_LT, WRITE_LT,
+};
 use txnfs_e2e::{
     create_with, is_denied, is_nfs4, join_all, list_dir, ok, pattern, read_exact, write_all,
+    ServerGuard,
 };
-
-/// NFSv4 `nfs_ftype4` values as reported in `Attr::type_`.
-const NF4REG: u32 = 1;
-const NF4DIR: u32 = 2;
-const NF4LNK: u32 = 5;
-/// Lock types for `Mount::lock` / `lock_test`.
-const READ_LT: u32 = 1;
-const WRITE_LT: u32 = 2;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_write_read_roundtrip() {
@@ -45,16 +42,14 @@ async fn create_write_read_roundtrip() {
     must(&server, "close", m.close(opened.fh)).await;
     assert_eq!(back, data, "bytes read back over NFS");
 
-    let on_disk = std::fs::read(server.export_dir().join("hello.txt")).expect("host file");
+    let on_disk = host_file(&server, "hello.txt");
     assert_eq!(on_disk, data, "bytes on the host disk");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_beyond_eof_leaves_hole() {
     let (server, m) = start_and_mount().await;
-    let fh = must(&server, "create", m.create_path("sparse", Some(0o644)))
-        .await
-        .fh;
+    let fh = create_open(&server, &*m, "sparse").await;
     const FAR: u64 = 1 << 20;
     write_all(&server, &*m, &fh, 0, b"head").await;
     write_all(&server, &*m, &fh, FAR, b"tail").await;
@@ -82,7 +77,7 @@ async fn write_beyond_eof_leaves_hole() {
     let past = must(&server, "read past eof", m.read(fh.clone(), FAR + 100, 16)).await;
     assert!(past.is_empty(), "read past EOF returns no bytes");
 
-    let on_disk = std::fs::read(server.export_dir().join("sparse")).expect("host file");
+    let on_disk = host_file(&server, "sparse");
     assert_eq!(on_disk, all);
 }
 
@@ -92,9 +87,7 @@ async fn large_write_read_8mib() {
     const SIZE: usize = 8 << 20;
     const CHUNK: usize = 1 << 20;
     let data = pattern(8, SIZE);
-    let fh = must(&server, "create", m.create_path("big.bin", Some(0o644)))
-        .await
-        .fh;
+    let fh = create_open(&server, &*m, "big.bin").await;
     for (i, chunk) in data.chunks(CHUNK).enumerate() {
         write_all(&server, &*m, &fh, (i * CHUNK) as u64, chunk).await;
     }
@@ -116,7 +109,7 @@ async fn large_write_read_8mib() {
     );
     assert_eq!(&piece[..], &data[off..off + 5000]);
 
-    let on_disk = std::fs::read(server.export_dir().join("big.bin")).expect("host file");
+    let on_disk = host_file(&server, "big.bin");
     assert!(on_disk == data, "host file differs from written data");
 }
 
@@ -151,12 +144,7 @@ async fn setattr_chmod_truncate_times() {
     let host = server.export_dir().join("f");
 
     // chmod
-    must(
-        &server,
-        "setattr mode",
-        m.setattr(fh.clone(), None, Some(0o600), None, None, None, None, None),
-    )
-    .await;
+    must(&server, "setattr mode", set_mode(&*m, &fh, 0o600)).await;
     let attr = must(&server, "getattr", m.getattr(fh.clone())).await;
     assert_eq!(attr.file_mode & 0o7777, 0o600);
     assert_eq!(
@@ -165,12 +153,7 @@ async fn setattr_chmod_truncate_times() {
     );
 
     // truncate down
-    must(
-        &server,
-        "setattr size 10",
-        m.setattr(fh.clone(), None, None, None, None, Some(10), None, None),
-    )
-    .await;
+    must(&server, "setattr size 10", set_size(&*m, &fh, 10)).await;
     let attr = must(&server, "getattr", m.getattr(fh.clone())).await;
     assert_eq!(attr.filesize, 10);
     let back = ok(&server, "read", read_exact(&*m, fh.clone(), 0, 100).await);
@@ -178,12 +161,7 @@ async fn setattr_chmod_truncate_times() {
     assert_eq!(std::fs::metadata(&host).unwrap().len(), 10);
 
     // extend: the new range reads as zeros
-    must(
-        &server,
-        "setattr size 5000",
-        m.setattr(fh.clone(), None, None, None, None, Some(5000), None, None),
-    )
-    .await;
+    must(&server, "setattr size 5000", set_size(&*m, &fh, 5000)).await;
     let back = ok(&server, "read", read_exact(&*m, fh.clone(), 0, 6000).await);
     assert_eq!(back.len(), 5000);
     assert_eq!(&back[..10], &data[..10]);
@@ -191,29 +169,9 @@ async fn setattr_chmod_truncate_times() {
     assert_eq!(std::fs::read(&host).unwrap(), back);
 
     // times (SET_TO_CLIENT_TIME)
-    let atime = Time {
-        seconds: 1_000_000_000,
-        nseconds: 0,
-    };
-    let mtime = Time {
-        seconds: 1_234_567_890,
-        nseconds: 0,
-    };
-    must(
-        &server,
-        "setattr times",
-        m.setattr(
-            fh.clone(),
-            None,
-            None,
-            None,
-            None,
-            None,
-            Some(atime),
-            Some(mtime),
-        ),
-    )
-    .await;
+    let atime = whole_second(1_000_000_000);
+    let mtime = whole_second(1_234_567_890);
+    must(&server, "setattr times", set_times(&*m, &fh, atime, mtime)).await;
     let attr = must(&server, "getattr", m.getattr(fh.clone())).await;
     assert_eq!(attr.mtime.seconds, mtime.seconds, "mtime over NFS");
     assert_eq!(attr.atime.seconds, atime.seconds, "atime over NFS");
@@ -581,29 +539,18 @@ async fn open_close_semantics() {
         "OPEN of a directory: want ISDIR, got {e:?}"
     );
     must(&server, "umount", m.umount()).await;
-    assert_eq!(
-        std::fs::read(server.export_dir().join("f")).unwrap(),
-        b"012abc6789"
-    );
+    assert_eq!(host_file(&server, "f"), b"012abc6789");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn byte_range_locks_two_clients() {
-    let (server, a) = start_and_mount().await;
-    let b = server.mount().await;
+    let server = ServerGuard::start_default();
+    // LOCK needs an open stateid: both clients open the file.
+    let TwoOpeners { a, b, fa, fb } = two_openers(&server, "locked", &[0u8; 1000]).await;
     assert!(
         a.capabilities().locks,
         "nfs-rs reports lock support on v4.1"
     );
-    create_with(&server, &*a, "locked", 0o644, &[0u8; 1000]).await;
-
-    // LOCK needs an open stateid: both clients open the file.
-    let fa = must(&server, "open a", a.open_path("locked", OPEN_BOTH))
-        .await
-        .fh;
-    let fb = must(&server, "open b", b.open_path("locked", OPEN_BOTH))
-        .await
-        .fh;
 
     // A takes a write lock on [0, 100).
     let tok_a = must(
@@ -624,13 +571,12 @@ async fn byte_range_locks_two_clients() {
         is_denied(&e),
         "LOCKT over a held lock: want DENIED, got {e:?}"
     );
-    let e = must_fail(
+    must_be_denied(
         &server,
         "lockt b read [99,1)",
         b.lock_test(fb.clone(), READ_LT, 99, 1),
     )
     .await;
-    assert!(is_denied(&e), "got {e:?}");
     let e = must_fail(
         &server,
         "lock b [0,10)",
@@ -688,32 +634,23 @@ async fn byte_range_locks_two_clients() {
     )
     .await;
     // And now A is the one refused.
-    let e = must_fail(
+    must_be_denied(
         &server,
         "lockt a [5,1)",
         a.lock_test(fa.clone(), WRITE_LT, 5, 1),
     )
     .await;
-    assert!(is_denied(&e), "got {e:?}");
 
     must(&server, "unlock b2", b.unlock_stateful(tok_b2)).await;
-    must(&server, "close a", a.close(fa)).await;
-    must(&server, "close b", b.close(fb)).await;
+    close_both(&server, &*a, fa, &*b, fb).await;
     must(&server, "umount b", b.umount()).await;
     must(&server, "umount a", a.umount()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_locks_share_write_lock_excludes() {
-    let (server, a) = start_and_mount().await;
-    let b = server.mount().await;
-    create_with(&server, &*a, "shared", 0o644, &[1u8; 100]).await;
-    let fa = must(&server, "open a", a.open_path("shared", OPEN_BOTH))
-        .await
-        .fh;
-    let fb = must(&server, "open b", b.open_path("shared", OPEN_BOTH))
-        .await
-        .fh;
+    let server = ServerGuard::start_default();
+    let TwoOpeners { a, b, fa, fb } = two_openers(&server, "shared", &[1u8; 100]).await;
 
     let ra = must(
         &server,
@@ -727,13 +664,12 @@ async fn read_locks_share_write_lock_excludes() {
         b.lock_stateful(fb.clone(), READ_LT, 10, 50),
     )
     .await;
-    let e = must_fail(
+    must_be_denied(
         &server,
         "lockt write b",
         b.lock_test(fb.clone(), WRITE_LT, 0, 5),
     )
     .await;
-    assert!(is_denied(&e), "got {e:?}");
     must(&server, "unlock a", a.unlock_stateful(ra)).await;
     must(&server, "unlock b", b.unlock_stateful(rb)).await;
     must(
@@ -742,8 +678,7 @@ async fn read_locks_share_write_lock_excludes() {
         b.lock_test(fb.clone(), WRITE_LT, 0, 100),
     )
     .await;
-    must(&server, "close a", a.close(fa)).await;
-    must(&server, "close b", b.close(fb)).await;
+    close_both(&server, &*a, fa, &*b, fb).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -777,15 +712,8 @@ async fn fsinfo_fsstat_access() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn same_owner_locks_do_not_conflict() {
-    let (server, a) = start_and_mount().await;
-    let b = server.mount().await;
-    create_with(&server, &*a, "mine", 0o644, &[0u8; 300]).await;
-    let fa = must(&server, "open a", a.open_path("mine", OPEN_BOTH))
-        .await
-        .fh;
-    let fb = must(&server, "open b", b.open_path("mine", OPEN_BOTH))
-        .await
-        .fh;
+    let server = ServerGuard::start_default();
+    let TwoOpeners { a, b, fa, fb } = two_openers(&server, "mine", &[0u8; 300]).await;
     let t1 = must(
         &server,
         "lock [0,100)",
@@ -821,6 +749,5 @@ async fn same_owner_locks_do_not_conflict() {
         b.lock_test(fb.clone(), WRITE_LT, 0, 300),
     )
     .await;
-    must(&server, "close a", a.close(fa)).await;
-    must(&server, "close b", b.close(fb)).await;
+    close_both(&server, &*a, fa, &*b, fb).await;
 }

@@ -3,8 +3,10 @@
 //! session, directory paging with small replies, and WRITE/COMMIT verifiers.
 
 use bytes::Bytes;
-use nfs_rs::{DirectoryCookie, Mount, Nfs4ErrorCode as E, Time, WriteCommitted, OPEN_BOTH};
-use txnfs_e2e::fixtures::{must, start_and_mount};
+use nfs_rs::{DirectoryCookie, Mount, Nfs4ErrorCode as E, WriteCommitted, OPEN_BOTH};
+use txnfs_e2e::fixtures::{
+    create_open, must, set_mode, set_size, set_times, start_and_mount, whole_second, CheckCalls,
+};
 use txnfs_e2e::{
     create_with, join_all, list_dir, ok, pattern, read_exact, timed, Checks, ServerGuard,
 };
@@ -20,33 +22,18 @@ async fn size_limits() {
 
     // Offsets past the maximum file size.
     must(&server, "open", m.open_path("g", OPEN_BOTH)).await;
-    c.expect_err(
+    c.call_err(
         "WRITE at offset u64::MAX - 2",
-        timed(
-            "write",
-            m.write(fh.clone(), u64::MAX - 2, Bytes::from_static(b"xyz")),
-        )
-        .await,
+        m.write(fh.clone(), u64::MAX - 2, Bytes::from_static(b"xyz")),
         &[E::NFS4ERR_FBIG, E::NFS4ERR_INVAL],
-    );
-    c.expect_err(
+    )
+    .await;
+    c.call_err(
         "SETATTR size u64::MAX",
-        timed(
-            "setattr",
-            m.setattr(
-                fh.clone(),
-                None,
-                None,
-                None,
-                None,
-                Some(u64::MAX),
-                None,
-                None,
-            ),
-        )
-        .await,
+        set_size(&*m, &fh, u64::MAX),
         &[E::NFS4ERR_FBIG, E::NFS4ERR_INVAL],
-    );
+    )
+    .await;
     match timed("read", m.read(fh.clone(), u64::MAX - 10, 5)).await {
         Ok(b) => c.check(b.is_empty(), "READ far past EOF returned bytes"),
         // Ganesha answers FBIG for an offset past its maximum file size.
@@ -67,40 +54,9 @@ async fn timestamps_follow_changes() {
     let (server, m) = start_and_mount().await;
     let dir = must(&server, "mkdir", m.mkdir_path("d", 0o755)).await.fh;
     let fh = create_with(&server, &*m, "d/f", 0o644, b"v1").await;
-    let old = Time {
-        seconds: 1_000_000_000,
-        nseconds: 0,
-    };
-    must(
-        &server,
-        "set old times",
-        m.setattr(
-            fh.clone(),
-            None,
-            None,
-            None,
-            None,
-            None,
-            Some(old),
-            Some(old),
-        ),
-    )
-    .await;
-    must(
-        &server,
-        "set old dir times",
-        m.setattr(
-            dir.clone(),
-            None,
-            None,
-            None,
-            None,
-            None,
-            Some(old),
-            Some(old),
-        ),
-    )
-    .await;
+    let old = whole_second(1_000_000_000);
+    must(&server, "set old times", set_times(&*m, &fh, old, old)).await;
+    must(&server, "set old dir times", set_times(&*m, &dir, old, old)).await;
     let before = must(&server, "getattr", m.getattr(fh.clone())).await;
     let mut c = Checks::new(&server);
     c.check(before.mtime.seconds == old.seconds, "mtime was not set");
@@ -123,12 +79,7 @@ async fn timestamps_follow_changes() {
     // SETATTR mode moves ctime, not mtime.
     let t0 = after;
     std::thread::sleep(std::time::Duration::from_millis(20));
-    must(
-        &server,
-        "chmod",
-        m.setattr(fh.clone(), None, Some(0o600), None, None, None, None, None),
-    )
-    .await;
+    must(&server, "chmod", set_mode(&*m, &fh, 0o600)).await;
     let t1 = must(&server, "getattr", m.getattr(fh.clone())).await;
     c.check(
         (t1.ctime.seconds, t1.ctime.nseconds) > (t0.ctime.seconds, t0.ctime.nseconds),
@@ -340,9 +291,7 @@ async fn readdir_small_pages_and_resume() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_commit_verifiers() {
     let (server, m) = start_and_mount().await;
-    let fh = must(&server, "create", m.create_path("v", Some(0o644)))
-        .await
-        .fh;
+    let fh = create_open(&server, &*m, "v").await;
     let w1 = must(
         &server,
         "write 1",

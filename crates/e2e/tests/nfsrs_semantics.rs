@@ -6,7 +6,9 @@ use std::os::unix::fs::MetadataExt;
 
 use bytes::Bytes;
 use nfs_rs::{Nfs4ErrorCode as E, OPEN_BOTH};
-use txnfs_e2e::fixtures::{expect_code, must, must_fail, start_and_mount};
+use txnfs_e2e::fixtures::{
+    expect_code, host_file, must, must_fail, must_fail_with, set_size, start_and_mount,
+};
 use txnfs_e2e::{create_with, err, join_all, list_dir, ok, pattern, read_exact, timed, write_all};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -15,59 +17,49 @@ async fn bad_names_are_rejected() {
     let root = m.getfh().await;
 
     let long = "n".repeat(256);
-    let e = must_fail(
+    must_fail_with(
         &server,
-        "create 256-byte name",
+        "256-byte name",
         m.create(root.clone(), &long, Some(0o644)),
+        &[E::NFS4ERR_NAMETOOLONG],
     )
     .await;
-    expect_code(&server, "256-byte name", &e, &[E::NFS4ERR_NAMETOOLONG]);
-    let e = must_fail(
-        &server,
-        "lookup 256-byte name",
-        m.lookup(root.clone(), &long),
-    )
-    .await;
-    expect_code(
+    must_fail_with(
         &server,
         "LOOKUP 256-byte name",
-        &e,
+        m.lookup(root.clone(), &long),
         &[E::NFS4ERR_NAMETOOLONG],
-    );
+    )
+    .await;
     // 255 bytes is fine.
     let max = "m".repeat(255);
     create_with(&server, &*m, &max, 0o644, b"ok").await;
     assert!(server.export_dir().join(&max).exists());
 
-    let e = must_fail(
+    must_fail_with(
         &server,
-        "create empty name",
+        "empty name",
         m.create(root.clone(), "", Some(0o644)),
+        &[E::NFS4ERR_INVAL],
     )
     .await;
-    expect_code(&server, "empty name", &e, &[E::NFS4ERR_INVAL]);
 
     for bad in [".", ".."] {
-        let e = must_fail(&server, "mkdir dot name", m.mkdir(root.clone(), bad, 0o755)).await;
-        expect_code(
+        must_fail_with(
             &server,
             &format!("CREATE {bad:?}"),
-            &e,
+            m.mkdir(root.clone(), bad, 0o755),
             &[E::NFS4ERR_BADNAME, E::NFS4ERR_EXIST, E::NFS4ERR_INVAL],
-        );
+        )
+        .await;
     }
-    let e = must_fail(
-        &server,
-        "create name with slash",
-        m.create(root.clone(), "a/b", Some(0o644)),
-    )
-    .await;
-    expect_code(
+    must_fail_with(
         &server,
         "name with '/'",
-        &e,
+        m.create(root.clone(), "a/b", Some(0o644)),
         &[E::NFS4ERR_BADNAME, E::NFS4ERR_BADCHAR, E::NFS4ERR_INVAL],
-    );
+    )
+    .await;
     assert!(!server.export_dir().join("a").exists());
 }
 
@@ -91,10 +83,7 @@ async fn unicode_names_roundtrip() {
     for (i, name) in names.iter().enumerate() {
         let back = must(&server, "read", m.read_path(name, 0, 100)).await;
         assert_eq!(back, format!("file {i}").as_bytes());
-        assert_eq!(
-            std::fs::read(server.export_dir().join(name)).unwrap(),
-            format!("file {i}").as_bytes()
-        );
+        assert_eq!(host_file(&server, name), format!("file {i}").as_bytes());
     }
 }
 
@@ -104,22 +93,27 @@ async fn wrong_object_types() {
     let dir = must(&server, "mkdir", m.mkdir_path("d", 0o755)).await.fh;
     let file = create_with(&server, &*m, "f", 0o644, b"data").await;
 
-    let e = must_fail(&server, "read dir", m.read(dir.clone(), 0, 10)).await;
-    expect_code(&server, "READ of a directory", &e, &[E::NFS4ERR_ISDIR]);
-    let e = must_fail(
+    must_fail_with(
         &server,
-        "write dir",
-        m.write(dir.clone(), 0, Bytes::from_static(b"x")),
+        "READ of a directory",
+        m.read(dir.clone(), 0, 10),
+        &[E::NFS4ERR_ISDIR],
     )
     .await;
-    expect_code(&server, "WRITE to a directory", &e, &[E::NFS4ERR_ISDIR]);
-    let e = must_fail(&server, "readlink file", m.readlink(file.clone())).await;
-    expect_code(
+    must_fail_with(
+        &server,
+        "WRITE to a directory",
+        m.write(dir.clone(), 0, Bytes::from_static(b"x")),
+        &[E::NFS4ERR_ISDIR],
+    )
+    .await;
+    must_fail_with(
         &server,
         "READLINK of a regular file",
-        &e,
+        m.readlink(file.clone()),
         &[E::NFS4ERR_INVAL],
-    );
+    )
+    .await;
     let e = err(&server, "readdir file", list_dir(&*m, file.clone()).await);
     expect_code(
         &server,
@@ -127,39 +121,34 @@ async fn wrong_object_types() {
         &e,
         &[E::NFS4ERR_NOTDIR],
     );
-    let e = must_fail(&server, "lookup in file", m.lookup(file.clone(), "x")).await;
-    expect_code(
+    must_fail_with(
         &server,
         "LOOKUP in a regular file",
-        &e,
+        m.lookup(file.clone(), "x"),
         &[E::NFS4ERR_NOTDIR],
-    );
-    let e = must_fail(
-        &server,
-        "create in file",
-        m.create(file.clone(), "x", Some(0o644)),
     )
     .await;
-    expect_code(
+    must_fail_with(
         &server,
         "OPEN/CREATE with a file as directory",
-        &e,
+        m.create(file.clone(), "x", Some(0o644)),
         &[E::NFS4ERR_NOTDIR],
-    );
-    let e = must_fail(&server, "link dir", m.link_path("d", "d2")).await;
-    expect_code(&server, "LINK of a directory", &e, &[E::NFS4ERR_ISDIR]);
-    let e = must_fail(
-        &server,
-        "truncate dir",
-        m.setattr(dir.clone(), None, None, None, None, Some(0), None, None),
     )
     .await;
-    expect_code(
+    must_fail_with(
+        &server,
+        "LINK of a directory",
+        m.link_path("d", "d2"),
+        &[E::NFS4ERR_ISDIR],
+    )
+    .await;
+    must_fail_with(
         &server,
         "SETATTR size on a directory",
-        &e,
+        set_size(&*m, &dir, 0),
         &[E::NFS4ERR_ISDIR, E::NFS4ERR_INVAL],
-    );
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -172,36 +161,36 @@ async fn rename_edge_cases() {
     create_with(&server, &*m, "file", 0o644, b"file").await;
 
     // A directory cannot move into its own subtree.
-    let e = must_fail(&server, "rename into self", m.rename_path("a", "a/sub/a")).await;
-    expect_code(
+    must_fail_with(
         &server,
         "RENAME dir into its own subdir",
-        &e,
+        m.rename_path("a", "a/sub/a"),
         &[E::NFS4ERR_INVAL],
-    );
+    )
+    .await;
     // Directory over a non-empty directory.
-    let e = must_fail(&server, "rename over non-empty", m.rename_path("a", "full")).await;
-    expect_code(
+    must_fail_with(
         &server,
         "RENAME dir over non-empty dir",
-        &e,
+        m.rename_path("a", "full"),
         &[E::NFS4ERR_EXIST, E::NFS4ERR_NOTEMPTY],
-    );
+    )
+    .await;
     // File over directory and directory over file.
-    let e = must_fail(&server, "rename file over dir", m.rename_path("file", "a")).await;
-    expect_code(
+    must_fail_with(
         &server,
         "RENAME file over dir",
-        &e,
+        m.rename_path("file", "a"),
         &[E::NFS4ERR_EXIST, E::NFS4ERR_ISDIR],
-    );
-    let e = must_fail(&server, "rename dir over file", m.rename_path("a", "file")).await;
-    expect_code(
+    )
+    .await;
+    must_fail_with(
         &server,
         "RENAME dir over file",
-        &e,
+        m.rename_path("a", "file"),
         &[E::NFS4ERR_EXIST, E::NFS4ERR_NOTDIR],
-    );
+    )
+    .await;
     // Rename onto itself is a no-op success.
     must(&server, "rename onto itself", m.rename_path("file", "file")).await;
     // Directory over an empty directory replaces it.
@@ -214,10 +203,7 @@ async fn rename_edge_cases() {
     .await;
     assert!(server.export_dir().join("empty/sub").is_dir());
     assert!(!server.export_dir().join("a").exists());
-    assert_eq!(
-        std::fs::read(server.export_dir().join("file")).unwrap(),
-        b"file"
-    );
+    assert_eq!(host_file(&server, "file"), b"file");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -229,35 +215,40 @@ async fn removed_file_handle_is_stale() {
         .fh;
     must(&server, "remove", m.remove_path("gone")).await;
     must(&server, "rmdir", m.rmdir_path("gonedir")).await;
-    let e = must_fail(&server, "getattr removed", m.getattr(fh.clone())).await;
-    expect_code(
+    must_fail_with(
         &server,
         "GETATTR of a removed file",
-        &e,
+        m.getattr(fh.clone()),
         &[E::NFS4ERR_STALE],
-    );
-    let e = must_fail(&server, "read removed", m.read(fh.clone(), 0, 10)).await;
-    expect_code(&server, "READ of a removed file", &e, &[E::NFS4ERR_STALE]);
-    let e = must_fail(&server, "lookup in removed dir", m.lookup(dir.clone(), "x")).await;
-    expect_code(
+    )
+    .await;
+    must_fail_with(
+        &server,
+        "READ of a removed file",
+        m.read(fh.clone(), 0, 10),
+        &[E::NFS4ERR_STALE],
+    )
+    .await;
+    must_fail_with(
         &server,
         "LOOKUP in a removed dir",
-        &e,
+        m.lookup(dir.clone(), "x"),
         &[E::NFS4ERR_STALE, E::NFS4ERR_NOENT],
-    );
+    )
+    .await;
 
     // A handle the server never issued.
     let mut forged = fh.to_vec();
     for b in forged.iter_mut() {
         *b ^= 0x5a;
     }
-    let e = must_fail(&server, "getattr forged", m.getattr(Bytes::from(forged))).await;
-    expect_code(
+    must_fail_with(
         &server,
         "GETATTR of a forged handle",
-        &e,
+        m.getattr(Bytes::from(forged)),
         &[E::NFS4ERR_BADHANDLE, E::NFS4ERR_STALE, E::NFS4ERR_FHEXPIRED],
-    );
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -298,13 +289,13 @@ async fn second_client_sees_changes() {
     let moved = must(&server, "lookup new b", b.lookup_path("moved")).await;
     assert_eq!(moved.fh, fh);
     must(&server, "remove a", a.remove_path("moved")).await;
-    let e = must_fail(&server, "getattr b after remove", b.getattr(fh.clone())).await;
-    expect_code(
+    must_fail_with(
         &server,
         "GETATTR of a file removed by another client",
-        &e,
+        b.getattr(fh.clone()),
         &[E::NFS4ERR_STALE],
-    );
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -419,12 +410,7 @@ async fn chown_as_root() {
 async fn truncate_to_zero_and_rewrite() {
     let (server, m) = start_and_mount().await;
     let fh = create_with(&server, &*m, "t", 0o644, &pattern(1, 50_000)).await;
-    must(
-        &server,
-        "truncate 0",
-        m.setattr(fh.clone(), None, None, None, None, Some(0), None, None),
-    )
-    .await;
+    must(&server, "truncate 0", set_size(&*m, &fh, 0)).await;
     let back = must(&server, "read empty", m.read(fh.clone(), 0, 100)).await;
     assert!(back.is_empty());
     must(&server, "open", m.open_path("t", OPEN_BOTH)).await;
@@ -432,8 +418,5 @@ async fn truncate_to_zero_and_rewrite() {
     must(&server, "close", m.close(fh.clone())).await;
     let attr = must(&server, "getattr", m.getattr(fh.clone())).await;
     assert_eq!(attr.filesize, 5);
-    assert_eq!(
-        std::fs::read(server.export_dir().join("t")).unwrap(),
-        b"fresh"
-    );
+    assert_eq!(host_file(&server, "t"), b"fresh");
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use txnfs_e2e::fixtures::must;
-use txnfs_e2e::{create_with, join_all, ok, pattern, read_exact, timed, ServerGuard};
+use txnfs_e2e::{create_with, join_all, ok, pattern, read_exact, timed, write_all, ServerGuard};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_requests_then_reconnect() {
@@ -77,13 +77,7 @@ async fn cancelled_requests_then_reconnect() {
         "the poll-once rounds should have been cut off"
     );
     let data = pattern(4, 3 << 20);
-    let n = must(
-        &server,
-        "write_all after reconnects",
-        nfs_rs::write_all(&*m, fh.clone(), 0, Bytes::from(data.clone())),
-    )
-    .await;
-    assert_eq!(n, data.len() as u64);
+    write_all(&server, &*m, &fh, 0, &data).await;
     let back = ok(
         &server,
         "read",

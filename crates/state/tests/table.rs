@@ -44,16 +44,11 @@ fn new_lock(
     offset: u64,
     length: u64,
 ) -> LockRequest {
-    LockRequest {
-        file,
-        lock_type,
-        offset,
-        length,
-        locker: Locker::NewOwner {
-            open_stateid: open,
-            lock_owner: owner.to_vec(),
-        },
-    }
+    let locker = Locker::NewOwner {
+        open_stateid: open,
+        lock_owner: owner.to_vec(),
+    };
+    lock_request(file, locker, lock_type, offset, length)
 }
 
 fn existing_lock(
@@ -63,12 +58,23 @@ fn existing_lock(
     offset: u64,
     length: u64,
 ) -> LockRequest {
+    let locker = Locker::Existing { lock_stateid: sid };
+    lock_request(file, locker, lock_type, offset, length)
+}
+
+fn lock_request(
+    file: FileId,
+    locker: Locker,
+    lock_type: LockType,
+    offset: u64,
+    length: u64,
+) -> LockRequest {
     LockRequest {
         file,
         lock_type,
         offset,
         length,
-        locker: Locker::Existing { lock_stateid: sid },
+        locker,
     }
 }
 
