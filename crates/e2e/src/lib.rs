@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod fixtures;
 pub use nfs_rs;
 
 /// How long a server gets to start accepting connections.

@@ -5,6 +5,7 @@
 
 use bytes::Bytes;
 use nfs_rs::{Nfs4ErrorCode as E, OPEN_READ, OPEN_WRITE};
+use txnfs_e2e::fixtures::{check_read_path, must, set_mode_at, set_size_at, CheckCalls};
 use txnfs_e2e::{create_with, list_dir, ok, timed, Checks, ServerGuard, ServerKind, ServerOpts};
 
 fn start() -> ServerGuard {
@@ -51,16 +52,8 @@ async fn exports_are_separate_trees() {
     c.check(la == vec!["in-a".to_string()], format!("/a lists {la:?}"));
 
     // Distinct file systems: different fsids, different root handles.
-    let ra = ok(
-        &server,
-        "getattr a",
-        timed("getattr", a.getattr(a.getfh().await)).await,
-    );
-    let rb = ok(
-        &server,
-        "getattr b",
-        timed("getattr", b.getattr(b.getfh().await)).await,
-    );
+    let ra = must(&server, "getattr a", a.getattr(a.getfh().await)).await;
+    let rb = must(&server, "getattr b", b.getattr(b.getfh().await)).await;
     // (Ganesha's VFS FSAL reports the fsid of the host file system, shared
     // by /a and /b here, so this is checked on txnfs only.)
     if server.kind() == ServerKind::Txnfs {
@@ -73,12 +66,7 @@ async fn exports_are_separate_trees() {
 
     // A handle from /a used through the /b mount still names the /a file
     // (handles are server-wide), never a /b object.
-    let fa = ok(
-        &server,
-        "lookup a",
-        timed("lookup", a.lookup_path("in-a")).await,
-    )
-    .fh;
+    let fa = must(&server, "lookup a", a.lookup_path("in-a")).await.fh;
     match timed("read via b", b.read(fa, 0, 10)).await {
         Ok(bytes) => c.check(
             &bytes[..] == b"AAA",
@@ -99,54 +87,63 @@ async fn exports_are_separate_trees() {
         names == vec!["a", "b", "deep", "ro"],
         format!("pseudo-root lists {names:?}"),
     );
-    let rattr = ok(
+    let rattr = must(
         &server,
         "getattr pseudo root",
-        timed("getattr", root.getattr(root.getfh().await)).await,
-    );
+        root.getattr(root.getfh().await),
+    )
+    .await;
     c.check(rattr.type_ == 2, "pseudo-root is not a directory");
-    c.expect_err(
+    c.call_err(
         "CREATE in the pseudo-root",
-        timed("create", root.create(root.getfh().await, "x", Some(0o644))).await,
+        root.create(root.getfh().await, "x", Some(0o644)),
         &[E::NFS4ERR_ROFS, E::NFS4ERR_ACCESS, E::NFS4ERR_PERM],
-    );
-    c.expect_err(
+    )
+    .await;
+    c.call_err(
         "MKDIR in the pseudo-root",
-        timed("mkdir", root.mkdir_path("newdir", 0o755)).await,
+        root.mkdir_path("newdir", 0o755),
         &[E::NFS4ERR_ROFS, E::NFS4ERR_ACCESS, E::NFS4ERR_PERM],
-    );
-    c.expect_err(
+    )
+    .await;
+    c.call_err(
         "LOOKUP of a missing name in the pseudo-root",
-        timed("lookup", root.lookup_path("nope")).await,
+        root.lookup_path("nope"),
         &[E::NFS4ERR_NOENT],
-    );
+    )
+    .await;
     // Walking from the pseudo-root into an export crosses into it.
-    let via_root = c.expect_ok(
-        "LOOKUP a/in-a from the pseudo-root",
-        timed("lookup", root.lookup_path("a/in-a")).await,
-    );
+    let via_root = c
+        .call_ok(
+            "LOOKUP a/in-a from the pseudo-root",
+            root.lookup_path("a/in-a"),
+        )
+        .await;
     if let Some(o) = via_root {
         c.check(
             o.attr.map(|x| x.filesize) == Some(3),
             "a/in-a via pseudo-root size",
         );
     }
-    c.expect_ok(
+    c.call_ok(
         "read deep/er/in-deep from the pseudo-root",
-        timed("read", root.read_path("deep/er/in-deep", 0, 10)).await,
-    );
+        root.read_path("deep/er/in-deep", 0, 10),
+    )
+    .await;
 
     // No rename or link across exports.
-    c.expect_err(
+    c.call_err(
         "RENAME across exports",
-        timed("rename", root.rename_path("a/in-a", "b/moved")).await,
+        root.rename_path("a/in-a", "b/moved"),
         &[E::NFS4ERR_XDEV],
-    );
-    c.expect_err(
+    )
+    .await;
+    c.call_err(
         "LINK across exports",
-        timed("link", root.link_path("a/in-a", "b/linked")).await,
+        root.link_path("a/in-a", "b/linked"),
         &[E::NFS4ERR_XDEV],
-    );
+    )
+    .await;
     c.check(
         server.export_host_dir("/a").join("in-a").exists(),
         "in-a moved",
@@ -163,79 +160,45 @@ async fn read_only_export_refuses_changes() {
     let m = server.mount_at("/ro").await;
     let mut c = Checks::new(&server);
 
-    let back = c.expect_ok(
+    check_read_path(
+        &mut c,
+        &*m,
         "READ on a read-only export",
-        timed("read", m.read_path("file", 0, 100)).await,
-    );
-    c.check(
-        back.as_deref() == Some(&b"read me"[..]),
-        format!("{back:?}"),
-    );
-    c.expect_ok(
+        "file",
+        b"read me",
+    )
+    .await;
+    c.call_ok(
         "OPEN(read) on a read-only export",
-        timed("open", m.open_path("file", OPEN_READ)).await,
-    );
+        m.open_path("file", OPEN_READ),
+    )
+    .await;
 
     let rofs = [E::NFS4ERR_ROFS];
-    c.expect_err(
-        "OPEN(write)",
-        timed("open", m.open_path("file", OPEN_WRITE)).await,
-        &rofs,
-    );
-    c.expect_err(
+    c.call_err("OPEN(write)", m.open_path("file", OPEN_WRITE), &rofs)
+        .await;
+    c.call_err(
         "WRITE (anonymous stateid)",
-        timed("write", m.write_path("file", 0, Bytes::from_static(b"X"))).await,
+        m.write_path("file", 0, Bytes::from_static(b"X")),
         &rofs,
-    );
-    c.expect_err(
-        "CREATE",
-        timed("create", m.create_path("new", Some(0o644))).await,
-        &rofs,
-    );
-    c.expect_err(
-        "MKDIR",
-        timed("mkdir", m.mkdir_path("newdir", 0o755)).await,
-        &rofs,
-    );
-    c.expect_err(
-        "REMOVE",
-        timed("remove", m.remove_path("file")).await,
-        &rofs,
-    );
-    c.expect_err("RMDIR", timed("rmdir", m.rmdir_path("dir")).await, &rofs);
-    c.expect_err(
-        "RENAME",
-        timed("rename", m.rename_path("file", "file2")).await,
-        &rofs,
-    );
-    c.expect_err(
-        "LINK",
-        timed("link", m.link_path("file", "file2")).await,
-        &rofs,
-    );
-    c.expect_err(
-        "SYMLINK",
-        timed("symlink", m.symlink_path("file", "sl")).await,
-        &rofs,
-    );
-    c.expect_err(
-        "SETATTR mode",
-        timed(
-            "setattr",
-            m.setattr_path("file", false, Some(0o600), None, None, None, None, None),
-        )
-        .await,
-        &rofs,
-    );
-    c.expect_err(
-        "SETATTR size",
-        timed(
-            "setattr",
-            m.setattr_path("file", false, None, None, None, Some(0), None, None),
-        )
-        .await,
-        &rofs,
-    );
+    )
+    .await;
+    c.call_err("CREATE", m.create_path("new", Some(0o644)), &rofs)
+        .await;
+    c.call_err("MKDIR", m.mkdir_path("newdir", 0o755), &rofs)
+        .await;
+    c.call_err("REMOVE", m.remove_path("file"), &rofs).await;
+    c.call_err("RMDIR", m.rmdir_path("dir"), &rofs).await;
+    c.call_err("RENAME", m.rename_path("file", "file2"), &rofs)
+        .await;
+    c.call_err("LINK", m.link_path("file", "file2"), &rofs)
+        .await;
+    c.call_err("SYMLINK", m.symlink_path("file", "sl"), &rofs)
+        .await;
+    c.call_err("SETATTR mode", set_mode_at(&*m, "file", 0o600), &rofs)
+        .await;
+    c.call_err("SETATTR size", set_size_at(&*m, "file", 0), &rofs)
+        .await;
     c.check(
         std::fs::read(host.join("file")).unwrap() == b"read me",
         "file changed on host",

@@ -6,7 +6,8 @@
 use std::time::{Duration, Instant};
 
 use nfs_rs::OPEN_BOTH;
-use txnfs_e2e::{create_with, ok, read_exact, timed, ServerGuard, ServerOpts};
+use txnfs_e2e::fixtures::must;
+use txnfs_e2e::{create_with, ok, read_exact, ServerGuard, ServerOpts};
 
 const LEASE: u32 = 5;
 
@@ -21,17 +22,10 @@ async fn new_state_waits_for_the_grace_period() {
     let m = server.mount().await;
     let fh = create_with(&server, &*m, "before", 0o644, b"from before the crash").await;
     // Hold an open and a lock, so the server has state to protect.
-    let f = ok(
-        &server,
-        "open",
-        timed("open", m.open_path("before", OPEN_BOTH)).await,
-    )
-    .fh;
-    let _lock = ok(
-        &server,
-        "lock",
-        timed("lock", m.lock_stateful(f, 2, 0, 10)).await,
-    );
+    let f = must(&server, "open", m.open_path("before", OPEN_BOTH))
+        .await
+        .fh;
+    let _lock = must(&server, "lock", m.lock_stateful(f, 2, 0, 10)).await;
 
     server.kill9();
     server.restart();
@@ -48,13 +42,14 @@ async fn new_state_waits_for_the_grace_period() {
     assert_eq!(back, b"from before the crash");
 
     // A new OPEN+CREATE is not allowed until the grace period is over.
-    let created = ok(
+    let created = must(
         &server,
         "create during grace",
-        timed("create", m2.create_path("after", Some(0o644))).await,
-    );
+        m2.create_path("after", Some(0o644)),
+    )
+    .await;
     let waited = restarted.elapsed();
-    ok(&server, "close", timed("close", m2.close(created.fh)).await);
+    must(&server, "close", m2.close(created.fh)).await;
     eprintln!(
         "first new OPEN after restart succeeded {waited:?} after the restart (lease {LEASE}s)"
     );
@@ -70,21 +65,19 @@ async fn new_state_waits_for_the_grace_period() {
     );
 
     // After grace: a new lock on the old file works (the old one is gone).
-    let f2 = ok(
+    let f2 = must(
         &server,
         "open after grace",
-        timed("open", m2.open_path("before", OPEN_BOTH)).await,
+        m2.open_path("before", OPEN_BOTH),
     )
+    .await
     .fh;
-    let tok = ok(
+    let tok = must(
         &server,
         "lock after grace",
-        timed("lock", m2.lock_stateful(f2.clone(), 2, 0, 10)).await,
-    );
-    ok(
-        &server,
-        "unlock",
-        timed("locku", m2.unlock_stateful(tok)).await,
-    );
-    ok(&server, "close", timed("close", m2.close(f2)).await);
+        m2.lock_stateful(f2.clone(), 2, 0, 10),
+    )
+    .await;
+    must(&server, "unlock", m2.unlock_stateful(tok)).await;
+    must(&server, "close", m2.close(f2)).await;
 }

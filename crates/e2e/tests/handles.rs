@@ -5,7 +5,8 @@
 
 use bytes::Bytes;
 use nfs_rs::{Nfs4ErrorCode as E, NfsError};
-use txnfs_e2e::{create_with, is_nfs4, ok, timed, Checks, ServerGuard};
+use txnfs_e2e::fixtures::must;
+use txnfs_e2e::{create_with, is_nfs4, timed, Checks, ServerGuard};
 
 fn refused(e: &NfsError) -> bool {
     [
@@ -28,11 +29,7 @@ async fn mutated_handles_are_refused() {
     for i in 0..20 {
         create_with(&server, &*m, &format!("other-{i}"), 0o644, b"other").await;
     }
-    let me = ok(
-        &server,
-        "getattr",
-        timed("getattr", m.getattr(fh.clone())).await,
-    );
+    let me = must(&server, "getattr", m.getattr(fh.clone())).await;
     let mut c = Checks::new(&server);
     let mut accepted_same = 0;
     let mut variants: Vec<(String, Vec<u8>)> = Vec::new();
@@ -88,11 +85,7 @@ async fn mutated_handles_are_refused() {
         Ok(a) => c.check(false, format!("empty handle accepted: {a:?}")),
     }
     // The session is still fine.
-    let back = ok(
-        &server,
-        "read",
-        timed("read", m.read(fh.clone(), 0, 100)).await,
-    );
+    let back = must(&server, "read", m.read(fh.clone(), 0, 100)).await;
     c.check(&back[..] == b"secret", "read after the forgery attempts");
     c.finish();
 }

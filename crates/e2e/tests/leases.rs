@@ -5,11 +5,10 @@
 
 use std::time::{Duration, Instant};
 
-use nfs_rs::OPEN_BOTH;
-use txnfs_e2e::{create_with, is_denied, ok, timed, ServerGuard, ServerOpts};
+use txnfs_e2e::fixtures::{close_both, must, two_openers, TwoOpeners, WRITE_LT};
+use txnfs_e2e::{is_denied, timed, ServerGuard, ServerOpts};
 
 const LEASE: u32 = 10;
-const WRITE_LT: u32 = 2;
 
 fn start() -> ServerGuard {
     ServerGuard::start_default_with(ServerOpts {
@@ -21,26 +20,8 @@ fn start() -> ServerGuard {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_client_loses_its_lock_after_the_lease() {
     let server = start();
-    let a = server.mount().await;
-    let b = server.mount().await;
-    create_with(&server, &*a, "f", 0o644, &[0u8; 100]).await;
-    let fa = ok(
-        &server,
-        "open a",
-        timed("open", a.open_path("f", OPEN_BOTH)).await,
-    )
-    .fh;
-    let fb = ok(
-        &server,
-        "open b",
-        timed("open", b.open_path("f", OPEN_BOTH)).await,
-    )
-    .fh;
-    let _held = ok(
-        &server,
-        "lock a",
-        timed("lock", a.lock_stateful(fa, WRITE_LT, 0, 100)).await,
-    );
+    let TwoOpeners { a, b, fa, fb } = two_openers(&server, "f", &[0u8; 100]).await;
+    let _held = must(&server, "lock a", a.lock_stateful(fa, WRITE_LT, 0, 100)).await;
     let e = timed("lockt", b.lock_test(fb.clone(), WRITE_LT, 0, 100))
         .await
         .expect_err("B must conflict while A holds the lock");
@@ -71,42 +52,26 @@ async fn silent_client_loses_its_lock_after_the_lease() {
         waited >= Duration::from_secs(u64::from(LEASE) - 1),
         "A's lock vanished after {waited:?}, before its {LEASE}s lease could expire"
     );
-    let tok = ok(
+    let tok = must(
         &server,
         "lock b after expiry",
-        timed("lock", b.lock_stateful(fb.clone(), WRITE_LT, 0, 100)).await,
-    );
-    ok(
-        &server,
-        "unlock b",
-        timed("locku", b.unlock_stateful(tok)).await,
-    );
+        b.lock_stateful(fb.clone(), WRITE_LT, 0, 100),
+    )
+    .await;
+    must(&server, "unlock b", b.unlock_stateful(tok)).await;
     eprintln!("silent client's lock released after {waited:?} (lease {LEASE}s)");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewing_client_keeps_its_lock() {
     let server = start();
-    let a = server.mount().await;
-    let b = server.mount().await;
-    create_with(&server, &*a, "f", 0o644, &[0u8; 100]).await;
-    let fa = ok(
-        &server,
-        "open a",
-        timed("open", a.open_path("f", OPEN_BOTH)).await,
-    )
-    .fh;
-    let fb = ok(
-        &server,
-        "open b",
-        timed("open", b.open_path("f", OPEN_BOTH)).await,
-    )
-    .fh;
-    let held = ok(
+    let TwoOpeners { a, b, fa, fb } = two_openers(&server, "f", &[0u8; 100]).await;
+    let held = must(
         &server,
         "lock a",
-        timed("lock", a.lock_stateful(fa.clone(), WRITE_LT, 0, 100)).await,
-    );
+        a.lock_stateful(fa.clone(), WRITE_LT, 0, 100),
+    )
+    .await;
     // Idle for 2.5 lease periods; only nfs-rs's background SEQUENCE renews.
     tokio::time::sleep(Duration::from_secs(u64::from(LEASE) * 5 / 2)).await;
     let e = timed("lockt", b.lock_test(fb.clone(), WRITE_LT, 0, 100))
@@ -118,16 +83,12 @@ async fn renewing_client_keeps_its_lock() {
         Some(true),
         "nfs-rs reports its lease unhealthy"
     );
-    ok(
-        &server,
-        "unlock a",
-        timed("locku", a.unlock_stateful(held)).await,
-    );
-    ok(
+    must(&server, "unlock a", a.unlock_stateful(held)).await;
+    must(
         &server,
         "lockt b after unlock",
-        timed("lockt", b.lock_test(fb.clone(), WRITE_LT, 0, 100)).await,
-    );
-    ok(&server, "close a", timed("close", a.close(fa)).await);
-    ok(&server, "close b", timed("close", b.close(fb)).await);
+        b.lock_test(fb.clone(), WRITE_LT, 0, 100),
+    )
+    .await;
+    close_both(&server, &*a, fa, &*b, fb).await;
 }

@@ -4,11 +4,9 @@
 //! invalid ranges, locks to EOF, and CLOSE while locks are held.
 
 use bytes::Bytes;
-use nfs_rs::{Mount, Nfs4ErrorCode as E, OPEN_BOTH, OPEN_READ};
-use txnfs_e2e::{create_with, is_denied, ok, timed, Checks, ServerGuard};
-
-const READ_LT: u32 = 1;
-const WRITE_LT: u32 = 2;
+use nfs_rs::{Mount, Nfs4ErrorCode as E, OPEN_READ};
+use txnfs_e2e::fixtures::{must, two_openers, CheckCalls, TwoOpeners, READ_LT, WRITE_LT};
+use txnfs_e2e::{create_with, is_denied, timed, Checks, ServerGuard};
 
 /// The same stateid with seqid 0: "the current seqid" (RFC 8881 8.2.2).
 fn current(stateid: &Bytes) -> Bytes {
@@ -28,33 +26,21 @@ async fn lockt_free(m: &dyn Mount, fh: &Bytes, off: u64, len: u64) -> Result<boo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partial_unlock_splits_a_lock() {
     let server = ServerGuard::start_default();
-    let a = server.mount().await;
-    let b = server.mount().await;
-    create_with(&server, &*a, "f", 0o644, &[0u8; 200]).await;
-    let fa = ok(
-        &server,
-        "open a",
-        timed("open", a.open_path("f", OPEN_BOTH)).await,
-    )
-    .fh;
-    let fb = ok(
-        &server,
-        "open b",
-        timed("open", b.open_path("f", OPEN_BOTH)).await,
-    )
-    .fh;
+    let TwoOpeners { a, b, fa, fb } = two_openers(&server, "f", &[0u8; 200]).await;
     let mut c = Checks::new(&server);
 
-    let sid = ok(
+    let sid = must(
         &server,
         "lock [0,100)",
-        timed("lock", a.lock(fa.clone(), WRITE_LT, 0, 100)).await,
-    );
-    ok(
+        a.lock(fa.clone(), WRITE_LT, 0, 100),
+    )
+    .await;
+    must(
         &server,
         "unlock [40,60)",
-        timed("locku", a.locku(fa.clone(), sid.clone(), WRITE_LT, 40, 20)).await,
-    );
+        a.locku(fa.clone(), sid.clone(), WRITE_LT, 40, 20),
+    )
+    .await;
     for (off, len, free) in [
         (40, 20, true),
         (0, 10, false),
@@ -72,23 +58,22 @@ async fn partial_unlock_splits_a_lock() {
     }
     // The LOCKU bumped the lock stateid's seqid: the original is now old,
     // seqid 0 means "current".
-    c.expect_err(
+    c.call_err(
         "LOCKU with the superseded lock stateid",
-        timed("locku", a.locku(fa.clone(), sid.clone(), WRITE_LT, 0, 40)).await,
+        a.locku(fa.clone(), sid.clone(), WRITE_LT, 0, 40),
         &[E::NFS4ERR_OLD_STATEID],
-    );
-    c.expect_ok(
+    )
+    .await;
+    c.call_ok(
         "LOCKU [0,40) with seqid 0 (current)",
-        timed("locku", a.locku(fa.clone(), current(&sid), WRITE_LT, 0, 40)).await,
-    );
-    c.expect_ok(
+        a.locku(fa.clone(), current(&sid), WRITE_LT, 0, 40),
+    )
+    .await;
+    c.call_ok(
         "LOCKU [60,100) with seqid 0 (current)",
-        timed(
-            "locku",
-            a.locku(fa.clone(), current(&sid), WRITE_LT, 60, 40),
-        )
-        .await,
-    );
+        a.locku(fa.clone(), current(&sid), WRITE_LT, 60, 40),
+    )
+    .await;
     match lockt_free(&*b, &fb, 0, 200).await {
         Ok(f) => c.check(f, "range still locked after unlocking every piece"),
         Err(e) => c.check(false, e),
@@ -99,57 +84,42 @@ async fn partial_unlock_splits_a_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_modes_ranges_and_close() {
     let server = ServerGuard::start_default();
-    let a = server.mount().await;
-    let b = server.mount().await;
-    create_with(&server, &*a, "f", 0o644, &[0u8; 200]).await;
+    let TwoOpeners { a, b, fa, fb } = two_openers(&server, "f", &[0u8; 200]).await;
     create_with(&server, &*a, "r", 0o644, &[0u8; 10]).await;
     let mut c = Checks::new(&server);
 
     // A WRITE lock needs an open for writing.
-    let fr = ok(
-        &server,
-        "open r read-only",
-        timed("open", a.open_path("r", OPEN_READ)).await,
-    )
-    .fh;
-    c.expect_err(
+    let fr = must(&server, "open r read-only", a.open_path("r", OPEN_READ))
+        .await
+        .fh;
+    c.call_err(
         "WRITE lock on a file opened read-only",
-        timed("lock", a.lock(fr.clone(), WRITE_LT, 0, 10)).await,
+        a.lock(fr.clone(), WRITE_LT, 0, 10),
         &[E::NFS4ERR_OPENMODE],
-    );
-    c.expect_ok(
+    )
+    .await;
+    c.call_ok(
         "READ lock on a file opened read-only",
-        timed("lock", a.lock(fr.clone(), READ_LT, 0, 10)).await,
-    );
+        a.lock(fr.clone(), READ_LT, 0, 10),
+    )
+    .await;
 
-    let fa = ok(
-        &server,
-        "open a",
-        timed("open", a.open_path("f", OPEN_BOTH)).await,
-    )
-    .fh;
-    let fb = ok(
-        &server,
-        "open b",
-        timed("open", b.open_path("f", OPEN_BOTH)).await,
-    )
-    .fh;
     // Invalid ranges.
-    c.expect_err(
-        "LOCK with length 0",
-        timed("lock", a.lock(fa.clone(), WRITE_LT, 0, 0)).await,
-        &[E::NFS4ERR_INVAL],
-    );
-    c.expect_err(
-        "LOCK whose end overflows 64 bits",
-        timed("lock", a.lock(fa.clone(), WRITE_LT, 10, u64::MAX - 5)).await,
-        &[E::NFS4ERR_INVAL],
-    );
+    let invalid = [
+        ("LOCK with length 0", 0, 0),
+        ("LOCK whose end overflows 64 bits", 10, u64::MAX - 5),
+    ];
+    for (what, offset, length) in invalid {
+        let lock = a.lock(fa.clone(), WRITE_LT, offset, length);
+        c.call_err(what, lock, &[E::NFS4ERR_INVAL]).await;
+    }
     // A lock "to EOF" (length all ones) covers every later offset.
-    let sid = c.expect_ok(
-        "LOCK [1000, EOF)",
-        timed("lock", a.lock(fa.clone(), WRITE_LT, 1000, u64::MAX)).await,
-    );
+    let sid = c
+        .call_ok(
+            "LOCK [1000, EOF)",
+            a.lock(fa.clone(), WRITE_LT, 1000, u64::MAX),
+        )
+        .await;
     for (off, free) in [(999u64, true), (1000, false), (u64::MAX - 1, false)] {
         match lockt_free(&*b, &fb, off, 1).await {
             Ok(f) => c.check(
@@ -160,11 +130,12 @@ async fn lock_modes_ranges_and_close() {
         }
     }
     // CLOSE while holding a lock: LOCKS_HELD (RFC 8881 18.2.4).
-    c.expect_err(
+    c.call_err(
         "CLOSE with a byte-range lock held",
-        timed("close", a.close(fa.clone())).await,
+        a.close(fa.clone()),
         &[E::NFS4ERR_LOCKS_HELD],
-    );
+    )
+    .await;
     if let Some(sid) = sid {
         let _ = timed(
             "locku",

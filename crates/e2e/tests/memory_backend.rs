@@ -4,6 +4,7 @@
 //! Ganesha has no such backend: the test returns early there.
 
 use nfs_rs::{Nfs4ErrorCode as E, OPEN_BOTH};
+use txnfs_e2e::fixtures::{must, set_size, CheckCalls};
 use txnfs_e2e::{
     create_with, is_denied, is_nfs4, list_dir, ok, pattern, read_exact, timed, Checks, ServerGuard,
     ServerKind, ServerOpts,
@@ -30,11 +31,7 @@ async fn memory_backend_roundtrip_and_restart() {
         read_exact(&*m, fh.clone(), 0, data.len()).await,
     );
     c.check(back == data, "3 MiB round trip");
-    let attr = ok(
-        &server,
-        "getattr",
-        timed("getattr", m.getattr(fh.clone())).await,
-    );
+    let attr = must(&server, "getattr", m.getattr(fh.clone())).await;
     c.check(
         attr.filesize == data.len() as u64,
         format!("size {}", attr.filesize),
@@ -44,75 +41,40 @@ async fn memory_backend_roundtrip_and_restart() {
         format!("mode {:o}", attr.file_mode),
     );
 
-    ok(
-        &server,
-        "mkdir",
-        timed("mkdir", m.mkdir_path("d", 0o755)).await,
-    );
+    must(&server, "mkdir", m.mkdir_path("d", 0o755)).await;
     for i in 0..200 {
         create_with(&server, &*m, &format!("d/f{i}"), 0o644, b"").await;
     }
     let names = ok(&server, "readdir", list_dir(&*m, m.getfh().await).await);
     c.check(names.len() == 2, format!("root lists {names:?}"));
-    let sub = ok(
-        &server,
-        "lookup d",
-        timed("lookup", m.lookup_path("d")).await,
-    )
-    .fh;
+    let sub = must(&server, "lookup d", m.lookup_path("d")).await.fh;
     let listed = ok(&server, "readdir d", list_dir(&*m, sub).await);
     c.check(
         listed.len() == 200,
         format!("d lists {} names", listed.len()),
     );
 
-    c.expect_ok(
-        "rename",
-        timed("rename", m.rename_path("d/f0", "moved")).await,
-    );
-    c.expect_ok("link", timed("link", m.link_path("moved", "d/hard")).await);
-    c.expect_ok(
-        "symlink",
-        timed("symlink", m.symlink_path("moved", "sl")).await,
-    );
-    let t = c.expect_ok("readlink", timed("readlink", m.readlink_path("sl")).await);
+    c.call_ok("rename", m.rename_path("d/f0", "moved")).await;
+    c.call_ok("link", m.link_path("moved", "d/hard")).await;
+    c.call_ok("symlink", m.symlink_path("moved", "sl")).await;
+    let t = c.call_ok("readlink", m.readlink_path("sl")).await;
     c.check(t.as_deref() == Some("moved"), format!("readlink {t:?}"));
-    c.expect_ok("remove", timed("remove", m.remove_path("d/f1")).await);
-    c.expect_err(
-        "rmdir non-empty",
-        timed("rmdir", m.rmdir_path("d")).await,
-        &[E::NFS4ERR_NOTEMPTY],
-    );
-    c.expect_ok(
-        "truncate",
-        timed(
-            "setattr",
-            m.setattr(fh.clone(), None, None, None, None, Some(10), None, None),
-        )
-        .await,
-    );
-    let b10 = ok(
-        &server,
-        "read",
-        timed("read", m.read(fh.clone(), 0, 100)).await,
-    );
+    c.call_ok("remove", m.remove_path("d/f1")).await;
+    c.call_err("rmdir non-empty", m.rmdir_path("d"), &[E::NFS4ERR_NOTEMPTY])
+        .await;
+    c.call_ok("truncate", set_size(&*m, &fh, 10)).await;
+    let b10 = must(&server, "read", m.read(fh.clone(), 0, 100)).await;
     c.check(b10[..] == data[..10], "truncated content");
 
     // Locks between two clients.
     let m2 = server.mount().await;
-    let f1 = ok(
-        &server,
-        "open 1",
-        timed("open", m.open_path("big", OPEN_BOTH)).await,
-    )
-    .fh;
-    let f2 = ok(
-        &server,
-        "open 2",
-        timed("open", m2.open_path("big", OPEN_BOTH)).await,
-    )
-    .fh;
-    c.expect_ok("lock", timed("lock", m.lock(f1.clone(), 2, 0, 5)).await);
+    let f1 = must(&server, "open 1", m.open_path("big", OPEN_BOTH))
+        .await
+        .fh;
+    let f2 = must(&server, "open 2", m2.open_path("big", OPEN_BOTH))
+        .await
+        .fh;
+    c.call_ok("lock", m.lock(f1.clone(), 2, 0, 5)).await;
     match timed("lockt", m2.lock_test(f2.clone(), 2, 0, 5)).await {
         Err(e) => c.check(is_denied(&e), format!("LOCKT: {e:?}")),
         Ok(()) => c.check(false, "LOCKT saw no conflict"),

@@ -6,18 +6,14 @@ use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;
 
 use nfs_rs::DirectoryCookie;
-use txnfs_e2e::{create_with, ok, timed, Checks, ServerGuard};
+use txnfs_e2e::fixtures::{must, CheckCalls};
+use txnfs_e2e::{create_with, Checks, ServerGuard};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readdir_attributes_match_getattr_and_host() {
     let server = ServerGuard::start_default();
     let m = server.mount().await;
-    let dir = ok(
-        &server,
-        "mkdir",
-        timed("mkdir", m.mkdir_path("d", 0o755)).await,
-    )
-    .fh;
+    let dir = must(&server, "mkdir", m.mkdir_path("d", 0o755)).await.fh;
     for i in 0..30usize {
         let mode = [0o600, 0o640, 0o644, 0o755][i % 4];
         create_with(
@@ -30,45 +26,31 @@ async fn readdir_attributes_match_getattr_and_host() {
         .await;
     }
     for i in 0..5 {
-        ok(
-            &server,
-            "mkdir",
-            timed("mkdir", m.mkdir_path(&format!("d/sub-{i}"), 0o750)).await,
-        );
+        must(&server, "mkdir", m.mkdir_path(&format!("d/sub-{i}"), 0o750)).await;
         for j in 0..i {
-            ok(
+            must(
                 &server,
                 "mkdir",
-                timed("mkdir", m.mkdir_path(&format!("d/sub-{i}/n{j}"), 0o755)).await,
-            );
+                m.mkdir_path(&format!("d/sub-{i}/n{j}"), 0o755),
+            )
+            .await;
         }
     }
     for i in 0..5 {
-        ok(
+        must(
             &server,
             "symlink",
-            timed(
-                "symlink",
-                m.symlink_path(&format!("target-{i}"), &format!("d/link-{i}")),
-            )
-            .await,
-        );
+            m.symlink_path(&format!("target-{i}"), &format!("d/link-{i}")),
+        )
+        .await;
     }
-    ok(
-        &server,
-        "link",
-        timed("link", m.link_path("d/file-3", "d/hard-3")).await,
-    );
+    must(&server, "link", m.link_path("d/file-3", "d/hard-3")).await;
 
     let mut c = Checks::new(&server);
     let mut pos = DirectoryCookie::default();
     let mut entries = Vec::new();
     loop {
-        let page = ok(
-            &server,
-            "page",
-            timed("page", m.readdirplus_page(dir.clone(), pos)).await,
-        );
+        let page = must(&server, "page", m.readdirplus_page(dir.clone(), pos)).await;
         entries.extend(page.entries);
         if page.eof {
             break;
@@ -89,44 +71,28 @@ async fn readdir_attributes_match_getattr_and_host() {
             );
             continue;
         };
-        let real = ok(
-            &server,
-            "lookup",
-            timed("lookup", m.lookup(dir.clone(), &e.file_name)).await,
-        );
-        let g = ok(
-            &server,
-            "getattr",
-            timed("getattr", m.getattr(real.fh.clone())).await,
-        );
+        let real = must(&server, "lookup", m.lookup(dir.clone(), &e.file_name)).await;
+        let g = must(&server, "getattr", m.getattr(real.fh.clone())).await;
         let n = &e.file_name;
-        c.check(
-            attr.type_ == g.type_,
-            format!("{n}: type {} vs GETATTR {}", attr.type_, g.type_),
-        );
-        c.check(
-            attr.filesize == g.filesize,
-            format!("{n}: size {} vs GETATTR {}", attr.filesize, g.filesize),
-        );
-        c.check(
-            attr.file_mode & 0o7777 == g.file_mode & 0o7777,
-            format!(
-                "{n}: mode {:o} vs GETATTR {:o}",
-                attr.file_mode, g.file_mode
+        // (name, from READDIR, from GETATTR); the mode in octal, permission bits only.
+        let pairs = [
+            ("type", attr.type_.to_string(), g.type_.to_string()),
+            ("size", attr.filesize.to_string(), g.filesize.to_string()),
+            (
+                "mode",
+                format!("{:o}", attr.file_mode & 0o7777),
+                format!("{:o}", g.file_mode & 0o7777),
             ),
-        );
-        c.check(
-            attr.fileid == g.fileid,
-            format!("{n}: fileid {} vs GETATTR {}", attr.fileid, g.fileid),
-        );
-        c.check(
-            attr.nlink == g.nlink,
-            format!("{n}: nlink {} vs GETATTR {}", attr.nlink, g.nlink),
-        );
-        c.check(
-            e.fileid == g.fileid,
-            format!("{n}: entry fileid {} vs GETATTR {}", e.fileid, g.fileid),
-        );
+            ("fileid", attr.fileid.to_string(), g.fileid.to_string()),
+            ("nlink", attr.nlink.to_string(), g.nlink.to_string()),
+            ("entry fileid", e.fileid.to_string(), g.fileid.to_string()),
+        ];
+        for (field, listed, got) in pairs {
+            c.check(
+                listed == got,
+                format!("{n}: {field} {listed} vs GETATTR {got}"),
+            );
+        }
         if !e.handle.is_empty() {
             c.check(
                 e.handle == real.fh,
@@ -158,32 +124,27 @@ async fn readdir_attributes_match_getattr_and_host() {
         );
     }
     // Directory link counts follow subdirectories (2 + number of subdirs).
-    let d = ok(
-        &server,
-        "getattr d",
-        timed("getattr", m.getattr(dir.clone())).await,
-    );
+    let d = must(&server, "getattr d", m.getattr(dir.clone())).await;
     let host_d = std::fs::metadata(&host_dir).unwrap();
     c.check(
         u64::from(d.nlink) == host_d.nlink(),
         format!("dir nlink {} vs host {}", d.nlink, host_d.nlink()),
     );
     // The handle of a file replaced by RENAME is stale afterwards.
-    let victim = ok(
-        &server,
-        "lookup victim",
-        timed("lookup", m.lookup_path("d/file-5")).await,
-    )
-    .fh;
-    ok(
+    let victim = must(&server, "lookup victim", m.lookup_path("d/file-5"))
+        .await
+        .fh;
+    must(
         &server,
         "rename over",
-        timed("rename", m.rename_path("d/file-6", "d/file-5")).await,
-    );
-    c.expect_err(
+        m.rename_path("d/file-6", "d/file-5"),
+    )
+    .await;
+    c.call_err(
         "GETATTR of a file replaced by RENAME",
-        timed("getattr", m.getattr(victim)).await,
+        m.getattr(victim),
         &[nfs_rs::Nfs4ErrorCode::NFS4ERR_STALE],
-    );
+    )
+    .await;
     c.finish();
 }

@@ -6,9 +6,19 @@ use std::collections::BTreeSet;
 
 use bytes::Bytes;
 use nfs_rs::Mount;
+use txnfs_e2e::fixtures::{host_file, must, two_mounts};
 use txnfs_e2e::{join_all, list_dir, ok, timed, ServerGuard};
 
 const ITER: usize = 100;
+
+/// The results of the clients' jobs, or a panic with the first error and
+/// the server log tail.
+fn both_ok<T>(server: &ServerGuard, results: Vec<Result<T, String>>) -> Vec<T> {
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|e| panic!("{e}\nserver log tail:\n{}", server.log_tail(20))))
+        .collect()
+}
 
 async fn churn(m: &dyn Mount, dir: Bytes, who: usize) -> Result<BTreeSet<String>, String> {
     let mut kept = BTreeSet::new();
@@ -53,26 +63,16 @@ async fn churn(m: &dyn Mount, dir: Bytes, who: usize) -> Result<BTreeSet<String>
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_clients_churn_one_directory() {
     let server = ServerGuard::start_default();
-    let a = server.mount().await;
-    let b = server.mount().await;
-    let dir = ok(
-        &server,
-        "mkdir",
-        timed("mkdir", a.mkdir_path("churn", 0o755)).await,
-    )
-    .fh;
+    let (a, b) = two_mounts(&server).await;
+    let dir = must(&server, "mkdir", a.mkdir_path("churn", 0o755))
+        .await
+        .fh;
     let results = timed(
         "churn",
         join_all(vec![churn(&*a, dir.clone(), 0), churn(&*b, dir.clone(), 1)]),
     )
     .await;
-    let mut want = BTreeSet::new();
-    for r in results {
-        match r {
-            Ok(k) => want.extend(k),
-            Err(e) => panic!("{e}\nserver log tail:\n{}", server.log_tail(20)),
-        }
-    }
+    let want: BTreeSet<String> = both_ok(&server, results).into_iter().flatten().collect();
     let listed: BTreeSet<String> = ok(&server, "final readdir", list_dir(&*b, dir.clone()).await)
         .into_iter()
         .collect();
@@ -109,21 +109,14 @@ async fn race(mount: &dyn Mount, root: Bytes) -> Result<Vec<usize>, String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mkdir_races_have_one_winner() {
     let server = ServerGuard::start_default();
-    let a = server.mount().await;
-    let b = server.mount().await;
+    let (a, b) = two_mounts(&server).await;
     let root = a.getfh().await;
     let results = timed(
         "mkdir race",
         join_all(vec![race(&*a, root.clone()), race(&*b, root.clone())]),
     )
     .await;
-    let mut all = Vec::new();
-    for r in results {
-        match r {
-            Ok(w) => all.extend(w),
-            Err(e) => panic!("{e}\nserver log tail:\n{}", server.log_tail(20)),
-        }
-    }
+    let mut all: Vec<usize> = both_ok(&server, results).into_iter().flatten().collect();
     all.sort();
     assert_eq!(
         all,
@@ -166,7 +159,7 @@ async fn many_clients_mount_work_and_unmount() {
         }
     }
     for i in 0..N {
-        let body = std::fs::read(server.export_dir().join(format!("client-{i}"))).unwrap();
+        let body = host_file(&server, format!("client-{i}"));
         assert_eq!(body, format!("client {i}").into_bytes());
     }
     // The server still serves a fresh client afterwards.

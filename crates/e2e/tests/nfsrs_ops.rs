@@ -6,51 +6,30 @@
 use std::collections::HashSet;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
-use nfs_rs::{Mount, Nfs4ErrorCode, NfsError, Time, OPEN_BOTH, OPEN_READ};
-use txnfs_e2e::{
-    create_with, err, is_denied, is_nfs4, join_all, list_dir, ok, pattern, read_exact, timed,
-    write_all, ServerGuard,
+use nfs_rs::{Mount, Nfs4ErrorCode, NfsError, OPEN_BOTH, OPEN_READ};
+use txnfs_e2e::fixtures::{
+    close_both, create_open, host_file, must, must_be_denied, must_fail, set_mode, set_size,
+    set_times, start_and_mount, two_openers, whole_second, TwoOpeners, NF4DIR, NF4LNK, NF4REG,
+    READ_LT, WRITE_LT,
 };
-
-/// NFSv4 `nfs_ftype4` values as reported in `Attr::type_`.
-const NF4REG: u32 = 1;
-const NF4DIR: u32 = 2;
-const NF4LNK: u32 = 5;
-/// Lock types for `Mount::lock` / `lock_test`.
-const READ_LT: u32 = 1;
-const WRITE_LT: u32 = 2;
-
-async fn setup() -> (ServerGuard, Box<dyn Mount>) {
-    let server = ServerGuard::start_default();
-    let mount = server.mount().await;
-    (server, mount)
-}
+use txnfs_e2e::{
+    create_with, is_denied, is_nfs4, join_all, list_dir, ok, pattern, read_exact, write_all,
+    ServerGuard,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_write_read_roundtrip() {
-    let (server, m) = setup().await;
+    let (server, m) = start_and_mount().await;
     let data = b"hello from nfs-rs over NFSv4.1\n".repeat(10);
 
-    let created = ok(
-        &server,
-        "create",
-        timed("create", m.create_path("hello.txt", Some(0o644))).await,
-    );
+    let created = must(&server, "create", m.create_path("hello.txt", Some(0o644))).await;
     let attr = created.attr.as_ref().expect("OPEN returned attributes");
     assert_eq!(attr.type_, NF4REG);
     assert_eq!(attr.filesize, 0, "new file is empty");
     write_all(&server, &*m, &created.fh, 0, &data).await;
-    ok(
-        &server,
-        "close",
-        timed("close", m.close(created.fh.clone())).await,
-    );
+    must(&server, "close", m.close(created.fh.clone())).await;
 
-    let opened = ok(
-        &server,
-        "open",
-        timed("open", m.open_path("hello.txt", OPEN_READ)).await,
-    );
+    let opened = must(&server, "open", m.open_path("hello.txt", OPEN_READ)).await;
     assert_eq!(
         opened.fh, created.fh,
         "OPEN and CREATE agree on the file handle"
@@ -60,32 +39,23 @@ async fn create_write_read_roundtrip() {
         "read",
         read_exact(&*m, opened.fh.clone(), 0, data.len() + 100).await,
     );
-    ok(&server, "close", timed("close", m.close(opened.fh)).await);
+    must(&server, "close", m.close(opened.fh)).await;
     assert_eq!(back, data, "bytes read back over NFS");
 
-    let on_disk = std::fs::read(server.export_dir().join("hello.txt")).expect("host file");
+    let on_disk = host_file(&server, "hello.txt");
     assert_eq!(on_disk, data, "bytes on the host disk");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_beyond_eof_leaves_hole() {
-    let (server, m) = setup().await;
-    let fh = ok(
-        &server,
-        "create",
-        timed("create", m.create_path("sparse", Some(0o644))).await,
-    )
-    .fh;
+    let (server, m) = start_and_mount().await;
+    let fh = create_open(&server, &*m, "sparse").await;
     const FAR: u64 = 1 << 20;
     write_all(&server, &*m, &fh, 0, b"head").await;
     write_all(&server, &*m, &fh, FAR, b"tail").await;
-    ok(&server, "close", timed("close", m.close(fh.clone())).await);
+    must(&server, "close", m.close(fh.clone())).await;
 
-    let attr = ok(
-        &server,
-        "getattr",
-        timed("getattr", m.getattr(fh.clone())).await,
-    );
+    let attr = must(&server, "getattr", m.getattr(fh.clone())).await;
     assert_eq!(attr.filesize, FAR + 4);
 
     let all = ok(
@@ -102,45 +72,28 @@ async fn write_beyond_eof_leaves_hole() {
     assert_eq!(&all[FAR as usize..], b"tail");
 
     // A read that starts inside the hole and one that starts past EOF.
-    let mid = ok(
-        &server,
-        "read mid",
-        timed("read", m.read(fh.clone(), 4096, 16)).await,
-    );
+    let mid = must(&server, "read mid", m.read(fh.clone(), 4096, 16)).await;
     assert_eq!(&mid[..], &[0u8; 16]);
-    let past = ok(
-        &server,
-        "read past eof",
-        timed("read", m.read(fh.clone(), FAR + 100, 16)).await,
-    );
+    let past = must(&server, "read past eof", m.read(fh.clone(), FAR + 100, 16)).await;
     assert!(past.is_empty(), "read past EOF returns no bytes");
 
-    let on_disk = std::fs::read(server.export_dir().join("sparse")).expect("host file");
+    let on_disk = host_file(&server, "sparse");
     assert_eq!(on_disk, all);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_write_read_8mib() {
-    let (server, m) = setup().await;
+    let (server, m) = start_and_mount().await;
     const SIZE: usize = 8 << 20;
     const CHUNK: usize = 1 << 20;
     let data = pattern(8, SIZE);
-    let fh = ok(
-        &server,
-        "create",
-        timed("create", m.create_path("big.bin", Some(0o644))).await,
-    )
-    .fh;
+    let fh = create_open(&server, &*m, "big.bin").await;
     for (i, chunk) in data.chunks(CHUNK).enumerate() {
         write_all(&server, &*m, &fh, (i * CHUNK) as u64, chunk).await;
     }
-    ok(&server, "close", timed("close", m.close(fh.clone())).await);
+    must(&server, "close", m.close(fh.clone())).await;
 
-    let attr = ok(
-        &server,
-        "getattr",
-        timed("getattr", m.getattr(fh.clone())).await,
-    );
+    let attr = must(&server, "getattr", m.getattr(fh.clone())).await;
     assert_eq!(attr.filesize, SIZE as u64);
     let back = ok(&server, "read", read_exact(&*m, fh.clone(), 0, SIZE).await);
     assert_eq!(back.len(), SIZE);
@@ -156,38 +109,26 @@ async fn large_write_read_8mib() {
     );
     assert_eq!(&piece[..], &data[off..off + 5000]);
 
-    let on_disk = std::fs::read(server.export_dir().join("big.bin")).expect("host file");
+    let on_disk = host_file(&server, "big.bin");
     assert!(on_disk == data, "host file differs from written data");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn getattr_size_mode_type() {
-    let (server, m) = setup().await;
+    let (server, m) = start_and_mount().await;
     let fh = create_with(&server, &*m, "f", 0o640, &[7u8; 100]).await;
-    let attr = ok(
-        &server,
-        "getattr",
-        timed("getattr", m.getattr(fh.clone())).await,
-    );
+    let attr = must(&server, "getattr", m.getattr(fh.clone())).await;
     assert_eq!(attr.type_, NF4REG);
     assert_eq!(attr.filesize, 100);
     assert_eq!(attr.file_mode & 0o7777, 0o640, "mode set at create");
     assert_eq!(attr.nlink, 1);
     assert_ne!(attr.fileid, 0);
 
-    let by_path = ok(
-        &server,
-        "getattr_path",
-        timed("getattr_path", m.getattr_path("f")).await,
-    );
+    let by_path = must(&server, "getattr_path", m.getattr_path("f")).await;
     assert_eq!(by_path.fileid, attr.fileid, "fileid is stable");
     assert_eq!(by_path.filesize, 100);
 
-    let root = ok(
-        &server,
-        "getattr root",
-        timed("getattr", m.getattr(m.getfh().await)).await,
-    );
+    let root = must(&server, "getattr root", m.getattr(m.getfh().await)).await;
     assert_eq!(root.type_, NF4DIR);
 
     let meta = std::fs::metadata(server.export_dir().join("f")).expect("host file");
@@ -197,26 +138,14 @@ async fn getattr_size_mode_type() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn setattr_chmod_truncate_times() {
-    let (server, m) = setup().await;
+    let (server, m) = start_and_mount().await;
     let data = pattern(3, 10_000);
     let fh = create_with(&server, &*m, "f", 0o644, &data).await;
     let host = server.export_dir().join("f");
 
     // chmod
-    ok(
-        &server,
-        "setattr mode",
-        timed(
-            "setattr",
-            m.setattr(fh.clone(), None, Some(0o600), None, None, None, None, None),
-        )
-        .await,
-    );
-    let attr = ok(
-        &server,
-        "getattr",
-        timed("getattr", m.getattr(fh.clone())).await,
-    );
+    must(&server, "setattr mode", set_mode(&*m, &fh, 0o600)).await;
+    let attr = must(&server, "getattr", m.getattr(fh.clone())).await;
     assert_eq!(attr.file_mode & 0o7777, 0o600);
     assert_eq!(
         std::fs::metadata(&host).unwrap().permissions().mode() & 0o7777,
@@ -224,35 +153,15 @@ async fn setattr_chmod_truncate_times() {
     );
 
     // truncate down
-    ok(
-        &server,
-        "setattr size 10",
-        timed(
-            "setattr",
-            m.setattr(fh.clone(), None, None, None, None, Some(10), None, None),
-        )
-        .await,
-    );
-    let attr = ok(
-        &server,
-        "getattr",
-        timed("getattr", m.getattr(fh.clone())).await,
-    );
+    must(&server, "setattr size 10", set_size(&*m, &fh, 10)).await;
+    let attr = must(&server, "getattr", m.getattr(fh.clone())).await;
     assert_eq!(attr.filesize, 10);
     let back = ok(&server, "read", read_exact(&*m, fh.clone(), 0, 100).await);
     assert_eq!(back, &data[..10]);
     assert_eq!(std::fs::metadata(&host).unwrap().len(), 10);
 
     // extend: the new range reads as zeros
-    ok(
-        &server,
-        "setattr size 5000",
-        timed(
-            "setattr",
-            m.setattr(fh.clone(), None, None, None, None, Some(5000), None, None),
-        )
-        .await,
-    );
+    must(&server, "setattr size 5000", set_size(&*m, &fh, 5000)).await;
     let back = ok(&server, "read", read_exact(&*m, fh.clone(), 0, 6000).await);
     assert_eq!(back.len(), 5000);
     assert_eq!(&back[..10], &data[..10]);
@@ -260,37 +169,10 @@ async fn setattr_chmod_truncate_times() {
     assert_eq!(std::fs::read(&host).unwrap(), back);
 
     // times (SET_TO_CLIENT_TIME)
-    let atime = Time {
-        seconds: 1_000_000_000,
-        nseconds: 0,
-    };
-    let mtime = Time {
-        seconds: 1_234_567_890,
-        nseconds: 0,
-    };
-    ok(
-        &server,
-        "setattr times",
-        timed(
-            "setattr",
-            m.setattr(
-                fh.clone(),
-                None,
-                None,
-                None,
-                None,
-                None,
-                Some(atime),
-                Some(mtime),
-            ),
-        )
-        .await,
-    );
-    let attr = ok(
-        &server,
-        "getattr",
-        timed("getattr", m.getattr(fh.clone())).await,
-    );
+    let atime = whole_second(1_000_000_000);
+    let mtime = whole_second(1_234_567_890);
+    must(&server, "setattr times", set_times(&*m, &fh, atime, mtime)).await;
+    let attr = must(&server, "getattr", m.getattr(fh.clone())).await;
     assert_eq!(attr.mtime.seconds, mtime.seconds, "mtime over NFS");
     assert_eq!(attr.atime.seconds, atime.seconds, "atime over NFS");
     let meta = std::fs::metadata(&host).unwrap();
@@ -298,72 +180,42 @@ async fn setattr_chmod_truncate_times() {
     assert_eq!(meta.atime(), i64::from(atime.seconds), "atime on host");
 
     // guarded setattr with the current ctime succeeds
-    ok(
+    must(
         &server,
         "setattr guarded",
-        timed(
-            "setattr_path",
-            m.setattr_path("f", true, Some(0o640), None, None, None, None, None),
-        )
-        .await,
-    );
-    let attr = ok(
-        &server,
-        "getattr",
-        timed("getattr", m.getattr(fh.clone())).await,
-    );
+        m.setattr_path("f", true, Some(0o640), None, None, None, None, None),
+    )
+    .await;
+    let attr = must(&server, "getattr", m.getattr(fh.clone())).await;
     assert_eq!(attr.file_mode & 0o7777, 0o640);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mkdir_nested_and_exists() {
-    let (server, m) = setup().await;
-    let a = ok(
-        &server,
-        "mkdir a",
-        timed("mkdir", m.mkdir_path("a", 0o755)).await,
-    );
+    let (server, m) = start_and_mount().await;
+    let a = must(&server, "mkdir a", m.mkdir_path("a", 0o755)).await;
     assert_eq!(a.attr.as_ref().map(|a| a.type_), Some(NF4DIR));
-    ok(
-        &server,
-        "mkdir a/b",
-        timed("mkdir", m.mkdir_path("a/b", 0o700)).await,
-    );
-    let c = ok(
-        &server,
-        "mkdir a/b/c",
-        timed("mkdir", m.mkdir_path("a/b/c", 0o750)).await,
-    );
+    must(&server, "mkdir a/b", m.mkdir_path("a/b", 0o700)).await;
+    let c = must(&server, "mkdir a/b/c", m.mkdir_path("a/b/c", 0o750)).await;
     create_with(&server, &*m, "a/b/c/file", 0o644, b"deep").await;
 
-    let attr = ok(
-        &server,
-        "getattr c",
-        timed("getattr", m.getattr(c.fh.clone())).await,
-    );
+    let attr = must(&server, "getattr c", m.getattr(c.fh.clone())).await;
     assert_eq!(attr.type_, NF4DIR);
     assert_eq!(attr.file_mode & 0o7777, 0o750, "mkdir mode");
-    let back = ok(
-        &server,
-        "read deep file",
-        timed("read", m.read_path("a/b/c/file", 0, 100)).await,
-    );
+    let back = must(&server, "read deep file", m.read_path("a/b/c/file", 0, 100)).await;
     assert_eq!(&back[..], b"deep");
 
-    let e = err(
-        &server,
-        "mkdir existing",
-        timed("mkdir", m.mkdir_path("a/b", 0o755)).await,
-    );
+    let e = must_fail(&server, "mkdir existing", m.mkdir_path("a/b", 0o755)).await;
     assert!(
         e.is_exist(),
         "mkdir of an existing name: want EXIST, got {e:?}"
     );
-    let e = err(
+    let e = must_fail(
         &server,
         "mkdir under missing parent",
-        timed("mkdir", m.mkdir_path("nope/x", 0o755)).await,
-    );
+        m.mkdir_path("nope/x", 0o755),
+    )
+    .await;
     assert!(e.is_not_found(), "want NOENT, got {e:?}");
 
     let host = server.export_dir();
@@ -381,13 +233,8 @@ async fn mkdir_nested_and_exists() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readdir_1000_entries() {
-    let (server, m) = setup().await;
-    let dir = ok(
-        &server,
-        "mkdir",
-        timed("mkdir", m.mkdir_path("big", 0o755)).await,
-    )
-    .fh;
+    let (server, m) = start_and_mount().await;
+    let dir = must(&server, "mkdir", m.mkdir_path("big", 0o755)).await.fh;
     const N: usize = 1000;
     let names: Vec<String> = (0..N)
         .map(|i| format!("entry-{i:04}-{}", "x".repeat(i % 40)))
@@ -433,32 +280,21 @@ async fn readdir_1000_entries() {
     );
 
     // Entries carry attributes and handles that agree with LOOKUP.
-    let page = ok(
+    let page = must(
         &server,
         "readdir page",
-        timed(
-            "readdirplus_page",
-            m.readdirplus_page(dir.clone(), nfs_rs::DirectoryCookie::default()),
-        )
-        .await,
-    );
+        m.readdirplus_page(dir.clone(), nfs_rs::DirectoryCookie::default()),
+    )
+    .await;
     let first = page
         .entries
         .iter()
         .find(|e| e.file_name != "." && e.file_name != "..")
         .expect("a first entry");
-    let looked = ok(
-        &server,
-        "lookup",
-        timed("lookup", m.lookup(dir.clone(), &first.file_name)).await,
-    );
+    let looked = must(&server, "lookup", m.lookup(dir.clone(), &first.file_name)).await;
     if let Some(attr) = &first.attr {
         assert_eq!(attr.type_, NF4REG);
-        let real = ok(
-            &server,
-            "getattr",
-            timed("getattr", m.getattr(looked.fh.clone())).await,
-        );
+        let real = must(&server, "getattr", m.getattr(looked.fh.clone())).await;
         assert_eq!(
             attr.fileid, real.fileid,
             "READDIR fileid agrees with GETATTR"
@@ -468,68 +304,41 @@ async fn readdir_1000_entries() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rename_file() {
-    let (server, m) = setup().await;
+    let (server, m) = start_and_mount().await;
     let fh = create_with(&server, &*m, "old-name", 0o644, b"contents").await;
-    ok(
-        &server,
-        "rename",
-        timed("rename", m.rename_path("old-name", "new-name")).await,
-    );
-    let e = err(
-        &server,
-        "lookup old",
-        timed("lookup", m.lookup_path("old-name")).await,
-    );
+    must(&server, "rename", m.rename_path("old-name", "new-name")).await;
+    let e = must_fail(&server, "lookup old", m.lookup_path("old-name")).await;
     assert!(e.is_not_found(), "old name gone: got {e:?}");
-    let new = ok(
-        &server,
-        "lookup new",
-        timed("lookup", m.lookup_path("new-name")).await,
-    );
+    let new = must(&server, "lookup new", m.lookup_path("new-name")).await;
     assert_eq!(new.fh, fh, "rename keeps the file handle");
-    let back = ok(&server, "read", timed("read", m.read(new.fh, 0, 100)).await);
+    let back = must(&server, "read", m.read(new.fh, 0, 100)).await;
     assert_eq!(&back[..], b"contents");
 
     let host = server.export_dir();
     assert!(!host.join("old-name").exists());
     assert_eq!(std::fs::read(host.join("new-name")).unwrap(), b"contents");
 
-    let e = err(
+    let e = must_fail(
         &server,
         "rename missing",
-        timed("rename", m.rename_path("no-such", "whatever")).await,
-    );
+        m.rename_path("no-such", "whatever"),
+    )
+    .await;
     assert!(e.is_not_found(), "rename of a missing name: got {e:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rename_over_existing_file() {
-    let (server, m) = setup().await;
+    let (server, m) = start_and_mount().await;
     create_with(&server, &*m, "src", 0o644, b"new data").await;
     create_with(&server, &*m, "dst", 0o644, b"old data that is longer").await;
-    ok(
-        &server,
-        "rename",
-        timed("rename", m.rename_path("src", "dst")).await,
-    );
+    must(&server, "rename", m.rename_path("src", "dst")).await;
 
-    let e = err(
-        &server,
-        "lookup src",
-        timed("lookup", m.lookup_path("src")).await,
-    );
+    let e = must_fail(&server, "lookup src", m.lookup_path("src")).await;
     assert!(e.is_not_found(), "got {e:?}");
-    let back = ok(
-        &server,
-        "read dst",
-        timed("read", m.read_path("dst", 0, 100)).await,
-    );
+    let back = must(&server, "read dst", m.read_path("dst", 0, 100)).await;
     assert_eq!(&back[..], b"new data");
-    let attr = ok(
-        &server,
-        "getattr",
-        timed("getattr", m.getattr_path("dst")).await,
-    );
+    let attr = must(&server, "getattr", m.getattr_path("dst")).await;
     assert_eq!(attr.filesize, 8);
 
     let host = server.export_dir();
@@ -540,48 +349,30 @@ async fn rename_over_existing_file() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rename_directory() {
-    let (server, m) = setup().await;
-    ok(
-        &server,
-        "mkdir d1",
-        timed("mkdir", m.mkdir_path("d1", 0o755)).await,
-    );
-    ok(
-        &server,
-        "mkdir other",
-        timed("mkdir", m.mkdir_path("other", 0o755)).await,
-    );
+    let (server, m) = start_and_mount().await;
+    must(&server, "mkdir d1", m.mkdir_path("d1", 0o755)).await;
+    must(&server, "mkdir other", m.mkdir_path("other", 0o755)).await;
     create_with(&server, &*m, "d1/inner", 0o644, b"inside").await;
 
-    ok(
-        &server,
-        "rename dir",
-        timed("rename", m.rename_path("d1", "d2")).await,
-    );
-    let back = ok(
-        &server,
-        "read d2/inner",
-        timed("read", m.read_path("d2/inner", 0, 100)).await,
-    );
+    must(&server, "rename dir", m.rename_path("d1", "d2")).await;
+    let back = must(&server, "read d2/inner", m.read_path("d2/inner", 0, 100)).await;
     assert_eq!(&back[..], b"inside");
-    let e = err(
-        &server,
-        "lookup d1",
-        timed("lookup", m.lookup_path("d1")).await,
-    );
+    let e = must_fail(&server, "lookup d1", m.lookup_path("d1")).await;
     assert!(e.is_not_found(), "got {e:?}");
 
     // Into another directory.
-    ok(
+    must(
         &server,
         "rename across dirs",
-        timed("rename", m.rename_path("d2", "other/d3")).await,
-    );
-    let back = ok(
+        m.rename_path("d2", "other/d3"),
+    )
+    .await;
+    let back = must(
         &server,
         "read other/d3/inner",
-        timed("read", m.read_path("other/d3/inner", 0, 100)).await,
-    );
+        m.read_path("other/d3/inner", 0, 100),
+    )
+    .await;
     assert_eq!(&back[..], b"inside");
     let names = ok(
         &server,
@@ -600,99 +391,56 @@ async fn rename_directory() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn remove_file() {
-    let (server, m) = setup().await;
+    let (server, m) = start_and_mount().await;
     create_with(&server, &*m, "doomed", 0o644, b"bye").await;
     assert!(server.export_dir().join("doomed").exists());
-    ok(
-        &server,
-        "remove",
-        timed("remove", m.remove_path("doomed")).await,
-    );
-    let e = err(
-        &server,
-        "lookup",
-        timed("lookup", m.lookup_path("doomed")).await,
-    );
+    must(&server, "remove", m.remove_path("doomed")).await;
+    let e = must_fail(&server, "lookup", m.lookup_path("doomed")).await;
     assert!(e.is_not_found(), "got {e:?}");
     assert!(!server.export_dir().join("doomed").exists());
 
-    let e = err(
-        &server,
-        "remove again",
-        timed("remove", m.remove_path("doomed")).await,
-    );
+    let e = must_fail(&server, "remove again", m.remove_path("doomed")).await;
     assert!(e.is_not_found(), "remove of a missing name: got {e:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rmdir_nonempty_fails_then_succeeds() {
-    let (server, m) = setup().await;
-    ok(
-        &server,
-        "mkdir",
-        timed("mkdir", m.mkdir_path("d", 0o755)).await,
-    );
+    let (server, m) = start_and_mount().await;
+    must(&server, "mkdir", m.mkdir_path("d", 0o755)).await;
     create_with(&server, &*m, "d/f", 0o644, b"x").await;
 
-    let e = err(
-        &server,
-        "rmdir non-empty",
-        timed("rmdir", m.rmdir_path("d")).await,
-    );
+    let e = must_fail(&server, "rmdir non-empty", m.rmdir_path("d")).await;
     assert!(
         is_nfs4(&e, Nfs4ErrorCode::NFS4ERR_NOTEMPTY),
         "rmdir of a non-empty dir: want NFS4ERR_NOTEMPTY, got {e:?}"
     );
     assert!(server.export_dir().join("d/f").exists());
 
-    ok(
-        &server,
-        "remove d/f",
-        timed("remove", m.remove_path("d/f")).await,
-    );
-    ok(&server, "rmdir", timed("rmdir", m.rmdir_path("d")).await);
-    let e = err(
-        &server,
-        "lookup d",
-        timed("lookup", m.lookup_path("d")).await,
-    );
+    must(&server, "remove d/f", m.remove_path("d/f")).await;
+    must(&server, "rmdir", m.rmdir_path("d")).await;
+    let e = must_fail(&server, "lookup d", m.lookup_path("d")).await;
     assert!(e.is_not_found(), "got {e:?}");
     assert!(!server.export_dir().join("d").exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn symlink_and_readlink() {
-    let (server, m) = setup().await;
+    let (server, m) = start_and_mount().await;
     create_with(&server, &*m, "target-file", 0o644, b"t").await;
-    let link = ok(
-        &server,
-        "symlink",
-        timed("symlink", m.symlink_path("target-file", "link")).await,
-    );
+    let link = must(&server, "symlink", m.symlink_path("target-file", "link")).await;
     let odd_target = "../some/where/not existing";
-    ok(
+    must(
         &server,
         "symlink dangling",
-        timed("symlink", m.symlink_path(odd_target, "dangling")).await,
-    );
+        m.symlink_path(odd_target, "dangling"),
+    )
+    .await;
 
-    let attr = ok(
-        &server,
-        "getattr",
-        timed("getattr", m.getattr(link.fh.clone())).await,
-    );
+    let attr = must(&server, "getattr", m.getattr(link.fh.clone())).await;
     assert_eq!(attr.type_, NF4LNK);
-    let target = ok(
-        &server,
-        "readlink",
-        timed("readlink", m.readlink(link.fh.clone())).await,
-    );
+    let target = must(&server, "readlink", m.readlink(link.fh.clone())).await;
     assert_eq!(target, "target-file");
-    let target = ok(
-        &server,
-        "readlink_path",
-        timed("readlink", m.readlink_path("dangling")).await,
-    );
+    let target = must(&server, "readlink_path", m.readlink_path("dangling")).await;
     assert_eq!(target, odd_target);
 
     let host = server.export_dir();
@@ -708,36 +456,16 @@ async fn symlink_and_readlink() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hard_link_nlink_2() {
-    let (server, m) = setup().await;
+    let (server, m) = start_and_mount().await;
     let fh = create_with(&server, &*m, "orig", 0o644, b"shared bytes").await;
-    ok(
-        &server,
-        "link",
-        timed("link", m.link_path("orig", "alias")).await,
-    );
+    must(&server, "link", m.link_path("orig", "alias")).await;
 
-    let attr = ok(
-        &server,
-        "getattr",
-        timed("getattr", m.getattr(fh.clone())).await,
-    );
+    let attr = must(&server, "getattr", m.getattr(fh.clone())).await;
     assert_eq!(attr.nlink, 2, "nlink after LINK");
-    let alias = ok(
-        &server,
-        "lookup alias",
-        timed("lookup", m.lookup_path("alias")).await,
-    );
-    let alias_attr = ok(
-        &server,
-        "getattr alias",
-        timed("getattr", m.getattr(alias.fh.clone())).await,
-    );
+    let alias = must(&server, "lookup alias", m.lookup_path("alias")).await;
+    let alias_attr = must(&server, "getattr alias", m.getattr(alias.fh.clone())).await;
     assert_eq!(alias_attr.fileid, attr.fileid, "both names are one file");
-    let back = ok(
-        &server,
-        "read alias",
-        timed("read", m.read(alias.fh, 0, 100)).await,
-    );
+    let back = must(&server, "read alias", m.read(alias.fh, 0, 100)).await;
     assert_eq!(&back[..], b"shared bytes");
 
     let host = server.export_dir();
@@ -746,56 +474,24 @@ async fn hard_link_nlink_2() {
     assert_eq!(a.nlink(), 2);
     assert_eq!(a.ino(), b.ino());
 
-    ok(
-        &server,
-        "remove orig",
-        timed("remove", m.remove_path("orig")).await,
-    );
-    let attr = ok(
-        &server,
-        "getattr after unlink",
-        timed("getattr", m.getattr_path("alias")).await,
-    );
+    must(&server, "remove orig", m.remove_path("orig")).await;
+    let attr = must(&server, "getattr after unlink", m.getattr_path("alias")).await;
     assert_eq!(attr.nlink, 1);
-    let e = err(
-        &server,
-        "link over existing",
-        timed("link", m.link_path("alias", "alias")).await,
-    );
+    let e = must_fail(&server, "link over existing", m.link_path("alias", "alias")).await;
     assert!(e.is_exist(), "LINK onto an existing name: got {e:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lookup_missing_is_noent() {
-    let (server, m) = setup().await;
-    let e = err(
-        &server,
-        "lookup",
-        timed("lookup", m.lookup_path("missing")).await,
-    );
+    let (server, m) = start_and_mount().await;
+    let e = must_fail(&server, "lookup", m.lookup_path("missing")).await;
     assert!(e.is_not_found(), "want NOENT, got {e:?}");
-    ok(
-        &server,
-        "mkdir",
-        timed("mkdir", m.mkdir_path("dir", 0o755)).await,
-    );
-    let e = err(
-        &server,
-        "lookup nested",
-        timed("lookup", m.lookup_path("dir/missing")).await,
-    );
+    must(&server, "mkdir", m.mkdir_path("dir", 0o755)).await;
+    let e = must_fail(&server, "lookup nested", m.lookup_path("dir/missing")).await;
     assert!(e.is_not_found(), "want NOENT, got {e:?}");
-    let e = err(
-        &server,
-        "getattr_path",
-        timed("getattr", m.getattr_path("dir/missing")).await,
-    );
+    let e = must_fail(&server, "getattr_path", m.getattr_path("dir/missing")).await;
     assert!(e.is_not_found(), "want NOENT, got {e:?}");
-    let e = err(
-        &server,
-        "open missing",
-        timed("open", m.open_path("missing", OPEN_READ)).await,
-    );
+    let e = must_fail(&server, "open missing", m.open_path("missing", OPEN_READ)).await;
     assert!(
         e.is_not_found(),
         "OPEN of a missing file without CREATE: got {e:?}"
@@ -803,11 +499,7 @@ async fn lookup_missing_is_noent() {
 
     // LOOKUP through a regular file is NOTDIR.
     create_with(&server, &*m, "plain", 0o644, b"").await;
-    let e = err(
-        &server,
-        "lookup via file",
-        timed("lookup", m.lookup_path("plain/x")).await,
-    );
+    let e = must_fail(&server, "lookup via file", m.lookup_path("plain/x")).await;
     assert!(
         is_nfs4(&e, Nfs4ErrorCode::NFS4ERR_NOTDIR),
         "LOOKUP with a file as directory: want NOTDIR, got {e:?}"
@@ -816,135 +508,81 @@ async fn lookup_missing_is_noent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_close_semantics() {
-    let (server, m) = setup().await;
+    let (server, m) = start_and_mount().await;
     create_with(&server, &*m, "f", 0o644, b"0123456789").await;
 
     // Create (UNCHECKED4) of an existing file opens it without truncating.
-    let again = ok(
-        &server,
-        "create existing",
-        timed("create", m.create_path("f", Some(0o644))).await,
-    );
+    let again = must(&server, "create existing", m.create_path("f", Some(0o644))).await;
     assert_eq!(again.attr.as_ref().map(|a| a.filesize), Some(10));
-    ok(
-        &server,
-        "close",
-        timed("close", m.close(again.fh.clone())).await,
-    );
+    must(&server, "close", m.close(again.fh.clone())).await;
 
     // Open for read and write, overwrite the middle, read through another open.
-    let rw = ok(
-        &server,
-        "open rw",
-        timed("open", m.open_path("f", OPEN_BOTH)).await,
-    );
+    let rw = must(&server, "open rw", m.open_path("f", OPEN_BOTH)).await;
     write_all(&server, &*m, &rw.fh, 3, b"abc").await;
-    let ro = ok(
-        &server,
-        "open ro",
-        timed("open", m.open_path("f", OPEN_READ)).await,
-    );
-    let back = ok(
-        &server,
-        "read",
-        timed("read", m.read(ro.fh.clone(), 0, 100)).await,
-    );
+    let ro = must(&server, "open ro", m.open_path("f", OPEN_READ)).await;
+    let back = must(&server, "read", m.read(ro.fh.clone(), 0, 100)).await;
     assert_eq!(&back[..], b"012abc6789");
-    ok(
-        &server,
-        "close ro",
-        timed("close", m.close(ro.fh.clone())).await,
-    );
-    ok(
-        &server,
-        "close rw",
-        timed("close", m.close(rw.fh.clone())).await,
-    );
+    must(&server, "close ro", m.close(ro.fh.clone())).await;
+    must(&server, "close rw", m.close(rw.fh.clone())).await;
 
     // A second client sees the data (close-to-open).
     let m2 = server.mount().await;
-    let back = ok(
-        &server,
-        "read m2",
-        timed("read", m2.read_path("f", 0, 100)).await,
-    );
+    let back = must(&server, "read m2", m2.read_path("f", 0, 100)).await;
     assert_eq!(&back[..], b"012abc6789");
-    ok(&server, "umount m2", timed("umount", m2.umount()).await);
+    must(&server, "umount m2", m2.umount()).await;
 
     // OPEN of a directory for reading is refused.
-    ok(
-        &server,
-        "mkdir",
-        timed("mkdir", m.mkdir_path("d", 0o755)).await,
-    );
-    let e = err(
-        &server,
-        "open dir",
-        timed("open", m.open_path("d", OPEN_READ)).await,
-    );
+    must(&server, "mkdir", m.mkdir_path("d", 0o755)).await;
+    let e = must_fail(&server, "open dir", m.open_path("d", OPEN_READ)).await;
     assert!(
         is_nfs4(&e, Nfs4ErrorCode::NFS4ERR_ISDIR),
         "OPEN of a directory: want ISDIR, got {e:?}"
     );
-    ok(&server, "umount", timed("umount", m.umount()).await);
-    assert_eq!(
-        std::fs::read(server.export_dir().join("f")).unwrap(),
-        b"012abc6789"
-    );
+    must(&server, "umount", m.umount()).await;
+    assert_eq!(host_file(&server, "f"), b"012abc6789");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn byte_range_locks_two_clients() {
-    let (server, a) = setup().await;
-    let b = server.mount().await;
+    let server = ServerGuard::start_default();
+    // LOCK needs an open stateid: both clients open the file.
+    let TwoOpeners { a, b, fa, fb } = two_openers(&server, "locked", &[0u8; 1000]).await;
     assert!(
         a.capabilities().locks,
         "nfs-rs reports lock support on v4.1"
     );
-    create_with(&server, &*a, "locked", 0o644, &[0u8; 1000]).await;
-
-    // LOCK needs an open stateid: both clients open the file.
-    let fa = ok(
-        &server,
-        "open a",
-        timed("open", a.open_path("locked", OPEN_BOTH)).await,
-    )
-    .fh;
-    let fb = ok(
-        &server,
-        "open b",
-        timed("open", b.open_path("locked", OPEN_BOTH)).await,
-    )
-    .fh;
 
     // A takes a write lock on [0, 100).
-    let tok_a = ok(
+    let tok_a = must(
         &server,
         "lock a [0,100)",
-        timed("lock", a.lock_stateful(fa.clone(), WRITE_LT, 0, 100)).await,
-    );
+        a.lock_stateful(fa.clone(), WRITE_LT, 0, 100),
+    )
+    .await;
 
     // B conflicts on overlapping ranges, both for LOCKT and LOCK.
-    let e = err(
+    let e = must_fail(
         &server,
         "lockt b [50,60)",
-        timed("lockt", b.lock_test(fb.clone(), WRITE_LT, 50, 10)).await,
-    );
+        b.lock_test(fb.clone(), WRITE_LT, 50, 10),
+    )
+    .await;
     assert!(
         is_denied(&e),
         "LOCKT over a held lock: want DENIED, got {e:?}"
     );
-    let e = err(
+    must_be_denied(
         &server,
         "lockt b read [99,1)",
-        timed("lockt", b.lock_test(fb.clone(), READ_LT, 99, 1)).await,
-    );
-    assert!(is_denied(&e), "got {e:?}");
-    let e = err(
+        b.lock_test(fb.clone(), READ_LT, 99, 1),
+    )
+    .await;
+    let e = must_fail(
         &server,
         "lock b [0,10)",
-        timed("lock", b.lock_stateful(fb.clone(), WRITE_LT, 0, 10)).await,
-    );
+        b.lock_stateful(fb.clone(), WRITE_LT, 0, 10),
+    )
+    .await;
     assert!(
         is_denied(&e),
         "LOCK over a held lock: want DENIED, got {e:?}"
@@ -965,118 +603,90 @@ async fn byte_range_locks_two_clients() {
     }
 
     // Non-overlapping ranges do not conflict.
-    ok(
+    must(
         &server,
         "lockt b [100,50)",
-        timed("lockt", b.lock_test(fb.clone(), WRITE_LT, 100, 50)).await,
-    );
-    let tok_b = ok(
+        b.lock_test(fb.clone(), WRITE_LT, 100, 50),
+    )
+    .await;
+    let tok_b = must(
         &server,
         "lock b [200,10)",
-        timed("lock", b.lock_stateful(fb.clone(), WRITE_LT, 200, 10)).await,
-    );
+        b.lock_stateful(fb.clone(), WRITE_LT, 200, 10),
+    )
+    .await;
     // (nfs-rs tokens carry the lock stateid with its seqid at LOCK time, so
     // release this one before B locks again: a later LOCK would make it old.)
-    ok(
-        &server,
-        "unlock b",
-        timed("locku", b.unlock_stateful(tok_b)).await,
-    );
+    must(&server, "unlock b", b.unlock_stateful(tok_b)).await;
 
     // A unlocks; B can now lock the range.
-    ok(
-        &server,
-        "unlock a",
-        timed("locku", a.unlock_stateful(tok_a)).await,
-    );
-    ok(
+    must(&server, "unlock a", a.unlock_stateful(tok_a)).await;
+    must(
         &server,
         "lockt b after unlock",
-        timed("lockt", b.lock_test(fb.clone(), WRITE_LT, 0, 100)).await,
-    );
-    let tok_b2 = ok(
+        b.lock_test(fb.clone(), WRITE_LT, 0, 100),
+    )
+    .await;
+    let tok_b2 = must(
         &server,
         "lock b [0,10) after unlock",
-        timed("lock", b.lock_stateful(fb.clone(), WRITE_LT, 0, 10)).await,
-    );
+        b.lock_stateful(fb.clone(), WRITE_LT, 0, 10),
+    )
+    .await;
     // And now A is the one refused.
-    let e = err(
+    must_be_denied(
         &server,
         "lockt a [5,1)",
-        timed("lockt", a.lock_test(fa.clone(), WRITE_LT, 5, 1)).await,
-    );
-    assert!(is_denied(&e), "got {e:?}");
+        a.lock_test(fa.clone(), WRITE_LT, 5, 1),
+    )
+    .await;
 
-    ok(
-        &server,
-        "unlock b2",
-        timed("locku", b.unlock_stateful(tok_b2)).await,
-    );
-    ok(&server, "close a", timed("close", a.close(fa)).await);
-    ok(&server, "close b", timed("close", b.close(fb)).await);
-    ok(&server, "umount b", timed("umount", b.umount()).await);
-    ok(&server, "umount a", timed("umount", a.umount()).await);
+    must(&server, "unlock b2", b.unlock_stateful(tok_b2)).await;
+    close_both(&server, &*a, fa, &*b, fb).await;
+    must(&server, "umount b", b.umount()).await;
+    must(&server, "umount a", a.umount()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_locks_share_write_lock_excludes() {
-    let (server, a) = setup().await;
-    let b = server.mount().await;
-    create_with(&server, &*a, "shared", 0o644, &[1u8; 100]).await;
-    let fa = ok(
-        &server,
-        "open a",
-        timed("open", a.open_path("shared", OPEN_BOTH)).await,
-    )
-    .fh;
-    let fb = ok(
-        &server,
-        "open b",
-        timed("open", b.open_path("shared", OPEN_BOTH)).await,
-    )
-    .fh;
+    let server = ServerGuard::start_default();
+    let TwoOpeners { a, b, fa, fb } = two_openers(&server, "shared", &[1u8; 100]).await;
 
-    let ra = ok(
+    let ra = must(
         &server,
         "read lock a",
-        timed("lock", a.lock_stateful(fa.clone(), READ_LT, 0, 50)).await,
-    );
-    let rb = ok(
+        a.lock_stateful(fa.clone(), READ_LT, 0, 50),
+    )
+    .await;
+    let rb = must(
         &server,
         "read lock b (shared)",
-        timed("lock", b.lock_stateful(fb.clone(), READ_LT, 10, 50)).await,
-    );
-    let e = err(
+        b.lock_stateful(fb.clone(), READ_LT, 10, 50),
+    )
+    .await;
+    must_be_denied(
         &server,
         "lockt write b",
-        timed("lockt", b.lock_test(fb.clone(), WRITE_LT, 0, 5)).await,
-    );
-    assert!(is_denied(&e), "got {e:?}");
-    ok(
-        &server,
-        "unlock a",
-        timed("locku", a.unlock_stateful(ra)).await,
-    );
-    ok(
-        &server,
-        "unlock b",
-        timed("locku", b.unlock_stateful(rb)).await,
-    );
-    ok(
+        b.lock_test(fb.clone(), WRITE_LT, 0, 5),
+    )
+    .await;
+    must(&server, "unlock a", a.unlock_stateful(ra)).await;
+    must(&server, "unlock b", b.unlock_stateful(rb)).await;
+    must(
         &server,
         "lockt write after unlocks",
-        timed("lockt", b.lock_test(fb.clone(), WRITE_LT, 0, 100)).await,
-    );
-    ok(&server, "close a", timed("close", a.close(fa)).await);
-    ok(&server, "close b", timed("close", b.close(fb)).await);
+        b.lock_test(fb.clone(), WRITE_LT, 0, 100),
+    )
+    .await;
+    close_both(&server, &*a, fa, &*b, fb).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fsinfo_fsstat_access() {
-    let (server, m) = setup().await;
-    let info = ok(&server, "fsinfo", timed("fsinfo", m.fsinfo()).await);
+    let (server, m) = start_and_mount().await;
+    let info = must(&server, "fsinfo", m.fsinfo()).await;
     assert!(info.rtmax > 0 && info.wtmax > 0, "fsinfo: {info:?}");
-    let stat = ok(&server, "fsstat", timed("fsstat", m.fsstat()).await);
+    let stat = must(&server, "fsstat", m.fsstat()).await;
     assert!(
         stat.tbytes > 0 && stat.fbytes <= stat.tbytes,
         "fsstat: {stat:?}"
@@ -1092,11 +702,7 @@ async fn fsinfo_fsstat_access() {
     );
     let root = m.getfh().await;
     // ACCESS4_READ | ACCESS4_LOOKUP | ACCESS4_MODIFY | ACCESS4_EXTEND
-    let granted = ok(
-        &server,
-        "access",
-        timed("access", m.access(root, 0x0f)).await,
-    );
+    let granted = must(&server, "access", m.access(root, 0x0f)).await;
     assert_eq!(
         granted & 0x0f,
         0x0f,
@@ -1106,60 +712,42 @@ async fn fsinfo_fsstat_access() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn same_owner_locks_do_not_conflict() {
-    let (server, a) = setup().await;
-    let b = server.mount().await;
-    create_with(&server, &*a, "mine", 0o644, &[0u8; 300]).await;
-    let fa = ok(
-        &server,
-        "open a",
-        timed("open", a.open_path("mine", OPEN_BOTH)).await,
-    )
-    .fh;
-    let fb = ok(
-        &server,
-        "open b",
-        timed("open", b.open_path("mine", OPEN_BOTH)).await,
-    )
-    .fh;
-    let t1 = ok(
+    let server = ServerGuard::start_default();
+    let TwoOpeners { a, b, fa, fb } = two_openers(&server, "mine", &[0u8; 300]).await;
+    let t1 = must(
         &server,
         "lock [0,100)",
-        timed("lock", a.lock_stateful(fa.clone(), WRITE_LT, 0, 100)).await,
-    );
+        a.lock_stateful(fa.clone(), WRITE_LT, 0, 100),
+    )
+    .await;
     // The same lock-owner may lock an overlapping, larger range again.
-    let t2 = ok(
+    let t2 = must(
         &server,
         "relock [0,150) by the same owner",
-        timed("lock", a.lock_stateful(fa.clone(), WRITE_LT, 0, 150)).await,
-    );
-    let e = err(
+        a.lock_stateful(fa.clone(), WRITE_LT, 0, 150),
+    )
+    .await;
+    let e = must_fail(
         &server,
         "lockt b [120,1)",
-        timed("lockt", b.lock_test(fb.clone(), WRITE_LT, 120, 1)).await,
-    );
+        b.lock_test(fb.clone(), WRITE_LT, 120, 1),
+    )
+    .await;
     assert!(is_denied(&e), "the extended range is held: got {e:?}");
 
     // The second LOCK bumped the lock stateid's seqid: the first token's
     // stateid is now old (RFC 8881 8.2.2).
-    let e = err(
-        &server,
-        "unlock with old token",
-        timed("locku", a.unlock_stateful(t1)).await,
-    );
+    let e = must_fail(&server, "unlock with old token", a.unlock_stateful(t1)).await;
     assert!(
         is_nfs4(&e, Nfs4ErrorCode::NFS4ERR_OLD_STATEID),
         "LOCKU with a superseded lock stateid: want OLD_STATEID, got {e:?}"
     );
-    ok(
-        &server,
-        "unlock [0,150)",
-        timed("locku", a.unlock_stateful(t2)).await,
-    );
-    ok(
+    must(&server, "unlock [0,150)", a.unlock_stateful(t2)).await;
+    must(
         &server,
         "lockt b after unlock",
-        timed("lockt", b.lock_test(fb.clone(), WRITE_LT, 0, 300)).await,
-    );
-    ok(&server, "close a", timed("close", a.close(fa)).await);
-    ok(&server, "close b", timed("close", b.close(fb)).await);
+        b.lock_test(fb.clone(), WRITE_LT, 0, 300),
+    )
+    .await;
+    close_both(&server, &*a, fa, &*b, fb).await;
 }

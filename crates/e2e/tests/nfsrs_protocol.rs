@@ -3,20 +3,17 @@
 //! session, directory paging with small replies, and WRITE/COMMIT verifiers.
 
 use bytes::Bytes;
-use nfs_rs::{DirectoryCookie, Mount, Nfs4ErrorCode as E, Time, WriteCommitted, OPEN_BOTH};
+use nfs_rs::{DirectoryCookie, Mount, Nfs4ErrorCode as E, WriteCommitted, OPEN_BOTH};
+use txnfs_e2e::fixtures::{
+    create_open, must, set_mode, set_size, set_times, start_and_mount, whole_second, CheckCalls,
+};
 use txnfs_e2e::{
     create_with, join_all, list_dir, ok, pattern, read_exact, timed, Checks, ServerGuard,
 };
 
-async fn setup() -> (ServerGuard, Box<dyn Mount>) {
-    let server = ServerGuard::start_default();
-    let mount = server.mount().await;
-    (server, mount)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn size_limits() {
-    let (server, m) = setup().await;
+    let (server, m) = start_and_mount().await;
     let fh = create_with(&server, &*m, "g", 0o644, b"guard").await;
     let mut c = Checks::new(&server);
 
@@ -24,50 +21,27 @@ async fn size_limits() {
     // guard, it would take a VERIFY op — so a guarded SETATTR is not tested.)
 
     // Offsets past the maximum file size.
-    ok(
-        &server,
-        "open",
-        timed("open", m.open_path("g", OPEN_BOTH)).await,
-    );
-    c.expect_err(
+    must(&server, "open", m.open_path("g", OPEN_BOTH)).await;
+    c.call_err(
         "WRITE at offset u64::MAX - 2",
-        timed(
-            "write",
-            m.write(fh.clone(), u64::MAX - 2, Bytes::from_static(b"xyz")),
-        )
-        .await,
+        m.write(fh.clone(), u64::MAX - 2, Bytes::from_static(b"xyz")),
         &[E::NFS4ERR_FBIG, E::NFS4ERR_INVAL],
-    );
-    c.expect_err(
+    )
+    .await;
+    c.call_err(
         "SETATTR size u64::MAX",
-        timed(
-            "setattr",
-            m.setattr(
-                fh.clone(),
-                None,
-                None,
-                None,
-                None,
-                Some(u64::MAX),
-                None,
-                None,
-            ),
-        )
-        .await,
+        set_size(&*m, &fh, u64::MAX),
         &[E::NFS4ERR_FBIG, E::NFS4ERR_INVAL],
-    );
+    )
+    .await;
     match timed("read", m.read(fh.clone(), u64::MAX - 10, 5)).await {
         Ok(b) => c.check(b.is_empty(), "READ far past EOF returned bytes"),
         // Ganesha answers FBIG for an offset past its maximum file size.
         Err(e) if txnfs_e2e::is_nfs4(&e, E::NFS4ERR_FBIG) => {}
         Err(e) => c.check(false, format!("READ far past EOF failed: {e:?}")),
     }
-    ok(&server, "close", timed("close", m.close(fh.clone())).await);
-    let attr = ok(
-        &server,
-        "getattr",
-        timed("getattr", m.getattr(fh.clone())).await,
-    );
+    must(&server, "close", m.close(fh.clone())).await;
+    let attr = must(&server, "getattr", m.getattr(fh.clone())).await;
     c.check(
         attr.filesize == 5,
         format!("size changed to {}", attr.filesize),
@@ -77,75 +51,21 @@ async fn size_limits() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timestamps_follow_changes() {
-    let (server, m) = setup().await;
-    let dir = ok(
-        &server,
-        "mkdir",
-        timed("mkdir", m.mkdir_path("d", 0o755)).await,
-    )
-    .fh;
+    let (server, m) = start_and_mount().await;
+    let dir = must(&server, "mkdir", m.mkdir_path("d", 0o755)).await.fh;
     let fh = create_with(&server, &*m, "d/f", 0o644, b"v1").await;
-    let old = Time {
-        seconds: 1_000_000_000,
-        nseconds: 0,
-    };
-    ok(
-        &server,
-        "set old times",
-        timed(
-            "setattr",
-            m.setattr(
-                fh.clone(),
-                None,
-                None,
-                None,
-                None,
-                None,
-                Some(old),
-                Some(old),
-            ),
-        )
-        .await,
-    );
-    ok(
-        &server,
-        "set old dir times",
-        timed(
-            "setattr",
-            m.setattr(
-                dir.clone(),
-                None,
-                None,
-                None,
-                None,
-                None,
-                Some(old),
-                Some(old),
-            ),
-        )
-        .await,
-    );
-    let before = ok(
-        &server,
-        "getattr",
-        timed("getattr", m.getattr(fh.clone())).await,
-    );
+    let old = whole_second(1_000_000_000);
+    must(&server, "set old times", set_times(&*m, &fh, old, old)).await;
+    must(&server, "set old dir times", set_times(&*m, &dir, old, old)).await;
+    let before = must(&server, "getattr", m.getattr(fh.clone())).await;
     let mut c = Checks::new(&server);
     c.check(before.mtime.seconds == old.seconds, "mtime was not set");
 
     // WRITE moves mtime (and ctime) forward.
-    ok(
-        &server,
-        "open",
-        timed("open", m.open_path("d/f", OPEN_BOTH)).await,
-    );
+    must(&server, "open", m.open_path("d/f", OPEN_BOTH)).await;
     txnfs_e2e::write_all(&server, &*m, &fh, 0, b"v2").await;
-    ok(&server, "close", timed("close", m.close(fh.clone())).await);
-    let after = ok(
-        &server,
-        "getattr",
-        timed("getattr", m.getattr(fh.clone())).await,
-    );
+    must(&server, "close", m.close(fh.clone())).await;
+    let after = must(&server, "getattr", m.getattr(fh.clone())).await;
     c.check(
         after.mtime.seconds > old.seconds + 1000,
         format!("mtime after WRITE: {:?}", after.mtime),
@@ -159,20 +79,8 @@ async fn timestamps_follow_changes() {
     // SETATTR mode moves ctime, not mtime.
     let t0 = after;
     std::thread::sleep(std::time::Duration::from_millis(20));
-    ok(
-        &server,
-        "chmod",
-        timed(
-            "setattr",
-            m.setattr(fh.clone(), None, Some(0o600), None, None, None, None, None),
-        )
-        .await,
-    );
-    let t1 = ok(
-        &server,
-        "getattr",
-        timed("getattr", m.getattr(fh.clone())).await,
-    );
+    must(&server, "chmod", set_mode(&*m, &fh, 0o600)).await;
+    let t1 = must(&server, "getattr", m.getattr(fh.clone())).await;
     c.check(
         (t1.ctime.seconds, t1.ctime.nseconds) > (t0.ctime.seconds, t0.ctime.nseconds),
         format!(
@@ -187,11 +95,7 @@ async fn timestamps_follow_changes() {
 
     // Creating and removing entries moves the directory's mtime.
     create_with(&server, &*m, "d/g", 0o644, b"").await;
-    let dattr = ok(
-        &server,
-        "getattr dir",
-        timed("getattr", m.getattr(dir.clone())).await,
-    );
+    let dattr = must(&server, "getattr dir", m.getattr(dir.clone())).await;
     c.check(
         dattr.mtime.seconds > old.seconds + 1000,
         format!("dir mtime after CREATE: {:?}", dattr.mtime),
@@ -201,7 +105,7 @@ async fn timestamps_follow_changes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_requests_in_flight() {
-    let (server, m) = setup().await;
+    let (server, m) = start_and_mount().await;
     let data = pattern(77, 64 * 1024);
     let fh = create_with(&server, &*m, "hot", 0o644, &data).await;
     let m_ref: &dyn Mount = &*m;
@@ -245,12 +149,7 @@ async fn many_requests_in_flight() {
 async fn readdir_small_pages_and_resume() {
     let server = ServerGuard::start_default();
     let m = server.mount_with("uid=0&gid=0&readdir-buffer=1024").await;
-    let dir = ok(
-        &server,
-        "mkdir",
-        timed("mkdir", m.mkdir_path("dir", 0o755)).await,
-    )
-    .fh;
+    let dir = must(&server, "mkdir", m.mkdir_path("dir", 0o755)).await.fh;
     let names: Vec<String> = (0..300)
         .map(|i| format!("{i:03}-{}", "n".repeat(60)))
         .collect();
@@ -298,11 +197,7 @@ async fn readdir_small_pages_and_resume() {
     let mut first_half = Vec::new();
     let mut pages = 0;
     while first_half.len() < 150 {
-        let page = ok(
-            &server,
-            "page",
-            timed("page", m.readdirplus_page(dir.clone(), pos)).await,
-        );
+        let page = must(&server, "page", m.readdirplus_page(dir.clone(), pos)).await;
         pages += 1;
         first_half.extend(page.entries.into_iter().map(|e| e.file_name));
         if page.eof {
@@ -342,15 +237,12 @@ async fn readdir_small_pages_and_resume() {
 
     // Removing entries in the middle of a listing: no duplicates, no errors,
     // every entry that was not removed is still listed.
-    let page = ok(
+    let page = must(
         &server,
         "page 1",
-        timed(
-            "page",
-            m.readdirplus_page(dir.clone(), DirectoryCookie::default()),
-        )
-        .await,
-    );
+        m.readdirplus_page(dir.clone(), DirectoryCookie::default()),
+    )
+    .await;
     let mut seen: Vec<String> = page.entries.into_iter().map(|e| e.file_name).collect();
     let removed: Vec<&String> = names
         .iter()
@@ -358,11 +250,7 @@ async fn readdir_small_pages_and_resume() {
         .step_by(3)
         .collect();
     for n in &removed {
-        ok(
-            &server,
-            "remove",
-            timed("remove", m.remove(dir.clone(), n)).await,
-        );
+        must(&server, "remove", m.remove(dir.clone(), n)).await;
     }
     let mut pos = page.next;
     let mut eof = page.eof;
@@ -402,58 +290,40 @@ async fn readdir_small_pages_and_resume() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_commit_verifiers() {
-    let (server, m) = setup().await;
-    let fh = ok(
-        &server,
-        "create",
-        timed("create", m.create_path("v", Some(0o644))).await,
-    )
-    .fh;
-    let w1 = ok(
+    let (server, m) = start_and_mount().await;
+    let fh = create_open(&server, &*m, "v").await;
+    let w1 = must(
         &server,
         "write 1",
-        timed(
-            "write",
-            m.write(fh.clone(), 0, Bytes::from(pattern(1, 100_000))),
-        )
-        .await,
-    );
-    let w2 = ok(
+        m.write(fh.clone(), 0, Bytes::from(pattern(1, 100_000))),
+    )
+    .await;
+    let w2 = must(
         &server,
         "write 2",
-        timed(
-            "write",
-            m.write(fh.clone(), 100_000, Bytes::from_static(b"tail")),
-        )
-        .await,
-    );
+        m.write(fh.clone(), 100_000, Bytes::from_static(b"tail")),
+    )
+    .await;
     let mut c = Checks::new(&server);
     c.check(w1.count == 100_000 || w1.count > 0, "short write count 0");
     c.check(
         w1.verifier.is_some() && w1.verifier == w2.verifier,
         "write verifiers differ within one server instance",
     );
-    let cv = ok(
-        &server,
-        "commit",
-        timed("commit", m.commit_with_verifier(fh.clone(), 0, 0)).await,
-    );
+    let cv = must(&server, "commit", m.commit_with_verifier(fh.clone(), 0, 0)).await;
     if w1.committed != WriteCommitted::FileSync {
         c.check(
             cv == w1.verifier,
             format!("COMMIT verifier {cv:?} != WRITE verifier {:?}", w1.verifier),
         );
     }
-    ok(
+    must(
         &server,
         "commit_write_batch",
-        timed(
-            "commit batch",
-            m.commit_write_batch(fh.clone(), 0, 0, &[w1, w2]),
-        )
-        .await,
-    );
-    ok(&server, "close", timed("close", m.close(fh.clone())).await);
+        m.commit_write_batch(fh.clone(), 0, 0, &[w1, w2]),
+    )
+    .await;
+    must(&server, "close", m.close(fh.clone())).await;
     let back = ok(
         &server,
         "read",
@@ -492,9 +362,5 @@ async fn readdir_reply_too_small_for_one_entry() {
         ),
     }
     // The session is fine afterwards.
-    ok(
-        &server,
-        "getattr",
-        timed("getattr", m.getattr_path(&long)).await,
-    );
+    must(&server, "getattr", m.getattr_path(&long)).await;
 }

@@ -4,19 +4,33 @@
 
 use std::os::unix::fs::MetadataExt;
 
-use nfs_rs::{Nfs4ErrorCode as E, NfsError, OPEN_READ, OPEN_WRITE};
-use txnfs_e2e::{create_with, err, is_nfs4, ok, timed, Checks, ServerGuard};
+use nfs_rs::{Mount, Nfs4ErrorCode as E, OPEN_READ, OPEN_WRITE};
+use txnfs_e2e::fixtures::{
+    check_read_path, expect_code, host_file, must, must_fail_with, set_mode, set_mode_at,
+    set_size_at, CheckCalls, ACCESS_EXTEND, ACCESS_LOOKUP, ACCESS_MODIFY, ACCESS_READ,
+};
+use txnfs_e2e::{create_with, err, timed, Checks, ServerGuard};
 
-const ACCESS_READ: u32 = 0x01;
-const ACCESS_LOOKUP: u32 = 0x02;
-const ACCESS_MODIFY: u32 = 0x04;
-const ACCESS_EXTEND: u32 = 0x08;
-
-fn expect_code(server: &ServerGuard, what: &str, e: &NfsError, want: &[E]) {
-    assert!(
-        want.iter().any(|w| is_nfs4(e, *w)),
-        "{what}: want one of {want:?}, got {e:?}\nserver log tail:\n{}",
-        server.log_tail(20)
+/// ACCESS on `path` asking for `granted | refused`: the reply must grant
+/// every bit of `granted` and none of `refused`.
+async fn check_access(c: &mut Checks<'_>, m: &dyn Mount, path: &str, granted: u32, refused: u32) {
+    let what = format!("ACCESS on {path}");
+    let Some(obj) = c
+        .call_ok(&format!("lookup {path}"), m.lookup_path(path))
+        .await
+    else {
+        return;
+    };
+    let Some(reply) = c.call_ok(&what, m.access(obj.fh, granted | refused)).await else {
+        return;
+    };
+    c.check(
+        reply & granted == granted,
+        format!("{what}: {granted:#x} not granted ({reply:#x})"),
+    );
+    c.check(
+        reply & refused == 0,
+        format!("{what}: {refused:#x} granted ({reply:#x})"),
     );
 }
 
@@ -26,174 +40,101 @@ async fn unprivileged_user_is_held_to_mode_bits() {
     let root = server.mount().await;
     create_with(&server, &*root, "private", 0o600, b"secret").await;
     create_with(&server, &*root, "public", 0o644, b"hello").await;
-    ok(
-        &server,
-        "mkdir rootdir",
-        timed("mkdir", root.mkdir_path("rootdir", 0o755)).await,
-    );
-    ok(
-        &server,
-        "mkdir open",
-        timed("mkdir", root.mkdir_path("open", 0o777)).await,
-    );
+    must(&server, "mkdir rootdir", root.mkdir_path("rootdir", 0o755)).await;
+    must(&server, "mkdir open", root.mkdir_path("open", 0o777)).await;
     // mkdir's mode may be masked by a umask on the server side: force it.
-    ok(
-        &server,
-        "chmod open",
-        timed(
-            "setattr_path",
-            root.setattr_path("open", false, Some(0o777), None, None, None, None, None),
-        )
-        .await,
-    );
-    ok(
+    must(&server, "chmod open", set_mode_at(&*root, "open", 0o777)).await;
+    must(
         &server,
         "chmod export root",
-        timed(
-            "setattr",
-            root.setattr(
-                root.getfh().await,
-                None,
-                Some(0o755),
-                None,
-                None,
-                None,
-                None,
-                None,
-            ),
-        )
-        .await,
-    );
+        set_mode(&*root, &root.getfh().await, 0o755),
+    )
+    .await;
 
     let user = server.mount_with("uid=1000&gid=1000").await;
     let mut c = Checks::new(&server);
 
     // Reading a 0600 root file is refused, a 0644 one is allowed.
-    c.expect_err(
+    c.call_err(
         "OPEN(read) of a 0600 root file as uid 1000",
-        timed("open", user.open_path("private", OPEN_READ)).await,
+        user.open_path("private", OPEN_READ),
         &[E::NFS4ERR_ACCESS],
-    );
-    c.expect_err(
+    )
+    .await;
+    c.call_err(
         "READ (anonymous stateid) of a 0600 root file as uid 1000",
-        timed("read", user.read_path("private", 0, 100)).await,
+        user.read_path("private", 0, 100),
         &[E::NFS4ERR_ACCESS],
-    );
-    let back = c.expect_ok(
+    )
+    .await;
+    check_read_path(
+        &mut c,
+        &*user,
         "READ of a 0644 root file as uid 1000",
-        timed("read", user.read_path("public", 0, 100)).await,
-    );
-    c.check(
-        back.as_deref() == Some(&b"hello"[..]),
-        format!("READ of public returned {back:?}"),
-    );
-    c.expect_err(
+        "public",
+        b"hello",
+    )
+    .await;
+    c.call_err(
         "OPEN(write) of a 0644 root file as uid 1000",
-        timed("open", user.open_path("public", OPEN_WRITE)).await,
+        user.open_path("public", OPEN_WRITE),
         &[E::NFS4ERR_ACCESS],
-    );
-    c.expect_err(
+    )
+    .await;
+    c.call_err(
         "WRITE (anonymous stateid) to a 0644 root file as uid 1000",
-        timed(
-            "write",
-            user.write_path("public", 0, bytes::Bytes::from_static(b"HACK")),
-        )
-        .await,
+        user.write_path("public", 0, bytes::Bytes::from_static(b"HACK")),
         &[E::NFS4ERR_ACCESS],
-    );
-    c.expect_err(
+    )
+    .await;
+    c.call_err(
         "SETATTR(size=0) of a 0644 root file as uid 1000",
-        timed(
-            "setattr_path",
-            user.setattr_path("public", false, None, None, None, Some(0), None, None),
-        )
-        .await,
+        set_size_at(&*user, "public", 0),
         &[E::NFS4ERR_ACCESS, E::NFS4ERR_PERM],
-    );
+    )
+    .await;
     c.check(
-        std::fs::read(server.export_dir().join("public")).unwrap() == b"hello",
+        host_file(&server, "public") == b"hello",
         "public changed on host by uid 1000",
     );
 
     // ACCESS reports what is allowed.
-    let public = ok(
-        &server,
-        "lookup public",
-        timed("lookup", user.lookup_path("public")).await,
-    );
-    if let Some(granted) = c.expect_ok(
-        "ACCESS on public",
-        timed(
-            "access",
-            user.access(public.fh.clone(), ACCESS_READ | ACCESS_MODIFY),
-        )
-        .await,
-    ) {
-        c.check(
-            granted & ACCESS_READ == ACCESS_READ,
-            format!("ACCESS: read not granted on a 0644 file ({granted:#x})"),
-        );
-        c.check(
-            granted & ACCESS_MODIFY == 0,
-            format!("ACCESS: modify granted on someone else's 0644 file ({granted:#x})"),
-        );
-    }
-    let rootdir = ok(
-        &server,
-        "lookup rootdir",
-        timed("lookup", user.lookup_path("rootdir")).await,
-    );
-    if let Some(granted) = c.expect_ok(
-        "ACCESS on rootdir",
-        timed(
-            "access",
-            user.access(rootdir.fh.clone(), ACCESS_LOOKUP | ACCESS_EXTEND),
-        )
-        .await,
-    ) {
-        c.check(
-            granted & ACCESS_LOOKUP == ACCESS_LOOKUP,
-            format!("ACCESS: lookup not granted on a 0755 dir ({granted:#x})"),
-        );
-        c.check(
-            granted & ACCESS_EXTEND == 0,
-            format!("ACCESS: extend granted on a 0755 root dir ({granted:#x})"),
-        );
-    }
+    check_access(&mut c, &*user, "public", ACCESS_READ, ACCESS_MODIFY).await;
+    check_access(&mut c, &*user, "rootdir", ACCESS_LOOKUP, ACCESS_EXTEND).await;
 
     // Creating in a root 0755 dir is refused; in a 0777 dir it works and the
     // new file belongs to the caller.
-    c.expect_err(
+    c.call_err(
         "CREATE in a 0755 root dir as uid 1000",
-        timed("create", user.create_path("rootdir/mine", Some(0o644))).await,
+        user.create_path("rootdir/mine", Some(0o644)),
         &[E::NFS4ERR_ACCESS],
-    );
+    )
+    .await;
     c.check(
         !server.export_dir().join("rootdir/mine").exists(),
         "rootdir/mine exists on host",
     );
-    c.expect_err(
+    c.call_err(
         "MKDIR in a 0755 root dir as uid 1000",
-        timed("mkdir", user.mkdir_path("rootdir/d", 0o755)).await,
+        user.mkdir_path("rootdir/d", 0o755),
         &[E::NFS4ERR_ACCESS],
-    );
-    c.expect_err(
+    )
+    .await;
+    c.call_err(
         "REMOVE from a 0755 root dir as uid 1000",
-        timed("remove", user.remove_path("public")).await,
+        user.remove_path("public"),
         &[E::NFS4ERR_ACCESS],
-    );
-    c.expect_err(
+    )
+    .await;
+    c.call_err(
         "RENAME in a 0755 root dir as uid 1000",
-        timed("rename", user.rename_path("public", "public2")).await,
+        user.rename_path("public", "public2"),
         &[E::NFS4ERR_ACCESS],
-    );
+    )
+    .await;
 
     let mine = create_with(&server, &*user, "open/mine", 0o640, b"user data").await;
-    let attr = ok(
-        &server,
-        "getattr mine",
-        timed("getattr", user.getattr(mine)).await,
-    );
+    let attr = must(&server, "getattr mine", user.getattr(mine)).await;
     c.check(
         (attr.uid, attr.gid) == (1000, 1000),
         format!(
@@ -212,24 +153,18 @@ async fn unprivileged_user_is_held_to_mode_bits() {
     );
 
     // Only the owner (or root) may chmod/chown.
-    c.expect_err(
+    c.call_err(
         "SETATTR(mode) of a root file as uid 1000",
-        timed(
-            "setattr_path",
-            user.setattr_path("public", false, Some(0o666), None, None, None, None, None),
-        )
-        .await,
+        set_mode_at(&*user, "public", 0o666),
         &[E::NFS4ERR_PERM, E::NFS4ERR_ACCESS],
-    );
-    c.expect_err(
+    )
+    .await;
+    c.call_err(
         "SETATTR(owner=0) as uid 1000",
-        timed(
-            "setattr_path",
-            user.setattr_path("open/mine", false, None, Some(0), None, None, None, None),
-        )
-        .await,
+        user.setattr_path("open/mine", false, None, Some(0), None, None, None, None),
         &[E::NFS4ERR_PERM, E::NFS4ERR_ACCESS],
-    );
+    )
+    .await;
     let meta = std::fs::metadata(server.export_dir().join("public")).unwrap();
     c.check(
         meta.mode() & 0o7777 == 0o644,
@@ -258,64 +193,40 @@ async fn symlinks_are_not_followed_by_the_server() {
             &[E::NFS4ERR_SYMLINK, E::NFS4ERR_NOTDIR],
         );
     }
-    let link = ok(
-        &server,
-        "lookup esc-file",
-        timed("lookup", m.lookup_path("esc-file")).await,
-    );
+    let link = must(&server, "lookup esc-file", m.lookup_path("esc-file")).await;
     assert_eq!(
         link.attr.as_ref().map(|a| a.type_),
         Some(5),
         "esc-file is a symlink"
     );
-    let e = err(
-        &server,
-        "read symlink",
-        timed("read", m.read(link.fh.clone(), 0, 100)).await,
-    );
-    expect_code(
+    must_fail_with(
         &server,
         "READ of a symlink",
-        &e,
+        m.read(link.fh.clone(), 0, 100),
         &[E::NFS4ERR_SYMLINK, E::NFS4ERR_INVAL, E::NFS4ERR_WRONG_TYPE],
-    );
-    let e = err(
-        &server,
-        "open symlink",
-        timed("open", m.open_path("esc-file", OPEN_READ)).await,
-    );
-    expect_code(
+    )
+    .await;
+    must_fail_with(
         &server,
         "OPEN of a symlink",
-        &e,
+        m.open_path("esc-file", OPEN_READ),
         &[E::NFS4ERR_SYMLINK, E::NFS4ERR_WRONG_TYPE],
-    );
-    let target = ok(
-        &server,
-        "readlink",
-        timed("readlink", m.readlink(link.fh)).await,
-    );
+    )
+    .await;
+    let target = must(&server, "readlink", m.readlink(link.fh)).await;
     assert_eq!(
         target, "/etc/hostname",
         "READLINK returns the text, unresolved"
     );
 
     // Creating through a symlinked directory must not create outside.
-    let e = err(
-        &server,
-        "create via symlink dir",
-        timed(
-            "create",
-            m.create_path("esc-dir/txnfs-e2e-should-not-exist", Some(0o644)),
-        )
-        .await,
-    );
-    expect_code(
+    must_fail_with(
         &server,
         "CREATE under a symlink",
-        &e,
+        m.create_path("esc-dir/txnfs-e2e-should-not-exist", Some(0o644)),
         &[E::NFS4ERR_SYMLINK, E::NFS4ERR_NOTDIR],
-    );
+    )
+    .await;
     assert!(!std::path::Path::new("/etc/txnfs-e2e-should-not-exist").exists());
 }
 
@@ -324,11 +235,7 @@ async fn dotdot_does_not_escape_the_export() {
     let server = ServerGuard::start_default();
     let m = server.mount().await;
     let root = m.getfh().await;
-    ok(
-        &server,
-        "mkdir",
-        timed("mkdir", m.mkdir_path("sub", 0o755)).await,
-    );
+    must(&server, "mkdir", m.mkdir_path("sub", 0o755)).await;
 
     // NFSv4 LOOKUP takes a component name; ".." is not a name (LOOKUPP is).
     let r = timed("lookup ..", m.lookup(root.clone(), "..")).await;
@@ -341,11 +248,7 @@ async fn dotdot_does_not_escape_the_export() {
         ),
         Ok(obj) => {
             // Tolerated only if it stays at the root (or pseudo-root).
-            let attr = ok(
-                &server,
-                "getattr",
-                timed("getattr", m.getattr(obj.fh.clone())).await,
-            );
+            let attr = must(&server, "getattr", m.getattr(obj.fh.clone())).await;
             let names = txnfs_e2e::list_dir(&*m, obj.fh).await.unwrap_or_default();
             assert!(
                 attr.type_ == 2 && !names.iter().any(|n| n == "etc" || n == "tmp"),
@@ -353,31 +256,23 @@ async fn dotdot_does_not_escape_the_export() {
             );
         }
     }
-    let e = err(
-        &server,
-        "lookup sub/../..",
-        timed("lookup", m.lookup_path("sub/../../etc")).await,
-    );
-    expect_code(
+    must_fail_with(
         &server,
         "LOOKUP sub/../../etc",
-        &e,
+        m.lookup_path("sub/../../etc"),
         &[E::NFS4ERR_BADNAME, E::NFS4ERR_NOENT, E::NFS4ERR_INVAL],
-    );
-    let e = err(
-        &server,
-        "create ../x",
-        timed("create", m.create(root.clone(), "..", Some(0o644))).await,
-    );
-    expect_code(
+    )
+    .await;
+    must_fail_with(
         &server,
         "OPEN/CREATE \"..\"",
-        &e,
+        m.create(root.clone(), "..", Some(0o644)),
         &[
             E::NFS4ERR_BADNAME,
             E::NFS4ERR_EXIST,
             E::NFS4ERR_INVAL,
             E::NFS4ERR_ISDIR,
         ],
-    );
+    )
+    .await;
 }

@@ -5,91 +5,67 @@
 use std::os::unix::fs::MetadataExt;
 
 use bytes::Bytes;
-use nfs_rs::{Mount, Nfs4ErrorCode as E, NfsError, OPEN_BOTH};
-use txnfs_e2e::{
-    create_with, err, is_nfs4, join_all, list_dir, ok, pattern, read_exact, timed, write_all,
-    ServerGuard,
+use nfs_rs::{Nfs4ErrorCode as E, OPEN_BOTH};
+use txnfs_e2e::fixtures::{
+    expect_code, host_file, must, must_fail, must_fail_with, set_size, start_and_mount,
 };
-
-async fn setup() -> (ServerGuard, Box<dyn Mount>) {
-    let server = ServerGuard::start_default();
-    let mount = server.mount().await;
-    (server, mount)
-}
-
-fn expect_code(server: &ServerGuard, what: &str, e: &NfsError, want: &[E]) {
-    assert!(
-        want.iter().any(|w| is_nfs4(e, *w)),
-        "{what}: want one of {want:?}, got {e:?}\nserver log tail:\n{}",
-        server.log_tail(20)
-    );
-}
+use txnfs_e2e::{create_with, err, join_all, list_dir, ok, pattern, read_exact, timed, write_all};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_names_are_rejected() {
-    let (server, m) = setup().await;
+    let (server, m) = start_and_mount().await;
     let root = m.getfh().await;
 
     let long = "n".repeat(256);
-    let e = err(
+    must_fail_with(
         &server,
-        "create 256-byte name",
-        timed("create", m.create(root.clone(), &long, Some(0o644))).await,
-    );
-    expect_code(&server, "256-byte name", &e, &[E::NFS4ERR_NAMETOOLONG]);
-    let e = err(
-        &server,
-        "lookup 256-byte name",
-        timed("lookup", m.lookup(root.clone(), &long)).await,
-    );
-    expect_code(
+        "256-byte name",
+        m.create(root.clone(), &long, Some(0o644)),
+        &[E::NFS4ERR_NAMETOOLONG],
+    )
+    .await;
+    must_fail_with(
         &server,
         "LOOKUP 256-byte name",
-        &e,
+        m.lookup(root.clone(), &long),
         &[E::NFS4ERR_NAMETOOLONG],
-    );
+    )
+    .await;
     // 255 bytes is fine.
     let max = "m".repeat(255);
     create_with(&server, &*m, &max, 0o644, b"ok").await;
     assert!(server.export_dir().join(&max).exists());
 
-    let e = err(
+    must_fail_with(
         &server,
-        "create empty name",
-        timed("create", m.create(root.clone(), "", Some(0o644))).await,
-    );
-    expect_code(&server, "empty name", &e, &[E::NFS4ERR_INVAL]);
+        "empty name",
+        m.create(root.clone(), "", Some(0o644)),
+        &[E::NFS4ERR_INVAL],
+    )
+    .await;
 
     for bad in [".", ".."] {
-        let e = err(
-            &server,
-            "mkdir dot name",
-            timed("mkdir", m.mkdir(root.clone(), bad, 0o755)).await,
-        );
-        expect_code(
+        must_fail_with(
             &server,
             &format!("CREATE {bad:?}"),
-            &e,
+            m.mkdir(root.clone(), bad, 0o755),
             &[E::NFS4ERR_BADNAME, E::NFS4ERR_EXIST, E::NFS4ERR_INVAL],
-        );
+        )
+        .await;
     }
-    let e = err(
-        &server,
-        "create name with slash",
-        timed("create", m.create(root.clone(), "a/b", Some(0o644))).await,
-    );
-    expect_code(
+    must_fail_with(
         &server,
         "name with '/'",
-        &e,
+        m.create(root.clone(), "a/b", Some(0o644)),
         &[E::NFS4ERR_BADNAME, E::NFS4ERR_BADCHAR, E::NFS4ERR_INVAL],
-    );
+    )
+    .await;
     assert!(!server.export_dir().join("a").exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unicode_names_roundtrip() {
-    let (server, m) = setup().await;
+    let (server, m) = start_and_mount().await;
     let names = [
         "héllo-wörld.txt",
         "日本語のファイル",
@@ -105,53 +81,39 @@ async fn unicode_names_roundtrip() {
     want.sort();
     assert_eq!(listed, want);
     for (i, name) in names.iter().enumerate() {
-        let back = ok(
-            &server,
-            "read",
-            timed("read", m.read_path(name, 0, 100)).await,
-        );
+        let back = must(&server, "read", m.read_path(name, 0, 100)).await;
         assert_eq!(back, format!("file {i}").as_bytes());
-        assert_eq!(
-            std::fs::read(server.export_dir().join(name)).unwrap(),
-            format!("file {i}").as_bytes()
-        );
+        assert_eq!(host_file(&server, name), format!("file {i}").as_bytes());
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_object_types() {
-    let (server, m) = setup().await;
-    let dir = ok(
-        &server,
-        "mkdir",
-        timed("mkdir", m.mkdir_path("d", 0o755)).await,
-    )
-    .fh;
+    let (server, m) = start_and_mount().await;
+    let dir = must(&server, "mkdir", m.mkdir_path("d", 0o755)).await.fh;
     let file = create_with(&server, &*m, "f", 0o644, b"data").await;
 
-    let e = err(
+    must_fail_with(
         &server,
-        "read dir",
-        timed("read", m.read(dir.clone(), 0, 10)).await,
-    );
-    expect_code(&server, "READ of a directory", &e, &[E::NFS4ERR_ISDIR]);
-    let e = err(
+        "READ of a directory",
+        m.read(dir.clone(), 0, 10),
+        &[E::NFS4ERR_ISDIR],
+    )
+    .await;
+    must_fail_with(
         &server,
-        "write dir",
-        timed("write", m.write(dir.clone(), 0, Bytes::from_static(b"x"))).await,
-    );
-    expect_code(&server, "WRITE to a directory", &e, &[E::NFS4ERR_ISDIR]);
-    let e = err(
-        &server,
-        "readlink file",
-        timed("readlink", m.readlink(file.clone())).await,
-    );
-    expect_code(
+        "WRITE to a directory",
+        m.write(dir.clone(), 0, Bytes::from_static(b"x")),
+        &[E::NFS4ERR_ISDIR],
+    )
+    .await;
+    must_fail_with(
         &server,
         "READLINK of a regular file",
-        &e,
+        m.readlink(file.clone()),
         &[E::NFS4ERR_INVAL],
-    );
+    )
+    .await;
     let e = err(&server, "readdir file", list_dir(&*m, file.clone()).await);
     expect_code(
         &server,
@@ -159,224 +121,145 @@ async fn wrong_object_types() {
         &e,
         &[E::NFS4ERR_NOTDIR],
     );
-    let e = err(
-        &server,
-        "lookup in file",
-        timed("lookup", m.lookup(file.clone(), "x")).await,
-    );
-    expect_code(
+    must_fail_with(
         &server,
         "LOOKUP in a regular file",
-        &e,
+        m.lookup(file.clone(), "x"),
         &[E::NFS4ERR_NOTDIR],
-    );
-    let e = err(
-        &server,
-        "create in file",
-        timed("create", m.create(file.clone(), "x", Some(0o644))).await,
-    );
-    expect_code(
+    )
+    .await;
+    must_fail_with(
         &server,
         "OPEN/CREATE with a file as directory",
-        &e,
+        m.create(file.clone(), "x", Some(0o644)),
         &[E::NFS4ERR_NOTDIR],
-    );
-    let e = err(
+    )
+    .await;
+    must_fail_with(
         &server,
-        "link dir",
-        timed("link", m.link_path("d", "d2")).await,
-    );
-    expect_code(&server, "LINK of a directory", &e, &[E::NFS4ERR_ISDIR]);
-    let e = err(
-        &server,
-        "truncate dir",
-        timed(
-            "setattr",
-            m.setattr(dir.clone(), None, None, None, None, Some(0), None, None),
-        )
-        .await,
-    );
-    expect_code(
+        "LINK of a directory",
+        m.link_path("d", "d2"),
+        &[E::NFS4ERR_ISDIR],
+    )
+    .await;
+    must_fail_with(
         &server,
         "SETATTR size on a directory",
-        &e,
+        set_size(&*m, &dir, 0),
         &[E::NFS4ERR_ISDIR, E::NFS4ERR_INVAL],
-    );
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rename_edge_cases() {
-    let (server, m) = setup().await;
-    ok(
-        &server,
-        "mkdir a",
-        timed("mkdir", m.mkdir_path("a", 0o755)).await,
-    );
-    ok(
-        &server,
-        "mkdir a/sub",
-        timed("mkdir", m.mkdir_path("a/sub", 0o755)).await,
-    );
-    ok(
-        &server,
-        "mkdir full",
-        timed("mkdir", m.mkdir_path("full", 0o755)).await,
-    );
+    let (server, m) = start_and_mount().await;
+    must(&server, "mkdir a", m.mkdir_path("a", 0o755)).await;
+    must(&server, "mkdir a/sub", m.mkdir_path("a/sub", 0o755)).await;
+    must(&server, "mkdir full", m.mkdir_path("full", 0o755)).await;
     create_with(&server, &*m, "full/x", 0o644, b"x").await;
     create_with(&server, &*m, "file", 0o644, b"file").await;
 
     // A directory cannot move into its own subtree.
-    let e = err(
-        &server,
-        "rename into self",
-        timed("rename", m.rename_path("a", "a/sub/a")).await,
-    );
-    expect_code(
+    must_fail_with(
         &server,
         "RENAME dir into its own subdir",
-        &e,
+        m.rename_path("a", "a/sub/a"),
         &[E::NFS4ERR_INVAL],
-    );
+    )
+    .await;
     // Directory over a non-empty directory.
-    let e = err(
-        &server,
-        "rename over non-empty",
-        timed("rename", m.rename_path("a", "full")).await,
-    );
-    expect_code(
+    must_fail_with(
         &server,
         "RENAME dir over non-empty dir",
-        &e,
+        m.rename_path("a", "full"),
         &[E::NFS4ERR_EXIST, E::NFS4ERR_NOTEMPTY],
-    );
+    )
+    .await;
     // File over directory and directory over file.
-    let e = err(
-        &server,
-        "rename file over dir",
-        timed("rename", m.rename_path("file", "a")).await,
-    );
-    expect_code(
+    must_fail_with(
         &server,
         "RENAME file over dir",
-        &e,
+        m.rename_path("file", "a"),
         &[E::NFS4ERR_EXIST, E::NFS4ERR_ISDIR],
-    );
-    let e = err(
-        &server,
-        "rename dir over file",
-        timed("rename", m.rename_path("a", "file")).await,
-    );
-    expect_code(
+    )
+    .await;
+    must_fail_with(
         &server,
         "RENAME dir over file",
-        &e,
+        m.rename_path("a", "file"),
         &[E::NFS4ERR_EXIST, E::NFS4ERR_NOTDIR],
-    );
+    )
+    .await;
     // Rename onto itself is a no-op success.
-    ok(
-        &server,
-        "rename onto itself",
-        timed("rename", m.rename_path("file", "file")).await,
-    );
+    must(&server, "rename onto itself", m.rename_path("file", "file")).await;
     // Directory over an empty directory replaces it.
-    ok(
-        &server,
-        "mkdir empty",
-        timed("mkdir", m.mkdir_path("empty", 0o755)).await,
-    );
-    ok(
+    must(&server, "mkdir empty", m.mkdir_path("empty", 0o755)).await;
+    must(
         &server,
         "rename over empty dir",
-        timed("rename", m.rename_path("a", "empty")).await,
-    );
+        m.rename_path("a", "empty"),
+    )
+    .await;
     assert!(server.export_dir().join("empty/sub").is_dir());
     assert!(!server.export_dir().join("a").exists());
-    assert_eq!(
-        std::fs::read(server.export_dir().join("file")).unwrap(),
-        b"file"
-    );
+    assert_eq!(host_file(&server, "file"), b"file");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removed_file_handle_is_stale() {
-    let (server, m) = setup().await;
+    let (server, m) = start_and_mount().await;
     let fh = create_with(&server, &*m, "gone", 0o644, b"soon gone").await;
-    let dir = ok(
-        &server,
-        "mkdir",
-        timed("mkdir", m.mkdir_path("gonedir", 0o755)).await,
-    )
-    .fh;
-    ok(
-        &server,
-        "remove",
-        timed("remove", m.remove_path("gone")).await,
-    );
-    ok(
-        &server,
-        "rmdir",
-        timed("rmdir", m.rmdir_path("gonedir")).await,
-    );
-    let e = err(
-        &server,
-        "getattr removed",
-        timed("getattr", m.getattr(fh.clone())).await,
-    );
-    expect_code(
+    let dir = must(&server, "mkdir", m.mkdir_path("gonedir", 0o755))
+        .await
+        .fh;
+    must(&server, "remove", m.remove_path("gone")).await;
+    must(&server, "rmdir", m.rmdir_path("gonedir")).await;
+    must_fail_with(
         &server,
         "GETATTR of a removed file",
-        &e,
+        m.getattr(fh.clone()),
         &[E::NFS4ERR_STALE],
-    );
-    let e = err(
+    )
+    .await;
+    must_fail_with(
         &server,
-        "read removed",
-        timed("read", m.read(fh.clone(), 0, 10)).await,
-    );
-    expect_code(&server, "READ of a removed file", &e, &[E::NFS4ERR_STALE]);
-    let e = err(
-        &server,
-        "lookup in removed dir",
-        timed("lookup", m.lookup(dir.clone(), "x")).await,
-    );
-    expect_code(
+        "READ of a removed file",
+        m.read(fh.clone(), 0, 10),
+        &[E::NFS4ERR_STALE],
+    )
+    .await;
+    must_fail_with(
         &server,
         "LOOKUP in a removed dir",
-        &e,
+        m.lookup(dir.clone(), "x"),
         &[E::NFS4ERR_STALE, E::NFS4ERR_NOENT],
-    );
+    )
+    .await;
 
     // A handle the server never issued.
     let mut forged = fh.to_vec();
     for b in forged.iter_mut() {
         *b ^= 0x5a;
     }
-    let e = err(
-        &server,
-        "getattr forged",
-        timed("getattr", m.getattr(Bytes::from(forged))).await,
-    );
-    expect_code(
+    must_fail_with(
         &server,
         "GETATTR of a forged handle",
-        &e,
+        m.getattr(Bytes::from(forged)),
         &[E::NFS4ERR_BADHANDLE, E::NFS4ERR_STALE, E::NFS4ERR_FHEXPIRED],
-    );
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn second_client_sees_changes() {
-    let (server, a) = setup().await;
+    let (server, a) = start_and_mount().await;
     let b = server.mount().await;
     let data = pattern(5, 70_000);
     let fh = create_with(&server, &*a, "shared", 0o644, &data).await;
 
     // B sees A's data and metadata.
-    let fb = ok(
-        &server,
-        "lookup b",
-        timed("lookup", b.lookup_path("shared")).await,
-    );
+    let fb = must(&server, "lookup b", b.lookup_path("shared")).await;
     assert_eq!(fb.fh, fh, "both clients get the same handle");
     let back = ok(
         &server,
@@ -386,69 +269,38 @@ async fn second_client_sees_changes() {
     assert!(back == data);
 
     // B appends; A sees the new size and bytes.
-    ok(
-        &server,
-        "open b",
-        timed("open", b.open_path("shared", OPEN_BOTH)).await,
-    );
+    must(&server, "open b", b.open_path("shared", OPEN_BOTH)).await;
     write_all(&server, &*b, &fb.fh, data.len() as u64, b"APPENDED").await;
-    ok(
-        &server,
-        "close b",
-        timed("close", b.close(fb.fh.clone())).await,
-    );
-    let attr = ok(
-        &server,
-        "getattr a",
-        timed("getattr", a.getattr(fh.clone())).await,
-    );
+    must(&server, "close b", b.close(fb.fh.clone())).await;
+    let attr = must(&server, "getattr a", a.getattr(fh.clone())).await;
     assert_eq!(attr.filesize, data.len() as u64 + 8);
-    let tail = ok(
+    let tail = must(
         &server,
         "read a",
-        timed("read", a.read(fh.clone(), data.len() as u64, 100)).await,
-    );
+        a.read(fh.clone(), data.len() as u64, 100),
+    )
+    .await;
     assert_eq!(&tail[..], b"APPENDED");
 
     // A renames and removes; B observes both.
-    ok(
-        &server,
-        "rename a",
-        timed("rename", a.rename_path("shared", "moved")).await,
-    );
-    let e = err(
-        &server,
-        "lookup old b",
-        timed("lookup", b.lookup_path("shared")).await,
-    );
+    must(&server, "rename a", a.rename_path("shared", "moved")).await;
+    let e = must_fail(&server, "lookup old b", b.lookup_path("shared")).await;
     assert!(e.is_not_found(), "got {e:?}");
-    let moved = ok(
-        &server,
-        "lookup new b",
-        timed("lookup", b.lookup_path("moved")).await,
-    );
+    let moved = must(&server, "lookup new b", b.lookup_path("moved")).await;
     assert_eq!(moved.fh, fh);
-    ok(
-        &server,
-        "remove a",
-        timed("remove", a.remove_path("moved")).await,
-    );
-    let e = err(
-        &server,
-        "getattr b after remove",
-        timed("getattr", b.getattr(fh.clone())).await,
-    );
-    expect_code(
+    must(&server, "remove a", a.remove_path("moved")).await;
+    must_fail_with(
         &server,
         "GETATTR of a file removed by another client",
-        &e,
+        b.getattr(fh.clone()),
         &[E::NFS4ERR_STALE],
-    );
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_writers() {
-    let (server, a) = setup().await;
+    let (server, a) = start_and_mount().await;
     let b = server.mount().await;
     const PART: usize = 256 * 1024;
     let fh = create_with(&server, &*a, "striped", 0o644, &[]).await;
@@ -525,41 +377,30 @@ async fn concurrent_writers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chown_as_root() {
-    let (server, m) = setup().await;
+    let (server, m) = start_and_mount().await;
     let fh = create_with(&server, &*m, "owned", 0o644, b"x").await;
-    let attr = ok(
-        &server,
-        "getattr",
-        timed("getattr", m.getattr(fh.clone())).await,
-    );
+    let attr = must(&server, "getattr", m.getattr(fh.clone())).await;
     assert_eq!(
         (attr.uid, attr.gid),
         (0, 0),
         "file created by uid 0 is owned by root"
     );
-    ok(
+    must(
         &server,
         "setattr owner",
-        timed(
-            "setattr",
-            m.setattr(
-                fh.clone(),
-                None,
-                None,
-                Some(1234),
-                Some(5678),
-                None,
-                None,
-                None,
-            ),
-        )
-        .await,
-    );
-    let attr = ok(
-        &server,
-        "getattr",
-        timed("getattr", m.getattr(fh.clone())).await,
-    );
+        m.setattr(
+            fh.clone(),
+            None,
+            None,
+            Some(1234),
+            Some(5678),
+            None,
+            None,
+            None,
+        ),
+    )
+    .await;
+    let attr = must(&server, "getattr", m.getattr(fh.clone())).await;
     assert_eq!((attr.uid, attr.gid), (1234, 5678));
     let meta = std::fs::metadata(server.export_dir().join("owned")).unwrap();
     assert_eq!((meta.uid(), meta.gid()), (1234, 5678), "owner on host");
@@ -567,38 +408,15 @@ async fn chown_as_root() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn truncate_to_zero_and_rewrite() {
-    let (server, m) = setup().await;
+    let (server, m) = start_and_mount().await;
     let fh = create_with(&server, &*m, "t", 0o644, &pattern(1, 50_000)).await;
-    ok(
-        &server,
-        "truncate 0",
-        timed(
-            "setattr",
-            m.setattr(fh.clone(), None, None, None, None, Some(0), None, None),
-        )
-        .await,
-    );
-    let back = ok(
-        &server,
-        "read empty",
-        timed("read", m.read(fh.clone(), 0, 100)).await,
-    );
+    must(&server, "truncate 0", set_size(&*m, &fh, 0)).await;
+    let back = must(&server, "read empty", m.read(fh.clone(), 0, 100)).await;
     assert!(back.is_empty());
-    ok(
-        &server,
-        "open",
-        timed("open", m.open_path("t", OPEN_BOTH)).await,
-    );
+    must(&server, "open", m.open_path("t", OPEN_BOTH)).await;
     write_all(&server, &*m, &fh, 0, b"fresh").await;
-    ok(&server, "close", timed("close", m.close(fh.clone())).await);
-    let attr = ok(
-        &server,
-        "getattr",
-        timed("getattr", m.getattr(fh.clone())).await,
-    );
+    must(&server, "close", m.close(fh.clone())).await;
+    let attr = must(&server, "getattr", m.getattr(fh.clone())).await;
     assert_eq!(attr.filesize, 5);
-    assert_eq!(
-        std::fs::read(server.export_dir().join("t")).unwrap(),
-        b"fresh"
-    );
+    assert_eq!(host_file(&server, "t"), b"fresh");
 }

@@ -8,7 +8,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use bytes::Bytes;
-use txnfs_e2e::{create_with, join_all, ok, pattern, read_exact, timed, ServerGuard};
+use txnfs_e2e::fixtures::must;
+use txnfs_e2e::{create_with, join_all, ok, pattern, read_exact, timed, write_all, ServerGuard};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_requests_then_reconnect() {
@@ -76,21 +77,12 @@ async fn cancelled_requests_then_reconnect() {
         "the poll-once rounds should have been cut off"
     );
     let data = pattern(4, 3 << 20);
-    let n = ok(
-        &server,
-        "write_all after reconnects",
-        timed(
-            "write_all",
-            nfs_rs::write_all(&*m, fh.clone(), 0, Bytes::from(data.clone())),
-        )
-        .await,
-    );
-    assert_eq!(n, data.len() as u64);
+    write_all(&server, &*m, &fh, 0, &data).await;
     let back = ok(
         &server,
         "read",
         read_exact(&*m, fh.clone(), 0, data.len()).await,
     );
     assert!(back == data, "data written after reconnects differs");
-    ok(&server, "umount", timed("umount", m.umount()).await);
+    must(&server, "umount", m.umount()).await;
 }

@@ -7,7 +7,8 @@
 
 use bytes::Bytes;
 use nfs_rs::{Mount, NfsError};
-use txnfs_e2e::{pattern, read_exact, timed, ServerGuard};
+use txnfs_e2e::fixtures::host_file;
+use txnfs_e2e::{pattern, read_exact, timed, write_all, ServerGuard};
 
 fn ok<T>(server: &ServerGuard, what: &str, r: nfs_rs::Result<T>) -> T {
     match r {
@@ -23,6 +24,16 @@ fn ok<T>(server: &ServerGuard, what: &str, r: nfs_rs::Result<T>) -> T {
     }
 }
 
+/// Await the NFS call `fut` with a timeout; on failure panic as [`ok`]
+/// does (naming a STALE handle as such).
+async fn must<T>(
+    server: &ServerGuard,
+    what: &str,
+    fut: impl std::future::Future<Output = nfs_rs::Result<T>>,
+) -> T {
+    ok(server, what, timed(what, fut).await)
+}
+
 struct Before {
     root: Bytes,
     dir: Bytes,
@@ -33,34 +44,23 @@ struct Before {
 
 async fn populate(server: &ServerGuard, m: &dyn Mount) -> Before {
     let data = pattern(42, 300_000);
-    let dir = ok(
-        server,
-        "mkdir",
-        timed("mkdir", m.mkdir_path("keep", 0o755)).await,
-    )
-    .fh;
-    let file = ok(
+    let dir = must(server, "mkdir", m.mkdir_path("keep", 0o755)).await.fh;
+    let file = must(
         server,
         "create",
-        timed("create", m.create(dir.clone(), "file.bin", Some(0o644))).await,
+        m.create(dir.clone(), "file.bin", Some(0o644)),
     )
+    .await
     .fh;
-    let n = ok(
+    let n = must(
         server,
         "write_all",
-        timed(
-            "write_all",
-            nfs_rs::write_all(m, file.clone(), 0, Bytes::from(data.clone())),
-        )
-        .await,
-    );
+        nfs_rs::write_all(m, file.clone(), 0, Bytes::from(data.clone())),
+    )
+    .await;
     assert_eq!(n, data.len() as u64);
-    ok(server, "close", timed("close", m.close(file.clone())).await);
-    let attr = ok(
-        server,
-        "getattr",
-        timed("getattr", m.getattr(file.clone())).await,
-    );
+    must(server, "close", m.close(file.clone())).await;
+    let attr = must(server, "getattr", m.getattr(file.clone())).await;
     assert_eq!(attr.filesize, data.len() as u64);
     Before {
         root: m.getfh().await,
@@ -78,11 +78,12 @@ async fn check_old_handles(server: &ServerGuard, m: &dyn Mount, before: &Before)
         before.root,
         "root file handle changed across restart"
     );
-    let attr = ok(
+    let attr = must(
         server,
         "getattr(old file handle)",
-        timed("getattr", m.getattr(before.file.clone())).await,
-    );
+        m.getattr(before.file.clone()),
+    )
+    .await;
     assert_eq!(attr.filesize, before.data.len() as u64);
     assert_eq!(attr.fileid, before.fileid, "fileid changed across restart");
     let back = ok(
@@ -92,29 +93,36 @@ async fn check_old_handles(server: &ServerGuard, m: &dyn Mount, before: &Before)
     );
     assert!(back == before.data, "bytes changed across restart");
 
-    let dattr = ok(
+    let dattr = must(
         server,
         "getattr(old dir handle)",
-        timed("getattr", m.getattr(before.dir.clone())).await,
-    );
+        m.getattr(before.dir.clone()),
+    )
+    .await;
     assert_eq!(dattr.type_, 2, "old dir handle is still a directory");
-    let looked = ok(
+    let looked = must(
         server,
         "lookup(old dir handle, file.bin)",
-        timed("lookup", m.lookup(before.dir.clone(), "file.bin")).await,
-    );
+        m.lookup(before.dir.clone(), "file.bin"),
+    )
+    .await;
     assert_eq!(
         looked.fh, before.file,
         "LOOKUP returns the same handle as before"
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn old_handles_survive_kill9_restart() {
-    let mut server = ServerGuard::start_default();
+/// A fresh server whose export [`populate`] has filled (its mount is gone).
+async fn start_populated() -> (ServerGuard, Before) {
+    let server = ServerGuard::start_default();
     let m = server.mount().await;
     let before = populate(&server, &*m).await;
-    drop(m);
+    (server, before)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_handles_survive_kill9_restart() {
+    let (mut server, before) = start_populated().await;
 
     server.kill9();
     server.restart();
@@ -124,52 +132,36 @@ async fn old_handles_survive_kill9_restart() {
 
     // Writing through the old handle (anonymous stateid, no OPEN) and via a
     // fresh OPEN both work and reach the disk.
-    ok(
+    must(
         &server,
         "write(old handle)",
-        timed(
-            "write",
-            m2.write(before.file.clone(), 0, Bytes::from_static(b"AFTER")),
-        )
-        .await,
-    );
-    let dir_obj = ok(
+        m2.write(before.file.clone(), 0, Bytes::from_static(b"AFTER")),
+    )
+    .await;
+    let dir_obj = must(
         &server,
         "open via old dir handle",
-        timed(
-            "open",
-            m2.open(before.dir.clone(), "file.bin", nfs_rs::OPEN_BOTH),
-        )
-        .await,
-    );
+        m2.open(before.dir.clone(), "file.bin", nfs_rs::OPEN_BOTH),
+    )
+    .await;
     assert_eq!(dir_obj.fh, before.file);
-    let n = ok(
+    let n = must(
         &server,
         "write_all after restart",
-        timed(
-            "write_all",
-            nfs_rs::write_all(&*m2, before.file.clone(), 5, Bytes::from_static(b"-again")),
-        )
-        .await,
-    );
+        nfs_rs::write_all(&*m2, before.file.clone(), 5, Bytes::from_static(b"-again")),
+    )
+    .await;
     assert_eq!(n, 6);
-    ok(
-        &server,
-        "close",
-        timed("close", m2.close(before.file.clone())).await,
-    );
+    must(&server, "close", m2.close(before.file.clone())).await;
     let on_disk = std::fs::read(server.export_dir().join("keep/file.bin")).unwrap();
     assert_eq!(&on_disk[..11], b"AFTER-again");
     assert_eq!(&on_disk[11..], &before.data[11..]);
-    ok(&server, "umount", timed("umount", m2.umount()).await);
+    must(&server, "umount", m2.umount()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_twice_and_create_after() {
-    let mut server = ServerGuard::start_default();
-    let m = server.mount().await;
-    let before = populate(&server, &*m).await;
-    drop(m);
+    let (mut server, before) = start_populated().await;
     for round in 0..2 {
         server.kill9();
         server.restart();
@@ -177,15 +169,16 @@ async fn restart_twice_and_create_after() {
         check_old_handles(&server, &*m, &before).await;
         // New objects created after a restart get working handles too.
         let name = format!("new-{round}");
-        let fh = ok(
+        let fh = must(
             &server,
             "create after restart",
-            timed("create", m.create(before.dir.clone(), &name, Some(0o600))).await,
+            m.create(before.dir.clone(), &name, Some(0o600)),
         )
+        .await
         .fh;
         assert_ne!(fh, before.file, "distinct files have distinct handles");
-        ok(&server, "close", timed("close", m.close(fh)).await);
-        ok(&server, "umount", timed("umount", m.umount()).await);
+        must(&server, "close", m.close(fh)).await;
+        must(&server, "umount", m.umount()).await;
     }
     let m = server.mount().await;
     let names = ok(
@@ -258,36 +251,21 @@ async fn live_mount_recovers_after_restart() {
 async fn write_verifier_changes_across_restart() {
     let mut server = ServerGuard::start_default();
     let m = server.mount().await;
-    let fh = ok(
-        &server,
-        "create",
-        timed("create", m.create_path("v", Some(0o644))).await,
-    )
-    .fh;
+    let fh = must(&server, "create", m.create_path("v", Some(0o644)))
+        .await
+        .fh;
     let committed = pattern(7, 50_000);
-    let n = ok(
-        &server,
-        "write_all (committed)",
-        timed(
-            "write_all",
-            nfs_rs::write_all(&*m, fh.clone(), 0, Bytes::from(committed.clone())),
-        )
-        .await,
-    );
-    assert_eq!(n, committed.len() as u64);
-    let before = ok(
+    write_all(&server, &*m, &fh, 0, &committed).await;
+    let before = must(
         &server,
         "unstable write",
-        timed(
-            "write",
-            m.write(fh.clone(), 50_000, Bytes::from_static(b"maybe lost")),
-        )
-        .await,
-    );
+        m.write(fh.clone(), 50_000, Bytes::from_static(b"maybe lost")),
+    )
+    .await;
     drop(m);
     server.kill9();
     // Committed data is on disk even before the server comes back.
-    let on_disk = std::fs::read(server.export_dir().join("v")).unwrap();
+    let on_disk = host_file(&server, "v");
     assert!(
         on_disk.len() >= committed.len() && on_disk[..committed.len()] == committed[..],
         "committed bytes missing on disk after kill -9"
@@ -300,26 +278,24 @@ async fn write_verifier_changes_across_restart() {
     server.restart();
 
     let m2 = server.mount().await;
-    let after = ok(
+    let after = must(
         &server,
         "write after restart",
-        timed(
-            "write",
-            m2.write(fh.clone(), 50_000, Bytes::from_static(b"maybe lost")),
-        )
-        .await,
-    );
+        m2.write(fh.clone(), 50_000, Bytes::from_static(b"maybe lost")),
+    )
+    .await;
     if before.committed != nfs_rs::WriteCommitted::FileSync {
         assert_ne!(
             before.verifier, after.verifier,
             "write verifier unchanged across a restart: clients cannot detect lost UNSTABLE writes"
         );
     }
-    let cv = ok(
+    let cv = must(
         &server,
         "commit after restart",
-        timed("commit", m2.commit_with_verifier(fh.clone(), 0, 0)).await,
-    );
+        m2.commit_with_verifier(fh.clone(), 0, 0),
+    )
+    .await;
     if after.committed != nfs_rs::WriteCommitted::FileSync {
         assert_eq!(
             cv, after.verifier,
@@ -344,27 +320,21 @@ async fn kill9_during_writes_leaves_a_consistent_tree() {
     let mut server = ServerGuard::start_default();
     let m = server.mount().await;
     let data = pattern(99, 32 << 20);
-    let fh = ok(
-        &server,
-        "create",
-        timed("create", m.create_path("stream", Some(0o644))).await,
-    )
-    .fh;
+    let fh = must(&server, "create", m.create_path("stream", Some(0o644)))
+        .await
+        .fh;
     // Acknowledged namespace changes before the crash.
     for i in 0..20 {
-        let f = ok(
+        let f = must(
             &server,
             "create small",
-            timed("create", m.create_path(&format!("small-{i}"), Some(0o644))).await,
+            m.create_path(&format!("small-{i}"), Some(0o644)),
         )
+        .await
         .fh;
-        ok(&server, "close", timed("close", m.close(f)).await);
+        must(&server, "close", m.close(f)).await;
     }
-    ok(
-        &server,
-        "rename",
-        timed("rename", m.rename_path("small-0", "renamed-0")).await,
-    );
+    must(&server, "rename", m.rename_path("small-0", "renamed-0")).await;
 
     // Four writers stream max-size chunks (UNSTABLE, no COMMIT); the server
     // is killed once 8 MiB have been acknowledged, with writes in flight.
@@ -419,11 +389,7 @@ async fn kill9_during_writes_leaves_a_consistent_tree() {
     server.restart();
 
     let m2 = server.mount().await;
-    let attr = ok(
-        &server,
-        "getattr after crash",
-        timed("getattr", m2.getattr(fh.clone())).await,
-    );
+    let attr = must(&server, "getattr after crash", m2.getattr(fh.clone())).await;
     assert!(attr.filesize <= data.len() as u64);
     let back = ok(
         &server,

@@ -131,6 +131,35 @@ fn check_denied(model: &Model, me: usize, write: bool, offset: u64, length: u64,
     );
 }
 
+fn lock_type_for(write: bool) -> LockType {
+    if write {
+        LockType::Write
+    } else {
+        LockType::Read
+    }
+}
+
+/// When the model says the request conflicts, the table must have answered
+/// DENIED naming a holder the model agrees with. Returns whether the model
+/// saw a conflict (the caller checks the success path otherwise).
+fn denied_as_modelled<T: std::fmt::Debug>(
+    model: &Model,
+    owner: usize,
+    write: bool,
+    offset: u64,
+    length: u64,
+    res: &Result<T, StateError>,
+) -> bool {
+    if !conflicts(model, owner, write, offset, length) {
+        return false;
+    }
+    match res {
+        Err(StateError::Denied(d)) => check_denied(model, owner, write, offset, length, d),
+        other => panic!("expected DENIED, got {other:?}"),
+    }
+    true
+}
+
 /// The table's locks must equal the model, in canonical form.
 fn check_same(t: &StateTable, model: &Model) {
     let locks = t.locks(FILE);
@@ -206,11 +235,7 @@ impl Harness {
                 zero_seqid,
             } => {
                 let client = owner_client(owner);
-                let lock_type = if write {
-                    LockType::Write
-                } else {
-                    LockType::Read
-                };
+                let lock_type = lock_type_for(write);
                 let locker = match self.lock_sids[owner] {
                     None => Locker::NewOwner {
                         open_stateid: self.opens[&client],
@@ -234,14 +259,7 @@ impl Harness {
                         locker,
                     },
                 );
-                if conflicts(&self.model, owner, write, offset, length) {
-                    match res {
-                        Err(StateError::Denied(d)) => {
-                            check_denied(&self.model, owner, write, offset, length, &d)
-                        }
-                        other => panic!("expected DENIED, got {other:?}"),
-                    }
-                } else {
+                if !denied_as_modelled(&self.model, owner, write, offset, length, &res) {
                     let sid = res.expect("lock should succeed");
                     match self.lock_sids[owner] {
                         None => assert_eq!(sid.seqid, 1),
@@ -279,11 +297,7 @@ impl Harness {
                 offset,
                 length,
             } => {
-                let lock_type = if write {
-                    LockType::Write
-                } else {
-                    LockType::Read
-                };
+                let lock_type = lock_type_for(write);
                 let res = self.t.lockt(
                     owner_client(owner),
                     &owner_bytes(owner),
@@ -292,14 +306,7 @@ impl Harness {
                     offset,
                     length,
                 );
-                if conflicts(&self.model, owner, write, offset, length) {
-                    match res {
-                        Err(StateError::Denied(d)) => {
-                            check_denied(&self.model, owner, write, offset, length, &d)
-                        }
-                        other => panic!("expected DENIED, got {other:?}"),
-                    }
-                } else {
+                if !denied_as_modelled(&self.model, owner, write, offset, length, &res) {
                     assert_eq!(res, Ok(()));
                 }
             }

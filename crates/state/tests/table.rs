@@ -1,6 +1,7 @@
 //! Outcome tests for the state table: share reservations, stateid
 //! validation, byte-range locks, FREE_STATEID, client expiry, limits.
 
+use txnfs_state::StateError as E;
 use txnfs_state::*;
 
 const EPOCH: u32 = 0x5eed_0001;
@@ -15,9 +16,20 @@ const DN: u32 = SHARE_DENY_NONE;
 const DR: u32 = SHARE_DENY_READ;
 const DW: u32 = SHARE_DENY_WRITE;
 const DB: u32 = SHARE_DENY_BOTH;
+const READ_LT: LockType = LockType::Read;
+const WRITE_LT: LockType = LockType::Write;
 
 fn table() -> StateTable {
     StateTable::new(EPOCH, StateLimits::default())
+}
+
+/// The table's counters: open stateids, lock stateids, locked ranges.
+fn stats(opens: usize, lock_states: usize, locks: usize) -> StateStats {
+    StateStats {
+        opens,
+        lock_states,
+        locks,
+    }
 }
 
 fn with_seqid(sid: Stateid, seqid: u32) -> Stateid {
@@ -32,16 +44,11 @@ fn new_lock(
     offset: u64,
     length: u64,
 ) -> LockRequest {
-    LockRequest {
-        file,
-        lock_type,
-        offset,
-        length,
-        locker: Locker::NewOwner {
-            open_stateid: open,
-            lock_owner: owner.to_vec(),
-        },
-    }
+    let locker = Locker::NewOwner {
+        open_stateid: open,
+        lock_owner: owner.to_vec(),
+    };
+    lock_request(file, locker, lock_type, offset, length)
 }
 
 fn existing_lock(
@@ -51,12 +58,23 @@ fn existing_lock(
     offset: u64,
     length: u64,
 ) -> LockRequest {
+    let locker = Locker::Existing { lock_stateid: sid };
+    lock_request(file, locker, lock_type, offset, length)
+}
+
+fn lock_request(
+    file: FileId,
+    locker: Locker,
+    lock_type: LockType,
+    offset: u64,
+    length: u64,
+) -> LockRequest {
     LockRequest {
         file,
         lock_type,
         offset,
         length,
-        locker: Locker::Existing { lock_stateid: sid },
+        locker,
     }
 }
 
@@ -79,8 +97,8 @@ fn deny_write_blocks_writer_and_allows_reader() {
     let mut t = table();
     t.open(C1, b"a", F, R, DW).unwrap();
     // Another client's writer is refused, so is another owner of the same client.
-    assert_eq!(t.open(C2, b"b", F, W, DN), Err(StateError::ShareDenied));
-    assert_eq!(t.open(C1, b"b", F, RW, DN), Err(StateError::ShareDenied));
+    assert_eq!(t.open(C2, b"b", F, W, DN), Err(E::ShareDenied));
+    assert_eq!(t.open(C1, b"b", F, RW, DN), Err(E::ShareDenied));
     // A plain reader is fine.
     t.open(C2, b"b", F, R, DN).unwrap();
     // Other files are unaffected.
@@ -94,18 +112,18 @@ fn two_readers_fine_and_deny_read_refused_while_reader_exists() {
     t.open(C1, b"a", F, R, DN).unwrap();
     t.open(C2, b"b", F, R, DN).unwrap();
     // Denying read is impossible while others read; denying write is fine.
-    assert_eq!(t.open(C2, b"c", F, R, DR), Err(StateError::ShareDenied));
+    assert_eq!(t.open(C2, b"c", F, R, DR), Err(E::ShareDenied));
     t.open(C2, b"c", F, R, DW).unwrap();
     // Now nobody else may write.
-    assert_eq!(t.open(C1, b"d", F, W, DN), Err(StateError::ShareDenied));
+    assert_eq!(t.open(C1, b"d", F, W, DN), Err(E::ShareDenied));
 }
 
 #[test]
 fn deny_both_is_exclusive() {
     let mut t = table();
     t.open(C1, b"a", F, RW, DB).unwrap();
-    assert_eq!(t.open(C2, b"b", F, R, DN), Err(StateError::ShareDenied));
-    assert_eq!(t.open(C2, b"b", F, W, DN), Err(StateError::ShareDenied));
+    assert_eq!(t.open(C2, b"b", F, R, DN), Err(E::ShareDenied));
+    assert_eq!(t.open(C2, b"b", F, W, DN), Err(E::ShareDenied));
 }
 
 #[test]
@@ -120,11 +138,11 @@ fn upgrade_of_own_open_keeps_other_and_bumps_seqid() {
     assert_eq!(t.stats().opens, 1);
     // The union is held: write works and deny-write is still in force.
     t.check_io(C1, &s2, F, true).unwrap();
-    assert_eq!(t.open(C2, b"b", F, W, DN), Err(StateError::ShareDenied));
+    assert_eq!(t.open(C2, b"b", F, W, DN), Err(E::ShareDenied));
     // Downgrade to the original read/deny-write is a subset.
     let s3 = t.open_downgrade(C1, &s2, F, R, DW).unwrap();
     assert_eq!(s3.seqid, 3);
-    assert_eq!(t.check_io(C1, &s3, F, true), Err(StateError::OpenMode));
+    assert_eq!(t.check_io(C1, &s3, F, true), Err(E::OpenMode));
 }
 
 #[test]
@@ -132,7 +150,7 @@ fn failed_upgrade_changes_nothing() {
     let mut t = table();
     let a = t.open(C1, b"a", F, R, DN).unwrap();
     t.open(C2, b"b", F, R, DN).unwrap();
-    assert_eq!(t.open(C1, b"a", F, R, DR), Err(StateError::ShareDenied));
+    assert_eq!(t.open(C1, b"a", F, R, DR), Err(E::ShareDenied));
     // Still seqid 1 and still no deny: a third reader gets in.
     t.test_stateid(C1, &a).unwrap();
     t.open(C2, b"c", F, R, DN).unwrap();
@@ -141,9 +159,9 @@ fn failed_upgrade_changes_nothing() {
 #[test]
 fn open_rejects_bad_share_bits() {
     let mut t = table();
-    assert_eq!(t.open(C1, b"a", F, 0, DN), Err(StateError::Inval));
-    assert_eq!(t.open(C1, b"a", F, 4, DN), Err(StateError::Inval));
-    assert_eq!(t.open(C1, b"a", F, R, 4), Err(StateError::Inval));
+    assert_eq!(t.open(C1, b"a", F, 0, DN), Err(E::Inval));
+    assert_eq!(t.open(C1, b"a", F, 4, DN), Err(E::Inval));
+    assert_eq!(t.open(C1, b"a", F, R, 4), Err(E::Inval));
     assert_eq!(t.stats(), StateStats::default());
 }
 
@@ -151,32 +169,23 @@ fn open_rejects_bad_share_bits() {
 fn open_downgrade_must_be_subset() {
     let mut t = table();
     let s = t.open(C1, b"a", F, R, DN).unwrap();
-    assert_eq!(t.open_downgrade(C1, &s, F, RW, DN), Err(StateError::Inval));
-    assert_eq!(t.open_downgrade(C1, &s, F, R, DW), Err(StateError::Inval));
-    assert_eq!(t.open_downgrade(C1, &s, F, 0, DN), Err(StateError::Inval));
+    assert_eq!(t.open_downgrade(C1, &s, F, RW, DN), Err(E::Inval));
+    assert_eq!(t.open_downgrade(C1, &s, F, R, DW), Err(E::Inval));
+    assert_eq!(t.open_downgrade(C1, &s, F, 0, DN), Err(E::Inval));
     // Wrong file, wrong client.
-    assert_eq!(
-        t.open_downgrade(C1, &s, G, R, DN),
-        Err(StateError::BadStateid)
-    );
-    assert_eq!(
-        t.open_downgrade(C2, &s, F, R, DN),
-        Err(StateError::BadStateid)
-    );
+    assert_eq!(t.open_downgrade(C1, &s, G, R, DN), Err(E::BadStateid));
+    assert_eq!(t.open_downgrade(C2, &s, F, R, DN), Err(E::BadStateid));
     let s2 = t.open_downgrade(C1, &s, F, R, DN).unwrap();
     assert_eq!(s2.seqid, 2);
     // The old seqid is now old.
-    assert_eq!(
-        t.open_downgrade(C1, &s, F, R, DN),
-        Err(StateError::OldStateid)
-    );
+    assert_eq!(t.open_downgrade(C1, &s, F, R, DN), Err(E::OldStateid));
 }
 
 #[test]
 fn downgrade_releases_deny_for_others() {
     let mut t = table();
     let s = t.open(C1, b"a", F, RW, DW).unwrap();
-    assert_eq!(t.open(C2, b"b", F, W, DN), Err(StateError::ShareDenied));
+    assert_eq!(t.open(C2, b"b", F, W, DN), Err(E::ShareDenied));
     t.open_downgrade(C1, &s, F, RW, DN).unwrap();
     t.open(C2, b"b", F, W, DN).unwrap();
 }
@@ -196,8 +205,8 @@ fn open_close_seqids() {
     assert_eq!(t.stats(), StateStats::default());
     assert!(!t.client_has_state(C1));
     // Gone: every form of it is now BAD_STATEID.
-    assert_eq!(t.test_stateid(C1, &fin), Err(StateError::BadStateid));
-    assert_eq!(t.close(C1, &fin, F), Err(StateError::BadStateid));
+    assert_eq!(t.test_stateid(C1, &fin), Err(E::BadStateid));
+    assert_eq!(t.close(C1, &fin, F), Err(E::BadStateid));
     // Re-opening gets a new `other` (the counter is never reused).
     let s3 = t.open(C1, b"a", F, R, DN).unwrap();
     assert_ne!(s3.other, s1.other);
@@ -209,12 +218,9 @@ fn close_with_old_seqid_is_old_and_seqid_zero_is_current() {
     let mut t = table();
     let s1 = t.open(C1, b"a", F, R, DN).unwrap();
     let s2 = t.open(C1, b"a", F, R, DN).unwrap();
-    assert_eq!(t.close(C1, &s1, F), Err(StateError::OldStateid));
-    assert_eq!(
-        t.close(C1, &with_seqid(s2, 3), F),
-        Err(StateError::BadStateid)
-    );
-    assert_eq!(t.close(C1, &s2, G), Err(StateError::BadStateid));
+    assert_eq!(t.close(C1, &s1, F), Err(E::OldStateid));
+    assert_eq!(t.close(C1, &with_seqid(s2, 3), F), Err(E::BadStateid));
+    assert_eq!(t.close(C1, &s2, G), Err(E::BadStateid));
     let fin = t.close(C1, &with_seqid(s2, 0), F).unwrap();
     assert_eq!(fin.seqid, 3);
 }
@@ -238,41 +244,32 @@ fn old_bad_stale_stateids() {
     let mut t = table();
     let s1 = t.open(C1, b"a", F, RW, DN).unwrap();
     let s2 = t.open(C1, b"a", F, RW, DN).unwrap();
-    assert_eq!(t.check_io(C1, &s1, F, false), Err(StateError::OldStateid));
-    assert_eq!(t.test_stateid(C1, &s1), Err(StateError::OldStateid));
+    assert_eq!(t.check_io(C1, &s1, F, false), Err(E::OldStateid));
+    assert_eq!(t.test_stateid(C1, &s1), Err(E::OldStateid));
     t.check_io(C1, &s2, F, true).unwrap();
     t.check_io(C1, &with_seqid(s2, 0), F, true).unwrap();
     // A seqid from the future is bad.
     assert_eq!(
         t.check_io(C1, &with_seqid(s2, 3), F, false),
-        Err(StateError::BadStateid)
+        Err(E::BadStateid)
     );
     assert_eq!(
         t.check_io(C1, &with_seqid(s2, u32::MAX), F, false),
-        Err(StateError::OldStateid)
+        Err(E::OldStateid)
     );
     // Unknown counter under our epoch.
     let mut unknown = s2;
     unknown.other[11] ^= 0x55;
-    assert_eq!(
-        t.check_io(C1, &unknown, F, false),
-        Err(StateError::BadStateid)
-    );
-    assert_eq!(t.test_stateid(C1, &unknown), Err(StateError::BadStateid));
+    assert_eq!(t.check_io(C1, &unknown, F, false), Err(E::BadStateid));
+    assert_eq!(t.test_stateid(C1, &unknown), Err(E::BadStateid));
     // Another client's stateid, another file.
-    assert_eq!(t.check_io(C2, &s2, F, false), Err(StateError::BadStateid));
-    assert_eq!(t.test_stateid(C2, &s2), Err(StateError::BadStateid));
-    assert_eq!(t.check_io(C1, &s2, G, false), Err(StateError::BadStateid));
+    assert_eq!(t.check_io(C2, &s2, F, false), Err(E::BadStateid));
+    assert_eq!(t.test_stateid(C2, &s2), Err(E::BadStateid));
+    assert_eq!(t.check_io(C1, &s2, G, false), Err(E::BadStateid));
     // From a previous server instance.
     let restarted = StateTable::new(EPOCH + 1, StateLimits::default());
-    assert_eq!(
-        restarted.check_io(C1, &s2, F, false),
-        Err(StateError::StaleStateid)
-    );
-    assert_eq!(
-        restarted.test_stateid(C1, &s2),
-        Err(StateError::StaleStateid)
-    );
+    assert_eq!(restarted.check_io(C1, &s2, F, false), Err(E::StaleStateid));
+    assert_eq!(restarted.test_stateid(C1, &s2), Err(E::StaleStateid));
 }
 
 #[test]
@@ -296,11 +293,7 @@ fn special_stateids() {
             other: [0xff; 12],
         },
     ] {
-        assert_eq!(
-            t.check_io(C1, &s, F, false),
-            Err(StateError::BadStateid),
-            "{s:?}"
-        );
+        assert_eq!(t.check_io(C1, &s, F, false), Err(E::BadStateid), "{s:?}");
     }
     assert!(Stateid::CURRENT.is_current());
     assert!(Stateid::ANONYMOUS.is_special() && Stateid::READ_BYPASS.is_special());
@@ -310,19 +303,16 @@ fn special_stateids() {
         Stateid::CURRENT,
         Stateid::INVALID,
     ] {
-        assert_eq!(t.test_stateid(C1, &s), Err(StateError::BadStateid));
-        assert_eq!(t.free_stateid(C1, &s), Err(StateError::BadStateid));
+        assert_eq!(t.test_stateid(C1, &s), Err(E::BadStateid));
+        assert_eq!(t.free_stateid(C1, &s), Err(E::BadStateid));
     }
 
     // Deny-write: anonymous and bypass writes are LOCKED, reads fine.
     let s = t.open(C2, b"w", F, R, DW).unwrap();
-    assert_eq!(
-        t.check_io(C1, &Stateid::ANONYMOUS, F, true),
-        Err(StateError::Locked)
-    );
+    assert_eq!(t.check_io(C1, &Stateid::ANONYMOUS, F, true), Err(E::Locked));
     assert_eq!(
         t.check_io(C1, &Stateid::READ_BYPASS, F, true),
-        Err(StateError::Locked)
+        Err(E::Locked)
     );
     t.check_io(C1, &Stateid::ANONYMOUS, F, false).unwrap();
     t.check_io(C1, &Stateid::ANONYMOUS, G, true).unwrap();
@@ -331,7 +321,7 @@ fn special_stateids() {
     t.open(C2, b"r", F, W, DR).unwrap();
     assert_eq!(
         t.check_io(C1, &Stateid::ANONYMOUS, F, false),
-        Err(StateError::Locked)
+        Err(E::Locked)
     );
     t.check_io(C1, &Stateid::READ_BYPASS, F, false).unwrap();
     t.check_io(C1, &Stateid::ANONYMOUS, F, true).unwrap();
@@ -343,18 +333,16 @@ fn io_access_modes() {
     let ro = t.open(C1, b"ro", F, R, DN).unwrap();
     let wo = t.open(C1, b"wo", F, W, DN).unwrap();
     t.check_io(C1, &ro, F, false).unwrap();
-    assert_eq!(t.check_io(C1, &ro, F, true), Err(StateError::OpenMode));
+    assert_eq!(t.check_io(C1, &ro, F, true), Err(E::OpenMode));
     // READ through a write-only open is allowed (Linux client behaviour).
     t.check_io(C1, &wo, F, false).unwrap();
     t.check_io(C1, &wo, F, true).unwrap();
     // Lock stateids inherit their open's access.
-    let l = t
-        .lock(C1, new_lock(F, ro, b"lk", LockType::Read, 0, 10))
-        .unwrap();
+    let l = t.lock(C1, new_lock(F, ro, b"lk", READ_LT, 0, 10)).unwrap();
     t.check_io(C1, &l, F, false).unwrap();
-    assert_eq!(t.check_io(C1, &l, F, true), Err(StateError::OpenMode));
-    assert_eq!(t.check_io(C1, &l, G, false), Err(StateError::BadStateid));
-    assert_eq!(t.check_io(C2, &l, F, false), Err(StateError::BadStateid));
+    assert_eq!(t.check_io(C1, &l, F, true), Err(E::OpenMode));
+    assert_eq!(t.check_io(C1, &l, G, false), Err(E::BadStateid));
+    assert_eq!(t.check_io(C2, &l, F, false), Err(E::BadStateid));
 }
 
 // ---------------------------------------------------------------- locks
@@ -363,48 +351,28 @@ fn io_access_modes() {
 fn lock_stateid_lifecycle_and_seqids() {
     let mut t = table();
     let o = t.open(C1, b"a", F, RW, DN).unwrap();
-    let l1 = t
-        .lock(C1, new_lock(F, o, b"L", LockType::Write, 0, 10))
-        .unwrap();
+    let l1 = t.lock(C1, new_lock(F, o, b"L", WRITE_LT, 0, 10)).unwrap();
     assert_eq!(l1.seqid, 1);
     assert_ne!(l1.other, o.other);
     assert_eq!(&l1.other[..4], &EPOCH.to_be_bytes());
-    let l2 = t
-        .lock(C1, existing_lock(F, l1, LockType::Read, 20, 10))
-        .unwrap();
+    let l2 = t.lock(C1, existing_lock(F, l1, READ_LT, 20, 10)).unwrap();
     assert_eq!((l2.seqid, l2.other), (2, l1.other));
     // The open stateid's seqid is not affected by LOCK.
     t.test_stateid(C1, &o).unwrap();
     // Old lock seqid.
     assert_eq!(
-        t.lock(C1, existing_lock(F, l1, LockType::Read, 40, 1)),
-        Err(StateError::OldStateid)
+        t.lock(C1, existing_lock(F, l1, READ_LT, 40, 1)),
+        Err(E::OldStateid)
     );
     // new_lock_owner = TRUE for an owner that already has a lock stateid: reused.
-    let l3 = t
-        .lock(C1, new_lock(F, o, b"L", LockType::Read, 40, 1))
-        .unwrap();
+    let l3 = t.lock(C1, new_lock(F, o, b"L", READ_LT, 40, 1)).unwrap();
     assert_eq!((l3.seqid, l3.other), (3, l1.other));
-    assert_eq!(
-        t.stats(),
-        StateStats {
-            opens: 1,
-            lock_states: 1,
-            locks: 3
-        }
-    );
+    assert_eq!(t.stats(), stats(1, 1, 3));
     let l4 = t.locku(C1, &l3, F, 0, u64::MAX).unwrap();
     assert_eq!((l4.seqid, l4.other), (4, l1.other));
     // Still valid with no locks (RFC 8881 §8.2.4).
     t.test_stateid(C1, &l4).unwrap();
-    assert_eq!(
-        t.stats(),
-        StateStats {
-            opens: 1,
-            lock_states: 1,
-            locks: 0
-        }
-    );
+    assert_eq!(t.stats(), stats(1, 1, 0));
 }
 
 #[test]
@@ -413,59 +381,47 @@ fn lock_argument_errors() {
     let ro = t.open(C1, b"a", F, R, DN).unwrap();
     let rw = t.open(C1, b"b", F, RW, DN).unwrap();
     assert_eq!(
-        t.lock(C1, new_lock(F, ro, b"L", LockType::Read, 0, 0)),
-        Err(StateError::Inval)
+        t.lock(C1, new_lock(F, ro, b"L", READ_LT, 0, 0)),
+        Err(E::Inval)
     );
     assert_eq!(
-        t.lock(C1, new_lock(F, ro, b"L", LockType::Read, u64::MAX, 1)),
-        Err(StateError::Inval)
+        t.lock(C1, new_lock(F, ro, b"L", READ_LT, u64::MAX, 1)),
+        Err(E::Inval)
     );
     assert_eq!(
-        t.lock(C1, new_lock(F, ro, b"L", LockType::Read, 10, u64::MAX - 5)),
-        Err(StateError::Inval)
+        t.lock(C1, new_lock(F, ro, b"L", READ_LT, 10, u64::MAX - 5)),
+        Err(E::Inval)
     );
     // Write lock through a read-only open.
     assert_eq!(
-        t.lock(C1, new_lock(F, ro, b"L", LockType::Write, 0, 1)),
-        Err(StateError::OpenMode)
+        t.lock(C1, new_lock(F, ro, b"L", WRITE_LT, 0, 1)),
+        Err(E::OpenMode)
     );
     // Open stateid of another file / client.
     assert_eq!(
-        t.lock(C1, new_lock(G, ro, b"L", LockType::Read, 0, 1)),
-        Err(StateError::BadStateid)
+        t.lock(C1, new_lock(G, ro, b"L", READ_LT, 0, 1)),
+        Err(E::BadStateid)
     );
     assert_eq!(
-        t.lock(C2, new_lock(F, ro, b"L", LockType::Read, 0, 1)),
-        Err(StateError::BadStateid)
+        t.lock(C2, new_lock(F, ro, b"L", READ_LT, 0, 1)),
+        Err(E::BadStateid)
     );
     // An open stateid where a lock stateid is expected, and vice versa.
     assert_eq!(
-        t.lock(C1, existing_lock(F, rw, LockType::Read, 0, 1)),
-        Err(StateError::BadStateid)
+        t.lock(C1, existing_lock(F, rw, READ_LT, 0, 1)),
+        Err(E::BadStateid)
     );
-    let l = t
-        .lock(C1, new_lock(F, rw, b"L", LockType::Write, 0, 1))
-        .unwrap();
+    let l = t.lock(C1, new_lock(F, rw, b"L", WRITE_LT, 0, 1)).unwrap();
     assert_eq!(
-        t.lock(C1, new_lock(F, l, b"M", LockType::Read, 5, 1)),
-        Err(StateError::BadStateid)
+        t.lock(C1, new_lock(F, l, b"M", READ_LT, 5, 1)),
+        Err(E::BadStateid)
     );
-    assert_eq!(t.locku(C1, &rw, F, 0, 1), Err(StateError::BadStateid));
-    assert_eq!(t.locku(C1, &l, F, 0, 0), Err(StateError::Inval));
-    assert_eq!(t.locku(C1, &l, G, 0, 1), Err(StateError::BadStateid));
-    assert_eq!(
-        t.lockt(C1, b"x", F, LockType::Read, 3, 0),
-        Err(StateError::Inval)
-    );
+    assert_eq!(t.locku(C1, &rw, F, 0, 1), Err(E::BadStateid));
+    assert_eq!(t.locku(C1, &l, F, 0, 0), Err(E::Inval));
+    assert_eq!(t.locku(C1, &l, G, 0, 1), Err(E::BadStateid));
+    assert_eq!(t.lockt(C1, b"x", F, READ_LT, 3, 0), Err(E::Inval));
     // Nothing leaked from the failures.
-    assert_eq!(
-        t.stats(),
-        StateStats {
-            opens: 2,
-            lock_states: 1,
-            locks: 1
-        }
-    );
+    assert_eq!(t.stats(), stats(2, 1, 1));
 }
 
 #[test]
@@ -474,10 +430,10 @@ fn lock_conflicts_across_owners_and_clients() {
     let o1 = t.open(C1, b"o1", F, RW, DN).unwrap();
     let o2 = t.open(C2, b"o2", F, RW, DN).unwrap();
     let a = t
-        .lock(C1, new_lock(F, o1, b"A", LockType::Write, 100, 50))
+        .lock(C1, new_lock(F, o1, b"A", WRITE_LT, 100, 50))
         .unwrap();
     let denied = |offset, length, lock_type, client, owner: &[u8]| {
-        Err(StateError::Denied(LockDenied {
+        Err(E::Denied(LockDenied {
             offset,
             length,
             lock_type,
@@ -489,49 +445,42 @@ fn lock_conflicts_across_owners_and_clients() {
     };
     // Another owner of the same client conflicts.
     assert_eq!(
-        t.lock(C1, new_lock(F, o1, b"B", LockType::Read, 149, 1)),
-        denied(100, 50, LockType::Write, C1, b"A")
+        t.lock(C1, new_lock(F, o1, b"B", READ_LT, 149, 1)),
+        denied(100, 50, WRITE_LT, C1, b"A")
     );
     // The same owner bytes on another client are another owner.
     assert_eq!(
-        t.lock(C2, new_lock(F, o2, b"A", LockType::Read, 0, u64::MAX)),
-        denied(100, 50, LockType::Write, C1, b"A")
+        t.lock(C2, new_lock(F, o2, b"A", READ_LT, 0, u64::MAX)),
+        denied(100, 50, WRITE_LT, C1, b"A")
     );
     // Denied LOCKs with a new lock-owner created nothing.
     assert_eq!(t.stats().lock_states, 1);
     // Adjacent ranges are fine.
     let b = t
-        .lock(C2, new_lock(F, o2, b"B", LockType::Write, 150, 10))
+        .lock(C2, new_lock(F, o2, b"B", WRITE_LT, 150, 10))
         .unwrap();
-    t.lock(C2, existing_lock(F, b, LockType::Write, 0, 100))
-        .unwrap();
+    t.lock(C2, existing_lock(F, b, WRITE_LT, 0, 100)).unwrap();
     // Read locks share.
     t.locku(C1, &a, F, 100, 50).unwrap();
     let r1 = t
-        .lock(C1, new_lock(F, o1, b"R1", LockType::Read, 200, u64::MAX))
+        .lock(C1, new_lock(F, o1, b"R1", READ_LT, 200, u64::MAX))
         .unwrap();
     let r2 = t
-        .lock(C2, new_lock(F, o2, b"R2", LockType::Read, 300, 10))
+        .lock(C2, new_lock(F, o2, b"R2", READ_LT, 300, 10))
         .unwrap();
     // A write lock over someone else's read lock is refused, reporting the
     // to-EOF length.
     assert_eq!(
-        t.lock(
-            C2,
-            existing_lock(F, with_seqid(r2, 0), LockType::Write, 300, 10)
-        ),
-        denied(200, u64::MAX, LockType::Read, C1, b"R1")
+        t.lock(C2, existing_lock(F, with_seqid(r2, 0), WRITE_LT, 300, 10)),
+        denied(200, u64::MAX, READ_LT, C1, b"R1")
     );
     // Upgrade of own read lock without others is fine.
     t.locku(C1, &r1, F, 0, u64::MAX).unwrap();
-    t.lock(
-        C2,
-        existing_lock(F, with_seqid(r2, 0), LockType::Write, 300, 10),
-    )
-    .unwrap();
+    t.lock(C2, existing_lock(F, with_seqid(r2, 0), WRITE_LT, 300, 10))
+        .unwrap();
     // Other files are independent.
     let og = t.open(C1, b"o1", G, RW, DN).unwrap();
-    t.lock(C1, new_lock(G, og, b"A", LockType::Write, 0, u64::MAX))
+    t.lock(C1, new_lock(G, og, b"A", WRITE_LT, 0, u64::MAX))
         .unwrap();
 }
 
@@ -539,13 +488,12 @@ fn lock_conflicts_across_owners_and_clients() {
 fn lockt_reports_conflicts() {
     let mut t = table();
     let o = t.open(C1, b"o", F, RW, DN).unwrap();
-    t.lock(C1, new_lock(F, o, b"A", LockType::Read, 10, 10))
-        .unwrap();
+    t.lock(C1, new_lock(F, o, b"A", READ_LT, 10, 10)).unwrap();
     // Read vs read: fine; write vs read: denied; own locks never conflict.
-    t.lockt(C2, b"X", F, LockType::Read, 0, u64::MAX).unwrap();
-    match t.lockt(C2, b"X", F, LockType::Write, 19, 5) {
-        Err(StateError::Denied(d)) => {
-            assert_eq!((d.offset, d.length, d.lock_type), (10, 10, LockType::Read));
+    t.lockt(C2, b"X", F, READ_LT, 0, u64::MAX).unwrap();
+    match t.lockt(C2, b"X", F, WRITE_LT, 19, 5) {
+        Err(E::Denied(d)) => {
+            assert_eq!((d.offset, d.length, d.lock_type), (10, 10, READ_LT));
             assert_eq!(
                 d.owner,
                 LockOwner {
@@ -556,74 +504,52 @@ fn lockt_reports_conflicts() {
         }
         other => panic!("{other:?}"),
     }
-    t.lockt(C1, b"A", F, LockType::Write, 0, u64::MAX).unwrap();
-    t.lockt(C2, b"X", F, LockType::Write, 20, 5).unwrap();
-    t.lockt(C2, b"X", F, LockType::Write, 0, 10).unwrap();
-    t.lockt(C2, b"X", G, LockType::Write, 0, u64::MAX).unwrap();
+    t.lockt(C1, b"A", F, WRITE_LT, 0, u64::MAX).unwrap();
+    t.lockt(C2, b"X", F, WRITE_LT, 20, 5).unwrap();
+    t.lockt(C2, b"X", F, WRITE_LT, 0, 10).unwrap();
+    t.lockt(C2, b"X", G, WRITE_LT, 0, u64::MAX).unwrap();
     // LOCKT creates no state.
-    assert_eq!(
-        t.stats(),
-        StateStats {
-            opens: 1,
-            lock_states: 1,
-            locks: 1
-        }
-    );
+    assert_eq!(t.stats(), stats(1, 1, 1));
 }
 
 #[test]
 fn same_owner_merge_split_upgrade_downgrade() {
     let mut t = table();
     let o = t.open(C1, b"o", F, RW, DN).unwrap();
-    let l = t
-        .lock(C1, new_lock(F, o, b"A", LockType::Read, 0, 100))
-        .unwrap();
+    let l = t.lock(C1, new_lock(F, o, b"A", READ_LT, 0, 100)).unwrap();
     // A write lock over part of the read lock splits it.
-    let l = t
-        .lock(C1, existing_lock(F, l, LockType::Write, 40, 20))
-        .unwrap();
+    let l = t.lock(C1, existing_lock(F, l, WRITE_LT, 40, 20)).unwrap();
     assert_eq!(
         t.locks(F),
         vec![
-            held(C1, b"A", LockType::Read, 0, 40),
-            held(C1, b"A", LockType::Write, 40, 20),
-            held(C1, b"A", LockType::Read, 60, 40)
+            held(C1, b"A", READ_LT, 0, 40),
+            held(C1, b"A", WRITE_LT, 40, 20),
+            held(C1, b"A", READ_LT, 60, 40)
         ]
     );
     assert_eq!(t.stats().locks, 3);
     // Downgrading it back merges everything into one range.
-    let l = t
-        .lock(C1, existing_lock(F, l, LockType::Read, 40, 20))
-        .unwrap();
-    assert_eq!(t.locks(F), vec![held(C1, b"A", LockType::Read, 0, 100)]);
+    let l = t.lock(C1, existing_lock(F, l, READ_LT, 40, 20)).unwrap();
+    assert_eq!(t.locks(F), vec![held(C1, b"A", READ_LT, 0, 100)]);
     // Adjacent and overlapping same-type locks merge; to EOF.
+    let l = t.lock(C1, existing_lock(F, l, READ_LT, 100, 10)).unwrap();
     let l = t
-        .lock(C1, existing_lock(F, l, LockType::Read, 100, 10))
+        .lock(C1, existing_lock(F, l, READ_LT, 105, u64::MAX))
         .unwrap();
-    let l = t
-        .lock(C1, existing_lock(F, l, LockType::Read, 105, u64::MAX))
-        .unwrap();
-    assert_eq!(
-        t.locks(F),
-        vec![held(C1, b"A", LockType::Read, 0, u64::MAX)]
-    );
+    assert_eq!(t.locks(F), vec![held(C1, b"A", READ_LT, 0, u64::MAX)]);
     // Upgrade the whole thing.
     let l = t
-        .lock(C1, existing_lock(F, l, LockType::Write, 0, u64::MAX))
+        .lock(C1, existing_lock(F, l, WRITE_LT, 0, u64::MAX))
         .unwrap();
-    assert_eq!(
-        t.locks(F),
-        vec![held(C1, b"A", LockType::Write, 0, u64::MAX)]
-    );
+    assert_eq!(t.locks(F), vec![held(C1, b"A", WRITE_LT, 0, u64::MAX)]);
     // A read lock in the middle of a write lock splits it into three.
-    t.lock(C1, existing_lock(F, l, LockType::Read, 10, 10))
-        .unwrap();
+    t.lock(C1, existing_lock(F, l, READ_LT, 10, 10)).unwrap();
     assert_eq!(
         t.locks(F),
         vec![
-            held(C1, b"A", LockType::Write, 0, 10),
-            held(C1, b"A", LockType::Read, 10, 10),
-            held(C1, b"A", LockType::Write, 20, u64::MAX)
+            held(C1, b"A", WRITE_LT, 0, 10),
+            held(C1, b"A", READ_LT, 10, 10),
+            held(C1, b"A", WRITE_LT, 20, u64::MAX)
         ]
     );
 }
@@ -632,25 +558,22 @@ fn same_owner_merge_split_upgrade_downgrade() {
 fn locku_partial() {
     let mut t = table();
     let o = t.open(C1, b"o", F, RW, DN).unwrap();
-    let l = t
-        .lock(C1, new_lock(F, o, b"A", LockType::Write, 0, 100))
-        .unwrap();
+    let l = t.lock(C1, new_lock(F, o, b"A", WRITE_LT, 0, 100)).unwrap();
     // Punch a hole.
     let l = t.locku(C1, &l, F, 10, 10).unwrap();
     assert_eq!(
         t.locks(F),
         vec![
-            held(C1, b"A", LockType::Write, 0, 10),
-            held(C1, b"A", LockType::Write, 20, 80)
+            held(C1, b"A", WRITE_LT, 0, 10),
+            held(C1, b"A", WRITE_LT, 20, 80)
         ]
     );
     // Another owner can lock the hole, not beyond.
     let o2 = t.open(C2, b"o", F, RW, DN).unwrap();
-    t.lock(C2, new_lock(F, o2, b"B", LockType::Write, 10, 10))
-        .unwrap();
+    t.lock(C2, new_lock(F, o2, b"B", WRITE_LT, 10, 10)).unwrap();
     assert!(matches!(
-        t.lock(C2, new_lock(F, o2, b"C", LockType::Write, 10, 11)),
-        Err(StateError::Denied(_))
+        t.lock(C2, new_lock(F, o2, b"C", WRITE_LT, 10, 11)),
+        Err(E::Denied(_))
     ));
     // Unlock over the tail and beyond; unlocking unlocked ranges is fine.
     let l = t.locku(C1, &l, F, 50, u64::MAX).unwrap();
@@ -659,9 +582,9 @@ fn locku_partial() {
     assert_eq!(
         t.locks(F),
         vec![
-            held(C1, b"A", LockType::Write, 0, 10),
-            held(C1, b"A", LockType::Write, 20, 30),
-            held(C2, b"B", LockType::Write, 10, 10)
+            held(C1, b"A", WRITE_LT, 0, 10),
+            held(C1, b"A", WRITE_LT, 20, 30),
+            held(C2, b"B", WRITE_LT, 10, 10)
         ]
     );
 }
@@ -670,16 +593,14 @@ fn locku_partial() {
 fn close_with_locks_held() {
     let mut t = table();
     let o = t.open(C1, b"o", F, RW, DN).unwrap();
-    let l = t
-        .lock(C1, new_lock(F, o, b"A", LockType::Read, 0, 1))
-        .unwrap();
-    assert_eq!(t.close(C1, &o, F), Err(StateError::LocksHeld));
+    let l = t.lock(C1, new_lock(F, o, b"A", READ_LT, 0, 1)).unwrap();
+    assert_eq!(t.close(C1, &o, F), Err(E::LocksHeld));
     t.check_io(C1, &o, F, true).unwrap();
     let l = t.locku(C1, &l, F, 0, 1).unwrap();
     let fin = t.close(C1, &o, F).unwrap();
     assert_eq!(fin.seqid, 2);
     // The lock stateid (without locks) went away with its open.
-    assert_eq!(t.test_stateid(C1, &l), Err(StateError::BadStateid));
+    assert_eq!(t.test_stateid(C1, &l), Err(E::BadStateid));
     assert_eq!(t.stats(), StateStats::default());
     assert!(!t.client_has_state(C1));
 }
@@ -688,33 +609,22 @@ fn close_with_locks_held() {
 fn free_stateid() {
     let mut t = table();
     let o = t.open(C1, b"o", F, RW, DN).unwrap();
-    let l = t
-        .lock(C1, new_lock(F, o, b"A", LockType::Write, 0, 10))
-        .unwrap();
-    assert_eq!(t.free_stateid(C1, &o), Err(StateError::LocksHeld));
-    assert_eq!(t.free_stateid(C1, &l), Err(StateError::LocksHeld));
-    assert_eq!(t.free_stateid(C2, &l), Err(StateError::BadStateid));
+    let l = t.lock(C1, new_lock(F, o, b"A", WRITE_LT, 0, 10)).unwrap();
+    assert_eq!(t.free_stateid(C1, &o), Err(E::LocksHeld));
+    assert_eq!(t.free_stateid(C1, &l), Err(E::LocksHeld));
+    assert_eq!(t.free_stateid(C2, &l), Err(E::BadStateid));
     let l2 = t.locku(C1, &l, F, 0, 10).unwrap();
-    assert_eq!(t.free_stateid(C1, &l), Err(StateError::OldStateid));
+    assert_eq!(t.free_stateid(C1, &l), Err(E::OldStateid));
     t.free_stateid(C1, &l2).unwrap();
-    assert_eq!(t.test_stateid(C1, &l2), Err(StateError::BadStateid));
-    assert_eq!(t.free_stateid(C1, &l2), Err(StateError::BadStateid));
-    assert_eq!(
-        t.stats(),
-        StateStats {
-            opens: 1,
-            lock_states: 0,
-            locks: 0
-        }
-    );
+    assert_eq!(t.test_stateid(C1, &l2), Err(E::BadStateid));
+    assert_eq!(t.free_stateid(C1, &l2), Err(E::BadStateid));
+    assert_eq!(t.stats(), stats(1, 0, 0));
     // The lock-owner can start over with a new lock stateid.
-    let l3 = t
-        .lock(C1, new_lock(F, o, b"A", LockType::Write, 0, 10))
-        .unwrap();
+    let l3 = t.lock(C1, new_lock(F, o, b"A", WRITE_LT, 0, 10)).unwrap();
     assert_ne!(l3.other, l.other);
     assert_eq!(l3.seqid, 1);
     // FREE_STATEID never frees an open.
-    assert_eq!(t.free_stateid(C1, &o), Err(StateError::LocksHeld));
+    assert_eq!(t.free_stateid(C1, &o), Err(E::LocksHeld));
 }
 
 #[test]
@@ -723,38 +633,29 @@ fn expire_client_frees_everything() {
     let o1 = t.open(C1, b"o", F, RW, DW).unwrap();
     let og = t.open(C1, b"o", G, R, DN).unwrap();
     let l1 = t
-        .lock(C1, new_lock(F, o1, b"A", LockType::Write, 0, u64::MAX))
+        .lock(C1, new_lock(F, o1, b"A", WRITE_LT, 0, u64::MAX))
         .unwrap();
-    t.lock(C1, new_lock(F, o1, b"B", LockType::Read, 0, 1))
+    t.lock(C1, new_lock(F, o1, b"B", READ_LT, 0, 1))
         .unwrap_err();
-    t.lock(C1, new_lock(G, og, b"A", LockType::Read, 0, 1))
-        .unwrap();
+    t.lock(C1, new_lock(G, og, b"A", READ_LT, 0, 1)).unwrap();
     let o2 = t.open(C2, b"o", F, R, DN).unwrap();
     assert!(matches!(
-        t.lock(C2, new_lock(F, o2, b"X", LockType::Read, 5, 1)),
-        Err(StateError::Denied(_))
+        t.lock(C2, new_lock(F, o2, b"X", READ_LT, 5, 1)),
+        Err(E::Denied(_))
     ));
-    assert_eq!(t.open(C2, b"w", F, W, DN), Err(StateError::ShareDenied));
+    assert_eq!(t.open(C2, b"w", F, W, DN), Err(E::ShareDenied));
     assert!(t.client_has_state(C1));
 
     assert_eq!(t.expire_client(C1), 4);
     assert!(!t.client_has_state(C1));
     assert_eq!(t.expire_client(C1), 0);
     for s in [o1, og, l1] {
-        assert_eq!(t.test_stateid(C1, &s), Err(StateError::BadStateid));
+        assert_eq!(t.test_stateid(C1, &s), Err(E::BadStateid));
     }
     // The other client's locks and opens now succeed.
-    t.lock(C2, new_lock(F, o2, b"X", LockType::Read, 5, 1))
-        .unwrap();
+    t.lock(C2, new_lock(F, o2, b"X", READ_LT, 5, 1)).unwrap();
     t.open(C2, b"w", F, W, DN).unwrap();
-    assert_eq!(
-        t.stats(),
-        StateStats {
-            opens: 2,
-            lock_states: 1,
-            locks: 1
-        }
-    );
+    assert_eq!(t.stats(), stats(2, 1, 1));
     assert!(t.locks(G).is_empty());
     assert_eq!(t.expire_client(C2), 3);
     assert_eq!(t.stats(), StateStats::default());
@@ -778,13 +679,13 @@ fn limit_open_owners_per_client() {
     let mut t = StateTable::new(EPOCH, limits());
     t.open(C1, b"a", F, R, DN).unwrap();
     t.open(C1, b"b", F, R, DN).unwrap();
-    assert_eq!(t.open(C1, b"c", F, R, DN), Err(StateError::Resource));
+    assert_eq!(t.open(C1, b"c", F, R, DN), Err(E::Resource));
     // Known owners may open other files; other clients are unaffected.
     let ag = t.open(C1, b"a", G, R, DN).unwrap();
     assert_eq!(t.open(C2, b"c", F, R, DN).map(|_| ()), Ok(()));
     // Closing the last open of an owner frees its slot only if it was its last.
     t.close(C1, &ag, G).unwrap();
-    assert_eq!(t.open(C1, b"c", F, R, DN), Err(StateError::Resource));
+    assert_eq!(t.open(C1, b"c", F, R, DN), Err(E::Resource));
     assert_eq!(t.open(C1, b"a", F, R, DN).map(|s| s.seqid), Ok(2));
 }
 
@@ -794,10 +695,10 @@ fn limit_opens_and_owner_len() {
     for f in 0..4 {
         t.open(C1 + f, b"a", F, R, DN).unwrap();
     }
-    assert_eq!(t.open(C1, b"a", G, R, DN), Err(StateError::Resource));
+    assert_eq!(t.open(C1, b"a", G, R, DN), Err(E::Resource));
     // Upgrades need no new state.
     t.open(C1, b"a", F, RW, DN).unwrap();
-    assert_eq!(t.open(C1, b"123456789", F, R, DN), Err(StateError::Inval));
+    assert_eq!(t.open(C1, b"123456789", F, R, DN), Err(E::Inval));
     t.expire_client(C1);
     t.open(C1, b"12345678", G, R, DN).unwrap();
 }
@@ -806,60 +707,44 @@ fn limit_opens_and_owner_len() {
 fn limit_lock_states_and_lock_owners() {
     let mut t = StateTable::new(EPOCH, limits());
     let o = t.open(C1, b"o", F, RW, DN).unwrap();
-    t.lock(C1, new_lock(F, o, b"A", LockType::Read, 0, 1))
-        .unwrap();
-    t.lock(C1, new_lock(F, o, b"B", LockType::Read, 0, 1))
-        .unwrap();
+    t.lock(C1, new_lock(F, o, b"A", READ_LT, 0, 1)).unwrap();
+    t.lock(C1, new_lock(F, o, b"B", READ_LT, 0, 1)).unwrap();
     // Third lock-owner for C1.
     assert_eq!(
-        t.lock(C1, new_lock(F, o, b"C", LockType::Read, 0, 1)),
-        Err(StateError::Resource)
+        t.lock(C1, new_lock(F, o, b"C", READ_LT, 0, 1)),
+        Err(E::Resource)
     );
     // Same owner on another file is fine (owner count unchanged).
     let og = t.open(C1, b"o", G, RW, DN).unwrap();
-    t.lock(C1, new_lock(G, og, b"A", LockType::Read, 0, 1))
-        .unwrap();
+    t.lock(C1, new_lock(G, og, b"A", READ_LT, 0, 1)).unwrap();
     // Fourth lock stateid server-wide.
     let o2 = t.open(C2, b"o", F, RW, DN).unwrap();
     assert_eq!(
-        t.lock(C2, new_lock(F, o2, b"A", LockType::Read, 0, 1)),
-        Err(StateError::Resource)
+        t.lock(C2, new_lock(F, o2, b"A", READ_LT, 0, 1)),
+        Err(E::Resource)
     );
     assert_eq!(
-        t.lock(C1, new_lock(F, o, b"123456789", LockType::Read, 0, 1)),
-        Err(StateError::Inval)
+        t.lock(C1, new_lock(F, o, b"123456789", READ_LT, 0, 1)),
+        Err(E::Inval)
     );
-    assert_eq!(
-        t.stats(),
-        StateStats {
-            opens: 3,
-            lock_states: 3,
-            locks: 3
-        }
-    );
+    assert_eq!(t.stats(), stats(3, 3, 3));
 }
 
 #[test]
 fn limit_locks_per_file() {
     let mut t = StateTable::new(EPOCH, limits());
     let o = t.open(C1, b"o", F, RW, DN).unwrap();
-    let l = t
-        .lock(C1, new_lock(F, o, b"A", LockType::Write, 0, 100))
-        .unwrap();
-    let l = t
-        .lock(C1, existing_lock(F, l, LockType::Read, 10, 10))
-        .unwrap();
+    let l = t.lock(C1, new_lock(F, o, b"A", WRITE_LT, 0, 100)).unwrap();
+    let l = t.lock(C1, existing_lock(F, l, READ_LT, 10, 10)).unwrap();
     assert_eq!(t.stats().locks, 3);
     // A fourth range is refused, whether from LOCK or from a LOCKU split.
     assert_eq!(
-        t.lock(C1, existing_lock(F, l, LockType::Read, 50, 10)),
-        Err(StateError::Resource)
+        t.lock(C1, existing_lock(F, l, READ_LT, 50, 10)),
+        Err(E::Resource)
     );
-    assert_eq!(t.locku(C1, &l, F, 50, 10), Err(StateError::Resource));
+    assert_eq!(t.locku(C1, &l, F, 50, 10), Err(E::Resource));
     // Merging locks are fine at the limit, and so are shrinking unlocks.
-    let l = t
-        .lock(C1, existing_lock(F, l, LockType::Write, 10, 10))
-        .unwrap();
+    let l = t.lock(C1, existing_lock(F, l, WRITE_LT, 10, 10)).unwrap();
     assert_eq!(t.stats().locks, 1);
     let l = t.locku(C1, &l, F, 50, 10).unwrap();
     let l = t.locku(C1, &l, F, 70, 10).unwrap();
@@ -868,16 +753,14 @@ fn limit_locks_per_file() {
     assert_eq!(t.stats().locks, 2);
     // Locks of another owner count too.
     let o2 = t.open(C2, b"o", F, RW, DN).unwrap();
-    t.lock(C2, new_lock(F, o2, b"B", LockType::Read, 200, 1))
-        .unwrap();
+    t.lock(C2, new_lock(F, o2, b"B", READ_LT, 200, 1)).unwrap();
     assert_eq!(
-        t.lock(C2, new_lock(F, o2, b"B", LockType::Read, 300, 1)),
-        Err(StateError::Resource)
+        t.lock(C2, new_lock(F, o2, b"B", READ_LT, 300, 1)),
+        Err(E::Resource)
     );
     // Another file has its own budget.
     let og = t.open(C2, b"o", G, RW, DN).unwrap();
-    t.lock(C2, new_lock(G, og, b"B", LockType::Read, 300, 1))
-        .unwrap();
+    t.lock(C2, new_lock(G, og, b"B", READ_LT, 300, 1)).unwrap();
 }
 
 #[test]
@@ -890,20 +773,13 @@ fn many_opens_on_one_file_expire_quickly() {
             if o % 8 == 0 {
                 t.lock(
                     c,
-                    new_lock(F, s, &o.to_be_bytes(), LockType::Read, u64::from(o), 1),
+                    new_lock(F, s, &o.to_be_bytes(), READ_LT, u64::from(o), 1),
                 )
                 .unwrap();
             }
         }
     }
-    assert_eq!(
-        t.stats(),
-        StateStats {
-            opens: 32_000,
-            lock_states: 4_000,
-            locks: 4_000
-        }
-    );
+    assert_eq!(t.stats(), stats(32_000, 4_000, 4_000));
     for c in 1..=8u64 {
         assert_eq!(t.expire_client(c), 4_500);
     }
