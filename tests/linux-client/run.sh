@@ -100,8 +100,9 @@ if [ "$SERVER" = ganesha ]; then
   SERVER_CMD=(ganesha.nfsd -F -L "$W"/ganesha.log -f "$W"/ganesha.conf -p "$W"/ganesha.pid)
 else
   EXPORT_PATH=/
-  # a private copy: others may rebuild target/debug/txnfs while this runs (restart uses it too)
-  cp "$BIN" "$W"/txnfs
+  # a private copy: others may rebuild target/debug/txnfs while this runs (restart uses it too);
+  # a hard link is enough (cargo replaces the file, it never rewrites it) and costs no space
+  ln -f "$BIN" "$W"/txnfs 2> /dev/null || cp "$BIN" "$W"/txnfs
   SERVER_CMD=("$W"/txnfs serve --listen "127.0.0.1:$PORT" --no-grace --state-dir "$STATE" "$EXPORT")
 fi
 printf 'EXPORT_PATH=%s\nSERVER_KIND=%s\n' "$EXPORT_PATH" "$SERVER" > "$SHARE"/params.sh
