@@ -79,42 +79,21 @@ pub struct NfsRsCall {
     pub ops: &'static [&'static str],
 }
 
-pub const GETATTR: NfsRsCall = NfsRsCall {
-    kind: "GETATTR",
-    ops: &["PUTFH", "GETATTR"],
-};
-pub const READ: NfsRsCall = NfsRsCall {
-    kind: "READ",
-    ops: &["PUTFH", "READ"],
-};
-pub const READDIR: NfsRsCall = NfsRsCall {
-    kind: "READDIR",
-    ops: &["PUTFH", "READDIR"],
-};
-pub const MKDIR: NfsRsCall = NfsRsCall {
-    kind: "CREATE",
-    ops: &["PUTFH", "CREATE", "GETFH", "GETATTR"],
-};
-pub const OPEN_CREATE: NfsRsCall = NfsRsCall {
-    kind: "OPEN",
-    ops: &["PUTFH", "OPEN", "GETFH", "GETATTR"],
-};
-pub const WRITE: NfsRsCall = NfsRsCall {
-    kind: "WRITE",
-    ops: &["PUTFH", "WRITE"],
-};
-pub const CLOSE: NfsRsCall = NfsRsCall {
-    kind: "CLOSE",
-    ops: &["PUTFH", "CLOSE"],
-};
-pub const REMOVE: NfsRsCall = NfsRsCall {
-    kind: "REMOVE",
-    ops: &["PUTFH", "REMOVE"],
-};
-pub const LOOKUP: NfsRsCall = NfsRsCall {
-    kind: "LOOKUP",
-    ops: &["PUTFH", "LOOKUP", "GETFH", "GETATTR"],
-};
+impl NfsRsCall {
+    const fn new(kind: &'static str, ops: &'static [&'static str]) -> NfsRsCall {
+        NfsRsCall { kind, ops }
+    }
+}
+
+pub const GETATTR: NfsRsCall = NfsRsCall::new("GETATTR", &["PUTFH", "GETATTR"]);
+pub const READ: NfsRsCall = NfsRsCall::new("READ", &["PUTFH", "READ"]);
+pub const READDIR: NfsRsCall = NfsRsCall::new("READDIR", &["PUTFH", "READDIR"]);
+pub const MKDIR: NfsRsCall = NfsRsCall::new("CREATE", &["PUTFH", "CREATE", "GETFH", "GETATTR"]);
+pub const OPEN_CREATE: NfsRsCall = NfsRsCall::new("OPEN", &["PUTFH", "OPEN", "GETFH", "GETATTR"]);
+pub const WRITE: NfsRsCall = NfsRsCall::new("WRITE", &["PUTFH", "WRITE"]);
+pub const CLOSE: NfsRsCall = NfsRsCall::new("CLOSE", &["PUTFH", "CLOSE"]);
+pub const REMOVE: NfsRsCall = NfsRsCall::new("REMOVE", &["PUTFH", "REMOVE"]);
+pub const LOOKUP: NfsRsCall = NfsRsCall::new("LOOKUP", &["PUTFH", "LOOKUP", "GETFH", "GETATTR"]);
 
 impl Worker {
     /// This worker's nfs-rs mount (only with `--driver nfs-rs`).

@@ -459,6 +459,20 @@ mod tests {
         assert_eq!(RecordCounter::new().feed(&s[..s.len() - 1]), 3);
     }
 
+    /// A listener on a free loopback port, and its address.
+    async fn loopback_listener() -> (TcpListener, SocketAddr) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        (listener, addr)
+    }
+
+    /// A proxy on a free loopback port in front of `target`.
+    async fn proxy_to(target: SocketAddr, delay: Duration) -> DelayProxy {
+        DelayProxy::start("127.0.0.1:0".parse().expect("addr"), target, delay)
+            .await
+            .expect("proxy")
+    }
+
     /// Server side of the byte test: read everything until EOF, then send
     /// `reply` and close.
     async fn sink_then_send(listener: TcpListener, reply: Vec<u8>) -> Vec<u8> {
@@ -471,14 +485,11 @@ mod tests {
     }
 
     async fn bytes_unchanged(delay: Duration) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let target = listener.local_addr().expect("addr");
+        let (listener, target) = loopback_listener().await;
         let up = random(11, 1 << 20);
         let down = random(12, 1 << 20);
         let server = tokio::spawn(sink_then_send(listener, down.clone()));
-        let proxy = DelayProxy::start("127.0.0.1:0".parse().expect("addr"), target, delay)
-            .await
-            .expect("proxy");
+        let proxy = proxy_to(target, delay).await;
         let mut c = TcpStream::connect(proxy.addr()).await.expect("connect");
         // Write in uneven pieces.
         let mut rng = XorShift::new(3);
@@ -514,16 +525,9 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn counts_records_through_the_proxy() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let target = listener.local_addr().expect("addr");
+        let (listener, target) = loopback_listener().await;
         let server = tokio::spawn(sink_then_send(listener, Vec::new()));
-        let proxy = DelayProxy::start(
-            "127.0.0.1:0".parse().expect("addr"),
-            target,
-            Duration::from_millis(1),
-        )
-        .await
-        .expect("proxy");
+        let proxy = proxy_to(target, Duration::from_millis(1)).await;
         let mut c = TcpStream::connect(proxy.addr()).await.expect("connect");
         let s = sample_stream();
         // Three records' worth split across writes with pauses, so the
@@ -580,8 +584,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn null_rpc_round_trip_gains_twice_the_delay() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let target = listener.local_addr().expect("addr");
+        let (listener, target) = loopback_listener().await;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(serve(
             listener,
@@ -591,13 +594,7 @@ mod tests {
                 let _ = stopped.await;
             },
         ));
-        let proxy = DelayProxy::start(
-            "127.0.0.1:0".parse().expect("addr"),
-            target,
-            Duration::from_millis(10),
-        )
-        .await
-        .expect("proxy");
+        let proxy = proxy_to(target, Duration::from_millis(10)).await;
         let direct = null_rtt(target).await;
         let proxied = null_rtt(proxy.addr()).await;
         let extra = proxied.saturating_sub(direct);

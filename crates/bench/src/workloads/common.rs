@@ -194,6 +194,13 @@ pub async fn create_files(s: &Setup, dir: &Bytes, files: &[(String, u64)]) -> an
     s.send_all(small, 16).await
 }
 
+/// Prepare: files `f0` … `f{count-1}` of `size` bytes each in the
+/// workload's directory (the data set the per-file workloads pick from).
+pub async fn create_numbered(s: &Setup, count: u64, size: u64) -> anyhow::Result<()> {
+    let files: Vec<(String, u64)> = (0..count).map(|i| (format!("f{i}"), size)).collect();
+    create_files(s, &s.base_fh, &files).await
+}
+
 /// Deterministic file size around `mean` (uniform in [mean/2, 3·mean/2]).
 pub fn size_around(rng: &mut crate::XorShift, mean: u64) -> u64 {
     if mean < 2 {

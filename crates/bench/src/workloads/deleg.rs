@@ -60,10 +60,7 @@ impl Workload for Deleg {
                 .store((s.clients - a) * s.threads, Ordering::SeqCst);
             self.delegations.store(0, Ordering::SeqCst);
             self.a_opens.store(0, Ordering::SeqCst);
-            let files: Vec<(String, u64)> = (0..self.files)
-                .map(|i| (format!("f{i}"), self.file_size))
-                .collect();
-            common::create_files(s, &s.base_fh, &files).await
+            common::create_numbered(s, self.files, self.file_size).await
         })
     }
     fn run<'a>(&'a self, w: &'a mut Worker) -> BoxFut<'a, anyhow::Result<()>> {

@@ -144,42 +144,25 @@ impl Workload for Filebench {
     }
     fn expected_ops(&self, s: &RunStats) -> Vec<Expectation> {
         let it = s.iterations();
-        let mut v = Vec::new();
         let (opens, removes, commits, stats, writes) = match self.kind {
             Personality::FileServer => (3, 1, 2, 1, 2),
             Personality::WebServer => (11, 0, 1, 0, 1),
             Personality::MailServer => (3, 1, 2, 0, 2),
         };
-        v.push(Expectation::eq(
-            format!("WRITE == {writes} × iterations"),
-            s.ops("WRITE"),
-            writes * it,
-        ));
-        v.push(Expectation::eq(
-            format!("OPEN == {opens} × iterations"),
-            s.ops("OPEN"),
-            opens * it,
-        ));
-        v.push(Expectation::eq(
-            format!("CLOSE == {opens} × iterations"),
-            s.ops("CLOSE"),
-            opens * it,
-        ));
-        v.push(Expectation::eq(
-            format!("REMOVE == {removes} × iterations"),
-            s.ops("REMOVE"),
-            removes * it,
-        ));
-        v.push(Expectation::eq(
-            format!("COMMIT == {commits} × iterations"),
-            s.ops("COMMIT"),
-            commits * it,
-        ));
-        v.push(Expectation::eq(
-            format!("stat requests (LOOKUP) == {stats} × iterations"),
-            s.requests("LOOKUP"),
-            stats * it,
-        ));
+        let per_iteration = [
+            ("WRITE", s.ops("WRITE"), writes),
+            ("OPEN", s.ops("OPEN"), opens),
+            ("CLOSE", s.ops("CLOSE"), opens),
+            ("REMOVE", s.ops("REMOVE"), removes),
+            ("COMMIT", s.ops("COMMIT"), commits),
+            ("stat requests (LOOKUP)", s.requests("LOOKUP"), stats),
+        ];
+        let mut v: Vec<Expectation> = per_iteration
+            .into_iter()
+            .map(|(what, actual, n)| {
+                Expectation::eq(format!("{what} == {n} × iterations"), actual, n * it)
+            })
+            .collect();
         let reads_min = match self.kind {
             Personality::FileServer => 1,
             Personality::WebServer => 10,

@@ -39,12 +39,7 @@ impl Workload for Locked {
         self.files * self.repeats_per_file
     }
     fn prepare<'a>(&'a self, s: &'a Setup) -> BoxFut<'a, anyhow::Result<()>> {
-        Box::pin(async move {
-            let files: Vec<(String, u64)> = (0..self.files)
-                .map(|i| (format!("f{i}"), self.file_size))
-                .collect();
-            common::create_files(s, &s.base_fh, &files).await
-        })
+        Box::pin(async move { common::create_numbered(s, self.files, self.file_size).await })
     }
     fn run<'a>(&'a self, w: &'a mut Worker) -> BoxFut<'a, anyhow::Result<()>> {
         Box::pin(async move {

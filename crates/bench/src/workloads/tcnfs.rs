@@ -46,10 +46,7 @@ impl Workload for TcNfs {
             if self.write {
                 return Ok(());
             }
-            let files: Vec<(String, u64)> = (0..self.files)
-                .map(|i| (format!("f{i}"), self.file_size))
-                .collect();
-            common::create_files(s, &s.base_fh, &files).await
+            common::create_numbered(s, self.files, self.file_size).await
         })
     }
     fn run<'a>(&'a self, w: &'a mut Worker) -> BoxFut<'a, anyhow::Result<()>> {

@@ -239,20 +239,26 @@ pub async fn rm(w: &mut Worker, m: &NfsRsMount, root: &str) -> anyhow::Result<u6
     let mut dirs: Vec<&Entry> = entries.iter().filter(|e| e.is_dir).collect();
     dirs.sort_by_key(|e| std::cmp::Reverse(e.rel.matches('/').count()));
     for e in dirs {
-        w.nfsrs_call(
-            driver::REMOVE,
-            || format!("rmdir {}", e.rel),
-            m.rmdir(e.parent_fh.clone(), &e.name),
-            |_| 0,
-        )
-        .await?;
+        rmdir(w, m, e.parent_fh.clone(), &e.name, &e.rel).await?;
     }
+    rmdir(w, m, base, root, root).await?;
+    Ok(entries.len() as u64)
+}
+
+/// RMDIR of `name` in `dir_fh` (a REMOVE request); `rel` names it in errors.
+async fn rmdir(
+    w: &mut Worker,
+    m: &NfsRsMount,
+    dir_fh: Bytes,
+    name: &str,
+    rel: &str,
+) -> anyhow::Result<()> {
     w.nfsrs_call(
         driver::REMOVE,
-        || format!("rmdir {root}"),
-        m.rmdir(base, root),
+        || format!("rmdir {rel}"),
+        m.rmdir(dir_fh, name),
         |_| 0,
     )
     .await?;
-    Ok(entries.len() as u64)
+    Ok(())
 }
