@@ -162,6 +162,21 @@ pub fn default_baseline(servers: &[String]) -> String {
     }
 }
 
+/// `asked` in its order, then each value of `found` that is not in the list
+/// yet, in the order first seen.
+fn asked_then_found<'a, T: Clone + PartialEq + 'a>(
+    asked: &[T],
+    found: impl Iterator<Item = &'a T>,
+) -> Vec<T> {
+    let mut out = asked.to_vec();
+    for v in found {
+        if !out.contains(v) {
+            out.push(v.clone());
+        }
+    }
+    out
+}
+
 impl Comparison {
     /// The run of `server` on `workload` at `delay_ms`.
     pub fn run(&self, server: &str, delay_ms: f64, workload: &str) -> Option<&Run> {
@@ -172,35 +187,23 @@ impl Comparison {
 
     /// Workloads in the order asked for, then any others found in the runs.
     pub fn workloads(&self) -> Vec<String> {
-        let mut out = self.settings.workloads.clone();
-        for r in &self.runs {
-            if !out.contains(&r.workload) {
-                out.push(r.workload.clone());
-            }
-        }
-        out
+        asked_then_found(
+            &self.settings.workloads,
+            self.runs.iter().map(|r| &r.workload),
+        )
     }
 
     /// Servers in the order asked for, then any others found in the runs.
     pub fn server_names(&self) -> Vec<String> {
-        let mut out = self.settings.servers.clone();
-        for r in &self.runs {
-            if !out.contains(&r.server) {
-                out.push(r.server.clone());
-            }
-        }
-        out
+        asked_then_found(&self.settings.servers, self.runs.iter().map(|r| &r.server))
     }
 
     /// Delays in the order asked for, then any others found in the runs.
     pub fn delays(&self) -> Vec<f64> {
-        let mut out = self.settings.delays_ms.clone();
-        for r in &self.runs {
-            if !out.contains(&r.delay_ms) {
-                out.push(r.delay_ms);
-            }
-        }
-        out
+        asked_then_found(
+            &self.settings.delays_ms,
+            self.runs.iter().map(|r| &r.delay_ms),
+        )
     }
 
     /// A comparison of existing results (no servers run): each result's

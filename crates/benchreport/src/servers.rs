@@ -381,46 +381,81 @@ fn version_line(bin: &Path, arg: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// A server's work directory (`export/`, `state/`, `server.log`) and port,
+/// made before its process starts.
+struct Staged {
+    kind: ServerKind,
+    work: tempfile::TempDir,
+    export_dir: PathBuf,
+    log_path: PathBuf,
+    port: u16,
+}
+
+impl Staged {
+    fn new(kind: ServerKind, opts: &ServerOpts) -> Result<Staged> {
+        let work = make_work_dir(kind, opts)?;
+        Ok(Staged {
+            kind,
+            export_dir: work.path().join("export"),
+            log_path: work.path().join("server.log"),
+            port: free_port()?,
+            work,
+        })
+    }
+
+    fn state_dir(&self) -> PathBuf {
+        self.work.path().join("state")
+    }
+
+    /// The spawned server, once it answers the NULL probe.
+    fn started(
+        self,
+        child: Child,
+        version: Option<String>,
+        lock: Option<File>,
+        opts: &ServerOpts,
+    ) -> Result<RunningServer> {
+        let mut server = RunningServer {
+            kind: self.kind,
+            pid: child.id(),
+            port: self.port,
+            export_path: self.kind.export_path().to_string(),
+            export_dir: self.export_dir,
+            log_path: self.log_path,
+            version,
+            keep: opts.keep,
+            child: Some(child),
+            work: Some(self.work),
+            _lock: lock,
+        };
+        wait_ready(&mut server, opts.start_timeout)?;
+        Ok(server)
+    }
+}
+
 fn start_txnfs(opts: &ServerOpts) -> Result<RunningServer> {
     let bin = match &opts.txnfs_bin {
         Some(b) if b.is_file() => b.clone(),
         Some(b) => bail!("txnfs binary {} not found", b.display()),
         None => find_txnfs_bin()?,
     };
-    let work = make_work_dir(ServerKind::Txnfs, opts)?;
-    let export_dir = work.path().join("export");
-    let log_path = work.path().join("server.log");
-    let port = free_port()?;
-    let (out, err) = log_file(&log_path)?;
+    let staged = Staged::new(ServerKind::Txnfs, opts)?;
+    let (out, err) = log_file(&staged.log_path)?;
     let child = Command::new(&bin)
         .arg("serve")
         .arg("--listen")
-        .arg(format!("127.0.0.1:{port}"))
+        .arg(format!("127.0.0.1:{}", staged.port))
         .arg("--no-grace")
         .arg("--state-dir")
-        .arg(work.path().join("state"))
-        .arg(&export_dir)
+        .arg(staged.state_dir())
+        .arg(&staged.export_dir)
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
         .spawn()
         .with_context(|| format!("starting {}", bin.display()))?;
-    let mut server = RunningServer {
-        kind: ServerKind::Txnfs,
-        pid: child.id(),
-        port,
-        export_path: ServerKind::Txnfs.export_path().to_string(),
-        export_dir,
-        log_path,
-        version: version_line(&bin, "--version"),
-        keep: opts.keep,
-        child: Some(child),
-        work: Some(work),
-        _lock: None,
-    };
-    wait_ready(&mut server, opts.start_timeout)?;
-    Ok(server)
+    staged.started(child, version_line(&bin, "--version"), None, opts)
 }
 
 fn start_ganesha(opts: &ServerOpts) -> Result<RunningServer> {
@@ -431,28 +466,11 @@ fn start_ganesha(opts: &ServerOpts) -> Result<RunningServer> {
             .ok_or_else(|| anyhow!("ganesha.nfsd not found: {}", ganesha::INSTALL_HINT))?,
     };
     let lock = ganesha::lock(GANESHA_LOCK_WAIT).context("taking the Ganesha lock")?;
-    let work = make_work_dir(ServerKind::Ganesha, opts)?;
-    let export_dir = work.path().join("export");
-    let log_path = work.path().join("server.log");
-    let port = free_port()?;
-    let conf = ganesha::Config::single(port, &export_dir, &work.path().join("state"));
-    let child = ganesha::spawn(&bin, &conf, work.path(), &log_path)
+    let staged = Staged::new(ServerKind::Ganesha, opts)?;
+    let conf = ganesha::Config::single(staged.port, &staged.export_dir, &staged.state_dir());
+    let child = ganesha::spawn(&bin, &conf, staged.work.path(), &staged.log_path)
         .with_context(|| format!("starting {}", bin.display()))?;
-    let mut server = RunningServer {
-        kind: ServerKind::Ganesha,
-        pid: child.id(),
-        port,
-        export_path: ServerKind::Ganesha.export_path().to_string(),
-        export_dir,
-        log_path,
-        version: version_line(&bin, "-v"),
-        keep: opts.keep,
-        child: Some(child),
-        work: Some(work),
-        _lock: Some(lock),
-    };
-    wait_ready(&mut server, opts.start_timeout)?;
-    Ok(server)
+    staged.started(child, version_line(&bin, "-v"), Some(lock), opts)
 }
 
 /// Wait until the server answers the NULL probe; on failure stop it and return
