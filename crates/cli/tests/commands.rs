@@ -31,6 +31,14 @@ fn kinds() -> Vec<ServerKind> {
     k
 }
 
+/// Run `f` against each server of [`kinds`], one server at a time.
+fn each_server(f: impl Fn(&Env)) {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for kind in kinds() {
+        f(&Env::new(kind));
+    }
+}
+
 struct Env {
     server: ServerGuard,
     tmp: tempfile::TempDir,
@@ -168,9 +176,8 @@ fn same_tree(a: &Path, b: &Path) {
 
 #[test]
 fn cp_trees_both_ways_and_remote_to_remote_with_few_compounds() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    for kind in kinds() {
-        let env = Env::new(kind);
+    each_server(|env| {
+        let kind = env.kind();
         let src = env.local("src");
         make_tree(&src);
         // local -> remote: 300 files, 40 directories.
@@ -225,14 +232,13 @@ fn cp_trees_both_ways_and_remote_to_remote_with_few_compounds() {
         let n = compounds(&o);
         eprintln!("{kind:?}: cp -R remote->remote of 300 files: {n} COMPOUNDs");
         assert!(n < bound * 2, "{kind:?}: {n} COMPOUNDs remote->remote");
-    }
+    });
 }
 
 #[test]
 fn cp_big_file_with_progress_and_cat() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    for kind in kinds() {
-        let env = Env::new(kind);
+    each_server(|env| {
+        let kind = env.kind();
         let big = env.local("big.bin");
         let data = pattern(7, 5 << 20);
         std::fs::write(&big, &data).unwrap();
@@ -275,14 +281,12 @@ fn cp_big_file_with_progress_and_cat() {
             "cat output differs ({} bytes)",
             o.stdout.len()
         );
-    }
+    });
 }
 
 #[test]
 fn ls_stat_and_messages() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    for kind in kinds() {
-        let env = Env::new(kind);
+    each_server(|env| {
         std::fs::create_dir_all(env.host("dir/sub")).unwrap();
         std::fs::write(env.host("dir/hello.txt"), b"hello").unwrap();
         std::fs::write(env.host("dir/sub/deep.txt"), b"0123456789").unwrap();
@@ -369,14 +373,13 @@ fn ls_stat_and_messages() {
             run(&["ls", "nfs://127.0.0.1:notaport/"]).status.code(),
             Some(2)
         );
-    }
+    });
 }
 
 #[test]
 fn mkdir_rm_mv_ln() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    for kind in kinds() {
-        let env = Env::new(kind);
+    each_server(|env| {
+        let kind = env.kind();
         // mkdir -p, and mkdir of an existing directory.
         ok(run(&["mkdir", "-p", &env.url("a/b/c"), &env.url("a/x")]));
         assert!(env.host("a/b/c").is_dir() && env.host("a/x").is_dir());
@@ -475,5 +478,5 @@ fn mkdir_rm_mv_ln() {
             100
         };
         assert!(compounds(&o) < bound, "{}", stderr(&o));
-    }
+    });
 }

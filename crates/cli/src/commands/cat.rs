@@ -101,12 +101,8 @@ pub async fn run(ctx: &mut Ctx, a: CatArgs) -> anyhow::Result<()> {
             j += 1;
         }
         let paths: Vec<&str> = plan[i..j].iter().map(|(u, _)| u.path.as_str()).collect();
-        let datas = super::split_retry((0..paths.len()).collect(), |part| {
-            let fs = fs.clone();
-            let p: Vec<&str> = part.iter().map(|&k| paths[k]).collect();
-            async move { fs.vread(&p).await }
-        })
-        .await;
+        let datas =
+            super::split_retry_items(&fs, &paths, |fs, p| async move { fs.vread(&p).await }).await;
         for ((u, _), d) in plan[i..j].iter().zip(datas) {
             match d {
                 Ok(d) => match emit(&d) {

@@ -10,7 +10,7 @@
 use super::progress::Progress;
 use super::stream::{RemoteReader, RemoteWriter};
 use super::url::{Location, NfsUrl, ServerKey};
-use super::{describe, describe_io, split_retry, umask, usage, Ctx};
+use super::{describe, describe_io, split_retry_items, umask, usage, Ctx};
 use bytes::Bytes;
 use clap::Args;
 use std::collections::{BTreeMap, BTreeSet};
@@ -230,16 +230,11 @@ pub async fn run(ctx: &mut Ctx, a: CpArgs) -> anyhow::Result<()> {
 
     // Is DEST an existing directory?
     let dest_dir = match &dest {
-        End::Local(p) => std::fs::metadata(p).map(|m| m.is_dir()).unwrap_or(false),
-        End::Remote(u) => match ctx.getattrs(&[u]).await?.pop() {
-            Some(Ok(at)) => at.is_dir(),
-            Some(Err(e)) if e.status() == Some(nfsstat4::NFS4ERR_NOENT) => false,
-            Some(Err(e)) => {
-                ctx.fail_nfs(format!("cannot stat '{}'", u.display), &e);
-                return Ok(());
-            }
-            None => false,
-        },
+        End::Local(p) => Some(std::fs::metadata(p).map(|m| m.is_dir()).unwrap_or(false)),
+        End::Remote(u) => ctx.existing_dir(u).await?,
+    };
+    let Some(dest_dir) = dest_dir else {
+        return Ok(());
     };
     if srcs.len() > 1 && !dest_dir {
         ctx.fail_msg(format!("target '{}' is not a directory", dest.display()));
@@ -634,12 +629,8 @@ impl Copier {
                     .iter()
                     .map(|&i| (path(&items[i].src), path(&items[i].dst)))
                     .collect();
-                let res = split_retry((0..pairs.len()).collect(), |part| {
-                    let fs = fs.clone();
-                    let p: Vec<(String, String)> = part.iter().map(|&k| pairs[k].clone()).collect();
-                    async move { fs.vcopy(&p).await }
-                })
-                .await;
+                let res =
+                    split_retry_items(&fs, &pairs, |fs, p| async move { fs.vcopy(&p).await }).await;
                 for (&i, r) in idx.iter().zip(res) {
                     match r {
                         Ok(()) => self.done.push(i),
@@ -684,12 +675,8 @@ impl Copier {
             Some(s) => {
                 let fs = ctx.fs(s).await?;
                 let paths: Vec<String> = idx.iter().map(|&i| path(&items[i].src)).collect();
-                let res = split_retry((0..paths.len()).collect(), |part| {
-                    let fs = fs.clone();
-                    let p: Vec<String> = part.iter().map(|&k| paths[k].clone()).collect();
-                    async move { fs.vread(&p).await }
-                })
-                .await;
+                let res =
+                    split_retry_items(&fs, &paths, |fs, p| async move { fs.vread(&p).await }).await;
                 for (&i, r) in idx.iter().zip(res) {
                     match r {
                         Ok(d) => data.push(Some(d)),
@@ -734,12 +721,13 @@ impl Copier {
                         writes.push((path(&items[i].dst), b));
                     }
                 }
-                let res = split_retry((0..writes.len()).collect(), |part| {
-                    let fs = fs.clone();
-                    let w: Vec<(String, Bytes)> = part.iter().map(|&k| writes[k].clone()).collect();
-                    async move { fs.vwrite(&w, false).await }
-                })
-                .await;
+                let res =
+                    split_retry_items(
+                        &fs,
+                        &writes,
+                        |fs, w| async move { fs.vwrite(&w, false).await },
+                    )
+                    .await;
                 for (&i, r) in which.iter().zip(res) {
                     match r {
                         Ok(()) => self.done.push(i),

@@ -1,9 +1,8 @@
 //! `txnfs ln [-s] TARGET... LINK`: one vsymlink or vhardlink for all operands.
 
 use super::url::NfsUrl;
-use super::{parse_urls, split_retry, usage, Ctx};
+use super::{parse_urls, split_retry_items, usage, Ctx};
 use clap::Args;
-use txnfs_proto::nfs4::nfsstat4;
 
 #[derive(Args, Debug)]
 #[command(
@@ -47,14 +46,8 @@ pub async fn run(ctx: &mut Ctx, a: LnArgs) -> anyhow::Result<()> {
         }
         t
     };
-    let link_dir = match ctx.getattrs(&[&link]).await?.pop() {
-        Some(Ok(at)) => at.is_dir(),
-        Some(Err(e)) if e.status() == Some(nfsstat4::NFS4ERR_NOENT) => false,
-        Some(Err(e)) => {
-            ctx.fail_nfs(format!("cannot stat '{}'", link.display), &e);
-            return Ok(());
-        }
-        None => false,
+    let Some(link_dir) = ctx.existing_dir(&link).await? else {
+        return Ok(());
     };
     if targets.len() > 1 && !link_dir {
         ctx.fail_msg(format!("target '{}' is not a directory", link.display));
@@ -82,12 +75,7 @@ pub async fn run(ctx: &mut Ctx, a: LnArgs) -> anyhow::Result<()> {
             .zip(targets)
             .map(|(l, t)| (l.path.as_str(), t.as_str()))
             .collect();
-        let res = split_retry((0..v.len()).collect(), |part| {
-            let fs = fs.clone();
-            let p: Vec<(&str, &str)> = part.iter().map(|&k| v[k]).collect();
-            async move { fs.vsymlink(&p).await }
-        })
-        .await;
+        let res = split_retry_items(&fs, &v, |fs, p| async move { fs.vsymlink(&p).await }).await;
         for (l, r) in names.iter().zip(res) {
             if let Err(e) = r {
                 ctx.fail_nfs(
@@ -102,12 +90,7 @@ pub async fn run(ctx: &mut Ctx, a: LnArgs) -> anyhow::Result<()> {
             .zip(&names)
             .map(|(t, l)| (t.path.as_str(), l.path.as_str()))
             .collect();
-        let res = split_retry((0..v.len()).collect(), |part| {
-            let fs = fs.clone();
-            let p: Vec<(&str, &str)> = part.iter().map(|&k| v[k]).collect();
-            async move { fs.vhardlink(&p).await }
-        })
-        .await;
+        let res = split_retry_items(&fs, &v, |fs, p| async move { fs.vhardlink(&p).await }).await;
         for ((t, l), r) in hard.iter().zip(&names).zip(res) {
             if let Err(e) = r {
                 ctx.fail_nfs(

@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::process::ExitCode;
 use txnfs_client::{message, Attributes, Client, ClientConfig, ClientError, Fs};
+use txnfs_proto::nfs4::nfsstat4;
 use url::{NfsUrl, ServerKey};
 
 /// Flags every file command takes.
@@ -206,6 +207,20 @@ impl Ctx {
             .await
     }
 
+    /// Whether `u` is an existing directory (false when nothing is there), as a
+    /// destination operand is checked; `None` when it cannot be stat'ed (reported).
+    pub async fn existing_dir(&mut self, u: &NfsUrl) -> anyhow::Result<Option<bool>> {
+        Ok(match self.getattrs(&[u]).await?.pop() {
+            Some(Ok(at)) => Some(at.is_dir()),
+            Some(Err(e)) if e.status() == Some(nfsstat4::NFS4ERR_NOENT) => Some(false),
+            Some(Err(e)) => {
+                self.fail_nfs(format!("cannot stat '{}'", u.display), &e);
+                None
+            }
+            None => Some(false),
+        })
+    }
+
     /// Print `--stats` and close the sessions.
     async fn finish(&mut self) {
         let conns = std::mem::take(&mut self.conns);
@@ -328,6 +343,23 @@ where
     out.into_iter()
         .map(|r| r.unwrap_or_else(|| Err(ClientError::Local("no result".into()))))
         .collect()
+}
+
+/// [`split_retry`] over `items` on one session: `f` gets the session and the items of
+/// each part (cloned). Results are in the order of `items`.
+pub async fn split_retry_items<I: Clone, T, F, Fut>(
+    fs: &Fs,
+    items: &[I],
+    f: F,
+) -> Vec<Result<T, ClientError>>
+where
+    F: Fn(Fs, Vec<I>) -> Fut,
+    Fut: Future<Output = Vec<Result<T, ClientError>>>,
+{
+    split_retry((0..items.len()).collect(), |part| {
+        f(fs.clone(), part.iter().map(|&k| items[k].clone()).collect())
+    })
+    .await
 }
 
 /// Parse URL operands; a bad one is a usage error.

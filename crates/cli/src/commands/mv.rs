@@ -1,9 +1,8 @@
 //! `txnfs mv SRC... DEST`: one vrename for all operands (into DEST if it is a directory).
 
 use super::url::NfsUrl;
-use super::{parse_urls, split_retry, usage, Ctx};
+use super::{parse_urls, split_retry_items, usage, Ctx};
 use clap::Args;
-use txnfs_proto::nfs4::nfsstat4;
 
 #[derive(Args, Debug)]
 #[command(
@@ -32,14 +31,8 @@ pub async fn run(ctx: &mut Ctx, a: MvArgs) -> anyhow::Result<()> {
             ));
         }
     }
-    let dest_dir = match ctx.getattrs(&[dest]).await?.pop() {
-        Some(Ok(at)) => at.is_dir(),
-        Some(Err(e)) if e.status() == Some(nfsstat4::NFS4ERR_NOENT) => false,
-        Some(Err(e)) => {
-            ctx.fail_nfs(format!("cannot stat '{}'", dest.display), &e);
-            return Ok(());
-        }
-        None => false,
+    let Some(dest_dir) = ctx.existing_dir(dest).await? else {
+        return Ok(());
     };
     if srcs.len() > 1 && !dest_dir {
         ctx.fail_msg(format!("target '{}' is not a directory", dest.display));
@@ -66,12 +59,7 @@ pub async fn run(ctx: &mut Ctx, a: MvArgs) -> anyhow::Result<()> {
         .iter()
         .map(|(s, d)| (s.path.as_str(), d.path.as_str()))
         .collect();
-    let res = split_retry((0..v.len()).collect(), |part| {
-        let fs = fs.clone();
-        let p: Vec<(&str, &str)> = part.iter().map(|&k| v[k]).collect();
-        async move { fs.vrename(&p).await }
-    })
-    .await;
+    let res = split_retry_items(&fs, &v, |fs, p| async move { fs.vrename(&p).await }).await;
     for ((s, d), r) in pairs.iter().zip(res) {
         if let Err(e) = r {
             ctx.fail_nfs(
