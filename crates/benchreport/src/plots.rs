@@ -2,9 +2,12 @@
 //! written as SVG `<text>` elements in the `sans-serif` family, and plotters
 //! only estimates its size for the layout).
 
+use std::ops::Range;
 use std::path::Path;
 
 use anyhow::{anyhow, Result};
+use plotters::coord::types::RangedCoordf64;
+use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
@@ -44,6 +47,30 @@ pub fn color_index(name: &str, position: usize) -> usize {
 
 fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow!("plotting: {e:?}")
+}
+
+/// A white SVG canvas of `size` pixels, written to `path`.
+fn canvas(path: &Path, size: (u32, u32)) -> Result<DrawingArea<SVGBackend<'_>, Shift>> {
+    let root = SVGBackend::new(path, size).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    Ok(root)
+}
+
+/// The chart every plot draws on: its caption, margins and room for the axis
+/// labels, over `x` × `y`.
+fn chart_on<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    title: &str,
+    x: Range<f64>,
+    y: Range<f64>,
+) -> Result<ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>> {
+    ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(80)
+        .build_cartesian_2d(x, y)
+        .map_err(err)
 }
 
 /// The legend of `chart` at `position`, in the same framed box on every chart.
@@ -86,15 +113,8 @@ pub fn bar_chart(
     }
     let ymax = if ymax > 0.0 { ymax * 1.18 } else { 1.0 };
     let width = (160 + 110 * n * k.max(2) / 2).clamp(640, 1800) as u32;
-    let root = SVGBackend::new(path, (width, 480)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 20))
-        .margin(15)
-        .x_label_area_size(40)
-        .y_label_area_size(80)
-        .build_cartesian_2d(-0.5f64..(n as f64 - 0.5), 0f64..ymax)
-        .map_err(err)?;
+    let root = canvas(path, (width, 480))?;
+    let mut chart = chart_on(&root, title, -0.5f64..(n as f64 - 0.5), 0f64..ymax)?;
     let label_of = |x: &f64| -> String {
         let i = x.round();
         if (x - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < categories.len() {
@@ -190,15 +210,8 @@ pub fn line_chart(
     }
     let xmax = if xmax > 0.0 { xmax } else { 1.0 };
     let ymax = if ymax > 0.0 { ymax * 1.1 } else { 1.0 };
-    let root = SVGBackend::new(path, (800, 420)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 20))
-        .margin(15)
-        .x_label_area_size(40)
-        .y_label_area_size(80)
-        .build_cartesian_2d(0f64..xmax, 0f64..ymax)
-        .map_err(err)?;
+    let root = canvas(path, (800, 420))?;
+    let mut chart = chart_on(&root, title, 0f64..xmax, 0f64..ymax)?;
     chart
         .configure_mesh()
         .x_desc(x_desc)

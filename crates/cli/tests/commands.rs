@@ -108,6 +108,14 @@ fn ok(o: Output) -> Output {
     o
 }
 
+/// The run of a command that fails on an item (exit 1, not a usage error).
+#[track_caller]
+fn fails(args: &[&str]) -> Output {
+    let o = run(args);
+    assert_eq!(o.status.code(), Some(1), "stderr:\n{}", stderr(&o));
+    o
+}
+
 /// COMPOUNDs reported by --stats.
 fn compounds(o: &Output) -> u64 {
     let e = stderr(o);
@@ -348,8 +356,7 @@ fn ls_stat_and_messages() {
         );
         // Missing operands: exit 1, one coreutils-style line each, others still done.
         let missing = env.url("dir/nope");
-        let o = run(&["ls", &missing, &env.url("dir/sub")]);
-        assert_eq!(o.status.code(), Some(1));
+        let o = fails(&["ls", &missing, &env.url("dir/sub")]);
         assert_eq!(
             stderr(&o),
             format!(
@@ -358,14 +365,12 @@ fn ls_stat_and_messages() {
         );
         // Several operands: headers, as coreutils prints them.
         assert_eq!(stdout(&o), format!("{}:\ndeep.txt\n", env.url("dir/sub")));
-        let o = run(&["stat", &missing]);
-        assert_eq!(o.status.code(), Some(1));
+        let o = fails(&["stat", &missing]);
         assert_eq!(
             stderr(&o),
             format!("txnfs: cannot stat '{missing}': No such file or directory (NFS4ERR_NOENT)\n")
         );
-        let o = run(&["cat", &missing]);
-        assert_eq!(o.status.code(), Some(1));
+        fails(&["cat", &missing]);
         // Usage errors: exit 2.
         assert_eq!(run(&["ls", "not-a-url"]).status.code(), Some(2));
         assert_eq!(run(&["cp", &env.url("x")]).status.code(), Some(2));
@@ -383,8 +388,7 @@ fn mkdir_rm_mv_ln() {
         // mkdir -p, and mkdir of an existing directory.
         ok(run(&["mkdir", "-p", &env.url("a/b/c"), &env.url("a/x")]));
         assert!(env.host("a/b/c").is_dir() && env.host("a/x").is_dir());
-        let o = run(&["mkdir", &env.url("a/b")]);
-        assert_eq!(o.status.code(), Some(1));
+        let o = fails(&["mkdir", &env.url("a/b")]);
         assert_eq!(
             stderr(&o),
             format!(
@@ -401,8 +405,7 @@ fn mkdir_rm_mv_ln() {
         assert_eq!(std::fs::read(env.host("a/g.txt")).unwrap(), b"data");
         ok(run(&["mv", &env.url("a/g.txt"), &env.url("a/x")]));
         assert_eq!(std::fs::read(env.host("a/x/g.txt")).unwrap(), b"data");
-        let o = run(&["mv", &env.url("a/nope"), &env.url("a/y")]);
-        assert_eq!(o.status.code(), Some(1));
+        let o = fails(&["mv", &env.url("a/nope"), &env.url("a/y")]);
         assert!(stderr(&o).starts_with(&format!(
             "txnfs: cannot move '{}' to '{}': No such file or directory (NFS4ERR_NOENT)",
             env.url("a/nope"),
@@ -427,8 +430,7 @@ fn mkdir_rm_mv_ln() {
             std::fs::read_link(env.host("a/b/two")).unwrap(),
             Path::new("two")
         );
-        let o = run(&["ln", "-s", "t", &env.url("a/sym")]);
-        assert_eq!(o.status.code(), Some(1));
+        let o = fails(&["ln", "-s", "t", &env.url("a/sym")]);
         assert_eq!(
             stderr(&o),
             format!(
@@ -440,8 +442,7 @@ fn mkdir_rm_mv_ln() {
         // rm: a file; a directory without -r; a missing file (exact message); -f.
         ok(run(&["rm", &env.url("a/hard")]));
         assert!(!env.host("a/hard").exists());
-        let o = run(&["rm", &env.url("a/b")]);
-        assert_eq!(o.status.code(), Some(1));
+        let o = fails(&["rm", &env.url("a/b")]);
         assert_eq!(
             stderr(&o),
             format!(
@@ -450,8 +451,7 @@ fn mkdir_rm_mv_ln() {
             )
         );
         let missing = env.url("a/missing");
-        let o = run(&["rm", &missing]);
-        assert_eq!(o.status.code(), Some(1));
+        let o = fails(&["rm", &missing]);
         assert_eq!(
             stderr(&o),
             format!(
