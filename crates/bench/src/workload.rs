@@ -104,6 +104,15 @@ impl RunStats {
     pub fn requests(&self, kind: &str) -> u64 {
         self.rec.requests_of(kind)
     }
+
+    /// The check that `op` was sent exactly once per iteration.
+    pub fn once_per_iteration(&self, op: &str) -> Expectation {
+        Expectation::eq(
+            format!("{op} == iterations"),
+            self.ops(op),
+            self.iterations(),
+        )
+    }
 }
 
 /// The untimed side: one client that prepares and cleans up the data set.

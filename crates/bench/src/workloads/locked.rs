@@ -77,10 +77,10 @@ impl Workload for Locked {
         let reads = it * common::reads_for(self.file_size);
         vec![
             Expectation::eq("READ == iterations (no delegation)", s.ops("READ"), reads),
-            Expectation::eq("LOCK == iterations", s.ops("LOCK"), it),
-            Expectation::eq("LOCKU == iterations", s.ops("LOCKU"), it),
-            Expectation::eq("OPEN == iterations", s.ops("OPEN"), it),
-            Expectation::eq("CLOSE == iterations", s.ops("CLOSE"), it),
+            s.once_per_iteration("LOCK"),
+            s.once_per_iteration("LOCKU"),
+            s.once_per_iteration("OPEN"),
+            s.once_per_iteration("CLOSE"),
         ]
     }
 }

@@ -204,7 +204,7 @@ impl Workload for BlockIo {
         let mut v = Vec::new();
         if s.driver == Driver::NfsRs {
             // nfs-rs READs with the anonymous stateid: no OPEN or CLOSE.
-            v.push(Expectation::eq("READ == iterations", s.ops("READ"), it));
+            v.push(s.once_per_iteration("READ"));
             v.push(Expectation::eq(
                 "bytes == iterations × io_size",
                 s.rec.bytes,
@@ -213,7 +213,7 @@ impl Workload for BlockIo {
             return v;
         }
         if self.write {
-            v.push(Expectation::eq("WRITE == iterations", s.ops("WRITE"), it));
+            v.push(s.once_per_iteration("WRITE"));
             v.push(Expectation::eq("READ == 0", s.ops("READ"), 0));
             let commits = if self.sync { 0 } else { workers };
             v.push(Expectation::eq(
@@ -222,7 +222,7 @@ impl Workload for BlockIo {
                 commits,
             ));
         } else {
-            v.push(Expectation::eq("READ == iterations", s.ops("READ"), it));
+            v.push(s.once_per_iteration("READ"));
             v.push(Expectation::eq("WRITE == 0", s.ops("WRITE"), 0));
         }
         v.push(Expectation::eq(
