@@ -86,7 +86,7 @@ pub fn setattr(c: &mut Compound, a: &SETATTR4args) -> OpResult {
             return Err(nfsstat4::NFS4ERR_INVAL.into());
         }
         let sid = c.resolve_sid(&a.stateid)?;
-        crate::ops::file::check_io_access(c, &o, &sid, &cur, true)?;
+        crate::ops::file::check_io_access(c, o, &sid, &cur, true)?;
         // Truncation needs write permission whatever the stateid.
         require(&cur, &c.creds, W)?;
     }
