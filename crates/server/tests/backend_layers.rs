@@ -53,8 +53,9 @@ impl Layer for Journal {
     }
 }
 
-/// A memory server whose export is the `Journal` over a memory backend.
-async fn start() -> (TestServer, Arc<Journal>) {
+/// A memory server whose export is the `Journal` over a memory backend, and a session
+/// of the client `owner` on it.
+async fn start(owner: &[u8]) -> (TestServer, Arc<Journal>, Session) {
     let journal = Arc::new(Journal {
         lower: Arc::new(MemoryBackend::new()),
         events: Mutex::new(Vec::new()),
@@ -67,13 +68,13 @@ async fn start() -> (TestServer, Arc<Journal>) {
         cfg
     })
     .await;
-    (srv, journal)
+    let s = Session::new(srv.addr, owner).await;
+    (srv, journal, s)
 }
 
 #[tokio::test]
 async fn hooks_bracket_each_compound_that_touches_the_export() {
-    let (srv, journal) = start().await;
-    let mut s = Session::new(srv.addr, b"hooks").await;
+    let (_srv, journal, mut s) = start(b"hooks").await;
     let events = |j: &Journal| std::mem::take(&mut *j.events.lock().unwrap());
     // Session setup touched no export.
     assert_eq!(events(&journal), vec![]);
@@ -131,8 +132,7 @@ async fn hooks_bracket_each_compound_that_touches_the_export() {
 
 #[tokio::test]
 async fn change_info_is_exact_and_monotone() {
-    let (srv, _journal) = start().await;
-    let mut s = Session::new(srv.addr, b"cinfo").await;
+    let (_srv, _journal, mut s) = start(b"cinfo").await;
     let r = s
         .run(vec![
             nfs_argop4::OP_PUTROOTFH,

@@ -552,57 +552,32 @@ async fn io_without_open_checks_the_callers_permissions() {
         panic!()
     };
     // Same session, another user's credentials on a new connection.
-    let user = txnfs_rpc::RpcClient::connect(
-        srv.addr,
-        txnfs_rpc::Credential::Sys(txnfs_rpc::AuthSys {
-            stamp: 1,
-            machinename: Bytes::from_static(b"test"),
-            uid: 1000,
-            gid: 1000,
-            gids: vec![],
-        }),
-    )
-    .await
-    .unwrap();
+    let user = txnfs_rpc::RpcClient::connect(srv.addr, sys_cred(1000, 1000))
+        .await
+        .unwrap();
     let anon = stateid4 {
         seqid: 0,
         other: [0; 12],
     };
-    root.seq += 1;
-    let r = call(
-        &user,
-        vec![
-            root.sequence(0, root.seq),
-            nfs_argop4::OP_PUTFH(PUTFH4args {
-                object: fh.object.clone(),
-            }),
-            nfs_argop4::OP_READ(READ4args {
-                stateid: anon.clone(),
-                offset: 0,
-                count: 10,
-            }),
-        ],
-    )
-    .await;
-    assert_eq!(r.status, nfsstat4::NFS4ERR_ACCESS);
-    root.seq += 1;
-    let r = call(
-        &user,
-        vec![
-            root.sequence(0, root.seq),
-            nfs_argop4::OP_PUTFH(PUTFH4args {
-                object: fh.object.clone(),
-            }),
-            nfs_argop4::OP_WRITE(WRITE4args {
-                stateid: anon,
-                offset: 0,
-                stable: stable_how4::FILE_SYNC4,
-                data: Bytes::from_static(b"x"),
-            }),
-        ],
-    )
-    .await;
-    assert_eq!(r.status, nfsstat4::NFS4ERR_ACCESS);
+    let read = nfs_argop4::OP_READ(READ4args {
+        stateid: anon.clone(),
+        offset: 0,
+        count: 10,
+    });
+    let write = nfs_argop4::OP_WRITE(WRITE4args {
+        stateid: anon,
+        offset: 0,
+        stable: stable_how4::FILE_SYNC4,
+        data: Bytes::from_static(b"x"),
+    });
+    for op in [read, write] {
+        root.seq += 1;
+        let putfh = nfs_argop4::OP_PUTFH(PUTFH4args {
+            object: fh.object.clone(),
+        });
+        let r = call(&user, vec![root.sequence(0, root.seq), putfh, op]).await;
+        assert_eq!(r.status, nfsstat4::NFS4ERR_ACCESS);
+    }
 }
 
 #[tokio::test]

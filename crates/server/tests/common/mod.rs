@@ -63,11 +63,16 @@ pub async fn start_with_session(owner: &[u8]) -> (TestServer, Session) {
 }
 
 pub fn root_cred() -> Credential {
+    sys_cred(0, 0)
+}
+
+/// AUTH_SYS credentials of the user `uid` in the group `gid`, from the machine "test".
+pub fn sys_cred(uid: u32, gid: u32) -> Credential {
     Credential::Sys(AuthSys {
         stamp: 1,
         machinename: Bytes::from_static(b"test"),
-        uid: 0,
-        gid: 0,
+        uid,
+        gid,
         gids: vec![],
     })
 }
