@@ -64,6 +64,21 @@ fn sample_stats() -> FsStats {
 
 const FH: &[u8] = b"\x01\x02\x03\x04\x05"; // odd length: exercises opaque padding
 
+/// The sample attributes, file system and file system statistics together.
+struct Sample {
+    a: Attrs,
+    fs: FsInfo,
+    st: FsStats,
+}
+
+fn sample() -> Sample {
+    Sample {
+        a: sample_attrs(),
+        fs: sample_fs(),
+        st: sample_stats(),
+    }
+}
+
 fn src<'a>(a: &'a Attrs, fs: &'a FsInfo, st: Option<&'a FsStats>) -> AttrSource<'a> {
     AttrSource {
         attrs: a,
@@ -103,9 +118,7 @@ fn all_bits() -> Vec<u32> {
 
 #[test]
 fn full_request_round_trip() {
-    let a = sample_attrs();
-    let fs = sample_fs();
-    let st = sample_stats();
+    let Sample { a, fs, st } = sample();
     let s = src(&a, &fs, Some(&st));
     let (bm, vals) = encode(&all_bits(), &s);
 
@@ -221,9 +234,7 @@ fn owner_padding_and_file_types() {
 
 #[test]
 fn request_order_independence() {
-    let a = sample_attrs();
-    let fs = sample_fs();
-    let st = sample_stats();
+    let Sample { a, fs, st } = sample();
     let s = src(&a, &fs, Some(&st));
     let wanted = [
         fattr::TIME_MODIFY,
@@ -262,8 +273,7 @@ fn request_order_independence() {
 
 #[test]
 fn unsupported_and_write_only_bits_dropped() {
-    let a = sample_attrs();
-    let fs = sample_fs();
+    let Sample { a, fs, .. } = sample();
     let s = src(&a, &fs, None);
     let req = bitmap_of(&[
         fattr::SIZE,
@@ -297,14 +307,14 @@ fn fsstats_needs() {
         fattr::SPACE_USED,
         fattr::MAXNAME
     ])));
-    for b in [
-        fattr::FILES_AVAIL,
-        fattr::FILES_FREE,
-        fattr::FILES_TOTAL,
-        fattr::SPACE_AVAIL,
-        fattr::SPACE_FREE,
-        fattr::SPACE_TOTAL,
-    ] {
+    // FILES_AVAIL, FILES_FREE, FILES_TOTAL and SPACE_AVAIL, SPACE_FREE, SPACE_TOTAL: two
+    // runs of consecutive attribute numbers.
+    let files = fattr::FILES_AVAIL..=fattr::FILES_TOTAL;
+    let space = fattr::SPACE_AVAIL..=fattr::SPACE_TOTAL;
+    assert_eq!((files.clone().count(), space.clone().count()), (3, 3));
+    assert_eq!(fattr::FILES_FREE, fattr::FILES_AVAIL + 1);
+    assert_eq!(fattr::SPACE_FREE, fattr::SPACE_AVAIL + 1);
+    for b in files.chain(space) {
         assert!(needs_fsstats(&bitmap_of(&[fattr::TYPE, b])), "{b}");
     }
     assert!(!needs_fsstats(&[]));
@@ -312,8 +322,7 @@ fn fsstats_needs() {
 
 #[test]
 fn rdattr_error_for_readdir() {
-    let a = sample_attrs();
-    let fs = sample_fs();
+    let Sample { a, fs, .. } = sample();
     let mut s = src(&a, &fs, None);
     let req = bitmap_of(&[fattr::TYPE, fattr::RDATTR_ERROR, fattr::FILEID]);
 
@@ -535,9 +544,7 @@ fn exclcreat_and_writable() {
 
 #[test]
 fn compare_equal_and_unequal() {
-    let a = sample_attrs();
-    let fs = sample_fs();
-    let st = sample_stats();
+    let Sample { a, fs, st } = sample();
     let s = src(&a, &fs, Some(&st));
 
     let mask = bitmap_of(&[fattr::SIZE, fattr::MODE, fattr::OWNER]);
@@ -608,8 +615,7 @@ fn compare_equal_and_unequal() {
 
 #[test]
 fn compare_errors() {
-    let a = sample_attrs();
-    let fs = sample_fs();
+    let Sample { a, fs, .. } = sample();
     let s = src(&a, &fs, None);
     let zero4 = Bytes::from_static(&[0, 0, 0, 0]);
     assert_eq!(
@@ -686,9 +692,7 @@ proptest! {
         mask in proptest::collection::vec(any::<u32>(), 0..4),
         vals in proptest::collection::vec(any::<u8>(), 0..128),
     ) {
-        let a = sample_attrs();
-        let fs = sample_fs();
-        let st = sample_stats();
+        let Sample { a, fs, st } = sample();
         let _ = compare(&mask, &Bytes::from(vals), &src(&a, &fs, Some(&st)));
     }
 

@@ -119,30 +119,19 @@ impl Server {
     /// A server whose leases, grace period and executor run on `clock`.
     pub fn with_clock(cfg: Config, clock: Arc<dyn Clock>) -> Result<Arc<Server>, ServerError> {
         let dir = cfg.state_dir();
-        let statedir = StateDir::open(&dir).map_err(|err| ServerError::StateDir {
-            path: dir.display().to_string(),
-            err,
-        })?;
-        let secret = statedir
-            .handle_secret()
-            .map_err(|err| ServerError::StateDir {
-                path: dir.display().to_string(),
-                err,
-            })?;
-        let boot_epoch = statedir
-            .next_boot_epoch()
-            .map_err(|err| ServerError::StateDir {
-                path: dir.display().to_string(),
-                err,
-            })?;
+        // A state-directory error names the file (or the directory) it concerns.
+        let error_at = |path: &std::path::Path| {
+            let path = path.display().to_string();
+            move |err| ServerError::StateDir { path, err }
+        };
+        let statedir = StateDir::open(&dir).map_err(error_at(&dir))?;
+        let secret = statedir.handle_secret().map_err(error_at(&dir))?;
+        let boot_epoch = statedir.next_boot_epoch().map_err(error_at(&dir))?;
         // An unreadable client list would silently skip the grace period and let new
         // clients take locks the old ones still hold: refuse to start instead.
         let previous_clients = statedir
             .load_clients()
-            .map_err(|err| ServerError::StateDir {
-                path: dir.join("clients").display().to_string(),
-                err,
-            })?;
+            .map_err(error_at(&dir.join("clients")))?;
         let exports = Exports::build(&cfg.exports)?;
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -325,12 +314,15 @@ impl Server {
         attrs.fileid
     }
 
-    /// What the attribute layer needs about `fh` to encode or compare `mask`.
-    fn attr_inputs(
+    /// Hands `f` what the attribute layer needs about `fh`, whose attributes are
+    /// `attrs`, to encode or compare `mask`.
+    fn with_attr_source<R>(
         &self,
         fh: &Fh,
+        attrs: &Attrs,
         mask: &[u32],
-    ) -> Result<(FsInfo, Option<txnfs_backend::FsStats>, Bytes), OpError> {
+        f: impl FnOnce(&AttrSource) -> R,
+    ) -> Result<R, OpError> {
         let stats = if txnfs_attr::needs_fsstats(mask) {
             match fh {
                 Fh::Obj(o) => Some(o.export.backend.statfs(&o.key)?),
@@ -339,7 +331,16 @@ impl Server {
         } else {
             None
         };
-        Ok((self.fs_info(fh), stats, self.fh_wire(fh)))
+        let fs = self.fs_info(fh);
+        let wire = self.fh_wire(fh);
+        Ok(f(&AttrSource {
+            attrs,
+            fh: &wire,
+            fs: &fs,
+            fsstats: stats.as_ref(),
+            mounted_on_fileid: self.mounted_on_fileid(fh, attrs),
+            rdattr_error: None,
+        }))
     }
 
     /// Encode the requested attributes of `fh`; `known` avoids a second stat when the
@@ -354,16 +355,8 @@ impl Server {
             Some(a) => a.clone(),
             None => self.attrs_of(fh)?,
         };
-        let (fs, stats, wire) = self.attr_inputs(fh, request)?;
-        let src = AttrSource {
-            attrs: &attrs,
-            fh: &wire,
-            fs: &fs,
-            fsstats: stats.as_ref(),
-            mounted_on_fileid: self.mounted_on_fileid(fh, &attrs),
-            rdattr_error: None,
-        };
-        let (attrmask, attr_vals) = txnfs_attr::encode(request, &src);
+        let (attrmask, attr_vals) =
+            self.with_attr_source(fh, &attrs, request, |src| txnfs_attr::encode(request, src))?;
         Ok(fattr4 {
             attrmask,
             attr_vals,
@@ -373,17 +366,10 @@ impl Server {
     /// VERIFY/NVERIFY: whether the client's attributes equal ours.
     pub fn compare_attrs(&self, fh: &Fh, f: &fattr4) -> Result<bool, OpError> {
         let attrs = self.attrs_of(fh)?;
-        let (fs, stats, wire) = self.attr_inputs(fh, &f.attrmask)?;
-        let src = AttrSource {
-            attrs: &attrs,
-            fh: &wire,
-            fs: &fs,
-            fsstats: stats.as_ref(),
-            mounted_on_fileid: self.mounted_on_fileid(fh, &attrs),
-            rdattr_error: None,
-        };
-        txnfs_attr::compare(&f.attrmask, &f.attr_vals, &src)
-            .map_err(|e| OpError::Status(crate::errors::status_from_u32(e.nfsstat())))
+        self.with_attr_source(fh, &attrs, &f.attrmask, |src| {
+            txnfs_attr::compare(&f.attrmask, &f.attr_vals, src)
+        })?
+        .map_err(|e| OpError::Status(crate::errors::status_from_u32(e.nfsstat())))
     }
 
     /// READDIR cookie verifier: constant per directory, so cookies stay usable across

@@ -8,13 +8,12 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
 use common::*;
 use txnfs_backend::layer::Layer;
 use txnfs_backend::memory::MemoryBackend;
 use txnfs_backend::{Backend, BackendError, DirChange, FileKey, OpCtx, Result};
 use txnfs_server::nfs::*;
-use txnfs_server::{Config, ExportConfig, LayerStack, PrebuiltBackend, Server};
+use txnfs_server::PrebuiltBackend;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Event {
@@ -54,86 +53,31 @@ impl Layer for Journal {
     }
 }
 
-struct Started {
-    addr: std::net::SocketAddr,
-    journal: Arc<Journal>,
-    task: tokio::task::JoinHandle<()>,
-    state_dir: std::path::PathBuf,
-}
-
-impl Drop for Started {
-    fn drop(&mut self) {
-        self.task.abort();
-        let _ = std::fs::remove_dir_all(&self.state_dir);
-    }
-}
-
-async fn start() -> Started {
+/// A memory server whose export is the `Journal` over a memory backend, and a session
+/// of the client `owner` on it.
+async fn start(owner: &[u8]) -> (TestServer, Arc<Journal>, Session) {
     let journal = Arc::new(Journal {
         lower: Arc::new(MemoryBackend::new()),
         events: Mutex::new(Vec::new()),
         refuse: AtomicBool::new(false),
     });
-    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let state_dir = std::env::temp_dir().join(format!(
-        "txnfs-layers-test-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let cfg = Config {
-        exports: vec![ExportConfig {
-            name: "/".into(),
-            path: Default::default(),
-            backend: LayerStack::Memory,
-            read_only: false,
-            prebuilt: Some(PrebuiltBackend(journal.clone())),
-        }],
-        state_dir: Some(state_dir.clone()),
-        grace: false,
-        ..Config::default()
-    };
-    let server = Server::new(cfg).expect("server starts");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let task = tokio::spawn(async move {
-        let _ = txnfs_server::run(server, listener, std::future::pending()).await;
-    });
-    Started {
-        addr,
-        journal,
-        task,
-        state_dir,
-    }
-}
-
-fn mkdir(name: &str) -> nfs_argop4 {
-    nfs_argop4::OP_CREATE(CREATE4args {
-        objtype: createtype4::NF4DIR,
-        objname: Bytes::copy_from_slice(name.as_bytes()),
-        createattrs: empty_fattr(),
+    let prebuilt = PrebuiltBackend(journal.clone());
+    let srv = start_server(|state_dir| {
+        let mut cfg = memory_config(state_dir, false);
+        cfg.exports[0].prebuilt = Some(prebuilt);
+        cfg
     })
-}
-
-fn rename(from: &str, to: &str) -> nfs_argop4 {
-    nfs_argop4::OP_RENAME(RENAME4args {
-        oldname: Bytes::copy_from_slice(from.as_bytes()),
-        newname: Bytes::copy_from_slice(to.as_bytes()),
-    })
-}
-
-fn remove(name: &str) -> nfs_argop4 {
-    nfs_argop4::OP_REMOVE(REMOVE4args {
-        target: Bytes::copy_from_slice(name.as_bytes()),
-    })
+    .await;
+    let s = Session::new(srv.addr, owner).await;
+    (srv, journal, s)
 }
 
 #[tokio::test]
 async fn hooks_bracket_each_compound_that_touches_the_export() {
-    let srv = start().await;
-    let mut s = Session::new(srv.addr, b"hooks").await;
+    let (_srv, journal, mut s) = start(b"hooks").await;
     let events = |j: &Journal| std::mem::take(&mut *j.events.lock().unwrap());
     // Session setup touched no export.
-    assert_eq!(events(&srv.journal), vec![]);
+    assert_eq!(events(&journal), vec![]);
 
     let r = s
         .run(vec![
@@ -144,7 +88,7 @@ async fn hooks_bracket_each_compound_that_touches_the_export() {
         ])
         .await;
     assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
-    let ev = events(&srv.journal);
+    let ev = events(&journal);
     let Event::Begin(id) = ev[0] else {
         panic!("{ev:?}")
     };
@@ -159,7 +103,7 @@ async fn hooks_bracket_each_compound_that_touches_the_export() {
     // A failing op ends the COMPOUND with ok = false; the next COMPOUND has a new id.
     let r = s.run(vec![nfs_argop4::OP_PUTROOTFH, remove("nope")]).await;
     assert_eq!(r.status, nfsstat4::NFS4ERR_NOENT);
-    let ev = events(&srv.journal);
+    let ev = events(&journal);
     let Event::Begin(id2) = ev[0] else {
         panic!("{ev:?}")
     };
@@ -176,20 +120,19 @@ async fn hooks_bracket_each_compound_that_touches_the_export() {
     // A COMPOUND that never reaches the export is not announced to it.
     let r = s.run(vec![]).await;
     assert_eq!(r.status, nfsstat4::NFS4_OK);
-    assert_eq!(events(&srv.journal), vec![]);
+    assert_eq!(events(&journal), vec![]);
 
     // A layer that cannot take the COMPOUND now makes the client retry later.
-    srv.journal.refuse.store(true, Ordering::Relaxed);
+    journal.refuse.store(true, Ordering::Relaxed);
     let r = s.run(vec![nfs_argop4::OP_PUTROOTFH, mkdir("e")]).await;
     assert_eq!(r.status, nfsstat4::NFS4ERR_DELAY, "{:?}", r.resarray);
     assert_eq!(r.resarray.len(), 2, "PUTROOTFH is the op that fails");
-    assert_eq!(events(&srv.journal), vec![], "no begin, so no end either");
+    assert_eq!(events(&journal), vec![], "no begin, so no end either");
 }
 
 #[tokio::test]
 async fn change_info_is_exact_and_monotone() {
-    let srv = start().await;
-    let mut s = Session::new(srv.addr, b"cinfo").await;
+    let (_srv, _journal, mut s) = start(b"cinfo").await;
     let r = s
         .run(vec![
             nfs_argop4::OP_PUTROOTFH,

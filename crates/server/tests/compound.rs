@@ -12,24 +12,15 @@ const GETATTR_TYPE_SIZE: [u32; 1] = [(1 << 1) | (1 << 4)];
 
 #[tokio::test]
 async fn create_write_read_rename_remove() {
-    let srv = start_memory_server().await;
-    let mut s = Session::new(srv.addr, b"basic").await;
+    let (_srv, mut s) = start_with_session(b"basic").await;
     let r = s
         .run(vec![
             nfs_argop4::OP_PUTROOTFH,
-            open_create("a.txt", createhow4::UNCHECKED4(empty_fattr())),
+            open_new("a.txt"),
             nfs_argop4::OP_GETFH,
         ])
         .await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
-    let nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(open)) = &r.resarray[2] else {
-        panic!()
-    };
-    let nfs_resop4::OP_GETFH(GETFH4res::NFS4_OK(fh)) = &r.resarray[3] else {
-        panic!()
-    };
-    let fh = fh.object.clone();
-    let sid = open.stateid.clone();
+    let (sid, fh) = opened_stateid_and_fh(&r);
     let r = s
         .run(vec![
             nfs_argop4::OP_PUTFH(PUTFH4args { object: fh.clone() }),
@@ -62,10 +53,7 @@ async fn create_write_read_rename_remove() {
         .run(vec![
             nfs_argop4::OP_PUTROOTFH,
             nfs_argop4::OP_SAVEFH,
-            nfs_argop4::OP_RENAME(RENAME4args {
-                oldname: Bytes::from_static(b"a.txt"),
-                newname: Bytes::from_static(b"b.txt"),
-            }),
+            rename("a.txt", "b.txt"),
             lookup("b.txt"),
             nfs_argop4::OP_GETATTR(GETATTR4args {
                 attr_request: GETATTR_TYPE_SIZE.to_vec(),
@@ -75,14 +63,7 @@ async fn create_write_read_rename_remove() {
     assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
     let r = s.run(vec![nfs_argop4::OP_PUTROOTFH, lookup("a.txt")]).await;
     assert_eq!(r.status, nfsstat4::NFS4ERR_NOENT);
-    let r = s
-        .run(vec![
-            nfs_argop4::OP_PUTROOTFH,
-            nfs_argop4::OP_REMOVE(REMOVE4args {
-                target: Bytes::from_static(b"b.txt"),
-            }),
-        ])
-        .await;
+    let r = s.run(vec![nfs_argop4::OP_PUTROOTFH, remove("b.txt")]).await;
     assert_eq!(r.status, nfsstat4::NFS4_OK);
     // the handle of the removed file is now stale
     let r = s
@@ -100,8 +81,7 @@ async fn create_write_read_rename_remove() {
 /// a new connection in the same slot: the reply comes from the cache and the operation
 /// does not run twice.
 async fn exactly_once(setup: Vec<nfs_argop4>, op: Vec<nfs_argop4>, check: Vec<nfs_argop4>) {
-    let srv = start_memory_server().await;
-    let mut s = Session::new(srv.addr, b"eos").await;
+    let (srv, mut s) = start_with_session(b"eos").await;
     let r = s.run(setup).await;
     assert_eq!(r.status, nfsstat4::NFS4_OK, "setup: {:?}", r.resarray);
     let request = s.next(op);
@@ -147,14 +127,6 @@ async fn exactly_once(setup: Vec<nfs_argop4>, op: Vec<nfs_argop4>, check: Vec<nf
     );
 }
 
-fn mkdir(name: &str) -> nfs_argop4 {
-    nfs_argop4::OP_CREATE(CREATE4args {
-        objtype: createtype4::NF4DIR,
-        objname: Bytes::copy_from_slice(name.as_bytes()),
-        createattrs: empty_fattr(),
-    })
-}
-
 #[tokio::test]
 async fn exactly_once_rename() {
     exactly_once(
@@ -162,10 +134,7 @@ async fn exactly_once_rename() {
         vec![
             nfs_argop4::OP_PUTROOTFH,
             nfs_argop4::OP_SAVEFH,
-            nfs_argop4::OP_RENAME(RENAME4args {
-                oldname: Bytes::from_static(b"src"),
-                newname: Bytes::from_static(b"dst"),
-            }),
+            rename("src", "dst"),
         ],
         vec![nfs_argop4::OP_PUTROOTFH, lookup("dst")],
     )
@@ -176,12 +145,7 @@ async fn exactly_once_rename() {
 async fn exactly_once_remove() {
     exactly_once(
         vec![nfs_argop4::OP_PUTROOTFH, mkdir("victim")],
-        vec![
-            nfs_argop4::OP_PUTROOTFH,
-            nfs_argop4::OP_REMOVE(REMOVE4args {
-                target: Bytes::from_static(b"victim"),
-            }),
-        ],
+        vec![nfs_argop4::OP_PUTROOTFH, remove("victim")],
         vec![nfs_argop4::OP_PUTROOTFH],
     )
     .await;
@@ -208,8 +172,7 @@ async fn exactly_once_exclusive_create() {
 
 #[tokio::test]
 async fn slot_rules() {
-    let srv = start_memory_server().await;
-    let s = Session::new(srv.addr, b"slots").await;
+    let (_srv, s) = start_with_session(b"slots").await;
     // first use of a slot must be seqid 1
     let r = call(&s.cl, vec![s.sequence(0, 5)]).await;
     assert_eq!(r.status, nfsstat4::NFS4ERR_SEQ_MISORDERED);
@@ -231,24 +194,13 @@ async fn slot_rules() {
     // unknown session
     let mut bad = s.sid;
     bad[15] ^= 0xff;
-    let r = call(
-        &s.cl,
-        vec![nfs_argop4::OP_SEQUENCE(SEQUENCE4args {
-            sa_sessionid: bad,
-            sa_sequenceid: 1,
-            sa_slotid: 0,
-            sa_highest_slotid: 0,
-            sa_cachethis: false,
-        })],
-    )
-    .await;
+    let r = call(&s.cl, vec![sequence(bad, 0, 1, false)]).await;
     assert_eq!(r.status, nfsstat4::NFS4ERR_BADSESSION);
 }
 
 #[tokio::test]
 async fn executor_rules() {
-    let srv = start_memory_server().await;
-    let mut s = Session::new(srv.addr, b"rules").await;
+    let (_srv, mut s) = start_with_session(b"rules").await;
     // no SEQUENCE first
     let r = call(&s.cl, vec![nfs_argop4::OP_PUTROOTFH]).await;
     assert_eq!(r.status, nfsstat4::NFS4ERR_OP_NOT_IN_SESSION);
@@ -292,8 +244,7 @@ async fn executor_rules() {
 
 #[tokio::test]
 async fn hostile_handles_names_and_ops() {
-    let srv = start_memory_server().await;
-    let mut s = Session::new(srv.addr, b"hostile").await;
+    let (_srv, mut s) = start_with_session(b"hostile").await;
     let r = s
         .run(vec![nfs_argop4::OP_PUTROOTFH, nfs_argop4::OP_GETFH])
         .await;
@@ -359,7 +310,7 @@ async fn locks_conflict_across_clients() {
     let mut a = Session::new(srv.addr, b"client-a").await;
     let mut b = Session::new(srv.addr, b"client-b").await;
     let open = |s: &Session| {
-        let mut o = open_create("locked", createhow4::UNCHECKED4(empty_fattr()));
+        let mut o = open_new("locked");
         if let nfs_argop4::OP_OPEN(ref mut x) = o {
             x.owner.clientid = s.clientid;
         }
@@ -371,14 +322,7 @@ async fn locks_conflict_across_clients() {
         let r = s
             .run(vec![nfs_argop4::OP_PUTROOTFH, o, nfs_argop4::OP_GETFH])
             .await;
-        assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
-        let nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(o)) = &r.resarray[2] else {
-            panic!()
-        };
-        let nfs_resop4::OP_GETFH(GETFH4res::NFS4_OK(fh)) = &r.resarray[3] else {
-            panic!()
-        };
-        sids.push((o.stateid.clone(), fh.object.clone()));
+        sids.push(opened_stateid_and_fh(&r));
     }
     let lock = |cid: u64, sid: &stateid4, fh: &Bytes, owner: &'static [u8]| {
         vec![
@@ -465,50 +409,9 @@ async fn hostile_records_do_not_disturb_other_clients() {
 #[tokio::test]
 async fn reply_size_limits() {
     let srv = start_memory_server().await;
-    let s = Session::new(srv.addr, b"sizes").await;
     // A second session on the same client with a 4 KiB response limit.
-    let r = call(
-        &s.cl,
-        vec![nfs_argop4::OP_EXCHANGE_ID(EXCHANGE_ID4args {
-            eia_clientowner: client_owner4 {
-                co_verifier: [1; 8],
-                co_ownerid: Bytes::from_static(b"sizes"),
-            },
-            eia_flags: 0,
-            eia_state_protect: state_protect4_a::SP4_NONE,
-            eia_client_impl_id: vec![],
-        })],
-    )
-    .await;
-    let nfs_resop4::OP_EXCHANGE_ID(EXCHANGE_ID4res::NFS4_OK(e)) = &r.resarray[0] else {
-        panic!()
-    };
-    let mut small = channel(4);
-    small.ca_maxresponsesize = 4096;
-    small.ca_maxresponsesize_cached = 1024;
-    let r = call(
-        &s.cl,
-        vec![nfs_argop4::OP_CREATE_SESSION(CREATE_SESSION4args {
-            csa_clientid: e.eir_clientid,
-            csa_sequence: e.eir_sequenceid,
-            csa_flags: 0,
-            csa_fore_chan_attrs: small,
-            csa_back_chan_attrs: channel(1),
-            csa_cb_program: 0,
-            csa_sec_parms: vec![],
-        })],
-    )
-    .await;
-    let nfs_resop4::OP_CREATE_SESSION(CREATE_SESSION4res::NFS4_OK(cs)) = &r.resarray[0] else {
-        panic!("{:?}", r.resarray)
-    };
-    assert_eq!(cs.csr_fore_chan_attrs.ca_maxresponsesize, 4096);
-    let mut t = Session {
-        cl: connect(srv.addr).await,
-        clientid: e.eir_clientid,
-        sid: cs.csr_sessionid,
-        seq: 0,
-    };
+    let (mut t, fore) = Session::with_limits(srv.addr, b"sizes", 4096, 1024).await;
+    assert_eq!(fore.ca_maxresponsesize, 4096);
     let mut ops = Vec::new();
     for _ in 0..100 {
         ops.push(nfs_argop4::OP_PUTROOTFH);
@@ -518,16 +421,7 @@ async fn reply_size_limits() {
     let r = t.run(ops.clone()).await;
     assert_eq!(r.status, nfsstat4::NFS4ERR_REP_TOO_BIG_TO_CACHE);
     // without cachethis the 4 KiB response limit applies
-    t.seq += 1;
-    let mut all = vec![nfs_argop4::OP_SEQUENCE(SEQUENCE4args {
-        sa_sessionid: t.sid,
-        sa_sequenceid: t.seq,
-        sa_slotid: 0,
-        sa_highest_slotid: 0,
-        sa_cachethis: false,
-    })];
-    all.extend(ops);
-    let r = call(&t.cl, all).await;
+    let r = t.run_uncached(ops).await;
     assert_eq!(r.status, nfsstat4::NFS4ERR_REP_TOO_BIG);
     let last = r.resarray.last().unwrap();
     assert_eq!(status_of(last), nfsstat4::NFS4ERR_REP_TOO_BIG);
@@ -539,24 +433,30 @@ async fn share_deny_downgrade_and_stateids() {
     let srv = start_memory_server().await;
     let mut a = Session::new(srv.addr, b"share-a").await;
     let mut b = Session::new(srv.addr, b"share-b").await;
+    // OPEN of "shared" at the root by client `cid`.
     let open = |cid: u64, access: u32, deny: u32| {
-        nfs_argop4::OP_OPEN(OPEN4args {
-            seqid: 0,
-            share_access: access,
-            share_deny: deny,
-            owner: open_owner4 {
-                clientid: cid,
-                owner: Bytes::from_static(b"o"),
-            },
-            openhow: openflag4::OPEN4_CREATE(createhow4::UNCHECKED4(empty_fattr())),
-            claim: open_claim4::CLAIM_NULL(Bytes::from_static(b"shared")),
-        })
-    };
-    let r = a
-        .run(vec![
+        vec![
             nfs_argop4::OP_PUTROOTFH,
-            open(a.clientid, OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_DENY_WRITE),
-        ])
+            nfs_argop4::OP_OPEN(OPEN4args {
+                seqid: 0,
+                share_access: access,
+                share_deny: deny,
+                owner: open_owner4 {
+                    clientid: cid,
+                    owner: Bytes::from_static(b"o"),
+                },
+                openhow: openflag4::OPEN4_CREATE(createhow4::UNCHECKED4(empty_fattr())),
+                claim: open_claim4::CLAIM_NULL(Bytes::from_static(b"shared")),
+            }),
+        ]
+    };
+    let on_shared = |op: nfs_argop4| vec![nfs_argop4::OP_PUTROOTFH, lookup("shared"), op];
+    let r = a
+        .run(open(
+            a.clientid,
+            OPEN4_SHARE_ACCESS_BOTH,
+            OPEN4_SHARE_DENY_WRITE,
+        ))
         .await;
     assert_eq!(r.status, nfsstat4::NFS4_OK);
     let nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(oa)) = &r.resarray[2] else {
@@ -564,33 +464,22 @@ async fn share_deny_downgrade_and_stateids() {
     };
     let sid = oa.stateid.clone();
     // B may not open for writing while A denies writes
-    let r = b
-        .run(vec![
-            nfs_argop4::OP_PUTROOTFH,
-            open(b.clientid, OPEN4_SHARE_ACCESS_WRITE, OPEN4_SHARE_DENY_NONE),
-        ])
-        .await;
+    let b_writes = open(b.clientid, OPEN4_SHARE_ACCESS_WRITE, OPEN4_SHARE_DENY_NONE);
+    let r = b.run(b_writes.clone()).await;
     assert_eq!(r.status, nfsstat4::NFS4ERR_SHARE_DENIED);
     // A downgrades to read/deny-none: now B can
     let r = a
-        .run(vec![
-            nfs_argop4::OP_PUTROOTFH,
-            lookup("shared"),
-            nfs_argop4::OP_OPEN_DOWNGRADE(OPEN_DOWNGRADE4args {
+        .run(on_shared(nfs_argop4::OP_OPEN_DOWNGRADE(
+            OPEN_DOWNGRADE4args {
                 open_stateid: sid.clone(),
                 seqid: 0,
                 share_access: OPEN4_SHARE_ACCESS_READ,
                 share_deny: OPEN4_SHARE_DENY_NONE,
-            }),
-        ])
+            },
+        )))
         .await;
     assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
-    let r = b
-        .run(vec![
-            nfs_argop4::OP_PUTROOTFH,
-            open(b.clientid, OPEN4_SHARE_ACCESS_WRITE, OPEN4_SHARE_DENY_NONE),
-        ])
-        .await;
+    let r = b.run(b_writes).await;
     assert_eq!(r.status, nfsstat4::NFS4_OK);
     // TEST_STATEID: A's open is valid (current seqid), an old seqid is reported old,
     // a made-up one bad
@@ -621,15 +510,11 @@ async fn share_deny_downgrade_and_stateids() {
     assert_eq!(r.status, nfsstat4::NFS4ERR_LOCKS_HELD);
     // READ with the old seqid: OLD_STATEID
     let r = a
-        .run(vec![
-            nfs_argop4::OP_PUTROOTFH,
-            lookup("shared"),
-            nfs_argop4::OP_READ(READ4args {
-                stateid: old,
-                offset: 0,
-                count: 10,
-            }),
-        ])
+        .run(on_shared(nfs_argop4::OP_READ(READ4args {
+            stateid: old,
+            offset: 0,
+            count: 10,
+        })))
         .await;
     assert_eq!(r.status, nfsstat4::NFS4ERR_OLD_STATEID);
 }
@@ -667,69 +552,38 @@ async fn io_without_open_checks_the_callers_permissions() {
         panic!()
     };
     // Same session, another user's credentials on a new connection.
-    let user = txnfs_rpc::RpcClient::connect(
-        srv.addr,
-        txnfs_rpc::Credential::Sys(txnfs_rpc::AuthSys {
-            stamp: 1,
-            machinename: Bytes::from_static(b"test"),
-            uid: 1000,
-            gid: 1000,
-            gids: vec![],
-        }),
-    )
-    .await
-    .unwrap();
+    let user = txnfs_rpc::RpcClient::connect(srv.addr, sys_cred(1000, 1000))
+        .await
+        .unwrap();
     let anon = stateid4 {
         seqid: 0,
         other: [0; 12],
     };
-    root.seq += 1;
-    let r = call(
-        &user,
-        vec![
-            root.sequence(0, root.seq),
-            nfs_argop4::OP_PUTFH(PUTFH4args {
-                object: fh.object.clone(),
-            }),
-            nfs_argop4::OP_READ(READ4args {
-                stateid: anon.clone(),
-                offset: 0,
-                count: 10,
-            }),
-        ],
-    )
-    .await;
-    assert_eq!(r.status, nfsstat4::NFS4ERR_ACCESS);
-    root.seq += 1;
-    let r = call(
-        &user,
-        vec![
-            root.sequence(0, root.seq),
-            nfs_argop4::OP_PUTFH(PUTFH4args {
-                object: fh.object.clone(),
-            }),
-            nfs_argop4::OP_WRITE(WRITE4args {
-                stateid: anon,
-                offset: 0,
-                stable: stable_how4::FILE_SYNC4,
-                data: Bytes::from_static(b"x"),
-            }),
-        ],
-    )
-    .await;
-    assert_eq!(r.status, nfsstat4::NFS4ERR_ACCESS);
+    let read = nfs_argop4::OP_READ(READ4args {
+        stateid: anon.clone(),
+        offset: 0,
+        count: 10,
+    });
+    let write = nfs_argop4::OP_WRITE(WRITE4args {
+        stateid: anon,
+        offset: 0,
+        stable: stable_how4::FILE_SYNC4,
+        data: Bytes::from_static(b"x"),
+    });
+    for op in [read, write] {
+        root.seq += 1;
+        let putfh = nfs_argop4::OP_PUTFH(PUTFH4args {
+            object: fh.object.clone(),
+        });
+        let r = call(&user, vec![root.sequence(0, root.seq), putfh, op]).await;
+        assert_eq!(r.status, nfsstat4::NFS4ERR_ACCESS);
+    }
 }
 
 #[tokio::test]
 async fn setattr_size_with_the_open_stateid() {
-    let srv = start_memory_server().await;
-    let mut s = Session::new(srv.addr, b"truncate").await;
-    let r = s
-        .run(vec![
-            nfs_argop4::OP_PUTROOTFH,
-            open_create("t", createhow4::UNCHECKED4(empty_fattr())),
-        ])
-        .await;
+    let (_srv, mut s) = start_with_session(b"truncate").await;
+    let r = s.run(vec![nfs_argop4::OP_PUTROOTFH, open_new("t")]).await;
     let nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(o)) = &r.resarray[2] else {
         panic!("{:?}", r.resarray)
     };

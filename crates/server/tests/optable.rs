@@ -4,7 +4,6 @@
 
 mod common;
 
-use bytes::Bytes;
 use common::*;
 use txnfs_server::nfs::*;
 
@@ -12,66 +11,6 @@ const CURRENT_STATEID: stateid4 = stateid4 {
     seqid: 1,
     other: [0; 12],
 };
-
-/// A second session of a fresh client whose fore channel has the given reply limits.
-async fn session_with_limits(
-    srv: &TestServer,
-    owner: &'static [u8],
-    max_response: u32,
-    max_cached: u32,
-) -> (Session, channel_attrs4) {
-    let s = Session::new(srv.addr, owner).await;
-    let r = call(
-        &s.cl,
-        vec![nfs_argop4::OP_EXCHANGE_ID(EXCHANGE_ID4args {
-            eia_clientowner: client_owner4 {
-                co_verifier: [1; 8],
-                co_ownerid: Bytes::from_static(owner),
-            },
-            eia_flags: 0,
-            eia_state_protect: state_protect4_a::SP4_NONE,
-            eia_client_impl_id: vec![],
-        })],
-    )
-    .await;
-    let nfs_resop4::OP_EXCHANGE_ID(EXCHANGE_ID4res::NFS4_OK(e)) = &r.resarray[0] else {
-        panic!("{:?}", r.resarray)
-    };
-    let mut fore = channel(4);
-    fore.ca_maxresponsesize = max_response;
-    fore.ca_maxresponsesize_cached = max_cached;
-    let r = call(
-        &s.cl,
-        vec![nfs_argop4::OP_CREATE_SESSION(CREATE_SESSION4args {
-            csa_clientid: e.eir_clientid,
-            csa_sequence: e.eir_sequenceid,
-            csa_flags: 0,
-            csa_fore_chan_attrs: fore,
-            csa_back_chan_attrs: channel(1),
-            csa_cb_program: 0,
-            csa_sec_parms: vec![],
-        })],
-    )
-    .await;
-    let nfs_resop4::OP_CREATE_SESSION(CREATE_SESSION4res::NFS4_OK(cs)) = &r.resarray[0] else {
-        panic!("{:?}", r.resarray)
-    };
-    let t = Session {
-        cl: connect(srv.addr).await,
-        clientid: e.eir_clientid,
-        sid: cs.csr_sessionid,
-        seq: 0,
-    };
-    (t, cs.csr_fore_chan_attrs.clone())
-}
-
-fn mkdir(name: &str) -> nfs_argop4 {
-    nfs_argop4::OP_CREATE(CREATE4args {
-        objtype: createtype4::NF4DIR,
-        objname: Bytes::copy_from_slice(name.as_bytes()),
-        createattrs: empty_fattr(),
-    })
-}
 
 /// COMPOUND4res header (status, empty tag, count) plus the SEQUENCE result.
 const HEAD: usize = 12 + 44;
@@ -88,7 +27,7 @@ fn filler(limit: usize, used: usize) -> Vec<nfs_argop4> {
 #[tokio::test]
 async fn create_whose_reply_cannot_be_cached_does_not_run() {
     let srv = start_memory_server().await;
-    let (mut t, fore) = session_with_limits(&srv, b"too-big-to-cache", 1 << 20, 1024).await;
+    let (mut t, fore) = Session::with_limits(srv.addr, b"too-big-to-cache", 1 << 20, 1024).await;
     let cached = fore.ca_maxresponsesize_cached as usize;
     assert!(
         cached <= 4096,
@@ -116,33 +55,16 @@ async fn create_whose_reply_cannot_be_cached_does_not_run() {
 #[tokio::test]
 async fn rename_whose_reply_is_too_big_does_not_run() {
     let srv = start_memory_server().await;
-    let (mut t, fore) = session_with_limits(&srv, b"too-big", 4096, 1024).await;
+    let (mut t, fore) = Session::with_limits(srv.addr, b"too-big", 4096, 1024).await;
     let max = fore.ca_maxresponsesize as usize;
-    let r = t
-        .run(vec![
-            nfs_argop4::OP_PUTROOTFH,
-            open_create("a", createhow4::UNCHECKED4(empty_fattr())),
-        ])
-        .await;
+    let r = t.run(vec![nfs_argop4::OP_PUTROOTFH, open_new("a")]).await;
     assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
     // PUTROOTFH + SAVEFH + filler + RENAME, without sa_cachethis: the response limit.
     let mut ops = vec![nfs_argop4::OP_PUTROOTFH, nfs_argop4::OP_SAVEFH];
     ops.extend(filler(max, 2 * 8));
-    ops.push(nfs_argop4::OP_RENAME(RENAME4args {
-        oldname: Bytes::from_static(b"a"),
-        newname: Bytes::from_static(b"b"),
-    }));
-    t.seq += 1;
-    let mut all = vec![nfs_argop4::OP_SEQUENCE(SEQUENCE4args {
-        sa_sessionid: t.sid,
-        sa_sequenceid: t.seq,
-        sa_slotid: 0,
-        sa_highest_slotid: 0,
-        sa_cachethis: false,
-    })];
+    ops.push(rename("a", "b"));
     let n = ops.len();
-    all.extend(ops);
-    let r = call(&t.cl, all).await;
+    let r = t.run_uncached(ops).await;
     assert_eq!(r.status, nfsstat4::NFS4ERR_REP_TOO_BIG);
     assert_eq!(r.resarray.len(), 1 + n);
     let r = t.run(vec![nfs_argop4::OP_PUTROOTFH, lookup("a")]).await;
@@ -158,8 +80,7 @@ async fn rename_whose_reply_is_too_big_does_not_run() {
 
 #[tokio::test]
 async fn the_executor_carries_the_current_stateid() {
-    let srv = start_memory_server().await;
-    let mut s = Session::new(srv.addr, b"current-stateid").await;
+    let (_srv, mut s) = start_with_session(b"current-stateid").await;
     let close_current = || {
         nfs_argop4::OP_CLOSE(CLOSE4args {
             seqid: 0,
@@ -172,7 +93,7 @@ async fn the_executor_carries_the_current_stateid() {
     let r = s
         .run(vec![
             nfs_argop4::OP_PUTROOTFH,
-            open_create("f", createhow4::UNCHECKED4(empty_fattr())),
+            open_new("f"),
             nfs_argop4::OP_SAVEFH,
             nfs_argop4::OP_PUTROOTFH,
             mkdir("d"),
@@ -188,7 +109,7 @@ async fn the_executor_carries_the_current_stateid() {
             lookup("f"),
             nfs_argop4::OP_SAVEFH,
             nfs_argop4::OP_PUTROOTFH,
-            open_create("g", createhow4::UNCHECKED4(empty_fattr())),
+            open_new("g"),
             nfs_argop4::OP_SAVEFH,
             nfs_argop4::OP_PUTROOTFH,
             nfs_argop4::OP_RESTOREFH,
@@ -203,8 +124,7 @@ async fn the_executor_carries_the_current_stateid() {
 
 #[tokio::test]
 async fn unimplemented_and_illegal_ops() {
-    let srv = start_memory_server().await;
-    let mut s = Session::new(srv.addr, b"notsupp").await;
+    let (_srv, mut s) = start_with_session(b"notsupp").await;
     // DELEGRETURN is a v4.1 op we do not implement yet: NOTSUPP, like v4.0-only RENEW.
     let r = s
         .run(vec![

@@ -72,6 +72,19 @@ pub(crate) struct ClientRecord {
     pub(crate) reclaim_complete: bool,
 }
 
+impl ClientRecord {
+    /// EXCHANGE_ID's answer for this confirmed record, known as `id`, whose lease the
+    /// request renews.
+    fn renew_confirmed(&mut self, id: ClientId, now: Instant) -> ExchangeIdOk {
+        self.last_renew = now;
+        ExchangeIdOk {
+            clientid: id,
+            sequenceid: self.create_seq,
+            confirmed: true,
+        }
+    }
+}
+
 /// CREATE_SESSION's result (replayed verbatim for a retransmission).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateSessionOutcome {
@@ -295,23 +308,13 @@ impl SessionTable {
             if rec.verifier != verifier {
                 return Err(SessionError::NotSame);
             }
-            rec.last_renew = now;
-            return Ok(ExchangeIdOk {
-                clientid: cid,
-                sequenceid: rec.create_seq,
-                confirmed: true,
-            });
+            return Ok(rec.renew_confirmed(cid, now));
         }
         if let Some(cid) = conf {
             if let Some(rec) = self.clients.get_mut(&cid) {
                 if rec.verifier == verifier {
                     // Case 2: a retry or a second EXCHANGE_ID of a live client.
-                    rec.last_renew = now;
-                    return Ok(ExchangeIdOk {
-                        clientid: cid,
-                        sequenceid: rec.create_seq,
-                        confirmed: true,
-                    });
+                    return Ok(rec.renew_confirmed(cid, now));
                 }
             }
         }

@@ -71,6 +71,33 @@ fn client(
     (e.clientid, out.id, effects)
 }
 
+/// Share modes (access, deny) the tests open with.
+const READ_DENY_NONE: (u32, u32) = (SHARE_ACCESS_READ, SHARE_DENY_NONE);
+const BOTH_DENY_NONE: (u32, u32) = (SHARE_ACCESS_BOTH, SHARE_DENY_NONE);
+const BOTH_DENY_BOTH: (u32, u32) = (SHARE_ACCESS_BOTH, SHARE_DENY_BOTH);
+
+/// `StateCore::open` now, with the share mode as one (access, deny) pair.
+fn open_file(
+    c: &mut StateCore,
+    clock: &ManualClock,
+    reclaim: bool,
+    client: ClientId,
+    owner: &[u8],
+    file: FileId,
+    (access, deny): (u32, u32),
+) -> Result<Stateid, StateError> {
+    c.open(clock.now(), reclaim, client, owner, file, access, deny)
+}
+
+fn owners(names: &[&'static [u8]]) -> Vec<Bytes> {
+    names.iter().map(|n| Bytes::from_static(n)).collect()
+}
+
+/// A core in a grace period of one lease from now, waiting for the clients `names`.
+fn core_in_grace(clock: &ManualClock, names: &[&'static [u8]]) -> StateCore {
+    core(Grace::new(clock.now() + LEASE, owners(names)))
+}
+
 fn persisted(effects: &[Effect]) -> Option<&ClientList> {
     effects.iter().find_map(|e| match e {
         Effect::PersistClients(l) => Some(l),
@@ -142,17 +169,7 @@ fn lease_expiry_releases_opens_and_locks_and_persists() {
     let (a, sa, _) = client(&mut c, &clock, b"a", 1);
     let (b, sb, _) = client(&mut c, &clock, b"b", 1);
     let f = file_id(1, 7);
-    let open = c
-        .open(
-            clock.now(),
-            false,
-            a,
-            b"oa",
-            f,
-            SHARE_ACCESS_BOTH,
-            SHARE_DENY_NONE,
-        )
-        .unwrap();
+    let open = open_file(&mut c, &clock, false, a, b"oa", f, BOTH_DENY_NONE).unwrap();
     c.lock(clock.now(), false, a, lock_req(f, open)).unwrap();
     assert_eq!(c.table().stats().locks, 1);
 
@@ -181,17 +198,7 @@ fn lease_expiry_releases_opens_and_locks_and_persists() {
     );
     assert!(c.sessions().session(&sa).is_none());
     // b can now take the lock a held.
-    let ob = c
-        .open(
-            clock.now(),
-            false,
-            b,
-            b"ob",
-            f,
-            SHARE_ACCESS_BOTH,
-            SHARE_DENY_NONE,
-        )
-        .unwrap();
+    let ob = open_file(&mut c, &clock, false, b, b"ob", f, BOTH_DENY_NONE).unwrap();
     c.lock(clock.now(), false, b, lock_req(f, ob)).unwrap();
     // a's stateid is dead; a's client id is stale.
     assert_eq!(
@@ -199,15 +206,7 @@ fn lease_expiry_releases_opens_and_locks_and_persists() {
         Err(StateError::BadStateid)
     );
     assert_eq!(
-        c.open(
-            clock.now(),
-            false,
-            a,
-            b"oa",
-            f,
-            SHARE_ACCESS_READ,
-            SHARE_DENY_NONE
-        ),
+        open_file(&mut c, &clock, false, a, b"oa", f, READ_DENY_NONE),
         Err(StateError::StaleClientId)
     );
 }
@@ -218,17 +217,7 @@ fn destroy_clientid_with_state_is_busy_and_changes_nothing() {
     let mut c = core(Grace::none());
     let (a, sa, _) = client(&mut c, &clock, b"a", 1);
     let f = file_id(0, 1);
-    let open = c
-        .open(
-            clock.now(),
-            false,
-            a,
-            b"o",
-            f,
-            SHARE_ACCESS_READ,
-            SHARE_DENY_NONE,
-        )
-        .unwrap();
+    let open = open_file(&mut c, &clock, false, a, b"o", f, READ_DENY_NONE).unwrap();
     c.destroy_session(&sa).unwrap();
     // No session left, but an open: busy, and the client and its open survive.
     assert_eq!(c.destroy_client(a), Err(SessionError::ClientIdBusy));
@@ -242,15 +231,7 @@ fn destroy_clientid_with_state_is_busy_and_changes_nothing() {
     assert_eq!(c.destroy_client(a), Err(SessionError::StaleClientId));
     // A request of the destroyed client that was already past SEQUENCE creates nothing.
     assert_eq!(
-        c.open(
-            clock.now(),
-            false,
-            a,
-            b"o",
-            f,
-            SHARE_ACCESS_READ,
-            SHARE_DENY_NONE
-        ),
+        open_file(&mut c, &clock, false, a, b"o", f, READ_DENY_NONE),
         Err(StateError::StaleClientId)
     );
     assert_eq!(c.table().stats().opens, 0);
@@ -271,16 +252,7 @@ fn a_rebooted_client_replaces_its_old_state_in_one_step() {
     let mut c = core(Grace::none());
     let (old, _, _) = client(&mut c, &clock, b"host", 1);
     let f = file_id(0, 5);
-    c.open(
-        clock.now(),
-        false,
-        old,
-        b"o",
-        f,
-        SHARE_ACCESS_BOTH,
-        SHARE_DENY_BOTH,
-    )
-    .unwrap();
+    open_file(&mut c, &clock, false, old, b"o", f, BOTH_DENY_BOTH).unwrap();
     let (new, _, effects) = client(&mut c, &clock, b"host", 2);
     assert_ne!(new, old);
     assert_eq!(released(&effects), vec![(old, ReleaseReason::Replaced, 1)]);
@@ -289,56 +261,23 @@ fn a_rebooted_client_replaces_its_old_state_in_one_step() {
         vec![Bytes::from_static(b"host")]
     );
     // The old deny-both open is gone: the new incarnation opens the file.
-    c.open(
-        clock.now(),
-        false,
-        new,
-        b"o",
-        f,
-        SHARE_ACCESS_BOTH,
-        SHARE_DENY_BOTH,
-    )
-    .unwrap();
+    open_file(&mut c, &clock, false, new, b"o", f, BOTH_DENY_BOTH).unwrap();
 }
 
 #[test]
 fn grace_ends_when_all_reclaimed() {
     let clock = ManualClock::new();
-    let grace = Grace::new(
-        clock.now() + LEASE,
-        vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")],
-    );
-    let mut c = core(grace);
+    let mut c = core_in_grace(&clock, &[b"a", b"b"]);
     let (a, _, effects) = client(&mut c, &clock, b"a", 1);
     // During grace the persisted list still names b, which has not come back yet.
-    assert_eq!(
-        persisted(&effects).unwrap().owners,
-        vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")]
-    );
+    assert_eq!(persisted(&effects).unwrap().owners, owners(&[b"a", b"b"]));
     let (b, _, _) = client(&mut c, &clock, b"b", 1);
     let f = file_id(0, 9);
     assert_eq!(
-        c.open(
-            clock.now(),
-            false,
-            a,
-            b"o",
-            f,
-            SHARE_ACCESS_READ,
-            SHARE_DENY_NONE
-        ),
+        open_file(&mut c, &clock, false, a, b"o", f, READ_DENY_NONE),
         Err(StateError::Grace)
     );
-    c.open(
-        clock.now(),
-        true,
-        a,
-        b"o",
-        f,
-        SHARE_ACCESS_READ,
-        SHARE_DENY_NONE,
-    )
-    .unwrap();
+    open_file(&mut c, &clock, true, a, b"o", f, READ_DENY_NONE).unwrap();
     assert!(c.reclaim_complete(a, clock.now()).unwrap().is_empty());
     assert_eq!(
         c.reclaim_complete(a, clock.now()),
@@ -349,37 +288,16 @@ fn grace_ends_when_all_reclaimed() {
     assert_eq!(effects, vec![Effect::GraceEnded(GraceEnd::AllReclaimed)]);
     assert!(!c.in_grace(clock.now()));
     assert_eq!(
-        c.open(
-            clock.now(),
-            true,
-            b,
-            b"o",
-            f,
-            SHARE_ACCESS_READ,
-            SHARE_DENY_NONE
-        ),
+        open_file(&mut c, &clock, true, b, b"o", f, READ_DENY_NONE),
         Err(StateError::NoGrace)
     );
-    c.open(
-        clock.now(),
-        false,
-        b,
-        b"o",
-        f,
-        SHARE_ACCESS_READ,
-        SHARE_DENY_NONE,
-    )
-    .unwrap();
+    open_file(&mut c, &clock, false, b, b"o", f, READ_DENY_NONE).unwrap();
 }
 
 #[test]
 fn grace_ends_on_time_and_forgets_the_absent() {
     let clock = ManualClock::new();
-    let grace = Grace::new(
-        clock.now() + LEASE,
-        vec![Bytes::from_static(b"gone"), Bytes::from_static(b"a")],
-    );
-    let mut c = core(grace);
+    let mut c = core_in_grace(&clock, &[b"gone", b"a"]);
     let (a, _, _) = client(&mut c, &clock, b"a", 1);
     assert_eq!(
         c.lockt(clock.now(), a, b"o", file_id(0, 1), LockType::Read, 0, 1),
@@ -413,36 +331,10 @@ fn state_of_different_exports_never_collides() {
     let mut c = core(Grace::none());
     let (a, _, _) = client(&mut c, &clock, b"a", 1);
     let (b, _, _) = client(&mut c, &clock, b"b", 1);
-    c.open(
-        clock.now(),
-        false,
-        a,
-        b"o",
-        x,
-        SHARE_ACCESS_BOTH,
-        SHARE_DENY_BOTH,
-    )
-    .unwrap();
-    c.open(
-        clock.now(),
-        false,
-        b,
-        b"o",
-        y,
-        SHARE_ACCESS_BOTH,
-        SHARE_DENY_BOTH,
-    )
-    .unwrap();
+    open_file(&mut c, &clock, false, a, b"o", x, BOTH_DENY_BOTH).unwrap();
+    open_file(&mut c, &clock, false, b, b"o", y, BOTH_DENY_BOTH).unwrap();
     assert_eq!(
-        c.open(
-            clock.now(),
-            false,
-            b,
-            b"p",
-            x,
-            SHARE_ACCESS_READ,
-            SHARE_DENY_NONE
-        ),
+        open_file(&mut c, &clock, false, b, b"p", x, READ_DENY_NONE),
         Err(StateError::ShareDenied)
     );
     assert_ne!(file_id(u16::MAX, u64::MAX), file_id(u16::MAX - 1, u64::MAX));

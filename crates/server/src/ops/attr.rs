@@ -86,12 +86,8 @@ pub fn setattr(c: &mut Compound, a: &SETATTR4args) -> OpResult {
             return Err(nfsstat4::NFS4ERR_INVAL.into());
         }
         let sid = c.resolve_sid(&a.stateid)?;
-        c.srv.check_io(
-            c.client,
-            &sid,
-            c.srv.state_file_id(&o.export, cur.fileid),
-            true,
-        )?;
+        crate::ops::file::check_io_access(c, o, &sid, &cur, true)?;
+        // Truncation needs write permission whatever the stateid.
         require(&cur, &c.creds, W)?;
     }
     let owner_or_root = c.creds.uid == 0 || c.creds.uid == cur.uid;

@@ -7,7 +7,7 @@ use crate::ops::attr::{require, R, W, X};
 use crate::ops::dir::change_info;
 use crate::ops::fh::check_name;
 use crate::statecore::{stateid_from_wire, stateid_to_wire};
-use txnfs_backend::{CreateMode, DirChange, FileType, SetAttrs};
+use txnfs_backend::{Attrs, CreateMode, DirChange, FileType, SetAttrs};
 use txnfs_state::Stateid;
 
 /// Map the wire share bits, ignoring the v4.1 WANT/signal flags in the upper bits.
@@ -26,6 +26,35 @@ fn type_check(t: FileType) -> Result<(), nfsstat4> {
         FileType::Symlink => Err(nfsstat4::NFS4ERR_SYMLINK),
         _ => Err(nfsstat4::NFS4ERR_WRONG_TYPE),
     }
+}
+
+/// READ and WRITE take regular files only; a symlink is INVAL here, not SYMLINK.
+fn io_type_check(t: FileType) -> Result<(), nfsstat4> {
+    type_check(t).map_err(|e| {
+        if e == nfsstat4::NFS4ERR_SYMLINK {
+            nfsstat4::NFS4ERR_INVAL
+        } else {
+            e
+        }
+    })
+}
+
+/// I/O (a write when `write`) with `sid` on `o`, whose attributes are `attrs`: the
+/// state must allow it and, with a special stateid, the caller's permissions too, since
+/// no OPEN checked them.
+pub(crate) fn check_io_access(
+    c: &Compound,
+    o: &ObjFh,
+    sid: &stateid4,
+    attrs: &Attrs,
+    write: bool,
+) -> Result<(), nfsstat4> {
+    let file = c.srv.state_file_id(&o.export, attrs.fileid);
+    c.srv.check_io(c.client, sid, file, write)?;
+    if stateid_from_wire(sid).is_special() {
+        require(attrs, &c.creds, if write { W } else { R })?;
+    }
+    Ok(())
 }
 
 pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
@@ -213,24 +242,9 @@ pub fn close(c: &mut Compound, a: &CLOSE4args) -> OpResult {
 pub fn read(c: &mut Compound, a: &READ4args) -> OpResult {
     let o = c.cobj().map_err(|_| nfsstat4::NFS4ERR_ISDIR)?.clone();
     let attrs = o.export.backend.getattr(&o.key)?;
-    type_check(attrs.ftype).map_err(|e| {
-        if e == nfsstat4::NFS4ERR_SYMLINK {
-            nfsstat4::NFS4ERR_INVAL
-        } else {
-            e
-        }
-    })?;
+    io_type_check(attrs.ftype)?;
     let sid = c.resolve_sid(&a.stateid)?;
-    c.srv.check_io(
-        c.client,
-        &sid,
-        c.srv.state_file_id(&o.export, attrs.fileid),
-        false,
-    )?;
-    if stateid_from_wire(&sid).is_special() {
-        // No OPEN checked this caller's access: do it now.
-        require(&attrs, &c.creds, R)?;
-    }
+    check_io_access(c, &o, &sid, &attrs, false)?;
     // Fit the data into what is left of the reply (eof + length + padding overhead).
     let room = c.reply_left.saturating_sub(16) as u32;
     let count = a.count.min(c.srv.cfg.max_io_size).min(room);
@@ -253,24 +267,11 @@ pub fn write(c: &mut Compound, a: WRITE4args) -> OpResult {
         return Err(nfsstat4::NFS4ERR_FBIG.into());
     }
     let sid = c.resolve_sid(&a.stateid)?;
-    let (fileid, attrs) = {
-        // Only a stateid check needs the fileid; avoid the stat for the common case
-        // of a regular open stateid by asking the backend once.
-        let attrs = o.export.backend.getattr(&o.key)?;
-        type_check(attrs.ftype).map_err(|e| {
-            if e == nfsstat4::NFS4ERR_SYMLINK {
-                nfsstat4::NFS4ERR_INVAL
-            } else {
-                e
-            }
-        })?;
-        (attrs.fileid, attrs)
-    };
-    c.srv
-        .check_io(c.client, &sid, c.srv.state_file_id(&o.export, fileid), true)?;
-    if stateid_from_wire(&sid).is_special() {
-        require(&attrs, &c.creds, W)?;
-    }
+    // Only a stateid check needs the fileid; avoid the stat for the common case
+    // of a regular open stateid by asking the backend once.
+    let attrs = o.export.backend.getattr(&o.key)?;
+    io_type_check(attrs.ftype)?;
+    check_io_access(c, &o, &sid, &attrs, true)?;
     let sync = a.stable != stable_how4::UNSTABLE4;
     let cx = c.scope.ctx_for(&o.export, &c.creds, c.client)?;
     o.export

@@ -29,6 +29,20 @@ fn denied(d: &LockDenied) -> LOCK4denied {
     }
 }
 
+/// The state core's answer to LOCK or LOCKT: a conflict is NFS4ERR_DENIED with the
+/// result `body` makes of the conflicting lock, any other error its status.
+fn or_denied<T>(
+    res: Result<T, StateError>,
+    body: fn(LOCK4denied) -> nfs_resop4,
+) -> Result<T, OpError> {
+    res.map_err(|e| match e {
+        StateError::Denied(d) => {
+            OpError::WithBody(nfsstat4::NFS4ERR_DENIED, Box::new(body(denied(&d))))
+        }
+        e => state_status(&e).into(),
+    })
+}
+
 pub fn lock(c: &mut Compound, a: &LOCK4args) -> OpResult {
     let client = c.client()?;
     // Refuse early (before any storage call); the core checks again when it decides.
@@ -56,19 +70,10 @@ pub fn lock(c: &mut Compound, a: &LOCK4args) -> OpResult {
         locker,
     };
     let res = c.srv.core()?.lock(c.now, a.reclaim, client, req);
-    match res {
-        Ok(sid) => {
-            let sid = stateid_to_wire(&sid);
-            Ok(nfs_resop4::OP_LOCK(LOCK4res::NFS4_OK(LOCK4resok {
-                lock_stateid: sid,
-            })))
-        }
-        Err(StateError::Denied(d)) => Err(OpError::WithBody(
-            nfsstat4::NFS4ERR_DENIED,
-            Box::new(nfs_resop4::OP_LOCK(LOCK4res::NFS4ERR_DENIED(denied(&d)))),
-        )),
-        Err(e) => Err(state_status(&e).into()),
-    }
+    let sid = or_denied(res, |d| nfs_resop4::OP_LOCK(LOCK4res::NFS4ERR_DENIED(d)))?;
+    Ok(nfs_resop4::OP_LOCK(LOCK4res::NFS4_OK(LOCK4resok {
+        lock_stateid: stateid_to_wire(&sid),
+    })))
 }
 
 pub fn lockt(c: &mut Compound, a: &LOCKT4args) -> OpResult {
@@ -87,14 +92,8 @@ pub fn lockt(c: &mut Compound, a: &LOCKT4args) -> OpResult {
         a.offset,
         a.length,
     );
-    match res {
-        Ok(()) => Ok(nfs_resop4::OP_LOCKT(LOCKT4res::NFS4_OK)),
-        Err(StateError::Denied(d)) => Err(OpError::WithBody(
-            nfsstat4::NFS4ERR_DENIED,
-            Box::new(nfs_resop4::OP_LOCKT(LOCKT4res::NFS4ERR_DENIED(denied(&d)))),
-        )),
-        Err(e) => Err(state_status(&e).into()),
-    }
+    or_denied(res, |d| nfs_resop4::OP_LOCKT(LOCKT4res::NFS4ERR_DENIED(d)))?;
+    Ok(nfs_resop4::OP_LOCKT(LOCKT4res::NFS4_OK))
 }
 
 pub fn locku(c: &mut Compound, a: &LOCKU4args) -> OpResult {

@@ -14,6 +14,11 @@ use txnfs_state::clock::{Clock, ManualClock};
 use txnfs_state::{ClientList, Effect};
 use txnfs_xdr::{Decode, Encode};
 
+#[path = "../../tests/common/args.rs"]
+#[allow(dead_code)]
+mod args;
+use args::*;
+
 struct Fixture {
     srv: Arc<Server>,
     clock: Arc<ManualClock>,
@@ -22,17 +27,8 @@ struct Fixture {
 
 fn config(dir: &std::path::Path, grace: bool) -> Config {
     Config {
-        exports: vec![ExportConfig {
-            name: "/".into(),
-            path: Default::default(),
-            backend: BackendKind::Memory,
-            read_only: false,
-            prebuilt: None,
-        }],
-        state_dir: Some(dir.to_path_buf()),
-        grace,
         lease_time: 10,
-        ..Config::default()
+        ..memory_config(dir, grace)
     }
 }
 
@@ -66,48 +62,16 @@ fn run(srv: &Server, conn: u64, ops: Vec<nfs_argop4>) -> COMPOUND4res {
     COMPOUND4res::from_bytes(reply).unwrap()
 }
 
-fn channel() -> channel_attrs4 {
-    channel_attrs4 {
-        ca_headerpadsize: 0,
-        ca_maxrequestsize: 1 << 20,
-        ca_maxresponsesize: 1 << 20,
-        ca_maxresponsesize_cached: 64 << 10,
-        ca_maxoperations: 100,
-        ca_maxrequests: 4,
-        ca_rdma_ird: vec![],
-    }
-}
-
 /// EXCHANGE_ID + CREATE_SESSION; returns the session id.
 fn session(srv: &Server, owner: &'static [u8]) -> sessionid4 {
-    let r = run(
-        srv,
-        1,
-        vec![nfs_argop4::OP_EXCHANGE_ID(EXCHANGE_ID4args {
-            eia_clientowner: client_owner4 {
-                co_verifier: [1; 8],
-                co_ownerid: Bytes::from_static(owner),
-            },
-            eia_flags: 0,
-            eia_state_protect: state_protect4_a::SP4_NONE,
-            eia_client_impl_id: vec![],
-        })],
-    );
+    let r = run(srv, 1, vec![exchange_id(owner)]);
     let nfs_resop4::OP_EXCHANGE_ID(EXCHANGE_ID4res::NFS4_OK(e)) = &r.resarray[0] else {
         panic!("{:?}", r.resarray)
     };
     let r = run(
         srv,
         1,
-        vec![nfs_argop4::OP_CREATE_SESSION(CREATE_SESSION4args {
-            csa_clientid: e.eir_clientid,
-            csa_sequence: e.eir_sequenceid,
-            csa_flags: 0,
-            csa_fore_chan_attrs: channel(),
-            csa_back_chan_attrs: channel(),
-            csa_cb_program: 0x4000_0000,
-            csa_sec_parms: vec![callback_sec_parms4::AUTH_NONE],
-        })],
+        vec![create_session(e, channel(100, 4), channel(100, 4))],
     );
     let nfs_resop4::OP_CREATE_SESSION(CREATE_SESSION4res::NFS4_OK(s)) = &r.resarray[0] else {
         panic!("{:?}", r.resarray)
@@ -115,22 +79,12 @@ fn session(srv: &Server, owner: &'static [u8]) -> sessionid4 {
     s.csr_sessionid
 }
 
-fn sequence(sid: sessionid4, seqid: u32) -> nfs_argop4 {
-    nfs_argop4::OP_SEQUENCE(SEQUENCE4args {
-        sa_sessionid: sid,
-        sa_sequenceid: seqid,
-        sa_slotid: 0,
-        sa_highest_slotid: 0,
-        sa_cachethis: false,
-    })
-}
-
 #[test]
 fn a_poisoned_core_is_a_reported_fault_and_leases_still_expire() {
     let f = fixture("poison");
     let sid = session(&f.srv, b"victim");
     assert_eq!(
-        run(&f.srv, 1, vec![sequence(sid, 1)]).status,
+        run(&f.srv, 1, vec![sequence(sid, 0, 1, false)]).status,
         nfsstat4::NFS4_OK
     );
     // A thread panics while holding the core's lock.
@@ -143,7 +97,7 @@ fn a_poisoned_core_is_a_reported_fault_and_leases_still_expire() {
     assert!(panicked.is_err());
     assert_eq!(f.srv.core_faults.load(Ordering::Relaxed), 0);
 
-    let r = run(&f.srv, 1, vec![sequence(sid, 2)]);
+    let r = run(&f.srv, 1, vec![sequence(sid, 0, 2, false)]);
     assert_eq!(
         r.status,
         nfsstat4::NFS4ERR_SERVERFAULT,

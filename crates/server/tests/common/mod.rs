@@ -10,6 +10,9 @@ use txnfs_server::nfs::*;
 use txnfs_server::{BackendKind, Config, ExportConfig, Server};
 use txnfs_xdr::{Decode, Encode};
 
+mod args;
+pub use args::*;
+
 pub struct TestServer {
     pub addr: SocketAddr,
     pub server: Arc<Server>,
@@ -25,25 +28,19 @@ impl Drop for TestServer {
 }
 
 pub async fn start_memory_server() -> TestServer {
+    start_server(|state_dir| memory_config(state_dir, false)).await
+}
+
+/// Serves the configuration `config` builds around a fresh state directory on a free
+/// port of 127.0.0.1.
+pub async fn start_server(config: impl FnOnce(&std::path::Path) -> Config) -> TestServer {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let state_dir = std::env::temp_dir().join(format!(
         "txnfs-test-{}-{}",
         std::process::id(),
         N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
-    let cfg = Config {
-        exports: vec![ExportConfig {
-            name: "/".into(),
-            path: Default::default(),
-            backend: BackendKind::Memory,
-            read_only: false,
-            prebuilt: None,
-        }],
-        state_dir: Some(state_dir.clone()),
-        grace: false,
-        ..Config::default()
-    };
-    let server = Server::new(cfg).expect("server starts");
+    let server = Server::new(config(&state_dir)).expect("server starts");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let s2 = server.clone();
@@ -58,12 +55,24 @@ pub async fn start_memory_server() -> TestServer {
     }
 }
 
+/// A memory server and one session on it.
+pub async fn start_with_session(owner: &[u8]) -> (TestServer, Session) {
+    let srv = start_memory_server().await;
+    let s = Session::new(srv.addr, owner).await;
+    (srv, s)
+}
+
 pub fn root_cred() -> Credential {
+    sys_cred(0, 0)
+}
+
+/// AUTH_SYS credentials of the user `uid` in the group `gid`, from the machine "test".
+pub fn sys_cred(uid: u32, gid: u32) -> Credential {
     Credential::Sys(AuthSys {
         stamp: 1,
         machinename: Bytes::from_static(b"test"),
-        uid: 0,
-        gid: 0,
+        uid,
+        gid,
         gids: vec![],
     })
 }
@@ -93,18 +102,6 @@ pub struct Session {
     pub seq: u32,
 }
 
-pub fn channel(max_requests: u32) -> channel_attrs4 {
-    channel_attrs4 {
-        ca_headerpadsize: 0,
-        ca_maxrequestsize: 1 << 20,
-        ca_maxresponsesize: 1 << 20,
-        ca_maxresponsesize_cached: 64 << 10,
-        ca_maxoperations: 1000,
-        ca_maxrequests: max_requests,
-        ca_rdma_ird: vec![],
-    }
-}
-
 pub async fn connect(addr: SocketAddr) -> RpcClient {
     RpcClient::connect(addr, root_cred())
         .await
@@ -114,56 +111,40 @@ pub async fn connect(addr: SocketAddr) -> RpcClient {
 impl Session {
     pub async fn new(addr: SocketAddr, owner: &[u8]) -> Session {
         let cl = connect(addr).await;
-        let r = call(
-            &cl,
-            vec![nfs_argop4::OP_EXCHANGE_ID(EXCHANGE_ID4args {
-                eia_clientowner: client_owner4 {
-                    co_verifier: [1; 8],
-                    co_ownerid: Bytes::copy_from_slice(owner),
-                },
-                eia_flags: 0,
-                eia_state_protect: state_protect4_a::SP4_NONE,
-                eia_client_impl_id: vec![],
-            })],
-        )
-        .await;
-        assert_eq!(r.status, nfsstat4::NFS4_OK);
-        let nfs_resop4::OP_EXCHANGE_ID(EXCHANGE_ID4res::NFS4_OK(e)) = &r.resarray[0] else {
-            panic!("EXCHANGE_ID result {:?}", r.resarray)
-        };
-        let r = call(
-            &cl,
-            vec![nfs_argop4::OP_CREATE_SESSION(CREATE_SESSION4args {
-                csa_clientid: e.eir_clientid,
-                csa_sequence: e.eir_sequenceid,
-                csa_flags: 0,
-                csa_fore_chan_attrs: channel(64),
-                csa_back_chan_attrs: channel(1),
-                csa_cb_program: 0x40000000,
-                csa_sec_parms: vec![callback_sec_parms4::AUTH_NONE],
-            })],
-        )
-        .await;
-        assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
-        let nfs_resop4::OP_CREATE_SESSION(CREATE_SESSION4res::NFS4_OK(s)) = &r.resarray[0] else {
-            panic!()
-        };
+        let (clientid, s) = new_session(&cl, owner, channel(1000, 64)).await;
         Session {
             cl,
-            clientid: e.eir_clientid,
+            clientid,
             sid: s.csr_sessionid,
             seq: 0,
         }
     }
 
+    /// A second session of the client `owner` (made here) whose fore channel has the
+    /// given reply limits, on a connection of its own; with the fore channel the server
+    /// granted.
+    pub async fn with_limits(
+        addr: SocketAddr,
+        owner: &[u8],
+        max_response: u32,
+        max_cached: u32,
+    ) -> (Session, channel_attrs4) {
+        let first = Session::new(addr, owner).await;
+        let mut fore = channel(1000, 4);
+        fore.ca_maxresponsesize = max_response;
+        fore.ca_maxresponsesize_cached = max_cached;
+        let (clientid, s) = new_session(&first.cl, owner, fore).await;
+        let second = Session {
+            cl: connect(addr).await,
+            clientid,
+            sid: s.csr_sessionid,
+            seq: 0,
+        };
+        (second, s.csr_fore_chan_attrs)
+    }
+
     pub fn sequence(&self, slot: u32, seq: u32) -> nfs_argop4 {
-        nfs_argop4::OP_SEQUENCE(SEQUENCE4args {
-            sa_sessionid: self.sid,
-            sa_sequenceid: seq,
-            sa_slotid: slot,
-            sa_highest_slotid: slot,
-            sa_cachethis: true,
-        })
+        sequence(self.sid, slot, seq, true)
     }
 
     /// Encode SEQUENCE(slot 0, next seqid) + ops; returns the bytes so a test can
@@ -179,6 +160,33 @@ impl Session {
         let b = self.next(ops);
         COMPOUND4res::from_bytes(call_raw(&self.cl, b).await).expect("decodes")
     }
+
+    /// Like `run`, but SEQUENCE asks the server not to cache the reply.
+    pub async fn run_uncached(&mut self, ops: Vec<nfs_argop4>) -> COMPOUND4res {
+        self.seq += 1;
+        let mut all = vec![sequence(self.sid, 0, self.seq, false)];
+        all.extend(ops);
+        call(&self.cl, all).await
+    }
+}
+
+/// EXCHANGE_ID then CREATE_SESSION over `cl`: the client id and the new session.
+async fn new_session(
+    cl: &RpcClient,
+    owner: &[u8],
+    fore: channel_attrs4,
+) -> (clientid4, CREATE_SESSION4resok) {
+    let r = call(cl, vec![exchange_id(owner)]).await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK);
+    let nfs_resop4::OP_EXCHANGE_ID(EXCHANGE_ID4res::NFS4_OK(e)) = &r.resarray[0] else {
+        panic!("EXCHANGE_ID result {:?}", r.resarray)
+    };
+    let r = call(cl, vec![create_session(e, fore, channel(1000, 1))]).await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    let nfs_resop4::OP_CREATE_SESSION(CREATE_SESSION4res::NFS4_OK(s)) = &r.resarray[0] else {
+        panic!("CREATE_SESSION result {:?}", r.resarray)
+    };
+    (e.eir_clientid, s.clone())
 }
 
 pub fn empty_fattr() -> fattr4 {
@@ -202,10 +210,48 @@ pub fn open_create(name: &str, how: createhow4) -> nfs_argop4 {
     })
 }
 
+/// OPEN that creates `name` (UNCHECKED4, no attributes) for reading and writing.
+pub fn open_new(name: &str) -> nfs_argop4 {
+    open_create(name, createhow4::UNCHECKED4(empty_fattr()))
+}
+
+pub fn mkdir(name: &str) -> nfs_argop4 {
+    nfs_argop4::OP_CREATE(CREATE4args {
+        objtype: createtype4::NF4DIR,
+        objname: Bytes::copy_from_slice(name.as_bytes()),
+        createattrs: empty_fattr(),
+    })
+}
+
+pub fn rename(from: &str, to: &str) -> nfs_argop4 {
+    nfs_argop4::OP_RENAME(RENAME4args {
+        oldname: Bytes::copy_from_slice(from.as_bytes()),
+        newname: Bytes::copy_from_slice(to.as_bytes()),
+    })
+}
+
+pub fn remove(name: &str) -> nfs_argop4 {
+    nfs_argop4::OP_REMOVE(REMOVE4args {
+        target: Bytes::copy_from_slice(name.as_bytes()),
+    })
+}
+
 pub fn lookup(name: &str) -> nfs_argop4 {
     nfs_argop4::OP_LOOKUP(LOOKUP4args {
         objname: Bytes::copy_from_slice(name.as_bytes()),
     })
+}
+
+/// The open stateid and the file handle in the reply to SEQUENCE, PUTROOTFH, OPEN, GETFH.
+pub fn opened_stateid_and_fh(r: &COMPOUND4res) -> (stateid4, Bytes) {
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    let nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(open)) = &r.resarray[2] else {
+        panic!("OPEN result {:?}", r.resarray)
+    };
+    let nfs_resop4::OP_GETFH(GETFH4res::NFS4_OK(fh)) = &r.resarray[3] else {
+        panic!("GETFH result {:?}", r.resarray)
+    };
+    (open.stateid.clone(), fh.object.clone())
 }
 
 pub fn status_of(r: &nfs_resop4) -> nfsstat4 {

@@ -47,6 +47,32 @@ fn create(clientid: ClientId, seq: u32, slots: u32, conn: u64) -> CreateSessionA
     }
 }
 
+/// EXCHANGE_ID of a new client `owner` with verifier 1.
+fn exchange(
+    t: &mut SessionTable,
+    owner: &'static [u8],
+    now: Instant,
+) -> Result<ExchangeIdOk, SessionError> {
+    t.exchange_id(&Bytes::from_static(owner), [1; 8], false, now)
+}
+
+/// A client `owner` (verifier 1) and its session of 4 slots, created on connection 1
+/// with `flags`.
+fn client_with_session(
+    t: &mut SessionTable,
+    owner: &'static [u8],
+    flags: u32,
+    now: Instant,
+) -> (ClientId, CreateSessionOutcome) {
+    let e = exchange(t, owner, now).unwrap();
+    let args = CreateSessionArgs {
+        flags,
+        ..create(e.clientid, 1, 4, 1)
+    };
+    let (out, _) = t.create_session(&args, now).unwrap();
+    (e.clientid, out)
+}
+
 fn seq(session: SessionId, slot: u32, seqid: u32, conn: u64) -> SequenceArgs {
     SequenceArgs {
         session,
@@ -113,13 +139,10 @@ fn exchange_and_create_session() {
 fn lease_expiry_and_destroy() {
     let mut t = table();
     let now = Instant::now();
-    let e = t
-        .exchange_id(&Bytes::from_static(b"a"), [1; 8], false, now)
-        .unwrap();
-    let (out, _) = t.create_session(&create(e.clientid, 1, 4, 1), now).unwrap();
+    let (cid, out) = client_with_session(&mut t, b"a", 0, now);
     let id = out.id;
     assert_eq!(
-        t.destroy_client(e.clientid).unwrap_err(),
+        t.destroy_client(cid).unwrap_err(),
         SessionError::ClientIdBusy
     );
     t.destroy_session(&id).unwrap();
@@ -128,19 +151,13 @@ fn lease_expiry_and_destroy() {
         SessionError::BadSession
     );
     let later = now + Duration::from_secs(100);
-    assert_eq!(
-        t.expire(Duration::from_secs(60), later),
-        vec![(e.clientid, true)]
-    );
+    assert_eq!(t.expire(Duration::from_secs(60), later), vec![(cid, true)]);
     assert_eq!(t.counts(), (0, 0));
-    // limits
-    t.exchange_id(&Bytes::from_static(b"x"), [1; 8], false, now)
-        .unwrap();
-    t.exchange_id(&Bytes::from_static(b"y"), [1; 8], false, now)
-        .unwrap();
+    // limits: two clients
+    exchange(&mut t, b"x", now).unwrap();
+    exchange(&mut t, b"y", now).unwrap();
     assert_eq!(
-        t.exchange_id(&Bytes::from_static(b"z"), [1; 8], false, now)
-            .unwrap_err(),
+        exchange(&mut t, b"z", now).unwrap_err(),
         SessionError::Resource
     );
 }
@@ -149,10 +166,7 @@ fn lease_expiry_and_destroy() {
 fn sequence_renews_binds_and_checks_limits() {
     let mut t = table();
     let t0 = Instant::now();
-    let e = t
-        .exchange_id(&Bytes::from_static(b"s"), [1; 8], false, t0)
-        .unwrap();
-    let (out, _) = t.create_session(&create(e.clientid, 1, 4, 1), t0).unwrap();
+    let (_, out) = client_with_session(&mut t, b"s", 0, t0);
     let t1 = t0 + Duration::from_secs(50);
     let ok = t.sequence(&seq(out.id, 0, 1, 7), t1).unwrap();
     assert_eq!(ok.verdict, SlotVerdict::Execute);
@@ -201,12 +215,7 @@ fn bind_all(t: &mut SessionTable, id: &SessionId) -> Vec<Result<ConnDir, Session
 fn without_a_back_channel_nothing_claims_one() {
     let mut t = table_with(false);
     let now = Instant::now();
-    let e = t
-        .exchange_id(&Bytes::from_static(b"b"), [1; 8], false, now)
-        .unwrap();
-    let mut args = create(e.clientid, 1, 4, 1);
-    args.flags = CREATE_SESSION4_FLAG_CONN_BACK_CHAN;
-    let (out, _) = t.create_session(&args, now).unwrap();
+    let (_, out) = client_with_session(&mut t, b"b", CREATE_SESSION4_FLAG_CONN_BACK_CHAN, now);
     assert_eq!(out.flags, 0, "CONN_BACK_CHAN is not granted");
     assert_eq!(
         bind_all(&mut t, &out.id),
@@ -228,12 +237,8 @@ fn without_a_back_channel_nothing_claims_one() {
 fn with_a_back_channel_binding_grants_what_was_asked() {
     let mut t = table_with(true);
     let now = Instant::now();
-    let e = t
-        .exchange_id(&Bytes::from_static(b"b"), [1; 8], false, now)
-        .unwrap();
-    let mut args = create(e.clientid, 1, 4, 1);
-    args.flags = CREATE_SESSION4_FLAG_CONN_BACK_CHAN | 0x1;
-    let (out, _) = t.create_session(&args, now).unwrap();
+    let (_, out) =
+        client_with_session(&mut t, b"b", CREATE_SESSION4_FLAG_CONN_BACK_CHAN | 0x1, now);
     assert_eq!(
         out.flags, CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
         "never PERSIST"

@@ -1,7 +1,7 @@
 //! Byte-range locks in the state table: LOCK, LOCKT, LOCKU and the conflict search
 //! (RFC 8881 §9.2-§9.5, §18.10-§18.12).
 
-use super::{Common, Kind, LockState, OwnerKey, State, StateTable};
+use super::{Kind, LockState, OwnerKey, OwnerKind, State, StateTable};
 use crate::range::{self, Range};
 use crate::types::*;
 
@@ -76,7 +76,7 @@ impl StateTable {
                 open_stateid,
                 lock_owner,
             } => {
-                let open_id = self.resolve_open(client, &open_stateid, file)?;
+                let open_id = self.resolve_kind(OwnerKind::Open, client, &open_stateid, file)?;
                 if lock_owner.len() > self.limits.max_owner_len {
                     return Err(StateError::Inval);
                 }
@@ -87,7 +87,7 @@ impl StateTable {
                 (existing, open_id, lock_owner)
             }
             Locker::Existing { lock_stateid } => {
-                let id = self.resolve_lock(client, &lock_stateid, file)?;
+                let id = self.resolve_kind(OwnerKind::Lock, client, &lock_stateid, file)?;
                 match self.states.get(&id) {
                     Some(State {
                         kind: Kind::Lock(l),
@@ -153,42 +153,21 @@ impl StateTable {
             return Err(StateError::Resource);
         }
         let owner_key: OwnerKey = (client, owner.clone());
-        let new_owner = !self.lock_owners.contains_key(&owner_key);
-        if new_owner {
-            let n = self.clients.get(&client).map_or(0, |c| c.lock_owners);
-            if n >= self.limits.max_lock_owners_per_client {
-                return Err(StateError::Resource);
-            }
-        }
+        let new_owner = self.admit_owner(&owner_key, OwnerKind::Lock)?;
         let id = self.alloc_id()?;
         self.lock_index.insert((client, owner.clone(), file), id);
-        self.states.insert(
-            id,
-            State {
-                common: Common {
-                    client,
-                    file,
-                    seqid: 1,
-                },
-                kind: Kind::Lock(LockState {
-                    owner,
-                    open: open_id,
-                    ranges: Vec::new(),
-                }),
-            },
-        );
+        let lock = Kind::Lock(LockState {
+            owner,
+            open: open_id,
+            ranges: Vec::new(),
+        });
+        self.insert_owned(id, owner_key, file, lock, new_owner);
         if let Some(State {
             kind: Kind::Open(o),
             ..
         }) = self.states.get_mut(&open_id)
         {
             o.lock_states.insert(id);
-        }
-        *self.lock_owners.entry(owner_key).or_insert(0) += 1;
-        let cs = self.clients.entry(client).or_default();
-        cs.states.insert(id);
-        if new_owner {
-            cs.lock_owners += 1;
         }
         self.files.entry(file).or_default().lock_states.insert(id);
         self.n_lock_states += 1;
@@ -251,7 +230,7 @@ impl StateTable {
         offset: u64,
         length: u64,
     ) -> Result<Stateid, StateError> {
-        let id = self.resolve_lock(client, sid, file)?;
+        let id = self.resolve_kind(OwnerKind::Lock, client, sid, file)?;
         let (start, end) = range::validate(offset, length)?;
         let (old_len, new_ranges) = match self.states.get(&id) {
             Some(State {

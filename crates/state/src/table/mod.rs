@@ -87,6 +87,15 @@ enum Kind {
     Lock(LockState),
 }
 
+impl Kind {
+    fn owner_kind(&self) -> OwnerKind {
+        match self {
+            Kind::Open(_) => OwnerKind::Open,
+            Kind::Lock(_) => OwnerKind::Lock,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct State {
     common: Common,
@@ -147,6 +156,29 @@ struct ClientState {
     states: HashSet<u64>,
     open_owners: usize,
     lock_owners: usize,
+}
+
+impl ClientState {
+    fn owners(&self, kind: OwnerKind) -> usize {
+        match kind {
+            OwnerKind::Open => self.open_owners,
+            OwnerKind::Lock => self.lock_owners,
+        }
+    }
+
+    fn owners_mut(&mut self, kind: OwnerKind) -> &mut usize {
+        match kind {
+            OwnerKind::Open => &mut self.open_owners,
+            OwnerKind::Lock => &mut self.lock_owners,
+        }
+    }
+}
+
+/// Open-owners and lock-owners: each kind has its own map, counts and limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OwnerKind {
+    Open,
+    Lock,
 }
 
 /// Key of an open stateid or lock stateid: (client, owner, file).
@@ -281,37 +313,81 @@ impl StateTable {
         Ok(id)
     }
 
-    /// Resolves an open stateid of `client` for `file`.
-    fn resolve_open(
+    /// Resolves an open (`kind` Open) or lock stateid of `client` for `file`.
+    fn resolve_kind(
         &self,
+        kind: OwnerKind,
         client: ClientId,
         sid: &Stateid,
         file: FileId,
     ) -> Result<u64, StateError> {
         let id = self.resolve(client, sid)?;
         match self.states.get(&id) {
-            Some(State {
-                common,
-                kind: Kind::Open(_),
-            }) if common.file == file => Ok(id),
+            Some(st) if st.common.file == file && st.kind.owner_kind() == kind => Ok(id),
             _ => Err(StateError::BadStateid),
         }
     }
 
-    /// Resolves a lock stateid of `client` for `file`.
-    fn resolve_lock(
-        &self,
-        client: ClientId,
-        sid: &Stateid,
-        file: FileId,
-    ) -> Result<u64, StateError> {
-        let id = self.resolve(client, sid)?;
-        match self.states.get(&id) {
-            Some(State {
-                common,
-                kind: Kind::Lock(_),
-            }) if common.file == file => Ok(id),
-            _ => Err(StateError::BadStateid),
+    /// Owner -> number of its stateids, for the owners of `kind`.
+    fn owners_mut(&mut self, kind: OwnerKind) -> &mut HashMap<OwnerKey, usize> {
+        match kind {
+            OwnerKind::Open => &mut self.open_owners,
+            OwnerKind::Lock => &mut self.lock_owners,
+        }
+    }
+
+    /// Undoes the counting of [`Self::insert_owned`] for the removed state `id` of the
+    /// owner `key`.
+    fn release_owned(&mut self, id: u64, kind: OwnerKind, key: OwnerKey) {
+        let client = key.0;
+        let owner_gone = release_owner(self.owners_mut(kind), key);
+        if let Some(cs) = self.clients.get_mut(&client) {
+            cs.states.remove(&id);
+            if owner_gone {
+                let n = cs.owners_mut(kind);
+                *n = n.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Whether `key` is a new owner of `kind`; Resource when its client already has as
+    /// many owners of that kind as the limits allow.
+    fn admit_owner(&self, key: &OwnerKey, kind: OwnerKind) -> Result<bool, StateError> {
+        let (owners, max) = match kind {
+            OwnerKind::Open => (&self.open_owners, self.limits.max_open_owners_per_client),
+            OwnerKind::Lock => (&self.lock_owners, self.limits.max_lock_owners_per_client),
+        };
+        let new_owner = !owners.contains_key(key);
+        if new_owner {
+            let held = self.clients.get(&key.0).map_or(0, |c| c.owners(kind));
+            if held >= max {
+                return Err(StateError::Resource);
+            }
+        }
+        Ok(new_owner)
+    }
+
+    /// Inserts the new state `id` (seqid 1) of the owner `key` on `file` and counts it
+    /// for its owner and its client; `new_owner` as [`Self::admit_owner`] said.
+    fn insert_owned(&mut self, id: u64, key: OwnerKey, file: FileId, kind: Kind, new_owner: bool) {
+        let owner_kind = kind.owner_kind();
+        let client = key.0;
+        self.states.insert(
+            id,
+            State {
+                common: Common {
+                    client,
+                    file,
+                    seqid: 1,
+                },
+                kind,
+            },
+        );
+        *self.owners_mut(owner_kind).entry(key).or_insert(0) += 1;
+        let cs = self.clients.entry(client).or_default();
+        cs.states.insert(id);
+        if new_owner {
+            *cs.owners_mut(owner_kind) += 1;
         }
     }
 
@@ -385,37 +461,16 @@ impl StateTable {
             return Err(StateError::Resource);
         }
         let owner_key: OwnerKey = (client, owner.to_vec());
-        let new_owner = !self.open_owners.contains_key(&owner_key);
-        if new_owner {
-            let n = self.clients.get(&client).map_or(0, |c| c.open_owners);
-            if n >= self.limits.max_open_owners_per_client {
-                return Err(StateError::Resource);
-            }
-        }
+        let new_owner = self.admit_owner(&owner_key, OwnerKind::Open)?;
         let id = self.alloc_id()?;
-        self.states.insert(
-            id,
-            State {
-                common: Common {
-                    client,
-                    file,
-                    seqid: 1,
-                },
-                kind: Kind::Open(OpenState {
-                    owner: owner.to_vec(),
-                    access,
-                    deny,
-                    lock_states: BTreeSet::new(),
-                }),
-            },
-        );
+        let open = Kind::Open(OpenState {
+            owner: owner.to_vec(),
+            access,
+            deny,
+            lock_states: BTreeSet::new(),
+        });
+        self.insert_owned(id, owner_key, file, open, new_owner);
         self.open_index.insert(key, id);
-        *self.open_owners.entry(owner_key).or_insert(0) += 1;
-        let cs = self.clients.entry(client).or_default();
-        cs.states.insert(id);
-        if new_owner {
-            cs.open_owners += 1;
-        }
         let fs = self.files.entry(file).or_default();
         fs.opens.insert(id);
         fs.share.add(access, deny);
@@ -435,7 +490,7 @@ impl StateTable {
         access: u32,
         deny: u32,
     ) -> Result<Stateid, StateError> {
-        let id = self.resolve_open(client, sid, file)?;
+        let id = self.resolve_kind(OwnerKind::Open, client, sid, file)?;
         if !valid_access(access) || !valid_deny(deny) {
             return Err(StateError::Inval);
         }
@@ -485,7 +540,7 @@ impl StateTable {
         sid: &Stateid,
         file: FileId,
     ) -> Result<Stateid, StateError> {
-        let id = self.resolve_open(client, sid, file)?;
+        let id = self.resolve_kind(OwnerKind::Open, client, sid, file)?;
         let held = match self.states.get(&id) {
             Some(State {
                 kind: Kind::Open(o),
@@ -517,13 +572,7 @@ impl StateTable {
                     removed += self.remove_state(*l);
                 }
                 self.open_index.remove(&(client, o.owner.clone(), file));
-                let owner_gone = release_owner(&mut self.open_owners, (client, o.owner));
-                if let Some(cs) = self.clients.get_mut(&client) {
-                    cs.states.remove(&id);
-                    if owner_gone {
-                        cs.open_owners = cs.open_owners.saturating_sub(1);
-                    }
-                }
+                self.release_owned(id, OwnerKind::Open, (client, o.owner));
                 if let Some(fs) = self.files.get_mut(&file) {
                     fs.opens.remove(&id);
                     fs.share.sub(o.access, o.deny);
@@ -539,13 +588,7 @@ impl StateTable {
                     o.lock_states.remove(&id);
                 }
                 self.lock_index.remove(&(client, l.owner.clone(), file));
-                let owner_gone = release_owner(&mut self.lock_owners, (client, l.owner));
-                if let Some(cs) = self.clients.get_mut(&client) {
-                    cs.states.remove(&id);
-                    if owner_gone {
-                        cs.lock_owners = cs.lock_owners.saturating_sub(1);
-                    }
-                }
+                self.release_owned(id, OwnerKind::Lock, (client, l.owner));
                 if let Some(fs) = self.files.get_mut(&file) {
                     fs.lock_states.remove(&id);
                     fs.holders.remove(&id);
