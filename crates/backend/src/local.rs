@@ -221,7 +221,7 @@ fn open_handle(mount_fd: BorrowedFd<'_>, key: &[u8]) -> rustix::io::Result<Owned
     // object is going away: `map_handle_errno` answers Stale.
     //
     // The retries only yield, never sleep: a short COMPOUND runs inline on a tokio worker
-    // thread (`compound::is_quick`), where a sleep would stall every connection served
+    // thread (`compound::blocking`), where a sleep would stall every connection served
     // by that worker. Yielding lets the unlinking thread finish without blocking, and the
     // bound (3 yields) keeps the worst case at a few context switches.
     let mut nomem_retries = 3;

@@ -9,6 +9,7 @@ pub mod errors;
 pub mod export;
 pub mod handle;
 pub mod ops;
+pub mod placement;
 pub mod server;
 pub mod service;
 pub mod session;

@@ -1,12 +1,14 @@
 //! The NFS RPC program (100003, version 4): NULL and COMPOUND. A COMPOUND runs to
-//! completion on one blocking-pool thread (the single handoff per request; storage
-//! calls are plain syscalls there), so the async transport threads never block.
+//! completion either inline on the transport thread (no handoff) or on one
+//! blocking-pool thread (the single handoff), as `crate::placement` decides from how it
+//! may wait on storage, so the transport threads never wait on the disk.
 
+use crate::placement::MetadataPace;
 use crate::server::Server;
 use bytes::Bytes;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use txnfs_backend::Creds;
 use txnfs_rpc::{CallInfo, Credential, ReplyBody, RpcService};
 
@@ -33,6 +35,17 @@ fn creds(c: &Credential) -> Creds {
 
 pub struct NfsService {
     pub server: Arc<Server>,
+    /// How quick namespace changes are lately: where they run (`crate::placement`).
+    pub pace: Arc<MetadataPace>,
+}
+
+impl NfsService {
+    pub fn new(server: Arc<Server>) -> Self {
+        NfsService {
+            server,
+            pace: Arc::default(),
+        }
+    }
 }
 
 impl RpcService for NfsService {
@@ -52,14 +65,19 @@ impl RpcService for NfsService {
                         .stats
                         .compounds
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let result = if crate::compound::is_quick(&args) {
+                    let blocking = crate::compound::blocking(&args);
+                    let pace = self.pace.clone();
+                    let run = move || {
+                        let started = Instant::now();
+                        let reply = crate::compound::execute(&server, creds, conn, args);
+                        pace.record(blocking, started.elapsed());
+                        reply
+                    };
+                    let result = if self.pace.inline(blocking) {
                         // Run to completion here: no handoff (ADR 0004).
-                        Ok(crate::compound::execute(&server, creds, conn, args))
+                        Ok(run())
                     } else {
-                        tokio::task::spawn_blocking(move || {
-                            crate::compound::execute(&server, creds, conn, args)
-                        })
-                        .await
+                        tokio::task::spawn_blocking(run).await
                     };
                     match result {
                         Ok(Ok(reply)) => ReplyBody::Success(reply),
@@ -104,9 +122,7 @@ pub async fn run(
         max_record_size: server.cfg.max_record_size,
         ..Default::default()
     };
-    let svc = Arc::new(NfsService {
-        server: server.clone(),
-    });
+    let svc = Arc::new(NfsService::new(server.clone()));
     let r = txnfs_rpc::serve(listener, svc, cfg, shutdown).await;
     ticker.abort();
     server.persist_clients();

@@ -14,6 +14,7 @@ pub mod optable;
 
 use crate::export::Export;
 use crate::nfs::{nfs_argop4, nfs_opnum4, nfs_resop4, nfsstat4, stateid4};
+use crate::placement::Blocking;
 use crate::server::Server;
 use crate::session::{ClientId, Session};
 use bytes::{BufMut, Bytes, BytesMut};
@@ -354,31 +355,32 @@ impl Compound<'_> {
     }
 }
 
-/// Whether a COMPOUND is short and touches only the page cache, so it can run inline
-/// on the transport thread instead of paying a handoff to the blocking pool (seed 004:
-/// context switches dominate small requests). Whether an op may wait on the disk is the
-/// op table's `may_block` (COMMIT, stable or large WRITEs, truncation, large READs,
-/// session creation, which persists the client list); long COMPOUNDs go to the pool too.
-pub fn is_quick(args: &Bytes) -> bool {
+/// How a COMPOUND may wait on storage (`crate::placement` decides where it runs from
+/// this): the most of its ops' op-table answers (`may_block`: COMMIT, stable or large
+/// WRITEs, truncation, large READs and session creation, which persists the client list,
+/// may wait on the disk; namespace changes are quick on a healthy file system). Long
+/// COMPOUNDs count as blocking; a malformed one is answered without touching storage.
+pub fn blocking(args: &Bytes) -> Blocking {
     const MAX_OPS: u32 = 16;
     let mut src = args.clone();
     let Ok(_tag) = txnfs_xdr::get_opaque(&mut src, MAX_TAG) else {
-        return false;
+        return Blocking::Yes;
     };
     let (Ok(_minor), Ok(n)) = (txnfs_xdr::get_u32(&mut src), txnfs_xdr::get_u32(&mut src)) else {
-        return false;
+        return Blocking::Yes;
     };
     if n > MAX_OPS {
-        return false;
+        return Blocking::Yes;
     }
+    let mut most = Blocking::No;
     for _ in 0..n {
         let Ok(op) = nfs_argop4::decode(&mut src) else {
-            return true; // malformed: answered without touching storage
+            return most;
         };
         match optable::entry(op.discriminant()) {
-            Some(entry) if !entry.may_block(&op) => {}
-            _ => return false,
+            Some(entry) => most = most.max(entry.may_block(&op)),
+            None => return Blocking::Yes,
         }
     }
-    true
+    most
 }

@@ -10,20 +10,24 @@
 use super::{Compound, OpError, OpResult};
 use crate::nfs::{nfs_argop4 as A, nfs_opnum4, nfs_resop4 as R, nfsstat4, stateid4};
 use crate::ops::{attr, dir, fh, file, lock, session};
+use crate::placement::Blocking;
 use bytes::{BufMut, BytesMut};
 use txnfs_proto::ops::OpInfo;
 
 /// Runs one op on its decoded arguments.
 pub type Handler = fn(&mut Compound, A) -> OpResult;
 
-/// Whether an op may wait on storage (so its COMPOUND goes to the blocking pool instead
-/// of running on the transport thread; ADR 0004).
+/// Whether an op may wait on storage, which decides where its COMPOUND runs
+/// (`crate::placement`, ADR 0004).
 #[derive(Clone, Copy)]
 pub enum MayBlock {
     Never,
+    /// A namespace change: inline while such changes are quick.
+    Metadata,
     Always,
-    /// Depends on the arguments (READ count, WRITE stability and size, SETATTR size).
-    When(fn(&A) -> bool),
+    /// Depends on the arguments (READ count, WRITE stability and size, SETATTR size,
+    /// OPEN with create).
+    When(fn(&A) -> Blocking),
 }
 
 /// What a successful op does to the current stateid (RFC 8881 §16.2.3.1.2). The
@@ -111,10 +115,11 @@ impl OpEntry {
         txnfs_proto::ops::info(self.op)
     }
 
-    pub fn may_block(&self, arg: &A) -> bool {
+    pub fn may_block(&self, arg: &A) -> Blocking {
         match self.may_block {
-            MayBlock::Never => false,
-            MayBlock::Always => true,
+            MayBlock::Never => Blocking::No,
+            MayBlock::Metadata => Blocking::Metadata,
+            MayBlock::Always => Blocking::Yes,
             MayBlock::When(f) => f(arg),
         }
     }
@@ -184,25 +189,41 @@ macro_rules! handler {
     }};
 }
 
-fn read_blocks(a: &A) -> bool {
-    !matches!(a, A::OP_READ(r) if (r.count as usize) <= MAX_IO)
+fn blocks_if(b: bool) -> Blocking {
+    if b {
+        Blocking::Yes
+    } else {
+        Blocking::No
+    }
 }
 
-fn write_blocks(a: &A) -> bool {
-    !matches!(a, A::OP_WRITE(w)
-        if w.stable == crate::nfs::stable_how4::UNSTABLE4 && w.data.len() <= MAX_IO)
+fn read_blocks(a: &A) -> Blocking {
+    blocks_if(!matches!(a, A::OP_READ(r) if (r.count as usize) <= MAX_IO))
+}
+
+fn write_blocks(a: &A) -> Blocking {
+    blocks_if(!matches!(a, A::OP_WRITE(w)
+        if w.stable == crate::nfs::stable_how4::UNSTABLE4 && w.data.len() <= MAX_IO))
 }
 
 /// Truncating can free many blocks; other attribute changes are quick.
-fn setattr_blocks(a: &A) -> bool {
+fn setattr_blocks(a: &A) -> Blocking {
     const SIZE_BIT: u32 = 1 << txnfs_attr::fattr::SIZE;
-    match a {
+    blocks_if(match a {
         A::OP_SETATTR(sa) => sa
             .obj_attributes
             .attrmask
             .first()
             .is_some_and(|w| w & SIZE_BIT != 0),
         _ => true,
+    })
+}
+
+/// An OPEN that may create the file changes the namespace; other OPENs look a name up.
+fn open_blocks(a: &A) -> Blocking {
+    match a {
+        A::OP_OPEN(o) if matches!(o.openhow, crate::nfs::openflag4::default(_)) => Blocking::No,
+        _ => Blocking::Metadata,
     }
 }
 
@@ -295,7 +316,7 @@ fn locku_sid(r: &R) -> Option<stateid4> {
 
 use nfs_opnum4::*;
 use CurrentStateid::{Clears, Restores, Saves, Sets};
-use MayBlock::{Always, When};
+use MayBlock::{Always, Metadata, When};
 
 const fn e(op: nfs_opnum4) -> OpEntry {
     OpEntry::new(op)
@@ -319,6 +340,7 @@ static TABLE: [OpEntry; 73] = [
         .reply(STATUS + 8),
     e(OP_CREATE)
         .run(handler!(OP_CREATE(a) => dir::create))
+        .blocks(Metadata)
         .sid(Clears)
         .reply(STATUS + CHANGE_INFO + BITMAP),
     e(OP_DELEGPURGE),
@@ -331,6 +353,7 @@ static TABLE: [OpEntry; 73] = [
         .reply(STATUS + 4 + FHSIZE),
     e(OP_LINK)
         .run(handler!(OP_LINK(a) => |c, a| dir::link(c, &a)))
+        .blocks(Metadata)
         .reply(STATUS + CHANGE_INFO),
     e(OP_LOCK)
         .run(handler!(OP_LOCK(a) => |c, a| lock::lock(c, &a)))
@@ -352,6 +375,7 @@ static TABLE: [OpEntry; 73] = [
     e(OP_NVERIFY).run(handler!(OP_NVERIFY(a) => |c, a| attr::nverify(c, &a))),
     e(OP_OPEN)
         .run(handler!(OP_OPEN(a) => file::open))
+        .blocks(When(open_blocks))
         .sid(Sets(open_sid))
         .reply(STATUS + STATEID + CHANGE_INFO + 4 + BITMAP + OPEN_DELEGATION),
     e(OP_OPENATTR).sid(Clears),
@@ -381,9 +405,11 @@ static TABLE: [OpEntry; 73] = [
         .reply(STATUS + 4 + PATH_MAX),
     e(OP_REMOVE)
         .run(handler!(OP_REMOVE(a) => |c, a| dir::remove(c, &a)))
+        .blocks(Metadata)
         .reply(STATUS + CHANGE_INFO),
     e(OP_RENAME)
         .run(handler!(OP_RENAME(a) => |c, a| dir::rename(c, &a)))
+        .blocks(Metadata)
         .reply(STATUS + 2 * CHANGE_INFO),
     e(OP_RENEW),
     e(OP_RESTOREFH)
@@ -654,9 +680,10 @@ mod tests {
                 count,
             })
         };
+        use Blocking::{Metadata, No, Yes};
         let r = entry(OP_READ).unwrap();
-        assert!(!r.may_block(&read(4096)));
-        assert!(r.may_block(&read(1 << 20)));
+        assert_eq!(r.may_block(&read(4096)), No);
+        assert_eq!(r.may_block(&read(1 << 20)), Yes);
         let setattr = |mask| {
             A::OP_SETATTR(SETATTR4args {
                 stateid: Default::default(),
@@ -667,9 +694,29 @@ mod tests {
             })
         };
         let s = entry(OP_SETATTR).unwrap();
-        assert!(s.may_block(&setattr(vec![1 << 4])));
-        assert!(!s.may_block(&setattr(vec![0, 1 << 1])));
-        assert!(entry(OP_COMMIT).unwrap().may_block(&A::OP_GETFH));
-        assert!(!entry(OP_COPY).unwrap().may_block(&A::OP_GETFH));
+        assert_eq!(s.may_block(&setattr(vec![1 << 4])), Yes);
+        assert_eq!(s.may_block(&setattr(vec![0, 1 << 1])), No);
+        let open = |openhow| {
+            A::OP_OPEN(OPEN4args {
+                seqid: 0,
+                share_access: OPEN4_SHARE_ACCESS_READ,
+                share_deny: 0,
+                owner: Default::default(),
+                openhow,
+                claim: open_claim4::CLAIM_FH,
+            })
+        };
+        let o = entry(OP_OPEN).unwrap();
+        assert_eq!(
+            o.may_block(&open(openflag4::default(opentype4::OPEN4_NOCREATE))),
+            No
+        );
+        let unchecked = openflag4::OPEN4_CREATE(createhow4::UNCHECKED4(Default::default()));
+        assert_eq!(o.may_block(&open(unchecked)), Metadata);
+        for op in [OP_CREATE, OP_REMOVE, OP_RENAME, OP_LINK] {
+            assert_eq!(entry(op).unwrap().may_block(&A::OP_GETFH), Metadata);
+        }
+        assert_eq!(entry(OP_COMMIT).unwrap().may_block(&A::OP_GETFH), Yes);
+        assert_eq!(entry(OP_COPY).unwrap().may_block(&A::OP_GETFH), No);
     }
 }

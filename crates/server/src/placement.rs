@@ -1,0 +1,131 @@
+//! Where a COMPOUND runs (ADR 0004, ADR 0013): inline on the transport thread that
+//! decoded it (no handoff), or on the blocking pool (one handoff).
+//!
+//! Ops that never wait on storage run inline. Large I/O, COMMIT and truncation always go
+//! to the pool. Namespace changes (OPEN with create, CREATE, REMOVE, RENAME, LINK) are in
+//! between: on a healthy file system each is one syscall of a few tens of µs, cheaper to
+//! run inline than to hand off, but some file systems make them slow at times — ext4
+//! without a journal scans every recently deleted inode when it allocates one, a create
+//! after a mass delete took milliseconds here — and a slow op inline holds one of the
+//! runtime's few worker threads, so the quick requests queued behind it (CLOSE, GETATTR)
+//! wait for it. [`MetadataPace`] tracks how long recent namespace changes took and sends
+//! them to the pool while they are slow; they are timed on the pool too, so they come
+//! back inline as soon as the file system is quick again.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// How a COMPOUND may wait on storage: the most of its ops' answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Blocking {
+    /// No storage wait (state, attributes from caches, small reads and writes).
+    No,
+    /// Namespace changes: quick unless the file system is having a slow time.
+    Metadata,
+    /// May wait on the disk (fsync, large I/O, truncation) or is rare and heavy.
+    Yes,
+}
+
+/// A moving average of how long COMPOUNDs with namespace changes took to execute.
+#[derive(Debug)]
+pub struct MetadataPace {
+    /// Exponentially weighted mean in nanoseconds (weight 1/8 per sample).
+    mean_ns: AtomicU64,
+    /// Above this mean, namespace changes run on the blocking pool.
+    slow: Duration,
+}
+
+/// A handoff to the blocking pool costs two context switches (~10 µs each way on these
+/// machines, seed 004); a request that stalls a worker for longer than this delays the
+/// requests queued behind it by more than the handoff would have cost them.
+pub const DEFAULT_SLOW: Duration = Duration::from_micros(200);
+
+impl Default for MetadataPace {
+    fn default() -> Self {
+        MetadataPace::new(DEFAULT_SLOW)
+    }
+}
+
+impl MetadataPace {
+    pub fn new(slow: Duration) -> Self {
+        MetadataPace {
+            mean_ns: AtomicU64::new(0),
+            slow,
+        }
+    }
+
+    /// Whether a COMPOUND of this kind runs inline.
+    pub fn inline(&self, b: Blocking) -> bool {
+        match b {
+            Blocking::No => true,
+            Blocking::Metadata => self.mean() <= self.slow,
+            Blocking::Yes => false,
+        }
+    }
+
+    /// Record how long a COMPOUND of this kind took to execute (wherever it ran).
+    pub fn record(&self, b: Blocking, took: Duration) {
+        if b != Blocking::Metadata {
+            return;
+        }
+        let sample = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        // Concurrent updates may lose one another's sample: harmless for an average
+        // that only steers placement, and cheaper than a compare-and-swap loop.
+        let old = self.mean_ns.load(Ordering::Relaxed);
+        let new = if sample >= old {
+            old + (sample - old) / 8
+        } else {
+            old - (old - sample) / 8
+        };
+        self.mean_ns.store(new, Ordering::Relaxed);
+    }
+
+    /// The current mean execution time of namespace changes.
+    pub fn mean(&self) -> Duration {
+        Duration::from_nanos(self.mean_ns.load(Ordering::Relaxed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const US: Duration = Duration::from_micros(1);
+
+    #[test]
+    fn quick_and_heavy_compounds_ignore_the_pace() {
+        let p = MetadataPace::default();
+        for _ in 0..100 {
+            p.record(Blocking::Metadata, 10_000 * US);
+        }
+        assert!(p.inline(Blocking::No));
+        assert!(!p.inline(Blocking::Yes));
+        p.record(Blocking::No, 1_000_000 * US);
+        p.record(Blocking::Yes, US);
+        assert!(p.mean() > 9_000 * US, "only namespace changes are timed");
+    }
+
+    #[test]
+    fn slow_metadata_moves_to_the_pool_and_comes_back() {
+        let p = MetadataPace::default();
+        assert!(p.inline(Blocking::Metadata), "inline until proven slow");
+        for _ in 0..20 {
+            p.record(Blocking::Metadata, 30 * US);
+        }
+        assert!(p.inline(Blocking::Metadata));
+        // The file system turns slow: within a few samples, off the transport threads.
+        let mut n = 0;
+        while p.inline(Blocking::Metadata) {
+            p.record(Blocking::Metadata, 3_000 * US);
+            n += 1;
+        }
+        assert!(n <= 3, "took {n} slow samples");
+        // Quick again (timed on the pool): back inline within a few dozen samples.
+        let mut n = 0;
+        while !p.inline(Blocking::Metadata) {
+            p.record(Blocking::Metadata, 30 * US);
+            n += 1;
+        }
+        assert!((5..40).contains(&n), "took {n} quick samples");
+    }
+}
