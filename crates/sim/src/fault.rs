@@ -173,6 +173,19 @@ impl FaultBackend {
     }
 }
 
+/// Writes [`Layer`] methods that pass one `gate` (the call kind after `=>`) and then make
+/// the same call on the backend below.
+macro_rules! gated {
+    ($(fn $name:ident(&self $(, $arg:ident: $ty:ty)*) -> $ret:ty => $call:expr;)*) => {
+        $(
+            fn $name(&self $(, $arg: $ty)*) -> $ret {
+                self.gate($call)?;
+                self.inner.$name($($arg),*)
+            }
+        )*
+    };
+}
+
 /// Faults are a layer: the calls it does not gate (root, statfs, the compound hooks)
 /// forward to the backend below unchanged.
 impl Layer for FaultBackend {
@@ -180,19 +193,18 @@ impl Layer for FaultBackend {
         &*self.inner
     }
 
-    fn getattr(&self, key: &FileKey) -> Result<Attrs> {
-        self.gate(Call::Meta)?;
-        self.inner.getattr(key)
-    }
-
-    fn lookup(&self, dir: &FileKey, name: &[u8]) -> Result<(FileKey, Attrs)> {
-        self.gate(Call::Io)?;
-        self.inner.lookup(dir, name)
-    }
-
-    fn lookup_parent(&self, dir: &FileKey) -> Result<(FileKey, Attrs)> {
-        self.gate(Call::Io)?;
-        self.inner.lookup_parent(dir)
+    #[rustfmt::skip]
+    gated! {
+        fn getattr(&self, key: &FileKey) -> Result<Attrs> => Call::Meta;
+        fn lookup(&self, dir: &FileKey, name: &[u8]) -> Result<(FileKey, Attrs)> => Call::Io;
+        fn lookup_parent(&self, dir: &FileKey) -> Result<(FileKey, Attrs)> => Call::Io;
+        fn read(&self, key: &FileKey, offset: u64, count: u32) -> Result<(Bytes, bool)> => Call::Io;
+        fn commit(&self, cx: &OpCtx, key: &FileKey) -> Result<()> => Call::Io;
+        fn remove(&self, cx: &OpCtx, dir: &FileKey, name: &[u8]) -> Result<DirChange> => Call::Io;
+        fn link(&self, cx: &OpCtx, file: &FileKey, dir: &FileKey, name: &[u8]) -> Result<Linked> => Call::Alloc;
+        fn readlink(&self, key: &FileKey) -> Result<Bytes> => Call::Io;
+        fn readdir(&self, dir: &FileKey, cookie: u64, max_entries: usize) -> Result<(Vec<DirEntry>, bool)> => Call::Io;
+        fn clone_range(&self, cx: &OpCtx, src: &FileKey, src_off: u64, dst: &FileKey, dst_off: u64, len: u64) -> Result<CloneMethod> => Call::Alloc;
     }
 
     fn setattr(&self, cx: &OpCtx, key: &FileKey, attrs: &SetAttrs) -> Result<Attrs> {
@@ -202,11 +214,6 @@ impl Layer for FaultBackend {
             Call::Io
         })?;
         self.inner.setattr(cx, key, attrs)
-    }
-
-    fn read(&self, key: &FileKey, offset: u64, count: u32) -> Result<(Bytes, bool)> {
-        self.gate(Call::Io)?;
-        self.inner.read(key, offset, count)
     }
 
     fn write(
@@ -235,11 +242,6 @@ impl Layer for FaultBackend {
         };
         self.ledger.count(token(TOKEN_WRITE, data));
         Ok(r)
-    }
-
-    fn commit(&self, cx: &OpCtx, key: &FileKey) -> Result<()> {
-        self.gate(Call::Io)?;
-        self.inner.commit(cx, key)
     }
 
     fn create_file(
@@ -272,11 +274,6 @@ impl Layer for FaultBackend {
         Ok(r)
     }
 
-    fn remove(&self, cx: &OpCtx, dir: &FileKey, name: &[u8]) -> Result<DirChange> {
-        self.gate(Call::Io)?;
-        self.inner.remove(cx, dir, name)
-    }
-
     fn rename(
         &self,
         cx: &OpCtx,
@@ -289,39 +286,6 @@ impl Layer for FaultBackend {
         let r = self.inner.rename(cx, from_dir, from, to_dir, to)?;
         self.ledger.count(token(TOKEN_RENAME, to));
         Ok(r)
-    }
-
-    fn link(&self, cx: &OpCtx, file: &FileKey, dir: &FileKey, name: &[u8]) -> Result<Linked> {
-        self.gate(Call::Alloc)?;
-        self.inner.link(cx, file, dir, name)
-    }
-
-    fn readlink(&self, key: &FileKey) -> Result<Bytes> {
-        self.gate(Call::Io)?;
-        self.inner.readlink(key)
-    }
-
-    fn readdir(
-        &self,
-        dir: &FileKey,
-        cookie: u64,
-        max_entries: usize,
-    ) -> Result<(Vec<DirEntry>, bool)> {
-        self.gate(Call::Io)?;
-        self.inner.readdir(dir, cookie, max_entries)
-    }
-
-    fn clone_range(
-        &self,
-        cx: &OpCtx,
-        src: &FileKey,
-        src_off: u64,
-        dst: &FileKey,
-        dst_off: u64,
-        len: u64,
-    ) -> Result<CloneMethod> {
-        self.gate(Call::Alloc)?;
-        self.inner.clone_range(cx, src, src_off, dst, dst_off, len)
     }
 }
 
