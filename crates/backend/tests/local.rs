@@ -1,24 +1,19 @@
 //! Tests that only make sense for the local-directory backend: restart-stable keys,
 //! symlink containment, keys of objects outside the export, mount points.
 
+mod common;
+
 use std::os::unix::fs::symlink;
 use std::path::Path;
 use std::process::Command;
 
 use bytes::Bytes;
+use common::*;
 use txnfs_backend::local::LocalBackend;
 use txnfs_backend::{
-    Backend, BackendError, CloneMethod, CreateMode, Creds, FileType, NodeKind, OpCtx, SetAttrs,
+    Backend, BackendError, CloneMethod, CreateMode, FileType, NodeKind, OpCtx, SetAttrs,
     MAX_KEY_LEN,
 };
-
-fn creds() -> Creds {
-    Creds {
-        uid: 1000,
-        gid: 1000,
-        gids: vec![],
-    }
-}
 
 #[test]
 fn keys_survive_restart() {
@@ -26,63 +21,24 @@ fn keys_survive_restart() {
     let (root, file, sub, link, data_key) = {
         let b = LocalBackend::open(dir.path()).unwrap();
         let root = b.root().unwrap();
-        let txnfs_backend::Created {
-            key: file,
-            attrs: _,
-            created: _,
-            ..
-        } = b
-            .create_file(
-                &OpCtx::for_creds(creds()),
-                &root,
-                b"file",
-                CreateMode::Guarded,
-                &SetAttrs::default(),
-            )
-            .unwrap();
+        let file = create(&b, &root, "file");
         b.write(&OpCtx::default(), &file, 0, b"persisted", true)
             .unwrap();
-        let txnfs_backend::Made {
-            key: sub, attrs: _, ..
-        } = b
+        let sub = mkdir(&b, &root, "sub");
+        let link = b
             .make_node(
-                &OpCtx::for_creds(creds()),
-                &root,
-                b"sub",
-                &NodeKind::Directory,
-                &SetAttrs::default(),
-            )
-            .unwrap();
-        let txnfs_backend::Made {
-            key: link,
-            attrs: _,
-            ..
-        } = b
-            .make_node(
-                &OpCtx::for_creds(creds()),
+                &user(),
                 &sub,
                 b"ln",
                 &NodeKind::Symlink(Bytes::from_static(b"../file")),
                 &SetAttrs::default(),
             )
-            .unwrap();
+            .unwrap()
+            .key;
         for k in [&root, &file, &sub, &link] {
             assert!(k.len() <= MAX_KEY_LEN);
         }
-        let txnfs_backend::Created {
-            key: data_key,
-            attrs: _,
-            created: _,
-            ..
-        } = b
-            .create_file(
-                &OpCtx::for_creds(creds()),
-                &sub,
-                b"deleted-later",
-                CreateMode::Guarded,
-                &SetAttrs::default(),
-            )
-            .unwrap();
+        let data_key = create(&b, &sub, "deleted-later");
         (root, file, sub, link, data_key)
     };
     // Removed while the server is down.
@@ -113,7 +69,7 @@ fn symlink_to_root_is_never_traversed() {
     assert_eq!(b.lookup_parent(&k).unwrap_err(), BackendError::NotDir);
     let e = b
         .create_file(
-            &OpCtx::for_creds(creds()),
+            &user(),
             &k,
             b"pwned",
             CreateMode::Unchecked,
@@ -123,7 +79,7 @@ fn symlink_to_root_is_never_traversed() {
     assert_eq!(e, BackendError::NotDir);
     let e = b
         .make_node(
-            &OpCtx::for_creds(creds()),
+            &user(),
             &k,
             b"pwned",
             &NodeKind::Directory,
@@ -138,29 +94,11 @@ fn symlink_to_root_is_never_traversed() {
     // Unchecked create on the name of a symlink does not write through it.
     let (etc, _) = b.lookup(&root, b"etc").unwrap();
     let e = b
-        .create_file(
-            &OpCtx::for_creds(creds()),
-            &root,
-            b"etc",
-            CreateMode::Unchecked,
-            &SetAttrs {
-                size: Some(0),
-                ..Default::default()
-            },
-        )
+        .create_file(&user(), &root, b"etc", CreateMode::Unchecked, &set_size(0))
         .unwrap_err();
     assert_eq!(e, BackendError::SymlinkLoop);
     assert!(b.write(&OpCtx::default(), &etc, 0, b"x", false).is_err());
-    assert!(b
-        .setattr(
-            &OpCtx::default(),
-            &etc,
-            &SetAttrs {
-                size: Some(0),
-                ..Default::default()
-            }
-        )
-        .is_err());
+    assert!(b.setattr(&OpCtx::default(), &etc, &set_size(0)).is_err());
     // chown of the symlink changes the link, not /etc
     let etc_uid = std::fs::metadata("/etc").map(|m| {
         use std::os::unix::fs::MetadataExt;
@@ -230,20 +168,7 @@ fn stale_after_external_removal() {
     let dir = tempfile::tempdir().unwrap();
     let b = LocalBackend::open(dir.path()).unwrap();
     let root = b.root().unwrap();
-    let txnfs_backend::Created {
-        key: k,
-        attrs: _,
-        created: _,
-        ..
-    } = b
-        .create_file(
-            &OpCtx::for_creds(creds()),
-            &root,
-            b"f",
-            CreateMode::Guarded,
-            &SetAttrs::default(),
-        )
-        .unwrap();
+    let k = create(&b, &root, "f");
     b.write(&OpCtx::default(), &k, 0, b"abc", false).unwrap(); // cached read-write descriptor
     std::fs::remove_file(dir.path().join("f")).unwrap();
     assert_eq!(b.getattr(&k).unwrap_err(), BackendError::Stale);
@@ -252,17 +177,7 @@ fn stale_after_external_removal() {
         b.write(&OpCtx::default(), &k, 0, b"x", false).unwrap_err(),
         BackendError::Stale
     );
-    let txnfs_backend::Made {
-        key: d, attrs: _, ..
-    } = b
-        .make_node(
-            &OpCtx::for_creds(creds()),
-            &root,
-            b"d",
-            &NodeKind::Directory,
-            &SetAttrs::default(),
-        )
-        .unwrap();
+    let d = mkdir(&b, &root, "d");
     std::fs::remove_dir(dir.path().join("d")).unwrap();
     assert_eq!(b.getattr(&d).unwrap_err(), BackendError::Stale);
     assert_eq!(b.readdir(&d, 0, 10).unwrap_err(), BackendError::Stale);
@@ -278,40 +193,25 @@ fn exclusive_verifier_lives_in_atime_mtime() {
         .enumerate()
     {
         let name = format!("x{i}");
-        let txnfs_backend::Created {
-            key: k,
-            attrs: a,
-            created,
-            ..
-        } = b
-            .create_file(
-                &OpCtx::for_creds(creds()),
+        // The first create makes the file, a retry with the same verifier opens it.
+        let exclusive = || {
+            b.create_file(
+                &user(),
                 &root,
                 name.as_bytes(),
                 CreateMode::Exclusive(*verf),
                 &SetAttrs::default(),
             )
-            .unwrap();
-        assert!(created);
+            .unwrap()
+        };
+        let first = exclusive();
+        assert!(first.created);
         let at = i64::from(u32::from_be_bytes([verf[0], verf[1], verf[2], verf[3]]));
         let mt = i64::from(u32::from_be_bytes([verf[4], verf[5], verf[6], verf[7]]));
-        assert_eq!((a.atime.sec, a.mtime.sec), (at, mt));
-        let txnfs_backend::Created {
-            key: k2,
-            attrs: _,
-            created: again,
-            ..
-        } = b
-            .create_file(
-                &OpCtx::for_creds(creds()),
-                &root,
-                name.as_bytes(),
-                CreateMode::Exclusive(*verf),
-                &SetAttrs::default(),
-            )
-            .unwrap();
-        assert!(!again);
-        assert_eq!(k, k2);
+        assert_eq!((first.attrs.atime.sec, first.attrs.mtime.sec), (at, mt));
+        let again = exclusive();
+        assert!(!again.created);
+        assert_eq!(first.key, again.key);
     }
 }
 
@@ -389,7 +289,7 @@ fn readdir_cookies_on_tmpfs() {
     let root = b.root().unwrap();
     for i in 0..200 {
         b.create_file(
-            &OpCtx::for_creds(creds()),
+            &user(),
             &root,
             format!("n{i}").as_bytes(),
             CreateMode::Guarded,
@@ -427,20 +327,7 @@ fn many_keys_beyond_the_descriptor_cache() {
     let root = b.root().unwrap();
     let mut keys = Vec::new();
     for i in 0..5000u32 {
-        let txnfs_backend::Created {
-            key: k,
-            attrs: _,
-            created: _,
-            ..
-        } = b
-            .create_file(
-                &OpCtx::for_creds(creds()),
-                &root,
-                format!("f{i}").as_bytes(),
-                CreateMode::Guarded,
-                &SetAttrs::default(),
-            )
-            .unwrap();
+        let k = create(&b, &root, &format!("f{i}"));
         if i % 10 == 0 {
             b.write(&OpCtx::default(), &k, 0, &i.to_be_bytes(), false)
                 .unwrap();
@@ -460,22 +347,6 @@ fn many_keys_beyond_the_descriptor_cache() {
             .unwrap();
         assert_eq!(b.getattr(&keys[i]).unwrap_err(), BackendError::Stale);
     }
-}
-
-/// Writes `data` to a new file `name` in the root; returns its key.
-fn file_with(b: &LocalBackend, name: &str, data: &[u8]) -> txnfs_backend::FileKey {
-    let root = b.root().unwrap();
-    let f = b
-        .create_file(
-            &OpCtx::for_creds(creds()),
-            &root,
-            name.as_bytes(),
-            CreateMode::Guarded,
-            &SetAttrs::default(),
-        )
-        .unwrap();
-    b.write(&OpCtx::default(), &f.key, 0, data, false).unwrap();
-    f.key
 }
 
 fn pattern(len: usize) -> Vec<u8> {
