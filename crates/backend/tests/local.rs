@@ -25,16 +25,7 @@ fn keys_survive_restart() {
         b.write(&OpCtx::default(), &file, 0, b"persisted", true)
             .unwrap();
         let sub = mkdir(&b, &root, "sub");
-        let link = b
-            .make_node(
-                &user(),
-                &sub,
-                b"ln",
-                &NodeKind::Symlink(Bytes::from_static(b"../file")),
-                &SetAttrs::default(),
-            )
-            .unwrap()
-            .key;
+        let link = make_symlink(&b, &sub, "ln", b"../file").key;
         for k in [&root, &file, &sub, &link] {
             assert!(k.len() <= MAX_KEY_LEN);
         }
@@ -67,25 +58,16 @@ fn symlink_to_root_is_never_traversed() {
     assert_eq!(b.lookup(&k, b"etc").unwrap_err(), BackendError::NotDir);
     assert_eq!(b.readdir(&k, 0, 10).unwrap_err(), BackendError::NotDir);
     assert_eq!(b.lookup_parent(&k).unwrap_err(), BackendError::NotDir);
-    let e = b
-        .create_file(
-            &user(),
-            &k,
-            b"pwned",
-            CreateMode::Unchecked,
-            &SetAttrs::default(),
-        )
-        .unwrap_err();
+    let e = create_file(
+        &b,
+        &k,
+        b"pwned",
+        CreateMode::Unchecked,
+        &SetAttrs::default(),
+    )
+    .unwrap_err();
     assert_eq!(e, BackendError::NotDir);
-    let e = b
-        .make_node(
-            &user(),
-            &k,
-            b"pwned",
-            &NodeKind::Directory,
-            &SetAttrs::default(),
-        )
-        .unwrap_err();
+    let e = make_node(&b, &k, b"pwned", &NodeKind::Directory, &SetAttrs::default()).unwrap_err();
     assert_eq!(e, BackendError::NotDir);
     assert_eq!(
         b.remove(&OpCtx::default(), &k, b"tmp").unwrap_err(),
@@ -93,9 +75,7 @@ fn symlink_to_root_is_never_traversed() {
     );
     // Unchecked create on the name of a symlink does not write through it.
     let (etc, _) = b.lookup(&root, b"etc").unwrap();
-    let e = b
-        .create_file(&user(), &root, b"etc", CreateMode::Unchecked, &set_size(0))
-        .unwrap_err();
+    let e = create_file(&b, &root, b"etc", CreateMode::Unchecked, &set_size(0)).unwrap_err();
     assert_eq!(e, BackendError::SymlinkLoop);
     assert!(b.write(&OpCtx::default(), &etc, 0, b"x", false).is_err());
     assert!(b.setattr(&OpCtx::default(), &etc, &set_size(0)).is_err());
@@ -141,8 +121,9 @@ fn forged_key_outside_export_resolves_only_via_handle() {
     let top = tempfile::tempdir().unwrap();
     let export = top.path().join("export");
     let outside = top.path().join("outside");
-    std::fs::create_dir(&export).unwrap();
-    std::fs::create_dir(&outside).unwrap();
+    for d in [&export, &outside] {
+        std::fs::create_dir(d).unwrap();
+    }
     std::fs::write(outside.join("secret"), b"s3cret").unwrap();
 
     let wide = LocalBackend::open(top.path()).unwrap();
@@ -194,22 +175,12 @@ fn exclusive_verifier_lives_in_atime_mtime() {
     {
         let name = format!("x{i}");
         // The first create makes the file, a retry with the same verifier opens it.
-        let exclusive = || {
-            b.create_file(
-                &user(),
-                &root,
-                name.as_bytes(),
-                CreateMode::Exclusive(*verf),
-                &SetAttrs::default(),
-            )
-            .unwrap()
-        };
-        let first = exclusive();
+        let first = exclusive(&b, &root, name.as_bytes(), *verf).unwrap();
         assert!(first.created);
         let at = i64::from(u32::from_be_bytes([verf[0], verf[1], verf[2], verf[3]]));
         let mt = i64::from(u32::from_be_bytes([verf[4], verf[5], verf[6], verf[7]]));
         assert_eq!((first.attrs.atime.sec, first.attrs.mtime.sec), (at, mt));
-        let again = exclusive();
+        let again = exclusive(&b, &root, name.as_bytes(), *verf).unwrap();
         assert!(!again.created);
         assert_eq!(first.key, again.key);
     }
@@ -247,9 +218,9 @@ fn mount_points_are_xdev() {
     let dir = tempfile::tempdir().unwrap();
     let mnt = dir.path().join("mnt");
     let bind = dir.path().join("bind");
-    std::fs::create_dir(&mnt).unwrap();
-    std::fs::create_dir(&bind).unwrap();
-    std::fs::create_dir(dir.path().join("plain")).unwrap();
+    for d in [&mnt, &bind, &dir.path().join("plain")] {
+        std::fs::create_dir(d).unwrap();
+    }
     let _tmpfs = Mounted::new(&["-t", "tmpfs", "txnfs-test"], &mnt);
     let src = dir.path().join("plain");
     let src = src.to_string_lossy().into_owned();
@@ -288,8 +259,8 @@ fn readdir_cookies_on_tmpfs() {
     let b = LocalBackend::open(dir.path()).unwrap();
     let root = b.root().unwrap();
     for i in 0..200 {
-        b.create_file(
-            &user(),
+        create_file(
+            &b,
             &root,
             format!("n{i}").as_bytes(),
             CreateMode::Guarded,

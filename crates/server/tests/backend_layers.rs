@@ -53,6 +53,19 @@ impl Layer for Journal {
     }
 }
 
+/// Checks that `ev` is one COMPOUND: its begin, one REMOVE under it and its end with `ok`;
+/// returns the COMPOUND's id.
+fn one_remove_compound(ev: &[Event], ok: bool) -> u64 {
+    let Some(&Event::Begin(id)) = ev.first() else {
+        panic!("{ev:?}")
+    };
+    assert_eq!(
+        ev,
+        [Event::Begin(id), Event::Remove(id), Event::End(id, ok)]
+    );
+    id
+}
+
 /// A memory server whose export is the `Journal` over a memory backend, and a session
 /// of the client `owner` on it.
 async fn start(owner: &[u8]) -> (TestServer, Arc<Journal>, Session) {
@@ -88,34 +101,16 @@ async fn hooks_bracket_each_compound_that_touches_the_export() {
         ])
         .await;
     assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
-    let ev = events(&journal);
-    let Event::Begin(id) = ev[0] else {
-        panic!("{ev:?}")
-    };
-    assert_ne!(id, 0);
     // One begin (the second PUTROOTFH does not begin again), the mutation under the
     // same COMPOUND, one successful end.
-    assert_eq!(
-        ev,
-        vec![Event::Begin(id), Event::Remove(id), Event::End(id, true)]
-    );
+    let id = one_remove_compound(&events(&journal), true);
+    assert_ne!(id, 0);
 
     // A failing op ends the COMPOUND with ok = false; the next COMPOUND has a new id.
     let r = s.run(vec![nfs_argop4::OP_PUTROOTFH, remove("nope")]).await;
     assert_eq!(r.status, nfsstat4::NFS4ERR_NOENT);
-    let ev = events(&journal);
-    let Event::Begin(id2) = ev[0] else {
-        panic!("{ev:?}")
-    };
+    let id2 = one_remove_compound(&events(&journal), false);
     assert!(id2 > id);
-    assert_eq!(
-        ev,
-        vec![
-            Event::Begin(id2),
-            Event::Remove(id2),
-            Event::End(id2, false)
-        ]
-    );
 
     // A COMPOUND that never reaches the export is not announced to it.
     let r = s.run(vec![]).await;

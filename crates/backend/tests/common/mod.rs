@@ -5,7 +5,11 @@
 // Each test crate uses its own subset.
 #![allow(dead_code)]
 
-use txnfs_backend::{Backend, CreateMode, Creds, FileKey, FileType, NodeKind, OpCtx, SetAttrs};
+use bytes::Bytes;
+use txnfs_backend::{
+    Backend, CreateMode, Created, Creds, FileKey, FileType, Made, NodeKind, OpCtx, Result,
+    SetAttrs, SetTime, Timestamp,
+};
 
 /// The user the tests create objects as (not root, and with a group of its own).
 pub fn creds() -> Creds {
@@ -71,6 +75,53 @@ pub fn set_size(size: u64) -> SetAttrs {
 pub fn set_mode(mode: u32) -> SetAttrs {
     SetAttrs {
         mode: Some(mode),
+        ..SetAttrs::default()
+    }
+}
+
+/// [`Backend::create_file`] as the test user.
+pub fn create_file<B: Backend>(
+    b: &B,
+    dir: &FileKey,
+    name: &[u8],
+    mode: CreateMode,
+    attrs: &SetAttrs,
+) -> Result<Created> {
+    b.create_file(&user(), dir, name, mode, attrs)
+}
+
+/// [`Backend::make_node`] as the test user.
+pub fn make_node<B: Backend>(
+    b: &B,
+    dir: &FileKey,
+    name: &[u8],
+    kind: &NodeKind,
+    attrs: &SetAttrs,
+) -> Result<Made> {
+    b.make_node(&user(), dir, name, kind, attrs)
+}
+
+/// An exclusive create (NFS createmode EXCLUSIVE4) of `name` in `dir` as the test user.
+pub fn exclusive<B: Backend>(b: &B, dir: &FileKey, name: &[u8], verf: [u8; 8]) -> Result<Created> {
+    create_file(
+        b,
+        dir,
+        name,
+        CreateMode::Exclusive(verf),
+        &SetAttrs::default(),
+    )
+}
+
+/// Makes the symlink `name` to `target` in `dir` as the test user.
+pub fn make_symlink<B: Backend>(b: &B, dir: &FileKey, name: &str, target: &'static [u8]) -> Made {
+    let kind = NodeKind::Symlink(Bytes::from_static(target));
+    make_node(b, dir, name.as_bytes(), &kind, &SetAttrs::default()).expect("symlink")
+}
+
+/// Sets only the modification time, to a client's time.
+pub fn set_mtime(t: Timestamp) -> SetAttrs {
+    SetAttrs {
+        mtime: Some(SetTime::Client(t)),
         ..SetAttrs::default()
     }
 }

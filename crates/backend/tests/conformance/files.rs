@@ -25,15 +25,7 @@ pub fn check_create_write_read<B: Backend>(b: &B) {
         attrs: a,
         created,
         ..
-    } = b
-        .create_file(
-            &user(),
-            &root,
-            b"f",
-            CreateMode::Unchecked,
-            &set_mode(0o640),
-        )
-        .unwrap();
+    } = create_file(b, &root, b"f", CreateMode::Unchecked, &set_mode(0o640)).unwrap();
     assert!(created);
     assert_eq!(a.mode, 0o640);
     assert_eq!(a.uid, 1234);
@@ -78,19 +70,18 @@ pub fn check_create_write_read<B: Backend>(b: &B) {
         attrs: a3,
         created,
         ..
-    } = b
-        .create_file(
-            &user(),
-            &root,
-            b"f",
-            CreateMode::Unchecked,
-            &SetAttrs {
-                mode: Some(0o600),
-                size: Some(3),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    } = create_file(
+        b,
+        &root,
+        b"f",
+        CreateMode::Unchecked,
+        &SetAttrs {
+            mode: Some(0o600),
+            size: Some(3),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert!(!created);
     assert_eq!(k3, k);
     assert_eq!(a3.size, 3);
@@ -207,81 +198,26 @@ fn now_sec() -> i64 {
 pub fn check_create_modes<B: Backend>(b: &B) {
     let root = b.root().unwrap();
     let k = create(b, &root, "g");
-    let e = b
-        .create_file(
-            &user(),
-            &root,
-            b"g",
-            CreateMode::Guarded,
-            &SetAttrs::default(),
-        )
-        .unwrap_err();
+    let e = create_file(b, &root, b"g", CreateMode::Guarded, &SetAttrs::default()).unwrap_err();
     assert_eq!(e, BackendError::Exists);
     let verf = *b"verifier";
-    let Created {
-        key: k1,
-        attrs: _,
-        created: c1,
-        ..
-    } = b
-        .create_file(
-            &user(),
-            &root,
-            b"x",
-            CreateMode::Exclusive(verf),
-            &SetAttrs::default(),
-        )
-        .unwrap();
-    assert!(c1);
-    let Created {
-        key: k2,
-        attrs: _,
-        created: c2,
-        ..
-    } = b
-        .create_file(
-            &user(),
-            &root,
-            b"x",
-            CreateMode::Exclusive(verf),
-            &SetAttrs::default(),
-        )
-        .unwrap();
-    assert!(!c2, "retry with the same verifier opens the file");
-    assert_eq!(k1, k2);
-    let e = b
-        .create_file(
-            &user(),
-            &root,
-            b"x",
-            CreateMode::Exclusive(*b"other!!!"),
-            &SetAttrs::default(),
-        )
-        .unwrap_err();
+    let first = exclusive(b, &root, b"x", verf).unwrap();
+    assert!(first.created);
+    let again = exclusive(b, &root, b"x", verf).unwrap();
+    assert!(
+        !again.created,
+        "retry with the same verifier opens the file"
+    );
+    assert_eq!(first.key, again.key);
+    let e = exclusive(b, &root, b"x", *b"other!!!").unwrap_err();
     assert_eq!(e, BackendError::Exists);
     // an exclusive create over a file made otherwise is Exists
-    let e = b
-        .create_file(
-            &user(),
-            &root,
-            b"g",
-            CreateMode::Exclusive(verf),
-            &SetAttrs::default(),
-        )
-        .unwrap_err();
+    let e = exclusive(b, &root, b"g", verf).unwrap_err();
     assert_eq!(e, BackendError::Exists);
     let _ = k;
     // create over a directory
     mkdir(b, &root, "d");
-    let e = b
-        .create_file(
-            &user(),
-            &root,
-            b"d",
-            CreateMode::Unchecked,
-            &SetAttrs::default(),
-        )
-        .unwrap_err();
+    let e = create_file(b, &root, b"d", CreateMode::Unchecked, &SetAttrs::default()).unwrap_err();
     assert_eq!(e, BackendError::IsDir);
 }
 
@@ -296,20 +232,19 @@ pub fn check_create_attrs<B: Backend>(b: &B) {
         attrs: a,
         created,
         ..
-    } = b
-        .create_file(
-            &user(),
-            &root,
-            b"sized",
-            CreateMode::Guarded,
-            &SetAttrs {
-                size: Some(5),
-                mtime: Some(SetTime::Client(t)),
-                mode: Some(0o600),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    } = create_file(
+        b,
+        &root,
+        b"sized",
+        CreateMode::Guarded,
+        &SetAttrs {
+            size: Some(5),
+            mtime: Some(SetTime::Client(t)),
+            mode: Some(0o600),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert!(created);
     assert_eq!((a.size, a.mtime, a.mode), (5, t, 0o600));
     assert_eq!(&b.read(&k, 0, 10).unwrap().0[..], &[0u8; 5]);
@@ -320,15 +255,14 @@ pub fn check_create_attrs<B: Backend>(b: &B) {
         BackendError::FileTooBig
     );
     // empty symlink target
-    let e = b
-        .make_node(
-            &user(),
-            &root,
-            b"empty-link",
-            &NodeKind::Symlink(Bytes::new()),
-            &SetAttrs::default(),
-        )
-        .unwrap_err();
+    let e = make_node(
+        b,
+        &root,
+        b"empty-link",
+        &NodeKind::Symlink(Bytes::new()),
+        &SetAttrs::default(),
+    )
+    .unwrap_err();
     assert_eq!(e, BackendError::Inval);
 }
 

@@ -3,8 +3,7 @@
 
 use bytes::Bytes;
 use txnfs_backend::{
-    Backend, BackendError, CreateMode, Created, Creds, FileType, Made, NodeKind, OpCtx, SetAttrs,
-    SetTime, Timestamp,
+    Backend, BackendError, CreateMode, Creds, FileType, Made, NodeKind, OpCtx, SetAttrs, Timestamp,
 };
 
 use crate::common::*;
@@ -14,15 +13,7 @@ pub fn check_make_node<B: Backend>(b: &B) {
     let root_nlink = b.getattr(&root).unwrap().nlink;
     let Made {
         key: dk, attrs: da, ..
-    } = b
-        .make_node(
-            &user(),
-            &root,
-            b"dir",
-            &NodeKind::Directory,
-            &set_mode(0o750),
-        )
-        .unwrap();
+    } = make_node(b, &root, b"dir", &NodeKind::Directory, &set_mode(0o750)).unwrap();
     assert_eq!(da.ftype, FileType::Directory);
     assert_eq!(da.mode, 0o750);
     assert_eq!(da.nlink, 2);
@@ -32,49 +23,30 @@ pub fn check_make_node<B: Backend>(b: &B) {
     assert_eq!(pk, root);
     let Made {
         key: sk, attrs: sa, ..
-    } = b
-        .make_node(
-            &user(),
-            &dk,
-            b"sym",
-            &NodeKind::Symlink(Bytes::from_static(b"../target/x")),
-            &SetAttrs::default(),
-        )
-        .unwrap();
+    } = make_symlink(b, &dk, "sym", b"../target/x");
     assert_eq!(sa.ftype, FileType::Symlink);
     assert_eq!(sa.size, 11);
     assert_eq!(&b.readlink(&sk).unwrap()[..], b"../target/x");
     assert_eq!(b.readlink(&dk).unwrap_err(), BackendError::NotSymlink);
     let Made {
         key: fk, attrs: fa, ..
-    } = b
-        .make_node(&user(), &dk, b"fifo", &NodeKind::Fifo, &set_mode(0o600))
-        .unwrap();
+    } = make_node(b, &dk, b"fifo", &NodeKind::Fifo, &set_mode(0o600)).unwrap();
     assert_eq!(fa.ftype, FileType::Fifo);
     assert_eq!(fa.mode, 0o600);
     assert_eq!(b.getattr(&fk).unwrap().ftype, FileType::Fifo);
     assert_eq!(b.read(&fk, 0, 1).unwrap_err(), BackendError::Inval);
-    let e = b
-        .make_node(
-            &user(),
-            &dk,
-            b"fifo",
-            &NodeKind::Directory,
-            &SetAttrs::default(),
-        )
-        .unwrap_err();
+    let e = make_node(b, &dk, b"fifo", &NodeKind::Directory, &SetAttrs::default()).unwrap_err();
     assert_eq!(e, BackendError::Exists);
     let Made {
         key: ck, attrs: ca, ..
-    } = b
-        .make_node(
-            &user(),
-            &dk,
-            b"null",
-            &NodeKind::CharDev(1, 3),
-            &SetAttrs::default(),
-        )
-        .unwrap();
+    } = make_node(
+        b,
+        &dk,
+        b"null",
+        &NodeKind::CharDev(1, 3),
+        &SetAttrs::default(),
+    )
+    .unwrap();
     assert_eq!(ca.ftype, FileType::CharDev);
     assert_eq!(ca.rdev, (1, 3));
     assert_eq!(b.read(&ck, 0, 1).unwrap_err(), BackendError::Inval);
@@ -146,29 +118,25 @@ pub fn check_rename<B: Backend>(b: &B) {
         .unwrap();
     assert_eq!(b.lookup(&d2, b"moved").unwrap().0, d1);
     assert_eq!(b.getattr(&sub).unwrap_err(), BackendError::Stale);
-    // file over dir / dir over file
-    assert_eq!(
-        b.rename(&OpCtx::default(), &root, b"t", &root, b"full")
-            .unwrap_err(),
-        BackendError::IsDir
-    );
-    assert_eq!(
-        b.rename(&OpCtx::default(), &root, b"full", &root, b"t")
-            .unwrap_err(),
-        BackendError::NotDir
-    );
-    // into its own subtree
-    assert_eq!(
-        b.rename(&OpCtx::default(), &root, b"d2", &d1, b"loop")
-            .unwrap_err(),
-        BackendError::Inval
-    );
-    // missing source
-    assert_eq!(
-        b.rename(&OpCtx::default(), &root, b"ghost", &root, b"x")
-            .unwrap_err(),
-        BackendError::NotFound
-    );
+    // Refused, and so changing nothing: file over dir, dir over file, into its own
+    // subtree, a missing source.
+    for (from_dir, from, to_dir, to, want) in [
+        (&root, "t", &root, "full", BackendError::IsDir),
+        (&root, "full", &root, "t", BackendError::NotDir),
+        (&root, "d2", &d1, "loop", BackendError::Inval),
+        (&root, "ghost", &root, "x", BackendError::NotFound),
+    ] {
+        let e = b
+            .rename(
+                &OpCtx::default(),
+                from_dir,
+                from.as_bytes(),
+                to_dir,
+                to.as_bytes(),
+            )
+            .unwrap_err();
+        assert_eq!(e, want, "rename {from} to {to}");
+    }
     // rename onto itself is a no-op
     b.rename(&OpCtx::default(), &root, b"t", &root, b"t")
         .unwrap();
@@ -209,15 +177,7 @@ pub fn check_remove<B: Backend>(b: &B) {
         BackendError::Stale
     );
     assert_eq!(b.readdir(&d, 0, 10).unwrap_err(), BackendError::Stale);
-    let e = b
-        .create_file(
-            &user(),
-            &d,
-            b"f",
-            CreateMode::Unchecked,
-            &SetAttrs::default(),
-        )
-        .unwrap_err();
+    let e = create_file(b, &d, b"f", CreateMode::Unchecked, &SetAttrs::default()).unwrap_err();
     assert_eq!(e, BackendError::Stale);
 }
 
@@ -285,32 +245,14 @@ pub fn check_symlink_not_followed<B: Backend>(b: &B) {
     let root = b.root().unwrap();
     let d = mkdir(b, &root, "real");
     create(b, &d, "inner");
-    let Made {
-        key: sk, attrs: _, ..
-    } = b
-        .make_node(
-            &user(),
-            &root,
-            b"link",
-            &NodeKind::Symlink(Bytes::from_static(b"real")),
-            &SetAttrs::default(),
-        )
-        .unwrap();
+    let sk = make_symlink(b, &root, "link", b"real").key;
     let (k, a) = b.lookup(&root, b"link").unwrap();
     assert_eq!(k, sk);
     assert_eq!(a.ftype, FileType::Symlink);
     assert_eq!(b.lookup(&sk, b"inner").unwrap_err(), BackendError::NotDir);
     assert_eq!(b.readdir(&sk, 0, 10).unwrap_err(), BackendError::NotDir);
     // creating through a symlink name does not follow it
-    let e = b
-        .create_file(
-            &user(),
-            &root,
-            b"link",
-            CreateMode::Guarded,
-            &SetAttrs::default(),
-        )
-        .unwrap_err();
+    let e = create_file(b, &root, b"link", CreateMode::Guarded, &SetAttrs::default()).unwrap_err();
     assert_eq!(e, BackendError::Exists);
     assert!(b.read(&sk, 0, 10).is_err());
     // setattr mode on a symlink leaves the target alone
@@ -323,16 +265,7 @@ pub fn check_symlink_not_followed<B: Backend>(b: &B) {
         nsec: 0,
     };
     let dt = b.getattr(&d).unwrap().mtime;
-    let a = b
-        .setattr(
-            &OpCtx::default(),
-            &sk,
-            &SetAttrs {
-                mtime: Some(SetTime::Client(t)),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let a = b.setattr(&OpCtx::default(), &sk, &set_mtime(t)).unwrap();
     assert_eq!(a.mtime, t);
     assert_eq!(b.getattr(&d).unwrap().mtime, dt);
     // readdir reports it as a symlink
@@ -343,15 +276,15 @@ pub fn check_symlink_not_followed<B: Backend>(b: &B) {
 
 pub fn check_setgid_dirs<B: Backend>(b: &B) {
     let root = b.root().unwrap();
-    let Made {
-        key: d, attrs: _, ..
-    } = b
+    // Another user, whose own group is not the directory's.
+    let other = OpCtx::for_creds(Creds {
+        uid: 1000,
+        gid: 1000,
+        gids: vec![],
+    });
+    let d = b
         .make_node(
-            &OpCtx::for_creds(Creds {
-                uid: 1000,
-                gid: 1000,
-                gids: vec![],
-            }),
+            &other,
             &root,
             b"shared",
             &NodeKind::Directory,
@@ -361,62 +294,36 @@ pub fn check_setgid_dirs<B: Backend>(b: &B) {
                 ..Default::default()
             },
         )
-        .unwrap();
+        .unwrap()
+        .key;
     let a = b.getattr(&d).unwrap();
     assert_eq!((a.mode, a.uid, a.gid), (0o2775, 1000, 777));
-    let Created {
-        key: _,
-        attrs: fa,
-        created: _,
-        ..
-    } = b
-        .create_file(
-            &OpCtx::for_creds(Creds {
-                uid: 1000,
-                gid: 1000,
-                gids: vec![],
-            }),
-            &d,
-            b"f",
-            CreateMode::Guarded,
-            &SetAttrs::default(),
-        )
-        .unwrap();
+    let fa = b
+        .create_file(&other, &d, b"f", CreateMode::Guarded, &SetAttrs::default())
+        .unwrap()
+        .attrs;
     assert_eq!((fa.uid, fa.gid, fa.mode), (1000, 777, 0o644));
-    let Made {
-        key: _, attrs: sa, ..
-    } = b
+    let sa = b
         .make_node(
-            &OpCtx::for_creds(Creds {
-                uid: 1000,
-                gid: 1000,
-                gids: vec![],
-            }),
+            &other,
             &d,
             b"sub",
             &NodeKind::Directory,
             &SetAttrs::default(),
         )
-        .unwrap();
+        .unwrap()
+        .attrs;
     assert_eq!((sa.gid, sa.mode), (777, 0o2755));
     // mode is exact, whatever the umask
-    let Created {
-        key: _,
-        attrs: ua,
-        created: _,
-        ..
-    } = b
+    let ua = b
         .create_file(
-            &OpCtx::for_creds(Creds {
-                uid: 1000,
-                gid: 1000,
-                gids: vec![],
-            }),
+            &other,
             &root,
             b"wide",
             CreateMode::Guarded,
             &set_mode(0o777),
         )
-        .unwrap();
+        .unwrap()
+        .attrs;
     assert_eq!(ua.mode, 0o777);
 }
