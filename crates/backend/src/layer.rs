@@ -18,11 +18,28 @@ use crate::{
     FsStats, Linked, Made, NodeKind, OpCtx, RenameChange, Result, SetAttrs,
 };
 
-/// Writes the [`Layer`] trait and the blanket `impl<L: Layer> Backend for L` from one list
-/// of the [`Backend`] methods: each `Layer` method defaults to the same call on
-/// [`Layer::lower`], and each `Backend` method of a layer calls its `Layer` method. One
-/// list, so a method added to [`Backend`] is added here once and forwards everywhere.
+/// Writes the [`Layer`] trait and the blanket `impl<L: Layer> Backend for L` from the
+/// list of [`Backend`] methods (`with_backend_methods` in the crate root): each `Layer`
+/// method defaults to the same call on [`Layer::lower`], and each `Backend` method of a
+/// layer calls its `Layer` method. The provided `Backend` methods forward too: a layer
+/// passes the COMPOUND hooks down unless it overrides them.
 macro_rules! layer_forwarding {
+    (
+        required {
+            $($(#[$rdoc:meta])* fn $rname:ident(&self $(, $rarg:ident: $rty:ty)*) $(-> $rret:ty)?;)*
+        }
+        provided {
+            $(
+                $(#[$pdoc:meta])*
+                fn $pname:ident(&self $(, $parg:ident: $pty:ty)*) $(-> $pret:ty)? $body:block
+            )*
+        }
+    ) => {
+        layer_forwarding! {
+            $(fn $rname(&self $(, $rarg: $rty)*) $(-> $rret)?;)*
+            $(fn $pname(&self $(, $parg: $pty)*) $(-> $pret)?;)*
+        }
+    };
     ($(fn $name:ident(&self $(, $arg:ident: $ty:ty)*) $(-> $ret:ty)?;)*) => {
         /// A backend stacked on another. Override what the layer changes; the rest
         /// forwards.
@@ -46,29 +63,7 @@ macro_rules! layer_forwarding {
     };
 }
 
-#[rustfmt::skip]
-layer_forwarding! {
-    fn root(&self) -> Result<FileKey>;
-    fn getattr(&self, key: &FileKey) -> Result<Attrs>;
-    fn lookup(&self, dir: &FileKey, name: &[u8]) -> Result<(FileKey, Attrs)>;
-    fn lookup_parent(&self, dir: &FileKey) -> Result<(FileKey, Attrs)>;
-    fn setattr(&self, cx: &OpCtx, key: &FileKey, attrs: &SetAttrs) -> Result<Attrs>;
-    fn read(&self, key: &FileKey, offset: u64, count: u32) -> Result<(Bytes, bool)>;
-    fn write(&self, cx: &OpCtx, key: &FileKey, offset: u64, data: &[u8], sync: bool) -> Result<Attrs>;
-    fn commit(&self, cx: &OpCtx, key: &FileKey) -> Result<()>;
-    fn create_file(&self, cx: &OpCtx, dir: &FileKey, name: &[u8], mode: CreateMode, attrs: &SetAttrs) -> Result<Created>;
-    fn make_node(&self, cx: &OpCtx, dir: &FileKey, name: &[u8], kind: &NodeKind, attrs: &SetAttrs) -> Result<Made>;
-    fn remove(&self, cx: &OpCtx, dir: &FileKey, name: &[u8]) -> Result<DirChange>;
-    fn rename(&self, cx: &OpCtx, from_dir: &FileKey, from: &[u8], to_dir: &FileKey, to: &[u8]) -> Result<RenameChange>;
-    fn link(&self, cx: &OpCtx, file: &FileKey, dir: &FileKey, name: &[u8]) -> Result<Linked>;
-    fn readlink(&self, key: &FileKey) -> Result<Bytes>;
-    fn readdir(&self, dir: &FileKey, cookie: u64, max_entries: usize) -> Result<(Vec<DirEntry>, bool)>;
-    fn statfs(&self, key: &FileKey) -> Result<FsStats>;
-    fn clone_range(&self, cx: &OpCtx, src: &FileKey, src_off: u64, dst: &FileKey, dst_off: u64, len: u64) -> Result<CloneMethod>;
-    fn clone_method(&self) -> CloneMethod;
-    fn begin_compound(&self, cx: &OpCtx) -> Result<()>;
-    fn end_compound(&self, cx: &OpCtx, ok: bool);
-}
+crate::with_backend_methods!(layer_forwarding);
 
 // ---------------------------------------------------------------------------------------
 // Building a stack from names
