@@ -379,25 +379,16 @@ macro_rules! with_backend_methods {
 }
 pub(crate) use with_backend_methods;
 
-/// Writes the [`Backend`] trait from the list in `with_backend_methods`.
+/// Writes the [`Backend`] trait from the list in `with_backend_methods`: the list is
+/// already the trait's items, so they pass through as they are.
 macro_rules! backend_trait {
-    (
-        required {
-            $($(#[$rdoc:meta])* fn $rname:ident(&self $(, $rarg:ident: $rty:ty)*) $(-> $rret:ty)?;)*
-        }
-        provided {
-            $(
-                $(#[$pdoc:meta])*
-                fn $pname:ident(&self $(, $parg:ident: $pty:ty)*) $(-> $pret:ty)? $body:block
-            )*
-        }
-    ) => {
+    (required { $($required:tt)* } provided { $($provided:tt)* }) => {
         /// The storage interface. Names passed in are single path components that the server
         /// has already validated (non-empty, no '/', no NUL, not "." or ".."); backends check
         /// again and answer `BadName` rather than trusting that.
         pub trait Backend: Send + Sync + 'static {
-            $($(#[$rdoc])* fn $rname(&self $(, $rarg: $rty)*) $(-> $rret)?;)*
-            $($(#[$pdoc])* fn $pname(&self $(, $parg: $pty)*) $(-> $pret)? $body)*
+            $($required)*
+            $($provided)*
         }
     };
 }
