@@ -621,6 +621,20 @@ impl MemoryBackend {
         Ok((key_of(ino), self.out(inner.attrs(ino)?)))
     }
 
+    /// Runs `f`, a mutation of the directory `dir` (given its inode), under the lock, and
+    /// reports the directory's change across it: atomic, since nothing else runs meanwhile.
+    fn mutate_dir<T>(
+        &self,
+        dir: &FileKey,
+        f: impl FnOnce(&mut Inner, u64) -> Result<T>,
+    ) -> Result<(T, DirChange)> {
+        let dir = ino_of(dir)?;
+        let mut inner = self.lock();
+        let before = inner.change_of(dir)?;
+        let out = f(&mut inner, dir)?;
+        Ok((out, inner.dir_change(dir, before)?))
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock leaves the table consistent enough to go on
         // (each operation validates before mutating), so poisoning is ignored.
@@ -727,15 +741,14 @@ impl Backend for MemoryBackend {
         attrs: &SetAttrs,
     ) -> Result<Created> {
         check_name(name)?;
-        let dir = ino_of(dir)?;
-        let mut inner = self.lock();
-        let before = inner.change_of(dir)?;
-        let (key, attrs, created) = self.create_locked(&mut inner, cx, dir, name, mode, attrs)?;
+        let ((key, attrs, created), dir) = self.mutate_dir(dir, |inner, dir| {
+            self.create_locked(inner, cx, dir, name, mode, attrs)
+        })?;
         Ok(Created {
             key,
             attrs,
             created,
-            dir: inner.dir_change(dir, before)?,
+            dir,
         })
     }
 
@@ -748,36 +761,31 @@ impl Backend for MemoryBackend {
         attrs: &SetAttrs,
     ) -> Result<Made> {
         check_name(name)?;
-        let dir = ino_of(dir)?;
-        let mut inner = self.lock();
-        let before = inner.change_of(dir)?;
-        let (key, attrs) = self.make_locked(&mut inner, &cx.creds, dir, name, kind, attrs)?;
-        Ok(Made {
-            key,
-            attrs,
-            dir: inner.dir_change(dir, before)?,
-        })
+        let ((key, attrs), dir) = self.mutate_dir(dir, |inner, dir| {
+            self.make_locked(inner, &cx.creds, dir, name, kind, attrs)
+        })?;
+        Ok(Made { key, attrs, dir })
     }
+
     fn remove(&self, _cx: &OpCtx, dir: &FileKey, name: &[u8]) -> Result<DirChange> {
         check_name(name)?;
-        let dir = ino_of(dir)?;
-        let mut inner = self.lock();
-        let before = inner.change_of(dir)?;
-        let ino = inner.dir(dir)?.get(name).ok_or(BackendError::NotFound)?;
-        let is_dir = match &inner.node(ino)?.content {
-            Content::Dir(d) if !d.entries.is_empty() => return Err(BackendError::NotEmpty),
-            Content::Dir(_) => true,
-            _ => false,
-        };
-        let t = now();
-        inner.dir_mut(dir)?.remove(name);
-        if is_dir {
-            let p = inner.node_mut(dir)?;
-            p.attrs.nlink = p.attrs.nlink.saturating_sub(1);
-        }
-        inner.touch(dir, true, t)?;
-        inner.unlink_node(ino, t)?;
-        inner.dir_change(dir, before)
+        let ((), change) = self.mutate_dir(dir, |inner, dir| {
+            let ino = inner.dir(dir)?.get(name).ok_or(BackendError::NotFound)?;
+            let is_dir = match &inner.node(ino)?.content {
+                Content::Dir(d) if !d.entries.is_empty() => return Err(BackendError::NotEmpty),
+                Content::Dir(_) => true,
+                _ => false,
+            };
+            let t = now();
+            inner.dir_mut(dir)?.remove(name);
+            if is_dir {
+                let p = inner.node_mut(dir)?;
+                p.attrs.nlink = p.attrs.nlink.saturating_sub(1);
+            }
+            inner.touch(dir, true, t)?;
+            inner.unlink_node(ino, t)
+        })?;
+        Ok(change)
     }
 
     fn rename(
@@ -858,29 +866,26 @@ impl Backend for MemoryBackend {
     fn link(&self, _cx: &OpCtx, file: &FileKey, dir: &FileKey, name: &[u8]) -> Result<Linked> {
         check_name(name)?;
         let ino = ino_of(file)?;
-        let dir = ino_of(dir)?;
-        let mut inner = self.lock();
-        let before = inner.change_of(dir)?;
-        if inner.node(ino)?.attrs.ftype == FileType::Directory {
-            return Err(BackendError::IsDir);
-        }
-        if inner.dir(dir)?.get(name).is_some() {
-            return Err(BackendError::Exists);
-        }
-        if inner.node(ino)?.attrs.nlink >= u32::from(u16::MAX) {
-            return Err(BackendError::MLink);
-        }
-        let t = now();
-        inner
-            .dir_mut(dir)?
-            .insert(Bytes::copy_from_slice(name), ino);
-        inner.node_mut(ino)?.attrs.nlink += 1;
-        inner.touch(dir, true, t)?;
-        inner.touch(ino, false, t)?;
-        Ok(Linked {
-            attrs: self.out(inner.attrs(ino)?),
-            dir: inner.dir_change(dir, before)?,
-        })
+        let (attrs, dir) = self.mutate_dir(dir, |inner, dir| {
+            if inner.node(ino)?.attrs.ftype == FileType::Directory {
+                return Err(BackendError::IsDir);
+            }
+            if inner.dir(dir)?.get(name).is_some() {
+                return Err(BackendError::Exists);
+            }
+            if inner.node(ino)?.attrs.nlink >= u32::from(u16::MAX) {
+                return Err(BackendError::MLink);
+            }
+            let t = now();
+            inner
+                .dir_mut(dir)?
+                .insert(Bytes::copy_from_slice(name), ino);
+            inner.node_mut(ino)?.attrs.nlink += 1;
+            inner.touch(dir, true, t)?;
+            inner.touch(ino, false, t)?;
+            Ok(self.out(inner.attrs(ino)?))
+        })?;
+        Ok(Linked { attrs, dir })
     }
 
     fn readlink(&self, key: &FileKey) -> Result<Bytes> {
