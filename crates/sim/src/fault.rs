@@ -174,13 +174,28 @@ impl FaultBackend {
 }
 
 /// Writes [`Layer`] methods that pass one `gate` (the call kind after `=>`) and then make
-/// the same call on the backend below.
+/// the same call on the backend below. With `applied KIND(arg)`, a call the backend below
+/// applied is counted in the ledger under the token of `arg` (with `if field`, only when
+/// the result's `field` is true).
 macro_rules! gated {
-    ($(fn $name:ident(&self $(, $arg:ident: $ty:ty)*) -> $ret:ty => $call:expr;)*) => {
+    (@count $ledger:expr, $r:ident, $kind:ident, $payload:ident) => {
+        $ledger.count(token($kind, $payload))
+    };
+    (@count $ledger:expr, $r:ident, $kind:ident, $payload:ident, $field:ident) => {
+        if $r.$field {
+            $ledger.count(token($kind, $payload))
+        }
+    };
+    ($(
+        fn $name:ident(&self $(, $arg:ident: $ty:ty)*) -> $ret:ty => $call:expr
+            $(, applied $kind:ident($payload:ident) $(if $field:ident)?)?;
+    )*) => {
         $(
             fn $name(&self $(, $arg: $ty)*) -> $ret {
                 self.gate($call)?;
-                self.inner.$name($($arg),*)
+                let r = self.inner.$name($($arg),*)?;
+                $(gated!(@count self.ledger, r, $kind, $payload $(, $field)?);)?
+                Ok(r)
             }
         )*
     };
@@ -205,6 +220,12 @@ impl Layer for FaultBackend {
         fn readlink(&self, key: &FileKey) -> Result<Bytes> => Call::Io;
         fn readdir(&self, dir: &FileKey, cookie: u64, max_entries: usize) -> Result<(Vec<DirEntry>, bool)> => Call::Io;
         fn clone_range(&self, cx: &OpCtx, src: &FileKey, src_off: u64, dst: &FileKey, dst_off: u64, len: u64) -> Result<CloneMethod> => Call::Alloc;
+        fn create_file(&self, cx: &OpCtx, dir: &FileKey, name: &[u8], mode: CreateMode, attrs: &SetAttrs) -> Result<Created>
+            => Call::Alloc, applied TOKEN_CREATE(name) if created;
+        fn make_node(&self, cx: &OpCtx, dir: &FileKey, name: &[u8], kind: &NodeKind, attrs: &SetAttrs) -> Result<Made>
+            => Call::Alloc, applied TOKEN_CREATE(name);
+        fn rename(&self, cx: &OpCtx, from_dir: &FileKey, from: &[u8], to_dir: &FileKey, to: &[u8]) -> Result<RenameChange>
+            => Call::Io, applied TOKEN_RENAME(to);
     }
 
     fn setattr(&self, cx: &OpCtx, key: &FileKey, attrs: &SetAttrs) -> Result<Attrs> {
@@ -241,50 +262,6 @@ impl Layer for FaultBackend {
             self.inner.write(cx, key, offset, data, sync)?
         };
         self.ledger.count(token(TOKEN_WRITE, data));
-        Ok(r)
-    }
-
-    fn create_file(
-        &self,
-        cx: &OpCtx,
-        dir: &FileKey,
-        name: &[u8],
-        mode: CreateMode,
-        attrs: &SetAttrs,
-    ) -> Result<Created> {
-        self.gate(Call::Alloc)?;
-        let r = self.inner.create_file(cx, dir, name, mode, attrs)?;
-        if r.created {
-            self.ledger.count(token(TOKEN_CREATE, name));
-        }
-        Ok(r)
-    }
-
-    fn make_node(
-        &self,
-        cx: &OpCtx,
-        dir: &FileKey,
-        name: &[u8],
-        kind: &NodeKind,
-        attrs: &SetAttrs,
-    ) -> Result<Made> {
-        self.gate(Call::Alloc)?;
-        let r = self.inner.make_node(cx, dir, name, kind, attrs)?;
-        self.ledger.count(token(TOKEN_CREATE, name));
-        Ok(r)
-    }
-
-    fn rename(
-        &self,
-        cx: &OpCtx,
-        from_dir: &FileKey,
-        from: &[u8],
-        to_dir: &FileKey,
-        to: &[u8],
-    ) -> Result<RenameChange> {
-        self.gate(Call::Io)?;
-        let r = self.inner.rename(cx, from_dir, from, to_dir, to)?;
-        self.ledger.count(token(TOKEN_RENAME, to));
         Ok(r)
     }
 }
