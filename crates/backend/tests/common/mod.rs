@@ -118,6 +118,14 @@ pub fn make_symlink<B: Backend>(b: &B, dir: &FileKey, name: &str, target: &'stat
     make_node(b, dir, name.as_bytes(), &kind, &SetAttrs::default()).expect("symlink")
 }
 
+/// Changes only the owner.
+pub fn set_uid(uid: u32) -> SetAttrs {
+    SetAttrs {
+        uid: Some(uid),
+        ..SetAttrs::default()
+    }
+}
+
 /// Sets only the modification time, to a client's time.
 pub fn set_mtime(t: Timestamp) -> SetAttrs {
     SetAttrs {
