@@ -195,19 +195,17 @@ impl Backend for LocalBackend {
         let (dfd, dst) = self.dir_fd(dir)?;
         let before = self.attrs(&dst, false).change;
         let (key, attrs, created) = self.create_inner(&dfd, &dst, &name, mode, attrs, &cx.creds)?;
-        let dir = if created {
-            // `finish_created` recorded the mutation: read the value it left.
-            DirChange {
-                before,
-                after: self.dir_before(&dfd),
-                atomic: false,
-            }
+        // `finish_created` recorded the mutation: read the value it left. Opening an
+        // existing file changed nothing.
+        let after = if created {
+            self.dir_before(&dfd)
         } else {
-            DirChange {
-                before,
-                after: before,
-                atomic: false,
-            }
+            before
+        };
+        let dir = DirChange {
+            before,
+            after,
+            atomic: false,
         };
         Ok(Created {
             key,
