@@ -2,11 +2,11 @@
 //! create mode says, and finishing a new file (size, owner, mode, verifier).
 
 use std::ffi::CStr;
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use rustix::fs::{self as rfs, AtFlags, Mode, OFlags, Stat};
 use rustix::io::Errno;
-use std::os::fd::OwnedFd;
 
 use super::attrs::ftype_of;
 use super::errors::map_errno;

@@ -20,6 +20,8 @@ pub(super) fn cname(name: &[u8]) -> Result<CString> {
     CString::new(name).map_err(|_| BackendError::BadName)
 }
 
+/// The magic link that names exactly the inode of `fd` (no path is walked), for calls
+/// that need a path: reopening an `O_PATH` descriptor for I/O, chmod, utimensat.
 pub(super) fn proc_path(fd: BorrowedFd<'_>) -> String {
     format!("/proc/self/fd/{}", fd.as_raw_fd())
 }
