@@ -14,222 +14,56 @@ use bytes::Bytes;
 use crate::local::LocalBackend;
 use crate::memory::{MemoryBackend, MemoryLimits};
 use crate::{
-    Attrs, Backend, BackendError, CloneMethod, CreateMode, Created, DirEntry, FileKey, FsStats,
-    Linked, Made, NodeKind, OpCtx, RenameChange, Result, SetAttrs,
+    Attrs, Backend, BackendError, CloneMethod, CreateMode, Created, DirChange, DirEntry, FileKey,
+    FsStats, Linked, Made, NodeKind, OpCtx, RenameChange, Result, SetAttrs,
 };
 
-/// A backend stacked on another. Override what the layer changes; the rest forwards.
-pub trait Layer: Send + Sync + 'static {
-    /// The backend below this layer.
-    fn lower(&self) -> &dyn Backend;
+/// Writes the [`Layer`] trait and the blanket `impl<L: Layer> Backend for L` from the
+/// list of [`Backend`] methods (`with_backend_methods` in the crate root): each `Layer`
+/// method defaults to the same call on [`Layer::lower`], and each `Backend` method of a
+/// layer calls its `Layer` method. The provided `Backend` methods forward too: a layer
+/// passes the COMPOUND hooks down unless it overrides them.
+macro_rules! layer_forwarding {
+    (
+        required {
+            $($(#[$rdoc:meta])* fn $rname:ident(&self $(, $rarg:ident: $rty:ty)*) $(-> $rret:ty)?;)*
+        }
+        provided {
+            $(
+                $(#[$pdoc:meta])*
+                fn $pname:ident(&self $(, $parg:ident: $pty:ty)*) $(-> $pret:ty)? $body:block
+            )*
+        }
+    ) => {
+        layer_forwarding! {
+            $(fn $rname(&self $(, $rarg: $rty)*) $(-> $rret)?;)*
+            $(fn $pname(&self $(, $parg: $pty)*) $(-> $pret)?;)*
+        }
+    };
+    ($(fn $name:ident(&self $(, $arg:ident: $ty:ty)*) $(-> $ret:ty)?;)*) => {
+        /// A backend stacked on another. Override what the layer changes; the rest
+        /// forwards.
+        pub trait Layer: Send + Sync + 'static {
+            /// The backend below this layer.
+            fn lower(&self) -> &dyn Backend;
+            $(
+                fn $name(&self $(, $arg: $ty)*) $(-> $ret)? {
+                    self.lower().$name($($arg),*)
+                }
+            )*
+        }
 
-    fn root(&self) -> Result<FileKey> {
-        self.lower().root()
-    }
-    fn getattr(&self, key: &FileKey) -> Result<Attrs> {
-        self.lower().getattr(key)
-    }
-    fn lookup(&self, dir: &FileKey, name: &[u8]) -> Result<(FileKey, Attrs)> {
-        self.lower().lookup(dir, name)
-    }
-    fn lookup_parent(&self, dir: &FileKey) -> Result<(FileKey, Attrs)> {
-        self.lower().lookup_parent(dir)
-    }
-    fn setattr(&self, cx: &OpCtx, key: &FileKey, attrs: &SetAttrs) -> Result<Attrs> {
-        self.lower().setattr(cx, key, attrs)
-    }
-    fn read(&self, key: &FileKey, offset: u64, count: u32) -> Result<(Bytes, bool)> {
-        self.lower().read(key, offset, count)
-    }
-    fn write(
-        &self,
-        cx: &OpCtx,
-        key: &FileKey,
-        offset: u64,
-        data: &[u8],
-        sync: bool,
-    ) -> Result<Attrs> {
-        self.lower().write(cx, key, offset, data, sync)
-    }
-    fn commit(&self, cx: &OpCtx, key: &FileKey) -> Result<()> {
-        self.lower().commit(cx, key)
-    }
-    fn create_file(
-        &self,
-        cx: &OpCtx,
-        dir: &FileKey,
-        name: &[u8],
-        mode: CreateMode,
-        attrs: &SetAttrs,
-    ) -> Result<Created> {
-        self.lower().create_file(cx, dir, name, mode, attrs)
-    }
-    fn make_node(
-        &self,
-        cx: &OpCtx,
-        dir: &FileKey,
-        name: &[u8],
-        kind: &NodeKind,
-        attrs: &SetAttrs,
-    ) -> Result<Made> {
-        self.lower().make_node(cx, dir, name, kind, attrs)
-    }
-    fn remove(&self, cx: &OpCtx, dir: &FileKey, name: &[u8]) -> Result<crate::DirChange> {
-        self.lower().remove(cx, dir, name)
-    }
-    fn rename(
-        &self,
-        cx: &OpCtx,
-        from_dir: &FileKey,
-        from: &[u8],
-        to_dir: &FileKey,
-        to: &[u8],
-    ) -> Result<RenameChange> {
-        self.lower().rename(cx, from_dir, from, to_dir, to)
-    }
-    fn link(&self, cx: &OpCtx, file: &FileKey, dir: &FileKey, name: &[u8]) -> Result<Linked> {
-        self.lower().link(cx, file, dir, name)
-    }
-    fn readlink(&self, key: &FileKey) -> Result<Bytes> {
-        self.lower().readlink(key)
-    }
-    fn readdir(
-        &self,
-        dir: &FileKey,
-        cookie: u64,
-        max_entries: usize,
-    ) -> Result<(Vec<DirEntry>, bool)> {
-        self.lower().readdir(dir, cookie, max_entries)
-    }
-    fn statfs(&self, key: &FileKey) -> Result<FsStats> {
-        self.lower().statfs(key)
-    }
-    fn clone_range(
-        &self,
-        cx: &OpCtx,
-        src: &FileKey,
-        src_off: u64,
-        dst: &FileKey,
-        dst_off: u64,
-        len: u64,
-    ) -> Result<CloneMethod> {
-        self.lower()
-            .clone_range(cx, src, src_off, dst, dst_off, len)
-    }
-    fn clone_method(&self) -> CloneMethod {
-        self.lower().clone_method()
-    }
-    fn begin_compound(&self, cx: &OpCtx) -> Result<()> {
-        self.lower().begin_compound(cx)
-    }
-    fn end_compound(&self, cx: &OpCtx, ok: bool) {
-        self.lower().end_compound(cx, ok)
-    }
+        impl<L: Layer> Backend for L {
+            $(
+                fn $name(&self $(, $arg: $ty)*) $(-> $ret)? {
+                    Layer::$name(self $(, $arg)*)
+                }
+            )*
+        }
+    };
 }
 
-impl<L: Layer> Backend for L {
-    fn root(&self) -> Result<FileKey> {
-        Layer::root(self)
-    }
-    fn getattr(&self, key: &FileKey) -> Result<Attrs> {
-        Layer::getattr(self, key)
-    }
-    fn lookup(&self, dir: &FileKey, name: &[u8]) -> Result<(FileKey, Attrs)> {
-        Layer::lookup(self, dir, name)
-    }
-    fn lookup_parent(&self, dir: &FileKey) -> Result<(FileKey, Attrs)> {
-        Layer::lookup_parent(self, dir)
-    }
-    fn setattr(&self, cx: &OpCtx, key: &FileKey, attrs: &SetAttrs) -> Result<Attrs> {
-        Layer::setattr(self, cx, key, attrs)
-    }
-    fn read(&self, key: &FileKey, offset: u64, count: u32) -> Result<(Bytes, bool)> {
-        Layer::read(self, key, offset, count)
-    }
-    fn write(
-        &self,
-        cx: &OpCtx,
-        key: &FileKey,
-        offset: u64,
-        data: &[u8],
-        sync: bool,
-    ) -> Result<Attrs> {
-        Layer::write(self, cx, key, offset, data, sync)
-    }
-    fn commit(&self, cx: &OpCtx, key: &FileKey) -> Result<()> {
-        Layer::commit(self, cx, key)
-    }
-    fn create_file(
-        &self,
-        cx: &OpCtx,
-        dir: &FileKey,
-        name: &[u8],
-        mode: CreateMode,
-        attrs: &SetAttrs,
-    ) -> Result<Created> {
-        Layer::create_file(self, cx, dir, name, mode, attrs)
-    }
-    fn make_node(
-        &self,
-        cx: &OpCtx,
-        dir: &FileKey,
-        name: &[u8],
-        kind: &NodeKind,
-        attrs: &SetAttrs,
-    ) -> Result<Made> {
-        Layer::make_node(self, cx, dir, name, kind, attrs)
-    }
-    fn remove(&self, cx: &OpCtx, dir: &FileKey, name: &[u8]) -> Result<crate::DirChange> {
-        Layer::remove(self, cx, dir, name)
-    }
-    fn rename(
-        &self,
-        cx: &OpCtx,
-        from_dir: &FileKey,
-        from: &[u8],
-        to_dir: &FileKey,
-        to: &[u8],
-    ) -> Result<RenameChange> {
-        Layer::rename(self, cx, from_dir, from, to_dir, to)
-    }
-    fn link(&self, cx: &OpCtx, file: &FileKey, dir: &FileKey, name: &[u8]) -> Result<Linked> {
-        Layer::link(self, cx, file, dir, name)
-    }
-    fn readlink(&self, key: &FileKey) -> Result<Bytes> {
-        Layer::readlink(self, key)
-    }
-    fn readdir(
-        &self,
-        dir: &FileKey,
-        cookie: u64,
-        max_entries: usize,
-    ) -> Result<(Vec<DirEntry>, bool)> {
-        Layer::readdir(self, dir, cookie, max_entries)
-    }
-    fn statfs(&self, key: &FileKey) -> Result<FsStats> {
-        Layer::statfs(self, key)
-    }
-    fn clone_range(
-        &self,
-        cx: &OpCtx,
-        src: &FileKey,
-        src_off: u64,
-        dst: &FileKey,
-        dst_off: u64,
-        len: u64,
-    ) -> Result<CloneMethod> {
-        Layer::clone_range(self, cx, src, src_off, dst, dst_off, len)
-    }
-    fn clone_method(&self) -> CloneMethod {
-        Layer::clone_method(self)
-    }
-    fn begin_compound(&self, cx: &OpCtx) -> Result<()> {
-        Layer::begin_compound(self, cx)
-    }
-    fn end_compound(&self, cx: &OpCtx, ok: bool) {
-        Layer::end_compound(self, cx, ok)
-    }
-}
+crate::with_backend_methods!(layer_forwarding);
 
 // ---------------------------------------------------------------------------------------
 // Building a stack from names

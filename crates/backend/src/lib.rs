@@ -291,122 +291,106 @@ pub enum CloneMethod {
     Copy,
 }
 
-/// The storage interface. Names passed in are single path components that the server
-/// has already validated (non-empty, no '/', no NUL, not "." or ".."); backends check
-/// again and answer `BadName` rather than trusting that.
-pub trait Backend: Send + Sync + 'static {
-    /// The export's root directory.
-    fn root(&self) -> Result<FileKey>;
-    fn getattr(&self, key: &FileKey) -> Result<Attrs>;
-    /// Look a name up in a directory, never following a final symlink.
-    fn lookup(&self, dir: &FileKey, name: &[u8]) -> Result<(FileKey, Attrs)>;
-    /// The parent of a directory. At the export root, returns `NotFound` (the server
-    /// itself decides what is above an export).
-    fn lookup_parent(&self, dir: &FileKey) -> Result<(FileKey, Attrs)>;
-    fn setattr(&self, cx: &OpCtx, key: &FileKey, attrs: &SetAttrs) -> Result<Attrs>;
-    /// Read up to `count` bytes at `offset`; the flag is true at end of file.
-    fn read(&self, key: &FileKey, offset: u64, count: u32) -> Result<(Bytes, bool)>;
-    /// Write `data` at `offset`; with `sync` the data (and the size) are on stable
-    /// storage before this returns. Returns the post-write attributes.
-    fn write(
-        &self,
-        cx: &OpCtx,
-        key: &FileKey,
-        offset: u64,
-        data: &[u8],
-        sync: bool,
-    ) -> Result<Attrs>;
-    /// Flush a file's data to stable storage.
-    fn commit(&self, cx: &OpCtx, key: &FileKey) -> Result<()>;
-    /// Create (or, per `mode`, open) a regular file. Returns the key, the attributes,
-    /// whether the file was newly created, and the directory's change.
-    ///
-    /// A new object belongs to `cx.creds.uid` and `cx.creds.gid` (or, in a set-group-ID
-    /// directory, to the directory's group); `attrs.uid` / `attrs.gid`, when given,
-    /// override that, so the server must refuse values the caller may not set. Its mode
-    /// is exactly `attrs.mode` (default 0o644 for files, 0o755 for directories), with no
-    /// umask. With `Exclusive`, `attrs.atime`/`attrs.mtime` are ignored (the verifier
-    /// lives there; set the times afterwards). An existing directory gives `IsDir`, an
-    /// existing symlink `SymlinkLoop` (Unchecked) or `Exists`, another non-regular
-    /// object `Exists`.
-    fn create_file(
-        &self,
-        cx: &OpCtx,
-        dir: &FileKey,
-        name: &[u8],
-        mode: CreateMode,
-        attrs: &SetAttrs,
-    ) -> Result<Created>;
-    /// Create a directory, symlink, fifo, socket or device node; fails with `Exists`.
-    /// Ownership and mode as for `create_file`; `attrs.size` gives `Inval`, and so does an
-    /// empty symlink target or one containing NUL.
-    fn make_node(
-        &self,
-        cx: &OpCtx,
-        dir: &FileKey,
-        name: &[u8],
-        kind: &NodeKind,
-        attrs: &SetAttrs,
-    ) -> Result<Made>;
-    /// Remove a non-directory or an empty directory (a non-empty one gives `NotEmpty`).
-    /// Once the last link of an object is gone, its key is `Stale`.
-    fn remove(&self, cx: &OpCtx, dir: &FileKey, name: &[u8]) -> Result<DirChange>;
-    /// POSIX rename semantics (replaces a compatible target atomically).
-    fn rename(
-        &self,
-        cx: &OpCtx,
-        from_dir: &FileKey,
-        from: &[u8],
-        to_dir: &FileKey,
-        to: &[u8],
-    ) -> Result<RenameChange>;
-    fn link(&self, cx: &OpCtx, file: &FileKey, dir: &FileKey, name: &[u8]) -> Result<Linked>;
-    fn readlink(&self, key: &FileKey) -> Result<Bytes>;
-    /// Entries after `cookie` (0 = from the start), at most `max_entries`; the flag is
-    /// true when the end of the directory was reached. Cookies stay valid across calls
-    /// and across entries being added or removed elsewhere in the directory.
-    ///
-    /// Cookies are opaque and never 0, but a backend may hand out any other value
-    /// (the local backend passes the file system's `d_off` through, which can be small);
-    /// a server that must avoid NFS's reserved cookies 1 and 2 maps them itself. A page
-    /// may come back empty with the flag false only if `max_entries` is 0; it may come
-    /// back empty with the flag true.
-    fn readdir(
-        &self,
-        dir: &FileKey,
-        cookie: u64,
-        max_entries: usize,
-    ) -> Result<(Vec<DirEntry>, bool)>;
-    fn statfs(&self, key: &FileKey) -> Result<FsStats>;
-
-    /// Make `len` bytes of `dst` at `dst_off` equal to `src` at `src_off` (both regular
-    /// files of this backend; `dst` grows if needed), e.g. to save a range before a
-    /// write overwrites it and to put it back on undo. `len` 0 means "to the end of
-    /// `src`". Returns how the data was shared: [`CloneMethod::Reflink`] only when the
-    /// blocks are really shared, else [`CloneMethod::Copy`].
-    fn clone_range(
-        &self,
-        cx: &OpCtx,
-        src: &FileKey,
-        src_off: u64,
-        dst: &FileKey,
-        dst_off: u64,
-        len: u64,
-    ) -> Result<CloneMethod>;
-    /// What [`Backend::clone_range`] does on this backend when the ranges are suitably
-    /// aligned (decided once, when the backend is opened).
-    fn clone_method(&self) -> CloneMethod;
-
-    /// A COMPOUND whose context is `cx` starts using this backend (called once per
-    /// COMPOUND and export, before the first call on its behalf). An error fails the op
-    /// that touched the export; `Conflict` tells the client to retry later.
-    fn begin_compound(&self, cx: &OpCtx) -> Result<()> {
-        let _ = cx;
-        Ok(())
-    }
-    /// The COMPOUND of `cx` is done (`ok`: every op succeeded). Called once for every
-    /// successful `begin_compound`, before the reply is sent or cached.
-    fn end_compound(&self, cx: &OpCtx, ok: bool) {
-        let _ = (cx, ok);
-    }
+/// Hands the [`Backend`] methods, with their docs, to the macro `$then`, which writes an
+/// item from them: `backend_trait` writes the trait itself, and `layer` writes the
+/// `Layer` trait (each method forwards to the backend below) and its blanket `Backend`
+/// impl. A method is declared here once and every one of those follows. Required methods
+/// end in `;`; the provided ones (the COMPOUND hooks) carry their default body.
+macro_rules! with_backend_methods {
+    ($then:ident) => {
+        $then! {
+            required {
+                /// The export's root directory.
+                fn root(&self) -> Result<FileKey>;
+                fn getattr(&self, key: &FileKey) -> Result<Attrs>;
+                /// Look a name up in a directory, never following a final symlink.
+                fn lookup(&self, dir: &FileKey, name: &[u8]) -> Result<(FileKey, Attrs)>;
+                /// The parent of a directory. At the export root, returns `NotFound` (the server
+                /// itself decides what is above an export).
+                fn lookup_parent(&self, dir: &FileKey) -> Result<(FileKey, Attrs)>;
+                fn setattr(&self, cx: &OpCtx, key: &FileKey, attrs: &SetAttrs) -> Result<Attrs>;
+                /// Read up to `count` bytes at `offset`; the flag is true at end of file.
+                fn read(&self, key: &FileKey, offset: u64, count: u32) -> Result<(Bytes, bool)>;
+                /// Write `data` at `offset`; with `sync` the data (and the size) are on stable
+                /// storage before this returns. Returns the post-write attributes.
+                fn write(&self, cx: &OpCtx, key: &FileKey, offset: u64, data: &[u8], sync: bool) -> Result<Attrs>;
+                /// Flush a file's data to stable storage.
+                fn commit(&self, cx: &OpCtx, key: &FileKey) -> Result<()>;
+                /// Create (or, per `mode`, open) a regular file. Returns the key, the attributes,
+                /// whether the file was newly created, and the directory's change.
+                ///
+                /// A new object belongs to `cx.creds.uid` and `cx.creds.gid` (or, in a set-group-ID
+                /// directory, to the directory's group); `attrs.uid` / `attrs.gid`, when given,
+                /// override that, so the server must refuse values the caller may not set. Its mode
+                /// is exactly `attrs.mode` (default 0o644 for files, 0o755 for directories), with
+                /// no umask. With `Exclusive`, `attrs.atime`/`attrs.mtime` are ignored (the
+                /// verifier lives there; set the times afterwards). An existing directory gives
+                /// `IsDir`, an existing symlink `SymlinkLoop` (Unchecked) or `Exists`, another
+                /// non-regular object `Exists`.
+                fn create_file(&self, cx: &OpCtx, dir: &FileKey, name: &[u8], mode: CreateMode, attrs: &SetAttrs) -> Result<Created>;
+                /// Create a directory, symlink, fifo, socket or device node; fails with `Exists`.
+                /// Ownership and mode as for `create_file`; `attrs.size` gives `Inval`, and so does
+                /// an empty symlink target or one containing NUL.
+                fn make_node(&self, cx: &OpCtx, dir: &FileKey, name: &[u8], kind: &NodeKind, attrs: &SetAttrs) -> Result<Made>;
+                /// Remove a non-directory or an empty directory (a non-empty one gives `NotEmpty`).
+                /// Once the last link of an object is gone, its key is `Stale`.
+                fn remove(&self, cx: &OpCtx, dir: &FileKey, name: &[u8]) -> Result<DirChange>;
+                /// POSIX rename semantics (replaces a compatible target atomically).
+                fn rename(&self, cx: &OpCtx, from_dir: &FileKey, from: &[u8], to_dir: &FileKey, to: &[u8]) -> Result<RenameChange>;
+                fn link(&self, cx: &OpCtx, file: &FileKey, dir: &FileKey, name: &[u8]) -> Result<Linked>;
+                fn readlink(&self, key: &FileKey) -> Result<Bytes>;
+                /// Entries after `cookie` (0 = from the start), at most `max_entries`; the flag is
+                /// true when the end of the directory was reached. Cookies stay valid across calls
+                /// and across entries being added or removed elsewhere in the directory.
+                ///
+                /// Cookies are opaque and never 0, but a backend may hand out any other value (the
+                /// local backend passes the file system's `d_off` through, which can be small); a
+                /// server that must avoid NFS's reserved cookies 1 and 2 maps them itself. A page
+                /// may come back empty with the flag false only if `max_entries` is 0; it may come
+                /// back empty with the flag true.
+                fn readdir(&self, dir: &FileKey, cookie: u64, max_entries: usize) -> Result<(Vec<DirEntry>, bool)>;
+                fn statfs(&self, key: &FileKey) -> Result<FsStats>;
+                /// Make `len` bytes of `dst` at `dst_off` equal to `src` at `src_off` (both regular
+                /// files of this backend; `dst` grows if needed), e.g. to save a range before a
+                /// write overwrites it and to put it back on undo. `len` 0 means "to the end of
+                /// `src`". Returns how the data was shared: [`CloneMethod::Reflink`] only when the
+                /// blocks are really shared, else [`CloneMethod::Copy`].
+                fn clone_range(&self, cx: &OpCtx, src: &FileKey, src_off: u64, dst: &FileKey, dst_off: u64, len: u64) -> Result<CloneMethod>;
+                /// What [`Backend::clone_range`] does on this backend when the ranges are suitably
+                /// aligned (decided once, when the backend is opened).
+                fn clone_method(&self) -> CloneMethod;
+            }
+            provided {
+                /// A COMPOUND whose context is `cx` starts using this backend (called once per
+                /// COMPOUND and export, before the first call on its behalf). An error fails the op
+                /// that touched the export; `Conflict` tells the client to retry later.
+                fn begin_compound(&self, cx: &OpCtx) -> Result<()> {
+                    let _ = cx;
+                    Ok(())
+                }
+                /// The COMPOUND of `cx` is done (`ok`: every op succeeded). Called once for every
+                /// successful `begin_compound`, before the reply is sent or cached.
+                fn end_compound(&self, cx: &OpCtx, ok: bool) {
+                    let _ = (cx, ok);
+                }
+            }
+        }
+    };
 }
+pub(crate) use with_backend_methods;
+
+/// Writes the [`Backend`] trait from the list in `with_backend_methods`: the list is
+/// already the trait's items, so they pass through as they are.
+macro_rules! backend_trait {
+    (required { $($required:tt)* } provided { $($provided:tt)* }) => {
+        /// The storage interface. Names passed in are single path components that the server
+        /// has already validated (non-empty, no '/', no NUL, not "." or ".."); backends check
+        /// again and answer `BadName` rather than trusting that.
+        pub trait Backend: Send + Sync + 'static {
+            $($required)*
+            $($provided)*
+        }
+    };
+}
+
+with_backend_methods!(backend_trait);

@@ -36,6 +36,14 @@ impl Layer for Recorder {
     }
 }
 
+/// Creates the new file `name` in the root of `b` on behalf of `cx`.
+fn new_file(b: &dyn Backend, cx: &OpCtx, name: &[u8]) -> FileKey {
+    let root = b.root().unwrap();
+    b.create_file(cx, &root, name, CreateMode::Guarded, &SetAttrs::default())
+        .unwrap()
+        .key
+}
+
 fn ctx(compound: u64) -> OpCtx {
     OpCtx {
         creds: Creds::default(),
@@ -51,25 +59,16 @@ fn a_layer_sees_contexts_and_forwards_the_rest() {
         writes: Mutex::new(Vec::new()),
     });
     let b: Arc<dyn Backend> = rec.clone();
-    let root = b.root().unwrap();
-    let f = b
-        .create_file(
-            &ctx(1),
-            &root,
-            b"f",
-            CreateMode::Guarded,
-            &SetAttrs::default(),
-        )
-        .unwrap();
-    b.write(&ctx(2), &f.key, 0, b"abc", false).unwrap();
+    let f = new_file(&*b, &ctx(1), b"f");
+    b.write(&ctx(2), &f, 0, b"abc", false).unwrap();
     assert_eq!(
-        b.write(&ctx(13), &f.key, 0, b"xyz", false).unwrap_err(),
+        b.write(&ctx(13), &f, 0, b"xyz", false).unwrap_err(),
         BackendError::Conflict
     );
-    b.write(&ctx(14), &f.key, 3, b"d", false).unwrap();
+    b.write(&ctx(14), &f, 3, b"d", false).unwrap();
     assert_eq!(*rec.writes.lock().unwrap(), vec![2, 14]);
     // Forwarded untouched: the refused write left no trace.
-    assert_eq!(&b.read(&f.key, 0, 10).unwrap().0[..], b"abcd");
+    assert_eq!(&b.read(&f, 0, 10).unwrap().0[..], b"abcd");
     // Default hooks forward too (the memory backend accepts every COMPOUND).
     b.begin_compound(&ctx(3)).unwrap();
     b.end_compound(&ctx(3), true);
@@ -138,18 +137,9 @@ fn registry_builds_stacks_and_names_the_known_layers() {
         Err(StackError::NothingBelow { .. })
     ));
     let b = reg.build(&["record", "record", "memory"], tmp).unwrap();
-    let root = b.root().unwrap();
-    let f = b
-        .create_file(
-            &ctx(13),
-            &root,
-            b"f",
-            CreateMode::Guarded,
-            &SetAttrs::default(),
-        )
-        .unwrap();
+    let f = new_file(&*b, &ctx(13), b"f");
     assert_eq!(
-        b.write(&ctx(13), &f.key, 0, b"x", false).unwrap_err(),
+        b.write(&ctx(13), &f, 0, b"x", false).unwrap_err(),
         BackendError::Conflict
     );
 }
@@ -165,18 +155,9 @@ fn memory_layer_parameters() {
     let b = reg
         .build(&["memory:max_file_size=4K,max_bytes=6K"], p)
         .unwrap();
-    let root = b.root().unwrap();
-    let f = b
-        .create_file(
-            &OpCtx::default(),
-            &root,
-            b"f",
-            CreateMode::Guarded,
-            &SetAttrs::default(),
-        )
-        .unwrap();
+    let f = new_file(&*b, &OpCtx::default(), b"f");
     let e = b
-        .write(&OpCtx::default(), &f.key, 4096, b"x", false)
+        .write(&OpCtx::default(), &f, 4096, b"x", false)
         .unwrap_err();
     assert_eq!(e, BackendError::FileTooBig);
     assert!(matches!(
@@ -197,11 +178,7 @@ fn memory_limits_bound_files_and_the_total() {
     });
     let cx = OpCtx::default();
     let root = b.root().unwrap();
-    let mk = |name: &[u8]| {
-        b.create_file(&cx, &root, name, CreateMode::Guarded, &SetAttrs::default())
-            .unwrap()
-            .key
-    };
+    let mk = |name: &[u8]| new_file(&b, &cx, name);
     let (a, c, d) = (mk(b"a"), mk(b"c"), mk(b"d"));
     // One file: 10 000 bytes fit, one more does not (by write or by truncate).
     b.write(&cx, &a, 0, &[1; 10_000], false).unwrap();

@@ -1,24 +1,19 @@
 //! Tests that only make sense for the local-directory backend: restart-stable keys,
 //! symlink containment, keys of objects outside the export, mount points.
 
+mod common;
+
 use std::os::unix::fs::symlink;
 use std::path::Path;
 use std::process::Command;
 
 use bytes::Bytes;
+use common::*;
 use txnfs_backend::local::LocalBackend;
 use txnfs_backend::{
-    Backend, BackendError, CloneMethod, CreateMode, Creds, FileType, NodeKind, OpCtx, SetAttrs,
+    Backend, BackendError, CloneMethod, CreateMode, FileType, NodeKind, OpCtx, SetAttrs,
     MAX_KEY_LEN,
 };
-
-fn creds() -> Creds {
-    Creds {
-        uid: 1000,
-        gid: 1000,
-        gids: vec![],
-    }
-}
 
 #[test]
 fn keys_survive_restart() {
@@ -26,63 +21,15 @@ fn keys_survive_restart() {
     let (root, file, sub, link, data_key) = {
         let b = LocalBackend::open(dir.path()).unwrap();
         let root = b.root().unwrap();
-        let txnfs_backend::Created {
-            key: file,
-            attrs: _,
-            created: _,
-            ..
-        } = b
-            .create_file(
-                &OpCtx::for_creds(creds()),
-                &root,
-                b"file",
-                CreateMode::Guarded,
-                &SetAttrs::default(),
-            )
-            .unwrap();
+        let file = create(&b, &root, "file");
         b.write(&OpCtx::default(), &file, 0, b"persisted", true)
             .unwrap();
-        let txnfs_backend::Made {
-            key: sub, attrs: _, ..
-        } = b
-            .make_node(
-                &OpCtx::for_creds(creds()),
-                &root,
-                b"sub",
-                &NodeKind::Directory,
-                &SetAttrs::default(),
-            )
-            .unwrap();
-        let txnfs_backend::Made {
-            key: link,
-            attrs: _,
-            ..
-        } = b
-            .make_node(
-                &OpCtx::for_creds(creds()),
-                &sub,
-                b"ln",
-                &NodeKind::Symlink(Bytes::from_static(b"../file")),
-                &SetAttrs::default(),
-            )
-            .unwrap();
+        let sub = mkdir(&b, &root, "sub");
+        let link = make_symlink(&b, &sub, "ln", b"../file").key;
         for k in [&root, &file, &sub, &link] {
             assert!(k.len() <= MAX_KEY_LEN);
         }
-        let txnfs_backend::Created {
-            key: data_key,
-            attrs: _,
-            created: _,
-            ..
-        } = b
-            .create_file(
-                &OpCtx::for_creds(creds()),
-                &sub,
-                b"deleted-later",
-                CreateMode::Guarded,
-                &SetAttrs::default(),
-            )
-            .unwrap();
+        let data_key = create(&b, &sub, "deleted-later");
         (root, file, sub, link, data_key)
     };
     // Removed while the server is down.
@@ -111,25 +58,16 @@ fn symlink_to_root_is_never_traversed() {
     assert_eq!(b.lookup(&k, b"etc").unwrap_err(), BackendError::NotDir);
     assert_eq!(b.readdir(&k, 0, 10).unwrap_err(), BackendError::NotDir);
     assert_eq!(b.lookup_parent(&k).unwrap_err(), BackendError::NotDir);
-    let e = b
-        .create_file(
-            &OpCtx::for_creds(creds()),
-            &k,
-            b"pwned",
-            CreateMode::Unchecked,
-            &SetAttrs::default(),
-        )
-        .unwrap_err();
+    let e = create_file(
+        &b,
+        &k,
+        b"pwned",
+        CreateMode::Unchecked,
+        &SetAttrs::default(),
+    )
+    .unwrap_err();
     assert_eq!(e, BackendError::NotDir);
-    let e = b
-        .make_node(
-            &OpCtx::for_creds(creds()),
-            &k,
-            b"pwned",
-            &NodeKind::Directory,
-            &SetAttrs::default(),
-        )
-        .unwrap_err();
+    let e = make_node(&b, &k, b"pwned", &NodeKind::Directory, &SetAttrs::default()).unwrap_err();
     assert_eq!(e, BackendError::NotDir);
     assert_eq!(
         b.remove(&OpCtx::default(), &k, b"tmp").unwrap_err(),
@@ -137,61 +75,27 @@ fn symlink_to_root_is_never_traversed() {
     );
     // Unchecked create on the name of a symlink does not write through it.
     let (etc, _) = b.lookup(&root, b"etc").unwrap();
-    let e = b
-        .create_file(
-            &OpCtx::for_creds(creds()),
-            &root,
-            b"etc",
-            CreateMode::Unchecked,
-            &SetAttrs {
-                size: Some(0),
-                ..Default::default()
-            },
-        )
-        .unwrap_err();
+    let e = create_file(&b, &root, b"etc", CreateMode::Unchecked, &set_size(0)).unwrap_err();
     assert_eq!(e, BackendError::SymlinkLoop);
     assert!(b.write(&OpCtx::default(), &etc, 0, b"x", false).is_err());
-    assert!(b
-        .setattr(
-            &OpCtx::default(),
-            &etc,
-            &SetAttrs {
-                size: Some(0),
-                ..Default::default()
-            }
-        )
-        .is_err());
+    assert!(b.setattr(&OpCtx::default(), &etc, &set_size(0)).is_err());
     // chown of the symlink changes the link, not /etc
-    let etc_uid = std::fs::metadata("/etc").map(|m| {
-        use std::os::unix::fs::MetadataExt;
-        m.uid()
-    });
-    let a = b
-        .setattr(
-            &OpCtx::default(),
-            &etc,
-            &SetAttrs {
-                uid: Some(4242),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let etc_uid = uid_of("/etc");
+    let a = b.setattr(&OpCtx::default(), &etc, &set_uid(4242)).unwrap();
     assert_eq!(a.uid, 4242);
     assert_eq!(a.ftype, FileType::Symlink);
-    assert_eq!(
-        std::fs::metadata("/etc")
-            .map(|m| {
-                use std::os::unix::fs::MetadataExt;
-                m.uid()
-            })
-            .ok(),
-        etc_uid.ok()
-    );
+    assert_eq!(uid_of("/etc"), etc_uid);
     // readdir lists them as symlinks
     let (ents, eof) = b.readdir(&root, 0, 100).unwrap();
     assert!(eof);
     assert_eq!(ents.len(), 2);
     assert!(ents.iter().all(|e| e.attrs.ftype == FileType::Symlink));
+}
+
+/// The owner of `path` on the host, if it can be read.
+fn uid_of(path: &str) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).map(|m| m.uid()).ok()
 }
 
 /// A key of an object outside the export (but on the same file system) still resolves:
@@ -203,8 +107,9 @@ fn forged_key_outside_export_resolves_only_via_handle() {
     let top = tempfile::tempdir().unwrap();
     let export = top.path().join("export");
     let outside = top.path().join("outside");
-    std::fs::create_dir(&export).unwrap();
-    std::fs::create_dir(&outside).unwrap();
+    for d in [&export, &outside] {
+        std::fs::create_dir(d).unwrap();
+    }
     std::fs::write(outside.join("secret"), b"s3cret").unwrap();
 
     let wide = LocalBackend::open(top.path()).unwrap();
@@ -230,20 +135,7 @@ fn stale_after_external_removal() {
     let dir = tempfile::tempdir().unwrap();
     let b = LocalBackend::open(dir.path()).unwrap();
     let root = b.root().unwrap();
-    let txnfs_backend::Created {
-        key: k,
-        attrs: _,
-        created: _,
-        ..
-    } = b
-        .create_file(
-            &OpCtx::for_creds(creds()),
-            &root,
-            b"f",
-            CreateMode::Guarded,
-            &SetAttrs::default(),
-        )
-        .unwrap();
+    let k = create(&b, &root, "f");
     b.write(&OpCtx::default(), &k, 0, b"abc", false).unwrap(); // cached read-write descriptor
     std::fs::remove_file(dir.path().join("f")).unwrap();
     assert_eq!(b.getattr(&k).unwrap_err(), BackendError::Stale);
@@ -252,17 +144,7 @@ fn stale_after_external_removal() {
         b.write(&OpCtx::default(), &k, 0, b"x", false).unwrap_err(),
         BackendError::Stale
     );
-    let txnfs_backend::Made {
-        key: d, attrs: _, ..
-    } = b
-        .make_node(
-            &OpCtx::for_creds(creds()),
-            &root,
-            b"d",
-            &NodeKind::Directory,
-            &SetAttrs::default(),
-        )
-        .unwrap();
+    let d = mkdir(&b, &root, "d");
     std::fs::remove_dir(dir.path().join("d")).unwrap();
     assert_eq!(b.getattr(&d).unwrap_err(), BackendError::Stale);
     assert_eq!(b.readdir(&d, 0, 10).unwrap_err(), BackendError::Stale);
@@ -278,40 +160,15 @@ fn exclusive_verifier_lives_in_atime_mtime() {
         .enumerate()
     {
         let name = format!("x{i}");
-        let txnfs_backend::Created {
-            key: k,
-            attrs: a,
-            created,
-            ..
-        } = b
-            .create_file(
-                &OpCtx::for_creds(creds()),
-                &root,
-                name.as_bytes(),
-                CreateMode::Exclusive(*verf),
-                &SetAttrs::default(),
-            )
-            .unwrap();
-        assert!(created);
+        // The first create makes the file, a retry with the same verifier opens it.
+        let first = exclusive(&b, &root, name.as_bytes(), *verf).unwrap();
+        assert!(first.created);
         let at = i64::from(u32::from_be_bytes([verf[0], verf[1], verf[2], verf[3]]));
         let mt = i64::from(u32::from_be_bytes([verf[4], verf[5], verf[6], verf[7]]));
-        assert_eq!((a.atime.sec, a.mtime.sec), (at, mt));
-        let txnfs_backend::Created {
-            key: k2,
-            attrs: _,
-            created: again,
-            ..
-        } = b
-            .create_file(
-                &OpCtx::for_creds(creds()),
-                &root,
-                name.as_bytes(),
-                CreateMode::Exclusive(*verf),
-                &SetAttrs::default(),
-            )
-            .unwrap();
-        assert!(!again);
-        assert_eq!(k, k2);
+        assert_eq!((first.attrs.atime.sec, first.attrs.mtime.sec), (at, mt));
+        let again = exclusive(&b, &root, name.as_bytes(), *verf).unwrap();
+        assert!(!again.created);
+        assert_eq!(first.key, again.key);
     }
 }
 
@@ -347,9 +204,9 @@ fn mount_points_are_xdev() {
     let dir = tempfile::tempdir().unwrap();
     let mnt = dir.path().join("mnt");
     let bind = dir.path().join("bind");
-    std::fs::create_dir(&mnt).unwrap();
-    std::fs::create_dir(&bind).unwrap();
-    std::fs::create_dir(dir.path().join("plain")).unwrap();
+    for d in [&mnt, &bind, &dir.path().join("plain")] {
+        std::fs::create_dir(d).unwrap();
+    }
     let _tmpfs = Mounted::new(&["-t", "tmpfs", "txnfs-test"], &mnt);
     let src = dir.path().join("plain");
     let src = src.to_string_lossy().into_owned();
@@ -388,8 +245,8 @@ fn readdir_cookies_on_tmpfs() {
     let b = LocalBackend::open(dir.path()).unwrap();
     let root = b.root().unwrap();
     for i in 0..200 {
-        b.create_file(
-            &OpCtx::for_creds(creds()),
+        create_file(
+            &b,
             &root,
             format!("n{i}").as_bytes(),
             CreateMode::Guarded,
@@ -427,20 +284,7 @@ fn many_keys_beyond_the_descriptor_cache() {
     let root = b.root().unwrap();
     let mut keys = Vec::new();
     for i in 0..5000u32 {
-        let txnfs_backend::Created {
-            key: k,
-            attrs: _,
-            created: _,
-            ..
-        } = b
-            .create_file(
-                &OpCtx::for_creds(creds()),
-                &root,
-                format!("f{i}").as_bytes(),
-                CreateMode::Guarded,
-                &SetAttrs::default(),
-            )
-            .unwrap();
+        let k = create(&b, &root, &format!("f{i}"));
         if i % 10 == 0 {
             b.write(&OpCtx::default(), &k, 0, &i.to_be_bytes(), false)
                 .unwrap();
@@ -460,22 +304,6 @@ fn many_keys_beyond_the_descriptor_cache() {
             .unwrap();
         assert_eq!(b.getattr(&keys[i]).unwrap_err(), BackendError::Stale);
     }
-}
-
-/// Writes `data` to a new file `name` in the root; returns its key.
-fn file_with(b: &LocalBackend, name: &str, data: &[u8]) -> txnfs_backend::FileKey {
-    let root = b.root().unwrap();
-    let f = b
-        .create_file(
-            &OpCtx::for_creds(creds()),
-            &root,
-            name.as_bytes(),
-            CreateMode::Guarded,
-            &SetAttrs::default(),
-        )
-        .unwrap();
-    b.write(&OpCtx::default(), &f.key, 0, data, false).unwrap();
-    f.key
 }
 
 fn pattern(len: usize) -> Vec<u8> {

@@ -53,6 +53,26 @@ impl Layer for Journal {
     }
 }
 
+/// Checks that `ev` is one COMPOUND: its begin, one REMOVE under it and its end with `ok`;
+/// returns the COMPOUND's id.
+fn one_remove_compound(ev: &[Event], ok: bool) -> u64 {
+    let Some(&Event::Begin(id)) = ev.first() else {
+        panic!("{ev:?}")
+    };
+    assert_eq!(
+        ev,
+        [Event::Begin(id), Event::Remove(id), Event::End(id, ok)]
+    );
+    id
+}
+
+/// Runs `ops` in the session and checks that the whole COMPOUND succeeded.
+async fn run_ok(s: &mut Session, ops: Vec<nfs_argop4>) -> COMPOUND4res {
+    let r = s.run(ops).await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    r
+}
+
 /// A memory server whose export is the `Journal` over a memory backend, and a session
 /// of the client `owner` on it.
 async fn start(owner: &[u8]) -> (TestServer, Arc<Journal>, Session) {
@@ -79,43 +99,26 @@ async fn hooks_bracket_each_compound_that_touches_the_export() {
     // Session setup touched no export.
     assert_eq!(events(&journal), vec![]);
 
-    let r = s
-        .run(vec![
+    run_ok(
+        &mut s,
+        vec![
             nfs_argop4::OP_PUTROOTFH,
             mkdir("d"),
             nfs_argop4::OP_PUTROOTFH,
             remove("d"),
-        ])
-        .await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
-    let ev = events(&journal);
-    let Event::Begin(id) = ev[0] else {
-        panic!("{ev:?}")
-    };
-    assert_ne!(id, 0);
+        ],
+    )
+    .await;
     // One begin (the second PUTROOTFH does not begin again), the mutation under the
     // same COMPOUND, one successful end.
-    assert_eq!(
-        ev,
-        vec![Event::Begin(id), Event::Remove(id), Event::End(id, true)]
-    );
+    let id = one_remove_compound(&events(&journal), true);
+    assert_ne!(id, 0);
 
     // A failing op ends the COMPOUND with ok = false; the next COMPOUND has a new id.
     let r = s.run(vec![nfs_argop4::OP_PUTROOTFH, remove("nope")]).await;
     assert_eq!(r.status, nfsstat4::NFS4ERR_NOENT);
-    let ev = events(&journal);
-    let Event::Begin(id2) = ev[0] else {
-        panic!("{ev:?}")
-    };
+    let id2 = one_remove_compound(&events(&journal), false);
     assert!(id2 > id);
-    assert_eq!(
-        ev,
-        vec![
-            Event::Begin(id2),
-            Event::Remove(id2),
-            Event::End(id2, false)
-        ]
-    );
 
     // A COMPOUND that never reaches the export is not announced to it.
     let r = s.run(vec![]).await;
@@ -133,29 +136,31 @@ async fn hooks_bracket_each_compound_that_touches_the_export() {
 #[tokio::test]
 async fn change_info_is_exact_and_monotone() {
     let (_srv, _journal, mut s) = start(b"cinfo").await;
-    let r = s
-        .run(vec![
+    let r = run_ok(
+        &mut s,
+        vec![
             nfs_argop4::OP_PUTROOTFH,
             mkdir("a"),
             nfs_argop4::OP_PUTROOTFH,
             mkdir("b"),
-        ])
-        .await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+        ],
+    )
+    .await;
     let nfs_resop4::OP_CREATE(CREATE4res::NFS4_OK(c)) = &r.resarray[4] else {
         panic!("{:?}", r.resarray)
     };
     let mut last = c.cinfo.after;
     assert!(c.cinfo.atomic && c.cinfo.after > c.cinfo.before);
     for (from, to) in [("a", "x"), ("x", "y"), ("b", "z")] {
-        let r = s
-            .run(vec![
+        let r = run_ok(
+            &mut s,
+            vec![
                 nfs_argop4::OP_PUTROOTFH,
                 nfs_argop4::OP_SAVEFH,
                 rename(from, to),
-            ])
-            .await;
-        assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+            ],
+        )
+        .await;
         let nfs_resop4::OP_RENAME(RENAME4res::NFS4_OK(rn)) = &r.resarray[3] else {
             panic!("{:?}", r.resarray)
         };

@@ -173,6 +173,34 @@ impl FaultBackend {
     }
 }
 
+/// Writes [`Layer`] methods that pass one `gate` (the call kind after `=>`) and then make
+/// the same call on the backend below. With `applied KIND(arg)`, a call the backend below
+/// applied is counted in the ledger under the token of `arg` (with `if field`, only when
+/// the result's `field` is true).
+macro_rules! gated {
+    (@count $ledger:expr, $r:ident, $kind:ident, $payload:ident) => {
+        $ledger.count(token($kind, $payload))
+    };
+    (@count $ledger:expr, $r:ident, $kind:ident, $payload:ident, $field:ident) => {
+        if $r.$field {
+            $ledger.count(token($kind, $payload))
+        }
+    };
+    ($(
+        fn $name:ident(&self $(, $arg:ident: $ty:ty)*) -> $ret:ty => $call:expr
+            $(, applied $kind:ident($payload:ident) $(if $field:ident)?)?;
+    )*) => {
+        $(
+            fn $name(&self $(, $arg: $ty)*) -> $ret {
+                self.gate($call)?;
+                let r = self.inner.$name($($arg),*)?;
+                $(gated!(@count self.ledger, r, $kind, $payload $(, $field)?);)?
+                Ok(r)
+            }
+        )*
+    };
+}
+
 /// Faults are a layer: the calls it does not gate (root, statfs, the compound hooks)
 /// forward to the backend below unchanged.
 impl Layer for FaultBackend {
@@ -180,19 +208,24 @@ impl Layer for FaultBackend {
         &*self.inner
     }
 
-    fn getattr(&self, key: &FileKey) -> Result<Attrs> {
-        self.gate(Call::Meta)?;
-        self.inner.getattr(key)
-    }
-
-    fn lookup(&self, dir: &FileKey, name: &[u8]) -> Result<(FileKey, Attrs)> {
-        self.gate(Call::Io)?;
-        self.inner.lookup(dir, name)
-    }
-
-    fn lookup_parent(&self, dir: &FileKey) -> Result<(FileKey, Attrs)> {
-        self.gate(Call::Io)?;
-        self.inner.lookup_parent(dir)
+    #[rustfmt::skip]
+    gated! {
+        fn getattr(&self, key: &FileKey) -> Result<Attrs> => Call::Meta;
+        fn lookup(&self, dir: &FileKey, name: &[u8]) -> Result<(FileKey, Attrs)> => Call::Io;
+        fn lookup_parent(&self, dir: &FileKey) -> Result<(FileKey, Attrs)> => Call::Io;
+        fn read(&self, key: &FileKey, offset: u64, count: u32) -> Result<(Bytes, bool)> => Call::Io;
+        fn commit(&self, cx: &OpCtx, key: &FileKey) -> Result<()> => Call::Io;
+        fn remove(&self, cx: &OpCtx, dir: &FileKey, name: &[u8]) -> Result<DirChange> => Call::Io;
+        fn link(&self, cx: &OpCtx, file: &FileKey, dir: &FileKey, name: &[u8]) -> Result<Linked> => Call::Alloc;
+        fn readlink(&self, key: &FileKey) -> Result<Bytes> => Call::Io;
+        fn readdir(&self, dir: &FileKey, cookie: u64, max_entries: usize) -> Result<(Vec<DirEntry>, bool)> => Call::Io;
+        fn clone_range(&self, cx: &OpCtx, src: &FileKey, src_off: u64, dst: &FileKey, dst_off: u64, len: u64) -> Result<CloneMethod> => Call::Alloc;
+        fn create_file(&self, cx: &OpCtx, dir: &FileKey, name: &[u8], mode: CreateMode, attrs: &SetAttrs) -> Result<Created>
+            => Call::Alloc, applied TOKEN_CREATE(name) if created;
+        fn make_node(&self, cx: &OpCtx, dir: &FileKey, name: &[u8], kind: &NodeKind, attrs: &SetAttrs) -> Result<Made>
+            => Call::Alloc, applied TOKEN_CREATE(name);
+        fn rename(&self, cx: &OpCtx, from_dir: &FileKey, from: &[u8], to_dir: &FileKey, to: &[u8]) -> Result<RenameChange>
+            => Call::Io, applied TOKEN_RENAME(to);
     }
 
     fn setattr(&self, cx: &OpCtx, key: &FileKey, attrs: &SetAttrs) -> Result<Attrs> {
@@ -202,11 +235,6 @@ impl Layer for FaultBackend {
             Call::Io
         })?;
         self.inner.setattr(cx, key, attrs)
-    }
-
-    fn read(&self, key: &FileKey, offset: u64, count: u32) -> Result<(Bytes, bool)> {
-        self.gate(Call::Io)?;
-        self.inner.read(key, offset, count)
     }
 
     fn write(
@@ -235,93 +263,6 @@ impl Layer for FaultBackend {
         };
         self.ledger.count(token(TOKEN_WRITE, data));
         Ok(r)
-    }
-
-    fn commit(&self, cx: &OpCtx, key: &FileKey) -> Result<()> {
-        self.gate(Call::Io)?;
-        self.inner.commit(cx, key)
-    }
-
-    fn create_file(
-        &self,
-        cx: &OpCtx,
-        dir: &FileKey,
-        name: &[u8],
-        mode: CreateMode,
-        attrs: &SetAttrs,
-    ) -> Result<Created> {
-        self.gate(Call::Alloc)?;
-        let r = self.inner.create_file(cx, dir, name, mode, attrs)?;
-        if r.created {
-            self.ledger.count(token(TOKEN_CREATE, name));
-        }
-        Ok(r)
-    }
-
-    fn make_node(
-        &self,
-        cx: &OpCtx,
-        dir: &FileKey,
-        name: &[u8],
-        kind: &NodeKind,
-        attrs: &SetAttrs,
-    ) -> Result<Made> {
-        self.gate(Call::Alloc)?;
-        let r = self.inner.make_node(cx, dir, name, kind, attrs)?;
-        self.ledger.count(token(TOKEN_CREATE, name));
-        Ok(r)
-    }
-
-    fn remove(&self, cx: &OpCtx, dir: &FileKey, name: &[u8]) -> Result<DirChange> {
-        self.gate(Call::Io)?;
-        self.inner.remove(cx, dir, name)
-    }
-
-    fn rename(
-        &self,
-        cx: &OpCtx,
-        from_dir: &FileKey,
-        from: &[u8],
-        to_dir: &FileKey,
-        to: &[u8],
-    ) -> Result<RenameChange> {
-        self.gate(Call::Io)?;
-        let r = self.inner.rename(cx, from_dir, from, to_dir, to)?;
-        self.ledger.count(token(TOKEN_RENAME, to));
-        Ok(r)
-    }
-
-    fn link(&self, cx: &OpCtx, file: &FileKey, dir: &FileKey, name: &[u8]) -> Result<Linked> {
-        self.gate(Call::Alloc)?;
-        self.inner.link(cx, file, dir, name)
-    }
-
-    fn readlink(&self, key: &FileKey) -> Result<Bytes> {
-        self.gate(Call::Io)?;
-        self.inner.readlink(key)
-    }
-
-    fn readdir(
-        &self,
-        dir: &FileKey,
-        cookie: u64,
-        max_entries: usize,
-    ) -> Result<(Vec<DirEntry>, bool)> {
-        self.gate(Call::Io)?;
-        self.inner.readdir(dir, cookie, max_entries)
-    }
-
-    fn clone_range(
-        &self,
-        cx: &OpCtx,
-        src: &FileKey,
-        src_off: u64,
-        dst: &FileKey,
-        dst_off: u64,
-        len: u64,
-    ) -> Result<CloneMethod> {
-        self.gate(Call::Alloc)?;
-        self.inner.clone_range(cx, src, src_off, dst, dst_off, len)
     }
 }
 

@@ -1,0 +1,462 @@
+//! The [`Backend`] calls of the local backend, built from the helpers of the sibling
+//! modules.
+
+use std::ffi::CString;
+use std::os::fd::AsFd;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use rustix::fs::{self as rfs, AtFlags, FileType as RFileType, Mode, OFlags};
+use rustix::io::Errno;
+
+use super::attrs::ftype_of;
+use super::descriptors::cname;
+use super::errors::{map_errno, map_errno_dir, retry};
+use super::handles::name_to_handle;
+use super::{lock, LocalBackend};
+use crate::memory::check_symlink_target;
+use crate::reflink::{copy_range, ficlonerange};
+use crate::{
+    Attrs, Backend, BackendError, CloneMethod, CreateMode, Created, DirChange, DirEntry, FileKey,
+    FileType, FsStats, Linked, Made, NodeKind, OpCtx, RenameChange, Result, SetAttrs,
+};
+
+/// Largest read answered in one call (a shorter read is not end of file).
+const MAX_READ: u32 = 16 << 20;
+
+impl Backend for LocalBackend {
+    fn root(&self) -> Result<FileKey> {
+        Ok(self.root_key.clone())
+    }
+
+    fn getattr(&self, key: &FileKey) -> Result<Attrs> {
+        let fd = self.resolve(key)?;
+        let st = self.stat_live(key, &fd)?;
+        Ok(self.attrs(&st, false))
+    }
+
+    fn lookup(&self, dir: &FileKey, name: &[u8]) -> Result<(FileKey, Attrs)> {
+        let name = cname(name)?;
+        let dfd = self.resolve(dir)?;
+        let fd = self
+            .open_child(&dfd, &name)
+            .map_err(|e| self.enoent_in(dir, &dfd, e))?;
+        let st = rfs::fstat(&fd).map_err(map_errno)?;
+        let key = self.key_in_export(&fd, &st)?;
+        lock(&self.paths).insert(key.clone(), Arc::new(fd));
+        Ok((key, self.attrs(&st, false)))
+    }
+
+    fn lookup_parent(&self, dir: &FileKey) -> Result<(FileKey, Attrs)> {
+        let (dfd, st) = self.dir_fd(dir)?;
+        if st.st_dev as u64 == self.root_dev && st.st_ino as u64 == self.root_ino {
+            return Err(BackendError::NotFound);
+        }
+        let fd = self
+            .fds(|| {
+                rfs::openat(
+                    &*dfd,
+                    c"..",
+                    OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+            })
+            .map_err(map_errno)?;
+        let pst = rfs::fstat(&fd).map_err(map_errno)?;
+        let key = self.key_in_export(&fd, &pst)?;
+        lock(&self.paths).insert(key.clone(), Arc::new(fd));
+        Ok((key, self.attrs(&pst, false)))
+    }
+
+    fn setattr(&self, _cx: &OpCtx, key: &FileKey, attrs: &SetAttrs) -> Result<Attrs> {
+        let fd = self.resolve(key)?;
+        let st = self.stat_live(key, &fd)?;
+        if attrs.is_empty() {
+            return Ok(self.attrs(&st, false));
+        }
+        if attrs.size.is_some() {
+            match ftype_of(&st) {
+                FileType::Regular => {}
+                FileType::Directory => return Err(BackendError::IsDir),
+                _ => return Err(BackendError::Inval),
+            }
+        }
+        let owner_mode = SetAttrs {
+            size: None,
+            atime: None,
+            mtime: None,
+            ..attrs.clone()
+        };
+        self.apply_attrs(&fd, &st, &owner_mode, false)?;
+        if let Some(size) = attrs.size {
+            let (wfd, _) = self.io_fd(key, true)?;
+            retry(|| rfs::ftruncate(&*wfd, size)).map_err(map_errno)?;
+        }
+        if attrs.atime.is_some() || attrs.mtime.is_some() {
+            let times = SetAttrs {
+                atime: attrs.atime,
+                mtime: attrs.mtime,
+                ..SetAttrs::default()
+            };
+            self.apply_attrs(&fd, &st, &times, true)?;
+        }
+        let st = rfs::fstat(&*fd).map_err(map_errno)?;
+        Ok(self.attrs(&st, true))
+    }
+
+    fn read(&self, key: &FileKey, offset: u64, count: u32) -> Result<(Bytes, bool)> {
+        let (fd, st) = self.io_fd(key, false)?;
+        let size = u64::try_from(st.st_size).unwrap_or(0);
+        if offset >= size {
+            return Ok((Bytes::new(), true));
+        }
+        let want = u64::from(count.min(MAX_READ)).min(size - offset);
+        // want <= MAX_READ (16 MiB), fits in usize.
+        let want = want as usize;
+        let mut buf = vec![0u8; want];
+        let mut got = 0usize;
+        while got < buf.len() {
+            let pos = offset + got as u64;
+            match retry(|| rustix::io::pread(&*fd, &mut buf[got..], pos)) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) => return Err(map_errno(e)),
+            }
+        }
+        buf.truncate(got);
+        // A short read means the file shrank meanwhile: that is end of file too.
+        let eof = got < want || offset + got as u64 >= size;
+        Ok((Bytes::from(buf), eof))
+    }
+
+    fn write(
+        &self,
+        _cx: &OpCtx,
+        key: &FileKey,
+        offset: u64,
+        data: &[u8],
+        sync: bool,
+    ) -> Result<Attrs> {
+        offset
+            .checked_add(data.len() as u64)
+            .filter(|&end| end <= i64::MAX as u64)
+            .ok_or(BackendError::FileTooBig)?;
+        let (fd, _) = self.io_fd(key, true)?;
+        let mut done = 0usize;
+        while done < data.len() {
+            let pos = offset + done as u64;
+            match retry(|| rustix::io::pwrite(&*fd, &data[done..], pos)) {
+                Ok(0) => return Err(BackendError::NoSpace),
+                Ok(n) => done += n,
+                Err(e) => return Err(map_errno(e)),
+            }
+        }
+        if sync {
+            retry(|| rfs::fdatasync(&*fd)).map_err(map_errno)?;
+        }
+        let st = rfs::fstat(&*fd).map_err(map_errno)?;
+        Ok(self.attrs(&st, true))
+    }
+
+    fn commit(&self, _cx: &OpCtx, key: &FileKey) -> Result<()> {
+        let pfd = self.resolve(key)?;
+        let st = self.stat_live(key, &pfd)?;
+        match ftype_of(&st) {
+            FileType::Regular => {
+                let (fd, _) = self.io_fd(key, false)?;
+                retry(|| rfs::fsync(&*fd)).map_err(map_errno)
+            }
+            FileType::Directory => {
+                let fd = self
+                    .fds(|| {
+                        rfs::openat(
+                            &*pfd,
+                            c".",
+                            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                            Mode::empty(),
+                        )
+                    })
+                    .map_err(map_errno)?;
+                retry(|| rfs::fsync(&fd)).map_err(map_errno)
+            }
+            _ => Err(BackendError::Inval),
+        }
+    }
+
+    fn create_file(
+        &self,
+        cx: &OpCtx,
+        dir: &FileKey,
+        name: &[u8],
+        mode: CreateMode,
+        attrs: &SetAttrs,
+    ) -> Result<Created> {
+        let name = cname(name)?;
+        let (dfd, dst) = self.dir_fd(dir)?;
+        let before = self.attrs(&dst, false).change;
+        let (key, attrs, created) = self.create_inner(&dfd, &dst, &name, mode, attrs, &cx.creds)?;
+        // `finish_created` recorded the mutation: read the value it left. Opening an
+        // existing file changed nothing.
+        let after = if created {
+            self.dir_before(&dfd)
+        } else {
+            before
+        };
+        let dir = DirChange {
+            before,
+            after,
+            atomic: false,
+        };
+        Ok(Created {
+            key,
+            attrs,
+            created,
+            dir,
+        })
+    }
+
+    fn make_node(
+        &self,
+        cx: &OpCtx,
+        dir: &FileKey,
+        name: &[u8],
+        kind: &NodeKind,
+        attrs: &SetAttrs,
+    ) -> Result<Made> {
+        let owner = &cx.creds;
+        let name = cname(name)?;
+        if attrs.size.is_some() {
+            return Err(BackendError::Inval);
+        }
+        let (dfd, dst) = self.dir_fd(dir)?;
+        let before = self.attrs(&dst, false).change;
+        let private = Mode::from_raw_mode(0o600);
+        let (made, default_mode) = match kind {
+            NodeKind::Directory => (
+                rfs::mkdirat(&*dfd, &*name, Mode::from_raw_mode(0o700)),
+                0o755,
+            ),
+            NodeKind::Symlink(target) => {
+                check_symlink_target(target)?;
+                let target = CString::new(target.as_ref()).map_err(|_| BackendError::Inval)?;
+                (rfs::symlinkat(&*target, &*dfd, &*name), 0o777)
+            }
+            NodeKind::Fifo => (
+                rfs::mknodat(&*dfd, &*name, RFileType::Fifo, private, 0),
+                0o644,
+            ),
+            NodeKind::Socket => (
+                rfs::mknodat(&*dfd, &*name, RFileType::Socket, private, 0),
+                0o644,
+            ),
+            NodeKind::BlockDev(ma, mi) => (
+                rfs::mknodat(
+                    &*dfd,
+                    &*name,
+                    RFileType::BlockDevice,
+                    private,
+                    rfs::makedev(*ma, *mi),
+                ),
+                0o644,
+            ),
+            NodeKind::CharDev(ma, mi) => (
+                rfs::mknodat(
+                    &*dfd,
+                    &*name,
+                    RFileType::CharacterDevice,
+                    private,
+                    rfs::makedev(*ma, *mi),
+                ),
+                0o644,
+            ),
+        };
+        made.map_err(map_errno)?;
+        let is_dir = matches!(kind, NodeKind::Directory);
+        let result = (|| {
+            let fd = self.open_child(&dfd, &name)?;
+            let st = self.init_new(&fd, &dst, owner, attrs, default_mode, true)?;
+            let key = self.key_in_export(&fd, &st)?;
+            Ok((fd, st, key))
+        })();
+        match result {
+            Ok((fd, st, key)) => {
+                lock(&self.paths).insert(key.clone(), Arc::new(fd));
+                let dir = self.dir_change(&dfd, before);
+                Ok(Made {
+                    key,
+                    attrs: self.attrs(&st, true),
+                    dir,
+                })
+            }
+            Err(e) => {
+                let flags = if is_dir {
+                    AtFlags::REMOVEDIR
+                } else {
+                    AtFlags::empty()
+                };
+                let _ = rfs::unlinkat(&*dfd, &*name, flags);
+                Err(e)
+            }
+        }
+    }
+
+    fn remove(&self, _cx: &OpCtx, dir: &FileKey, name: &[u8]) -> Result<DirChange> {
+        let name = cname(name)?;
+        let dfd = self.resolve(dir)?;
+        let before = self.dir_before(&dfd);
+        let victim = name_to_handle(dfd.as_fd(), &name, 0).ok().map(|(k, _)| k);
+        match retry(|| rfs::unlinkat(&*dfd, &*name, AtFlags::empty())) {
+            Ok(()) => {}
+            Err(Errno::ISDIR) => retry(|| rfs::unlinkat(&*dfd, &*name, AtFlags::REMOVEDIR))
+                .map_err(|e| self.enoent_in(dir, &dfd, map_errno_dir(e)))?,
+            Err(e) => return Err(self.enoent_in(dir, &dfd, map_errno(e))),
+        }
+        if let Some(k) = victim {
+            self.forget_if_unlinked(&k);
+        }
+        Ok(self.dir_change(&dfd, before))
+    }
+
+    fn rename(
+        &self,
+        _cx: &OpCtx,
+        from_dir: &FileKey,
+        from: &[u8],
+        to_dir: &FileKey,
+        to: &[u8],
+    ) -> Result<RenameChange> {
+        let from = cname(from)?;
+        let to = cname(to)?;
+        let ffd = self.resolve(from_dir)?;
+        let tfd = self.resolve(to_dir)?;
+        let (from_before, to_before) = (self.dir_before(&ffd), self.dir_before(&tfd));
+        let victim = name_to_handle(tfd.as_fd(), &to, 0).ok().map(|(k, _)| k);
+        let moved = name_to_handle(ffd.as_fd(), &from, 0).ok().map(|(k, _)| k);
+        retry(|| rfs::renameat(&*ffd, &*from, &*tfd, &*to)).map_err(|e| {
+            let e = self.enoent_in(from_dir, &ffd, map_errno_dir(e));
+            self.enoent_in(to_dir, &tfd, e)
+        })?;
+        if let Some(k) = victim {
+            if Some(&k) != moved.as_ref() {
+                self.forget_if_unlinked(&k);
+            }
+        }
+        let from_change = self.dir_change(&ffd, from_before);
+        let to_change = if from_dir == to_dir {
+            // One directory, one mutation: both sides report the same values.
+            from_change
+        } else {
+            self.dir_change(&tfd, to_before)
+        };
+        if let Some(k) = moved {
+            if let Ok(fd) = self.resolve(&k) {
+                if let Ok(st) = rfs::fstat(&*fd) {
+                    let _ = self.attrs(&st, true);
+                }
+            }
+        }
+        Ok(RenameChange {
+            from: from_change,
+            to: to_change,
+        })
+    }
+
+    fn link(&self, _cx: &OpCtx, file: &FileKey, dir: &FileKey, name: &[u8]) -> Result<Linked> {
+        let name = cname(name)?;
+        let fd = self.resolve(file)?;
+        let st = self.stat_live(file, &fd)?;
+        if ftype_of(&st) == FileType::Directory {
+            return Err(BackendError::IsDir);
+        }
+        let dfd = self.resolve(dir)?;
+        let before = self.dir_before(&dfd);
+        retry(|| rfs::linkat(&*fd, c"", &*dfd, &*name, AtFlags::EMPTY_PATH)).map_err(|e| {
+            let e = self.enoent_in(file, &fd, map_errno(e));
+            self.enoent_in(dir, &dfd, e)
+        })?;
+        let dir = self.dir_change(&dfd, before);
+        let st = rfs::fstat(&*fd).map_err(map_errno)?;
+        Ok(Linked {
+            attrs: self.attrs(&st, true),
+            dir,
+        })
+    }
+
+    fn readlink(&self, key: &FileKey) -> Result<Bytes> {
+        let fd = self.resolve(key)?;
+        let st = self.stat_live(key, &fd)?;
+        if ftype_of(&st) != FileType::Symlink {
+            return Err(BackendError::NotSymlink);
+        }
+        let target = rfs::readlinkat(&*fd, c"", Vec::new()).map_err(map_errno)?;
+        Ok(Bytes::from(target.into_bytes()))
+    }
+
+    fn readdir(
+        &self,
+        dir: &FileKey,
+        cookie: u64,
+        max_entries: usize,
+    ) -> Result<(Vec<DirEntry>, bool)> {
+        let (dfd, _) = self.dir_fd(dir)?;
+        self.readdir_inner(&dfd, cookie, max_entries)
+    }
+
+    fn statfs(&self, key: &FileKey) -> Result<FsStats> {
+        let fd = self.resolve(key)?;
+        let s = rfs::fstatvfs(&*fd).map_err(map_errno)?;
+        let frsize = s.f_frsize;
+        Ok(FsStats {
+            total_bytes: s.f_blocks.saturating_mul(frsize),
+            free_bytes: s.f_bfree.saturating_mul(frsize),
+            avail_bytes: s.f_bavail.saturating_mul(frsize),
+            total_files: s.f_files,
+            free_files: s.f_ffree,
+            avail_files: s.f_favail,
+            max_name_len: u32::try_from(s.f_namemax).unwrap_or(u32::MAX),
+        })
+    }
+
+    fn clone_range(
+        &self,
+        _cx: &OpCtx,
+        src: &FileKey,
+        src_off: u64,
+        dst: &FileKey,
+        dst_off: u64,
+        len: u64,
+    ) -> Result<CloneMethod> {
+        let (sfd, sst) = self.io_fd(src, false)?;
+        let (dfd, _) = self.io_fd(dst, true)?;
+        let size = u64::try_from(sst.st_size).unwrap_or(0);
+        let len = if len == 0 {
+            size.checked_sub(src_off).ok_or(BackendError::Inval)?
+        } else {
+            len
+        };
+        let src_end = src_off.checked_add(len).ok_or(BackendError::Inval)?;
+        let dst_end = dst_off.checked_add(len).ok_or(BackendError::FileTooBig)?;
+        if src_end > size || dst_end > i64::MAX as u64 {
+            return Err(BackendError::Inval);
+        }
+        if src == dst && src_off < dst_end && dst_off < src_end {
+            return Err(BackendError::Inval);
+        }
+        let method = if self.clone == CloneMethod::Reflink
+            && ficlonerange(&sfd, src_off, &dfd, dst_off, len).is_ok()
+        {
+            CloneMethod::Reflink
+        } else {
+            // Unaligned ranges (EINVAL), another file system, or no reflink support.
+            copy_range(&sfd, src_off, &dfd, dst_off, len)?;
+            CloneMethod::Copy
+        };
+        let st = rfs::fstat(&*dfd).map_err(map_errno)?;
+        let _ = self.attrs(&st, true);
+        Ok(method)
+    }
+
+    fn clone_method(&self) -> CloneMethod {
+        self.clone
+    }
+}

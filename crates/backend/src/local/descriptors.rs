@@ -1,0 +1,186 @@
+//! From keys and names to descriptors: resolving keys (cached), opening children and
+//! regular files for I/O, and forgetting the descriptors of objects that are gone.
+
+use std::ffi::{CStr, CString};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+
+use rustix::fs::{self as rfs, Mode, OFlags, Stat};
+use rustix::io::Errno;
+
+use super::attrs::ftype_of;
+use super::errors::{map_errno, retry};
+use super::handles::{map_handle_errno, name_to_handle, open_handle};
+use super::{lock, LocalBackend};
+use crate::{check_name, BackendError, FileKey, FileType, Result, MAX_KEY_LEN};
+
+/// A name as the `*at` calls take it, after the checks every backend makes.
+pub(super) fn cname(name: &[u8]) -> Result<CString> {
+    check_name(name)?;
+    CString::new(name).map_err(|_| BackendError::BadName)
+}
+
+/// The magic link that names exactly the inode of `fd` (no path is walked), for calls
+/// that need a path: reopening an `O_PATH` descriptor for I/O, chmod, utimensat.
+pub(super) fn proc_path(fd: BorrowedFd<'_>) -> String {
+    format!("/proc/self/fd/{}", fd.as_raw_fd())
+}
+
+impl LocalBackend {
+    /// An `O_PATH` descriptor for `key` (cached).
+    pub(super) fn resolve(&self, key: &FileKey) -> Result<Arc<OwnedFd>> {
+        let cached = lock(&self.paths).get(key);
+        if let Some(fd) = cached {
+            return Ok(fd);
+        }
+        if key.len() > MAX_KEY_LEN {
+            return Err(BackendError::Stale);
+        }
+        let fd = self
+            .fds(|| open_handle(self.root_fd.as_fd(), key))
+            .map_err(map_handle_errno)?;
+        let fd = Arc::new(fd);
+        lock(&self.paths).insert(key.clone(), fd.clone());
+        Ok(fd)
+    }
+
+    /// Drops every cached descriptor of `key`.
+    pub(super) fn forget(&self, key: &FileKey) {
+        lock(&self.paths).remove(key);
+        lock(&self.rw).remove(key);
+    }
+
+    /// Runs a descriptor-allocating call, retrying on `EINTR`, and once more after
+    /// shrinking the caches when the process is out of descriptors.
+    pub(super) fn fds<T>(
+        &self,
+        mut f: impl FnMut() -> rustix::io::Result<T>,
+    ) -> rustix::io::Result<T> {
+        match retry(&mut f) {
+            Err(Errno::MFILE | Errno::NFILE) => {
+                tracing::warn!("out of file descriptors: shrinking the descriptor caches");
+                lock(&self.paths).shrink_to_half();
+                lock(&self.rw).shrink_to_half();
+                retry(f)
+            }
+            r => r,
+        }
+    }
+
+    /// After `NotFound` from an operation in directory `dir`: if the directory itself has
+    /// been removed, the answer is `Stale`.
+    pub(super) fn enoent_in(&self, dir: &FileKey, dfd: &OwnedFd, e: BackendError) -> BackendError {
+        if e == BackendError::NotFound
+            && rfs::fstat(dfd).map(|st| st.st_nlink == 0).unwrap_or(false)
+        {
+            self.forget(dir);
+            return BackendError::Stale;
+        }
+        e
+    }
+
+    /// fstat of a resolved key; an object without links is gone (`Stale`).
+    pub(super) fn stat_live(&self, key: &FileKey, fd: &OwnedFd) -> Result<Stat> {
+        let st = rfs::fstat(fd).map_err(map_errno)?;
+        if st.st_nlink == 0 {
+            self.forget(key);
+            return Err(BackendError::Stale);
+        }
+        Ok(st)
+    }
+
+    /// Checks that an object opened by name belongs to the export's mount, and gets its key.
+    pub(super) fn key_in_export(&self, fd: &OwnedFd, st: &Stat) -> Result<FileKey> {
+        if st.st_dev as u64 != self.root_dev {
+            return Err(BackendError::XDev);
+        }
+        let (key, mount_id) = name_to_handle(fd.as_fd(), c"", libc::AT_EMPTY_PATH)?;
+        if mount_id != self.mount_id {
+            return Err(BackendError::XDev);
+        }
+        Ok(key)
+    }
+
+    /// Opens `name` in `dirfd` as `O_PATH`, never following a symlink.
+    pub(super) fn open_child(&self, dirfd: &OwnedFd, name: &CStr) -> Result<OwnedFd> {
+        self.fds(|| {
+            rfs::openat(
+                dirfd,
+                name,
+                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+        })
+        .map_err(map_errno)
+    }
+
+    /// Opens the object of an `O_PATH` descriptor for I/O. Only regular files (never
+    /// devices or fifos, whose open has side effects).
+    pub(super) fn reopen_file(&self, fd: &OwnedFd, st: &Stat, flags: OFlags) -> Result<OwnedFd> {
+        match ftype_of(st) {
+            FileType::Regular => {}
+            FileType::Directory => return Err(BackendError::IsDir),
+            FileType::Symlink => return Err(BackendError::SymlinkLoop),
+            _ => return Err(BackendError::Inval),
+        }
+        self.fds(|| {
+            rfs::open(
+                proc_path(fd.as_fd()).as_str(),
+                flags | OFlags::CLOEXEC | OFlags::NOCTTY,
+                Mode::empty(),
+            )
+        })
+        .map_err(map_errno)
+    }
+
+    /// A descriptor of `key` open for I/O (read-write when possible), with its stat.
+    pub(super) fn io_fd(&self, key: &FileKey, need_write: bool) -> Result<(Arc<OwnedFd>, Stat)> {
+        // (bound first: the guard must not live through the block, which may lock again)
+        let cached = lock(&self.rw).get(key);
+        if let Some(fd) = cached {
+            let st = self.stat_live(key, &fd)?;
+            let writable = rfs::fcntl_getfl(&*fd)
+                .map(|f| f.contains(OFlags::RDWR))
+                .unwrap_or(false);
+            if writable || !need_write {
+                return Ok((fd, st));
+            }
+        }
+        let pfd = self.resolve(key)?;
+        let st = self.stat_live(key, &pfd)?;
+        let fd = match self.reopen_file(&pfd, &st, OFlags::RDWR) {
+            Ok(fd) => fd,
+            Err(BackendError::ReadOnly | BackendError::Access | BackendError::Perm)
+                if !need_write =>
+            {
+                self.reopen_file(&pfd, &st, OFlags::RDONLY)?
+            }
+            Err(e) => return Err(e),
+        };
+        let fd = Arc::new(fd);
+        lock(&self.rw).insert(key.clone(), fd.clone());
+        Ok((fd, st))
+    }
+
+    /// Drops cached descriptors of `key` if its object has no links left.
+    pub(super) fn forget_if_unlinked(&self, key: &FileKey) {
+        let in_paths = lock(&self.paths).get(key);
+        let cached = in_paths.or_else(|| lock(&self.rw).get(key));
+        if let Some(fd) = cached {
+            match rfs::fstat(&*fd) {
+                Ok(st) if st.st_nlink > 0 => {}
+                _ => self.forget(key),
+            }
+        }
+    }
+
+    /// Stat of a directory key, checking that it is a live directory.
+    pub(super) fn dir_fd(&self, key: &FileKey) -> Result<(Arc<OwnedFd>, Stat)> {
+        let fd = self.resolve(key)?;
+        let st = self.stat_live(key, &fd)?;
+        if ftype_of(&st) != FileType::Directory {
+            return Err(BackendError::NotDir);
+        }
+        Ok((fd, st))
+    }
+}
