@@ -45,6 +45,32 @@ fn cinfo(sim: &mut Sim, dir: &Fh, c: &change_info4, what: &str) -> Result<(), Vi
         .map_err(|e| Violation::new(K::CinfoBackwards, format!("{what}: {e}")))
 }
 
+/// The server's answer `s` against a conflict the model knows of (or `None`): granted
+/// over a conflict, or refused with `refusal` though nothing conflicts, is a violation;
+/// each refusal is counted in `refused`.
+fn judge_conflict<C>(
+    s: Option<nfsstat4>,
+    refusal: nfsstat4,
+    conflict: Option<C>,
+    granted_over: impl FnOnce(C) -> String,
+    refused_for_nothing: impl FnOnce() -> String,
+    refused: &mut u64,
+) -> Result<(), Violation> {
+    match conflict {
+        Some(c) if s == Some(NFS4_OK) => {
+            return Err(Violation::new(K::LockConflict, granted_over(c)));
+        }
+        None if s == Some(refusal) => {
+            return Err(Violation::new(K::StaleStateSurvived, refused_for_nothing()));
+        }
+        _ => {}
+    }
+    if s == Some(refusal) {
+        *refused += 1;
+    }
+    Ok(())
+}
+
 fn getfh(res: &COMPOUND4res, i: usize) -> Option<Fh> {
     match res.resarray.get(i) {
         Some(nfs_resop4::OP_GETFH(GETFH4res::NFS4_OK(g))) => Some(g.object.clone()),
@@ -93,15 +119,9 @@ pub fn judge(
             cinfo(sim, dir, &o.cinfo, "OPEN create")?;
             let fh = getfh(res, 3)
                 .ok_or_else(|| Violation::new(K::UnexpectedStatus, "GETFH after OPEN failed"))?;
-            sim.model.objs.push(Obj {
-                fh: fh.clone(),
-                parent: dir.clone(),
-                name: name.clone(),
-                is_dir: false,
-                alive: true,
-                data: Vec::new(),
-                size_known: true,
-            });
+            sim.model
+                .objs
+                .push(Obj::created(fh.clone(), dir.clone(), name.clone(), false));
             sim.model
                 .add_open(&fh, oo, OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_DENY_NONE);
             Ok(())
@@ -112,21 +132,14 @@ pub fn judge(
                 .model
                 .share_conflict(file, &oo, OPEN4_SHARE_ACCESS_BOTH, 0);
             let s = st(res, 2);
-            if conflict && s == Some(NFS4_OK) {
-                return Err(Violation::new(
-                    K::LockConflict,
-                    "OPEN granted against a share reservation",
-                ));
-            }
-            if !conflict && s == Some(NFS4ERR_SHARE_DENIED) {
-                return Err(Violation::new(
-                    K::StaleStateSurvived,
-                    "OPEN denied by a share reservation no live open holds",
-                ));
-            }
-            if s == Some(NFS4ERR_SHARE_DENIED) {
-                sim.stats.share_denied += 1;
-            }
+            judge_conflict(
+                s,
+                NFS4ERR_SHARE_DENIED,
+                conflict.then_some(()),
+                |()| "OPEN granted against a share reservation".into(),
+                || "OPEN denied by a share reservation no live open holds".into(),
+                &mut sim.stats.share_denied,
+            )?;
             if expect("OPEN", s, &[NFS4_OK, NFS4ERR_SHARE_DENIED], faulted)? {
                 if getfh(res, 3).as_ref() != Some(file) {
                     return Err(Violation::new(
@@ -148,21 +161,14 @@ pub fn judge(
                 OPEN4_SHARE_DENY_BOTH,
             );
             let s = st(res, 2);
-            if conflict && s == Some(NFS4_OK) {
-                return Err(Violation::new(
-                    K::LockConflict,
-                    "OPEN with DENY_BOTH granted while another owner has the file open",
-                ));
-            }
-            if !conflict && s == Some(NFS4ERR_SHARE_DENIED) {
-                return Err(Violation::new(
-                    K::StaleStateSurvived,
-                    "OPEN with DENY_BOTH refused though no live client has the file open",
-                ));
-            }
-            if s == Some(NFS4ERR_SHARE_DENIED) {
-                sim.stats.share_denied += 1;
-            }
+            judge_conflict(
+                s,
+                NFS4ERR_SHARE_DENIED,
+                conflict.then_some(()),
+                |()| "OPEN with DENY_BOTH granted while another owner has the file open".into(),
+                || "OPEN with DENY_BOTH refused though no live client has the file open".into(),
+                &mut sim.stats.share_denied,
+            )?;
             if expect("OPEN deny", s, &[NFS4_OK, NFS4ERR_SHARE_DENIED], faulted)? {
                 // The probe owner's open (perhaps upgraded from one an earlier probe
                 // could not close) is gone only if this CLOSE worked.
@@ -261,7 +267,17 @@ pub fn judge(
             offset,
             length,
             write,
+        }
+        | Intent::Lockt {
+            file,
+            owner,
+            offset,
+            length,
+            write,
         } => {
+            // LOCKT asks the same question as LOCK but takes nothing.
+            let test = matches!(intent, Intent::Lockt { .. });
+            let op = if test { "LOCKT" } else { "LOCK" };
             expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
             let me = lock_owner(sim, ci, *owner);
             let end = range_end(*offset, *length);
@@ -270,19 +286,19 @@ pub fn judge(
                 .lock_conflict(file, Some(&me), *offset, end, *write)
                 .cloned();
             let s = st(res, 2);
-            if let (Some(c), Some(NFS4_OK)) = (&conflict, s) {
-                return Err(Violation::new(
-                    K::LockConflict,
-                    format!("LOCK {offset}+{length} write={write} by {me:?} granted over {c:?}"),
-                ));
-            }
-            if conflict.is_none() && s == Some(NFS4ERR_DENIED) {
-                return Err(Violation::new(K::StaleStateSurvived, format!("LOCK {offset}+{length} write={write} by {me:?} denied, no live owner holds a conflicting lock")));
-            }
-            if s == Some(NFS4ERR_DENIED) {
-                sim.stats.locks_denied += 1;
-            }
-            if expect("LOCK", s, &[NFS4_OK, NFS4ERR_DENIED], faulted)? {
+            let asked = || format!("{op} {offset}+{length} write={write} by {me:?}");
+            judge_conflict(
+                s,
+                NFS4ERR_DENIED,
+                conflict,
+                |c| match test {
+                    true => format!("{} sees no lock, the model has {c:?}", asked()),
+                    false => format!("{} granted over {c:?}", asked()),
+                },
+                || format!("{} denied, no live owner holds a conflicting lock", asked()),
+                &mut sim.stats.locks_denied,
+            )?;
+            if expect(op, s, &[NFS4_OK, NFS4ERR_DENIED], faulted)? && !test {
                 sim.stats.locks_granted += 1;
                 sim.model.locks.push(crate::model::LockRec {
                     file: file.clone(),
@@ -311,37 +327,6 @@ pub fn judge(
             }
             Ok(())
         }
-        Intent::Lockt {
-            file,
-            owner,
-            offset,
-            length,
-            write,
-        } => {
-            expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
-            let me = lock_owner(sim, ci, *owner);
-            let conflict = sim
-                .model
-                .lock_conflict(
-                    file,
-                    Some(&me),
-                    *offset,
-                    range_end(*offset, *length),
-                    *write,
-                )
-                .cloned();
-            let s = st(res, 2);
-            match (&conflict, s) {
-                (Some(c), Some(NFS4_OK)) => Err(Violation::new(K::LockConflict, format!("LOCKT {offset}+{length} write={write} by {me:?} sees no lock, the model has {c:?}"))),
-                (None, Some(NFS4ERR_DENIED)) => Err(Violation::new(K::StaleStateSurvived, format!("LOCKT {offset}+{length} write={write} by {me:?} denied, no live owner holds a conflicting lock"))),
-                _ => {
-                    if s == Some(NFS4ERR_DENIED) {
-                        sim.stats.locks_denied += 1;
-                    }
-                    expect("LOCKT", s, &[NFS4_OK, NFS4ERR_DENIED], faulted).map(|_| ())
-                }
-            }
-        }
         Intent::Mkdir { dir, name } => {
             expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
             if !expect("CREATE dir", st(res, 2), &[NFS4_OK], faulted)? {
@@ -353,15 +338,9 @@ pub fn judge(
             cinfo(sim, dir, &c.cinfo, "CREATE")?;
             let fh = getfh(res, 3)
                 .ok_or_else(|| Violation::new(K::UnexpectedStatus, "GETFH after CREATE failed"))?;
-            sim.model.objs.push(Obj {
-                fh,
-                parent: dir.clone(),
-                name: name.clone(),
-                is_dir: true,
-                alive: true,
-                data: Vec::new(),
-                size_known: true,
-            });
+            sim.model
+                .objs
+                .push(Obj::created(fh, dir.clone(), name.clone(), true));
             Ok(())
         }
         Intent::Remove { obj } => {
@@ -435,9 +414,19 @@ pub fn judge(
             let (change, size) = decode_change_size(&g.obj_attributes).ok_or_else(|| {
                 Violation::new(K::UnexpectedStatus, "GETATTR lacks change or size")
             })?;
-            let Some(o) = sim.model.obj(obj).cloned() else {
-                // The root directory: its change counter must not go back either.
-                return cinfo(
+            match sim.model.obj(obj).cloned() {
+                Some(o) if !o.is_dir => {
+                    if o.size_known && size != o.data.len() as u64 {
+                        return Err(Violation::new(
+                            K::DataLost,
+                            format!("GETATTR size {size}, the model's size {}", o.data.len()),
+                        ));
+                    }
+                    Ok(())
+                }
+                // A directory, or the root (which the model does not list): its change
+                // counter must not go back either.
+                dir => cinfo(
                     sim,
                     obj,
                     &change_info4 {
@@ -445,28 +434,13 @@ pub fn judge(
                         before: change,
                         after: change,
                     },
-                    "GETATTR root",
-                );
-            };
-            if o.is_dir {
-                return cinfo(
-                    sim,
-                    obj,
-                    &change_info4 {
-                        atomic: false,
-                        before: change,
-                        after: change,
+                    if dir.is_some() {
+                        "GETATTR dir"
+                    } else {
+                        "GETATTR root"
                     },
-                    "GETATTR dir",
-                );
+                ),
             }
-            if o.size_known && size != o.data.len() as u64 {
-                return Err(Violation::new(
-                    K::DataLost,
-                    format!("GETATTR size {size}, the model's size {}", o.data.len()),
-                ));
-            }
-            Ok(())
         }
     }
 }
