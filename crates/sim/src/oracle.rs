@@ -71,6 +71,67 @@ fn judge_conflict<C>(
     Ok(())
 }
 
+/// The ledger's count of the backend applying the request with `token`, against the
+/// reply: acknowledged (`ok`) means applied exactly once, else `twice` describes the
+/// violation. Not acknowledged: `Ok(false)`, after `unseen` if it took effect anyway.
+fn applied_once(
+    sim: &mut Sim,
+    ok: bool,
+    token: u64,
+    twice: impl FnOnce(u32) -> String,
+    unseen: impl FnOnce(&mut Sim),
+) -> Result<bool, Violation> {
+    let applied = sim.ledger.applied(token);
+    if !ok {
+        if applied > 0 {
+            unseen(sim);
+        }
+        return Ok(false);
+    }
+    if applied != 1 {
+        return Err(Violation::new(K::ExecutedTwice, twice(applied)));
+    }
+    Ok(true)
+}
+
+/// The object `new` = (directory, name, is_dir) that op 2 of `res` created (with the
+/// change info `c`, checked as `what`) and op 3 (GETFH) named: entered in the model;
+/// its handle.
+fn enter_created(
+    sim: &mut Sim,
+    res: &COMPOUND4res,
+    c: &change_info4,
+    (dir, name, is_dir): (&Fh, &bytes::Bytes, bool),
+    what: &str,
+    op: &str,
+) -> Result<Fh, Violation> {
+    cinfo(sim, dir, c, what)?;
+    let fh = getfh(res, 3)
+        .ok_or_else(|| Violation::new(K::UnexpectedStatus, format!("GETFH after {op} failed")))?;
+    sim.model
+        .objs
+        .push(Obj::created(fh.clone(), dir.clone(), name.clone(), is_dir));
+    Ok(fh)
+}
+
+/// [`judge_conflict`] for an OPEN against the model's share reservations.
+fn judge_share(
+    sim: &mut Sim,
+    s: Option<nfsstat4>,
+    conflict: bool,
+    granted_over: &str,
+    refused_for_nothing: &str,
+) -> Result<(), Violation> {
+    judge_conflict(
+        s,
+        NFS4ERR_SHARE_DENIED,
+        conflict.then_some(()),
+        |()| granted_over.into(),
+        || refused_for_nothing.into(),
+        &mut sim.stats.share_denied,
+    )
+}
+
 fn getfh(res: &COMPOUND4res, i: usize) -> Option<Fh> {
     match res.resarray.get(i) {
         Some(nfs_resop4::OP_GETFH(GETFH4res::NFS4_OK(g))) => Some(g.object.clone()),
@@ -97,31 +158,23 @@ pub fn judge(
         Intent::OpenCreate { dir, name } => {
             expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
             let ok = expect("OPEN create", st(res, 2), &[NFS4_OK], faulted)?;
-            let applied = sim
-                .ledger
-                .applied(crate::fault::token(crate::fault::TOKEN_CREATE, name));
-            if !ok {
-                if applied > 0 {
-                    // Created, then a later step failed: the name exists unseen.
-                    sim.model.uncertain_dirs.push(dir.clone());
-                }
+            let token = crate::fault::token(crate::fault::TOKEN_CREATE, name);
+            let done = applied_once(
+                sim,
+                ok,
+                token,
+                |n| format!("OPEN created {name:?} {n} times"),
+                // Created, then a later step failed: the name exists unseen.
+                |sim| sim.model.uncertain_dirs.push(dir.clone()),
+            )?;
+            if !done {
                 return Ok(());
-            }
-            if applied != 1 {
-                return Err(Violation::new(
-                    K::ExecutedTwice,
-                    format!("OPEN created {name:?} {applied} times"),
-                ));
             }
             let Some(nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(o))) = res.resarray.get(2) else {
                 return Err(Violation::new(K::Harness, "OPEN result shape"));
             };
-            cinfo(sim, dir, &o.cinfo, "OPEN create")?;
-            let fh = getfh(res, 3)
-                .ok_or_else(|| Violation::new(K::UnexpectedStatus, "GETFH after OPEN failed"))?;
-            sim.model
-                .objs
-                .push(Obj::created(fh.clone(), dir.clone(), name.clone(), false));
+            let new = (dir, name, false);
+            let fh = enter_created(sim, res, &o.cinfo, new, "OPEN create", "OPEN")?;
             sim.model
                 .add_open(&fh, oo, OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_DENY_NONE);
             Ok(())
@@ -132,13 +185,12 @@ pub fn judge(
                 .model
                 .share_conflict(file, &oo, OPEN4_SHARE_ACCESS_BOTH, 0);
             let s = st(res, 2);
-            judge_conflict(
+            judge_share(
+                sim,
                 s,
-                NFS4ERR_SHARE_DENIED,
-                conflict.then_some(()),
-                |()| "OPEN granted against a share reservation".into(),
-                || "OPEN denied by a share reservation no live open holds".into(),
-                &mut sim.stats.share_denied,
+                conflict,
+                "OPEN granted against a share reservation",
+                "OPEN denied by a share reservation no live open holds",
             )?;
             if expect("OPEN", s, &[NFS4_OK, NFS4ERR_SHARE_DENIED], faulted)? {
                 if getfh(res, 3).as_ref() != Some(file) {
@@ -161,13 +213,12 @@ pub fn judge(
                 OPEN4_SHARE_DENY_BOTH,
             );
             let s = st(res, 2);
-            judge_conflict(
+            judge_share(
+                sim,
                 s,
-                NFS4ERR_SHARE_DENIED,
-                conflict.then_some(()),
-                |()| "OPEN with DENY_BOTH granted while another owner has the file open".into(),
-                || "OPEN with DENY_BOTH refused though no live client has the file open".into(),
-                &mut sim.stats.share_denied,
+                conflict,
+                "OPEN with DENY_BOTH granted while another owner has the file open",
+                "OPEN with DENY_BOTH refused though no live client has the file open",
             )?;
             if expect("OPEN deny", s, &[NFS4_OK, NFS4ERR_SHARE_DENIED], faulted)? {
                 // The probe owner's open (perhaps upgraded from one an earlier probe
@@ -192,20 +243,16 @@ pub fn judge(
         } => {
             expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
             let ok = expect("WRITE", st(res, 2), &[NFS4_OK], faulted)?;
-            let applied = sim
-                .ledger
-                .applied(crate::fault::token(crate::fault::TOKEN_WRITE, data));
-            if !ok {
-                if applied > 0 {
-                    sim.model.write_unknown(file, *offset, data.len());
-                }
+            let token = crate::fault::token(crate::fault::TOKEN_WRITE, data);
+            let done = applied_once(
+                sim,
+                ok,
+                token,
+                |n| format!("an acknowledged WRITE was applied {n} times"),
+                |sim| sim.model.write_unknown(file, *offset, data.len()),
+            )?;
+            if !done {
                 return Ok(());
-            }
-            if applied != 1 {
-                return Err(Violation::new(
-                    K::ExecutedTwice,
-                    format!("an acknowledged WRITE was applied {applied} times"),
-                ));
             }
             let Some(nfs_resop4::OP_WRITE(WRITE4res::NFS4_OK(w))) = res.resarray.get(2) else {
                 return Err(Violation::new(K::Harness, "WRITE result shape"));
@@ -335,12 +382,7 @@ pub fn judge(
             let Some(nfs_resop4::OP_CREATE(CREATE4res::NFS4_OK(c))) = res.resarray.get(2) else {
                 return Err(Violation::new(K::Harness, "CREATE result shape"));
             };
-            cinfo(sim, dir, &c.cinfo, "CREATE")?;
-            let fh = getfh(res, 3)
-                .ok_or_else(|| Violation::new(K::UnexpectedStatus, "GETFH after CREATE failed"))?;
-            sim.model
-                .objs
-                .push(Obj::created(fh, dir.clone(), name.clone(), true));
+            enter_created(sim, res, &c.cinfo, (dir, name, true), "CREATE", "CREATE")?;
             Ok(())
         }
         Intent::Remove { obj } => {
