@@ -125,6 +125,21 @@ impl Compound {
                 }),
             }),
         };
+        self.open_as(access, owner, openhow, open_claim4::CLAIM_NULL(name(n)))
+    }
+    /// OPEN of the current filehandle itself (CLAIM_FH).
+    pub fn open_fh(&mut self, access: u32, owner: &[u8]) -> usize {
+        let openhow = openflag4::default(opentype4::OPEN4_NOCREATE);
+        self.open_as(access, owner, openhow, open_claim4::CLAIM_FH)
+    }
+    /// OPEN with `access` (no delegation wanted, nothing denied) by `owner`.
+    fn open_as(
+        &mut self,
+        access: u32,
+        owner: &[u8],
+        openhow: openflag4,
+        claim: open_claim4,
+    ) -> usize {
         self.op(nfs_argop4::OP_OPEN(OPEN4args {
             seqid: 0,
             share_access: access | OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
@@ -134,21 +149,7 @@ impl Compound {
                 owner: name(owner),
             },
             openhow,
-            claim: open_claim4::CLAIM_NULL(name(n)),
-        }))
-    }
-    /// OPEN of the current filehandle itself (CLAIM_FH).
-    pub fn open_fh(&mut self, access: u32, owner: &[u8]) -> usize {
-        self.op(nfs_argop4::OP_OPEN(OPEN4args {
-            seqid: 0,
-            share_access: access | OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
-            share_deny: OPEN4_SHARE_DENY_NONE,
-            owner: open_owner4 {
-                clientid: 0,
-                owner: name(owner),
-            },
-            openhow: openflag4::default(opentype4::OPEN4_NOCREATE),
-            claim: open_claim4::CLAIM_FH,
+            claim,
         }))
     }
     pub fn close(&mut self, stateid: stateid4) -> usize {
