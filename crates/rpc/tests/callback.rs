@@ -262,9 +262,14 @@ fn spawn_call(
     tokio::spawn(async move { bc.call(CB_PROG, 1, proc_num, &cred, args, timeout).await })
 }
 
+/// A callback `proc_num` with no credential and no arguments, as a task.
+fn empty_call(bc: &BackChannel, proc_num: u32, timeout: Duration) -> CallTask {
+    spawn_call(bc, proc_num, Credential::None, Bytes::new(), timeout)
+}
+
 /// A CB_NULL with no credential, as a task.
 fn cb_null(bc: &BackChannel) -> CallTask {
-    spawn_call(bc, CB_NULL, Credential::None, Bytes::new(), T)
+    empty_call(bc, CB_NULL, T)
 }
 
 fn sys_cred() -> Credential {
@@ -323,13 +328,7 @@ async fn cb_null_and_cb_compound_round_trip() {
 async fn timeout_when_the_peer_never_answers() {
     let (_srv, mut peer, bc) = connected(ServerConfig::default()).await;
     let started = Instant::now();
-    let t = spawn_call(
-        &bc,
-        CB_NULL,
-        Credential::None,
-        Bytes::new(),
-        Duration::from_millis(200),
-    );
+    let t = empty_call(&bc, CB_NULL, Duration::from_millis(200));
     let c = peer.recv_call().await;
     assert_eq!(t.await.unwrap(), Err(CallbackError::Timeout));
     let took = started.elapsed();
@@ -353,20 +352,8 @@ async fn timeout_when_the_peer_never_answers() {
 #[tokio::test]
 async fn connection_closed_fails_pending_and_later_calls() {
     let (srv, mut peer, bc) = connected(ServerConfig::default()).await;
-    let t1 = spawn_call(
-        &bc,
-        CB_COMPOUND,
-        Credential::None,
-        Bytes::new(),
-        Duration::from_secs(60),
-    );
-    let t2 = spawn_call(
-        &bc,
-        CB_NULL,
-        Credential::None,
-        Bytes::new(),
-        Duration::from_secs(60),
-    );
+    let t1 = empty_call(&bc, CB_COMPOUND, Duration::from_secs(60));
+    let t2 = empty_call(&bc, CB_NULL, Duration::from_secs(60));
     let _ = peer.recv_call().await;
     let _ = peer.recv_call().await;
     assert_eq!(bc.outstanding(), 2);
@@ -404,7 +391,7 @@ async fn unknown_xid_reply_is_ignored() {
     let (_srv, mut peer, bc) = connected(ServerConfig::default()).await;
     // Before any callback, and while one is pending.
     peer.reply_ok(0xdead_beef, b"nobody asked").await;
-    let t = spawn_call(&bc, CB_COMPOUND, Credential::None, Bytes::new(), T);
+    let t = empty_call(&bc, CB_COMPOUND, T);
     let c = peer.recv_call().await;
     peer.reply_ok(c.xid.wrapping_add(1000), b"wrong xid").await;
     let r = peer
@@ -536,7 +523,7 @@ async fn malformed_and_error_replies() {
         ),
     ];
     for (hdr, want) in cases {
-        let t = spawn_call(&bc, CB_COMPOUND, Credential::None, Bytes::new(), T);
+        let t = empty_call(&bc, CB_COMPOUND, T);
         let c = peer.recv_call().await;
         peer.reply(c.xid, hdr, b"").await;
         assert_eq!(t.await.unwrap(), Err(want));
