@@ -153,10 +153,19 @@ pub fn judge(
 ) -> Result<(), Violation> {
     let inc = sim.clients[ci].incarnation;
     let oo = (ci, inc, sim.clients[ci].open_owner());
+    // Every request but RENEW first sets its object: PUTFH (RENAME: PUTFH, SAVEFH,
+    // PUTFH), which must succeed.
+    let (setup, what) = match intent {
+        Intent::Renew => (0, ""),
+        Intent::Rename { .. } => (3, "PUTFH/SAVEFH"),
+        _ => (1, "PUTFH"),
+    };
+    for i in 1..=setup {
+        expect(what, st(res, i), &[NFS4_OK], faulted)?;
+    }
     match intent {
         Intent::Renew => Ok(()),
         Intent::OpenCreate { dir, name } => {
-            expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
             let ok = expect("OPEN create", st(res, 2), &[NFS4_OK], faulted)?;
             let token = crate::fault::token(crate::fault::TOKEN_CREATE, name);
             let done = applied_once(
@@ -180,7 +189,6 @@ pub fn judge(
             Ok(())
         }
         Intent::Open { file } => {
-            expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
             let conflict = sim
                 .model
                 .share_conflict(file, &oo, OPEN4_SHARE_ACCESS_BOTH, 0);
@@ -204,7 +212,6 @@ pub fn judge(
             Ok(())
         }
         Intent::DenyProbe { file } => {
-            expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
             let probe = (ci, inc, sim.clients[ci].probe_owner());
             let conflict = sim.model.share_conflict(
                 file,
@@ -241,7 +248,6 @@ pub fn judge(
             data,
             commit,
         } => {
-            expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
             let ok = expect("WRITE", st(res, 2), &[NFS4_OK], faulted)?;
             let token = crate::fault::token(crate::fault::TOKEN_WRITE, data);
             let done = applied_once(
@@ -281,7 +287,6 @@ pub fn judge(
             count,
             anon,
         } => {
-            expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
             // I/O without an open (the anonymous stateid) is refused while another
             // owner's share reservation denies reading (RFC 8881 §9.7).
             let nobody = (usize::MAX, 0, bytes::Bytes::new());
@@ -302,7 +307,6 @@ pub fn judge(
             Ok(())
         }
         Intent::Close { file } => {
-            expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
             if expect("CLOSE", st(res, 2), &[NFS4_OK], faulted)? {
                 sim.model.remove_open(file, &oo);
             }
@@ -325,7 +329,6 @@ pub fn judge(
             // LOCKT asks the same question as LOCK but takes nothing.
             let test = matches!(intent, Intent::Lockt { .. });
             let op = if test { "LOCKT" } else { "LOCK" };
-            expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
             let me = lock_owner(sim, ci, *owner);
             let end = range_end(*offset, *length);
             let conflict = sim
@@ -364,7 +367,6 @@ pub fn judge(
             length,
             ..
         } => {
-            expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
             if expect("LOCKU", st(res, 2), &[NFS4_OK], faulted)? {
                 let me = lock_owner(sim, ci, *owner);
                 let end = range_end(*offset, *length);
@@ -375,7 +377,6 @@ pub fn judge(
             Ok(())
         }
         Intent::Mkdir { dir, name } => {
-            expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
             if !expect("CREATE dir", st(res, 2), &[NFS4_OK], faulted)? {
                 return Ok(());
             }
@@ -386,7 +387,6 @@ pub fn judge(
             Ok(())
         }
         Intent::Remove { obj } => {
-            expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
             let Some(o) = sim.model.obj(obj).cloned() else {
                 return Ok(());
             };
@@ -412,9 +412,6 @@ pub fn judge(
             Ok(())
         }
         Intent::Rename { obj, to_dir, name } => {
-            for i in 1..=3 {
-                expect("PUTFH/SAVEFH", st(res, i), &[NFS4_OK], faulted)?;
-            }
             let Some(o) = sim.model.obj(obj).cloned() else {
                 return Ok(());
             };
@@ -433,7 +430,6 @@ pub fn judge(
             Ok(())
         }
         Intent::Truncate { file, size } => {
-            expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
             match expect("SETATTR size", st(res, 2), &[NFS4_OK], faulted)? {
                 true => sim.model.truncate(file, *size, true),
                 false => sim.model.truncate(file, *size, false),
@@ -446,7 +442,6 @@ pub fn judge(
             ..
         } => stale_write(sim, data, *after_restart, res, faulted),
         Intent::Getattr { obj } => {
-            expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
             if !expect("GETATTR", st(res, 2), &[NFS4_OK], faulted)? {
                 return Ok(());
             }
@@ -496,7 +491,6 @@ fn stale_write(
     res: &COMPOUND4res,
     faulted: bool,
 ) -> Result<(), Violation> {
-    expect("PUTFH", st(res, 1), &[NFS4_OK], faulted)?;
     let s = st(res, 2);
     let applied = sim
         .ledger
