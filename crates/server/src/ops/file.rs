@@ -8,7 +8,7 @@ use crate::ops::dir::change_info;
 use crate::ops::fh::check_name;
 use crate::statecore::{stateid_from_wire, stateid_to_wire};
 use txnfs_backend::{Attrs, CreateMode, DirChange, FileType, SetAttrs};
-use txnfs_state::Stateid;
+use txnfs_state::{OpenRequest, Stateid};
 
 /// Map the wire share bits, ignoring the v4.1 WANT/signal flags in the upper bits.
 fn share_bits(access: u32, deny: u32) -> Result<(u32, u32), nfsstat4> {
@@ -195,7 +195,17 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
     let sid = c
         .srv
         .core()?
-        .open(c.now, reclaim, client, &a.owner.owner, file, access, deny)
+        .open(
+            c.now,
+            reclaim,
+            client,
+            OpenRequest {
+                owner: &a.owner.owner,
+                file,
+                access,
+                deny,
+            },
+        )
         .map_err(|e| crate::errors::state_status(&e))?;
     let sid = stateid_to_wire(&sid);
     c.cfh = Some(Fh::Obj(target));
