@@ -33,6 +33,7 @@ fn core(grace: Grace) -> StateCore {
                 server_fore: ch(8),
                 server_back: ch(1),
                 back_channel: false,
+                reply_cache_bytes: usize::MAX,
             },
             state: StateLimits::default(),
         },

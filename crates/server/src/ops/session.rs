@@ -26,6 +26,7 @@ fn session_status(e: SessionError) -> nfsstat4 {
         SessionError::TooSmall => NFS4ERR_TOOSMALL,
         SessionError::TooManyOps => NFS4ERR_TOO_MANY_OPS,
         SessionError::ReqTooBig => NFS4ERR_REQ_TOO_BIG,
+        SessionError::Delay => NFS4ERR_DELAY,
     }
 }
 
