@@ -27,6 +27,20 @@ fi
 if [ "$(id -u)" = 0 ] && ! { command -v mkfs.btrfs && command -v mkfs.xfs; } >/dev/null; then
   apt-get update -qq >/dev/null && apt-get install -y -qq btrfs-progs xfsprogs >/dev/null
 fi
+# rpcbind (+ rpcinfo): the portmapper registration test (crates/cli/tests/rpcbind.rs)
+# and the nfs4fs step; python3-venv: the nfs4fs step's virtual environment.
+missing=
+dpkg-query -W -f='${Status}\n' rpcbind 2>/dev/null | grep -q '^install ok installed$' || missing="$missing rpcbind"
+python3 -c 'import ensurepip, venv' 2>/dev/null || missing="$missing python3-venv"
+if [ -n "$missing" ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "installing$missing"
+    # shellcheck disable=SC2086  # word splitting of the package list is intended
+    apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends $missing >/dev/null
+  else
+    echo "WARNING: missing$missing (not root: cannot install); their tests will fail" >&2
+  fi
+fi
 
 # A full run needs ~10 GB (debug build ~7 GB, VM image and run dirs): say so up front
 # rather than fail later with ENOSPC.
