@@ -4,6 +4,7 @@
 #   2. unit, property and protocol tests (cargo test: includes the nfs-rs end-to-end tests
 #      and a short deterministic-simulation sweep),
 #   3. a longer simulation sweep over other seeds (`txnfs-sim`, ADR 0010),
+#      then the Python client nfs4fs against txnfs and NFS-Ganesha (tests/nfs4fs),
 #   4. the backend's range-clone tests on Btrfs and XFS loop images (reflink; needs root
 #      and loop devices, skipped with a loud notice where there are none),
 #   5. the real Linux kernel NFSv4.1 client in a QEMU guest against `txnfs serve`,
@@ -65,6 +66,9 @@ TXNFS_BIN="$PWD/target/debug/txnfs" cargo test --workspace -- --test-threads=2
 
 step "deterministic simulation: 500 more seeds (replay a failure with the command it prints)"
 target/debug/txnfs-sim --first 1000 --seeds 500 --steps 1000
+
+step "nfs4fs (Python fsspec client on libntirpc) against txnfs and NFS-Ganesha"
+bash tests/nfs4fs/run.sh --bin "$PWD/target/debug/txnfs"
 
 step "range clones on Btrfs and XFS loop images"
 if [ "$(id -u)" = 0 ] && losetup -f >/dev/null 2>&1; then
