@@ -9,7 +9,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use txnfs_rpc::portmap::{Portmapper, IPPROTO_TCP, PMAP_PORT};
+use txnfs_rpc::portmap::{Portmapper, Registration, IPPROTO_TCP, PMAP_PORT};
 
 const NFS_PROG: u32 = 100003;
 
@@ -59,12 +59,18 @@ fn start_rpcbind() -> Rpcbind {
         eprintln!("NOTE: using the rpcbind this host already runs on 127.0.0.1:111");
         return Rpcbind { child: None };
     }
+    spawn_rpcbind(&[])
+}
+
+/// `rpcbind -f` with `extra` flags as this test's child, once it answers.
+fn spawn_rpcbind(extra: &[&str]) -> Rpcbind {
     let exe = ["/usr/sbin/rpcbind", "/sbin/rpcbind"]
         .into_iter()
         .find(|p| std::path::Path::new(p).exists())
         .expect("rpcbind is not installed (apt-get install rpcbind; scripts/test.sh does)");
     let child = Command::new(exe)
         .arg("-f")
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
@@ -239,4 +245,33 @@ fn help_documents_no_rpcbind() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("--no-rpcbind"), "{text}");
     assert!(text.contains("portmapper"), "{text}");
+}
+
+/// The fallback path: PMAP version 2 SET, GETPORT and UNSET over TCP to 127.0.0.1:111
+/// (for portmappers without rpcbind's local socket; Debian 12's rpcbind 1.2.6 takes
+/// them from loopback too).
+#[test]
+fn pmap_v2_over_tcp() {
+    let _one = RPCBIND.lock().unwrap_or_else(|e| e.into_inner());
+    let _rpcbind = start_rpcbind();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let pm = Portmapper::Tcp(std::net::SocketAddr::from(([127, 0, 0, 1], PMAP_PORT)));
+    let reg = Registration {
+        prog: NFS_PROG,
+        versions: vec![4],
+        addr: std::net::SocketAddr::from(([127, 0, 0, 1], free_port())),
+    };
+    let t = Duration::from_secs(2);
+    rt.block_on(pm.set(&reg, t)).expect("SET over TCP");
+    assert_eq!(getport(&rt), u32::from(reg.addr.port()));
+    let lines = rpcinfo_nfs_lines();
+    assert!(
+        lines.contains(&format!("100003 4 tcp {}", reg.addr.port())),
+        "{lines:?}"
+    );
+    rt.block_on(pm.unset(&reg, t)).expect("UNSET over TCP");
+    assert_eq!(getport(&rt), 0);
 }

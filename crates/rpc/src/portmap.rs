@@ -6,12 +6,13 @@
 //! registers what it serves when it starts and removes the entries when it stops.
 //!
 //! Two ways in, tried in this order:
-//! 1. rpcbind's local socket `/run/rpcbind.sock` with RPCBPROC_SET/UNSET (version 3).
-//!    Debian's rpcbind accepts SET/UNSET only from "loopback" callers, and without `-i`
-//!    or `-L` only a local (AF_UNIX) caller counts as one; libtirpc's own `rpcb_set`
-//!    goes this way too.
+//! 1. rpcbind's local socket `/run/rpcbind.sock` with RPCBPROC_SET/UNSET (version 3),
+//!    the way libtirpc's own `rpcb_set` goes. rpcbind takes SET/UNSET only from callers
+//!    it counts as local; an AF_UNIX caller always is one (and is recorded with its uid
+//!    as the owner), while whether a TCP caller on 127.0.0.1 is depends on the version
+//!    and its flags (`-i`, `-L`; Debian 12's 1.2.6 accepts it).
 //! 2. PMAP version 2 SET/UNSET over TCP to 127.0.0.1:111, for portmappers without the
-//!    local socket (the classic portmap, rpcbind started with `-i`).
+//!    local socket (the classic portmap) or where it cannot be reached.
 //!
 //! Each attempt is one short connection with a timeout, so a host without a portmapper
 //! costs a failed connect, not a start-up delay.
@@ -133,7 +134,8 @@ impl Portmapper {
         Ok(())
     }
 
-    /// Removes the entries of `reg` (every transport of each version).
+    /// Removes the entries of `reg`: over the local socket the TCP entry of each
+    /// version; PMAP version 2 has no finer UNSET than every transport of a version.
     pub async fn unset(&self, reg: &Registration, timeout: Duration) -> Result<(), PortmapError> {
         let mut all = true;
         for &vers in &reg.versions {
@@ -279,14 +281,15 @@ fn rpcb_args(proc_num: u32, reg: &Registration, vers: u32) -> Bytes {
     put_u32(&mut out, reg.prog);
     put_u32(&mut out, vers);
     let netid = if reg.addr.is_ipv4() { "tcp" } else { "tcp6" };
-    if proc_num == PMAPPROC_UNSET {
-        // An empty netid removes the version's entries of every transport.
-        put_opaque(&mut out, b"");
-        put_opaque(&mut out, b"");
+    put_opaque(&mut out, netid.as_bytes());
+    // UNSET names the entry by program, version and netid only (rpcbind ignores the
+    // address): only our transport's entry goes, not, say, another server's UDP one.
+    let uaddr = if proc_num == PMAPPROC_UNSET {
+        String::new()
     } else {
-        put_opaque(&mut out, netid.as_bytes());
-        put_opaque(&mut out, universal_address(reg.addr).as_bytes());
-    }
+        universal_address(reg.addr)
+    };
+    put_opaque(&mut out, uaddr.as_bytes());
     put_opaque(&mut out, b"txnfs");
     out.freeze()
 }
