@@ -74,7 +74,8 @@ free_port() {
 wait_listening() { # port pid log
   for _ in $(seq 300); do
     kill -0 "$2" 2> /dev/null || { tail -20 "$3"; die "server exited before listening"; }
-    ss -Hltn "sport = :$1" 2> /dev/null | grep -q . && return 0
+    # bash's /dev/tcp: no iproute2 needed (CI machines start with nothing)
+    (exec 3<> "/dev/tcp/127.0.0.1/$1") 2> /dev/null && return 0
     sleep 0.1
   done
   tail -20 "$3"
@@ -106,9 +107,13 @@ if [ "$WHICH" != ganesha ]; then
     --state-dir "$W"/txnfs/state "$W"/txnfs/export > "$W"/txnfs.log 2>&1 < /dev/null &
   SERVER_PID=$!
   wait_listening "$PORT" "$SERVER_PID" "$W"/txnfs.log
-  # nfs4fs gets no port below: it must find this one through the portmapper
-  rpcinfo -p 127.0.0.1 | awk -v p="$PORT" '$1 == 100003 && $2 == 4 && $3 == "tcp" && $4 == p { ok = 1 } END { exit !ok }' ||
-    { rpcinfo -p 127.0.0.1; die "txnfs did not register 100003 v4 tcp $PORT with rpcbind"; }
+  # nfs4fs gets no port below: it must find this one through the portmapper (txnfs
+  # registers right after it binds the port, so give it a moment)
+  registered() {
+    rpcinfo -p 127.0.0.1 | awk -v p="$PORT" '$1 == 100003 && $2 == 4 && $3 == "tcp" && $4 == p { ok = 1 } END { exit !ok }'
+  }
+  for _ in $(seq 50); do registered && break; sleep 0.1; done
+  registered || { rpcinfo -p 127.0.0.1; die "txnfs did not register 100003 v4 tcp $PORT with rpcbind"; }
   log "txnfs listening on 127.0.0.1:$PORT (pid $SERVER_PID), registered with rpcbind"
   run_pytest txnfs 127.0.0.1 "" "$W"/txnfs/export || { failed=1; log "txnfs log tail:"; tail -30 "$W"/txnfs.log; }
   stop_server
