@@ -20,15 +20,17 @@ fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_txnfs")
 }
 
-/// The rpcbind this test talks to: its own child, stopped by PID on drop, or the host's.
-struct Rpcbind {
-    child: Option<Child>,
-}
+/// A child process (rpcbind, txnfs serve) stopped by its PID when the guard goes, also
+/// when an assertion fails first: SIGTERM (rpcbind removes its socket, txnfs its
+/// entry), SIGKILL after 5 s, then reaped.
+struct Stopped(Option<Child>);
 
-impl Drop for Rpcbind {
+impl Drop for Stopped {
     fn drop(&mut self) {
-        if let Some(c) = &mut self.child {
-            // SIGTERM lets rpcbind remove its socket file; then reap it.
+        if let Some(c) = &mut self.0 {
+            if let Ok(Some(_)) = c.try_wait() {
+                return;
+            }
             let _ = Command::new("kill").arg(c.id().to_string()).status();
             let deadline = Instant::now() + Duration::from_secs(5);
             while Instant::now() < deadline {
@@ -42,6 +44,9 @@ impl Drop for Rpcbind {
         }
     }
 }
+
+/// The rpcbind this test talks to: its own child or (no child) the host's.
+type Rpcbind = Stopped;
 
 fn portmapper_answers() -> bool {
     std::net::TcpStream::connect_timeout(
@@ -57,7 +62,7 @@ fn portmapper_answers() -> bool {
 fn start_rpcbind() -> Rpcbind {
     if portmapper_answers() {
         eprintln!("NOTE: using the rpcbind this host already runs on 127.0.0.1:111");
-        return Rpcbind { child: None };
+        return Stopped(None);
     }
     spawn_rpcbind(&[])
 }
@@ -75,10 +80,10 @@ fn spawn_rpcbind(extra: &[&str]) -> Rpcbind {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("rpcbind starts (it needs root to bind port 111)");
-    let mut rb = Rpcbind { child: Some(child) };
+    let mut rb = Stopped(Some(child));
     let deadline = Instant::now() + Duration::from_secs(10);
     while !(portmapper_answers() && std::path::Path::new("/run/rpcbind.sock").exists()) {
-        if let Some(c) = &mut rb.child {
+        if let Some(c) = &mut rb.0 {
             if let Ok(Some(st)) = c.try_wait() {
                 panic!("rpcbind exited at start: {st}");
             }
@@ -130,7 +135,7 @@ fn serve_registers_with_rpcbind_and_unregisters_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("export")).unwrap();
     let t0 = Instant::now();
-    let mut child = Command::new(bin())
+    let child = Command::new(bin())
         .args([
             "serve",
             "--listen",
@@ -145,6 +150,8 @@ fn serve_registers_with_rpcbind_and_unregisters_on_sigterm() {
         .spawn()
         .unwrap();
     let pid = child.id();
+    let mut serve = Stopped(Some(child));
+    let child = serve.0.as_mut().expect("just spawned");
     let deadline = Instant::now() + Duration::from_secs(10);
     while getport(&rt) != u32::from(port) {
         if let Ok(Some(st)) = child.try_wait() {
@@ -206,7 +213,7 @@ fn no_rpcbind_flag_registers_nothing() {
     let port = free_port();
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("export")).unwrap();
-    let mut child = Command::new(bin())
+    let child = Command::new(bin())
         .args([
             "serve",
             "--no-rpcbind",
@@ -221,6 +228,8 @@ fn no_rpcbind_flag_registers_nothing() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let mut serve = Stopped(Some(child));
+    let child = serve.0.as_mut().expect("just spawned");
     let deadline = Instant::now() + Duration::from_secs(10);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < deadline, "server did not start");
