@@ -6,6 +6,9 @@
 //! so this test lives alone in its test binary: cargo runs test binaries one after the
 //! other, so no other test's server registers while it looks.
 
+mod common;
+
+use common::{bin, free_port, spawn_serve, terminate, wait_listening};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -15,10 +18,6 @@ const NFS_PROG: u32 = 100003;
 
 /// The two tests share the host's one portmapper: one at a time.
 static RPCBIND: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_txnfs")
-}
 
 /// A child process (rpcbind, txnfs serve) stopped by its PID when the guard goes, also
 /// when an assertion fails first: SIGTERM (rpcbind removes its socket, txnfs its
@@ -94,11 +93,6 @@ fn spawn_rpcbind(extra: &[&str]) -> Rpcbind {
     rb
 }
 
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
 fn getport(rt: &tokio::runtime::Runtime) -> u32 {
     let pm = Portmapper::Tcp(std::net::SocketAddr::from(([127, 0, 0, 1], PMAP_PORT)));
     rt.block_on(pm.getport(NFS_PROG, 4, IPPROTO_TCP, Duration::from_secs(2)))
@@ -120,36 +114,31 @@ fn rpcinfo_nfs_lines() -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn serve_registers_with_rpcbind_and_unregisters_on_sigterm() {
+/// What a test here runs with: a runtime for the GETPORT calls, the host's portmapper to
+/// itself, and a running rpcbind.
+fn with_rpcbind() -> (
+    tokio::runtime::Runtime,
+    std::sync::MutexGuard<'static, ()>,
+    Rpcbind,
+) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let _one = RPCBIND.lock().unwrap_or_else(|e| e.into_inner());
-    let _rpcbind = start_rpcbind();
+    let one = RPCBIND.lock().unwrap_or_else(|e| e.into_inner());
+    (rt, one, start_rpcbind())
+}
+
+#[test]
+fn serve_registers_with_rpcbind_and_unregisters_on_sigterm() {
+    let (rt, _one, _rpcbind) = with_rpcbind();
     // Nothing of ours yet (a host rpcbind may hold a kernel nfsd's entry on another port).
     let port = free_port();
     assert_ne!(getport(&rt), u32::from(port));
 
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("export")).unwrap();
     let t0 = Instant::now();
-    let child = Command::new(bin())
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--no-grace",
-            "--state-dir",
-        ])
-        .arg(dir.path().join("state"))
-        .arg(dir.path().join("export"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
+    let child = spawn_serve(dir.path(), port, &[], true);
     let mut serve = Stopped(Some(child));
     let child = serve.0.as_mut().expect("just spawned");
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -167,23 +156,7 @@ fn serve_registers_with_rpcbind_and_unregisters_on_sigterm() {
         "rpcinfo -p lacks 100003 4 tcp {port}: {lines:?}"
     );
 
-    let st = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "txnfs did not stop on SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut log = String::new();
-    if let Some(mut e) = child.stderr.take() {
-        let _ = std::io::Read::read_to_string(&mut e, &mut log);
-    }
+    let (status, log) = terminate(child);
     assert!(status.success(), "exit {status}; log:\n{log}");
     assert!(
         log.contains("registered NFS v4 with rpcbind"),
@@ -204,37 +177,13 @@ fn serve_registers_with_rpcbind_and_unregisters_on_sigterm() {
 /// With `--no-rpcbind` nothing is registered (it needs the rpcbind too, hence this file).
 #[test]
 fn no_rpcbind_flag_registers_nothing() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let _one = RPCBIND.lock().unwrap_or_else(|e| e.into_inner());
-    let _rpcbind = start_rpcbind();
+    let (rt, _one, _rpcbind) = with_rpcbind();
     let port = free_port();
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("export")).unwrap();
-    let child = Command::new(bin())
-        .args([
-            "serve",
-            "--no-rpcbind",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--no-grace",
-            "--state-dir",
-        ])
-        .arg(dir.path().join("state"))
-        .arg(dir.path().join("export"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = spawn_serve(dir.path(), port, &["--no-rpcbind"], false);
     let mut serve = Stopped(Some(child));
     let child = serve.0.as_mut().expect("just spawned");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "server did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_listening(port);
     // Serving now; a registration would have happened before the listener accepted.
     std::thread::sleep(Duration::from_millis(200));
     let got = getport(&rt);

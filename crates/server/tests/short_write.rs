@@ -51,14 +51,7 @@ async fn write_past_maxwrite(srv: &TestServer) -> (Vec<u8>, Vec<u8>, u32) {
     let max_request = srv.server.cfg.max_record_size as u32;
     let data = pattern(max_io as usize + (40 << 10));
     let mut s = big_request_session(srv.addr, max_request).await;
-    let r = s
-        .run(vec![
-            nfs_argop4::OP_PUTROOTFH,
-            open_new("big.bin"),
-            nfs_argop4::OP_GETFH,
-        ])
-        .await;
-    let (sid, fh) = opened_stateid_and_fh(&r);
+    let (sid, fh) = s.open_new_file("big.bin").await;
     let r = s
         .run(vec![
             nfs_argop4::OP_PUTFH(PUTFH4args { object: fh.clone() }),

@@ -161,6 +161,18 @@ impl Session {
         COMPOUND4res::from_bytes(call_raw(&self.cl, b).await).expect("decodes")
     }
 
+    /// Create `name` in the root with OPEN: its open stateid and file handle.
+    pub async fn open_new_file(&mut self, name: &str) -> (stateid4, Bytes) {
+        let r = self
+            .run(vec![
+                nfs_argop4::OP_PUTROOTFH,
+                open_new(name),
+                nfs_argop4::OP_GETFH,
+            ])
+            .await;
+        opened_stateid_and_fh(&r)
+    }
+
     /// Like `run`, but SEQUENCE asks the server not to cache the reply.
     pub async fn run_uncached(&mut self, ops: Vec<nfs_argop4>) -> COMPOUND4res {
         self.seq += 1;
