@@ -36,6 +36,7 @@ fn main() -> ExitCode {
                 total.overtakes += s.overtakes;
                 total.restarts += s.restarts;
                 total.expiries += s.expiries;
+                total.courtesy_expiries += s.courtesy_expiries;
                 total.faults += s.faults;
                 total.cut_connections += s.cut_connections;
                 total.bytes_verified += s.bytes_verified;
@@ -52,12 +53,13 @@ fn main() -> ExitCode {
         }
     }
     println!(
-        "compounds={} retransmissions={} overtakes={} restarts={} expiries={} faults={} cut_connections={}",
+        "compounds={} retransmissions={} overtakes={} restarts={} expiries={} (in courtesy time {}) faults={} cut_connections={}",
         total.compounds,
         total.retransmissions,
         total.overtakes,
         total.restarts,
         total.expiries,
+        total.courtesy_expiries,
         total.faults,
         total.cut_connections
     );
