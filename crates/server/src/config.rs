@@ -128,8 +128,8 @@ pub struct Config {
     /// longest idle one (nothing in progress on it), so idle sockets cannot lock clients out.
     pub max_connections: usize,
     /// Seconds a connection may stay silent with nothing in progress before the server
-    /// closes it; 0 keeps idle connections. Unset: three lease periods (see
-    /// [`Config::idle_timeout`]).
+    /// closes it; 0 keeps idle connections. Unset: three lease periods (the method
+    /// `Config::idle_timeout()` resolves this and says why).
     pub idle_timeout: Option<u32>,
     /// Deliberate defects for proving that the tests and the simulation can fail.
     /// Never set outside tests; not configurable from TOML.
