@@ -359,6 +359,16 @@ macro_rules! with_backend_methods {
                 /// What [`Backend::clone_range`] does on this backend when the ranges are suitably
                 /// aligned (decided once, when the backend is opened).
                 fn clone_method(&self) -> CloneMethod;
+                /// Keep `key`'s object alive while a client has it open: until the matching
+                /// [`Backend::release`], it stays reachable by its key (getattr, read, write,
+                /// setattr) even after REMOVE or a RENAME over it took its last name, as a
+                /// POSIX open file does (the open state keeps the object alive). Counted:
+                /// every successful `hold` needs one `release`. Fails like `getattr` when the
+                /// object is already gone.
+                fn hold(&self, key: &FileKey) -> Result<()>;
+                /// Give back one [`Backend::hold`]; after the last one, an object without
+                /// names is freed.
+                fn release(&self, key: &FileKey);
             }
             provided {
                 /// A COMPOUND whose context is `cx` starts using this backend (called once per

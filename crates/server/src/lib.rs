@@ -8,6 +8,7 @@ pub mod config;
 pub mod errors;
 pub mod export;
 pub mod handle;
+pub mod held;
 pub mod ops;
 pub mod placement;
 pub mod server;

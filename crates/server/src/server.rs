@@ -105,6 +105,8 @@ pub struct Server {
     /// Fore-channel maxima we offer.
     pub limits: ChannelAttrs,
     pub stats: Stats,
+    /// Files kept alive for their opens (`crate::held`).
+    pub held: crate::held::HeldFiles,
     /// The one source of time for leases, grace and the executor (simulated in tests).
     pub clock: Arc<dyn Clock>,
     pub(crate) statedir: StateDir,
@@ -193,6 +195,7 @@ impl Server {
             server_owner,
             limits,
             stats: Stats::new(),
+            held: Default::default(),
             clock,
             statedir,
             boot_time: Timestamp {

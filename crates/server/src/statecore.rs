@@ -108,6 +108,7 @@ impl Server {
 
     /// Execute what the core asked for. Call after the core's lock is released.
     pub fn apply(&self, effects: Vec<Effect>) {
+        let mut released_clients = false;
         for e in effects {
             match e {
                 Effect::PersistClients(list) => self.persist(list),
@@ -115,17 +116,30 @@ impl Server {
                     client,
                     reason,
                     states,
-                } => tracing::info!(
-                    client = format_args!("{client:#x}"),
-                    ?reason,
-                    states,
-                    "released client state"
-                ),
+                } => {
+                    released_clients = true;
+                    tracing::info!(
+                        client = format_args!("{client:#x}"),
+                        ?reason,
+                        states,
+                        "released client state"
+                    )
+                }
                 Effect::GraceEnded(end) => tracing::info!(?end, "grace period over"),
                 Effect::Callback { .. } | Effect::Revoke { .. } | Effect::Wake { .. } => {
                     tracing::error!(effect = ?e, "the state core asked for an effect this server cannot execute yet");
                 }
             }
+        }
+        if released_clients {
+            // Their opens are gone: so are the holds that kept those files alive.
+            // A poisoned lock was reported by whoever produced these effects; this
+            // only gives holds back, so it goes on with the state as it is.
+            let released = {
+                let core = self.core.lock().unwrap_or_else(PoisonError::into_inner);
+                self.held.release_closed(&core, None)
+            };
+            drop(released);
         }
     }
 

@@ -459,4 +459,30 @@ impl Backend for LocalBackend {
     fn clone_method(&self) -> CloneMethod {
         self.clone
     }
+
+    fn hold(&self, key: &FileKey) -> Result<()> {
+        let fd = self.resolve(key)?;
+        self.stat_live(key, &fd)?;
+        let mut held = lock(&self.held);
+        held.entry(key.clone()).or_insert_with(|| (fd, 0)).1 += 1;
+        Ok(())
+    }
+
+    fn release(&self, key: &FileKey) {
+        let last = {
+            let mut held = lock(&self.held);
+            match held.get_mut(key) {
+                Some((_, n)) if *n > 1 => {
+                    *n -= 1;
+                    false
+                }
+                Some(_) => held.remove(key).is_some(),
+                None => false,
+            }
+        };
+        if last {
+            // An unlinked object is freed once its last descriptor closes: the caches'.
+            self.forget_if_unlinked(key);
+        }
+    }
 }

@@ -27,10 +27,14 @@ pub(super) fn proc_path(fd: BorrowedFd<'_>) -> String {
 }
 
 impl LocalBackend {
-    /// An `O_PATH` descriptor for `key` (cached).
+    /// An `O_PATH` descriptor for `key` (cached; a held object's own descriptor).
     pub(super) fn resolve(&self, key: &FileKey) -> Result<Arc<OwnedFd>> {
         let cached = lock(&self.paths).get(key);
         if let Some(fd) = cached {
+            return Ok(fd);
+        }
+        let held = lock(&self.held).get(key).map(|(fd, _)| fd.clone());
+        if let Some(fd) = held {
             return Ok(fd);
         }
         if key.len() > MAX_KEY_LEN {
@@ -79,10 +83,11 @@ impl LocalBackend {
         e
     }
 
-    /// fstat of a resolved key; an object without links is gone (`Stale`).
+    /// fstat of a resolved key; an object without links is gone (`Stale`) unless a
+    /// client holds it open (`Backend::hold`).
     pub(super) fn stat_live(&self, key: &FileKey, fd: &OwnedFd) -> Result<Stat> {
         let st = rfs::fstat(fd).map_err(map_errno)?;
-        if st.st_nlink == 0 {
+        if st.st_nlink == 0 && !lock(&self.held).contains_key(key) {
             self.forget(key);
             return Err(BackendError::Stale);
         }

@@ -43,9 +43,10 @@ mod fd_cache;
 mod handles;
 mod readdir;
 
+use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use rustix::fs::{self as rfs, Mode, OFlags};
 use rustix::io::Errno;
@@ -71,6 +72,9 @@ pub struct LocalBackend {
     paths: Mutex<FdCache>,
     rw: Mutex<FdCache>,
     changes: Mutex<ChangeTable>,
+    /// Objects a client has open (`Backend::hold`), with the descriptor that keeps each
+    /// alive after its last name is gone and the number of holds.
+    held: Mutex<HashMap<FileKey, (Arc<OwnedFd>, usize)>>,
     /// What `clone_range` does here (probed once at open).
     clone: CloneMethod,
 }
@@ -144,6 +148,7 @@ impl LocalBackend {
             paths: Mutex::new(FdCache::new(path_cap)),
             rw: Mutex::new(FdCache::new(rw_cap)),
             changes: Mutex::new(ChangeTable::default()),
+            held: Mutex::new(HashMap::new()),
         })
     }
 }

@@ -348,4 +348,28 @@ impl Backend for MemoryBackend {
     fn clone_method(&self) -> CloneMethod {
         CloneMethod::Copy
     }
+
+    fn hold(&self, key: &FileKey) -> Result<()> {
+        let ino = ino_of(key)?;
+        let mut inner = self.lock();
+        inner.node(ino)?;
+        *inner.held.entry(ino).or_insert(0) += 1;
+        Ok(())
+    }
+
+    fn release(&self, key: &FileKey) {
+        let Ok(ino) = ino_of(key) else { return };
+        let mut inner = self.lock();
+        let last = match inner.held.get_mut(&ino) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                false
+            }
+            Some(_) => inner.held.remove(&ino).is_some(),
+            None => false,
+        };
+        if last && inner.node(ino).is_ok_and(|n| n.attrs.nlink == 0) {
+            inner.free_node(ino);
+        }
+    }
 }

@@ -104,6 +104,7 @@ impl MemoryBackend {
                 change: 1,
                 limits,
                 data_bytes: 0,
+                held: HashMap::new(),
             }),
             fsid: 0x6d65_6d00_0000_0000 | NEXT_FSID.fetch_add(1, Ordering::Relaxed),
         }

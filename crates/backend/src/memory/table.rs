@@ -80,6 +80,9 @@ pub(super) struct Inner {
     pub(super) limits: MemoryLimits,
     /// Bytes of file data held (sum of file lengths), bounded by `limits.max_bytes`.
     pub(super) data_bytes: u64,
+    /// Objects a client has open (`Backend::hold`) and how many holds each has: they
+    /// outlive their last name until the last release.
+    pub(super) held: HashMap<u64, usize>,
 }
 
 pub(super) fn now() -> Timestamp {
@@ -171,16 +174,21 @@ impl Inner {
             node.attrs.change = change;
             node.attrs.nlink == 0
         };
-        if free {
-            if let Some(Node {
-                content: Content::File(data),
-                ..
-            }) = self.nodes.remove(&ino)
-            {
-                self.data_bytes -= data.len() as u64;
-            }
+        if free && !self.held.contains_key(&ino) {
+            self.free_node(ino);
         }
         Ok(())
+    }
+
+    /// Forget an object that has no name and no hold left.
+    pub(super) fn free_node(&mut self, ino: u64) {
+        if let Some(Node {
+            content: Content::File(data),
+            ..
+        }) = self.nodes.remove(&ino)
+        {
+            self.data_bytes -= data.len() as u64;
+        }
     }
 
     /// Is `anc` `ino` or one of its ancestors?

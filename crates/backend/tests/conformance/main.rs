@@ -37,6 +37,7 @@ macro_rules! conformance {
             case!(check_link);
             case!(check_rename);
             case!(check_remove);
+            case!(check_hold);
             case!(check_readdir_paging);
             case!(check_change);
             case!(check_bad_names);

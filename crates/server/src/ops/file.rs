@@ -207,6 +207,8 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
             },
         )
         .map_err(|e| crate::errors::state_status(&e))?;
+    // The open keeps the file alive through a REMOVE or RENAME over it (`crate::held`).
+    c.srv.held.hold(file, &target.export, &target.key);
     let sid = stateid_to_wire(&sid);
     c.cfh = Some(Fh::Obj(target));
     Ok(nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(OPEN4resok {
@@ -239,11 +241,15 @@ pub fn close(c: &mut Compound, a: &CLOSE4args) -> OpResult {
     let client = c.client()?;
     let sid = stateid_from_wire(&c.resolve_sid(&a.open_stateid)?);
     let file = c.srv.cfh_file_id(c.cfh()?)?;
-    c.srv
-        .core()?
-        .table_mut()
-        .close(client, &sid, file)
-        .map_err(|e| crate::errors::state_status(&e))?;
+    let released = {
+        let mut core = c.srv.core()?;
+        core.table_mut()
+            .close(client, &sid, file)
+            .map_err(|e| crate::errors::state_status(&e))?;
+        c.srv.held.release_closed(&core, Some(file))
+    };
+    // Given back after the core's lock: the last CLOSE frees a file with no name left.
+    drop(released);
     // RFC 8881 §18.2.4: the returned stateid SHOULD be the invalid special stateid.
     let gone = stateid_to_wire(&Stateid::INVALID);
     Ok(nfs_resop4::OP_CLOSE(CLOSE4res::NFS4_OK(gone)))

@@ -773,6 +773,12 @@ impl StateTable {
             .get(&client)
             .is_some_and(|c| !c.states.is_empty())
     }
+
+    /// Whether any client has `file` open.
+    pub fn file_is_open(&self, file: FileId) -> bool {
+        self.files.get(&file).is_some_and(|fs| !fs.opens.is_empty())
+    }
+
     /// Counters of the whole table.
     pub fn stats(&self) -> StateStats {
         StateStats {

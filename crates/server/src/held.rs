@@ -1,0 +1,82 @@
+//! Open files outlive their names (issue 8, item 3): while a client has a file open,
+//! a REMOVE or a RENAME over it by anyone must not make the client's later READ, WRITE
+//! or CLOSE fail with NFS4ERR_STALE — the open state keeps the object alive, as an open
+//! descriptor does in POSIX. The server asks the backend to hold each file that has
+//! opens (`Backend::hold`, once per file) and gives the hold back once the state core
+//! says no open of it is left: after a CLOSE, and in a sweep after clients are released
+//! (lease expiry, courtesy conflicts, DESTROY_CLIENTID).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use txnfs_backend::FileKey;
+use txnfs_state::{FileId, StateCore};
+
+use crate::export::Export;
+
+/// The files the server holds for their opens.
+#[derive(Default)]
+pub struct HeldFiles {
+    files: Mutex<HashMap<FileId, (Arc<Export>, FileKey)>>,
+}
+
+impl HeldFiles {
+    /// `file` (of `export`, named by `key`) has an open now: hold it unless it is held.
+    /// A failure means the object went away between the OPEN's decision and now (a
+    /// concurrent REMOVE): the open stands, unprotected, as before this existed.
+    pub fn hold(&self, file: FileId, export: &Arc<Export>, key: &FileKey) {
+        let mut files = self.files.lock().unwrap_or_else(PoisonError::into_inner);
+        if files.contains_key(&file) {
+            return;
+        }
+        match export.backend.hold(key) {
+            Ok(()) => {
+                files.insert(file, (export.clone(), key.clone()));
+            }
+            Err(e) => tracing::debug!(?file, "cannot hold a file just opened: {e}"),
+        }
+    }
+
+    /// Take out the holds of the files in `which` (all held files when `None`) that
+    /// `core` says nobody has open any more. They are given back to the backends when
+    /// the result is dropped: drop it after the core's lock, since no lock is held across
+    /// a backend call (ADR 0004).
+    #[must_use = "the holds are given back when this is dropped"]
+    pub fn release_closed(&self, core: &StateCore, which: Option<FileId>) -> Released {
+        let mut files = self.files.lock().unwrap_or_else(PoisonError::into_inner);
+        let closed: Vec<FileId> = match which {
+            Some(f) => vec![f],
+            None => files.keys().copied().collect(),
+        };
+        Released(
+            closed
+                .into_iter()
+                .filter(|f| !core.table().file_is_open(*f))
+                .filter_map(|f| files.remove(&f))
+                .collect(),
+        )
+    }
+
+    /// How many files are held now.
+    pub fn len(&self) -> usize {
+        self.files
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Holds taken out of [`HeldFiles`], given back to their backends on drop.
+pub struct Released(Vec<(Arc<Export>, FileKey)>);
+
+impl Drop for Released {
+    fn drop(&mut self) {
+        for (export, key) in self.0.drain(..) {
+            export.backend.release(&key);
+        }
+    }
+}
