@@ -212,16 +212,36 @@ impl StateCore {
 
     // ---- opens and locks ---------------------------------------------------------
 
-    fn check_client(&self, client: ClientId) -> Result<(), StateError> {
-        // A COMPOUND whose client expired or was destroyed after its SEQUENCE must not
-        // create state nobody would ever release.
-        match self.sessions.client(client) {
-            Some(_) => Ok(()),
-            None => Err(StateError::StaleClientId),
+    /// The rules an OPEN or LOCK that would create state passes first, also called by
+    /// the server before its storage calls so that nothing is created in vain:
+    ///
+    /// * the grace rule ([`StateCore::check_grace`], RFC 8881 §8.4.2);
+    /// * the client still exists: a COMPOUND whose client expired or was destroyed
+    ///   after its SEQUENCE must not create state nobody would ever release
+    ///   ([`StateError::StaleClientId`]);
+    /// * RECLAIM_COMPLETE first (§18.51.3): a client that has not sent it gets
+    ///   [`StateError::Grace`] for a non-reclaim request whether or not the server is
+    ///   in grace (knfsd's `nfsd4_open` refuses exactly so), and one that has sent it
+    ///   may no longer reclaim ([`StateError::NoGrace`]).
+    pub fn check_locking(
+        &self,
+        client: ClientId,
+        reclaim: bool,
+        now: Instant,
+    ) -> Result<(), StateError> {
+        self.check_grace(reclaim, now)?;
+        let rec = self
+            .sessions
+            .client(client)
+            .ok_or(StateError::StaleClientId)?;
+        match (reclaim, rec.reclaim_complete) {
+            (false, false) => Err(StateError::Grace),
+            (true, true) => Err(StateError::NoGrace),
+            _ => Ok(()),
         }
     }
 
-    /// OPEN's state part (RFC 8881 §18.16): grace rule, then
+    /// OPEN's state part (RFC 8881 §18.16): [`StateCore::check_locking`], then
     /// [`StateTable::open`].
     #[allow(clippy::too_many_arguments)]
     pub fn open(
@@ -234,12 +254,11 @@ impl StateCore {
         access: u32,
         deny: u32,
     ) -> Result<Stateid, StateError> {
-        self.check_grace(reclaim, now)?;
-        self.check_client(client)?;
+        self.check_locking(client, reclaim, now)?;
         self.table.open(client, owner, file, access, deny)
     }
 
-    /// LOCK (RFC 8881 §18.10): grace rule, then [`StateTable::lock`].
+    /// LOCK (RFC 8881 §18.10): [`StateCore::check_locking`], then [`StateTable::lock`].
     pub fn lock(
         &mut self,
         now: Instant,
@@ -247,8 +266,7 @@ impl StateCore {
         client: ClientId,
         req: LockRequest,
     ) -> Result<Stateid, StateError> {
-        self.check_grace(reclaim, now)?;
-        self.check_client(client)?;
+        self.check_locking(client, reclaim, now)?;
         self.table.lock(client, req)
     }
 

@@ -112,6 +112,18 @@ impl Session {
     pub async fn new(addr: SocketAddr, owner: &[u8]) -> Session {
         let cl = connect(addr).await;
         let (clientid, s) = new_session(&cl, owner, channel(1000, 64)).await;
+        // Nothing to reclaim: say so, as every client must before it opens or locks
+        // (RFC 8881 §18.51.3). On slot 1, so that slot 0, which the tests drive,
+        // starts unused.
+        let r = call(
+            &cl,
+            vec![
+                sequence(s.csr_sessionid, 1, 1, false),
+                nfs_argop4::OP_RECLAIM_COMPLETE(RECLAIM_COMPLETE4args { rca_one_fs: false }),
+            ],
+        )
+        .await;
+        assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
         Session {
             cl,
             clientid,

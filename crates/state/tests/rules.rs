@@ -1,0 +1,164 @@
+//! Protocol rules of the state core on a ManualClock (issue 8): RECLAIM_COMPLETE
+//! before any non-reclaim locking state (RFC 8881 §18.51.3).
+
+use bytes::Bytes;
+use std::time::Duration;
+use txnfs_state::clock::{Clock, ManualClock};
+use txnfs_state::session::{ChannelAttrs, CreateSessionArgs, SessionLimits};
+use txnfs_state::*;
+
+const LEASE: Duration = Duration::from_secs(60);
+
+fn ch(slots: u32) -> ChannelAttrs {
+    ChannelAttrs {
+        max_request: 1 << 20,
+        max_response: 1 << 20,
+        max_response_cached: 1 << 16,
+        max_ops: 100,
+        max_requests: slots,
+    }
+}
+
+fn core(grace: Grace) -> StateCore {
+    StateCore::new(
+        CoreConfig {
+            boot_epoch: 3,
+            lease: LEASE,
+            sessions: SessionLimits {
+                max_clients: 16,
+                max_sessions_per_client: 4,
+                server_fore: ch(8),
+                server_back: ch(1),
+                back_channel: false,
+            },
+            state: StateLimits::default(),
+        },
+        grace,
+    )
+}
+
+fn session_args(clientid: ClientId, seq: u32) -> CreateSessionArgs {
+    CreateSessionArgs {
+        clientid,
+        seq,
+        flags: 0,
+        fore: ch(4),
+        back: ch(1),
+        conn: 1,
+    }
+}
+
+/// EXCHANGE_ID + CREATE_SESSION without RECLAIM_COMPLETE.
+fn confirmed(c: &mut StateCore, clock: &ManualClock, owner: &'static [u8]) -> ClientId {
+    let e = c
+        .exchange_id(&Bytes::from_static(owner), [1; 8], false, clock.now())
+        .expect("EXCHANGE_ID");
+    c.create_session(&session_args(e.clientid, e.sequenceid), clock.now())
+        .expect("CREATE_SESSION");
+    e.clientid
+}
+
+#[test]
+fn open_before_reclaim_complete_is_grace_outside_grace() {
+    let clock = ManualClock::new();
+    let mut c = core(Grace::none());
+    let a = confirmed(&mut c, &clock, b"a");
+    let f = file_id(0, 1);
+    assert!(!c.in_grace(clock.now()));
+    assert_eq!(
+        c.open(
+            clock.now(),
+            false,
+            a,
+            b"o",
+            f,
+            SHARE_ACCESS_BOTH,
+            SHARE_DENY_NONE
+        ),
+        Err(StateError::Grace)
+    );
+    assert_eq!(
+        c.check_locking(a, false, clock.now()),
+        Err(StateError::Grace)
+    );
+    c.reclaim_complete(a, clock.now())
+        .expect("RECLAIM_COMPLETE");
+    c.open(
+        clock.now(),
+        false,
+        a,
+        b"o",
+        f,
+        SHARE_ACCESS_BOTH,
+        SHARE_DENY_NONE,
+    )
+    .expect("OPEN after RECLAIM_COMPLETE");
+}
+
+#[test]
+fn lock_before_reclaim_complete_is_grace_after_grace_timed_out() {
+    let clock = ManualClock::new();
+    let mut c = core(Grace::new(
+        clock.now() + LEASE,
+        vec![Bytes::from_static(b"a")],
+    ));
+    let a = confirmed(&mut c, &clock, b"a");
+    let f = file_id(0, 1);
+    // Reclaims its open during grace but never sends RECLAIM_COMPLETE.
+    let open = c
+        .open(
+            clock.now(),
+            true,
+            a,
+            b"o",
+            f,
+            SHARE_ACCESS_BOTH,
+            SHARE_DENY_NONE,
+        )
+        .expect("reclaim");
+    clock.advance(LEASE);
+    c.tick(clock.now());
+    assert!(!c.in_grace(clock.now()));
+    let req = LockRequest {
+        file: f,
+        lock_type: LockType::Write,
+        offset: 0,
+        length: 10,
+        locker: Locker::NewOwner {
+            open_stateid: open,
+            lock_owner: b"lo".to_vec(),
+        },
+    };
+    assert_eq!(
+        c.lock(clock.now(), false, a, req.clone()),
+        Err(StateError::Grace)
+    );
+    c.reclaim_complete(a, clock.now())
+        .expect("RECLAIM_COMPLETE");
+    c.lock(clock.now(), false, a, req).expect("LOCK");
+}
+
+#[test]
+fn reclaim_after_reclaim_complete_is_no_grace_even_in_grace() {
+    let clock = ManualClock::new();
+    let mut c = core(Grace::new(
+        clock.now() + LEASE,
+        vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")],
+    ));
+    let a = confirmed(&mut c, &clock, b"a");
+    c.reclaim_complete(a, clock.now())
+        .expect("RECLAIM_COMPLETE");
+    assert!(c.in_grace(clock.now()), "b is still waited for");
+    assert_eq!(
+        c.open(
+            clock.now(),
+            true,
+            a,
+            b"o",
+            file_id(0, 1),
+            SHARE_ACCESS_BOTH,
+            SHARE_DENY_NONE
+        ),
+        Err(StateError::NoGrace)
+    );
+}
