@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use crate::effect::{ClientList, Effect, ReleaseReason};
 use crate::grace::{Grace, GraceEnd};
 use crate::session::{
-    ConnDir, ConnDirRequest, CreateSessionArgs, CreateSessionOutcome, ExchangeIdOk, SequenceArgs,
-    SequenceOk, SessionError, SessionId, SessionLimits, SessionTable,
+    CallbackParams, ConnDir, ConnDirRequest, CreateSessionArgs, CreateSessionOutcome, ExchangeIdOk,
+    Principal, SequenceArgs, SequenceOk, SessionError, SessionId, SessionLimits, SessionTable,
 };
 use crate::table::StateTable;
 use crate::types::{ClientId, FileId, LockRequest, LockType, StateError, StateLimits, Stateid};
@@ -60,7 +60,8 @@ impl StateCore {
 
     // ---- clients and sessions --------------------------------------------------------
 
-    /// EXCHANGE_ID (RFC 8881 §18.35).
+    /// EXCHANGE_ID (RFC 8881 §18.35) from the one principal every caller of this
+    /// method shares; see [`StateCore::exchange_id_as`].
     pub fn exchange_id(
         &mut self,
         owner: &Bytes,
@@ -68,22 +69,70 @@ impl StateCore {
         update: bool,
         now: Instant,
     ) -> Result<ExchangeIdOk, SessionError> {
-        self.sessions.exchange_id(owner, verifier, update, now)
+        self.exchange_id_as(&Principal::default(), owner, verifier, update, now)
+            .map(|(ok, _)| ok)
     }
 
-    /// CREATE_SESSION (RFC 8881 §18.36). Confirming a client that replaced an older
-    /// incarnation releases that incarnation's opens and locks in the same step, so no
-    /// request of the old incarnation can slip in between.
+    /// EXCHANGE_ID (RFC 8881 §18.35.5) sent by `principal`. A confirmed record of
+    /// another principal that holds no sessions, opens or locks is replaced (case 3):
+    /// that is a confirmed client gone, so the client list is persisted again.
+    pub fn exchange_id_as(
+        &mut self,
+        principal: &Principal,
+        owner: &Bytes,
+        verifier: [u8; 8],
+        update: bool,
+        now: Instant,
+    ) -> Result<(ExchangeIdOk, Vec<Effect>), SessionError> {
+        let table = &self.table;
+        let (ok, removed) =
+            self.sessions
+                .exchange_id_as(principal, owner, verifier, update, now, |c| {
+                    table.client_has_state(c)
+                })?;
+        let mut effects = Vec::new();
+        if let Some(old) = removed {
+            effects.push(self.release(old, ReleaseReason::Replaced));
+            effects.push(self.snapshot());
+        }
+        Ok((ok, effects))
+    }
+
+    /// CREATE_SESSION (RFC 8881 §18.36) from the one principal every caller of this
+    /// method shares, with no callback program; see [`StateCore::create_session_as`].
     pub fn create_session(
         &mut self,
         args: &CreateSessionArgs,
         now: Instant,
     ) -> Result<(CreateSessionOutcome, Vec<Effect>), SessionError> {
+        self.create_session_as(&Principal::default(), args, CallbackParams::default(), now)
+    }
+
+    /// CREATE_SESSION (RFC 8881 §18.36) sent by `principal`. Confirming a client that
+    /// replaced an older incarnation releases that incarnation's opens and locks in
+    /// the same step, so no request of the old incarnation can slip in between. An
+    /// unconfirmed record whose lease ran out is gone: NFS4ERR_STALE_CLIENTID.
+    pub fn create_session_as(
+        &mut self,
+        principal: &Principal,
+        args: &CreateSessionArgs,
+        callback: CallbackParams,
+        now: Instant,
+    ) -> Result<(CreateSessionOutcome, Vec<Effect>), SessionError> {
+        if self
+            .sessions
+            .unconfirmed_expired(args.clientid, self.lease, now)
+        {
+            self.sessions.remove_client(args.clientid);
+            return Err(SessionError::StaleClientId);
+        }
         let was_confirmed = self
             .sessions
             .client(args.clientid)
             .is_some_and(|c| c.confirmed);
-        let (out, replaced) = self.sessions.create_session(args, now)?;
+        let (out, replaced) = self
+            .sessions
+            .create_session_as(principal, args, callback, now)?;
         let mut effects = Vec::new();
         if let Some(old) = replaced {
             effects.push(self.release(old, ReleaseReason::Replaced));
@@ -92,6 +141,15 @@ impl StateCore {
             effects.push(self.snapshot());
         }
         Ok((out, effects))
+    }
+
+    /// BACKCHANNEL_CTL (RFC 8881 §18.33): record the callback program and security.
+    pub fn set_callback(
+        &mut self,
+        session: &SessionId,
+        callback: CallbackParams,
+    ) -> Result<(), SessionError> {
+        self.sessions.set_callback(session, callback)
     }
 
     /// SEQUENCE (RFC 8881 §18.46): session, channel limits, slot rules, lease renewal
@@ -306,6 +364,10 @@ impl StateCore {
     /// due ([`Effect::GraceEnded`]).
     pub fn tick(&mut self, now: Instant) -> Vec<Effect> {
         let mut effects = Vec::new();
+        // Unconfirmed records hold nothing and get no courtesy lease.
+        for client in self.sessions.expire_unconfirmed(self.lease, now) {
+            effects.push(self.release(client, ReleaseReason::LeaseExpired));
+        }
         let dead = self.sessions.expire(self.lease * 2, now);
         let mut confirmed_gone = false;
         for (client, confirmed) in dead {

@@ -1,10 +1,11 @@
-//! Protocol rules of the state core on a ManualClock (issue 8): RECLAIM_COMPLETE
-//! before any non-reclaim locking state (RFC 8881 §18.51.3).
+//! Protocol rules of the state core on a ManualClock (issue 8): the lifetime of an
+//! unconfirmed client record (RFC 8881 §18.35) and RECLAIM_COMPLETE before any
+//! non-reclaim locking state (§18.51.3).
 
 use bytes::Bytes;
 use std::time::Duration;
 use txnfs_state::clock::{Clock, ManualClock};
-use txnfs_state::session::{ChannelAttrs, CreateSessionArgs, SessionLimits};
+use txnfs_state::session::{ChannelAttrs, CreateSessionArgs, SessionError, SessionLimits};
 use txnfs_state::*;
 
 const LEASE: Duration = Duration::from_secs(60);
@@ -56,6 +57,53 @@ fn confirmed(c: &mut StateCore, clock: &ManualClock, owner: &'static [u8]) -> Cl
     c.create_session(&session_args(e.clientid, e.sequenceid), clock.now())
         .expect("CREATE_SESSION");
     e.clientid
+}
+
+#[test]
+fn an_unconfirmed_record_is_gone_after_one_lease() {
+    let clock = ManualClock::new();
+    let mut c = core(Grace::none());
+    let e = c
+        .exchange_id(&Bytes::from_static(b"slow"), [1; 8], false, clock.now())
+        .expect("EXCHANGE_ID");
+    clock.advance(LEASE + Duration::from_millis(1));
+    // Whether or not the timer has run: no courtesy lease for a record that holds
+    // nothing.
+    assert_eq!(
+        c.create_session(&session_args(e.clientid, 1), clock.now())
+            .map(|_| ()),
+        Err(SessionError::StaleClientId)
+    );
+    assert_eq!(c.sessions().counts(), (0, 0));
+
+    // And the timer removes one nobody asks about.
+    let e = c
+        .exchange_id(&Bytes::from_static(b"slow"), [1; 8], false, clock.now())
+        .expect("EXCHANGE_ID");
+    clock.advance(LEASE);
+    assert!(c.tick(clock.now()).is_empty(), "alive for one lease");
+    assert_eq!(c.sessions().counts(), (1, 0));
+    clock.advance(Duration::from_millis(1));
+    let effects = c.tick(clock.now());
+    assert_eq!(
+        effects,
+        vec![Effect::ClientReleased {
+            client: e.clientid,
+            reason: ReleaseReason::LeaseExpired,
+            states: 0
+        }]
+    );
+    assert_eq!(c.sessions().counts(), (0, 0));
+}
+
+#[test]
+fn a_confirmed_client_keeps_its_courtesy_lease() {
+    let clock = ManualClock::new();
+    let mut c = core(Grace::none());
+    confirmed(&mut c, &clock, b"steady");
+    clock.advance(LEASE + Duration::from_millis(1));
+    assert!(c.tick(clock.now()).is_empty());
+    assert_eq!(c.sessions().counts(), (1, 1));
 }
 
 #[test]

@@ -434,7 +434,8 @@ static TABLE: [OpEntry; 73] = [
         .blocks(When(write_blocks))
         .reply(STATUS + 4 + 4 + 8),
     e(OP_RELEASE_LOCKOWNER),
-    e(OP_BACKCHANNEL_CTL),
+    e(OP_BACKCHANNEL_CTL)
+        .run(handler!(OP_BACKCHANNEL_CTL(a) => |c, a| session::backchannel_ctl(c, &a))),
     e(OP_BIND_CONN_TO_SESSION)
         .run(handler!(OP_BIND_CONN_TO_SESSION(a) => |c, a| session::bind_conn_to_session(c, &a)))
         .blocks(Always)
@@ -473,7 +474,7 @@ static TABLE: [OpEntry; 73] = [
         .reply(STATUS + 4 + 4 * 4),
     // Run by the executor itself (position rules, slot, replay): see `compound::execute`.
     e(OP_SEQUENCE).reply(STATUS + 16 + 5 * 4),
-    e(OP_SET_SSV),
+    e(OP_SET_SSV).run(handler!(OP_SET_SSV(a) => |c, a| session::set_ssv(c, &a))),
     e(OP_TEST_STATEID)
         .run(handler!(OP_TEST_STATEID(a) => |c, a| lock::test_stateid(c, &a)))
         .reply_args(test_stateid_reply),
