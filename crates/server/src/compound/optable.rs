@@ -507,7 +507,9 @@ fn illegal(_c: &mut Compound, _a: A) -> OpResult {
     Err(OpError::Status(nfsstat4::NFS4ERR_OP_ILLEGAL))
 }
 
-/// OP_ILLEGAL sent as such (RFC 8881 §18.51) answers like an unknown opnum.
+/// OP_ILLEGAL sent as such answers like an unknown opnum. `compound::execute` answers
+/// both before it consults the table (so that the position rules never apply to
+/// them); this entry keeps the table total and the handler agrees with the executor.
 static ILLEGAL: OpEntry = e(OP_ILLEGAL).run(illegal);
 
 /// The table entry of `op`; `None` only if the table misses an op of `nfs_opnum4` (a
