@@ -295,8 +295,10 @@ pub fn execute(srv: &Server, creds: Creds, conn: u64, args: Bytes) -> Result<Byt
                     "reply exceeds the op table's bound after the op changed state"
                 );
             }
+            // Too big for the reply itself, or only for the reply cache.
+            let whole = out.len();
             out.truncate(before);
-            let s = if cachethis && out.len() <= c.reply_left_total() {
+            let s = if cachethis && whole <= c.reply_left_total() {
                 nfsstat4::NFS4ERR_REP_TOO_BIG_TO_CACHE
             } else {
                 nfsstat4::NFS4ERR_REP_TOO_BIG

@@ -358,7 +358,10 @@ static TABLE: [OpEntry; 73] = [
     e(OP_LOCK)
         .run(handler!(OP_LOCK(a) => |c, a| lock::lock(c, &a)))
         .sid(Sets(lock_sid))
-        .reply(STATUS + LOCK_DENIED),
+        // What a LOCK that changed state sends. A denied LOCK changed nothing, so its
+        // LOCK4denied (up to 1 KiB of owner) is checked on the real bytes afterwards;
+        // bounding it here would refuse every LOCK on a session with small replies.
+        .reply(STATUS + STATEID),
     e(OP_LOCKT)
         .run(handler!(OP_LOCKT(a) => |c, a| lock::lockt(c, &a)))
         .reply(STATUS + LOCK_DENIED),
@@ -599,7 +602,18 @@ mod tests {
             length: 1,
             locker: locker4::FALSE(exist_lock_owner4::default()),
         });
-        assert!(size(&denied) <= bound(&lock));
+        // LOCK is bounded by what it sends when it changed state; a denied LOCK changed
+        // nothing and is checked on its real bytes. LOCKT's bound covers the denial.
+        let granted = R::OP_LOCK(LOCK4res::NFS4_OK(LOCK4resok::default()));
+        assert!(size(&granted) <= bound(&lock));
+        assert!(size(&denied) > bound(&lock));
+        let lockt = A::OP_LOCKT(LOCKT4args {
+            locktype: nfs_lock_type4::WRITE_LT,
+            offset: 0,
+            length: 1,
+            owner: lock_owner4::default(),
+        });
+        assert!(size(&denied) <= bound(&lockt));
         let rename = R::OP_RENAME(RENAME4res::NFS4_OK(RENAME4resok::default()));
         assert!(
             size(&rename)
