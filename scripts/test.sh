@@ -4,6 +4,7 @@
 #   2. unit, property and protocol tests (cargo test: includes the nfs-rs end-to-end tests
 #      and a short deterministic-simulation sweep),
 #   3. a longer simulation sweep over other seeds (`txnfs-sim`, ADR 0010),
+#      then the Python client nfs4fs against txnfs and NFS-Ganesha (tests/nfs4fs),
 #   4. the backend's range-clone tests on Btrfs and XFS loop images (reflink; needs root
 #      and loop devices, skipped with a loud notice where there are none),
 #   5. the real Linux kernel NFSv4.1 client in a QEMU guest against `txnfs serve`,
@@ -26,6 +27,20 @@ if [ "${TXNFS_SKIP_VM:-0}" != 1 ]; then
 fi
 if [ "$(id -u)" = 0 ] && ! { command -v mkfs.btrfs && command -v mkfs.xfs; } >/dev/null; then
   apt-get update -qq >/dev/null && apt-get install -y -qq btrfs-progs xfsprogs >/dev/null
+fi
+# rpcbind (+ rpcinfo): the portmapper registration test (crates/cli/tests/rpcbind.rs)
+# and the nfs4fs step; python3-venv: the nfs4fs step's virtual environment.
+missing=
+dpkg-query -W -f='${Status}\n' rpcbind 2>/dev/null | grep -q '^install ok installed$' || missing="$missing rpcbind"
+python3 -c 'import ensurepip, venv' 2>/dev/null || missing="$missing python3-venv"
+if [ -n "$missing" ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "installing$missing"
+    # shellcheck disable=SC2086  # word splitting of the package list is intended
+    apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends $missing >/dev/null
+  else
+    echo "WARNING: missing$missing (not root: cannot install); their tests will fail" >&2
+  fi
 fi
 
 # A full run needs ~10 GB (debug build ~7 GB, VM image and run dirs): say so up front
@@ -51,6 +66,9 @@ TXNFS_BIN="$PWD/target/debug/txnfs" cargo test --workspace -- --test-threads=2
 
 step "deterministic simulation: 500 more seeds (replay a failure with the command it prints)"
 target/debug/txnfs-sim --first 1000 --seeds 500 --steps 1000
+
+step "nfs4fs (Python fsspec client on libntirpc) against txnfs and NFS-Ganesha"
+bash tests/nfs4fs/run.sh --bin "$PWD/target/debug/txnfs"
 
 step "range clones on Btrfs and XFS loop images"
 if [ "$(id -u)" = 0 ] && losetup -f >/dev/null 2>&1; then

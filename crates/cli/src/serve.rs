@@ -49,6 +49,12 @@ pub struct ServeArgs {
     /// Lease time in seconds.
     #[arg(long, value_name = "SECONDS")]
     pub lease_time: Option<u32>,
+    /// Do not register with the host's portmapper. By default, when an rpcbind runs,
+    /// txnfs registers NFS (program 100003) version 4 over TCP at its port on start and
+    /// removes the entry on a clean stop (SIGINT/SIGTERM): clients built on
+    /// libtirpc/libntirpc ask the portmapper for the NFS port even for NFSv4.
+    #[arg(long)]
+    pub no_rpcbind: bool,
 }
 
 fn parse_export(s: &str) -> Result<(String, PathBuf)> {
@@ -154,6 +160,12 @@ pub fn run(a: ServeArgs) -> Result<()> {
             tracing::info!(export = %e.name, "exporting");
         }
         tracing::info!(%listen, "txnfs serving NFSv4.1");
+        let registered = if a.no_rpcbind {
+            None
+        } else {
+            let addr = listener.local_addr().unwrap_or(listen);
+            rpcbind::register(addr).await
+        };
         let shutdown = async {
             let mut term =
                 match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
@@ -166,10 +178,67 @@ pub fn run(a: ServeArgs) -> Result<()> {
             }
             tracing::info!("shutting down");
         };
-        txnfs_server::run(server, listener, shutdown)
+        let r = txnfs_server::run(server, listener, shutdown)
             .await
-            .context("server failed")
+            .context("server failed");
+        if let Some(reg) = registered {
+            rpcbind::unregister(reg).await;
+        }
+        r
     })
+}
+
+/// Registration with the host's portmapper: best effort, never a reason not to serve.
+mod rpcbind {
+    use std::net::SocketAddr;
+    use std::time::Duration;
+    use txnfs_rpc::portmap::{local_portmappers, PortmapError, Portmapper, Registration};
+
+    /// Per portmapper; a local one answers in microseconds, so this only bounds a hung
+    /// one and start-up stays quick when none runs (connects are refused at once).
+    const TIMEOUT: Duration = Duration::from_millis(500);
+
+    /// NFS version 4 over TCP at `addr`.
+    fn nfs4(addr: SocketAddr) -> Registration {
+        Registration {
+            prog: 100003,
+            versions: vec![4],
+            addr,
+        }
+    }
+
+    /// Registers with the first portmapper that takes it; returns where, for the
+    /// unregistration at a clean stop.
+    pub async fn register(addr: SocketAddr) -> Option<(Portmapper, Registration)> {
+        let reg = nfs4(addr);
+        let mut errors = Vec::new();
+        for pm in local_portmappers() {
+            match pm.set(&reg, TIMEOUT).await {
+                Ok(()) => {
+                    tracing::info!(portmapper = %pm, port = addr.port(), "registered NFS v4 with rpcbind");
+                    return Some((pm, reg));
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        if errors
+            .iter()
+            .all(|e| matches!(e, PortmapError::NotRunning(_)))
+        {
+            tracing::info!("no rpcbind running: not registered with a portmapper");
+        } else {
+            let why: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+            tracing::warn!(errors = %why.join("; "), "could not register with rpcbind");
+        }
+        None
+    }
+
+    pub async fn unregister((pm, reg): (Portmapper, Registration)) {
+        match pm.unset(&reg, TIMEOUT).await {
+            Ok(()) => tracing::info!(portmapper = %pm, "unregistered from rpcbind"),
+            Err(e) => tracing::warn!(error = %e, "could not unregister from rpcbind"),
+        }
+    }
 }
 
 #[cfg(test)]

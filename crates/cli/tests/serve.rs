@@ -1,11 +1,9 @@
 //! `txnfs serve` as an administrator meets it: help, clear errors, clean shutdown.
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_txnfs")
-}
+use common::{bin, free_port, spawn_serve, terminate, wait_listening};
+use std::process::Command;
 
 #[test]
 fn help_explains_the_common_cases() {
@@ -55,52 +53,11 @@ fn clear_errors_for_bad_configuration() {
 #[test]
 fn sigterm_shuts_down_cleanly() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("export")).unwrap();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let mut child = Command::new(bin())
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--no-grace",
-            "--state-dir",
-        ])
-        .arg(dir.path().join("state"))
-        .arg(dir.path().join("export"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "server did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let exit = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "server ignored SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let port = free_port();
+    let mut child = spawn_serve(dir.path(), port, &[], true);
+    wait_listening(port);
+    let (exit, log) = terminate(&mut child);
     assert!(exit.success(), "exit status {exit:?}");
-    let mut log = String::new();
-    use std::io::Read;
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut log)
-        .unwrap();
     assert!(log.contains("shutting down"), "{log}");
     // the state directory holds the handle secret for the next start
     assert!(dir.path().join("state/handle-secret").is_file());

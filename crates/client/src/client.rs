@@ -380,32 +380,15 @@ impl Client {
     /// DESTROY_SESSION and DESTROY_CLIENTID.
     pub async fn close(self) -> Result<(), ClientError> {
         let st = self.state();
-        let r = self
-            .inner
-            .transport
-            .compound(encode(&[nfs_argop4::OP_DESTROY_SESSION(
-                DESTROY_SESSION4args {
-                    dsa_sessionid: st.sessionid,
-                },
-            )]))
-            .await?;
-        let r = decode_reply(r)?;
-        if r.status != nfsstat4::NFS4_OK {
-            return Err(ClientError::nfs("DESTROY_SESSION", 0, r.status));
-        }
-        let r = self
-            .inner
-            .transport
-            .compound(encode(&[nfs_argop4::OP_DESTROY_CLIENTID(
-                DESTROY_CLIENTID4args {
-                    dca_clientid: st.clientid,
-                },
-            )]))
-            .await?;
-        let r = decode_reply(r)?;
-        if r.status != nfsstat4::NFS4_OK {
-            return Err(ClientError::nfs("DESTROY_CLIENTID", 0, r.status));
-        }
+        let t = &self.inner.transport;
+        let session = nfs_argop4::OP_DESTROY_SESSION(DESTROY_SESSION4args {
+            dsa_sessionid: st.sessionid,
+        });
+        solo(t, "DESTROY_SESSION", session).await?;
+        let clientid = nfs_argop4::OP_DESTROY_CLIENTID(DESTROY_CLIENTID4args {
+            dca_clientid: st.clientid,
+        });
+        solo(t, "DESTROY_CLIENTID", clientid).await?;
         Ok(())
     }
 }
@@ -420,6 +403,16 @@ fn channel(max_requests: u32) -> channel_attrs4 {
         ca_maxrequests: max_requests,
         ca_rdma_ird: vec![],
     }
+}
+
+/// A COMPOUND of `op` alone (no SEQUENCE), which must succeed; `name` names it in the
+/// error.
+async fn solo(t: &Transport, name: &'static str, op: nfs_argop4) -> Result<(), ClientError> {
+    let r = decode_reply(t.compound(encode(&[op])).await?)?;
+    if r.status != nfsstat4::NFS4_OK {
+        return Err(ClientError::nfs(name, 0, r.status));
+    }
+    Ok(())
 }
 
 /// EXCHANGE_ID, CREATE_SESSION, RECLAIM_COMPLETE.

@@ -125,6 +125,21 @@ impl Compound {
                 }),
             }),
         };
+        self.open_as(access, owner, openhow, open_claim4::CLAIM_NULL(name(n)))
+    }
+    /// OPEN of the current filehandle itself (CLAIM_FH).
+    pub fn open_fh(&mut self, access: u32, owner: &[u8]) -> usize {
+        let openhow = openflag4::default(opentype4::OPEN4_NOCREATE);
+        self.open_as(access, owner, openhow, open_claim4::CLAIM_FH)
+    }
+    /// OPEN with `access` (no delegation wanted, nothing denied) by `owner`.
+    fn open_as(
+        &mut self,
+        access: u32,
+        owner: &[u8],
+        openhow: openflag4,
+        claim: open_claim4,
+    ) -> usize {
         self.op(nfs_argop4::OP_OPEN(OPEN4args {
             seqid: 0,
             share_access: access | OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
@@ -134,21 +149,7 @@ impl Compound {
                 owner: name(owner),
             },
             openhow,
-            claim: open_claim4::CLAIM_NULL(name(n)),
-        }))
-    }
-    /// OPEN of the current filehandle itself (CLAIM_FH).
-    pub fn open_fh(&mut self, access: u32, owner: &[u8]) -> usize {
-        self.op(nfs_argop4::OP_OPEN(OPEN4args {
-            seqid: 0,
-            share_access: access | OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
-            share_deny: OPEN4_SHARE_DENY_NONE,
-            owner: open_owner4 {
-                clientid: 0,
-                owner: name(owner),
-            },
-            openhow: openflag4::default(opentype4::OPEN4_NOCREATE),
-            claim: open_claim4::CLAIM_FH,
+            claim,
         }))
     }
     pub fn close(&mut self, stateid: stateid4) -> usize {
@@ -275,6 +276,22 @@ fn status_of(r: &nfs_resop4) -> nfsstat4 {
     nfsstat4::from_i32(v).unwrap_or(nfsstat4::NFS4ERR_SERVERFAULT)
 }
 
+/// Accessors `name(i)` for the successful result of op `i` of one type: `Err` if the
+/// op did not run or failed (as `Reply::get` says), or is of another type.
+macro_rules! typed_results {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty = $op:ident($res:ident) |$r:ident| $val:expr;)*) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(&self, i: usize) -> Result<$ty, ClientError> {
+                match self.get(i)? {
+                    nfs_resop4::$op($res::NFS4_OK($r)) => $val,
+                    _ => Err(Self::unexpected(i)),
+                }
+            }
+        )*
+    };
+}
+
 impl Reply {
     /// (index, status) of the op that failed, if one did.
     pub fn failed(&self) -> Option<(usize, nfsstat4)> {
@@ -321,53 +338,21 @@ impl Reply {
         self.get(i).map(|_| ())
     }
 
-    pub fn fh(&self, i: usize) -> Result<Bytes, ClientError> {
-        match self.get(i)? {
-            nfs_resop4::OP_GETFH(GETFH4res::NFS4_OK(r)) => Ok(r.object.clone()),
-            _ => Err(Self::unexpected(i)),
-        }
-    }
-
-    pub fn attrs(&self, i: usize) -> Result<Attributes, ClientError> {
-        match self.get(i)? {
-            nfs_resop4::OP_GETATTR(GETATTR4res::NFS4_OK(r)) => attrs::decode(&r.obj_attributes),
-            _ => Err(Self::unexpected(i)),
-        }
-    }
-
-    pub fn open(&self, i: usize) -> Result<OPEN4resok, ClientError> {
-        match self.get(i)? {
-            nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(r)) => Ok(r.clone()),
-            _ => Err(Self::unexpected(i)),
-        }
-    }
-
-    pub fn read(&self, i: usize) -> Result<(Bytes, bool), ClientError> {
-        match self.get(i)? {
-            nfs_resop4::OP_READ(READ4res::NFS4_OK(r)) => Ok((r.data.clone(), r.eof)),
-            _ => Err(Self::unexpected(i)),
-        }
-    }
-
-    pub fn write(&self, i: usize) -> Result<WRITE4resok, ClientError> {
-        match self.get(i)? {
-            nfs_resop4::OP_WRITE(WRITE4res::NFS4_OK(r)) => Ok(r.clone()),
-            _ => Err(Self::unexpected(i)),
-        }
-    }
-
-    pub fn readlink(&self, i: usize) -> Result<Bytes, ClientError> {
-        match self.get(i)? {
-            nfs_resop4::OP_READLINK(READLINK4res::NFS4_OK(r)) => Ok(r.link.clone()),
-            _ => Err(Self::unexpected(i)),
-        }
-    }
-
-    pub fn readdir(&self, i: usize) -> Result<READDIR4resok, ClientError> {
-        match self.get(i)? {
-            nfs_resop4::OP_READDIR(READDIR4res::NFS4_OK(r)) => Ok(r.clone()),
-            _ => Err(Self::unexpected(i)),
-        }
+    typed_results! {
+        /// The file handle of op `i`, a GETFH.
+        fh: Bytes = OP_GETFH(GETFH4res) |r| Ok(r.object.clone());
+        /// The attributes of op `i`, a GETATTR.
+        attrs: Attributes = OP_GETATTR(GETATTR4res) |r| attrs::decode(&r.obj_attributes);
+        /// The result of op `i`, an OPEN.
+        open: OPEN4resok = OP_OPEN(OPEN4res) |r| Ok(r.clone());
+        /// The data and EOF flag of op `i`, a READ.
+        read: (Bytes, bool) = OP_READ(READ4res) |r| Ok((r.data.clone(), r.eof));
+        /// The result of op `i`, a WRITE.
+        write: WRITE4resok = OP_WRITE(WRITE4res) |r| Ok(r.clone());
+        /// The link text of op `i`, a READLINK.
+        readlink: Bytes = OP_READLINK(READLINK4res) |r| Ok(r.link.clone());
+        /// The result of op `i`, a READDIR.
+        readdir: READDIR4resok = OP_READDIR(READDIR4res) |r| Ok(r.clone());
     }
 
     /// The status of op `i` (NFS4_OK if it ran and succeeded; the failing status if it

@@ -61,6 +61,21 @@ impl Env {
     fn compounds(&self) -> u64 {
         self.fs.client().stats().compounds
     }
+
+    /// Make the directory `rel` and write `files` (name in it, data) into it with one
+    /// vwrite; its path and the files' (path, data).
+    async fn dir_with_files(
+        &self,
+        rel: &str,
+        files: impl Iterator<Item = (String, Bytes)>,
+        stable: bool,
+    ) -> (String, Vec<(String, Bytes)>) {
+        let dir = self.p(rel);
+        all_ok("mkdir", self.fs.vmkdir(&[&dir], 0o755, true).await);
+        let files: Vec<(String, Bytes)> = files.map(|(n, d)| (format!("{dir}/{n}"), d)).collect();
+        all_ok("vwrite", self.fs.vwrite(&files, stable).await);
+        (dir, files)
+    }
 }
 
 fn content(i: usize, len: usize) -> Bytes {
@@ -83,12 +98,8 @@ async fn twenty_small_files_in_one_compound() {
     let _g = SERIAL.lock().await;
     for kind in kinds() {
         let env = Env::new(kind).await;
-        let dir = env.p("small");
-        all_ok("mkdir", env.fs.vmkdir(&[&dir], 0o755, true).await);
-        let files: Vec<(String, Bytes)> = (0..20)
-            .map(|i| (format!("{dir}/f{i}"), content(i, 4096)))
-            .collect();
-        all_ok("vwrite", env.fs.vwrite(&files, true).await);
+        let small = (0..20).map(|i| (format!("f{i}"), content(i, 4096)));
+        let (_, files) = env.dir_with_files("small", small, true).await;
         // host-side check of what landed on disk
         let disk = std::fs::read(env.server.export_dir().join("small/f7")).unwrap();
         assert_eq!(disk, content(7, 4096).to_vec(), "{kind:?}");
@@ -374,12 +385,8 @@ async fn thousands_of_files_in_one_directory() {
     let _g = SERIAL.lock().await;
     for kind in kinds() {
         let env = Env::new(kind).await;
-        let dir = env.p("many");
-        all_ok("mkdir", env.fs.vmkdir(&[&dir], 0o755, true).await);
-        let files: Vec<(String, Bytes)> = (0..3000)
-            .map(|i| (format!("{dir}/empty-file-{i:05}"), Bytes::new()))
-            .collect();
-        all_ok("vwrite", env.fs.vwrite(&files, false).await);
+        let empty = (0..3000).map(|i| (format!("empty-file-{i:05}"), Bytes::new()));
+        let (dir, _) = env.dir_with_files("many", empty, false).await;
         assert_eq!(
             std::fs::read_dir(env.server.export_dir().join("many"))
                 .unwrap()

@@ -9,7 +9,7 @@ use std::fmt::Debug;
 use std::future::Future;
 
 use bytes::Bytes;
-use nfs_rs::{Mount, Nfs4ErrorCode, NfsError, Time, OPEN_BOTH};
+use nfs_rs::{LockToken, Mount, Nfs4ErrorCode, NfsError, Time, OPEN_BOTH};
 
 use crate::{create_with, err, is_denied, is_nfs4, ok, timed, Checks, ServerGuard};
 
@@ -99,6 +99,41 @@ pub async fn two_openers(server: &ServerGuard, path: &str, data: &[u8]) -> TwoOp
         .await
         .fh;
     TwoOpeners { a, b, fa, fb }
+}
+
+/// One client's open file, for the byte-range lock calls of a test (to await
+/// with [`must`], [`must_fail`] or [`must_be_denied`]).
+pub struct LockSide<'a> {
+    m: &'a dyn Mount,
+    fh: &'a Bytes,
+}
+
+impl<'a> LockSide<'a> {
+    /// Lock calls of `m` on the file it opened as `fh`.
+    pub fn new(m: &'a dyn Mount, fh: &'a Bytes) -> Self {
+        LockSide { m, fh }
+    }
+
+    /// LOCK (stateful) of `lock_type` on [offset, offset + length).
+    pub fn lock(
+        &self,
+        lock_type: u32,
+        offset: u64,
+        length: u64,
+    ) -> impl Future<Output = nfs_rs::Result<LockToken>> + 'a {
+        self.m
+            .lock_stateful(self.fh.clone(), lock_type, offset, length)
+    }
+
+    /// LOCKT of `lock_type` on [offset, offset + length).
+    pub fn lockt(
+        &self,
+        lock_type: u32,
+        offset: u64,
+        length: u64,
+    ) -> impl Future<Output = nfs_rs::Result<()>> + 'a {
+        self.m.lock_test(self.fh.clone(), lock_type, offset, length)
+    }
 }
 
 /// SETATTR of the mode bits alone.

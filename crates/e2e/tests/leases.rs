@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use txnfs_e2e::fixtures::{close_both, must, two_openers, TwoOpeners, WRITE_LT};
+use txnfs_e2e::fixtures::{close_both, must, two_openers, LockSide, TwoOpeners, WRITE_LT};
 use txnfs_e2e::{is_denied, timed, ServerGuard, ServerOpts};
 
 const LEASE: u32 = 10;
@@ -52,12 +52,8 @@ async fn silent_client_loses_its_lock_after_the_lease() {
         waited >= Duration::from_secs(u64::from(LEASE) - 1),
         "A's lock vanished after {waited:?}, before its {LEASE}s lease could expire"
     );
-    let tok = must(
-        &server,
-        "lock b after expiry",
-        b.lock_stateful(fb.clone(), WRITE_LT, 0, 100),
-    )
-    .await;
+    let lb = LockSide::new(&*b, &fb);
+    let tok = must(&server, "lock b after expiry", lb.lock(WRITE_LT, 0, 100)).await;
     must(&server, "unlock b", b.unlock_stateful(tok)).await;
     eprintln!("silent client's lock released after {waited:?} (lease {LEASE}s)");
 }
@@ -66,12 +62,8 @@ async fn silent_client_loses_its_lock_after_the_lease() {
 async fn renewing_client_keeps_its_lock() {
     let server = start();
     let TwoOpeners { a, b, fa, fb } = two_openers(&server, "f", &[0u8; 100]).await;
-    let held = must(
-        &server,
-        "lock a",
-        a.lock_stateful(fa.clone(), WRITE_LT, 0, 100),
-    )
-    .await;
+    let (la, lb) = (LockSide::new(&*a, &fa), LockSide::new(&*b, &fb));
+    let held = must(&server, "lock a", la.lock(WRITE_LT, 0, 100)).await;
     // Idle for 2.5 lease periods; only nfs-rs's background SEQUENCE renews.
     tokio::time::sleep(Duration::from_secs(u64::from(LEASE) * 5 / 2)).await;
     let e = timed("lockt", b.lock_test(fb.clone(), WRITE_LT, 0, 100))
@@ -84,11 +76,6 @@ async fn renewing_client_keeps_its_lock() {
         "nfs-rs reports its lease unhealthy"
     );
     must(&server, "unlock a", a.unlock_stateful(held)).await;
-    must(
-        &server,
-        "lockt b after unlock",
-        b.lock_test(fb.clone(), WRITE_LT, 0, 100),
-    )
-    .await;
+    must(&server, "lockt b after unlock", lb.lockt(WRITE_LT, 0, 100)).await;
     close_both(&server, &*a, fa, &*b, fb).await;
 }

@@ -9,8 +9,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use nfs_rs::{Mount, Nfs4ErrorCode, NfsError, OPEN_BOTH, OPEN_READ};
 use txnfs_e2e::fixtures::{
     close_both, create_open, host_file, must, must_be_denied, must_fail, set_mode, set_size,
-    set_times, start_and_mount, two_openers, whole_second, TwoOpeners, NF4DIR, NF4LNK, NF4REG,
-    READ_LT, WRITE_LT,
+    set_times, start_and_mount, two_openers, whole_second, LockSide, TwoOpeners, NF4DIR, NF4LNK,
+    NF4REG, READ_LT, WRITE_LT,
 };
 use txnfs_e2e::{
     create_with, is_denied, is_nfs4, join_all, list_dir, ok, pattern, read_exact, write_all,
@@ -551,38 +551,19 @@ async fn byte_range_locks_two_clients() {
         a.capabilities().locks,
         "nfs-rs reports lock support on v4.1"
     );
+    let (la, lb) = (LockSide::new(&*a, &fa), LockSide::new(&*b, &fb));
 
     // A takes a write lock on [0, 100).
-    let tok_a = must(
-        &server,
-        "lock a [0,100)",
-        a.lock_stateful(fa.clone(), WRITE_LT, 0, 100),
-    )
-    .await;
+    let tok_a = must(&server, "lock a [0,100)", la.lock(WRITE_LT, 0, 100)).await;
 
     // B conflicts on overlapping ranges, both for LOCKT and LOCK.
-    let e = must_fail(
-        &server,
-        "lockt b [50,60)",
-        b.lock_test(fb.clone(), WRITE_LT, 50, 10),
-    )
-    .await;
+    let e = must_fail(&server, "lockt b [50,60)", lb.lockt(WRITE_LT, 50, 10)).await;
     assert!(
         is_denied(&e),
         "LOCKT over a held lock: want DENIED, got {e:?}"
     );
-    must_be_denied(
-        &server,
-        "lockt b read [99,1)",
-        b.lock_test(fb.clone(), READ_LT, 99, 1),
-    )
-    .await;
-    let e = must_fail(
-        &server,
-        "lock b [0,10)",
-        b.lock_stateful(fb.clone(), WRITE_LT, 0, 10),
-    )
-    .await;
+    must_be_denied(&server, "lockt b read [99,1)", lb.lockt(READ_LT, 99, 1)).await;
+    let e = must_fail(&server, "lock b [0,10)", lb.lock(WRITE_LT, 0, 10)).await;
     assert!(
         is_denied(&e),
         "LOCK over a held lock: want DENIED, got {e:?}"
@@ -603,43 +584,23 @@ async fn byte_range_locks_two_clients() {
     }
 
     // Non-overlapping ranges do not conflict.
-    must(
-        &server,
-        "lockt b [100,50)",
-        b.lock_test(fb.clone(), WRITE_LT, 100, 50),
-    )
-    .await;
-    let tok_b = must(
-        &server,
-        "lock b [200,10)",
-        b.lock_stateful(fb.clone(), WRITE_LT, 200, 10),
-    )
-    .await;
+    must(&server, "lockt b [100,50)", lb.lockt(WRITE_LT, 100, 50)).await;
+    let tok_b = must(&server, "lock b [200,10)", lb.lock(WRITE_LT, 200, 10)).await;
     // (nfs-rs tokens carry the lock stateid with its seqid at LOCK time, so
     // release this one before B locks again: a later LOCK would make it old.)
     must(&server, "unlock b", b.unlock_stateful(tok_b)).await;
 
     // A unlocks; B can now lock the range.
     must(&server, "unlock a", a.unlock_stateful(tok_a)).await;
-    must(
-        &server,
-        "lockt b after unlock",
-        b.lock_test(fb.clone(), WRITE_LT, 0, 100),
-    )
-    .await;
+    must(&server, "lockt b after unlock", lb.lockt(WRITE_LT, 0, 100)).await;
     let tok_b2 = must(
         &server,
         "lock b [0,10) after unlock",
-        b.lock_stateful(fb.clone(), WRITE_LT, 0, 10),
+        lb.lock(WRITE_LT, 0, 10),
     )
     .await;
     // And now A is the one refused.
-    must_be_denied(
-        &server,
-        "lockt a [5,1)",
-        a.lock_test(fa.clone(), WRITE_LT, 5, 1),
-    )
-    .await;
+    must_be_denied(&server, "lockt a [5,1)", la.lockt(WRITE_LT, 5, 1)).await;
 
     must(&server, "unlock b2", b.unlock_stateful(tok_b2)).await;
     close_both(&server, &*a, fa, &*b, fb).await;
@@ -651,31 +612,17 @@ async fn byte_range_locks_two_clients() {
 async fn read_locks_share_write_lock_excludes() {
     let server = ServerGuard::start_default();
     let TwoOpeners { a, b, fa, fb } = two_openers(&server, "shared", &[1u8; 100]).await;
+    let (la, lb) = (LockSide::new(&*a, &fa), LockSide::new(&*b, &fb));
 
-    let ra = must(
-        &server,
-        "read lock a",
-        a.lock_stateful(fa.clone(), READ_LT, 0, 50),
-    )
-    .await;
-    let rb = must(
-        &server,
-        "read lock b (shared)",
-        b.lock_stateful(fb.clone(), READ_LT, 10, 50),
-    )
-    .await;
-    must_be_denied(
-        &server,
-        "lockt write b",
-        b.lock_test(fb.clone(), WRITE_LT, 0, 5),
-    )
-    .await;
+    let ra = must(&server, "read lock a", la.lock(READ_LT, 0, 50)).await;
+    let rb = must(&server, "read lock b (shared)", lb.lock(READ_LT, 10, 50)).await;
+    must_be_denied(&server, "lockt write b", lb.lockt(WRITE_LT, 0, 5)).await;
     must(&server, "unlock a", a.unlock_stateful(ra)).await;
     must(&server, "unlock b", b.unlock_stateful(rb)).await;
     must(
         &server,
         "lockt write after unlocks",
-        b.lock_test(fb.clone(), WRITE_LT, 0, 100),
+        lb.lockt(WRITE_LT, 0, 100),
     )
     .await;
     close_both(&server, &*a, fa, &*b, fb).await;
@@ -714,25 +661,16 @@ async fn fsinfo_fsstat_access() {
 async fn same_owner_locks_do_not_conflict() {
     let server = ServerGuard::start_default();
     let TwoOpeners { a, b, fa, fb } = two_openers(&server, "mine", &[0u8; 300]).await;
-    let t1 = must(
-        &server,
-        "lock [0,100)",
-        a.lock_stateful(fa.clone(), WRITE_LT, 0, 100),
-    )
-    .await;
+    let (la, lb) = (LockSide::new(&*a, &fa), LockSide::new(&*b, &fb));
+    let t1 = must(&server, "lock [0,100)", la.lock(WRITE_LT, 0, 100)).await;
     // The same lock-owner may lock an overlapping, larger range again.
     let t2 = must(
         &server,
         "relock [0,150) by the same owner",
-        a.lock_stateful(fa.clone(), WRITE_LT, 0, 150),
+        la.lock(WRITE_LT, 0, 150),
     )
     .await;
-    let e = must_fail(
-        &server,
-        "lockt b [120,1)",
-        b.lock_test(fb.clone(), WRITE_LT, 120, 1),
-    )
-    .await;
+    let e = must_fail(&server, "lockt b [120,1)", lb.lockt(WRITE_LT, 120, 1)).await;
     assert!(is_denied(&e), "the extended range is held: got {e:?}");
 
     // The second LOCK bumped the lock stateid's seqid: the first token's
@@ -743,11 +681,6 @@ async fn same_owner_locks_do_not_conflict() {
         "LOCKU with a superseded lock stateid: want OLD_STATEID, got {e:?}"
     );
     must(&server, "unlock [0,150)", a.unlock_stateful(t2)).await;
-    must(
-        &server,
-        "lockt b after unlock",
-        b.lock_test(fb.clone(), WRITE_LT, 0, 300),
-    )
-    .await;
+    must(&server, "lockt b after unlock", lb.lockt(WRITE_LT, 0, 300)).await;
     close_both(&server, &*a, fa, &*b, fb).await;
 }

@@ -160,37 +160,37 @@ async fn rename_edge_cases() {
     create_with(&server, &*m, "full/x", 0o644, b"x").await;
     create_with(&server, &*m, "file", 0o644, b"file").await;
 
-    // A directory cannot move into its own subtree.
-    must_fail_with(
-        &server,
-        "RENAME dir into its own subdir",
-        m.rename_path("a", "a/sub/a"),
-        &[E::NFS4ERR_INVAL],
-    )
-    .await;
-    // Directory over a non-empty directory.
-    must_fail_with(
-        &server,
-        "RENAME dir over non-empty dir",
-        m.rename_path("a", "full"),
-        &[E::NFS4ERR_EXIST, E::NFS4ERR_NOTEMPTY],
-    )
-    .await;
-    // File over directory and directory over file.
-    must_fail_with(
-        &server,
-        "RENAME file over dir",
-        m.rename_path("file", "a"),
-        &[E::NFS4ERR_EXIST, E::NFS4ERR_ISDIR],
-    )
-    .await;
-    must_fail_with(
-        &server,
-        "RENAME dir over file",
-        m.rename_path("a", "file"),
-        &[E::NFS4ERR_EXIST, E::NFS4ERR_NOTDIR],
-    )
-    .await;
+    // A directory cannot move into its own subtree, nor replace a non-empty
+    // directory; a file and a directory cannot replace each other.
+    let refused: [(&str, &str, &str, &[E]); 4] = [
+        (
+            "RENAME dir into its own subdir",
+            "a",
+            "a/sub/a",
+            &[E::NFS4ERR_INVAL],
+        ),
+        (
+            "RENAME dir over non-empty dir",
+            "a",
+            "full",
+            &[E::NFS4ERR_EXIST, E::NFS4ERR_NOTEMPTY],
+        ),
+        (
+            "RENAME file over dir",
+            "file",
+            "a",
+            &[E::NFS4ERR_EXIST, E::NFS4ERR_ISDIR],
+        ),
+        (
+            "RENAME dir over file",
+            "a",
+            "file",
+            &[E::NFS4ERR_EXIST, E::NFS4ERR_NOTDIR],
+        ),
+    ];
+    for (what, from, to, want) in refused {
+        must_fail_with(&server, what, m.rename_path(from, to), want).await;
+    }
     // Rename onto itself is a no-op success.
     must(&server, "rename onto itself", m.rename_path("file", "file")).await;
     // Directory over an empty directory replaces it.

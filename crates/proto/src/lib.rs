@@ -7,46 +7,43 @@
 
 pub use txnfs_xdr::{Decode, Encode, XdrError};
 
-/// NFSv4.x (RFC 8881 / RFC 7862 / RFC 8276), from `spec/nfs4.x`.
-#[allow(
-    non_camel_case_types,
-    non_snake_case,
-    non_upper_case_globals,
-    unreachable_patterns,
-    unused_parens,
-    clippy::all,
-    missing_docs
-)]
-pub mod nfs4 {
-    include!(concat!(env!("OUT_DIR"), "/nfs4.rs"));
+/// Declares module `$name` holding the Rust that `build.rs` generated into
+/// `OUT_DIR/$file`, with the lints generated code does not meet allowed. Exported
+/// (hidden) for this crate's own tests, which include a test specification's output.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! include_generated {
+    ($(#[$attr:meta])* $vis:vis mod $name:ident = $file:literal) => {
+        $(#[$attr])*
+        #[allow(
+            non_camel_case_types,
+            non_snake_case,
+            non_upper_case_globals,
+            unreachable_patterns,
+            unused_parens,
+            dead_code,
+            clippy::all,
+            missing_docs
+        )]
+        $vis mod $name {
+            include!(concat!(env!("OUT_DIR"), "/", $file));
+        }
+    };
 }
 
-/// NFSv3 (RFC 1813), from `spec/nfs3.x`.
-#[allow(
-    non_camel_case_types,
-    non_snake_case,
-    non_upper_case_globals,
-    unreachable_patterns,
-    unused_parens,
-    clippy::all,
-    missing_docs
-)]
-pub mod nfs3 {
-    include!(concat!(env!("OUT_DIR"), "/nfs3.rs"));
+include_generated! {
+    /// NFSv4.x (RFC 8881 / RFC 7862 / RFC 8276), from `spec/nfs4.x`.
+    pub mod nfs4 = "nfs4.rs"
 }
 
-/// MOUNT v3 (RFC 1813 appendix I), from `spec/mnt3.x`.
-#[allow(
-    non_camel_case_types,
-    non_snake_case,
-    non_upper_case_globals,
-    unreachable_patterns,
-    unused_parens,
-    clippy::all,
-    missing_docs
-)]
-pub mod mnt3 {
-    include!(concat!(env!("OUT_DIR"), "/mnt3.rs"));
+include_generated! {
+    /// NFSv3 (RFC 1813), from `spec/nfs3.x`.
+    pub mod nfs3 = "nfs3.rs"
+}
+
+include_generated! {
+    /// MOUNT v3 (RFC 1813 appendix I), from `spec/mnt3.x`.
+    pub mod mnt3 = "mnt3.rs"
 }
 
 /// Per-operation protocol facts (names, flags) shared by client and server (ADR 0007).

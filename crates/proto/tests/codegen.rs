@@ -1,31 +1,15 @@
 //! Mappings of the generator that nfs4.x does not exercise, on `tests/xdrgen_test.x`.
 
 use bytes::{Bytes, BytesMut};
+use support::roundtrip;
 use txnfs_xdr::{Decode, Encode, XdrError};
 
-#[allow(
-    non_camel_case_types,
-    non_snake_case,
-    non_upper_case_globals,
-    unreachable_patterns,
-    unused_parens,
-    dead_code,
-    clippy::all
-)]
-mod t {
-    include!(concat!(env!("OUT_DIR"), "/xdrgen_test.rs"));
+mod support;
+
+txnfs_proto::include_generated! {
+    mod t = "xdrgen_test.rs"
 }
 use t::*;
-
-fn roundtrip<T: Encode + Decode + PartialEq + std::fmt::Debug>(v: &T) -> Bytes {
-    let b = v.to_bytes();
-    assert_eq!(b.len() % 4, 0, "XDR is 4-byte aligned");
-    let mut src = b.clone();
-    let back = T::decode(&mut src).expect("decodes what it encoded");
-    assert_eq!(&back, v);
-    assert!(src.is_empty(), "decode consumed everything");
-    b
-}
 
 fn words(b: &[u8]) -> Vec<u32> {
     b.chunks(4)

@@ -2,18 +2,11 @@
 
 use bytes::Bytes;
 use proptest::prelude::*;
+use support::roundtrip;
 use txnfs_proto::nfs4::*;
 use txnfs_proto::{Decode, Encode, XdrError};
 
-fn roundtrip<T: Encode + Decode + PartialEq + std::fmt::Debug>(v: &T) -> Bytes {
-    let b = v.to_bytes();
-    assert_eq!(b.len() % 4, 0, "XDR is 4-byte aligned");
-    let mut src = b.clone();
-    let back = T::decode(&mut src).expect("decodes what it encoded");
-    assert_eq!(&back, v);
-    assert!(src.is_empty(), "decode consumed everything");
-    b
-}
+mod support;
 
 fn sid() -> sessionid4 {
     std::array::from_fn(|i| i as u8)

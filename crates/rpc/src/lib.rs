@@ -83,6 +83,7 @@
 mod backchannel;
 mod client;
 pub mod msg;
+pub mod portmap;
 mod record;
 mod server;
 

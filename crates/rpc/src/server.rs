@@ -339,17 +339,17 @@ enum Parsed {
     BackReply(Bytes),
     /// Answer without involving the service.
     Reply(u32, Reply),
-    Call {
-        xid: u32,
-        prog: u32,
-        vers: u32,
-        proc_num: u32,
-        cred: Credential,
-        args: Bytes,
-    },
+    /// A call for the service (once its program is checked), with its arguments.
+    Call(CallInfo, Bytes),
 }
 
-fn parse_call(mut rec: Bytes, peer: SocketAddr) -> Parsed {
+/// Parse one record that arrived on connection `conn_id` from `peer`.
+fn parse_call(
+    mut rec: Bytes,
+    conn_id: u64,
+    peer: SocketAddr,
+    back_channel: &BackChannel,
+) -> Parsed {
     // A REPLY (msg_type at offset 4) answers one of our callbacks: hand over the whole record.
     if rec.get(4..8) == Some(&MSG_REPLY.to_be_bytes()[..]) {
         return Parsed::BackReply(rec);
@@ -432,14 +432,17 @@ fn parse_call(mut rec: Bytes, peer: SocketAddr) -> Parsed {
             &format_args!("flavor {}", verf.flavor),
         );
     }
-    Parsed::Call {
+    let info = CallInfo {
         xid,
         prog,
         vers,
         proc_num,
         cred,
-        args: rec,
-    }
+        conn_id,
+        peer,
+        back_channel: back_channel.clone(),
+    };
+    Parsed::Call(info, rec)
 }
 
 /// PROG_UNAVAIL / PROG_MISMATCH from the service's program table.
@@ -517,39 +520,24 @@ impl<S: RpcService> Connection<S> {
                     break;
                 }
             };
-            let (xid, work) = match parse_call(rec, peer) {
+            let (xid, work) = match parse_call(rec, conn_id, peer, &back_channel) {
                 Parsed::Close => break,
                 Parsed::BackReply(rec) => {
                     back_channel.deliver(rec);
                     continue;
                 }
                 Parsed::Reply(xid, reply) => (xid, Work::Reply(reply)),
-                Parsed::Call {
-                    xid,
-                    prog,
-                    vers,
-                    proc_num,
-                    cred,
-                    args,
-                } => match check_program(&self.shared.programs, prog, vers) {
-                    Some(r) => {
-                        debug!(%peer, xid, prog, vers, proc_num, reply = ?r, "program check failed");
-                        (xid, Work::Reply(Reply::Body(r)))
+                Parsed::Call(info, args) => {
+                    let (xid, prog, vers, proc_num) =
+                        (info.xid, info.prog, info.vers, info.proc_num);
+                    match check_program(&self.shared.programs, prog, vers) {
+                        Some(r) => {
+                            debug!(%peer, xid, prog, vers, proc_num, reply = ?r, "program check failed");
+                            (xid, Work::Reply(Reply::Body(r)))
+                        }
+                        None => (xid, Work::Call(info, args)),
                     }
-                    None => {
-                        let info = CallInfo {
-                            xid,
-                            prog,
-                            vers,
-                            proc_num,
-                            cred,
-                            conn_id,
-                            peer,
-                            back_channel: back_channel.clone(),
-                        };
-                        (xid, Work::Call(info, args))
-                    }
-                },
+                }
             };
             // One slot per call (or transport-generated reply) until its reply is written.
             let permit = tokio::select! {

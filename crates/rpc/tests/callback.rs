@@ -74,24 +74,39 @@ impl RpcService for CbService {
 struct Server {
     addr: SocketAddr,
     svc: Arc<CbService>,
-    _stop: oneshot::Sender<()>,
+    /// Sending (or dropping) it shuts the server down.
+    stop: oneshot::Sender<()>,
 }
 
-async fn start(cfg: ServerConfig) -> Server {
+/// Serve `cfg` on a fresh loopback port; also the task `serve` runs in.
+async fn spawn_server(cfg: ServerConfig) -> (Server, JoinHandle<std::io::Result<()>>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let svc = Arc::new(CbService::default());
     let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(serve(listener, svc.clone(), cfg, async move {
+    let task = tokio::spawn(serve(listener, svc.clone(), cfg, async move {
         let _ = stopped.await;
     }));
-    Server {
-        addr,
-        svc,
-        _stop: stop,
-    }
+    (Server { addr, svc, stop }, task)
+}
+
+/// A server with `cfg`, a peer connected to it and the back channel to that peer.
+async fn connected(cfg: ServerConfig) -> (Server, Peer, BackChannel) {
+    let (srv, _) = spawn_server(cfg).await;
+    let peer = Peer::connect(&srv).await;
+    let bc = handle(&srv, &peer);
+    (srv, peer, bc)
+}
+
+/// A server with `max_callbacks_per_conn: max`, connected as in [`connected`].
+async fn connected_with_limit(max: usize) -> (Server, Peer, BackChannel) {
+    connected(ServerConfig {
+        max_callbacks_per_conn: max,
+        ..ServerConfig::default()
+    })
+    .await
 }
 
 /// A CALL as the peer received it.
@@ -247,6 +262,16 @@ fn spawn_call(
     tokio::spawn(async move { bc.call(CB_PROG, 1, proc_num, &cred, args, timeout).await })
 }
 
+/// A callback `proc_num` with no credential and no arguments, as a task.
+fn empty_call(bc: &BackChannel, proc_num: u32, timeout: Duration) -> CallTask {
+    spawn_call(bc, proc_num, Credential::None, Bytes::new(), timeout)
+}
+
+/// A CB_NULL with no credential, as a task.
+fn cb_null(bc: &BackChannel) -> CallTask {
+    empty_call(bc, CB_NULL, T)
+}
+
 fn sys_cred() -> Credential {
     Credential::Sys(AuthSys {
         stamp: 42,
@@ -259,14 +284,12 @@ fn sys_cred() -> Credential {
 
 #[tokio::test]
 async fn cb_null_and_cb_compound_round_trip() {
-    let srv = start(ServerConfig::default()).await;
-    let mut peer = Peer::connect(&srv).await;
-    let bc = handle(&srv, &peer);
+    let (_srv, mut peer, bc) = connected(ServerConfig::default()).await;
     assert_eq!(bc.conn_id(), peer.conn_id);
     assert_eq!(bc.peer(), peer.s.local_addr().unwrap());
 
     // CB_NULL with AUTH_NONE.
-    let t = spawn_call(&bc, CB_NULL, Credential::None, Bytes::new(), T);
+    let t = cb_null(&bc);
     let c = peer.recv_call().await;
     assert_eq!((c.prog, c.vers, c.proc_num), (CB_PROG, 1, CB_NULL));
     assert_eq!(c.cred, OpaqueAuth::none());
@@ -303,17 +326,9 @@ async fn cb_null_and_cb_compound_round_trip() {
 
 #[tokio::test]
 async fn timeout_when_the_peer_never_answers() {
-    let srv = start(ServerConfig::default()).await;
-    let mut peer = Peer::connect(&srv).await;
-    let bc = handle(&srv, &peer);
+    let (_srv, mut peer, bc) = connected(ServerConfig::default()).await;
     let started = Instant::now();
-    let t = spawn_call(
-        &bc,
-        CB_NULL,
-        Credential::None,
-        Bytes::new(),
-        Duration::from_millis(200),
-    );
+    let t = empty_call(&bc, CB_NULL, Duration::from_millis(200));
     let c = peer.recv_call().await;
     assert_eq!(t.await.unwrap(), Err(CallbackError::Timeout));
     let took = started.elapsed();
@@ -327,7 +342,7 @@ async fn timeout_when_the_peer_never_answers() {
         .await
         .expect("echo");
     assert_eq!(&r[..], b"after");
-    let t = spawn_call(&bc, CB_NULL, Credential::None, Bytes::new(), T);
+    let t = cb_null(&bc);
     let c2 = peer.recv_call().await;
     assert_ne!(c2.xid, c.xid);
     peer.reply_ok(c2.xid, b"fresh").await;
@@ -336,23 +351,9 @@ async fn timeout_when_the_peer_never_answers() {
 
 #[tokio::test]
 async fn connection_closed_fails_pending_and_later_calls() {
-    let srv = start(ServerConfig::default()).await;
-    let mut peer = Peer::connect(&srv).await;
-    let bc = handle(&srv, &peer);
-    let t1 = spawn_call(
-        &bc,
-        CB_COMPOUND,
-        Credential::None,
-        Bytes::new(),
-        Duration::from_secs(60),
-    );
-    let t2 = spawn_call(
-        &bc,
-        CB_NULL,
-        Credential::None,
-        Bytes::new(),
-        Duration::from_secs(60),
-    );
+    let (srv, mut peer, bc) = connected(ServerConfig::default()).await;
+    let t1 = empty_call(&bc, CB_COMPOUND, Duration::from_secs(60));
+    let t2 = empty_call(&bc, CB_NULL, Duration::from_secs(60));
     let _ = peer.recv_call().await;
     let _ = peer.recv_call().await;
     assert_eq!(bc.outstanding(), 2);
@@ -387,12 +388,10 @@ async fn connection_closed_fails_pending_and_later_calls() {
 
 #[tokio::test]
 async fn unknown_xid_reply_is_ignored() {
-    let srv = start(ServerConfig::default()).await;
-    let mut peer = Peer::connect(&srv).await;
-    let bc = handle(&srv, &peer);
+    let (_srv, mut peer, bc) = connected(ServerConfig::default()).await;
     // Before any callback, and while one is pending.
     peer.reply_ok(0xdead_beef, b"nobody asked").await;
-    let t = spawn_call(&bc, CB_COMPOUND, Credential::None, Bytes::new(), T);
+    let t = empty_call(&bc, CB_COMPOUND, T);
     let c = peer.recv_call().await;
     peer.reply_ok(c.xid.wrapping_add(1000), b"wrong xid").await;
     let r = peer
@@ -407,9 +406,7 @@ async fn unknown_xid_reply_is_ignored() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_callbacks_are_matched_by_xid() {
-    let srv = start(ServerConfig::default()).await;
-    let mut peer = Peer::connect(&srv).await;
-    let bc = handle(&srv, &peer);
+    let (_srv, mut peer, bc) = connected(ServerConfig::default()).await;
     const N: u32 = 20;
     let mut tasks = Vec::new();
     for i in 0..N {
@@ -457,12 +454,10 @@ async fn concurrent_callbacks_are_matched_by_xid() {
 
 #[tokio::test]
 async fn malformed_and_error_replies() {
-    let srv = start(ServerConfig::default()).await;
-    let mut peer = Peer::connect(&srv).await;
-    let bc = handle(&srv, &peer);
+    let (_srv, mut peer, bc) = connected(ServerConfig::default()).await;
 
     // Truncated after the reply_stat.
-    let t = spawn_call(&bc, CB_NULL, Credential::None, Bytes::new(), T);
+    let t = cb_null(&bc);
     let c = peer.recv_call().await;
     let mut msg = Vec::new();
     for w in [c.xid, MSG_REPLY, 0] {
@@ -478,7 +473,7 @@ async fn malformed_and_error_replies() {
     );
 
     // A reply_stat that does not exist.
-    let t = spawn_call(&bc, CB_NULL, Credential::None, Bytes::new(), T);
+    let t = cb_null(&bc);
     let c = peer.recv_call().await;
     let mut msg = Vec::new();
     for w in [c.xid, MSG_REPLY, 7, 0, 0] {
@@ -528,7 +523,7 @@ async fn malformed_and_error_replies() {
         ),
     ];
     for (hdr, want) in cases {
-        let t = spawn_call(&bc, CB_COMPOUND, Credential::None, Bytes::new(), T);
+        let t = empty_call(&bc, CB_COMPOUND, T);
         let c = peer.recv_call().await;
         peer.reply(c.xid, hdr, b"").await;
         assert_eq!(t.await.unwrap(), Err(want));
@@ -543,15 +538,9 @@ async fn malformed_and_error_replies() {
 
 #[tokio::test]
 async fn outstanding_limit() {
-    let srv = start(ServerConfig {
-        max_callbacks_per_conn: 2,
-        ..ServerConfig::default()
-    })
-    .await;
-    let mut peer = Peer::connect(&srv).await;
-    let bc = handle(&srv, &peer);
-    let t1 = spawn_call(&bc, CB_NULL, Credential::None, Bytes::new(), T);
-    let t2 = spawn_call(&bc, CB_NULL, Credential::None, Bytes::new(), T);
+    let (_srv, mut peer, bc) = connected_with_limit(2).await;
+    let t1 = cb_null(&bc);
+    let t2 = cb_null(&bc);
     let c1 = peer.recv_call().await;
     let c2 = peer.recv_call().await;
     assert_eq!(bc.outstanding(), 2);
@@ -562,7 +551,7 @@ async fn outstanding_limit() {
     // Answering one frees a slot.
     peer.reply_ok(c1.xid, b"1").await;
     let first = t1.await.unwrap().expect("first");
-    let t3 = spawn_call(&bc, CB_NULL, Credential::None, Bytes::new(), T);
+    let t3 = cb_null(&bc);
     let c3 = peer.recv_call().await;
     peer.reply_ok(c3.xid, b"3").await;
     peer.reply_ok(c2.xid, b"2").await;
@@ -583,21 +572,15 @@ async fn outstanding_limit() {
 
 #[tokio::test]
 async fn cancelled_callback_releases_its_slot() {
-    let srv = start(ServerConfig {
-        max_callbacks_per_conn: 1,
-        ..ServerConfig::default()
-    })
-    .await;
-    let mut peer = Peer::connect(&srv).await;
-    let bc = handle(&srv, &peer);
-    let t = spawn_call(&bc, CB_NULL, Credential::None, Bytes::new(), T);
+    let (_srv, mut peer, bc) = connected_with_limit(1).await;
+    let t = cb_null(&bc);
     let c = peer.recv_call().await;
     t.abort();
     assert!(t.await.unwrap_err().is_cancelled());
     assert_eq!(bc.outstanding(), 0);
     // Its reply is now an unknown xid; a new call gets the slot.
     peer.reply_ok(c.xid, b"orphan").await;
-    let t = spawn_call(&bc, CB_NULL, Credential::None, Bytes::new(), T);
+    let t = cb_null(&bc);
     let c = peer.recv_call().await;
     peer.reply_ok(c.xid, b"new").await;
     assert_eq!(&t.await.unwrap().expect("new")[..], b"new");
@@ -605,33 +588,16 @@ async fn cancelled_callback_releases_its_slot() {
 
 #[tokio::test]
 async fn server_shutdown_closes_back_channels() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let svc = Arc::new(CbService::default());
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(serve(
-        listener,
-        svc.clone(),
-        ServerConfig {
-            shutdown_grace: Duration::from_secs(2),
-            ..ServerConfig::default()
-        },
-        async move {
-            let _ = stopped.await;
-        },
-    ));
-    let srv = Server {
-        addr,
-        svc,
-        _stop: oneshot::channel().0,
-    };
+    let (srv, server) = spawn_server(ServerConfig {
+        shutdown_grace: Duration::from_secs(2),
+        ..ServerConfig::default()
+    })
+    .await;
     let mut peer = Peer::connect(&srv).await;
     let bc = handle(&srv, &peer);
-    let t = spawn_call(&bc, CB_NULL, Credential::None, Bytes::new(), T);
+    let t = cb_null(&bc);
     let _ = peer.recv_call().await;
-    let _ = stop.send(());
+    let _ = srv.stop.send(());
     assert_eq!(t.await.unwrap(), Err(CallbackError::ConnectionClosed));
     tokio::time::timeout(T, server)
         .await

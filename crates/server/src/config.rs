@@ -124,6 +124,9 @@ pub struct Config {
     pub max_cached_reply: u32,
     pub max_clients: usize,
     pub max_sessions_per_client: usize,
+    /// Bytes of reply cache all sessions together may hold (slots × cached reply size,
+    /// reserved at CREATE_SESSION; fewer slots are granted when it is short).
+    pub max_reply_cache_bytes: usize,
     /// Deliberate defects for proving that the tests and the simulation can fail.
     /// Never set outside tests; not configurable from TOML.
     #[serde(skip)]
@@ -154,6 +157,7 @@ impl Default for Config {
             max_cached_reply: 64 << 10,
             max_clients: 4096,
             max_sessions_per_client: 16,
+            max_reply_cache_bytes: 512 << 20,
             mutations: Mutations::default(),
         }
     }

@@ -176,6 +176,7 @@ impl Server {
                     server_fore: limits,
                     server_back: back,
                     back_channel: OFFER_BACK_CHANNEL,
+                    reply_cache_bytes: cfg.max_reply_cache_bytes,
                 },
                 state: StateLimits::default(),
             },

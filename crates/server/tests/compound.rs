@@ -13,14 +13,7 @@ const GETATTR_TYPE_SIZE: [u32; 1] = [(1 << 1) | (1 << 4)];
 #[tokio::test]
 async fn create_write_read_rename_remove() {
     let (_srv, mut s) = start_with_session(b"basic").await;
-    let r = s
-        .run(vec![
-            nfs_argop4::OP_PUTROOTFH,
-            open_new("a.txt"),
-            nfs_argop4::OP_GETFH,
-        ])
-        .await;
-    let (sid, fh) = opened_stateid_and_fh(&r);
+    let (sid, fh) = s.open_new_file("a.txt").await;
     let r = s
         .run(vec![
             nfs_argop4::OP_PUTFH(PUTFH4args { object: fh.clone() }),

@@ -194,22 +194,32 @@ pub fn random_action(sim: &mut Sim, ci: usize) -> Result<(), Violation> {
     }
 }
 
+/// The share (access, deny) a client's ordinary opens ask for.
+const OPEN_BOTH: (u32, u32) = (OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_DENY_NONE);
+
+/// PUTFH of `dir`, an OPEN of `name` there by `owner` with the share `(access, deny)`
+/// (creating the file if `create`), then `then` on the opened file.
+fn open_ops(
+    dir: &Fh,
+    name: &Bytes,
+    owner: &Bytes,
+    (access, deny): (u32, u32),
+    create: bool,
+    then: nfs_argop4,
+) -> Vec<nfs_argop4> {
+    vec![
+        wire::putfh(dir),
+        wire::open(name, owner, access, deny, create),
+        then,
+    ]
+}
+
 fn open_create(sim: &mut Sim, ci: usize) -> Result<(), Violation> {
     let dirs = sim.model.live_dirs();
     let dir = pick(sim, &dirs).unwrap_or_else(|| sim.model.root.clone());
     let name = wire::name(&format!("f{}", req(sim)));
     let owner = sim.clients[ci].open_owner();
-    let ops = vec![
-        wire::putfh(&dir),
-        wire::open(
-            &name,
-            &owner,
-            OPEN4_SHARE_ACCESS_BOTH,
-            OPEN4_SHARE_DENY_NONE,
-            true,
-        ),
-        nfs_argop4::OP_GETFH,
-    ];
+    let ops = open_ops(&dir, &name, &owner, OPEN_BOTH, true, nfs_argop4::OP_GETFH);
     go(sim, ci, Intent::OpenCreate { dir, name }, ops)
 }
 
@@ -218,17 +228,14 @@ fn open_existing(sim: &mut Sim, ci: usize, file: Fh) -> Result<(), Violation> {
         return Ok(());
     };
     let owner = sim.clients[ci].open_owner();
-    let ops = vec![
-        wire::putfh(&parent),
-        wire::open(
-            &name,
-            &owner,
-            OPEN4_SHARE_ACCESS_BOTH,
-            OPEN4_SHARE_DENY_NONE,
-            false,
-        ),
+    let ops = open_ops(
+        &parent,
+        &name,
+        &owner,
+        OPEN_BOTH,
+        false,
         nfs_argop4::OP_GETFH,
-    ];
+    );
     go(sim, ci, Intent::Open { file }, ops)
 }
 
@@ -239,20 +246,12 @@ fn deny_probe(sim: &mut Sim, ci: usize, file: Fh) -> Result<(), Violation> {
         return Ok(());
     };
     let owner = sim.clients[ci].probe_owner();
-    let ops = vec![
-        wire::putfh(&parent),
-        wire::open(
-            &name,
-            &owner,
-            OPEN4_SHARE_ACCESS_READ,
-            OPEN4_SHARE_DENY_BOTH,
-            false,
-        ),
-        nfs_argop4::OP_CLOSE(CLOSE4args {
-            seqid: 0,
-            open_stateid: CURRENT,
-        }),
-    ];
+    let close = nfs_argop4::OP_CLOSE(CLOSE4args {
+        seqid: 0,
+        open_stateid: CURRENT,
+    });
+    let share = (OPEN4_SHARE_ACCESS_READ, OPEN4_SHARE_DENY_BOTH);
+    let ops = open_ops(&parent, &name, &owner, share, false, close);
     go(sim, ci, Intent::DenyProbe { file }, ops)
 }
 

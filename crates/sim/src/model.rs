@@ -31,6 +31,21 @@ pub struct Obj {
     pub size_known: bool,
 }
 
+impl Obj {
+    /// An object just created as `name` in `parent`: alive and empty.
+    pub fn created(fh: Fh, parent: Fh, name: Bytes, is_dir: bool) -> Obj {
+        Obj {
+            fh,
+            parent,
+            name,
+            is_dir,
+            alive: true,
+            data: Vec::new(),
+            size_known: true,
+        }
+    }
+}
+
 /// A lock owner: (client index, client incarnation, owner index).
 pub type LockOwner = (usize, u32, usize);
 /// An open owner: (client index, client incarnation, owner name).
@@ -318,15 +333,8 @@ mod tests {
             root: fh(0),
             ..Model::default()
         };
-        m.objs.push(Obj {
-            fh: fh(1),
-            parent: fh(0),
-            name: Bytes::from_static(b"f"),
-            is_dir: false,
-            alive: true,
-            data: Vec::new(),
-            size_known: true,
-        });
+        m.objs
+            .push(Obj::created(fh(1), fh(0), Bytes::from_static(b"f"), false));
         m
     }
 

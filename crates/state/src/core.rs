@@ -18,7 +18,9 @@ use crate::session::{
     Principal, SequenceArgs, SequenceOk, SessionError, SessionId, SessionLimits, SessionTable,
 };
 use crate::table::StateTable;
-use crate::types::{ClientId, FileId, LockRequest, LockType, StateError, StateLimits, Stateid};
+use crate::types::{
+    ClientId, LockRequest, LocktRequest, OpenRequest, StateError, StateLimits, Stateid,
+};
 
 /// How to build a [`StateCore`].
 #[derive(Debug, Clone, Copy)]
@@ -301,19 +303,16 @@ impl StateCore {
 
     /// OPEN's state part (RFC 8881 §18.16): [`StateCore::check_locking`], then
     /// [`StateTable::open`].
-    #[allow(clippy::too_many_arguments)]
     pub fn open(
         &mut self,
         now: Instant,
         reclaim: bool,
         client: ClientId,
-        owner: &[u8],
-        file: FileId,
-        access: u32,
-        deny: u32,
+        req: OpenRequest,
     ) -> Result<Stateid, StateError> {
         self.check_locking(client, reclaim, now)?;
-        self.table.open(client, owner, file, access, deny)
+        self.table
+            .open(client, req.owner, req.file, req.access, req.deny)
     }
 
     /// LOCK (RFC 8881 §18.10): [`StateCore::check_locking`], then [`StateTable::lock`].
@@ -329,20 +328,21 @@ impl StateCore {
     }
 
     /// LOCKT (RFC 8881 §18.11): refused during grace, then [`StateTable::lockt`].
-    #[allow(clippy::too_many_arguments)]
     pub fn lockt(
         &self,
         now: Instant,
         client: ClientId,
-        owner: &[u8],
-        file: FileId,
-        lock_type: LockType,
-        offset: u64,
-        length: u64,
+        req: LocktRequest,
     ) -> Result<(), StateError> {
         self.check_grace(false, now)?;
-        self.table
-            .lockt(client, owner, file, lock_type, offset, length)
+        self.table.lockt(
+            client,
+            req.owner,
+            req.file,
+            req.lock_type,
+            req.offset,
+            req.length,
+        )
     }
 
     /// The open and lock table, for the operations that need no cross-table decision

@@ -116,6 +116,8 @@ struct SessionRecord {
     conns: HashSet<u64>,
     /// The callback program and security (CREATE_SESSION, BACKCHANNEL_CTL).
     callback: CallbackParams,
+    /// Reply-cache bytes reserved for this session's slots.
+    cache_reserved: usize,
 }
 
 /// One client incarnation (RFC 8881 §2.4).
@@ -292,6 +294,9 @@ pub enum SessionError {
     /// (§18.35.5 case 3, §18.36.4).
     #[error("NFS4ERR_CLID_INUSE")]
     ClidInUse,
+    /// `NFS4ERR_DELAY`: the reply cache has no room for even one more slot now.
+    #[error("NFS4ERR_DELAY")]
+    Delay,
 }
 
 /// Bounds on clients and sessions, and the channel maxima the server offers.
@@ -309,6 +314,11 @@ pub struct SessionLimits {
     /// CREATE_SESSION clears `CREATE_SESSION4_FLAG_CONN_BACK_CHAN` and
     /// BIND_CONN_TO_SESSION binds the fore channel only.
     pub back_channel: bool,
+    /// Bytes of reply cache all sessions together may hold. CREATE_SESSION reserves
+    /// slots × `ca_maxresponsesize_cached` for the session's lifetime (as knfsd's DRC
+    /// memory) and grants fewer slots when the rest does not fit, so the cache is bounded
+    /// however many clients and sessions come.
+    pub reply_cache_bytes: usize,
 }
 
 /// All clients and sessions of one server instance.
@@ -322,6 +332,8 @@ pub struct SessionTable {
     by_owner: HashMap<Bytes, (Option<ClientId>, Option<ClientId>)>,
     sessions: HashMap<SessionId, SessionRecord>,
     limits: SessionLimits,
+    /// Reply-cache bytes reserved by the live sessions (at most `reply_cache_bytes`).
+    cache_reserved: usize,
 }
 
 /// Smallest `ca_maxrequestsize` we accept: a COMPOUND of SEQUENCE alone with an
@@ -347,6 +359,7 @@ impl SessionTable {
             by_owner: HashMap::new(),
             sessions: HashMap::new(),
             limits,
+            cache_reserved: 0,
         }
     }
 
@@ -479,6 +492,37 @@ impl SessionTable {
         ))
     }
 
+    /// Fit the session's slots into what is left of the reply-cache budget: fewer slots
+    /// than asked when they do not all fit (the client follows the granted count), DELAY
+    /// when not one does. Returns the bytes to reserve (the caller commits them).
+    fn reserve_reply_cache(&mut self, fore: &mut ChannelAttrs) -> Result<usize, SessionError> {
+        let per_slot = (fore.max_response_cached as usize).max(1);
+        let free = self
+            .limits
+            .reply_cache_bytes
+            .saturating_sub(self.cache_reserved);
+        let fits = u32::try_from(free / per_slot).unwrap_or(u32::MAX);
+        if fits == 0 {
+            return Err(SessionError::Delay);
+        }
+        fore.max_requests = fore.max_requests.min(fits);
+        let bytes = fore.max_requests as usize * per_slot;
+        self.cache_reserved += bytes;
+        Ok(bytes)
+    }
+
+    /// Remove a session, returning its reply-cache reservation to the budget.
+    fn drop_session(&mut self, id: &SessionId) -> Option<SessionRecord> {
+        let s = self.sessions.remove(id)?;
+        self.cache_reserved -= s.cache_reserved;
+        Some(s)
+    }
+
+    /// Reply-cache bytes the live sessions have reserved.
+    pub fn reply_cache_reserved(&self) -> usize {
+        self.cache_reserved
+    }
+
     fn negotiate(req: &ChannelAttrs, max: &ChannelAttrs) -> Result<ChannelAttrs, SessionError> {
         if req.max_request < MIN_REQUEST_SIZE || req.max_response < MIN_RESPONSE_SIZE {
             return Err(SessionError::TooSmall);
@@ -539,8 +583,9 @@ impl SessionTable {
         if rec.sessions.len() >= self.limits.max_sessions_per_client {
             return Err(SessionError::Resource);
         }
-        let fore = Self::negotiate(&args.fore, &self.limits.server_fore)?;
+        let mut fore = Self::negotiate(&args.fore, &self.limits.server_fore)?;
         let back = Self::negotiate(&args.back, &self.limits.server_back)?;
+        let cache_reserved = self.reserve_reply_cache(&mut fore)?;
         let mut id = [0u8; 16];
         id[..8].copy_from_slice(&clientid.to_be_bytes());
         id[8..12].copy_from_slice(&self.boot_epoch.to_be_bytes());
@@ -564,6 +609,7 @@ impl SessionTable {
                 slots: SlotTable::new(fore.max_requests),
                 conns: HashSet::from([args.conn]),
                 callback,
+                cache_reserved,
             },
         );
         let outcome = CreateSessionOutcome {
@@ -721,7 +767,7 @@ impl SessionTable {
 
     /// DESTROY_SESSION (RFC 8881 §18.37).
     pub fn destroy_session(&mut self, id: &SessionId) -> Result<(), SessionError> {
-        let s = self.sessions.remove(id).ok_or(SessionError::BadSession)?;
+        let s = self.drop_session(id).ok_or(SessionError::BadSession)?;
         if let Some(r) = self.clients.get_mut(&s.shared.client) {
             r.sessions.retain(|x| x != id);
         }
@@ -743,7 +789,7 @@ impl SessionTable {
     pub(crate) fn remove_client(&mut self, id: ClientId) {
         if let Some(r) = self.clients.remove(&id) {
             for s in &r.sessions {
-                self.sessions.remove(s);
+                self.drop_session(s);
             }
             if let Some((c, u)) = self.by_owner.get_mut(&r.owner) {
                 if *c == Some(id) {

@@ -152,6 +152,36 @@ pub struct LockRequest {
     pub locker: Locker,
 }
 
+/// An OPEN's share reservation (RFC 8881 §18.16.1 `OPEN4args`), with the file
+/// it opens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenRequest<'a> {
+    /// The open-owner.
+    pub owner: &'a [u8],
+    /// The file opened.
+    pub file: FileId,
+    /// Share access (`OPEN4_SHARE_ACCESS_*`).
+    pub access: u32,
+    /// Share deny (`OPEN4_SHARE_DENY_*`).
+    pub deny: u32,
+}
+
+/// A LOCKT request (RFC 8881 §18.11.1 `LOCKT4args`), with the file the current
+/// filehandle designates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LocktRequest<'a> {
+    /// The lock-owner testing (its own locks never conflict; it need not be known).
+    pub owner: &'a [u8],
+    /// The file of the current filehandle.
+    pub file: FileId,
+    /// Lock type.
+    pub lock_type: LockType,
+    /// Start of the range.
+    pub offset: u64,
+    /// Length of the range; `u64::MAX` = to EOF; 0 is invalid.
+    pub length: u64,
+}
+
 /// A lock held in the table, as reported by [`StateTable::locks`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HeldLock {

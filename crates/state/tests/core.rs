@@ -33,6 +33,7 @@ fn core(grace: Grace) -> StateCore {
                 server_fore: ch(8),
                 server_back: ch(1),
                 back_channel: false,
+                reply_cache_bytes: usize::MAX,
             },
             state: StateLimits::default(),
         },
@@ -91,7 +92,24 @@ fn open_file(
     file: FileId,
     (access, deny): (u32, u32),
 ) -> Result<Stateid, StateError> {
-    c.open(clock.now(), reclaim, client, owner, file, access, deny)
+    let req = OpenRequest {
+        owner,
+        file,
+        access,
+        deny,
+    };
+    c.open(clock.now(), reclaim, client, req)
+}
+
+/// LOCKT of `owner` for a read lock on byte 0 of `file`.
+fn read_lockt(owner: &[u8], file: FileId) -> LocktRequest<'_> {
+    LocktRequest {
+        owner,
+        file,
+        lock_type: LockType::Read,
+        offset: 0,
+        length: 1,
+    }
 }
 
 fn owners(names: &[&'static [u8]]) -> Vec<Bytes> {
@@ -305,7 +323,7 @@ fn grace_ends_on_time_and_forgets_the_absent() {
     let mut c = core_in_grace(&clock, &[b"gone", b"a"]);
     let (a, _, _) = client(&mut c, &clock, b"a", 1);
     assert_eq!(
-        c.lockt(clock.now(), a, b"o", file_id(0, 1), LockType::Read, 0, 1),
+        c.lockt(clock.now(), a, read_lockt(b"o", file_id(0, 1))),
         Err(StateError::Grace)
     );
     clock.advance(LEASE - Duration::from_millis(1));
@@ -322,7 +340,7 @@ fn grace_ends_on_time_and_forgets_the_absent() {
         vec![Bytes::from_static(b"a")],
         "the client that never came back is no longer waited for"
     );
-    c.lockt(clock.now(), a, b"o", file_id(0, 1), LockType::Read, 0, 1)
+    c.lockt(clock.now(), a, read_lockt(b"o", file_id(0, 1)))
         .unwrap();
 }
 
@@ -427,7 +445,8 @@ mod random_events {
                         // Any client ever seen, gone ones included: a request that
                         // passed SEQUENCE before its client went must create nothing.
                         if let Some(&cid) = m.ever.get(k % m.ever.len().max(1)) {
-                            let res = c.open(now, false, cid, b"o", file_id(0, f), SHARE_ACCESS_BOTH, SHARE_DENY_NONE);
+                            let req = OpenRequest { owner: b"o", file: file_id(0, f), access: SHARE_ACCESS_BOTH, deny: SHARE_DENY_NONE };
+                            let res = c.open(now, false, cid, req);
                             if let Some((_, _, _, opens)) = m.live.values_mut().find(|v| v.0 == cid) {
                                 if let Ok(sid) = res {
                                     opens.insert(f, sid);

@@ -31,6 +31,7 @@ fn core(grace: Grace) -> StateCore {
                 server_fore: ch(8),
                 server_back: ch(1),
                 back_channel: false,
+                reply_cache_bytes: usize::MAX,
             },
             state: StateLimits::default(),
         },
@@ -106,6 +107,23 @@ fn a_confirmed_client_keeps_its_courtesy_lease() {
     assert_eq!(c.sessions().counts(), (1, 1));
 }
 
+/// OPEN of `file` by owner "o" for reading and writing, denying nothing.
+fn open(
+    c: &mut StateCore,
+    clock: &ManualClock,
+    reclaim: bool,
+    client: ClientId,
+    file: FileId,
+) -> Result<Stateid, StateError> {
+    let req = OpenRequest {
+        owner: b"o",
+        file,
+        access: SHARE_ACCESS_BOTH,
+        deny: SHARE_DENY_NONE,
+    };
+    c.open(clock.now(), reclaim, client, req)
+}
+
 #[test]
 fn open_before_reclaim_complete_is_grace_outside_grace() {
     let clock = ManualClock::new();
@@ -113,34 +131,14 @@ fn open_before_reclaim_complete_is_grace_outside_grace() {
     let a = confirmed(&mut c, &clock, b"a");
     let f = file_id(0, 1);
     assert!(!c.in_grace(clock.now()));
-    assert_eq!(
-        c.open(
-            clock.now(),
-            false,
-            a,
-            b"o",
-            f,
-            SHARE_ACCESS_BOTH,
-            SHARE_DENY_NONE
-        ),
-        Err(StateError::Grace)
-    );
+    assert_eq!(open(&mut c, &clock, false, a, f), Err(StateError::Grace));
     assert_eq!(
         c.check_locking(a, false, clock.now()),
         Err(StateError::Grace)
     );
     c.reclaim_complete(a, clock.now())
         .expect("RECLAIM_COMPLETE");
-    c.open(
-        clock.now(),
-        false,
-        a,
-        b"o",
-        f,
-        SHARE_ACCESS_BOTH,
-        SHARE_DENY_NONE,
-    )
-    .expect("OPEN after RECLAIM_COMPLETE");
+    open(&mut c, &clock, false, a, f).expect("OPEN after RECLAIM_COMPLETE");
 }
 
 #[test]
@@ -153,17 +151,7 @@ fn lock_before_reclaim_complete_is_grace_after_grace_timed_out() {
     let a = confirmed(&mut c, &clock, b"a");
     let f = file_id(0, 1);
     // Reclaims its open during grace but never sends RECLAIM_COMPLETE.
-    let open = c
-        .open(
-            clock.now(),
-            true,
-            a,
-            b"o",
-            f,
-            SHARE_ACCESS_BOTH,
-            SHARE_DENY_NONE,
-        )
-        .expect("reclaim");
+    let opened = open(&mut c, &clock, true, a, f).expect("reclaim");
     clock.advance(LEASE);
     c.tick(clock.now());
     assert!(!c.in_grace(clock.now()));
@@ -173,7 +161,7 @@ fn lock_before_reclaim_complete_is_grace_after_grace_timed_out() {
         offset: 0,
         length: 10,
         locker: Locker::NewOwner {
-            open_stateid: open,
+            open_stateid: opened,
             lock_owner: b"lo".to_vec(),
         },
     };
@@ -198,15 +186,7 @@ fn reclaim_after_reclaim_complete_is_no_grace_even_in_grace() {
         .expect("RECLAIM_COMPLETE");
     assert!(c.in_grace(clock.now()), "b is still waited for");
     assert_eq!(
-        c.open(
-            clock.now(),
-            true,
-            a,
-            b"o",
-            file_id(0, 1),
-            SHARE_ACCESS_BOTH,
-            SHARE_DENY_NONE
-        ),
+        open(&mut c, &clock, true, a, file_id(0, 1)),
         Err(StateError::NoGrace)
     );
 }

@@ -4,7 +4,7 @@
 //! stateid, so no round trip in between); large files continue in further items that
 //! reuse the open file's handle and stateid.
 
-use super::meta::merge;
+use super::meta::{items_for, merge};
 use super::{split_parent, Fs, Item, ItemResult};
 use crate::attrs::SetAttributes;
 use crate::compound::{CreateHow, CURRENT_STATEID};
@@ -63,37 +63,43 @@ impl Fs {
         access: u32,
         create: Option<SetAttributes>,
     ) -> Vec<Result<OpenFile, ClientError>> {
-        let mut items = Vec::new();
-        let mut errs = Vec::new();
-        let mut sent = Vec::new();
-        for p in paths {
-            match split_parent(p.as_ref())
-                .and_then(|(parent, leaf)| Ok((self.resolve(&parent)?, leaf)))
-            {
-                Ok((mut ops, leaf)) => {
-                    sent.push(p.as_ref().to_string());
-                    ops.push(open_args(self, &leaf, access, create.as_ref()));
-                    ops.push(nfs_argop4::OP_GETFH);
-                    items.push(Item {
-                        ops,
-                        reply_estimate: 300,
-                    });
-                    errs.push(None);
-                }
-                Err(e) => errs.push(Some(e)),
-            }
-        }
+        let (items, errs) = items_for(paths, 300, |p| {
+            self.open_ops(p.as_ref(), access, create.as_ref())
+        });
         let res = self.run(items).await;
-        let mut idx = sent.into_iter();
-        merge(errs, res, |r: ItemResult| {
-            let path = idx.next().unwrap_or_default();
+        let opened = merge(errs, res, |r: ItemResult| {
             let v = r?;
-            Ok(OpenFile {
-                path,
-                fh: getfh(&v).ok_or_else(|| ClientError::Protocol("no GETFH".into()))?,
-                stateid: open_sid(&v).ok_or_else(|| ClientError::Protocol("no OPEN".into()))?,
+            let fh = getfh(&v).ok_or_else(|| ClientError::Protocol("no GETFH".into()))?;
+            let stateid = open_sid(&v).ok_or_else(|| ClientError::Protocol("no OPEN".into()))?;
+            Ok((fh, stateid))
+        });
+        paths
+            .iter()
+            .zip(opened)
+            .map(|(p, r)| {
+                let (fh, stateid) = r?;
+                Ok(OpenFile {
+                    path: p.as_ref().to_string(),
+                    fh,
+                    stateid,
+                })
             })
-        })
+            .collect()
+    }
+
+    /// The ops that look up the parent directory of `path` and OPEN its leaf there
+    /// (creating it with `create`), then GETFH.
+    fn open_ops(
+        &self,
+        path: &str,
+        access: u32,
+        create: Option<&SetAttributes>,
+    ) -> Result<Vec<nfs_argop4>, ClientError> {
+        let (parent, leaf) = split_parent(path)?;
+        let mut ops = self.resolve(&parent)?;
+        ops.push(open_args(self, &leaf, access, create));
+        ops.push(nfs_argop4::OP_GETFH);
+        Ok(ops)
     }
 
     /// Close many open files.
@@ -211,51 +217,32 @@ impl Fs {
         } else {
             stable_how4::UNSTABLE4
         };
-        let mut items = Vec::new();
-        let mut errs = Vec::new();
-        for (p, data) in files {
-            match split_parent(p.as_ref())
-                .and_then(|(parent, leaf)| Ok((self.resolve(&parent)?, leaf)))
-            {
-                Ok((mut ops, leaf)) => {
-                    ops.push(open_args(
-                        self,
-                        &leaf,
-                        OPEN4_SHARE_ACCESS_WRITE,
-                        Some(&create),
-                    ));
-                    ops.push(nfs_argop4::OP_GETFH);
-                    let small = data.len() <= per_item;
-                    let first = data.slice(..data.len().min(per_item));
-                    if !first.is_empty() {
-                        ops.push(nfs_argop4::OP_WRITE(WRITE4args {
-                            stateid: CURRENT_STATEID,
-                            offset: 0,
-                            stable: how,
-                            data: first,
-                        }));
-                    }
-                    if small {
-                        if !stable && !data.is_empty() {
-                            ops.push(nfs_argop4::OP_COMMIT(COMMIT4args {
-                                offset: 0,
-                                count: 0,
-                            }));
-                        }
-                        ops.push(nfs_argop4::OP_CLOSE(CLOSE4args {
-                            seqid: 0,
-                            open_stateid: CURRENT_STATEID,
-                        }));
-                    }
-                    items.push(Item {
-                        ops,
-                        reply_estimate: 300,
-                    });
-                    errs.push(None);
-                }
-                Err(e) => errs.push(Some(e)),
+        let (items, errs) = items_for(files, 300, |(p, data)| {
+            let mut ops = self.open_ops(p.as_ref(), OPEN4_SHARE_ACCESS_WRITE, Some(&create))?;
+            let small = data.len() <= per_item;
+            let first = data.slice(..data.len().min(per_item));
+            if !first.is_empty() {
+                ops.push(nfs_argop4::OP_WRITE(WRITE4args {
+                    stateid: CURRENT_STATEID,
+                    offset: 0,
+                    stable: how,
+                    data: first,
+                }));
             }
-        }
+            if small {
+                if !stable && !data.is_empty() {
+                    ops.push(nfs_argop4::OP_COMMIT(COMMIT4args {
+                        offset: 0,
+                        count: 0,
+                    }));
+                }
+                ops.push(nfs_argop4::OP_CLOSE(CLOSE4args {
+                    seqid: 0,
+                    open_stateid: CURRENT_STATEID,
+                }));
+            }
+            Ok(ops)
+        });
         let res = self.run(items).await;
         let mut out: Vec<Result<(), ClientError>> = Vec::new();
         let mut big: Vec<(usize, Bytes, stateid4, Bytes)> = Vec::new(); // (out, fh, sid, data)

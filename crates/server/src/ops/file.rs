@@ -8,7 +8,7 @@ use crate::ops::dir::change_info;
 use crate::ops::fh::check_name;
 use crate::statecore::{stateid_from_wire, stateid_to_wire};
 use txnfs_backend::{Attrs, CreateMode, DirChange, FileType, SetAttrs};
-use txnfs_state::Stateid;
+use txnfs_state::{OpenRequest, Stateid};
 
 /// Map the wire share bits, ignoring the v4.1 WANT/signal flags in the upper bits.
 fn share_bits(access: u32, deny: u32) -> Result<(u32, u32), nfsstat4> {
@@ -195,7 +195,17 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
     let sid = c
         .srv
         .core()?
-        .open(c.now, reclaim, client, &a.owner.owner, file, access, deny)
+        .open(
+            c.now,
+            reclaim,
+            client,
+            OpenRequest {
+                owner: &a.owner.owner,
+                file,
+                access,
+                deny,
+            },
+        )
         .map_err(|e| crate::errors::state_status(&e))?;
     let sid = stateid_to_wire(&sid);
     c.cfh = Some(Fh::Obj(target));
@@ -260,10 +270,14 @@ pub fn write(c: &mut Compound, a: WRITE4args) -> OpResult {
     if o.export.read_only {
         return Err(nfsstat4::NFS4ERR_ROFS.into());
     }
-    if a.data.len() > c.srv.cfg.max_io_size as usize {
-        return Err(nfsstat4::NFS4ERR_INVAL.into());
-    }
-    if a.offset.checked_add(a.data.len() as u64).is_none() {
+    // A WRITE larger than the maxwrite we advertise is written up to maxwrite and
+    // answered with the short count (RFC 8881 18.32.3 allows a short write; knfsd and
+    // Ganesha do the same). Clients that fill their negotiated request size, such as
+    // nfs4fs, send a little more than maxwrite and resend the rest.
+    let data = a
+        .data
+        .slice(..a.data.len().min(c.srv.cfg.max_io_size as usize));
+    if a.offset.checked_add(data.len() as u64).is_none() {
         return Err(nfsstat4::NFS4ERR_FBIG.into());
     }
     let sid = c.resolve_sid(&a.stateid)?;
@@ -274,11 +288,9 @@ pub fn write(c: &mut Compound, a: WRITE4args) -> OpResult {
     check_io_access(c, &o, &sid, &attrs, true)?;
     let sync = a.stable != stable_how4::UNSTABLE4;
     let cx = c.scope.ctx_for(&o.export, &c.creds, c.client)?;
-    o.export
-        .backend
-        .write(cx, &o.key, a.offset, &a.data, sync)?;
+    o.export.backend.write(cx, &o.key, a.offset, &data, sync)?;
     Ok(nfs_resop4::OP_WRITE(WRITE4res::NFS4_OK(WRITE4resok {
-        count: a.data.len() as u32,
+        count: data.len() as u32,
         committed: a.stable,
         writeverf: c.srv.write_verf,
     })))

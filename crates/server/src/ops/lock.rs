@@ -5,7 +5,7 @@ use crate::compound::{Compound, OpError, OpResult};
 use crate::errors::state_status;
 use crate::nfs::*;
 use crate::statecore::{stateid_from_wire, stateid_to_wire};
-use txnfs_state::{LockDenied, LockRequest, LockType, Locker, StateError};
+use txnfs_state::{LockDenied, LockRequest, LockType, Locker, LocktRequest, StateError};
 
 fn lock_type(t: nfs_lock_type4) -> LockType {
     match t {
@@ -83,15 +83,14 @@ pub fn lockt(c: &mut Compound, a: &LOCKT4args) -> OpResult {
         .check_grace(false, c.now)
         .map_err(|e| state_status(&e))?;
     let file = c.srv.cfh_file_id(c.cfh()?)?;
-    let res = c.srv.core()?.lockt(
-        c.now,
-        client,
-        &a.owner.owner,
+    let req = LocktRequest {
+        owner: &a.owner.owner,
         file,
-        lock_type(a.locktype),
-        a.offset,
-        a.length,
-    );
+        lock_type: lock_type(a.locktype),
+        offset: a.offset,
+        length: a.length,
+    };
+    let res = c.srv.core()?.lockt(c.now, client, req);
     or_denied(res, |d| nfs_resop4::OP_LOCKT(LOCKT4res::NFS4ERR_DENIED(d)))?;
     Ok(nfs_resop4::OP_LOCKT(LOCKT4res::NFS4_OK))
 }

@@ -29,6 +29,7 @@ fn session_status(e: SessionError) -> nfsstat4 {
         SessionError::ReqTooBig => NFS4ERR_REQ_TOO_BIG,
         SessionError::Perm => NFS4ERR_PERM,
         SessionError::ClidInUse => NFS4ERR_CLID_INUSE,
+        SessionError::Delay => NFS4ERR_DELAY,
     }
 }
 

@@ -22,6 +22,7 @@ fn table_with(back_channel: bool) -> SessionTable {
             server_fore: ch,
             server_back: ch,
             back_channel,
+            reply_cache_bytes: usize::MAX,
         },
     )
 }
@@ -252,4 +253,34 @@ fn with_a_back_channel_binding_grants_what_was_asked() {
             Ok(ConnDir::Back)
         ]
     );
+}
+
+/// The reply cache is a budget shared by all sessions: slots beyond it are not granted,
+/// a session that cannot get one slot waits (DELAY), and a destroyed session gives its
+/// share back.
+#[test]
+fn slots_are_granted_within_the_reply_cache_budget() {
+    let mut t = table();
+    let per_slot = 1 << 16; // the server's ca_maxresponsesize_cached in `table()`
+    t.limits.reply_cache_bytes = 10 * per_slot;
+    let now = Instant::now();
+    let (_, a) = client_with_session(&mut t, b"a", 0, now);
+    assert_eq!(a.fore.max_requests, 4);
+    let b = exchange(&mut t, b"b", now).unwrap();
+    let (b1, _) = t
+        .create_session(&create(b.clientid, 1, 200, 2), now)
+        .unwrap();
+    assert_eq!(b1.fore.max_requests, 6, "only what is left of the budget");
+    assert_eq!(t.reply_cache_reserved(), 10 * per_slot);
+    assert_eq!(
+        t.create_session(&create(b.clientid, 2, 4, 2), now)
+            .unwrap_err(),
+        SessionError::Delay
+    );
+    t.destroy_session(&a.id).unwrap();
+    let (b2, _) = t.create_session(&create(b.clientid, 2, 4, 2), now).unwrap();
+    assert_eq!(b2.fore.max_requests, 4);
+    t.destroy_session(&b1.id).unwrap();
+    t.destroy_session(&b2.id).unwrap();
+    assert_eq!(t.reply_cache_reserved(), 0);
 }

@@ -1,0 +1,235 @@
+//! `txnfs serve` registers NFS v4 with the host's rpcbind on start and removes the
+//! entry on SIGTERM (issue 8, item 10).
+//!
+//! The one test of this file runs Debian's `rpcbind` in the foreground as its child (or
+//! uses one the host already runs). rpcbind is host-wide (port 111, /run/rpcbind.sock),
+//! so this test lives alone in its test binary: cargo runs test binaries one after the
+//! other, so no other test's server registers while it looks.
+
+mod common;
+
+use common::{bin, free_port, spawn_serve, terminate, wait_listening};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use txnfs_rpc::portmap::{Portmapper, Registration, IPPROTO_TCP, PMAP_PORT};
+
+const NFS_PROG: u32 = 100003;
+
+/// The two tests share the host's one portmapper: one at a time.
+static RPCBIND: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A child process (rpcbind, txnfs serve) stopped by its PID when the guard goes, also
+/// when an assertion fails first: SIGTERM (rpcbind removes its socket, txnfs its
+/// entry), SIGKILL after 5 s, then reaped.
+struct Stopped(Option<Child>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            if let Ok(Some(_)) = c.try_wait() {
+                return;
+            }
+            let _ = Command::new("kill").arg(c.id().to_string()).status();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The rpcbind this test talks to: its own child or (no child) the host's.
+type Rpcbind = Stopped;
+
+fn portmapper_answers() -> bool {
+    std::net::TcpStream::connect_timeout(
+        &std::net::SocketAddr::from(([127, 0, 0, 1], PMAP_PORT)),
+        Duration::from_millis(200),
+    )
+    .is_ok()
+}
+
+/// Starts `rpcbind -f` (foreground, no warm start so no stale entries come back) unless
+/// the host already runs one. Fails the test when neither works: scripts/test.sh
+/// installs the package, so a missing rpcbind is a broken set-up, not a reason to pass.
+fn start_rpcbind() -> Rpcbind {
+    if portmapper_answers() {
+        eprintln!("NOTE: using the rpcbind this host already runs on 127.0.0.1:111");
+        return Stopped(None);
+    }
+    spawn_rpcbind(&[])
+}
+
+/// `rpcbind -f` with `extra` flags as this test's child, once it answers.
+fn spawn_rpcbind(extra: &[&str]) -> Rpcbind {
+    let exe = ["/usr/sbin/rpcbind", "/sbin/rpcbind"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("rpcbind is not installed (apt-get install rpcbind; scripts/test.sh does)");
+    let child = Command::new(exe)
+        .arg("-f")
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("rpcbind starts (it needs root to bind port 111)");
+    let mut rb = Stopped(Some(child));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(portmapper_answers() && std::path::Path::new("/run/rpcbind.sock").exists()) {
+        if let Some(c) = &mut rb.0 {
+            if let Ok(Some(st)) = c.try_wait() {
+                panic!("rpcbind exited at start: {st}");
+            }
+        }
+        assert!(Instant::now() < deadline, "rpcbind did not come up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    rb
+}
+
+fn getport(rt: &tokio::runtime::Runtime) -> u32 {
+    let pm = Portmapper::Tcp(std::net::SocketAddr::from(([127, 0, 0, 1], PMAP_PORT)));
+    rt.block_on(pm.getport(NFS_PROG, 4, IPPROTO_TCP, Duration::from_secs(2)))
+        .expect("GETPORT answered")
+}
+
+/// The `rpcinfo -p` lines for program 100003 as "program version proto port" (the
+/// service name rpcinfo appends is left out).
+fn rpcinfo_nfs_lines() -> Vec<String> {
+    let out = Command::new("rpcinfo")
+        .args(["-p", "127.0.0.1"])
+        .output()
+        .expect("rpcinfo runs (package rpcbind)");
+    assert!(out.status.success(), "rpcinfo -p failed: {out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.split_whitespace().next() == Some("100003"))
+        .map(|l| l.split_whitespace().take(4).collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+/// What a test here runs with: a runtime for the GETPORT calls, the host's portmapper to
+/// itself, and a running rpcbind.
+fn with_rpcbind() -> (
+    tokio::runtime::Runtime,
+    std::sync::MutexGuard<'static, ()>,
+    Rpcbind,
+) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let one = RPCBIND.lock().unwrap_or_else(|e| e.into_inner());
+    (rt, one, start_rpcbind())
+}
+
+#[test]
+fn serve_registers_with_rpcbind_and_unregisters_on_sigterm() {
+    let (rt, _one, _rpcbind) = with_rpcbind();
+    // Nothing of ours yet (a host rpcbind may hold a kernel nfsd's entry on another port).
+    let port = free_port();
+    assert_ne!(getport(&rt), u32::from(port));
+
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = Instant::now();
+    let child = spawn_serve(dir.path(), port, &[], true);
+    let mut serve = Stopped(Some(child));
+    let child = serve.0.as_mut().expect("just spawned");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while getport(&rt) != u32::from(port) {
+        if let Ok(Some(st)) = child.try_wait() {
+            panic!("txnfs serve exited: {st}");
+        }
+        assert!(Instant::now() < deadline, "txnfs did not register");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!("registered {:?} after start", t0.elapsed());
+    let lines = rpcinfo_nfs_lines();
+    assert!(
+        lines.contains(&format!("100003 4 tcp {port}")),
+        "rpcinfo -p lacks 100003 4 tcp {port}: {lines:?}"
+    );
+
+    let (status, log) = terminate(child);
+    assert!(status.success(), "exit {status}; log:\n{log}");
+    assert!(
+        log.contains("registered NFS v4 with rpcbind"),
+        "log:\n{log}"
+    );
+    assert_eq!(
+        getport(&rt),
+        0,
+        "the entry is gone after SIGTERM; log:\n{log}"
+    );
+    let lines = rpcinfo_nfs_lines();
+    assert!(
+        !lines.iter().any(|l| l.ends_with(&format!(" {port}"))),
+        "rpcinfo -p still lists port {port}: {lines:?}"
+    );
+}
+
+/// With `--no-rpcbind` nothing is registered (it needs the rpcbind too, hence this file).
+#[test]
+fn no_rpcbind_flag_registers_nothing() {
+    let (rt, _one, _rpcbind) = with_rpcbind();
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let child = spawn_serve(dir.path(), port, &["--no-rpcbind"], false);
+    let mut serve = Stopped(Some(child));
+    let child = serve.0.as_mut().expect("just spawned");
+    wait_listening(port);
+    // Serving now; a registration would have happened before the listener accepted.
+    std::thread::sleep(Duration::from_millis(200));
+    let got = getport(&rt);
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    assert_ne!(got, u32::from(port), "--no-rpcbind registered anyway");
+}
+
+#[test]
+fn help_documents_no_rpcbind() {
+    let out = Command::new(bin())
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("--no-rpcbind"), "{text}");
+    assert!(text.contains("portmapper"), "{text}");
+}
+
+/// The fallback path: PMAP version 2 SET, GETPORT and UNSET over TCP to 127.0.0.1:111
+/// (for portmappers without rpcbind's local socket; Debian 12's rpcbind 1.2.6 takes
+/// them from loopback too).
+#[test]
+fn pmap_v2_over_tcp() {
+    let _one = RPCBIND.lock().unwrap_or_else(|e| e.into_inner());
+    let _rpcbind = start_rpcbind();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let pm = Portmapper::Tcp(std::net::SocketAddr::from(([127, 0, 0, 1], PMAP_PORT)));
+    let reg = Registration {
+        prog: NFS_PROG,
+        versions: vec![4],
+        addr: std::net::SocketAddr::from(([127, 0, 0, 1], free_port())),
+    };
+    let t = Duration::from_secs(2);
+    rt.block_on(pm.set(&reg, t)).expect("SET over TCP");
+    assert_eq!(getport(&rt), u32::from(reg.addr.port()));
+    let lines = rpcinfo_nfs_lines();
+    assert!(
+        lines.contains(&format!("100003 4 tcp {}", reg.addr.port())),
+        "{lines:?}"
+    );
+    rt.block_on(pm.unset(&reg, t)).expect("UNSET over TCP");
+    assert_eq!(getport(&rt), 0);
+}
