@@ -17,6 +17,8 @@ use txnfs_server::{BackendKind, Config, ExportConfig, Server};
     state_dir = \"/var/lib/txnfs\"\n  \
     grace = true\n  \
     lease_time = 60\n  \
+    max_connections = 4096         # at the limit the longest idle one is closed\n  \
+    idle_timeout = 180             # seconds; default 3 x lease_time, 0 = never\n  \
     [[exports]]\n  \
     name = \"/data\"\n  \
     path = \"/srv/data\"\n  \
@@ -55,6 +57,12 @@ pub struct ServeArgs {
     /// libtirpc/libntirpc ask the portmapper for the NFS port even for NFSv4.
     #[arg(long)]
     pub no_rpcbind: bool,
+    /// Open connections; at the limit the longest idle one is closed for a new client.
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// Close connections idle this long (default 3 lease periods; 0 = never).
+    #[arg(long, value_name = "SECONDS")]
+    pub idle_timeout: Option<u32>,
 }
 
 fn parse_export(s: &str) -> Result<(String, PathBuf)> {
@@ -93,6 +101,15 @@ pub fn build_config(a: &ServeArgs) -> Result<Config> {
             bail!("--lease-time must be at least 5 seconds");
         }
         cfg.lease_time = t;
+    }
+    if let Some(n) = a.max_connections {
+        if n == 0 {
+            bail!("--max-connections must be at least 1");
+        }
+        cfg.max_connections = n;
+    }
+    if let Some(t) = a.idle_timeout {
+        cfg.idle_timeout = Some(t);
     }
     let backend = if a.memory {
         BackendKind::Memory
@@ -281,6 +298,31 @@ mod tests {
         let f = config_file("[[exports]]\nname = \"/m\"\nbackend = \"memory\"\n");
         let cfg = build_config(&args(&["--config", f.path().to_str().unwrap()])).unwrap();
         assert_eq!(cfg.exports[0].backend, BackendKind::Memory);
+    }
+
+    #[test]
+    fn connection_limits_from_flags_and_toml() {
+        let cfg = build_config(&args(&["--memory", "--lease-time", "20"])).unwrap();
+        assert_eq!(cfg.max_connections, 4096);
+        assert_eq!(cfg.idle_timeout(), Some(std::time::Duration::from_secs(60)));
+        let f = config_file("max_connections = 100\nidle_timeout = 0\n");
+        let cfg =
+            build_config(&args(&["--memory", "--config", f.path().to_str().unwrap()])).unwrap();
+        assert_eq!(cfg.max_connections, 100);
+        assert_eq!(cfg.idle_timeout(), None);
+        let cfg = build_config(&args(&[
+            "--memory",
+            "--config",
+            f.path().to_str().unwrap(),
+            "--max-connections",
+            "7",
+            "--idle-timeout",
+            "30",
+        ]))
+        .unwrap();
+        assert_eq!(cfg.max_connections, 7);
+        assert_eq!(cfg.idle_timeout(), Some(std::time::Duration::from_secs(30)));
+        assert!(build_config(&args(&["--memory", "--max-connections", "0"])).is_err());
     }
 
     #[test]

@@ -92,7 +92,8 @@ pub use client::{decode_reply, ClientConfig, RpcClient};
 pub use msg::{encode_call, record, AuthStat, AuthSys, Credential, OpaqueAuth};
 pub use record::read_record;
 pub use server::{
-    serve, CallInfo, ReplyBody, RpcService, ServerConfig, DEFAULT_MAX_RECORD_SIZE, SHUTDOWN_GRACE,
+    serve, CallInfo, ReplyBody, RpcService, ServerConfig, DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_RECORD_SIZE, SHUTDOWN_GRACE,
 };
 
 pub use txnfs_xdr::XdrError;

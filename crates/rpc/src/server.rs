@@ -1,18 +1,20 @@
 //! The server transport: accept loop, per-connection reader / writer, call dispatch.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use tokio::io::AsyncWriteExt;
+use std::pin::Pin;
+use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::{AbortHandle, JoinSet};
+use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 use txnfs_xdr::{get_opaque, get_u32, Decode, XdrError};
 
@@ -81,8 +83,14 @@ pub struct ServerConfig {
     /// Calls of one connection executing (or whose replies are queued) at the same time;
     /// beyond it the connection is not read until some finish.
     pub max_in_flight_per_conn: usize,
-    /// Connections accepted beyond this are closed at once.
+    /// Open connections. A new connection beyond it makes the server close the connection
+    /// that has been idle longest (no call executing, no reply queued, no callback waiting),
+    /// so one peer holding idle sockets cannot lock every other client out; only when every
+    /// connection is busy is the new one closed at once.
     pub max_connections: usize,
+    /// A connection with nothing in progress and no bytes received or sent for this long is
+    /// closed. `None` keeps idle connections forever.
+    pub idle_timeout: Option<Duration>,
     /// After `shutdown` resolved: how long in-flight calls may take to finish and have their
     /// replies written before the remaining connections are dropped.
     pub shutdown_grace: Duration,
@@ -99,11 +107,20 @@ impl Default for ServerConfig {
             max_record_size: DEFAULT_MAX_RECORD_SIZE,
             max_in_flight_per_conn: 1024,
             max_connections: 4096,
+            idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
             shutdown_grace: SHUTDOWN_GRACE,
             max_callbacks_per_conn: DEFAULT_MAX_CALLBACKS_PER_CONN,
         }
     }
 }
+
+/// Default [`ServerConfig::idle_timeout`]: three NFSv4 lease periods of the default 60 s.
+/// A live NFSv4.1 client renews its lease by SEQUENCE well within every lease period, so a
+/// connection silent for three belongs to a client whose lease (and courtesy time) is over,
+/// or is one the client no longer uses; either way closing it costs at most a reconnect.
+/// (knfsd closes temporary sockets after 6–12 minutes, but it also serves NFSv3, whose
+/// idle mounts send nothing.)
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// Default [`ServerConfig::shutdown_grace`].
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -123,10 +140,23 @@ pub async fn serve<S: RpcService>(
         max_record_size: cfg.max_record_size.max(4),
         max_in_flight: cfg.max_in_flight_per_conn.max(1),
         max_callbacks: cfg.max_callbacks_per_conn.max(1),
+        epoch: Instant::now(),
+        live: AtomicUsize::new(0),
     });
+    let max_connections = cfg.max_connections.max(1);
     let (sd_tx, sd_rx) = watch::channel(false);
-    let conn_limit = Arc::new(Semaphore::new(cfg.max_connections.max(1)));
+    // The accept loop's view of every connection task, to pick one to close.
+    let mut table: HashMap<tokio::task::Id, Arc<ConnState>> = HashMap::new();
     let mut conns = JoinSet::new();
+    // Idle connections are found by a sweep a few times per timeout (so one is closed
+    // between 1 and 1.25 timeouts after it fell silent) rather than by a timer per
+    // connection, which would be re-armed on every record.
+    let sweep_every = cfg
+        .idle_timeout
+        .map(|t| (t / 4).clamp(Duration::from_millis(10), Duration::from_secs(30)));
+    let mut sweep = tokio::time::interval(sweep_every.unwrap_or(Duration::from_secs(3600)));
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_limit_warning: Option<Instant> = None;
     tokio::pin!(shutdown);
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, "RPC server listening");
@@ -134,27 +164,60 @@ pub async fn serve<S: RpcService>(
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            Some(done) = conns.join_next_with_id(), if !conns.is_empty() => {
+                let id = match done {
+                    Ok((id, ())) => id,
+                    Err(e) => e.id(),
+                };
+                table.remove(&id);
+            }
+            _ = sweep.tick(), if cfg.idle_timeout.is_some() => {
+                if let Some(timeout) = cfg.idle_timeout {
+                    close_idle(&table, &shared, timeout);
+                }
+            }
             acc = listener.accept() => match acc {
                 Ok((stream, peer)) => {
-                    let Ok(slot) = conn_limit.clone().try_acquire_owned() else {
-                        warn!(%peer, max = cfg.max_connections, "too many connections; closing new one");
+                    if !make_room(&table, &shared, max_connections) {
+                        warn!(%peer, max = max_connections,
+                            "too many connections, all of them busy; closing new one");
                         drop(stream);
                         continue;
-                    };
+                    }
+                    if shared.live.load(Ordering::Acquire) + 1 >= max_connections
+                        && last_limit_warning.is_none_or(|t| t.elapsed() > Duration::from_secs(60))
+                    {
+                        // Once a minute, like knfsd's rate-limited notice.
+                        last_limit_warning = Some(Instant::now());
+                        warn!(max = max_connections,
+                            "connection limit reached: closing the longest idle connections; \
+                             consider raising max_connections");
+                    }
                     let conn_id = NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed);
                     debug!(%peer, conn_id, "accepted connection");
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    let back_channel =
+                        BackChannel::new(conn_id, peer, tx.clone(), shared.max_callbacks);
+                    let state = Arc::new(ConnState {
+                        last_active: AtomicU64::new(shared.now_nanos()),
+                        slots: Arc::new(Semaphore::new(shared.max_in_flight)),
+                        back_channel,
+                        closing: AtomicBool::new(false),
+                        close_requested_at: AtomicU64::new(0),
+                        close_reason: AtomicU8::new(CLOSE_EVICT),
+                        close: Notify::new(),
+                    });
+                    shared.live.fetch_add(1, Ordering::AcqRel);
                     let conn = Connection {
                         svc: svc.clone(),
                         shared: shared.clone(),
                         conn_id,
                         peer,
                         shutdown: sd_rx.clone(),
+                        state: state.clone(),
                     };
-                    conns.spawn(async move {
-                        conn.run(stream).await;
-                        drop(slot);
-                    });
+                    let task = conns.spawn(conn.run(stream, tx, rx));
+                    table.insert(task.id(), state);
                 }
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
@@ -182,11 +245,157 @@ pub async fn serve<S: RpcService>(
     Ok(())
 }
 
+/// Ask connections to close until a new one fits under `max` (knfsd's
+/// `svc_check_conn_limits`, except that a busy connection is never chosen): the one whose
+/// bytes moved longest ago among those with nothing in progress. False when every
+/// connection is busy.
+fn make_room(
+    table: &HashMap<tokio::task::Id, Arc<ConnState>>,
+    shared: &Shared,
+    max: usize,
+) -> bool {
+    while shared.live.load(Ordering::Acquire) >= max {
+        let victim = table
+            .values()
+            .filter(|c| !c.closing.load(Ordering::Acquire) && !c.busy(shared.max_in_flight))
+            .min_by_key(|c| c.last_active.load(Ordering::Acquire));
+        let Some(victim) = victim else {
+            return false;
+        };
+        if victim.request_close(CLOSE_EVICT, shared) {
+            debug!(
+                conn_id = victim.back_channel.conn_id(),
+                peer = %victim.back_channel.peer(),
+                "connection limit: closing the longest idle connection"
+            );
+        }
+    }
+    true
+}
+
+/// Ask every connection silent for `timeout` with nothing in progress to close (knfsd's
+/// `svc_age_temp_xprts`, with a configurable age).
+fn close_idle(
+    table: &HashMap<tokio::task::Id, Arc<ConnState>>,
+    shared: &Shared,
+    timeout: Duration,
+) {
+    let now = shared.now_nanos();
+    let limit = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
+    for c in table.values() {
+        let silent = now.saturating_sub(c.last_active.load(Ordering::Acquire));
+        if silent >= limit
+            && !c.closing.load(Ordering::Acquire)
+            && !c.busy(shared.max_in_flight)
+            && c.request_close(CLOSE_IDLE, shared)
+        {
+            debug!(
+                conn_id = c.back_channel.conn_id(),
+                peer = %c.back_channel.peer(),
+                idle_ms = silent / 1_000_000,
+                "closing idle connection"
+            );
+        }
+    }
+}
+
 struct Shared {
     programs: Vec<(u32, u32, u32)>,
     max_record_size: usize,
     max_in_flight: usize,
     max_callbacks: usize,
+    /// Origin of the nanosecond timestamps in [`ConnState`].
+    epoch: Instant,
+    /// Connections that count against `max_connections`: accepted and neither asked to
+    /// close nor finished.
+    live: AtomicUsize,
+}
+
+impl Shared {
+    fn now_nanos(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+const CLOSE_EVICT: u8 = 1;
+const CLOSE_IDLE: u8 = 2;
+
+/// What the accept loop and a connection's task share about the connection.
+struct ConnState {
+    /// When bytes last moved in either direction (nanoseconds since `Shared::epoch`).
+    last_active: AtomicU64,
+    /// One permit per call executing or reply queued (taken from `max_in_flight`).
+    slots: Arc<Semaphore>,
+    back_channel: BackChannel,
+    /// Asked to close, or finished: no longer counts in `Shared::live`.
+    closing: AtomicBool,
+    /// `last_active` must not have moved past this for a close request to be honoured.
+    close_requested_at: AtomicU64,
+    close_reason: AtomicU8,
+    close: Notify,
+}
+
+impl ConnState {
+    fn touch(&self, shared: &Shared) {
+        self.last_active
+            .fetch_max(shared.now_nanos(), Ordering::AcqRel);
+    }
+
+    /// Something in progress: a call executing, a reply not yet written, or a callback
+    /// waiting for the client's reply.
+    fn busy(&self, max_in_flight: usize) -> bool {
+        self.slots.available_permits() < max_in_flight || self.back_channel.outstanding() > 0
+    }
+
+    /// Stop counting this connection in `live`; false if it already was not.
+    fn mark_closing(&self, shared: &Shared) -> bool {
+        let first = !self.closing.swap(true, Ordering::AcqRel);
+        if first {
+            shared.live.fetch_sub(1, Ordering::AcqRel);
+        }
+        first
+    }
+
+    fn request_close(&self, reason: u8, shared: &Shared) -> bool {
+        if !self.mark_closing(shared) {
+            return false;
+        }
+        self.close_requested_at
+            .store(shared.now_nanos(), Ordering::Release);
+        self.close_reason.store(reason, Ordering::Release);
+        self.close.notify_one();
+        true
+    }
+
+    /// The connection became busy or active after the request: keep it, and count it again.
+    fn decline_close(&self, shared: &Shared) {
+        if self.closing.swap(false, Ordering::AcqRel) {
+            shared.live.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// The read half, noting when bytes arrive (a record trickling in counts as activity).
+struct Touching<R> {
+    io: R,
+    state: Arc<ConnState>,
+    shared: Arc<Shared>,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for Touching<R> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let r = Pin::new(&mut this.io).poll_read(cx, buf);
+        if matches!(r, std::task::Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            this.state.touch(&this.shared);
+        }
+        r
+    }
 }
 
 struct Connection<S> {
@@ -195,6 +404,7 @@ struct Connection<S> {
     conn_id: u64,
     peer: SocketAddr,
     shutdown: watch::Receiver<bool>,
+    state: Arc<ConnState>,
 }
 
 /// A record queued for the writer: a reply, whose permit bounds queued + executing calls,
@@ -473,24 +683,40 @@ enum Work {
 }
 
 impl<S: RpcService> Connection<S> {
-    async fn run(mut self, stream: TcpStream) {
+    async fn run(
+        mut self,
+        stream: TcpStream,
+        tx: mpsc::UnboundedSender<Outgoing>,
+        rx: mpsc::UnboundedReceiver<Outgoing>,
+    ) {
         let (conn_id, peer) = (self.conn_id, self.peer);
+        let state = self.state.clone();
+        let back_channel = state.back_channel.clone();
         let mut guard = CloseGuard {
             svc: self.svc.clone(),
             conn_id,
             writer: None,
-            back_channel: None,
+            back_channel: Some(back_channel.clone()),
         };
         let _ = stream.set_nodelay(true);
         let (rd, wr) = stream.into_split();
-        let (tx, rx) = mpsc::unbounded_channel();
         let write_failed = Arc::new(Notify::new());
-        let writer = tokio::spawn(writer_loop(wr, rx, write_failed.clone(), peer));
+        let writer = tokio::spawn(writer_loop(
+            wr,
+            rx,
+            write_failed.clone(),
+            peer,
+            state.clone(),
+            self.shared.clone(),
+        ));
         guard.writer = Some(writer.abort_handle());
-        let back_channel = BackChannel::new(conn_id, peer, tx.clone(), self.shared.max_callbacks);
-        guard.back_channel = Some(back_channel.clone());
         self.svc.connection_opened(conn_id, &back_channel);
-        let slots = Arc::new(Semaphore::new(self.shared.max_in_flight));
+        let slots = state.slots.clone();
+        let rd = Touching {
+            io: rd,
+            state: state.clone(),
+            shared: self.shared.clone(),
+        };
         let mut reader = RecordReader::new(rd, self.shared.max_record_size);
         let mut calls = JoinSet::new();
 
@@ -504,6 +730,25 @@ impl<S: RpcService> Connection<S> {
                 _ = write_failed.notified() => break,
                 Some(_) = calls.join_next(), if !calls.is_empty() => continue,
                 r = reader.next_record() => r,
+                // After the reader: a record already received is taken (and makes the
+                // connection busy) before a close request is looked at.
+                _ = state.close.notified() => {
+                    let requested = state.close_requested_at.load(Ordering::Acquire);
+                    let active_since = state.last_active.load(Ordering::Acquire) > requested;
+                    if state.busy(self.shared.max_in_flight) || active_since {
+                        debug!(%peer, conn_id, "close request declined: connection in use");
+                        state.decline_close(&self.shared);
+                        continue;
+                    }
+                    let reason = match state.close_reason.load(Ordering::Acquire) {
+                        CLOSE_IDLE => "idle timeout",
+                        _ => "connection limit reached and this one idle longest",
+                    };
+                    // Debug only: under a flood of connections this is one line per
+                    // accept; the accept loop warns once a minute instead.
+                    debug!(%peer, conn_id, reason, "closing idle connection");
+                    break;
+                }
             };
             let rec = match rec {
                 Ok(Some(r)) => r,
@@ -568,6 +813,7 @@ impl<S: RpcService> Connection<S> {
             }
         }
         drop(reader);
+        state.mark_closing(&self.shared);
         // No reply can arrive any more: fail pending callbacks and release the writer queue.
         back_channel.close();
         // Let the calls already started finish; their replies are still written.
@@ -588,6 +834,8 @@ async fn writer_loop(
     mut rx: mpsc::UnboundedReceiver<Outgoing>,
     failed: Arc<Notify>,
     peer: SocketAddr,
+    state: Arc<ConnState>,
+    shared: Arc<Shared>,
 ) {
     let mut segs = VecDeque::new();
     let mut permits = Vec::new();
@@ -619,6 +867,10 @@ async fn writer_loop(
             ok = false;
             segs.clear();
             failed.notify_one();
+        } else {
+            // Before the permits are released, so the connection never looks idle
+            // with a stale timestamp right after its last reply went out.
+            state.touch(&shared);
         }
         permits.clear();
     }

@@ -606,3 +606,35 @@ async fn server_shutdown_closes_back_channels() {
         .expect("serve");
     assert!(bc.is_closed());
 }
+
+/// A callback waiting for the client's reply keeps the connection from being closed for
+/// idleness; once idle, the connection is closed and its back channel with it.
+#[tokio::test]
+async fn idle_close_waits_for_callbacks_and_closes_the_back_channel() {
+    let (srv, mut peer, bc) = connected(ServerConfig {
+        idle_timeout: Some(Duration::from_millis(150)),
+        ..ServerConfig::default()
+    })
+    .await;
+    let t = spawn_call(&bc, CB_NULL, Credential::None, Bytes::new(), T);
+    let c = peer.recv_call().await;
+    // Four idle timeouts with the callback outstanding and no bytes moving.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(!bc.is_closed(), "closed with a callback outstanding");
+    peer.reply_ok(c.xid, b"").await;
+    assert_eq!(t.await.unwrap(), Ok(Bytes::new()));
+    let deadline = Instant::now() + T;
+    while !bc.is_closed() {
+        assert!(Instant::now() < deadline, "idle connection never closed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        bc.call(CB_PROG, 1, CB_NULL, &Credential::None, Bytes::new(), T)
+            .await,
+        Err(CallbackError::ConnectionClosed)
+    );
+    while srv.svc.closed.load(Ordering::Relaxed) == 0 {
+        assert!(Instant::now() < deadline, "connection_closed never called");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -394,20 +394,36 @@ async fn in_flight_limit_still_answers_everything() {
     );
 }
 
+/// With every connection busy there is nobody to close for the new one: it is refused.
+/// (Idle connections make room instead: tests/conn_limits.rs.)
 #[tokio::test]
-async fn max_connections_refuses_extra() {
+async fn max_connections_refuses_extra_when_all_busy() {
     let srv = TestServer::start_with(ServerConfig {
         max_connections: 1,
         ..ServerConfig::default()
     })
     .await;
-    let c1 = client(&srv).await;
+    let c1 = Arc::new(client(&srv).await);
     c1.call(PROG, 1, 0, Bytes::new()).await.expect("first");
+    let busy = {
+        let c1 = c1.clone();
+        tokio::spawn(async move {
+            c1.call(PROG, 1, 2, Bytes::from_static(&[0, 0, 1, 244]))
+                .await
+        })
+    };
+    // Let the slow call (500 ms) reach the server.
+    while srv.svc.calls.load(Ordering::Relaxed) < 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let c2 = client(&srv).await;
     assert!(matches!(
         c2.call(PROG, 1, 0, Bytes::new()).await,
         Err(RpcError::Disconnected)
     ));
+    busy.await
+        .expect("task")
+        .expect("the busy call is answered");
     c1.call(PROG, 1, 0, Bytes::new())
         .await
         .expect("first still works");

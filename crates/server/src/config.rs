@@ -127,6 +127,13 @@ pub struct Config {
     /// Bytes of reply cache all sessions together may hold (slots × cached reply size,
     /// reserved at CREATE_SESSION; fewer slots are granted when it is short).
     pub max_reply_cache_bytes: usize,
+    /// Open TCP connections. At the limit a new connection makes the server close the
+    /// longest idle one (nothing in progress on it), so idle sockets cannot lock clients out.
+    pub max_connections: usize,
+    /// Seconds a connection may stay silent with nothing in progress before the server
+    /// closes it; 0 keeps idle connections. Unset: three lease periods (the method
+    /// `Config::idle_timeout()` resolves this and says why).
+    pub idle_timeout: Option<u32>,
     /// Deliberate defects for proving that the tests and the simulation can fail.
     /// Never set outside tests; not configurable from TOML.
     #[serde(skip)]
@@ -158,12 +165,28 @@ impl Default for Config {
             max_clients: 4096,
             max_sessions_per_client: 16,
             max_reply_cache_bytes: 512 << 20,
+            max_connections: 4096,
+            idle_timeout: None,
             mutations: Mutations::default(),
         }
     }
 }
 
 impl Config {
+    /// How long an idle connection is kept: `idle_timeout` if set (0: forever), else three
+    /// lease periods. A client that still holds state renews its lease (by SEQUENCE) within
+    /// every period, so a connection silent for three is unused or belongs to a client
+    /// whose lease and courtesy time are over; closing it costs at most a reconnect.
+    pub fn idle_timeout(&self) -> Option<std::time::Duration> {
+        match self.idle_timeout {
+            Some(0) => None,
+            Some(s) => Some(std::time::Duration::from_secs(u64::from(s))),
+            None => Some(std::time::Duration::from_secs(
+                3 * u64::from(self.lease_time.max(1)),
+            )),
+        }
+    }
+
     /// The state directory: configured, else /var/lib/txnfs for root, else
     /// $XDG_STATE_HOME/txnfs or ~/.local/state/txnfs.
     pub fn state_dir(&self) -> PathBuf {

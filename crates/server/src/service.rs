@@ -120,6 +120,8 @@ pub async fn run(
     };
     let cfg = txnfs_rpc::ServerConfig {
         max_record_size: server.cfg.max_record_size,
+        max_connections: server.cfg.max_connections,
+        idle_timeout: server.cfg.idle_timeout(),
         ..Default::default()
     };
     let svc = Arc::new(NfsService::new(server.clone()));

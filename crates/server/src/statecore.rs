@@ -27,15 +27,63 @@ pub fn stateid_from_wire(s: &stateid4) -> Stateid {
     }
 }
 
+/// The locked state core of [`Server::core`].
+pub struct CoreGuard<'a> {
+    srv: &'a Server,
+    /// `None` only inside `drop`.
+    guard: Option<MutexGuard<'a, StateCore>>,
+}
+
+impl std::ops::Deref for CoreGuard<'_> {
+    type Target = StateCore;
+    fn deref(&self) -> &StateCore {
+        match &self.guard {
+            Some(g) => g,
+            None => unreachable!("the guard is taken only when dropped"),
+        }
+    }
+}
+
+impl std::ops::DerefMut for CoreGuard<'_> {
+    fn deref_mut(&mut self) -> &mut StateCore {
+        match &mut self.guard {
+            Some(g) => g,
+            None => unreachable!("the guard is taken only when dropped"),
+        }
+    }
+}
+
+impl Drop for CoreGuard<'_> {
+    fn drop(&mut self) {
+        let Some(mut guard) = self.guard.take() else {
+            return;
+        };
+        let effects = guard.take_effects();
+        // Effects may write the state directory: never under the core's lock.
+        drop(guard);
+        if !effects.is_empty() {
+            self.srv.apply(effects);
+        }
+    }
+}
+
 impl Server {
     /// The state core, for one decision. A poisoned lock (a thread panicked while
     /// holding it, so the core may be half-updated) is logged at error level, counted
     /// in [`Server::core_faults`] and answered with `NFS4ERR_SERVERFAULT`: every
     /// request keeps failing loudly rather than acting on possibly broken state.
-    pub fn core(&self) -> Result<MutexGuard<'_, StateCore>, nfsstat4> {
-        self.core.lock().map_err(|_| {
+    ///
+    /// Effects a decision leaves in the core ([`StateCore::take_effects`]: a courtesy
+    /// client released by a conflicting OPEN or LOCK) are executed when the guard is
+    /// dropped, after the lock is released.
+    pub fn core(&self) -> Result<CoreGuard<'_>, nfsstat4> {
+        let guard = self.core.lock().map_err(|_| {
             self.report_fault("a request");
             nfsstat4::NFS4ERR_SERVERFAULT
+        })?;
+        Ok(CoreGuard {
+            srv: self,
+            guard: Some(guard),
         })
     }
 

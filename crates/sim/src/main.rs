@@ -53,16 +53,17 @@ fn main() -> ExitCode {
 }
 
 /// How many of [`counters`] tell what the runs did; the rest tell what they checked.
-const DID: usize = 7;
+const DID: usize = 8;
 
 /// The counters the summary sums over all seeds, (name, value) in the order printed.
-fn counters(s: &txnfs_sim::Stats) -> [(&'static str, u64); 13] {
+fn counters(s: &txnfs_sim::Stats) -> [(&'static str, u64); 14] {
     [
         ("compounds", s.compounds),
         ("retransmissions", s.retransmissions),
         ("overtakes", s.overtakes),
         ("restarts", s.restarts),
         ("expiries", s.expiries),
+        ("courtesy_expiries", s.courtesy_expiries),
         ("faults", s.faults),
         ("cut_connections", s.cut_connections),
         ("bytes_verified", s.bytes_verified),

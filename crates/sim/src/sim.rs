@@ -93,6 +93,9 @@ pub struct Stats {
     pub overtakes: u64,
     pub restarts: u64,
     pub expiries: u64,
+    /// Expiries whose state was probed inside the courtesy time (lease < silence <
+    /// two leases), where only the conflicting requests release it.
+    pub courtesy_expiries: u64,
     pub faults: u64,
     pub cut_connections: u64,
     /// Checks that found something to check (so a green run is not a vacuous one):
@@ -686,9 +689,12 @@ impl Sim {
     }
 
     /// One client goes silent; the others keep renewing while the clock passes its
-    /// lease (and the server's courtesy lease); then the timer fires. Afterwards the
-    /// silent client's state must be gone: checked by probes (invariant 5) and by its
-    /// next SEQUENCE being refused.
+    /// lease. Half the time the others probe its state right away, inside the server's
+    /// courtesy time (the courteous server must release it for their conflicting
+    /// requests); otherwise the clock passes the courtesy lease too and the timer fires
+    /// first. Either way the silent client's state must be gone for the probes
+    /// (invariant 5: no state of an expired client survives a conflicting request) and
+    /// its next SEQUENCE must be refused.
     fn expire_one(&mut self) -> Result<(), Violation> {
         let live: Vec<usize> = (0..self.clients.len())
             .filter(|&i| self.clients[i].session.is_some() && !self.clients[i].expect_dead)
@@ -697,14 +703,25 @@ impl Sim {
             return Ok(());
         }
         let ci = live[self.rng.index(live.len())];
+        let courtesy = self.rng.chance(500);
+        let last_contact = self.clients[ci].last_contact;
         // The server keeps a silent client for two leases (one courtesy lease).
-        let deadline = self.clients[ci].last_contact + self.lease() * 2 + Duration::from_secs(1);
+        let expired = last_contact + self.lease() + Duration::from_secs(1);
+        let released = last_contact + self.lease() * 2 + Duration::from_secs(1);
+        let deadline = if courtesy { expired } else { released };
         while self.now() <= deadline {
             self.clock.advance(self.lease() / 4);
             self.keepalive_all(Some(ci))?;
         }
-        self.server()?.tick();
-        self.note(&format!("client {ci} silent past its lease; tick"));
+        if courtesy {
+            self.note(&format!(
+                "client {ci} silent past its lease, within the courtesy time"
+            ));
+            self.stats.courtesy_expiries += 1;
+        } else {
+            self.server()?.tick();
+            self.note(&format!("client {ci} silent past its lease; tick"));
+        }
         self.stats.expiries += 1;
         let inc = self.clients[ci].incarnation;
         let held_locks: Vec<_> = self
@@ -724,7 +741,16 @@ impl Sim {
         self.model.forget_client(ci, inc);
         self.clients[ci].expect_dead = true;
         self.clients[ci].dead_by_restart = false;
-        crate::actions::probe_released(self, ci, held_locks, held_opens)
+        crate::actions::probe_released(self, ci, held_locks, held_opens)?;
+        if courtesy {
+            // Whatever no probe conflicted with goes at the lease-expiry tick.
+            while self.now() <= released {
+                self.clock.advance(self.lease() / 4);
+                self.keepalive_all(Some(ci))?;
+            }
+            self.server()?.tick();
+        }
+        Ok(())
     }
 
     fn cut_connection(&mut self) {

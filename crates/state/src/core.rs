@@ -29,7 +29,8 @@ pub struct CoreConfig {
     /// stateids so that those of an earlier instance are stale.
     pub boot_epoch: u32,
     /// The lease time. A client silent for two leases (one courtesy lease) loses its
-    /// state at the next [`StateCore::tick`].
+    /// state at the next [`StateCore::tick`]; after one lease its opens and locks yield
+    /// to any other client's conflicting OPEN or LOCK (the courteous server).
     pub lease: Duration,
     /// Client and session limits.
     pub sessions: SessionLimits,
@@ -46,6 +47,9 @@ pub struct StateCore {
     lease: Duration,
     /// Generation of the last client-list snapshot.
     persist_generation: u64,
+    /// Effects of events whose results carry none (an OPEN or LOCK that released a
+    /// courtesy client); see [`StateCore::take_effects`].
+    pending: Vec<Effect>,
 }
 
 impl StateCore {
@@ -57,6 +61,7 @@ impl StateCore {
             grace,
             lease: cfg.lease,
             persist_generation: 0,
+            pending: Vec::new(),
         }
     }
 
@@ -301,8 +306,46 @@ impl StateCore {
         }
     }
 
+    // The courteous server (RFC 8881 §8.4.3; Linux nfsd's courtesy clients): a client
+    // whose lease ran out keeps its opens and locks until the lease-expiry tick two
+    // leases after its last renewal, unless another client asks for something they
+    // conflict with first; then the expired client is released at once, like a lease
+    // expiry, and the request goes ahead. A client that comes back in time finds
+    // everything as it left it. A request that fails anyway (a live client conflicts
+    // too) releases nothing.
+
+    /// Whether `client`'s lease has run out at `now` while the server still keeps its
+    /// state (a courtesy client).
+    fn courtesy(sessions: &SessionTable, lease: Duration, client: ClientId, now: Instant) -> bool {
+        sessions
+            .last_renewal(client)
+            .is_some_and(|t| now.saturating_duration_since(t) > lease)
+    }
+
+    /// Releases the courtesy client `client` because another client's request conflicts
+    /// with its state; the effects wait in `pending`.
+    fn release_courtesy(&mut self, client: ClientId) {
+        let Some(confirmed) = self.sessions.remove_expired(client) else {
+            return;
+        };
+        let e = self.release(client, ReleaseReason::CourtesyConflict);
+        self.pending.push(e);
+        if confirmed {
+            let snap = self.snapshot();
+            self.pending.push(snap);
+        }
+    }
+
+    /// Effects of OPEN and LOCK since the last call (clients released because they
+    /// were expired and in the way). The server takes them whenever it lets go of the
+    /// core and executes them like any others.
+    pub fn take_effects(&mut self) -> Vec<Effect> {
+        std::mem::take(&mut self.pending)
+    }
+
     /// OPEN's state part (RFC 8881 §18.16): [`StateCore::check_locking`], then
-    /// [`StateTable::open`].
+    /// [`StateTable::open`]. Opens of courtesy clients that conflict are released
+    /// (with their clients) when no live client's open conflicts.
     pub fn open(
         &mut self,
         now: Instant,
@@ -311,11 +354,34 @@ impl StateCore {
         req: OpenRequest,
     ) -> Result<Stateid, StateError> {
         self.check_locking(client, reclaim, now)?;
+        let first = self
+            .table
+            .open(client, req.owner, req.file, req.access, req.deny);
+        if first != Err(StateError::ShareDenied) {
+            return first;
+        }
+        let blockers = self
+            .table
+            .share_conflicts(client, req.owner, req.file, req.access, req.deny);
+        let all_courtesy = !blockers.is_empty()
+            && blockers
+                .iter()
+                .all(|&c| c != client && Self::courtesy(&self.sessions, self.lease, c, now));
+        if !all_courtesy {
+            return first;
+        }
+        for c in blockers {
+            self.release_courtesy(c);
+        }
         self.table
             .open(client, req.owner, req.file, req.access, req.deny)
     }
 
-    /// LOCK (RFC 8881 §18.10): [`StateCore::check_locking`], then [`StateTable::lock`].
+    /// LOCK (RFC 8881 §18.10): [`StateCore::check_locking`], then [`StateTable::lock`]. Locks of
+    /// courtesy clients that conflict are released (with their clients) when no live
+    /// client's lock conflicts. A blocking lock type is a plain attempt here, so a
+    /// client polling with one gets the range as soon as the holder's lease has run
+    /// out.
     pub fn lock(
         &mut self,
         now: Instant,
@@ -324,10 +390,36 @@ impl StateCore {
         req: LockRequest,
     ) -> Result<Stateid, StateError> {
         self.check_locking(client, reclaim, now)?;
-        self.table.lock(client, req)
+        let mut res = self.table.lock(client, req.clone());
+        if !matches!(res, Err(StateError::Denied(_))) {
+            return res;
+        }
+        let (sessions, lease) = (&self.sessions, self.lease);
+        if let Some(live) = self
+            .table
+            .lock_conflict_where(client, &req, |c| Self::courtesy(sessions, lease, c, now))
+        {
+            return Err(StateError::Denied(live));
+        }
+        // Every conflicting lock is a courtesy client's: release them one by one. Each
+        // round removes one client, so the number of clients bounds the rounds.
+        for _ in 0..=self.sessions.counts().0 {
+            let Err(StateError::Denied(d)) = &res else {
+                return res;
+            };
+            let holder = d.owner.client;
+            if holder == client || !Self::courtesy(&self.sessions, self.lease, holder, now) {
+                return res;
+            }
+            self.release_courtesy(holder);
+            res = self.table.lock(client, req.clone());
+        }
+        res
     }
 
-    /// LOCKT (RFC 8881 §18.11): refused during grace, then [`StateTable::lockt`].
+    /// LOCKT (RFC 8881 §18.11): refused during grace, then [`StateTable::lockt`],
+    /// not counting courtesy clients' locks (a LOCK would get the range) and without
+    /// releasing them (a test changes nothing).
     pub fn lockt(
         &self,
         now: Instant,
@@ -335,13 +427,15 @@ impl StateCore {
         req: LocktRequest,
     ) -> Result<(), StateError> {
         self.check_grace(false, now)?;
-        self.table.lockt(
+        let (sessions, lease) = (&self.sessions, self.lease);
+        self.table.lockt_where(
             client,
             req.owner,
             req.file,
             req.lock_type,
             req.offset,
             req.length,
+            |c| Self::courtesy(sessions, lease, c, now),
         )
     }
 
@@ -363,7 +457,8 @@ impl StateCore {
     /// [`Effect::PersistClients`] if a confirmed one went); the grace period ends when
     /// due ([`Effect::GraceEnded`]).
     pub fn tick(&mut self, now: Instant) -> Vec<Effect> {
-        let mut effects = Vec::new();
+        // Anything OPEN or LOCK left behind that nobody took is executed now at the latest.
+        let mut effects = self.take_effects();
         // Unconfirmed records hold nothing and get no courtesy lease.
         for client in self.sessions.expire_unconfirmed(self.lease, now) {
             effects.push(self.release(client, ReleaseReason::LeaseExpired));

@@ -67,6 +67,9 @@ pub enum ReleaseReason {
     Replaced,
     /// DESTROY_CLIENTID.
     Destroyed,
+    /// The lease had run out and another client's OPEN or LOCK conflicted with the
+    /// state the server was still keeping as a courtesy (RFC 8881 §8.4.3).
+    CourtesyConflict,
 }
 
 /// Reserved: a callback the core wants sent (RFC 8881 §20).

@@ -765,6 +765,19 @@ impl SessionTable {
         }
     }
 
+    /// Removes `client` and its sessions now (a courtesy client whose state another
+    /// client's request needs); whether it was confirmed, `None` if unknown.
+    pub fn remove_expired(&mut self, client: ClientId) -> Option<bool> {
+        let confirmed = self.clients.get(&client)?.confirmed;
+        self.remove_client(client);
+        Some(confirmed)
+    }
+
+    /// When `client` last renewed its lease, if it exists.
+    pub fn last_renewal(&self, client: ClientId) -> Option<Instant> {
+        self.clients.get(&client).map(|r| r.last_renew)
+    }
+
     /// DESTROY_SESSION (RFC 8881 §18.37).
     pub fn destroy_session(&mut self, id: &SessionId) -> Result<(), SessionError> {
         let s = self.drop_session(id).ok_or(SessionError::BadSession)?;

@@ -16,6 +16,20 @@ impl StateTable {
         start: u64,
         end: u64,
     ) -> Option<LockDenied> {
+        self.find_conflict_where(file, me, kind, start, end, |_| false)
+    }
+
+    /// [`Self::find_conflict`], not counting the locks of clients for which `skip` is
+    /// true (courtesy clients, whose locks yield to a conflicting request).
+    fn find_conflict_where(
+        &self,
+        file: FileId,
+        me: (ClientId, &[u8]),
+        kind: LockType,
+        start: u64,
+        end: u64,
+        skip: impl Fn(ClientId) -> bool,
+    ) -> Option<LockDenied> {
         let fs = self.files.get(&file)?;
         for lid in &fs.holders {
             let Some(State {
@@ -25,6 +39,9 @@ impl StateTable {
             else {
                 continue;
             };
+            if common.client != me.0 && skip(common.client) {
+                continue;
+            }
             // The ranges are sorted and disjoint, so their ends are sorted
             // too: skip to the first one ending at or after `start`.
             let first = l.ranges.partition_point(|r| r.end < start);
@@ -209,11 +226,54 @@ impl StateTable {
         offset: u64,
         length: u64,
     ) -> Result<(), StateError> {
+        self.lockt_where(client, owner, file, lock_type, offset, length, |_| false)
+    }
+
+    /// [`Self::lockt`], not counting the locks of clients for which `skip` is true.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn lockt_where(
+        &self,
+        client: ClientId,
+        owner: &[u8],
+        file: FileId,
+        lock_type: LockType,
+        offset: u64,
+        length: u64,
+        skip: impl Fn(ClientId) -> bool,
+    ) -> Result<(), StateError> {
         let (start, end) = range::validate(offset, length)?;
-        match self.find_conflict(file, (client, owner), lock_type, start, end) {
+        match self.find_conflict_where(file, (client, owner), lock_type, start, end, skip) {
             Some(d) => Err(StateError::Denied(d)),
             None => Ok(()),
         }
+    }
+
+    /// The first lock conflicting with `req` of `client` that is held by a client for
+    /// which `skip` is false; `None` also when the request is invalid (the LOCK itself
+    /// reports that).
+    pub(crate) fn lock_conflict_where(
+        &self,
+        client: ClientId,
+        req: &LockRequest,
+        skip: impl Fn(ClientId) -> bool,
+    ) -> Option<LockDenied> {
+        let owner = match &req.locker {
+            Locker::NewOwner { lock_owner, .. } => lock_owner.clone(),
+            Locker::Existing { lock_stateid } => {
+                let id = self
+                    .resolve_kind(OwnerKind::Lock, client, lock_stateid, req.file)
+                    .ok()?;
+                match self.states.get(&id) {
+                    Some(State {
+                        kind: Kind::Lock(l),
+                        ..
+                    }) => l.owner.clone(),
+                    _ => return None,
+                }
+            }
+        };
+        let (start, end) = range::validate(req.offset, req.length).ok()?;
+        self.find_conflict_where(req.file, (client, &owner), req.lock_type, start, end, skip)
     }
 
     /// LOCKU (RFC 8881 §18.12): unlocks the range for the lock stateid

@@ -418,6 +418,55 @@ impl StateTable {
         counts.conflicts(access, deny)
     }
 
+    /// The clients whose opens of `file` conflict with an OPEN of `(access, deny)` by
+    /// `owner` of `client` (with what that owner already holds on the file, as
+    /// [`Self::open`] upgrades), sorted and without duplicates. Empty when
+    /// [`Self::open`] would not fail with [`StateError::ShareDenied`].
+    pub fn share_conflicts(
+        &self,
+        client: ClientId,
+        owner: &[u8],
+        file: FileId,
+        access: u32,
+        deny: u32,
+    ) -> Vec<ClientId> {
+        let Some(fs) = self.files.get(&file) else {
+            return Vec::new();
+        };
+        let mine = self
+            .open_index
+            .get(&(client, owner.to_vec(), file))
+            .copied();
+        let (mut access, mut deny) = (access, deny);
+        if let Some(State {
+            kind: Kind::Open(o),
+            ..
+        }) = mine.and_then(|id| self.states.get(&id))
+        {
+            access |= o.access;
+            deny |= o.deny;
+        }
+        let mut out: Vec<ClientId> = fs
+            .opens
+            .iter()
+            .filter(|id| Some(**id) != mine)
+            .filter_map(|id| match self.states.get(id) {
+                Some(State {
+                    common,
+                    kind: Kind::Open(o),
+                }) => {
+                    let mut one = ShareCounts::default();
+                    one.add(o.access, o.deny);
+                    one.conflicts(access, deny).then_some(common.client)
+                }
+                _ => None,
+            })
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
     /// OPEN (RFC 8881 §18.16, share reservations §9.7).
     ///
     /// `access` is `OPEN4_SHARE_ACCESS_*` (1, 2 or 3; the v4.1 WANT_* bits

@@ -1,0 +1,227 @@
+//! Connection limits: a full table of idle connections makes room for a new client (the
+//! longest idle one is closed, never one with a call in progress), and idle connections
+//! are closed after `ServerConfig::idle_timeout`.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use txnfs_rpc::{Credential, RpcClient, RpcError, ServerConfig};
+
+const T: Duration = Duration::from_secs(20);
+
+async fn client(srv: &TestServer) -> RpcClient {
+    RpcClient::connect(srv.addr, Credential::None)
+        .await
+        .expect("connect")
+}
+
+/// Proc 2 of the toy service sleeps this many milliseconds before answering.
+fn sleep_args(ms: u32) -> Bytes {
+    Bytes::copy_from_slice(&ms.to_be_bytes())
+}
+
+async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + T;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Open `n` connections that have each completed one NULL call (so the server has
+/// accepted them, in this order) and then stay idle.
+async fn idle_clients(srv: &TestServer, n: usize) -> Vec<RpcClient> {
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        let c = client(srv).await;
+        c.call(PROG, 1, 0, Bytes::new()).await.expect("NULL");
+        v.push(c);
+    }
+    v
+}
+
+async fn full_table_serves_new_client(limit: usize) {
+    let srv = TestServer::start_with(ServerConfig {
+        max_connections: limit,
+        ..ServerConfig::default()
+    })
+    .await;
+    let old = idle_clients(&srv, limit).await;
+    let new = client(&srv).await;
+    new.call(PROG, 1, 0, Bytes::new())
+        .await
+        .expect("NULL on a new connection while the table is full of idle ones");
+    let echo = new
+        .call(PROG, 1, 1, Bytes::from_static(b"ping"))
+        .await
+        .expect("echo");
+    assert_eq!(&echo[..], b"ping");
+    // Exactly one connection made room: the first, idle longest.
+    wait_for("the evicted connection to close", || {
+        srv.svc.closed.load(Ordering::Relaxed) >= 1
+    })
+    .await;
+    assert!(matches!(
+        old[0].call(PROG, 1, 0, Bytes::new()).await,
+        Err(RpcError::Disconnected)
+    ));
+    old[1]
+        .call(PROG, 1, 0, Bytes::new())
+        .await
+        .expect("the second oldest is kept");
+    old[limit - 1]
+        .call(PROG, 1, 0, Bytes::new())
+        .await
+        .expect("the newest is kept");
+    assert_eq!(srv.svc.closed.load(Ordering::Relaxed), 1);
+    srv.stop().await.expect("stop");
+}
+
+#[tokio::test]
+async fn full_table_of_idle_connections_still_serves_a_new_client() {
+    full_table_serves_new_client(64).await;
+}
+
+/// The default limit (4,096) with as many idle sockets: the same rule at a realistic size
+/// (8,192 descriptors in this process; skipped when the descriptor limit is lower).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_limit_of_idle_connections_still_serves_a_new_client() {
+    let limit = ServerConfig::default().max_connections;
+    if rlimit_nofile() < (2 * limit + 256) as u64 {
+        eprintln!("skipped: RLIMIT_NOFILE too low for {limit} connections");
+        return;
+    }
+    full_table_serves_new_client(limit).await;
+}
+
+/// RLIMIT_NOFILE (soft) from /proc, 0 if unknown.
+fn rlimit_nofile() -> u64 {
+    let Ok(limits) = std::fs::read_to_string("/proc/self/limits") else {
+        return 0;
+    };
+    limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The oldest connection has a call executing: the next oldest, idle, is closed instead,
+/// and the busy one's reply arrives.
+#[tokio::test]
+async fn connection_with_call_in_progress_is_not_chosen() {
+    let srv = TestServer::start_with(ServerConfig {
+        max_connections: 4,
+        ..ServerConfig::default()
+    })
+    .await;
+    // The busy connection's bytes moved first, so by time alone it would be the victim.
+    let busy = Arc::new(client(&srv).await);
+    let slow = {
+        let busy = busy.clone();
+        tokio::spawn(async move { busy.call(PROG, 1, 2, sleep_args(1500)).await })
+    };
+    wait_for("the slow call to start", || {
+        srv.svc.calls.load(Ordering::Relaxed) >= 1
+    })
+    .await;
+    let others = idle_clients(&srv, 3).await;
+    let new = client(&srv).await;
+    new.call(PROG, 1, 0, Bytes::new())
+        .await
+        .expect("new client served");
+    let reply = slow
+        .await
+        .expect("task")
+        .expect("the busy call is answered");
+    assert_eq!(reply, sleep_args(1500));
+    assert!(matches!(
+        others[0].call(PROG, 1, 0, Bytes::new()).await,
+        Err(RpcError::Disconnected)
+    ));
+    busy.call(PROG, 1, 0, Bytes::new())
+        .await
+        .expect("the busy connection is still open");
+    others[1]
+        .call(PROG, 1, 0, Bytes::new())
+        .await
+        .expect("kept");
+    assert_eq!(srv.svc.closed.load(Ordering::Relaxed), 1);
+    srv.stop().await.expect("stop");
+}
+
+#[tokio::test]
+async fn idle_connection_is_closed_after_the_idle_timeout() {
+    let srv = TestServer::start_with(ServerConfig {
+        idle_timeout: Some(Duration::from_millis(300)),
+        ..ServerConfig::default()
+    })
+    .await;
+    let mut raw = TcpStream::connect(srv.addr).await.expect("connect");
+    let c = client(&srv).await;
+    c.call(PROG, 1, 0, Bytes::new()).await.expect("NULL");
+    let start = Instant::now();
+    let (_, closed) = read_until_close(&mut raw, Duration::from_secs(5)).await;
+    assert!(closed, "the idle connection was not closed");
+    let after = start.elapsed();
+    assert!(
+        after >= Duration::from_millis(250),
+        "closed too early: {after:?}"
+    );
+    wait_for("both idle connections to close", || {
+        srv.svc.closed.load(Ordering::Relaxed) == 2
+    })
+    .await;
+    assert!(matches!(
+        c.call(PROG, 1, 0, Bytes::new()).await,
+        Err(RpcError::Disconnected)
+    ));
+    srv.stop().await.expect("stop");
+}
+
+/// A call running longer than the idle timeout keeps its connection open; it is closed
+/// only once it has been idle for the timeout after the reply.
+#[tokio::test]
+async fn connection_with_call_in_progress_outlives_the_idle_timeout() {
+    let srv = TestServer::start_with(ServerConfig {
+        idle_timeout: Some(Duration::from_millis(200)),
+        ..ServerConfig::default()
+    })
+    .await;
+    let c = client(&srv).await;
+    let reply = c
+        .call(PROG, 1, 2, sleep_args(900))
+        .await
+        .expect("a call longer than the idle timeout is answered");
+    assert_eq!(reply, sleep_args(900));
+    assert_eq!(srv.svc.closed.load(Ordering::Relaxed), 0);
+    wait_for("the connection to close once idle", || {
+        srv.svc.closed.load(Ordering::Relaxed) == 1
+    })
+    .await;
+    srv.stop().await.expect("stop");
+}
+
+/// Without an idle timeout idle connections stay.
+#[tokio::test]
+async fn no_idle_timeout_keeps_idle_connections() {
+    let srv = TestServer::start_with(ServerConfig {
+        idle_timeout: None,
+        ..ServerConfig::default()
+    })
+    .await;
+    let c = client(&srv).await;
+    c.call(PROG, 1, 0, Bytes::new()).await.expect("NULL");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    c.call(PROG, 1, 0, Bytes::new()).await.expect("still open");
+    assert_eq!(srv.svc.closed.load(Ordering::Relaxed), 0);
+    srv.stop().await.expect("stop");
+}
