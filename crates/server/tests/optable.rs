@@ -164,11 +164,12 @@ async fn stats_count_compounds_and_ops() {
             .map_or(0, |(_, c)| *c)
     };
     assert_eq!(before.compounds, 0);
-    // EXCHANGE_ID, CREATE_SESSION, then SEQUENCE + 3 ops.
-    assert_eq!(after.compounds, 3);
+    // EXCHANGE_ID, CREATE_SESSION, SEQUENCE + RECLAIM_COMPLETE, then SEQUENCE + 3 ops.
+    assert_eq!(after.compounds, 4);
     assert_eq!(count("PUTROOTFH"), 2);
     assert_eq!(count("GETFH"), 1);
-    assert_eq!(count("SEQUENCE"), 1);
+    assert_eq!(count("SEQUENCE"), 2);
+    assert_eq!(count("RECLAIM_COMPLETE"), 1);
     assert_eq!(count("EXCHANGE_ID"), 1);
     assert_eq!(after.replays, 0);
 }

@@ -30,6 +30,7 @@ async fn big_request_session(addr: std::net::SocketAddr, max_request: u32) -> Se
         "the server grants requests of {} bytes, the test needs {max_request}",
         s.csr_fore_chan_attrs.ca_maxrequestsize
     );
+    reclaim_complete(&cl, s.csr_sessionid).await;
     Session {
         cl,
         clientid: e.eir_clientid,

@@ -631,6 +631,20 @@ impl Sim {
         c.expect_dead = false;
         c.last_renew = now;
         c.last_contact = now;
+        // The simulated clients reclaim nothing; without RECLAIM_COMPLETE every OPEN
+        // and LOCK would be refused with NFS4ERR_GRACE (RFC 8881 §18.51.3).
+        let (_, res) = self.send_ops(
+            ci,
+            vec![nfs_argop4::OP_RECLAIM_COMPLETE(RECLAIM_COMPLETE4args {
+                rca_one_fs: false,
+            })],
+        )?;
+        if res.status != nfsstat4::NFS4_OK {
+            return Err(Violation::new(
+                ViolationKind::UnexpectedStatus,
+                format!("client {ci}: RECLAIM_COMPLETE answered {:?}", res.status),
+            ));
+        }
         Ok(())
     }
 

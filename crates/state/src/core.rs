@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use crate::effect::{ClientList, Effect, ReleaseReason};
 use crate::grace::{Grace, GraceEnd};
 use crate::session::{
-    ConnDir, ConnDirRequest, CreateSessionArgs, CreateSessionOutcome, ExchangeIdOk, SequenceArgs,
-    SequenceOk, SessionError, SessionId, SessionLimits, SessionTable,
+    CallbackParams, ConnDir, ConnDirRequest, CreateSessionArgs, CreateSessionOutcome, ExchangeIdOk,
+    Principal, SequenceArgs, SequenceOk, SessionError, SessionId, SessionLimits, SessionTable,
 };
 use crate::table::StateTable;
 use crate::types::{
@@ -67,7 +67,8 @@ impl StateCore {
 
     // ---- clients and sessions --------------------------------------------------------
 
-    /// EXCHANGE_ID (RFC 8881 §18.35).
+    /// EXCHANGE_ID (RFC 8881 §18.35) from the one principal every caller of this
+    /// method shares; see [`StateCore::exchange_id_as`].
     pub fn exchange_id(
         &mut self,
         owner: &Bytes,
@@ -75,22 +76,70 @@ impl StateCore {
         update: bool,
         now: Instant,
     ) -> Result<ExchangeIdOk, SessionError> {
-        self.sessions.exchange_id(owner, verifier, update, now)
+        self.exchange_id_as(&Principal::default(), owner, verifier, update, now)
+            .map(|(ok, _)| ok)
     }
 
-    /// CREATE_SESSION (RFC 8881 §18.36). Confirming a client that replaced an older
-    /// incarnation releases that incarnation's opens and locks in the same step, so no
-    /// request of the old incarnation can slip in between.
+    /// EXCHANGE_ID (RFC 8881 §18.35.5) sent by `principal`. A confirmed record of
+    /// another principal that holds no sessions, opens or locks is replaced (case 3):
+    /// that is a confirmed client gone, so the client list is persisted again.
+    pub fn exchange_id_as(
+        &mut self,
+        principal: &Principal,
+        owner: &Bytes,
+        verifier: [u8; 8],
+        update: bool,
+        now: Instant,
+    ) -> Result<(ExchangeIdOk, Vec<Effect>), SessionError> {
+        let table = &self.table;
+        let (ok, removed) =
+            self.sessions
+                .exchange_id_as(principal, owner, verifier, update, now, |c| {
+                    table.client_has_state(c)
+                })?;
+        let mut effects = Vec::new();
+        if let Some(old) = removed {
+            effects.push(self.release(old, ReleaseReason::Replaced));
+            effects.push(self.snapshot());
+        }
+        Ok((ok, effects))
+    }
+
+    /// CREATE_SESSION (RFC 8881 §18.36) from the one principal every caller of this
+    /// method shares, with no callback program; see [`StateCore::create_session_as`].
     pub fn create_session(
         &mut self,
         args: &CreateSessionArgs,
         now: Instant,
     ) -> Result<(CreateSessionOutcome, Vec<Effect>), SessionError> {
+        self.create_session_as(&Principal::default(), args, CallbackParams::default(), now)
+    }
+
+    /// CREATE_SESSION (RFC 8881 §18.36) sent by `principal`. Confirming a client that
+    /// replaced an older incarnation releases that incarnation's opens and locks in
+    /// the same step, so no request of the old incarnation can slip in between. An
+    /// unconfirmed record whose lease ran out is gone: NFS4ERR_STALE_CLIENTID.
+    pub fn create_session_as(
+        &mut self,
+        principal: &Principal,
+        args: &CreateSessionArgs,
+        callback: CallbackParams,
+        now: Instant,
+    ) -> Result<(CreateSessionOutcome, Vec<Effect>), SessionError> {
+        if self
+            .sessions
+            .unconfirmed_expired(args.clientid, self.lease, now)
+        {
+            self.sessions.remove_client(args.clientid);
+            return Err(SessionError::StaleClientId);
+        }
         let was_confirmed = self
             .sessions
             .client(args.clientid)
             .is_some_and(|c| c.confirmed);
-        let (out, replaced) = self.sessions.create_session(args, now)?;
+        let (out, replaced) = self
+            .sessions
+            .create_session_as(principal, args, callback, now)?;
         let mut effects = Vec::new();
         if let Some(old) = replaced {
             effects.push(self.release(old, ReleaseReason::Replaced));
@@ -99,6 +148,15 @@ impl StateCore {
             effects.push(self.snapshot());
         }
         Ok((out, effects))
+    }
+
+    /// BACKCHANNEL_CTL (RFC 8881 §18.33): record the callback program and security.
+    pub fn set_callback(
+        &mut self,
+        session: &SessionId,
+        callback: CallbackParams,
+    ) -> Result<(), SessionError> {
+        self.sessions.set_callback(session, callback)
     }
 
     /// SEQUENCE (RFC 8881 §18.46): session, channel limits, slot rules, lease renewal
@@ -219,12 +277,32 @@ impl StateCore {
 
     // ---- opens and locks ---------------------------------------------------------
 
-    fn check_client(&self, client: ClientId) -> Result<(), StateError> {
-        // A COMPOUND whose client expired or was destroyed after its SEQUENCE must not
-        // create state nobody would ever release.
-        match self.sessions.client(client) {
-            Some(_) => Ok(()),
-            None => Err(StateError::StaleClientId),
+    /// The rules an OPEN or LOCK that would create state passes first, also called by
+    /// the server before its storage calls so that nothing is created in vain:
+    ///
+    /// * the grace rule ([`StateCore::check_grace`], RFC 8881 §8.4.2);
+    /// * the client still exists: a COMPOUND whose client expired or was destroyed
+    ///   after its SEQUENCE must not create state nobody would ever release
+    ///   ([`StateError::StaleClientId`]);
+    /// * RECLAIM_COMPLETE first (§18.51.3): a client that has not sent it gets
+    ///   [`StateError::Grace`] for a non-reclaim request whether or not the server is
+    ///   in grace (knfsd's `nfsd4_open` refuses exactly so), and one that has sent it
+    ///   may no longer reclaim ([`StateError::NoGrace`]).
+    pub fn check_locking(
+        &self,
+        client: ClientId,
+        reclaim: bool,
+        now: Instant,
+    ) -> Result<(), StateError> {
+        self.check_grace(reclaim, now)?;
+        let rec = self
+            .sessions
+            .client(client)
+            .ok_or(StateError::StaleClientId)?;
+        match (reclaim, rec.reclaim_complete) {
+            (false, false) => Err(StateError::Grace),
+            (true, true) => Err(StateError::NoGrace),
+            _ => Ok(()),
         }
     }
 
@@ -265,7 +343,7 @@ impl StateCore {
         std::mem::take(&mut self.pending)
     }
 
-    /// OPEN's state part (RFC 8881 §18.16): grace rule, then
+    /// OPEN's state part (RFC 8881 §18.16): [`StateCore::check_locking`], then
     /// [`StateTable::open`]. Opens of courtesy clients that conflict are released
     /// (with their clients) when no live client's open conflicts.
     pub fn open(
@@ -275,8 +353,7 @@ impl StateCore {
         client: ClientId,
         req: OpenRequest,
     ) -> Result<Stateid, StateError> {
-        self.check_grace(reclaim, now)?;
-        self.check_client(client)?;
+        self.check_locking(client, reclaim, now)?;
         let first = self
             .table
             .open(client, req.owner, req.file, req.access, req.deny);
@@ -300,7 +377,7 @@ impl StateCore {
             .open(client, req.owner, req.file, req.access, req.deny)
     }
 
-    /// LOCK (RFC 8881 §18.10): grace rule, then [`StateTable::lock`]. Locks of
+    /// LOCK (RFC 8881 §18.10): [`StateCore::check_locking`], then [`StateTable::lock`]. Locks of
     /// courtesy clients that conflict are released (with their clients) when no live
     /// client's lock conflicts. A blocking lock type is a plain attempt here, so a
     /// client polling with one gets the range as soon as the holder's lease has run
@@ -312,8 +389,7 @@ impl StateCore {
         client: ClientId,
         req: LockRequest,
     ) -> Result<Stateid, StateError> {
-        self.check_grace(reclaim, now)?;
-        self.check_client(client)?;
+        self.check_locking(client, reclaim, now)?;
         let mut res = self.table.lock(client, req.clone());
         if !matches!(res, Err(StateError::Denied(_))) {
             return res;
@@ -383,6 +459,10 @@ impl StateCore {
     pub fn tick(&mut self, now: Instant) -> Vec<Effect> {
         // Anything OPEN or LOCK left behind that nobody took is executed now at the latest.
         let mut effects = self.take_effects();
+        // Unconfirmed records hold nothing and get no courtesy lease.
+        for client in self.sessions.expire_unconfirmed(self.lease, now) {
+            effects.push(self.release(client, ReleaseReason::LeaseExpired));
+        }
         let dead = self.sessions.expire(self.lease * 2, now);
         let mut confirmed_gone = false;
         for (client, confirmed) in dead {

@@ -20,6 +20,65 @@ pub type SessionId = [u8; 16];
 /// `CREATE_SESSION4_FLAG_CONN_BACK_CHAN` (RFC 8881 §18.36.1).
 pub const CREATE_SESSION4_FLAG_CONN_BACK_CHAN: u32 = 0x2;
 
+/// Every `csa_flags` bit RFC 8881 §18.36.1 defines (PERSIST, CONN_BACK_CHAN,
+/// CONN_RDMA); any other bit is NFS4ERR_INVAL (§18.36.3).
+pub const CREATE_SESSION4_FLAG_MASK: u32 = 0x7;
+
+/// Who sent a request, as far as the client-record rules care (RFC 8881 §2.4,
+/// §18.35.5, §18.36.4). With AUTH_SYS the principal is the credential as sent; two
+/// are the same when uid, gid and groups are (what knfsd's `same_creds` compares).
+/// AUTH_NONE arrives as the anonymous uid/gid and is one principal.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Principal {
+    /// The user id.
+    pub uid: u32,
+    /// The primary group id.
+    pub gid: u32,
+    /// The supplementary groups, in the order sent.
+    pub gids: Vec<u32>,
+}
+
+/// The security a callback over the back channel is sent with (one accepted entry
+/// of `callback_sec_parms4`, RFC 8881 §18.33, §18.36). RPCSEC_GSS is not offered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallbackSec {
+    /// `AUTH_NONE`.
+    None,
+    /// `AUTH_SYS` with these parameters.
+    Sys {
+        /// `stamp`.
+        stamp: u32,
+        /// `machinename`.
+        machine: Bytes,
+        /// `uid`.
+        uid: u32,
+        /// `gid`.
+        gid: u32,
+        /// `gids`.
+        gids: Vec<u32>,
+    },
+}
+
+/// What the server calls back with: the client's callback program number and the
+/// security to use, set by CREATE_SESSION and replaced by BACKCHANNEL_CTL (RFC 8881
+/// §18.33.3). Recorded now; callbacks themselves come with delegations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallbackParams {
+    /// `csa_cb_program` / `bca_cb_program`.
+    pub program: u32,
+    /// The first acceptable entry of the client's list.
+    pub sec: CallbackSec,
+}
+
+impl Default for CallbackParams {
+    fn default() -> Self {
+        CallbackParams {
+            program: 0,
+            sec: CallbackSec::None,
+        }
+    }
+}
+
 /// Negotiated channel limits (channel_attrs4 without RDMA).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChannelAttrs {
@@ -55,6 +114,8 @@ struct SessionRecord {
     slots: SlotTable,
     /// Connections bound to this session (by transport connection id).
     conns: HashSet<u64>,
+    /// The callback program and security (CREATE_SESSION, BACKCHANNEL_CTL).
+    callback: CallbackParams,
     /// Reply-cache bytes reserved for this session's slots.
     cache_reserved: usize,
 }
@@ -64,6 +125,8 @@ struct SessionRecord {
 pub(crate) struct ClientRecord {
     pub(crate) owner: Bytes,
     verifier: [u8; 8],
+    /// Who sent the EXCHANGE_ID that made this record.
+    principal: Principal,
     pub(crate) confirmed: bool,
     /// csa_sequence the next CREATE_SESSION must carry.
     create_seq: u32,
@@ -223,6 +286,14 @@ pub enum SessionError {
     /// `NFS4ERR_REQ_TOO_BIG`.
     #[error("NFS4ERR_REQ_TOO_BIG")]
     ReqTooBig,
+    /// `NFS4ERR_PERM`: an EXCHANGE_ID update from another principal (RFC 8881
+    /// §18.35.5 case 9).
+    #[error("NFS4ERR_PERM")]
+    Perm,
+    /// `NFS4ERR_CLID_INUSE`: the owner's client id belongs to another principal
+    /// (§18.35.5 case 3, §18.36.4).
+    #[error("NFS4ERR_CLID_INUSE")]
+    ClidInUse,
     /// `NFS4ERR_DELAY`: the reply cache has no room for even one more slot now.
     #[error("NFS4ERR_DELAY")]
     Delay,
@@ -265,8 +336,16 @@ pub struct SessionTable {
     cache_reserved: usize,
 }
 
-/// Smallest request/response sizes we accept: a SEQUENCE + PUTFH + GETATTR must fit.
-const MIN_CHANNEL_SIZE: u32 = 1024;
+/// Smallest `ca_maxrequestsize` we accept: a COMPOUND of SEQUENCE alone with an
+/// empty tag (tag length, minor version, op count, opcode, 32 bytes of SEQUENCE4args
+/// = 48) fits. Small sizes are negotiated, not refused (RFC 8881 §18.36.3); requests
+/// above them are refused one by one (NFS4ERR_REQ_TOO_BIG).
+const MIN_REQUEST_SIZE: u32 = 48;
+
+/// Smallest `ca_maxresponsesize` we accept: the reply to SEQUENCE alone with an empty
+/// tag (status, tag length, result count, opcode, status, 36 bytes of
+/// SEQUENCE4resok = 56); larger replies get NFS4ERR_REP_TOO_BIG.
+const MIN_RESPONSE_SIZE: u32 = 56;
 
 impl SessionTable {
     /// An empty table; `boot_epoch` goes into every client and session id so that
@@ -298,10 +377,9 @@ impl SessionTable {
         self.clients.get_mut(&id)
     }
 
-    /// EXCHANGE_ID (RFC 8881 §18.35.5), cases 1-8 for a single principal (AUTH_SYS
-    /// principals are not authenticated, so "different principal" cases do not arise).
-    /// A replaced incarnation is purged when the new record is confirmed
-    /// ([`SessionTable::create_session`]), not here.
+    /// EXCHANGE_ID from the one principal every caller of this method shares (tests
+    /// and tools that have no notion of principals); see
+    /// [`SessionTable::exchange_id_as`].
     pub fn exchange_id(
         &mut self,
         owner: &Bytes,
@@ -309,8 +387,32 @@ impl SessionTable {
         update: bool,
         now: Instant,
     ) -> Result<ExchangeIdOk, SessionError> {
+        self.exchange_id_as(&Principal::default(), owner, verifier, update, now, |_| {
+            false
+        })
+        .map(|(ok, _)| ok)
+    }
+
+    /// EXCHANGE_ID (RFC 8881 §18.35.5), the nine cases of the table, as knfsd orders
+    /// them. `has_state` says whether a client holds opens or locks (the caller's
+    /// table); sessions are counted here. Returns the answer and, in case 3, the
+    /// confirmed client of another principal that held no state and was removed to
+    /// make room (the caller persists the client list). A confirmed record replaced by
+    /// a client restart (case 5) stays until the new record is confirmed
+    /// ([`SessionTable::create_session`]).
+    pub fn exchange_id_as(
+        &mut self,
+        principal: &Principal,
+        owner: &Bytes,
+        verifier: [u8; 8],
+        update: bool,
+        now: Instant,
+        has_state: impl Fn(ClientId) -> bool,
+    ) -> Result<(ExchangeIdOk, Option<ClientId>), SessionError> {
         let (conf, unconf) = self.by_owner.get(owner).cloned().unwrap_or((None, None));
+        let conf = conf.filter(|c| self.clients.contains_key(c));
         if update {
+            // Case 7: nothing to update.
             let Some(cid) = conf else {
                 return Err(SessionError::NoEnt);
             };
@@ -318,23 +420,47 @@ impl SessionTable {
                 .clients
                 .get_mut(&cid)
                 .ok_or(SessionError::StaleClientId)?;
+            // Case 9: only the record's own principal may update it.
+            if rec.principal != *principal {
+                return Err(SessionError::Perm);
+            }
+            // Case 8: an update names the incarnation it updates.
             if rec.verifier != verifier {
                 return Err(SessionError::NotSame);
             }
-            return Ok(rec.renew_confirmed(cid, now));
+            // Case 6.
+            return Ok((rec.renew_confirmed(cid, now), None));
         }
+        let mut removed = None;
         if let Some(cid) = conf {
+            let has_sessions = self
+                .clients
+                .get(&cid)
+                .is_some_and(|r| !r.sessions.is_empty());
             if let Some(rec) = self.clients.get_mut(&cid) {
-                if rec.verifier == verifier {
+                if rec.principal != *principal {
+                    // Case 3, a collision of two clients using one owner string: the
+                    // other principal's state is not ours to destroy; a record holding
+                    // none is simply replaced (knfsd does the same).
+                    if has_sessions || has_state(cid) {
+                        return Err(SessionError::ClidInUse);
+                    }
+                    removed = Some(cid);
+                } else if rec.verifier == verifier {
                     // Case 2: a retry or a second EXCHANGE_ID of a live client.
-                    return Ok(rec.renew_confirmed(cid, now));
+                    return Ok((rec.renew_confirmed(cid, now), None));
                 }
+                // Case 5 (same principal, new verifier: the client restarted): a new
+                // unconfirmed record beside the confirmed one.
             }
         }
-        // Cases 1, 3 (client rebooted: new unconfirmed record beside the confirmed one)
-        // and 4 (replace an unconfirmed record).
+        if let Some(old) = removed {
+            self.remove_client(old);
+        }
+        // Case 4: an unconfirmed record is replaced, whoever sent it (its client id
+        // becomes stale); case 1: a new owner.
         if let Some(u) = unconf {
-            self.clients.remove(&u);
+            self.remove_client(u);
         }
         if self.clients.len() >= self.limits.max_clients {
             return Err(SessionError::Resource);
@@ -345,6 +471,7 @@ impl SessionTable {
             ClientRecord {
                 owner: owner.clone(),
                 verifier,
+                principal: principal.clone(),
                 confirmed: false,
                 create_seq: 1,
                 last_create: None,
@@ -353,12 +480,16 @@ impl SessionTable {
                 reclaim_complete: false,
             },
         );
+        let conf = conf.filter(|c| Some(*c) != removed);
         self.by_owner.insert(owner.clone(), (conf, Some(id)));
-        Ok(ExchangeIdOk {
-            clientid: id,
-            sequenceid: 1,
-            confirmed: false,
-        })
+        Ok((
+            ExchangeIdOk {
+                clientid: id,
+                sequenceid: 1,
+                confirmed: false,
+            },
+            removed,
+        ))
     }
 
     /// Fit the session's slots into what is left of the reply-cache budget: fewer slots
@@ -393,7 +524,7 @@ impl SessionTable {
     }
 
     fn negotiate(req: &ChannelAttrs, max: &ChannelAttrs) -> Result<ChannelAttrs, SessionError> {
-        if req.max_request < MIN_CHANNEL_SIZE || req.max_response < MIN_CHANNEL_SIZE {
+        if req.max_request < MIN_REQUEST_SIZE || req.max_response < MIN_RESPONSE_SIZE {
             return Err(SessionError::TooSmall);
         }
         Ok(ChannelAttrs {
@@ -405,20 +536,42 @@ impl SessionTable {
         })
     }
 
-    /// CREATE_SESSION (RFC 8881 §18.36). On success returns the outcome and, if this
-    /// confirmed a client that replaced an older incarnation, that old client id (its
-    /// record and sessions are gone; the caller releases its opens and locks).
+    /// CREATE_SESSION from the one principal every caller of this method shares, with
+    /// no callback program; see [`SessionTable::create_session_as`].
     pub fn create_session(
         &mut self,
         args: &CreateSessionArgs,
         now: Instant,
     ) -> Result<(CreateSessionOutcome, Option<ClientId>), SessionError> {
+        self.create_session_as(&Principal::default(), args, CallbackParams::default(), now)
+    }
+
+    /// CREATE_SESSION (RFC 8881 §18.36) sent by `principal`, recording `callback` on
+    /// the new session. On success returns the outcome and, if this confirmed a
+    /// client that replaced an older incarnation, that old client id (its record and
+    /// sessions are gone; the caller releases its opens and locks).
+    pub fn create_session_as(
+        &mut self,
+        principal: &Principal,
+        args: &CreateSessionArgs,
+        callback: CallbackParams,
+        now: Instant,
+    ) -> Result<(CreateSessionOutcome, Option<ClientId>), SessionError> {
         let clientid = args.clientid;
         let seq = args.seq;
+        // §18.36.3: flags the specification does not define are an error, not ignored.
+        if args.flags & !CREATE_SESSION4_FLAG_MASK != 0 {
+            return Err(SessionError::Inval);
+        }
         let rec = self
             .clients
             .get(&clientid)
             .ok_or(SessionError::StaleClientId)?;
+        // §18.36.4: only the principal that sent EXCHANGE_ID may confirm the record
+        // (a confirmed record's sessions may be created by others, as in knfsd).
+        if !rec.confirmed && rec.principal != *principal {
+            return Err(SessionError::ClidInUse);
+        }
         if let Some((s, out)) = &rec.last_create {
             if seq == *s {
                 return Ok((out.clone(), None));
@@ -455,6 +608,7 @@ impl SessionTable {
                 }),
                 slots: SlotTable::new(fore.max_requests),
                 conns: HashSet::from([args.conn]),
+                callback,
                 cache_reserved,
             },
         );
@@ -563,6 +717,37 @@ impl SessionTable {
         Ok(granted)
     }
 
+    /// BACKCHANNEL_CTL (RFC 8881 §18.33): the session's callback program and security
+    /// from now on.
+    pub fn set_callback(
+        &mut self,
+        session: &SessionId,
+        callback: CallbackParams,
+    ) -> Result<(), SessionError> {
+        let rec = self
+            .sessions
+            .get_mut(session)
+            .ok_or(SessionError::BadSession)?;
+        rec.callback = callback;
+        Ok(())
+    }
+
+    /// The callback program and security of session `id`.
+    pub fn callback(&self, id: &SessionId) -> Option<&CallbackParams> {
+        self.sessions.get(id).map(|r| &r.callback)
+    }
+
+    /// Whether client `id` is an unconfirmed record last renewed more than `lease`
+    /// before `now`. Such a record is dead even before [`SessionTable::expire_unconfirmed`]
+    /// runs: an unconfirmed client id is only good for one lease (no courtesy time, as
+    /// in knfsd), so whether CREATE_SESSION may use it must not depend on when the
+    /// timer last ran.
+    pub fn unconfirmed_expired(&self, id: ClientId, lease: Duration, now: Instant) -> bool {
+        self.clients
+            .get(&id)
+            .is_some_and(|r| !r.confirmed && now.saturating_duration_since(r.last_renew) > lease)
+    }
+
     /// The session `id`, if it exists.
     pub fn session(&self, id: &SessionId) -> Option<Arc<Session>> {
         self.sessions.get(id).map(|r| r.shared.clone())
@@ -614,7 +799,7 @@ impl SessionTable {
         Ok(())
     }
 
-    fn remove_client(&mut self, id: ClientId) {
+    pub(crate) fn remove_client(&mut self, id: ClientId) {
         if let Some(r) = self.clients.remove(&id) {
             for s in &r.sessions {
                 self.drop_session(s);
@@ -646,6 +831,22 @@ impl SessionTable {
         // Deterministic order (the simulation replays runs).
         dead.sort_unstable();
         for (id, _) in &dead {
+            self.remove_client(*id);
+        }
+        dead
+    }
+
+    /// Unconfirmed records whose lease ran out (no courtesy time: nothing of theirs
+    /// needs keeping); removed and returned, sorted.
+    pub fn expire_unconfirmed(&mut self, lease: Duration, now: Instant) -> Vec<ClientId> {
+        let mut dead: Vec<ClientId> = self
+            .clients
+            .iter()
+            .filter(|(_, r)| !r.confirmed && now.saturating_duration_since(r.last_renew) > lease)
+            .map(|(id, _)| *id)
+            .collect();
+        dead.sort_unstable();
+        for id in &dead {
             self.remove_client(*id);
         }
         dead

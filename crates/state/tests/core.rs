@@ -69,6 +69,11 @@ fn client(
             clock.now(),
         )
         .unwrap();
+    // Outside grace there is nothing to reclaim, and a client says so before it opens
+    // or locks (RFC 8881 §18.51.3); the grace tests reclaim first and complete later.
+    if !c.in_grace(clock.now()) {
+        c.reclaim_complete(e.clientid, clock.now()).unwrap();
+    }
     (e.clientid, out.id, effects)
 }
 
@@ -422,6 +427,11 @@ mod random_events {
                         }, now);
                         if let Ok((out, fx)) = res {
                             effects = fx;
+                            // A second session of a live client has completed already.
+                            prop_assert!(matches!(
+                                c.reclaim_complete(e.clientid, now),
+                                Ok(_) | Err(SessionError::CompleteAlready)
+                            ));
                             m.ever.push(e.clientid);
                             m.sessions.entry(e.clientid).or_default().push(out.id);
                             let old = m.live.insert(k, (e.clientid, out.id, now, HashMap::new()));

@@ -67,6 +67,8 @@ fn client(c: &mut StateCore, clock: &ManualClock, owner: &'static [u8]) -> Clien
             clock.now(),
         )
         .unwrap();
+    // Nothing to reclaim, said before any OPEN or LOCK (RFC 8881 §18.51.3).
+    c.reclaim_complete(e.clientid, clock.now()).unwrap();
     Client {
         id: e.clientid,
         session: out.id,

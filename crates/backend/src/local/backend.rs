@@ -336,6 +336,21 @@ impl Backend for LocalBackend {
             let e = self.enoent_in(from_dir, &ffd, map_errno_dir(e));
             self.enoent_in(to_dir, &tfd, e)
         })?;
+        if moved.is_some() && victim == moved {
+            // Source and target are one object (the same name, or two links to one
+            // file): renameat did nothing, and RFC 8881 §18.26.3 wants NFS4_OK with
+            // nothing changed. dir_change would bump the change values as after any
+            // mutation, so report both directories as they were.
+            let unchanged = |before| DirChange {
+                before,
+                after: before,
+                atomic: false,
+            };
+            return Ok(RenameChange {
+                from: unchanged(from_before),
+                to: unchanged(to_before),
+            });
+        }
         if let Some(k) = victim {
             if Some(&k) != moved.as_ref() {
                 self.forget_if_unlinked(&k);

@@ -7,11 +7,13 @@ mod dirs;
 mod files;
 mod fixture;
 mod namespace;
+mod rename_self;
 
 use dirs::*;
 use files::*;
 use fixture::{layered, local, memory};
 use namespace::*;
+use rename_self::*;
 
 macro_rules! conformance {
     ($modname:ident, $fixture:path) => {
@@ -48,6 +50,7 @@ macro_rules! conformance {
             case!(check_setgid_dirs);
             case!(check_dir_change);
             case!(check_clone_range);
+            case!(check_rename_onto_itself);
         }
     };
 }

@@ -180,7 +180,14 @@ pub fn execute(srv: &Server, creds: Creds, conn: u64, args: Bytes) -> Result<Byt
                 break;
             }
         };
-        let Some(entry) = nfs_opnum4::from_i32(opnum as i32).and_then(optable::entry) else {
+        // An opnum the specification does not define, and OP_ILLEGAL itself, get
+        // NFS4ERR_OP_ILLEGAL with the result opcode OP_ILLEGAL (RFC 8881 §15.2,
+        // §16.2.3) wherever they stand: before the position rules, so that one
+        // without SEQUENCE in front is not answered OP_NOT_IN_SESSION.
+        let Some(entry) = nfs_opnum4::from_i32(opnum as i32)
+            .filter(|op| *op != nfs_opnum4::OP_ILLEGAL)
+            .and_then(optable::entry)
+        else {
             optable::encode_status(
                 &mut out,
                 nfs_opnum4::OP_ILLEGAL as u32,
@@ -288,8 +295,10 @@ pub fn execute(srv: &Server, creds: Creds, conn: u64, args: Bytes) -> Result<Byt
                     "reply exceeds the op table's bound after the op changed state"
                 );
             }
+            // Too big for the reply itself, or only for the reply cache.
+            let whole = out.len();
             out.truncate(before);
-            let s = if cachethis && out.len() <= c.reply_left_total() {
+            let s = if cachethis && whole <= c.reply_left_total() {
                 nfsstat4::NFS4ERR_REP_TOO_BIG_TO_CACHE
             } else {
                 nfsstat4::NFS4ERR_REP_TOO_BIG

@@ -65,7 +65,7 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
     // Refuse early (before creating anything); the core checks again when it decides.
     c.srv
         .core()?
-        .check_grace(reclaim, c.now)
+        .check_locking(client, reclaim, c.now)
         .map_err(|e| crate::errors::state_status(&e))?;
     let create = match &a.openhow {
         openflag4::OPEN4_CREATE(how) => Some(how),

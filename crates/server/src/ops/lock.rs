@@ -48,7 +48,7 @@ pub fn lock(c: &mut Compound, a: &LOCK4args) -> OpResult {
     // Refuse early (before any storage call); the core checks again when it decides.
     c.srv
         .core()?
-        .check_grace(a.reclaim, c.now)
+        .check_locking(client, a.reclaim, c.now)
         .map_err(|e| state_status(&e))?;
     let file = c.srv.cfh_file_id(c.cfh()?)?;
     let locker = match &a.locker {

@@ -1,13 +1,14 @@
 //! Session operations: EXCHANGE_ID, CREATE_SESSION, SEQUENCE, DESTROY_SESSION,
-//! DESTROY_CLIENTID, BIND_CONN_TO_SESSION, RECLAIM_COMPLETE (RFC 8881 §18.35-18.51).
+//! DESTROY_CLIENTID, BIND_CONN_TO_SESSION, BACKCHANNEL_CTL, SET_SSV,
+//! RECLAIM_COMPLETE (RFC 8881 §18.33-18.51).
 
 use crate::compound::{Compound, OpResult};
 use crate::nfs::*;
 use bytes::Bytes;
 use std::sync::Arc;
 use txnfs_state::session::{
-    ChannelAttrs, ConnDir, ConnDirRequest, CreateSessionArgs, CreateSessionOutcome, SequenceArgs,
-    Session, SessionError,
+    CallbackParams, CallbackSec, ChannelAttrs, ConnDir, ConnDirRequest, CreateSessionArgs,
+    CreateSessionOutcome, Principal, SequenceArgs, Session, SessionError,
 };
 use txnfs_state::slots::SlotVerdict;
 
@@ -26,6 +27,8 @@ fn session_status(e: SessionError) -> nfsstat4 {
         SessionError::TooSmall => NFS4ERR_TOOSMALL,
         SessionError::TooManyOps => NFS4ERR_TOO_MANY_OPS,
         SessionError::ReqTooBig => NFS4ERR_REQ_TOO_BIG,
+        SessionError::Perm => NFS4ERR_PERM,
+        SessionError::ClidInUse => NFS4ERR_CLID_INUSE,
         SessionError::Delay => NFS4ERR_DELAY,
     }
 }
@@ -34,6 +37,37 @@ impl From<SessionError> for crate::compound::OpError {
     fn from(e: SessionError) -> Self {
         crate::compound::OpError::Status(session_status(e))
     }
+}
+
+/// The principal of the request, as client records compare it.
+fn principal(c: &Compound) -> Principal {
+    Principal {
+        uid: c.creds.uid,
+        gid: c.creds.gid,
+        gids: c.creds.gids.clone(),
+    }
+}
+
+/// The callback program and the first acceptable entry of the client's security list
+/// (CREATE_SESSION, BACKCHANNEL_CTL). AUTH_NONE and AUTH_SYS are accepted; RPCSEC_GSS
+/// is skipped (we have no GSS). A list with nothing acceptable, empty included, is
+/// NFS4ERR_ENCR_ALG_UNSUPP, as knfsd answers (`nfsd4_check_cb_sec`): the server
+/// could never call back.
+fn callback_params(program: u32, sec: &[callback_sec_parms4]) -> Result<CallbackParams, nfsstat4> {
+    sec.iter()
+        .find_map(|p| match p {
+            callback_sec_parms4::AUTH_NONE => Some(CallbackSec::None),
+            callback_sec_parms4::AUTH_SYS(s) => Some(CallbackSec::Sys {
+                stamp: s.stamp,
+                machine: s.machinename.clone(),
+                uid: s.uid,
+                gid: s.gid,
+                gids: s.gids.clone(),
+            }),
+            callback_sec_parms4::RPCSEC_GSS(_) => None,
+        })
+        .map(|sec| CallbackParams { program, sec })
+        .ok_or(nfsstat4::NFS4ERR_ENCR_ALG_UNSUPP)
 }
 
 pub fn exchange_id(c: &mut Compound, a: &EXCHANGE_ID4args) -> OpResult {
@@ -55,12 +89,14 @@ pub fn exchange_id(c: &mut Compound, a: &EXCHANGE_ID4args) -> OpResult {
         return Err(nfsstat4::NFS4ERR_ENCR_ALG_UNSUPP.into());
     }
     let owner = &a.eia_clientowner;
-    let ok = c.srv.core()?.exchange_id(
+    let (ok, effects) = c.srv.core()?.exchange_id_as(
+        &principal(c),
         &owner.co_ownerid,
         owner.co_verifier,
         flags & EXCHGID4_FLAG_UPD_CONFIRMED_REC_A != 0,
         c.now,
     )?;
+    c.srv.apply(effects);
     let mut eir_flags = EXCHGID4_FLAG_USE_NON_PNFS;
     if ok.confirmed {
         eir_flags |= EXCHGID4_FLAG_CONFIRMED_R;
@@ -122,9 +158,13 @@ pub fn create_session(c: &mut Compound, a: &CREATE_SESSION4args) -> OpResult {
         back: to_attrs(&a.csa_back_chan_attrs),
         conn: c.conn,
     };
+    let callback = callback_params(a.csa_cb_program, &a.csa_sec_parms)?;
     // Confirming a rebooted client's new incarnation releases the old one's opens and
-    // locks in the same step (RFC 8881 §18.35.4 case 3 / §18.36.4).
-    let (out, effects) = c.srv.core()?.create_session(&args, c.now)?;
+    // locks in the same step (RFC 8881 §18.35.5 case 5 / §18.36.4).
+    let (out, effects) = c
+        .srv
+        .core()?
+        .create_session_as(&principal(c), &args, callback, c.now)?;
     c.srv.apply(effects);
     let CreateSessionOutcome {
         id,
@@ -254,6 +294,27 @@ pub fn bind_conn_to_session(c: &mut Compound, a: &BIND_CONN_TO_SESSION4args) -> 
             bctsr_use_conn_in_rdma_mode: false,
         }),
     ))
+}
+
+/// BACKCHANNEL_CTL (RFC 8881 §18.33): the session's callback program and security
+/// from now on (used once the server calls back, with delegations).
+pub fn backchannel_ctl(c: &mut Compound, a: &BACKCHANNEL_CTL4args) -> OpResult {
+    let session = c
+        .session
+        .as_ref()
+        .ok_or(nfsstat4::NFS4ERR_OP_NOT_IN_SESSION)?
+        .id;
+    let callback = callback_params(a.bca_cb_program, &a.bca_sec_parms)?;
+    c.srv.core()?.set_callback(&session, callback)?;
+    Ok(nfs_resop4::OP_BACKCHANNEL_CTL(BACKCHANNEL_CTL4res {
+        bcr_status: nfsstat4::NFS4_OK,
+    }))
+}
+
+/// SET_SSV (RFC 8881 §18.47): EXCHANGE_ID never grants SP4_SSV here, and §18.47.3
+/// answers SET_SSV for a client ID without SSV state protection with NFS4ERR_INVAL.
+pub fn set_ssv(_c: &mut Compound, _a: &SET_SSV4args) -> OpResult {
+    Err(nfsstat4::NFS4ERR_INVAL.into())
 }
 
 pub fn reclaim_complete(c: &mut Compound, a: &RECLAIM_COMPLETE4args) -> OpResult {

@@ -102,6 +102,21 @@ pub struct Session {
     pub seq: u32,
 }
 
+/// RECLAIM_COMPLETE on the new session `sid`: nothing to reclaim, as every client must
+/// say before it opens or locks (RFC 8881 §18.51.3). On slot 1 (the session needs two),
+/// so that slot 0, which the tests drive, starts unused.
+pub async fn reclaim_complete(cl: &RpcClient, sid: sessionid4) {
+    let r = call(
+        cl,
+        vec![
+            sequence(sid, 1, 1, false),
+            nfs_argop4::OP_RECLAIM_COMPLETE(RECLAIM_COMPLETE4args { rca_one_fs: false }),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+}
+
 pub async fn connect(addr: SocketAddr) -> RpcClient {
     RpcClient::connect(addr, root_cred())
         .await
@@ -112,6 +127,7 @@ impl Session {
     pub async fn new(addr: SocketAddr, owner: &[u8]) -> Session {
         let cl = connect(addr).await;
         let (clientid, s) = new_session(&cl, owner, channel(1000, 64)).await;
+        reclaim_complete(&cl, s.csr_sessionid).await;
         Session {
             cl,
             clientid,
