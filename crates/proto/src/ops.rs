@@ -82,6 +82,14 @@ impl OpInfo {
             Minors::Since(first) => minor >= first,
         }
     }
+
+    /// Whether the op is only defined by a later minor version than `minor` (an NFSv4.2
+    /// op in a v4.1 COMPOUND): for that minor version its opcode is undefined, so it is
+    /// illegal there (RFC 8881 §15.2; knfsd's `nfsd4_opnum_in_range`), unlike a v4.0 op
+    /// that v4.1 retired, which is NOTSUPP.
+    pub fn defined_after(&self, minor: u32) -> bool {
+        matches!(self.minors, Minors::Since(first) if first > minor)
+    }
 }
 
 /// The op's name as RFC 8881 writes it, without the `OP_` prefix.

@@ -406,6 +406,28 @@ async fn an_illegal_op_after_sequence_is_op_illegal() {
     }
 }
 
+/// An NFSv4.2 opcode is undefined in a v4.1 COMPOUND: OP_ILLEGAL like any undefined
+/// one (as knfsd answers), not NOTSUPP, which is for v4.0 ops that v4.1 retired.
+#[tokio::test]
+async fn a_v42_op_in_a_v41_compound_is_op_illegal() {
+    let (_srv, mut s) = start_with_session(b"v42-in-v41").await;
+    for opcode in [
+        nfs_opnum4::OP_COPY,
+        nfs_opnum4::OP_SEEK,
+        nfs_opnum4::OP_SETXATTR,
+    ] {
+        s.seq += 1;
+        let ops = [
+            Ok(s.sequence(0, s.seq)),
+            Ok(nfs_argop4::OP_PUTROOTFH),
+            Err(opcode as u32),
+        ];
+        let r =
+            COMPOUND4res::from_bytes(call_raw(&s.cl, raw_compound(&ops)).await).expect("decodes");
+        assert_illegal(&r, 2);
+    }
+}
+
 // ---- RECLAIM_COMPLETE first (§18.51.3) ------------------------------------------------
 
 #[tokio::test]

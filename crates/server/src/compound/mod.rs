@@ -180,13 +180,14 @@ pub fn execute(srv: &Server, creds: Creds, conn: u64, args: Bytes) -> Result<Byt
                 break;
             }
         };
-        // An opnum the specification does not define, and OP_ILLEGAL itself, get
-        // NFS4ERR_OP_ILLEGAL with the result opcode OP_ILLEGAL (RFC 8881 §15.2,
-        // §16.2.3) wherever they stand: before the position rules, so that one
-        // without SEQUENCE in front is not answered OP_NOT_IN_SESSION.
+        // An opnum the specification does not define (or only a later minor version
+        // does), and OP_ILLEGAL itself, get NFS4ERR_OP_ILLEGAL with the result opcode
+        // OP_ILLEGAL (RFC 8881 §15.2, §16.2.3) wherever they stand: before the position
+        // rules, so that one without SEQUENCE in front is not answered OP_NOT_IN_SESSION.
         let Some(entry) = nfs_opnum4::from_i32(opnum as i32)
             .filter(|op| *op != nfs_opnum4::OP_ILLEGAL)
             .and_then(optable::entry)
+            .filter(|e| !e.info().defined_after(minor))
         else {
             optable::encode_status(
                 &mut out,
