@@ -50,10 +50,17 @@ fn principal(c: &Compound) -> Principal {
 
 /// The callback program and the first acceptable entry of the client's security list
 /// (CREATE_SESSION, BACKCHANNEL_CTL). AUTH_NONE and AUTH_SYS are accepted; RPCSEC_GSS
-/// is skipped (we have no GSS). A list with nothing acceptable, empty included, is
-/// NFS4ERR_ENCR_ALG_UNSUPP, as knfsd answers (`nfsd4_check_cb_sec`): the server
-/// could never call back.
+/// is skipped (we have no GSS). A list with only GSS entries is NFS4ERR_ENCR_ALG_UNSUPP,
+/// as knfsd answers (`nfsd4_check_cb_sec`): the server could never call back. An empty
+/// list is taken as AUTH_NONE, as knfsd does too: clients send it when they want no
+/// callbacks (the Python `nfs4fs` does), and refusing it would refuse their session.
 fn callback_params(program: u32, sec: &[callback_sec_parms4]) -> Result<CallbackParams, nfsstat4> {
+    if sec.is_empty() {
+        return Ok(CallbackParams {
+            program,
+            sec: CallbackSec::None,
+        });
+    }
     sec.iter()
         .find_map(|p| match p {
             callback_sec_parms4::AUTH_NONE => Some(CallbackSec::None),
