@@ -4,107 +4,21 @@
 use bytes::Bytes;
 use std::time::Duration;
 use txnfs_state::clock::{Clock, ManualClock};
-use txnfs_state::session::{
-    ChannelAttrs, CreateSessionArgs, SequenceArgs, SessionError, SessionId, SessionLimits,
-};
+use txnfs_state::session::{CreateSessionArgs, SequenceArgs, SessionError, SessionId};
 use txnfs_state::slots::SlotVerdict;
 use txnfs_state::*;
 
-const LEASE: Duration = Duration::from_secs(60);
-
-fn ch(slots: u32) -> ChannelAttrs {
-    ChannelAttrs {
-        max_request: 1 << 20,
-        max_response: 1 << 20,
-        max_response_cached: 1 << 16,
-        max_ops: 100,
-        max_requests: slots,
-    }
-}
-
-fn core(grace: Grace) -> StateCore {
-    StateCore::new(
-        CoreConfig {
-            boot_epoch: 3,
-            lease: LEASE,
-            sessions: SessionLimits {
-                max_clients: 16,
-                max_sessions_per_client: 4,
-                server_fore: ch(8),
-                server_back: ch(1),
-                back_channel: false,
-                reply_cache_bytes: usize::MAX,
-            },
-            state: StateLimits::default(),
-        },
-        grace,
-    )
-}
-
-/// EXCHANGE_ID + CREATE_SESSION: a confirmed client with one session.
-fn client(
-    c: &mut StateCore,
-    clock: &ManualClock,
-    owner: &'static [u8],
-    verifier: u8,
-) -> (ClientId, SessionId, Vec<Effect>) {
-    let e = c
-        .exchange_id(
-            &Bytes::from_static(owner),
-            [verifier; 8],
-            false,
-            clock.now(),
-        )
-        .unwrap();
-    let (out, effects) = c
-        .create_session(
-            &CreateSessionArgs {
-                clientid: e.clientid,
-                seq: e.sequenceid,
-                flags: 0,
-                fore: ch(4),
-                back: ch(1),
-                conn: 1,
-            },
-            clock.now(),
-        )
-        .unwrap();
-    (e.clientid, out.id, effects)
-}
+mod common;
+use common::*;
 
 /// Share modes (access, deny) the tests open with.
 const READ_DENY_NONE: (u32, u32) = (SHARE_ACCESS_READ, SHARE_DENY_NONE);
 const BOTH_DENY_NONE: (u32, u32) = (SHARE_ACCESS_BOTH, SHARE_DENY_NONE);
 const BOTH_DENY_BOTH: (u32, u32) = (SHARE_ACCESS_BOTH, SHARE_DENY_BOTH);
 
-/// `StateCore::open` now, with the share mode as one (access, deny) pair.
-fn open_file(
-    c: &mut StateCore,
-    clock: &ManualClock,
-    reclaim: bool,
-    client: ClientId,
-    owner: &[u8],
-    file: FileId,
-    (access, deny): (u32, u32),
-) -> Result<Stateid, StateError> {
-    let req = OpenRequest {
-        owner,
-        file,
-        access,
-        deny,
-    };
-    c.open(clock.now(), reclaim, client, req)
-}
-
 /// LOCKT of `owner` for a read lock on byte 0 of `file`.
 fn read_lockt(owner: &[u8], file: FileId) -> LocktRequest<'_> {
-    LocktRequest {
-        owner,
-        file,
-        lock_type: LockType::Read,
-        offset: 0,
-        length: 1,
-    }
+    lockt(owner, file, LockType::Read, 0, 1)
 }
 
 fn owners(names: &[&'static [u8]]) -> Vec<Bytes> {
@@ -114,13 +28,6 @@ fn owners(names: &[&'static [u8]]) -> Vec<Bytes> {
 /// A core in a grace period of one lease from now, waiting for the clients `names`.
 fn core_in_grace(clock: &ManualClock, names: &[&'static [u8]]) -> StateCore {
     core(Grace::new(clock.now() + LEASE, owners(names)))
-}
-
-fn persisted(effects: &[Effect]) -> Option<&ClientList> {
-    effects.iter().find_map(|e| match e {
-        Effect::PersistClients(l) => Some(l),
-        _ => None,
-    })
 }
 
 fn released(effects: &[Effect]) -> Vec<(ClientId, ReleaseReason, usize)> {
@@ -138,33 +45,13 @@ fn released(effects: &[Effect]) -> Vec<(ClientId, ReleaseReason, usize)> {
 }
 
 fn sequence(c: &mut StateCore, clock: &ManualClock, s: SessionId, seqid: u32) -> SlotVerdict {
-    c.sequence(
-        &SequenceArgs {
-            session: s,
-            slot: 0,
-            seqid,
-            request_hash: u64::from(seqid),
-            nops: 2,
-            request_len: 200,
-            conn: 1,
-        },
-        clock.now(),
-    )
-    .unwrap()
-    .verdict
+    c.sequence(&sequence_args(s, seqid), clock.now())
+        .unwrap()
+        .verdict
 }
 
 fn lock_req(file: FileId, open: Stateid) -> LockRequest {
-    LockRequest {
-        file,
-        lock_type: LockType::Write,
-        offset: 0,
-        length: 10,
-        locker: Locker::NewOwner {
-            open_stateid: open,
-            lock_owner: b"lo".to_vec(),
-        },
-    }
+    write_lock(file, open, b"lo", 0)
 }
 
 #[test]
