@@ -4,6 +4,9 @@
 use txnfs_state::StateError as E;
 use txnfs_state::*;
 
+mod common;
+use common::lockt;
+
 const EPOCH: u32 = 0x5eed_0001;
 const F: FileId = 100;
 const G: FileId = 200;
@@ -412,7 +415,7 @@ fn lock_argument_errors() {
     assert_eq!(t.locku(C1, &rw, F, 0, 1), Err(E::BadStateid));
     assert_eq!(t.locku(C1, &l, F, 0, 0), Err(E::Inval));
     assert_eq!(t.locku(C1, &l, G, 0, 1), Err(E::BadStateid));
-    assert_eq!(t.lockt(C1, b"x", F, READ_LT, 3, 0), Err(E::Inval));
+    assert_eq!(t.lockt(C1, lockt(b"x", F, READ_LT, 3, 0)), Err(E::Inval));
     // Nothing leaked from the failures.
     assert_eq!(t.stats(), stats(2, 1, 1));
 }
@@ -483,8 +486,8 @@ fn lockt_reports_conflicts() {
     let o = t.open(C1, b"o", F, RW, DN).unwrap();
     t.lock(C1, new_lock(F, o, b"A", READ_LT, 10, 10)).unwrap();
     // Read vs read: fine; write vs read: denied; own locks never conflict.
-    t.lockt(C2, b"X", F, READ_LT, 0, u64::MAX).unwrap();
-    match t.lockt(C2, b"X", F, WRITE_LT, 19, 5) {
+    t.lockt(C2, lockt(b"X", F, READ_LT, 0, u64::MAX)).unwrap();
+    match t.lockt(C2, lockt(b"X", F, WRITE_LT, 19, 5)) {
         Err(E::Denied(d)) => {
             assert_eq!((d.offset, d.length, d.lock_type), (10, 10, READ_LT));
             assert_eq!(
@@ -497,10 +500,10 @@ fn lockt_reports_conflicts() {
         }
         other => panic!("{other:?}"),
     }
-    t.lockt(C1, b"A", F, WRITE_LT, 0, u64::MAX).unwrap();
-    t.lockt(C2, b"X", F, WRITE_LT, 20, 5).unwrap();
-    t.lockt(C2, b"X", F, WRITE_LT, 0, 10).unwrap();
-    t.lockt(C2, b"X", G, WRITE_LT, 0, u64::MAX).unwrap();
+    t.lockt(C1, lockt(b"A", F, WRITE_LT, 0, u64::MAX)).unwrap();
+    t.lockt(C2, lockt(b"X", F, WRITE_LT, 20, 5)).unwrap();
+    t.lockt(C2, lockt(b"X", F, WRITE_LT, 0, 10)).unwrap();
+    t.lockt(C2, lockt(b"X", G, WRITE_LT, 0, u64::MAX)).unwrap();
     // LOCKT creates no state.
     assert_eq!(t.stats(), stats(1, 1, 1));
 }
