@@ -2,7 +2,7 @@
 //! and the client's view updated from what was executed.
 
 use crate::client::{Intent, SimClient};
-use crate::model::{range_end, LockOwner, Obj};
+use crate::model::{range_end, LockOwner, Obj, OpenOwner};
 use crate::sim::{Sim, Violation, ViolationKind as K};
 use crate::wire::{decode_change_size, status_of, Fh};
 use txnfs_proto::nfs4::*;
@@ -38,6 +38,22 @@ fn expect(
     ))
 }
 
+/// A CLOSE (op `i`) of `owner`'s open of `file`: checked, and once it worked the
+/// model forgets the open.
+fn closed(
+    sim: &mut Sim,
+    what: &str,
+    res: &COMPOUND4res,
+    i: usize,
+    (file, owner): (&Fh, &OpenOwner),
+    faulted: bool,
+) -> Result<(), Violation> {
+    if expect(what, st(res, i), &[NFS4_OK], faulted)? {
+        sim.model.remove_open(file, owner);
+    }
+    Ok(())
+}
+
 fn cinfo(sim: &mut Sim, dir: &Fh, c: &change_info4, what: &str) -> Result<(), Violation> {
     sim.stats.cinfo_checked += 1;
     sim.model
@@ -71,17 +87,21 @@ fn judge_conflict<C>(
     Ok(())
 }
 
-/// The ledger's count of the backend applying the request with `token`, against the
-/// reply: acknowledged (`ok`) means applied exactly once, else `twice` describes the
-/// violation. Not acknowledged: `Ok(false)`, after `unseen` if it took effect anyway.
+/// Op 2 of `res` (checked as `what`) against the ledger's count of the backend applying
+/// the request with the token of `(kind, key)`: acknowledged means applied exactly once,
+/// else `twice` describes the violation. Not acknowledged: `Ok(false)`, after `unseen`
+/// if it took effect anyway.
 fn applied_once(
     sim: &mut Sim,
-    ok: bool,
-    token: u64,
+    what: &str,
+    res: &COMPOUND4res,
+    faulted: bool,
+    (kind, key): (u8, &[u8]),
     twice: impl FnOnce(u32) -> String,
     unseen: impl FnOnce(&mut Sim),
 ) -> Result<bool, Violation> {
-    let applied = sim.ledger.applied(token);
+    let ok = expect(what, st(res, 2), &[NFS4_OK], faulted)?;
+    let applied = sim.ledger.applied(crate::fault::token(kind, key));
     if !ok {
         if applied > 0 {
             unseen(sim);
@@ -166,12 +186,12 @@ pub fn judge(
     match intent {
         Intent::Renew => Ok(()),
         Intent::OpenCreate { dir, name } => {
-            let ok = expect("OPEN create", st(res, 2), &[NFS4_OK], faulted)?;
-            let token = crate::fault::token(crate::fault::TOKEN_CREATE, name);
             let done = applied_once(
                 sim,
-                ok,
-                token,
+                "OPEN create",
+                res,
+                faulted,
+                (crate::fault::TOKEN_CREATE, name),
                 |n| format!("OPEN created {name:?} {n} times"),
                 // Created, then a later step failed: the name exists unseen.
                 |sim| sim.model.uncertain_dirs.push(dir.clone()),
@@ -236,9 +256,7 @@ pub fn judge(
                     OPEN4_SHARE_ACCESS_READ,
                     OPEN4_SHARE_DENY_BOTH,
                 );
-                if expect("CLOSE probe", st(res, 3), &[NFS4_OK], faulted)? {
-                    sim.model.remove_open(file, &probe);
-                }
+                closed(sim, "CLOSE probe", res, 3, (file, &probe), faulted)?;
             }
             Ok(())
         }
@@ -248,12 +266,12 @@ pub fn judge(
             data,
             commit,
         } => {
-            let ok = expect("WRITE", st(res, 2), &[NFS4_OK], faulted)?;
-            let token = crate::fault::token(crate::fault::TOKEN_WRITE, data);
             let done = applied_once(
                 sim,
-                ok,
-                token,
+                "WRITE",
+                res,
+                faulted,
+                (crate::fault::TOKEN_WRITE, data),
                 |n| format!("an acknowledged WRITE was applied {n} times"),
                 |sim| sim.model.write_unknown(file, *offset, data.len()),
             )?;
@@ -306,12 +324,7 @@ pub fn judge(
             }
             Ok(())
         }
-        Intent::Close { file } => {
-            if expect("CLOSE", st(res, 2), &[NFS4_OK], faulted)? {
-                sim.model.remove_open(file, &oo);
-            }
-            Ok(())
-        }
+        Intent::Close { file } => closed(sim, "CLOSE", res, 2, (file, &oo), faulted),
         Intent::Lock {
             file,
             owner,
