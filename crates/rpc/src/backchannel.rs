@@ -304,7 +304,8 @@ fn encode_call_record(
     let inline = args.len() <= INLINE_ARGS;
     let mut out = BytesMut::with_capacity(4 + 64 + MAX_AUTH_BYTES + args.len());
     out.put_u32(0);
-    encode_call_into(&mut out, xid, prog, vers, proc_num, cred, &[]);
+    let header = CallHeader::new(xid, prog, vers, proc_num, cred);
+    encode_call_into(&mut out, &header, &[]);
     let len = out.len() - 4 + args.len();
     if len > MAX_FRAGMENT {
         return Err(CallbackError::ArgsTooLarge {

@@ -207,6 +207,22 @@ pub struct CallHeader {
     pub verf: OpaqueAuth,
 }
 
+impl CallHeader {
+    /// The header of a CALL of `proc_num` in `prog` version `vers` with `cred` and a
+    /// null verifier.
+    pub fn new(xid: u32, prog: u32, vers: u32, proc_num: u32, cred: &Credential) -> Self {
+        CallHeader {
+            xid,
+            rpcvers: RPC_VERSION,
+            prog,
+            vers,
+            proc_num,
+            cred: cred.to_opaque_auth(),
+            verf: OpaqueAuth::none(),
+        }
+    }
+}
+
 impl Encode for CallHeader {
     fn encode(&self, out: &mut BytesMut) {
         put_u32(out, self.xid);
@@ -379,29 +395,16 @@ pub fn encode_call(
     args: &[u8],
 ) -> Bytes {
     let mut out = BytesMut::with_capacity(64 + args.len());
-    encode_call_into(&mut out, xid, prog, vers, proc_num, cred, args);
+    encode_call_into(
+        &mut out,
+        &CallHeader::new(xid, prog, vers, proc_num, cred),
+        args,
+    );
     out.freeze()
 }
 
-pub(crate) fn encode_call_into(
-    out: &mut BytesMut,
-    xid: u32,
-    prog: u32,
-    vers: u32,
-    proc_num: u32,
-    cred: &Credential,
-    args: &[u8],
-) {
-    CallHeader {
-        xid,
-        rpcvers: RPC_VERSION,
-        prog,
-        vers,
-        proc_num,
-        cred: cred.to_opaque_auth(),
-        verf: OpaqueAuth::none(),
-    }
-    .encode(out);
+pub(crate) fn encode_call_into(out: &mut BytesMut, header: &CallHeader, args: &[u8]) {
+    header.encode(out);
     out.put_slice(args);
 }
 
