@@ -9,6 +9,17 @@ use txnfs_proto::nfs4::*;
 
 use nfsstat4::*;
 
+/// The `NFS4_OK` result of op `$i` of `$res`, which must be a `$op` (`$what`): else
+/// a harness violation, returned from the calling function.
+macro_rules! ok_result {
+    ($res:expr, $i:expr, $op:ident, $ty:ident, $what:literal) => {
+        match $res.resarray.get($i) {
+            Some(nfs_resop4::$op($ty::NFS4_OK(r))) => r,
+            _ => return Err(Violation::new(K::Harness, concat!($what, " result shape"))),
+        }
+    };
+}
+
 fn st(res: &COMPOUND4res, i: usize) -> Option<nfsstat4> {
     res.resarray.get(i).map(status_of)
 }
@@ -199,9 +210,7 @@ pub fn judge(
             if !done {
                 return Ok(());
             }
-            let Some(nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(o))) = res.resarray.get(2) else {
-                return Err(Violation::new(K::Harness, "OPEN result shape"));
-            };
+            let o = ok_result!(res, 2, OP_OPEN, OPEN4res, "OPEN");
             let new = (dir, name, false);
             let fh = enter_created(sim, res, &o.cinfo, new, "OPEN create", "OPEN")?;
             sim.model
@@ -278,9 +287,7 @@ pub fn judge(
             if !done {
                 return Ok(());
             }
-            let Some(nfs_resop4::OP_WRITE(WRITE4res::NFS4_OK(w))) = res.resarray.get(2) else {
-                return Err(Violation::new(K::Harness, "WRITE result shape"));
-            };
+            let w = ok_result!(res, 2, OP_WRITE, WRITE4res, "WRITE");
             if w.count as usize != data.len() {
                 return Err(Violation::new(K::UnexpectedStatus, "short WRITE"));
             }
@@ -288,10 +295,7 @@ pub fn judge(
             let stable = w.committed != stable_how4::UNSTABLE4;
             sim.model.write(file, *offset, data, stable);
             if *commit && expect("COMMIT", st(res, 3), &[NFS4_OK], faulted)? {
-                let Some(nfs_resop4::OP_COMMIT(COMMIT4res::NFS4_OK(c))) = res.resarray.get(3)
-                else {
-                    return Err(Violation::new(K::Harness, "COMMIT result shape"));
-                };
+                let c = ok_result!(res, 3, OP_COMMIT, COMMIT4res, "COMMIT");
                 check_verf(sim, c.writeverf)?;
                 if c.writeverf == w.writeverf {
                     sim.model.commit(file);
@@ -314,9 +318,7 @@ pub fn judge(
                     .share_conflict(file, &nobody, OPEN4_SHARE_ACCESS_READ, 0);
             let allowed = if denied { NFS4ERR_LOCKED } else { NFS4_OK };
             if expect("READ", st(res, 2), &[allowed], faulted)? {
-                let Some(nfs_resop4::OP_READ(READ4res::NFS4_OK(r))) = res.resarray.get(2) else {
-                    return Err(Violation::new(K::Harness, "READ result shape"));
-                };
+                let r = ok_result!(res, 2, OP_READ, READ4res, "READ");
                 sim.stats.bytes_verified += sim
                     .model
                     .check_read(file, *offset, *count, &r.data, r.eof)
@@ -393,9 +395,7 @@ pub fn judge(
             if !expect("CREATE dir", st(res, 2), &[NFS4_OK], faulted)? {
                 return Ok(());
             }
-            let Some(nfs_resop4::OP_CREATE(CREATE4res::NFS4_OK(c))) = res.resarray.get(2) else {
-                return Err(Violation::new(K::Harness, "CREATE result shape"));
-            };
+            let c = ok_result!(res, 2, OP_CREATE, CREATE4res, "CREATE");
             enter_created(sim, res, &c.cinfo, (dir, name, true), "CREATE", "CREATE")?;
             Ok(())
         }
@@ -413,10 +413,7 @@ pub fn judge(
                 &[NFS4_OK]
             };
             if expect("REMOVE", st(res, 2), allowed, faulted)? {
-                let Some(nfs_resop4::OP_REMOVE(REMOVE4res::NFS4_OK(r))) = res.resarray.get(2)
-                else {
-                    return Err(Violation::new(K::Harness, "REMOVE result shape"));
-                };
+                let r = ok_result!(res, 2, OP_REMOVE, REMOVE4res, "REMOVE");
                 cinfo(sim, &o.parent, &r.cinfo, "REMOVE")?;
                 if let Some(m) = sim.model.obj_mut(obj) {
                     m.alive = false;
@@ -431,9 +428,7 @@ pub fn judge(
             if !expect("RENAME", st(res, 4), &[NFS4_OK], faulted)? {
                 return Ok(());
             }
-            let Some(nfs_resop4::OP_RENAME(RENAME4res::NFS4_OK(r))) = res.resarray.get(4) else {
-                return Err(Violation::new(K::Harness, "RENAME result shape"));
-            };
+            let r = ok_result!(res, 4, OP_RENAME, RENAME4res, "RENAME");
             cinfo(sim, &o.parent, &r.source_cinfo, "RENAME source")?;
             cinfo(sim, to_dir, &r.target_cinfo, "RENAME target")?;
             if let Some(m) = sim.model.obj_mut(obj) {
@@ -458,9 +453,7 @@ pub fn judge(
             if !expect("GETATTR", st(res, 2), &[NFS4_OK], faulted)? {
                 return Ok(());
             }
-            let Some(nfs_resop4::OP_GETATTR(GETATTR4res::NFS4_OK(g))) = res.resarray.get(2) else {
-                return Err(Violation::new(K::Harness, "GETATTR result shape"));
-            };
+            let g = ok_result!(res, 2, OP_GETATTR, GETATTR4res, "GETATTR");
             let (change, size) = decode_change_size(&g.obj_attributes).ok_or_else(|| {
                 Violation::new(K::UnexpectedStatus, "GETATTR lacks change or size")
             })?;
