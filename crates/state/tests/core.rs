@@ -30,6 +30,23 @@ fn core_in_grace(clock: &ManualClock, names: &[&'static [u8]]) -> StateCore {
     core(Grace::new(clock.now() + LEASE, owners(names)))
 }
 
+/// A fresh clock and a core out of grace with the one confirmed client `owner`:
+/// (clock, core, client, its session).
+fn one_client(owner: &'static [u8]) -> (ManualClock, StateCore, ClientId, SessionId) {
+    let clock = ManualClock::new();
+    let mut c = core(Grace::none());
+    let (a, sa, _) = client(&mut c, &clock, owner, 1);
+    (clock, c, a, sa)
+}
+
+/// A core in grace waiting for the clients `names`, with the client "a" confirmed
+/// (and the effects of its confirmation).
+fn grace_and_a(clock: &ManualClock, names: &[&'static [u8]]) -> (StateCore, ClientId, Vec<Effect>) {
+    let mut c = core_in_grace(clock, names);
+    let (a, _, effects) = client(&mut c, clock, b"a", 1);
+    (c, a, effects)
+}
+
 fn released(effects: &[Effect]) -> Vec<(ClientId, ReleaseReason, usize)> {
     effects
         .iter()
@@ -69,9 +86,7 @@ fn confirming_a_client_persists_the_list() {
 
 #[test]
 fn lease_expiry_releases_opens_and_locks_and_persists() {
-    let clock = ManualClock::new();
-    let mut c = core(Grace::none());
-    let (a, sa, _) = client(&mut c, &clock, b"a", 1);
+    let (clock, mut c, a, sa) = one_client(b"a");
     let (b, sb, _) = client(&mut c, &clock, b"b", 1);
     let f = file_id(1, 7);
     let open = open_file(&mut c, &clock, false, a, b"oa", f, BOTH_DENY_NONE).unwrap();
@@ -118,9 +133,7 @@ fn lease_expiry_releases_opens_and_locks_and_persists() {
 
 #[test]
 fn destroy_clientid_with_state_is_busy_and_changes_nothing() {
-    let clock = ManualClock::new();
-    let mut c = core(Grace::none());
-    let (a, sa, _) = client(&mut c, &clock, b"a", 1);
+    let (clock, mut c, a, sa) = one_client(b"a");
     let f = file_id(0, 1);
     let open = open_file(&mut c, &clock, false, a, b"o", f, READ_DENY_NONE).unwrap();
     c.destroy_session(&sa).unwrap();
@@ -144,18 +157,14 @@ fn destroy_clientid_with_state_is_busy_and_changes_nothing() {
 
 #[test]
 fn destroy_clientid_with_a_session_is_busy() {
-    let clock = ManualClock::new();
-    let mut c = core(Grace::none());
-    let (a, _, _) = client(&mut c, &clock, b"a", 1);
+    let (_, mut c, a, _) = one_client(b"a");
     assert_eq!(c.destroy_client(a), Err(SessionError::ClientIdBusy));
     assert_eq!(c.sessions().counts(), (1, 1));
 }
 
 #[test]
 fn a_rebooted_client_replaces_its_old_state_in_one_step() {
-    let clock = ManualClock::new();
-    let mut c = core(Grace::none());
-    let (old, _, _) = client(&mut c, &clock, b"host", 1);
+    let (clock, mut c, old, _) = one_client(b"host");
     let f = file_id(0, 5);
     open_file(&mut c, &clock, false, old, b"o", f, BOTH_DENY_BOTH).unwrap();
     let (new, _, effects) = client(&mut c, &clock, b"host", 2);
@@ -172,8 +181,7 @@ fn a_rebooted_client_replaces_its_old_state_in_one_step() {
 #[test]
 fn grace_ends_when_all_reclaimed() {
     let clock = ManualClock::new();
-    let mut c = core_in_grace(&clock, &[b"a", b"b"]);
-    let (a, _, effects) = client(&mut c, &clock, b"a", 1);
+    let (mut c, a, effects) = grace_and_a(&clock, &[b"a", b"b"]);
     // During grace the persisted list still names b, which has not come back yet.
     assert_eq!(persisted(&effects).unwrap().owners, owners(&[b"a", b"b"]));
     let (b, _, _) = client(&mut c, &clock, b"b", 1);
@@ -202,8 +210,7 @@ fn grace_ends_when_all_reclaimed() {
 #[test]
 fn grace_ends_on_time_and_forgets_the_absent() {
     let clock = ManualClock::new();
-    let mut c = core_in_grace(&clock, &[b"gone", b"a"]);
-    let (a, _, _) = client(&mut c, &clock, b"a", 1);
+    let (mut c, a, _) = grace_and_a(&clock, &[b"gone", b"a"]);
     assert_eq!(
         c.lockt(clock.now(), a, read_lockt(b"o", file_id(0, 1))),
         Err(StateError::Grace)
@@ -232,9 +239,7 @@ fn state_of_different_exports_never_collides() {
     let x = file_id(0, 1 << 48);
     let y = file_id(1, 0);
     assert_ne!(x, y);
-    let clock = ManualClock::new();
-    let mut c = core(Grace::none());
-    let (a, _, _) = client(&mut c, &clock, b"a", 1);
+    let (clock, mut c, a, _) = one_client(b"a");
     let (b, _, _) = client(&mut c, &clock, b"b", 1);
     open_file(&mut c, &clock, false, a, b"o", x, BOTH_DENY_BOTH).unwrap();
     open_file(&mut c, &clock, false, b, b"o", y, BOTH_DENY_BOTH).unwrap();
