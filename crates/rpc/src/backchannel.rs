@@ -313,13 +313,7 @@ fn encode_call_record(
             max: MAX_FRAGMENT - (out.len() - 4),
         });
     }
-    out[..4].copy_from_slice(&(len as u32 | LAST_FRAGMENT).to_be_bytes());
-    if inline {
-        out.put_slice(&args);
-        Ok((out.freeze(), Bytes::new()))
-    } else {
-        Ok((out.freeze(), args))
-    }
+    Ok(finish_record(out, args, inline))
 }
 
 /// A per-connection starting xid, so xids of different connections (and server restarts)

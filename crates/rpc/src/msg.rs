@@ -385,6 +385,20 @@ pub fn record(msg: &[u8]) -> Bytes {
     out.freeze()
 }
 
+/// Completes the one-fragment record that `out` holds from its 4-byte placeholder
+/// mark on, followed by `body`: the mark is set and `body` is copied into `out` when
+/// `inline`, else returned as a second buffer (a large body gets an iovec of its own).
+pub(crate) fn finish_record(mut out: BytesMut, body: Bytes, inline: bool) -> (Bytes, Bytes) {
+    let len = out.len() - 4 + body.len();
+    out[..4].copy_from_slice(&(len as u32 | LAST_FRAGMENT).to_be_bytes());
+    if inline {
+        out.put_slice(&body);
+        (out.freeze(), Bytes::new())
+    } else {
+        (out.freeze(), body)
+    }
+}
+
 /// Encode a complete CALL message (without record mark): header, null verifier, `args`.
 pub fn encode_call(
     xid: u32,
