@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{bin, free_port, spawn_serve, terminate, wait_listening};
+use common::{free_port, serve_help, spawn_serve, terminate, wait_listening};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -196,10 +196,7 @@ fn no_rpcbind_flag_registers_nothing() {
 
 #[test]
 fn help_documents_no_rpcbind() {
-    let out = Command::new(bin())
-        .args(["serve", "--help"])
-        .output()
-        .unwrap();
+    let out = serve_help();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("--no-rpcbind"), "{text}");
     assert!(text.contains("portmapper"), "{text}");

@@ -2,15 +2,12 @@
 
 mod common;
 
-use common::{bin, free_port, spawn_serve, terminate, wait_listening};
+use common::{bin, free_port, serve_help, spawn_serve, terminate, wait_listening};
 use std::process::Command;
 
 #[test]
 fn help_explains_the_common_cases() {
-    let out = Command::new(bin())
-        .args(["serve", "--help"])
-        .output()
-        .unwrap();
+    let out = serve_help();
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     for needle in [

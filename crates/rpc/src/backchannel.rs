@@ -304,7 +304,8 @@ fn encode_call_record(
     let inline = args.len() <= INLINE_ARGS;
     let mut out = BytesMut::with_capacity(4 + 64 + MAX_AUTH_BYTES + args.len());
     out.put_u32(0);
-    encode_call_into(&mut out, xid, prog, vers, proc_num, cred, &[]);
+    let header = CallHeader::new(xid, prog, vers, proc_num, cred);
+    encode_call_into(&mut out, &header, &[]);
     let len = out.len() - 4 + args.len();
     if len > MAX_FRAGMENT {
         return Err(CallbackError::ArgsTooLarge {
@@ -312,13 +313,7 @@ fn encode_call_record(
             max: MAX_FRAGMENT - (out.len() - 4),
         });
     }
-    out[..4].copy_from_slice(&(len as u32 | LAST_FRAGMENT).to_be_bytes());
-    if inline {
-        out.put_slice(&args);
-        Ok((out.freeze(), Bytes::new()))
-    } else {
-        Ok((out.freeze(), args))
-    }
+    Ok(finish_record(out, args, inline))
 }
 
 /// A per-connection starting xid, so xids of different connections (and server restarts)

@@ -148,7 +148,8 @@ impl RpcClient {
         let xid = self.next_xid();
         let mut out = BytesMut::with_capacity(4 + 64 + args.len());
         out.put_u32(0);
-        encode_call_into(&mut out, xid, prog, vers, proc_num, &self.cred, &args);
+        let header = CallHeader::new(xid, prog, vers, proc_num, &self.cred);
+        encode_call_into(&mut out, &header, &args);
         let len = out.len() - 4;
         if len > MAX_FRAGMENT {
             return Err(RpcError::RecordTooLarge {

@@ -207,6 +207,22 @@ pub struct CallHeader {
     pub verf: OpaqueAuth,
 }
 
+impl CallHeader {
+    /// The header of a CALL of `proc_num` in `prog` version `vers` with `cred` and a
+    /// null verifier.
+    pub fn new(xid: u32, prog: u32, vers: u32, proc_num: u32, cred: &Credential) -> Self {
+        CallHeader {
+            xid,
+            rpcvers: RPC_VERSION,
+            prog,
+            vers,
+            proc_num,
+            cred: cred.to_opaque_auth(),
+            verf: OpaqueAuth::none(),
+        }
+    }
+}
+
 impl Encode for CallHeader {
     fn encode(&self, out: &mut BytesMut) {
         put_u32(out, self.xid);
@@ -369,6 +385,20 @@ pub fn record(msg: &[u8]) -> Bytes {
     out.freeze()
 }
 
+/// Completes the one-fragment record that `out` holds from its 4-byte placeholder
+/// mark on, followed by `body`: the mark is set and `body` is copied into `out` when
+/// `inline`, else returned as a second buffer (a large body gets an iovec of its own).
+pub(crate) fn finish_record(mut out: BytesMut, body: Bytes, inline: bool) -> (Bytes, Bytes) {
+    let len = out.len() - 4 + body.len();
+    out[..4].copy_from_slice(&(len as u32 | LAST_FRAGMENT).to_be_bytes());
+    if inline {
+        out.put_slice(&body);
+        (out.freeze(), Bytes::new())
+    } else {
+        (out.freeze(), body)
+    }
+}
+
 /// Encode a complete CALL message (without record mark): header, null verifier, `args`.
 pub fn encode_call(
     xid: u32,
@@ -379,29 +409,16 @@ pub fn encode_call(
     args: &[u8],
 ) -> Bytes {
     let mut out = BytesMut::with_capacity(64 + args.len());
-    encode_call_into(&mut out, xid, prog, vers, proc_num, cred, args);
+    encode_call_into(
+        &mut out,
+        &CallHeader::new(xid, prog, vers, proc_num, cred),
+        args,
+    );
     out.freeze()
 }
 
-pub(crate) fn encode_call_into(
-    out: &mut BytesMut,
-    xid: u32,
-    prog: u32,
-    vers: u32,
-    proc_num: u32,
-    cred: &Credential,
-    args: &[u8],
-) {
-    CallHeader {
-        xid,
-        rpcvers: RPC_VERSION,
-        prog,
-        vers,
-        proc_num,
-        cred: cred.to_opaque_auth(),
-        verf: OpaqueAuth::none(),
-    }
-    .encode(out);
+pub(crate) fn encode_call_into(out: &mut BytesMut, header: &CallHeader, args: &[u8]) {
+    header.encode(out);
     out.put_slice(args);
 }
 

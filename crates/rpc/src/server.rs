@@ -531,14 +531,7 @@ fn encode_reply(xid: u32, reply: Reply) -> Option<(Bytes, Bytes)> {
     let mut out = BytesMut::with_capacity(48 + if inline { body.len() } else { 0 });
     out.put_u32(0);
     encode_reply_header(&mut out, xid, &hdr);
-    let len = out.len() - 4 + body.len();
-    out[..4].copy_from_slice(&(len as u32 | LAST_FRAGMENT).to_be_bytes());
-    if inline {
-        out.put_slice(&body);
-        Some((out.freeze(), Bytes::new()))
-    } else {
-        Some((out.freeze(), body))
-    }
+    Some(finish_record(out, body, inline))
 }
 
 /// The outcome of parsing one received record.

@@ -12,15 +12,9 @@ use bytes::Bytes;
 use common::*;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
-use txnfs_rpc::{Credential, RpcClient, RpcError, ServerConfig};
+use txnfs_rpc::{RpcClient, RpcError, ServerConfig};
 
 const T: Duration = Duration::from_secs(20);
-
-async fn client(srv: &TestServer) -> RpcClient {
-    RpcClient::connect(srv.addr, Credential::None)
-        .await
-        .expect("connect")
-}
 
 /// Proc 2 of the toy service sleeps this many milliseconds before answering.
 fn sleep_args(ms: u32) -> Bytes {
@@ -40,46 +34,29 @@ async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
 async fn idle_clients(srv: &TestServer, n: usize) -> Vec<RpcClient> {
     let mut v = Vec::with_capacity(n);
     for _ in 0..n {
-        let c = client(srv).await;
-        c.call(PROG, 1, 0, Bytes::new()).await.expect("NULL");
+        let c = srv.client().await;
+        null(&c).await.expect("NULL");
         v.push(c);
     }
     v
 }
 
 async fn full_table_serves_new_client(limit: usize) {
-    let srv = TestServer::start_with(ServerConfig {
-        max_connections: limit,
-        ..ServerConfig::default()
-    })
-    .await;
+    let srv = TestServer::start_set(|c| c.max_connections = limit).await;
     let old = idle_clients(&srv, limit).await;
-    let new = client(&srv).await;
-    new.call(PROG, 1, 0, Bytes::new())
+    let new = srv.client().await;
+    null(&new)
         .await
         .expect("NULL on a new connection while the table is full of idle ones");
-    let echo = new
-        .call(PROG, 1, 1, Bytes::from_static(b"ping"))
-        .await
-        .expect("echo");
-    assert_eq!(&echo[..], b"ping");
+    assert_echo(&new, 1, b"ping", "echo").await;
     // Exactly one connection made room: the first, idle longest.
     wait_for("the evicted connection to close", || {
         srv.svc.closed.load(Ordering::Relaxed) >= 1
     })
     .await;
-    assert!(matches!(
-        old[0].call(PROG, 1, 0, Bytes::new()).await,
-        Err(RpcError::Disconnected)
-    ));
-    old[1]
-        .call(PROG, 1, 0, Bytes::new())
-        .await
-        .expect("the second oldest is kept");
-    old[limit - 1]
-        .call(PROG, 1, 0, Bytes::new())
-        .await
-        .expect("the newest is kept");
+    assert!(matches!(null(&old[0]).await, Err(RpcError::Disconnected)));
+    null(&old[1]).await.expect("the second oldest is kept");
+    null(&old[limit - 1]).await.expect("the newest is kept");
     assert_eq!(srv.svc.closed.load(Ordering::Relaxed), 1);
     srv.stop().await.expect("stop");
 }
@@ -118,13 +95,9 @@ fn rlimit_nofile() -> u64 {
 /// and the busy one's reply arrives.
 #[tokio::test]
 async fn connection_with_call_in_progress_is_not_chosen() {
-    let srv = TestServer::start_with(ServerConfig {
-        max_connections: 4,
-        ..ServerConfig::default()
-    })
-    .await;
+    let srv = TestServer::start_set(|c| c.max_connections = 4).await;
     // The busy connection's bytes moved first, so by time alone it would be the victim.
-    let busy = Arc::new(client(&srv).await);
+    let busy = Arc::new(srv.client().await);
     let slow = {
         let busy = busy.clone();
         tokio::spawn(async move { busy.call(PROG, 1, 2, sleep_args(1500)).await })
@@ -134,40 +107,31 @@ async fn connection_with_call_in_progress_is_not_chosen() {
     })
     .await;
     let others = idle_clients(&srv, 3).await;
-    let new = client(&srv).await;
-    new.call(PROG, 1, 0, Bytes::new())
-        .await
-        .expect("new client served");
+    let new = srv.client().await;
+    null(&new).await.expect("new client served");
     let reply = slow
         .await
         .expect("task")
         .expect("the busy call is answered");
     assert_eq!(reply, sleep_args(1500));
     assert!(matches!(
-        others[0].call(PROG, 1, 0, Bytes::new()).await,
+        null(&others[0]).await,
         Err(RpcError::Disconnected)
     ));
-    busy.call(PROG, 1, 0, Bytes::new())
+    null(&busy)
         .await
         .expect("the busy connection is still open");
-    others[1]
-        .call(PROG, 1, 0, Bytes::new())
-        .await
-        .expect("kept");
+    null(&others[1]).await.expect("kept");
     assert_eq!(srv.svc.closed.load(Ordering::Relaxed), 1);
     srv.stop().await.expect("stop");
 }
 
 #[tokio::test]
 async fn idle_connection_is_closed_after_the_idle_timeout() {
-    let srv = TestServer::start_with(ServerConfig {
-        idle_timeout: Some(Duration::from_millis(300)),
-        ..ServerConfig::default()
-    })
-    .await;
+    let srv = TestServer::start_set(|c| c.idle_timeout = Some(Duration::from_millis(300))).await;
     let mut raw = TcpStream::connect(srv.addr).await.expect("connect");
-    let c = client(&srv).await;
-    c.call(PROG, 1, 0, Bytes::new()).await.expect("NULL");
+    let c = srv.client().await;
+    null(&c).await.expect("NULL");
     let start = Instant::now();
     let (_, closed) = read_until_close(&mut raw, Duration::from_secs(5)).await;
     assert!(closed, "the idle connection was not closed");
@@ -180,10 +144,7 @@ async fn idle_connection_is_closed_after_the_idle_timeout() {
         srv.svc.closed.load(Ordering::Relaxed) == 2
     })
     .await;
-    assert!(matches!(
-        c.call(PROG, 1, 0, Bytes::new()).await,
-        Err(RpcError::Disconnected)
-    ));
+    assert!(matches!(null(&c).await, Err(RpcError::Disconnected)));
     srv.stop().await.expect("stop");
 }
 
@@ -191,12 +152,8 @@ async fn idle_connection_is_closed_after_the_idle_timeout() {
 /// only once it has been idle for the timeout after the reply.
 #[tokio::test]
 async fn connection_with_call_in_progress_outlives_the_idle_timeout() {
-    let srv = TestServer::start_with(ServerConfig {
-        idle_timeout: Some(Duration::from_millis(200)),
-        ..ServerConfig::default()
-    })
-    .await;
-    let c = client(&srv).await;
+    let srv = TestServer::start_set(|c| c.idle_timeout = Some(Duration::from_millis(200))).await;
+    let c = srv.client().await;
     let reply = c
         .call(PROG, 1, 2, sleep_args(900))
         .await
@@ -213,15 +170,11 @@ async fn connection_with_call_in_progress_outlives_the_idle_timeout() {
 /// Without an idle timeout idle connections stay.
 #[tokio::test]
 async fn no_idle_timeout_keeps_idle_connections() {
-    let srv = TestServer::start_with(ServerConfig {
-        idle_timeout: None,
-        ..ServerConfig::default()
-    })
-    .await;
-    let c = client(&srv).await;
-    c.call(PROG, 1, 0, Bytes::new()).await.expect("NULL");
+    let srv = TestServer::start_set(|c| c.idle_timeout = None).await;
+    let c = srv.client().await;
+    null(&c).await.expect("NULL");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    c.call(PROG, 1, 0, Bytes::new()).await.expect("still open");
+    null(&c).await.expect("still open");
     assert_eq!(srv.svc.closed.load(Ordering::Relaxed), 0);
     srv.stop().await.expect("stop");
 }

@@ -11,7 +11,7 @@ use tokio::net::TcpStream;
 use txnfs_rpc::msg::{CallHeader, OpaqueAuth, AUTH_SYS, RPCSEC_GSS};
 use txnfs_rpc::{
     decode_reply, encode_call, read_record, record, AuthStat, AuthSys, Credential, RpcClient,
-    RpcError, ServerConfig,
+    RpcError,
 };
 use txnfs_xdr::Encode;
 
@@ -25,12 +25,6 @@ fn sys_cred() -> Credential {
         gid: 100,
         gids: vec![100, 101, 102],
     })
-}
-
-async fn client(srv: &TestServer) -> RpcClient {
-    RpcClient::connect(srv.addr, Credential::None)
-        .await
-        .expect("connect")
 }
 
 /// Send one raw record on a fresh connection and decode the single reply.
@@ -47,23 +41,19 @@ async fn raw_call(srv: &TestServer, msg: &[u8]) -> (u32, Result<Bytes, RpcError>
 #[tokio::test]
 async fn null_round_trip() {
     let srv = TestServer::start().await;
-    let c = client(&srv).await;
-    let r = c.call(PROG, 1, 0, Bytes::new()).await.expect("NULL");
+    let c = srv.client().await;
+    let r = null(&c).await.expect("NULL");
     assert!(r.is_empty());
     let c2 = RpcClient::connect(srv.addr, sys_cred())
         .await
         .expect("connect");
-    let r = c2
-        .call(PROG, 2, 1, Bytes::from_static(b"abcd"))
-        .await
-        .expect("echo");
-    assert_eq!(&r[..], b"abcd");
+    assert_echo(&c2, 2, b"abcd", "echo").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_calls_out_of_order() {
     let srv = TestServer::start().await;
-    let c = Arc::new(client(&srv).await);
+    let c = Arc::new(srv.client().await);
     let start = Instant::now();
     let mut tasks = Vec::new();
     for i in 0..200u32 {
@@ -125,7 +115,7 @@ async fn multi_fragment_request_is_reassembled() {
     assert_eq!(&r.expect("success")[..], &args[..]);
 
     // The same through the client's raw helper.
-    let c = client(&srv).await;
+    let c = srv.client().await;
     let r = c
         .call_raw_record(0xabcd, Bytes::from(wire))
         .await
@@ -136,7 +126,7 @@ async fn multi_fragment_request_is_reassembled() {
 #[tokio::test]
 async fn accept_errors() {
     let srv = TestServer::start().await;
-    let c = client(&srv).await;
+    let c = srv.client().await;
     assert!(matches!(
         c.call(PROG + 1, 1, 0, Bytes::new()).await,
         Err(RpcError::ProgUnavail)
@@ -162,7 +152,7 @@ async fn accept_errors() {
         c.call(PROG, 1, 4, Bytes::new()).await,
         Err(RpcError::SystemErr)
     ));
-    assert!(c.call(PROG, 1, 0, Bytes::new()).await.is_ok());
+    assert!(null(&c).await.is_ok());
 }
 
 fn header(xid: u32, rpcvers: u32, cred: OpaqueAuth) -> Vec<u8> {
@@ -252,8 +242,8 @@ async fn malformed_header_gets_garbage_args() {
 /// Sends `bad` on its own connection; asserts the server closes it, and that a client
 /// connected before keeps working.
 async fn assert_closes_only_that_connection(srv: &TestServer, bad: &[u8], half_close: bool) {
-    let good = client(srv).await;
-    good.call(PROG, 1, 0, Bytes::new()).await.expect("before");
+    let good = srv.client().await;
+    null(&good).await.expect("before");
     let mut s = TcpStream::connect(srv.addr).await.expect("connect");
     write_lenient(&mut s, bad).await;
     if half_close {
@@ -262,11 +252,7 @@ async fn assert_closes_only_that_connection(srv: &TestServer, bad: &[u8], half_c
     let (reply, closed) = read_until_close(&mut s, Duration::from_secs(5)).await;
     assert!(closed, "server kept the bad connection open");
     assert!(reply.is_empty(), "unexpected reply bytes {reply:?}");
-    let r = good
-        .call(PROG, 1, 1, Bytes::from_static(b"still here"))
-        .await
-        .expect("after");
-    assert_eq!(&r[..], b"still here");
+    assert_echo(&good, 1, b"still here", "after").await;
 }
 
 #[tokio::test]
@@ -297,22 +283,15 @@ async fn hostile_connections_are_closed_alone() {
 
 #[tokio::test]
 async fn oversized_record_respects_config() {
-    let srv = TestServer::start_with(ServerConfig {
-        max_record_size: 1024,
-        ..ServerConfig::default()
-    })
-    .await;
-    let c = client(&srv).await;
+    let srv = TestServer::start_set(|c| c.max_record_size = 1024).await;
+    let c = srv.client().await;
     let ok = Bytes::from(vec![5u8; 900]);
     assert_eq!(c.call(PROG, 1, 1, ok.clone()).await.expect("fits"), ok);
     let r = c.call(PROG, 1, 1, Bytes::from(vec![5u8; 1100])).await;
     assert!(matches!(r, Err(RpcError::Disconnected)), "{r:?}");
     // The dead client reports Disconnected from now on; the server serves others.
-    assert!(matches!(
-        c.call(PROG, 1, 0, Bytes::new()).await,
-        Err(RpcError::Disconnected)
-    ));
-    let c2 = client(&srv).await;
+    assert!(matches!(null(&c).await, Err(RpcError::Disconnected)));
+    let c2 = srv.client().await;
     assert_eq!(c2.call(PROG, 1, 1, ok.clone()).await.expect("fits"), ok);
 }
 
@@ -365,12 +344,8 @@ async fn pipelined_requests_in_one_write() {
 
 #[tokio::test]
 async fn in_flight_limit_still_answers_everything() {
-    let srv = TestServer::start_with(ServerConfig {
-        max_in_flight_per_conn: 3,
-        ..ServerConfig::default()
-    })
-    .await;
-    let c = Arc::new(client(&srv).await);
+    let srv = TestServer::start_set(|c| c.max_in_flight_per_conn = 3).await;
+    let c = Arc::new(srv.client().await);
     let mut tasks = Vec::new();
     for i in 0..30u32 {
         let c = c.clone();
@@ -398,13 +373,9 @@ async fn in_flight_limit_still_answers_everything() {
 /// (Idle connections make room instead: tests/conn_limits.rs.)
 #[tokio::test]
 async fn max_connections_refuses_extra_when_all_busy() {
-    let srv = TestServer::start_with(ServerConfig {
-        max_connections: 1,
-        ..ServerConfig::default()
-    })
-    .await;
-    let c1 = Arc::new(client(&srv).await);
-    c1.call(PROG, 1, 0, Bytes::new()).await.expect("first");
+    let srv = TestServer::start_set(|c| c.max_connections = 1).await;
+    let c1 = Arc::new(srv.client().await);
+    null(&c1).await.expect("first");
     let busy = {
         let c1 = c1.clone();
         tokio::spawn(async move {
@@ -416,24 +387,19 @@ async fn max_connections_refuses_extra_when_all_busy() {
     while srv.svc.calls.load(Ordering::Relaxed) < 2 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let c2 = client(&srv).await;
-    assert!(matches!(
-        c2.call(PROG, 1, 0, Bytes::new()).await,
-        Err(RpcError::Disconnected)
-    ));
+    let c2 = srv.client().await;
+    assert!(matches!(null(&c2).await, Err(RpcError::Disconnected)));
     busy.await
         .expect("task")
         .expect("the busy call is answered");
-    c1.call(PROG, 1, 0, Bytes::new())
-        .await
-        .expect("first still works");
+    null(&c1).await.expect("first still works");
 }
 
 #[tokio::test]
 async fn connection_closed_is_reported() {
     let srv = TestServer::start().await;
-    let c = client(&srv).await;
-    c.call(PROG, 1, 0, Bytes::new()).await.expect("call");
+    let c = srv.client().await;
+    null(&c).await.expect("call");
     drop(c);
     let deadline = Instant::now() + T;
     while srv.svc.closed.load(Ordering::Relaxed) == 0 {
@@ -447,7 +413,7 @@ async fn connection_closed_is_reported() {
 async fn graceful_shutdown_finishes_in_flight_calls() {
     let srv = TestServer::start().await;
     let addr = srv.addr;
-    let c = Arc::new(client(&srv).await);
+    let c = Arc::new(srv.client().await);
     let mut a = BytesMut::new();
     a.put_u32(300);
     let a = a.freeze();
@@ -493,12 +459,8 @@ async fn client_reports_disconnect_for_pending_calls() {
 
 #[tokio::test]
 async fn shutdown_grace_is_bounded() {
-    let srv = TestServer::start_with(ServerConfig {
-        shutdown_grace: Duration::from_millis(200),
-        ..ServerConfig::default()
-    })
-    .await;
-    let c = Arc::new(client(&srv).await);
+    let srv = TestServer::start_set(|c| c.shutdown_grace = Duration::from_millis(200)).await;
+    let c = Arc::new(srv.client().await);
     let call = {
         let c = c.clone();
         tokio::spawn(async move {
@@ -534,7 +496,7 @@ async fn credential_and_conn_id_reach_the_service() {
     let c1 = RpcClient::connect(srv.addr, sys_cred())
         .await
         .expect("connect");
-    let c2 = client(&srv).await;
+    let c2 = srv.client().await;
     let mut r = c1.call(PROG, 1, 5, Bytes::new()).await.expect("whoami");
     assert_eq!(r.get_u32(), 1);
     assert_eq!((r.get_u32(), r.get_u32(), r.get_u32()), (1000, 100, 3));
@@ -551,7 +513,7 @@ async fn credential_and_conn_id_reach_the_service() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_records_both_ways() {
     let srv = TestServer::start().await;
-    let c = Arc::new(client(&srv).await);
+    let c = Arc::new(srv.client().await);
     let mut tasks = Vec::new();
     for i in 0..6u32 {
         let c = c.clone();
@@ -592,16 +554,12 @@ async fn large_records_both_ways() {
         "{:?}",
         r.map(|b| b.len())
     );
-    assert!(c.call(PROG, 1, 0, Bytes::new()).await.is_ok());
+    assert!(null(&c).await.is_ok());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_that_does_not_read_gets_backpressure_not_loss() {
-    let srv = TestServer::start_with(ServerConfig {
-        max_in_flight_per_conn: 4,
-        ..ServerConfig::default()
-    })
-    .await;
+    let srv = TestServer::start_set(|c| c.max_in_flight_per_conn = 4).await;
     let s = TcpStream::connect(srv.addr).await.expect("connect");
     let (mut rd, mut wr) = s.into_split();
     const N: u32 = 100;

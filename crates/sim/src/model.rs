@@ -328,6 +328,11 @@ mod tests {
         Bytes::from(vec![n; 4])
     }
 
+    /// `check_read` of the file of [`model_with_file`].
+    fn read_f(m: &Model, offset: u64, count: u32, data: &[u8], eof: bool) -> Result<u64, String> {
+        m.check_read(&fh(1), offset, count, data, eof)
+    }
+
     fn model_with_file() -> Model {
         let mut m = Model {
             root: fh(0),
@@ -342,16 +347,10 @@ mod tests {
     fn reads_must_match_acknowledged_bytes() {
         let mut m = model_with_file();
         m.write(&fh(1), 2, b"abc", true);
-        assert_eq!(m.check_read(&fh(1), 0, 10, b"\0\0abc", true), Ok(5));
-        assert!(m.check_read(&fh(1), 2, 3, b"abX", false).is_err());
-        assert!(
-            m.check_read(&fh(1), 0, 10, b"\0\0abc!", true).is_err(),
-            "beyond size"
-        );
-        assert!(
-            m.check_read(&fh(1), 0, 10, b"\0\0a", true).is_err(),
-            "early eof"
-        );
+        assert_eq!(read_f(&m, 0, 10, b"\0\0abc", true), Ok(5));
+        assert!(read_f(&m, 2, 3, b"abX", false).is_err());
+        assert!(read_f(&m, 0, 10, b"\0\0abc!", true).is_err(), "beyond size");
+        assert!(read_f(&m, 0, 10, b"\0\0a", true).is_err(), "early eof");
     }
 
     #[test]
@@ -360,13 +359,13 @@ mod tests {
         m.write(&fh(1), 0, b"ab", true);
         m.write(&fh(1), 2, b"cd", false);
         m.restart();
-        assert_eq!(m.check_read(&fh(1), 0, 4, b"abXY", true), Ok(2));
-        assert!(m.check_read(&fh(1), 0, 4, b"Xb", true).is_err());
+        assert_eq!(read_f(&m, 0, 4, b"abXY", true), Ok(2));
+        assert!(read_f(&m, 0, 4, b"Xb", true).is_err());
         m.write(&fh(1), 0, b"zz", false);
         m.commit(&fh(1));
         m.restart();
         assert!(
-            m.check_read(&fh(1), 0, 2, b"ab", true).is_err(),
+            read_f(&m, 0, 2, b"ab", true).is_err(),
             "commit made zz durable"
         );
     }

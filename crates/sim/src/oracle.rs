@@ -2,12 +2,23 @@
 //! and the client's view updated from what was executed.
 
 use crate::client::{Intent, SimClient};
-use crate::model::{range_end, LockOwner, Obj};
+use crate::model::{range_end, LockOwner, Obj, OpenOwner};
 use crate::sim::{Sim, Violation, ViolationKind as K};
 use crate::wire::{decode_change_size, status_of, Fh};
 use txnfs_proto::nfs4::*;
 
 use nfsstat4::*;
+
+/// The `NFS4_OK` result of op `$i` of `$res`, which must be a `$op` (`$what`): else
+/// a harness violation, returned from the calling function.
+macro_rules! ok_result {
+    ($res:expr, $i:expr, $op:ident, $ty:ident, $what:literal) => {
+        match $res.resarray.get($i) {
+            Some(nfs_resop4::$op($ty::NFS4_OK(r))) => r,
+            _ => return Err(Violation::new(K::Harness, concat!($what, " result shape"))),
+        }
+    };
+}
 
 fn st(res: &COMPOUND4res, i: usize) -> Option<nfsstat4> {
     res.resarray.get(i).map(status_of)
@@ -36,6 +47,22 @@ fn expect(
         K::UnexpectedStatus,
         format!("{what}: answered {s:?}, allowed {allowed:?}"),
     ))
+}
+
+/// A CLOSE (op `i`) of `owner`'s open of `file`: checked, and once it worked the
+/// model forgets the open.
+fn closed(
+    sim: &mut Sim,
+    what: &str,
+    res: &COMPOUND4res,
+    i: usize,
+    (file, owner): (&Fh, &OpenOwner),
+    faulted: bool,
+) -> Result<(), Violation> {
+    if expect(what, st(res, i), &[NFS4_OK], faulted)? {
+        sim.model.remove_open(file, owner);
+    }
+    Ok(())
 }
 
 fn cinfo(sim: &mut Sim, dir: &Fh, c: &change_info4, what: &str) -> Result<(), Violation> {
@@ -71,17 +98,21 @@ fn judge_conflict<C>(
     Ok(())
 }
 
-/// The ledger's count of the backend applying the request with `token`, against the
-/// reply: acknowledged (`ok`) means applied exactly once, else `twice` describes the
-/// violation. Not acknowledged: `Ok(false)`, after `unseen` if it took effect anyway.
+/// Op 2 of `res` (checked as `what`) against the ledger's count of the backend applying
+/// the request with the token of `(kind, key)`: acknowledged means applied exactly once,
+/// else `twice` describes the violation. Not acknowledged: `Ok(false)`, after `unseen`
+/// if it took effect anyway.
 fn applied_once(
     sim: &mut Sim,
-    ok: bool,
-    token: u64,
+    what: &str,
+    res: &COMPOUND4res,
+    faulted: bool,
+    (kind, key): (u8, &[u8]),
     twice: impl FnOnce(u32) -> String,
     unseen: impl FnOnce(&mut Sim),
 ) -> Result<bool, Violation> {
-    let applied = sim.ledger.applied(token);
+    let ok = expect(what, st(res, 2), &[NFS4_OK], faulted)?;
+    let applied = sim.ledger.applied(crate::fault::token(kind, key));
     if !ok {
         if applied > 0 {
             unseen(sim);
@@ -166,12 +197,12 @@ pub fn judge(
     match intent {
         Intent::Renew => Ok(()),
         Intent::OpenCreate { dir, name } => {
-            let ok = expect("OPEN create", st(res, 2), &[NFS4_OK], faulted)?;
-            let token = crate::fault::token(crate::fault::TOKEN_CREATE, name);
             let done = applied_once(
                 sim,
-                ok,
-                token,
+                "OPEN create",
+                res,
+                faulted,
+                (crate::fault::TOKEN_CREATE, name),
                 |n| format!("OPEN created {name:?} {n} times"),
                 // Created, then a later step failed: the name exists unseen.
                 |sim| sim.model.uncertain_dirs.push(dir.clone()),
@@ -179,9 +210,7 @@ pub fn judge(
             if !done {
                 return Ok(());
             }
-            let Some(nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(o))) = res.resarray.get(2) else {
-                return Err(Violation::new(K::Harness, "OPEN result shape"));
-            };
+            let o = ok_result!(res, 2, OP_OPEN, OPEN4res, "OPEN");
             let new = (dir, name, false);
             let fh = enter_created(sim, res, &o.cinfo, new, "OPEN create", "OPEN")?;
             sim.model
@@ -236,9 +265,7 @@ pub fn judge(
                     OPEN4_SHARE_ACCESS_READ,
                     OPEN4_SHARE_DENY_BOTH,
                 );
-                if expect("CLOSE probe", st(res, 3), &[NFS4_OK], faulted)? {
-                    sim.model.remove_open(file, &probe);
-                }
+                closed(sim, "CLOSE probe", res, 3, (file, &probe), faulted)?;
             }
             Ok(())
         }
@@ -248,21 +275,19 @@ pub fn judge(
             data,
             commit,
         } => {
-            let ok = expect("WRITE", st(res, 2), &[NFS4_OK], faulted)?;
-            let token = crate::fault::token(crate::fault::TOKEN_WRITE, data);
             let done = applied_once(
                 sim,
-                ok,
-                token,
+                "WRITE",
+                res,
+                faulted,
+                (crate::fault::TOKEN_WRITE, data),
                 |n| format!("an acknowledged WRITE was applied {n} times"),
                 |sim| sim.model.write_unknown(file, *offset, data.len()),
             )?;
             if !done {
                 return Ok(());
             }
-            let Some(nfs_resop4::OP_WRITE(WRITE4res::NFS4_OK(w))) = res.resarray.get(2) else {
-                return Err(Violation::new(K::Harness, "WRITE result shape"));
-            };
+            let w = ok_result!(res, 2, OP_WRITE, WRITE4res, "WRITE");
             if w.count as usize != data.len() {
                 return Err(Violation::new(K::UnexpectedStatus, "short WRITE"));
             }
@@ -270,10 +295,7 @@ pub fn judge(
             let stable = w.committed != stable_how4::UNSTABLE4;
             sim.model.write(file, *offset, data, stable);
             if *commit && expect("COMMIT", st(res, 3), &[NFS4_OK], faulted)? {
-                let Some(nfs_resop4::OP_COMMIT(COMMIT4res::NFS4_OK(c))) = res.resarray.get(3)
-                else {
-                    return Err(Violation::new(K::Harness, "COMMIT result shape"));
-                };
+                let c = ok_result!(res, 3, OP_COMMIT, COMMIT4res, "COMMIT");
                 check_verf(sim, c.writeverf)?;
                 if c.writeverf == w.writeverf {
                     sim.model.commit(file);
@@ -296,9 +318,7 @@ pub fn judge(
                     .share_conflict(file, &nobody, OPEN4_SHARE_ACCESS_READ, 0);
             let allowed = if denied { NFS4ERR_LOCKED } else { NFS4_OK };
             if expect("READ", st(res, 2), &[allowed], faulted)? {
-                let Some(nfs_resop4::OP_READ(READ4res::NFS4_OK(r))) = res.resarray.get(2) else {
-                    return Err(Violation::new(K::Harness, "READ result shape"));
-                };
+                let r = ok_result!(res, 2, OP_READ, READ4res, "READ");
                 sim.stats.bytes_verified += sim
                     .model
                     .check_read(file, *offset, *count, &r.data, r.eof)
@@ -306,12 +326,7 @@ pub fn judge(
             }
             Ok(())
         }
-        Intent::Close { file } => {
-            if expect("CLOSE", st(res, 2), &[NFS4_OK], faulted)? {
-                sim.model.remove_open(file, &oo);
-            }
-            Ok(())
-        }
+        Intent::Close { file } => closed(sim, "CLOSE", res, 2, (file, &oo), faulted),
         Intent::Lock {
             file,
             owner,
@@ -380,9 +395,7 @@ pub fn judge(
             if !expect("CREATE dir", st(res, 2), &[NFS4_OK], faulted)? {
                 return Ok(());
             }
-            let Some(nfs_resop4::OP_CREATE(CREATE4res::NFS4_OK(c))) = res.resarray.get(2) else {
-                return Err(Violation::new(K::Harness, "CREATE result shape"));
-            };
+            let c = ok_result!(res, 2, OP_CREATE, CREATE4res, "CREATE");
             enter_created(sim, res, &c.cinfo, (dir, name, true), "CREATE", "CREATE")?;
             Ok(())
         }
@@ -400,10 +413,7 @@ pub fn judge(
                 &[NFS4_OK]
             };
             if expect("REMOVE", st(res, 2), allowed, faulted)? {
-                let Some(nfs_resop4::OP_REMOVE(REMOVE4res::NFS4_OK(r))) = res.resarray.get(2)
-                else {
-                    return Err(Violation::new(K::Harness, "REMOVE result shape"));
-                };
+                let r = ok_result!(res, 2, OP_REMOVE, REMOVE4res, "REMOVE");
                 cinfo(sim, &o.parent, &r.cinfo, "REMOVE")?;
                 if let Some(m) = sim.model.obj_mut(obj) {
                     m.alive = false;
@@ -418,9 +428,7 @@ pub fn judge(
             if !expect("RENAME", st(res, 4), &[NFS4_OK], faulted)? {
                 return Ok(());
             }
-            let Some(nfs_resop4::OP_RENAME(RENAME4res::NFS4_OK(r))) = res.resarray.get(4) else {
-                return Err(Violation::new(K::Harness, "RENAME result shape"));
-            };
+            let r = ok_result!(res, 4, OP_RENAME, RENAME4res, "RENAME");
             cinfo(sim, &o.parent, &r.source_cinfo, "RENAME source")?;
             cinfo(sim, to_dir, &r.target_cinfo, "RENAME target")?;
             if let Some(m) = sim.model.obj_mut(obj) {
@@ -445,9 +453,7 @@ pub fn judge(
             if !expect("GETATTR", st(res, 2), &[NFS4_OK], faulted)? {
                 return Ok(());
             }
-            let Some(nfs_resop4::OP_GETATTR(GETATTR4res::NFS4_OK(g))) = res.resarray.get(2) else {
-                return Err(Violation::new(K::Harness, "GETATTR result shape"));
-            };
+            let g = ok_result!(res, 2, OP_GETATTR, GETATTR4res, "GETATTR");
             let (change, size) = decode_change_size(&g.obj_attributes).ok_or_else(|| {
                 Violation::new(K::UnexpectedStatus, "GETATTR lacks change or size")
             })?;

@@ -43,31 +43,27 @@ pub struct Stateid {
 }
 
 impl Stateid {
+    /// A special stateid: `seqid` and an `other` of twelve `fill` bytes (§8.2.3).
+    const fn special(seqid: u32, fill: u8) -> Stateid {
+        Stateid {
+            seqid,
+            other: [fill; 12],
+        }
+    }
+
     /// The anonymous special stateid: all-zero `other`, seqid 0 (§8.2.3).
-    pub const ANONYMOUS: Stateid = Stateid {
-        seqid: 0,
-        other: [0; 12],
-    };
+    pub const ANONYMOUS: Stateid = Stateid::special(0, 0);
     /// The READ bypass special stateid: all-ones `other` and seqid (§8.2.3).
-    pub const READ_BYPASS: Stateid = Stateid {
-        seqid: u32::MAX,
-        other: [0xff; 12],
-    };
+    pub const READ_BYPASS: Stateid = Stateid::special(u32::MAX, 0xff);
     /// The "current stateid" special value: all-zero `other`, seqid 1
     /// (§8.2.3, §16.2.3.1.2). The COMPOUND executor must substitute the
     /// current stateid before calling this crate; if it reaches the table it
     /// is rejected with [`StateError::BadStateid`].
-    pub const CURRENT: Stateid = Stateid {
-        seqid: 1,
-        other: [0; 12],
-    };
+    pub const CURRENT: Stateid = Stateid::special(1, 0);
     /// The "invalid" special stateid: all-zero `other`, seqid all ones
     /// (§8.2.3). Always [`StateError::BadStateid`]; RFC 8881 §18.2.4 suggests
     /// servers return it from CLOSE.
-    pub const INVALID: Stateid = Stateid {
-        seqid: u32::MAX,
-        other: [0; 12],
-    };
+    pub const INVALID: Stateid = Stateid::special(u32::MAX, 0);
 
     /// Whether `other` is all zeros or all ones, i.e. one of the special
     /// stateids of RFC 8881 §8.2.3 (valid or not).

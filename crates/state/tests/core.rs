@@ -4,112 +4,21 @@
 use bytes::Bytes;
 use std::time::Duration;
 use txnfs_state::clock::{Clock, ManualClock};
-use txnfs_state::session::{
-    ChannelAttrs, CreateSessionArgs, SequenceArgs, SessionError, SessionId, SessionLimits,
-};
+use txnfs_state::session::{CreateSessionArgs, SequenceArgs, SessionError, SessionId};
 use txnfs_state::slots::SlotVerdict;
 use txnfs_state::*;
 
-const LEASE: Duration = Duration::from_secs(60);
-
-fn ch(slots: u32) -> ChannelAttrs {
-    ChannelAttrs {
-        max_request: 1 << 20,
-        max_response: 1 << 20,
-        max_response_cached: 1 << 16,
-        max_ops: 100,
-        max_requests: slots,
-    }
-}
-
-fn core(grace: Grace) -> StateCore {
-    StateCore::new(
-        CoreConfig {
-            boot_epoch: 3,
-            lease: LEASE,
-            sessions: SessionLimits {
-                max_clients: 16,
-                max_sessions_per_client: 4,
-                server_fore: ch(8),
-                server_back: ch(1),
-                back_channel: false,
-                reply_cache_bytes: usize::MAX,
-            },
-            state: StateLimits::default(),
-        },
-        grace,
-    )
-}
-
-/// EXCHANGE_ID + CREATE_SESSION: a confirmed client with one session.
-fn client(
-    c: &mut StateCore,
-    clock: &ManualClock,
-    owner: &'static [u8],
-    verifier: u8,
-) -> (ClientId, SessionId, Vec<Effect>) {
-    let e = c
-        .exchange_id(
-            &Bytes::from_static(owner),
-            [verifier; 8],
-            false,
-            clock.now(),
-        )
-        .unwrap();
-    let (out, effects) = c
-        .create_session(
-            &CreateSessionArgs {
-                clientid: e.clientid,
-                seq: e.sequenceid,
-                flags: 0,
-                fore: ch(4),
-                back: ch(1),
-                conn: 1,
-            },
-            clock.now(),
-        )
-        .unwrap();
-    // Outside grace there is nothing to reclaim, and a client says so before it opens
-    // or locks (RFC 8881 §18.51.3); the grace tests reclaim first and complete later.
-    if !c.in_grace(clock.now()) {
-        c.reclaim_complete(e.clientid, clock.now()).unwrap();
-    }
-    (e.clientid, out.id, effects)
-}
+mod common;
+use common::*;
 
 /// Share modes (access, deny) the tests open with.
 const READ_DENY_NONE: (u32, u32) = (SHARE_ACCESS_READ, SHARE_DENY_NONE);
 const BOTH_DENY_NONE: (u32, u32) = (SHARE_ACCESS_BOTH, SHARE_DENY_NONE);
 const BOTH_DENY_BOTH: (u32, u32) = (SHARE_ACCESS_BOTH, SHARE_DENY_BOTH);
 
-/// `StateCore::open` now, with the share mode as one (access, deny) pair.
-fn open_file(
-    c: &mut StateCore,
-    clock: &ManualClock,
-    reclaim: bool,
-    client: ClientId,
-    owner: &[u8],
-    file: FileId,
-    (access, deny): (u32, u32),
-) -> Result<Stateid, StateError> {
-    let req = OpenRequest {
-        owner,
-        file,
-        access,
-        deny,
-    };
-    c.open(clock.now(), reclaim, client, req)
-}
-
 /// LOCKT of `owner` for a read lock on byte 0 of `file`.
 fn read_lockt(owner: &[u8], file: FileId) -> LocktRequest<'_> {
-    LocktRequest {
-        owner,
-        file,
-        lock_type: LockType::Read,
-        offset: 0,
-        length: 1,
-    }
+    lockt(owner, file, LockType::Read, 0, 1)
 }
 
 fn owners(names: &[&'static [u8]]) -> Vec<Bytes> {
@@ -121,11 +30,21 @@ fn core_in_grace(clock: &ManualClock, names: &[&'static [u8]]) -> StateCore {
     core(Grace::new(clock.now() + LEASE, owners(names)))
 }
 
-fn persisted(effects: &[Effect]) -> Option<&ClientList> {
-    effects.iter().find_map(|e| match e {
-        Effect::PersistClients(l) => Some(l),
-        _ => None,
-    })
+/// A fresh clock and a core out of grace with the one confirmed client `owner`:
+/// (clock, core, client, its session).
+fn one_client(owner: &'static [u8]) -> (ManualClock, StateCore, ClientId, SessionId) {
+    let clock = ManualClock::new();
+    let mut c = core(Grace::none());
+    let (a, sa, _) = client(&mut c, &clock, owner, 1);
+    (clock, c, a, sa)
+}
+
+/// A core in grace waiting for the clients `names`, with the client "a" confirmed
+/// (and the effects of its confirmation).
+fn grace_and_a(clock: &ManualClock, names: &[&'static [u8]]) -> (StateCore, ClientId, Vec<Effect>) {
+    let mut c = core_in_grace(clock, names);
+    let (a, _, effects) = client(&mut c, clock, b"a", 1);
+    (c, a, effects)
 }
 
 fn released(effects: &[Effect]) -> Vec<(ClientId, ReleaseReason, usize)> {
@@ -143,33 +62,13 @@ fn released(effects: &[Effect]) -> Vec<(ClientId, ReleaseReason, usize)> {
 }
 
 fn sequence(c: &mut StateCore, clock: &ManualClock, s: SessionId, seqid: u32) -> SlotVerdict {
-    c.sequence(
-        &SequenceArgs {
-            session: s,
-            slot: 0,
-            seqid,
-            request_hash: u64::from(seqid),
-            nops: 2,
-            request_len: 200,
-            conn: 1,
-        },
-        clock.now(),
-    )
-    .unwrap()
-    .verdict
+    c.sequence(&sequence_args(s, seqid), clock.now())
+        .unwrap()
+        .verdict
 }
 
 fn lock_req(file: FileId, open: Stateid) -> LockRequest {
-    LockRequest {
-        file,
-        lock_type: LockType::Write,
-        offset: 0,
-        length: 10,
-        locker: Locker::NewOwner {
-            open_stateid: open,
-            lock_owner: b"lo".to_vec(),
-        },
-    }
+    write_lock(file, open, b"lo", 0)
 }
 
 #[test]
@@ -187,9 +86,7 @@ fn confirming_a_client_persists_the_list() {
 
 #[test]
 fn lease_expiry_releases_opens_and_locks_and_persists() {
-    let clock = ManualClock::new();
-    let mut c = core(Grace::none());
-    let (a, sa, _) = client(&mut c, &clock, b"a", 1);
+    let (clock, mut c, a, sa) = one_client(b"a");
     let (b, sb, _) = client(&mut c, &clock, b"b", 1);
     let f = file_id(1, 7);
     let open = open_file(&mut c, &clock, false, a, b"oa", f, BOTH_DENY_NONE).unwrap();
@@ -236,9 +133,7 @@ fn lease_expiry_releases_opens_and_locks_and_persists() {
 
 #[test]
 fn destroy_clientid_with_state_is_busy_and_changes_nothing() {
-    let clock = ManualClock::new();
-    let mut c = core(Grace::none());
-    let (a, sa, _) = client(&mut c, &clock, b"a", 1);
+    let (clock, mut c, a, sa) = one_client(b"a");
     let f = file_id(0, 1);
     let open = open_file(&mut c, &clock, false, a, b"o", f, READ_DENY_NONE).unwrap();
     c.destroy_session(&sa).unwrap();
@@ -262,18 +157,14 @@ fn destroy_clientid_with_state_is_busy_and_changes_nothing() {
 
 #[test]
 fn destroy_clientid_with_a_session_is_busy() {
-    let clock = ManualClock::new();
-    let mut c = core(Grace::none());
-    let (a, _, _) = client(&mut c, &clock, b"a", 1);
+    let (_, mut c, a, _) = one_client(b"a");
     assert_eq!(c.destroy_client(a), Err(SessionError::ClientIdBusy));
     assert_eq!(c.sessions().counts(), (1, 1));
 }
 
 #[test]
 fn a_rebooted_client_replaces_its_old_state_in_one_step() {
-    let clock = ManualClock::new();
-    let mut c = core(Grace::none());
-    let (old, _, _) = client(&mut c, &clock, b"host", 1);
+    let (clock, mut c, old, _) = one_client(b"host");
     let f = file_id(0, 5);
     open_file(&mut c, &clock, false, old, b"o", f, BOTH_DENY_BOTH).unwrap();
     let (new, _, effects) = client(&mut c, &clock, b"host", 2);
@@ -290,8 +181,7 @@ fn a_rebooted_client_replaces_its_old_state_in_one_step() {
 #[test]
 fn grace_ends_when_all_reclaimed() {
     let clock = ManualClock::new();
-    let mut c = core_in_grace(&clock, &[b"a", b"b"]);
-    let (a, _, effects) = client(&mut c, &clock, b"a", 1);
+    let (mut c, a, effects) = grace_and_a(&clock, &[b"a", b"b"]);
     // During grace the persisted list still names b, which has not come back yet.
     assert_eq!(persisted(&effects).unwrap().owners, owners(&[b"a", b"b"]));
     let (b, _, _) = client(&mut c, &clock, b"b", 1);
@@ -320,8 +210,7 @@ fn grace_ends_when_all_reclaimed() {
 #[test]
 fn grace_ends_on_time_and_forgets_the_absent() {
     let clock = ManualClock::new();
-    let mut c = core_in_grace(&clock, &[b"gone", b"a"]);
-    let (a, _, _) = client(&mut c, &clock, b"a", 1);
+    let (mut c, a, _) = grace_and_a(&clock, &[b"gone", b"a"]);
     assert_eq!(
         c.lockt(clock.now(), a, read_lockt(b"o", file_id(0, 1))),
         Err(StateError::Grace)
@@ -350,9 +239,7 @@ fn state_of_different_exports_never_collides() {
     let x = file_id(0, 1 << 48);
     let y = file_id(1, 0);
     assert_ne!(x, y);
-    let clock = ManualClock::new();
-    let mut c = core(Grace::none());
-    let (a, _, _) = client(&mut c, &clock, b"a", 1);
+    let (clock, mut c, a, _) = one_client(b"a");
     let (b, _, _) = client(&mut c, &clock, b"b", 1);
     open_file(&mut c, &clock, false, a, b"o", x, BOTH_DENY_BOTH).unwrap();
     open_file(&mut c, &clock, false, b, b"o", y, BOTH_DENY_BOTH).unwrap();

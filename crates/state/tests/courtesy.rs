@@ -6,41 +6,16 @@
 use bytes::Bytes;
 use std::time::Duration;
 use txnfs_state::clock::{Clock, ManualClock};
-use txnfs_state::session::{
-    ChannelAttrs, CreateSessionArgs, SequenceArgs, SessionError, SessionId, SessionLimits,
-};
+use txnfs_state::session::{SessionError, SessionId};
 use txnfs_state::*;
 
-const LEASE: Duration = Duration::from_secs(60);
+mod common;
+use common::*;
+
 const SEC: Duration = Duration::from_secs(1);
 
-fn ch(slots: u32) -> ChannelAttrs {
-    ChannelAttrs {
-        max_request: 1 << 20,
-        max_response: 1 << 20,
-        max_response_cached: 1 << 16,
-        max_ops: 100,
-        max_requests: slots,
-    }
-}
-
 fn core() -> StateCore {
-    StateCore::new(
-        CoreConfig {
-            boot_epoch: 3,
-            lease: LEASE,
-            sessions: SessionLimits {
-                max_clients: 16,
-                max_sessions_per_client: 4,
-                server_fore: ch(8),
-                server_back: ch(1),
-                back_channel: false,
-                reply_cache_bytes: usize::MAX,
-            },
-            state: StateLimits::default(),
-        },
-        Grace::none(),
-    )
+    common::core(Grace::none())
 }
 
 /// A confirmed client with one session, and the session's next seqid.
@@ -51,62 +26,31 @@ struct Client {
 }
 
 fn client(c: &mut StateCore, clock: &ManualClock, owner: &'static [u8]) -> Client {
-    let e = c
-        .exchange_id(&Bytes::from_static(owner), [1; 8], false, clock.now())
-        .unwrap();
-    let (out, _) = c
-        .create_session(
-            &CreateSessionArgs {
-                clientid: e.clientid,
-                seq: e.sequenceid,
-                flags: 0,
-                fore: ch(4),
-                back: ch(1),
-                conn: 1,
-            },
-            clock.now(),
-        )
-        .unwrap();
-    // Nothing to reclaim, said before any OPEN or LOCK (RFC 8881 §18.51.3).
-    c.reclaim_complete(e.clientid, clock.now()).unwrap();
+    let (id, session, _) = common::client(c, clock, owner, 1);
     Client {
-        id: e.clientid,
-        session: out.id,
+        id,
+        session,
         seqid: 1,
     }
 }
 
+/// OPEN of `file` F by `owner` of `client`, with the share mode as (access, deny).
+fn open(
+    c: &mut StateCore,
+    clock: &ManualClock,
+    client: ClientId,
+    owner: &[u8],
+    mode: (u32, u32),
+) -> Result<Stateid, StateError> {
+    open_file(c, clock, false, client, owner, F, mode)
+}
+
 /// One SEQUENCE (which renews the lease) and its slot completion.
 fn renew(c: &mut StateCore, clock: &ManualClock, cl: &mut Client) -> Result<(), SessionError> {
-    let r = c.sequence(
-        &SequenceArgs {
-            session: cl.session,
-            slot: 0,
-            seqid: cl.seqid,
-            request_hash: u64::from(cl.seqid),
-            nops: 2,
-            request_len: 200,
-            conn: 1,
-        },
-        clock.now(),
-    );
-    r?;
+    c.sequence(&sequence_args(cl.session, cl.seqid), clock.now())?;
     c.finish_slot(&cl.session, 0, None);
     cl.seqid += 1;
     Ok(())
-}
-
-fn lock(file: FileId, open: Stateid, owner: &[u8], offset: u64) -> LockRequest {
-    LockRequest {
-        file,
-        lock_type: LockType::Write,
-        offset,
-        length: 10,
-        locker: Locker::NewOwner {
-            open_stateid: open,
-            lock_owner: owner.to_vec(),
-        },
-    }
 }
 
 fn released(effects: &[Effect]) -> Vec<(ClientId, ReleaseReason)> {
@@ -120,48 +64,36 @@ fn released(effects: &[Effect]) -> Vec<(ClientId, ReleaseReason)> {
 }
 
 fn persisted_owners(effects: &[Effect]) -> Option<Vec<Bytes>> {
-    effects.iter().find_map(|e| match e {
-        Effect::PersistClients(l) => Some(l.owners.clone()),
-        _ => None,
-    })
+    persisted(effects).map(|l| l.owners.clone())
 }
 
 const F: FileId = 7;
 
-#[test]
-fn expired_deny_write_open_yields_to_a_conflicting_open() {
+/// Share modes (access, deny) the tests open with.
+const BOTH: (u32, u32) = (SHARE_ACCESS_BOTH, SHARE_DENY_NONE);
+const BOTH_DENY_W: (u32, u32) = (SHARE_ACCESS_BOTH, SHARE_DENY_WRITE);
+const READ: (u32, u32) = (SHARE_ACCESS_READ, SHARE_DENY_NONE);
+const READ_DENY_W: (u32, u32) = (SHARE_ACCESS_READ, SHARE_DENY_WRITE);
+const WRITE: (u32, u32) = (SHARE_ACCESS_WRITE, SHARE_DENY_NONE);
+
+/// A core on a fresh clock with two confirmed clients, "a" and "b".
+fn two_clients() -> (ManualClock, StateCore, Client, Client) {
     let clock = ManualClock::new();
     let mut c = core();
-    let mut a = client(&mut c, &clock, b"a");
-    let mut b = client(&mut c, &clock, b"b");
-    let sa = c
-        .open(
-            clock.now(),
-            false,
-            a.id,
-            OpenRequest {
-                owner: b"oa",
-                file: F,
-                access: SHARE_ACCESS_BOTH,
-                deny: SHARE_DENY_WRITE,
-            },
-        )
-        .unwrap();
+    let a = client(&mut c, &clock, b"a");
+    let b = client(&mut c, &clock, b"b");
+    (clock, c, a, b)
+}
+
+#[test]
+fn expired_deny_write_open_yields_to_a_conflicting_open() {
+    let (clock, mut c, mut a, mut b) = two_clients();
+    let sa = open(&mut c, &clock, a.id, b"oa", BOTH_DENY_W).unwrap();
 
     // Within A's lease the deny holds.
     clock.advance(LEASE - SEC);
     renew(&mut c, &clock, &mut b).unwrap();
-    let denied = c.open(
-        clock.now(),
-        false,
-        b.id,
-        OpenRequest {
-            owner: b"ob",
-            file: F,
-            access: SHARE_ACCESS_WRITE,
-            deny: 0,
-        },
-    );
+    let denied = open(&mut c, &clock, b.id, b"ob", WRITE);
     assert_eq!(denied, Err(StateError::ShareDenied));
     assert!(
         c.take_effects().is_empty(),
@@ -175,19 +107,8 @@ fn expired_deny_write_open_yields_to_a_conflicting_open() {
         c.tick(clock.now()).is_empty(),
         "still within the courtesy time"
     );
-    let sb = c
-        .open(
-            clock.now(),
-            false,
-            b.id,
-            OpenRequest {
-                owner: b"ob",
-                file: F,
-                access: SHARE_ACCESS_WRITE,
-                deny: 0,
-            },
-        )
-        .expect("the expired client's deny-write yields");
+    let sb =
+        open(&mut c, &clock, b.id, b"ob", WRITE).expect("the expired client's deny-write yields");
     let effects = c.take_effects();
     assert_eq!(
         released(&effects),
@@ -216,46 +137,19 @@ fn expired_deny_write_open_yields_to_a_conflicting_open() {
 
 #[test]
 fn expired_lock_yields_to_a_conflicting_lock() {
-    let clock = ManualClock::new();
-    let mut c = core();
-    let a = client(&mut c, &clock, b"a");
-    let mut b = client(&mut c, &clock, b"b");
-    let oa = c
-        .open(
-            clock.now(),
-            false,
-            a.id,
-            OpenRequest {
-                owner: b"oa",
-                file: F,
-                access: SHARE_ACCESS_BOTH,
-                deny: 0,
-            },
-        )
-        .unwrap();
+    let (clock, mut c, a, mut b) = two_clients();
+    let oa = open(&mut c, &clock, a.id, b"oa", BOTH).unwrap();
     let la = c
-        .lock(clock.now(), false, a.id, lock(F, oa, b"la", 0))
+        .lock(clock.now(), false, a.id, write_lock(F, oa, b"la", 0))
         .unwrap();
-    let ob = c
-        .open(
-            clock.now(),
-            false,
-            b.id,
-            OpenRequest {
-                owner: b"ob",
-                file: F,
-                access: SHARE_ACCESS_BOTH,
-                deny: 0,
-            },
-        )
-        .unwrap();
+    let ob = open(&mut c, &clock, b.id, b"ob", BOTH).unwrap();
     // B waits for the range (a blocking lock is polled: each attempt is a LOCK).
     let mut attempts = 0;
     let lb = loop {
         attempts += 1;
         clock.advance(10 * SEC);
         renew(&mut c, &clock, &mut b).unwrap();
-        let r = c.lock(clock.now(), false, b.id, lock(F, ob, b"lb", 5));
+        let r = c.lock(clock.now(), false, b.id, write_lock(F, ob, b"lb", 5));
         match r {
             Ok(sid) => break sid,
             Err(StateError::Denied(d)) => {
@@ -263,17 +157,7 @@ fn expired_lock_yields_to_a_conflicting_lock() {
                 // Denied only while A's lease runs; LOCKT agrees.
                 assert!(attempts <= 6, "attempt {attempts}: still denied");
                 assert!(c
-                    .lockt(
-                        clock.now(),
-                        b.id,
-                        LocktRequest {
-                            owner: b"lb",
-                            file: F,
-                            lock_type: LockType::Write,
-                            offset: 5,
-                            length: 10
-                        }
-                    )
+                    .lockt(clock.now(), b.id, lockt(b"lb", F, LockType::Write, 5, 10))
                     .is_err());
                 assert!(c.take_effects().is_empty());
             }
@@ -296,64 +180,24 @@ fn expired_lock_yields_to_a_conflicting_lock() {
 
 #[test]
 fn lockt_does_not_count_or_release_a_courtesy_lock() {
-    let clock = ManualClock::new();
-    let mut c = core();
-    let a = client(&mut c, &clock, b"a");
-    let mut b = client(&mut c, &clock, b"b");
-    let oa = c
-        .open(
-            clock.now(),
-            false,
-            a.id,
-            OpenRequest {
-                owner: b"oa",
-                file: F,
-                access: SHARE_ACCESS_BOTH,
-                deny: 0,
-            },
-        )
-        .unwrap();
-    c.lock(clock.now(), false, a.id, lock(F, oa, b"la", 0))
+    let (clock, mut c, a, mut b) = two_clients();
+    let oa = open(&mut c, &clock, a.id, b"oa", BOTH).unwrap();
+    c.lock(clock.now(), false, a.id, write_lock(F, oa, b"la", 0))
         .unwrap();
     clock.advance(LEASE + SEC);
     renew(&mut c, &clock, &mut b).unwrap();
-    c.lockt(
-        clock.now(),
-        b.id,
-        LocktRequest {
-            owner: b"lb",
-            file: F,
-            lock_type: LockType::Write,
-            offset: 0,
-            length: 10,
-        },
-    )
-    .expect("a LOCK would get the range");
+    c.lockt(clock.now(), b.id, lockt(b"lb", F, LockType::Write, 0, 10))
+        .expect("a LOCK would get the range");
     assert!(c.take_effects().is_empty(), "a test changes nothing");
     assert_eq!(c.table().stats().locks, 1);
 }
 
 #[test]
 fn renewing_in_time_keeps_everything() {
-    let clock = ManualClock::new();
-    let mut c = core();
-    let mut a = client(&mut c, &clock, b"a");
-    let mut b = client(&mut c, &clock, b"b");
-    let sa = c
-        .open(
-            clock.now(),
-            false,
-            a.id,
-            OpenRequest {
-                owner: b"oa",
-                file: F,
-                access: SHARE_ACCESS_BOTH,
-                deny: SHARE_DENY_WRITE,
-            },
-        )
-        .unwrap();
+    let (clock, mut c, mut a, mut b) = two_clients();
+    let sa = open(&mut c, &clock, a.id, b"oa", BOTH_DENY_W).unwrap();
     let la = c
-        .lock(clock.now(), false, a.id, lock(F, sa, b"la", 0))
+        .lock(clock.now(), false, a.id, write_lock(F, sa, b"la", 0))
         .unwrap();
     // Silent past its lease, but nobody asks for its file; then it comes back.
     clock.advance(LEASE + LEASE / 2);
@@ -361,33 +205,11 @@ fn renewing_in_time_keeps_everything() {
     renew(&mut c, &clock, &mut a).expect("the courtesy client's session still works");
     renew(&mut c, &clock, &mut b).unwrap();
     assert_eq!(
-        c.open(
-            clock.now(),
-            false,
-            b.id,
-            OpenRequest {
-                owner: b"ob",
-                file: F,
-                access: SHARE_ACCESS_WRITE,
-                deny: 0
-            }
-        ),
+        open(&mut c, &clock, b.id, b"ob", WRITE),
         Err(StateError::ShareDenied)
     );
-    let ob = c
-        .open(
-            clock.now(),
-            false,
-            b.id,
-            OpenRequest {
-                owner: b"ob",
-                file: F,
-                access: SHARE_ACCESS_READ,
-                deny: 0,
-            },
-        )
-        .unwrap();
-    let mut req = lock(F, ob, b"lb", 0);
+    let ob = open(&mut c, &clock, b.id, b"ob", READ).unwrap();
+    let mut req = write_lock(F, ob, b"lb", 0);
     req.lock_type = LockType::Read;
     assert!(matches!(
         c.lock(clock.now(), false, b.id, req),
@@ -403,52 +225,16 @@ fn renewing_in_time_keeps_everything() {
 
 #[test]
 fn a_live_conflict_releases_no_courtesy_client() {
-    let clock = ManualClock::new();
-    let mut c = core();
-    let a = client(&mut c, &clock, b"a");
-    let mut b = client(&mut c, &clock, b"b");
+    let (clock, mut c, a, mut b) = two_clients();
     let mut d = client(&mut c, &clock, b"d");
-    let deny_w = (SHARE_ACCESS_READ, SHARE_DENY_WRITE);
-    let sa = c
-        .open(
-            clock.now(),
-            false,
-            a.id,
-            OpenRequest {
-                owner: b"oa",
-                file: F,
-                access: deny_w.0,
-                deny: deny_w.1,
-            },
-        )
-        .unwrap();
+    let sa = open(&mut c, &clock, a.id, b"oa", READ_DENY_W).unwrap();
     clock.advance(LEASE + SEC);
     renew(&mut c, &clock, &mut b).unwrap();
     renew(&mut c, &clock, &mut d).unwrap();
-    c.open(
-        clock.now(),
-        false,
-        d.id,
-        OpenRequest {
-            owner: b"od",
-            file: F,
-            access: deny_w.0,
-            deny: deny_w.1,
-        },
-    )
-    .expect("no conflict: two readers denying writes");
+    open(&mut c, &clock, d.id, b"od", READ_DENY_W)
+        .expect("no conflict: two readers denying writes");
     assert_eq!(
-        c.open(
-            clock.now(),
-            false,
-            b.id,
-            OpenRequest {
-                owner: b"ob",
-                file: F,
-                access: SHARE_ACCESS_WRITE,
-                deny: 0
-            }
-        ),
+        open(&mut c, &clock, b.id, b"ob", WRITE),
         Err(StateError::ShareDenied),
         "D is live"
     );
@@ -461,36 +247,11 @@ fn a_live_conflict_releases_no_courtesy_client() {
 
 #[test]
 fn the_tick_executes_effects_nobody_took() {
-    let clock = ManualClock::new();
-    let mut c = core();
-    let a = client(&mut c, &clock, b"a");
-    let mut b = client(&mut c, &clock, b"b");
-    c.open(
-        clock.now(),
-        false,
-        a.id,
-        OpenRequest {
-            owner: b"oa",
-            file: F,
-            access: SHARE_ACCESS_READ,
-            deny: SHARE_DENY_WRITE,
-        },
-    )
-    .unwrap();
+    let (clock, mut c, a, mut b) = two_clients();
+    open(&mut c, &clock, a.id, b"oa", READ_DENY_W).unwrap();
     clock.advance(LEASE + SEC);
     renew(&mut c, &clock, &mut b).unwrap();
-    c.open(
-        clock.now(),
-        false,
-        b.id,
-        OpenRequest {
-            owner: b"ob",
-            file: F,
-            access: SHARE_ACCESS_WRITE,
-            deny: 0,
-        },
-    )
-    .unwrap();
+    open(&mut c, &clock, b.id, b"ob", WRITE).unwrap();
     assert_eq!(
         released(&c.tick(clock.now())),
         vec![(a.id, ReleaseReason::CourtesyConflict)]

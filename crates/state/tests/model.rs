@@ -12,6 +12,9 @@ use proptest::prelude::*;
 use std::collections::HashMap;
 use txnfs_state::*;
 
+mod common;
+use common::lockt;
+
 const FILE: FileId = 9;
 /// Cells 0..64 are bytes; cell 64 is [64, u64::MAX].
 const CELLS: usize = 65;
@@ -300,11 +303,7 @@ impl Harness {
                 let lock_type = lock_type_for(write);
                 let res = self.t.lockt(
                     owner_client(owner),
-                    &owner_bytes(owner),
-                    FILE,
-                    lock_type,
-                    offset,
-                    length,
+                    lockt(&owner_bytes(owner), FILE, lock_type, offset, length),
                 );
                 if !denied_as_modelled(&self.model, owner, write, offset, length, &res) {
                     assert_eq!(res, Ok(()));

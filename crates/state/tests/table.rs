@@ -4,6 +4,9 @@
 use txnfs_state::StateError as E;
 use txnfs_state::*;
 
+mod common;
+use common::lockt;
+
 const EPOCH: u32 = 0x5eed_0001;
 const F: FileId = 100;
 const G: FileId = 200;
@@ -49,6 +52,11 @@ fn new_lock(
         lock_owner: owner.to_vec(),
     };
     lock_request(file, locker, lock_type, offset, length)
+}
+
+/// A new lock-owner's read lock on the one byte at `offset`.
+fn read_byte(file: FileId, open: Stateid, owner: &[u8], offset: u64) -> LockRequest {
+    new_lock(file, open, owner, READ_LT, offset, 1)
 }
 
 fn existing_lock(
@@ -365,7 +373,7 @@ fn lock_stateid_lifecycle_and_seqids() {
         Err(E::OldStateid)
     );
     // new_lock_owner = TRUE for an owner that already has a lock stateid: reused.
-    let l3 = t.lock(C1, new_lock(F, o, b"L", READ_LT, 40, 1)).unwrap();
+    let l3 = t.lock(C1, read_byte(F, o, b"L", 40)).unwrap();
     assert_eq!((l3.seqid, l3.other), (3, l1.other));
     assert_eq!(t.stats(), stats(1, 1, 3));
     let l4 = t.locku(C1, &l3, F, 0, u64::MAX).unwrap();
@@ -384,10 +392,7 @@ fn lock_argument_errors() {
         t.lock(C1, new_lock(F, ro, b"L", READ_LT, 0, 0)),
         Err(E::Inval)
     );
-    assert_eq!(
-        t.lock(C1, new_lock(F, ro, b"L", READ_LT, u64::MAX, 1)),
-        Err(E::Inval)
-    );
+    assert_eq!(t.lock(C1, read_byte(F, ro, b"L", u64::MAX)), Err(E::Inval));
     assert_eq!(
         t.lock(C1, new_lock(F, ro, b"L", READ_LT, 10, u64::MAX - 5)),
         Err(E::Inval)
@@ -398,28 +403,19 @@ fn lock_argument_errors() {
         Err(E::OpenMode)
     );
     // Open stateid of another file / client.
-    assert_eq!(
-        t.lock(C1, new_lock(G, ro, b"L", READ_LT, 0, 1)),
-        Err(E::BadStateid)
-    );
-    assert_eq!(
-        t.lock(C2, new_lock(F, ro, b"L", READ_LT, 0, 1)),
-        Err(E::BadStateid)
-    );
+    assert_eq!(t.lock(C1, read_byte(G, ro, b"L", 0)), Err(E::BadStateid));
+    assert_eq!(t.lock(C2, read_byte(F, ro, b"L", 0)), Err(E::BadStateid));
     // An open stateid where a lock stateid is expected, and vice versa.
     assert_eq!(
         t.lock(C1, existing_lock(F, rw, READ_LT, 0, 1)),
         Err(E::BadStateid)
     );
     let l = t.lock(C1, new_lock(F, rw, b"L", WRITE_LT, 0, 1)).unwrap();
-    assert_eq!(
-        t.lock(C1, new_lock(F, l, b"M", READ_LT, 5, 1)),
-        Err(E::BadStateid)
-    );
+    assert_eq!(t.lock(C1, read_byte(F, l, b"M", 5)), Err(E::BadStateid));
     assert_eq!(t.locku(C1, &rw, F, 0, 1), Err(E::BadStateid));
     assert_eq!(t.locku(C1, &l, F, 0, 0), Err(E::Inval));
     assert_eq!(t.locku(C1, &l, G, 0, 1), Err(E::BadStateid));
-    assert_eq!(t.lockt(C1, b"x", F, READ_LT, 3, 0), Err(E::Inval));
+    assert_eq!(t.lockt(C1, lockt(b"x", F, READ_LT, 3, 0)), Err(E::Inval));
     // Nothing leaked from the failures.
     assert_eq!(t.stats(), stats(2, 1, 1));
 }
@@ -445,7 +441,7 @@ fn lock_conflicts_across_owners_and_clients() {
     };
     // Another owner of the same client conflicts.
     assert_eq!(
-        t.lock(C1, new_lock(F, o1, b"B", READ_LT, 149, 1)),
+        t.lock(C1, read_byte(F, o1, b"B", 149)),
         denied(100, 50, WRITE_LT, C1, b"A")
     );
     // The same owner bytes on another client are another owner.
@@ -490,8 +486,8 @@ fn lockt_reports_conflicts() {
     let o = t.open(C1, b"o", F, RW, DN).unwrap();
     t.lock(C1, new_lock(F, o, b"A", READ_LT, 10, 10)).unwrap();
     // Read vs read: fine; write vs read: denied; own locks never conflict.
-    t.lockt(C2, b"X", F, READ_LT, 0, u64::MAX).unwrap();
-    match t.lockt(C2, b"X", F, WRITE_LT, 19, 5) {
+    t.lockt(C2, lockt(b"X", F, READ_LT, 0, u64::MAX)).unwrap();
+    match t.lockt(C2, lockt(b"X", F, WRITE_LT, 19, 5)) {
         Err(E::Denied(d)) => {
             assert_eq!((d.offset, d.length, d.lock_type), (10, 10, READ_LT));
             assert_eq!(
@@ -504,10 +500,10 @@ fn lockt_reports_conflicts() {
         }
         other => panic!("{other:?}"),
     }
-    t.lockt(C1, b"A", F, WRITE_LT, 0, u64::MAX).unwrap();
-    t.lockt(C2, b"X", F, WRITE_LT, 20, 5).unwrap();
-    t.lockt(C2, b"X", F, WRITE_LT, 0, 10).unwrap();
-    t.lockt(C2, b"X", G, WRITE_LT, 0, u64::MAX).unwrap();
+    t.lockt(C1, lockt(b"A", F, WRITE_LT, 0, u64::MAX)).unwrap();
+    t.lockt(C2, lockt(b"X", F, WRITE_LT, 20, 5)).unwrap();
+    t.lockt(C2, lockt(b"X", F, WRITE_LT, 0, 10)).unwrap();
+    t.lockt(C2, lockt(b"X", G, WRITE_LT, 0, u64::MAX)).unwrap();
     // LOCKT creates no state.
     assert_eq!(t.stats(), stats(1, 1, 1));
 }
@@ -593,7 +589,7 @@ fn locku_partial() {
 fn close_with_locks_held() {
     let mut t = table();
     let o = t.open(C1, b"o", F, RW, DN).unwrap();
-    let l = t.lock(C1, new_lock(F, o, b"A", READ_LT, 0, 1)).unwrap();
+    let l = t.lock(C1, read_byte(F, o, b"A", 0)).unwrap();
     assert_eq!(t.close(C1, &o, F), Err(E::LocksHeld));
     t.check_io(C1, &o, F, true).unwrap();
     let l = t.locku(C1, &l, F, 0, 1).unwrap();
@@ -635,12 +631,11 @@ fn expire_client_frees_everything() {
     let l1 = t
         .lock(C1, new_lock(F, o1, b"A", WRITE_LT, 0, u64::MAX))
         .unwrap();
-    t.lock(C1, new_lock(F, o1, b"B", READ_LT, 0, 1))
-        .unwrap_err();
-    t.lock(C1, new_lock(G, og, b"A", READ_LT, 0, 1)).unwrap();
+    t.lock(C1, read_byte(F, o1, b"B", 0)).unwrap_err();
+    t.lock(C1, read_byte(G, og, b"A", 0)).unwrap();
     let o2 = t.open(C2, b"o", F, R, DN).unwrap();
     assert!(matches!(
-        t.lock(C2, new_lock(F, o2, b"X", READ_LT, 5, 1)),
+        t.lock(C2, read_byte(F, o2, b"X", 5)),
         Err(E::Denied(_))
     ));
     assert_eq!(t.open(C2, b"w", F, W, DN), Err(E::ShareDenied));
@@ -653,7 +648,7 @@ fn expire_client_frees_everything() {
         assert_eq!(t.test_stateid(C1, &s), Err(E::BadStateid));
     }
     // The other client's locks and opens now succeed.
-    t.lock(C2, new_lock(F, o2, b"X", READ_LT, 5, 1)).unwrap();
+    t.lock(C2, read_byte(F, o2, b"X", 5)).unwrap();
     t.open(C2, b"w", F, W, DN).unwrap();
     assert_eq!(t.stats(), stats(2, 1, 1));
     assert!(t.locks(G).is_empty());
@@ -707,26 +702,17 @@ fn limit_opens_and_owner_len() {
 fn limit_lock_states_and_lock_owners() {
     let mut t = StateTable::new(EPOCH, limits());
     let o = t.open(C1, b"o", F, RW, DN).unwrap();
-    t.lock(C1, new_lock(F, o, b"A", READ_LT, 0, 1)).unwrap();
-    t.lock(C1, new_lock(F, o, b"B", READ_LT, 0, 1)).unwrap();
+    t.lock(C1, read_byte(F, o, b"A", 0)).unwrap();
+    t.lock(C1, read_byte(F, o, b"B", 0)).unwrap();
     // Third lock-owner for C1.
-    assert_eq!(
-        t.lock(C1, new_lock(F, o, b"C", READ_LT, 0, 1)),
-        Err(E::Resource)
-    );
+    assert_eq!(t.lock(C1, read_byte(F, o, b"C", 0)), Err(E::Resource));
     // Same owner on another file is fine (owner count unchanged).
     let og = t.open(C1, b"o", G, RW, DN).unwrap();
-    t.lock(C1, new_lock(G, og, b"A", READ_LT, 0, 1)).unwrap();
+    t.lock(C1, read_byte(G, og, b"A", 0)).unwrap();
     // Fourth lock stateid server-wide.
     let o2 = t.open(C2, b"o", F, RW, DN).unwrap();
-    assert_eq!(
-        t.lock(C2, new_lock(F, o2, b"A", READ_LT, 0, 1)),
-        Err(E::Resource)
-    );
-    assert_eq!(
-        t.lock(C1, new_lock(F, o, b"123456789", READ_LT, 0, 1)),
-        Err(E::Inval)
-    );
+    assert_eq!(t.lock(C2, read_byte(F, o2, b"A", 0)), Err(E::Resource));
+    assert_eq!(t.lock(C1, read_byte(F, o, b"123456789", 0)), Err(E::Inval));
     assert_eq!(t.stats(), stats(3, 3, 3));
 }
 
@@ -753,14 +739,11 @@ fn limit_locks_per_file() {
     assert_eq!(t.stats().locks, 2);
     // Locks of another owner count too.
     let o2 = t.open(C2, b"o", F, RW, DN).unwrap();
-    t.lock(C2, new_lock(F, o2, b"B", READ_LT, 200, 1)).unwrap();
-    assert_eq!(
-        t.lock(C2, new_lock(F, o2, b"B", READ_LT, 300, 1)),
-        Err(E::Resource)
-    );
+    t.lock(C2, read_byte(F, o2, b"B", 200)).unwrap();
+    assert_eq!(t.lock(C2, read_byte(F, o2, b"B", 300)), Err(E::Resource));
     // Another file has its own budget.
     let og = t.open(C2, b"o", G, RW, DN).unwrap();
-    t.lock(C2, new_lock(G, og, b"B", READ_LT, 300, 1)).unwrap();
+    t.lock(C2, read_byte(G, og, b"B", 300)).unwrap();
 }
 
 #[test]

@@ -822,17 +822,13 @@ const HELPERS: &str = r#"/// Decode a counted array with a per-element decoder, 
 fn __xdr_get_array<T>(
     src: &mut ::bytes::Bytes,
     max: usize,
-    mut f: impl FnMut(&mut ::bytes::Bytes) -> ::txnfs_xdr::Result<T>,
+    f: impl FnMut(&mut ::bytes::Bytes) -> ::txnfs_xdr::Result<T>,
 ) -> ::txnfs_xdr::Result<Vec<T>> {
     let len = ::txnfs_xdr::get_u32(src)? as usize;
     if len > max {
         return Err(::txnfs_xdr::XdrError::TooLong { len, max });
     }
-    let mut v = Vec::with_capacity(len.min(::bytes::Buf::remaining(src) / 4));
-    for _ in 0..len {
-        v.push(f(src)?);
-    }
-    Ok(v)
+    __xdr_get_fixed(src, len, f)
 }
 
 /// Decode a fixed-size (`T x[N]`) array of exactly `n` elements.

@@ -114,6 +114,13 @@ struct Item {
     target: Option<String>,
 }
 
+/// The remote URLs of the items at `idx`, of the end `end` picks (source or destination).
+fn remote_urls<'a>(items: &'a [Item], idx: &[usize], end: fn(&Item) -> &End) -> Vec<&'a NfsUrl> {
+    idx.iter()
+        .filter_map(|&i| end(&items[i]).remote())
+        .collect()
+}
+
 fn kind_of(a: &Attributes) -> Option<Kind> {
     match a.kind {
         Some(FileKind::Directory) => Some(Kind::Dir),
@@ -375,10 +382,7 @@ pub async fn run(ctx: &mut Ctx, a: CpArgs) -> anyhow::Result<()> {
     let link_idx: Vec<usize> = (0..items.len())
         .filter(|&i| items[i].kind == Kind::Link && items[i].target.is_none())
         .collect();
-    let link_urls: Vec<&NfsUrl> = link_idx
-        .iter()
-        .filter_map(|&i| items[i].src.remote())
-        .collect();
+    let link_urls = remote_urls(&items, &link_idx, |it| &it.src);
     let targets = ctx
         .per_server(
             &link_urls,
@@ -496,10 +500,7 @@ impl Copier {
             .copied()
             .filter(|&i| matches!(items[i].dst, End::Remote(_)))
             .collect();
-        let urls: Vec<&NfsUrl> = remote
-            .iter()
-            .filter_map(|&i| items[i].dst.remote())
-            .collect();
+        let urls = remote_urls(items, &remote, |it| &it.dst);
         let res = ctx
             .per_server(&urls, |fs, paths| async move {
                 fs.vmkdir(&paths, DIR_MODE, false).await
@@ -544,10 +545,7 @@ impl Copier {
                 End::Remote(_) => remote.push(i),
             }
         }
-        let urls: Vec<&NfsUrl> = remote
-            .iter()
-            .filter_map(|&i| items[i].dst.remote())
-            .collect();
+        let urls = remote_urls(items, &remote, |it| &it.dst);
         let res = ctx
             .per_server_idx(&urls, |fs, which| {
                 let pairs: Vec<(String, String)> = which

@@ -11,6 +11,14 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_txnfs")
 }
 
+/// The output of `txnfs serve --help`.
+pub fn serve_help() -> std::process::Output {
+    Command::new(bin())
+        .args(["serve", "--help"])
+        .output()
+        .unwrap()
+}
+
 /// A port nothing listens on now (the listener is closed again at once).
 pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

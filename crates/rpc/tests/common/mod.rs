@@ -11,7 +11,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use txnfs_rpc::{serve, CallInfo, ReplyBody, RpcService, ServerConfig};
+use txnfs_rpc::{
+    serve, CallInfo, Credential, ReplyBody, RpcClient, RpcError, RpcService, ServerConfig,
+};
 
 pub const PROG: u32 = 400000;
 
@@ -101,6 +103,20 @@ impl TestServer {
         }
     }
 
+    /// A server with the default configuration as `set` changes it.
+    pub async fn start_set(set: impl FnOnce(&mut ServerConfig)) -> Self {
+        let mut cfg = ServerConfig::default();
+        set(&mut cfg);
+        Self::start_with(cfg).await
+    }
+
+    /// A client connected to this server without credentials.
+    pub async fn client(&self) -> RpcClient {
+        RpcClient::connect(self.addr, Credential::None)
+            .await
+            .expect("connect")
+    }
+
     /// Trigger graceful shutdown and wait for `serve` to return.
     pub async fn stop(mut self) -> std::io::Result<()> {
         if let Some(s) = self.stop.take() {
@@ -108,6 +124,21 @@ impl TestServer {
         }
         (&mut self.handle).await.expect("serve task")
     }
+}
+
+/// A NULL call (proc 0) of the toy service.
+pub async fn null(c: &RpcClient) -> Result<Bytes, RpcError> {
+    c.call(PROG, 1, 0, Bytes::new()).await
+}
+
+/// An echo call (proc 1) of version `vers` of the toy service (`what` if it fails): it
+/// must return `data`.
+pub async fn assert_echo(c: &RpcClient, vers: u32, data: &'static [u8], what: &str) {
+    let r = c
+        .call(PROG, vers, 1, Bytes::from_static(data))
+        .await
+        .expect(what);
+    assert_eq!(&r[..], data);
 }
 
 /// Read everything the server sends until it closes the connection (or `limit` passes).

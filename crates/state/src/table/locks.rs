@@ -7,20 +7,8 @@ use crate::types::*;
 
 impl StateTable {
     /// First lock on `file` held by an owner other than `me` that conflicts
-    /// with `[start, end]` of type `kind`.
-    fn find_conflict(
-        &self,
-        file: FileId,
-        me: (ClientId, &[u8]),
-        kind: LockType,
-        start: u64,
-        end: u64,
-    ) -> Option<LockDenied> {
-        self.find_conflict_where(file, me, kind, start, end, |_| false)
-    }
-
-    /// [`Self::find_conflict`], not counting the locks of clients for which `skip` is
-    /// true (courtesy clients, whose locks yield to a conflicting request).
+    /// with `[start, end]` of type `kind`, not counting the locks of clients for which
+    /// `skip` is true (courtesy clients, whose locks yield to a conflicting request).
     fn find_conflict_where(
         &self,
         file: FileId,
@@ -129,7 +117,8 @@ impl StateTable {
         if access & needed == 0 {
             return Err(StateError::OpenMode);
         }
-        if let Some(denied) = self.find_conflict(file, (client, &owner), lock_type, start, end) {
+        let me = (client, owner.as_slice());
+        if let Some(denied) = self.find_conflict_where(file, me, lock_type, start, end, |_| false) {
             return Err(StateError::Denied(denied));
         }
         let old_ranges: &[Range] = match existing.and_then(|id| self.states.get(&id)) {
@@ -212,20 +201,19 @@ impl StateTable {
         self.n_locks = self.n_locks - old_len + new_len;
     }
 
-    /// LOCKT (RFC 8881 §18.11): would a lock of `lock_type` on the range by
-    /// lock-owner (`client`, `owner`) be granted? `Ok(())` if so, else
+    /// LOCKT (RFC 8881 §18.11): would a lock of `req.lock_type` on the range by
+    /// lock-owner (`client`, `req.owner`) be granted? `Ok(())` if so, else
     /// [`StateError::Denied`] with a conflicting lock. The owner need not
     /// be known; its own locks never conflict. Bad ranges are
     /// [`StateError::Inval`].
-    pub fn lockt(
-        &self,
-        client: ClientId,
-        owner: &[u8],
-        file: FileId,
-        lock_type: LockType,
-        offset: u64,
-        length: u64,
-    ) -> Result<(), StateError> {
+    pub fn lockt(&self, client: ClientId, req: LocktRequest) -> Result<(), StateError> {
+        let LocktRequest {
+            owner,
+            file,
+            lock_type,
+            offset,
+            length,
+        } = req;
         self.lockt_where(client, owner, file, lock_type, offset, length, |_| false)
     }
 
