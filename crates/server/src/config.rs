@@ -134,6 +134,11 @@ pub struct Config {
     /// closes it; 0 keeps idle connections. Unset: three lease periods (the method
     /// `Config::idle_timeout()` resolves this and says why).
     pub idle_timeout: Option<u32>,
+    /// Milliseconds the server waits for a client's reply to a callback (CB_NULL,
+    /// CB_COMPOUND) before it counts the back channel as down. Unset: a tenth of the
+    /// lease, at least one second (knfsd's `max_cb_time`): a recall must fail well
+    /// within the lease so the server can still act on it.
+    pub callback_timeout_ms: Option<u32>,
     /// Deliberate defects for proving that the tests and the simulation can fail.
     /// Never set outside tests; not configurable from TOML.
     #[serde(skip)]
@@ -167,6 +172,7 @@ impl Default for Config {
             max_reply_cache_bytes: 512 << 20,
             max_connections: 4096,
             idle_timeout: None,
+            callback_timeout_ms: None,
             mutations: Mutations::default(),
         }
     }
@@ -184,6 +190,14 @@ impl Config {
             None => Some(std::time::Duration::from_secs(
                 3 * u64::from(self.lease_time.max(1)),
             )),
+        }
+    }
+
+    /// How long a callback waits for the client's reply (see `callback_timeout_ms`).
+    pub fn callback_timeout(&self) -> std::time::Duration {
+        match self.callback_timeout_ms {
+            Some(ms) => std::time::Duration::from_millis(u64::from(ms.max(1))),
+            None => std::time::Duration::from_secs(u64::from((self.lease_time / 10).max(1))),
         }
     }
 

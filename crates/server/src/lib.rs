@@ -3,6 +3,7 @@
 //! per op family) → the state core (`txnfs-state`, via `statecore`) → backends (`txnfs-backend`).
 //! Everything below `service` is synchronous and socket-free (sans-IO).
 
+pub mod callback;
 pub mod compound;
 pub mod config;
 pub mod errors;

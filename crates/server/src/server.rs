@@ -107,6 +107,8 @@ pub struct Server {
     pub stats: Stats,
     /// Files kept alive for their opens (`crate::held`).
     pub held: crate::held::HeldFiles,
+    /// Sessions' back channels and every open connection's callback handle (ADR 0016).
+    pub callbacks: crate::callback::Callbacks,
     /// The one source of time for leases, grace and the executor (simulated in tests).
     pub clock: Arc<dyn Clock>,
     pub(crate) statedir: StateDir,
@@ -196,6 +198,7 @@ impl Server {
             limits,
             stats: Stats::new(),
             held: Default::default(),
+            callbacks: Default::default(),
             clock,
             statedir,
             boot_time: Timestamp {

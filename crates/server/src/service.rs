@@ -96,6 +96,12 @@ impl RpcService for NfsService {
         }
     }
 
+    fn connection_opened(&self, conn_id: u64, back_channel: &txnfs_rpc::BackChannel) {
+        self.server
+            .callbacks
+            .connection_opened(conn_id, back_channel);
+    }
+
     fn connection_closed(&self, conn_id: u64) {
         self.server.connection_closed(conn_id);
     }

@@ -174,7 +174,14 @@ impl Server {
     /// (with their opens and locks), end the grace period when due.
     pub fn tick(&self) {
         let now = self.clock.now();
-        let effects = self.core_for_housekeeping("lease expiry").tick(now);
+        let effects = {
+            let mut core = self.core_for_housekeeping("lease expiry");
+            let effects = core.tick(now);
+            // Back channels of sessions that expired with their client go too.
+            self.callbacks
+                .retain(|id| core.sessions().session(id).is_some());
+            effects
+        };
         self.apply(effects);
     }
 
@@ -182,6 +189,7 @@ impl Server {
     pub fn connection_closed(&self, conn: u64) {
         self.core_for_housekeeping("connection close")
             .connection_closed(conn);
+        self.callbacks.connection_closed(conn);
     }
 
     /// Complete the slot a COMPOUND's SEQUENCE opened (`reply`: the reply to cache, or

@@ -61,7 +61,8 @@ pub enum CallbackSec {
 
 /// What the server calls back with: the client's callback program number and the
 /// security to use, set by CREATE_SESSION and replaced by BACKCHANNEL_CTL (RFC 8881
-/// §18.33.3). Recorded now; callbacks themselves come with delegations.
+/// §18.33.3). The server's callback client (`txnfs_server::callback`, ADR 0016) calls
+/// with them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallbackParams {
     /// `csa_cb_program` / `bca_cb_program`.

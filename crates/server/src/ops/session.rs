@@ -166,6 +166,7 @@ pub fn create_session(c: &mut Compound, a: &CREATE_SESSION4args) -> OpResult {
         conn: c.conn,
     };
     let callback = callback_params(a.csa_cb_program, &a.csa_sec_parms)?;
+    let cb_for_channel = callback.clone();
     // Confirming a rebooted client's new incarnation releases the old one's opens and
     // locks in the same step (RFC 8881 §18.35.5 case 5 / §18.36.4).
     let (out, effects) = c
@@ -180,6 +181,17 @@ pub fn create_session(c: &mut Compound, a: &CREATE_SESSION4args) -> OpResult {
         fore,
         back,
     } = out;
+    // The fore connection also carries callbacks (what the Linux client asks for):
+    // record it and probe it in the background; the reply does not wait.
+    if flags & CREATE_SESSION4_FLAG_CONN_BACK_CHAN != 0 {
+        c.srv.callbacks.bind(
+            a.csa_clientid,
+            id,
+            cb_for_channel,
+            c.conn,
+            c.srv.cfg.callback_timeout(),
+        );
+    }
     Ok(nfs_resop4::OP_CREATE_SESSION(CREATE_SESSION4res::NFS4_OK(
         CREATE_SESSION4resok {
             csr_sessionid: id,
@@ -252,7 +264,10 @@ pub fn sequence(
             sr_slotid: a.sa_slotid,
             sr_highest_slotid: highest,
             sr_target_highest_slotid: highest,
-            sr_status_flags: 0,
+            sr_status_flags: c
+                .srv
+                .callbacks
+                .status_flags(&a.sa_sessionid, session.client),
         },
         session,
     ))
@@ -260,6 +275,7 @@ pub fn sequence(
 
 pub fn destroy_session(c: &mut Compound, a: &DESTROY_SESSION4args) -> OpResult {
     c.srv.core()?.destroy_session(&a.dsa_sessionid)?;
+    c.srv.callbacks.forget(&a.dsa_sessionid);
     Ok(nfs_resop4::OP_DESTROY_SESSION(DESTROY_SESSION4res {
         dsr_status: nfsstat4::NFS4_OK,
     }))
@@ -284,11 +300,26 @@ pub fn bind_conn_to_session(c: &mut Compound, a: &BIND_CONN_TO_SESSION4args) -> 
         D::CDFC4_FORE_OR_BOTH => ConnDirRequest::ForeOrBoth,
         D::CDFC4_BACK_OR_BOTH => ConnDirRequest::BackOrBoth,
     };
-    // No back channel yet: the connection serves the fore channel only (D11).
-    let granted = c
-        .srv
-        .core()?
-        .bind_conn(&a.bctsa_sessid, dir, c.conn, c.now)?;
+    let (granted, bound) = {
+        let mut core = c.srv.core()?;
+        let granted = core.bind_conn(&a.bctsa_sessid, dir, c.conn, c.now)?;
+        let bound = core
+            .sessions()
+            .session(&a.bctsa_sessid)
+            .map(|s| s.client)
+            .zip(core.sessions().callback(&a.bctsa_sessid).cloned());
+        (granted, bound)
+    };
+    // A connection granted the back channel carries callbacks from now on: probe it.
+    if let (ConnDir::Back | ConnDir::Both, Some((client, params))) = (granted, bound) {
+        c.srv.callbacks.bind(
+            client,
+            a.bctsa_sessid,
+            params,
+            c.conn,
+            c.srv.cfg.callback_timeout(),
+        );
+    }
     let dir = match granted {
         ConnDir::Fore => channel_dir_from_server4::CDFS4_FORE,
         ConnDir::Back => channel_dir_from_server4::CDFS4_BACK,
@@ -304,7 +335,7 @@ pub fn bind_conn_to_session(c: &mut Compound, a: &BIND_CONN_TO_SESSION4args) -> 
 }
 
 /// BACKCHANNEL_CTL (RFC 8881 §18.33): the session's callback program and security
-/// from now on (used once the server calls back, with delegations).
+/// from now on.
 pub fn backchannel_ctl(c: &mut Compound, a: &BACKCHANNEL_CTL4args) -> OpResult {
     let session = c
         .session
@@ -312,7 +343,11 @@ pub fn backchannel_ctl(c: &mut Compound, a: &BACKCHANNEL_CTL4args) -> OpResult {
         .ok_or(nfsstat4::NFS4ERR_OP_NOT_IN_SESSION)?
         .id;
     let callback = callback_params(a.bca_cb_program, &a.bca_sec_parms)?;
-    c.srv.core()?.set_callback(&session, callback)?;
+    c.srv.core()?.set_callback(&session, callback.clone())?;
+    // New program or security: probe again with them (as knfsd does).
+    c.srv
+        .callbacks
+        .set_params(&session, callback, c.srv.cfg.callback_timeout());
     Ok(nfs_resop4::OP_BACKCHANNEL_CTL(BACKCHANNEL_CTL4res {
         bcr_status: nfsstat4::NFS4_OK,
     }))
