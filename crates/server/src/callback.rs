@@ -9,7 +9,7 @@
 //! probe results, and SEQUENCE asks it for the status flags.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -130,7 +130,9 @@ fn credential(sec: &CallbackSec) -> Credential {
 #[derive(Debug, Default)]
 pub struct Callbacks {
     conns: Mutex<HashMap<u64, BackChannel>>,
-    sessions: Mutex<HashMap<SessionId, Arc<SessionCallback>>>,
+    /// Read by every SEQUENCE (its status flags), written only when a back channel is
+    /// bound or forgotten: a read-write lock keeps SEQUENCEs from queueing on each other.
+    sessions: RwLock<HashMap<SessionId, Arc<SessionCallback>>>,
 }
 
 impl Callbacks {
@@ -138,8 +140,14 @@ impl Callbacks {
         self.conns.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn sessions(&self) -> MutexGuard<'_, HashMap<SessionId, Arc<SessionCallback>>> {
-        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    fn sessions(&self) -> RwLockReadGuard<'_, HashMap<SessionId, Arc<SessionCallback>>> {
+        self.sessions.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn sessions_mut(&self) -> RwLockWriteGuard<'_, HashMap<SessionId, Arc<SessionCallback>>> {
+        self.sessions
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The transport accepted connection `conn`.
@@ -176,7 +184,7 @@ impl Callbacks {
     ) {
         let bc = self.conns().get(&conn).cloned();
         let s = self
-            .sessions()
+            .sessions_mut()
             .entry(session)
             .or_insert_with(|| {
                 Arc::new(SessionCallback {
@@ -217,12 +225,12 @@ impl Callbacks {
 
     /// The session is gone (DESTROY_SESSION, client expiry): forget its back channel.
     pub fn forget(&self, session: &SessionId) {
-        self.sessions().remove(session);
+        self.sessions_mut().remove(session);
     }
 
     /// Keep only the sessions `alive` says still exist.
     pub fn retain(&self, alive: impl Fn(&SessionId) -> bool) {
-        self.sessions().retain(|id, _| alive(id));
+        self.sessions_mut().retain(|id, _| alive(id));
     }
 
     /// The back channel of `session`, if it asked for one.

@@ -323,6 +323,28 @@ async fn a_silent_back_channel_is_reported_down_in_sequence() {
 }
 
 #[tokio::test]
+async fn a_probe_still_waiting_for_its_answer_is_not_reported_down() {
+    // The Linux client may answer the probe after its first SEQUENCE: a pending probe
+    // must not make the server call a working back channel down.
+    let srv = start_server(|dir| Config {
+        callback_timeout_ms: Some(30_000),
+        ..memory_config(dir, false)
+    })
+    .await;
+    let mut p = Peer::connect(srv.addr, false).await;
+    let (sid, _) = new_session(&mut p, b"bc-pending", true).await;
+    let probe = p.next_call(T).await.expect("a probe is sent");
+    assert_probe(&probe);
+    let s = srv.server.callbacks.session(&sid).expect("back channel");
+    assert_eq!(s.path(), PathState::Probing);
+    assert_eq!(seq_flags(&mut p, sid, 1).await, 0);
+    // The late answer brings the path up.
+    p.answer_call(&probe).await;
+    wait_path(&srv, &sid, PathState::Up).await;
+    assert_eq!(seq_flags(&mut p, sid, 2).await, 0);
+}
+
+#[tokio::test]
 async fn cb_sequence_round_trips_and_advances_the_slot() {
     let srv = start_memory_server().await;
     let mut p = Peer::connect(srv.addr, true).await;
