@@ -455,3 +455,29 @@ async fn closing_the_back_connection_reports_the_path_down() {
         SEQ4_STATUS_CB_PATH_DOWN_SESSION | SEQ4_STATUS_CB_PATH_DOWN
     );
 }
+
+#[tokio::test]
+async fn backchannel_ctl_changes_the_program_and_probes_again() {
+    let srv = start_memory_server().await;
+    let mut p = Peer::connect(srv.addr, true).await;
+    let (sid, _) = new_session(&mut p, b"bc-ctl", true).await;
+    assert_probe(&p.next_call(T).await.expect("first probe"));
+    let r = p
+        .compound(vec![
+            sequence(sid, 0, 1, false),
+            nfs_argop4::OP_BACKCHANNEL_CTL(BACKCHANNEL_CTL4args {
+                bca_cb_program: CB_PROG + 1,
+                bca_sec_parms: vec![callback_sec_parms4::AUTH_NONE],
+            }),
+        ])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    let c = p
+        .next_call(T)
+        .await
+        .expect("a probe with the new parameters");
+    assert_eq!((c.prog, c.vers, c.proc_num), (CB_PROG + 1, 1, 0));
+    assert_eq!(c.cred.flavor, 0, "AUTH_NONE now");
+    wait_path(&srv, &sid, PathState::Up).await;
+    assert_eq!(seq_flags(&mut p, sid, 2).await, 0);
+}
