@@ -9,7 +9,6 @@ mod common;
 use bytes::Bytes;
 use common::*;
 use txnfs_server::nfs::*;
-use txnfs_server::{BackendKind, Config, ExportConfig};
 
 /// How the opened file loses its name.
 #[derive(Clone, Copy, Debug)]
@@ -146,25 +145,7 @@ async fn open_file_outlives_remove_and_rename_memory() {
 #[tokio::test]
 async fn open_file_outlives_remove_and_rename_local() {
     for how in [Unname::Remove, Unname::RenameOver] {
-        let dir = std::env::temp_dir().join(format!(
-            "txnfs-open-outlives-{}-{how:?}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).expect("export dir");
-        let export = dir.clone();
-        let srv = start_server(move |state_dir| Config {
-            exports: vec![ExportConfig {
-                name: "/".into(),
-                path: export,
-                backend: BackendKind::Local,
-                read_only: false,
-                prebuilt: None,
-            }],
-            state_dir: Some(state_dir.to_path_buf()),
-            grace: false,
-            ..Config::default()
-        })
-        .await;
+        let (srv, dir) = start_local_server(&format!("open-outlives-{how:?}")).await;
         let f = opener_goes_on(&srv, how).await;
         let on_disk = std::fs::read(dir.join("f")).ok();
         let _ = std::fs::remove_dir_all(&dir);

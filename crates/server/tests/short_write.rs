@@ -9,7 +9,6 @@ use bytes::Bytes;
 use common::*;
 use txnfs_rpc::RpcClient;
 use txnfs_server::nfs::*;
-use txnfs_server::{BackendKind, Config, ExportConfig};
 
 /// A session whose fore channel asks for requests as large as the server's records, so
 /// that a WRITE of more than maxwrite bytes fits into one request.
@@ -125,22 +124,7 @@ async fn write_larger_than_maxwrite_is_short_memory() {
 
 #[tokio::test]
 async fn write_larger_than_maxwrite_is_short_local() {
-    let dir = std::env::temp_dir().join(format!("txnfs-short-write-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("export dir");
-    let export = dir.clone();
-    let srv = start_server(move |state_dir| Config {
-        exports: vec![ExportConfig {
-            name: "/".into(),
-            path: export,
-            backend: BackendKind::Local,
-            read_only: false,
-            prebuilt: None,
-        }],
-        state_dir: Some(state_dir.to_path_buf()),
-        grace: false,
-        ..Config::default()
-    })
-    .await;
+    let (srv, dir) = start_local_server("short-write").await;
     let (back, data, max_io) = write_past_maxwrite(&srv).await;
     let on_disk = std::fs::read(dir.join("big.bin")).expect("file on disk");
     let _ = std::fs::remove_dir_all(&dir);

@@ -5,39 +5,12 @@
 use bytes::Bytes;
 use std::time::Duration;
 use txnfs_state::clock::{Clock, ManualClock};
-use txnfs_state::session::{ChannelAttrs, CreateSessionArgs, SessionError, SessionLimits};
+use txnfs_state::session::{CreateSessionArgs, SessionError};
 use txnfs_state::*;
 
-const LEASE: Duration = Duration::from_secs(60);
+mod common;
 
-fn ch(slots: u32) -> ChannelAttrs {
-    ChannelAttrs {
-        max_request: 1 << 20,
-        max_response: 1 << 20,
-        max_response_cached: 1 << 16,
-        max_ops: 100,
-        max_requests: slots,
-    }
-}
-
-fn core(grace: Grace) -> StateCore {
-    StateCore::new(
-        CoreConfig {
-            boot_epoch: 3,
-            lease: LEASE,
-            sessions: SessionLimits {
-                max_clients: 16,
-                max_sessions_per_client: 4,
-                server_fore: ch(8),
-                server_back: ch(1),
-                back_channel: false,
-                reply_cache_bytes: usize::MAX,
-            },
-            state: StateLimits::default(),
-        },
-        grace,
-    )
-}
+use common::{ch, core, LEASE};
 
 fn session_args(clientid: ClientId, seq: u32) -> CreateSessionArgs {
     CreateSessionArgs {

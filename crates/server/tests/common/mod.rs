@@ -55,6 +55,29 @@ pub async fn start_server(config: impl FnOnce(&std::path::Path) -> Config) -> Te
     }
 }
 
+/// A server of one read-write local export `/` of a fresh directory under the temp dir
+/// (named after `tag` and this process), no grace period. Returns the directory too, so
+/// the test can read the files from the host; the caller removes it.
+pub async fn start_local_server(tag: &str) -> (TestServer, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("txnfs-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("export dir");
+    let export = dir.clone();
+    let srv = start_server(move |state_dir| Config {
+        exports: vec![ExportConfig {
+            name: "/".into(),
+            path: export,
+            backend: BackendKind::Local,
+            read_only: false,
+            prebuilt: None,
+        }],
+        state_dir: Some(state_dir.to_path_buf()),
+        grace: false,
+        ..Config::default()
+    })
+    .await;
+    (srv, dir)
+}
+
 /// A memory server and one session on it.
 pub async fn start_with_session(owner: &[u8]) -> (TestServer, Session) {
     let srv = start_memory_server().await;
