@@ -67,23 +67,10 @@ impl StateCore {
 
     // ---- clients and sessions --------------------------------------------------------
 
-    /// EXCHANGE_ID (RFC 8881 §18.35) from the one principal every caller of this
-    /// method shares; see [`StateCore::exchange_id_as`].
-    pub fn exchange_id(
-        &mut self,
-        owner: &Bytes,
-        verifier: [u8; 8],
-        update: bool,
-        now: Instant,
-    ) -> Result<ExchangeIdOk, SessionError> {
-        self.exchange_id_as(&Principal::default(), owner, verifier, update, now)
-            .map(|(ok, _)| ok)
-    }
-
     /// EXCHANGE_ID (RFC 8881 §18.35.5) sent by `principal`. A confirmed record of
     /// another principal that holds no sessions, opens or locks is replaced (case 3):
     /// that is a confirmed client gone, so the client list is persisted again.
-    pub fn exchange_id_as(
+    pub fn exchange_id(
         &mut self,
         principal: &Principal,
         owner: &Bytes,
@@ -94,7 +81,7 @@ impl StateCore {
         let table = &self.table;
         let (ok, removed) =
             self.sessions
-                .exchange_id_as(principal, owner, verifier, update, now, |c| {
+                .exchange_id(principal, owner, verifier, update, now, |c| {
                     table.client_has_state(c)
                 })?;
         let mut effects = Vec::new();
@@ -105,21 +92,11 @@ impl StateCore {
         Ok((ok, effects))
     }
 
-    /// CREATE_SESSION (RFC 8881 §18.36) from the one principal every caller of this
-    /// method shares, with no callback program; see [`StateCore::create_session_as`].
-    pub fn create_session(
-        &mut self,
-        args: &CreateSessionArgs,
-        now: Instant,
-    ) -> Result<(CreateSessionOutcome, Vec<Effect>), SessionError> {
-        self.create_session_as(&Principal::default(), args, CallbackParams::default(), now)
-    }
-
     /// CREATE_SESSION (RFC 8881 §18.36) sent by `principal`. Confirming a client that
     /// replaced an older incarnation releases that incarnation's opens and locks in
     /// the same step, so no request of the old incarnation can slip in between. An
     /// unconfirmed record whose lease ran out is gone: NFS4ERR_STALE_CLIENTID.
-    pub fn create_session_as(
+    pub fn create_session(
         &mut self,
         principal: &Principal,
         args: &CreateSessionArgs,
@@ -139,7 +116,7 @@ impl StateCore {
             .is_some_and(|c| c.confirmed);
         let (out, replaced) = self
             .sessions
-            .create_session_as(principal, args, callback, now)?;
+            .create_session(principal, args, callback, now)?;
         let mut effects = Vec::new();
         if let Some(old) = replaced {
             effects.push(self.release(old, ReleaseReason::Replaced));

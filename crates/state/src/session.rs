@@ -378,22 +378,6 @@ impl SessionTable {
         self.clients.get_mut(&id)
     }
 
-    /// EXCHANGE_ID from the one principal every caller of this method shares (tests
-    /// and tools that have no notion of principals); see
-    /// [`SessionTable::exchange_id_as`].
-    pub fn exchange_id(
-        &mut self,
-        owner: &Bytes,
-        verifier: [u8; 8],
-        update: bool,
-        now: Instant,
-    ) -> Result<ExchangeIdOk, SessionError> {
-        self.exchange_id_as(&Principal::default(), owner, verifier, update, now, |_| {
-            false
-        })
-        .map(|(ok, _)| ok)
-    }
-
     /// EXCHANGE_ID (RFC 8881 §18.35.5), the nine cases of the table, as knfsd orders
     /// them. `has_state` says whether a client holds opens or locks (the caller's
     /// table); sessions are counted here. Returns the answer and, in case 3, the
@@ -401,7 +385,7 @@ impl SessionTable {
     /// make room (the caller persists the client list). A confirmed record replaced by
     /// a client restart (case 5) stays until the new record is confirmed
     /// ([`SessionTable::create_session`]).
-    pub fn exchange_id_as(
+    pub fn exchange_id(
         &mut self,
         principal: &Principal,
         owner: &Bytes,
@@ -537,21 +521,11 @@ impl SessionTable {
         })
     }
 
-    /// CREATE_SESSION from the one principal every caller of this method shares, with
-    /// no callback program; see [`SessionTable::create_session_as`].
-    pub fn create_session(
-        &mut self,
-        args: &CreateSessionArgs,
-        now: Instant,
-    ) -> Result<(CreateSessionOutcome, Option<ClientId>), SessionError> {
-        self.create_session_as(&Principal::default(), args, CallbackParams::default(), now)
-    }
-
     /// CREATE_SESSION (RFC 8881 §18.36) sent by `principal`, recording `callback` on
     /// the new session. On success returns the outcome and, if this confirmed a
     /// client that replaced an older incarnation, that old client id (its record and
     /// sessions are gone; the caller releases its opens and locks).
-    pub fn create_session_as(
+    pub fn create_session(
         &mut self,
         principal: &Principal,
         args: &CreateSessionArgs,

@@ -4,6 +4,7 @@
 use bytes::Bytes;
 use std::time::Duration;
 use txnfs_state::clock::{Clock, ManualClock};
+use txnfs_state::session::{CallbackParams, Principal};
 use txnfs_state::session::{CreateSessionArgs, SequenceArgs, SessionError, SessionId};
 use txnfs_state::slots::SlotVerdict;
 use txnfs_state::*;
@@ -307,11 +308,11 @@ mod random_events {
                 let mut effects = Vec::new();
                 match ev {
                     Event::Client(k, v) => {
-                        let e = c.exchange_id(&Bytes::from_static(OWNERS[k]), [v; 8], false, now).unwrap();
-                        let res = c.create_session(&CreateSessionArgs {
+                        let e = c.exchange_id(&Principal::default(), &Bytes::from_static(OWNERS[k]), [v; 8], false, now).map(|(ok, _)| ok).unwrap();
+                        let res = c.create_session(&Principal::default(), &CreateSessionArgs {
                             clientid: e.clientid, seq: e.sequenceid, flags: 0,
                             fore: ch(2), back: ch(1), conn: 1,
-                        }, now);
+                        }, CallbackParams::default(), now);
                         if let Ok((out, fx)) = res {
                             effects = fx;
                             // A second session of a live client has completed already.

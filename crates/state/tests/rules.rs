@@ -5,6 +5,7 @@
 use bytes::Bytes;
 use std::time::Duration;
 use txnfs_state::clock::{Clock, ManualClock};
+use txnfs_state::session::{CallbackParams, Principal};
 use txnfs_state::session::{CreateSessionArgs, SessionError};
 use txnfs_state::*;
 
@@ -26,10 +27,22 @@ fn session_args(clientid: ClientId, seq: u32) -> CreateSessionArgs {
 /// EXCHANGE_ID + CREATE_SESSION without RECLAIM_COMPLETE.
 fn confirmed(c: &mut StateCore, clock: &ManualClock, owner: &'static [u8]) -> ClientId {
     let e = c
-        .exchange_id(&Bytes::from_static(owner), [1; 8], false, clock.now())
+        .exchange_id(
+            &Principal::default(),
+            &Bytes::from_static(owner),
+            [1; 8],
+            false,
+            clock.now(),
+        )
+        .map(|(ok, _)| ok)
         .expect("EXCHANGE_ID");
-    c.create_session(&session_args(e.clientid, e.sequenceid), clock.now())
-        .expect("CREATE_SESSION");
+    c.create_session(
+        &Principal::default(),
+        &session_args(e.clientid, e.sequenceid),
+        CallbackParams::default(),
+        clock.now(),
+    )
+    .expect("CREATE_SESSION");
     e.clientid
 }
 
@@ -38,21 +51,40 @@ fn an_unconfirmed_record_is_gone_after_one_lease() {
     let clock = ManualClock::new();
     let mut c = core(Grace::none());
     let e = c
-        .exchange_id(&Bytes::from_static(b"slow"), [1; 8], false, clock.now())
+        .exchange_id(
+            &Principal::default(),
+            &Bytes::from_static(b"slow"),
+            [1; 8],
+            false,
+            clock.now(),
+        )
+        .map(|(ok, _)| ok)
         .expect("EXCHANGE_ID");
     clock.advance(LEASE + Duration::from_millis(1));
     // Whether or not the timer has run: no courtesy lease for a record that holds
     // nothing.
     assert_eq!(
-        c.create_session(&session_args(e.clientid, 1), clock.now())
-            .map(|_| ()),
+        c.create_session(
+            &Principal::default(),
+            &session_args(e.clientid, 1),
+            CallbackParams::default(),
+            clock.now()
+        )
+        .map(|_| ()),
         Err(SessionError::StaleClientId)
     );
     assert_eq!(c.sessions().counts(), (0, 0));
 
     // And the timer removes one nobody asks about.
     let e = c
-        .exchange_id(&Bytes::from_static(b"slow"), [1; 8], false, clock.now())
+        .exchange_id(
+            &Principal::default(),
+            &Bytes::from_static(b"slow"),
+            [1; 8],
+            false,
+            clock.now(),
+        )
+        .map(|(ok, _)| ok)
         .expect("EXCHANGE_ID");
     clock.advance(LEASE);
     assert!(c.tick(clock.now()).is_empty(), "alive for one lease");

@@ -96,7 +96,7 @@ pub fn exchange_id(c: &mut Compound, a: &EXCHANGE_ID4args) -> OpResult {
         return Err(nfsstat4::NFS4ERR_ENCR_ALG_UNSUPP.into());
     }
     let owner = &a.eia_clientowner;
-    let (ok, effects) = c.srv.core()?.exchange_id_as(
+    let (ok, effects) = c.srv.core()?.exchange_id(
         &principal(c),
         &owner.co_ownerid,
         owner.co_verifier,
@@ -172,7 +172,7 @@ pub fn create_session(c: &mut Compound, a: &CREATE_SESSION4args) -> OpResult {
     let (out, effects) = c
         .srv
         .core()?
-        .create_session_as(&principal(c), &args, callback, c.now)?;
+        .create_session(&principal(c), &args, callback, c.now)?;
     c.srv.apply(effects);
     let CreateSessionOutcome {
         id,

@@ -54,7 +54,15 @@ fn exchange(
     owner: &'static [u8],
     now: Instant,
 ) -> Result<ExchangeIdOk, SessionError> {
-    t.exchange_id(&Bytes::from_static(owner), [1; 8], false, now)
+    t.exchange_id(
+        &Principal::default(),
+        &Bytes::from_static(owner),
+        [1; 8],
+        false,
+        now,
+        |_| false,
+    )
+    .map(|(ok, _)| ok)
 }
 
 /// A client `owner` (verifier 1) and its session of 4 slots, created on connection 1
@@ -70,7 +78,9 @@ fn client_with_session(
         flags,
         ..create(e.clientid, 1, 4, 1)
     };
-    let (out, _) = t.create_session(&args, now).unwrap();
+    let (out, _) = t
+        .create_session(&Principal::default(), &args, CallbackParams::default(), now)
+        .unwrap();
     (e.clientid, out)
 }
 
@@ -91,16 +101,29 @@ fn exchange_and_create_session() {
     let mut t = table();
     let now = Instant::now();
     let owner = Bytes::from_static(b"linux-host");
-    let e = t.exchange_id(&owner, [1; 8], false, now).unwrap();
+    let e = t
+        .exchange_id(&Principal::default(), &owner, [1; 8], false, now, |_| false)
+        .map(|(ok, _)| ok)
+        .unwrap();
     assert!(!e.confirmed);
     // create with wrong seq
     assert_eq!(
-        t.create_session(&create(e.clientid, 2, 200, 1), now)
-            .unwrap_err(),
+        t.create_session(
+            &Principal::default(),
+            &create(e.clientid, 2, 200, 1),
+            CallbackParams::default(),
+            now
+        )
+        .unwrap_err(),
         SessionError::SeqMisordered
     );
     let (out, replaced) = t
-        .create_session(&create(e.clientid, 1, 200, 1), now)
+        .create_session(
+            &Principal::default(),
+            &create(e.clientid, 1, 200, 1),
+            CallbackParams::default(),
+            now,
+        )
         .unwrap();
     assert_eq!(replaced, None);
     assert_eq!(out.fore.max_requests, 64, "clamped to the server maximum");
@@ -108,30 +131,53 @@ fn exchange_and_create_session() {
     let id = out.id;
     // replay of the same CREATE_SESSION returns the same session
     let (again, _) = t
-        .create_session(&create(e.clientid, 1, 200, 1), now)
+        .create_session(
+            &Principal::default(),
+            &create(e.clientid, 1, 200, 1),
+            CallbackParams::default(),
+            now,
+        )
         .unwrap();
     assert_eq!(again, out);
     assert!(t.session(&id).is_some());
     // same verifier again: same client, confirmed
-    let e2 = t.exchange_id(&owner, [1; 8], false, now).unwrap();
+    let e2 = t
+        .exchange_id(&Principal::default(), &owner, [1; 8], false, now, |_| false)
+        .map(|(ok, _)| ok)
+        .unwrap();
     assert_eq!(e2.clientid, e.clientid);
     assert!(e2.confirmed);
     // client reboot: new verifier gives a new id; confirming it drops the old one
-    let e3 = t.exchange_id(&owner, [2; 8], false, now).unwrap();
+    let e3 = t
+        .exchange_id(&Principal::default(), &owner, [2; 8], false, now, |_| false)
+        .map(|(ok, _)| ok)
+        .unwrap();
     assert_ne!(e3.clientid, e.clientid);
     let (_, replaced) = t
-        .create_session(&create(e3.clientid, 1, 8, 2), now)
+        .create_session(
+            &Principal::default(),
+            &create(e3.clientid, 1, 8, 2),
+            CallbackParams::default(),
+            now,
+        )
         .unwrap();
     assert_eq!(replaced, Some(e.clientid));
     assert!(t.session(&id).is_none());
     assert_eq!(
-        t.create_session(&create(e.clientid, 2, 8, 2), now)
-            .unwrap_err(),
+        t.create_session(
+            &Principal::default(),
+            &create(e.clientid, 2, 8, 2),
+            CallbackParams::default(),
+            now
+        )
+        .unwrap_err(),
         SessionError::StaleClientId
     );
     // update with wrong verifier
     assert_eq!(
-        t.exchange_id(&owner, [9; 8], true, now).unwrap_err(),
+        t.exchange_id(&Principal::default(), &owner, [9; 8], true, now, |_| false)
+            .map(|(ok, _)| ok)
+            .unwrap_err(),
         SessionError::NotSame
     );
 }
@@ -268,17 +314,34 @@ fn slots_are_granted_within_the_reply_cache_budget() {
     assert_eq!(a.fore.max_requests, 4);
     let b = exchange(&mut t, b"b", now).unwrap();
     let (b1, _) = t
-        .create_session(&create(b.clientid, 1, 200, 2), now)
+        .create_session(
+            &Principal::default(),
+            &create(b.clientid, 1, 200, 2),
+            CallbackParams::default(),
+            now,
+        )
         .unwrap();
     assert_eq!(b1.fore.max_requests, 6, "only what is left of the budget");
     assert_eq!(t.reply_cache_reserved(), 10 * per_slot);
     assert_eq!(
-        t.create_session(&create(b.clientid, 2, 4, 2), now)
-            .unwrap_err(),
+        t.create_session(
+            &Principal::default(),
+            &create(b.clientid, 2, 4, 2),
+            CallbackParams::default(),
+            now
+        )
+        .unwrap_err(),
         SessionError::Delay
     );
     t.destroy_session(&a.id).unwrap();
-    let (b2, _) = t.create_session(&create(b.clientid, 2, 4, 2), now).unwrap();
+    let (b2, _) = t
+        .create_session(
+            &Principal::default(),
+            &create(b.clientid, 2, 4, 2),
+            CallbackParams::default(),
+            now,
+        )
+        .unwrap();
     assert_eq!(b2.fore.max_requests, 4);
     t.destroy_session(&b1.id).unwrap();
     t.destroy_session(&b2.id).unwrap();

@@ -5,6 +5,7 @@
 use bytes::Bytes;
 use std::time::Duration;
 use txnfs_state::clock::{Clock, ManualClock};
+use txnfs_state::session::{CallbackParams, Principal};
 use txnfs_state::session::{
     ChannelAttrs, CreateSessionArgs, SequenceArgs, SessionId, SessionLimits,
 };
@@ -50,14 +51,17 @@ pub fn client(
 ) -> (ClientId, SessionId, Vec<Effect>) {
     let e = c
         .exchange_id(
+            &Principal::default(),
             &Bytes::from_static(owner),
             [verifier; 8],
             false,
             clock.now(),
         )
+        .map(|(ok, _)| ok)
         .unwrap();
     let (out, effects) = c
         .create_session(
+            &Principal::default(),
             &CreateSessionArgs {
                 clientid: e.clientid,
                 seq: e.sequenceid,
@@ -66,6 +70,7 @@ pub fn client(
                 back: ch(1),
                 conn: 1,
             },
+            CallbackParams::default(),
             clock.now(),
         )
         .unwrap();
