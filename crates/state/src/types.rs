@@ -294,4 +294,8 @@ pub enum StateError {
     /// holder did not return it in time); FREE_STATEID clears it.
     #[error("delegation revoked")]
     DelegRevoked,
+    /// `NFS4ERR_DELAY` (§15.1.1.3): another client was granted a conflicting delegation
+    /// between this request's recall check and its OPEN; the retry recalls it.
+    #[error("a conflicting delegation appeared; try again")]
+    Delay,
 }

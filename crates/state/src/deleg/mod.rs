@@ -402,6 +402,13 @@ impl DelegTable {
         self.cool_down.insert(file, now);
     }
 
+    /// Whether a live delegation of another client than `client` on `file` conflicts
+    /// with `access` (no recall is started: see [`DelegTable::conflicts`]).
+    pub fn has_conflict(&self, client: ClientId, file: FileId, access: Access) -> bool {
+        self.live_on(file)
+            .any(|d| d.client != client && access.conflicts(d.kind))
+    }
+
     /// Whether any of `ids` is still live (not returned, not revoked).
     pub fn any_live(&self, ids: &[u64]) -> bool {
         ids.iter().any(|id| {
