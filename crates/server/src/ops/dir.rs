@@ -9,7 +9,9 @@ use crate::ops::deleg;
 use crate::ops::fh::check_name;
 use bytes::Bytes;
 use txnfs_backend::{DirChange, FileType, NodeKind};
+use txnfs_state::deleg::dir::notify_type::{ADD_ENTRY, REMOVE_ENTRY, RENAME_ENTRY};
 use txnfs_state::Access;
+use crate::notify;
 
 /// The one place a backend's [`DirChange`] becomes a `change_info4` (RFC 8881 §3.3.4).
 /// Guards the wire value even against a misbehaving layer: `after` is never 0 and never
@@ -41,7 +43,7 @@ fn writable_dir(c: &Compound, fh: &Fh) -> Result<(ObjFh, txnfs_backend::Attrs), 
 
 pub fn create(c: &mut Compound, a: CREATE4args) -> OpResult {
     let fh = c.cfh()?.clone();
-    let (dir, _) = writable_dir(c, &fh)?;
+    let (dir, dattrs) = writable_dir(c, &fh)?;
     check_name(&a.objname)?;
     let kind = match a.objtype {
         createtype4::NF4LNK(target) => {
@@ -65,9 +67,11 @@ pub fn create(c: &mut Compound, a: CREATE4args) -> OpResult {
         txnfs_attr::decode_setattrs(&a.createattrs.attrmask, &a.createattrs.attr_vals)
             .map_err(|e| status_from_u32(e.nfsstat()))?;
     crate::ops::attr::check_new_owner(&set, &c.creds)?;
+    notify::before(c, &dir, &dattrs, ADD_ENTRY)?;
     let be = &dir.export.backend;
     let cx = c.scope.ctx_for(&dir.export, &c.creds, c.client)?;
     let made = be.make_node(cx, &dir.key, &a.objname, &kind, &set)?;
+    notify::added(c, &dir, &dattrs, &a.objname, Some(&made.key), false);
     c.cfh = Some(c.srv.obj_fh(&dir.export, made.key));
     Ok(nfs_resop4::OP_CREATE(CREATE4res::NFS4_OK(CREATE4resok {
         cinfo: change_info(made.dir),
@@ -77,12 +81,14 @@ pub fn create(c: &mut Compound, a: CREATE4args) -> OpResult {
 
 pub fn remove(c: &mut Compound, a: &REMOVE4args) -> OpResult {
     let fh = c.cfh()?.clone();
-    let (dir, _) = writable_dir(c, &fh)?;
+    let (dir, dattrs) = writable_dir(c, &fh)?;
     check_name(&a.target)?;
     deleg::clear_name(c, &dir, &a.target, Access::Namespace)?;
+    notify::before(c, &dir, &dattrs, REMOVE_ENTRY)?;
     let be = &dir.export.backend;
     let cx = c.scope.ctx_for(&dir.export, &c.creds, c.client)?;
     let change = be.remove(cx, &dir.key, &a.target)?;
+    notify::removed(c, &dir, &dattrs, &a.target);
     Ok(nfs_resop4::OP_REMOVE(REMOVE4res::NFS4_OK(REMOVE4resok {
         cinfo: change_info(change),
     })))
@@ -93,17 +99,44 @@ pub fn rename(c: &mut Compound, a: &RENAME4args) -> OpResult {
     let tfh = c.cfh()?.clone();
     check_name(&a.oldname)?;
     check_name(&a.newname)?;
-    let (src, _) = writable_dir(c, &sfh)?;
-    let (dst, _) = writable_dir(c, &tfh)?;
+    let (src, sattrs) = writable_dir(c, &sfh)?;
+    let (dst, dattrs) = writable_dir(c, &tfh)?;
     if src.export.id != dst.export.id {
         return Err(nfsstat4::NFS4ERR_XDEV.into());
     }
     // The file renamed and the one a RENAME would replace both change names.
     deleg::clear_name(c, &src, &a.oldname, Access::Namespace)?;
     deleg::clear_name(c, &dst, &a.newname, Access::Namespace)?;
+    // Directory delegations: one directory sees a rename, two a remove and an add.
+    let same_dir = sattrs.fileid == dattrs.fileid;
+    if same_dir {
+        notify::before(c, &src, &sattrs, RENAME_ENTRY)?;
+    } else {
+        notify::before(c, &src, &sattrs, REMOVE_ENTRY)?;
+        notify::before(c, &dst, &dattrs, ADD_ENTRY)?;
+    }
     let be = &src.export.backend;
+    let notifying = notify::any(c);
+    let replaced = notifying && be.lookup(&dst.key, &a.newname).is_ok();
     let cx = c.scope.ctx_for(&src.export, &c.creds, c.client)?;
     let change = be.rename(cx, &src.key, &a.oldname, &dst.key, &a.newname)?;
+    if notifying && !(same_dir && a.oldname == a.newname) {
+        let moved = be.lookup(&dst.key, &a.newname).ok().map(|(k, _)| k);
+        if same_dir {
+            notify::renamed(
+                c,
+                &src,
+                &sattrs,
+                &a.oldname,
+                &a.newname,
+                moved.as_ref(),
+                replaced,
+            );
+        } else {
+            notify::removed(c, &src, &sattrs, &a.oldname);
+            notify::added(c, &dst, &dattrs, &a.newname, moved.as_ref(), replaced);
+        }
+    }
     Ok(nfs_resop4::OP_RENAME(RENAME4res::NFS4_OK(RENAME4resok {
         source_cinfo: change_info(change.from),
         target_cinfo: change_info(change.to),
@@ -117,7 +150,7 @@ pub fn link(c: &mut Compound, a: &LINK4args) -> OpResult {
     let Fh::Obj(file) = &sfh else {
         return Err(nfsstat4::NFS4ERR_ISDIR.into());
     };
-    let (dir, _) = writable_dir(c, &tfh)?;
+    let (dir, dattrs) = writable_dir(c, &tfh)?;
     if file.export.id != dir.export.id {
         return Err(nfsstat4::NFS4ERR_XDEV.into());
     }
@@ -127,8 +160,10 @@ pub fn link(c: &mut Compound, a: &LINK4args) -> OpResult {
         return Err(nfsstat4::NFS4ERR_ISDIR.into());
     }
     deleg::clear(c, file, &fattrs, Access::Namespace)?;
+    notify::before(c, &dir, &dattrs, ADD_ENTRY)?;
     let cx = c.scope.ctx_for(&dir.export, &c.creds, c.client)?;
     let linked = be.link(cx, &file.key, &dir.key, &a.newname)?;
+    notify::added(c, &dir, &dattrs, &a.newname, Some(&file.key), false);
     Ok(nfs_resop4::OP_LINK(LINK4res::NFS4_OK(LINK4resok {
         cinfo: change_info(linked.dir),
     })))

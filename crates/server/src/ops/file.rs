@@ -8,6 +8,7 @@ use crate::ops::dir::change_info;
 use crate::ops::fh::check_name;
 use crate::statecore::{stateid_from_wire, stateid_to_wire};
 use txnfs_backend::{Attrs, CreateMode, DirChange, FileType, SetAttrs};
+use txnfs_state::deleg::dir::notify_type::ADD_ENTRY;
 use txnfs_state::{Access, OpenRequest, Stateid};
 
 /// Map the wire share bits, ignoring the v4.1 WANT/signal flags in the upper bits.
@@ -135,9 +136,15 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
                     let existing = be.lookup(&dir.key, name);
                     if existing.is_err() {
                         require(&dattrs, &c.creds, W | X)?;
+                        // Another client's directory delegation on `dir` hears of
+                        // the new entry, or is recalled first.
+                        crate::notify::before(c, dir, &dattrs, ADD_ENTRY)?;
                     }
                     let cx = c.scope.ctx_for(&dir.export, &c.creds, c.client)?;
                     let made = be.create_file(cx, &dir.key, name, mode, &set)?;
+                    if made.created {
+                        crate::notify::added(c, dir, &dattrs, name, Some(&made.key), false);
+                    }
                     type_check(made.attrs.ftype)?;
                     created = made.created;
                     if !made.created {

@@ -8,6 +8,7 @@
 //! the two). Delegation stateids share the open table's `other` layout (boot epoch +
 //! counter) with the top bit of the counter set, so the two id spaces never meet.
 
+pub mod dir;
 pub mod policy;
 
 use std::collections::{HashMap, HashSet};
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+pub use dir::{DirGranted, DirParams, FlushDue, Notice, NoticeBatch, NotifyTarget};
 pub use policy::{DelegType, NoDeleg, Want};
 
 use crate::types::{ClientId, FileId, StateError, Stateid};
@@ -37,6 +39,10 @@ pub enum Access {
     Modify,
     /// REMOVE, RENAME (from or over), LINK of the file: its names change.
     Namespace,
+    /// A change of the directory's entries or attributes, of this `notify_type4`
+    /// ([`dir::notify_type`]): conflicts with a directory delegation whose holder is
+    /// not notified of such changes (or that is being recalled already).
+    DirChange(u32),
 }
 
 impl Access {
@@ -44,6 +50,8 @@ impl Access {
     /// client.
     fn conflicts(self, kind: DelegType) -> bool {
         match (kind, self) {
+            // Directory delegations: see `Delegation::conflicts_with`.
+            (DelegType::Directory, _) | (_, Access::DirChange(_)) => false,
             (DelegType::Write, _) => true,
             (DelegType::Read, Access::Open(a)) => a & crate::types::SHARE_ACCESS_WRITE != 0,
             (DelegType::Read, Access::Read) => false,
@@ -76,6 +84,21 @@ struct Delegation {
     /// The file's change attribute when granted (CB_GETATTR compares with it).
     change: u64,
     phase: Phase,
+    /// A directory delegation's notification state.
+    dir: Option<Box<dir::DirState>>,
+}
+
+impl Delegation {
+    /// Whether another client's `access` must wait for this delegation.
+    fn conflicts_with(&self, access: Access) -> bool {
+        match (&self.dir, access) {
+            (Some(d), Access::DirChange(kind)) => {
+                !d.covers(kind) || matches!(self.phase, Phase::Recalling { .. })
+            }
+            (Some(_), _) => false,
+            (None, _) => access.conflicts(self.kind),
+        }
+    }
 }
 
 /// Per-client or server-wide delegation counters (issue 9 item 5).
@@ -270,7 +293,7 @@ impl DelegTable {
         let mut own = None;
         let mut others = None;
         let mut recall_pending = false;
-        for d in self.live_on(file) {
+        for d in self.live_on(file).filter(|d| d.dir.is_none()) {
             recall_pending |= matches!(d.phase, Phase::Recalling { .. });
             let slot = if d.client == client {
                 &mut own
@@ -313,6 +336,7 @@ impl DelegTable {
                 fh: req.fh,
                 change: req.change,
                 phase: Phase::Active,
+                dir: None,
             },
         );
         self.by_file.entry(file).or_default().push(id);
@@ -357,7 +381,7 @@ impl DelegTable {
             let Some(d) = self.delegs.get(&id) else {
                 continue;
             };
-            if Some(d.client) == client || !access.conflicts(d.kind) {
+            if Some(d.client) == client || !d.conflicts_with(access) {
                 continue;
             }
             let holder = d.client;
@@ -455,6 +479,9 @@ impl DelegTable {
             return;
         }
         d.phase = Phase::Revoked;
+        if let Some(dir) = &mut d.dir {
+            dir.clear();
+        }
         let (client, file) = (d.client, d.file);
         self.unlink_file(id, file);
         self.count(client, |s| {
@@ -532,7 +559,9 @@ impl DelegTable {
     ) -> Result<(u64, &Delegation), StateError> {
         let id = self.resolve(client, sid)?;
         let d = self.delegs.get(&id).ok_or(StateError::BadStateid)?;
-        if d.file != file {
+        // A directory delegation's stateid is good for DELEGRETURN, TEST_STATEID and
+        // FREE_STATEID only.
+        if d.file != file || d.dir.is_some() {
             return Err(StateError::BadStateid);
         }
         if d.phase == Phase::Revoked {
@@ -586,6 +615,11 @@ impl DelegTable {
                 fh: d.fh.clone(),
                 change: d.change,
             })
+    }
+
+    /// The holder of delegation `id`.
+    pub fn holder(&self, id: u64) -> Option<ClientId> {
+        self.delegs.get(&id).map(|d| d.client)
     }
 
     /// Whether any live delegation exists (the cheap test before a conflict check).

@@ -1,0 +1,291 @@
+//! Directory notifications (RFC 8881 §10.9, §20.4; ADR 0019): every namespace change
+//! another client makes in a delegated directory becomes a `notify4` queued in the
+//! state core for each holder, batched for the delay the holder asked for (at most
+//! `txnfs_state::deleg::dir::MAX_BATCH_DELAY`) and sent as one CB_NOTIFY. A
+//! notification that cannot be delivered recalls the directory delegation, and a
+//! holder that does not return it within `Config::recall_wait` loses it.
+//!
+//! The ops call [`before`] ahead of the change (another client's directory delegation
+//! that would not be told of it is recalled and the request held until it comes back,
+//! `crate::recall`) and one of [`added`], [`removed`], [`renamed`] after it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use txnfs_backend::{Attrs, FileKey};
+use txnfs_state::deleg::dir::notify_type;
+use txnfs_state::deleg::{Notice, NoticeBatch, NotifyTarget};
+use txnfs_state::{Access, ClientId, FileId};
+use txnfs_xdr::Encode;
+
+use crate::callback::{cb_compound, CallbackFailure};
+use crate::compound::{Compound, ObjFh};
+use crate::nfs::*;
+use crate::server::Server;
+use crate::statecore::stateid_to_wire;
+
+/// Bytes of notifications in one CB_NOTIFY at most (the back channel's requests are
+/// up to 64 KiB, `Server::new`).
+const MAX_CB_NOTIFY_BYTES: usize = 32 << 10;
+
+/// The state id of the directory `dir` (attributes `dattrs`).
+fn dir_id(c: &Compound, dir: &ObjFh, dattrs: &Attrs) -> FileId {
+    c.srv.state_file_id(&dir.export, dattrs.fileid)
+}
+
+/// Before a change of `notify_type4` `kind` to the directory `dir`: wait until no
+/// other client holds a directory delegation on it that would not be notified of the
+/// change (such delegations are recalled; see `Server::clear_delegations`).
+pub(crate) fn before(
+    c: &Compound,
+    dir: &ObjFh,
+    dattrs: &Attrs,
+    kind: u32,
+) -> Result<(), nfsstat4> {
+    if c.srv.core()?.delegations().is_empty() {
+        return Ok(());
+    }
+    c.srv
+        .clear_delegations(c.now, c.client, dir_id(c, dir, dattrs), Access::DirChange(kind))
+}
+
+/// Whether any delegation exists (the cheap test that skips extra lookups).
+pub(crate) fn any(c: &Compound) -> bool {
+    c.srv
+        .core()
+        .map(|core| !core.delegations().is_empty())
+        .unwrap_or(false)
+}
+
+/// Queue one notification of `kind` for every other client's directory delegation on
+/// `dir` that asked for it; `build` encodes it for a target (its attribute masks).
+fn queue(
+    c: &Compound,
+    dir: &ObjFh,
+    dattrs: &Attrs,
+    kind: u32,
+    build: impl Fn(&NotifyTarget) -> Bytes,
+) {
+    let file = dir_id(c, dir, dattrs);
+    let Ok(mut core) = c.srv.core() else {
+        return;
+    };
+    if core.delegations().is_empty() {
+        return;
+    }
+    let targets = core.dir_notify_targets(c.now, c.client, file, kind);
+    // Encoding reads attributes: not under the core's lock.
+    drop(core);
+    if targets.is_empty() {
+        return;
+    }
+    let notices = targets
+        .iter()
+        .map(|t| {
+            (
+                t.id,
+                Notice {
+                    kind,
+                    body: build(t),
+                },
+            )
+        })
+        .collect();
+    if let Ok(mut core) = c.srv.core() {
+        core.queue_dir_notices(c.now, notices);
+    }
+}
+
+/// `notify_entry4` of `name` with the attributes `mask` asks for of the object `key`
+/// (empty when the object is unknown or its attributes cannot be read: the name is
+/// what the holder needs).
+fn entry(c: &Compound, dir: &ObjFh, name: &[u8], obj: Option<&FileKey>, mask: &[u32]) -> notify_entry4 {
+    let attrs = match obj {
+        Some(key) if !mask.is_empty() => {
+            let fh = c.srv.obj_fh(&dir.export, key.clone());
+            c.srv.fattr(&fh, mask, None).ok()
+        }
+        _ => None,
+    };
+    notify_entry4 {
+        ne_file: Bytes::copy_from_slice(name),
+        ne_attrs: attrs.unwrap_or(fattr4 {
+            attrmask: Vec::new(),
+            attr_vals: Bytes::new(),
+        }),
+    }
+}
+
+/// The `notify_remove4` of `name`. Its READDIR cookie is not known without reading
+/// the directory, so it is 0 (never a cookie READDIR returns): holders find the entry
+/// by name.
+fn remove_entry(name: &[u8]) -> notify_remove4 {
+    notify_remove4 {
+        nrm_old_entry: notify_entry4 {
+            ne_file: Bytes::copy_from_slice(name),
+            ne_attrs: fattr4 {
+                attrmask: Vec::new(),
+                attr_vals: Bytes::new(),
+            },
+        },
+        nrm_old_entry_cookie: 0,
+    }
+}
+
+fn add_entry(
+    c: &Compound,
+    dir: &ObjFh,
+    name: &[u8],
+    obj: Option<&FileKey>,
+    replaced: bool,
+    mask: &[u32],
+) -> notify_add4 {
+    notify_add4 {
+        nad_old_entry: if replaced {
+            vec![remove_entry(name)]
+        } else {
+            Vec::new()
+        },
+        nad_new_entry: entry(c, dir, name, obj, mask),
+        nad_new_entry_cookie: Vec::new(),
+        nad_prev_entry: Vec::new(),
+        nad_last_entry: false,
+    }
+}
+
+/// `name` was added to `dir` (CREATE, OPEN that created, LINK, the target side of a
+/// RENAME between directories), naming the object `obj`; `replaced`: an entry of that
+/// name was replaced (RENAME over it).
+pub(crate) fn added(
+    c: &Compound,
+    dir: &ObjFh,
+    dattrs: &Attrs,
+    name: &[u8],
+    obj: Option<&FileKey>,
+    replaced: bool,
+) {
+    queue(c, dir, dattrs, notify_type::ADD_ENTRY, |t| {
+        add_entry(c, dir, name, obj, replaced, &t.child_attrs).to_bytes()
+    });
+}
+
+/// `name` was removed from `dir` (REMOVE, the source side of a RENAME between
+/// directories).
+pub(crate) fn removed(c: &Compound, dir: &ObjFh, dattrs: &Attrs, name: &[u8]) {
+    queue(c, dir, dattrs, notify_type::REMOVE_ENTRY, |_| {
+        remove_entry(name).to_bytes()
+    });
+}
+
+/// `from` was renamed to `to` within `dir`, naming `obj`; `replaced`: `to` existed.
+pub(crate) fn renamed(
+    c: &Compound,
+    dir: &ObjFh,
+    dattrs: &Attrs,
+    from: &[u8],
+    to: &[u8],
+    obj: Option<&FileKey>,
+    replaced: bool,
+) {
+    queue(c, dir, dattrs, notify_type::RENAME_ENTRY, |t| {
+        notify_rename4 {
+            nrn_old_entry: remove_entry(from),
+            nrn_new_entry: add_entry(c, dir, to, obj, replaced, &t.child_attrs),
+        }
+        .to_bytes()
+    });
+}
+
+/// The `notify4` list of a batch: one `notify4` per notification, its mask the one
+/// type bit, its value the encoded `notify_*4` (RFC 8881 §20.4.1).
+pub fn notify4_list(notices: &[Notice]) -> Vec<notify4> {
+    notices
+        .iter()
+        .map(|n| {
+            let mut mask = vec![0u32; (n.kind / 32 + 1) as usize];
+            mask[(n.kind / 32) as usize] = 1 << (n.kind % 32);
+            notify4 {
+                notify_mask: mask,
+                notify_vals: n.body.clone(),
+            }
+        })
+        .collect()
+}
+
+impl Server {
+    /// The core queued notifications for directory delegation `id` of `client`: send
+    /// them after `after` (more changes may join the batch meanwhile). Without a
+    /// runtime (the simulation) nothing can be sent: the delegation is recalled.
+    pub(crate) fn schedule_notify(self: &Arc<Self>, client: ClientId, id: u64, after: Duration) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            if let Ok(mut core) = self.core() {
+                core.recall_dir_delegation(self.clock.now(), id);
+            }
+            return;
+        };
+        let srv = self.clone();
+        rt.spawn(async move {
+            tokio::time::sleep(after).await;
+            srv.flush_notices(client, id).await;
+        });
+    }
+
+    /// Send directory delegation `id`'s queue, batch after batch. On the first
+    /// failure the delegation is recalled; if it is not back after the recall wait, it
+    /// is revoked.
+    async fn flush_notices(&self, client: ClientId, id: u64) {
+        loop {
+            let batch = match self.core() {
+                Ok(mut core) => core.take_dir_notices(id, MAX_CB_NOTIFY_BYTES),
+                Err(_) => return,
+            };
+            let Some(batch) = batch else {
+                return;
+            };
+            let more = batch.more;
+            if let Err(e) = self.send_notify(&batch).await {
+                tracing::info!(
+                    client = format_args!("{client:#x}"),
+                    "CB_NOTIFY failed ({e}): recalling the directory delegation"
+                );
+                let started = match self.core() {
+                    Ok(mut core) => core.recall_dir_delegation(self.clock.now(), id),
+                    Err(_) => false,
+                };
+                if started {
+                    tokio::time::sleep(self.cfg.recall_wait()).await;
+                    if let Ok(mut core) = self.core() {
+                        core.revoke_delegations(&[id]);
+                    }
+                }
+                return;
+            }
+            if !more {
+                return;
+            }
+        }
+    }
+
+    async fn send_notify(&self, b: &NoticeBatch) -> Result<(), CallbackFailure> {
+        let s = self
+            .callbacks
+            .session_of(b.client)
+            .ok_or(CallbackFailure::NoBackChannel)?;
+        let op = nfs_cb_argop4::OP_CB_NOTIFY(CB_NOTIFY4args {
+            cna_stateid: stateid_to_wire(&b.stateid),
+            cna_fh: b.fh.clone(),
+            cna_changes: notify4_list(&b.notices),
+        });
+        let r = cb_compound(&s, vec![op], self.cfg.callback_timeout()).await;
+        s.observe(&r);
+        match r?.into_iter().next() {
+            Some(nfs_cb_resop4::OP_CB_NOTIFY(CB_NOTIFY4res { cnr_status }))
+                if cnr_status != nfsstat4::NFS4_OK =>
+            {
+                Err(CallbackFailure::Status(cnr_status))
+            }
+            _ => Ok(()),
+        }
+    }
+}
