@@ -37,17 +37,16 @@ fn dir_id(c: &Compound, dir: &ObjFh, dattrs: &Attrs) -> FileId {
 /// Before a change of `notify_type4` `kind` to the directory `dir`: wait until no
 /// other client holds a directory delegation on it that would not be notified of the
 /// change (such delegations are recalled; see `Server::clear_delegations`).
-pub(crate) fn before(
-    c: &Compound,
-    dir: &ObjFh,
-    dattrs: &Attrs,
-    kind: u32,
-) -> Result<(), nfsstat4> {
+pub(crate) fn before(c: &Compound, dir: &ObjFh, dattrs: &Attrs, kind: u32) -> Result<(), nfsstat4> {
     if c.srv.core()?.delegations().is_empty() {
         return Ok(());
     }
-    c.srv
-        .clear_delegations(c.now, c.client, dir_id(c, dir, dattrs), Access::DirChange(kind))
+    c.srv.clear_delegations(
+        c.now,
+        c.client,
+        dir_id(c, dir, dattrs),
+        Access::DirChange(kind),
+    )
 }
 
 /// Whether any delegation exists (the cheap test that skips extra lookups).
@@ -100,7 +99,13 @@ fn queue(
 /// `notify_entry4` of `name` with the attributes `mask` asks for of the object `key`
 /// (empty when the object is unknown or its attributes cannot be read: the name is
 /// what the holder needs).
-fn entry(c: &Compound, dir: &ObjFh, name: &[u8], obj: Option<&FileKey>, mask: &[u32]) -> notify_entry4 {
+fn entry(
+    c: &Compound,
+    dir: &ObjFh,
+    name: &[u8],
+    obj: Option<&FileKey>,
+    mask: &[u32],
+) -> notify_entry4 {
     let attrs = match obj {
         Some(key) if !mask.is_empty() => {
             let fh = c.srv.obj_fh(&dir.export, key.clone());

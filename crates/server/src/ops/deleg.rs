@@ -229,9 +229,7 @@ pub fn get_dir_delegation(c: &mut Compound, a: &GET_DIR_DELEGATION4args) -> OpRe
     let client = c.client()?;
     let unavail = || {
         Ok(nfs_resop4::OP_GET_DIR_DELEGATION(
-            GET_DIR_DELEGATION4res::NFS4_OK(GET_DIR_DELEGATION4res_non_fatal::GDD4_UNAVAIL(
-                false,
-            )),
+            GET_DIR_DELEGATION4res::NFS4_OK(GET_DIR_DELEGATION4res_non_fatal::GDD4_UNAVAIL(false)),
         ))
     };
     let o = match c.cfh()? {

@@ -4,6 +4,7 @@ use crate::compound::{Compound, Fh, ObjFh, OpError, OpResult};
 use crate::errors::status_from_u32;
 use crate::export::PseudoChild;
 use crate::nfs::*;
+use crate::notify;
 use crate::ops::attr::{require, W, X};
 use crate::ops::deleg;
 use crate::ops::fh::check_name;
@@ -11,7 +12,6 @@ use bytes::Bytes;
 use txnfs_backend::{DirChange, FileType, NodeKind};
 use txnfs_state::deleg::dir::notify_type::{ADD_ENTRY, REMOVE_ENTRY, RENAME_ENTRY};
 use txnfs_state::Access;
-use crate::notify;
 
 /// The one place a backend's [`DirChange`] becomes a `change_info4` (RFC 8881 §3.3.4).
 /// Guards the wire value even against a misbehaving layer: `after` is never 0 and never

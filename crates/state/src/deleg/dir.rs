@@ -196,9 +196,10 @@ impl super::DelegTable {
             at_limit: self.delegs.len() >= self.limits.max_delegations,
             own_deleg: own,
             recall_pending,
-            recent_conflict: self.cool_down.get(&dir).is_some_and(|t| {
-                now.saturating_duration_since(*t) < super::policy::COOL_DOWN
-            }),
+            recent_conflict: self
+                .cool_down
+                .get(&dir)
+                .is_some_and(|t| now.saturating_duration_since(*t) < super::policy::COOL_DOWN),
         })?;
         let state = DirState::new(params);
         let (types, child_attrs, dir_attrs) = (

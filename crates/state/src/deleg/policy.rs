@@ -224,9 +224,18 @@ mod tests {
             (|i: &mut DirGrantInput| i.enabled = false, NoDeleg::Resource),
             (|i: &mut DirGrantInput| i.in_grace = true, NoDeleg::Resource),
             (|i: &mut DirGrantInput| i.at_limit = true, NoDeleg::Resource),
-            (|i: &mut DirGrantInput| i.own_deleg = true, NoDeleg::Contention),
-            (|i: &mut DirGrantInput| i.recall_pending = true, NoDeleg::Contention),
-            (|i: &mut DirGrantInput| i.recent_conflict = true, NoDeleg::Contention),
+            (
+                |i: &mut DirGrantInput| i.own_deleg = true,
+                NoDeleg::Contention,
+            ),
+            (
+                |i: &mut DirGrantInput| i.recall_pending = true,
+                NoDeleg::Contention,
+            ),
+            (
+                |i: &mut DirGrantInput| i.recent_conflict = true,
+                NoDeleg::Contention,
+            ),
         ] {
             let mut i = ok;
             f(&mut i);
