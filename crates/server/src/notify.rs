@@ -7,7 +7,11 @@
 //!
 //! The ops call [`before`] ahead of the change (another client's directory delegation
 //! that would not be told of it is recalled and the request held until it comes back,
-//! `crate::recall`) and one of [`added`], [`removed`], [`renamed`] after it.
+//! `crate::recall`) and one of [`added`], [`removed`], [`renamed`] after it; those
+//! also report the directory's attribute change. Changes of an object's attributes
+//! (WRITE, SETATTR, a link count) call [`attrs_changed`]: CHANGE_CHILD_ATTRS for the
+//! delegated directories it is an entry of, CHANGE_DIR_ATTRS if it is a delegated
+//! directory itself.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,12 +19,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use txnfs_backend::{Attrs, FileKey};
 use txnfs_state::deleg::dir::notify_type;
-use txnfs_state::deleg::{Notice, NoticeBatch, NotifyTarget};
+use txnfs_state::deleg::{EntryUpdate, Notice, NoticeBatch, NotifyTarget};
 use txnfs_state::{Access, ClientId, FileId};
 use txnfs_xdr::Encode;
 
 use crate::callback::{cb_compound, CallbackFailure};
 use crate::compound::{Compound, ObjFh};
+use crate::export::Export;
 use crate::nfs::*;
 use crate::server::Server;
 use crate::statecore::stateid_to_wire;
@@ -59,11 +64,14 @@ pub(crate) fn any(c: &Compound) -> bool {
 
 /// Queue one notification of `kind` for every other client's directory delegation on
 /// `dir` that asked for it; `build` encodes it for a target (its attribute masks).
+/// `updates` keeps the entries the delegations track up to date. Then the directory's
+/// own attributes changed.
 fn queue(
     c: &Compound,
     dir: &ObjFh,
     dattrs: &Attrs,
     kind: u32,
+    updates: &[EntryUpdate],
     build: impl Fn(&NotifyTarget) -> Bytes,
 ) {
     let file = dir_id(c, dir, dattrs);
@@ -73,20 +81,74 @@ fn queue(
     if core.delegations().is_empty() {
         return;
     }
-    let targets = core.dir_notify_targets(c.now, c.client, file, kind);
+    let targets = core.dir_notify_targets(c.now, c.client, file, kind, updates);
     // Encoding reads attributes: not under the core's lock.
     drop(core);
+    if !targets.is_empty() {
+        let notices = targets
+            .iter()
+            .map(|t| {
+                let body = build(t);
+                let coalesce = None;
+                (
+                    t.id,
+                    Notice {
+                        kind,
+                        body,
+                        coalesce,
+                    },
+                )
+            })
+            .collect();
+        if let Ok(mut core) = c.srv.core() {
+            core.queue_dir_notices(c.now, notices);
+        }
+    }
+    attrs_changed(c, &dir.export, &dir.key);
+}
+
+/// The attributes of the object `key` changed (by the current client): queue
+/// CHANGE_CHILD_ATTRS for the other clients' delegations of directories it is an
+/// entry of, CHANGE_DIR_ATTRS for their delegations of it, each with the attributes
+/// the holder asked for. A queued notice of the same object and name is replaced.
+pub(crate) fn attrs_changed(c: &Compound, export: &Arc<Export>, key: &FileKey) {
+    if !any(c) {
+        return;
+    }
+    let Ok(attrs) = export.backend.getattr(key) else {
+        return;
+    };
+    let file = c.srv.state_file_id(export, attrs.fileid);
+    let targets = match c.srv.core() {
+        Ok(core) => core.dir_attr_targets(c.client, file),
+        Err(_) => return,
+    };
     if targets.is_empty() {
         return;
     }
+    let fh = c.srv.obj_fh(export, key.clone());
     let notices = targets
-        .iter()
+        .into_iter()
         .map(|t| {
+            let ne_attrs = if t.attrs.is_empty() {
+                None
+            } else {
+                c.srv.fattr(&fh, &t.attrs, Some(&attrs)).ok()
+            };
+            let body = notify_attr4 {
+                na_changed_entry: notify_entry4 {
+                    ne_file: t.name.clone(),
+                    ne_attrs: ne_attrs.unwrap_or_else(no_attrs),
+                },
+            }
+            .to_bytes();
+            let coalesce = Some((file, t.name));
             (
                 t.id,
                 Notice {
-                    kind,
-                    body: build(t),
+                    kind: t.kind,
+                    body,
+                    coalesce,
                 },
             )
         })
@@ -96,29 +158,40 @@ fn queue(
     }
 }
 
-/// `notify_entry4` of `name` with the attributes `mask` asks for of the object `key`
-/// (empty when the object is unknown or its attributes cannot be read: the name is
+fn no_attrs() -> fattr4 {
+    fattr4 {
+        attrmask: Vec::new(),
+        attr_vals: Bytes::new(),
+    }
+}
+
+/// An object named in a notification: its key and attributes (`None`: unknown).
+pub(crate) type Obj<'a> = Option<(&'a FileKey, &'a Attrs)>;
+
+/// `notify_entry4` of `name` with the attributes `mask` asks for of the object `obj`
+/// (none when the object is unknown or its attributes cannot be encoded: the name is
 /// what the holder needs).
-fn entry(
-    c: &Compound,
-    dir: &ObjFh,
-    name: &[u8],
-    obj: Option<&FileKey>,
-    mask: &[u32],
-) -> notify_entry4 {
+fn entry(c: &Compound, dir: &ObjFh, name: &[u8], obj: Obj, mask: &[u32]) -> notify_entry4 {
     let attrs = match obj {
-        Some(key) if !mask.is_empty() => {
+        Some((key, attrs)) if !mask.is_empty() => {
             let fh = c.srv.obj_fh(&dir.export, key.clone());
-            c.srv.fattr(&fh, mask, None).ok()
+            c.srv.fattr(&fh, mask, Some(attrs)).ok()
         }
         _ => None,
     };
     notify_entry4 {
         ne_file: Bytes::copy_from_slice(name),
-        ne_attrs: attrs.unwrap_or(fattr4 {
-            attrmask: Vec::new(),
-            attr_vals: Bytes::new(),
-        }),
+        ne_attrs: attrs.unwrap_or_else(no_attrs),
+    }
+}
+
+/// The update of the tracked entries for `name` now naming `obj`.
+fn add_update(c: &Compound, dir: &ObjFh, name: &[u8], obj: Obj) -> EntryUpdate {
+    let name = Bytes::copy_from_slice(name);
+    match obj {
+        Some((_, a)) => EntryUpdate::Add(name, c.srv.state_file_id(&dir.export, a.fileid)),
+        // Unknown object: at least the old name's object is no longer there.
+        None => EntryUpdate::Remove(name),
     }
 }
 
@@ -129,10 +202,7 @@ fn remove_entry(name: &[u8]) -> notify_remove4 {
     notify_remove4 {
         nrm_old_entry: notify_entry4 {
             ne_file: Bytes::copy_from_slice(name),
-            ne_attrs: fattr4 {
-                attrmask: Vec::new(),
-                attr_vals: Bytes::new(),
-            },
+            ne_attrs: no_attrs(),
         },
         nrm_old_entry_cookie: 0,
     }
@@ -142,7 +212,7 @@ fn add_entry(
     c: &Compound,
     dir: &ObjFh,
     name: &[u8],
-    obj: Option<&FileKey>,
+    obj: Obj,
     replaced: bool,
     mask: &[u32],
 ) -> notify_add4 {
@@ -167,10 +237,11 @@ pub(crate) fn added(
     dir: &ObjFh,
     dattrs: &Attrs,
     name: &[u8],
-    obj: Option<&FileKey>,
+    obj: Obj,
     replaced: bool,
 ) {
-    queue(c, dir, dattrs, notify_type::ADD_ENTRY, |t| {
+    let updates = [add_update(c, dir, name, obj)];
+    queue(c, dir, dattrs, notify_type::ADD_ENTRY, &updates, |t| {
         add_entry(c, dir, name, obj, replaced, &t.child_attrs).to_bytes()
     });
 }
@@ -178,7 +249,8 @@ pub(crate) fn added(
 /// `name` was removed from `dir` (REMOVE, the source side of a RENAME between
 /// directories).
 pub(crate) fn removed(c: &Compound, dir: &ObjFh, dattrs: &Attrs, name: &[u8]) {
-    queue(c, dir, dattrs, notify_type::REMOVE_ENTRY, |_| {
+    let updates = [EntryUpdate::Remove(Bytes::copy_from_slice(name))];
+    queue(c, dir, dattrs, notify_type::REMOVE_ENTRY, &updates, |_| {
         remove_entry(name).to_bytes()
     });
 }
@@ -190,16 +262,33 @@ pub(crate) fn renamed(
     dattrs: &Attrs,
     from: &[u8],
     to: &[u8],
-    obj: Option<&FileKey>,
+    obj: Obj,
     replaced: bool,
 ) {
-    queue(c, dir, dattrs, notify_type::RENAME_ENTRY, |t| {
+    let updates = [
+        EntryUpdate::Remove(Bytes::copy_from_slice(from)),
+        add_update(c, dir, to, obj),
+    ];
+    queue(c, dir, dattrs, notify_type::RENAME_ENTRY, &updates, |t| {
         notify_rename4 {
             nrn_old_entry: remove_entry(from),
             nrn_new_entry: add_entry(c, dir, to, obj, replaced, &t.child_attrs),
         }
         .to_bytes()
     });
+}
+
+/// SETATTR (`crate::ops::attr::setattr`), then the change of the object's attributes
+/// for the directory delegations that follow it ([`attrs_changed`]). The op table
+/// runs this for SETATTR, so that the attribute ops need not know about directory
+/// delegations.
+pub fn setattr(c: &mut Compound, a: &SETATTR4args) -> crate::compound::OpResult {
+    let r = crate::ops::attr::setattr(c, a)?;
+    if let Ok(o) = c.cobj() {
+        let o = o.clone();
+        attrs_changed(c, &o.export, &o.key);
+    }
+    Ok(r)
 }
 
 /// The `notify4` list of a batch: one `notify4` per notification, its mask the one

@@ -24,6 +24,9 @@ const ADD: u32 = 1 << 3;
 const REMOVE: u32 = 1 << 2;
 const RENAME: u32 = 1 << 4;
 const CHILD_ATTRS: u32 = 1 << 0;
+const DIR_ATTRS: u32 = 1 << 1;
+/// FATTR4_SIZE.
+const SIZE: u32 = 1 << 4;
 /// FATTR4_TYPE and FATTR4_FILEID.
 const TYPE_AND_FILEID: u32 = (1 << 1) | (1 << 20);
 
@@ -114,6 +117,12 @@ impl Holder {
 }
 
 fn gdd_args(types: u32, delay: Duration) -> nfs_argop4 {
+    gdd_args_with(types, delay, TYPE_AND_FILEID, 0)
+}
+
+/// GET_DIR_DELEGATION asking for `child` attributes with entries and `dir`
+/// attributes with directory changes (first bitmap words).
+fn gdd_args_with(types: u32, delay: Duration, child: u32, dir: u32) -> nfs_argop4 {
     let t = nfstime4 {
         seconds: delay.as_secs() as i64,
         nseconds: delay.subsec_nanos(),
@@ -123,8 +132,8 @@ fn gdd_args(types: u32, delay: Duration) -> nfs_argop4 {
         gdda_notification_types: vec![types],
         gdda_child_attr_delay: t.clone(),
         gdda_dir_attr_delay: t,
-        gdda_child_attributes: vec![TYPE_AND_FILEID],
-        gdda_dir_attributes: vec![],
+        gdda_child_attributes: vec![child],
+        gdda_dir_attributes: if dir == 0 { vec![] } else { vec![dir] },
     })
 }
 
@@ -213,11 +222,10 @@ async fn grant_unavail_and_the_stateid() {
         ))
     );
     let mut a = Holder::new(&srv, b"holder-a").await;
-    // Child attribute changes are not followed: not granted.
-    let g = a
-        .granted(&fhs[0], ADD | REMOVE | RENAME | CHILD_ATTRS, Duration::ZERO)
-        .await;
-    assert_eq!(g.gddr_notification, vec![ADD | REMOVE | RENAME]);
+    // txnfs's cookie verifiers never change: CHANGE_COOKIE_VERIFIER is not granted.
+    let all = ADD | REMOVE | RENAME | CHILD_ATTRS | DIR_ATTRS;
+    let g = a.granted(&fhs[0], all | (1 << 5), Duration::ZERO).await;
+    assert_eq!(g.gddr_notification, vec![all]);
     assert_eq!(g.gddr_child_attributes, vec![TYPE_AND_FILEID]);
     assert_eq!(g.gddr_dir_attributes, Vec::<u32>::new());
     let r = a
@@ -634,4 +642,199 @@ async fn a_refused_notification_recalls_the_delegation() {
     assert_eq!(a.delegreturn(d, &recall.stateid).await, nfsstat4::NFS4_OK);
     let s = srv.server.core().unwrap().delegations().stats();
     assert_eq!((s.recalled, s.returned, s.revoked), (1, 1, 0));
+}
+
+/// The size in an attribute list of FATTR4_SIZE alone.
+fn size_of(a: &fattr4) -> u64 {
+    assert_eq!(a.attrmask, vec![SIZE], "the attributes asked for");
+    u64::from_be_bytes(a.attr_vals[..8].try_into().unwrap())
+}
+
+fn write(sid: &stateid4, offset: u64, data: &'static [u8]) -> nfs_argop4 {
+    nfs_argop4::OP_WRITE(WRITE4args {
+        stateid: sid.clone(),
+        offset,
+        stable: stable_how4::FILE_SYNC4,
+        data: Bytes::from_static(data),
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child_attribute_changes_are_notified_with_the_attributes_asked_for() {
+    let srv = server(5000).await;
+    let (mut o, fhs) = other_with_dirs(&srv, &["d"]).await;
+    let d = &fhs[0];
+    // "old" exists before the grant (found by listing the directory).
+    let r = o
+        .run(vec![putfh(d), open_new("old"), nfs_argop4::OP_GETFH])
+        .await;
+    let (osid, _) = opened_stateid_and_fh(&r);
+    let mut a = Holder::new(&srv, b"holder-a").await;
+    let r = a
+        .run(vec![
+            putfh(d),
+            gdd_args_with(CHILD_ATTRS | REMOVE, Duration::from_millis(40), SIZE, 0),
+        ])
+        .await;
+    let nfs_resop4::OP_GET_DIR_DELEGATION(GET_DIR_DELEGATION4res::NFS4_OK(
+        GET_DIR_DELEGATION4res_non_fatal::GDD4_OK(g),
+    )) = &r.resarray[2]
+    else {
+        panic!("{:?}", r.resarray)
+    };
+    assert_eq!(g.gddr_notification, vec![CHILD_ATTRS | REMOVE]);
+    assert_eq!(g.gddr_child_attributes, vec![SIZE]);
+
+    // Two WRITEs within the delay: one notice, with the size after both.
+    let r = o
+        .run(vec![
+            putfh(d),
+            lookup("old"),
+            write(&osid, 0, b"12345"),
+            write(&osid, 5, b"678"),
+        ])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    let n = a.next_notify(T).await.expect("CB_NOTIFY for WRITE");
+    assert_eq!(n.cna_stateid, g.gddr_stateid);
+    let (bit, v) = single(&n);
+    assert_eq!(bit, CHILD_ATTRS);
+    let na = notify_attr4::from_bytes(v).expect("notify_attr4");
+    assert_eq!(na.na_changed_entry.ne_file, name("old"));
+    assert_eq!(size_of(&na.na_changed_entry.ne_attrs), 8);
+
+    // A file the holder made itself (not notified to it) is followed as well: another
+    // client's SETATTR of its size is.
+    // (Without a file delegation, which the SETATTR would recall.)
+    let nfs_argop4::OP_OPEN(mut open) = open_new("mine") else {
+        unreachable!()
+    };
+    open.share_access |= OPEN4_SHARE_ACCESS_WANT_NO_DELEG;
+    let r = a.run(vec![putfh(d), nfs_argop4::OP_OPEN(open)]).await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    let r = o
+        .run(vec![
+            putfh(d),
+            lookup("mine"),
+            nfs_argop4::OP_SETATTR(SETATTR4args {
+                stateid: stateid4 {
+                    seqid: 0,
+                    other: [0; 12],
+                },
+                obj_attributes: fattr4 {
+                    attrmask: vec![SIZE],
+                    attr_vals: Bytes::from_static(&[0, 0, 0, 0, 0, 0, 0, 7]),
+                },
+            }),
+        ])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    let (bit, v) = single(&a.next_notify(T).await.expect("CB_NOTIFY for SETATTR"));
+    assert_eq!(bit, CHILD_ATTRS);
+    let na = notify_attr4::from_bytes(v).expect("notify_attr4");
+    assert_eq!(na.na_changed_entry.ne_file, name("mine"));
+    assert_eq!(size_of(&na.na_changed_entry.ne_attrs), 7);
+
+    // Renamed out of the directory (a REMOVE here), the file is no longer followed.
+    let root = srv_root(&mut o).await;
+    let r = o
+        .run(vec![
+            putfh(d),
+            nfs_argop4::OP_SAVEFH,
+            putfh(&root),
+            rename("old", "gone"),
+        ])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    let (bit, v) = single(&a.next_notify(T).await.expect("CB_NOTIFY for RENAME"));
+    assert_eq!(bit, REMOVE);
+    assert_eq!(as_remove(v).nrm_old_entry.ne_file, name("old"));
+    let r = o
+        .run(vec![
+            nfs_argop4::OP_PUTROOTFH,
+            lookup("gone"),
+            write(&osid, 0, b"x"),
+        ])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    assert!(a.next_notify(Duration::from_millis(300)).await.is_none());
+}
+
+/// The root's file handle.
+async fn srv_root(o: &mut Session) -> Bytes {
+    let r = o
+        .run(vec![nfs_argop4::OP_PUTROOTFH, nfs_argop4::OP_GETFH])
+        .await;
+    let nfs_resop4::OP_GETFH(GETFH4res::NFS4_OK(fh)) = &r.resarray[2] else {
+        panic!("{:?}", r.resarray)
+    };
+    fh.object.clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_attribute_changes_are_notified() {
+    let srv = server(5000).await;
+    let (mut o, fhs) = other_with_dirs(&srv, &["d"]).await;
+    let d = &fhs[0];
+    let mut a = Holder::new(&srv, b"holder-a").await;
+    // FATTR4_MODE (33): the second bitmap word.
+    let r = a
+        .run(vec![
+            putfh(d),
+            nfs_argop4::OP_GET_DIR_DELEGATION(GET_DIR_DELEGATION4args {
+                gdda_signal_deleg_avail: false,
+                gdda_notification_types: vec![ADD | DIR_ATTRS],
+                gdda_child_attr_delay: nfstime4 {
+                    seconds: 0,
+                    nseconds: 40_000_000,
+                },
+                gdda_dir_attr_delay: nfstime4 {
+                    seconds: 0,
+                    nseconds: 40_000_000,
+                },
+                gdda_child_attributes: vec![],
+                gdda_dir_attributes: vec![0, 1 << 1],
+            }),
+        ])
+        .await;
+    let nfs_resop4::OP_GET_DIR_DELEGATION(GET_DIR_DELEGATION4res::NFS4_OK(
+        GET_DIR_DELEGATION4res_non_fatal::GDD4_OK(g),
+    )) = &r.resarray[2]
+    else {
+        panic!("{:?}", r.resarray)
+    };
+    assert_eq!(g.gddr_notification, vec![ADD | DIR_ATTRS]);
+    assert_eq!(g.gddr_dir_attributes, vec![0, 1 << 1]);
+    // SETATTR of the directory's mode: CHANGE_DIR_ATTRS, no name, the mode.
+    let r = o
+        .run(vec![
+            putfh(d),
+            nfs_argop4::OP_SETATTR(SETATTR4args {
+                stateid: stateid4 {
+                    seqid: 0,
+                    other: [0; 12],
+                },
+                obj_attributes: fattr4 {
+                    attrmask: vec![0, 1 << 1],
+                    attr_vals: Bytes::from_static(&[0, 0, 0o7, 0o50]),
+                },
+            }),
+        ])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    let (bit, v) = single(&a.next_notify(T).await.expect("CB_NOTIFY for SETATTR"));
+    assert_eq!(bit, DIR_ATTRS);
+    let na = notify_attr4::from_bytes(v).expect("notify_attr4");
+    assert!(na.na_changed_entry.ne_file.is_empty());
+    assert_eq!(na.na_changed_entry.ne_attrs.attrmask, vec![0, 1 << 1]);
+    assert_eq!(
+        &na.na_changed_entry.ne_attrs.attr_vals[..],
+        &[0, 0, 0o7, 0o50]
+    );
+    // An entry added: the ADD, then the directory's new attributes, in one CB_NOTIFY.
+    let r = o.run(vec![putfh(d), mkdir("x")]).await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    let n = a.next_notify(T).await.expect("CB_NOTIFY for CREATE");
+    let kinds: Vec<u32> = n.cna_changes.iter().map(|c| c.notify_mask[0]).collect();
+    assert_eq!(kinds, vec![ADD, DIR_ATTRS]);
 }

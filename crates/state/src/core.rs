@@ -12,8 +12,8 @@ use bytes::Bytes;
 use std::time::{Duration, Instant};
 
 use crate::deleg::{
-    Access, DelegLimits, DelegTable, DelegType, DirGranted, DirParams, GrantRequest, Granted,
-    NoDeleg, Notice, NoticeBatch, NotifyTarget, Recall,
+    Access, AttrTarget, DelegLimits, DelegTable, DelegType, DirGranted, DirParams, EntryUpdate,
+    GrantRequest, Granted, NoDeleg, Notice, NoticeBatch, NotifyTarget, Recall,
 };
 use crate::effect::{Callback, ClientList, Effect, ReleaseReason};
 use crate::grace::{Grace, GraceEnd};
@@ -554,23 +554,41 @@ impl StateCore {
             .grant_dir(now, client, dir, params, callback_up, in_grace, fh)
     }
 
-    /// After `client` changed `dir` in a way of `notify_type4` `kind`: the other
-    /// clients' directory delegations to notify (the server encodes the notification
-    /// for each and queues it with [`StateCore::queue_dir_notices`]). Delegations whose
-    /// holders are not notified of such changes are recalled ([`Effect::Callback`]).
+    /// The entries of the directory of the delegation just granted as `id` (read
+    /// after the grant; `None`: unreadable), for CHANGE_CHILD_ATTRS: the notification
+    /// types granted in the end ([`DelegTable::track_children`]).
+    pub fn track_dir_children(&mut self, id: u64, entries: Option<Vec<(Bytes, FileId)>>) -> u32 {
+        self.delegs.track_children(id, entries)
+    }
+
+    /// After `client` changed `dir` in a way of `notify_type4` `kind`, doing `updates`
+    /// to its entries: the other clients' directory delegations to notify (the server
+    /// encodes the notification for each and queues it with
+    /// [`StateCore::queue_dir_notices`]). Delegations whose holders are not notified of
+    /// such changes are recalled ([`Effect::Callback`]).
     pub fn dir_notify_targets(
         &mut self,
         now: Instant,
         client: Option<ClientId>,
         dir: FileId,
         kind: u32,
+        updates: &[EntryUpdate],
     ) -> Vec<NotifyTarget> {
         if self.delegs.is_empty() {
             return Vec::new();
         }
-        let (targets, recalls) = self.delegs.notify_targets(now, client, dir, kind);
+        let (targets, recalls) = self.delegs.notify_targets(now, client, dir, kind, updates);
         self.push_recalls(recalls);
         targets
+    }
+
+    /// After `client` changed the attributes of `obj`: the attribute notifications
+    /// other clients' directory delegations asked for ([`DelegTable::attr_targets`]).
+    pub fn dir_attr_targets(&self, client: Option<ClientId>, obj: FileId) -> Vec<AttrTarget> {
+        if self.delegs.is_empty() {
+            return Vec::new();
+        }
+        self.delegs.attr_targets(client, obj)
     }
 
     /// Queue notifications built for [`StateCore::dir_notify_targets`]'s targets: a

@@ -425,7 +425,8 @@ static TABLE: [OpEntry; 73] = [
         .run(handler!(OP_SECINFO(a) => |c, a| fh::secinfo(c, &a)))
         .reply(STATUS + 4 + 4 * 4),
     e(OP_SETATTR)
-        .run(handler!(OP_SETATTR(a) => |c, a| attr::setattr(c, &a)))
+        // SETATTR, then CB_NOTIFY of the attribute change (`crate::notify`).
+        .run(handler!(OP_SETATTR(a) => |c, a| crate::notify::setattr(c, &a)))
         .blocks(When(setattr_blocks))
         .reply(STATUS + BITMAP)
         .on_error(ErrorBody::EmptyBitmap),

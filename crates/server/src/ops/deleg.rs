@@ -9,7 +9,7 @@ use crate::errors::state_status;
 use crate::nfs::*;
 use crate::statecore::{stateid_from_wire, stateid_to_wire};
 use txnfs_backend::{Attrs, FileType};
-use txnfs_state::deleg::dir::notify_type;
+use txnfs_state::deleg::dir::{notify_type, MAX_CHILDREN};
 use txnfs_state::deleg::DirParams;
 use txnfs_state::{Access, DelegType, FileId, NoDeleg, Want};
 
@@ -198,6 +198,30 @@ pub fn want_delegation(c: &mut Compound, a: &WANT_DELEGATION4args) -> OpResult {
     ))
 }
 
+/// The entries of the directory `o` as (name, state id), or `None` if it cannot be
+/// read or has more than `MAX_CHILDREN` entries.
+fn list_children(c: &Compound, o: &ObjFh) -> Option<Vec<(bytes::Bytes, FileId)>> {
+    let be = &o.export.backend;
+    let mut out = Vec::new();
+    let mut cookie = 0;
+    loop {
+        let (batch, at_end) = be.readdir(&o.key, cookie, 256).ok()?;
+        if batch.is_empty() {
+            return at_end.then_some(out);
+        }
+        for e in batch {
+            cookie = e.cookie;
+            out.push((e.name, c.srv.state_file_id(&o.export, e.attrs.fileid)));
+        }
+        if out.len() > MAX_CHILDREN {
+            return None;
+        }
+        if at_end {
+            return Some(out);
+        }
+    }
+}
+
 /// A `bitmap4`'s first word (the notification types fit in it).
 fn word0(b: &[u32]) -> u32 {
     b.first().copied().unwrap_or(0)
@@ -255,10 +279,18 @@ pub fn get_dir_delegation(c: &mut Compound, a: &GET_DIR_DELEGATION4args) -> OpRe
         c.srv
             .core()?
             .grant_dir_delegation(c.now, client, dir, params, callback_up, o.wire.clone());
-    let Ok(g) = granted else {
+    let Ok(mut g) = granted else {
         return unavail();
     };
-    let entries = (1 << notify_type::ADD_ENTRY) | (1 << notify_type::RENAME_ENTRY);
+    if g.types & (1 << notify_type::CHANGE_CHILD_ATTRS) != 0 {
+        // CHANGE_CHILD_ATTRS: which objects are entries here, so that a change of one
+        // finds this delegation.
+        let entries = list_children(c, &o);
+        g.types = c.srv.core()?.track_dir_children(g.id, entries);
+    }
+    let entries = (1 << notify_type::ADD_ENTRY)
+        | (1 << notify_type::RENAME_ENTRY)
+        | (1 << notify_type::CHANGE_CHILD_ATTRS);
     let dir_attrs = 1 << notify_type::CHANGE_DIR_ATTRS;
     Ok(nfs_resop4::OP_GET_DIR_DELEGATION(
         GET_DIR_DELEGATION4res::NFS4_OK(GET_DIR_DELEGATION4res_non_fatal::GDD4_OK(

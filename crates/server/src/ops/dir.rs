@@ -71,7 +71,14 @@ pub fn create(c: &mut Compound, a: CREATE4args) -> OpResult {
     let be = &dir.export.backend;
     let cx = c.scope.ctx_for(&dir.export, &c.creds, c.client)?;
     let made = be.make_node(cx, &dir.key, &a.objname, &kind, &set)?;
-    notify::added(c, &dir, &dattrs, &a.objname, Some(&made.key), false);
+    notify::added(
+        c,
+        &dir,
+        &dattrs,
+        &a.objname,
+        Some((&made.key, &made.attrs)),
+        false,
+    );
     c.cfh = Some(c.srv.obj_fh(&dir.export, made.key));
     Ok(nfs_resop4::OP_CREATE(CREATE4res::NFS4_OK(CREATE4resok {
         cinfo: change_info(made.dir),
@@ -86,9 +93,16 @@ pub fn remove(c: &mut Compound, a: &REMOVE4args) -> OpResult {
     deleg::clear_name(c, &dir, &a.target, Access::Namespace)?;
     notify::before(c, &dir, &dattrs, REMOVE_ENTRY)?;
     let be = &dir.export.backend;
+    let victim = notify::any(c)
+        .then(|| be.lookup(&dir.key, &a.target).ok())
+        .flatten();
     let cx = c.scope.ctx_for(&dir.export, &c.creds, c.client)?;
     let change = be.remove(cx, &dir.key, &a.target)?;
     notify::removed(c, &dir, &dattrs, &a.target);
+    // A file with other names lost a link: entries naming it elsewhere changed.
+    if let Some((k, _)) = &victim {
+        notify::attrs_changed(c, &dir.export, k);
+    }
     Ok(nfs_resop4::OP_REMOVE(REMOVE4res::NFS4_OK(REMOVE4resok {
         cinfo: change_info(change),
     })))
@@ -121,20 +135,17 @@ pub fn rename(c: &mut Compound, a: &RENAME4args) -> OpResult {
     let cx = c.scope.ctx_for(&src.export, &c.creds, c.client)?;
     let change = be.rename(cx, &src.key, &a.oldname, &dst.key, &a.newname)?;
     if notifying && !(same_dir && a.oldname == a.newname) {
-        let moved = be.lookup(&dst.key, &a.newname).ok().map(|(k, _)| k);
+        let moved = be.lookup(&dst.key, &a.newname).ok();
+        let obj = moved.as_ref().map(|(k, a)| (k, a));
         if same_dir {
-            notify::renamed(
-                c,
-                &src,
-                &sattrs,
-                &a.oldname,
-                &a.newname,
-                moved.as_ref(),
-                replaced,
-            );
+            notify::renamed(c, &src, &sattrs, &a.oldname, &a.newname, obj, replaced);
         } else {
             notify::removed(c, &src, &sattrs, &a.oldname);
-            notify::added(c, &dst, &dattrs, &a.newname, moved.as_ref(), replaced);
+            notify::added(c, &dst, &dattrs, &a.newname, obj, replaced);
+        }
+        // Its ctime moved: directories it is an entry of elsewhere (hard links) hear.
+        if let Some((k, _)) = &moved {
+            notify::attrs_changed(c, &dst.export, k);
         }
     }
     Ok(nfs_resop4::OP_RENAME(RENAME4res::NFS4_OK(RENAME4resok {
@@ -163,7 +174,16 @@ pub fn link(c: &mut Compound, a: &LINK4args) -> OpResult {
     notify::before(c, &dir, &dattrs, ADD_ENTRY)?;
     let cx = c.scope.ctx_for(&dir.export, &c.creds, c.client)?;
     let linked = be.link(cx, &file.key, &dir.key, &a.newname)?;
-    notify::added(c, &dir, &dattrs, &a.newname, Some(&file.key), false);
+    notify::added(
+        c,
+        &dir,
+        &dattrs,
+        &a.newname,
+        Some((&file.key, &linked.attrs)),
+        false,
+    );
+    // Its link count changed: so did every entry naming it.
+    notify::attrs_changed(c, &file.export, &file.key);
     Ok(nfs_resop4::OP_LINK(LINK4res::NFS4_OK(LINK4resok {
         cinfo: change_info(linked.dir),
     })))

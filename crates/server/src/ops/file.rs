@@ -143,7 +143,11 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
                     let cx = c.scope.ctx_for(&dir.export, &c.creds, c.client)?;
                     let made = be.create_file(cx, &dir.key, name, mode, &set)?;
                     if made.created {
-                        crate::notify::added(c, dir, &dattrs, name, Some(&made.key), false);
+                        let obj = Some((&made.key, &made.attrs));
+                        crate::notify::added(c, dir, &dattrs, name, obj, false);
+                    } else if !set.is_empty() {
+                        // An UNCHECKED create of an existing file set its attributes.
+                        crate::notify::attrs_changed(c, &dir.export, &made.key);
                     }
                     type_check(made.attrs.ftype)?;
                     created = made.created;
@@ -354,6 +358,8 @@ pub fn write(c: &mut Compound, a: WRITE4args) -> OpResult {
     let sync = a.stable != stable_how4::UNSTABLE4;
     let cx = c.scope.ctx_for(&o.export, &c.creds, c.client)?;
     o.export.backend.write(cx, &o.key, a.offset, &data, sync)?;
+    // Size, times and change moved: delegated directories naming the file hear.
+    crate::notify::attrs_changed(c, &o.export, &o.key);
     Ok(nfs_resop4::OP_WRITE(WRITE4res::NFS4_OK(WRITE4resok {
         count: data.len() as u32,
         committed: a.stable,

@@ -14,11 +14,12 @@
 //! not ask to be notified of, a queue that grows past its bound, or a notification
 //! that cannot be delivered recalls the delegation instead.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::types::{ClientId, Stateid};
+use crate::types::{ClientId, FileId, Stateid};
 
 /// `notify_type4` values (RFC 8881 §20.4.2), as bit numbers of a notification mask.
 pub mod notify_type {
@@ -36,13 +37,20 @@ pub mod notify_type {
     pub const CHANGE_COOKIE_VERIFIER: u32 = 5;
 }
 
-/// The notification types txnfs sends: entries added, removed and renamed. The others
-/// are never granted (GET_DIR_DELEGATION answers the granted set): child and
-/// directory attribute changes are not followed, so a holder revalidates attributes
-/// as without a delegation.
+/// The notification types txnfs sends: entries added, removed and renamed, the
+/// attributes of children and of the directory changed. CHANGE_COOKIE_VERIFIER is
+/// never granted (txnfs's cookie verifiers never change).
 pub const SUPPORTED_NOTIFICATIONS: u32 = (1 << notify_type::ADD_ENTRY)
     | (1 << notify_type::REMOVE_ENTRY)
-    | (1 << notify_type::RENAME_ENTRY);
+    | (1 << notify_type::RENAME_ENTRY)
+    | (1 << notify_type::CHANGE_CHILD_ATTRS)
+    | (1 << notify_type::CHANGE_DIR_ATTRS);
+
+/// Children a directory delegation with CHANGE_CHILD_ATTRS tracks at most (its
+/// entries' names and objects, to know which directory a changed file is in). A
+/// larger directory is granted without CHANGE_CHILD_ATTRS; one that grows past it is
+/// recalled.
+pub const MAX_CHILDREN: usize = 4096;
 
 /// The longest a notification waits for others to share its CB_NOTIFY, whatever
 /// delay the client asked for: a holder must not act on a stale directory for long.
@@ -63,6 +71,64 @@ pub struct Notice {
     pub kind: u32,
     /// XDR of `notify_add4`, `notify_remove4`, `notify_rename4`, `notify_attr4`.
     pub body: Bytes,
+    /// An attribute notice of this object and name replaces a queued one of the same
+    /// kind, object and name (the newer attributes are all the holder needs).
+    pub coalesce: Option<(FileId, Bytes)>,
+}
+
+/// How an entry change updates the children a delegation tracks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryUpdate {
+    /// `name` now names `child` (added, linked, renamed to, replaced).
+    Add(Bytes, FileId),
+    /// `name` is gone.
+    Remove(Bytes),
+}
+
+/// Names and objects of a directory's entries (CHANGE_CHILD_ATTRS).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Children {
+    by_name: HashMap<Bytes, FileId>,
+    by_child: HashMap<FileId, Vec<Bytes>>,
+}
+
+impl Children {
+    /// Applies `u`; returns the child that lost its last name here and the child that
+    /// got its first (for the table's reverse index).
+    fn apply(&mut self, u: &EntryUpdate) -> (Option<FileId>, Option<FileId>) {
+        let (name, new) = match u {
+            EntryUpdate::Add(n, c) => (n, Some(*c)),
+            EntryUpdate::Remove(n) => (n, None),
+        };
+        let mut gone = None;
+        if let Some(old) = self.by_name.remove(name) {
+            if let Some(v) = self.by_child.get_mut(&old) {
+                v.retain(|x| x != name);
+                if v.is_empty() {
+                    self.by_child.remove(&old);
+                    gone = Some(old);
+                }
+            }
+        }
+        let mut first = None;
+        if let Some(c) = new {
+            self.by_name.insert(name.clone(), c);
+            let v = self.by_child.entry(c).or_default();
+            if v.is_empty() {
+                first = Some(c);
+            }
+            v.push(name.clone());
+        }
+        match (gone, first) {
+            // Renamed over itself, or a name moved between links of one object.
+            (Some(g), Some(f)) if g == f => (None, None),
+            x => x,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.by_name.len()
+    }
 }
 
 /// What a client asked for in GET_DIR_DELEGATION, as far as the core cares.
@@ -94,6 +160,8 @@ pub struct DirState {
     pub(super) pending_bytes: usize,
     /// A flush was asked for and has not taken the queue yet.
     pub(super) scheduled: bool,
+    /// The entries, while CHANGE_CHILD_ATTRS is granted.
+    pub(super) children: Option<Children>,
 }
 
 impl DirState {
@@ -106,6 +174,7 @@ impl DirState {
             pending: Vec::new(),
             pending_bytes: 0,
             scheduled: false,
+            children: None,
         }
     }
 
@@ -124,6 +193,8 @@ impl DirState {
 /// A directory delegation granted by GET_DIR_DELEGATION.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirGranted {
+    /// Its internal id (for [`super::DelegTable::track_children`]).
+    pub id: u64,
     /// Its stateid.
     pub stateid: Stateid,
     /// The notification types the server will send (`gddr_notification`).
@@ -158,6 +229,19 @@ pub struct NoticeBatch {
     pub notices: Vec<Notice>,
     /// More are queued (the sender takes again after this one).
     pub more: bool,
+}
+
+/// An attribute notification to build ([`super::DelegTable::attr_targets`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttrTarget {
+    /// The delegation.
+    pub id: u64,
+    /// CHANGE_CHILD_ATTRS or CHANGE_DIR_ATTRS.
+    pub kind: u32,
+    /// The entry's name in the delegated directory (empty for the directory itself).
+    pub name: Bytes,
+    /// The attributes the holder wants.
+    pub attrs: Vec<u32>,
 }
 
 /// A flush the server must schedule: send the queue of delegation `id` after `after`.
@@ -201,7 +285,11 @@ impl super::DelegTable {
                 .get(&dir)
                 .is_some_and(|t| now.saturating_duration_since(*t) < super::policy::COOL_DOWN),
         })?;
-        let state = DirState::new(params);
+        let mut state = DirState::new(params);
+        if state.covers(notify_type::CHANGE_CHILD_ATTRS) {
+            // Tracked from now on; the listing follows (`track_children`).
+            state.children = Some(Children::default());
+        }
         let (types, child_attrs, dir_attrs) = (
             state.types,
             state.child_attrs.clone(),
@@ -229,6 +317,7 @@ impl super::DelegTable {
             s.outstanding += 1;
         });
         Ok(DirGranted {
+            id,
             stateid: self.stateid(id, 1),
             types,
             child_attrs,
@@ -236,20 +325,133 @@ impl super::DelegTable {
         })
     }
 
-    /// After a change of `kind` to `dir` by `client` (`None`: anonymous): the other
-    /// clients' active directory delegations to notify. Those not notified of such
-    /// changes are recalled now (returned as [`super::Recall`]s): a grant that
-    /// slipped in between the conflict check before the change and the change
-    /// itself must not keep a stale directory.
+    /// The entries of the directory of delegation `id` just granted, read after the
+    /// grant (`None`: unreadable). They are merged with the changes seen since the
+    /// grant. A directory with more than [`MAX_CHILDREN`] entries is not tracked and
+    /// CHANGE_CHILD_ATTRS is withdrawn. Returns the notification types granted in the
+    /// end.
+    pub fn track_children(&mut self, id: u64, entries: Option<Vec<(Bytes, FileId)>>) -> u32 {
+        let Some(st) = self.delegs.get_mut(&id).and_then(|d| d.dir.as_deref_mut()) else {
+            return 0;
+        };
+        let Some(children) = st.children.as_mut() else {
+            return st.types;
+        };
+        let mut added = Vec::new();
+        let fits = entries
+            .as_ref()
+            .is_some_and(|e| e.len() + children.len() <= MAX_CHILDREN);
+        if fits {
+            for (name, child) in entries.into_iter().flatten() {
+                if !children.by_name.contains_key(&name) {
+                    added.extend(children.apply(&EntryUpdate::Add(name, child)).1);
+                }
+            }
+        } else {
+            st.types &= !(1 << notify_type::CHANGE_CHILD_ATTRS);
+            st.children = None;
+        }
+        let types = st.types;
+        if fits {
+            for c in added {
+                self.watched.entry(c).or_default().insert(id);
+            }
+        } else {
+            self.unwatch(id);
+        }
+        types
+    }
+
+    /// Forget the children delegation `id` tracked (it is returned or revoked).
+    pub(super) fn unwatch(&mut self, id: u64) {
+        let Some(children) = self
+            .delegs
+            .get_mut(&id)
+            .and_then(|d| d.dir.as_deref_mut())
+            .and_then(|st| st.children.take())
+        else {
+            // Not tracking (or tracking was withdrawn): drop any stray reference.
+            self.watched.retain(|_, ids| {
+                ids.remove(&id);
+                !ids.is_empty()
+            });
+            return;
+        };
+        for child in children.by_child.keys() {
+            if let Some(ids) = self.watched.get_mut(child) {
+                ids.remove(&id);
+                if ids.is_empty() {
+                    self.watched.remove(child);
+                }
+            }
+        }
+    }
+
+    /// Apply `updates` to the children tracked by every directory delegation on
+    /// `dir` (the holder's own changes included: its later attribute changes by
+    /// others must still be found). Returns the delegations that outgrew
+    /// [`MAX_CHILDREN`].
+    fn update_children(&mut self, dir: FileId, updates: &[EntryUpdate]) -> Vec<u64> {
+        let mut too_big = Vec::new();
+        if updates.is_empty() {
+            return too_big;
+        }
+        let ids: Vec<u64> = self
+            .by_file
+            .get(&dir)
+            .into_iter()
+            .flatten()
+            .copied()
+            .collect();
+        for id in ids {
+            let Some(children) = self
+                .delegs
+                .get_mut(&id)
+                .and_then(|d| d.dir.as_deref_mut())
+                .and_then(|st| st.children.as_mut())
+            else {
+                continue;
+            };
+            let mut changes = Vec::new();
+            for u in updates {
+                changes.push(children.apply(u));
+            }
+            if children.len() > MAX_CHILDREN {
+                too_big.push(id);
+            }
+            for (gone, first) in changes {
+                if let Some(g) = gone {
+                    if let Some(ids) = self.watched.get_mut(&g) {
+                        ids.remove(&id);
+                        if ids.is_empty() {
+                            self.watched.remove(&g);
+                        }
+                    }
+                }
+                if let Some(f) = first {
+                    self.watched.entry(f).or_default().insert(id);
+                }
+            }
+        }
+        too_big
+    }
+
+    /// After a change of `kind` to `dir` by `client` (`None`: anonymous) that did
+    /// `updates` to its entries: the other clients' active directory delegations to
+    /// notify. Those not notified of such changes are recalled now (returned as
+    /// [`super::Recall`]s): a grant that slipped in between the conflict check before
+    /// the change and the change itself must not keep a stale directory. So is one
+    /// whose tracked children outgrew [`MAX_CHILDREN`].
     pub fn notify_targets(
         &mut self,
         now: std::time::Instant,
         client: Option<ClientId>,
         dir: crate::types::FileId,
         kind: u32,
+        updates: &[EntryUpdate],
     ) -> (Vec<NotifyTarget>, Vec<super::Recall>) {
         let mut targets = Vec::new();
-        let mut recall = Vec::new();
+        let mut recall = self.update_children(dir, updates);
         for &id in self.by_file.get(&dir).into_iter().flatten() {
             let Some(d) = self.delegs.get(&id) else {
                 continue;
@@ -270,6 +472,9 @@ impl super::DelegTable {
                 recall.push(id);
             }
         }
+        targets.retain(|t| !recall.contains(&t.id));
+        recall.sort_unstable();
+        recall.dedup();
         let recalls = recall
             .into_iter()
             .filter_map(|id| self.recall_id(now, id))
@@ -297,6 +502,16 @@ impl super::DelegTable {
             let Some(st) = d.dir.as_deref_mut() else {
                 continue;
             };
+            if n.coalesce.is_some() {
+                if let Some(i) = st
+                    .pending
+                    .iter()
+                    .position(|p| p.kind == n.kind && p.coalesce == n.coalesce)
+                {
+                    let old = st.pending.remove(i);
+                    st.pending_bytes -= old.body.len();
+                }
+            }
             if st.pending.len() >= MAX_PENDING
                 || st.pending_bytes + n.body.len() > MAX_PENDING_BYTES
             {
@@ -375,6 +590,68 @@ impl super::DelegTable {
             stateid: self.stateid(id, seqid),
             fh,
         })
+    }
+
+    /// After `client` changed the attributes of `obj`: the attribute notifications to
+    /// build — CHANGE_DIR_ATTRS for other clients' delegations of `obj` itself,
+    /// CHANGE_CHILD_ATTRS (one per name) for those of directories `obj` is an entry
+    /// of. Only active delegations that asked for them.
+    pub fn attr_targets(&self, client: Option<ClientId>, obj: FileId) -> Vec<AttrTarget> {
+        let mut out = Vec::new();
+        let wanted = |d: &super::Delegation, kind: u32| {
+            Some(d.client) != client
+                && d.phase == super::Phase::Active
+                && d.dir.as_deref().is_some_and(|st| st.covers(kind))
+        };
+        for &id in self.by_file.get(&obj).into_iter().flatten() {
+            let Some(d) = self.delegs.get(&id) else {
+                continue;
+            };
+            if wanted(d, notify_type::CHANGE_DIR_ATTRS) {
+                out.push(AttrTarget {
+                    id,
+                    kind: notify_type::CHANGE_DIR_ATTRS,
+                    name: Bytes::new(),
+                    attrs: d
+                        .dir
+                        .as_deref()
+                        .map(|st| st.dir_attrs.clone())
+                        .unwrap_or_default(),
+                });
+            }
+        }
+        let mut watchers: Vec<u64> = self
+            .watched
+            .get(&obj)
+            .into_iter()
+            .flatten()
+            .copied()
+            .collect();
+        watchers.sort_unstable();
+        for id in watchers {
+            let Some(d) = self.delegs.get(&id) else {
+                continue;
+            };
+            if !wanted(d, notify_type::CHANGE_CHILD_ATTRS) {
+                continue;
+            }
+            let Some(st) = d.dir.as_deref() else { continue };
+            let names = st
+                .children
+                .as_ref()
+                .and_then(|c| c.by_child.get(&obj))
+                .cloned()
+                .unwrap_or_default();
+            for name in names {
+                out.push(AttrTarget {
+                    id,
+                    kind: notify_type::CHANGE_CHILD_ATTRS,
+                    name,
+                    attrs: st.child_attrs.clone(),
+                });
+            }
+        }
+        out
     }
 
     /// Whether delegation `id` is a directory delegation still live (active or

@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-pub use dir::{DirGranted, DirParams, FlushDue, Notice, NoticeBatch, NotifyTarget};
+pub use dir::{
+    AttrTarget, DirGranted, DirParams, EntryUpdate, FlushDue, Notice, NoticeBatch, NotifyTarget,
+};
 pub use policy::{DelegType, NoDeleg, Want};
 
 use crate::types::{ClientId, FileId, StateError, Stateid};
@@ -200,6 +202,9 @@ pub struct DelegTable {
     by_client: HashMap<ClientId, HashSet<u64>>,
     /// Files and when they last saw a conflict.
     cool_down: HashMap<FileId, Instant>,
+    /// Objects that are entries of directories whose delegations want
+    /// CHANGE_CHILD_ATTRS, and those delegations.
+    watched: HashMap<FileId, HashSet<u64>>,
     total: DelegStats,
     per_client: HashMap<ClientId, DelegStats>,
 }
@@ -235,6 +240,7 @@ impl DelegTable {
             by_file: HashMap::new(),
             by_client: HashMap::new(),
             cool_down: HashMap::new(),
+            watched: HashMap::new(),
             total: DelegStats::default(),
             per_client: HashMap::new(),
         }
@@ -482,7 +488,10 @@ impl DelegTable {
         if let Some(dir) = &mut d.dir {
             dir.clear();
         }
-        let (client, file) = (d.client, d.file);
+        let (client, file, is_dir) = (d.client, d.file, d.dir.is_some());
+        if is_dir {
+            self.unwatch(id);
+        }
         self.unlink_file(id, file);
         self.count(client, |s| {
             s.revoked += 1;
@@ -500,6 +509,9 @@ impl DelegTable {
     }
 
     fn remove(&mut self, id: u64) -> Option<Delegation> {
+        if self.delegs.get(&id)?.dir.is_some() {
+            self.unwatch(id);
+        }
         let d = self.delegs.remove(&id)?;
         self.unlink_file(id, d.file);
         if let Some(s) = self.by_client.get_mut(&d.client) {
