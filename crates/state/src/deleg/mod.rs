@@ -432,7 +432,7 @@ impl DelegTable {
     /// with `access` (no recall is started: see [`DelegTable::conflicts`]).
     pub fn has_conflict(&self, client: ClientId, file: FileId, access: Access) -> bool {
         self.live_on(file)
-            .any(|d| d.client != client && access.conflicts(d.kind))
+            .any(|d| d.client != client && d.conflicts_with(access))
     }
 
     /// Whether any of `ids` is still live (not returned, not revoked).
@@ -559,7 +559,13 @@ impl DelegTable {
         sid: &Stateid,
         file: FileId,
     ) -> Result<DelegType, StateError> {
-        Ok(self.live(client, sid, file)?.1.kind)
+        let d = self.live(client, sid, file)?.1;
+        // A directory delegation's stateid is good for DELEGRETURN, TEST_STATEID and
+        // FREE_STATEID only.
+        if d.dir.is_some() {
+            return Err(StateError::BadStateid);
+        }
+        Ok(d.kind)
     }
 
     /// `client`'s delegation `sid` on `file`, not revoked.
@@ -571,9 +577,7 @@ impl DelegTable {
     ) -> Result<(u64, &Delegation), StateError> {
         let id = self.resolve(client, sid)?;
         let d = self.delegs.get(&id).ok_or(StateError::BadStateid)?;
-        // A directory delegation's stateid is good for DELEGRETURN, TEST_STATEID and
-        // FREE_STATEID only.
-        if d.file != file || d.dir.is_some() {
+        if d.file != file {
             return Err(StateError::BadStateid);
         }
         if d.phase == Phase::Revoked {
