@@ -840,3 +840,38 @@ async fn directory_attribute_changes_are_notified() {
     let kinds: Vec<u32> = n.cna_changes.iter().map(|c| c.notify_mask[0]).collect();
     assert_eq!(kinds, vec![ADD, DIR_ATTRS]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_batch_is_split_into_cb_notifys_that_fit_one_page() {
+    let srv = server(5000).await;
+    let (mut o, fhs) = other_with_dirs(&srv, &["d"]).await;
+    let d = &fhs[0];
+    let mut a = Holder::new(&srv, b"holder-a").await;
+    a.granted(d, ADD, Duration::from_secs(1)).await;
+    let names: Vec<String> = (0..60).map(|i| format!("entry-{i:02}")).collect();
+    let mut ops = Vec::new();
+    for n in &names {
+        ops.push(putfh(d));
+        ops.push(mkdir(n));
+    }
+    let r = o.run(ops).await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK);
+    let mut seen = Vec::new();
+    let mut calls = 0;
+    while seen.len() < names.len() {
+        let call = a.p.next_call(T).await.expect("a CB_NOTIFY");
+        let Some(n) = cb_notify_of(&call) else {
+            continue;
+        };
+        calls += 1;
+        // RPC call header (with the AUTH_SYS credential) under 200 bytes.
+        assert!(call.args.len() + 200 <= 4096, "{} bytes", call.args.len());
+        for c in &n.cna_changes {
+            assert_eq!(c.notify_mask, vec![ADD]);
+            let add = as_add(c.notify_vals.clone());
+            seen.push(String::from_utf8(add.nad_new_entry.ne_file.to_vec()).unwrap());
+        }
+    }
+    assert_eq!(seen, names, "every entry, in order");
+    assert!(calls > 1, "split into several CB_NOTIFYs");
+}

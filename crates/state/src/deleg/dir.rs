@@ -62,6 +62,10 @@ pub const MAX_PENDING: usize = 1024;
 /// Bytes of queued notifications for one delegation at most; beyond, it is recalled.
 pub const MAX_PENDING_BYTES: usize = 256 << 10;
 
+/// The XDR bytes a `notify4` adds around its value: the one-word bitmap (length and
+/// word), the value's length, and at most 3 bytes of padding.
+pub const NOTIFY4_OVERHEAD: usize = 15;
+
 /// One notification, encoded by the server: its `notify_type4` and the XDR of the
 /// matching `notify_*4` structure (the `notify_vals` of a `notify4` whose mask has
 /// that one bit).
@@ -537,8 +541,9 @@ impl super::DelegTable {
         (due, recalls)
     }
 
-    /// The next batch of delegation `id`'s queue: notices up to `max_bytes` of body
-    /// (at least one). `None` when the delegation is gone, not active, or has nothing
+    /// The next batch of delegation `id`'s queue: notices whose `notify4` list
+    /// encodes to at most `max_bytes` ([`NOTIFY4_OVERHEAD`] per notice plus its body),
+    /// at least one. `None` when the delegation is gone, not active, or has nothing
     /// queued; then no flush is scheduled any more.
     pub fn take_notices(&mut self, id: u64, max_bytes: usize) -> Option<NoticeBatch> {
         let d = self.delegs.get_mut(&id)?;
@@ -549,11 +554,14 @@ impl super::DelegTable {
             return None;
         }
         let mut bytes = 0;
+        let mut encoded = 0;
         let mut n = 0;
         for x in &st.pending {
-            if n > 0 && bytes + x.body.len() > max_bytes {
+            let cost = x.body.len() + NOTIFY4_OVERHEAD;
+            if n > 0 && encoded + cost > max_bytes {
                 break;
             }
+            encoded += cost;
             bytes += x.body.len();
             n += 1;
         }
