@@ -253,6 +253,22 @@ impl Callbacks {
             .any(|s| s.client == client && s.path() == PathState::Up)
     }
 
+    /// The simulation only: mark the back channel of `session` (bound by CREATE_SESSION
+    /// with CONN_BACK_CHAN, which leaves it `Probing` without a transport) as `Up`, as
+    /// if its CB_NULL probe had been answered, so the session's client is granted
+    /// delegations; the simulation delivers the recalls it then takes from
+    /// `Server::take_undelivered_callbacks`. False if the session has no back channel.
+    #[doc(hidden)]
+    pub fn assume_up(&self, session: &SessionId) -> bool {
+        let Some(s) = self.session(session) else {
+            return false;
+        };
+        let mut g = s.lock();
+        g.generation += 1;
+        g.path = PathState::Up;
+        true
+    }
+
     /// The back channel of `session`, if it asked for one.
     pub fn session(&self, session: &SessionId) -> Option<Arc<SessionCallback>> {
         self.sessions().get(session).cloned()

@@ -78,6 +78,9 @@ pub fn random_action(sim: &mut Sim, ci: usize) -> Result<(), Violation> {
             return stale_write(sim, ci, file, sid);
         }
     }
+    if let Some(r) = deleg_housekeeping(sim, ci) {
+        return r;
+    }
     let choice = sim.rng.below(100);
     let files = sim.model.live_files();
     let mine = my_open_files(sim, ci);
@@ -192,6 +195,35 @@ pub fn random_action(sim: &mut Sim, ci: usize) -> Result<(), Violation> {
             go(sim, ci, Intent::Getattr { obj }, ops)
         }
     }
+}
+
+/// What a client does about its delegations, now and then: free the ones it learned
+/// were revoked (FREE_STATEID), find out which after SEQUENCE said some are
+/// (TEST_STATEID), or give one back unasked (DELEGRETURN). `None`: nothing this time.
+fn deleg_housekeeping(sim: &mut Sim, ci: usize) -> Option<Result<(), Violation>> {
+    let c = &sim.clients[ci];
+    if !c.revoked.is_empty() && sim.rng.chance(600) {
+        let sid = c.revoked[0].clone();
+        let ops = vec![wire::free_stateid(&sid)];
+        return Some(go(sim, ci, Intent::FreeStateid { sid }, ops));
+    }
+    let c = &sim.clients[ci];
+    if c.saw_revoked_flag && sim.rng.chance(600) {
+        let sids: Vec<stateid4> = c.delegs.values().cloned().collect();
+        let ops = vec![wire::test_stateid(&sids)];
+        return Some(go(sim, ci, Intent::TestStateids { sids }, ops));
+    }
+    let c = &sim.clients[ci];
+    if !c.delegs.is_empty() && sim.rng.chance(40) {
+        let held: Vec<(Fh, stateid4)> = c
+            .delegs
+            .iter()
+            .map(|(f, s)| (f.clone(), s.clone()))
+            .collect();
+        let (file, sid) = pick(sim, &held)?;
+        return Some(sim.deleg_return(ci, file, sid));
+    }
+    None
 }
 
 /// The share (access, deny) a client's ordinary opens ask for.

@@ -31,6 +31,11 @@ pub enum ViolationKind {
     CinfoBackwards,
     /// (5) State of an expired or rebooted-away client still acts.
     StaleStateSurvived,
+    /// (6) Delegations: two clients hold conflicting delegations, a delegation
+    /// coexists with another client's conflicting open, a conflicting request was not
+    /// answered DELAY (or a non-conflicting one was), a DELAY'd request changed
+    /// something, a recall went missing, or a delegation stateid was judged wrongly.
+    DelegationConflict,
     /// A live client's session vanished.
     SessionLost,
     /// A status the RFC does not allow here.
@@ -108,6 +113,25 @@ pub struct Stats {
     pub share_denied: u64,
     /// Stateids of dead sessions tried again and refused.
     pub stale_refused: u64,
+    /// Delegations granted by OPEN (of them, write delegations).
+    pub delegations_granted: u64,
+    pub write_delegations: u64,
+    /// Requests answered DELAY for another client's delegation.
+    pub deleg_delayed: u64,
+    /// CB_RECALLs delivered to their holder (then returned at once, later, or never).
+    pub recalls_delivered: u64,
+    /// DELEGRETURNs that returned a delegation.
+    pub deleg_returns: u64,
+    /// Recalled delegations the lease timer revoked (the model predicted each).
+    pub deleg_revoked: u64,
+    /// DELEGRETURNs answered DELEG_REVOKED, and revoked delegations freed.
+    pub deleg_revoked_seen: u64,
+    pub deleg_freed: u64,
+    /// Files with delegations checked by the delegation invariant (summed per step).
+    pub deleg_files_checked: u64,
+    /// REMOVEs and RENAMEs that went ahead over another client's delegation because
+    /// a fault made the server skip its conflict check (a known server bug).
+    pub recall_skipped_by_fault: u64,
     /// FNV-1a over every request's intent and every reply's statuses: equal digests
     /// mean the same run.
     pub digest: u64,
@@ -123,6 +147,14 @@ pub struct SimConfig {
     pub faults: Option<FaultPlan>,
     pub lease_secs: u32,
     pub dir: PathBuf,
+    /// Harness self-test only: now and then a client opens a file another client
+    /// holds a delegation on behind the server's back (the state table directly, no
+    /// recall); the delegation invariant must report it.
+    pub break_delegations: bool,
+    /// Fail on the known server bug where a failed backend lookup or getattr makes
+    /// REMOVE or RENAME skip the delegation conflict check (off in the standard
+    /// sweep, which counts it in `Stats::recall_skipped_by_fault`).
+    pub strict_namespace_recall: bool,
 }
 
 impl SimConfig {
@@ -136,6 +168,8 @@ impl SimConfig {
             faults: (seed % 2 == 1).then_some(FaultPlan::standard()),
             lease_secs: 20,
             dir: scratch_dir(),
+            break_delegations: false,
+            strict_namespace_recall: false,
         }
     }
 }
@@ -169,6 +203,22 @@ pub struct Sim {
     /// Print every request and its statuses to stderr (TXNFS_SIM_TRACE=1).
     pub(crate) trace: bool,
     pub(crate) mix: Mix,
+    /// Simulated time at which the COMPOUND being judged started (the server's `now`
+    /// for it).
+    pub(crate) call_now: Duration,
+    /// Stateids (`other`) the oracle expects the judged request to have recalled.
+    pub(crate) expect_recalls: Vec<[u8; 12]>,
+    /// CB_RECALLs the server asked for, not yet delivered to their holders.
+    pub(crate) recalls: Vec<RecallMsg>,
+}
+
+/// A CB_RECALL on its way to client `ci` (incarnation `inc`).
+#[derive(Debug, Clone)]
+pub(crate) struct RecallMsg {
+    pub ci: usize,
+    pub inc: u32,
+    pub sid: stateid4,
+    pub fh: Bytes,
 }
 
 /// How often each event happens in a run, per thousand steps (lost replies: per
@@ -245,8 +295,9 @@ impl Sim {
         };
         let server = SimServer::start(&setup)
             .map_err(|e| Violation::new(ViolationKind::Harness, e.to_string()))?;
+        // About half the clients have a back channel that works (and get delegations).
         let clients = (0..cfg.clients)
-            .map(|i| SimClient::new(i, i as u64 + 1))
+            .map(|i| SimClient::new(i, i as u64 + 1, rng.chance(500)))
             .collect();
         Ok(Sim {
             next_conn: cfg.clients as u64 + 1,
@@ -263,6 +314,9 @@ impl Sim {
             next_req: 1,
             trace: std::env::var_os("TXNFS_SIM_TRACE").is_some(),
             mix,
+            call_now: Duration::ZERO,
+            expect_recalls: Vec::new(),
+            recalls: Vec::new(),
         })
     }
 
@@ -329,16 +383,20 @@ impl Sim {
         while self.step < self.cfg.steps {
             self.step += 1;
             self.digest(self.step);
+            self.due_returns()?;
             let r = self.rng.below(1000);
             let m = self.mix;
+            let base = m.restart + m.expire + m.cut;
             if r < m.restart {
                 self.restart()?;
             } else if r < m.restart + m.expire {
                 self.expire_one()?;
-            } else if r < m.restart + m.expire + m.cut {
+            } else if r < base {
                 self.cut_connection();
-            } else if r < m.restart + m.expire + m.cut + 40 {
-                self.server()?.tick();
+            } else if r < base + 40 {
+                self.tick()?;
+            } else if r < base + 40 + 80 && !self.recalls.is_empty() {
+                self.deliver_recall()?;
             } else {
                 let ci = self.rng.index(self.clients.len());
                 self.client_step(ci)?;
@@ -346,6 +404,7 @@ impl Sim {
             let dt = self.rng.below(300);
             self.clock.advance(Duration::from_millis(dt));
             self.keepalive_all(None)?;
+            self.check_delegations()?;
         }
         self.stats.steps = self.step;
         self.audit()
@@ -415,6 +474,20 @@ impl Sim {
             {
                 s.slots[ok.sr_slotid as usize] = ok.sr_sequenceid;
             }
+            // SEQ4_STATUS_RECALLABLE_STATE_REVOKED exactly while the client has a
+            // revoked delegation it has not freed.
+            let inc = c.incarnation;
+            let want = self.model.has_revoked((ci, inc));
+            if revoked_flag(res) != want {
+                return Err(Violation::new(
+                    ViolationKind::DelegationConflict,
+                    format!(
+                        "client {ci}: SEQUENCE {} RECALLABLE_STATE_REVOKED, the model {} a revoked delegation",
+                        if want { "lacks" } else { "carries" },
+                        if want { "has" } else { "has no" }
+                    ),
+                ));
+            }
             return Ok(true);
         }
         if st == nfsstat4::NFS4ERR_BADSESSION && c.expect_dead {
@@ -460,9 +533,11 @@ impl Sim {
         let (bytes, slot) = self.frame(ci, ops)?;
         let injected = self.ledger.injected();
         let now = self.now();
+        self.call_now = now;
+        self.expect_recalls.clear();
         let (reply, res) = self.call(ci, bytes.clone())?;
         if !self.after_sequence(ci, &res)? {
-            return Ok(());
+            return self.take_recalls(None);
         }
         self.clients[ci].last_renew = now;
         let faulted = self.ledger.injected() > injected;
@@ -480,6 +555,7 @@ impl Sim {
         }
         self.check_tokens(&intent, "first execution")?;
         crate::oracle::judge(self, ci, &intent, &res, faulted)?;
+        self.take_recalls(Some(&intent))?;
         let pending = Pending {
             slot,
             bytes,
@@ -489,6 +565,9 @@ impl Sim {
         if lose {
             self.clients[ci].pending.push(pending);
             return Ok(());
+        }
+        if revoked_flag(&res) {
+            self.clients[ci].saw_revoked_flag = true;
         }
         crate::oracle::absorb(&mut self.clients[ci], &pending.intent, &res);
         if self.rng.chance(30) {
@@ -531,6 +610,9 @@ impl Sim {
         let p = self.clients[ci].pending.remove(i);
         self.stats.retransmissions += 1;
         let (reply, res) = self.call(ci, p.bytes.clone())?;
+        // A replay executes nothing and recalls nothing.
+        self.expect_recalls.clear();
+        self.take_recalls(None)?;
         let seq_ok = res.resarray.first().map(status_of) == Some(nfsstat4::NFS4_OK);
         if !seq_ok || self.clients[ci].expect_dead {
             // A dead session (server restart, lease expiry) must refuse it, and then the
@@ -569,7 +651,7 @@ impl Sim {
         if let Some(old) = self.clients[ci].old_clientid.take() {
             let (_, res) = self.call(
                 ci,
-                wire::compound(vec![wire::create_session(old, 1, SLOTS)]),
+                wire::compound(vec![wire::create_session(old, 1, SLOTS, false)]),
             )?;
             let st = res.resarray.first().map(status_of).unwrap_or(res.status);
             if st != nfsstat4::NFS4ERR_STALE_CLIENTID {
@@ -598,7 +680,11 @@ impl Sim {
             ));
         }
         let (clientid, seq) = (e.eir_clientid, e.eir_sequenceid);
-        let cs = wire::compound(vec![wire::create_session(clientid, seq, SLOTS)]);
+        // A client with a working back channel binds its connection for callbacks;
+        // some others ask for one that never answers (it stays "probing": no
+        // delegations either).
+        let back = self.clients[ci].callback_up || self.rng.chance(500);
+        let cs = wire::compound(vec![wire::create_session(clientid, seq, SLOTS, back)]);
         let (reply, res) = self.call(ci, cs.clone())?;
         let Some(nfs_resop4::OP_CREATE_SESSION(CREATE_SESSION4res::NFS4_OK(s))) =
             res.resarray.first()
@@ -619,6 +705,12 @@ impl Sim {
                     format!("client {ci}: a replayed CREATE_SESSION got a different reply"),
                 ));
             }
+        }
+        if self.clients[ci].callback_up && !self.server()?.assume_callback_up(&sid) {
+            return Err(Violation::new(
+                ViolationKind::Harness,
+                format!("client {ci}: CREATE_SESSION with CONN_BACK_CHAN bound no back channel"),
+            ));
         }
         let now = self.now();
         let c = &mut self.clients[ci];
@@ -678,6 +770,7 @@ impl Sim {
                 .map_err(|e| Violation::new(ViolationKind::Harness, e.to_string()))?,
         );
         self.model.restart();
+        self.recalls.clear();
         for c in &mut self.clients {
             if c.session.is_some() {
                 c.expect_dead = true;
@@ -719,7 +812,7 @@ impl Sim {
             ));
             self.stats.courtesy_expiries += 1;
         } else {
-            self.server()?.tick();
+            self.tick()?;
             self.note(&format!("client {ci} silent past its lease; tick"));
         }
         self.stats.expiries += 1;
@@ -748,7 +841,7 @@ impl Sim {
                 self.clock.advance(self.lease() / 4);
                 self.keepalive_all(Some(ci))?;
             }
-            self.server()?.tick();
+            self.tick()?;
         }
         Ok(())
     }
@@ -780,9 +873,184 @@ impl Sim {
     /// End of run: every live file reads back as the model says; every lock the model
     /// holds is seen by LOCKT from another owner.
     fn audit(&mut self) -> Result<(), Violation> {
+        // Every client gives its delegations back first (as at unmount), so the
+        // audit's reads are not DELAY'd by them.
+        for ci in 0..self.clients.len() {
+            self.retransmit(ci, true)?;
+        }
+        let held: Vec<_> = self
+            .model
+            .delegs
+            .iter()
+            .filter(|d| d.live())
+            .map(|d| (d.holder, d.file.clone(), d.sid.clone()))
+            .collect();
+        for ((hi, inc), file, sid) in held {
+            let c = &self.clients[hi];
+            if c.session.is_none() || c.expect_dead || c.incarnation != inc {
+                continue;
+            }
+            if !self.model.obj(&file).is_some_and(|o| o.alive) {
+                // Removed by its holder: the handle is stale, nobody conflicts.
+                continue;
+            }
+            let ops = vec![wire::putfh(&file), wire::delegreturn(&sid)];
+            self.send(hi, Intent::DelegReturn { file, sid }, ops, false)?;
+        }
         let ci = 0;
         self.retransmit(ci, true)?;
         self.ensure_session(ci)?;
         crate::actions::audit(self, ci)
     }
+
+    /// The lease timer fires; the model revokes the recalls older than a lease.
+    fn tick(&mut self) -> Result<(), Violation> {
+        self.server()?.tick();
+        let n = self.model.revoke_overdue(self.now(), self.lease());
+        self.stats.deleg_revoked += n;
+        if n > 0 {
+            self.note(&format!("tick revoked {n} recalled delegation(s)"));
+        }
+        Ok(())
+    }
+
+    /// The CB_RECALLs the server asked for during the last COMPOUND: after a judged
+    /// request (`intent`), exactly the ones the oracle expected; they join the
+    /// queue of recalls to deliver.
+    fn take_recalls(&mut self, intent: Option<&Intent>) -> Result<(), Violation> {
+        let got = self.server()?.take_recalls();
+        let mut want = std::mem::take(&mut self.expect_recalls);
+        if let Some(intent) = intent {
+            let mut others: Vec<[u8; 12]> = got.iter().map(|r| r.stateid.other).collect();
+            others.sort_unstable();
+            want.sort_unstable();
+            if others != want {
+                return Err(Violation::new(
+                    ViolationKind::DelegationConflict,
+                    format!(
+                        "{intent:?}: the server recalled {} delegation(s), the model expected {}",
+                        others.len(),
+                        want.len()
+                    ),
+                ));
+            }
+        }
+        for r in got {
+            let holder = self.model.deleg(&r.stateid).map(|i| {
+                let d = &self.model.delegs[i];
+                (d.holder, d.file.clone())
+            });
+            let Some(((hi, inc), file)) = holder else {
+                continue;
+            };
+            let clientid = self.clients[hi].session.as_ref().map(|s| s.clientid);
+            if clientid != Some(r.client) || file != r.fh {
+                return Err(Violation::new(
+                    ViolationKind::DelegationConflict,
+                    format!(
+                        "a CB_RECALL went to client id {} for {:?}, the delegation is client {hi}'s (id {clientid:?}) on another file",
+                        r.client, r.stateid
+                    ),
+                ));
+            }
+            self.recalls.push(RecallMsg {
+                ci: hi,
+                inc,
+                sid: r.stateid,
+                fh: r.fh,
+            });
+        }
+        Ok(())
+    }
+
+    /// Deliver one queued CB_RECALL: its holder returns the delegation at once,
+    /// some steps later, or never (the callback was lost: the lease timer revokes it
+    /// and the holder learns that from SEQUENCE and DELEGRETURN).
+    fn deliver_recall(&mut self) -> Result<(), Violation> {
+        let i = self.rng.index(self.recalls.len());
+        let r = self.recalls.remove(i);
+        let c = &self.clients[r.ci];
+        if c.session.is_none() || c.expect_dead || c.incarnation != r.inc {
+            return Ok(());
+        }
+        self.stats.recalls_delivered += 1;
+        let fate = self.rng.below(100);
+        self.note(&format!("CB_RECALL to client {} (fate {fate})", r.ci));
+        if fate < 45 {
+            self.deleg_return(r.ci, r.fh, r.sid)
+        } else if fate < 75 {
+            let due = self.step + 1 + self.rng.below(200);
+            self.clients[r.ci].returns_due.push((due, r.fh, r.sid));
+            Ok(())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Late DELEGRETURNs whose step has come.
+    fn due_returns(&mut self) -> Result<(), Violation> {
+        for ci in 0..self.clients.len() {
+            let step = self.step;
+            let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.clients[ci].returns_due)
+                .into_iter()
+                .partition(|(at, _, _)| *at <= step);
+            self.clients[ci].returns_due = later;
+            for (_, fh, sid) in due {
+                if self.clients[ci].session.is_none() {
+                    break;
+                }
+                self.deleg_return(ci, fh, sid)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Client `ci` returns its delegation `sid` of `file` (the reply may be lost).
+    pub(crate) fn deleg_return(
+        &mut self,
+        ci: usize,
+        file: Bytes,
+        sid: stateid4,
+    ) -> Result<(), Violation> {
+        if !self.model.obj(&file).is_some_and(|o| o.alive) {
+            // The holder removed the file itself; the handle may be stale.
+            return Ok(());
+        }
+        let lose = self.rng.chance(self.mix.lose);
+        let ops = vec![wire::putfh(&file), wire::delegreturn(&sid)];
+        self.send(ci, Intent::DelegReturn { file, sid }, ops, lose)
+    }
+
+    /// Invariant 6 on the server's own tables, after every step.
+    fn check_delegations(&mut self) -> Result<(), Violation> {
+        if self.cfg.break_delegations && self.step % 7 == 0 {
+            let ids: Vec<u64> = self
+                .clients
+                .iter()
+                .filter(|c| !c.expect_dead)
+                .filter_map(|c| c.session.as_ref().map(|s| s.clientid))
+                .collect();
+            let srv = self.server()?;
+            for id in ids {
+                if srv.open_behind_delegation(id) {
+                    break;
+                }
+            }
+        }
+        let n = self
+            .server()?
+            .check_delegations()
+            .map_err(|e| Violation::new(ViolationKind::DelegationConflict, e))?;
+        self.stats.deleg_files_checked += n as u64;
+        Ok(())
+    }
+}
+
+/// Whether a reply's SEQUENCE carries SEQ4_STATUS_RECALLABLE_STATE_REVOKED.
+fn revoked_flag(res: &COMPOUND4res) -> bool {
+    matches!(
+        res.resarray.first(),
+        Some(nfs_resop4::OP_SEQUENCE(SEQUENCE4res::NFS4_OK(ok)))
+            if ok.sr_status_flags & SEQ4_STATUS_RECALLABLE_STATE_REVOKED != 0
+    )
 }
