@@ -209,7 +209,7 @@ fn deleg_housekeeping(sim: &mut Sim, ci: usize) -> Option<Result<(), Violation>>
     }
     let c = &sim.clients[ci];
     if c.saw_revoked_flag && sim.rng.chance(600) {
-        let sids: Vec<stateid4> = c.delegs.values().cloned().collect();
+        let sids: Vec<stateid4> = c.delegs.values().map(|d| d.0.clone()).collect();
         let ops = vec![wire::test_stateid(&sids)];
         return Some(go(sim, ci, Intent::TestStateids { sids }, ops));
     }
@@ -218,7 +218,7 @@ fn deleg_housekeeping(sim: &mut Sim, ci: usize) -> Option<Result<(), Violation>>
         let held: Vec<(Fh, stateid4)> = c
             .delegs
             .iter()
-            .map(|(f, s)| (f.clone(), s.clone()))
+            .map(|(f, d)| (f.clone(), d.0.clone()))
             .collect();
         let (file, sid) = pick(sim, &held)?;
         return Some(sim.deleg_return(ci, file, sid));
@@ -293,7 +293,16 @@ fn write(sim: &mut Sim, ci: usize, file: Fh) -> Result<(), Violation> {
     let offset = sim.rng.below(256);
     let sync = sim.rng.chance(500);
     let commit = !sync && sim.rng.chance(600);
-    let sid = sim.clients[ci].opens[&file].clone();
+    // A holder writes with its delegation stateid now and then (with a read
+    // delegation's, rarely: OPENMODE).
+    let deleg = match sim.clients[ci].delegs.get(&file).cloned() {
+        Some((d, true)) if sim.rng.chance(400) => Some(d),
+        Some((d, false)) if sim.rng.chance(100) => Some(d),
+        _ => None,
+    };
+    let sid = deleg
+        .clone()
+        .unwrap_or_else(|| sim.clients[ci].opens[&file].clone());
     let stable = if sync {
         stable_how4::FILE_SYNC4
     } else {
@@ -317,6 +326,7 @@ fn write(sim: &mut Sim, ci: usize, file: Fh) -> Result<(), Violation> {
             offset,
             data,
             commit,
+            deleg,
         },
         ops,
     )
@@ -325,7 +335,13 @@ fn write(sim: &mut Sim, ci: usize, file: Fh) -> Result<(), Violation> {
 fn read(sim: &mut Sim, ci: usize, file: Fh) -> Result<(), Violation> {
     let offset = sim.rng.below(300);
     let count = 1 + sim.rng.below(200) as u32;
-    let sid = sim.clients[ci].opens.get(&file).cloned();
+    let deleg = match sim.clients[ci].delegs.get(&file).cloned() {
+        Some((d, _)) if sim.rng.chance(400) => Some(d),
+        _ => None,
+    };
+    let sid = deleg
+        .clone()
+        .or_else(|| sim.clients[ci].opens.get(&file).cloned());
     let anon = sid.is_none();
     let ops = vec![
         wire::putfh(&file),
@@ -339,6 +355,7 @@ fn read(sim: &mut Sim, ci: usize, file: Fh) -> Result<(), Violation> {
             offset,
             count,
             anon,
+            deleg,
         },
         ops,
     )
@@ -553,6 +570,7 @@ pub fn audit(sim: &mut Sim, ci: usize) -> Result<(), Violation> {
                 offset: 0,
                 count,
                 anon: true,
+                deleg: None,
             },
             ops,
             false,

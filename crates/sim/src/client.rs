@@ -26,6 +26,8 @@ pub enum Intent {
         offset: u64,
         data: Bytes,
         commit: bool,
+        /// Written with this delegation stateid instead of the open's.
+        deleg: Option<stateid4>,
     },
     Read {
         file: Fh,
@@ -33,6 +35,8 @@ pub enum Intent {
         count: u32,
         /// Read with the anonymous stateid (the client has no open).
         anon: bool,
+        /// Read with this delegation stateid.
+        deleg: Option<stateid4>,
     },
     Close {
         file: Fh,
@@ -232,8 +236,8 @@ pub struct SimClient {
     /// This client's back channel works (decided per client by the seed): the
     /// simulation declares its sessions' back channels up, so it gets delegations.
     pub callback_up: bool,
-    /// Delegations the client learned from OPEN replies, by file.
-    pub delegs: BTreeMap<Fh, stateid4>,
+    /// Delegations the client learned from OPEN replies, by file: (stateid, write).
+    pub delegs: BTreeMap<Fh, (stateid4, bool)>,
     /// Recalled delegations it will return at a later step: (step, file, stateid).
     pub returns_due: Vec<(u64, Fh, stateid4)>,
     /// Delegations the server told it are revoked (DELEGRETURN or TEST_STATEID

@@ -543,8 +543,14 @@ mod tests {
         m.delegs[0].phase = DelegPhase::Recalling {
             since: Duration::from_secs(1),
         };
-        assert_eq!(m.revoke_overdue(Duration::from_secs(20), Duration::from_secs(20)), 0);
-        assert_eq!(m.revoke_overdue(Duration::from_secs(21), Duration::from_secs(20)), 1);
+        assert_eq!(
+            m.revoke_overdue(Duration::from_secs(20), Duration::from_secs(20)),
+            0
+        );
+        assert_eq!(
+            m.revoke_overdue(Duration::from_secs(21), Duration::from_secs(20)),
+            1
+        );
         assert!(m.has_revoked((0, 1)));
         assert!(m.deleg_conflicts(&fh(1), other, Access::Read).is_empty());
         m.forget_client(0, 1);

@@ -163,7 +163,6 @@ fn judge_share(
     )
 }
 
-
 /// The delegation rule for op `i` (`what`) of a request of client `ci` that does
 /// `access` to `file`: while another client holds a live delegation it conflicts with,
 /// the server must answer NFS4ERR_DELAY (it cannot hold the request without a
@@ -311,6 +310,20 @@ fn note_grant(sim: &mut Sim, ci: usize, file: &Fh, res: &COMPOUND4res) -> Result
     Ok(())
 }
 
+/// What the server must answer for I/O (a write when `write`) with client `ci`'s
+/// delegation stateid `sid`: a live delegation allows reads, and writes if it is a
+/// write delegation (else OPENMODE); a revoked one is DELEG_REVOKED; a returned one
+/// is no longer known (BAD_STATEID).
+fn deleg_io_status(sim: &Sim, ci: usize, sid: &stateid4, write: bool) -> nfsstat4 {
+    let me = (ci, sim.clients[ci].incarnation);
+    match sim.model.deleg(sid).map(|i| &sim.model.delegs[i]) {
+        Some(d) if d.holder == me && d.phase == DelegPhase::Revoked => NFS4ERR_DELEG_REVOKED,
+        Some(d) if d.holder == me && write && !d.write => NFS4ERR_OPENMODE,
+        Some(d) if d.holder == me => NFS4_OK,
+        _ => NFS4ERR_BAD_STATEID,
+    }
+}
+
 /// What the server must answer for `client`'s delegation stateid `sid` (DELEGRETURN,
 /// TEST_STATEID; FREE_STATEID with `free`).
 fn deleg_status(sim: &Sim, ci: usize, sid: &stateid4, free: bool) -> nfsstat4 {
@@ -456,9 +469,23 @@ pub fn judge(
             offset,
             data,
             commit,
+            deleg,
         } => {
             if delegation_rule(sim, ci, file, Access::Modify, res, 2, "WRITE", faulted)? {
                 return delayed_changed_nothing(sim, intent);
+            }
+            if let Some(sid) = deleg {
+                let want = deleg_io_status(sim, ci, sid, true);
+                if want != NFS4_OK {
+                    expect(
+                        "WRITE with a delegation stateid",
+                        st(res, 2),
+                        &[want],
+                        faulted,
+                    )?;
+                    return delayed_changed_nothing(sim, intent);
+                }
+                sim.stats.deleg_io += 1;
             }
             let done = applied_once(
                 sim,
@@ -493,9 +520,23 @@ pub fn judge(
             offset,
             count,
             anon,
+            deleg,
         } => {
             if delegation_rule(sim, ci, file, Access::Read, res, 2, "READ", faulted)? {
                 return Ok(());
+            }
+            if let Some(sid) = deleg {
+                let want = deleg_io_status(sim, ci, sid, false);
+                if want != NFS4_OK {
+                    expect(
+                        "READ with a delegation stateid",
+                        st(res, 2),
+                        &[want],
+                        faulted,
+                    )?;
+                    return Ok(());
+                }
+                sim.stats.deleg_io += 1;
             }
             // I/O without an open (the anonymous stateid) is refused while another
             // owner's share reservation denies reading (RFC 8881 §9.7).
@@ -632,7 +673,16 @@ pub fn judge(
             Ok(())
         }
         Intent::Truncate { file, size } => {
-            if delegation_rule(sim, ci, file, Access::Modify, res, 2, "SETATTR size", faulted)? {
+            if delegation_rule(
+                sim,
+                ci,
+                file,
+                Access::Modify,
+                res,
+                2,
+                "SETATTR size",
+                faulted,
+            )? {
                 return Ok(());
             }
             match expect("SETATTR size", st(res, 2), &[NFS4_OK], faulted)? {
@@ -646,7 +696,16 @@ pub fn judge(
             data,
             after_restart,
         } => {
-            if delegation_rule(sim, ci, file, Access::Modify, res, 2, "stale WRITE", faulted)? {
+            if delegation_rule(
+                sim,
+                ci,
+                file,
+                Access::Modify,
+                res,
+                2,
+                "stale WRITE",
+                faulted,
+            )? {
                 return delayed_changed_nothing(sim, intent);
             }
             stale_write(sim, data, *after_restart, res, faulted)
@@ -680,7 +739,9 @@ pub fn judge(
                 if *got != want {
                     return Err(Violation::new(
                         K::DelegationConflict,
-                        format!("TEST_STATEID of delegation {sid:?}: {got:?}, the model says {want:?}"),
+                        format!(
+                            "TEST_STATEID of delegation {sid:?}: {got:?}, the model says {want:?}"
+                        ),
                     ));
                 }
             }
@@ -797,23 +858,25 @@ pub fn absorb(c: &mut SimClient, intent: &Intent, res: &COMPOUND4res) {
             if let (Some(nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(o))), Some(fh)) =
                 (res.resarray.get(2), getfh(res, 3))
             {
-                if let Some((sid, _)) = crate::wire::granted_delegation(&o.delegation) {
-                    c.delegs.insert(fh.clone(), sid);
+                if let Some(d) = crate::wire::granted_delegation(&o.delegation) {
+                    c.delegs.insert(fh.clone(), d);
                 }
                 c.opens.insert(fh, o.stateid.clone());
             }
         }
         Intent::DenyProbe { file } => {
             if let Some(nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(o))) = res.resarray.get(2) {
-                if let Some((sid, _)) = crate::wire::granted_delegation(&o.delegation) {
-                    c.delegs.insert(file.clone(), sid);
+                if let Some(d) = crate::wire::granted_delegation(&o.delegation) {
+                    c.delegs.insert(file.clone(), d);
                 }
             }
         }
         Intent::DelegReturn { file, sid } => {
             let s = st(res, 2);
-            if matches!(s, Some(NFS4_OK | NFS4ERR_BAD_STATEID | NFS4ERR_DELEG_REVOKED))
-                && c.delegs.get(file).is_some_and(|d| d.other == sid.other)
+            if matches!(
+                s,
+                Some(NFS4_OK | NFS4ERR_BAD_STATEID | NFS4ERR_DELEG_REVOKED)
+            ) && c.delegs.get(file).is_some_and(|d| d.0.other == sid.other)
             {
                 c.delegs.remove(file);
             }
@@ -827,7 +890,7 @@ pub fn absorb(c: &mut SimClient, intent: &Intent, res: &COMPOUND4res) {
             {
                 for (sid, code) in sids.iter().zip(&t.tsr_status_codes) {
                     if matches!(code, NFS4ERR_DELEG_REVOKED | NFS4ERR_BAD_STATEID) {
-                        c.delegs.retain(|_, d| d.other != sid.other);
+                        c.delegs.retain(|_, d| d.0.other != sid.other);
                     }
                     if *code == NFS4ERR_DELEG_REVOKED && !c.revoked.contains(sid) {
                         c.revoked.push(sid.clone());

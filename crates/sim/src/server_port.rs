@@ -156,7 +156,14 @@ impl SimServer {
                     .into_iter()
                     .map(|(c, k)| {
                         let u = core.table().others_use(c, f);
-                        (c, k, OthersOpen { open: u.open, open_write: u.open_write })
+                        (
+                            c,
+                            k,
+                            OthersOpen {
+                                open: u.open,
+                                open_write: u.open_write,
+                            },
+                        )
                     })
                     .collect();
                 (f, with_use)
@@ -261,19 +268,37 @@ mod tests {
     fn delegation_invariant_accepts_what_the_rfc_allows() {
         let ok = vec![
             (1, vec![(1, DelegType::Write, NONE)]),
-            (2, vec![(1, DelegType::Read, READER), (2, DelegType::Read, NONE)]),
+            (
+                2,
+                vec![(1, DelegType::Read, READER), (2, DelegType::Read, NONE)],
+            ),
         ];
         assert_eq!(check_delegations(&ok), Ok(()));
     }
 
     #[test]
     fn delegation_invariant_fails_on_each_conflict() {
-        let two_writes = vec![(1, vec![(1, DelegType::Write, NONE), (2, DelegType::Write, NONE)])];
-        let write_and_read = vec![(1, vec![(1, DelegType::Read, NONE), (2, DelegType::Write, NONE)])];
-        let twice = vec![(1, vec![(1, DelegType::Read, NONE), (1, DelegType::Read, NONE)])];
+        let two_writes = vec![(
+            1,
+            vec![(1, DelegType::Write, NONE), (2, DelegType::Write, NONE)],
+        )];
+        let write_and_read = vec![(
+            1,
+            vec![(1, DelegType::Read, NONE), (2, DelegType::Write, NONE)],
+        )];
+        let twice = vec![(
+            1,
+            vec![(1, DelegType::Read, NONE), (1, DelegType::Read, NONE)],
+        )];
         let write_vs_reader = vec![(1, vec![(1, DelegType::Write, READER)])];
         let read_vs_writer = vec![(1, vec![(1, DelegType::Read, WRITER)])];
-        for bad in [two_writes, write_and_read, twice, write_vs_reader, read_vs_writer] {
+        for bad in [
+            two_writes,
+            write_and_read,
+            twice,
+            write_vs_reader,
+            read_vs_writer,
+        ] {
             assert!(check_delegations(&bad).is_err(), "{bad:?} passed");
         }
     }

@@ -129,6 +129,8 @@ pub struct Stats {
     pub deleg_freed: u64,
     /// Files with delegations checked by the delegation invariant (summed per step).
     pub deleg_files_checked: u64,
+    /// READs and WRITEs with a live delegation stateid.
+    pub deleg_io: u64,
     /// REMOVEs and RENAMEs that went ahead over another client's delegation because
     /// a fault made the server skip its conflict check (a known server bug).
     pub recall_skipped_by_fault: u64,
@@ -1023,7 +1025,7 @@ impl Sim {
 
     /// Invariant 6 on the server's own tables, after every step.
     fn check_delegations(&mut self) -> Result<(), Violation> {
-        if self.cfg.break_delegations && self.step % 7 == 0 {
+        if self.cfg.break_delegations && self.step.is_multiple_of(7) {
             let ids: Vec<u64> = self
                 .clients
                 .iter()
