@@ -53,10 +53,10 @@ fn main() -> ExitCode {
 }
 
 /// How many of [`counters`] tell what the runs did; the rest tell what they checked.
-const DID: usize = 14;
+const DID: usize = 15;
 
 /// The counters the summary sums over all seeds, (name, value) in the order printed.
-fn counters(s: &txnfs_sim::Stats) -> [(&'static str, u64); 25] {
+fn counters(s: &txnfs_sim::Stats) -> [(&'static str, u64); 26] {
     [
         ("compounds", s.compounds),
         ("retransmissions", s.retransmissions),
@@ -68,6 +68,7 @@ fn counters(s: &txnfs_sim::Stats) -> [(&'static str, u64); 25] {
         ("cut_connections", s.cut_connections),
         ("delegations", s.delegations_granted),
         ("write_delegations", s.write_delegations),
+        ("recalls", s.deleg_recalled),
         ("recalls_delivered", s.recalls_delivered),
         ("deleg_returns", s.deleg_returns),
         ("deleg_revoked", s.deleg_revoked),

@@ -204,6 +204,7 @@ fn delegation_rule(
             if d.phase == DelegPhase::Active {
                 d.phase = DelegPhase::Recalling { since: now };
                 sim.expect_recalls.push(d.sid.other);
+                sim.stats.deleg_recalled += 1;
             }
         }
         sim.stats.deleg_delayed += 1;

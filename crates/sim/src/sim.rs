@@ -116,8 +116,10 @@ pub struct Stats {
     /// Delegations granted by OPEN (of them, write delegations).
     pub delegations_granted: u64,
     pub write_delegations: u64,
-    /// Requests answered DELAY for another client's delegation.
+    /// Requests answered DELAY for another client's delegation, and the CB_RECALLs
+    /// the server asked for (each checked against the model's expectation).
     pub deleg_delayed: u64,
+    pub deleg_recalled: u64,
     /// CB_RECALLs delivered to their holder (then returned at once, later, or never).
     pub recalls_delivered: u64,
     /// DELEGRETURNs that returned a delegation.
@@ -212,6 +214,9 @@ pub struct Sim {
     pub(crate) expect_recalls: Vec<[u8; 12]>,
     /// CB_RECALLs the server asked for, not yet delivered to their holders.
     pub(crate) recalls: Vec<RecallMsg>,
+    /// (granted, recalled, returned) in `stats` when the running server started: the
+    /// server's own counters must equal what the model saw since.
+    pub(crate) deleg_base: (u64, u64, u64),
 }
 
 /// A CB_RECALL on its way to client `ci` (incarnation `inc`).
@@ -319,6 +324,7 @@ impl Sim {
             call_now: Duration::ZERO,
             expect_recalls: Vec::new(),
             recalls: Vec::new(),
+            deleg_base: (0, 0, 0),
         })
     }
 
@@ -773,6 +779,8 @@ impl Sim {
         );
         self.model.restart();
         self.recalls.clear();
+        let s = &self.stats;
+        self.deleg_base = (s.delegations_granted, s.deleg_recalled, s.deleg_returns);
         for c in &mut self.clients {
             if c.session.is_some() {
                 c.expect_dead = true;
@@ -1044,6 +1052,25 @@ impl Sim {
             .check_delegations()
             .map_err(|e| Violation::new(ViolationKind::DelegationConflict, e))?;
         self.stats.deleg_files_checked += n as u64;
+        // The server's counters agree with what the replies showed the model: every
+        // grant was in an OPEN reply, every recall expected, every return judged.
+        let (granted, recalled, returned, _) = self.server()?.deleg_counts();
+        let s = &self.stats;
+        let (g0, c0, r0) = self.deleg_base;
+        let seen = (
+            s.delegations_granted - g0,
+            s.deleg_recalled - c0,
+            s.deleg_returns - r0,
+        );
+        if (granted, recalled, returned) != seen {
+            return Err(Violation::new(
+                ViolationKind::DelegationConflict,
+                format!(
+                    "the server counts (granted, recalled, returned) = {:?}, the replies showed {seen:?}",
+                    (granted, recalled, returned)
+                ),
+            ));
+        }
         Ok(())
     }
 }
