@@ -491,6 +491,7 @@ pub fn probe_released(
     dead: usize,
     locks: Vec<LockRec>,
     files: Vec<Fh>,
+    delegated: Vec<Fh>,
 ) -> Result<(), Violation> {
     let others: Vec<usize> = (0..sim.clients.len())
         .filter(|&i| i != dead && sim.clients[i].session.is_some() && !sim.clients[i].expect_dead)
@@ -505,6 +506,20 @@ pub fn probe_released(
     for f in files.iter().take(2) {
         if sim.model.obj(f).is_some_and(|o| o.alive) {
             deny_probe(sim, ci, f.clone())?;
+        }
+    }
+    // Its delegations must not hold anyone up either: a conflicting OPEN or WRITE
+    // goes ahead without DELAY (the server revokes a courtesy client's delegation at
+    // the conflict; the model forgot them, so a DELAY for them fails the run).
+    for f in delegated.iter().take(2) {
+        if sim.clients[ci].session.is_none() || !sim.model.obj(f).is_some_and(|o| o.alive) {
+            continue;
+        }
+        sim.stats.expired_deleg_probes += 1;
+        if sim.clients[ci].opens.contains_key(f) {
+            write(sim, ci, f.clone())?;
+        } else {
+            open_existing(sim, ci, f.clone())?;
         }
     }
     for l in locks.iter().take(2) {

@@ -56,7 +56,7 @@ fn main() -> ExitCode {
 const DID: usize = 15;
 
 /// The counters the summary sums over all seeds, (name, value) in the order printed.
-fn counters(s: &txnfs_sim::Stats) -> [(&'static str, u64); 26] {
+fn counters(s: &txnfs_sim::Stats) -> [(&'static str, u64); 27] {
     [
         ("compounds", s.compounds),
         ("retransmissions", s.retransmissions),
@@ -81,6 +81,7 @@ fn counters(s: &txnfs_sim::Stats) -> [(&'static str, u64); 26] {
         ("stale_refused", s.stale_refused),
         ("deleg_delayed", s.deleg_delayed),
         ("deleg_io", s.deleg_io),
+        ("expired_deleg_probes", s.expired_deleg_probes),
         ("deleg_revoked_seen", s.deleg_revoked_seen),
         ("deleg_files_checked", s.deleg_files_checked),
         ("recall_skipped_by_fault", s.recall_skipped_by_fault),

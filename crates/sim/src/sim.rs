@@ -131,6 +131,9 @@ pub struct Stats {
     pub deleg_freed: u64,
     /// Files with delegations checked by the delegation invariant (summed per step).
     pub deleg_files_checked: u64,
+    /// Conflicting requests on files an expired client held delegations on (they
+    /// must not be DELAY'd).
+    pub expired_deleg_probes: u64,
     /// READs and WRITEs with a live delegation stateid.
     pub deleg_io: u64,
     /// REMOVEs and RENAMEs that went ahead over another client's delegation because
@@ -841,10 +844,17 @@ impl Sim {
             .filter(|o| o.owner.0 == ci && o.owner.1 == inc)
             .map(|o| o.file.clone())
             .collect();
+        let held_delegs: Vec<_> = self
+            .model
+            .delegs
+            .iter()
+            .filter(|d| d.holder == (ci, inc))
+            .map(|d| d.file.clone())
+            .collect();
         self.model.forget_client(ci, inc);
         self.clients[ci].expect_dead = true;
         self.clients[ci].dead_by_restart = false;
-        crate::actions::probe_released(self, ci, held_locks, held_opens)?;
+        crate::actions::probe_released(self, ci, held_locks, held_opens, held_delegs)?;
         if courtesy {
             // Whatever no probe conflicted with goes at the lease-expiry tick.
             while self.now() <= released {
