@@ -1,7 +1,9 @@
 //! The driver: one seeded run of several clients against one in-process server, with
-//! lost replies, retransmissions, cut connections, lease expiry on a simulated clock and
-//! server restarts. Invariants are checked as every reply arrives and by an audit at the
-//! end; the first violation stops the run and names the seed and step.
+//! lost replies, retransmissions, cut connections, lease expiry on a simulated clock,
+//! server restarts, and delegations: CB_RECALLs delivered (returned at once, late, or
+//! lost and revoked by the lease timer). Invariants are checked as every reply arrives,
+//! on the server's delegation table after every step, and by an audit at the end; the
+//! first violation stops the run and names the seed and step.
 
 use crate::client::{Intent, Pending, Session, SimClient, SLOTS};
 use crate::fault::{FaultBackend, FaultPlan, Ledger};
