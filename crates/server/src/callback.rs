@@ -253,19 +253,20 @@ impl Callbacks {
             .any(|s| s.client == client && s.path() == PathState::Up)
     }
 
-    /// The simulation only: mark the back channel of `session` (bound by CREATE_SESSION
-    /// with CONN_BACK_CHAN, which leaves it `Probing` without a transport) as `Up`, as
-    /// if its CB_NULL probe had been answered, so the session's client is granted
-    /// delegations; the simulation delivers the recalls it then takes from
-    /// `Server::take_undelivered_callbacks`. False if the session has no back channel.
+    /// The simulation only: set the path state of `session`'s back channel (bound by
+    /// CREATE_SESSION with CONN_BACK_CHAN or BIND_CONN_TO_SESSION, which leave it
+    /// `Probing` without a transport) to `Up`, as if its CB_NULL probe had been
+    /// answered, or to `Down`, as if its connection had closed. The simulation
+    /// delivers the recalls it then takes from `Server::take_undelivered_callbacks`.
+    /// False if the session has no back channel.
     #[doc(hidden)]
-    pub fn assume_up(&self, session: &SessionId) -> bool {
+    pub fn assume_path(&self, session: &SessionId, up: bool) -> bool {
         let Some(s) = self.session(session) else {
             return false;
         };
         let mut g = s.lock();
         g.generation += 1;
-        g.path = PathState::Up;
+        g.path = if up { PathState::Up } else { PathState::Down };
         true
     }
 

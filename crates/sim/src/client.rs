@@ -201,6 +201,20 @@ pub struct Pending {
     pub intent: Intent,
 }
 
+/// A session's back channel, as the simulation set it up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CbPath {
+    /// The session asked for no back channel.
+    None,
+    /// Bound, never answered (no delegations; not reported down either).
+    Probing,
+    /// Working: delegations may be granted.
+    Up,
+    /// Its connection was cut: SEQUENCE reports CB_PATH_DOWN, no delegations, until
+    /// the client binds a new connection (BIND_CONN_TO_SESSION).
+    Down,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct HeldLocks {
     pub sid: Option<stateid4>,
@@ -236,6 +250,8 @@ pub struct SimClient {
     /// This client's back channel works (decided per client by the seed): the
     /// simulation declares its sessions' back channels up, so it gets delegations.
     pub callback_up: bool,
+    /// The state of the current session's back channel, as the server must see it.
+    pub path: CbPath,
     /// Delegations the client learned from OPEN replies, by file: (stateid, write).
     pub delegs: BTreeMap<Fh, (stateid4, bool)>,
     /// Recalled delegations it will return at a later step: (step, file, stateid).
@@ -269,6 +285,7 @@ impl SimClient {
             opens: BTreeMap::new(),
             locks: BTreeMap::new(),
             callback_up,
+            path: CbPath::None,
             delegs: BTreeMap::new(),
             returns_due: Vec::new(),
             revoked: Vec::new(),
@@ -300,6 +317,7 @@ impl SimClient {
         self.dead_stateids = std::mem::take(&mut self.opens).into_iter().collect();
         self.locks.clear();
         // Delegations go with the client's state (no reclaim in the simulation).
+        self.path = CbPath::None;
         self.delegs.clear();
         self.returns_due.clear();
         self.revoked.clear();

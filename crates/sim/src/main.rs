@@ -53,10 +53,10 @@ fn main() -> ExitCode {
 }
 
 /// How many of [`counters`] tell what the runs did; the rest tell what they checked.
-const DID: usize = 15;
+const DID: usize = 17;
 
 /// The counters the summary sums over all seeds, (name, value) in the order printed.
-fn counters(s: &txnfs_sim::Stats) -> [(&'static str, u64); 27] {
+fn counters(s: &txnfs_sim::Stats) -> [(&'static str, u64); 30] {
     [
         ("compounds", s.compounds),
         ("retransmissions", s.retransmissions),
@@ -66,6 +66,8 @@ fn counters(s: &txnfs_sim::Stats) -> [(&'static str, u64); 27] {
         ("courtesy_expiries", s.courtesy_expiries),
         ("faults", s.faults),
         ("cut_connections", s.cut_connections),
+        ("cb_paths_down", s.cb_paths_down),
+        ("cb_rebinds", s.cb_rebinds),
         ("delegations", s.delegations_granted),
         ("write_delegations", s.write_delegations),
         ("recalls", s.deleg_recalled),
@@ -84,6 +86,7 @@ fn counters(s: &txnfs_sim::Stats) -> [(&'static str, u64); 27] {
         ("expired_deleg_probes", s.expired_deleg_probes),
         ("deleg_revoked_seen", s.deleg_revoked_seen),
         ("deleg_files_checked", s.deleg_files_checked),
+        ("deleg_shared_checked", s.deleg_shared_checked),
         ("recall_skipped_by_fault", s.recall_skipped_by_fault),
     ]
 }

@@ -259,10 +259,13 @@ fn note_grant(sim: &mut Sim, ci: usize, file: &Fh, res: &COMPOUND4res) -> Result
         return Ok(());
     };
     let kind = if write { "write" } else { "read" };
-    if !sim.clients[ci].callback_up {
+    let path = sim.clients[ci].path;
+    if path != crate::client::CbPath::Up {
         return Err(Violation::new(
             K::DelegationConflict,
-            format!("client {ci} was granted a {kind} delegation without a working back channel"),
+            format!(
+                "client {ci} was granted a {kind} delegation while its back channel is {path:?}"
+            ),
         ));
     }
     let me = (ci, sim.clients[ci].incarnation);

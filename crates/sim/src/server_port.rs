@@ -4,7 +4,8 @@
 //!
 //! Used: `Server::with_clock`, `Server::tick`, `Server::connection_closed`,
 //! `compound::execute`, `Config { exports, state_dir, grace, lease_time, mutations }`,
-//! `Server::callbacks.assume_up` (a back channel the simulation declares working),
+//! `Server::callbacks.assume_path` (a back channel the simulation declares working
+//! or down),
 //! `Server::take_undelivered_callbacks` (the CB_RECALLs the simulation delivers), and
 //! white-box, for the delegation invariant, `Server::core()`: `delegations()`
 //! (`files`, `on_file`, `stats`) and `table().others_use`,
@@ -102,10 +103,10 @@ impl SimServer {
     }
 
     /// Declare the back channel of `session` working (as if its CB_NULL probe had
-    /// been answered): its client may be granted delegations. False if the session
-    /// did not ask for a back channel.
-    pub fn assume_callback_up(&self, session: &[u8; 16]) -> bool {
-        self.srv.callbacks.assume_up(session)
+    /// been answered: its client may be granted delegations) or down (as if its
+    /// connection had closed). False if the session did not ask for a back channel.
+    pub fn assume_callback_path(&self, session: &[u8; 16], up: bool) -> bool {
+        self.srv.callbacks.assume_path(session, up)
     }
 
     /// The CB_RECALLs the server asked for since the last call: (client id,
@@ -139,8 +140,9 @@ impl SimServer {
     }
 
     /// The delegation invariant, white-box on the state core: see
-    /// [`check_delegations`].
-    pub fn check_delegations(&self) -> Result<usize, String> {
+    /// [`check_delegations`]. Returns how many files hold delegations, and how many
+    /// of them more than one (shared read delegations).
+    pub fn check_delegations(&self) -> Result<(usize, usize), String> {
         let core = self
             .srv
             .core()
@@ -169,7 +171,8 @@ impl SimServer {
                 (f, with_use)
             })
             .collect();
-        check_delegations(&held).map(|()| held.len())
+        let shared = held.iter().filter(|(_, on)| on.len() > 1).count();
+        check_delegations(&held).map(|()| (held.len(), shared))
     }
 
     /// Harness self-test only: client `client` opens `file`'s delegated file for

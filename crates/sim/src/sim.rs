@@ -5,7 +5,7 @@
 //! on the server's delegation table after every step, and by an audit at the end; the
 //! first violation stops the run and names the seed and step.
 
-use crate::client::{Intent, Pending, Session, SimClient, SLOTS};
+use crate::client::{CbPath, Intent, Pending, Session, SimClient, SLOTS};
 use crate::fault::{FaultBackend, FaultPlan, Ledger};
 use crate::model::Model;
 use crate::rng::Rng;
@@ -133,6 +133,12 @@ pub struct Stats {
     pub deleg_freed: u64,
     /// Files with delegations checked by the delegation invariant (summed per step).
     pub deleg_files_checked: u64,
+    /// Back channels taken down with their connection, and bound again
+    /// (BIND_CONN_TO_SESSION).
+    pub cb_paths_down: u64,
+    pub cb_rebinds: u64,
+    /// Of those, files with more than one (read) delegation.
+    pub deleg_shared_checked: u64,
     /// Conflicting requests on files an expired client held delegations on (they
     /// must not be DELAY'd).
     pub expired_deleg_probes: u64,
@@ -405,7 +411,7 @@ impl Sim {
             } else if r < m.restart + m.expire {
                 self.expire_one()?;
             } else if r < base {
-                self.cut_connection();
+                self.cut_connection()?;
             } else if r < base + 40 {
                 self.tick()?;
             } else if r < base + 40 + 80 && !self.recalls.is_empty() {
@@ -486,6 +492,23 @@ impl Sim {
                 (c.session.as_mut(), res.resarray.first())
             {
                 s.slots[ok.sr_slotid as usize] = ok.sr_sequenceid;
+            }
+            // CB_PATH_DOWN_SESSION and CB_PATH_DOWN exactly while the (only) session's
+            // back channel is down.
+            let flags = match res.resarray.first() {
+                Some(nfs_resop4::OP_SEQUENCE(SEQUENCE4res::NFS4_OK(ok))) => ok.sr_status_flags,
+                _ => 0,
+            };
+            let down = SEQ4_STATUS_CB_PATH_DOWN | SEQ4_STATUS_CB_PATH_DOWN_SESSION;
+            let want_down = if c.path == CbPath::Down { down } else { 0 };
+            if flags & down != want_down {
+                return Err(Violation::new(
+                    ViolationKind::DelegationConflict,
+                    format!(
+                        "client {ci}: SEQUENCE status flags {flags:#x} with its back channel {:?}",
+                        c.path
+                    ),
+                ));
             }
             // SEQ4_STATUS_RECALLABLE_STATE_REVOKED exactly while the client has a
             // revoked delegation it has not freed.
@@ -719,7 +742,7 @@ impl Sim {
                 ));
             }
         }
-        if self.clients[ci].callback_up && !self.server()?.assume_callback_up(&sid) {
+        if self.clients[ci].callback_up && !self.server()?.assume_callback_path(&sid, true) {
             return Err(Violation::new(
                 ViolationKind::Harness,
                 format!("client {ci}: CREATE_SESSION with CONN_BACK_CHAN bound no back channel"),
@@ -727,6 +750,11 @@ impl Sim {
         }
         let now = self.now();
         let c = &mut self.clients[ci];
+        c.path = match (c.callback_up, back) {
+            (true, _) => CbPath::Up,
+            (false, true) => CbPath::Probing,
+            (false, false) => CbPath::None,
+        };
         c.session = Some(Session {
             clientid,
             sid,
@@ -868,7 +896,7 @@ impl Sim {
         Ok(())
     }
 
-    fn cut_connection(&mut self) {
+    fn cut_connection(&mut self) -> Result<(), Violation> {
         let ci = self.rng.index(self.clients.len());
         self.note(&format!("client {ci}: connection cut"));
         self.stats.cut_connections += 1;
@@ -877,6 +905,55 @@ impl Sim {
         }
         self.clients[ci].conn = self.next_conn;
         self.next_conn += 1;
+        // The back channel rode on that connection: down until the client binds a new
+        // one (the transport would notice the close; the simulation has none).
+        let c = &self.clients[ci];
+        if c.path == CbPath::Up && !c.expect_dead {
+            let sid = c.session.as_ref().map(|s| s.sid);
+            if let Some(sid) = sid {
+                if !self.server()?.assume_callback_path(&sid, false) {
+                    return Err(Violation::new(
+                        ViolationKind::Harness,
+                        format!("client {ci}: its session has no back channel to take down"),
+                    ));
+                }
+                self.clients[ci].path = CbPath::Down;
+                self.stats.cb_paths_down += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// A client whose back channel went down binds its new connection for callbacks
+    /// (BIND_CONN_TO_SESSION, RFC 8881 §18.34); the probe is answered at once here.
+    fn rebind_back_channel(&mut self, ci: usize) -> Result<(), Violation> {
+        let Some(sid) = self.clients[ci].session.as_ref().map(|s| s.sid) else {
+            return Ok(());
+        };
+        let (_, res) = self.call(ci, wire::compound(vec![wire::bind_conn_back(sid)]))?;
+        match res.resarray.first() {
+            Some(nfs_resop4::OP_BIND_CONN_TO_SESSION(BIND_CONN_TO_SESSION4res::NFS4_OK(ok)))
+                if matches!(
+                    ok.bctsr_dir,
+                    channel_dir_from_server4::CDFS4_BACK | channel_dir_from_server4::CDFS4_BOTH
+                ) => {}
+            other => {
+                return Err(Violation::new(
+                    ViolationKind::UnexpectedStatus,
+                    format!("client {ci}: BIND_CONN_TO_SESSION for the back channel: {other:?}"),
+                ))
+            }
+        }
+        if !self.server()?.assume_callback_path(&sid, true) {
+            return Err(Violation::new(
+                ViolationKind::Harness,
+                format!("client {ci}: BIND_CONN_TO_SESSION bound no back channel"),
+            ));
+        }
+        self.note(&format!("client {ci}: back channel bound again"));
+        self.clients[ci].path = CbPath::Up;
+        self.stats.cb_rebinds += 1;
+        Ok(())
     }
 
     /// One action of one client.
@@ -888,6 +965,10 @@ impl Sim {
         }
         if self.clients[ci].session.is_none() {
             return self.ensure_session(ci);
+        }
+        let c = &self.clients[ci];
+        if c.path == CbPath::Down && !c.expect_dead && self.rng.chance(400) {
+            return self.rebind_back_channel(ci);
         }
         crate::actions::random_action(self, ci)
     }
@@ -990,6 +1071,12 @@ impl Sim {
     /// and the holder learns that from SEQUENCE and DELEGRETURN).
     fn deliver_recall(&mut self) -> Result<(), Violation> {
         let i = self.rng.index(self.recalls.len());
+        let c = &self.clients[self.recalls[i].ci];
+        if c.path == CbPath::Down && !c.expect_dead && c.incarnation == self.recalls[i].inc {
+            // Its back channel is down: the server keeps trying until the client
+            // binds a new connection (the recall stays queued).
+            return Ok(());
+        }
         let r = self.recalls.remove(i);
         let c = &self.clients[r.ci];
         if c.session.is_none() || c.expect_dead || c.incarnation != r.inc {
@@ -1059,11 +1146,12 @@ impl Sim {
                 }
             }
         }
-        let n = self
+        let (n, shared) = self
             .server()?
             .check_delegations()
             .map_err(|e| Violation::new(ViolationKind::DelegationConflict, e))?;
         self.stats.deleg_files_checked += n as u64;
+        self.stats.deleg_shared_checked += shared as u64;
         // The server's counters agree with what the replies showed the model: every
         // grant was in an OPEN reply, every recall expected, every return judged.
         let (granted, recalled, returned, _) = self.server()?.deleg_counts();

@@ -259,3 +259,12 @@ pub fn granted_delegation(d: &open_delegation4) -> Option<(stateid4, bool)> {
         open_delegation4::OPEN_DELEGATE_NONE | open_delegation4::OPEN_DELEGATE_NONE_EXT(_) => None,
     }
 }
+
+/// BIND_CONN_TO_SESSION of the sending connection for the back channel (or both).
+pub fn bind_conn_back(sid: sessionid4) -> nfs_argop4 {
+    nfs_argop4::OP_BIND_CONN_TO_SESSION(BIND_CONN_TO_SESSION4args {
+        bctsa_sessid: sid,
+        bctsa_dir: channel_dir_from_client4::CDFC4_BACK_OR_BOTH,
+        bctsa_use_conn_in_rdma_mode: false,
+    })
+}
