@@ -56,7 +56,7 @@ fn main() -> ExitCode {
 const DID: usize = 17;
 
 /// The counters the summary sums over all seeds, (name, value) in the order printed.
-fn counters(s: &txnfs_sim::Stats) -> [(&'static str, u64); 30] {
+fn counters(s: &txnfs_sim::Stats) -> [(&'static str, u64); 31] {
     [
         ("compounds", s.compounds),
         ("retransmissions", s.retransmissions),
@@ -83,6 +83,7 @@ fn counters(s: &txnfs_sim::Stats) -> [(&'static str, u64); 30] {
         ("stale_refused", s.stale_refused),
         ("deleg_delayed", s.deleg_delayed),
         ("deleg_io", s.deleg_io),
+        ("grants_predicted", s.grants_predicted),
         ("expired_deleg_probes", s.expired_deleg_probes),
         ("deleg_revoked_seen", s.deleg_revoked_seen),
         ("deleg_files_checked", s.deleg_files_checked),

@@ -154,6 +154,9 @@ pub struct Model {
     pub uncertain_dirs: Vec<Fh>,
     /// Delegations of live clients, from OPEN replies, until returned or freed.
     pub delegs: Vec<DelegRec>,
+    /// File -> the simulated time of the last request DELAY'd for its delegations
+    /// (the grant policy's cool-down).
+    pub last_conflict: BTreeMap<Fh, Duration>,
 }
 
 impl Model {
@@ -294,6 +297,7 @@ impl Model {
         self.locks.clear();
         self.opens.clear();
         self.delegs.clear();
+        self.last_conflict.clear();
         self.boot_verf = None;
         for o in &mut self.objs {
             let mut had_volatile = false;

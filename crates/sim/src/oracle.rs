@@ -207,6 +207,8 @@ fn delegation_rule(
                 sim.stats.deleg_recalled += 1;
             }
         }
+        // The file cools down: no delegation for a while (ADR 0017).
+        sim.model.last_conflict.insert(file.clone(), now);
         sim.stats.deleg_delayed += 1;
         return Ok(true);
     }
@@ -251,11 +253,37 @@ fn delayed_changed_nothing(sim: &Sim, intent: &Intent) -> Result<(), Violation> 
 /// The delegation an OPEN (op 2 of `res`) by client `ci` granted on `file`, if any:
 /// only to a client whose back channel works, never over another live client's open
 /// or delegation it conflicts with; entered in the model.
-fn note_grant(sim: &mut Sim, ci: usize, file: &Fh, res: &COMPOUND4res) -> Result<(), Violation> {
+fn note_grant(
+    sim: &mut Sim,
+    ci: usize,
+    file: &Fh,
+    access: u32,
+    res: &COMPOUND4res,
+) -> Result<(), Violation> {
     let Some(nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(o))) = res.resarray.get(2) else {
         return Ok(());
     };
-    let Some((sid, write)) = crate::wire::granted_delegation(&o.delegation) else {
+    let granted = crate::wire::granted_delegation(&o.delegation);
+    if !sim.grants_uncertain {
+        let want = predict_grant(sim, ci, file, access);
+        sim.stats.grants_predicted += 1;
+        if want != granted.as_ref().map(|g| g.1) {
+            let name = |g: Option<bool>| match g {
+                None => "none",
+                Some(false) => "read",
+                Some(true) => "write",
+            };
+            return Err(Violation::new(
+                K::DelegationConflict,
+                format!(
+                    "OPEN (access {access}) by client {ci}: delegation {}, the grant policy says {}",
+                    name(granted.as_ref().map(|g| g.1)),
+                    name(want)
+                ),
+            ));
+        }
+    }
+    let Some((sid, write)) = granted else {
         return Ok(());
     };
     let kind = if write { "write" } else { "read" };
@@ -313,6 +341,59 @@ fn note_grant(sim: &mut Sim, ci: usize, file: &Fh, res: &COMPOUND4res) -> Result
     });
     Ok(())
 }
+
+/// The delegation the grant policy (ADR 0017) gives client `ci`'s OPEN of `file`
+/// with share `access` (its own open already counted): `None`, or `Some(write)`.
+/// None without a working back channel, with a delegation of its own on the file,
+/// while a recall of the file is under way or within the cool-down after a conflict,
+/// while another client holds locks on it; a write delegation for write access when no
+/// other client has it open or delegated; else a read delegation unless another client
+/// writes it or holds a write delegation.
+fn predict_grant(sim: &Sim, ci: usize, file: &Fh, access: u32) -> Option<bool> {
+    if sim.clients[ci].path != crate::client::CbPath::Up {
+        return None;
+    }
+    let me = (ci, sim.clients[ci].incarnation);
+    let m = &sim.model;
+    let live: Vec<&DelegRec> = m
+        .delegs
+        .iter()
+        .filter(|d| d.file == *file && d.live())
+        .collect();
+    if live.iter().any(|d| d.holder == me) {
+        return None;
+    }
+    let recalling = live
+        .iter()
+        .any(|d| matches!(d.phase, DelegPhase::Recalling { .. }));
+    let cooling = m
+        .last_conflict
+        .get(file)
+        .is_some_and(|t| sim.call_now.saturating_sub(*t) < COOL_DOWN);
+    let others_locks = m
+        .locks
+        .iter()
+        .any(|l| l.file == *file && (l.owner.0, l.owner.1) != me);
+    if recalling || cooling || others_locks {
+        return None;
+    }
+    let others = || {
+        m.opens
+            .iter()
+            .filter(|o| o.file == *file && (o.owner.0, o.owner.1) != me)
+    };
+    let others_deleg_write = live.iter().any(|d| d.write);
+    if access & OPEN4_SHARE_ACCESS_WRITE != 0 && others().next().is_none() && live.is_empty() {
+        return Some(true);
+    }
+    if others().any(|o| o.access & OPEN4_SHARE_ACCESS_WRITE != 0) || others_deleg_write {
+        return None;
+    }
+    Some(false)
+}
+
+/// How long after a conflict a file gets no delegation (txnfs' policy: 5 s).
+const COOL_DOWN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What the server must answer for I/O (a write when `write`) with client `ci`'s
 /// delegation stateid `sid`: a live delegation allows reads, and writes if it is a
@@ -401,7 +482,7 @@ pub fn judge(
             let o = ok_result!(res, 2, OP_OPEN, OPEN4res, "OPEN");
             let new = (dir, name, false);
             let fh = enter_created(sim, res, &o.cinfo, new, "OPEN create", "OPEN")?;
-            note_grant(sim, ci, &fh, res)?;
+            note_grant(sim, ci, &fh, OPEN4_SHARE_ACCESS_BOTH, res)?;
             sim.model
                 .add_open(&fh, oo, OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_DENY_NONE);
             Ok(())
@@ -429,7 +510,7 @@ pub fn judge(
                         "OPEN by name found another file handle",
                     ));
                 }
-                note_grant(sim, ci, file, res)?;
+                note_grant(sim, ci, file, OPEN4_SHARE_ACCESS_BOTH, res)?;
                 sim.model.add_open(file, oo, OPEN4_SHARE_ACCESS_BOTH, 0);
             }
             Ok(())
@@ -455,7 +536,7 @@ pub fn judge(
                 "OPEN with DENY_BOTH refused though no live client has the file open",
             )?;
             if expect("OPEN deny", s, &[NFS4_OK, NFS4ERR_SHARE_DENIED], faulted)? {
-                note_grant(sim, ci, file, res)?;
+                note_grant(sim, ci, file, OPEN4_SHARE_ACCESS_READ, res)?;
                 // The probe owner's open (perhaps upgraded from one an earlier probe
                 // could not close) is gone only if this CLOSE worked.
                 sim.model.add_open(

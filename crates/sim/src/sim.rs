@@ -137,6 +137,8 @@ pub struct Stats {
     /// (BIND_CONN_TO_SESSION).
     pub cb_paths_down: u64,
     pub cb_rebinds: u64,
+    /// OPENs whose delegation (or none) was checked against the grant policy.
+    pub grants_predicted: u64,
     /// Of those, files with more than one (read) delegation.
     pub deleg_shared_checked: u64,
     /// Conflicting requests on files an expired client held delegations on (they
@@ -228,6 +230,10 @@ pub struct Sim {
     /// (granted, recalled, returned) in `stats` when the running server started: the
     /// server's own counters must equal what the model saw since.
     pub(crate) deleg_base: (u64, u64, u64),
+    /// The grant policy cannot be predicted right now: an expired client's state,
+    /// which the model forgot, may still be on the server (while its release is
+    /// probed).
+    pub(crate) grants_uncertain: bool,
 }
 
 /// A CB_RECALL on its way to client `ci` (incarnation `inc`).
@@ -336,6 +342,7 @@ impl Sim {
             expect_recalls: Vec::new(),
             recalls: Vec::new(),
             deleg_base: (0, 0, 0),
+            grants_uncertain: false,
         })
     }
 
@@ -884,7 +891,10 @@ impl Sim {
         self.model.forget_client(ci, inc);
         self.clients[ci].expect_dead = true;
         self.clients[ci].dead_by_restart = false;
-        crate::actions::probe_released(self, ci, held_locks, held_opens, held_delegs)?;
+        self.grants_uncertain = true;
+        let probed = crate::actions::probe_released(self, ci, held_locks, held_opens, held_delegs);
+        self.grants_uncertain = false;
+        probed?;
         if courtesy {
             // Whatever no probe conflicted with goes at the lease-expiry tick.
             while self.now() <= released {

@@ -43,6 +43,7 @@ fn seeds_sweep() {
             let expired_probes = sum(|s| s.expired_deleg_probes);
             let shared = sum(|s| s.deleg_shared_checked);
             let rebinds = sum(|s| s.cb_rebinds);
+            let predicted = sum(|s| s.grants_predicted);
             println!(
                 "txnfs-sim: seeds={seeds} steps={steps} failures=0 compounds={compounds} retransmissions={retrans} restarts={restarts} expiries={expiries} faults={faults}"
             );
@@ -62,8 +63,8 @@ fn seeds_sweep() {
                 assert!(
                     delegs > write_delegs && write_delegs > 0 && delayed > 0 && recalls > 0
                         && returns > 0 && revoked > 0 && revoked_seen > 0 && freed > 0
-                        && deleg_io > 0 && checked > 0 && expired_probes > 0 && shared > 0 && rebinds > 0,
-                    "delegations={delegs} write={write_delegs} delayed={delayed} recalls={recalls} returns={returns} revoked={revoked} revoked_seen={revoked_seen} freed={freed} deleg_io={deleg_io} checked={checked} expired_deleg_probes={expired_probes} shared={shared} rebinds={rebinds}"
+                        && deleg_io > 0 && checked > 0 && expired_probes > 0 && shared > 0 && rebinds > 0 && predicted > delegs,
+                    "delegations={delegs} write={write_delegs} delayed={delayed} recalls={recalls} returns={returns} revoked={revoked} revoked_seen={revoked_seen} freed={freed} deleg_io={deleg_io} checked={checked} expired_deleg_probes={expired_probes} shared={shared} rebinds={rebinds} grants_predicted={predicted}"
                 );
             }
         }
