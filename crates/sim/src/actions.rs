@@ -271,8 +271,9 @@ fn open_existing(sim: &mut Sim, ci: usize, file: Fh) -> Result<(), Violation> {
     go(sim, ci, Intent::Open { file }, ops)
 }
 
-/// OPEN for reading with DENY_BOTH by a fresh owner, closed at once: granted exactly
-/// when no other owner has the file open.
+/// OPEN for reading by a fresh owner, closed at once: with DENY_BOTH granted exactly
+/// when no other owner has the file open; with DENY_NONE (half the time) when no
+/// other owner denies reading, which is how clients come to share read delegations.
 fn deny_probe(sim: &mut Sim, ci: usize, file: Fh) -> Result<(), Violation> {
     let Some((parent, name)) = parent_of(sim, &file) else {
         return Ok(());
@@ -282,9 +283,14 @@ fn deny_probe(sim: &mut Sim, ci: usize, file: Fh) -> Result<(), Violation> {
         seqid: 0,
         open_stateid: CURRENT,
     });
-    let share = (OPEN4_SHARE_ACCESS_READ, OPEN4_SHARE_DENY_BOTH);
+    let deny = if sim.rng.chance(500) {
+        OPEN4_SHARE_DENY_BOTH
+    } else {
+        OPEN4_SHARE_DENY_NONE
+    };
+    let share = (OPEN4_SHARE_ACCESS_READ, deny);
     let ops = open_ops(&parent, &name, &owner, share, false, close);
-    go(sim, ci, Intent::DenyProbe { file }, ops)
+    go(sim, ci, Intent::DenyProbe { file, deny }, ops)
 }
 
 fn write(sim: &mut Sim, ci: usize, file: Fh) -> Result<(), Violation> {

@@ -18,8 +18,11 @@ pub enum Intent {
     Open {
         file: Fh,
     },
+    /// OPEN for reading by a fresh owner with `deny` (DENY_BOTH or DENY_NONE), closed
+    /// in the same COMPOUND; a read delegation it gets outlives the CLOSE.
     DenyProbe {
         file: Fh,
+        deny: u32,
     },
     Write {
         file: Fh,
@@ -136,7 +139,7 @@ impl Intent {
             Intent::Renew | Intent::TestStateids { .. } | Intent::FreeStateid { .. } => vec![],
             Intent::OpenCreate { dir, .. } | Intent::Mkdir { dir, .. } => vec![dir],
             Intent::Open { file }
-            | Intent::DenyProbe { file }
+            | Intent::DenyProbe { file, .. }
             | Intent::Write { file, .. }
             | Intent::Read { file, .. }
             | Intent::Close { file }

@@ -81,8 +81,8 @@ pub type Holder = (usize, u32);
 /// for the delegation to come back).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
-    /// OPEN with this share access (`OPEN4_SHARE_ACCESS_*`).
-    Open(u32),
+    /// OPEN with this share access and deny (`OPEN4_SHARE_ACCESS_*`, `_DENY_*`).
+    Open { access: u32, deny: u32 },
     /// READ, and GETATTR of size or change (which a write holder may have changed).
     Read,
     /// WRITE, SETATTR.
@@ -97,7 +97,10 @@ impl Access {
     pub fn conflicts(self, write: bool) -> bool {
         write
             || match self {
-                Access::Open(a) => a & txnfs_proto::nfs4::OPEN4_SHARE_ACCESS_WRITE != 0,
+                Access::Open { access, deny } => {
+                    access & txnfs_proto::nfs4::OPEN4_SHARE_ACCESS_WRITE != 0
+                        || deny & txnfs_proto::nfs4::OPEN4_SHARE_DENY_READ != 0
+                }
                 Access::Read => false,
                 Access::Modify | Access::Namespace => true,
             }
@@ -535,8 +538,13 @@ mod tests {
         });
         let other = (1, 1);
         assert!(m.deleg_conflicts(&fh(1), other, Access::Read).is_empty());
-        assert!(m.deleg_conflicts(&fh(1), other, Access::Open(1)).is_empty());
-        assert_eq!(m.deleg_conflicts(&fh(1), other, Access::Open(3)), vec![0]);
+        assert!(m
+            .deleg_conflicts(&fh(1), other, Access::Open { access: 1, deny: 0 })
+            .is_empty());
+        assert_eq!(
+            m.deleg_conflicts(&fh(1), other, Access::Open { access: 3, deny: 0 }),
+            vec![0]
+        );
         assert_eq!(m.deleg_conflicts(&fh(1), other, Access::Namespace), vec![0]);
         assert!(
             m.deleg_conflicts(&fh(1), (0, 1), Access::Modify).is_empty(),

@@ -216,14 +216,6 @@ fn delegation_rule(
         // Failed before the conflict check (the backend lookup or stat it needs).
         return Ok(false);
     }
-    if faulted && access == Access::Namespace && !sim.cfg.strict_namespace_recall {
-        // Known server bug (reported; `ops::deleg::clear_name`): when the backend
-        // lookup or getattr of the name fails, the conflict check is skipped and the
-        // REMOVE or RENAME goes ahead over the delegation. Counted, and failed by
-        // the ignored test `faulted_lookup_skips_the_recall`.
-        sim.stats.recall_skipped_by_fault += 1;
-        return Ok(false);
-    }
     let d = &sim.model.delegs[conflicts[0]];
     Err(Violation::new(
         K::DelegationConflict,
@@ -488,7 +480,10 @@ pub fn judge(
             Ok(())
         }
         Intent::Open { file } => {
-            let both = Access::Open(OPEN4_SHARE_ACCESS_BOTH);
+            let both = Access::Open {
+                access: OPEN4_SHARE_ACCESS_BOTH,
+                deny: OPEN4_SHARE_DENY_NONE,
+            };
             if delegation_rule(sim, ci, file, both, res, 2, "OPEN", faulted)? {
                 return Ok(());
             }
@@ -515,36 +510,32 @@ pub fn judge(
             }
             Ok(())
         }
-        Intent::DenyProbe { file } => {
-            let read = Access::Open(OPEN4_SHARE_ACCESS_READ);
+        Intent::DenyProbe { file, deny } => {
+            let read = Access::Open {
+                access: OPEN4_SHARE_ACCESS_READ,
+                deny: *deny,
+            };
             if delegation_rule(sim, ci, file, read, res, 2, "OPEN deny", faulted)? {
                 return Ok(());
             }
             let probe = (ci, inc, sim.clients[ci].probe_owner());
-            let conflict = sim.model.share_conflict(
-                file,
-                &probe,
-                OPEN4_SHARE_ACCESS_READ,
-                OPEN4_SHARE_DENY_BOTH,
-            );
+            let conflict = sim
+                .model
+                .share_conflict(file, &probe, OPEN4_SHARE_ACCESS_READ, *deny);
             let s = st(res, 2);
             judge_share(
                 sim,
                 s,
                 conflict,
-                "OPEN with DENY_BOTH granted while another owner has the file open",
-                "OPEN with DENY_BOTH refused though no live client has the file open",
+                "probe OPEN granted against another owner's open or deny",
+                "probe OPEN refused though no live open conflicts with it",
             )?;
             if expect("OPEN deny", s, &[NFS4_OK, NFS4ERR_SHARE_DENIED], faulted)? {
                 note_grant(sim, ci, file, OPEN4_SHARE_ACCESS_READ, res)?;
                 // The probe owner's open (perhaps upgraded from one an earlier probe
                 // could not close) is gone only if this CLOSE worked.
-                sim.model.add_open(
-                    file,
-                    probe.clone(),
-                    OPEN4_SHARE_ACCESS_READ,
-                    OPEN4_SHARE_DENY_BOTH,
-                );
+                sim.model
+                    .add_open(file, probe.clone(), OPEN4_SHARE_ACCESS_READ, *deny);
                 closed(sim, "CLOSE probe", res, 3, (file, &probe), faulted)?;
             }
             Ok(())
@@ -949,7 +940,7 @@ pub fn absorb(c: &mut SimClient, intent: &Intent, res: &COMPOUND4res) {
                 c.opens.insert(fh, o.stateid.clone());
             }
         }
-        Intent::DenyProbe { file } => {
+        Intent::DenyProbe { file, .. } => {
             if let Some(nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(o))) = res.resarray.get(2) {
                 if let Some(d) = crate::wire::granted_delegation(&o.delegation) {
                     c.delegs.insert(file.clone(), d);

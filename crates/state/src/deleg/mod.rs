@@ -31,8 +31,13 @@ const DELEG_BIT: u64 = 1 << 63;
 /// conflicts with it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
-    /// OPEN with this share access (1..=3).
-    Open(u32),
+    /// OPEN with this share access (1..=3) and deny (0..=3).
+    Open {
+        /// `OPEN4_SHARE_ACCESS_*`.
+        access: u32,
+        /// `OPEN4_SHARE_DENY_*`.
+        deny: u32,
+    },
     /// READ (and GETATTR of size/change under a write delegation is CB_GETATTR's
     /// business, not a conflict).
     Read,
@@ -55,7 +60,14 @@ impl Access {
             // Directory delegations: see `Delegation::conflicts_with`.
             (DelegType::Directory, _) | (_, Access::DirChange(_)) => false,
             (DelegType::Write, _) => true,
-            (DelegType::Read, Access::Open(a)) => a & crate::types::SHARE_ACCESS_WRITE != 0,
+            // A read delegation lets its holder open for reading locally: an open that
+            // writes, or that denies reading to others, takes that away (RFC 8881
+            // §10.4: "requests to open a file for reading that do not deny
+            // OPEN4_SHARE_ACCESS_READ access to others").
+            (DelegType::Read, Access::Open { access, deny }) => {
+                access & crate::types::SHARE_ACCESS_WRITE != 0
+                    || deny & crate::types::SHARE_DENY_READ != 0
+            }
             (DelegType::Read, Access::Read) => false,
             (DelegType::Read, Access::Modify | Access::Namespace) => true,
         }
@@ -566,6 +578,13 @@ impl DelegTable {
             return Err(StateError::BadStateid);
         }
         Ok(d.kind)
+    }
+
+    /// The file of `client`'s delegation `sid` (DELEGRETURN of a delegation whose file
+    /// is gone: its handle is stale, but the delegation must still be returnable).
+    pub fn file_of(&self, client: ClientId, sid: &Stateid) -> Option<FileId> {
+        let id = self.resolve(client, sid).ok()?;
+        self.delegs.get(&id).map(|d| d.file)
     }
 
     /// `client`'s delegation `sid` on `file`, not revoked.

@@ -24,10 +24,14 @@ fn grant_recall_return_counts_latency() {
     assert_eq!(g.kind, DelegType::Read);
     assert!(DelegTable::is_deleg(&g.stateid));
     // A reader of another client does not conflict with a read delegation.
-    let c = t.conflicts(t0, Some(C2), F, Access::Open(1), |_| false);
+    let c = t.conflicts(t0, Some(C2), F, Access::Open { access: 1, deny: 0 }, |_| {
+        false
+    });
     assert!(c.waiting.is_empty() && c.recalls.is_empty());
     // A writer does: one recall, then waiting without a second recall.
-    let c = t.conflicts(t0, Some(C2), F, Access::Open(2), |_| false);
+    let c = t.conflicts(t0, Some(C2), F, Access::Open { access: 2, deny: 0 }, |_| {
+        false
+    });
     assert_eq!(c.recalls.len(), 1);
     assert_eq!(c.recalls[0].stateid, g.stateid);
     let again = t.conflicts(t0, Some(C2), F, Access::Modify, |_| false);
@@ -126,11 +130,11 @@ fn has_conflict_sees_other_clients_live_delegations_only() {
     let t0 = Instant::now();
     let mut t = DelegTable::new(5, DelegLimits::default());
     let g = t.grant(t0, C1, F, req(1)).unwrap();
-    assert!(t.has_conflict(C2, F, Access::Open(2)));
-    assert!(!t.has_conflict(C2, F, Access::Open(1)));
-    assert!(!t.has_conflict(C1, F, Access::Open(3)));
+    assert!(t.has_conflict(C2, F, Access::Open { access: 2, deny: 0 }));
+    assert!(!t.has_conflict(C2, F, Access::Open { access: 1, deny: 0 }));
+    assert!(!t.has_conflict(C1, F, Access::Open { access: 3, deny: 0 }));
     t.delegreturn(t0, C1, &g.stateid, F).unwrap();
-    assert!(!t.has_conflict(C2, F, Access::Open(2)));
+    assert!(!t.has_conflict(C2, F, Access::Open { access: 2, deny: 0 }));
 }
 
 mod directories {
@@ -217,7 +221,7 @@ mod directories {
         let mut t = DelegTable::new(5, DelegLimits::default());
         let g = grant(&mut t, t0, C1, 1 << nt::ADD_ENTRY);
         for a in [
-            Access::Open(3),
+            Access::Open { access: 3, deny: 0 },
             Access::Modify,
             Access::Namespace,
             Access::Read,
