@@ -25,6 +25,8 @@
 
 pub mod attrs;
 pub mod blocking;
+mod cache;
+pub mod callback;
 mod client;
 pub mod compound;
 mod error;
@@ -33,6 +35,8 @@ mod transport;
 pub mod vector;
 
 pub use attrs::{Attributes, FileKind, SetAttributes, Time};
+pub use cache::{CacheStats, DEFAULT_CACHE_BYTES};
+pub use callback::CallbackStats;
 pub use client::{Client, ClientConfig, Limits, Stats};
 pub use compound::{Compound, CreateHow, Reply};
 pub use error::{message, ClientError};
