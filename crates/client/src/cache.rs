@@ -715,7 +715,10 @@ impl DelegCache {
     pub(crate) async fn return_all(&self) {
         let (files, dirs): (Vec<Bytes>, Vec<Bytes>) = {
             let g = self.lock();
-            (g.files.keys().cloned().collect(), g.dirs.keys().cloned().collect())
+            (
+                g.files.keys().cloned().collect(),
+                g.dirs.keys().cloned().collect(),
+            )
         };
         for fh in files {
             self.return_file(&fh).await;
@@ -1069,7 +1072,10 @@ mod tests {
             Some(Bytes::from_static(b"abc")),
         );
         assert_eq!(c.read("d/./a"), Some(Bytes::from_static(b"abc")));
-        assert_eq!(c.cached_attrs("d/a").map(|r| r.ok()), Some(Some(attrs(3, 9))));
+        assert_eq!(
+            c.cached_attrs("d/a").map(|r| r.ok()),
+            Some(Some(attrs(3, 9)))
+        );
         // No delegation: nothing cached, whatever the reply carried.
         c.open_reply(
             "d/b",
@@ -1217,11 +1223,15 @@ mod tests {
         assert_eq!(names, vec!["moved", "new"]);
         // Lookups: a listed name, and a name the delegated listing does not have.
         assert_eq!(
-            c.cached_attrs("d/new").and_then(|r| r.ok()).and_then(|a| a.size),
+            c.cached_attrs("d/new")
+                .and_then(|r| r.ok())
+                .and_then(|a| a.size),
             Some(3)
         );
         assert_eq!(
-            c.cached_attrs("d/nope").and_then(|r| r.err()).and_then(|e| e.status()),
+            c.cached_attrs("d/nope")
+                .and_then(|r| r.err())
+                .and_then(|e| e.status()),
             Some(nfsstat4::NFS4ERR_NOENT)
         );
         // A removal, then an addition without the attributes a listing needs: dropped.
@@ -1248,10 +1258,7 @@ mod tests {
         assert_eq!(c.stats().notify_dropped, 1);
         assert_eq!(c.lock().bytes, 0);
         // Another stateid is refused.
-        assert_eq!(
-            c.notify(&sid(6), &dfh, &[]),
-            nfsstat4::NFS4ERR_BAD_STATEID
-        );
+        assert_eq!(c.notify(&sid(6), &dfh, &[]), nfsstat4::NFS4ERR_BAD_STATEID);
         // A notification before the grant: the listing that follows is not trusted.
         let d2 = Bytes::from_static(b"dir2");
         c.notify(&sid(7), &d2, &[]);

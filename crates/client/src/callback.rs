@@ -172,9 +172,7 @@ pub(crate) fn status_result(opcode: u32, status: nfsstat4) -> nfs_cb_resop4 {
         5 => R::OP_CB_LAYOUTRECALL(CB_LAYOUTRECALL4res {
             clorr_status: status,
         }),
-        6 => R::OP_CB_NOTIFY(CB_NOTIFY4res {
-            cnr_status: status,
-        }),
+        6 => R::OP_CB_NOTIFY(CB_NOTIFY4res { cnr_status: status }),
         7 => R::OP_CB_PUSH_DELEG(CB_PUSH_DELEG4res {
             cpdr_status: status,
         }),
@@ -184,9 +182,7 @@ pub(crate) fn status_result(opcode: u32, status: nfsstat4) -> nfs_cb_resop4 {
         9 => R::OP_CB_RECALLABLE_OBJ_AVAIL(CB_RECALLABLE_OBJ_AVAIL4res {
             croa_status: status,
         }),
-        10 => R::OP_CB_RECALL_SLOT(CB_RECALL_SLOT4res {
-            rsr_status: status,
-        }),
+        10 => R::OP_CB_RECALL_SLOT(CB_RECALL_SLOT4res { rsr_status: status }),
         11 => R::OP_CB_SEQUENCE(CB_SEQUENCE4res::default(status)),
         12 => R::OP_CB_WANTS_CANCELLED(CB_WANTS_CANCELLED4res {
             cwcr_status: status,
@@ -350,8 +346,7 @@ impl CallbackService {
             }
         }
         let reply = encode_res(status, &tag, results);
-        sess.slots
-            .done(seq.csa_slotid, seq.csa_sequenceid, &reply);
+        sess.slots.done(seq.csa_slotid, seq.csa_sequenceid, &reply);
         Some(reply)
     }
 
@@ -363,10 +358,12 @@ impl CallbackService {
             A::OP_CB_RECALL(a) => R::OP_CB_RECALL(CB_RECALL4res {
                 status: self.ops.recall(&a.stateid, &a.fh, a.truncate),
             }),
-            A::OP_CB_GETATTR(a) => R::OP_CB_GETATTR(match self.ops.getattr(&a.fh, &a.attr_request) {
-                Ok(f) => CB_GETATTR4res::NFS4_OK(CB_GETATTR4resok { obj_attributes: f }),
-                Err(st) => CB_GETATTR4res::default(st),
-            }),
+            A::OP_CB_GETATTR(a) => {
+                R::OP_CB_GETATTR(match self.ops.getattr(&a.fh, &a.attr_request) {
+                    Ok(f) => CB_GETATTR4res::NFS4_OK(CB_GETATTR4resok { obj_attributes: f }),
+                    Err(st) => CB_GETATTR4res::default(st),
+                })
+            }
             A::OP_CB_NOTIFY(a) => R::OP_CB_NOTIFY(CB_NOTIFY4res {
                 cnr_status: self.ops.notify(&a.cna_stateid, &a.cna_fh, &a.cna_changes),
             }),
@@ -512,14 +509,23 @@ mod tests {
     fn slot_rules() {
         let mut t = CbSlots::new(2);
         assert_eq!(t.check(0, 1), SlotCheck::New);
-        assert_eq!(t.check(0, 0), SlotCheck::Refuse(nfsstat4::NFS4ERR_SEQ_MISORDERED));
-        assert_eq!(t.check(0, 2), SlotCheck::Refuse(nfsstat4::NFS4ERR_SEQ_MISORDERED));
+        assert_eq!(
+            t.check(0, 0),
+            SlotCheck::Refuse(nfsstat4::NFS4ERR_SEQ_MISORDERED)
+        );
+        assert_eq!(
+            t.check(0, 2),
+            SlotCheck::Refuse(nfsstat4::NFS4ERR_SEQ_MISORDERED)
+        );
         assert_eq!(t.check(2, 1), SlotCheck::Refuse(nfsstat4::NFS4ERR_BADSLOT));
         let reply = Bytes::from_static(b"reply-1");
         t.done(0, 1, &reply);
         assert_eq!(t.check(0, 1), SlotCheck::Replay(reply));
         assert_eq!(t.check(0, 2), SlotCheck::New);
-        assert_eq!(t.check(0, 3), SlotCheck::Refuse(nfsstat4::NFS4ERR_SEQ_MISORDERED));
+        assert_eq!(
+            t.check(0, 3),
+            SlotCheck::Refuse(nfsstat4::NFS4ERR_SEQ_MISORDERED)
+        );
         // A reply too large to keep: its retransmission is RETRY_UNCACHED_REP.
         t.done(1, 1, &Bytes::from(vec![0u8; MAX_CACHED_REPLY + 1]));
         assert_eq!(
@@ -589,8 +595,8 @@ mod tests {
         let mut raw = BytesMut::from(&encode_cb_compound(b"", 1, &[seq(0, 3)])[..]);
         raw[12..16].copy_from_slice(&2u32.to_be_bytes()); // two ops
         raw.extend_from_slice(&99u32.to_be_bytes());
-        let r = CB_COMPOUND4res::from_bytes(s.compound(raw.freeze()).expect("reply"))
-            .expect("decodes");
+        let r =
+            CB_COMPOUND4res::from_bytes(s.compound(raw.freeze()).expect("reply")).expect("decodes");
         assert_eq!(r.status, nfsstat4::NFS4ERR_OP_ILLEGAL);
         assert!(matches!(r.resarray[1], nfs_cb_resop4::OP_CB_ILLEGAL(_)));
         // CB_GETATTR answers from the cache or BADHANDLE.

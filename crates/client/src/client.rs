@@ -330,7 +330,8 @@ impl Client {
         }
         let generation = self.inner.transport.generation();
         let reconnected = generation > self.inner.bound_generation.load(Ordering::Relaxed);
-        let down = status_flags & (SEQ4_STATUS_CB_PATH_DOWN | SEQ4_STATUS_CB_PATH_DOWN_SESSION) != 0;
+        let down =
+            status_flags & (SEQ4_STATUS_CB_PATH_DOWN | SEQ4_STATUS_CB_PATH_DOWN_SESSION) != 0;
         if !reconnected && !down {
             return;
         }
