@@ -33,6 +33,10 @@ pub const DEFAULT_CACHE_BYTES: usize = 64 << 20;
 /// Recalls of delegations we did not know yet (the CB_RECALL overtook the OPEN reply),
 /// remembered so the grant is returned at once when its reply arrives.
 const EARLY_RECALLS: usize = 256;
+/// OPENs in a row without a grant after which the server is taken not to grant (reads
+/// then go without the extra GETFH/GETATTR and ask for no delegation; any grant seen
+/// later turns them back on).
+const MISSES_BEFORE_LEAN: u32 = 16;
 
 /// What the cache did (for tests and benchmarks).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -88,6 +92,8 @@ struct DirDeleg {
     bytes: usize,
     returning: bool,
     last_use: u64,
+    /// Moved on by every CB_NOTIFY (a listing read meanwhile may miss a change).
+    generation: u64,
 }
 
 #[derive(Default)]
@@ -111,6 +117,8 @@ pub(crate) struct DelegCache {
     st: Mutex<State>,
     client: OnceLock<Weak<crate::client::Inner>>,
     returns: tokio::sync::Mutex<()>,
+    /// OPEN replies in a row that granted nothing.
+    misses: std::sync::atomic::AtomicU32,
 }
 
 /// A delegation granted by OPEN: (write?, stateid).
@@ -131,13 +139,13 @@ fn path_key(path: &str) -> String {
 }
 
 /// The bits a listing entry must carry to be served from the cache.
-fn needed_entry_bits() -> Vec<u32> {
+pub(crate) fn needed_entry_bits() -> Vec<u32> {
     let mut b = attrs::stat_fh_bitmap();
     b[0] &= !(1 << attrs::RDATTR_ERROR);
     b
 }
 
-fn covers(have: &[u32], need: &[u32]) -> bool {
+pub(crate) fn covers(have: &[u32], need: &[u32]) -> bool {
     need.iter()
         .enumerate()
         .all(|(i, n)| n & !have.get(i).copied().unwrap_or(0) == 0)
@@ -181,6 +189,7 @@ impl DelegCache {
             st: Mutex::new(State::default()),
             client: OnceLock::new(),
             returns: tokio::sync::Mutex::new(()),
+            misses: Default::default(),
         }
     }
 
@@ -228,6 +237,14 @@ impl DelegCache {
         let key = path_key(path);
         let mut g = self.lock();
         let grant = granted(deleg);
+        use std::sync::atomic::Ordering::Relaxed;
+        if grant.is_some() {
+            self.misses.store(0, Relaxed);
+        } else if !g.files.contains_key(fh) {
+            let _ = self
+                .misses
+                .fetch_update(Relaxed, Relaxed, |m| Some(m.saturating_add(1)));
+        }
         if let Some((_, sid)) = &grant {
             if let Some(i) = g.early_recalls.iter().position(|o| *o == sid.other) {
                 g.early_recalls.remove(i);
@@ -294,6 +311,11 @@ impl DelegCache {
         if let Some(d) = data {
             set_data(&mut g, self.budget, fh, d, false);
         }
+    }
+
+    /// Whether the server has granted delegations lately (see [`MISSES_BEFORE_LEAN`]).
+    pub(crate) fn expect_grants(&self) -> bool {
+        self.enabled && self.misses.load(std::sync::atomic::Ordering::Relaxed) < MISSES_BEFORE_LEAN
     }
 
     /// The cached content of `path`, if a delegation covers it.
@@ -455,12 +477,59 @@ impl DelegCache {
                 bytes,
                 returning: false,
                 last_use: tick,
+                generation: 0,
             },
         );
         g.dir_paths.insert(key, fh.clone());
     }
 
-    /// Whether `path` is a delegated directory (so GET_DIR_DELEGATION is not needed).
+    /// The notification generation of the delegated directory `path` (None when it is
+    /// not delegated): pass it to [`store_listing`](Self::store_listing).
+    pub(crate) fn dir_generation(&self, path: &str) -> Option<u64> {
+        if !self.enabled {
+            return None;
+        }
+        let g = self.lock();
+        let fh = g.dir_paths.get(&path_key(path))?;
+        g.dirs
+            .get(fh)
+            .filter(|d| !d.returning)
+            .map(|d| d.generation)
+    }
+
+    /// Keep a complete listing of a delegated directory read while no notification
+    /// arrived (`generation` as before the READDIR was sent).
+    pub(crate) fn store_listing(
+        &self,
+        path: &str,
+        generation: u64,
+        entries: BTreeMap<String, Attributes>,
+    ) {
+        let mut g = self.lock();
+        let Some(fh) = g.dir_paths.get(&path_key(path)).cloned() else {
+            return;
+        };
+        let bytes: usize = entries.iter().map(|(n, a)| entry_bytes(n, a)).sum();
+        match g.dirs.get(&fh) {
+            Some(d) if d.generation == generation && !d.returning && d.entries.is_none() => {}
+            _ => return,
+        }
+        evict(&mut g, self.budget, bytes);
+        if g.bytes + bytes > self.budget {
+            return;
+        }
+        g.tick += 1;
+        let tick = g.tick;
+        if let Some(d) = g.dirs.get_mut(&fh) {
+            d.entries = Some(entries);
+            d.bytes = bytes;
+            d.last_use = tick;
+        }
+        g.bytes += bytes;
+    }
+
+    /// Whether `path` is a delegated directory.
+    #[cfg(test)]
     pub(crate) fn dir_delegated(&self, path: &str) -> bool {
         let g = self.lock();
         g.dir_paths
@@ -970,6 +1039,7 @@ impl CallbackOps for DelegCache {
         if d.stateid.other != stateid.other {
             return nfsstat4::NFS4ERR_BAD_STATEID;
         }
+        d.generation += 1;
         let Some(entries) = d.entries.as_mut() else {
             return nfsstat4::NFS4_OK;
         };
