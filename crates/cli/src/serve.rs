@@ -19,6 +19,8 @@ use txnfs_server::{BackendKind, Config, ExportConfig, Server};
     lease_time = 60\n  \
     max_connections = 4096         # at the limit the longest idle one is closed\n  \
     idle_timeout = 180             # seconds; default 3 x lease_time, 0 = never\n  \
+    delegations = true             # read/write delegations to clients with a back channel\n  \
+    recall_wait_ms = 15000         # hold a conflicting request this long for a recall\n  \
     [[exports]]\n  \
     name = \"/data\"\n  \
     path = \"/srv/data\"\n  \
@@ -63,6 +65,11 @@ pub struct ServeArgs {
     /// Close connections idle this long (default 3 lease periods; 0 = never).
     #[arg(long, value_name = "SECONDS")]
     pub idle_timeout: Option<u32>,
+    /// Grant no delegations. By default clients whose back channel answers get read
+    /// and write delegations, recalled (and the conflicting request held, not answered
+    /// NFS4ERR_DELAY) when another client needs the file.
+    #[arg(long)]
+    pub no_delegations: bool,
 }
 
 fn parse_export(s: &str) -> Result<(String, PathBuf)> {
@@ -110,6 +117,9 @@ pub fn build_config(a: &ServeArgs) -> Result<Config> {
     }
     if let Some(t) = a.idle_timeout {
         cfg.idle_timeout = Some(t);
+    }
+    if a.no_delegations {
+        cfg.delegations = false;
     }
     let backend = if a.memory {
         BackendKind::Memory

@@ -233,6 +233,26 @@ impl Callbacks {
         self.sessions_mut().retain(|id, _| alive(id));
     }
 
+    /// A session of `client` to send a callback on: one whose path is up, else one
+    /// still probing, else any with a back channel.
+    pub fn session_of(&self, client: ClientId) -> Option<Arc<SessionCallback>> {
+        let sessions = self.sessions();
+        let mine = || sessions.values().filter(|s| s.client == client);
+        mine()
+            .find(|s| s.path() == PathState::Up)
+            .or_else(|| mine().find(|s| s.path() == PathState::Probing))
+            .or_else(|| mine().next())
+            .cloned()
+    }
+
+    /// Whether some session of `client` has a back channel that answered (no
+    /// delegation is granted otherwise).
+    pub fn client_up(&self, client: ClientId) -> bool {
+        self.sessions()
+            .values()
+            .any(|s| s.client == client && s.path() == PathState::Up)
+    }
+
     /// The back channel of `session`, if it asked for one.
     pub fn session(&self, session: &SessionId) -> Option<Arc<SessionCallback>> {
         self.sessions().get(session).cloned()
@@ -360,7 +380,7 @@ impl SessionCallback {
     /// Record what a callback found out about the path: an answer proves it works, a
     /// transport failure that it does not. A client's NFS error says nothing about the
     /// path and leaves the state as it was.
-    fn observe(&self, result: &Result<Vec<nfs_cb_resop4>, CallbackFailure>) {
+    pub(crate) fn observe(&self, result: &Result<Vec<nfs_cb_resop4>, CallbackFailure>) {
         let path = match result {
             Ok(_) | Err(CallbackFailure::Status(_) | CallbackFailure::Mismatch) => PathState::Up,
             Err(CallbackFailure::Rpc(_) | CallbackFailure::NoBackChannel) => PathState::Down,

@@ -139,6 +139,17 @@ pub struct Config {
     /// lease, at least one second (knfsd's `max_cb_time`): a recall must fail well
     /// within the lease so the server can still act on it.
     pub callback_timeout_ms: Option<u32>,
+    /// Grant read and write delegations (RFC 8881 §10.4) to clients whose back channel
+    /// works. On by default.
+    pub delegations: bool,
+    /// Milliseconds a request that conflicts with another client's delegation is held
+    /// while the delegation is recalled, before it is answered NFS4ERR_DELAY and the
+    /// delegation revoked. Unset: a quarter of the lease (the holder must be able to
+    /// flush its cached writes; a holder that does not answer in time loses it).
+    pub recall_wait_ms: Option<u32>,
+    /// Requests held for recalls at once; beyond it a conflicting request is answered
+    /// NFS4ERR_DELAY at once (each held request occupies a thread and its slot).
+    pub max_held_requests: usize,
     /// Deliberate defects for proving that the tests and the simulation can fail.
     /// Never set outside tests; not configurable from TOML.
     #[serde(skip)]
@@ -173,6 +184,9 @@ impl Default for Config {
             max_connections: 4096,
             idle_timeout: None,
             callback_timeout_ms: None,
+            delegations: true,
+            recall_wait_ms: None,
+            max_held_requests: 256,
             mutations: Mutations::default(),
         }
     }
@@ -198,6 +212,15 @@ impl Config {
         match self.callback_timeout_ms {
             Some(ms) => std::time::Duration::from_millis(u64::from(ms.max(1))),
             None => std::time::Duration::from_secs(u64::from((self.lease_time / 10).max(1))),
+        }
+    }
+
+    /// How long a conflicting request waits for a recalled delegation (see
+    /// `recall_wait_ms`).
+    pub fn recall_wait(&self) -> std::time::Duration {
+        match self.recall_wait_ms {
+            Some(ms) => std::time::Duration::from_millis(u64::from(ms)),
+            None => std::time::Duration::from_millis(u64::from(self.lease_time.max(1)) * 250),
         }
     }
 

@@ -57,5 +57,6 @@ pub fn state_status(e: &txnfs_state::StateError) -> nfsstat4 {
         S::NoGrace => NFS4ERR_NO_GRACE,
         // v4.1 prefers DELAY to RESOURCE (RFC 8881 §15.1.1.3).
         S::Resource => NFS4ERR_DELAY,
+        S::DelegRevoked => NFS4ERR_DELEG_REVOKED,
     }
 }

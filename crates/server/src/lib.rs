@@ -12,6 +12,7 @@ pub mod handle;
 pub mod held;
 pub mod ops;
 pub mod placement;
+pub mod recall;
 pub mod server;
 pub mod service;
 pub mod session;

@@ -113,6 +113,13 @@ pub struct Server {
     pub clock: Arc<dyn Clock>,
     pub(crate) statedir: StateDir,
     boot_time: Timestamp,
+    /// Requests held for recalled delegations wait here (`crate::recall`).
+    pub recall_waits: crate::recall::RecallWaits,
+    /// Callbacks the core asked for while no runtime could send them (the
+    /// simulation delivers them itself): see [`Server::take_undelivered_callbacks`].
+    pub(crate) undelivered_callbacks: Mutex<Vec<(txnfs_state::ClientId, txnfs_state::Callback)>>,
+    /// This server, for the tasks that send callbacks.
+    me: std::sync::Weak<Server>,
 }
 
 impl Server {
@@ -183,10 +190,17 @@ impl Server {
                     reply_cache_bytes: cfg.max_reply_cache_bytes,
                 },
                 state: StateLimits::default(),
+                deleg: txnfs_state::DelegLimits {
+                    enabled: cfg.delegations,
+                    ..Default::default()
+                },
             },
             grace,
         );
-        Ok(Arc::new(Server {
+        Ok(Arc::new_cyclic(|me| Server {
+            me: me.clone(),
+            recall_waits: Default::default(),
+            undelivered_callbacks: Mutex::new(Vec::new()),
             exports,
             handles: HandleCodec::new(&secret),
             core: Mutex::new(core),
@@ -207,6 +221,24 @@ impl Server {
             },
             cfg,
         }))
+    }
+
+    /// This server as an `Arc` (alive as long as anyone calls it).
+    pub(crate) fn arc(&self) -> Option<Arc<Server>> {
+        self.me.upgrade()
+    }
+
+    /// Callbacks that could not be sent because no runtime runs (the simulation
+    /// delivers them to its clients itself).
+    pub fn take_undelivered_callbacks(
+        &self,
+    ) -> Vec<(txnfs_state::ClientId, txnfs_state::Callback)> {
+        std::mem::take(
+            &mut *self
+                .undelivered_callbacks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     // ---- handles -------------------------------------------------------------------

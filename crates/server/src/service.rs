@@ -77,7 +77,7 @@ impl RpcService for NfsService {
                         // Run to completion here: no handoff (ADR 0004).
                         Ok(run())
                     } else {
-                        tokio::task::spawn_blocking(run).await
+                        tokio::task::spawn_blocking(|| crate::recall::on_blocking_pool(run)).await
                     };
                     match result {
                         Ok(Ok(reply)) => ReplyBody::Success(reply),

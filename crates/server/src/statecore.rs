@@ -126,9 +126,16 @@ impl Server {
                     )
                 }
                 Effect::GraceEnded(end) => tracing::info!(?end, "grace period over"),
-                Effect::Callback { .. } | Effect::Revoke { .. } | Effect::Wake { .. } => {
-                    tracing::error!(effect = ?e, "the state core asked for an effect this server cannot execute yet");
-                }
+                Effect::Callback { client, call } => match self.arc() {
+                    Some(me) => me.send_callback(client, call),
+                    None => tracing::warn!("callback dropped: the server is shutting down"),
+                },
+                Effect::Revoke { client, stateid } => tracing::info!(
+                    client = format_args!("{client:#x}"),
+                    ?stateid,
+                    "delegation revoked: not returned in time"
+                ),
+                Effect::DelegationsReleased => self.recall_waits.notify(),
             }
         }
         if released_clients {
@@ -211,7 +218,6 @@ impl Server {
     ) -> Result<(), nfsstat4> {
         let client = client.unwrap_or(0);
         self.core()?
-            .table()
             .check_io(client, &stateid_from_wire(sid), file, write)
             .map_err(|e| crate::errors::state_status(&e))
     }

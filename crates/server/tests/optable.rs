@@ -125,13 +125,11 @@ async fn the_executor_carries_the_current_stateid() {
 #[tokio::test]
 async fn unimplemented_and_illegal_ops() {
     let (_srv, mut s) = start_with_session(b"notsupp").await;
-    // DELEGRETURN is a v4.1 op we do not implement yet: NOTSUPP, like v4.0-only RENEW.
+    // OPENATTR (named attributes) is an op we do not implement: NOTSUPP.
     let r = s
         .run(vec![
             nfs_argop4::OP_PUTROOTFH,
-            nfs_argop4::OP_DELEGRETURN(DELEGRETURN4args {
-                deleg_stateid: CURRENT_STATEID,
-            }),
+            nfs_argop4::OP_OPENATTR(OPENATTR4args { createdir: false }),
         ])
         .await;
     assert_eq!(r.status, nfsstat4::NFS4ERR_NOTSUPP);

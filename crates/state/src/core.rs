@@ -11,7 +11,8 @@
 use bytes::Bytes;
 use std::time::{Duration, Instant};
 
-use crate::effect::{ClientList, Effect, ReleaseReason};
+use crate::deleg::{Access, DelegLimits, DelegTable, DelegType, GrantRequest, Granted, NoDeleg};
+use crate::effect::{Callback, ClientList, Effect, ReleaseReason};
 use crate::grace::{Grace, GraceEnd};
 use crate::session::{
     CallbackParams, ConnDir, ConnDirRequest, CreateSessionArgs, CreateSessionOutcome, ExchangeIdOk,
@@ -19,7 +20,8 @@ use crate::session::{
 };
 use crate::table::StateTable;
 use crate::types::{
-    ClientId, LockRequest, LocktRequest, OpenRequest, StateError, StateLimits, Stateid,
+    ClientId, FileId, LockRequest, LocktRequest, OpenRequest, StateError, StateLimits, Stateid,
+    SHARE_ACCESS_WRITE,
 };
 
 /// How to build a [`StateCore`].
@@ -36,6 +38,8 @@ pub struct CoreConfig {
     pub sessions: SessionLimits,
     /// Open and lock limits.
     pub state: StateLimits,
+    /// Delegations on or off, and their limit.
+    pub deleg: DelegLimits,
 }
 
 /// All protocol state of one server instance.
@@ -43,6 +47,7 @@ pub struct CoreConfig {
 pub struct StateCore {
     sessions: SessionTable,
     table: StateTable,
+    delegs: DelegTable,
     grace: Grace,
     lease: Duration,
     /// Generation of the last client-list snapshot.
@@ -58,6 +63,7 @@ impl StateCore {
         StateCore {
             sessions: SessionTable::new(cfg.boot_epoch, cfg.sessions),
             table: StateTable::new(cfg.boot_epoch, cfg.state),
+            delegs: DelegTable::new(cfg.boot_epoch, cfg.deleg),
             grace,
             lease: cfg.lease,
             persist_generation: 0,
@@ -78,11 +84,11 @@ impl StateCore {
         update: bool,
         now: Instant,
     ) -> Result<(ExchangeIdOk, Vec<Effect>), SessionError> {
-        let table = &self.table;
+        let (table, delegs) = (&self.table, &self.delegs);
         let (ok, removed) =
             self.sessions
                 .exchange_id(principal, owner, verifier, update, now, |c| {
-                    table.client_has_state(c)
+                    table.client_has_state(c) || delegs.client_has_delegations(c)
                 })?;
         let mut effects = Vec::new();
         if let Some(old) = removed {
@@ -143,7 +149,9 @@ impl StateCore {
         args: &SequenceArgs,
         now: Instant,
     ) -> Result<SequenceOk, SessionError> {
-        self.sessions.sequence(args, now)
+        let mut ok = self.sessions.sequence(args, now)?;
+        ok.delegations_revoked = self.delegs.has_revoked(ok.session.client);
+        Ok(ok)
     }
 
     /// Completes the slot SEQUENCE opened: stores the reply for replays (`None`: not
@@ -178,7 +186,7 @@ impl StateCore {
             .client(id)
             .ok_or(SessionError::StaleClientId)?
             .confirmed;
-        if self.table.client_has_state(id) {
+        if self.table.client_has_state(id) || self.delegs.client_has_delegations(id) {
             return Err(SessionError::ClientIdBusy);
         }
         self.sessions.destroy_client(id)?;
@@ -427,6 +435,166 @@ impl StateCore {
         &mut self.table
     }
 
+    // ---- delegations ---------------------------------------------------------------
+
+    /// The grant decision for an OPEN that just succeeded, or a WANT_DELEGATION
+    /// ([`crate::deleg::policy::decide`]): `access` is the open's share access,
+    /// `callback_up` whether the client's back channel answered, `fh` and `change` the
+    /// file's wire handle and change attribute. A reclaim (CLAIM_PREVIOUS) may be
+    /// granted during grace.
+    #[allow(clippy::too_many_arguments)]
+    pub fn grant_delegation(
+        &mut self,
+        now: Instant,
+        client: ClientId,
+        file: FileId,
+        access: u32,
+        want: crate::deleg::Want,
+        callback_up: bool,
+        reclaim: bool,
+        fh: Bytes,
+        change: u64,
+    ) -> Result<Granted, NoDeleg> {
+        let req = GrantRequest {
+            access,
+            want,
+            callback_up,
+            in_grace: !reclaim && self.grace.in_grace(now),
+            others: self.table.others_use(client, file),
+            fh,
+            change,
+        };
+        self.delegs.grant(now, client, file, req)
+    }
+
+    /// Another client's (or an anonymous) request that would do `access` to `file`:
+    /// the delegations it must wait for. Those not yet recalled are recalled now
+    /// ([`Effect::Callback`] with CB_RECALL, taken with [`StateCore::take_effects`]);
+    /// those of a client whose lease ran out are revoked at once. Empty: go ahead.
+    pub fn delegation_conflicts(
+        &mut self,
+        now: Instant,
+        client: Option<ClientId>,
+        file: FileId,
+        access: Access,
+    ) -> Vec<u64> {
+        if self.delegs.is_empty() {
+            return Vec::new();
+        }
+        let (sessions, lease) = (&self.sessions, self.lease);
+        let found = self.delegs.conflicts(now, client, file, access, |c| {
+            Self::courtesy(sessions, lease, c, now)
+        });
+        for r in found.recalls {
+            self.pending.push(Effect::Callback {
+                client: r.client,
+                call: Callback::Recall {
+                    stateid: r.stateid,
+                    fh: r.fh,
+                    truncate: false,
+                },
+            });
+        }
+        if found.revoked > 0 {
+            self.pending.push(Effect::DelegationsReleased);
+        }
+        found.waiting
+    }
+
+    /// Whether any of the delegations [`StateCore::delegation_conflicts`] returned is
+    /// still held.
+    pub fn delegations_held(&self, ids: &[u64]) -> bool {
+        self.delegs.any_live(ids)
+    }
+
+    /// The holders of `ids` did not return them in time: revoke those still held.
+    pub fn revoke_delegations(&mut self, ids: &[u64]) {
+        let revoked = self.delegs.revoke_ids(ids);
+        self.revoked(revoked);
+    }
+
+    fn revoked(&mut self, revoked: Vec<(ClientId, Stateid, FileId)>) {
+        if revoked.is_empty() {
+            return;
+        }
+        for (client, stateid, _) in revoked {
+            self.pending.push(Effect::Revoke { client, stateid });
+        }
+        self.pending.push(Effect::DelegationsReleased);
+    }
+
+    /// DELEGRETURN (RFC 8881 §18.6).
+    pub fn delegreturn(
+        &mut self,
+        now: Instant,
+        client: ClientId,
+        sid: &Stateid,
+        file: FileId,
+    ) -> Result<(), StateError> {
+        self.delegs.delegreturn(now, client, sid, file)?;
+        self.pending.push(Effect::DelegationsReleased);
+        Ok(())
+    }
+
+    /// The delegation table (stats, CB_GETATTR holders, invariant checks).
+    pub fn delegations(&self) -> &DelegTable {
+        &self.delegs
+    }
+
+    /// Validates the stateid of a READ, WRITE or SETATTR(size): a delegation stateid
+    /// through [`DelegTable::check`] (a WRITE needs a write delegation, else
+    /// [`StateError::OpenMode`]), any other through [`StateTable::check_io`].
+    pub fn check_io(
+        &self,
+        client: ClientId,
+        sid: &Stateid,
+        file: FileId,
+        write: bool,
+    ) -> Result<(), StateError> {
+        if !DelegTable::is_deleg(sid) {
+            return self.table.check_io(client, sid, file, write);
+        }
+        match self.delegs.check(client, sid, file)? {
+            DelegType::Read if write => Err(StateError::OpenMode),
+            _ => Ok(()),
+        }
+    }
+
+    /// TEST_STATEID of one stateid (open, lock or delegation).
+    pub fn test_stateid(&self, client: ClientId, sid: &Stateid) -> Result<(), StateError> {
+        if DelegTable::is_deleg(sid) {
+            self.delegs.test(client, sid)
+        } else {
+            self.table.test_stateid(client, sid)
+        }
+    }
+
+    /// FREE_STATEID of one stateid (a lock stateid without locks, or a revoked
+    /// delegation).
+    pub fn free_stateid(&mut self, client: ClientId, sid: &Stateid) -> Result<(), StateError> {
+        if DelegTable::is_deleg(sid) {
+            self.delegs.free(client, sid)
+        } else {
+            self.table.free_stateid(client, sid)
+        }
+    }
+
+    /// An OPEN by the delegation holder under its delegation (CLAIM_DELEGATE_CUR,
+    /// CLAIM_DELEG_CUR_FH; RFC 8881 §18.16.3): the delegation must be `client`'s and
+    /// live, and a write open needs a write delegation.
+    pub fn check_delegation_claim(
+        &self,
+        client: ClientId,
+        sid: &Stateid,
+        file: FileId,
+        access: u32,
+    ) -> Result<(), StateError> {
+        match self.delegs.check(client, sid, file)? {
+            DelegType::Read if access & SHARE_ACCESS_WRITE != 0 => Err(StateError::OpenMode),
+            _ => Ok(()),
+        }
+    }
+
     // ---- time --------------------------------------------------------------------
 
     /// Housekeeping at `now`: clients silent for more than two leases lose their
@@ -450,6 +618,11 @@ impl StateCore {
             effects.push(self.snapshot());
         }
         effects.extend(self.poll_grace(now));
+        // A recall nobody waited for (the conflicting request got DELAY at once) still
+        // ends: a holder that has not returned the delegation within a lease loses it.
+        let overdue = self.delegs.revoke_overdue(now, self.lease);
+        self.revoked(overdue);
+        effects.extend(self.take_effects());
         effects
     }
 
@@ -473,6 +646,9 @@ impl StateCore {
     }
 
     fn release(&mut self, client: ClientId, reason: ReleaseReason) -> Effect {
+        if !self.delegs.expire_client(client).is_empty() {
+            self.pending.push(Effect::DelegationsReleased);
+        }
         let states = self.table.expire_client(client);
         Effect::ClientReleased {
             client,

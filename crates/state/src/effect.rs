@@ -1,13 +1,11 @@
 //! What the state core asks the outside world to do. Core methods decide under one
 //! lock and return effects; the server executes them after the lock is released (no
-//! file I/O, logging or network in the core). Variants marked "reserved" are not
-//! emitted yet: they fix the shape the delegation and layout work will use.
+//! file I/O, logging or network in the core).
 
 use bytes::Bytes;
 
 use crate::grace::GraceEnd;
-use crate::session::SessionId;
-use crate::types::{ClientId, FileId, Stateid};
+use crate::types::{ClientId, Stateid};
 
 /// One thing for the server to do on the core's behalf.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,25 +26,24 @@ pub enum Effect {
     },
     /// The grace period is over.
     GraceEnded(GraceEnd),
-    /// Reserved: send a callback on the back channel of `session`.
+    /// Send a callback to `client` (on a session of it whose back channel works).
     Callback {
-        /// The session whose back channel carries the call.
-        session: SessionId,
+        /// The client.
+        client: ClientId,
         /// The call.
         call: Callback,
     },
-    /// Reserved: a state was revoked (its holder did not answer a recall in time).
+    /// A delegation was revoked (its holder did not return it in time, or its lease
+    /// had run out when another client needed the file).
     Revoke {
         /// The holder.
         client: ClientId,
-        /// The revoked state.
+        /// The revoked delegation.
         stateid: Stateid,
     },
-    /// Reserved: a blocked request (e.g. a blocking lock) may proceed now.
-    Wake {
-        /// Whom to wake.
-        waiter: WaiterId,
-    },
+    /// Delegations went away (returned, revoked, or with their client): requests held
+    /// for them may proceed.
+    DelegationsReleased,
 }
 
 /// A snapshot of the client owners to persist.
@@ -72,38 +69,16 @@ pub enum ReleaseReason {
     CourtesyConflict,
 }
 
-/// Reserved: a callback the core wants sent (RFC 8881 §20).
+/// A callback the core wants sent (RFC 8881 §20).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Callback {
-    /// CB_RECALL of a delegation.
+    /// CB_RECALL of a delegation (§20.2).
     Recall {
         /// The delegation stateid.
         stateid: Stateid,
-        /// The file.
-        file: FileId,
+        /// The file's wire filehandle.
+        fh: Bytes,
         /// Whether the file is being truncated.
         truncate: bool,
     },
-    /// CB_LAYOUTRECALL of the layouts of a file.
-    LayoutRecall {
-        /// The file.
-        file: FileId,
-    },
-}
-
-/// Reserved: identifies a waiting request.
-pub type WaiterId = u64;
-
-/// The kinds of state the core keeps or will keep (RFC 8881 §8.2.1); delegations and
-/// layouts are reserved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum StateKind {
-    /// An open (share reservation).
-    Open,
-    /// A lock-owner's byte-range locks on a file.
-    Lock,
-    /// Reserved: a delegation.
-    Delegation,
-    /// Reserved: a pNFS layout.
-    Layout,
 }

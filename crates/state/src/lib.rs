@@ -1,12 +1,12 @@
 //! The NFSv4.1 state core (RFC 8881 §2.4, §2.10, §8, §9): clients, sessions with
 //! their slot tables and reply caches, leases, the grace period, opens and
-//! byte-range locks, with room for delegations and layouts.
+//! byte-range locks, and delegations.
 //!
 //! Sans-IO (ADR 0008): no wire types, no sockets, no files, no clock reads. Every
 //! event carries a `now` from a [`clock::Clock`]; decisions come back as results
 //! plus [`Effect`]s that the server executes (persist the client list, log a
-//! released client, and — reserved — send a callback, revoke a state, wake a
-//! waiter).
+//! released client, send a callback, report a revoked delegation, wake requests
+//! held for a recall).
 //!
 //! | module        | what                                                        |
 //! |---------------|-------------------------------------------------------------|
@@ -15,7 +15,8 @@
 //! | [`slots`]     | a session's slot table and reply cache                      |
 //! | [`grace`]     | the grace period after a restart                            |
 //! | [`table`]     | [`StateTable`]: opens, share reservations, locks, stateids  |
-//! | [`effect`]    | [`Effect`] and the reserved callback/waiter types           |
+//! | [`deleg`]     | delegations: grant policy, recalls, revocation, counters    |
+//! | [`effect`]    | [`Effect`] and the callbacks the server sends               |
 //! | [`clock`]     | [`clock::Clock`], `SystemClock`, `ManualClock`              |
 
 #![forbid(unsafe_code)]
@@ -23,6 +24,7 @@
 
 pub mod clock;
 pub mod core;
+pub mod deleg;
 pub mod effect;
 pub mod grace;
 mod range;
@@ -32,7 +34,8 @@ pub mod table;
 mod types;
 
 pub use crate::core::{CoreConfig, StateCore};
-pub use effect::{Callback, ClientList, Effect, ReleaseReason, StateKind, WaiterId};
+pub use deleg::{Access, DelegLimits, DelegStats, DelegType, NoDeleg, Want};
+pub use effect::{Callback, ClientList, Effect, ReleaseReason};
 pub use grace::{Grace, GraceEnd};
 pub use table::StateTable;
 pub use types::*;

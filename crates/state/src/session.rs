@@ -222,6 +222,9 @@ pub struct SequenceOk {
     pub verdict: SlotVerdict,
     /// `sr_highest_slotid`.
     pub highest_slot: u32,
+    /// The client has delegations revoked and not yet freed
+    /// (SEQ4_STATUS_RECALLABLE_STATE_REVOKED); filled in by the core.
+    pub delegations_revoked: bool,
 }
 
 /// The direction a client asks BIND_CONN_TO_SESSION for (`channel_dir_from_client4`).
@@ -651,6 +654,7 @@ impl SessionTable {
             session,
             verdict,
             highest_slot,
+            delegations_revoked: false,
         })
     }
 

@@ -290,4 +290,8 @@ pub enum StateError {
     /// `NFS4ERR_DELAY` (§15.1.1.3): a [`StateLimits`] bound was reached.
     #[error("state table limit reached")]
     Resource,
+    /// `NFS4ERR_DELEG_REVOKED` (§15.1.5.3): the delegation stateid was revoked (its
+    /// holder did not return it in time); FREE_STATEID clears it.
+    #[error("delegation revoked")]
+    DelegRevoked,
 }

@@ -9,7 +9,7 @@
 
 use super::{Compound, OpError, OpResult};
 use crate::nfs::{nfs_argop4 as A, nfs_opnum4, nfs_resop4 as R, nfsstat4, stateid4};
-use crate::ops::{attr, dir, fh, file, lock, session};
+use crate::ops::{attr, deleg, dir, fh, file, lock, session};
 use crate::placement::Blocking;
 use bytes::{BufMut, BytesMut};
 use txnfs_proto::ops::OpInfo;
@@ -155,9 +155,9 @@ const BITMAP: usize = 4 + 3 * 4;
 const OPAQUE_LIMIT: usize = 4 + 1024;
 /// LOCK4denied: offset, length, type, owner (clientid + opaque owner).
 const LOCK_DENIED: usize = 8 + 8 + 4 + 8 + OPAQUE_LIMIT;
-/// We grant no delegations: the OPEN result carries OPEN_DELEGATE_NONE or
-/// OPEN_DELEGATE_NONE_EXT (type, reason, bool). Granting delegations grows this.
-const OPEN_DELEGATION: usize = 12;
+/// The largest `open_delegation4`: a write delegation (type, stateid, recall, space
+/// limit of type + u64, an ACE with an empty `who`).
+const OPEN_DELEGATION: usize = 4 + STATEID + 4 + 12 + 16;
 const MAX_IO: usize = 64 << 10;
 const FHSIZE: usize = 128;
 const PATH_MAX: usize = 4096;
@@ -343,8 +343,8 @@ static TABLE: [OpEntry; 73] = [
         .blocks(Metadata)
         .sid(Clears)
         .reply(STATUS + CHANGE_INFO + BITMAP),
-    e(OP_DELEGPURGE),
-    e(OP_DELEGRETURN),
+    e(OP_DELEGPURGE).run(handler!(OP_DELEGPURGE(a) => |c, a| deleg::delegpurge(c, &a))),
+    e(OP_DELEGRETURN).run(handler!(OP_DELEGRETURN(a) => |c, a| deleg::delegreturn(c, &a))),
     e(OP_GETATTR)
         .run(handler!(OP_GETATTR(a) => |c, a| attr::getattr(c, &a)))
         .reply_args(getattr_reply),
@@ -481,7 +481,9 @@ static TABLE: [OpEntry; 73] = [
     e(OP_TEST_STATEID)
         .run(handler!(OP_TEST_STATEID(a) => |c, a| lock::test_stateid(c, &a)))
         .reply_args(test_stateid_reply),
-    e(OP_WANT_DELEGATION),
+    e(OP_WANT_DELEGATION)
+        .run(handler!(OP_WANT_DELEGATION(a) => |c, a| deleg::want_delegation(c, &a)))
+        .reply(STATUS + OPEN_DELEGATION),
     e(OP_DESTROY_CLIENTID)
         .run(handler!(OP_DESTROY_CLIENTID(a) => |c, a| session::destroy_clientid(c, &a)))
         .blocks(Always),

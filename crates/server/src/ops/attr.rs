@@ -58,12 +58,53 @@ pub fn check_new_owner(set: &txnfs_backend::SetAttrs, creds: &Creds) -> Result<(
 
 pub fn getattr(c: &mut Compound, a: &GETATTR4args) -> OpResult {
     let fh = c.cfh()?.clone();
-    let attrs = c.srv.fattr(&fh, &a.attr_request, None)?;
+    let known = delegated_attrs(c, &fh, &a.attr_request)?;
+    let attrs = c.srv.fattr(&fh, &a.attr_request, known.as_ref())?;
     Ok(nfs_resop4::OP_GETATTR(GETATTR4res::NFS4_OK(
         GETATTR4resok {
             obj_attributes: attrs,
         },
     )))
+}
+
+/// The attributes of a file another client holds a write delegation on, when the
+/// request asks for its size or change (RFC 8881 §10.4.3): that client may have
+/// written without telling the server, so the server asks it (CB_GETATTR). If it
+/// modified the file, the reply carries its size and a change attribute past the one
+/// it was granted at; if it does not answer, the delegation is recalled instead and
+/// this GETATTR waits for the flushed data. `None`: our own attributes are right.
+fn delegated_attrs(c: &Compound, fh: &Fh, request: &[u32]) -> Result<Option<Attrs>, OpError> {
+    let wanted = request
+        .first()
+        .is_some_and(|w| w & ((1 << FATTR4_SIZE) | (1 << FATTR4_CHANGE)) != 0);
+    let Fh::Obj(o) = fh else {
+        return Ok(None);
+    };
+    if !wanted {
+        return Ok(None);
+    }
+    if c.srv.core()?.delegations().is_empty() {
+        return Ok(None);
+    }
+    let mut attrs = o.export.backend.getattr(&o.key)?;
+    if attrs.ftype != FileType::Regular {
+        return Ok(None);
+    }
+    let file = c.srv.state_file_id(&o.export, attrs.fileid);
+    let holder = c.srv.core()?.delegations().write_holder(c.client, file);
+    let Some(h) = holder else {
+        return Ok(None);
+    };
+    if let Some((size, change)) = c.srv.cb_getattr(h.client, &h.fh) {
+        if change != h.change {
+            attrs.size = size;
+            attrs.change = attrs.change.max(h.change) + 1;
+        }
+        return Ok(Some(attrs));
+    }
+    c.srv
+        .clear_delegations(c.now, c.client, file, txnfs_state::Access::Read)?;
+    Ok(None)
 }
 
 pub fn setattr(c: &mut Compound, a: &SETATTR4args) -> OpResult {
@@ -78,6 +119,8 @@ pub fn setattr(c: &mut Compound, a: &SETATTR4args) -> OpResult {
         txnfs_attr::decode_setattrs(&a.obj_attributes.attrmask, &a.obj_attributes.attr_vals)
             .map_err(|e| status_from_u32(e.nfsstat()))?;
     let cur = o.export.backend.getattr(&o.key)?;
+    // Another client's delegation caches these attributes (and, for size, the data).
+    crate::ops::deleg::clear(c, o, &cur, txnfs_state::Access::Modify)?;
     if set.size.is_some() {
         if cur.ftype == FileType::Directory {
             return Err(nfsstat4::NFS4ERR_ISDIR.into());

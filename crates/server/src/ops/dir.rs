@@ -5,9 +5,11 @@ use crate::errors::status_from_u32;
 use crate::export::PseudoChild;
 use crate::nfs::*;
 use crate::ops::attr::{require, W, X};
+use crate::ops::deleg;
 use crate::ops::fh::check_name;
 use bytes::Bytes;
 use txnfs_backend::{DirChange, FileType, NodeKind};
+use txnfs_state::Access;
 
 /// The one place a backend's [`DirChange`] becomes a `change_info4` (RFC 8881 §3.3.4).
 /// Guards the wire value even against a misbehaving layer: `after` is never 0 and never
@@ -77,6 +79,7 @@ pub fn remove(c: &mut Compound, a: &REMOVE4args) -> OpResult {
     let fh = c.cfh()?.clone();
     let (dir, _) = writable_dir(c, &fh)?;
     check_name(&a.target)?;
+    deleg::clear_name(c, &dir, &a.target, Access::Namespace)?;
     let be = &dir.export.backend;
     let cx = c.scope.ctx_for(&dir.export, &c.creds, c.client)?;
     let change = be.remove(cx, &dir.key, &a.target)?;
@@ -95,6 +98,9 @@ pub fn rename(c: &mut Compound, a: &RENAME4args) -> OpResult {
     if src.export.id != dst.export.id {
         return Err(nfsstat4::NFS4ERR_XDEV.into());
     }
+    // The file renamed and the one a RENAME would replace both change names.
+    deleg::clear_name(c, &src, &a.oldname, Access::Namespace)?;
+    deleg::clear_name(c, &dst, &a.newname, Access::Namespace)?;
     let be = &src.export.backend;
     let cx = c.scope.ctx_for(&src.export, &c.creds, c.client)?;
     let change = be.rename(cx, &src.key, &a.oldname, &dst.key, &a.newname)?;
@@ -116,9 +122,11 @@ pub fn link(c: &mut Compound, a: &LINK4args) -> OpResult {
         return Err(nfsstat4::NFS4ERR_XDEV.into());
     }
     let be = &dir.export.backend;
-    if be.getattr(&file.key)?.ftype == FileType::Directory {
+    let fattrs = be.getattr(&file.key)?;
+    if fattrs.ftype == FileType::Directory {
         return Err(nfsstat4::NFS4ERR_ISDIR.into());
     }
+    deleg::clear(c, file, &fattrs, Access::Namespace)?;
     let cx = c.scope.ctx_for(&dir.export, &c.creds, c.client)?;
     let linked = be.link(cx, &file.key, &dir.key, &a.newname)?;
     Ok(nfs_resop4::OP_LINK(LINK4res::NFS4_OK(LINK4resok {

@@ -8,7 +8,7 @@ use crate::ops::dir::change_info;
 use crate::ops::fh::check_name;
 use crate::statecore::{stateid_from_wire, stateid_to_wire};
 use txnfs_backend::{Attrs, CreateMode, DirChange, FileType, SetAttrs};
-use txnfs_state::{OpenRequest, Stateid};
+use txnfs_state::{Access, OpenRequest, Stateid};
 
 /// Map the wire share bits, ignoring the v4.1 WANT/signal flags in the upper bits.
 fn share_bits(access: u32, deny: u32) -> Result<(u32, u32), nfsstat4> {
@@ -50,6 +50,8 @@ pub(crate) fn check_io_access(
     write: bool,
 ) -> Result<(), nfsstat4> {
     let file = c.srv.state_file_id(&o.export, attrs.fileid);
+    let access = if write { Access::Modify } else { Access::Read };
+    c.srv.clear_delegations(c.now, c.client, file, access)?;
     c.srv.check_io(c.client, sid, file, write)?;
     if stateid_from_wire(sid).is_special() {
         require(attrs, &c.creds, if write { W } else { R })?;
@@ -60,8 +62,13 @@ pub(crate) fn check_io_access(
 pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
     let client = c.client()?;
     let (access, deny) = share_bits(a.share_access, a.share_deny)?;
+    let mut want = crate::ops::deleg::want_of(a.share_access)?;
     let fh = c.cfh()?.clone();
     let reclaim = matches!(a.claim, open_claim4::CLAIM_PREVIOUS(_));
+    // An open under the client's own delegation (CLAIM_DELEGATE_CUR, CLAIM_DELEG_CUR_FH):
+    // the holder turns its local opens into server opens before it returns the
+    // delegation; it conflicts with nothing and gets no second delegation.
+    let mut under_delegation = None;
     // Refuse early (before creating anything); the core checks again when it decides.
     c.srv
         .core()?
@@ -161,14 +168,44 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
             if create.is_some() {
                 return Err(nfsstat4::NFS4ERR_INVAL.into());
             }
+            if let open_claim4::CLAIM_PREVIOUS(kind) = &a.claim {
+                // Reclaiming a delegation held before the restart (§10.2.1): asked
+                // for as that type; the policy may still refuse.
+                want = match kind {
+                    open_delegation_type4::OPEN_DELEGATE_READ => txnfs_state::Want::Read,
+                    open_delegation_type4::OPEN_DELEGATE_WRITE => txnfs_state::Want::Write,
+                    _ => txnfs_state::Want::NoDeleg,
+                };
+            }
             match &fh {
                 Fh::Obj(o) => o.clone(),
                 Fh::Pseudo(_) => return Err(nfsstat4::NFS4ERR_ISDIR.into()),
             }
         }
-        open_claim4::CLAIM_DELEGATE_CUR(_) | open_claim4::CLAIM_DELEG_CUR_FH(_) => {
-            // We never hand out delegations, so no delegation stateid can be valid.
-            return Err(nfsstat4::NFS4ERR_BAD_STATEID.into());
+        open_claim4::CLAIM_DELEG_CUR_FH(sid) => {
+            if create.is_some() {
+                return Err(nfsstat4::NFS4ERR_INVAL.into());
+            }
+            under_delegation = Some(stateid_from_wire(sid));
+            match &fh {
+                Fh::Obj(o) => o.clone(),
+                Fh::Pseudo(_) => return Err(nfsstat4::NFS4ERR_ISDIR.into()),
+            }
+        }
+        open_claim4::CLAIM_DELEGATE_CUR(cur) => {
+            if create.is_some() {
+                return Err(nfsstat4::NFS4ERR_INVAL.into());
+            }
+            check_name(&cur.file)?;
+            let Fh::Obj(dir) = &fh else {
+                return Err(nfsstat4::NFS4ERR_BAD_STATEID.into());
+            };
+            under_delegation = Some(stateid_from_wire(&cur.delegate_stateid));
+            let (key, _) = dir.export.backend.lookup(&dir.key, &cur.file)?;
+            match c.srv.obj_fh(&dir.export, key) {
+                Fh::Obj(o) => o,
+                Fh::Pseudo(_) => return Err(nfsstat4::NFS4ERR_SERVERFAULT.into()),
+            }
         }
         _ => return Err(nfsstat4::NFS4ERR_RECLAIM_BAD.into()),
     };
@@ -192,6 +229,17 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
         require(&attrs, &c.creds, want)?;
     }
     let file = c.srv.state_file_id(&target.export, attrs.fileid);
+    match &under_delegation {
+        Some(d) => c
+            .srv
+            .core()?
+            .check_delegation_claim(client, d, file, access)
+            .map_err(|e| crate::errors::state_status(&e))?,
+        // Another client's delegation is recalled first (and this OPEN held until it
+        // comes back).
+        None if !created => crate::ops::deleg::clear(c, &target, &attrs, Access::Open(access))?,
+        None => {}
+    }
     let sid = c
         .srv
         .core()?
@@ -210,13 +258,17 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
     // The open keeps the file alive through a REMOVE or RENAME over it (`crate::held`).
     c.srv.held.hold(file, &target.export, &target.key);
     let sid = stateid_to_wire(&sid);
+    let delegation = match under_delegation {
+        Some(_) => open_delegation4::OPEN_DELEGATE_NONE,
+        None => crate::ops::deleg::grant(c, &target, &attrs, access, want, reclaim)?,
+    };
     c.cfh = Some(Fh::Obj(target));
     Ok(nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(OPEN4resok {
         stateid: sid,
         cinfo: change_info(dir_change),
         rflags: OPEN4_RESULT_LOCKTYPE_POSIX,
         attrset,
-        delegation: open_delegation4::OPEN_DELEGATE_NONE,
+        delegation,
     })))
 }
 

@@ -115,12 +115,10 @@ pub fn test_stateid(c: &mut Compound, a: &TEST_STATEID4args) -> OpResult {
     let codes = a
         .ts_stateids
         .iter()
-        .map(
-            |s| match core.table().test_stateid(client, &stateid_from_wire(s)) {
-                Ok(()) => nfsstat4::NFS4_OK,
-                Err(e) => state_status(&e),
-            },
-        )
+        .map(|s| match core.test_stateid(client, &stateid_from_wire(s)) {
+            Ok(()) => nfsstat4::NFS4_OK,
+            Err(e) => state_status(&e),
+        })
         .collect();
     Ok(nfs_resop4::OP_TEST_STATEID(TEST_STATEID4res::NFS4_OK(
         TEST_STATEID4resok {
@@ -134,7 +132,6 @@ pub fn free_stateid(c: &mut Compound, a: &FREE_STATEID4args) -> OpResult {
     let sid = stateid_from_wire(&c.resolve_sid(&a.fsa_stateid)?);
     c.srv
         .core()?
-        .table_mut()
         .free_stateid(client, &sid)
         .map_err(|e| state_status(&e))?;
     Ok(nfs_resop4::OP_FREE_STATEID(FREE_STATEID4res {

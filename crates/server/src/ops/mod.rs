@@ -2,6 +2,7 @@
 //! handler of each op; nothing here dispatches.
 
 pub mod attr;
+pub mod deleg;
 pub mod dir;
 pub mod fh;
 pub mod file;

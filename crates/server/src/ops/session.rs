@@ -235,6 +235,11 @@ pub fn sequence(
         .sequence(&args, c.now)
         .map_err(|e| SeqFail::Status(session_status(e)))?;
     let (session, verdict) = (ok.session, ok.verdict);
+    let revoked = if ok.delegations_revoked {
+        SEQ4_STATUS_RECALLABLE_STATE_REVOKED
+    } else {
+        0
+    };
     match verdict {
         SlotVerdict::Execute => {}
         // Test-only mutation: run the retransmission again (what a broken cache does).
@@ -264,10 +269,10 @@ pub fn sequence(
             sr_slotid: a.sa_slotid,
             sr_highest_slotid: highest,
             sr_target_highest_slotid: highest,
-            sr_status_flags: c
-                .srv
-                .callbacks
-                .status_flags(&a.sa_sessionid, session.client),
+            sr_status_flags: revoked
+                | c.srv
+                    .callbacks
+                    .status_flags(&a.sa_sessionid, session.client),
         },
         session,
     ))

@@ -12,6 +12,7 @@ use txnfs_xdr::{Decode, Encode};
 
 mod args;
 pub use args::*;
+pub mod peer;
 
 pub struct TestServer {
     pub addr: SocketAddr,

@@ -36,7 +36,7 @@
 //!   byte-range locks.
 //! * OPEN_DOWNGRADE requires a subset of the current access/deny instead of
 //!   tracking every access/deny combination previously opened (§18.18.3).
-//! * No delegations, layouts, or revoked-state
+//! * Delegations are [`crate::deleg`]'s; no layouts or revoked open/lock
 //!   statuses (`NFS4ERR_EXPIRED`, `NFS4ERR_ADMIN_REVOKED`): expiring a client
 //!   deletes its state, so its stateids become `NFS4ERR_BAD_STATEID`.
 //! * No blocking locks: `READW_LT`/`WRITEW_LT` are plain lock attempts
@@ -774,6 +774,26 @@ impl StateTable {
             .is_some_and(|c| !c.states.is_empty())
     }
 
+    /// How clients other than `client` use `file` (the delegation grant policy).
+    pub fn others_use(&self, client: ClientId, file: FileId) -> OthersUse {
+        let mut out = OthersUse::default();
+        let Some(fs) = self.files.get(&file) else {
+            return out;
+        };
+        for st in fs.opens.iter().filter_map(|id| self.states.get(id)) {
+            if let (true, Kind::Open(o)) = (st.common.client != client, &st.kind) {
+                out.open = true;
+                out.open_write |= o.access & SHARE_ACCESS_WRITE != 0;
+            }
+        }
+        out.locks = fs
+            .holders
+            .iter()
+            .filter_map(|id| self.states.get(id))
+            .any(|st| st.common.client != client);
+        out
+    }
+
     /// Whether any client has `file` open.
     pub fn file_is_open(&self, file: FileId) -> bool {
         self.files.get(&file).is_some_and(|fs| !fs.opens.is_empty())
@@ -787,6 +807,17 @@ impl StateTable {
             locks: self.n_locks,
         }
     }
+}
+
+/// Whether other clients have a file open (for writing) or locked.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OthersUse {
+    /// Another client has an open.
+    pub open: bool,
+    /// Another client has an open with write access.
+    pub open_write: bool,
+    /// Another client holds byte-range locks.
+    pub locks: bool,
 }
 
 /// Drop one state of an owner from its count; true when that was its last state (the

@@ -37,6 +37,7 @@ pub fn core(grace: Grace) -> StateCore {
                 reply_cache_bytes: usize::MAX,
             },
             state: StateLimits::default(),
+            deleg: txnfs_state::DelegLimits::default(),
         },
         grace,
     )

@@ -1,0 +1,310 @@
+//! Recall-and-wait (issue 9 item 3; ADR 0017): a request that conflicts with another
+//! client's delegation is held in the server while the holder is asked to give it back
+//! (CB_RECALL), and answered as soon as the delegation is returned, not with
+//! NFS4ERR_DELAY for the client to poll. Only a holder that stays silent for
+//! `Config::recall_wait` makes the request answer DELAY, and loses the delegation.
+//!
+//! The executor is synchronous, so holding a request means blocking its thread: on a
+//! blocking-pool thread directly, on a multi-threaded runtime's worker through
+//! `block_in_place` (the runtime moves its other tasks to another worker first). Where
+//! neither is possible — a current-thread runtime, or the simulation, which runs
+//! without one — the request is answered DELAY at once, the recall still goes out, and
+//! the client's retry finds the delegation gone. At most `Config::max_held_requests`
+//! requests are held at once.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use txnfs_proto::nfs4::*;
+use txnfs_state::{Access, Callback, ClientId, FileId, Stateid};
+
+use crate::callback::{cb_compound, CallbackFailure, SessionCallback};
+use crate::server::Server;
+use crate::statecore::stateid_to_wire;
+
+thread_local! {
+    /// Set while a COMPOUND runs on a blocking-pool thread, where waiting is plain.
+    static ON_BLOCKING_POOL: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Run `f` marked as running on the blocking pool (the service's handoff).
+pub fn on_blocking_pool<R>(f: impl FnOnce() -> R) -> R {
+    ON_BLOCKING_POOL.with(|b| b.set(true));
+    let r = f();
+    ON_BLOCKING_POOL.with(|b| b.set(false));
+    r
+}
+
+/// How the current thread may wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WaitMode {
+    /// A blocking-pool thread: block.
+    Plain,
+    /// A multi-threaded runtime's worker: block inside `block_in_place`.
+    InPlace,
+    /// No way to block without stalling the runtime (or no runtime at all).
+    Never,
+}
+
+fn wait_mode() -> WaitMode {
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return WaitMode::Never;
+    };
+    if ON_BLOCKING_POOL.with(|b| b.get()) {
+        return WaitMode::Plain;
+    }
+    match handle.runtime_flavor() {
+        tokio::runtime::RuntimeFlavor::MultiThread => WaitMode::InPlace,
+        _ => WaitMode::Never,
+    }
+}
+
+/// Wakes requests held for recalls when delegations go away.
+#[derive(Debug, Default)]
+pub struct RecallWaits {
+    generation: Mutex<u64>,
+    changed: Condvar,
+    held: AtomicUsize,
+}
+
+impl RecallWaits {
+    /// Delegations went away: every held request looks again.
+    pub fn notify(&self) {
+        *self
+            .generation
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) += 1;
+        self.changed.notify_all();
+    }
+
+    fn generation(&self) -> u64 {
+        *self
+            .generation
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Block until the generation moves past `seen` or `deadline` passes.
+    fn wait(&self, seen: u64, deadline: Instant) {
+        let mut g = self
+            .generation
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        while *g == seen {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            g = self
+                .changed
+                .wait_timeout(g, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// Requests held right now.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
+    }
+}
+
+struct HeldGuard<'a>(&'a AtomicUsize);
+
+impl Drop for HeldGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Run `f` where the thread may block for a while (see [`WaitMode`]).
+fn blocking<R>(mode: WaitMode, f: impl FnOnce() -> R) -> R {
+    match mode {
+        WaitMode::InPlace => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
+impl Server {
+    /// Hold the current request until no other client's delegation conflicts with
+    /// `access` to `file`: conflicting delegations are recalled (the CB_RECALLs go out
+    /// when the core's guard is dropped) and the request waits for their return. A
+    /// holder that does not return within `Config::recall_wait` loses the delegation
+    /// (revoked) and the request is answered NFS4ERR_DELAY; so is a request that
+    /// cannot be held (see the module documentation).
+    pub fn clear_delegations(
+        &self,
+        now: std::time::Instant,
+        client: Option<ClientId>,
+        file: FileId,
+        access: Access,
+    ) -> Result<(), nfsstat4> {
+        let ids = self.core()?.delegation_conflicts(now, client, file, access);
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let mode = wait_mode();
+        if mode == WaitMode::Never {
+            return Err(nfsstat4::NFS4ERR_DELAY);
+        }
+        let waits = &self.recall_waits;
+        if waits.held.fetch_add(1, Ordering::Relaxed) >= self.cfg.max_held_requests {
+            waits.held.fetch_sub(1, Ordering::Relaxed);
+            return Err(nfsstat4::NFS4ERR_DELAY);
+        }
+        let _held = HeldGuard(&waits.held);
+        let deadline = Instant::now() + self.cfg.recall_wait();
+        blocking(mode, || loop {
+            let seen = waits.generation();
+            if !self.core()?.delegations_held(&ids) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                self.core()?.revoke_delegations(&ids);
+                return Err(nfsstat4::NFS4ERR_DELAY);
+            }
+            waits.wait(seen, deadline);
+        })
+    }
+
+    /// Send a callback the core asked for. CB_RECALL goes to a session of the holder
+    /// with a working back channel; a transport failure is retried (the client may be
+    /// reconnecting) until the delegation is gone or the recall wait is over, after
+    /// which the waiting request revokes it anyway.
+    pub(crate) fn send_callback(self: &std::sync::Arc<Self>, client: ClientId, call: Callback) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            // The simulation: no sockets; the recall is recorded for it to deliver.
+            self.undelivered_callbacks
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((client, call));
+            return;
+        };
+        let srv = self.clone();
+        rt.spawn(async move {
+            let Callback::Recall {
+                stateid,
+                fh,
+                truncate,
+            } = call;
+            let give_up = tokio::time::Instant::now() + srv.cfg.recall_wait();
+            let mut bad_stateid_retried = false;
+            loop {
+                let r = match srv.callbacks.session_of(client) {
+                    Some(s) => recall(&srv, &s, &stateid, &fh, truncate).await,
+                    None => Err(CallbackFailure::NoBackChannel),
+                };
+                match r {
+                    Ok(()) => return,
+                    // The client may not know the delegation yet (the OPEN reply that
+                    // granted it is still on its way): once more, shortly (as knfsd).
+                    Err(CallbackFailure::Status(nfsstat4::NFS4ERR_BAD_STATEID))
+                        if !bad_stateid_retried =>
+                    {
+                        bad_stateid_retried = true;
+                    }
+                    Err(e) => {
+                        tracing::info!(
+                            client = format_args!("{client:#x}"),
+                            "CB_RECALL failed: {e}"
+                        );
+                        if matches!(e, CallbackFailure::Status(_)) {
+                            return;
+                        }
+                    }
+                }
+                if tokio::time::Instant::now() >= give_up || !srv.delegation_live(client, &stateid)
+                {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+    }
+
+    fn delegation_live(&self, client: ClientId, sid: &Stateid) -> bool {
+        self.core()
+            .map(|c| c.delegations().test(client, sid).is_ok())
+            .unwrap_or(false)
+    }
+
+    /// CB_GETATTR (RFC 8881 §20.1) of size and change to the write-delegation holder
+    /// `client` of the file `fh`, waiting at most the callback timeout. `None` when the
+    /// answer did not come (the caller recalls instead) or the thread may not wait.
+    pub fn cb_getattr(&self, client: ClientId, fh: &Bytes) -> Option<(u64, u64)> {
+        let mode = wait_mode();
+        if mode == WaitMode::Never {
+            return None;
+        }
+        let s = self.callbacks.session_of(client)?;
+        let rt = tokio::runtime::Handle::try_current().ok()?;
+        let timeout = self.cfg.callback_timeout();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let fh = fh.clone();
+        rt.spawn(async move {
+            let op = nfs_cb_argop4::OP_CB_GETATTR(CB_GETATTR4args {
+                fh,
+                attr_request: vec![(1 << FATTR4_SIZE) | (1 << FATTR4_CHANGE)],
+            });
+            let r = cb_compound(&s, vec![op], timeout).await;
+            s.observe(&r);
+            let _ = tx.send(r);
+        });
+        let r = blocking(mode, || {
+            rx.recv_timeout(timeout + Duration::from_millis(100))
+        });
+        let results = r.ok()?.ok()?;
+        let Some(nfs_cb_resop4::OP_CB_GETATTR(CB_GETATTR4res::NFS4_OK(ok))) =
+            results.into_iter().next()
+        else {
+            return None;
+        };
+        size_and_change(&ok.obj_attributes)
+    }
+}
+
+/// CB_RECALL of `stateid` on the session `s`.
+async fn recall(
+    srv: &Server,
+    s: &SessionCallback,
+    stateid: &Stateid,
+    fh: &Bytes,
+    truncate: bool,
+) -> Result<(), CallbackFailure> {
+    let op = nfs_cb_argop4::OP_CB_RECALL(CB_RECALL4args {
+        stateid: stateid_to_wire(stateid),
+        truncate,
+        fh: fh.clone(),
+    });
+    let r = cb_compound(s, vec![op], srv.cfg.callback_timeout()).await;
+    s.observe(&r);
+    match r?.into_iter().next() {
+        Some(nfs_cb_resop4::OP_CB_RECALL(CB_RECALL4res { status }))
+            if status != nfsstat4::NFS4_OK =>
+        {
+            Err(CallbackFailure::Status(status))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The size and change attributes of a CB_GETATTR reply (RFC 8881 §20.1.3: the client
+/// returns what it has of the requested ones, in bit order: change (3), then size (4)).
+fn size_and_change(f: &fattr4) -> Option<(u64, u64)> {
+    let want = (1u32 << FATTR4_CHANGE) | (1u32 << FATTR4_SIZE);
+    if f.attrmask.first().copied().unwrap_or(0) != want
+        || f.attrmask.iter().skip(1).any(|w| *w != 0)
+    {
+        return None;
+    }
+    let v = &f.attr_vals;
+    if v.len() != 16 {
+        return None;
+    }
+    let change = u64::from_be_bytes(v[..8].try_into().ok()?);
+    let size = u64::from_be_bytes(v[8..].try_into().ok()?);
+    Some((size, change))
+}

@@ -1,0 +1,518 @@
+//! Delegations over real TCP (RFC 8881 §10.2, §10.4, §18.6, §18.16.3, §20.1, §20.2):
+//! grants and the WANT flags, recall-and-wait on each kind of conflict (the held
+//! request is answered after DELEGRETURN, not with NFS4ERR_DELAY), revocation of a
+//! silent holder, CB_GETATTR under a write delegation, and the delegation stateid's
+//! own rules. The holder is a test peer that answers callbacks on its fore
+//! connection; the other client is a plain session without a back channel.
+//!
+//! Multi-threaded runtimes: a held request blocks its thread (as it does in
+//! `txnfs serve`), which a current-thread runtime cannot afford.
+
+mod common;
+
+use bytes::Bytes;
+use common::peer::*;
+use common::*;
+use std::time::{Duration, Instant};
+use txnfs_server::callback::PathState;
+use txnfs_server::nfs::*;
+use txnfs_xdr::Decode;
+
+/// A holder: a peer with a working back channel and its own slot-0 sequence.
+struct Holder {
+    p: Peer,
+    sid: sessionid4,
+    seq: u32,
+    owner: &'static [u8],
+}
+
+impl Holder {
+    async fn new(srv: &TestServer, owner: &'static [u8]) -> Holder {
+        let mut p = Peer::connect(srv.addr, true).await;
+        let (sid, _) = new_session(&mut p, owner, true).await;
+        p.next_call(T).await.expect("the back channel is probed");
+        wait_path(srv, &sid, PathState::Up).await;
+        Holder {
+            p,
+            sid,
+            seq: 0,
+            owner,
+        }
+    }
+
+    async fn run(&mut self, ops: Vec<nfs_argop4>) -> COMPOUND4res {
+        self.seq += 1;
+        let mut all = vec![sequence(self.sid, 0, self.seq, false)];
+        all.extend(ops);
+        self.p.compound(all).await
+    }
+
+    /// OPEN `name` (no create) with `share_access` (want bits included): the open
+    /// stateid, the delegation and the file handle.
+    async fn open(&mut self, name: &str, share_access: u32) -> (stateid4, open_delegation4, Bytes) {
+        let r = self
+            .run(vec![
+                nfs_argop4::OP_PUTROOTFH,
+                open_plain(name, share_access, self.owner),
+                nfs_argop4::OP_GETFH,
+            ])
+            .await;
+        let (sid, fh) = opened_stateid_and_fh(&r);
+        let nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(ok)) = &r.resarray[2] else {
+            unreachable!()
+        };
+        (sid, ok.delegation.clone(), fh)
+    }
+
+    async fn flags(&mut self) -> u32 {
+        let r = self.run(vec![]).await;
+        let nfs_resop4::OP_SEQUENCE(SEQUENCE4res::NFS4_OK(ok)) = &r.resarray[0] else {
+            panic!("SEQUENCE {:?}", r.resarray)
+        };
+        ok.sr_status_flags
+    }
+
+    async fn delegreturn(&mut self, fh: &Bytes, d: &stateid4) -> nfsstat4 {
+        let r = self
+            .run(vec![
+                putfh(fh),
+                nfs_argop4::OP_DELEGRETURN(DELEGRETURN4args {
+                    deleg_stateid: d.clone(),
+                }),
+            ])
+            .await;
+        r.status
+    }
+
+    /// Waits for the server's next CB_RECALL (the peer has answered it NFS4_OK).
+    async fn next_recall(&mut self, wait: Duration) -> Option<CB_RECALL4args> {
+        let deadline = Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let call = self.p.next_call(left).await?;
+            if call.proc_num != 1 {
+                continue;
+            }
+            let a = CB_COMPOUND4args::from_bytes(call.args).expect("CB_COMPOUND args");
+            for op in a.argarray {
+                if let nfs_cb_argop4::OP_CB_RECALL(r) = op {
+                    return Some(r);
+                }
+            }
+        }
+    }
+}
+
+fn open_plain(name: &str, share_access: u32, owner: &'static [u8]) -> nfs_argop4 {
+    nfs_argop4::OP_OPEN(OPEN4args {
+        seqid: 0,
+        share_access,
+        share_deny: OPEN4_SHARE_DENY_NONE,
+        owner: open_owner4 {
+            clientid: 0,
+            owner: Bytes::from_static(owner),
+        },
+        openhow: openflag4::default(opentype4::OPEN4_NOCREATE),
+        claim: open_claim4::CLAIM_NULL(Bytes::copy_from_slice(name.as_bytes())),
+    })
+}
+
+fn putfh(fh: &Bytes) -> nfs_argop4 {
+    nfs_argop4::OP_PUTFH(PUTFH4args { object: fh.clone() })
+}
+
+fn deleg_stateid(d: &open_delegation4) -> stateid4 {
+    match d {
+        open_delegation4::OPEN_DELEGATE_READ(r) => r.stateid.clone(),
+        open_delegation4::OPEN_DELEGATE_WRITE(w) => w.stateid.clone(),
+        other => panic!("no delegation granted: {other:?}"),
+    }
+}
+
+async fn server(recall_wait_ms: u32) -> TestServer {
+    start_server(|dir| {
+        let mut c = memory_config(dir, false);
+        c.recall_wait_ms = Some(recall_wait_ms);
+        c.callback_timeout_ms = Some(1000);
+        c
+    })
+    .await
+}
+
+/// A plain client (no back channel: it never gets a delegation) that made `names`,
+/// each holding `data`, and closed them.
+async fn other_client(srv: &TestServer, names: &[&str], data: &[u8]) -> Session {
+    let mut s = Session::new(srv.addr, b"other-client").await;
+    for name in names {
+        let (sid, _) = s.open_new_file(name).await;
+        let r = s
+            .run(vec![
+                nfs_argop4::OP_PUTROOTFH,
+                lookup(name),
+                nfs_argop4::OP_WRITE(WRITE4args {
+                    stateid: sid.clone(),
+                    offset: 0,
+                    stable: stable_how4::FILE_SYNC4,
+                    data: Bytes::copy_from_slice(data),
+                }),
+                nfs_argop4::OP_CLOSE(CLOSE4args {
+                    seqid: 0,
+                    open_stateid: sid,
+                }),
+            ])
+            .await;
+        assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    }
+    s
+}
+
+const READ: u32 = OPEN4_SHARE_ACCESS_READ;
+const BOTH: u32 = OPEN4_SHARE_ACCESS_BOTH;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_open_gets_a_read_delegation_and_write_open_a_write_one() {
+    let srv = server(5000).await;
+    let _o = other_client(&srv, &["r", "w"], b"x").await;
+    let mut a = Holder::new(&srv, b"holder-a").await;
+    let (_, d, _) = a.open("r", READ).await;
+    assert!(
+        matches!(d, open_delegation4::OPEN_DELEGATE_READ(ref r) if !r.recall),
+        "{d:?}"
+    );
+    let (_, d, _) = a.open("w", BOTH).await;
+    assert!(
+        matches!(d, open_delegation4::OPEN_DELEGATE_WRITE(_)),
+        "{d:?}"
+    );
+    let stats = srv.server.core().unwrap().delegations().stats();
+    assert_eq!((stats.granted, stats.outstanding), (2, 2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn want_flags_and_no_back_channel_refuse_with_the_reason() {
+    let srv = server(5000).await;
+    let mut o = other_client(&srv, &["f"], b"x").await;
+    // No back channel: no delegation; asked for one, the reason is RESOURCE.
+    let r = o
+        .run(vec![
+            nfs_argop4::OP_PUTROOTFH,
+            open_plain("f", READ | OPEN4_SHARE_ACCESS_WANT_ANY_DELEG, b"o2"),
+        ])
+        .await;
+    let nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(ok)) = &r.resarray[2] else {
+        panic!("{:?}", r.resarray)
+    };
+    assert_eq!(
+        ok.delegation,
+        open_delegation4::OPEN_DELEGATE_NONE_EXT(open_none_delegation4::WND4_RESOURCE(false))
+    );
+    let mut a = Holder::new(&srv, b"holder-a").await;
+    let (_, d, _) = a.open("f", READ | OPEN4_SHARE_ACCESS_WANT_NO_DELEG).await;
+    assert_eq!(
+        d,
+        open_delegation4::OPEN_DELEGATE_NONE_EXT(open_none_delegation4::default(
+            why_no_delegation4::WND4_NOT_WANTED
+        ))
+    );
+    let (_, d, _) = a.open("f", READ | OPEN4_SHARE_ACCESS_WANT_CANCEL).await;
+    assert_eq!(
+        d,
+        open_delegation4::OPEN_DELEGATE_NONE_EXT(open_none_delegation4::default(
+            why_no_delegation4::WND4_CANCELLED
+        ))
+    );
+    // WANT_READ on a read-write open: a read delegation, not a write one.
+    let (_, d, _) = a.open("f", BOTH | OPEN4_SHARE_ACCESS_WANT_READ_DELEG).await;
+    assert!(
+        matches!(d, open_delegation4::OPEN_DELEGATE_READ(_)),
+        "{d:?}"
+    );
+    // An undefined want value is INVAL.
+    let r = a
+        .run(vec![
+            nfs_argop4::OP_PUTROOTFH,
+            open_plain("f", READ | 0x0600, b"holder-a"),
+        ])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_INVAL);
+    // DELEGPURGE exists for CLAIM_DELEGATE_PREV only, which txnfs does not support.
+    let r = a
+        .run(vec![nfs_argop4::OP_DELEGPURGE(DELEGPURGE4args {
+            clientid: 0,
+        })])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_NOTSUPP);
+}
+
+/// The conflicting ops of another client, each on a file the holder has delegated
+/// (write delegation: every access conflicts).
+fn conflicts(name: &str, stateid: &stateid4) -> Vec<(&'static str, Vec<nfs_argop4>)> {
+    let n = Bytes::copy_from_slice(name.as_bytes());
+    vec![
+        (
+            "OPEN",
+            vec![nfs_argop4::OP_PUTROOTFH, open_plain(name, READ, b"o2")],
+        ),
+        ("REMOVE", vec![nfs_argop4::OP_PUTROOTFH, remove(name)]),
+        (
+            "RENAME",
+            vec![
+                nfs_argop4::OP_PUTROOTFH,
+                nfs_argop4::OP_SAVEFH,
+                rename(name, &format!("{name}.moved")),
+            ],
+        ),
+        (
+            "SETATTR",
+            vec![
+                nfs_argop4::OP_PUTROOTFH,
+                lookup(name),
+                nfs_argop4::OP_SETATTR(SETATTR4args {
+                    stateid: stateid.clone(),
+                    obj_attributes: fattr4 {
+                        attrmask: vec![1 << 4],
+                        attr_vals: Bytes::from_static(&[0, 0, 0, 0, 0, 0, 0, 1]),
+                    },
+                }),
+            ],
+        ),
+        (
+            "WRITE",
+            vec![
+                nfs_argop4::OP_PUTROOTFH,
+                nfs_argop4::OP_LOOKUP(LOOKUP4args { objname: n }),
+                nfs_argop4::OP_WRITE(WRITE4args {
+                    stateid: stateid.clone(),
+                    offset: 0,
+                    stable: stable_how4::FILE_SYNC4,
+                    data: Bytes::from_static(b"y"),
+                }),
+            ],
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_conflict_is_held_until_delegreturn_then_answered() {
+    let srv = server(10_000).await;
+    let names = ["c0", "c1", "c2", "c3", "c4"];
+    let mut o = other_client(&srv, &names, b"x").await;
+    let mut a = Holder::new(&srv, b"holder-a").await;
+    let anonymous = stateid4 {
+        seqid: 0,
+        other: [0; 12],
+    };
+    for (i, name) in names.iter().enumerate() {
+        let (kind, ops) = conflicts(name, &anonymous).swap_remove(i);
+        let (_, d, fh) = a.open(name, BOTH).await;
+        let dsid = deleg_stateid(&d);
+        let delay = Duration::from_millis(300);
+        // The holder answers the recall, waits a little (flushing), then returns.
+        let holder = tokio::spawn(async move {
+            let recall = a.next_recall(T).await.expect("CB_RECALL");
+            tokio::time::sleep(delay).await;
+            let st = a.delegreturn(&fh, &recall.stateid).await;
+            (a, recall, st, fh)
+        });
+        let t0 = Instant::now();
+        let r = o.run(ops).await;
+        let held_for = t0.elapsed();
+        let (back, recall, st, fh) = holder.await.unwrap();
+        a = back;
+        assert_eq!(st, nfsstat4::NFS4_OK, "{kind}: DELEGRETURN");
+        assert_eq!(recall.stateid, dsid, "{kind}: the recalled delegation");
+        assert_eq!(recall.fh, fh, "{kind}: the recalled file");
+        assert_eq!(r.status, nfsstat4::NFS4_OK, "{kind}: {:?}", r.resarray);
+        assert!(
+            held_for >= delay,
+            "{kind}: answered after {held_for:?}, before the delegation came back"
+        );
+    }
+    let s = srv.server.core().unwrap().delegations().stats();
+    assert_eq!((s.recalled, s.returned, s.revoked), (5, 5, 0));
+    assert_eq!(s.recall_returns, 5);
+    assert!(s.recall_latency_us_sum >= 5 * 300_000, "{s:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_does_not_recall_a_read_delegation_and_the_holder_never_recalls_its_own() {
+    let srv = server(10_000).await;
+    let mut o = other_client(&srv, &["f"], b"x").await;
+    let mut a = Holder::new(&srv, b"holder-a").await;
+    let (_, d, fh) = a.open("f", READ).await;
+    let dsid = deleg_stateid(&d);
+    let r = o
+        .run(vec![nfs_argop4::OP_PUTROOTFH, open_plain("f", READ, b"o2")])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK);
+    // The holder writes through its own write open and reads with the delegation.
+    let (wsid, _, _) = a.open("f", BOTH).await;
+    let r = a
+        .run(vec![
+            putfh(&fh),
+            nfs_argop4::OP_WRITE(WRITE4args {
+                stateid: wsid,
+                offset: 0,
+                stable: stable_how4::FILE_SYNC4,
+                data: Bytes::from_static(b"mine"),
+            }),
+            nfs_argop4::OP_READ(READ4args {
+                stateid: dsid.clone(),
+                offset: 0,
+                count: 4,
+            }),
+        ])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    // A read delegation's stateid does not allow WRITE.
+    let r = a
+        .run(vec![
+            putfh(&fh),
+            nfs_argop4::OP_WRITE(WRITE4args {
+                stateid: dsid,
+                offset: 0,
+                stable: stable_how4::FILE_SYNC4,
+                data: Bytes::from_static(b"x"),
+            }),
+        ])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_OPENMODE);
+    assert!(a.next_recall(Duration::from_millis(200)).await.is_none());
+    assert_eq!(srv.server.core().unwrap().delegations().stats().recalled, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_holder_is_revoked_and_the_request_gets_delay() {
+    let srv = server(400).await;
+    let mut o = other_client(&srv, &["f"], b"x").await;
+    let mut a = Holder::new(&srv, b"holder-a").await;
+    let (_, d, fh) = a.open("f", BOTH).await;
+    let dsid = deleg_stateid(&d);
+    // From now on the holder reads nothing: the recall goes unanswered.
+    let t0 = Instant::now();
+    let r = o
+        .run(vec![nfs_argop4::OP_PUTROOTFH, open_plain("f", READ, b"o2")])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_DELAY, "{:?}", r.resarray);
+    assert!(t0.elapsed() >= Duration::from_millis(400));
+    // The retry goes through: the delegation is gone.
+    let r = o
+        .run(vec![nfs_argop4::OP_PUTROOTFH, open_plain("f", READ, b"o2")])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    a.p.answer = false;
+    let flags = a.flags().await;
+    assert_ne!(
+        flags & SEQ4_STATUS_RECALLABLE_STATE_REVOKED,
+        0,
+        "{flags:#x}"
+    );
+    assert_eq!(
+        a.delegreturn(&fh, &dsid).await,
+        nfsstat4::NFS4ERR_DELEG_REVOKED
+    );
+    let r = a
+        .run(vec![nfs_argop4::OP_TEST_STATEID(TEST_STATEID4args {
+            ts_stateids: vec![dsid.clone()],
+        })])
+        .await;
+    let nfs_resop4::OP_TEST_STATEID(TEST_STATEID4res::NFS4_OK(t)) = &r.resarray[1] else {
+        panic!("{:?}", r.resarray)
+    };
+    assert_eq!(t.tsr_status_codes, vec![nfsstat4::NFS4ERR_DELEG_REVOKED]);
+    let r = a
+        .run(vec![nfs_argop4::OP_FREE_STATEID(FREE_STATEID4args {
+            fsa_stateid: dsid,
+        })])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK);
+    assert_eq!(a.flags().await & SEQ4_STATUS_RECALLABLE_STATE_REVOKED, 0);
+    assert_eq!(srv.server.core().unwrap().delegations().stats().revoked, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn getattr_of_a_write_delegated_file_asks_the_holder() {
+    let srv = server(10_000).await;
+    let mut o = other_client(&srv, &["f"], b"x").await;
+    let mut a = Holder::new(&srv, b"holder-a").await;
+    let (_, d, fh) = a.open("f", BOTH).await;
+    deleg_stateid(&d);
+    // The holder says it wrote 12,345 bytes (its change moved past the granted one).
+    a.p.getattr_answer = Some((12_345, u64::MAX));
+    let holder = tokio::spawn(async move {
+        let call = a.p.next_call(T).await.expect("a CB_COMPOUND");
+        (a, call)
+    });
+    let r = o
+        .run(vec![
+            putfh(&fh),
+            nfs_argop4::OP_GETATTR(GETATTR4args {
+                attr_request: vec![(1 << 3) | (1 << 4)],
+            }),
+        ])
+        .await;
+    let (_a, call) = holder.await.unwrap();
+    let cb = CB_COMPOUND4args::from_bytes(call.args).expect("CB args");
+    assert!(
+        matches!(cb.argarray.get(1), Some(nfs_cb_argop4::OP_CB_GETATTR(_))),
+        "{:?}",
+        cb.argarray
+    );
+    let nfs_resop4::OP_GETATTR(GETATTR4res::NFS4_OK(g)) = &r.resarray[2] else {
+        panic!("{:?}", r.resarray)
+    };
+    let v = &g.obj_attributes.attr_vals;
+    let size = u64::from_be_bytes(v[8..16].try_into().unwrap());
+    assert_eq!(size, 12_345, "the holder's size, not the server's 1 byte");
+    let s = srv.server.core().unwrap().delegations().stats();
+    assert_eq!((s.recalled, s.outstanding), (0, 1), "no recall needed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_holder_opens_under_its_delegation_before_returning_it() {
+    let srv = server(10_000).await;
+    let _o = other_client(&srv, &["f"], b"x").await;
+    let mut a = Holder::new(&srv, b"holder-a").await;
+    let (_, d, fh) = a.open("f", READ).await;
+    let dsid = deleg_stateid(&d);
+    let r = a
+        .run(vec![
+            putfh(&fh),
+            nfs_argop4::OP_OPEN(OPEN4args {
+                seqid: 0,
+                share_access: READ,
+                share_deny: 0,
+                owner: open_owner4 {
+                    clientid: 0,
+                    owner: Bytes::from_static(b"local-open"),
+                },
+                openhow: openflag4::default(opentype4::OPEN4_NOCREATE),
+                claim: open_claim4::CLAIM_DELEG_CUR_FH(dsid.clone()),
+            }),
+        ])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    // A write open under a read delegation is refused.
+    let r = a
+        .run(vec![
+            putfh(&fh),
+            nfs_argop4::OP_OPEN(OPEN4args {
+                seqid: 0,
+                share_access: BOTH,
+                share_deny: 0,
+                owner: open_owner4 {
+                    clientid: 0,
+                    owner: Bytes::from_static(b"local-open"),
+                },
+                openhow: openflag4::default(opentype4::OPEN4_NOCREATE),
+                claim: open_claim4::CLAIM_DELEG_CUR_FH(dsid.clone()),
+            }),
+        ])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_OPENMODE);
+    assert_eq!(a.delegreturn(&fh, &dsid).await, nfsstat4::NFS4_OK);
+    assert_eq!(
+        a.delegreturn(&fh, &dsid).await,
+        nfsstat4::NFS4ERR_BAD_STATEID
+    );
+}
