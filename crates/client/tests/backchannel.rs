@@ -2,71 +2,12 @@
 //! CB_NULL probe and CB_SEQUENCEs are answered by the client's callback service, on the
 //! connection the client opened, also after the connection was cut and re-established.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
+mod common;
+
+use common::*;
 use std::time::{Duration, Instant};
-use txnfs_client::{Client, ClientConfig};
 use txnfs_server::callback::PathState;
 use txnfs_server::nfs::*;
-use txnfs_server::{BackendKind, Config, ExportConfig, Server};
-
-struct TestServer {
-    addr: SocketAddr,
-    server: Arc<Server>,
-    state_dir: std::path::PathBuf,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        self.task.abort();
-        let _ = std::fs::remove_dir_all(&self.state_dir);
-    }
-}
-
-async fn start_memory_server() -> TestServer {
-    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let state_dir = std::env::temp_dir().join(format!(
-        "txnfs-client-bc-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
-    let cfg = Config {
-        exports: vec![ExportConfig {
-            name: "/".into(),
-            path: Default::default(),
-            backend: BackendKind::Memory,
-            read_only: false,
-            prebuilt: None,
-        }],
-        state_dir: Some(state_dir.clone()),
-        grace: false,
-        ..Config::default()
-    };
-    let server = Server::new(cfg).expect("server starts");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let s2 = server.clone();
-    let task = tokio::spawn(async move {
-        let _ = txnfs_server::run(s2, listener, std::future::pending()).await;
-    });
-    TestServer {
-        addr,
-        server,
-        state_dir,
-        task,
-    }
-}
-
-async fn connect(addr: SocketAddr) -> Client {
-    let mut cfg = ClientConfig::new(addr);
-    cfg.uid = 0;
-    cfg.gid = 0;
-    cfg.max_attempts = 5;
-    Client::connect(cfg).await.expect("connect")
-}
 
 /// Wait until the server's probe of the session's back channel has an answer.
 async fn path_state(srv: &TestServer, sid: &[u8; 16]) -> PathState {
@@ -106,7 +47,7 @@ async fn callback_sequence(srv: &TestServer, sid: &[u8; 16]) -> u32 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_reaches_the_client_on_its_back_channel() {
     let srv = start_memory_server().await;
-    let client = connect(srv.addr).await;
+    let client = connect(srv.addr, true).await;
     assert!(client.back_channel(), "CONN_BACK_CHAN granted");
     let sid = client.session_id();
     assert_eq!(path_state(&srv, &sid).await, PathState::Up);
@@ -143,8 +84,8 @@ async fn the_server_reaches_the_client_on_its_back_channel() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_session_has_its_own_back_channel() {
     let srv = start_memory_server().await;
-    let a = connect(srv.addr).await;
-    let b = connect(srv.addr).await;
+    let a = connect(srv.addr, true).await;
+    let b = connect(srv.addr, true).await;
     let (sa, sb) = (a.session_id(), b.session_id());
     assert_ne!(sa, sb);
     assert_eq!(path_state(&srv, &sa).await, PathState::Up);

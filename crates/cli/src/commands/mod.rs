@@ -228,6 +228,11 @@ impl Ctx {
             if self.global.stats {
                 eprint!("{}", stats_text(&key, fs.client()));
             }
+            // Writes kept under write delegations reach the server before we go: a
+            // failure here is a failed command, not a silent loss.
+            if let Err(e) = fs.vflush().await {
+                self.fail(format!("flush to {key}"), describe(&e));
+            }
             let client = fs.client().clone();
             drop(fs);
             // Best effort: the server drops the session at lease expiry anyway.

@@ -1,0 +1,232 @@
+//! The client's delegation cache against the real txnfs server in process (which grants
+//! read and write delegations, recalls them and asks CB_GETATTR; ADR 0017): what is
+//! served without RPCs, what another client sees after a recall, and what goes back.
+
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use std::time::Duration;
+use txnfs_client::{Client, Fs};
+
+fn ops(c: &Client, name: &str) -> u64 {
+    c.stats().ops.get(name).copied().unwrap_or(0)
+}
+
+fn server_delegations(srv: &TestServer) -> txnfs_state::deleg::DelegStats {
+    srv.server.core().expect("core").delegations().stats()
+}
+
+async fn write_plain(srv: &TestServer, path: &str, data: &'static [u8]) {
+    // A client without delegations writes the file and goes away.
+    let w = connect(srv.addr, false).await;
+    let fs = Fs::new(w.clone());
+    for r in fs.vwrite(&[(path, Bytes::from_static(data))], true).await {
+        r.expect("write");
+    }
+    w.close().await.expect("close writer");
+}
+
+/// Under a read delegation the second read of a file, and its GETATTR, send nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_read_of_a_delegated_file_sends_no_rpc() {
+    let srv = start_memory_server().await;
+    write_plain(&srv, "r.txt", b"read me twice").await;
+    let a = connect(srv.addr, true).await;
+    let fs = Fs::new(a.clone());
+    let first = fs.vread(&["r.txt"]).await;
+    assert_eq!(
+        first[0].as_ref().expect("first read"),
+        &Bytes::from_static(b"read me twice")
+    );
+    assert_eq!(a.delegations_held(), (1, 0), "{:?}", a.cache_stats());
+    assert_eq!(a.cache_stats().read_delegations, 1);
+    let (reads, opens, compounds) = (ops(&a, "READ"), ops(&a, "OPEN"), a.stats().compounds);
+    for _ in 0..3 {
+        let again = fs.vread(&["r.txt"]).await;
+        assert_eq!(
+            again[0].as_ref().expect("cached read"),
+            &Bytes::from_static(b"read me twice")
+        );
+    }
+    let st = fs.vgetattrs(&["r.txt"]).await;
+    assert_eq!(st[0].as_ref().expect("stat").size, Some(13));
+    assert_eq!(ops(&a, "READ"), reads, "no READ sent");
+    assert_eq!(ops(&a, "OPEN"), opens, "no OPEN sent");
+    assert_eq!(a.stats().compounds, compounds, "no COMPOUND at all");
+    assert_eq!(a.cache_stats().read_hits, 3);
+    assert_eq!(a.cache_stats().attr_hits, 1);
+
+    // Closing the client returns the delegation.
+    a.close().await.expect("close");
+    let s = server_delegations(&srv);
+    assert_eq!((s.granted, s.returned, s.outstanding), (1, 1, 0), "{s:?}");
+}
+
+/// Without delegations (the switch off) every read goes to the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_delegations_off_every_read_is_sent() {
+    let srv = start_memory_server().await;
+    write_plain(&srv, "r.txt", b"abc").await;
+    let a = connect(srv.addr, false).await;
+    let fs = Fs::new(a.clone());
+    for _ in 0..3 {
+        let r = fs.vread(&["r.txt"]).await;
+        assert_eq!(r[0].as_ref().expect("read"), &Bytes::from_static(b"abc"));
+    }
+    assert_eq!(ops(&a, "READ"), 3);
+    assert_eq!(a.delegations_held(), (0, 0));
+    assert_eq!(server_delegations(&srv).granted, 0);
+    a.close().await.expect("close");
+}
+
+/// A write under a write delegation stays in the client; another client's OPEN makes
+/// the server recall it; the holder flushes and returns it, and the other client reads
+/// the new bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflicting_open_gets_the_content_flushed_on_recall() {
+    let srv = start_memory_server().await;
+    let a = connect(srv.addr, true).await;
+    let fs = Fs::new(a.clone());
+    for r in fs
+        .vwrite(&[("w.txt", Bytes::from_static(b"first version"))], false)
+        .await
+    {
+        r.expect("first write");
+    }
+    assert_eq!(
+        a.cache_stats().write_delegations,
+        1,
+        "{:?}",
+        a.cache_stats()
+    );
+    let writes = ops(&a, "WRITE");
+    for r in fs
+        .vwrite(
+            &[("w.txt", Bytes::from_static(b"second, longer version"))],
+            false,
+        )
+        .await
+    {
+        r.expect("buffered write");
+    }
+    assert_eq!(ops(&a, "WRITE"), writes, "buffered, not sent");
+    assert_eq!(a.cache_stats().buffered_writes, 1);
+    // The holder reads its own buffered data.
+    assert_eq!(
+        fs.vread(&["w.txt"]).await[0].as_ref().expect("own read"),
+        &Bytes::from_static(b"second, longer version")
+    );
+
+    let b = connect(srv.addr, false).await;
+    let fs_b = Fs::new(b.clone());
+    let got = fs_b.vread(&["w.txt"]).await;
+    assert_eq!(
+        got[0].as_ref().expect("B reads"),
+        &Bytes::from_static(b"second, longer version")
+    );
+    let st = a.cache_stats();
+    assert_eq!((st.recalls, st.flushes, st.returns), (1, 1, 1), "{st:?}");
+    assert_eq!(ops(&a, "DELEGRETURN"), 1);
+    assert_eq!(a.delegations_held(), (0, 0));
+    let s = server_delegations(&srv);
+    assert_eq!((s.recalled, s.returned, s.revoked), (1, 1, 0), "{s:?}");
+    b.close().await.expect("close b");
+    a.close().await.expect("close a");
+}
+
+/// A buffered write that makes the file shorter: the flush truncates it (SETATTR with
+/// the delegation stateid) before writing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flush_truncates_a_file_that_got_shorter() {
+    let srv = start_memory_server().await;
+    let a = connect(srv.addr, true).await;
+    let fs = Fs::new(a.clone());
+    for r in fs
+        .vwrite(
+            &[("t.txt", Bytes::from_static(b"a rather long first line"))],
+            false,
+        )
+        .await
+    {
+        r.expect("first write");
+    }
+    for r in fs
+        .vwrite(&[("t.txt", Bytes::from_static(b"short"))], false)
+        .await
+    {
+        r.expect("buffered write");
+    }
+    fs.vflush().await.expect("flush");
+    assert_eq!(a.cache_stats().flushes, 1);
+    assert_eq!(a.delegations_held(), (1, 0), "a flush keeps the delegation");
+    let b = connect(srv.addr, false).await;
+    let got = Fs::new(b.clone()).vread(&["t.txt"]).await;
+    assert_eq!(
+        got[0].as_ref().expect("read"),
+        &Bytes::from_static(b"short")
+    );
+    b.close().await.expect("close b");
+    a.close().await.expect("close a");
+}
+
+/// Another client's GETATTR of a write-delegated file is answered through CB_GETATTR
+/// with the holder's buffered size, without a recall.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cb_getattr_answers_the_buffered_size() {
+    let srv = start_memory_server().await;
+    let a = connect(srv.addr, true).await;
+    let fs = Fs::new(a.clone());
+    for r in fs
+        .vwrite(&[("g.txt", Bytes::from_static(b"12345"))], false)
+        .await
+    {
+        r.expect("first write");
+    }
+    let buffered = Bytes::from(vec![b'x'; 3000]);
+    for r in fs.vwrite(&[("g.txt", buffered)], false).await {
+        r.expect("buffered write");
+    }
+    let b = connect(srv.addr, false).await;
+    let st = Fs::new(b.clone()).vgetattrs(&["g.txt"]).await;
+    assert_eq!(st[0].as_ref().expect("B's stat").size, Some(3000));
+    assert_eq!(a.cache_stats().getattr_answered, 1, "{:?}", a.cache_stats());
+    assert_eq!(a.callback_stats().ops.get("CB_GETATTR"), Some(&1));
+    assert_eq!(a.cache_stats().recalls, 0, "no recall for a GETATTR");
+    assert_eq!(a.delegations_held(), (1, 0));
+    b.close().await.expect("close b");
+    // Close flushes and returns: the bytes are on the server afterwards.
+    a.close().await.expect("close a");
+    let c = connect(srv.addr, false).await;
+    let got = Fs::new(c.clone()).vread(&["g.txt"]).await;
+    assert_eq!(got[0].as_ref().expect("read").len(), 3000);
+    c.close().await.expect("close c");
+}
+
+/// Removing a delegated file through the holder returns the delegation first; the
+/// server is left with nothing outstanding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remove_and_rename_return_the_delegation() {
+    let srv = start_memory_server().await;
+    write_plain(&srv, "x.txt", b"x").await;
+    write_plain(&srv, "y.txt", b"y").await;
+    let a = connect(srv.addr, true).await;
+    let fs = Fs::new(a.clone());
+    for r in fs.vread(&["x.txt", "y.txt"]).await {
+        r.expect("read");
+    }
+    assert_eq!(a.delegations_held(), (2, 0));
+    for r in fs.vremove(&["x.txt"], false).await {
+        r.expect("remove");
+    }
+    for r in fs.vrename(&[("y.txt", "z.txt")]).await {
+        r.expect("rename");
+    }
+    assert_eq!(a.delegations_held(), (0, 0));
+    let got = fs.vread(&["z.txt"]).await;
+    assert_eq!(got[0].as_ref().expect("read z"), &Bytes::from_static(b"y"));
+    assert!(fs.vread(&["y.txt"]).await[0].is_err(), "old name gone");
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    a.close().await.expect("close");
+    assert_eq!(server_delegations(&srv).outstanding, 0);
+}
