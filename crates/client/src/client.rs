@@ -293,6 +293,13 @@ impl Client {
         &self.inner.cache
     }
 
+    /// Answer `call` as if it had arrived on the back channel (what the server's CALLs
+    /// go through): for tests and tools that play the server's part, e.g. a
+    /// CB_RECALL_ANY the server does not send by itself.
+    pub fn handle_callback(&self, call: &IncomingCall) -> txnfs_rpc::CallReply {
+        self.inner.callbacks.handle(call)
+    }
+
     /// Whether this client uses delegations (see [`ClientConfig::delegations`]).
     pub fn delegations_enabled(&self) -> bool {
         self.inner.cfg.delegations

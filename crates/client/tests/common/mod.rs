@@ -44,6 +44,10 @@ pub async fn start_memory_server() -> TestServer {
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
+    SERVERS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((addr, Arc::downgrade(&server)));
     let s2 = server.clone();
     let task = tokio::spawn(async move {
         let _ = txnfs_server::run(s2, listener, std::future::pending()).await;
@@ -56,6 +60,38 @@ pub async fn start_memory_server() -> TestServer {
     }
 }
 
+static SERVERS: std::sync::Mutex<Vec<(SocketAddr, std::sync::Weak<Server>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+fn server_of(addr: SocketAddr) -> Option<Arc<Server>> {
+    SERVERS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .find(|(a, _)| *a == addr)
+        .and_then(|(_, s)| s.upgrade())
+}
+
+/// The server grants delegations only over a back channel it has seen working (its
+/// CB_NULL probe answered): wait for that, as a client that opens files a moment after
+/// mounting would.
+pub async fn wait_back_channel_up(server: Option<Arc<Server>>, c: &Client) {
+    let Some(server) = server else { return };
+    let sid = c.session_id();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        let up = server
+            .callbacks
+            .session(&sid)
+            .is_some_and(|s| s.path() == txnfs_server::callback::PathState::Up);
+        if up {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    panic!("the server never saw the back channel up");
+}
+
 /// A client of `addr` as root; `delegations` switches the delegation cache.
 pub async fn connect(addr: SocketAddr, delegations: bool) -> Client {
     let mut cfg = ClientConfig::new(addr);
@@ -63,5 +99,9 @@ pub async fn connect(addr: SocketAddr, delegations: bool) -> Client {
     cfg.uid = 0;
     cfg.gid = 0;
     cfg.max_attempts = 5;
-    Client::connect(cfg).await.expect("connect")
+    let c = Client::connect(cfg).await.expect("connect");
+    if delegations {
+        wait_back_channel_up(server_of(addr), &c).await;
+    }
+    c
 }
