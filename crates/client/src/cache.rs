@@ -234,6 +234,12 @@ impl DelegCache {
         if !self.enabled {
             return;
         }
+        // A file with several names can change through a name the cache does not know
+        // (by this client: no recall): hold its delegation, cache nothing of it.
+        let (attrs, data) = match &attrs {
+            Some(a) if a.nlink.is_some_and(|n| n > 1) => (None, None),
+            _ => (attrs, data),
+        };
         let key = path_key(path);
         let mut g = self.lock();
         let grant = granted(deleg);
@@ -577,35 +583,40 @@ impl DelegCache {
         g.bytes -= freed;
     }
 
-    /// Forget everything cached under `path` (a removed or renamed name): file and
-    /// directory delegations reached through it are returned.
-    pub(crate) async fn forget_path(&self, path: &str) {
-        let key = path_key(path);
-        let prefix = format!("{key}/");
-        let (files, dirs) = {
+    /// Forget everything cached under `path` (a removed, renamed or replaced name): the
+    /// file and directory delegations reached through it are returned, their buffered
+    /// data flushed first when `flush`.
+    pub(crate) async fn forget_paths(&self, paths: &[&str], flush: bool) {
+        let mut fhs = Vec::new();
+        {
             let g = self.lock();
-            let under = |p: &String| p == &key || p.starts_with(&prefix);
-            let files: Vec<Bytes> = g
-                .paths
-                .iter()
-                .filter(|(p, _)| under(p))
-                .map(|(_, f)| f.clone())
-                .collect();
-            let dirs: Vec<Bytes> = g
-                .dir_paths
-                .iter()
-                .filter(|(p, _)| under(p))
-                .map(|(_, f)| f.clone())
-                .collect();
-            (files, dirs)
-        };
-        for fh in files {
-            self.return_file(&fh).await;
+            if g.files.is_empty() && g.dirs.is_empty() {
+                return;
+            }
+            for path in paths {
+                let key = path_key(path);
+                let prefix = format!("{key}/");
+                let under = |p: &String| p == &key || p.starts_with(&prefix);
+                fhs.extend(
+                    g.paths
+                        .iter()
+                        .filter(|(p, _)| under(p))
+                        .map(|(_, f)| f.clone()),
+                );
+                fhs.extend(
+                    g.dir_paths
+                        .iter()
+                        .filter(|(p, _)| under(p))
+                        .map(|(_, f)| f.clone()),
+                );
+            }
         }
-        for fh in dirs {
-            self.return_dir(&fh).await;
+        if !fhs.is_empty() {
+            self.return_many(&fhs, flush).await;
         }
-        self.invalidate_parent_listing(&key);
+        for path in paths {
+            self.invalidate_parent_listing(path);
+        }
     }
 
     // ---- returning ----------------------------------------------------------------
@@ -687,57 +698,81 @@ impl DelegCache {
 
     /// Flush and return the delegation of file `fh` (idempotent).
     pub(crate) async fn return_file(&self, fh: &Bytes) {
-        let Some(c) = self.client() else { return };
-        let _g = self.returns.lock().await;
-        let sid = {
-            let mut g = self.lock();
-            match g.files.get_mut(fh) {
-                Some(f) => {
-                    f.returning = true;
-                    f.stateid.clone()
-                }
-                None => return,
-            }
-        };
-        if let Err(e) = self.flush_locked(&c, fh).await {
-            // The data cannot reach the server (the delegation may be revoked): log it,
-            // the caller's earlier write already returned success.
-            tracing::warn!("flush before DELEGRETURN failed: {e}");
-        }
-        self.delegreturn(&c, fh, sid).await;
-        let mut g = self.lock();
-        if let Some(f) = g.files.remove(fh) {
-            if let Some(d) = &f.data {
-                g.bytes -= d.len();
-            }
-            if let Some(p) = f.path {
-                if g.paths.get(&p) == Some(fh) {
-                    g.paths.remove(&p);
-                }
-            }
-        }
+        self.return_many(std::slice::from_ref(fh), true).await;
     }
 
     /// Return the delegation of directory `fh` (idempotent).
     pub(crate) async fn return_dir(&self, fh: &Bytes) {
+        self.return_many(std::slice::from_ref(fh), false).await;
+    }
+
+    /// Return the delegations of the files and directories `fhs` (idempotent): buffered
+    /// data first when `flush` (else it is dropped: the file is being removed or
+    /// replaced), then DELEGRETURNs, packed many per COMPOUND.
+    pub(crate) async fn return_many(&self, fhs: &[Bytes], flush: bool) {
         let Some(c) = self.client() else { return };
         let _g = self.returns.lock().await;
-        let sid = {
+        let mut todo: Vec<(Bytes, stateid4)> = Vec::new();
+        {
             let mut g = self.lock();
-            match g.dirs.get_mut(fh) {
-                Some(d) => {
+            for fh in fhs {
+                if let Some(f) = g.files.get_mut(fh) {
+                    f.returning = true;
+                    todo.push((fh.clone(), f.stateid.clone()));
+                } else if let Some(d) = g.dirs.get_mut(fh) {
                     d.returning = true;
-                    d.stateid.clone()
+                    todo.push((fh.clone(), d.stateid.clone()));
                 }
-                None => return,
             }
-        };
-        self.delegreturn(&c, fh, sid).await;
+        }
+        if todo.is_empty() {
+            return;
+        }
+        if flush {
+            for (fh, _) in &todo {
+                if let Err(e) = self.flush_locked(&c, fh).await {
+                    // The data cannot reach the server (the delegation may be revoked):
+                    // log it, the caller's earlier write already returned success.
+                    tracing::warn!("flush before DELEGRETURN failed: {e}");
+                }
+            }
+        }
+        let items = todo
+            .iter()
+            .map(|(fh, sid)| crate::vector::Item {
+                ops: vec![
+                    nfs_argop4::OP_PUTFH(PUTFH4args { object: fh.clone() }),
+                    nfs_argop4::OP_DELEGRETURN(DELEGRETURN4args {
+                        deleg_stateid: sid.clone(),
+                    }),
+                ],
+                reply_estimate: 32,
+                optional_from: None,
+            })
+            .collect();
+        for r in crate::Fs::new(c.clone()).run(items).await {
+            if let Err(e) = r {
+                tracing::debug!("DELEGRETURN: {e}");
+            }
+        }
         let mut g = self.lock();
-        if let Some(d) = g.dirs.remove(fh) {
-            g.bytes -= d.bytes;
-            if g.dir_paths.get(&d.path) == Some(fh) {
-                g.dir_paths.remove(&d.path);
+        g.stats.returns += todo.len() as u64;
+        for (fh, _) in &todo {
+            if let Some(f) = g.files.remove(fh) {
+                if let Some(d) = &f.data {
+                    g.bytes -= d.len();
+                }
+                if let Some(p) = f.path {
+                    if g.paths.get(&p) == Some(fh) {
+                        g.paths.remove(&p);
+                    }
+                }
+            }
+            if let Some(d) = g.dirs.remove(fh) {
+                g.bytes -= d.bytes;
+                if g.dir_paths.get(&d.path) == Some(fh) {
+                    g.dir_paths.remove(&d.path);
+                }
             }
         }
     }
@@ -782,19 +817,11 @@ impl DelegCache {
 
     /// Return every delegation (Client::close).
     pub(crate) async fn return_all(&self) {
-        let (files, dirs): (Vec<Bytes>, Vec<Bytes>) = {
+        let fhs: Vec<Bytes> = {
             let g = self.lock();
-            (
-                g.files.keys().cloned().collect(),
-                g.dirs.keys().cloned().collect(),
-            )
+            g.files.keys().chain(g.dirs.keys()).cloned().collect()
         };
-        for fh in files {
-            self.return_file(&fh).await;
-        }
-        for fh in dirs {
-            self.return_dir(&fh).await;
-        }
+        self.return_many(&fhs, true).await;
     }
 }
 
@@ -1085,8 +1112,12 @@ impl CallbackOps for DelegCache {
         drop(g);
         held.sort_by_key(|(t, ..)| *t);
         let n = held.len().saturating_sub(keep as usize);
-        for (_, fh, dir) in held.into_iter().take(n) {
-            self.spawn_return(fh, dir);
+        let fhs: Vec<Bytes> = held.into_iter().take(n).map(|(_, fh, _)| fh).collect();
+        if let (Some(c), false) = (self.client(), fhs.is_empty()) {
+            tokio::spawn(async move {
+                let cache = c.cache().clone();
+                cache.return_many(&fhs, true).await;
+            });
         }
         nfsstat4::NFS4_OK
     }

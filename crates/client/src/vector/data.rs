@@ -97,9 +97,8 @@ impl Fs {
         let cache = self.client.cache().clone();
         if access & OPEN4_SHARE_ACCESS_WRITE != 0 || create.is_some() {
             // The caller writes through its own stateid: nothing cached may stay.
-            for p in paths {
-                cache.forget_path(p.as_ref()).await;
-            }
+            let ps: Vec<&str> = paths.iter().map(|p| p.as_ref()).collect();
+            cache.forget_paths(&ps, true).await;
         }
         let (items, errs) = items_for(paths, 300, |p| {
             self.open_ops(p.as_ref(), access, create.as_ref())
@@ -321,6 +320,7 @@ impl Fs {
         let mut out: Vec<Result<(), ClientError>> = files.iter().map(|_| Ok(())).collect();
         let mut rest: Vec<(String, Bytes)> = Vec::new();
         let mut rest_idx = Vec::new();
+        let mut giveback = Vec::new();
         for (i, (p, data)) in files.iter().enumerate() {
             if !stable && cache.buffer_write(p.as_ref(), data) {
                 continue;
@@ -328,12 +328,13 @@ impl Fs {
             // Written through: buffered data of the file must reach the server first,
             // and the delegation goes back (the OPEN below may get a new one).
             if let Some(fh) = cache.fh_of(p.as_ref()) {
-                cache.return_file(&fh).await;
+                giveback.push(fh);
             }
             cache.invalidate_parent_listing(p.as_ref());
             rest.push((p.as_ref().to_string(), data.clone()));
             rest_idx.push(i);
         }
+        cache.return_many(&giveback, true).await;
         if !rest.is_empty() {
             for (i, r) in rest_idx
                 .into_iter()

@@ -91,13 +91,13 @@ impl Fs {
         sets: &[(S, SetAttributes)],
     ) -> Vec<Result<(), ClientError>> {
         let cache = self.client.cache();
+        let mut giveback = Vec::new();
         for (p, _) in sets {
-            if let Some(fh) = cache.fh_of(p.as_ref()) {
-                cache.return_file(&fh).await;
-            }
+            giveback.extend(cache.fh_of(p.as_ref()));
             cache.invalidate_parent_listing(p.as_ref());
             cache.drop_listing(p.as_ref());
         }
+        cache.return_many(&giveback, true).await;
         let (items, errs) = items_for(sets, 32, |(p, set)| {
             let mut ops = self.resolve(p.as_ref())?;
             ops.push(nfs_argop4::OP_SETATTR(SETATTR4args {
@@ -273,9 +273,10 @@ impl Fs {
                 to_remove.push((p.as_ref().to_string(), Some(i), 0));
             }
         }
-        for (p, ..) in &to_remove {
-            self.client.cache().forget_path(p).await;
-        }
+        // Delegations of what goes away are returned first (their buffered data with
+        // them: it would only be written to be removed).
+        let roots: Vec<&str> = paths.iter().map(|p| p.as_ref()).collect();
+        self.client.cache().forget_paths(&roots, false).await;
         // Files first (rank MAX), then directories deepest first.
         to_remove.sort_by_key(|x| std::cmp::Reverse(x.2));
         let mut start = 0;
@@ -331,10 +332,11 @@ impl Fs {
         &self,
         pairs: &[(S, T)],
     ) -> Vec<Result<(), ClientError>> {
-        for (from, to) in pairs {
-            self.client.cache().forget_path(from.as_ref()).await;
-            self.client.cache().forget_path(to.as_ref()).await;
-        }
+        let from: Vec<&str> = pairs.iter().map(|(f, _)| f.as_ref()).collect();
+        let to: Vec<&str> = pairs.iter().map(|(_, t)| t.as_ref()).collect();
+        // What moves keeps its data; what it replaces goes.
+        self.client.cache().forget_paths(&from, true).await;
+        self.client.cache().forget_paths(&to, false).await;
         let (items, errs) = items_for(pairs, 96, |(from, to)| {
             let (fp, fname) = split_parent(from.as_ref())?;
             let (tp, tname) = split_parent(to.as_ref())?;
@@ -356,11 +358,11 @@ impl Fs {
         &self,
         pairs: &[(S, T)],
     ) -> Vec<Result<(), ClientError>> {
-        for (existing, new) in pairs {
-            // The link count of the file changes, and its new name appears.
-            self.client
-                .cache()
-                .invalidate_parent_listing(existing.as_ref());
+        // A file with two names could change through one the cache does not know:
+        // its delegation goes back (the cache keeps files with one link only).
+        let existing: Vec<&str> = pairs.iter().map(|(e, _)| e.as_ref()).collect();
+        self.client.cache().forget_paths(&existing, true).await;
+        for (_, new) in pairs {
             self.client.cache().invalidate_parent_listing(new.as_ref());
         }
         let (items, errs) = items_for(pairs, 64, |(existing, new)| {
