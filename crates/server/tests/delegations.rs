@@ -475,12 +475,12 @@ async fn the_holder_opens_under_its_delegation_before_returning_it() {
     let mut a = Holder::new(&srv, b"holder-a").await;
     let (_, d, fh) = a.open("f", READ).await;
     let dsid = deleg_stateid(&d);
-    let r = a
-        .run(vec![
+    let under = |share_access: u32| {
+        vec![
             putfh(&fh),
             nfs_argop4::OP_OPEN(OPEN4args {
                 seqid: 0,
-                share_access: READ,
+                share_access,
                 share_deny: 0,
                 owner: open_owner4 {
                     clientid: 0,
@@ -489,26 +489,12 @@ async fn the_holder_opens_under_its_delegation_before_returning_it() {
                 openhow: openflag4::default(opentype4::OPEN4_NOCREATE),
                 claim: open_claim4::CLAIM_DELEG_CUR_FH(dsid.clone()),
             }),
-        ])
-        .await;
+        ]
+    };
+    let r = a.run(under(READ)).await;
     assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
     // A write open under a read delegation is refused.
-    let r = a
-        .run(vec![
-            putfh(&fh),
-            nfs_argop4::OP_OPEN(OPEN4args {
-                seqid: 0,
-                share_access: BOTH,
-                share_deny: 0,
-                owner: open_owner4 {
-                    clientid: 0,
-                    owner: Bytes::from_static(b"local-open"),
-                },
-                openhow: openflag4::default(opentype4::OPEN4_NOCREATE),
-                claim: open_claim4::CLAIM_DELEG_CUR_FH(dsid.clone()),
-            }),
-        ])
-        .await;
+    let r = a.run(under(BOTH)).await;
     assert_eq!(r.status, nfsstat4::NFS4ERR_OPENMODE);
     assert_eq!(a.delegreturn(&fh, &dsid).await, nfsstat4::NFS4_OK);
     assert_eq!(

@@ -339,6 +339,14 @@ impl StateCore {
         req: OpenRequest,
     ) -> Result<Stateid, StateError> {
         self.check_locking(client, reclaim, now)?;
+        // The server recalled conflicting delegations before it called this, outside
+        // this lock; one granted since then must not end up beside this open.
+        if self
+            .delegs
+            .has_conflict(client, req.file, Access::Open(req.access))
+        {
+            return Err(StateError::Delay);
+        }
         let first = self
             .table
             .open(client, req.owner, req.file, req.access, req.deny);

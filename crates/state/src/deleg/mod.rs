@@ -234,14 +234,10 @@ impl DelegTable {
         if !Self::is_deleg(sid) {
             return Err(StateError::BadStateid);
         }
-        let mut epoch = [0u8; 4];
-        epoch.copy_from_slice(&sid.other[..4]);
-        if u32::from_be_bytes(epoch) != self.epoch {
+        let (epoch, id) = sid.epoch_and_id();
+        if epoch != self.epoch {
             return Err(StateError::StaleStateid);
         }
-        let mut idb = [0u8; 8];
-        idb.copy_from_slice(&sid.other[4..]);
-        let id = u64::from_be_bytes(idb);
         let d = self.delegs.get(&id).ok_or(StateError::BadStateid)?;
         if d.client != client {
             return Err(StateError::BadStateid);
@@ -402,6 +398,13 @@ impl DelegTable {
         self.cool_down.insert(file, now);
     }
 
+    /// Whether a live delegation of another client than `client` on `file` conflicts
+    /// with `access` (no recall is started: see [`DelegTable::conflicts`]).
+    pub fn has_conflict(&self, client: ClientId, file: FileId, access: Access) -> bool {
+        self.live_on(file)
+            .any(|d| d.client != client && access.conflicts(d.kind))
+    }
+
     /// Whether any of `ids` is still live (not returned, not revoked).
     pub fn any_live(&self, ids: &[u64]) -> bool {
         ids.iter().any(|id| {
@@ -490,14 +493,7 @@ impl DelegTable {
         sid: &Stateid,
         file: FileId,
     ) -> Result<(), StateError> {
-        let id = self.resolve(client, sid)?;
-        let d = self.delegs.get(&id).ok_or(StateError::BadStateid)?;
-        if d.file != file {
-            return Err(StateError::BadStateid);
-        }
-        if d.phase == Phase::Revoked {
-            return Err(StateError::DelegRevoked);
-        }
+        let (id, d) = self.live(client, sid, file)?;
         let phase = d.phase;
         self.remove(id);
         self.count(client, |s| {
@@ -524,6 +520,16 @@ impl DelegTable {
         sid: &Stateid,
         file: FileId,
     ) -> Result<DelegType, StateError> {
+        Ok(self.live(client, sid, file)?.1.kind)
+    }
+
+    /// `client`'s delegation `sid` on `file`, not revoked.
+    fn live(
+        &self,
+        client: ClientId,
+        sid: &Stateid,
+        file: FileId,
+    ) -> Result<(u64, &Delegation), StateError> {
         let id = self.resolve(client, sid)?;
         let d = self.delegs.get(&id).ok_or(StateError::BadStateid)?;
         if d.file != file {
@@ -532,7 +538,7 @@ impl DelegTable {
         if d.phase == Phase::Revoked {
             return Err(StateError::DelegRevoked);
         }
-        Ok(d.kind)
+        Ok((id, d))
     }
 
     /// TEST_STATEID of a delegation stateid.

@@ -120,3 +120,15 @@ fn the_limit_and_the_back_channel_gate_grants() {
     t.grant(t0, C1, F, req(1)).unwrap();
     assert_eq!(t.grant(t0, C2, F + 1, req(1)), Err(NoDeleg::Resource));
 }
+
+#[test]
+fn has_conflict_sees_other_clients_live_delegations_only() {
+    let t0 = Instant::now();
+    let mut t = DelegTable::new(5, DelegLimits::default());
+    let g = t.grant(t0, C1, F, req(1)).unwrap();
+    assert!(t.has_conflict(C2, F, Access::Open(2)));
+    assert!(!t.has_conflict(C2, F, Access::Open(1)));
+    assert!(!t.has_conflict(C1, F, Access::Open(3)));
+    t.delegreturn(t0, C1, &g.stateid, F).unwrap();
+    assert!(!t.has_conflict(C2, F, Access::Open(2)));
+}
