@@ -333,7 +333,9 @@ impl DelegCache {
         let fh = g.paths.get(&path_key(path))?.clone();
         g.tick += 1;
         let tick = g.tick;
-        let f = g.files.get_mut(&fh)?;
+        // Not while returning: once the server has the DELEGRETURN, another client may
+        // change the file before our entry is gone.
+        let f = g.files.get_mut(&fh).filter(|f| !f.returning)?;
         let d = f.data.clone()?;
         f.last_use = tick;
         g.stats.read_hits += 1;
@@ -364,7 +366,7 @@ impl DelegCache {
         let key = path_key(path);
         let mut g = self.lock();
         if let Some(fh) = g.paths.get(&key).cloned() {
-            if let Some(f) = g.files.get(&fh) {
+            if let Some(f) = g.files.get(&fh).filter(|f| !f.returning) {
                 if let Some(mut a) = f.attrs.clone() {
                     if let Some(d) = &f.data {
                         a.size = Some(d.len() as u64);
@@ -377,7 +379,7 @@ impl DelegCache {
         }
         let (parent, name) = crate::vector::split_parent(&key).ok()?;
         let dfh = g.dir_paths.get(&parent)?.clone();
-        let d = g.dirs.get(&dfh)?;
+        let d = g.dirs.get(&dfh).filter(|d| !d.returning)?;
         let entries = d.entries.as_ref()?;
         let r = match entries.get(&name) {
             Some(a) => Ok(a.clone()),
@@ -552,7 +554,7 @@ impl DelegCache {
         let fh = g.dir_paths.get(&path_key(path))?.clone();
         g.tick += 1;
         let tick = g.tick;
-        let d = g.dirs.get_mut(&fh)?;
+        let d = g.dirs.get_mut(&fh).filter(|d| !d.returning)?;
         let e = d.entries.as_ref()?;
         let out = e.iter().map(|(n, a)| (n.clone(), a.clone())).collect();
         d.last_use = tick;

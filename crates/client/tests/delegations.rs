@@ -375,3 +375,35 @@ async fn a_delegated_directory_is_listed_from_the_cache_and_kept_current() {
     assert!(a.cache_stats().notify_applied >= 1);
     a.close().await.expect("close");
 }
+
+/// A server that never grants: reads stay correct, and after a few OPENs without a
+/// grant the client stops carrying GETFH/GETATTR in its reads (today's lean COMPOUNDs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_never_grants_gets_lean_reads() {
+    let srv = start_memory_server_with(|cfg| cfg.delegations = false).await;
+    let names: Vec<String> = (0..20).map(|i| format!("f{i}")).collect();
+    for n in &names {
+        write_plain(&srv, n, b"same bytes").await;
+    }
+    let a = connect(srv.addr, true).await;
+    let fs = Fs::new(a.clone());
+    for r in fs.vread(&names).await {
+        assert_eq!(r.expect("read"), Bytes::from_static(b"same bytes"));
+    }
+    let getfh = ops(&a, "GETFH");
+    assert!(
+        getfh >= 16,
+        "the first reads asked for handles: {:?}",
+        a.stats()
+    );
+    let (getattrs, compounds) = (ops(&a, "GETATTR"), a.stats().compounds);
+    for r in fs.vread(&names).await {
+        assert_eq!(r.expect("read"), Bytes::from_static(b"same bytes"));
+    }
+    assert_eq!(ops(&a, "GETFH"), getfh, "no GETFH once nothing is granted");
+    assert_eq!(ops(&a, "GETATTR"), getattrs);
+    assert_eq!(a.stats().compounds, compounds + 1, "20 reads, one COMPOUND");
+    assert_eq!(a.delegations_held(), (0, 0));
+    assert_eq!(server_delegations(&srv).granted, 0);
+    a.close().await.expect("close");
+}

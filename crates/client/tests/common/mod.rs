@@ -21,6 +21,11 @@ impl Drop for TestServer {
 }
 
 pub async fn start_memory_server() -> TestServer {
+    start_memory_server_with(|_| {}).await
+}
+
+/// A memory server whose configuration `tweak` adjusts.
+pub async fn start_memory_server_with(tweak: impl FnOnce(&mut Config)) -> TestServer {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let state_dir = std::env::temp_dir().join(format!(
         "txnfs-client-bc-{}-{}",
@@ -39,6 +44,8 @@ pub async fn start_memory_server() -> TestServer {
         grace: false,
         ..Config::default()
     };
+    let mut cfg = cfg;
+    tweak(&mut cfg);
     let server = Server::new(cfg).expect("server starts");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
