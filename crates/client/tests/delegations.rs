@@ -407,3 +407,38 @@ async fn a_server_that_never_grants_gets_lean_reads() {
     assert_eq!(server_delegations(&srv).granted, 0);
     a.close().await.expect("close");
 }
+
+/// No stale cache: another client's write recalls the reader's delegation, and the
+/// reader's next read (and stat) fetches the new bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_clients_write_recalls_and_the_next_read_is_fresh() {
+    let srv = start_memory_server().await;
+    write_plain(&srv, "s.txt", b"old").await;
+    let a = connect(srv.addr, true).await;
+    let fs = Fs::new(a.clone());
+    assert_eq!(
+        fs.vread(&["s.txt"]).await[0].as_ref().expect("read"),
+        &Bytes::from_static(b"old")
+    );
+    assert_eq!(a.delegations_held(), (1, 0));
+    // B overwrites the file: its OPEN for write waits for A's DELEGRETURN.
+    write_plain(&srv, "s.txt", b"brand new").await;
+    wait_until_none_held(&a).await;
+    assert_eq!(a.cache_stats().recalls, 1);
+    let reads = ops(&a, "READ");
+    assert_eq!(
+        fs.vread(&["s.txt"]).await[0].as_ref().expect("read again"),
+        &Bytes::from_static(b"brand new")
+    );
+    assert_eq!(ops(&a, "READ"), reads + 1, "read from the server");
+    assert_eq!(
+        fs.vgetattrs(&["s.txt"]).await[0]
+            .as_ref()
+            .expect("stat")
+            .size,
+        Some(9)
+    );
+    a.close().await.expect("close");
+    let s = server_delegations(&srv);
+    assert_eq!((s.recalled, s.revoked, s.outstanding), (1, 0, 0), "{s:?}");
+}
