@@ -96,3 +96,48 @@ async fn each_session_has_its_own_back_channel() {
     a.close().await.expect("close a");
     b.close().await.expect("close b");
 }
+
+/// When SEQUENCE reports the back channel down (SEQ4_STATUS_CB_PATH_DOWN_SESSION), the
+/// client binds its connection again. Here the path goes down because BACKCHANNEL_CTL
+/// names a program the client does not serve (the server's probe gets PROG_UNAVAIL);
+/// naming ours again brings it back up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_reported_down_is_bound_again() {
+    let srv = start_memory_server().await;
+    let client = connect(srv.addr, true).await;
+    let sid = client.session_id();
+    assert_eq!(path_state(&srv, &sid).await, PathState::Up);
+    let ctl = |prog: u32| {
+        let mut q = txnfs_client::Compound::new();
+        q.op(nfs_argop4::OP_BACKCHANNEL_CTL(BACKCHANNEL_CTL4args {
+            bca_cb_program: prog,
+            bca_sec_parms: vec![callback_sec_parms4::AUTH_NONE],
+        }));
+        q
+    };
+    let r = client
+        .compound(&ctl(0x4000_0099))
+        .await
+        .expect("BACKCHANNEL_CTL");
+    assert!(r.failed().is_none(), "{r:?}");
+    assert_eq!(path_state(&srv, &sid).await, PathState::Down);
+    let binds = client.stats().binds;
+    // The next SEQUENCE carries the flag; the client rebinds right after it.
+    client
+        .compound(&txnfs_client::Compound::new())
+        .await
+        .expect("SEQUENCE");
+    assert_eq!(client.stats().binds, binds + 1, "rebound on CB_PATH_DOWN");
+    // At most one rebind per 5 s while the path stays down.
+    client
+        .compound(&txnfs_client::Compound::new())
+        .await
+        .expect("SEQUENCE");
+    assert_eq!(client.stats().binds, binds + 1);
+    let r = client
+        .compound(&ctl(txnfs_client::callback::CB_PROGRAM))
+        .await;
+    assert!(r.expect("BACKCHANNEL_CTL").failed().is_none());
+    assert_eq!(path_state(&srv, &sid).await, PathState::Up);
+    client.close().await.expect("close");
+}
