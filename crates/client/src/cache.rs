@@ -54,6 +54,9 @@ pub struct CacheStats {
     pub buffered_writes: u64,
     /// Flushes of buffered data to the server.
     pub flushes: u64,
+    /// Delegations the server revoked (found by TEST_STATEID or refused DELEGRETURN),
+    /// dropped with what was cached under them.
+    pub revoked: u64,
     /// Recalls received (CB_RECALL) and delegations returned (DELEGRETURN sent).
     pub recalls: u64,
     pub returns: u64,
@@ -119,6 +122,8 @@ pub(crate) struct DelegCache {
     returns: tokio::sync::Mutex<()>,
     /// OPEN replies in a row that granted nothing.
     misses: std::sync::atomic::AtomicU32,
+    /// A check for revoked delegations is running.
+    checking: std::sync::atomic::AtomicBool,
 }
 
 /// A delegation granted by OPEN: (write?, stateid).
@@ -190,6 +195,7 @@ impl DelegCache {
             client: OnceLock::new(),
             returns: tokio::sync::Mutex::new(()),
             misses: Default::default(),
+            checking: Default::default(),
         }
     }
 
@@ -752,13 +758,24 @@ impl DelegCache {
                 optional_from: None,
             })
             .collect();
-        for r in crate::Fs::new(c.clone()).run(items).await {
+        let mut revoked = Vec::new();
+        for (r, (_, sid)) in crate::Fs::new(c.clone())
+            .run(items)
+            .await
+            .into_iter()
+            .zip(&todo)
+        {
             if let Err(e) = r {
                 tracing::debug!("DELEGRETURN: {e}");
+                if e.status() == Some(nfsstat4::NFS4ERR_DELEG_REVOKED) {
+                    revoked.push(sid.clone());
+                }
             }
         }
+        free_stateids(&c, &revoked).await;
         let mut g = self.lock();
-        g.stats.returns += todo.len() as u64;
+        g.stats.returns += (todo.len() - revoked.len()) as u64;
+        g.stats.revoked += revoked.len() as u64;
         for (fh, _) in &todo {
             if let Some(f) = g.files.remove(fh) {
                 if let Some(d) = &f.data {
@@ -817,6 +834,111 @@ impl DelegCache {
         });
     }
 
+    /// SEQUENCE said some recallable state was revoked: find which delegations with
+    /// TEST_STATEID, drop them and what was cached under them (buffered data is lost:
+    /// the server no longer takes it under that stateid), and FREE_STATEID them. One
+    /// check at a time.
+    pub(crate) fn spawn_revocation_check(&self) {
+        use std::sync::atomic::Ordering::{AcqRel, Release};
+        let Some(c) = self.client() else { return };
+        if self.checking.swap(true, AcqRel) {
+            return;
+        }
+        tokio::spawn(async move {
+            let cache = c.cache().clone();
+            if let Err(e) = cache.check_revoked(&c).await {
+                tracing::info!("checking for revoked delegations failed: {e}");
+            }
+            cache.checking.store(false, Release);
+        });
+    }
+
+    async fn check_revoked(&self, c: &Client) -> Result<(), ClientError> {
+        // Delegations being returned are left to the return (it frees them).
+        let held: Vec<(Bytes, stateid4)> = {
+            let g = self.lock();
+            g.files
+                .iter()
+                .filter(|(_, f)| !f.returning)
+                .map(|(fh, f)| (fh.clone(), f.stateid.clone()))
+                .chain(
+                    g.dirs
+                        .iter()
+                        .filter(|(_, d)| !d.returning)
+                        .map(|(fh, d)| (fh.clone(), d.stateid.clone())),
+                )
+                .collect()
+        };
+        if held.is_empty() {
+            return Ok(());
+        }
+        let mut gone = Vec::new();
+        for chunk in held.chunks(512) {
+            let mut q = Compound::new();
+            let i = q.op(nfs_argop4::OP_TEST_STATEID(TEST_STATEID4args {
+                ts_stateids: chunk.iter().map(|(_, s)| s.clone()).collect(),
+            }));
+            let r = c.compound(&q).await?;
+            let codes = match r.results.get(i) {
+                Some(nfs_resop4::OP_TEST_STATEID(TEST_STATEID4res::NFS4_OK(ok))) => {
+                    ok.tsr_status_codes.clone()
+                }
+                _ => return Err(ClientError::nfs("TEST_STATEID", i, r.status)),
+            };
+            for ((fh, sid), st) in chunk.iter().zip(codes) {
+                if st != nfsstat4::NFS4_OK {
+                    gone.push((fh.clone(), sid.clone(), st));
+                }
+            }
+        }
+        let mut to_free = Vec::new();
+        {
+            let mut g = self.lock();
+            for (fh, sid, st) in &gone {
+                // Still ours to drop (not returned meanwhile)?
+                let ours = g
+                    .files
+                    .get(fh)
+                    .is_some_and(|f| !f.returning && f.stateid == *sid)
+                    || g.dirs
+                        .get(fh)
+                        .is_some_and(|d| !d.returning && d.stateid == *sid);
+                if !ours {
+                    continue;
+                }
+                tracing::warn!(
+                    ?st,
+                    "delegation revoked by the server; its cache is dropped"
+                );
+                g.stats.revoked += 1;
+                if let Some(f) = g.files.remove(fh) {
+                    if f.dirty {
+                        tracing::warn!(path = ?f.path, "buffered writes lost with a revoked delegation");
+                    }
+                    if let Some(d) = &f.data {
+                        g.bytes -= d.len();
+                    }
+                    if let Some(p) = f.path {
+                        if g.paths.get(&p) == Some(fh) {
+                            g.paths.remove(&p);
+                        }
+                    }
+                }
+                if let Some(d) = g.dirs.remove(fh) {
+                    g.bytes -= d.bytes;
+                    if g.dir_paths.get(&d.path) == Some(fh) {
+                        g.dir_paths.remove(&d.path);
+                    }
+                }
+                if *st == nfsstat4::NFS4ERR_DELEG_REVOKED {
+                    to_free.push(sid.clone());
+                }
+            }
+        }
+        free_stateids(c, &to_free).await;
+        Ok(())
+    }
+
     /// Return every delegation (Client::close).
     pub(crate) async fn return_all(&self) {
         let fhs: Vec<Bytes> = {
@@ -824,6 +946,29 @@ impl DelegCache {
             g.files.keys().chain(g.dirs.keys()).cloned().collect()
         };
         self.return_many(&fhs, true).await;
+    }
+}
+
+/// FREE_STATEID of revoked delegation stateids (the server keeps them until then, and
+/// keeps saying so in SEQUENCE's flags).
+async fn free_stateids(c: &Client, sids: &[stateid4]) {
+    if sids.is_empty() {
+        return;
+    }
+    let items = sids
+        .iter()
+        .map(|sid| crate::vector::Item {
+            ops: vec![nfs_argop4::OP_FREE_STATEID(FREE_STATEID4args {
+                fsa_stateid: sid.clone(),
+            })],
+            reply_estimate: 16,
+            optional_from: None,
+        })
+        .collect();
+    for r in crate::Fs::new(c.clone()).run(items).await {
+        if let Err(e) = r {
+            tracing::debug!("FREE_STATEID: {e}");
+        }
     }
 }
 

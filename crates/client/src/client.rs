@@ -444,6 +444,9 @@ impl Client {
                     st.slots
                         .release(slot, true, Some(ok.sr_target_highest_slotid));
                     self.check_binding(ok.sr_status_flags).await;
+                    if ok.sr_status_flags & SEQ4_STATUS_RECALLABLE_STATE_REVOKED != 0 {
+                        self.inner.cache.spawn_revocation_check();
+                    }
                     if res.status == nfsstat4::NFS4ERR_DELAY
                         && results.len() == 1
                         && delay_tries < 30

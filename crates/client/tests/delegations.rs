@@ -442,3 +442,42 @@ async fn another_clients_write_recalls_and_the_next_read_is_fresh() {
     let s = server_delegations(&srv);
     assert_eq!((s.recalled, s.revoked, s.outstanding), (1, 0, 0), "{s:?}");
 }
+
+/// A delegation the server revokes (its recall wait is 1 ms here, shorter than the
+/// flush of 8 MiB of buffered writes): the holder stops using it at once, FREE_STATEIDs
+/// it when the server says DELEG_REVOKED, and reads the other client's bytes afterwards.
+/// (The buffered bytes are lost with the delegation, as RFC 8881 §10.4.6 has it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_delegation_is_dropped_and_freed() {
+    let srv = start_memory_server_with(|cfg| cfg.recall_wait_ms = Some(1)).await;
+    let a = connect(srv.addr, true).await;
+    let fs = Fs::new(a.clone());
+    for r in fs
+        .vwrite(&[("v.txt", Bytes::from_static(b"v1"))], false)
+        .await
+    {
+        r.expect("first write");
+    }
+    assert_eq!(a.cache_stats().write_delegations, 1);
+    let big = Bytes::from(vec![7u8; 8 << 20]);
+    for r in fs.vwrite(&[("v.txt", big)], false).await {
+        r.expect("buffered write");
+    }
+    assert_eq!(a.cache_stats().buffered_writes, 1);
+    write_plain(&srv, "v.txt", b"after!").await;
+    wait_until_none_held(&a).await;
+    assert_eq!(a.delegations_held(), (0, 0));
+    assert_eq!(
+        fs.vread(&["v.txt"]).await[0].as_ref().expect("read again"),
+        &Bytes::from_static(b"after!")
+    );
+    let st = a.cache_stats();
+    let s = server_delegations(&srv);
+    assert_eq!((s.recalled, s.revoked), (1, 1), "{s:?}");
+    assert_eq!((st.recalls, st.revoked, st.returns), (1, 1, 0), "{st:?}");
+    assert_eq!(ops(&a, "FREE_STATEID"), 1, "the revoked stateid is freed");
+    // Nothing left on the server: DESTROY_CLIENTID (refused while delegations are held)
+    // succeeds.
+    a.close().await.expect("close");
+    assert_eq!(server_delegations(&srv).outstanding, 0);
+}
