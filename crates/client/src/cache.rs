@@ -97,6 +97,10 @@ struct DirDeleg {
     last_use: u64,
     /// Moved on by every CB_NOTIFY (a listing read meanwhile may miss a change).
     generation: u64,
+    /// The server notifies every change a listing shows (adds, removes, renames, child
+    /// attributes with all the attributes a listing carries): only then is a listing
+    /// kept.
+    listable: bool,
 }
 
 #[derive(Default)]
@@ -446,6 +450,7 @@ impl DelegCache {
         path: &str,
         fh: &Bytes,
         stateid: stateid4,
+        listable: bool,
         entries: Option<BTreeMap<String, Attributes>>,
     ) {
         if !self.enabled {
@@ -459,7 +464,7 @@ impl DelegCache {
             self.spawn_return_stateid(fh.clone(), stateid);
             return;
         }
-        let mut entries = entries;
+        let mut entries = entries.filter(|_| listable);
         if let Some(i) = g.early_notified.iter().position(|f| f == fh) {
             g.early_notified.remove(i);
             entries = None;
@@ -492,6 +497,7 @@ impl DelegCache {
                 returning: false,
                 last_use: tick,
                 generation: 0,
+                listable,
             },
         );
         g.dir_paths.insert(key, fh.clone());
@@ -507,7 +513,7 @@ impl DelegCache {
         let fh = g.dir_paths.get(&path_key(path))?;
         g.dirs
             .get(fh)
-            .filter(|d| !d.returning)
+            .filter(|d| !d.returning && d.listable)
             .map(|d| d.generation)
     }
 
@@ -543,7 +549,6 @@ impl DelegCache {
     }
 
     /// Whether `path` is a delegated directory.
-    #[cfg(test)]
     pub(crate) fn dir_delegated(&self, path: &str) -> bool {
         let g = self.lock();
         g.dir_paths
@@ -1431,7 +1436,7 @@ mod tests {
             "old".to_string(),
             attrs::decode(&entry("old", "h-old", 1).ne_attrs).expect("attrs"),
         );
-        c.dir_granted("d", &dfh, sid(5), Some(listing));
+        c.dir_granted("d", &dfh, sid(5), true, Some(listing));
         assert_eq!(c.listing("d").map(|l| l.len()), Some(1));
         let add = notify_add4 {
             nad_old_entry: vec![],
@@ -1510,7 +1515,7 @@ mod tests {
         // A notification before the grant: the listing that follows is not trusted.
         let d2 = Bytes::from_static(b"dir2");
         c.notify(&sid(7), &d2, &[]);
-        c.dir_granted("e", &d2, sid(7), Some(BTreeMap::new()));
+        c.dir_granted("e", &d2, sid(7), true, Some(BTreeMap::new()));
         assert_eq!(c.listing("e"), None);
         assert!(c.dir_delegated("e"));
     }

@@ -480,9 +480,14 @@ impl Fs {
                         } else {
                             None
                         };
+                        // Asked once per directory: not again while we hold one (even
+                        // one whose listing we do not keep), not from a server that
+                        // does not know the op or keeps answering UNAVAIL.
                         let gdd = first
                             && generation.is_none()
-                            && !self.gdd_unsupported.load(Ordering::Relaxed);
+                            && !self.gdd_unsupported.load(Ordering::Relaxed)
+                            && self.gdd_unavail.load(Ordering::Relaxed) < GDD_UNAVAIL_LIMIT
+                            && !cache.dir_delegated(&p.path);
                         if gdd || generation.is_some() {
                             ops.push(change());
                         }
@@ -667,16 +672,20 @@ impl Fs {
                         &ok.gddr_child_attributes,
                         &crate::cache::needed_entry_bits(),
                     );
+                self.gdd_unavail.store(0, Ordering::Relaxed);
                 cache.dir_granted(
                     path,
                     fh,
                     ok.gddr_stateid,
-                    (stable && complete).then_some(listing),
+                    complete,
+                    stable.then_some(listing),
                 );
             }
             Some(GET_DIR_DELEGATION4res::NFS4_OK(
                 GET_DIR_DELEGATION4res_non_fatal::GDD4_UNAVAIL(_),
-            )) => {}
+            )) => {
+                self.gdd_unavail.fetch_add(1, Ordering::Relaxed);
+            }
             Some(GET_DIR_DELEGATION4res::default(st)) => {
                 if matches!(st, nfsstat4::NFS4ERR_NOTSUPP | nfsstat4::NFS4ERR_OP_ILLEGAL) {
                     self.gdd_unsupported.store(true, Ordering::Relaxed);
@@ -686,6 +695,9 @@ impl Fs {
         }
     }
 }
+
+/// GDD4_UNAVAIL answers in a row after which an `Fs` stops asking.
+const GDD_UNAVAIL_LIMIT: u32 = 16;
 
 /// What a directory's first READDIR asked for besides the listing.
 struct Extra {

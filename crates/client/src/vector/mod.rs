@@ -80,6 +80,8 @@ pub struct Fs {
     max_ops: Arc<Mutex<OpLimit>>,
     /// The server answered GET_DIR_DELEGATION with NOTSUPP: do not ask again.
     pub(crate) gdd_unsupported: Arc<std::sync::atomic::AtomicBool>,
+    /// GET_DIR_DELEGATION answered GDD4_UNAVAIL this many times in a row.
+    pub(crate) gdd_unavail: Arc<std::sync::atomic::AtomicU32>,
 }
 
 /// Learns how many ops per COMPOUND a server really accepts. It starts at the
@@ -123,6 +125,7 @@ impl Fs {
                 limit: usize::MAX,
             })),
             gdd_unsupported: Arc::default(),
+            gdd_unavail: Arc::default(),
         }
     }
 
