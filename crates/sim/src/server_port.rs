@@ -239,6 +239,8 @@ pub fn check_delegations(files: &[FileDelegs]) -> Result<(), String> {
             let conflict = match k {
                 DelegType::Write => u.open,
                 DelegType::Read => u.open_write,
+                // Directories have no opens; the sim grants no directory delegations.
+                DelegType::Directory => false,
             };
             if conflict {
                 return Err(format!(
