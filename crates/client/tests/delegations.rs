@@ -539,3 +539,48 @@ async fn a_revoked_delegation_is_dropped_and_freed() {
     a.close().await.expect("close");
     assert_eq!(server_delegations(&srv).outstanding, 0);
 }
+
+/// `ls -lR` twice: the second run is served from delegated directories' listings
+/// without a single COMPOUND.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_recursive_listing_sends_nothing() {
+    let srv = start_memory_server().await;
+    let w = connect(srv.addr, false).await;
+    let fs_w = Fs::new(w.clone());
+    let dirs: Vec<String> = (0..4)
+        .flat_map(|a| (0..3).map(move |b| format!("t/d{a}/e{b}")))
+        .collect();
+    for r in fs_w.vmkdir(&dirs, 0o755, true).await {
+        r.expect("mkdir");
+    }
+    let files: Vec<(String, Bytes)> = dirs
+        .iter()
+        .flat_map(|d| (0..5).map(move |f| (format!("{d}/f{f}"), Bytes::from(vec![b'x'; f]))))
+        .collect();
+    for r in fs_w.vwrite(&files, true).await {
+        r.expect("write");
+    }
+    w.close().await.expect("close writer");
+
+    let a = connect(srv.addr, true).await;
+    let fs = Fs::new(a.clone());
+    let first = fs.vlistdir(&["t"], true).await;
+    let first = first[0].as_ref().expect("ls -lR");
+    assert_eq!(first.len(), 4 + 12 + 60);
+    assert_eq!(
+        a.delegations_held().1,
+        1 + 4 + 12,
+        "every directory delegated"
+    );
+    let compounds = a.stats().compounds;
+    let second = fs.vlistdir(&["t"], true).await;
+    assert_eq!(second[0].as_ref().expect("ls -lR again"), first);
+    assert_eq!(
+        a.stats().compounds,
+        compounds,
+        "no COMPOUND for the second run"
+    );
+    assert_eq!(a.cache_stats().list_hits, 17);
+    a.close().await.expect("close");
+    assert_eq!(server_delegations(&srv).outstanding, 0);
+}
