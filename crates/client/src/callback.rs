@@ -3,9 +3,9 @@
 //! §2.10.6), then CB_RECALL, CB_GETATTR, CB_NOTIFY, CB_RECALL_ANY and CB_RECALL_SLOT;
 //! every other callback op is NFS4ERR_NOTSUPP, an unknown op OP_CB_ILLEGAL.
 //!
-//! The service is sans-IO: [`CallbackService::handle`] takes the decoded CALL and returns
+//! The service is sans-IO: `CallbackService::handle` takes the decoded CALL and returns
 //! the reply; what a callback asks of the cache (recall, attributes, notifications) goes
-//! through [`CallbackOps`], which answers at once and does any network work (flush,
+//! through `CallbackOps`, which answers at once and does any network work (flush,
 //! DELEGRETURN) in a task of its own.
 
 use bytes::{Bytes, BytesMut};
