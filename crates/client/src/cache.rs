@@ -1189,10 +1189,16 @@ impl CallbackOps for DelegCache {
         if !f.write {
             return Err(nfsstat4::NFS4ERR_BADHANDLE);
         }
-        let base = f.attrs.as_ref().and_then(|a| a.change).unwrap_or(0);
+        // Nothing is buffered without attributes; without them we know neither value,
+        // and the server's own are right (it recalls or uses them).
+        let base = f
+            .attrs
+            .as_ref()
+            .and_then(|a| a.change)
+            .ok_or(nfsstat4::NFS4ERR_BADHANDLE)?;
         let size = match &f.data {
             Some(d) => d.len() as u64,
-            None => f.server_size.unwrap_or(0),
+            None => f.server_size.ok_or(nfsstat4::NFS4ERR_BADHANDLE)?,
         };
         let change = base.wrapping_add(f.local_changes);
         g.stats.getattr_answered += 1;

@@ -584,3 +584,24 @@ async fn a_second_recursive_listing_sends_nothing() {
     a.close().await.expect("close");
     assert_eq!(server_delegations(&srv).outstanding, 0);
 }
+
+/// A large file written through under a write delegation (nothing of it cached): another
+/// client's stat still gets the true size (the holder does not claim to know it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_written_file_reports_its_true_size() {
+    let srv = start_memory_server().await;
+    let a = connect(srv.addr, true).await;
+    let fs = Fs::new(a.clone());
+    let big = Bytes::from(vec![3u8; 3 << 20]);
+    for r in fs.vwrite(&[("big", big)], false).await {
+        r.expect("write");
+    }
+    let b = connect(srv.addr, false).await;
+    let st = Fs::new(b.clone()).vgetattrs(&["big"]).await;
+    assert_eq!(st[0].as_ref().expect("stat").size, Some(3 << 20));
+    let got = Fs::new(b.clone()).vread(&["big"]).await;
+    assert_eq!(got[0].as_ref().expect("read").len(), 3 << 20);
+    b.close().await.expect("close b");
+    a.close().await.expect("close a");
+    assert_eq!(server_delegations(&srv).outstanding, 0);
+}
