@@ -210,9 +210,12 @@ pub struct DelegTable {
     delegs: HashMap<u64, Delegation>,
     /// Live (active or recalling) delegations per file.
     by_file: HashMap<FileId, Vec<u64>>,
+    /// Revoked delegations not yet freed, per client (SEQUENCE asks on every
+    /// COMPOUND: a count, not a scan of the client's delegations).
+    revoked_by_client: HashMap<ClientId, usize>,
     /// All delegations (revoked included) per client.
     by_client: HashMap<ClientId, HashSet<u64>>,
-    /// Files and when they last saw a conflict.
+    /// (file, client) -> when that client lost its delegation of the file to a conflict.
     cool_down: HashMap<(FileId, ClientId), Instant>,
     /// Objects that are entries of directories whose delegations want
     /// CHANGE_CHILD_ATTRS, and those delegations.
@@ -252,6 +255,7 @@ impl DelegTable {
             by_file: HashMap::new(),
             by_client: HashMap::new(),
             cool_down: HashMap::new(),
+            revoked_by_client: HashMap::new(),
             watched: HashMap::new(),
             total: DelegStats::default(),
             per_client: HashMap::new(),
@@ -497,6 +501,7 @@ impl DelegTable {
             return;
         }
         d.phase = Phase::Revoked;
+        *self.revoked_by_client.entry(d.client).or_default() += 1;
         if let Some(dir) = &mut d.dir {
             dir.clear();
         }
@@ -525,6 +530,14 @@ impl DelegTable {
             self.unwatch(id);
         }
         let d = self.delegs.remove(&id)?;
+        if d.phase == Phase::Revoked {
+            if let Some(n) = self.revoked_by_client.get_mut(&d.client) {
+                *n -= 1;
+                if *n == 0 {
+                    self.revoked_by_client.remove(&d.client);
+                }
+            }
+        }
         self.unlink_file(id, d.file);
         if let Some(s) = self.by_client.get_mut(&d.client) {
             s.remove(&id);
@@ -632,13 +645,7 @@ impl DelegTable {
     /// Whether `client` has a revoked delegation not yet freed
     /// (SEQ4_STATUS_RECALLABLE_STATE_REVOKED).
     pub fn has_revoked(&self, client: ClientId) -> bool {
-        self.by_client.get(&client).is_some_and(|ids| {
-            ids.iter().any(|id| {
-                self.delegs
-                    .get(id)
-                    .is_some_and(|d| d.phase == Phase::Revoked)
-            })
-        })
+        self.revoked_by_client.contains_key(&client)
     }
 
     /// The write delegation another client than `client` holds on `file`.

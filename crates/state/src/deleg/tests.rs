@@ -383,3 +383,21 @@ mod directories {
         assert_eq!(t.track_children(g2.id, None), 1 << nt::ADD_ENTRY);
     }
 }
+
+#[test]
+fn the_revoked_count_follows_revocation_free_and_expiry() {
+    let t0 = Instant::now();
+    let mut t = DelegTable::new(5, DelegLimits::default());
+    let a = t.grant(t0, C1, F, req(1)).unwrap();
+    let b = t.grant(t0, C1, F + 1, req(1)).unwrap();
+    t.conflicts(t0, Some(C2), F, Access::Modify, |_| false);
+    t.conflicts(t0, Some(C2), F + 1, Access::Modify, |_| false);
+    let lease = Duration::from_secs(60);
+    assert_eq!(t.revoke_overdue(t0 + lease, lease).len(), 2);
+    assert!(t.has_revoked(C1) && !t.has_revoked(C2));
+    t.free(C1, &a.stateid).unwrap();
+    assert!(t.has_revoked(C1), "one of two still unfreed");
+    t.expire_client(C1);
+    assert!(!t.has_revoked(C1), "gone with its client");
+    assert_eq!(t.test(C1, &b.stateid), Err(StateError::BadStateid));
+}
