@@ -93,6 +93,12 @@ fn cases() -> Vec<Case> {
     c.clients = 3;
     c.threads = 1;
     v.push(c);
+    let mut c = case("cachedread");
+    c.params.files = Some(3);
+    c.params.file_size = Some(8192);
+    c.ops = Some(12);
+    c.threads = 1;
+    v.push(c);
     for p in ["fileserver", "webserver", "mailserver"] {
         let mut c = case(p);
         c.ops = Some(6);

@@ -67,6 +67,15 @@ pub struct CompareArgs {
     #[arg(skip)]
     pub bench_prefix: Vec<String>,
 
+    /// An extra argument for `txnfs serve` (repeatable), e.g. `--txnfs-arg=--no-delegations`.
+    #[arg(long = "txnfs-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub txnfs_args: Vec<String>,
+
+    /// Turn NFS-Ganesha's delegations on (`NFSv4 { Delegations = true; }` and
+    /// `Delegations = RW` on the export); off by default, as Ganesha ships.
+    #[arg(long)]
+    pub ganesha_delegations: bool,
+
     /// Keep the servers' temporary directories (exports, logs).
     #[arg(long)]
     pub keep: bool,
@@ -131,6 +140,8 @@ pub fn main(args: CompareArgs) -> Result<()> {
             bench_prefix: args.bench_prefix.clone(),
             server_opts: ServerOpts {
                 txnfs_bin: args.txnfs_bin.clone(),
+                txnfs_args: args.txnfs_args.clone(),
+                ganesha_delegations: args.ganesha_delegations,
                 keep: args.keep,
                 start_timeout: std::time::Duration::from_secs(args.start_timeout),
                 ..ServerOpts::default()

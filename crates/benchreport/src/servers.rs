@@ -93,6 +93,10 @@ pub struct ServerOpts {
     pub start_timeout: Duration,
     /// Keep the temporary directory after stopping (logs, exports).
     pub keep: bool,
+    /// Extra arguments for `txnfs serve`.
+    pub txnfs_args: Vec<String>,
+    /// Ganesha with delegations on.
+    pub ganesha_delegations: bool,
 }
 
 impl Default for ServerOpts {
@@ -103,6 +107,8 @@ impl Default for ServerOpts {
             tmp_parent: None,
             start_timeout: DEFAULT_START_TIMEOUT,
             keep: false,
+            txnfs_args: Vec::new(),
+            ganesha_delegations: false,
         }
     }
 }
@@ -448,6 +454,7 @@ fn start_txnfs(opts: &ServerOpts) -> Result<RunningServer> {
         .arg("--no-grace")
         .arg("--state-dir")
         .arg(staged.state_dir())
+        .args(&opts.txnfs_args)
         .arg(&staged.export_dir)
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
@@ -467,7 +474,8 @@ fn start_ganesha(opts: &ServerOpts) -> Result<RunningServer> {
     };
     let lock = ganesha::lock(GANESHA_LOCK_WAIT).context("taking the Ganesha lock")?;
     let staged = Staged::new(ServerKind::Ganesha, opts)?;
-    let conf = ganesha::Config::single(staged.port, &staged.export_dir, &staged.state_dir());
+    let mut conf = ganesha::Config::single(staged.port, &staged.export_dir, &staged.state_dir());
+    conf.delegations = opts.ganesha_delegations;
     let child = ganesha::spawn(&bin, &conf, staged.work.path(), &staged.log_path)
         .with_context(|| format!("starting {}", bin.display()))?;
     staged.started(child, version_line(&bin, "-v"), Some(lock), opts)

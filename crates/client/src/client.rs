@@ -1,6 +1,8 @@
 //! The session layer: EXCHANGE_ID + CREATE_SESSION, SEQUENCE on every COMPOUND, lease
 //! renewal in the background, recovery when the server restarts, and statistics.
 
+use crate::cache::{CacheStats, DelegCache, DEFAULT_CACHE_BYTES};
+use crate::callback::{back_channel_attrs, CallbackService, CallbackStats, CB_PROGRAM};
 use crate::compound::{compound_ops, op_name, Compound, Reply};
 use crate::slots::SlotTable;
 use crate::transport::Transport;
@@ -12,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 use txnfs_proto::nfs4::*;
-use txnfs_rpc::{AuthSys, Credential};
+use txnfs_rpc::{AuthSys, CallFuture, CallHandler, Credential, IncomingCall};
 use txnfs_xdr::Decode;
 
 /// How to reach and authenticate to a server.
@@ -30,6 +32,12 @@ pub struct ClientConfig {
     pub max_attempts: u32,
     /// Longest wait for one reply.
     pub call_timeout: Duration,
+    /// Use delegations: ask for them in OPEN and GET_DIR_DELEGATION and serve what they
+    /// cover from the cache (on by default; off = OPEN with WANT_NO_DELEG, nothing
+    /// cached, as before delegations existed).
+    pub delegations: bool,
+    /// Byte budget of the delegation cache (file data and directory listings).
+    pub cache_bytes: usize,
 }
 
 impl ClientConfig {
@@ -43,6 +51,8 @@ impl ClientConfig {
             slots: 64,
             max_attempts: 20,
             call_timeout: Duration::from_secs(60),
+            delegations: true,
+            cache_bytes: DEFAULT_CACHE_BYTES,
         }
     }
 }
@@ -79,6 +89,9 @@ pub struct Stats {
     pub ops: BTreeMap<&'static str, u64>,
     pub reconnects: u64,
     pub session_recoveries: u64,
+    /// BIND_CONN_TO_SESSIONs sent (after a reconnect, or when the server reported the
+    /// back channel down).
+    pub binds: u64,
 }
 
 impl Stats {
@@ -94,14 +107,26 @@ impl Stats {
 struct SessionState {
     clientid: u64,
     sessionid: sessionid4,
+    /// The server bound our connection for callbacks (CREATE_SESSION4_FLAG_CONN_BACK_CHAN
+    /// granted).
+    back_channel: bool,
     limits: Limits,
     slots: SlotTable,
     /// Bumped on every re-establishment so concurrent callers recover only once.
     epoch: u64,
 }
 
-struct Inner {
+pub(crate) struct Inner {
     cfg: ClientConfig,
+    cache: Arc<DelegCache>,
+    callbacks: Arc<CallbackService>,
+    /// The transport generation whose connection is bound to the session (for both
+    /// channels); a newer connection is bound with BIND_CONN_TO_SESSION.
+    bound_generation: AtomicU64,
+    binding: tokio::sync::Mutex<()>,
+    /// When the last rebind for a reported CB_PATH_DOWN was sent.
+    last_path_rebind: Mutex<Option<std::time::Instant>>,
+    binds: AtomicU64,
     transport: Transport,
     session: RwLock<Arc<SessionState>>,
     recovering: tokio::sync::Mutex<()>,
@@ -116,7 +141,7 @@ struct Inner {
 /// An NFSv4.1 client session. Cheap to clone; all clones share the session.
 #[derive(Clone)]
 pub struct Client {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 fn encode(ops: &[nfs_argop4]) -> Bytes {
@@ -146,8 +171,21 @@ impl Client {
             gid: cfg.gid,
             gids: cfg.gids.clone(),
         });
-        let transport =
-            Transport::connect(cfg.addr, cred, cfg.max_attempts, cfg.call_timeout).await?;
+        let cache = Arc::new(DelegCache::new(cfg.delegations, cfg.cache_bytes));
+        let callbacks = Arc::new(CallbackService::new(cache.clone()));
+        let cb = callbacks.clone();
+        let handler: CallHandler = Arc::new(move |call: IncomingCall| {
+            let reply = cb.handle(&call);
+            Box::pin(async move { reply }) as CallFuture
+        });
+        let transport = Transport::connect(
+            cfg.addr,
+            cred,
+            cfg.max_attempts,
+            cfg.call_timeout,
+            Some(handler),
+        )
+        .await?;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
@@ -162,9 +200,16 @@ impl Client {
                 now.as_nanos()
             ))
         });
-        let (state, _) = establish(&transport, &cfg, &owner, verifier, 1).await?;
+        let (state, _) = establish(&transport, &cfg, &owner, verifier, 1, &callbacks).await?;
+        let bound = transport.generation();
         let inner = Arc::new(Inner {
             cfg,
+            cache: cache.clone(),
+            callbacks,
+            bound_generation: AtomicU64::new(bound),
+            binding: tokio::sync::Mutex::new(()),
+            last_path_rebind: Mutex::new(None),
+            binds: AtomicU64::new(0),
             transport,
             session: RwLock::new(Arc::new(state)),
             recovering: tokio::sync::Mutex::new(()),
@@ -175,6 +220,7 @@ impl Client {
             owner,
             lease: AtomicU64::new(60),
         });
+        cache.attach(Arc::downgrade(&inner));
         let c = Client { inner };
         // Lease time for the renewal task (default 60 s if the server does not say).
         let mut q = Compound::new();
@@ -214,7 +260,110 @@ impl Client {
         s.compounds = self.inner.compounds.load(Ordering::Relaxed);
         s.reconnects = self.inner.transport.reconnects.load(Ordering::Relaxed);
         s.session_recoveries = self.inner.recoveries.load(Ordering::Relaxed);
+        s.binds = self.inner.binds.load(Ordering::Relaxed);
         s
+    }
+
+    /// What the delegation cache did so far.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.inner.cache.stats()
+    }
+
+    /// The callbacks received so far.
+    pub fn callback_stats(&self) -> CallbackStats {
+        self.inner.callbacks.stats()
+    }
+
+    /// Delegations held now: (files, directories).
+    pub fn delegations_held(&self) -> (usize, usize) {
+        self.inner.cache.held()
+    }
+
+    /// Whether the server bound our connection for callbacks at CREATE_SESSION.
+    pub fn back_channel(&self) -> bool {
+        self.state().back_channel
+    }
+
+    /// The current session id.
+    pub fn session_id(&self) -> [u8; 16] {
+        self.state().sessionid
+    }
+
+    pub(crate) fn cache(&self) -> &Arc<DelegCache> {
+        &self.inner.cache
+    }
+
+    /// Answer `call` as if it had arrived on the back channel (what the server's CALLs
+    /// go through): for tests and tools that play the server's part, e.g. a
+    /// CB_RECALL_ANY the server does not send by itself.
+    pub fn handle_callback(&self, call: &IncomingCall) -> txnfs_rpc::CallReply {
+        self.inner.callbacks.handle(call)
+    }
+
+    /// Whether this client uses delegations (see [`ClientConfig::delegations`]).
+    pub fn delegations_enabled(&self) -> bool {
+        self.inner.cfg.delegations
+    }
+
+    /// Bind the current connection to the session for both channels
+    /// (BIND_CONN_TO_SESSION with CDFC4_FORE_OR_BOTH), so callbacks reach us on it.
+    pub async fn bind_connection(&self) -> Result<(), ClientError> {
+        let _g = self.inner.binding.lock().await;
+        self.bind_locked().await
+    }
+
+    async fn bind_locked(&self) -> Result<(), ClientError> {
+        let st = self.state();
+        let generation = self.inner.transport.generation();
+        let op = nfs_argop4::OP_BIND_CONN_TO_SESSION(BIND_CONN_TO_SESSION4args {
+            bctsa_sessid: st.sessionid,
+            bctsa_dir: channel_dir_from_client4::CDFC4_FORE_OR_BOTH,
+            bctsa_use_conn_in_rdma_mode: false,
+        });
+        self.inner.binds.fetch_add(1, Ordering::Relaxed);
+        let r = solo(&self.inner.transport, "BIND_CONN_TO_SESSION", op).await;
+        // Whatever the answer, do not try again on this connection for this reason.
+        self.inner
+            .bound_generation
+            .fetch_max(generation, Ordering::Relaxed);
+        r
+    }
+
+    /// After a call: bind a new connection, or rebind when the server says the back
+    /// channel is down (at most every 5 s).
+    async fn check_binding(&self, status_flags: u32) {
+        if !self.state().back_channel {
+            return;
+        }
+        let generation = self.inner.transport.generation();
+        let reconnected = generation > self.inner.bound_generation.load(Ordering::Relaxed);
+        let down =
+            status_flags & (SEQ4_STATUS_CB_PATH_DOWN | SEQ4_STATUS_CB_PATH_DOWN_SESSION) != 0;
+        if !reconnected && !down {
+            return;
+        }
+        if !reconnected {
+            let mut last = self
+                .inner
+                .last_path_rebind
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let now = std::time::Instant::now();
+            if last.is_some_and(|t| now.duration_since(t) < Duration::from_secs(5)) {
+                return;
+            }
+            *last = Some(now);
+        }
+        let Ok(_g) = self.inner.binding.try_lock() else {
+            return; // another call is binding
+        };
+        if reconnected && generation <= self.inner.bound_generation.load(Ordering::Relaxed) {
+            return;
+        }
+        match self.bind_locked().await {
+            Ok(()) => tracing::debug!(reconnected, "connection bound for callbacks"),
+            Err(e) => tracing::info!("BIND_CONN_TO_SESSION failed: {e}"),
+        }
     }
 
     pub fn reset_stats(&self) {
@@ -294,6 +443,10 @@ impl Client {
                 nfs_resop4::OP_SEQUENCE(SEQUENCE4res::NFS4_OK(ok)) => {
                     st.slots
                         .release(slot, true, Some(ok.sr_target_highest_slotid));
+                    self.check_binding(ok.sr_status_flags).await;
+                    if ok.sr_status_flags & SEQ4_STATUS_RECALLABLE_STATE_REVOKED != 0 {
+                        self.inner.cache.spawn_revocation_check();
+                    }
                     if res.status == nfsstat4::NFS4ERR_DELAY
                         && results.len() == 1
                         && delay_tries < 30
@@ -360,8 +513,13 @@ impl Client {
             &self.inner.owner,
             self.inner.verifier,
             seen_epoch + 1,
+            &self.inner.callbacks,
         )
         .await?;
+        // The new session was created on the current connection: it is bound.
+        self.inner
+            .bound_generation
+            .fetch_max(self.inner.transport.generation(), Ordering::Relaxed);
         *self
             .inner
             .session
@@ -377,8 +535,10 @@ impl Client {
         self.inner.transport.sever().await;
     }
 
+    /// Flush buffered writes and return every delegation (DELEGRETURN), then
     /// DESTROY_SESSION and DESTROY_CLIENTID.
     pub async fn close(self) -> Result<(), ClientError> {
+        self.inner.cache.return_all().await;
         let st = self.state();
         let t = &self.inner.transport;
         let session = nfs_argop4::OP_DESTROY_SESSION(DESTROY_SESSION4args {
@@ -422,6 +582,7 @@ async fn establish(
     owner: &Bytes,
     verifier: [u8; 8],
     epoch: u64,
+    callbacks: &CallbackService,
 ) -> Result<(SessionState, ()), ClientError> {
     let r = decode_reply(
         t.compound(encode(&[nfs_argop4::OP_EXCHANGE_ID(EXCHANGE_ID4args {
@@ -451,15 +612,11 @@ async fn establish(
             CREATE_SESSION4args {
                 csa_clientid: eid.eir_clientid,
                 csa_sequence: eid.eir_sequenceid,
-                csa_flags: 0,
+                // Callbacks ride this connection (RFC 8881 §2.10.3.1).
+                csa_flags: CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
                 csa_fore_chan_attrs: channel(cfg.slots),
-                csa_back_chan_attrs: channel_attrs4 {
-                    ca_maxrequests: 1,
-                    ca_maxoperations: 2,
-                    ca_maxresponsesize_cached: 0,
-                    ..channel(1)
-                },
-                csa_cb_program: 0x4000_0000,
+                csa_back_chan_attrs: back_channel_attrs(),
+                csa_cb_program: CB_PROGRAM,
                 csa_sec_parms: vec![callback_sec_parms4::AUTH_NONE],
             },
         )]))
@@ -470,9 +627,11 @@ async fn establish(
         _ => return Err(ClientError::nfs("CREATE_SESSION", 0, r.status)),
     };
     let fore = &cs.csr_fore_chan_attrs;
+    callbacks.set_session(cs.csr_sessionid, &cs.csr_back_chan_attrs);
     let st = SessionState {
         clientid: eid.eir_clientid,
         sessionid: cs.csr_sessionid,
+        back_channel: cs.csr_flags & CREATE_SESSION4_FLAG_CONN_BACK_CHAN != 0,
         limits: Limits {
             max_ops: fore.ca_maxoperations,
             max_request: fore.ca_maxrequestsize,

@@ -8,6 +8,12 @@
 //! - [`Fs`]: the vectorized API (vNFS style): every call takes many items and packs as
 //!   many of them per COMPOUND as the negotiated limits allow.
 //!
+//! Beside them, the session's back channel: a [`callback`] service (CB_SEQUENCE,
+//! CB_RECALL, CB_GETATTR, CB_NOTIFY, CB_RECALL_ANY) and a delegation cache that `Fs`
+//! uses for what the server delegates — file data and attributes under read and write
+//! delegations (writes buffered under the latter), listings and lookups under directory
+//! delegations (ADR 0018). [`ClientConfig::delegations`] switches it off.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), txnfs_client::ClientError> {
 //! use txnfs_client::{Client, ClientConfig, Fs};
@@ -25,6 +31,8 @@
 
 pub mod attrs;
 pub mod blocking;
+mod cache;
+pub mod callback;
 mod client;
 pub mod compound;
 mod error;
@@ -33,6 +41,8 @@ mod transport;
 pub mod vector;
 
 pub use attrs::{Attributes, FileKind, SetAttributes, Time};
+pub use cache::{CacheStats, DEFAULT_CACHE_BYTES};
+pub use callback::CallbackStats;
 pub use client::{Client, ClientConfig, Limits, Stats};
 pub use compound::{Compound, CreateHow, Reply};
 pub use error::{message, ClientError};

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Mutex;
-use txnfs_rpc::{Credential, RpcClient, RpcError};
+use txnfs_rpc::{CallHandler, ClientConfig as RpcConfig, Credential, RpcClient, RpcError};
 
 const NFS_PROGRAM: u32 = 100003;
 const NFS_V4: u32 = 4;
@@ -19,6 +19,8 @@ pub(crate) struct Transport {
     addr: SocketAddr,
     cred: Credential,
     conn: Mutex<Option<(u64, Arc<RpcClient>)>>,
+    /// Answers the server's CALLs on every connection (the back channel).
+    handler: Option<CallHandler>,
     generation: AtomicU64,
     pub(crate) reconnects: AtomicU64,
     max_attempts: u32,
@@ -38,11 +40,13 @@ impl Transport {
         cred: Credential,
         max_attempts: u32,
         timeout: Duration,
+        handler: Option<CallHandler>,
     ) -> Result<Self, ClientError> {
         let t = Transport {
             addr,
             cred,
             conn: Mutex::new(None),
+            handler,
             generation: AtomicU64::new(0),
             reconnects: AtomicU64::new(0),
             max_attempts,
@@ -59,7 +63,13 @@ impl Transport {
         }
         let mut last = String::new();
         for attempt in 0..self.max_attempts.max(1) {
-            match RpcClient::connect(self.addr, self.cred.clone()).await {
+            let conn = RpcClient::connect_with_handler(
+                self.addr,
+                self.cred.clone(),
+                RpcConfig::default(),
+                self.handler.clone(),
+            );
+            match conn.await {
                 Ok(c) => {
                     let gen = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
                     if gen > 1 {
@@ -119,6 +129,11 @@ impl Transport {
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+
+    /// The number of the connection made last (1 for the first; each reconnect adds one).
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Relaxed)
     }
 
     /// Break the current connection (tests use it to simulate a network failure).

@@ -39,6 +39,8 @@ pub struct Config {
     pub graceless: bool,
     /// Lease time in seconds (also the grace period); Ganesha's default when `None`.
     pub lease_time: Option<u32>,
+    /// Grant delegations (Ganesha's default is off).
+    pub delegations: bool,
 }
 
 /// The pseudo path of the single export of [`Config::single`].
@@ -57,6 +59,7 @@ impl Config {
             }],
             graceless: true,
             lease_time: None,
+            delegations: false,
         }
     }
 
@@ -86,11 +89,13 @@ NFSv4 {{
     Minor_Versions = 1, 2;
     RecoveryRoot = {state};
     Only_Numeric_Owners = true;
+    Delegations = {delegations};
 {lease}}}
 NFS_KRB5 {{ Active_krb5 = false; }}
 "#,
             port = self.port,
             graceless = self.graceless,
+            delegations = self.delegations,
             state = self.recovery_root.display()
         );
         for (i, e) in self.exports.iter().enumerate() {
@@ -104,6 +109,7 @@ NFS_KRB5 {{ Active_krb5 = false; }}
     Protocols = 4;
     Transports = TCP;
     SecType = sys;
+    Delegations = {deleg};
     FSAL {{ Name = VFS; }}
 }}
 "#,
@@ -111,6 +117,7 @@ NFS_KRB5 {{ Active_krb5 = false; }}
                 path = e.path.display(),
                 pseudo = e.pseudo,
                 access = if e.read_only { "RO" } else { "RW" },
+                deleg = if self.delegations { "RW" } else { "None" },
             ));
         }
         conf

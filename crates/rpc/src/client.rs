@@ -1,14 +1,16 @@
 //! An async ONC RPC client over one TCP connection: many concurrent calls matched by xid.
 
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
@@ -16,6 +18,43 @@ use crate::msg::*;
 use crate::record::{write_all_vectored, RecordError, RecordReader};
 use crate::server::DEFAULT_MAX_RECORD_SIZE;
 use crate::RpcError;
+use txnfs_xdr::{get_u32, Decode};
+
+/// A CALL the peer sent on a client connection (the NFSv4.1 back channel: the server
+/// calls the client's callback program over the client's own connection).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IncomingCall {
+    pub xid: u32,
+    pub prog: u32,
+    pub vers: u32,
+    pub proc_num: u32,
+    pub cred: OpaqueAuth,
+    /// The encoded arguments.
+    pub args: Bytes,
+}
+
+/// How a [`CallHandler`] answers an [`IncomingCall`]: the accepted-reply status, with the
+/// encoded results for `Success`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallReply {
+    Success(Bytes),
+    ProgUnavail,
+    ProgMismatch { low: u32, high: u32 },
+    ProcUnavail,
+    GarbageArgs,
+    SystemErr,
+}
+
+/// The future a [`CallHandler`] returns.
+pub type CallFuture = Pin<Box<dyn Future<Output = CallReply> + Send>>;
+
+/// Answers CALLs that arrive on a client connection. Each CALL runs as its own task; its
+/// REPLY goes back on the same connection. Without a handler such CALLs are dropped.
+pub type CallHandler = Arc<dyn Fn(IncomingCall) -> CallFuture + Send + Sync>;
+
+/// Incoming CALLs handled at the same time on one connection; more wait in the reader
+/// (the peer bounds its outstanding callbacks anyway).
+const MAX_INCOMING_CALLS: usize = 32;
 
 /// Client limits.
 #[derive(Debug, Clone)]
@@ -98,13 +137,34 @@ impl RpcClient {
         cred: Credential,
         cfg: ClientConfig,
     ) -> Result<Self, RpcError> {
+        Self::connect_with_handler(addr, cred, cfg, None).await
+    }
+
+    /// Connect with a handler for the CALLs the peer sends on this connection (the back
+    /// channel); their REPLYs go back on the same connection.
+    pub async fn connect_with_handler(
+        addr: SocketAddr,
+        cred: Credential,
+        cfg: ClientConfig,
+        handler: Option<CallHandler>,
+    ) -> Result<Self, RpcError> {
         let stream = TcpStream::connect(addr).await?;
         let _ = stream.set_nodelay(true);
         let (rd, wr) = stream.into_split();
         let pending: SharedPending = Arc::default();
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(client_writer(wr, rx, pending.clone()));
-        let reader = tokio::spawn(client_reader(rd, pending.clone(), cfg.max_record_size));
+        let incoming = handler.map(|h| Incoming {
+            handler: h,
+            tx: tx.clone(),
+            limit: Arc::new(Semaphore::new(MAX_INCOMING_CALLS)),
+        });
+        let reader = tokio::spawn(client_reader(
+            rd,
+            pending.clone(),
+            cfg.max_record_size,
+            incoming,
+        ));
         Ok(RpcClient {
             tx,
             pending,
@@ -224,7 +284,112 @@ async fn client_writer(
     }
 }
 
-async fn client_reader(rd: OwnedReadHalf, pending: SharedPending, max: usize) {
+/// Where the reader hands incoming CALLs.
+struct Incoming {
+    handler: CallHandler,
+    tx: mpsc::UnboundedSender<Bytes>,
+    limit: Arc<Semaphore>,
+}
+
+/// The header of a CALL record: (call, or the reply to send at once for a CALL of
+/// another RPC version). `None`: not even an xid and a call header to answer.
+fn parse_incoming(rec: Bytes) -> Option<Result<IncomingCall, (u32, ReplyHeader)>> {
+    let mut b = rec;
+    let xid = get_u32(&mut b).ok()?;
+    let _msg_type = get_u32(&mut b).ok()?;
+    let rpcvers = get_u32(&mut b).ok()?;
+    if rpcvers != RPC_VERSION {
+        return Some(Err((
+            xid,
+            ReplyHeader::Denied(RejectedReply::RpcMismatch {
+                low: RPC_VERSION,
+                high: RPC_VERSION,
+            }),
+        )));
+    }
+    let garbage = || {
+        Some(Err((
+            xid,
+            ReplyHeader::Accepted {
+                verf: OpaqueAuth::none(),
+                stat: AcceptedStatus::GarbageArgs,
+            },
+        )))
+    };
+    let (Ok(prog), Ok(vers), Ok(proc_num)) = (get_u32(&mut b), get_u32(&mut b), get_u32(&mut b))
+    else {
+        return garbage();
+    };
+    let (Ok(cred), Ok(_verf)) = (OpaqueAuth::decode(&mut b), OpaqueAuth::decode(&mut b)) else {
+        return garbage();
+    };
+    Some(Ok(IncomingCall {
+        xid,
+        prog,
+        vers,
+        proc_num,
+        cred,
+        args: b,
+    }))
+}
+
+/// One whole record (record mark included) of a reply.
+fn reply_record(xid: u32, hdr: &ReplyHeader, results: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(4 + 32 + results.len());
+    out.put_u32(0);
+    encode_reply_header(&mut out, xid, hdr);
+    out.extend_from_slice(results);
+    let len = (out.len() - 4) as u32;
+    out[..4].copy_from_slice(&(len | LAST_FRAGMENT).to_be_bytes());
+    out.freeze()
+}
+
+/// Answer a CALL from the peer: run the handler in its own task, send its REPLY.
+async fn dispatch_incoming(inc: &Incoming, rec: Bytes) {
+    let call = match parse_incoming(rec) {
+        None => {
+            debug!("truncated RPC CALL on a client connection; dropped");
+            return;
+        }
+        Some(Err((xid, hdr))) => {
+            let _ = inc.tx.send(reply_record(xid, &hdr, &[]));
+            return;
+        }
+        Some(Ok(c)) => c,
+    };
+    // Waits while MAX_INCOMING_CALLS are running: back-pressure on the peer.
+    let Ok(permit) = inc.limit.clone().acquire_owned().await else {
+        return;
+    };
+    let fut = (inc.handler)(call.clone());
+    let tx = inc.tx.clone();
+    tokio::spawn(async move {
+        let reply = fut.await;
+        drop(permit);
+        let (stat, results) = match reply {
+            CallReply::Success(b) => (AcceptedStatus::Success, b),
+            CallReply::ProgUnavail => (AcceptedStatus::ProgUnavail, Bytes::new()),
+            CallReply::ProgMismatch { low, high } => {
+                (AcceptedStatus::ProgMismatch { low, high }, Bytes::new())
+            }
+            CallReply::ProcUnavail => (AcceptedStatus::ProcUnavail, Bytes::new()),
+            CallReply::GarbageArgs => (AcceptedStatus::GarbageArgs, Bytes::new()),
+            CallReply::SystemErr => (AcceptedStatus::SystemErr, Bytes::new()),
+        };
+        let hdr = ReplyHeader::Accepted {
+            verf: OpaqueAuth::none(),
+            stat,
+        };
+        let _ = tx.send(reply_record(call.xid, &hdr, &results));
+    });
+}
+
+async fn client_reader(
+    rd: OwnedReadHalf,
+    pending: SharedPending,
+    max: usize,
+    incoming: Option<Incoming>,
+) {
     let mut reader = RecordReader::new(rd, max);
     loop {
         let rec = match reader.next_record().await {
@@ -243,7 +408,10 @@ async fn client_reader(rd: OwnedReadHalf, pending: SharedPending, max: usize) {
             }
         };
         if rec.len() >= 8 && rec[4..8] == MSG_CALL.to_be_bytes() {
-            debug!("RPC CALL received on a client connection (backchannel); dropped");
+            match &incoming {
+                Some(inc) => dispatch_incoming(inc, rec).await,
+                None => debug!("RPC CALL received on a client connection (backchannel); dropped"),
+            }
             continue;
         }
         let (xid, result) = match decode_reply(rec.clone()) {
@@ -291,4 +459,100 @@ pub fn decode_reply(record: Bytes) -> Result<(u32, Result<Bytes, RpcError>), Rpc
         ReplyHeader::Denied(RejectedReply::AuthError(s)) => Err(RpcError::AuthError(s)),
     };
     Ok((xid, r))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::TcpListener;
+
+    /// A peer that sends CALLs on the connection a client opened gets each REPLY on that
+    /// connection, by xid, while the client's own calls keep working.
+    #[tokio::test]
+    async fn calls_from_the_peer_are_answered_on_the_same_connection() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let handler: CallHandler = Arc::new(|call: IncomingCall| {
+            Box::pin(async move {
+                match (call.prog, call.proc_num) {
+                    (0x4000_0000, 0) => CallReply::Success(Bytes::new()),
+                    (0x4000_0000, 1) => CallReply::Success(call.args),
+                    (0x4000_0000, _) => CallReply::ProcUnavail,
+                    _ => CallReply::ProgUnavail,
+                }
+            }) as CallFuture
+        });
+        let client = tokio::spawn(async move {
+            let c = RpcClient::connect_with_handler(
+                addr,
+                Credential::None,
+                ClientConfig::default(),
+                Some(handler),
+            )
+            .await
+            .expect("connect");
+            c.call(100003, 4, 0, Bytes::new()).await.expect("own call")
+        });
+        let (mut s, _) = listener.accept().await.expect("accept");
+        // Three CALLs to the client: echo, unknown procedure, unknown program.
+        for (xid, prog, proc_num) in [(7u32, 0x4000_0000, 1), (8, 0x4000_0000, 9), (9, 5, 0)] {
+            let call = encode_call(xid, prog, 1, proc_num, &Credential::None, b"abcd");
+            s.write_all(&record(&call)).await.expect("send call");
+        }
+        let mut got = HashMap::new();
+        let mut own_call = None;
+        while got.len() < 3 || own_call.is_none() {
+            let rec = crate::read_record(&mut s, 1 << 20).await.expect("record");
+            if rec[4..8] == MSG_CALL.to_be_bytes() {
+                let xid = u32::from_be_bytes([rec[0], rec[1], rec[2], rec[3]]);
+                own_call = Some(xid);
+                continue;
+            }
+            let (xid, r) = decode_reply(rec).expect("reply");
+            got.insert(xid, r.map_err(|e| e.to_string()));
+        }
+        assert_eq!(got[&7], Ok(Bytes::from_static(b"abcd")));
+        assert_eq!(got[&8], Err(RpcError::ProcUnavail.to_string()));
+        assert_eq!(got[&9], Err(RpcError::ProgUnavail.to_string()));
+        // Answer the client's own call: it still works alongside.
+        let xid = own_call.expect("client call");
+        let reply = reply_record(
+            xid,
+            &ReplyHeader::Accepted {
+                verf: OpaqueAuth::none(),
+                stat: AcceptedStatus::Success,
+            },
+            b"ok!!",
+        );
+        s.write_all(&reply).await.expect("reply");
+        assert_eq!(client.await.expect("join"), Bytes::from_static(b"ok!!"));
+    }
+
+    /// A CALL of another RPC version gets RPC_MISMATCH; a truncated one is dropped.
+    #[test]
+    fn incoming_call_headers() {
+        let call = encode_call(5, 1, 2, 3, &Credential::None, b"xy");
+        match parse_incoming(call.clone()) {
+            Some(Ok(c)) => {
+                assert_eq!((c.xid, c.prog, c.vers, c.proc_num), (5, 1, 2, 3));
+                assert_eq!(c.args, Bytes::from_static(b"xy"));
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut v3 = BytesMut::from(&call[..]);
+        v3[8..12].copy_from_slice(&3u32.to_be_bytes());
+        assert!(matches!(
+            parse_incoming(v3.freeze()),
+            Some(Err((
+                5,
+                ReplyHeader::Denied(RejectedReply::RpcMismatch { .. })
+            )))
+        ));
+        assert!(parse_incoming(call.slice(..6)).is_none());
+        assert!(matches!(
+            parse_incoming(call.slice(..14)),
+            Some(Err((5, ReplyHeader::Accepted { .. })))
+        ));
+    }
 }

@@ -88,7 +88,9 @@ mod record;
 mod server;
 
 pub use backchannel::{BackChannel, CallbackError, DEFAULT_MAX_CALLBACKS_PER_CONN};
-pub use client::{decode_reply, ClientConfig, RpcClient};
+pub use client::{
+    decode_reply, CallFuture, CallHandler, CallReply, ClientConfig, IncomingCall, RpcClient,
+};
 pub use msg::{encode_call, record, AuthStat, AuthSys, Credential, OpaqueAuth};
 pub use record::read_record;
 pub use server::{

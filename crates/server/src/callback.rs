@@ -253,6 +253,23 @@ impl Callbacks {
             .any(|s| s.client == client && s.path() == PathState::Up)
     }
 
+    /// The simulation only: set the path state of `session`'s back channel (bound by
+    /// CREATE_SESSION with CONN_BACK_CHAN or BIND_CONN_TO_SESSION, which leave it
+    /// `Probing` without a transport) to `Up`, as if its CB_NULL probe had been
+    /// answered, or to `Down`, as if its connection had closed. The simulation
+    /// delivers the recalls it then takes from `Server::take_undelivered_callbacks`.
+    /// False if the session has no back channel.
+    #[doc(hidden)]
+    pub fn assume_path(&self, session: &SessionId, up: bool) -> bool {
+        let Some(s) = self.session(session) else {
+            return false;
+        };
+        let mut g = s.lock();
+        g.generation += 1;
+        g.path = if up { PathState::Up } else { PathState::Down };
+        true
+    }
+
     /// The back channel of `session`, if it asked for one.
     pub fn session(&self, session: &SessionId) -> Option<Arc<SessionCallback>> {
         self.sessions().get(session).cloned()

@@ -58,5 +58,6 @@ pub fn state_status(e: &txnfs_state::StateError) -> nfsstat4 {
         // v4.1 prefers DELAY to RESOURCE (RFC 8881 §15.1.1.3).
         S::Resource => NFS4ERR_DELAY,
         S::DelegRevoked => NFS4ERR_DELEG_REVOKED,
+        S::Delay => NFS4ERR_DELAY,
     }
 }

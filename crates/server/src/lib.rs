@@ -10,6 +10,7 @@ pub mod errors;
 pub mod export;
 pub mod handle;
 pub mod held;
+pub mod notify;
 pub mod ops;
 pub mod placement;
 pub mod recall;

@@ -136,6 +136,10 @@ impl Server {
                     "delegation revoked: not returned in time"
                 ),
                 Effect::DelegationsReleased => self.recall_waits.notify(),
+                Effect::NotifyDue { client, id, after } => match self.arc() {
+                    Some(me) => me.schedule_notify(client, id, after),
+                    None => tracing::warn!("notification dropped: the server is shutting down"),
+                },
             }
         }
         if released_clients {

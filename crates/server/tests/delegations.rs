@@ -475,12 +475,12 @@ async fn the_holder_opens_under_its_delegation_before_returning_it() {
     let mut a = Holder::new(&srv, b"holder-a").await;
     let (_, d, fh) = a.open("f", READ).await;
     let dsid = deleg_stateid(&d);
-    let r = a
-        .run(vec![
+    let under = |share_access: u32| {
+        vec![
             putfh(&fh),
             nfs_argop4::OP_OPEN(OPEN4args {
                 seqid: 0,
-                share_access: READ,
+                share_access,
                 share_deny: 0,
                 owner: open_owner4 {
                     clientid: 0,
@@ -489,30 +489,77 @@ async fn the_holder_opens_under_its_delegation_before_returning_it() {
                 openhow: openflag4::default(opentype4::OPEN4_NOCREATE),
                 claim: open_claim4::CLAIM_DELEG_CUR_FH(dsid.clone()),
             }),
-        ])
-        .await;
+        ]
+    };
+    let r = a.run(under(READ)).await;
     assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
     // A write open under a read delegation is refused.
-    let r = a
-        .run(vec![
-            putfh(&fh),
-            nfs_argop4::OP_OPEN(OPEN4args {
-                seqid: 0,
-                share_access: BOTH,
-                share_deny: 0,
-                owner: open_owner4 {
-                    clientid: 0,
-                    owner: Bytes::from_static(b"local-open"),
-                },
-                openhow: openflag4::default(opentype4::OPEN4_NOCREATE),
-                claim: open_claim4::CLAIM_DELEG_CUR_FH(dsid.clone()),
-            }),
-        ])
-        .await;
+    let r = a.run(under(BOTH)).await;
     assert_eq!(r.status, nfsstat4::NFS4ERR_OPENMODE);
     assert_eq!(a.delegreturn(&fh, &dsid).await, nfsstat4::NFS4_OK);
     assert_eq!(
         a.delegreturn(&fh, &dsid).await,
         nfsstat4::NFS4ERR_BAD_STATEID
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delegation_on_a_file_its_holder_removed_can_still_be_returned() {
+    let srv = server(10_000).await;
+    let _o = other_client(&srv, &["f"], b"x").await;
+    let mut a = Holder::new(&srv, b"holder-a").await;
+    let (osid, d, fh) = a.open("f", BOTH).await;
+    let dsid = deleg_stateid(&d);
+    let r = a
+        .run(vec![
+            putfh(&fh),
+            nfs_argop4::OP_CLOSE(CLOSE4args {
+                seqid: 0,
+                open_stateid: osid,
+            }),
+            nfs_argop4::OP_PUTROOTFH,
+            remove("f"),
+        ])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    // The handle is stale now; the delegation goes back by its stateid.
+    assert_eq!(a.delegreturn(&fh, &dsid).await, nfsstat4::NFS4_OK);
+    let s = srv.server.core().unwrap().delegations().stats();
+    assert_eq!((s.returned, s.outstanding), (1, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_that_denies_reading_recalls_a_read_delegation() {
+    let srv = server(10_000).await;
+    let mut o = other_client(&srv, &["f"], b"x").await;
+    let mut a = Holder::new(&srv, b"holder-a").await;
+    let (osid, d, fh) = a.open("f", READ).await;
+    let dsid = deleg_stateid(&d);
+    // The holder's own open would deny the other client's open anyway; without it,
+    // only the delegation (the holder's right to open for reading locally) stands in
+    // the way.
+    let r = a
+        .run(vec![
+            putfh(&fh),
+            nfs_argop4::OP_CLOSE(CLOSE4args {
+                seqid: 0,
+                open_stateid: osid,
+            }),
+        ])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK);
+    let holder = tokio::spawn(async move {
+        let recall = a.next_recall(T).await.expect("CB_RECALL");
+        let st = a.delegreturn(&fh, &recall.stateid).await;
+        (recall, st)
+    });
+    let mut deny_read = open_plain("f", READ, b"o2");
+    if let nfs_argop4::OP_OPEN(o) = &mut deny_read {
+        o.share_deny = OPEN4_SHARE_DENY_READ;
+    }
+    let r = o.run(vec![nfs_argop4::OP_PUTROOTFH, deny_read]).await;
+    let (recall, st) = holder.await.unwrap();
+    assert_eq!(recall.stateid, dsid);
+    assert_eq!(st, nfsstat4::NFS4_OK);
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
 }

@@ -78,6 +78,9 @@ pub fn random_action(sim: &mut Sim, ci: usize) -> Result<(), Violation> {
             return stale_write(sim, ci, file, sid);
         }
     }
+    if let Some(r) = deleg_housekeeping(sim, ci) {
+        return r;
+    }
     let choice = sim.rng.below(100);
     let files = sim.model.live_files();
     let mine = my_open_files(sim, ci);
@@ -194,6 +197,35 @@ pub fn random_action(sim: &mut Sim, ci: usize) -> Result<(), Violation> {
     }
 }
 
+/// What a client does about its delegations, now and then: free the ones it learned
+/// were revoked (FREE_STATEID), find out which after SEQUENCE said some are
+/// (TEST_STATEID), or give one back unasked (DELEGRETURN). `None`: nothing this time.
+fn deleg_housekeeping(sim: &mut Sim, ci: usize) -> Option<Result<(), Violation>> {
+    let c = &sim.clients[ci];
+    if !c.revoked.is_empty() && sim.rng.chance(600) {
+        let sid = c.revoked[0].clone();
+        let ops = vec![wire::free_stateid(&sid)];
+        return Some(go(sim, ci, Intent::FreeStateid { sid }, ops));
+    }
+    let c = &sim.clients[ci];
+    if c.saw_revoked_flag && sim.rng.chance(600) {
+        let sids: Vec<stateid4> = c.delegs.values().map(|d| d.0.clone()).collect();
+        let ops = vec![wire::test_stateid(&sids)];
+        return Some(go(sim, ci, Intent::TestStateids { sids }, ops));
+    }
+    let c = &sim.clients[ci];
+    if !c.delegs.is_empty() && sim.rng.chance(40) {
+        let held: Vec<(Fh, stateid4)> = c
+            .delegs
+            .iter()
+            .map(|(f, d)| (f.clone(), d.0.clone()))
+            .collect();
+        let (file, sid) = pick(sim, &held)?;
+        return Some(sim.deleg_return(ci, file, sid));
+    }
+    None
+}
+
 /// The share (access, deny) a client's ordinary opens ask for.
 const OPEN_BOTH: (u32, u32) = (OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_DENY_NONE);
 
@@ -239,8 +271,9 @@ fn open_existing(sim: &mut Sim, ci: usize, file: Fh) -> Result<(), Violation> {
     go(sim, ci, Intent::Open { file }, ops)
 }
 
-/// OPEN for reading with DENY_BOTH by a fresh owner, closed at once: granted exactly
-/// when no other owner has the file open.
+/// OPEN for reading by a fresh owner, closed at once: with DENY_BOTH granted exactly
+/// when no other owner has the file open; with DENY_NONE (half the time) when no
+/// other owner denies reading, which is how clients come to share read delegations.
 fn deny_probe(sim: &mut Sim, ci: usize, file: Fh) -> Result<(), Violation> {
     let Some((parent, name)) = parent_of(sim, &file) else {
         return Ok(());
@@ -250,9 +283,14 @@ fn deny_probe(sim: &mut Sim, ci: usize, file: Fh) -> Result<(), Violation> {
         seqid: 0,
         open_stateid: CURRENT,
     });
-    let share = (OPEN4_SHARE_ACCESS_READ, OPEN4_SHARE_DENY_BOTH);
+    let deny = if sim.rng.chance(500) {
+        OPEN4_SHARE_DENY_BOTH
+    } else {
+        OPEN4_SHARE_DENY_NONE
+    };
+    let share = (OPEN4_SHARE_ACCESS_READ, deny);
     let ops = open_ops(&parent, &name, &owner, share, false, close);
-    go(sim, ci, Intent::DenyProbe { file }, ops)
+    go(sim, ci, Intent::DenyProbe { file, deny }, ops)
 }
 
 fn write(sim: &mut Sim, ci: usize, file: Fh) -> Result<(), Violation> {
@@ -261,7 +299,16 @@ fn write(sim: &mut Sim, ci: usize, file: Fh) -> Result<(), Violation> {
     let offset = sim.rng.below(256);
     let sync = sim.rng.chance(500);
     let commit = !sync && sim.rng.chance(600);
-    let sid = sim.clients[ci].opens[&file].clone();
+    // A holder writes with its delegation stateid now and then (with a read
+    // delegation's, rarely: OPENMODE).
+    let deleg = match sim.clients[ci].delegs.get(&file).cloned() {
+        Some((d, true)) if sim.rng.chance(400) => Some(d),
+        Some((d, false)) if sim.rng.chance(100) => Some(d),
+        _ => None,
+    };
+    let sid = deleg
+        .clone()
+        .unwrap_or_else(|| sim.clients[ci].opens[&file].clone());
     let stable = if sync {
         stable_how4::FILE_SYNC4
     } else {
@@ -285,6 +332,7 @@ fn write(sim: &mut Sim, ci: usize, file: Fh) -> Result<(), Violation> {
             offset,
             data,
             commit,
+            deleg,
         },
         ops,
     )
@@ -293,7 +341,13 @@ fn write(sim: &mut Sim, ci: usize, file: Fh) -> Result<(), Violation> {
 fn read(sim: &mut Sim, ci: usize, file: Fh) -> Result<(), Violation> {
     let offset = sim.rng.below(300);
     let count = 1 + sim.rng.below(200) as u32;
-    let sid = sim.clients[ci].opens.get(&file).cloned();
+    let deleg = match sim.clients[ci].delegs.get(&file).cloned() {
+        Some((d, _)) if sim.rng.chance(400) => Some(d),
+        _ => None,
+    };
+    let sid = deleg
+        .clone()
+        .or_else(|| sim.clients[ci].opens.get(&file).cloned());
     let anon = sid.is_none();
     let ops = vec![
         wire::putfh(&file),
@@ -307,6 +361,7 @@ fn read(sim: &mut Sim, ci: usize, file: Fh) -> Result<(), Violation> {
             offset,
             count,
             anon,
+            deleg,
         },
         ops,
     )
@@ -442,6 +497,7 @@ pub fn probe_released(
     dead: usize,
     locks: Vec<LockRec>,
     files: Vec<Fh>,
+    delegated: Vec<Fh>,
 ) -> Result<(), Violation> {
     let others: Vec<usize> = (0..sim.clients.len())
         .filter(|&i| i != dead && sim.clients[i].session.is_some() && !sim.clients[i].expect_dead)
@@ -456,6 +512,20 @@ pub fn probe_released(
     for f in files.iter().take(2) {
         if sim.model.obj(f).is_some_and(|o| o.alive) {
             deny_probe(sim, ci, f.clone())?;
+        }
+    }
+    // Its delegations must not hold anyone up either: a conflicting OPEN or WRITE
+    // goes ahead without DELAY (the server revokes a courtesy client's delegation at
+    // the conflict; the model forgot them, so a DELAY for them fails the run).
+    for f in delegated.iter().take(2) {
+        if sim.clients[ci].session.is_none() || !sim.model.obj(f).is_some_and(|o| o.alive) {
+            continue;
+        }
+        sim.stats.expired_deleg_probes += 1;
+        if sim.clients[ci].opens.contains_key(f) {
+            write(sim, ci, f.clone())?;
+        } else {
+            open_existing(sim, ci, f.clone())?;
         }
     }
     for l in locks.iter().take(2) {
@@ -521,6 +591,7 @@ pub fn audit(sim: &mut Sim, ci: usize) -> Result<(), Violation> {
                 offset: 0,
                 count,
                 anon: true,
+                deleg: None,
             },
             ops,
             false,

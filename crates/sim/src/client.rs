@@ -18,14 +18,19 @@ pub enum Intent {
     Open {
         file: Fh,
     },
+    /// OPEN for reading by a fresh owner with `deny` (DENY_BOTH or DENY_NONE), closed
+    /// in the same COMPOUND; a read delegation it gets outlives the CLOSE.
     DenyProbe {
         file: Fh,
+        deny: u32,
     },
     Write {
         file: Fh,
         offset: u64,
         data: Bytes,
         commit: bool,
+        /// Written with this delegation stateid instead of the open's.
+        deleg: Option<stateid4>,
     },
     Read {
         file: Fh,
@@ -33,6 +38,8 @@ pub enum Intent {
         count: u32,
         /// Read with the anonymous stateid (the client has no open).
         anon: bool,
+        /// Read with this delegation stateid.
+        deleg: Option<stateid4>,
     },
     Close {
         file: Fh,
@@ -83,6 +90,20 @@ pub enum Intent {
         data: Bytes,
         after_restart: bool,
     },
+    /// DELEGRETURN of a delegation of `file` (recalled or not).
+    DelegReturn {
+        file: Fh,
+        sid: stateid4,
+    },
+    /// TEST_STATEID of the client's delegation stateids (after
+    /// SEQ4_STATUS_RECALLABLE_STATE_REVOKED).
+    TestStateids {
+        sids: Vec<stateid4>,
+    },
+    /// FREE_STATEID of a revoked delegation.
+    FreeStateid {
+        sid: stateid4,
+    },
 }
 
 impl Intent {
@@ -105,6 +126,9 @@ impl Intent {
             Intent::Truncate { .. } => 13,
             Intent::Getattr { .. } => 14,
             Intent::StaleWrite { .. } => 15,
+            Intent::DelegReturn { .. } => 16,
+            Intent::TestStateids { .. } => 17,
+            Intent::FreeStateid { .. } => 18,
         }
     }
 
@@ -112,10 +136,10 @@ impl Intent {
     /// about them).
     pub fn objects(&self) -> Vec<&Fh> {
         match self {
-            Intent::Renew => vec![],
+            Intent::Renew | Intent::TestStateids { .. } | Intent::FreeStateid { .. } => vec![],
             Intent::OpenCreate { dir, .. } | Intent::Mkdir { dir, .. } => vec![dir],
             Intent::Open { file }
-            | Intent::DenyProbe { file }
+            | Intent::DenyProbe { file, .. }
             | Intent::Write { file, .. }
             | Intent::Read { file, .. }
             | Intent::Close { file }
@@ -123,7 +147,8 @@ impl Intent {
             | Intent::Locku { file, .. }
             | Intent::Lockt { file, .. }
             | Intent::Truncate { file, .. }
-            | Intent::StaleWrite { file, .. } => vec![file],
+            | Intent::StaleWrite { file, .. }
+            | Intent::DelegReturn { file, .. } => vec![file],
             Intent::Remove { obj } | Intent::Getattr { obj } => vec![obj],
             Intent::Rename { obj, to_dir, .. } => vec![obj, to_dir],
         }
@@ -179,6 +204,20 @@ pub struct Pending {
     pub intent: Intent,
 }
 
+/// A session's back channel, as the simulation set it up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CbPath {
+    /// The session asked for no back channel.
+    None,
+    /// Bound, never answered (no delegations; not reported down either).
+    Probing,
+    /// Working: delegations may be granted.
+    Up,
+    /// Its connection was cut: SEQUENCE reports CB_PATH_DOWN, no delegations, until
+    /// the client binds a new connection (BIND_CONN_TO_SESSION).
+    Down,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct HeldLocks {
     pub sid: Option<stateid4>,
@@ -211,6 +250,21 @@ pub struct SimClient {
     pub pending: Vec<Pending>,
     pub opens: BTreeMap<Fh, stateid4>,
     pub locks: BTreeMap<(Fh, usize), HeldLocks>,
+    /// This client's back channel works (decided per client by the seed): the
+    /// simulation declares its sessions' back channels up, so it gets delegations.
+    pub callback_up: bool,
+    /// The state of the current session's back channel, as the server must see it.
+    pub path: CbPath,
+    /// Delegations the client learned from OPEN replies, by file: (stateid, write).
+    pub delegs: BTreeMap<Fh, (stateid4, bool)>,
+    /// Recalled delegations it will return at a later step: (step, file, stateid).
+    pub returns_due: Vec<(u64, Fh, stateid4)>,
+    /// Delegations the server told it are revoked (DELEGRETURN or TEST_STATEID
+    /// answered DELEG_REVOKED): to be freed with FREE_STATEID.
+    pub revoked: Vec<stateid4>,
+    /// A SEQUENCE reply carried SEQ4_STATUS_RECALLABLE_STATE_REVOKED: find out which
+    /// (TEST_STATEID).
+    pub saw_revoked_flag: bool,
     /// Simulated time of the last new SEQUENCE that succeeded (the server renewed).
     pub last_renew: Duration,
     /// Simulated time of the last request of any kind (the server may have renewed).
@@ -218,7 +272,7 @@ pub struct SimClient {
 }
 
 impl SimClient {
-    pub fn new(idx: usize, conn: u64) -> Self {
+    pub fn new(idx: usize, conn: u64, callback_up: bool) -> Self {
         SimClient {
             idx,
             owner: Bytes::from(format!("sim-client-{idx}")),
@@ -233,6 +287,12 @@ impl SimClient {
             pending: Vec::new(),
             opens: BTreeMap::new(),
             locks: BTreeMap::new(),
+            callback_up,
+            path: CbPath::None,
+            delegs: BTreeMap::new(),
+            returns_due: Vec::new(),
+            revoked: Vec::new(),
+            saw_revoked_flag: false,
             last_renew: Duration::ZERO,
             last_contact: Duration::ZERO,
         }
@@ -259,6 +319,12 @@ impl SimClient {
         // Kept to check that the server refuses them now (invariant 5).
         self.dead_stateids = std::mem::take(&mut self.opens).into_iter().collect();
         self.locks.clear();
+        // Delegations go with the client's state (no reclaim in the simulation).
+        self.path = CbPath::None;
+        self.delegs.clear();
+        self.returns_due.clear();
+        self.revoked.clear();
+        self.saw_revoked_flag = false;
     }
 
     /// Whether any lock owner of this client holds a range on `file`.

@@ -2,9 +2,12 @@
 //!
 //! Several simulated clients drive the server's COMPOUND executor in process (no
 //! sockets) on a simulated clock, through a fault-injecting backend, with lost replies,
-//! retransmissions, cut connections, lease expiry and server restarts. A seed decides
-//! everything; the same seed replays the same run. Invariants are checked as each reply
-//! arrives; the first violation names the seed and step.
+//! retransmissions, cut connections, lease expiry and server restarts. Clients whose
+//! back channel the simulation declares working get delegations; the CB_RECALLs the
+//! server asks for are delivered by the simulation, and answered promptly, late or
+//! never. A seed decides everything; the same seed replays the same run. Invariants are
+//! checked as each reply arrives and after every step; the first violation names the
+//! seed and step.
 
 pub mod actions;
 pub mod client;

@@ -53,10 +53,10 @@ fn main() -> ExitCode {
 }
 
 /// How many of [`counters`] tell what the runs did; the rest tell what they checked.
-const DID: usize = 8;
+const DID: usize = 17;
 
 /// The counters the summary sums over all seeds, (name, value) in the order printed.
-fn counters(s: &txnfs_sim::Stats) -> [(&'static str, u64); 14] {
+fn counters(s: &txnfs_sim::Stats) -> [(&'static str, u64); 30] {
     [
         ("compounds", s.compounds),
         ("retransmissions", s.retransmissions),
@@ -66,12 +66,28 @@ fn counters(s: &txnfs_sim::Stats) -> [(&'static str, u64); 14] {
         ("courtesy_expiries", s.courtesy_expiries),
         ("faults", s.faults),
         ("cut_connections", s.cut_connections),
+        ("cb_paths_down", s.cb_paths_down),
+        ("cb_rebinds", s.cb_rebinds),
+        ("delegations", s.delegations_granted),
+        ("write_delegations", s.write_delegations),
+        ("recalls", s.deleg_recalled),
+        ("recalls_delivered", s.recalls_delivered),
+        ("deleg_returns", s.deleg_returns),
+        ("deleg_revoked", s.deleg_revoked),
+        ("deleg_freed", s.deleg_freed),
         ("bytes_verified", s.bytes_verified),
         ("cinfo", s.cinfo_checked),
         ("locks_granted", s.locks_granted),
         ("locks_denied", s.locks_denied),
         ("share_denied", s.share_denied),
         ("stale_refused", s.stale_refused),
+        ("deleg_delayed", s.deleg_delayed),
+        ("deleg_io", s.deleg_io),
+        ("grants_predicted", s.grants_predicted),
+        ("expired_deleg_probes", s.expired_deleg_probes),
+        ("deleg_revoked_seen", s.deleg_revoked_seen),
+        ("deleg_files_checked", s.deleg_files_checked),
+        ("deleg_shared_checked", s.deleg_shared_checked),
     ]
 }
 

@@ -6,6 +6,8 @@
 use crate::wire::Fh;
 use bytes::Bytes;
 use std::collections::BTreeMap;
+use std::time::Duration;
+use txnfs_proto::nfs4::stateid4;
 
 /// One byte of expected file content.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +71,69 @@ pub struct OpenRec {
     pub deny: u32,
 }
 
+/// A client incarnation: (client index, incarnation).
+pub type Holder = (usize, u32);
+
+/// What a request of another client does to a file, for the delegation conflict rule
+/// (RFC 8881 §10.4: a read delegation lets the holder cache data and open for reading
+/// locally, a write delegation also to write; another client's request that would make
+/// that cache wrong, or that the holder's local opens would have to deny, must wait
+/// for the delegation to come back).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// OPEN with this share access and deny (`OPEN4_SHARE_ACCESS_*`, `_DENY_*`).
+    Open { access: u32, deny: u32 },
+    /// READ, and GETATTR of size or change (which a write holder may have changed).
+    Read,
+    /// WRITE, SETATTR.
+    Modify,
+    /// REMOVE, RENAME.
+    Namespace,
+}
+
+impl Access {
+    /// Whether this access by another client conflicts with a delegation (`write`:
+    /// a write delegation).
+    pub fn conflicts(self, write: bool) -> bool {
+        write
+            || match self {
+                Access::Open { access, deny } => {
+                    access & txnfs_proto::nfs4::OPEN4_SHARE_ACCESS_WRITE != 0
+                        || deny & txnfs_proto::nfs4::OPEN4_SHARE_DENY_READ != 0
+                }
+                Access::Read => false,
+                Access::Modify | Access::Namespace => true,
+            }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DelegPhase {
+    Active,
+    /// A conflicting request was answered DELAY at `since` (simulated time) and the
+    /// server asked for a CB_RECALL.
+    Recalling {
+        since: Duration,
+    },
+    /// Not returned within a lease of the recall: revoked, kept until FREE_STATEID.
+    Revoked,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DelegRec {
+    pub file: Fh,
+    pub holder: Holder,
+    pub write: bool,
+    pub sid: stateid4,
+    pub phase: DelegPhase,
+}
+
+impl DelegRec {
+    pub fn live(&self) -> bool {
+        self.phase != DelegPhase::Revoked
+    }
+}
+
 pub fn range_end(offset: u64, length: u64) -> u64 {
     if length == u64::MAX {
         u64::MAX
@@ -90,6 +155,11 @@ pub struct Model {
     /// Directories that may hold an entry the model never saw (a create that the
     /// backend applied but whose OPEN then failed).
     pub uncertain_dirs: Vec<Fh>,
+    /// Delegations of live clients, from OPEN replies, until returned or freed.
+    pub delegs: Vec<DelegRec>,
+    /// File -> the simulated time of the last request DELAY'd for its delegations
+    /// (the grant policy's cool-down).
+    pub last_conflict: BTreeMap<Fh, Duration>,
 }
 
 impl Model {
@@ -184,12 +254,53 @@ impl Model {
             .retain(|l| !(l.owner.0 == client && l.owner.1 == incarnation));
         self.opens
             .retain(|o| !(o.owner.0 == client && o.owner.1 == incarnation));
+        self.delegs.retain(|d| d.holder != (client, incarnation));
+    }
+
+    /// Live delegations of clients other than `me` on `file` that `access` conflicts
+    /// with (indices into `delegs`).
+    pub fn deleg_conflicts(&self, file: &Fh, me: Holder, access: Access) -> Vec<usize> {
+        (0..self.delegs.len())
+            .filter(|&i| {
+                let d = &self.delegs[i];
+                d.file == *file && d.holder != me && d.live() && access.conflicts(d.write)
+            })
+            .collect()
+    }
+
+    /// The delegation whose stateid is `sid` (any seqid).
+    pub fn deleg(&self, sid: &stateid4) -> Option<usize> {
+        self.delegs.iter().position(|d| d.sid.other == sid.other)
+    }
+
+    /// Whether `holder` has a revoked delegation it has not freed.
+    pub fn has_revoked(&self, holder: Holder) -> bool {
+        self.delegs
+            .iter()
+            .any(|d| d.holder == holder && d.phase == DelegPhase::Revoked)
+    }
+
+    /// The lease timer at `now`: recalls older than a lease are revoked. Returns how
+    /// many.
+    pub fn revoke_overdue(&mut self, now: Duration, lease: Duration) -> u64 {
+        let mut n = 0;
+        for d in &mut self.delegs {
+            if let DelegPhase::Recalling { since } = d.phase {
+                if now.saturating_sub(since) >= lease {
+                    d.phase = DelegPhase::Revoked;
+                    n += 1;
+                }
+            }
+        }
+        n
     }
 
     /// A server restart: all open and lock state is gone, uncommitted data may be.
     pub fn restart(&mut self) {
         self.locks.clear();
         self.opens.clear();
+        self.delegs.clear();
+        self.last_conflict.clear();
         self.boot_verf = None;
         for o in &mut self.objs {
             let mut had_volatile = false;
@@ -409,6 +520,53 @@ mod tests {
         assert!(m
             .lock_conflict(&fh(1), Some(&other), 0, u64::MAX, true)
             .is_none());
+    }
+
+    #[test]
+    fn delegation_conflicts_follow_types_and_holders() {
+        let mut m = model_with_file();
+        let sid = |n: u8| stateid4 {
+            seqid: 1,
+            other: [n; 12],
+        };
+        m.delegs.push(DelegRec {
+            file: fh(1),
+            holder: (0, 1),
+            write: false,
+            sid: sid(1),
+            phase: DelegPhase::Active,
+        });
+        let other = (1, 1);
+        assert!(m.deleg_conflicts(&fh(1), other, Access::Read).is_empty());
+        assert!(m
+            .deleg_conflicts(&fh(1), other, Access::Open { access: 1, deny: 0 })
+            .is_empty());
+        assert_eq!(
+            m.deleg_conflicts(&fh(1), other, Access::Open { access: 3, deny: 0 }),
+            vec![0]
+        );
+        assert_eq!(m.deleg_conflicts(&fh(1), other, Access::Namespace), vec![0]);
+        assert!(
+            m.deleg_conflicts(&fh(1), (0, 1), Access::Modify).is_empty(),
+            "own delegation"
+        );
+        m.delegs[0].write = true;
+        assert_eq!(m.deleg_conflicts(&fh(1), other, Access::Read), vec![0]);
+        m.delegs[0].phase = DelegPhase::Recalling {
+            since: Duration::from_secs(1),
+        };
+        assert_eq!(
+            m.revoke_overdue(Duration::from_secs(20), Duration::from_secs(20)),
+            0
+        );
+        assert_eq!(
+            m.revoke_overdue(Duration::from_secs(21), Duration::from_secs(20)),
+            1
+        );
+        assert!(m.has_revoked((0, 1)));
+        assert!(m.deleg_conflicts(&fh(1), other, Access::Read).is_empty());
+        m.forget_client(0, 1);
+        assert!(m.delegs.is_empty());
     }
 
     #[test]

@@ -4,6 +4,11 @@
 //!
 //! Used: `Server::with_clock`, `Server::tick`, `Server::connection_closed`,
 //! `compound::execute`, `Config { exports, state_dir, grace, lease_time, mutations }`,
+//! `Server::callbacks.assume_path` (a back channel the simulation declares working
+//! or down),
+//! `Server::take_undelivered_callbacks` (the CB_RECALLs the simulation delivers), and
+//! white-box, for the delegation invariant, `Server::core()`: `delegations()`
+//! (`files`, `on_file`, `stats`) and `table().others_use`,
 //! `ExportConfig { prebuilt: Some(PrebuiltBackend(..)) }`, and the state directory's
 //! `handle-secret` file (written before the first start so file handles, and therefore
 //! request bytes, are the same in every run of a seed).
@@ -12,8 +17,10 @@ use bytes::Bytes;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use txnfs_backend::{Backend, Creds};
+use txnfs_proto::nfs4::stateid4;
 use txnfs_server::{BackendKind, Config, ExportConfig, Mutations, PrebuiltBackend, Server};
 use txnfs_state::clock::ManualClock;
+use txnfs_state::{Callback, ClientId, DelegType, FileId};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PortError {
@@ -93,5 +100,211 @@ impl SimServer {
 
     pub fn connection_closed(&self, conn: u64) {
         self.srv.connection_closed(conn);
+    }
+
+    /// Declare the back channel of `session` working (as if its CB_NULL probe had
+    /// been answered: its client may be granted delegations) or down (as if its
+    /// connection had closed). False if the session did not ask for a back channel.
+    pub fn assume_callback_path(&self, session: &[u8; 16], up: bool) -> bool {
+        self.srv.callbacks.assume_path(session, up)
+    }
+
+    /// The CB_RECALLs the server asked for since the last call: (client id,
+    /// delegation stateid, file handle).
+    pub fn take_recalls(&self) -> Vec<Recall> {
+        self.srv
+            .take_undelivered_callbacks()
+            .into_iter()
+            .map(|(client, call)| match call {
+                Callback::Recall { stateid, fh, .. } => Recall {
+                    client,
+                    stateid: stateid4 {
+                        seqid: stateid.seqid,
+                        other: stateid.other,
+                    },
+                    fh,
+                },
+            })
+            .collect()
+    }
+
+    /// The server's delegation counters: (granted, recalled, returned, revoked).
+    pub fn deleg_counts(&self) -> (u64, u64, u64, u64) {
+        match self.srv.core() {
+            Ok(core) => {
+                let s = core.delegations().stats();
+                (s.granted, s.recalled, s.returned, s.revoked)
+            }
+            Err(_) => (0, 0, 0, 0),
+        }
+    }
+
+    /// The delegation invariant, white-box on the state core: see
+    /// [`check_delegations`]. Returns how many files hold delegations, and how many
+    /// of them more than one (shared read delegations).
+    pub fn check_delegations(&self) -> Result<(usize, usize), String> {
+        let core = self
+            .srv
+            .core()
+            .map_err(|e| format!("the state core is poisoned: {e:?}"))?;
+        let mut files = core.delegations().files();
+        files.sort_unstable();
+        let held: Vec<FileDelegs> = files
+            .into_iter()
+            .map(|f| {
+                let mut on = core.delegations().on_file(f);
+                on.sort_unstable_by_key(|(c, k)| (*c, *k == DelegType::Write));
+                let with_use = on
+                    .into_iter()
+                    .map(|(c, k)| {
+                        let u = core.table().others_use(c, f);
+                        (
+                            c,
+                            k,
+                            OthersOpen {
+                                open: u.open,
+                                open_write: u.open_write,
+                            },
+                        )
+                    })
+                    .collect();
+                (f, with_use)
+            })
+            .collect();
+        let shared = held.iter().filter(|(_, on)| on.len() > 1).count();
+        check_delegations(&held).map(|()| (held.len(), shared))
+    }
+
+    /// Harness self-test only: client `client` opens `file`'s delegated file for
+    /// reading and writing *behind the server's back* (the state table directly, no
+    /// recall), which the delegation invariant must report. Returns whether a file
+    /// with another client's delegation was found.
+    pub fn open_behind_delegation(&self, client: ClientId) -> bool {
+        let Ok(mut core) = self.srv.core() else {
+            return false;
+        };
+        let mut files = core.delegations().files();
+        files.sort_unstable();
+        let target = files.into_iter().find(|f| {
+            core.delegations()
+                .on_file(*f)
+                .iter()
+                .any(|(c, _)| *c != client)
+        });
+        let Some(file) = target else {
+            return false;
+        };
+        core.table_mut()
+            .open(client, b"behind-the-back", file, 3, 0)
+            .is_ok()
+    }
+}
+
+/// A CB_RECALL the server asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recall {
+    pub client: ClientId,
+    pub stateid: stateid4,
+    pub fh: Bytes,
+}
+
+/// Whether clients other than a delegation's holder have the file open (and for
+/// writing).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OthersOpen {
+    pub open: bool,
+    pub open_write: bool,
+}
+
+/// A file's live delegations: (holder, type, how the other clients have it open).
+pub type FileDelegs = (FileId, Vec<(ClientId, DelegType, OthersOpen)>);
+
+/// The delegation invariant (issue 9): on every file, a write delegation is the only
+/// delegation, no client holds two, and no delegation coexists with another client's
+/// open it conflicts with (a read delegation with a write open, a write delegation
+/// with any open).
+pub fn check_delegations(files: &[FileDelegs]) -> Result<(), String> {
+    for (file, on) in files {
+        let writes = on.iter().filter(|d| d.1 == DelegType::Write).count();
+        if writes > 0 && on.len() > 1 {
+            return Err(format!(
+                "file {file:#x}: a write delegation coexists with others: {:?}",
+                on.iter().map(|d| (d.0, d.1)).collect::<Vec<_>>()
+            ));
+        }
+        for (i, (c, k, u)) in on.iter().enumerate() {
+            if on[..i].iter().any(|d| d.0 == *c) {
+                return Err(format!("file {file:#x}: client {c} holds two delegations"));
+            }
+            let conflict = match k {
+                DelegType::Write => u.open,
+                DelegType::Read => u.open_write,
+                // Directories have no opens; the sim grants no directory delegations.
+                DelegType::Directory => false,
+            };
+            if conflict {
+                return Err(format!(
+                    "file {file:#x}: client {c}'s {k:?} delegation coexists with another client's conflicting open ({u:?})"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NONE: OthersOpen = OthersOpen {
+        open: false,
+        open_write: false,
+    };
+    const READER: OthersOpen = OthersOpen {
+        open: true,
+        open_write: false,
+    };
+    const WRITER: OthersOpen = OthersOpen {
+        open: true,
+        open_write: true,
+    };
+
+    #[test]
+    fn delegation_invariant_accepts_what_the_rfc_allows() {
+        let ok = vec![
+            (1, vec![(1, DelegType::Write, NONE)]),
+            (
+                2,
+                vec![(1, DelegType::Read, READER), (2, DelegType::Read, NONE)],
+            ),
+        ];
+        assert_eq!(check_delegations(&ok), Ok(()));
+    }
+
+    #[test]
+    fn delegation_invariant_fails_on_each_conflict() {
+        let two_writes = vec![(
+            1,
+            vec![(1, DelegType::Write, NONE), (2, DelegType::Write, NONE)],
+        )];
+        let write_and_read = vec![(
+            1,
+            vec![(1, DelegType::Read, NONE), (2, DelegType::Write, NONE)],
+        )];
+        let twice = vec![(
+            1,
+            vec![(1, DelegType::Read, NONE), (1, DelegType::Read, NONE)],
+        )];
+        let write_vs_reader = vec![(1, vec![(1, DelegType::Write, READER)])];
+        let read_vs_writer = vec![(1, vec![(1, DelegType::Read, WRITER)])];
+        for bad in [
+            two_writes,
+            write_and_read,
+            twice,
+            write_vs_reader,
+            read_vs_writer,
+        ] {
+            assert!(check_delegations(&bad).is_err(), "{bad:?} passed");
+        }
     }
 }

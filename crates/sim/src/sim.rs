@@ -1,9 +1,11 @@
 //! The driver: one seeded run of several clients against one in-process server, with
-//! lost replies, retransmissions, cut connections, lease expiry on a simulated clock and
-//! server restarts. Invariants are checked as every reply arrives and by an audit at the
-//! end; the first violation stops the run and names the seed and step.
+//! lost replies, retransmissions, cut connections, lease expiry on a simulated clock,
+//! server restarts, and delegations: CB_RECALLs delivered (returned at once, late, or
+//! lost and revoked by the lease timer). Invariants are checked as every reply arrives,
+//! on the server's delegation table after every step, and by an audit at the end; the
+//! first violation stops the run and names the seed and step.
 
-use crate::client::{Intent, Pending, Session, SimClient, SLOTS};
+use crate::client::{CbPath, Intent, Pending, Session, SimClient, SLOTS};
 use crate::fault::{FaultBackend, FaultPlan, Ledger};
 use crate::model::Model;
 use crate::rng::Rng;
@@ -31,6 +33,11 @@ pub enum ViolationKind {
     CinfoBackwards,
     /// (5) State of an expired or rebooted-away client still acts.
     StaleStateSurvived,
+    /// (6) Delegations: two clients hold conflicting delegations, a delegation
+    /// coexists with another client's conflicting open, a conflicting request was not
+    /// answered DELAY (or a non-conflicting one was), a DELAY'd request changed
+    /// something, a recall went missing, or a delegation stateid was judged wrongly.
+    DelegationConflict,
     /// A live client's session vanished.
     SessionLost,
     /// A status the RFC does not allow here.
@@ -108,6 +115,37 @@ pub struct Stats {
     pub share_denied: u64,
     /// Stateids of dead sessions tried again and refused.
     pub stale_refused: u64,
+    /// Delegations granted by OPEN (of them, write delegations).
+    pub delegations_granted: u64,
+    pub write_delegations: u64,
+    /// Requests answered DELAY for another client's delegation, and the CB_RECALLs
+    /// the server asked for (each checked against the model's expectation).
+    pub deleg_delayed: u64,
+    pub deleg_recalled: u64,
+    /// CB_RECALLs delivered to their holder (then returned at once, later, or never).
+    pub recalls_delivered: u64,
+    /// DELEGRETURNs that returned a delegation.
+    pub deleg_returns: u64,
+    /// Recalled delegations the lease timer revoked (the model predicted each).
+    pub deleg_revoked: u64,
+    /// DELEGRETURNs answered DELEG_REVOKED, and revoked delegations freed.
+    pub deleg_revoked_seen: u64,
+    pub deleg_freed: u64,
+    /// Files with delegations checked by the delegation invariant (summed per step).
+    pub deleg_files_checked: u64,
+    /// Back channels taken down with their connection, and bound again
+    /// (BIND_CONN_TO_SESSION).
+    pub cb_paths_down: u64,
+    pub cb_rebinds: u64,
+    /// OPENs whose delegation (or none) was checked against the grant policy.
+    pub grants_predicted: u64,
+    /// Of those, files with more than one (read) delegation.
+    pub deleg_shared_checked: u64,
+    /// Conflicting requests on files an expired client held delegations on (they
+    /// must not be DELAY'd).
+    pub expired_deleg_probes: u64,
+    /// READs and WRITEs with a live delegation stateid.
+    pub deleg_io: u64,
     /// FNV-1a over every request's intent and every reply's statuses: equal digests
     /// mean the same run.
     pub digest: u64,
@@ -123,6 +161,10 @@ pub struct SimConfig {
     pub faults: Option<FaultPlan>,
     pub lease_secs: u32,
     pub dir: PathBuf,
+    /// Harness self-test only: now and then a client opens a file another client
+    /// holds a delegation on behind the server's back (the state table directly, no
+    /// recall); the delegation invariant must report it.
+    pub break_delegations: bool,
 }
 
 impl SimConfig {
@@ -136,6 +178,7 @@ impl SimConfig {
             faults: (seed % 2 == 1).then_some(FaultPlan::standard()),
             lease_secs: 20,
             dir: scratch_dir(),
+            break_delegations: false,
         }
     }
 }
@@ -169,6 +212,29 @@ pub struct Sim {
     /// Print every request and its statuses to stderr (TXNFS_SIM_TRACE=1).
     pub(crate) trace: bool,
     pub(crate) mix: Mix,
+    /// Simulated time at which the COMPOUND being judged started (the server's `now`
+    /// for it).
+    pub(crate) call_now: Duration,
+    /// Stateids (`other`) the oracle expects the judged request to have recalled.
+    pub(crate) expect_recalls: Vec<[u8; 12]>,
+    /// CB_RECALLs the server asked for, not yet delivered to their holders.
+    pub(crate) recalls: Vec<RecallMsg>,
+    /// (granted, recalled, returned) in `stats` when the running server started: the
+    /// server's own counters must equal what the model saw since.
+    pub(crate) deleg_base: (u64, u64, u64),
+    /// The grant policy cannot be predicted right now: an expired client's state,
+    /// which the model forgot, may still be on the server (while its release is
+    /// probed).
+    pub(crate) grants_uncertain: bool,
+}
+
+/// A CB_RECALL on its way to client `ci` (incarnation `inc`).
+#[derive(Debug, Clone)]
+pub(crate) struct RecallMsg {
+    pub ci: usize,
+    pub inc: u32,
+    pub sid: stateid4,
+    pub fh: Bytes,
 }
 
 /// How often each event happens in a run, per thousand steps (lost replies: per
@@ -245,8 +311,9 @@ impl Sim {
         };
         let server = SimServer::start(&setup)
             .map_err(|e| Violation::new(ViolationKind::Harness, e.to_string()))?;
+        // About half the clients have a back channel that works (and get delegations).
         let clients = (0..cfg.clients)
-            .map(|i| SimClient::new(i, i as u64 + 1))
+            .map(|i| SimClient::new(i, i as u64 + 1, rng.chance(500)))
             .collect();
         Ok(Sim {
             next_conn: cfg.clients as u64 + 1,
@@ -263,6 +330,11 @@ impl Sim {
             next_req: 1,
             trace: std::env::var_os("TXNFS_SIM_TRACE").is_some(),
             mix,
+            call_now: Duration::ZERO,
+            expect_recalls: Vec::new(),
+            recalls: Vec::new(),
+            deleg_base: (0, 0, 0),
+            grants_uncertain: false,
         })
     }
 
@@ -329,16 +401,20 @@ impl Sim {
         while self.step < self.cfg.steps {
             self.step += 1;
             self.digest(self.step);
+            self.due_returns()?;
             let r = self.rng.below(1000);
             let m = self.mix;
+            let base = m.restart + m.expire + m.cut;
             if r < m.restart {
                 self.restart()?;
             } else if r < m.restart + m.expire {
                 self.expire_one()?;
-            } else if r < m.restart + m.expire + m.cut {
-                self.cut_connection();
-            } else if r < m.restart + m.expire + m.cut + 40 {
-                self.server()?.tick();
+            } else if r < base {
+                self.cut_connection()?;
+            } else if r < base + 40 {
+                self.tick()?;
+            } else if r < base + 40 + 80 && !self.recalls.is_empty() {
+                self.deliver_recall()?;
             } else {
                 let ci = self.rng.index(self.clients.len());
                 self.client_step(ci)?;
@@ -346,6 +422,7 @@ impl Sim {
             let dt = self.rng.below(300);
             self.clock.advance(Duration::from_millis(dt));
             self.keepalive_all(None)?;
+            self.check_delegations()?;
         }
         self.stats.steps = self.step;
         self.audit()
@@ -415,6 +492,37 @@ impl Sim {
             {
                 s.slots[ok.sr_slotid as usize] = ok.sr_sequenceid;
             }
+            // CB_PATH_DOWN_SESSION and CB_PATH_DOWN exactly while the (only) session's
+            // back channel is down.
+            let flags = match res.resarray.first() {
+                Some(nfs_resop4::OP_SEQUENCE(SEQUENCE4res::NFS4_OK(ok))) => ok.sr_status_flags,
+                _ => 0,
+            };
+            let down = SEQ4_STATUS_CB_PATH_DOWN | SEQ4_STATUS_CB_PATH_DOWN_SESSION;
+            let want_down = if c.path == CbPath::Down { down } else { 0 };
+            if flags & down != want_down {
+                return Err(Violation::new(
+                    ViolationKind::DelegationConflict,
+                    format!(
+                        "client {ci}: SEQUENCE status flags {flags:#x} with its back channel {:?}",
+                        c.path
+                    ),
+                ));
+            }
+            // SEQ4_STATUS_RECALLABLE_STATE_REVOKED exactly while the client has a
+            // revoked delegation it has not freed.
+            let inc = c.incarnation;
+            let want = self.model.has_revoked((ci, inc));
+            if revoked_flag(res) != want {
+                return Err(Violation::new(
+                    ViolationKind::DelegationConflict,
+                    format!(
+                        "client {ci}: SEQUENCE {} RECALLABLE_STATE_REVOKED, the model {} a revoked delegation",
+                        if want { "lacks" } else { "carries" },
+                        if want { "has" } else { "has no" }
+                    ),
+                ));
+            }
             return Ok(true);
         }
         if st == nfsstat4::NFS4ERR_BADSESSION && c.expect_dead {
@@ -460,9 +568,11 @@ impl Sim {
         let (bytes, slot) = self.frame(ci, ops)?;
         let injected = self.ledger.injected();
         let now = self.now();
+        self.call_now = now;
+        self.expect_recalls.clear();
         let (reply, res) = self.call(ci, bytes.clone())?;
         if !self.after_sequence(ci, &res)? {
-            return Ok(());
+            return self.take_recalls(None);
         }
         self.clients[ci].last_renew = now;
         let faulted = self.ledger.injected() > injected;
@@ -480,6 +590,7 @@ impl Sim {
         }
         self.check_tokens(&intent, "first execution")?;
         crate::oracle::judge(self, ci, &intent, &res, faulted)?;
+        self.take_recalls(Some(&intent))?;
         let pending = Pending {
             slot,
             bytes,
@@ -489,6 +600,9 @@ impl Sim {
         if lose {
             self.clients[ci].pending.push(pending);
             return Ok(());
+        }
+        if revoked_flag(&res) {
+            self.clients[ci].saw_revoked_flag = true;
         }
         crate::oracle::absorb(&mut self.clients[ci], &pending.intent, &res);
         if self.rng.chance(30) {
@@ -531,6 +645,9 @@ impl Sim {
         let p = self.clients[ci].pending.remove(i);
         self.stats.retransmissions += 1;
         let (reply, res) = self.call(ci, p.bytes.clone())?;
+        // A replay executes nothing and recalls nothing.
+        self.expect_recalls.clear();
+        self.take_recalls(None)?;
         let seq_ok = res.resarray.first().map(status_of) == Some(nfsstat4::NFS4_OK);
         if !seq_ok || self.clients[ci].expect_dead {
             // A dead session (server restart, lease expiry) must refuse it, and then the
@@ -569,7 +686,7 @@ impl Sim {
         if let Some(old) = self.clients[ci].old_clientid.take() {
             let (_, res) = self.call(
                 ci,
-                wire::compound(vec![wire::create_session(old, 1, SLOTS)]),
+                wire::compound(vec![wire::create_session(old, 1, SLOTS, false)]),
             )?;
             let st = res.resarray.first().map(status_of).unwrap_or(res.status);
             if st != nfsstat4::NFS4ERR_STALE_CLIENTID {
@@ -598,7 +715,11 @@ impl Sim {
             ));
         }
         let (clientid, seq) = (e.eir_clientid, e.eir_sequenceid);
-        let cs = wire::compound(vec![wire::create_session(clientid, seq, SLOTS)]);
+        // A client with a working back channel binds its connection for callbacks;
+        // some others ask for one that never answers (it stays "probing": no
+        // delegations either).
+        let back = self.clients[ci].callback_up || self.rng.chance(500);
+        let cs = wire::compound(vec![wire::create_session(clientid, seq, SLOTS, back)]);
         let (reply, res) = self.call(ci, cs.clone())?;
         let Some(nfs_resop4::OP_CREATE_SESSION(CREATE_SESSION4res::NFS4_OK(s))) =
             res.resarray.first()
@@ -620,8 +741,19 @@ impl Sim {
                 ));
             }
         }
+        if self.clients[ci].callback_up && !self.server()?.assume_callback_path(&sid, true) {
+            return Err(Violation::new(
+                ViolationKind::Harness,
+                format!("client {ci}: CREATE_SESSION with CONN_BACK_CHAN bound no back channel"),
+            ));
+        }
         let now = self.now();
         let c = &mut self.clients[ci];
+        c.path = match (c.callback_up, back) {
+            (true, _) => CbPath::Up,
+            (false, true) => CbPath::Probing,
+            (false, false) => CbPath::None,
+        };
         c.session = Some(Session {
             clientid,
             sid,
@@ -678,6 +810,9 @@ impl Sim {
                 .map_err(|e| Violation::new(ViolationKind::Harness, e.to_string()))?,
         );
         self.model.restart();
+        self.recalls.clear();
+        let s = &self.stats;
+        self.deleg_base = (s.delegations_granted, s.deleg_recalled, s.deleg_returns);
         for c in &mut self.clients {
             if c.session.is_some() {
                 c.expect_dead = true;
@@ -719,7 +854,7 @@ impl Sim {
             ));
             self.stats.courtesy_expiries += 1;
         } else {
-            self.server()?.tick();
+            self.tick()?;
             self.note(&format!("client {ci} silent past its lease; tick"));
         }
         self.stats.expiries += 1;
@@ -738,22 +873,32 @@ impl Sim {
             .filter(|o| o.owner.0 == ci && o.owner.1 == inc)
             .map(|o| o.file.clone())
             .collect();
+        let held_delegs: Vec<_> = self
+            .model
+            .delegs
+            .iter()
+            .filter(|d| d.holder == (ci, inc))
+            .map(|d| d.file.clone())
+            .collect();
         self.model.forget_client(ci, inc);
         self.clients[ci].expect_dead = true;
         self.clients[ci].dead_by_restart = false;
-        crate::actions::probe_released(self, ci, held_locks, held_opens)?;
+        self.grants_uncertain = true;
+        let probed = crate::actions::probe_released(self, ci, held_locks, held_opens, held_delegs);
+        self.grants_uncertain = false;
+        probed?;
         if courtesy {
             // Whatever no probe conflicted with goes at the lease-expiry tick.
             while self.now() <= released {
                 self.clock.advance(self.lease() / 4);
                 self.keepalive_all(Some(ci))?;
             }
-            self.server()?.tick();
+            self.tick()?;
         }
         Ok(())
     }
 
-    fn cut_connection(&mut self) {
+    fn cut_connection(&mut self) -> Result<(), Violation> {
         let ci = self.rng.index(self.clients.len());
         self.note(&format!("client {ci}: connection cut"));
         self.stats.cut_connections += 1;
@@ -762,6 +907,55 @@ impl Sim {
         }
         self.clients[ci].conn = self.next_conn;
         self.next_conn += 1;
+        // The back channel rode on that connection: down until the client binds a new
+        // one (the transport would notice the close; the simulation has none).
+        let c = &self.clients[ci];
+        if c.path == CbPath::Up && !c.expect_dead {
+            let sid = c.session.as_ref().map(|s| s.sid);
+            if let Some(sid) = sid {
+                if !self.server()?.assume_callback_path(&sid, false) {
+                    return Err(Violation::new(
+                        ViolationKind::Harness,
+                        format!("client {ci}: its session has no back channel to take down"),
+                    ));
+                }
+                self.clients[ci].path = CbPath::Down;
+                self.stats.cb_paths_down += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// A client whose back channel went down binds its new connection for callbacks
+    /// (BIND_CONN_TO_SESSION, RFC 8881 §18.34); the probe is answered at once here.
+    fn rebind_back_channel(&mut self, ci: usize) -> Result<(), Violation> {
+        let Some(sid) = self.clients[ci].session.as_ref().map(|s| s.sid) else {
+            return Ok(());
+        };
+        let (_, res) = self.call(ci, wire::compound(vec![wire::bind_conn_back(sid)]))?;
+        match res.resarray.first() {
+            Some(nfs_resop4::OP_BIND_CONN_TO_SESSION(BIND_CONN_TO_SESSION4res::NFS4_OK(ok)))
+                if matches!(
+                    ok.bctsr_dir,
+                    channel_dir_from_server4::CDFS4_BACK | channel_dir_from_server4::CDFS4_BOTH
+                ) => {}
+            other => {
+                return Err(Violation::new(
+                    ViolationKind::UnexpectedStatus,
+                    format!("client {ci}: BIND_CONN_TO_SESSION for the back channel: {other:?}"),
+                ))
+            }
+        }
+        if !self.server()?.assume_callback_path(&sid, true) {
+            return Err(Violation::new(
+                ViolationKind::Harness,
+                format!("client {ci}: BIND_CONN_TO_SESSION bound no back channel"),
+            ));
+        }
+        self.note(&format!("client {ci}: back channel bound again"));
+        self.clients[ci].path = CbPath::Up;
+        self.stats.cb_rebinds += 1;
+        Ok(())
     }
 
     /// One action of one client.
@@ -774,15 +968,220 @@ impl Sim {
         if self.clients[ci].session.is_none() {
             return self.ensure_session(ci);
         }
+        let c = &self.clients[ci];
+        if c.path == CbPath::Down && !c.expect_dead && self.rng.chance(400) {
+            return self.rebind_back_channel(ci);
+        }
         crate::actions::random_action(self, ci)
     }
 
     /// End of run: every live file reads back as the model says; every lock the model
     /// holds is seen by LOCKT from another owner.
     fn audit(&mut self) -> Result<(), Violation> {
+        // Every client gives its delegations back first (as at unmount), so the
+        // audit's reads are not DELAY'd by them.
+        for ci in 0..self.clients.len() {
+            self.retransmit(ci, true)?;
+        }
+        let held: Vec<_> = self
+            .model
+            .delegs
+            .iter()
+            .filter(|d| d.live())
+            .map(|d| (d.holder, d.file.clone(), d.sid.clone()))
+            .collect();
+        for ((hi, inc), file, sid) in held {
+            let c = &self.clients[hi];
+            if c.session.is_none() || c.expect_dead || c.incarnation != inc {
+                continue;
+            }
+            if !self.model.obj(&file).is_some_and(|o| o.alive) {
+                // Removed by its holder: the handle is stale, nobody conflicts.
+                continue;
+            }
+            let ops = vec![wire::putfh(&file), wire::delegreturn(&sid)];
+            self.send(hi, Intent::DelegReturn { file, sid }, ops, false)?;
+        }
         let ci = 0;
         self.retransmit(ci, true)?;
         self.ensure_session(ci)?;
         crate::actions::audit(self, ci)
     }
+
+    /// The lease timer fires; the model revokes the recalls older than a lease.
+    fn tick(&mut self) -> Result<(), Violation> {
+        self.server()?.tick();
+        let n = self.model.revoke_overdue(self.now(), self.lease());
+        self.stats.deleg_revoked += n;
+        if n > 0 {
+            self.note(&format!("tick revoked {n} recalled delegation(s)"));
+        }
+        Ok(())
+    }
+
+    /// The CB_RECALLs the server asked for during the last COMPOUND: after a judged
+    /// request (`intent`), exactly the ones the oracle expected; they join the
+    /// queue of recalls to deliver.
+    fn take_recalls(&mut self, intent: Option<&Intent>) -> Result<(), Violation> {
+        let got = self.server()?.take_recalls();
+        let mut want = std::mem::take(&mut self.expect_recalls);
+        if let Some(intent) = intent {
+            let mut others: Vec<[u8; 12]> = got.iter().map(|r| r.stateid.other).collect();
+            others.sort_unstable();
+            want.sort_unstable();
+            if others != want {
+                return Err(Violation::new(
+                    ViolationKind::DelegationConflict,
+                    format!(
+                        "{intent:?}: the server recalled {} delegation(s), the model expected {}",
+                        others.len(),
+                        want.len()
+                    ),
+                ));
+            }
+        }
+        for r in got {
+            let holder = self.model.deleg(&r.stateid).map(|i| {
+                let d = &self.model.delegs[i];
+                (d.holder, d.file.clone())
+            });
+            let Some(((hi, inc), file)) = holder else {
+                continue;
+            };
+            let clientid = self.clients[hi].session.as_ref().map(|s| s.clientid);
+            if clientid != Some(r.client) || file != r.fh {
+                return Err(Violation::new(
+                    ViolationKind::DelegationConflict,
+                    format!(
+                        "a CB_RECALL went to client id {} for {:?}, the delegation is client {hi}'s (id {clientid:?}) on another file",
+                        r.client, r.stateid
+                    ),
+                ));
+            }
+            self.recalls.push(RecallMsg {
+                ci: hi,
+                inc,
+                sid: r.stateid,
+                fh: r.fh,
+            });
+        }
+        Ok(())
+    }
+
+    /// Deliver one queued CB_RECALL: its holder returns the delegation at once,
+    /// some steps later, or never (the callback was lost: the lease timer revokes it
+    /// and the holder learns that from SEQUENCE and DELEGRETURN).
+    fn deliver_recall(&mut self) -> Result<(), Violation> {
+        let i = self.rng.index(self.recalls.len());
+        let c = &self.clients[self.recalls[i].ci];
+        if c.path == CbPath::Down && !c.expect_dead && c.incarnation == self.recalls[i].inc {
+            // Its back channel is down: the server keeps trying until the client
+            // binds a new connection (the recall stays queued).
+            return Ok(());
+        }
+        let r = self.recalls.remove(i);
+        let c = &self.clients[r.ci];
+        if c.session.is_none() || c.expect_dead || c.incarnation != r.inc {
+            return Ok(());
+        }
+        self.stats.recalls_delivered += 1;
+        let fate = self.rng.below(100);
+        self.note(&format!("CB_RECALL to client {} (fate {fate})", r.ci));
+        if fate < 45 {
+            self.deleg_return(r.ci, r.fh, r.sid)
+        } else if fate < 75 {
+            let due = self.step + 1 + self.rng.below(200);
+            self.clients[r.ci].returns_due.push((due, r.fh, r.sid));
+            Ok(())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Late DELEGRETURNs whose step has come.
+    fn due_returns(&mut self) -> Result<(), Violation> {
+        for ci in 0..self.clients.len() {
+            let step = self.step;
+            let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.clients[ci].returns_due)
+                .into_iter()
+                .partition(|(at, _, _)| *at <= step);
+            self.clients[ci].returns_due = later;
+            for (_, fh, sid) in due {
+                if self.clients[ci].session.is_none() {
+                    break;
+                }
+                self.deleg_return(ci, fh, sid)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Client `ci` returns its delegation `sid` of `file` (the reply may be lost).
+    pub(crate) fn deleg_return(
+        &mut self,
+        ci: usize,
+        file: Bytes,
+        sid: stateid4,
+    ) -> Result<(), Violation> {
+        if !self.model.obj(&file).is_some_and(|o| o.alive) {
+            // The holder removed the file itself; the handle may be stale.
+            return Ok(());
+        }
+        let lose = self.rng.chance(self.mix.lose);
+        let ops = vec![wire::putfh(&file), wire::delegreturn(&sid)];
+        self.send(ci, Intent::DelegReturn { file, sid }, ops, lose)
+    }
+
+    /// Invariant 6 on the server's own tables, after every step.
+    fn check_delegations(&mut self) -> Result<(), Violation> {
+        if self.cfg.break_delegations && self.step.is_multiple_of(7) {
+            let ids: Vec<u64> = self
+                .clients
+                .iter()
+                .filter(|c| !c.expect_dead)
+                .filter_map(|c| c.session.as_ref().map(|s| s.clientid))
+                .collect();
+            let srv = self.server()?;
+            for id in ids {
+                if srv.open_behind_delegation(id) {
+                    break;
+                }
+            }
+        }
+        let (n, shared) = self
+            .server()?
+            .check_delegations()
+            .map_err(|e| Violation::new(ViolationKind::DelegationConflict, e))?;
+        self.stats.deleg_files_checked += n as u64;
+        self.stats.deleg_shared_checked += shared as u64;
+        // The server's counters agree with what the replies showed the model: every
+        // grant was in an OPEN reply, every recall expected, every return judged.
+        let (granted, recalled, returned, _) = self.server()?.deleg_counts();
+        let s = &self.stats;
+        let (g0, c0, r0) = self.deleg_base;
+        let seen = (
+            s.delegations_granted - g0,
+            s.deleg_recalled - c0,
+            s.deleg_returns - r0,
+        );
+        if (granted, recalled, returned) != seen {
+            return Err(Violation::new(
+                ViolationKind::DelegationConflict,
+                format!(
+                    "the server counts (granted, recalled, returned) = {:?}, the replies showed {seen:?}",
+                    (granted, recalled, returned)
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Whether a reply's SEQUENCE carries SEQ4_STATUS_RECALLABLE_STATE_REVOKED.
+fn revoked_flag(res: &COMPOUND4res) -> bool {
+    matches!(
+        res.resarray.first(),
+        Some(nfs_resop4::OP_SEQUENCE(SEQUENCE4res::NFS4_OK(ok)))
+            if ok.sr_status_flags & SEQ4_STATUS_RECALLABLE_STATE_REVOKED != 0
+    )
 }

@@ -68,11 +68,17 @@ fn channel(max_requests: u32) -> channel_attrs4 {
     }
 }
 
-pub fn create_session(clientid: u64, seq: u32, slots: u32) -> nfs_argop4 {
+/// CREATE_SESSION; with `back_chan` the connection is also the session's back
+/// channel (CREATE_SESSION4_FLAG_CONN_BACK_CHAN).
+pub fn create_session(clientid: u64, seq: u32, slots: u32, back_chan: bool) -> nfs_argop4 {
     nfs_argop4::OP_CREATE_SESSION(CREATE_SESSION4args {
         csa_clientid: clientid,
         csa_sequence: seq,
-        csa_flags: 0,
+        csa_flags: if back_chan {
+            CREATE_SESSION4_FLAG_CONN_BACK_CHAN
+        } else {
+            0
+        },
         csa_fore_chan_attrs: channel(slots),
         csa_back_chan_attrs: channel(1),
         csa_cb_program: 0x4000_0000,
@@ -222,5 +228,43 @@ pub fn locku(write: bool, offset: u64, length: u64, lock_sid: &stateid4) -> nfs_
         lock_stateid: lock_sid.clone(),
         offset,
         length,
+    })
+}
+
+pub fn delegreturn(sid: &stateid4) -> nfs_argop4 {
+    nfs_argop4::OP_DELEGRETURN(DELEGRETURN4args {
+        deleg_stateid: sid.clone(),
+    })
+}
+
+pub fn free_stateid(sid: &stateid4) -> nfs_argop4 {
+    nfs_argop4::OP_FREE_STATEID(FREE_STATEID4args {
+        fsa_stateid: sid.clone(),
+    })
+}
+
+pub fn test_stateid(sids: &[stateid4]) -> nfs_argop4 {
+    nfs_argop4::OP_TEST_STATEID(TEST_STATEID4args {
+        ts_stateids: sids.to_vec(),
+    })
+}
+
+/// The delegation an OPEN reply grants: (stateid, write).
+pub fn granted_delegation(d: &open_delegation4) -> Option<(stateid4, bool)> {
+    match d {
+        open_delegation4::OPEN_DELEGATE_READ(r)
+        | open_delegation4::OPEN_DELEGATE_READ_ATTRS_DELEG(r) => Some((r.stateid.clone(), false)),
+        open_delegation4::OPEN_DELEGATE_WRITE(w)
+        | open_delegation4::OPEN_DELEGATE_WRITE_ATTRS_DELEG(w) => Some((w.stateid.clone(), true)),
+        open_delegation4::OPEN_DELEGATE_NONE | open_delegation4::OPEN_DELEGATE_NONE_EXT(_) => None,
+    }
+}
+
+/// BIND_CONN_TO_SESSION of the sending connection for the back channel (or both).
+pub fn bind_conn_back(sid: sessionid4) -> nfs_argop4 {
+    nfs_argop4::OP_BIND_CONN_TO_SESSION(BIND_CONN_TO_SESSION4args {
+        bctsa_sessid: sid,
+        bctsa_dir: channel_dir_from_client4::CDFC4_BACK_OR_BOTH,
+        bctsa_use_conn_in_rdma_mode: false,
     })
 }

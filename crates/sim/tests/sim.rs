@@ -29,8 +29,26 @@ fn seeds_sweep() {
             let share: u64 = stats.iter().map(|s| s.share_denied).sum();
             let stale: u64 = stats.iter().map(|s| s.stale_refused).sum();
             let overtakes: u64 = stats.iter().map(|s| s.overtakes).sum();
+            let sum = |f: fn(&txnfs_sim::Stats) -> u64| stats.iter().map(f).sum::<u64>();
+            let delegs = sum(|s| s.delegations_granted);
+            let write_delegs = sum(|s| s.write_delegations);
+            let delayed = sum(|s| s.deleg_delayed);
+            let recalls = sum(|s| s.recalls_delivered);
+            let returns = sum(|s| s.deleg_returns);
+            let revoked = sum(|s| s.deleg_revoked);
+            let revoked_seen = sum(|s| s.deleg_revoked_seen);
+            let freed = sum(|s| s.deleg_freed);
+            let deleg_io = sum(|s| s.deleg_io);
+            let checked = sum(|s| s.deleg_files_checked);
+            let expired_probes = sum(|s| s.expired_deleg_probes);
+            let shared = sum(|s| s.deleg_shared_checked);
+            let rebinds = sum(|s| s.cb_rebinds);
+            let predicted = sum(|s| s.grants_predicted);
             println!(
                 "txnfs-sim: seeds={seeds} steps={steps} failures=0 compounds={compounds} retransmissions={retrans} restarts={restarts} expiries={expiries} faults={faults}"
+            );
+            println!(
+                "txnfs-sim: delegations={delegs} write_delegations={write_delegs} delayed={delayed} recalls_delivered={recalls} returns={returns} revoked={revoked} revoked_seen={revoked_seen} freed={freed} deleg_io={deleg_io} deleg_files_checked={checked}"
             );
             assert_eq!(stats.len() as u64, seeds);
             if steps >= 200 && seeds >= 4 {
@@ -39,6 +57,15 @@ fn seeds_sweep() {
                     "retransmissions={retrans} restarts={restarts} expiries={expiries} faults={faults}");
                 assert!(bytes > 0 && cinfo > 0 && granted > 0 && denied > 0 && share > 0 && stale > 0 && overtakes > 0,
                     "bytes={bytes} cinfo={cinfo} granted={granted} denied={denied} share_denied={share} stale_refused={stale} overtakes={overtakes}");
+                // Delegations were granted (read and write), conflicting requests were
+                // DELAY'd, recalls delivered, delegations returned, revoked after lost
+                // recalls, found revoked by their holders and freed.
+                assert!(
+                    delegs > write_delegs && write_delegs > 0 && delayed > 0 && recalls > 0
+                        && returns > 0 && revoked > 0 && revoked_seen > 0 && freed > 0
+                        && deleg_io > 0 && checked > 0 && expired_probes > 0 && shared > 0 && rebinds > 0 && predicted > delegs,
+                    "delegations={delegs} write={write_delegs} delayed={delayed} recalls={recalls} returns={returns} revoked={revoked} revoked_seen={revoked_seen} freed={freed} deleg_io={deleg_io} checked={checked} expired_deleg_probes={expired_probes} shared={shared} rebinds={rebinds} grants_predicted={predicted}"
+                );
             }
         }
         Err(f) => panic!("seeds={seeds} steps={steps}: {f}"),
@@ -150,4 +177,41 @@ fn corrupting_backend_is_caught() {
     let f = found.expect("corrupted writes went unnoticed for 20 seeds");
     println!("caught as expected: {f}");
     assert_eq!(f.violation.kind, ViolationKind::DataLost, "{f}");
+}
+
+/// The delegation invariant can fail: with a client opening files behind the server's
+/// back (the state table directly, skipping the recall), the check on the server's
+/// tables after every step reports a delegation that coexists with a conflicting open.
+#[test]
+fn open_behind_a_delegation_is_caught() {
+    let found = (1..=20u64).find_map(|seed| {
+        let mut cfg = SimConfig::for_seed(seed, 400);
+        cfg.break_delegations = true;
+        run(cfg).err()
+    });
+    let f = found.expect("an open behind a delegation went unnoticed for 20 seeds");
+    println!("caught as expected: {f}");
+    assert_eq!(f.violation.kind, ViolationKind::DelegationConflict, "{f}");
+    assert!(f.violation.detail.contains("conflicting open"), "{f}");
+}
+
+/// Found by this simulation: when the backend lookup or getattr that REMOVE and
+/// RENAME do to find the named file failed, `ops::deleg::clear_name` skipped the
+/// delegation conflict check and the REMOVE or RENAME went ahead over another
+/// client's delegation (with this plan: seed 2, step 115, "REMOVE (Namespace) by
+/// client 2 answered Some(NFS4_OK) while client 0 holds a conflicting write
+/// delegation (Active): not DELAY"). Fixed: a failed lookup or getattr now fails the
+/// op. This test runs the plan with many more getattr faults.
+#[test]
+fn a_faulted_lookup_never_skips_the_recall() {
+    for seed in 1..=20u64 {
+        let mut cfg = SimConfig::for_seed(seed, 600);
+        cfg.faults = Some(FaultPlan {
+            getattr_io_per_mille: 10,
+            ..FaultPlan::standard()
+        });
+        if let Err(f) = run(cfg) {
+            panic!("{f}");
+        }
+    }
 }

@@ -11,7 +11,10 @@
 use bytes::Bytes;
 use std::time::{Duration, Instant};
 
-use crate::deleg::{Access, DelegLimits, DelegTable, DelegType, GrantRequest, Granted, NoDeleg};
+use crate::deleg::{
+    Access, AttrTarget, DelegLimits, DelegTable, DelegType, DirGranted, DirParams, EntryUpdate,
+    GrantRequest, Granted, NoDeleg, Notice, NoticeBatch, NotifyTarget, Recall,
+};
 use crate::effect::{Callback, ClientList, Effect, ReleaseReason};
 use crate::grace::{Grace, GraceEnd};
 use crate::session::{
@@ -339,6 +342,18 @@ impl StateCore {
         req: OpenRequest,
     ) -> Result<Stateid, StateError> {
         self.check_locking(client, reclaim, now)?;
+        // The server recalled conflicting delegations before it called this, outside
+        // this lock; one granted since then must not end up beside this open.
+        if self.delegs.has_conflict(
+            client,
+            req.file,
+            Access::Open {
+                access: req.access,
+                deny: req.deny,
+            },
+        ) {
+            return Err(StateError::Delay);
+        }
         let first = self
             .table
             .open(client, req.owner, req.file, req.access, req.deny);
@@ -485,16 +500,7 @@ impl StateCore {
         let found = self.delegs.conflicts(now, client, file, access, |c| {
             Self::courtesy(sessions, lease, c, now)
         });
-        for r in found.recalls {
-            self.pending.push(Effect::Callback {
-                client: r.client,
-                call: Callback::Recall {
-                    stateid: r.stateid,
-                    fh: r.fh,
-                    truncate: false,
-                },
-            });
-        }
+        self.push_recalls(found.recalls);
         if found.revoked > 0 {
             self.pending.push(Effect::DelegationsReleased);
         }
@@ -534,6 +540,105 @@ impl StateCore {
         self.delegs.delegreturn(now, client, sid, file)?;
         self.pending.push(Effect::DelegationsReleased);
         Ok(())
+    }
+
+    /// GET_DIR_DELEGATION (RFC 8881 §18.39): a directory delegation of `dir` (wire
+    /// handle `fh`) for `client`, or why not ([`crate::deleg::policy::decide_dir`]).
+    pub fn grant_dir_delegation(
+        &mut self,
+        now: Instant,
+        client: ClientId,
+        dir: FileId,
+        params: DirParams,
+        callback_up: bool,
+        fh: Bytes,
+    ) -> Result<DirGranted, NoDeleg> {
+        let in_grace = self.grace.in_grace(now);
+        self.delegs
+            .grant_dir(now, client, dir, params, callback_up, in_grace, fh)
+    }
+
+    /// The entries of the directory of the delegation just granted as `id` (read
+    /// after the grant; `None`: unreadable), for CHANGE_CHILD_ATTRS: the notification
+    /// types granted in the end ([`DelegTable::track_children`]).
+    pub fn track_dir_children(&mut self, id: u64, entries: Option<Vec<(Bytes, FileId)>>) -> u32 {
+        self.delegs.track_children(id, entries)
+    }
+
+    /// After `client` changed `dir` in a way of `notify_type4` `kind`, doing `updates`
+    /// to its entries: the other clients' directory delegations to notify (the server
+    /// encodes the notification for each and queues it with
+    /// [`StateCore::queue_dir_notices`]). Delegations whose holders are not notified of
+    /// such changes are recalled ([`Effect::Callback`]).
+    pub fn dir_notify_targets(
+        &mut self,
+        now: Instant,
+        client: Option<ClientId>,
+        dir: FileId,
+        kind: u32,
+        updates: &[EntryUpdate],
+    ) -> Vec<NotifyTarget> {
+        if self.delegs.is_empty() {
+            return Vec::new();
+        }
+        let (targets, recalls) = self.delegs.notify_targets(now, client, dir, kind, updates);
+        self.push_recalls(recalls);
+        targets
+    }
+
+    /// After `client` changed the attributes of `obj`: the attribute notifications
+    /// other clients' directory delegations asked for ([`DelegTable::attr_targets`]).
+    pub fn dir_attr_targets(&self, client: Option<ClientId>, obj: FileId) -> Vec<AttrTarget> {
+        if self.delegs.is_empty() {
+            return Vec::new();
+        }
+        self.delegs.attr_targets(client, obj)
+    }
+
+    /// Queue notifications built for [`StateCore::dir_notify_targets`]'s targets: a
+    /// delegation whose queue was idle gets an [`Effect::NotifyDue`]; one whose queue
+    /// overflowed is recalled.
+    pub fn queue_dir_notices(&mut self, now: Instant, notices: Vec<(u64, Notice)>) {
+        let (due, recalls) = self.delegs.queue_notices(now, notices);
+        for d in due {
+            let client = self.delegs.holder(d.id);
+            if let Some(client) = client {
+                self.pending.push(Effect::NotifyDue {
+                    client,
+                    id: d.id,
+                    after: d.after,
+                });
+            }
+        }
+        self.push_recalls(recalls);
+    }
+
+    /// The next CB_NOTIFY's worth (at most `max_bytes` of notifications) of directory
+    /// delegation `id`; `None` when nothing is queued or the delegation is gone.
+    pub fn take_dir_notices(&mut self, id: u64, max_bytes: usize) -> Option<NoticeBatch> {
+        self.delegs.take_notices(id, max_bytes)
+    }
+
+    /// A notification of directory delegation `id` could not be delivered: recall it
+    /// (its queue is dropped). Returns whether a recall was started.
+    pub fn recall_dir_delegation(&mut self, now: Instant, id: u64) -> bool {
+        let r = self.delegs.recall_id(now, id);
+        let started = r.is_some();
+        self.push_recalls(r.into_iter().collect());
+        started
+    }
+
+    fn push_recalls(&mut self, recalls: Vec<Recall>) {
+        for r in recalls {
+            self.pending.push(Effect::Callback {
+                client: r.client,
+                call: Callback::Recall {
+                    stateid: r.stateid,
+                    fh: r.fh,
+                    truncate: false,
+                },
+            });
+        }
     }
 
     /// The delegation table (stats, CB_GETATTR holders, invariant checks).

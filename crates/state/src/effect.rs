@@ -3,6 +3,7 @@
 //! file I/O, logging or network in the core).
 
 use bytes::Bytes;
+use std::time::Duration;
 
 use crate::grace::GraceEnd;
 use crate::types::{ClientId, Stateid};
@@ -44,6 +45,18 @@ pub enum Effect {
     /// Delegations went away (returned, revoked, or with their client): requests held
     /// for them may proceed.
     DelegationsReleased,
+    /// Directory notifications were queued for a delegation whose queue was idle:
+    /// after `after` (the batching delay), take the queue
+    /// ([`crate::StateCore::take_dir_notices`]) and send it as CB_NOTIFY; if it cannot
+    /// be delivered, recall the delegation ([`crate::StateCore::recall_dir_delegation`]).
+    NotifyDue {
+        /// The holder.
+        client: ClientId,
+        /// The directory delegation (internal id).
+        id: u64,
+        /// The batching delay.
+        after: Duration,
+    },
 }
 
 /// A snapshot of the client owners to persist.

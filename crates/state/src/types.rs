@@ -65,6 +65,16 @@ impl Stateid {
     /// servers return it from CLOSE.
     pub const INVALID: Stateid = Stateid::special(u32::MAX, 0);
 
+    /// The boot epoch and the counter of `other` (the layout every txnfs stateid
+    /// uses, §8.2.1 leaves it to the server).
+    pub fn epoch_and_id(&self) -> (u32, u64) {
+        let mut epoch = [0u8; 4];
+        epoch.copy_from_slice(&self.other[..4]);
+        let mut id = [0u8; 8];
+        id.copy_from_slice(&self.other[4..]);
+        (u32::from_be_bytes(epoch), u64::from_be_bytes(id))
+    }
+
     /// Whether `other` is all zeros or all ones, i.e. one of the special
     /// stateids of RFC 8881 §8.2.3 (valid or not).
     pub fn is_special(&self) -> bool {
@@ -294,4 +304,8 @@ pub enum StateError {
     /// holder did not return it in time); FREE_STATEID clears it.
     #[error("delegation revoked")]
     DelegRevoked,
+    /// `NFS4ERR_DELAY` (§15.1.1.3): another client was granted a conflicting delegation
+    /// between this request's recall check and its OPEN; the retry recalls it.
+    #[error("a conflicting delegation appeared; try again")]
+    Delay,
 }

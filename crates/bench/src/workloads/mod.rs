@@ -1,5 +1,6 @@
 //! The workloads, one file per family, and the registry by name.
 
+pub mod cachedread;
 pub mod common;
 pub mod create;
 pub mod deleg;
@@ -103,6 +104,7 @@ pub const NAMES: &[&str] = &[
     "listing",
     "locked",
     "deleg",
+    "cachedread",
     "fileserver",
     "webserver",
     "mailserver",
@@ -126,6 +128,7 @@ pub fn by_name(name: &str, p: &Params) -> anyhow::Result<Arc<dyn Workload>> {
         "listing" => Arc::new(listing::Listing::new(p)?),
         "locked" => Arc::new(locked::Locked::new(p)?),
         "deleg" => Arc::new(deleg::Deleg::new(p)),
+        "cachedread" => Arc::new(cachedread::CachedRead::new(p)),
         "fileserver" => Arc::new(filebench::Filebench::new(
             filebench::Personality::FileServer,
             p,

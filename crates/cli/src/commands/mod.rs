@@ -36,6 +36,10 @@ pub struct GlobalArgs {
     /// type sent to each server.
     #[arg(long, global = true)]
     pub stats: bool,
+    /// Ask for no delegations and cache nothing (by default the client caches what the
+    /// server delegates: reads, attributes, directory listings).
+    #[arg(long, global = true)]
+    pub no_delegations: bool,
 }
 
 /// One file command with its arguments.
@@ -118,6 +122,7 @@ impl Ctx {
             cfg.gid = g;
         }
         cfg.max_attempts = 3;
+        cfg.delegations = !self.global.no_delegations;
         let client = Client::connect(cfg)
             .await
             .map_err(|e| anyhow::anyhow!("cannot connect to {key}: {}", describe(&e)))?;
@@ -227,6 +232,11 @@ impl Ctx {
         for (key, fs) in conns {
             if self.global.stats {
                 eprint!("{}", stats_text(&key, fs.client()));
+            }
+            // Writes kept under write delegations reach the server before we go: a
+            // failure here is a failed command, not a silent loss.
+            if let Err(e) = fs.vflush().await {
+                self.fail(format!("flush to {key}"), describe(&e));
             }
             let client = fs.client().clone();
             drop(fs);

@@ -6,9 +6,9 @@
 
 use super::meta::{items_for, merge};
 use super::{split_parent, Fs, Item, ItemResult};
-use crate::attrs::SetAttributes;
+use crate::attrs::{self, SetAttributes};
 use crate::compound::{CreateHow, CURRENT_STATEID};
-use crate::ClientError;
+use crate::{cache, ClientError};
 use bytes::{Bytes, BytesMut};
 use txnfs_proto::nfs4::*;
 
@@ -38,7 +38,31 @@ fn open_sid(v: &[nfs_resop4]) -> Option<stateid4> {
     })
 }
 
-fn open_args(fs: &Fs, leaf: &str, access: u32, create: Option<&SetAttributes>) -> nfs_argop4 {
+/// The delegation an OPEN granted, if any.
+fn open_deleg(v: &[nfs_resop4]) -> Option<open_delegation4> {
+    find(v, |r| match r {
+        nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(o)) => Some(o.delegation.clone()),
+        _ => None,
+    })
+}
+
+/// The attributes of the last GETATTR among the results.
+fn last_getattr(v: &[nfs_resop4]) -> Option<crate::Attributes> {
+    v.iter().rev().find_map(|r| match r {
+        nfs_resop4::OP_GETATTR(GETATTR4res::NFS4_OK(g)) => attrs::decode(&g.obj_attributes).ok(),
+        _ => None,
+    })
+}
+
+/// OPEN of `leaf`; `want_deleg`: no preference (the server may grant a delegation),
+/// else WANT_NO_DELEG.
+fn open_args(
+    fs: &Fs,
+    leaf: &str,
+    access: u32,
+    create: Option<&SetAttributes>,
+    want_deleg: bool,
+) -> nfs_argop4 {
     let mut c = crate::compound::Compound::new();
     match create {
         Some(set) => c.open(
@@ -49,7 +73,14 @@ fn open_args(fs: &Fs, leaf: &str, access: u32, create: Option<&SetAttributes>) -
         ),
         None => c.open(leaf.as_bytes(), access, &fs.owner, None),
     };
-    c.ops.remove(0)
+    let mut op = c.ops.remove(0);
+    if want_deleg {
+        // No preference: the server may grant a delegation.
+        if let nfs_argop4::OP_OPEN(o) = &mut op {
+            o.share_access &= !OPEN4_SHARE_ACCESS_WANT_DELEG_MASK;
+        }
+    }
+    op
 }
 
 /// Largest READ/WRITE payload per op.
@@ -63,6 +94,12 @@ impl Fs {
         access: u32,
         create: Option<SetAttributes>,
     ) -> Vec<Result<OpenFile, ClientError>> {
+        let cache = self.client.cache().clone();
+        if access & OPEN4_SHARE_ACCESS_WRITE != 0 || create.is_some() {
+            // The caller writes through its own stateid: nothing cached may stay.
+            let ps: Vec<&str> = paths.iter().map(|p| p.as_ref()).collect();
+            cache.forget_paths(&ps, true).await;
+        }
         let (items, errs) = items_for(paths, 300, |p| {
             self.open_ops(p.as_ref(), access, create.as_ref())
         });
@@ -71,8 +108,19 @@ impl Fs {
             let v = r?;
             let fh = getfh(&v).ok_or_else(|| ClientError::Protocol("no GETFH".into()))?;
             let stateid = open_sid(&v).ok_or_else(|| ClientError::Protocol("no OPEN".into()))?;
-            Ok((fh, stateid))
+            Ok((fh, stateid, open_deleg(&v)))
         });
+        let opened: Vec<Result<(Bytes, stateid4), ClientError>> = opened
+            .into_iter()
+            .zip(paths)
+            .map(|(r, p)| {
+                let (fh, sid, deleg) = r?;
+                if let Some(d) = deleg {
+                    cache.open_reply(p.as_ref(), &fh, &d, None, None);
+                }
+                Ok((fh, sid))
+            })
+            .collect();
         paths
             .iter()
             .zip(opened)
@@ -97,7 +145,13 @@ impl Fs {
     ) -> Result<Vec<nfs_argop4>, ClientError> {
         let (parent, leaf) = split_parent(path)?;
         let mut ops = self.resolve(&parent)?;
-        ops.push(open_args(self, &leaf, access, create));
+        ops.push(open_args(
+            self,
+            &leaf,
+            access,
+            create,
+            self.client.delegations_enabled(),
+        ));
         ops.push(nfs_argop4::OP_GETFH);
         Ok(ops)
     }
@@ -117,6 +171,7 @@ impl Fs {
                     }),
                 ],
                 reply_estimate: 64,
+                optional_from: None,
             })
             .collect();
         self.run(items)
@@ -128,19 +183,31 @@ impl Fs {
 
     /// Read whole files. Each file is OPEN + READ + CLOSE in one item (20 small files go
     /// in a single COMPOUND); what does not fit the first READ is read in further items.
+    /// A file under a delegation whose content is cached is not sent at all; with
+    /// delegations on, each item also carries GETFH and GETATTR so a granted delegation
+    /// can be used for the next read.
     pub async fn vread<S: AsRef<str>>(&self, paths: &[S]) -> Vec<Result<Bytes, ClientError>> {
+        let cache = self.client.cache().clone();
+        // GETFH and GETATTR ride along only while the server may grant: against one that
+        // has not granted for a while (NFS-Ganesha by default), the reads are as lean as
+        // without delegations and ask for none.
+        let caching = self.client.delegations_enabled() && cache.expect_grants();
         // Share the reply budget among the files, so small files all fit one COMPOUND;
         // larger ones continue below.
         let first = ((self.client.limits().max_response as usize * 7 / 8) / paths.len().max(1))
             .clamp(4096, CHUNK);
         let mut out: Vec<Result<BytesMut, ClientError>> =
             paths.iter().map(|_| Ok(BytesMut::new())).collect();
+        let mut cached: Vec<Option<Bytes>> = paths.iter().map(|p| cache.read(p.as_ref())).collect();
         // (output index, path, offset) still to read
         let mut todo: Vec<(usize, String, u64)> = paths
             .iter()
             .enumerate()
+            .filter(|(i, _)| cached[*i].is_none())
             .map(|(i, p)| (i, p.as_ref().to_string(), 0))
             .collect();
+        // Files read in several rounds under a delegation: cache the whole content after.
+        let mut delegated = vec![false; paths.len()];
         let mut count = first;
         while !todo.is_empty() {
             let mut items = Vec::new();
@@ -149,42 +216,67 @@ impl Fs {
                 match split_parent(&p).and_then(|(parent, leaf)| Ok((self.resolve(&parent)?, leaf)))
                 {
                     Ok((mut ops, leaf)) => {
-                        ops.push(open_args(self, &leaf, OPEN4_SHARE_ACCESS_READ, None));
+                        ops.push(open_args(
+                            self,
+                            &leaf,
+                            OPEN4_SHARE_ACCESS_READ,
+                            None,
+                            caching,
+                        ));
+                        if caching {
+                            ops.push(nfs_argop4::OP_GETFH);
+                        }
                         ops.push(nfs_argop4::OP_READ(READ4args {
                             stateid: CURRENT_STATEID,
                             offset: off,
                             count: count as u32,
                         }));
+                        if caching {
+                            ops.push(nfs_argop4::OP_GETATTR(GETATTR4args {
+                                attr_request: attrs::stat_bitmap(),
+                            }));
+                        }
                         ops.push(nfs_argop4::OP_CLOSE(CLOSE4args {
                             seqid: 0,
                             open_stateid: CURRENT_STATEID,
                         }));
                         items.push(Item {
                             ops,
-                            reply_estimate: count + 256,
+                            reply_estimate: count + if caching { 512 } else { 256 },
+                            optional_from: None,
                         });
-                        sent.push((i, p));
+                        sent.push((i, p, off));
                     }
                     Err(e) => out[i] = Err(e),
                 }
             }
             let res = self.run(items).await;
             let mut next = Vec::new();
-            for ((i, p), r) in sent.into_iter().zip(res) {
+            for ((i, p, off), r) in sent.into_iter().zip(res) {
                 let got = r.and_then(|v| {
-                    find(&v, |x| match x {
+                    let rd = find(&v, |x| match x {
                         nfs_resop4::OP_READ(READ4res::NFS4_OK(rd)) => {
                             Some((rd.data.clone(), rd.eof))
                         }
                         _ => None,
                     })
-                    .ok_or_else(|| ClientError::Protocol("no READ".into()))
+                    .ok_or_else(|| ClientError::Protocol("no READ".into()))?;
+                    if caching {
+                        if let (Some(fh), Some(d)) = (getfh(&v), open_deleg(&v)) {
+                            let whole = (off == 0 && rd.1).then(|| rd.0.clone());
+                            cache.open_reply(&p, &fh, &d, last_getattr(&v), whole);
+                            delegated[i] = cache::granted(&d).is_some() || delegated[i];
+                        }
+                    }
+                    Ok(rd)
                 });
                 match (got, &mut out[i]) {
                     (Ok((d, eof)), Ok(buf)) => {
                         buf.extend_from_slice(&d);
                         if !eof && !d.is_empty() {
                             next.push((i, p, buf.len() as u64));
+                        } else if off > 0 && delegated[i] {
+                            cache.store_read(&p, Bytes::copy_from_slice(buf));
                         }
                     }
                     (Err(e), slot) => *slot = Err(e),
@@ -194,17 +286,72 @@ impl Fs {
             todo = next;
             count = CHUNK;
         }
-        out.into_iter().map(|r| r.map(BytesMut::freeze)).collect()
+        out.into_iter()
+            .zip(cached.iter_mut())
+            .map(|(r, c)| match c.take() {
+                Some(d) => Ok(d),
+                None => r.map(BytesMut::freeze),
+            })
+            .collect()
+    }
+
+    /// Send buffered writes (kept under write delegations) to the server now, keeping
+    /// the delegations.
+    pub async fn vflush(&self) -> Result<(), ClientError> {
+        self.client.cache().flush_all().await
     }
 
     /// Write whole files (created or truncated). Small files are OPEN + WRITE + CLOSE in
     /// one item; large ones continue in items of WRITEs on the open stateid. With
     /// `stable`, data is FILE_SYNC; else UNSTABLE and a COMMIT before CLOSE.
+    ///
+    /// Under a write delegation an unstable write of a file is kept in the cache and
+    /// sent later ([`Fs::vflush`], `Client::close`, or when the server recalls the
+    /// delegation); reads and GETATTRs of the file see it at once.
     pub async fn vwrite<S: AsRef<str>>(
         &self,
         files: &[(S, Bytes)],
         stable: bool,
     ) -> Vec<Result<(), ClientError>> {
+        let cache = self.client.cache().clone();
+        if !self.client.delegations_enabled() {
+            return self.vwrite_through(files, stable).await;
+        }
+        let mut out: Vec<Result<(), ClientError>> = files.iter().map(|_| Ok(())).collect();
+        let mut rest: Vec<(String, Bytes)> = Vec::new();
+        let mut rest_idx = Vec::new();
+        let mut giveback = Vec::new();
+        for (i, (p, data)) in files.iter().enumerate() {
+            if !stable && cache.buffer_write(p.as_ref(), data) {
+                continue;
+            }
+            // Written through: buffered data of the file must reach the server first,
+            // and the delegation goes back (the OPEN below may get a new one).
+            if let Some(fh) = cache.fh_of(p.as_ref()) {
+                giveback.push(fh);
+            }
+            cache.invalidate_parent_listing(p.as_ref());
+            rest.push((p.as_ref().to_string(), data.clone()));
+            rest_idx.push(i);
+        }
+        cache.return_many(&giveback, true).await;
+        if !rest.is_empty() {
+            for (i, r) in rest_idx
+                .into_iter()
+                .zip(self.vwrite_through(&rest, stable).await)
+            {
+                out[i] = r;
+            }
+        }
+        out
+    }
+
+    async fn vwrite_through<S: AsRef<str>>(
+        &self,
+        files: &[(S, Bytes)],
+        stable: bool,
+    ) -> Vec<Result<(), ClientError>> {
+        let caching = self.client.delegations_enabled();
         let per_item = ((self.client.limits().max_request as usize).saturating_sub(4096) / 2)
             .clamp(4096, CHUNK);
         let create = SetAttributes {
@@ -236,6 +383,11 @@ impl Fs {
                         count: 0,
                     }));
                 }
+                if caching {
+                    ops.push(nfs_argop4::OP_GETATTR(GETATTR4args {
+                        attr_request: attrs::stat_bitmap(),
+                    }));
+                }
                 ops.push(nfs_argop4::OP_CLOSE(CLOSE4args {
                     seqid: 0,
                     open_stateid: CURRENT_STATEID,
@@ -249,8 +401,22 @@ impl Fs {
         let datas: Vec<&Bytes> = files.iter().map(|(_, d)| d).collect();
         let opened = merge(errs, res, |r| {
             let v = r?;
-            Ok((getfh(&v), open_sid(&v)))
+            Ok((getfh(&v), open_sid(&v), open_deleg(&v), last_getattr(&v)))
         });
+        let cache = self.client.cache();
+        let opened: Vec<_> = opened
+            .into_iter()
+            .zip(files)
+            .map(|(r, (p, data))| {
+                let (fh, sid, deleg, a) = r?;
+                if let (Some(fh), Some(d)) = (&fh, &deleg) {
+                    let small = data.len() <= per_item;
+                    let whole = small.then(|| data.clone());
+                    cache.open_reply(p.as_ref(), fh, d, if small { a } else { None }, whole);
+                }
+                Ok((fh, sid))
+            })
+            .collect();
         for (r, data) in opened.into_iter().zip(datas) {
             match r {
                 Ok((Some(fh), Some(sid))) if data.len() > per_item => {
@@ -282,6 +448,7 @@ impl Fs {
                         }),
                     ],
                     reply_estimate: 64,
+                    optional_from: None,
                 });
                 owner.push(k);
                 off = end;
@@ -313,6 +480,7 @@ impl Fs {
                 Item {
                     ops,
                     reply_estimate: 96,
+                    optional_from: None,
                 }
             })
             .collect();

@@ -7,6 +7,7 @@ use crate::compound::ANONYMOUS_STATEID;
 use crate::ClientError;
 use bytes::Bytes;
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 use txnfs_proto::nfs4::*;
 
 /// One entry of a directory listing.
@@ -43,20 +44,45 @@ fn join(parent: &str, name: &str) -> String {
 
 impl Fs {
     /// Attributes of many paths (symlinks are not followed).
+    ///
+    /// Paths under a file delegation, or in a delegated directory whose listing is
+    /// cached, are answered from the cache (a name the delegated listing lacks is
+    /// NFS4ERR_NOENT without asking).
     pub async fn vgetattrs<S: AsRef<str>>(
         &self,
         paths: &[S],
     ) -> Vec<Result<Attributes, ClientError>> {
-        let (items, errs) = items_for(paths, 256, |p| {
-            let mut ops = self.resolve(p.as_ref())?;
+        let cache = self.client.cache();
+        let mut cached: Vec<Option<Result<Attributes, ClientError>>> = paths
+            .iter()
+            .map(|p| cache.cached_attrs(p.as_ref()))
+            .collect();
+        let ask: Vec<&str> = paths
+            .iter()
+            .zip(&cached)
+            .filter(|(_, c)| c.is_none())
+            .map(|(p, _)| p.as_ref())
+            .collect();
+        let (items, errs) = items_for(&ask, 256, |p| {
+            let mut ops = self.resolve(p)?;
             ops.push(nfs_argop4::OP_GETATTR(GETATTR4args {
                 attr_request: attrs::stat_bitmap(),
             }));
             Ok(ops)
         });
-        merge(errs, self.run(items).await, |r| {
+        let mut asked = merge(errs, self.run(items).await, |r| {
             r.and_then(|v| last_attrs(&v))
         })
+        .into_iter();
+        cached
+            .iter_mut()
+            .map(|c| match c.take() {
+                Some(r) => r,
+                None => asked
+                    .next()
+                    .unwrap_or_else(|| Err(ClientError::Local("missing result".into()))),
+            })
+            .collect()
     }
 
     /// Set attributes on many paths (SETATTR with the anonymous stateid).
@@ -64,6 +90,14 @@ impl Fs {
         &self,
         sets: &[(S, SetAttributes)],
     ) -> Vec<Result<(), ClientError>> {
+        let cache = self.client.cache();
+        let mut giveback = Vec::new();
+        for (p, _) in sets {
+            giveback.extend(cache.fh_of(p.as_ref()));
+            cache.invalidate_parent_listing(p.as_ref());
+            cache.drop_listing(p.as_ref());
+        }
+        cache.return_many(&giveback, true).await;
         let (items, errs) = items_for(sets, 32, |(p, set)| {
             let mut ops = self.resolve(p.as_ref())?;
             ops.push(nfs_argop4::OP_SETATTR(SETATTR4args {
@@ -114,6 +148,9 @@ impl Fs {
             }
         }
         for (_, level) in levels {
+            for path in level.keys() {
+                self.client.cache().invalidate_parent_listing(path);
+            }
             let mut items = Vec::new();
             let mut who = Vec::new();
             for (path, idx) in &level {
@@ -132,6 +169,7 @@ impl Fs {
                 items.push(Item {
                     ops,
                     reply_estimate: 200,
+                    optional_from: None,
                 });
                 who.push((path.clone(), *idx));
             }
@@ -160,6 +198,9 @@ impl Fs {
         &self,
         links: &[(S, T)],
     ) -> Vec<Result<(), ClientError>> {
+        for (p, _) in links {
+            self.client.cache().invalidate_parent_listing(p.as_ref());
+        }
         let (items, errs) = items_for(links, 64, |(p, target)| {
             let (parent, leaf) = split_parent(p.as_ref())?;
             let mut ops = self.resolve(&parent)?;
@@ -232,6 +273,10 @@ impl Fs {
                 to_remove.push((p.as_ref().to_string(), Some(i), 0));
             }
         }
+        // Delegations of what goes away are returned first (their buffered data with
+        // them: it would only be written to be removed).
+        let roots: Vec<&str> = paths.iter().map(|p| p.as_ref()).collect();
+        self.client.cache().forget_paths(&roots, false).await;
         // Files first (rank MAX), then directories deepest first.
         to_remove.sort_by_key(|x| std::cmp::Reverse(x.2));
         let mut start = 0;
@@ -254,6 +299,7 @@ impl Fs {
                         items.push(Item {
                             ops,
                             reply_estimate: 64,
+                            optional_from: None,
                         });
                         who.push((p.clone(), *idx));
                     }
@@ -286,6 +332,11 @@ impl Fs {
         &self,
         pairs: &[(S, T)],
     ) -> Vec<Result<(), ClientError>> {
+        let from: Vec<&str> = pairs.iter().map(|(f, _)| f.as_ref()).collect();
+        let to: Vec<&str> = pairs.iter().map(|(_, t)| t.as_ref()).collect();
+        // What moves keeps its data; what it replaces goes.
+        self.client.cache().forget_paths(&from, true).await;
+        self.client.cache().forget_paths(&to, false).await;
         let (items, errs) = items_for(pairs, 96, |(from, to)| {
             let (fp, fname) = split_parent(from.as_ref())?;
             let (tp, tname) = split_parent(to.as_ref())?;
@@ -307,6 +358,13 @@ impl Fs {
         &self,
         pairs: &[(S, T)],
     ) -> Vec<Result<(), ClientError>> {
+        // A file with two names could change through one the cache does not know:
+        // its delegation goes back (the cache keeps files with one link only).
+        let existing: Vec<&str> = pairs.iter().map(|(e, _)| e.as_ref()).collect();
+        self.client.cache().forget_paths(&existing, true).await;
+        for (_, new) in pairs {
+            self.client.cache().invalidate_parent_listing(new.as_ref());
+        }
         let (items, errs) = items_for(pairs, 64, |(existing, new)| {
             let (np, nname) = split_parent(new.as_ref())?;
             let mut ops = self.resolve(existing.as_ref())?;
@@ -324,11 +382,19 @@ impl Fs {
     /// whole trees: every level of the tree is read with one READDIR per directory, all
     /// directories of a level packed together; entries carry their file handles, so no
     /// LOOKUP is needed for the next level.
+    ///
+    /// With delegations on, a directory's first READDIR comes with GET_DIR_DELEGATION
+    /// (and its change attribute before and after); when the server grants it, the
+    /// listing is kept and later listings of that directory are served from the cache,
+    /// which CB_NOTIFY keeps current. A server that does not grant them (or does not
+    /// know the op) is listed exactly as before.
     pub async fn vlistdir<S: AsRef<str>>(
         &self,
         dirs: &[S],
         recursive: bool,
     ) -> Vec<Result<Vec<DirEntry>, ClientError>> {
+        let cache = self.client.cache().clone();
+        let caching = self.client.delegations_enabled();
         let mut out: Vec<Result<Vec<DirEntry>, ClientError>> =
             (0..dirs.len()).map(|_| Ok(Vec::new())).collect();
         // (owner index, dir path, how to reach it, cookie, verifier)
@@ -353,10 +419,49 @@ impl Fs {
             })
             .collect();
         let maxcount: u32 = 32 << 10;
+        let change = || {
+            nfs_argop4::OP_GETATTR(GETATTR4args {
+                attr_request: attrs::bitmap(&[attrs::CHANGE]),
+            })
+        };
         while !level.is_empty() {
             let mut items = Vec::new();
             let mut keep = Vec::new();
+            let mut next = Vec::new();
             for p in level {
+                if out[p.owner].is_err() {
+                    continue;
+                }
+                // Served from a delegated directory's cached listing.
+                if p.cookie == 0 {
+                    if let Some(listing) = cache.listing(&p.path) {
+                        for (nm, a) in listing {
+                            let path = join(&p.path, &nm);
+                            if a.is_dir() {
+                                if let Some(fh) = &a.fh {
+                                    self.remember_dir(&path, fh.clone());
+                                }
+                                if recursive {
+                                    next.push(Pending {
+                                        owner: p.owner,
+                                        path: path.clone(),
+                                        fh: a.fh.clone(),
+                                        cookie: 0,
+                                        verf: [0; 8],
+                                    });
+                                }
+                            }
+                            if let Ok(list) = &mut out[p.owner] {
+                                list.push(DirEntry {
+                                    path,
+                                    name: nm,
+                                    attrs: a,
+                                });
+                            }
+                        }
+                        continue;
+                    }
+                }
                 let ops = match &p.fh {
                     Some(fh) => Ok(vec![nfs_argop4::OP_PUTFH(PUTFH4args {
                         object: fh.clone(),
@@ -369,6 +474,23 @@ impl Fs {
                 };
                 match ops {
                     Ok(mut ops) => {
+                        let first = caching && p.cookie == 0;
+                        let generation = if first {
+                            cache.dir_generation(&p.path)
+                        } else {
+                            None
+                        };
+                        // Asked once per directory: not again while we hold one (even
+                        // one whose listing we do not keep), not from a server that
+                        // does not know the op or keeps answering UNAVAIL.
+                        let gdd = first
+                            && generation.is_none()
+                            && !self.gdd_unsupported.load(Ordering::Relaxed)
+                            && self.gdd_unavail.load(Ordering::Relaxed) < GDD_UNAVAIL_LIMIT
+                            && !cache.dir_delegated(&p.path);
+                        if gdd || generation.is_some() {
+                            ops.push(change());
+                        }
                         ops.push(nfs_argop4::OP_READDIR(READDIR4args {
                             cookie: p.cookie,
                             cookieverf: p.verf,
@@ -376,33 +498,64 @@ impl Fs {
                             maxcount,
                             attr_request: attrs::stat_fh_bitmap(),
                         }));
+                        let mut optional_from = None;
+                        if gdd {
+                            optional_from = Some(ops.len());
+                            ops.push(nfs_argop4::OP_GET_DIR_DELEGATION(GET_DIR_DELEGATION4args {
+                                gdda_signal_deleg_avail: false,
+                                gdda_notification_types: attrs::bitmap(&[
+                                    notify_type4::NOTIFY4_CHANGE_CHILD_ATTRS as u32,
+                                    notify_type4::NOTIFY4_REMOVE_ENTRY as u32,
+                                    notify_type4::NOTIFY4_ADD_ENTRY as u32,
+                                    notify_type4::NOTIFY4_RENAME_ENTRY as u32,
+                                ]),
+                                gdda_child_attr_delay: nfstime4 {
+                                    seconds: 0,
+                                    nseconds: 0,
+                                },
+                                gdda_dir_attr_delay: nfstime4 {
+                                    seconds: 0,
+                                    nseconds: 0,
+                                },
+                                gdda_child_attributes: crate::cache::needed_entry_bits(),
+                                gdda_dir_attributes: vec![],
+                            }));
+                        }
+                        if gdd || generation.is_some() {
+                            ops.push(change());
+                        }
                         items.push(Item {
                             ops,
                             reply_estimate: maxcount as usize,
+                            optional_from,
                         });
-                        keep.push(p);
+                        keep.push((p, Extra { gdd, generation }));
                     }
                     Err(e) => out[p.owner] = Err(e),
                 }
             }
             let res = self.run(items).await;
-            let mut next = Vec::new();
-            for (mut p, r) in keep.into_iter().zip(res) {
+            for ((mut p, extra), r) in keep.into_iter().zip(res) {
                 if out[p.owner].is_err() {
                     continue;
                 }
                 if let Ok(v) = &r {
-                    if let Some(nfs_resop4::OP_GETFH(GETFH4res::NFS4_OK(f))) =
-                        v.get(v.len().saturating_sub(2))
-                    {
-                        self.remember_dir(&p.path, f.object.clone());
-                        p.fh = Some(f.object.clone());
+                    let got_fh = v.iter().find_map(|x| match x {
+                        nfs_resop4::OP_GETFH(GETFH4res::NFS4_OK(f)) => Some(f.object.clone()),
+                        _ => None,
+                    });
+                    if let Some(fh) = got_fh {
+                        self.remember_dir(&p.path, fh.clone());
+                        p.fh = Some(fh);
                     }
                 }
-                let rd = match r {
-                    Ok(v) => match v.last() {
-                        Some(nfs_resop4::OP_READDIR(READDIR4res::NFS4_OK(rd))) => rd.clone(),
-                        _ => {
+                let (rd, v) = match r {
+                    Ok(v) => match v.iter().find_map(|x| match x {
+                        nfs_resop4::OP_READDIR(READDIR4res::NFS4_OK(rd)) => Some(rd.clone()),
+                        _ => None,
+                    }) {
+                        Some(rd) => (rd, v),
+                        None => {
                             out[p.owner] = Err(ClientError::Protocol("expected READDIR".into()));
                             continue;
                         }
@@ -413,6 +566,7 @@ impl Fs {
                     }
                 };
                 let mut last = p.cookie;
+                let mut listing = BTreeMap::new();
                 for e in &rd.reply.entries {
                     last = e.cookie;
                     let nm = String::from_utf8_lossy(&e.name).into_owned();
@@ -438,6 +592,9 @@ impl Fs {
                             });
                         }
                     }
+                    if extra.gdd || extra.generation.is_some() {
+                        listing.insert(nm.clone(), a.clone());
+                    }
                     if let Ok(list) = &mut out[p.owner] {
                         list.push(DirEntry {
                             path,
@@ -445,6 +602,9 @@ impl Fs {
                             attrs: a,
                         });
                     }
+                }
+                if extra.gdd || extra.generation.is_some() {
+                    self.keep_listing(&p.path, p.fh.as_ref(), &v, &extra, rd.reply.eof, listing);
                 }
                 if !rd.reply.eof {
                     next.push(Pending {
@@ -461,6 +621,90 @@ impl Fs {
         }
         out
     }
+
+    /// After a directory's first READDIR with GET_DIR_DELEGATION (or under a delegation
+    /// already held): keep the listing when it is complete and the directory's change
+    /// attribute was the same before and after it.
+    fn keep_listing(
+        &self,
+        path: &str,
+        fh: Option<&Bytes>,
+        v: &[nfs_resop4],
+        extra: &Extra,
+        eof: bool,
+        listing: BTreeMap<String, Attributes>,
+    ) {
+        let cache = self.client.cache();
+        let changes: Vec<Option<u64>> = v
+            .iter()
+            .filter_map(|x| match x {
+                nfs_resop4::OP_GETATTR(GETATTR4res::NFS4_OK(g)) => {
+                    Some(attrs::decode(&g.obj_attributes).ok().and_then(|a| a.change))
+                }
+                _ => None,
+            })
+            .collect();
+        let stable = eof && changes.len() == 2 && changes[0].is_some() && changes[0] == changes[1];
+        if let Some(generation) = extra.generation {
+            if stable {
+                cache.store_listing(path, generation, listing);
+            }
+            return;
+        }
+        let gdd = v.iter().find_map(|x| match x {
+            nfs_resop4::OP_GET_DIR_DELEGATION(r) => Some(r.clone()),
+            _ => None,
+        });
+        match gdd {
+            Some(GET_DIR_DELEGATION4res::NFS4_OK(GET_DIR_DELEGATION4res_non_fatal::GDD4_OK(
+                ok,
+            ))) => {
+                let Some(fh) = fh else { return };
+                // Only a delegation that tells us about every change a listing shows.
+                let want = attrs::bitmap(&[
+                    notify_type4::NOTIFY4_CHANGE_CHILD_ATTRS as u32,
+                    notify_type4::NOTIFY4_REMOVE_ENTRY as u32,
+                    notify_type4::NOTIFY4_ADD_ENTRY as u32,
+                    notify_type4::NOTIFY4_RENAME_ENTRY as u32,
+                ]);
+                let complete = crate::cache::covers(&ok.gddr_notification, &want)
+                    && crate::cache::covers(
+                        &ok.gddr_child_attributes,
+                        &crate::cache::needed_entry_bits(),
+                    );
+                self.gdd_unavail.store(0, Ordering::Relaxed);
+                cache.dir_granted(
+                    path,
+                    fh,
+                    ok.gddr_stateid,
+                    complete,
+                    stable.then_some(listing),
+                );
+            }
+            Some(GET_DIR_DELEGATION4res::NFS4_OK(
+                GET_DIR_DELEGATION4res_non_fatal::GDD4_UNAVAIL(_),
+            )) => {
+                self.gdd_unavail.fetch_add(1, Ordering::Relaxed);
+            }
+            Some(GET_DIR_DELEGATION4res::default(st)) => {
+                if matches!(st, nfsstat4::NFS4ERR_NOTSUPP | nfsstat4::NFS4ERR_OP_ILLEGAL) {
+                    self.gdd_unsupported.store(true, Ordering::Relaxed);
+                }
+            }
+            None => {}
+        }
+    }
+}
+
+/// GDD4_UNAVAIL answers in a row after which an `Fs` stops asking.
+const GDD_UNAVAIL_LIMIT: u32 = 16;
+
+/// What a directory's first READDIR asked for besides the listing.
+struct Extra {
+    /// GET_DIR_DELEGATION was sent with it.
+    gdd: bool,
+    /// The directory is delegated already: keep the listing if nothing changed.
+    generation: Option<u64>,
 }
 
 /// One item per input, built by `build`; an input whose ops cannot be built (a bad
@@ -478,6 +722,7 @@ pub(crate) fn items_for<T>(
                 items.push(Item {
                     ops,
                     reply_estimate,
+                    optional_from: None,
                 });
                 errs.push(None);
             }

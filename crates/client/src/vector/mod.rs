@@ -26,6 +26,10 @@ use txnfs_xdr::Encode;
 pub(crate) struct Item {
     pub ops: Vec<nfs_argop4>,
     pub reply_estimate: usize,
+    /// Ops from this index on are optional: when one of them fails, the item still
+    /// succeeds with the results up to and including the failed op (e.g.
+    /// GET_DIR_DELEGATION on a server that does not support it).
+    pub optional_from: Option<usize>,
 }
 
 /// The ops' results of one item (same order as its ops).
@@ -74,6 +78,10 @@ pub struct Fs {
     pub(crate) owner: Bytes,
     /// Ops per COMPOUND the server really accepts (see [`OpLimit`]).
     max_ops: Arc<Mutex<OpLimit>>,
+    /// The server answered GET_DIR_DELEGATION with NOTSUPP: do not ask again.
+    pub(crate) gdd_unsupported: Arc<std::sync::atomic::AtomicBool>,
+    /// GET_DIR_DELEGATION answered GDD4_UNAVAIL this many times in a row.
+    pub(crate) gdd_unavail: Arc<std::sync::atomic::AtomicU32>,
 }
 
 /// Learns how many ops per COMPOUND a server really accepts. It starts at the
@@ -116,6 +124,8 @@ impl Fs {
                 good: 0,
                 limit: usize::MAX,
             })),
+            gdd_unsupported: Arc::default(),
+            gdd_unavail: Arc::default(),
         }
     }
 
@@ -302,6 +312,14 @@ impl Fs {
                             match failed {
                                 Some((f, status)) if f < end => {
                                     if f >= start {
+                                        if items[i].optional_from.is_some_and(|k| f >= start + k) {
+                                            let slice =
+                                                r.results.get(start..=f).map(|s| s.to_vec());
+                                            results[i] = Some(slice.ok_or_else(|| {
+                                                ClientError::Protocol("short COMPOUND reply".into())
+                                            }));
+                                            continue;
+                                        }
                                         let retry = matches!(
                                             status,
                                             nfsstat4::NFS4ERR_DELAY | nfsstat4::NFS4ERR_GRACE

@@ -425,7 +425,8 @@ static TABLE: [OpEntry; 73] = [
         .run(handler!(OP_SECINFO(a) => |c, a| fh::secinfo(c, &a)))
         .reply(STATUS + 4 + 4 * 4),
     e(OP_SETATTR)
-        .run(handler!(OP_SETATTR(a) => |c, a| attr::setattr(c, &a)))
+        // SETATTR, then CB_NOTIFY of the attribute change (`crate::notify`).
+        .run(handler!(OP_SETATTR(a) => |c, a| crate::notify::setattr(c, &a)))
         .blocks(When(setattr_blocks))
         .reply(STATUS + BITMAP)
         .on_error(ErrorBody::EmptyBitmap),
@@ -466,7 +467,10 @@ static TABLE: [OpEntry; 73] = [
     e(OP_DESTROY_SESSION)
         .run(handler!(OP_DESTROY_SESSION(a) => |c, a| session::destroy_session(c, &a))),
     e(OP_FREE_STATEID).run(handler!(OP_FREE_STATEID(a) => |c, a| lock::free_stateid(c, &a))),
-    e(OP_GET_DIR_DELEGATION),
+    e(OP_GET_DIR_DELEGATION)
+        .run(handler!(OP_GET_DIR_DELEGATION(a) => |c, a| deleg::get_dir_delegation(c, &a)))
+        // status, GDD4_OK, cookie verifier, stateid, three bitmaps.
+        .reply(STATUS + 4 + 8 + STATEID + 3 * BITMAP),
     e(OP_GETDEVICEINFO),
     e(OP_GETDEVICELIST),
     e(OP_LAYOUTCOMMIT),

@@ -9,6 +9,8 @@ use crate::errors::state_status;
 use crate::nfs::*;
 use crate::statecore::{stateid_from_wire, stateid_to_wire};
 use txnfs_backend::{Attrs, FileType};
+use txnfs_state::deleg::dir::{notify_type, MAX_CHILDREN};
+use txnfs_state::deleg::DirParams;
 use txnfs_state::{Access, DelegType, FileId, NoDeleg, Want};
 
 /// The ACE a delegation carries: nobody is exempt from ACCESS checks (the client
@@ -73,6 +75,8 @@ pub(crate) fn grant(
                     recall: false,
                     permissions: no_permissions(),
                 }),
+                // `grant_delegation` never grants a directory delegation.
+                DelegType::Directory => open_delegation4::OPEN_DELEGATE_NONE,
                 DelegType::Write => {
                     open_delegation4::OPEN_DELEGATE_WRITE(open_write_delegation4 {
                         stateid,
@@ -122,12 +126,16 @@ pub(crate) fn clear_name(
         return Ok(());
     }
     let be = &dir.export.backend;
-    let Ok((key, _)) = be.lookup(&dir.key, name) else {
-        return Ok(());
+    // No such name: nothing to recall (the op itself reports NOENT). Any other failure
+    // is the op's answer too: going ahead unchecked could change a delegated file.
+    let key = match be.lookup(&dir.key, name) {
+        Ok((key, _)) => key,
+        Err(txnfs_backend::BackendError::NotFound) => return Ok(()),
+        Err(e) => return Err(crate::errors::backend_status(&e)),
     };
-    let Ok(attrs) = be.getattr(&key) else {
-        return Ok(());
-    };
+    let attrs = be
+        .getattr(&key)
+        .map_err(|e| crate::errors::backend_status(&e))?;
     if attrs.ftype != FileType::Regular {
         return Ok(());
     }
@@ -135,11 +143,38 @@ pub(crate) fn clear_name(
     c.srv.clear_delegations(c.now, c.client, file, access)
 }
 
-/// DELEGRETURN (RFC 8881 §18.6).
+/// DELEGRETURN (RFC 8881 §18.6) of a file or directory delegation.
 pub fn delegreturn(c: &mut Compound, a: &DELEGRETURN4args) -> OpResult {
     let client = c.client()?;
     let sid = stateid_from_wire(&c.resolve_sid(&a.deleg_stateid)?);
-    let file = c.srv.cfh_file_id(c.cfh()?)?;
+    let file = match c.cfh()? {
+        Fh::Obj(o) => {
+            let attrs = match o.export.backend.getattr(&o.key) {
+                Ok(a) => a,
+                // The holder removed the file itself (no open kept it): the handle is
+                // stale, but the delegation is still returned, by its stateid.
+                Err(txnfs_backend::BackendError::Stale) => {
+                    let file = c.srv.core()?.delegations().file_of(client, &sid);
+                    let file = file.ok_or(nfsstat4::NFS4ERR_BAD_STATEID)?;
+                    c.srv
+                        .core()?
+                        .delegreturn(c.now, client, &sid, file)
+                        .map_err(|e| state_status(&e))?;
+                    return Ok(nfs_resop4::OP_DELEGRETURN(DELEGRETURN4res {
+                        status: nfsstat4::NFS4_OK,
+                    }));
+                }
+                Err(e) => return Err(e.into()),
+            };
+            match attrs.ftype {
+                FileType::Regular | FileType::Directory => {
+                    c.srv.state_file_id(&o.export, attrs.fileid)
+                }
+                _ => return Err(nfsstat4::NFS4ERR_INVAL.into()),
+            }
+        }
+        Fh::Pseudo(_) => return Err(nfsstat4::NFS4ERR_BAD_STATEID.into()),
+    };
     c.srv
         .core()?
         .delegreturn(c.now, client, &sid, file)
@@ -180,5 +215,125 @@ pub fn want_delegation(c: &mut Compound, a: &WANT_DELEGATION4args) -> OpResult {
     let d = grant(c, &o, &attrs, access, want, false)?;
     Ok(nfs_resop4::OP_WANT_DELEGATION(
         WANT_DELEGATION4res::NFS4_OK(d),
+    ))
+}
+
+/// The entries of the directory `o` as (name, state id), or `None` if it cannot be
+/// read or has more than `MAX_CHILDREN` entries.
+fn list_children(c: &Compound, o: &ObjFh) -> Option<Vec<(bytes::Bytes, FileId)>> {
+    let be = &o.export.backend;
+    let mut out = Vec::new();
+    let mut cookie = 0;
+    loop {
+        let (batch, at_end) = be.readdir(&o.key, cookie, 256).ok()?;
+        if batch.is_empty() {
+            return at_end.then_some(out);
+        }
+        for e in batch {
+            cookie = e.cookie;
+            out.push((e.name, c.srv.state_file_id(&o.export, e.attrs.fileid)));
+        }
+        if out.len() > MAX_CHILDREN {
+            return None;
+        }
+        if at_end {
+            return Some(out);
+        }
+    }
+}
+
+/// A `bitmap4`'s first word (the notification types fit in it).
+fn word0(b: &[u32]) -> u32 {
+    b.first().copied().unwrap_or(0)
+}
+
+/// `nfstime4` as a delay (negative: none).
+fn delay_of(t: &nfstime4) -> std::time::Duration {
+    if t.seconds < 0 {
+        return std::time::Duration::ZERO;
+    }
+    std::time::Duration::new(t.seconds as u64, t.nseconds.min(999_999_999))
+}
+
+/// `a` ∩ `b` as bitmaps, without trailing zero words.
+fn intersect(a: &[u32], b: &[u32]) -> Vec<u32> {
+    let mut v: Vec<u32> = a.iter().zip(b).map(|(x, y)| x & y).collect();
+    while v.last() == Some(&0) {
+        v.pop();
+    }
+    v
+}
+
+/// GET_DIR_DELEGATION (RFC 8881 §18.39): a directory delegation of the current
+/// filehandle with the notifications the client asked for, as far as txnfs sends
+/// them (`txnfs_state::deleg::dir::SUPPORTED_NOTIFICATIONS`); GDD4_UNAVAIL when the
+/// policy refuses (`txnfs_state::deleg::policy::decide_dir`). txnfs never signals a
+/// delegation becoming available later.
+pub fn get_dir_delegation(c: &mut Compound, a: &GET_DIR_DELEGATION4args) -> OpResult {
+    let client = c.client()?;
+    let unavail = || {
+        Ok(nfs_resop4::OP_GET_DIR_DELEGATION(
+            GET_DIR_DELEGATION4res::NFS4_OK(GET_DIR_DELEGATION4res_non_fatal::GDD4_UNAVAIL(false)),
+        ))
+    };
+    let o = match c.cfh()? {
+        Fh::Obj(o) => o.clone(),
+        // The pseudo file system never changes; nothing to delegate.
+        Fh::Pseudo(_) => return unavail(),
+    };
+    let attrs = o.export.backend.getattr(&o.key)?;
+    if attrs.ftype != FileType::Directory {
+        return Err(nfsstat4::NFS4ERR_NOTDIR.into());
+    }
+    crate::ops::attr::require(&attrs, &c.creds, crate::ops::attr::R)?;
+    let supported = txnfs_attr::supported_attrs();
+    let params = DirParams {
+        types: word0(&a.gdda_notification_types),
+        child_attrs: intersect(&a.gdda_child_attributes, &supported),
+        dir_attrs: intersect(&a.gdda_dir_attributes, &supported),
+        delay: delay_of(&a.gdda_child_attr_delay).max(delay_of(&a.gdda_dir_attr_delay)),
+    };
+    let dir = c.srv.state_file_id(&o.export, attrs.fileid);
+    let callback_up = c.srv.callbacks.client_up(client);
+    let granted =
+        c.srv
+            .core()?
+            .grant_dir_delegation(c.now, client, dir, params, callback_up, o.wire.clone());
+    let Ok(mut g) = granted else {
+        return unavail();
+    };
+    if g.types & (1 << notify_type::CHANGE_CHILD_ATTRS) != 0 {
+        // CHANGE_CHILD_ATTRS: which objects are entries here, so that a change of one
+        // finds this delegation.
+        let entries = list_children(c, &o);
+        g.types = c.srv.core()?.track_dir_children(g.id, entries);
+    }
+    let entries = (1 << notify_type::ADD_ENTRY)
+        | (1 << notify_type::RENAME_ENTRY)
+        | (1 << notify_type::CHANGE_CHILD_ATTRS);
+    let dir_attrs = 1 << notify_type::CHANGE_DIR_ATTRS;
+    Ok(nfs_resop4::OP_GET_DIR_DELEGATION(
+        GET_DIR_DELEGATION4res::NFS4_OK(GET_DIR_DELEGATION4res_non_fatal::GDD4_OK(
+            GET_DIR_DELEGATION4resok {
+                gddr_cookieverf: c.srv.cookieverf(&Fh::Obj(o)),
+                gddr_stateid: stateid_to_wire(&g.stateid),
+                gddr_notification: if g.types == 0 {
+                    Vec::new()
+                } else {
+                    vec![g.types]
+                },
+                // Attributes go with entries only when entries are notified.
+                gddr_child_attributes: if g.types & entries != 0 {
+                    g.child_attrs
+                } else {
+                    Vec::new()
+                },
+                gddr_dir_attributes: if g.types & dir_attrs != 0 {
+                    g.dir_attrs
+                } else {
+                    Vec::new()
+                },
+            },
+        )),
     ))
 }

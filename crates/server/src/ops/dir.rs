@@ -4,11 +4,13 @@ use crate::compound::{Compound, Fh, ObjFh, OpError, OpResult};
 use crate::errors::status_from_u32;
 use crate::export::PseudoChild;
 use crate::nfs::*;
+use crate::notify;
 use crate::ops::attr::{require, W, X};
 use crate::ops::deleg;
 use crate::ops::fh::check_name;
 use bytes::Bytes;
 use txnfs_backend::{DirChange, FileType, NodeKind};
+use txnfs_state::deleg::dir::notify_type::{ADD_ENTRY, REMOVE_ENTRY, RENAME_ENTRY};
 use txnfs_state::Access;
 
 /// The one place a backend's [`DirChange`] becomes a `change_info4` (RFC 8881 §3.3.4).
@@ -41,7 +43,7 @@ fn writable_dir(c: &Compound, fh: &Fh) -> Result<(ObjFh, txnfs_backend::Attrs), 
 
 pub fn create(c: &mut Compound, a: CREATE4args) -> OpResult {
     let fh = c.cfh()?.clone();
-    let (dir, _) = writable_dir(c, &fh)?;
+    let (dir, dattrs) = writable_dir(c, &fh)?;
     check_name(&a.objname)?;
     let kind = match a.objtype {
         createtype4::NF4LNK(target) => {
@@ -65,9 +67,18 @@ pub fn create(c: &mut Compound, a: CREATE4args) -> OpResult {
         txnfs_attr::decode_setattrs(&a.createattrs.attrmask, &a.createattrs.attr_vals)
             .map_err(|e| status_from_u32(e.nfsstat()))?;
     crate::ops::attr::check_new_owner(&set, &c.creds)?;
+    notify::before(c, &dir, &dattrs, ADD_ENTRY)?;
     let be = &dir.export.backend;
     let cx = c.scope.ctx_for(&dir.export, &c.creds, c.client)?;
     let made = be.make_node(cx, &dir.key, &a.objname, &kind, &set)?;
+    notify::added(
+        c,
+        &dir,
+        &dattrs,
+        &a.objname,
+        Some((&made.key, &made.attrs)),
+        false,
+    );
     c.cfh = Some(c.srv.obj_fh(&dir.export, made.key));
     Ok(nfs_resop4::OP_CREATE(CREATE4res::NFS4_OK(CREATE4resok {
         cinfo: change_info(made.dir),
@@ -77,12 +88,21 @@ pub fn create(c: &mut Compound, a: CREATE4args) -> OpResult {
 
 pub fn remove(c: &mut Compound, a: &REMOVE4args) -> OpResult {
     let fh = c.cfh()?.clone();
-    let (dir, _) = writable_dir(c, &fh)?;
+    let (dir, dattrs) = writable_dir(c, &fh)?;
     check_name(&a.target)?;
     deleg::clear_name(c, &dir, &a.target, Access::Namespace)?;
+    notify::before(c, &dir, &dattrs, REMOVE_ENTRY)?;
     let be = &dir.export.backend;
+    let victim = notify::any(c)
+        .then(|| be.lookup(&dir.key, &a.target).ok())
+        .flatten();
     let cx = c.scope.ctx_for(&dir.export, &c.creds, c.client)?;
     let change = be.remove(cx, &dir.key, &a.target)?;
+    notify::removed(c, &dir, &dattrs, &a.target);
+    // A file with other names lost a link: entries naming it elsewhere changed.
+    if let Some((k, _)) = &victim {
+        notify::attrs_changed(c, &dir.export, k);
+    }
     Ok(nfs_resop4::OP_REMOVE(REMOVE4res::NFS4_OK(REMOVE4resok {
         cinfo: change_info(change),
     })))
@@ -93,17 +113,41 @@ pub fn rename(c: &mut Compound, a: &RENAME4args) -> OpResult {
     let tfh = c.cfh()?.clone();
     check_name(&a.oldname)?;
     check_name(&a.newname)?;
-    let (src, _) = writable_dir(c, &sfh)?;
-    let (dst, _) = writable_dir(c, &tfh)?;
+    let (src, sattrs) = writable_dir(c, &sfh)?;
+    let (dst, dattrs) = writable_dir(c, &tfh)?;
     if src.export.id != dst.export.id {
         return Err(nfsstat4::NFS4ERR_XDEV.into());
     }
     // The file renamed and the one a RENAME would replace both change names.
     deleg::clear_name(c, &src, &a.oldname, Access::Namespace)?;
     deleg::clear_name(c, &dst, &a.newname, Access::Namespace)?;
+    // Directory delegations: one directory sees a rename, two a remove and an add.
+    let same_dir = sattrs.fileid == dattrs.fileid;
+    if same_dir {
+        notify::before(c, &src, &sattrs, RENAME_ENTRY)?;
+    } else {
+        notify::before(c, &src, &sattrs, REMOVE_ENTRY)?;
+        notify::before(c, &dst, &dattrs, ADD_ENTRY)?;
+    }
     let be = &src.export.backend;
+    let notifying = notify::any(c);
+    let replaced = notifying && be.lookup(&dst.key, &a.newname).is_ok();
     let cx = c.scope.ctx_for(&src.export, &c.creds, c.client)?;
     let change = be.rename(cx, &src.key, &a.oldname, &dst.key, &a.newname)?;
+    if notifying && !(same_dir && a.oldname == a.newname) {
+        let moved = be.lookup(&dst.key, &a.newname).ok();
+        let obj = moved.as_ref().map(|(k, a)| (k, a));
+        if same_dir {
+            notify::renamed(c, &src, &sattrs, &a.oldname, &a.newname, obj, replaced);
+        } else {
+            notify::removed(c, &src, &sattrs, &a.oldname);
+            notify::added(c, &dst, &dattrs, &a.newname, obj, replaced);
+        }
+        // Its ctime moved: directories it is an entry of elsewhere (hard links) hear.
+        if let Some((k, _)) = &moved {
+            notify::attrs_changed(c, &dst.export, k);
+        }
+    }
     Ok(nfs_resop4::OP_RENAME(RENAME4res::NFS4_OK(RENAME4resok {
         source_cinfo: change_info(change.from),
         target_cinfo: change_info(change.to),
@@ -117,7 +161,7 @@ pub fn link(c: &mut Compound, a: &LINK4args) -> OpResult {
     let Fh::Obj(file) = &sfh else {
         return Err(nfsstat4::NFS4ERR_ISDIR.into());
     };
-    let (dir, _) = writable_dir(c, &tfh)?;
+    let (dir, dattrs) = writable_dir(c, &tfh)?;
     if file.export.id != dir.export.id {
         return Err(nfsstat4::NFS4ERR_XDEV.into());
     }
@@ -127,8 +171,19 @@ pub fn link(c: &mut Compound, a: &LINK4args) -> OpResult {
         return Err(nfsstat4::NFS4ERR_ISDIR.into());
     }
     deleg::clear(c, file, &fattrs, Access::Namespace)?;
+    notify::before(c, &dir, &dattrs, ADD_ENTRY)?;
     let cx = c.scope.ctx_for(&dir.export, &c.creds, c.client)?;
     let linked = be.link(cx, &file.key, &dir.key, &a.newname)?;
+    notify::added(
+        c,
+        &dir,
+        &dattrs,
+        &a.newname,
+        Some((&file.key, &linked.attrs)),
+        false,
+    );
+    // Its link count changed: so did every entry naming it.
+    notify::attrs_changed(c, &file.export, &file.key);
     Ok(nfs_resop4::OP_LINK(LINK4res::NFS4_OK(LINK4resok {
         cinfo: change_info(linked.dir),
     })))

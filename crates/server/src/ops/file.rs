@@ -8,6 +8,7 @@ use crate::ops::dir::change_info;
 use crate::ops::fh::check_name;
 use crate::statecore::{stateid_from_wire, stateid_to_wire};
 use txnfs_backend::{Attrs, CreateMode, DirChange, FileType, SetAttrs};
+use txnfs_state::deleg::dir::notify_type::ADD_ENTRY;
 use txnfs_state::{Access, OpenRequest, Stateid};
 
 /// Map the wire share bits, ignoring the v4.1 WANT/signal flags in the upper bits.
@@ -135,9 +136,19 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
                     let existing = be.lookup(&dir.key, name);
                     if existing.is_err() {
                         require(&dattrs, &c.creds, W | X)?;
+                        // Another client's directory delegation on `dir` hears of
+                        // the new entry, or is recalled first.
+                        crate::notify::before(c, dir, &dattrs, ADD_ENTRY)?;
                     }
                     let cx = c.scope.ctx_for(&dir.export, &c.creds, c.client)?;
                     let made = be.create_file(cx, &dir.key, name, mode, &set)?;
+                    if made.created {
+                        let obj = Some((&made.key, &made.attrs));
+                        crate::notify::added(c, dir, &dattrs, name, obj, false);
+                    } else if !set.is_empty() {
+                        // An UNCHECKED create of an existing file set its attributes.
+                        crate::notify::attrs_changed(c, &dir.export, &made.key);
+                    }
                     type_check(made.attrs.ftype)?;
                     created = made.created;
                     if !made.created {
@@ -237,7 +248,9 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
             .map_err(|e| crate::errors::state_status(&e))?,
         // Another client's delegation is recalled first (and this OPEN held until it
         // comes back).
-        None if !created => crate::ops::deleg::clear(c, &target, &attrs, Access::Open(access))?,
+        None if !created => {
+            crate::ops::deleg::clear(c, &target, &attrs, Access::Open { access, deny })?
+        }
         None => {}
     }
     let sid = c
@@ -347,6 +360,8 @@ pub fn write(c: &mut Compound, a: WRITE4args) -> OpResult {
     let sync = a.stable != stable_how4::UNSTABLE4;
     let cx = c.scope.ctx_for(&o.export, &c.creds, c.client)?;
     o.export.backend.write(cx, &o.key, a.offset, &data, sync)?;
+    // Size, times and change moved: delegated directories naming the file hear.
+    crate::notify::attrs_changed(c, &o.export, &o.key);
     Ok(nfs_resop4::OP_WRITE(WRITE4res::NFS4_OK(WRITE4resok {
         count: data.len() as u32,
         committed: a.stable,

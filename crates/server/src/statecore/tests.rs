@@ -202,3 +202,98 @@ fn a_restart_waits_for_persisted_clients_and_refuses_a_corrupt_list() {
         Ok(_) => panic!("started with a corrupt client list"),
     }
 }
+
+/// Without a runtime (the simulation drives the executor so) no CB_NOTIFY can be sent:
+/// a notification that falls due recalls the directory delegation instead, and the
+/// recall waits with the other undelivered callbacks; GET_DIR_DELEGATION answers
+/// GDD4_UNAVAIL (no back channel is ever up).
+#[test]
+fn without_a_runtime_a_due_notification_recalls_the_directory_delegation() {
+    let f = fixture("dirdeleg");
+    let crate::compound::Fh::Obj(root) = f.srv.root_fh() else {
+        panic!("the memory export is the root")
+    };
+    let fileid = root.export.backend.getattr(&root.key).unwrap().fileid;
+    let dir = f.srv.state_file_id(&root.export, fileid);
+    let holder = 0xdead;
+    let g = f
+        .srv
+        .core()
+        .unwrap()
+        .grant_dir_delegation(
+            f.clock.now(),
+            holder,
+            dir,
+            txnfs_state::deleg::DirParams {
+                types: 1 << 3,
+                child_attrs: vec![],
+                dir_attrs: vec![],
+                delay: Duration::ZERO,
+            },
+            true,
+            root.wire.clone(),
+        )
+        .unwrap();
+    let sid = session(&f.srv, b"changer");
+    let r = run(
+        &f.srv,
+        1,
+        vec![
+            sequence(sid, 0, 1, false),
+            nfs_argop4::OP_RECLAIM_COMPLETE(RECLAIM_COMPLETE4args { rca_one_fs: false }),
+        ],
+    );
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    let r = run(
+        &f.srv,
+        1,
+        vec![
+            sequence(sid, 0, 2, false),
+            nfs_argop4::OP_PUTROOTFH,
+            nfs_argop4::OP_CREATE(CREATE4args {
+                objtype: createtype4::NF4DIR,
+                objname: Bytes::from_static(b"x"),
+                createattrs: fattr4 {
+                    attrmask: vec![],
+                    attr_vals: Bytes::new(),
+                },
+            }),
+        ],
+    );
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    let sent = f.srv.take_undelivered_callbacks();
+    assert_eq!(
+        sent,
+        vec![(
+            holder,
+            txnfs_state::Callback::Recall {
+                stateid: g.stateid,
+                fh: root.wire.clone(),
+                truncate: false,
+            }
+        )]
+    );
+    assert_eq!(f.srv.core().unwrap().delegations().stats().recalled, 1);
+    let r = run(
+        &f.srv,
+        1,
+        vec![
+            sequence(sid, 0, 3, false),
+            nfs_argop4::OP_PUTROOTFH,
+            nfs_argop4::OP_GET_DIR_DELEGATION(GET_DIR_DELEGATION4args {
+                gdda_signal_deleg_avail: false,
+                gdda_notification_types: vec![1 << 3],
+                gdda_child_attr_delay: nfstime4::default(),
+                gdda_dir_attr_delay: nfstime4::default(),
+                gdda_child_attributes: vec![],
+                gdda_dir_attributes: vec![],
+            }),
+        ],
+    );
+    assert_eq!(
+        r.resarray[2],
+        nfs_resop4::OP_GET_DIR_DELEGATION(GET_DIR_DELEGATION4res::NFS4_OK(
+            GET_DIR_DELEGATION4res_non_fatal::GDD4_UNAVAIL(false)
+        ))
+    );
+}

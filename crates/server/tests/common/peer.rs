@@ -1,6 +1,6 @@
 //! A test peer that is both an NFSv4.1 client and the callback service on one TCP
 //! connection, as the Linux client is: it answers (or ignores) the server's CB_NULL and
-//! CB_COMPOUND calls (CB_SEQUENCE, CB_RECALL, CB_GETATTR) while it waits for its own
+//! CB_COMPOUND calls (CB_SEQUENCE, CB_RECALL, CB_GETATTR, CB_NOTIFY) while it waits for its own
 //! replies, and records every call.
 
 use super::*;
@@ -39,6 +39,8 @@ pub struct Peer {
     pub getattr_answer: Option<(u64, u64)>,
     /// Answer the server's CALLs (CB_NULL, CB_COMPOUND with CB_SEQUENCE) or stay silent.
     pub answer: bool,
+    /// The status CB_NOTIFY is answered with.
+    pub notify_status: nfsstat4,
     /// Every CALL received, in order.
     pub calls: Vec<ServerCall>,
     /// CALLs received but not yet taken by `next_call`.
@@ -51,6 +53,7 @@ impl Peer {
             s: TcpStream::connect(addr).await.expect("connect"),
             xid: 1,
             answer,
+            notify_status: nfsstat4::NFS4_OK,
             getattr_answer: None,
             calls: Vec::new(),
             unseen: VecDeque::new(),
@@ -137,6 +140,11 @@ impl Peer {
                                     })
                                 }
                                 None => CB_GETATTR4res::default(nfsstat4::NFS4ERR_BADHANDLE),
+                            }))
+                        }
+                        nfs_cb_argop4::OP_CB_NOTIFY(_) => {
+                            resarray.push(nfs_cb_resop4::OP_CB_NOTIFY(CB_NOTIFY4res {
+                                cnr_status: self.notify_status,
                             }))
                         }
                         other => panic!("unexpected callback op {other:?}"),
@@ -297,4 +305,28 @@ pub fn cb_sequence_of(c: &ServerCall) -> (u32, CB_SEQUENCE4args) {
         panic!("CB_SEQUENCE first: {:?}", a.argarray)
     };
     (a.minorversion, s)
+}
+
+/// The CB_NOTIFY of a CB_COMPOUND call, if it carries one.
+pub fn cb_notify_of(c: &ServerCall) -> Option<CB_NOTIFY4args> {
+    if c.proc_num != 1 {
+        return None;
+    }
+    let a = CB_COMPOUND4args::from_bytes(c.args.clone()).expect("CB_COMPOUND args");
+    a.argarray.into_iter().find_map(|op| match op {
+        nfs_cb_argop4::OP_CB_NOTIFY(n) => Some(n),
+        _ => None,
+    })
+}
+
+/// The CB_RECALL of a CB_COMPOUND call, if it carries one.
+pub fn cb_recall_of(c: &ServerCall) -> Option<CB_RECALL4args> {
+    if c.proc_num != 1 {
+        return None;
+    }
+    let a = CB_COMPOUND4args::from_bytes(c.args.clone()).expect("CB_COMPOUND args");
+    a.argarray.into_iter().find_map(|op| match op {
+        nfs_cb_argop4::OP_CB_RECALL(r) => Some(r),
+        _ => None,
+    })
 }

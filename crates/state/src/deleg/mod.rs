@@ -8,6 +8,7 @@
 //! the two). Delegation stateids share the open table's `other` layout (boot epoch +
 //! counter) with the top bit of the counter set, so the two id spaces never meet.
 
+pub mod dir;
 pub mod policy;
 
 use std::collections::{HashMap, HashSet};
@@ -15,6 +16,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+pub use dir::{
+    AttrTarget, DirGranted, DirParams, EntryUpdate, FlushDue, Notice, NoticeBatch, NotifyTarget,
+};
 pub use policy::{DelegType, NoDeleg, Want};
 
 use crate::types::{ClientId, FileId, StateError, Stateid};
@@ -27,8 +31,13 @@ const DELEG_BIT: u64 = 1 << 63;
 /// conflicts with it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
-    /// OPEN with this share access (1..=3).
-    Open(u32),
+    /// OPEN with this share access (1..=3) and deny (0..=3).
+    Open {
+        /// `OPEN4_SHARE_ACCESS_*`.
+        access: u32,
+        /// `OPEN4_SHARE_DENY_*`.
+        deny: u32,
+    },
     /// READ (and GETATTR of size/change under a write delegation is CB_GETATTR's
     /// business, not a conflict).
     Read,
@@ -37,6 +46,10 @@ pub enum Access {
     Modify,
     /// REMOVE, RENAME (from or over), LINK of the file: its names change.
     Namespace,
+    /// A change of the directory's entries or attributes, of this `notify_type4`
+    /// ([`dir::notify_type`]): conflicts with a directory delegation whose holder is
+    /// not notified of such changes (or that is being recalled already).
+    DirChange(u32),
 }
 
 impl Access {
@@ -44,8 +57,17 @@ impl Access {
     /// client.
     fn conflicts(self, kind: DelegType) -> bool {
         match (kind, self) {
+            // Directory delegations: see `Delegation::conflicts_with`.
+            (DelegType::Directory, _) | (_, Access::DirChange(_)) => false,
             (DelegType::Write, _) => true,
-            (DelegType::Read, Access::Open(a)) => a & crate::types::SHARE_ACCESS_WRITE != 0,
+            // A read delegation lets its holder open for reading locally: an open that
+            // writes, or that denies reading to others, takes that away (RFC 8881
+            // §10.4: "requests to open a file for reading that do not deny
+            // OPEN4_SHARE_ACCESS_READ access to others").
+            (DelegType::Read, Access::Open { access, deny }) => {
+                access & crate::types::SHARE_ACCESS_WRITE != 0
+                    || deny & crate::types::SHARE_DENY_READ != 0
+            }
             (DelegType::Read, Access::Read) => false,
             (DelegType::Read, Access::Modify | Access::Namespace) => true,
         }
@@ -76,6 +98,21 @@ struct Delegation {
     /// The file's change attribute when granted (CB_GETATTR compares with it).
     change: u64,
     phase: Phase,
+    /// A directory delegation's notification state.
+    dir: Option<Box<dir::DirState>>,
+}
+
+impl Delegation {
+    /// Whether another client's `access` must wait for this delegation.
+    fn conflicts_with(&self, access: Access) -> bool {
+        match (&self.dir, access) {
+            (Some(d), Access::DirChange(kind)) => {
+                !d.covers(kind) || matches!(self.phase, Phase::Recalling { .. })
+            }
+            (Some(_), _) => false,
+            (None, _) => access.conflicts(self.kind),
+        }
+    }
 }
 
 /// Per-client or server-wide delegation counters (issue 9 item 5).
@@ -177,6 +214,9 @@ pub struct DelegTable {
     by_client: HashMap<ClientId, HashSet<u64>>,
     /// Files and when they last saw a conflict.
     cool_down: HashMap<FileId, Instant>,
+    /// Objects that are entries of directories whose delegations want
+    /// CHANGE_CHILD_ATTRS, and those delegations.
+    watched: HashMap<FileId, HashSet<u64>>,
     total: DelegStats,
     per_client: HashMap<ClientId, DelegStats>,
 }
@@ -212,6 +252,7 @@ impl DelegTable {
             by_file: HashMap::new(),
             by_client: HashMap::new(),
             cool_down: HashMap::new(),
+            watched: HashMap::new(),
             total: DelegStats::default(),
             per_client: HashMap::new(),
         }
@@ -234,14 +275,10 @@ impl DelegTable {
         if !Self::is_deleg(sid) {
             return Err(StateError::BadStateid);
         }
-        let mut epoch = [0u8; 4];
-        epoch.copy_from_slice(&sid.other[..4]);
-        if u32::from_be_bytes(epoch) != self.epoch {
+        let (epoch, id) = sid.epoch_and_id();
+        if epoch != self.epoch {
             return Err(StateError::StaleStateid);
         }
-        let mut idb = [0u8; 8];
-        idb.copy_from_slice(&sid.other[4..]);
-        let id = u64::from_be_bytes(idb);
         let d = self.delegs.get(&id).ok_or(StateError::BadStateid)?;
         if d.client != client {
             return Err(StateError::BadStateid);
@@ -274,7 +311,7 @@ impl DelegTable {
         let mut own = None;
         let mut others = None;
         let mut recall_pending = false;
-        for d in self.live_on(file) {
+        for d in self.live_on(file).filter(|d| d.dir.is_none()) {
             recall_pending |= matches!(d.phase, Phase::Recalling { .. });
             let slot = if d.client == client {
                 &mut own
@@ -317,6 +354,7 @@ impl DelegTable {
                 fh: req.fh,
                 change: req.change,
                 phase: Phase::Active,
+                dir: None,
             },
         );
         self.by_file.entry(file).or_default().push(id);
@@ -361,7 +399,7 @@ impl DelegTable {
             let Some(d) = self.delegs.get(&id) else {
                 continue;
             };
-            if Some(d.client) == client || !access.conflicts(d.kind) {
+            if Some(d.client) == client || !d.conflicts_with(access) {
                 continue;
             }
             let holder = d.client;
@@ -400,6 +438,13 @@ impl DelegTable {
             }
         }
         self.cool_down.insert(file, now);
+    }
+
+    /// Whether a live delegation of another client than `client` on `file` conflicts
+    /// with `access` (no recall is started: see [`DelegTable::conflicts`]).
+    pub fn has_conflict(&self, client: ClientId, file: FileId, access: Access) -> bool {
+        self.live_on(file)
+            .any(|d| d.client != client && d.conflicts_with(access))
     }
 
     /// Whether any of `ids` is still live (not returned, not revoked).
@@ -452,7 +497,13 @@ impl DelegTable {
             return;
         }
         d.phase = Phase::Revoked;
-        let (client, file) = (d.client, d.file);
+        if let Some(dir) = &mut d.dir {
+            dir.clear();
+        }
+        let (client, file, is_dir) = (d.client, d.file, d.dir.is_some());
+        if is_dir {
+            self.unwatch(id);
+        }
         self.unlink_file(id, file);
         self.count(client, |s| {
             s.revoked += 1;
@@ -470,6 +521,9 @@ impl DelegTable {
     }
 
     fn remove(&mut self, id: u64) -> Option<Delegation> {
+        if self.delegs.get(&id)?.dir.is_some() {
+            self.unwatch(id);
+        }
         let d = self.delegs.remove(&id)?;
         self.unlink_file(id, d.file);
         if let Some(s) = self.by_client.get_mut(&d.client) {
@@ -490,14 +544,7 @@ impl DelegTable {
         sid: &Stateid,
         file: FileId,
     ) -> Result<(), StateError> {
-        let id = self.resolve(client, sid)?;
-        let d = self.delegs.get(&id).ok_or(StateError::BadStateid)?;
-        if d.file != file {
-            return Err(StateError::BadStateid);
-        }
-        if d.phase == Phase::Revoked {
-            return Err(StateError::DelegRevoked);
-        }
+        let (id, d) = self.live(client, sid, file)?;
         let phase = d.phase;
         self.remove(id);
         self.count(client, |s| {
@@ -524,6 +571,29 @@ impl DelegTable {
         sid: &Stateid,
         file: FileId,
     ) -> Result<DelegType, StateError> {
+        let d = self.live(client, sid, file)?.1;
+        // A directory delegation's stateid is good for DELEGRETURN, TEST_STATEID and
+        // FREE_STATEID only.
+        if d.dir.is_some() {
+            return Err(StateError::BadStateid);
+        }
+        Ok(d.kind)
+    }
+
+    /// The file of `client`'s delegation `sid` (DELEGRETURN of a delegation whose file
+    /// is gone: its handle is stale, but the delegation must still be returnable).
+    pub fn file_of(&self, client: ClientId, sid: &Stateid) -> Option<FileId> {
+        let id = self.resolve(client, sid).ok()?;
+        self.delegs.get(&id).map(|d| d.file)
+    }
+
+    /// `client`'s delegation `sid` on `file`, not revoked.
+    fn live(
+        &self,
+        client: ClientId,
+        sid: &Stateid,
+        file: FileId,
+    ) -> Result<(u64, &Delegation), StateError> {
         let id = self.resolve(client, sid)?;
         let d = self.delegs.get(&id).ok_or(StateError::BadStateid)?;
         if d.file != file {
@@ -532,7 +602,7 @@ impl DelegTable {
         if d.phase == Phase::Revoked {
             return Err(StateError::DelegRevoked);
         }
-        Ok(d.kind)
+        Ok((id, d))
     }
 
     /// TEST_STATEID of a delegation stateid.
@@ -580,6 +650,11 @@ impl DelegTable {
                 fh: d.fh.clone(),
                 change: d.change,
             })
+    }
+
+    /// The holder of delegation `id`.
+    pub fn holder(&self, id: u64) -> Option<ClientId> {
+        self.delegs.get(&id).map(|d| d.client)
     }
 
     /// Whether any live delegation exists (the cheap test before a conflict check).

@@ -24,10 +24,14 @@ fn grant_recall_return_counts_latency() {
     assert_eq!(g.kind, DelegType::Read);
     assert!(DelegTable::is_deleg(&g.stateid));
     // A reader of another client does not conflict with a read delegation.
-    let c = t.conflicts(t0, Some(C2), F, Access::Open(1), |_| false);
+    let c = t.conflicts(t0, Some(C2), F, Access::Open { access: 1, deny: 0 }, |_| {
+        false
+    });
     assert!(c.waiting.is_empty() && c.recalls.is_empty());
     // A writer does: one recall, then waiting without a second recall.
-    let c = t.conflicts(t0, Some(C2), F, Access::Open(2), |_| false);
+    let c = t.conflicts(t0, Some(C2), F, Access::Open { access: 2, deny: 0 }, |_| {
+        false
+    });
     assert_eq!(c.recalls.len(), 1);
     assert_eq!(c.recalls[0].stateid, g.stateid);
     let again = t.conflicts(t0, Some(C2), F, Access::Modify, |_| false);
@@ -119,4 +123,263 @@ fn the_limit_and_the_back_channel_gate_grants() {
     assert_eq!(t.grant(t0, C1, F, r), Err(NoDeleg::Resource));
     t.grant(t0, C1, F, req(1)).unwrap();
     assert_eq!(t.grant(t0, C2, F + 1, req(1)), Err(NoDeleg::Resource));
+}
+
+#[test]
+fn has_conflict_sees_other_clients_live_delegations_only() {
+    let t0 = Instant::now();
+    let mut t = DelegTable::new(5, DelegLimits::default());
+    let g = t.grant(t0, C1, F, req(1)).unwrap();
+    assert!(t.has_conflict(C2, F, Access::Open { access: 2, deny: 0 }));
+    assert!(!t.has_conflict(C2, F, Access::Open { access: 1, deny: 0 }));
+    assert!(!t.has_conflict(C1, F, Access::Open { access: 3, deny: 0 }));
+    t.delegreturn(t0, C1, &g.stateid, F).unwrap();
+    assert!(!t.has_conflict(C2, F, Access::Open { access: 2, deny: 0 }));
+}
+
+mod directories {
+    use super::*;
+    use crate::deleg::dir::{notify_type as nt, MAX_CHILDREN, MAX_PENDING};
+
+    const D: FileId = 100;
+    const X: FileId = 200;
+
+    fn params(types: u32) -> DirParams {
+        DirParams {
+            types,
+            child_attrs: vec![1 << 4],
+            dir_attrs: vec![],
+            delay: Duration::from_secs(1),
+        }
+    }
+
+    fn grant(t: &mut DelegTable, now: Instant, client: ClientId, types: u32) -> DirGranted {
+        t.grant_dir(
+            now,
+            client,
+            D,
+            params(types),
+            true,
+            false,
+            Bytes::from_static(b"dfh"),
+        )
+        .unwrap()
+    }
+
+    fn notice(kind: u32, body: &'static [u8]) -> Notice {
+        Notice {
+            kind,
+            body: Bytes::from_static(body),
+            coalesce: None,
+        }
+    }
+
+    const ENTRIES: u32 = (1 << nt::ADD_ENTRY) | (1 << nt::REMOVE_ENTRY) | (1 << nt::RENAME_ENTRY);
+
+    #[test]
+    fn grant_policy_and_the_stateid() {
+        let t0 = Instant::now();
+        let mut t = DelegTable::new(5, DelegLimits::default());
+        let no_cb = t.grant_dir(t0, C1, D, params(ENTRIES), false, false, Bytes::new());
+        assert_eq!(no_cb, Err(NoDeleg::Resource));
+        let in_grace = t.grant_dir(t0, C1, D, params(ENTRIES), true, true, Bytes::new());
+        assert_eq!(in_grace, Err(NoDeleg::Resource));
+        // Asked for everything: the cookie verifier never changes, so not that.
+        let g = grant(&mut t, t0, C1, 0x3f);
+        assert_eq!(g.types, 0x1f);
+        // The delay is bounded.
+        assert_eq!(
+            t.dir_state(C1, &g.stateid).unwrap().delay,
+            dir::MAX_BATCH_DELAY
+        );
+        assert!(DelegTable::is_deleg(&g.stateid));
+        // One per client and directory; another client's is no conflict.
+        assert_eq!(
+            t.grant_dir(t0, C1, D, params(0), true, false, Bytes::new()),
+            Err(NoDeleg::Contention)
+        );
+        let g2 = grant(&mut t, t0, C2, ENTRIES);
+        // Not a stateid for I/O or claims; fine for TEST_STATEID; DELEGRETURN on the
+        // directory.
+        assert_eq!(t.check(C1, &g.stateid, D), Err(StateError::BadStateid));
+        assert_eq!(t.test(C1, &g.stateid), Ok(()));
+        assert_eq!(t.free(C1, &g.stateid), Err(StateError::LocksHeld));
+        assert_eq!(
+            t.delegreturn(t0, C1, &g.stateid, X),
+            Err(StateError::BadStateid)
+        );
+        t.delegreturn(t0, C1, &g.stateid, D).unwrap();
+        t.delegreturn(t0, C2, &g2.stateid, D).unwrap();
+        let s = t.stats();
+        assert_eq!((s.granted, s.returned, s.outstanding), (2, 2, 0));
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn file_accesses_never_conflict_and_uncovered_changes_recall() {
+        let t0 = Instant::now();
+        let mut t = DelegTable::new(5, DelegLimits::default());
+        let g = grant(&mut t, t0, C1, 1 << nt::ADD_ENTRY);
+        for a in [
+            Access::Open { access: 3, deny: 0 },
+            Access::Modify,
+            Access::Namespace,
+            Access::Read,
+        ] {
+            assert!(t
+                .conflicts(t0, Some(C2), D, a, |_| false)
+                .waiting
+                .is_empty());
+        }
+        let add = Access::DirChange(nt::ADD_ENTRY);
+        let remove = Access::DirChange(nt::REMOVE_ENTRY);
+        assert!(t
+            .conflicts(t0, Some(C2), D, add, |_| false)
+            .waiting
+            .is_empty());
+        // The holder's own changes never conflict.
+        assert!(t
+            .conflicts(t0, Some(C1), D, remove, |_| false)
+            .waiting
+            .is_empty());
+        let c = t.conflicts(t0, Some(C2), D, remove, |_| false);
+        assert_eq!(c.recalls.len(), 1);
+        assert_eq!(c.recalls[0].stateid, g.stateid);
+        assert_eq!(&c.recalls[0].fh[..], b"dfh");
+        // Recalling: every change waits now, without a second recall.
+        let c2 = t.conflicts(t0, Some(C2), D, add, |_| false);
+        assert!(c2.recalls.is_empty());
+        assert_eq!(c2.waiting, c.waiting);
+        // The cool-down keeps the directory out of delegations for a while.
+        t.delegreturn(t0, C1, &g.stateid, D).unwrap();
+        assert!(!t.any_live(&c.waiting));
+        assert_eq!(
+            t.grant_dir(t0, C1, D, params(0), true, false, Bytes::new()),
+            Err(NoDeleg::Contention)
+        );
+    }
+
+    #[test]
+    fn notices_are_batched_taken_and_bounded() {
+        let t0 = Instant::now();
+        let mut t = DelegTable::new(5, DelegLimits::default());
+        let g = grant(&mut t, t0, C1, ENTRIES);
+        // The holder's own change: no target. Another client's: one.
+        let (own, _) = t.notify_targets(t0, Some(C1), D, nt::ADD_ENTRY, &[]);
+        assert!(own.is_empty());
+        let (targets, recalls) = t.notify_targets(t0, Some(C2), D, nt::ADD_ENTRY, &[]);
+        assert!(recalls.is_empty());
+        assert_eq!(targets.len(), 1);
+        assert_eq!(targets[0].child_attrs, vec![1 << 4]);
+        let id = targets[0].id;
+        // First notice: a flush is due after the delay; the second joins the batch.
+        let (due, _) = t.queue_notices(t0, vec![(id, notice(nt::ADD_ENTRY, b"a"))]);
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].after, dir::MAX_BATCH_DELAY);
+        let (due, _) = t.queue_notices(t0, vec![(id, notice(nt::REMOVE_ENTRY, b"bb"))]);
+        assert!(due.is_empty());
+        // Taken in size-bounded batches, oldest first.
+        let b = t.take_notices(id, 1).unwrap();
+        assert_eq!((b.client, b.stateid, b.more), (C1, g.stateid, true));
+        assert_eq!(b.notices, vec![notice(nt::ADD_ENTRY, b"a")]);
+        let b = t.take_notices(id, 1).unwrap();
+        assert_eq!(b.notices, vec![notice(nt::REMOVE_ENTRY, b"bb")]);
+        assert!(!b.more);
+        assert!(t.take_notices(id, 1).is_none());
+        // Idle again: the next notice asks for a flush again.
+        let (due, _) = t.queue_notices(t0, vec![(id, notice(nt::ADD_ENTRY, b"c"))]);
+        assert_eq!(due.len(), 1);
+        // An overflowing queue recalls the delegation (and drops the queue).
+        let many = (0..MAX_PENDING)
+            .map(|_| (id, notice(nt::ADD_ENTRY, b"x")))
+            .collect();
+        let (_, recalls) = t.queue_notices(t0, many);
+        assert_eq!(recalls.len(), 1);
+        assert_eq!(recalls[0].stateid, g.stateid);
+        assert!(t.take_notices(id, usize::MAX).is_none());
+        assert_eq!(t.stats().recalled, 1);
+        // A recalling delegation is not notified and cannot be recalled twice.
+        let (targets, _) = t.notify_targets(t0, Some(C2), D, nt::ADD_ENTRY, &[]);
+        assert!(targets.is_empty());
+        assert!(t.recall_id(t0, id).is_none());
+        // Revoked: gone from every list.
+        assert_eq!(t.revoke_ids(&[id]).len(), 1);
+        assert!(!t.dir_live(id));
+    }
+
+    #[test]
+    fn children_are_tracked_for_attribute_changes() {
+        let t0 = Instant::now();
+        let mut t = DelegTable::new(5, DelegLimits::default());
+        let child_attrs = 1 << nt::CHANGE_CHILD_ATTRS;
+        let g = grant(&mut t, t0, C1, child_attrs | (1 << nt::CHANGE_DIR_ATTRS));
+        let n = |s: &'static str| Bytes::from_static(s.as_bytes());
+        assert_eq!(
+            t.track_children(g.id, Some(vec![(n("a"), X), (n("b"), X + 1)])),
+            g.types
+        );
+        // Another client changes X: one CHANGE_CHILD_ATTRS for its name; D itself:
+        // CHANGE_DIR_ATTRS with no name. The holder's own changes: nothing.
+        let names = |t: &DelegTable, obj| {
+            t.attr_targets(Some(C2), obj)
+                .into_iter()
+                .map(|a| (a.kind, a.name))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(&t, X), vec![(nt::CHANGE_CHILD_ATTRS, n("a"))]);
+        assert_eq!(names(&t, D), vec![(nt::CHANGE_DIR_ATTRS, Bytes::new())]);
+        assert!(t.attr_targets(Some(C1), X).is_empty());
+        // Entry changes (by anyone, the holder included) keep the index: a link, a
+        // rename, a removal.
+        let upd = [EntryUpdate::Add(n("l"), X)];
+        t.notify_targets(t0, Some(C1), D, nt::ADD_ENTRY, &upd);
+        assert_eq!(
+            names(&t, X),
+            vec![
+                (nt::CHANGE_CHILD_ATTRS, n("a")),
+                (nt::CHANGE_CHILD_ATTRS, n("l"))
+            ]
+        );
+        let upd = [EntryUpdate::Remove(n("a")), EntryUpdate::Add(n("z"), X)];
+        t.notify_targets(t0, Some(C1), D, nt::RENAME_ENTRY, &upd);
+        let upd = [EntryUpdate::Remove(n("l"))];
+        t.notify_targets(t0, Some(C1), D, nt::REMOVE_ENTRY, &upd);
+        assert_eq!(names(&t, X), vec![(nt::CHANGE_CHILD_ATTRS, n("z"))]);
+        let upd = [EntryUpdate::Remove(n("z"))];
+        t.notify_targets(t0, Some(C1), D, nt::REMOVE_ENTRY, &upd);
+        assert!(names(&t, X).is_empty());
+        // Attribute notices of one object and name replace each other in the queue.
+        let attr = |v: &'static [u8]| Notice {
+            kind: nt::CHANGE_CHILD_ATTRS,
+            body: Bytes::from_static(v),
+            coalesce: Some((X + 1, n("b"))),
+        };
+        t.queue_notices(
+            t0,
+            vec![(g.id, attr(b"1")), (g.id, notice(nt::ADD_ENTRY, b"e"))],
+        );
+        t.queue_notices(t0, vec![(g.id, attr(b"2"))]);
+        let b = t.take_notices(g.id, usize::MAX).unwrap();
+        assert_eq!(b.notices, vec![notice(nt::ADD_ENTRY, b"e"), attr(b"2")]);
+        // Returned: nothing is watched any more.
+        t.delegreturn(t0, C1, &g.stateid, D).unwrap();
+        assert!(t.watched.is_empty());
+    }
+
+    #[test]
+    fn a_directory_too_large_to_track_is_granted_without_child_attributes() {
+        let t0 = Instant::now();
+        let mut t = DelegTable::new(5, DelegLimits::default());
+        let types = (1 << nt::CHANGE_CHILD_ATTRS) | (1 << nt::ADD_ENTRY);
+        let g = grant(&mut t, t0, C1, types);
+        let big = (0..=MAX_CHILDREN as u128)
+            .map(|i| (Bytes::from(format!("f{i}")), X + i))
+            .collect();
+        assert_eq!(t.track_children(g.id, Some(big)), 1 << nt::ADD_ENTRY);
+        assert!(t.watched.is_empty());
+        assert!(t.attr_targets(Some(C2), X).is_empty());
+        // Unreadable: likewise.
+        let g2 = grant(&mut t, t0, C2, types);
+        assert_eq!(t.track_children(g2.id, None), 1 << nt::ADD_ENTRY);
+    }
 }

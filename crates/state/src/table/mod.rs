@@ -297,14 +297,10 @@ impl StateTable {
         if sid.is_special() {
             return Err(StateError::BadStateid);
         }
-        let mut epoch = [0u8; 4];
-        epoch.copy_from_slice(&sid.other[..4]);
-        if u32::from_be_bytes(epoch) != self.epoch {
+        let (epoch, id) = sid.epoch_and_id();
+        if epoch != self.epoch {
             return Err(StateError::StaleStateid);
         }
-        let mut idb = [0u8; 8];
-        idb.copy_from_slice(&sid.other[4..]);
-        let id = u64::from_be_bytes(idb);
         let st = self.states.get(&id).ok_or(StateError::BadStateid)?;
         if st.common.client != client {
             return Err(StateError::BadStateid);
