@@ -7,9 +7,11 @@
 # step as hung (FAIL), prints the blocked tasks (sysrq w) and the RPC tasks in flight, and
 # SIGKILLs whatever the script is running (NFS waits on a hard mount are killable) until the
 # next step begins, so one hang costs one step and the other steps still run.
-# Inputs from the host, in /share: params.sh (EXPORT_PATH), tree.tar (step b).
-# Outputs to /share: big.md5 (a), ls-guest.txt (c), restart-request (f; the host answers with
-# restart-done after kill -9 + restart of the server), summary.txt.
+# Inputs from the host, in /share: params.sh (EXPORT_PATH), tree.tar (step b), deleg/*-v1, -v2
+# (steps f, g: the versions of the files the host wrote to the export's deleg/ and writes later).
+# Outputs to /share: big.md5 (a), ls-guest.txt (c), host-request (f, g: actions the host runs,
+# answered in host-done; see hostreq), restart-request (g; the host answers with restart-done
+# after kill -9 + restart of the server), deleg/ws-want (g), summary.txt.
 set -u
 . /share/params.sh
 EXPORT_PATH=${EXPORT_PATH:-/}
