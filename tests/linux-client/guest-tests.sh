@@ -369,7 +369,12 @@ cat $D/rc.txt > /tmp/rc.out
 same "  guest cat deleg/rc.txt: the host's new content" /tmp/rc.out $DS/rc-v2
 check "host: txnfs cat deleg/w.txt (the guest holds a write delegation and unflushed data)" \
   hostreq f-cat-w nfs-cat deleg/w.txt deleg/w-host.out
-same "  the host read the guest's unflushed write" $DS/w-host.out /tmp/w.want
+if [ "${SERVER_KIND:-}" = txnfs ]; then
+  same "  the host read the guest's unflushed write" $DS/w-host.out /tmp/w.want
+else
+  # without a write delegation to recall, nothing makes the client flush for another reader
+  echo "SKIP: the host read the guest's unflushed write (only a delegation recall flushes it; $SERVER_KIND grants none)"
+fi
 cat <&6 > /tmp/w6.out
 same "  read through the fd opened under the write delegation" /tmp/w6.out /tmp/w.want
 exec 3>&- 6<&-
