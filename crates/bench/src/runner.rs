@@ -279,6 +279,10 @@ async fn timed_part(
 ) -> anyhow::Result<Repeat> {
     let t = Instant::now();
     w.prepare(setup).await.context("prepare")?;
+    // The data set's writer gives its delegations back before the workers start: else
+    // their first opens would recall them and the files cool down (no delegation for a
+    // few seconds, ADR 0017) — a cost of the set-up, not of the workload.
+    setup.client.return_delegations().await;
     if cfg.verbose {
         eprintln!("  prepared in {:.2} s", t.elapsed().as_secs_f64());
     }

@@ -7,6 +7,7 @@
 
 use std::time::Instant;
 use txnfs_bench::driver::Driver;
+use txnfs_bench::results::Results;
 use txnfs_bench::runner::{self, RunConfig, Target};
 use txnfs_bench::workload::StopAt;
 use txnfs_bench::workloads::{self, Params};
@@ -269,6 +270,9 @@ async fn run_all(kind: ServerKind) {
             );
         }
         assert_eq!(res.driver, c.driver, "{what}: driver recorded");
+        if kind == ServerKind::Txnfs {
+            delegations_used(&res, c.name, &what, &mut failures);
+        }
         let json = serde_json::to_value(&res).expect("serialize");
         check_schema(&json, &what);
     }
@@ -298,4 +302,26 @@ async fn all_workloads_txnfs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn all_workloads_ganesha() {
     run_all(ServerKind::Ganesha).await;
+}
+
+/// txnfs grants delegations to our client (its back channel answers): the workloads
+/// built on them must show it, or they measured nothing of it.
+fn delegations_used(res: &Results, name: &str, what: &str, failures: &mut Vec<String>) {
+    let r = &res.repeats[0];
+    let op = |o: &str| r.op_counts.get(o).copied().unwrap_or(0);
+    match name {
+        // Every file read again under its delegation: fewer READs than iterations.
+        "locked" if r.counters.get("delegations").copied().unwrap_or(0) == 0 => {
+            failures.push(format!("{what}: no read delegation granted"))
+        }
+        "cachedread" if op("READ") >= r.ops => failures.push(format!(
+            "{what}: {} READs for {} reads: nothing served from the delegation cache",
+            op("READ"),
+            r.ops
+        )),
+        "deleg" if r.counters.get("group_a_delegations").copied().unwrap_or(0) == 0 => {
+            failures.push(format!("{what}: group A got no read delegation to recall"))
+        }
+        _ => {}
+    }
 }

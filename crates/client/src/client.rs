@@ -279,6 +279,21 @@ impl Client {
         self.inner.cache.held()
     }
 
+    /// Flush what is buffered and return every delegation this client holds (what
+    /// [`Client::close`] does first), e.g. before other clients use the files.
+    pub async fn return_delegations(&self) {
+        self.inner.cache.return_all().await;
+    }
+
+    /// Hand a delegation that an OPEN sent through [`Client::compound`] granted (see
+    /// [`Compound::open_wanting`]) to the delegation cache, which returns it when the
+    /// server recalls it and when the client closes. Nothing of the file is cached
+    /// (the caller read it itself).
+    pub fn adopt_delegation(&self, fh: &Bytes, deleg: &open_delegation4) {
+        let path = format!("#fh:{}", hex_of(fh));
+        self.inner.cache.open_reply(&path, fh, deleg, None, None);
+    }
+
     /// Whether the server bound our connection for callbacks at CREATE_SESSION.
     pub fn back_channel(&self) -> bool {
         self.state().back_channel
@@ -678,4 +693,9 @@ fn spawn_renewer(weak: Weak<Inner>) {
             }
         }
     });
+}
+
+/// Lower-case hex of `b` (a handle as a cache key no real path can take).
+fn hex_of(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }

@@ -127,6 +127,22 @@ impl Compound {
         };
         self.open_as(access, owner, openhow, open_claim4::CLAIM_NULL(name(n)))
     }
+    /// OPEN of an existing `n` in the current directory whose share access carries the
+    /// `OPEN4_SHARE_ACCESS_WANT_*` bits `want` (0: the server's choice). For callers that
+    /// handle the delegation the reply may grant: they must return it (DELEGRETURN),
+    /// also when the server recalls it; [`Compound::open`] asks for none.
+    pub fn open_wanting(&mut self, n: &[u8], access: u32, owner: &[u8], want: u32) -> usize {
+        let i = self.open_as(
+            access,
+            owner,
+            openflag4::default(opentype4::OPEN4_NOCREATE),
+            open_claim4::CLAIM_NULL(name(n)),
+        );
+        if let Some(nfs_argop4::OP_OPEN(o)) = self.ops.get_mut(i) {
+            o.share_access = access | want;
+        }
+        i
+    }
     /// OPEN of the current filehandle itself (CLAIM_FH).
     pub fn open_fh(&mut self, access: u32, owner: &[u8]) -> usize {
         let openhow = openflag4::default(opentype4::OPEN4_NOCREATE);

@@ -157,9 +157,9 @@ pub struct Model {
     pub uncertain_dirs: Vec<Fh>,
     /// Delegations of live clients, from OPEN replies, until returned or freed.
     pub delegs: Vec<DelegRec>,
-    /// File -> the simulated time of the last request DELAY'd for its delegations
-    /// (the grant policy's cool-down).
-    pub last_conflict: BTreeMap<Fh, Duration>,
+    /// (File, holder) -> the simulated time a request was last DELAY'd for that
+    /// holder's delegation of the file (the grant policy's per-client cool-down).
+    pub last_conflict: BTreeMap<(Fh, Holder), Duration>,
 }
 
 impl Model {

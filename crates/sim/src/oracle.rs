@@ -201,14 +201,15 @@ fn delegation_rule(
         let now = sim.call_now;
         for k in conflicts {
             let d = &mut sim.model.delegs[k];
+            // The holder cools down: no delegation of this file for a while (ADR 0017).
+            let holder = d.holder;
             if d.phase == DelegPhase::Active {
                 d.phase = DelegPhase::Recalling { since: now };
                 sim.expect_recalls.push(d.sid.other);
                 sim.stats.deleg_recalled += 1;
             }
+            sim.model.last_conflict.insert((file.clone(), holder), now);
         }
-        // The file cools down: no delegation for a while (ADR 0017).
-        sim.model.last_conflict.insert(file.clone(), now);
         sim.stats.deleg_delayed += 1;
         return Ok(true);
     }
@@ -360,7 +361,7 @@ fn predict_grant(sim: &Sim, ci: usize, file: &Fh, access: u32) -> Option<bool> {
         .any(|d| matches!(d.phase, DelegPhase::Recalling { .. }));
     let cooling = m
         .last_conflict
-        .get(file)
+        .get(&(file.clone(), me))
         .is_some_and(|t| sim.call_now.saturating_sub(*t) < COOL_DOWN);
     let others_locks = m
         .locks

@@ -72,7 +72,8 @@ impl Workload for Locked {
                 let name = format!("f{idx}");
                 let mut c = Compound::new();
                 c.putfh(&dir);
-                let o = c.open(name.as_bytes(), OPEN4_SHARE_ACCESS_READ, &owner, None);
+                // No want bits: the server's choice, as the Linux client asks.
+                let o = c.open_wanting(name.as_bytes(), OPEN4_SHARE_ACCESS_READ, &owner, 0);
                 let g = c.getfh();
                 let r = w.call(&c).await?;
                 let ok = r.open(o)?;

@@ -286,7 +286,7 @@ impl super::DelegTable {
             recall_pending,
             recent_conflict: self
                 .cool_down
-                .get(&dir)
+                .get(&(dir, client))
                 .is_some_and(|t| now.saturating_duration_since(*t) < super::policy::COOL_DOWN),
         })?;
         let mut state = DirState::new(params);
@@ -592,7 +592,7 @@ impl super::DelegTable {
         }
         let (client, fh, seqid, file) = (d.client, d.fh.clone(), d.seqid, d.file);
         self.count(client, |s| s.recalled += 1);
-        self.note_conflict(now, file);
+        self.note_conflict(now, file, client);
         Some(super::Recall {
             client,
             stateid: self.stateid(id, seqid),

@@ -213,7 +213,7 @@ pub struct DelegTable {
     /// All delegations (revoked included) per client.
     by_client: HashMap<ClientId, HashSet<u64>>,
     /// Files and when they last saw a conflict.
-    cool_down: HashMap<FileId, Instant>,
+    cool_down: HashMap<(FileId, ClientId), Instant>,
     /// Objects that are entries of directories whose delegations want
     /// CHANGE_CHILD_ATTRS, and those delegations.
     watched: HashMap<FileId, HashSet<u64>>,
@@ -336,7 +336,7 @@ impl DelegTable {
             recall_pending,
             recent_conflict: self
                 .cool_down
-                .get(&file)
+                .get(&(file, client))
                 .is_some_and(|t| now.saturating_duration_since(*t) < policy::COOL_DOWN),
             own_deleg: own,
             at_limit: self.delegs.len() >= self.limits.max_delegations,
@@ -402,16 +402,16 @@ impl DelegTable {
             if Some(d.client) == client || !d.conflicts_with(access) {
                 continue;
             }
-            let holder = d.client;
+            let (holder, active, fh, seqid) =
+                (d.client, d.phase == Phase::Active, d.fh.clone(), d.seqid);
+            self.note_conflict(now, file, holder);
             if expired(holder) {
                 self.revoke(id);
                 out.revoked += 1;
                 continue;
             }
             out.waiting.push(id);
-            if d.phase == Phase::Active {
-                let fh = d.fh.clone();
-                let seqid = d.seqid;
+            if active {
                 if let Some(d) = self.delegs.get_mut(&id) {
                     d.phase = Phase::Recalling { since: now };
                 }
@@ -423,13 +423,13 @@ impl DelegTable {
                 });
             }
         }
-        if !out.waiting.is_empty() || out.revoked > 0 {
-            self.note_conflict(now, file);
-        }
         out
     }
 
-    fn note_conflict(&mut self, now: Instant, file: FileId) {
+    /// `client` lost its delegation of `file` to a conflict: it gets none of that file
+    /// for [`policy::COOL_DOWN`]. Per client, not per file: other clients may still get
+    /// one, and a file whose number is reused after a delete is not held against them.
+    fn note_conflict(&mut self, now: Instant, file: FileId, client: ClientId) {
         if self.cool_down.len() >= MAX_COOL_DOWN {
             self.cool_down
                 .retain(|_, t| now.saturating_duration_since(*t) < policy::COOL_DOWN);
@@ -437,7 +437,7 @@ impl DelegTable {
                 self.cool_down.clear();
             }
         }
-        self.cool_down.insert(file, now);
+        self.cool_down.insert((file, client), now);
     }
 
     /// Whether a live delegation of another client than `client` on `file` conflicts

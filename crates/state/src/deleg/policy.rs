@@ -99,7 +99,8 @@ pub struct GrantInput {
     pub others_deleg: Option<DelegType>,
     /// A delegation of the file is being recalled.
     pub recall_pending: bool,
-    /// The file saw a conflict less than [`COOL_DOWN`] ago.
+    /// This client lost a delegation of the file to a conflict less than
+    /// [`COOL_DOWN`] ago.
     pub recent_conflict: bool,
     /// The client already holds a delegation on the file.
     pub own_deleg: Option<DelegType>,
@@ -107,9 +108,11 @@ pub struct GrantInput {
     pub at_limit: bool,
 }
 
-/// How long after a conflict (a recall) a file gets no new delegation: a file that
-/// several clients use alternately would otherwise be granted and recalled on every
-/// open (knfsd keeps such files out for 30-60 s in a bloom filter).
+/// How long a client whose delegation of a file was recalled (or revoked) for a
+/// conflict gets no new delegation of it: a file that several clients use alternately
+/// would otherwise be granted and recalled on every open (knfsd keeps such files out
+/// for 30-60 s in a bloom filter, for every client). Per client, so that other clients
+/// are not held back, nor a new file that reuses a deleted file's number.
 pub const COOL_DOWN: Duration = Duration::from_secs(5);
 
 /// The grant decision.
@@ -119,8 +122,9 @@ pub const COOL_DOWN: Duration = Duration::from_secs(5);
 ///    channel, or at the limit (RESOURCE).
 /// 3. At most one delegation per client and file: a second OPEN keeps the first
 ///    (CONTENTION), a read holder asking for write gets NOT_SUPP_UPGRADE.
-/// 4. No delegation while a recall of the file is in progress, shortly after one
-///    ([`COOL_DOWN`]), or while another client holds locks (CONTENTION).
+/// 4. No delegation while a recall of the file is in progress, to a client shortly
+///    after its own delegation of the file was recalled ([`COOL_DOWN`]), or while
+///    another client holds locks (CONTENTION).
 /// 5. A write delegation when the OPEN has write access (or WANT_WRITE asked for one)
 ///    and no other client has the file open or delegated.
 /// 6. Else a read delegation when no other client has it open for writing or holds a
