@@ -7,9 +7,11 @@
 # step as hung (FAIL), prints the blocked tasks (sysrq w) and the RPC tasks in flight, and
 # SIGKILLs whatever the script is running (NFS waits on a hard mount are killable) until the
 # next step begins, so one hang costs one step and the other steps still run.
-# Inputs from the host, in /share: params.sh (EXPORT_PATH), tree.tar (step b).
-# Outputs to /share: big.md5 (a), ls-guest.txt (c), restart-request (f; the host answers with
-# restart-done after kill -9 + restart of the server), summary.txt.
+# Inputs from the host, in /share: params.sh (EXPORT_PATH), tree.tar (step b), deleg/*-v1, -v2
+# (steps f, g: the versions of the files the host wrote to the export's deleg/ and writes later).
+# Outputs to /share: big.md5 (a), ls-guest.txt (c), host-request (f, g: actions the host runs,
+# answered in host-done; see hostreq), restart-request (g; the host answers with restart-done
+# after kill -9 + restart of the server), deleg/ws-want (g), summary.txt.
 set -u
 . /share/params.sh
 EXPORT_PATH=${EXPORT_PATH:-/}
@@ -104,6 +106,27 @@ waitfile() {
   return 1
 }
 
+# hostreq LABEL ACTION ARGS...: ask the host to do ACTION (see run.sh: mark, nfs-cp, nfs-cat) and
+# wait for it; returns the host's status.  The host logs the action's time window under LABEL
+# for its capture checks.
+REQN=0
+hostreq() {
+  REQN=$((REQN + 1))
+  rm -f /share/host-done
+  echo "$REQN $*" > /share/host-request.tmp
+  mv /share/host-request.tmp /share/host-request
+  if ! waitfile /share/host-done "^$REQN " 90; then
+    echo "host did not answer request $REQN ($*) within 90 s"
+    return 124
+  fi
+  read -r _ st < /share/host-done
+  return "$st"
+}
+# SKIP_STEPS (a development knob from the host's environment, e.g. "b c"): steps b and c are
+# skipped when named there (the checks that depend on them then fail)
+want() { case " ${SKIP_STEPS:-} " in *" $1 "*) return 1 ;; *) return 0 ;; esac; }
+D=$M/deleg; DS=/share/deleg
+
 echo "guest $(hostname), kernel $(uname -r), server $SRV:$EXPORT_PATH"
 
 # ---------------------------------------------------------------- mount
@@ -140,6 +163,8 @@ t1=$(up); echo "READ: $(rate "$t0" "$t1" "$MB")"
 end
 
 # ---------------------------------------------------------------- b: tar extraction
+NLS=-1
+if want b; then
 begin b-tar 300
 mkdir -p /tmp/ref
 tar -xf /share/tree.tar -C /tmp/ref
@@ -160,8 +185,10 @@ echo "diff: $(secs "$t0" "$(up)") s"
 eq "entries under tree/ (find)" "$(find $M/tree | wc -l)" "$NREF"
 eq "symlinks under tree/" "$(find $M/tree -type l | wc -l)" "$(find /tmp/ref/tree -type l | wc -l)"
 end
+fi
 
 # ---------------------------------------------------------------- c: ls -lnR listing
+if want c; then
 begin c-listing 120
 dropcaches
 # numeric ids, full timestamps (UTC: the guest has no time zone)
@@ -172,6 +199,7 @@ else
 fi
 NLS=$(wc -l < /share/ls-guest.txt)
 end
+fi
 
 # ---------------------------------------------------------------- d: namespace/attribute ops
 begin d-ops 90
@@ -254,7 +282,10 @@ end
 begin e-locks 90
 L=$M/locks
 mkdir -p $L
-: > $L/fl; : > $L/fc
+# the files are created by guest-tool (O_DIRECT: no delegation, see guest-tool.c), so the
+# locks below are the server's to grant, not the client's to keep to itself
+rm -f $L/fl $L/fc
+NLOCK0=$(awk '$1 == "LOCK:" {print $2; exit}' /proc/self/mountstats)
 # flock(2) (the Linux NFS client sends it to the server as a whole-file lock)
 rm -f /tmp/rel.*
 guest-tool flock $L/fl x /tmp/rel.a > /tmp/a.out 2>&1 &
@@ -292,14 +323,81 @@ waitfile /tmp/d.out locked 30 || true
 eq "fcntl read [500,600) by B while A holds a read lock there" "$(guest-tool fcntl $L/fc r 550 100 0 | head -1)" locked
 eq "fcntl write [550,560) by B while A holds a read lock" "$(guest-tool fcntl $L/fc w 550 10 0)" conflict
 touch /tmp/rel.d; wait $A
+NLOCK=$(($(awk '$1 == "LOCK:" {print $2; exit}' /proc/self/mountstats) - ${NLOCK0:-0}))
+if [ "$NLOCK" -gt 0 ]; then pass "the server granted the locks: $NLOCK LOCK ops (mountstats)"
+else fail "only $NLOCK LOCK ops reached the server (mountstats): locks kept by the client (delegation?)"; fi
 end
 
-# ---------------------------------------------------------------- f: server restart
-begin f-restart 240
+# ---------------------------------------------------------------- f: delegations
+# The files under deleg/ were written by the host before the guest started (run.sh); the
+# guest has never opened them, so each first OPEN below is one txnfs may delegate.  The host's
+# capture checks find the traffic of each part by the time windows of the marks and actions
+# (LABEL of hostreq).  What the guest checks here is the outcome: the bytes it reads.
+# same DESC FILE WANT_FILE: FILE has WANT_FILE's bytes
+same() {
+  if cmp -s "$2" "$3"; then pass "$1 ($(wc -c < "$3") bytes)"
+  else fail "$1: $(wc -c < "$2" 2>/dev/null || echo no) bytes, want $(wc -c < "$3") bytes; head: $(head -c 60 "$2" 2>/dev/null | head -1)"; fi
+}
+begin f-deleg 150
+# (a) a read delegation for cat, a write delegation for an open for append
+hostreq f-read0 mark
+cat $D/r.txt > /tmp/r.out
+hostreq f-read1 mark
+same "cat deleg/r.txt (first open: read delegation)" /tmp/r.out $DS/r-v1
+hostreq f-write0 mark
+exec 3>> $D/w.txt
+echo "guest line, buffered under a write delegation" >&3
+exec 6< $D/w.txt    # a second open, for read: the client serves it from the delegation alone
+hostreq f-write1 mark
+{ cat $DS/w-v1; echo "guest line, buffered under a write delegation"; } > /tmp/w.want
+hostreq f-rc0 mark
+exec 4< $D/rc.txt
+cat <&4 > /tmp/rc.out
+hostreq f-rc1 mark
+same "read deleg/rc.txt through a held fd" /tmp/rc.out $DS/rc-v1
+# (b) the host changes files the guest has delegated, through txnfs as a second NFS client:
+# each change must recall the delegation (the server holds the host's request until the guest
+# returns it), and the guest must then read the host's bytes, not its cache
+check "host: txnfs cp r-v2 over deleg/r.txt (the guest holds a read delegation, no open)" \
+  hostreq f-cp-r nfs-cp deleg/r-v2 deleg/r.txt
+cat $D/r.txt > /tmp/r.out
+same "  guest cat deleg/r.txt: the host's new content" /tmp/r.out $DS/r-v2
+check "host: txnfs cp rc-v2 over deleg/rc.txt (the guest holds a read delegation and an open fd)" \
+  hostreq f-cp-rc nfs-cp deleg/rc-v2 deleg/rc.txt
+exec 4<&-
+cat $D/rc.txt > /tmp/rc.out
+same "  guest cat deleg/rc.txt: the host's new content" /tmp/rc.out $DS/rc-v2
+check "host: txnfs cat deleg/w.txt (the guest holds a write delegation and unflushed data)" \
+  hostreq f-cat-w nfs-cat deleg/w.txt deleg/w-host.out
+if [ "${SERVER_KIND:-}" = txnfs ]; then
+  same "  the host read the guest's unflushed write" $DS/w-host.out /tmp/w.want
+else
+  # without a write delegation to recall, nothing makes the client flush for another reader
+  echo "SKIP: the host read the guest's unflushed write (only a delegation recall flushes it; $SERVER_KIND grants none)"
+fi
+cat <&6 > /tmp/w6.out
+same "  read through the fd opened under the write delegation" /tmp/w6.out /tmp/w.want
+exec 3>&- 6<&-
+dropcaches
+cat $D/w.txt > /tmp/w.out
+same "  guest cat deleg/w.txt after close and drop_caches" /tmp/w.out /tmp/w.want
+end
+
+# ---------------------------------------------------------------- g: server restart
+begin g-restart 240
 dropcaches
 ls $M/tree/a0/b0 > /dev/null
 cd $O || exit 1             # the shell's cwd keeps a file handle from before the restart
 exec 3< $M/big.bin          # an open file (open stateid) held across the restart
+# delegations held across the restart: a read delegation with an open fd (nothing read yet),
+# a write delegation with data written but not flushed
+hostreq g-hold0 mark
+exec 4< $D/rs.txt
+exec 5>> $D/ws.txt
+echo "guest line written before the restart" >&5
+hostreq g-hold1 mark
+{ cat $DS/ws-v1; echo "guest line written before the restart"; echo "guest line written after the restart"; } \
+  > $DS/ws-want
 rm -f /share/restart-done
 hostname > /share/restart-request
 echo "requested a server restart (kill -9 + start) at t=$(up)s"
@@ -312,21 +410,44 @@ t0=$(up)
 eq "read through the fd held across the restart (md5)" "$(md5sum <&3 | cut -d' ' -f1)" "$SRC"
 echo "first read after restart finished after $(secs "$t0" "$(up)") s"
 exec 3<&-
+cat <&4 > /tmp/rs.out
+same "read deleg/rs.txt through the fd (read delegation) held across the restart" /tmp/rs.out $DS/rs-v1
+echo "guest line written after the restart" >&5
+exec 5>&-
+dropcaches
+cat $D/ws.txt > /tmp/ws.out
+same "deleg/ws.txt (write delegation, dirty data across the restart) after close and drop_caches" /tmp/ws.out $DS/ws-want
+check "host: txnfs cp rs-v2 over deleg/rs.txt after the restart (the guest holds an open fd)" \
+  hostreq g-cp-rs nfs-cp deleg/rs-v2 deleg/rs.txt
+exec 4<&-
+cat $D/rs.txt > /tmp/rs.out
+same "  guest cat deleg/rs.txt: the host's new content" /tmp/rs.out $DS/rs-v2
+# a delegation granted after the restart (the back channel works again) and recalled
+hostreq g-ra0 mark
+cat $D/ra.txt > /tmp/ra.out
+hostreq g-ra1 mark
+same "cat deleg/ra.txt after the restart" /tmp/ra.out $DS/ra-v1
+check "host: txnfs cp ra-v2 over deleg/ra.txt (read-delegated after the restart)" \
+  hostreq g-cp-ra nfs-cp deleg/ra-v2 deleg/ra.txt
+cat $D/ra.txt > /tmp/ra.out
+same "  guest cat deleg/ra.txt: the host's new content" /tmp/ra.out $DS/ra-v2
 eq "cwd (old file handle) still usable: cat ./sub/moved" "$(cat ./sub/moved 2>&1)" AAA
 cd /
 dropcaches
 eq "md5 of big.bin after restart" "$(md5 $M/big.bin)" "$SRC"
 if ls -la $M > /tmp/ls-root.out 2>&1; then pass "ls -la of the mount root after restart"; else fail "ls -la after restart: $(head -3 /tmp/ls-root.out)"; fi
-eq "ls -lnR of tree/ after restart: same number of lines" \
-  "$( (cd $M/tree && ls -lnR --full-time .) 2>&1 | wc -l)" "$NLS"
+if want c; then
+  eq "ls -lnR of tree/ after restart: same number of lines" \
+    "$( (cd $M/tree && ls -lnR --full-time .) 2>&1 | wc -l)" "$NLS"
+fi
 echo "written after the restart" > $M/after-restart 2>/tmp/ar.err || cat /tmp/ar.err
 dropcaches
 eq "new file created after restart reads back" "$(cat $M/after-restart 2>&1)" "written after the restart"
 rm -f $M/after-restart
 end
 
-# ---------------------------------------------------------------- g: umount
-begin g-umount 60
+# ---------------------------------------------------------------- h: umount
+begin h-umount 60
 echo "--- per-op counts (mountstats)"
 sed -n '/per-op statistics/,$p' /proc/self/mountstats | awk 'NF>1 && $2+0>0 {print "   ", $1, $2}' | head -60
 cd /

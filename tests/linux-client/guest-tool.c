@@ -10,6 +10,10 @@
  *   guest-tool rename OLD NEW
  *       plain rename(2) (busybox mv moves a directory *into* an existing one).
  *
+ * Lock commands open FILE (created if missing) with O_DIRECT: the Linux client
+ * then asks for no delegation (OPEN4_SHARE_ACCESS_WANT_NO_DELEG).  Under a
+ * delegation it would keep locks to itself and the server would see no LOCK.
+ *
  * Lock commands print "locked" (exit 0) or "conflict" (exit 1) on stdout,
  * anything else is "error: ..." (exit 2).  When locked they keep the lock for
  * HOLD: a number of seconds, or a path (starting with '/') whose appearance
@@ -27,6 +31,12 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+/* open for the lock commands: O_DIRECT, so that no delegation is granted (see above) */
+static int open_nodeleg(const char *path)
+{
+	return open(path, O_RDWR | O_CREAT | O_DIRECT, 0644);
+}
 
 static int usage(void)
 {
@@ -95,7 +105,7 @@ int main(int argc, char **argv)
 	if (strcmp(argv[1], "flock") == 0) {
 		if (argc != 5)
 			return usage();
-		int fd = open(argv[2], O_RDWR | O_CREAT, 0644);
+		int fd = open_nodeleg(argv[2]);
 		if (fd < 0)
 			return error("open", errno);
 		int op = (argv[3][0] == 's') ? LOCK_SH : LOCK_EX;
@@ -113,7 +123,7 @@ int main(int argc, char **argv)
 	if (strcmp(argv[1], "fcntl") == 0) {
 		if (argc != 7)
 			return usage();
-		int fd = open(argv[2], O_RDWR | O_CREAT, 0644);
+		int fd = open_nodeleg(argv[2]);
 		if (fd < 0)
 			return error("open", errno);
 		struct flock fl;

@@ -9,13 +9,15 @@
 #                     (export Pseudo=/export), mounts /export
 #   --keep            keep the run directory (export, capture, logs) even when everything passed
 # env: WORK (cache + run dirs, default /tmp/txnfs-vm; run dirs older than 3 h are deleted),
-#      TIMEOUT (VM seconds, default 600), TXNFS_LOG (server log filter, default info)
+#      TIMEOUT (VM seconds, default 600), TXNFS_LOG (server log filter, default info),
+#      TXNFS_SERVE_ARGS (extra `txnfs serve` options, e.g. --no-delegations: the delegation
+#      checks then fail), SKIP_STEPS (development: "b c" skips the tar and listing steps)
 # Exit status 0 iff every guest check and every host check passed.
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 SERVER=; BIN=$REPO/target/debug/txnfs; KEEP=0
-usage() { sed -n '5,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '5,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --server) SERVER=${2:-}; shift 2 ;;
@@ -103,12 +105,30 @@ else
   # a private copy: others may rebuild target/debug/txnfs while this runs (restart uses it too);
   # a hard link is enough (cargo replaces the file, it never rewrites it) and costs no space
   ln -f "$BIN" "$W"/txnfs 2> /dev/null || cp "$BIN" "$W"/txnfs
-  SERVER_CMD=("$W"/txnfs serve --listen "127.0.0.1:$PORT" --no-grace --state-dir "$STATE" "$EXPORT")
+  # shellcheck disable=SC2206  # TXNFS_SERVE_ARGS: extra options, split on spaces (e.g. --no-delegations)
+  SERVER_CMD=("$W"/txnfs serve --listen "127.0.0.1:$PORT" --no-grace --state-dir "$STATE" ${TXNFS_SERVE_ARGS:-} "$EXPORT")
 fi
-printf 'EXPORT_PATH=%s\nSERVER_KIND=%s\n' "$EXPORT_PATH" "$SERVER" > "$SHARE"/params.sh
+# the txnfs binary the host's own NFS client commands run (step f: txnfs cp/cat as a second client)
+CLI=$BIN; [ "$SERVER" = txnfs ] && CLI=$W/txnfs
+printf 'EXPORT_PATH=%s\nSERVER_KIND=%s\nSKIP_STEPS="%s"\n' "$EXPORT_PATH" "$SERVER" "${SKIP_STEPS:-}" > "$SHARE"/params.sh
+
+# Files for the delegation steps (f, g): first versions in the export, written here before the
+# guest has seen them (so its first OPEN of each is the one that may get a delegation), and
+# every version the guest compares against in the share.
+mkdir -p "$EXPORT"/deleg "$SHARE"/deleg
+for f in r w rc rs ws ra; do
+  for v in 1 2; do
+    # version 2 is longer than version 1: a stale size shows as well as stale bytes
+    { echo "$f version $v written by the host"; head -c $((3000 * v + 17)) /dev/urandom | od -An -tx1; } \
+      > "$SHARE"/deleg/$f-v$v
+  done
+  cp "$SHARE"/deleg/$f-v1 "$EXPORT"/deleg/$f.txt
+done
 
 # ------------------------------------------------------------------ capture
-tshark -i lo -f "tcp port $PORT" -w "$W"/cap.pcapng -q > "$W"/tshark.log 2>&1 &
+# -B: a 256 MiB kernel buffer (default 2 MiB): with the default, a busy machine drops packets
+# during the 64 MiB write, and a lost segment leaves the rest of that TCP stream undissected
+tshark -i lo -B 256 -f "tcp port $PORT" -w "$W"/cap.pcapng -q > "$W"/tshark.log 2>&1 &
 TSHARK_PID=$!
 for _ in $(seq 100); do grep -q "Capturing on" "$W"/tshark.log && break; sleep 0.1; done
 grep -q "Capturing on" "$W"/tshark.log || { cat "$W"/tshark.log; die "tshark did not start capturing"; }
@@ -156,7 +176,35 @@ do_restart() {
     echo failed > "$SHARE"/restart-done
   fi
 }
+# Host actions the guest asks for (steps f, g): the guest writes "ID LABEL ACTION ARGS..." to
+# host-request and waits for "ID STATUS" in host-done.  Each action is logged with its host
+# time window (epoch seconds) in $W/actions.txt as "LABEL START END STATUS", which the capture
+# checks use to pick the traffic that belongs to it.  Actions (paths relative to the share and
+# to the server's export; commands bounded by `timeout 60`):
+#   mark              nothing: a time stamp (the guest brackets its own steps with two marks)
+#   nfs-cp SRC DEST   $CLI cp $SHARE/SRC nfs://127.0.0.1:$PORT$EXPORT_PATH/DEST  (a second client)
+#   nfs-cat SRC OUT   $CLI cat nfs://127.0.0.1:$PORT$EXPORT_PATH/SRC > $SHARE/OUT
+: > "$W"/actions.txt
+NFSURL=nfs://127.0.0.1:$PORT${EXPORT_PATH%/}
+do_action() {
+  local id label action a1 a2 t0 t1 st=0
+  read -r id label action a1 a2 < "$SHARE"/host-request || true
+  rm -f "$SHARE"/host-request
+  t0=$(date +%s.%N)
+  case "$action" in
+    mark) ;;
+    nfs-cp) timeout 60 "$CLI" cp "$SHARE/$a1" "$NFSURL/$a2" > "$W/action-$label.log" 2>&1 || st=$? ;;
+    nfs-cat) timeout 60 "$CLI" cat "$NFSURL/$a1" > "$SHARE/$a2" 2> "$W/action-$label.log" || st=$? ;;
+    *) echo "unknown action '$action'" > "$W/action-$label.log"; st=127 ;;
+  esac
+  t1=$(date +%s.%N)
+  echo "$label $t0 $t1 $st" >> "$W"/actions.txt
+  [ "$action" = mark ] || log "guest asked: $action $a1 $a2 ($label): status $st, $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b-a}') s"
+  echo "$id $st" > "$SHARE"/host-done.tmp
+  mv "$SHARE"/host-done.tmp "$SHARE"/host-done
+}
 T_VM=$(now)
+: > "$W"/vm.log   # before tail -f below opens it (the VM's redirection may come later)
 NFSPORT=$PORT SHARE=$SHARE TIMEOUT=${TIMEOUT:-600} GHOST=txnfs-lc-$$ \
   "$HERE"/run-vm.sh "$HERE"/guest-tests.sh > "$W"/vm.log 2>&1 &
 VM_PID=$!
@@ -164,7 +212,8 @@ tail -n +1 -f --pid="$VM_PID" "$W"/vm.log | tr -d '\033' &
 TAIL_PID=$!
 while kill -0 "$VM_PID" 2> /dev/null; do
   [ -e "$SHARE"/restart-request ] && do_restart
-  sleep 0.2
+  if [ -e "$SHARE"/host-request ]; then do_action; continue; fi
+  sleep 0.1
 done
 set +e
 wait "$VM_PID"; VMRC=$?
@@ -230,13 +279,15 @@ fi
 
 # wire: every frame must dissect cleanly as RPC/NFS
 stop_pid "$TSHARK_PID" TERM; TSHARK_PID=
+DROPPED=$(grep -aoE '[0-9]+ packets? dropped' "$W"/tshark.log | awk '{n += $1} END {print n + 0}')
+DROPNOTE=; [ "$DROPPED" -gt 0 ] && DROPNOTE=" (the capture dropped $DROPPED packets, see tshark.log: a TCP stream with a lost segment is not dissected after it)"
 T=$(now)
 if [ -s "$W"/cap.pcapng ]; then
   TS=(tshark -n -r "$W"/cap.pcapng -d "tcp.port==$PORT,rpc")
   STATS=$("${TS[@]}" -q -z "io,stat,0,nfs,_ws.malformed || _ws.expert.severity == error" 2>&1) || true
   # the io,stat table's single data row: | 0 <> Dur | frames | bytes | frames | bytes |
   read -r NNFS NBAD < <(echo "$STATS" | awk -F'|' '/<>/ {gsub(/ /,""); print $3, $5}')
-  log "capture: $(wc -c < "$W"/cap.pcapng) bytes, ${NNFS:-?} NFS frames, ${NBAD:-?} malformed/error frames ($(since "$T") s to analyse)"
+  log "capture: $(wc -c < "$W"/cap.pcapng) bytes, ${NNFS:-?} NFS frames, ${NBAD:-?} malformed/error frames, $DROPPED packets dropped ($(since "$T") s to analyse)"
   if [ -z "${NNFS:-}" ] || [ -z "${NBAD:-}" ]; then
     hfail "capture: could not analyse it:"; echo "$STATS" | head -20
   elif [ "$NNFS" -eq 0 ]; then
@@ -251,6 +302,93 @@ if [ -s "$W"/cap.pcapng ]; then
   fi
 else
   hfail "capture: $W/cap.pcapng is empty or missing"
+fi
+
+# wire: delegations (issue 9).  One pass over the capture keeps the frames that carry an OPEN
+# delegation type, a DELEGRETURN or a callback op: time, direction, ops and stateids.  Direction
+# tells calls from replies even when a frame holds several RPCs: OPEN replies and CB calls go
+# server -> client (tcp.srcport == $PORT), DELEGRETURN calls and CB replies client -> server.
+# Counts: open_delegation_type4 READ = 1, WRITE = 2; CB_GETATTR = 3, CB_RECALL = 4; DELEGRETURN = 8.
+if [ -s "$W"/cap.pcapng ]; then
+  T=$(now)
+  # columns: epoch, source port, delegation types, ops, callback ops, stateid others, claim types
+  "${TS[@]}" -Y 'nfs.open.delegation_type || nfs.opcode == 8 || nfs.cb.operation || nfs.open.claim_type == 1 || nfs.open.claim_type == 2 || nfs.open.claim_type == 5' \
+    -T fields -E separator=/t -E occurrence=a -E aggregator=, -e frame.time_epoch -e tcp.srcport \
+    -e nfs.open.delegation_type -e nfs.opcode -e nfs.cb.operation -e nfs.stateid.other -e nfs.open.claim_type \
+    2> /dev/null | awk -F'\t' '{for (i = 3; i <= 7; i++) if ($i == "") $i = "-"; print $1, $2, $3, $4, $5, $6, $7}' \
+    > "$W"/deleg-frames.txt || true
+  # dcount FROM TO: "READ WRITE CB_RECALL CB_GETATTR DELEGRETURN CLAIM_PREVIOUS CLAIM_DELEG_CUR"
+  # counted in [FROM, TO] (epoch s); the claims are OPEN calls (CLAIM_DELEGATE_CUR and
+  # CLAIM_DELEG_CUR_FH together: the client's opens under a delegation moved to the server)
+  dcount() {
+    awk -v p="$PORT" -v a="$1" -v b="$2" '
+      function n(list, v,   k, x, c) { c = 0; k = split(list, x, ","); for (; k > 0; k--) if (x[k] == v) c++; return c }
+      $1 >= a && $1 <= b {
+        if ($2 == p) { r += n($3, 1); w += n($3, 2); cbr += n($5, 4); cbg += n($5, 3) }
+        else { dr += n($4, 8); cp += n($7, 1); cc += n($7, 2) + n($7, 5) }
+      }
+      END { printf "%d %d %d %d %d %d %d\n", r, w, cbr, cbg, dr, cp, cc }' "$W"/deleg-frames.txt
+  }
+  # window LABEL1 LABEL2: from the start of action LABEL1 to the end of action LABEL2
+  window() {
+    awk -v a="$1" -v b="$2" '$1 == a { s = $2 } $1 == b { e = $3 } END { if (s != "" && e != "") print s, e }' "$W"/actions.txt
+  }
+  # sids KIND FROM TO: the stateid "other" fields (a) granted by OPEN replies with a delegation,
+  # (r) recalled by CB_RECALL, (d) returned by DELEGRETURN, in [FROM, TO]
+  sids() {
+    awk -v p="$PORT" -v k="$1" -v a="$2" -v b="$3" '
+      $1 >= a && $1 <= b && $6 != "-" {
+        if ((k == "a" && $2 == p && $3 ~ /(^|,)[12](,|$)/) || (k == "r" && $2 == p && $5 ~ /(^|,)4(,|$)/) ||
+            (k == "d" && $2 != p && $4 ~ /(^|,)8(,|$)/)) { m = split($6, x, ","); for (; m > 0; m--) print x[m] }
+      }' "$W"/deleg-frames.txt | sort -u
+  }
+  read -r D_READ D_WRITE D_RECALL D_CBGETATTR D_RETURN D_CPREV D_CCUR < <(dcount 0 9e18)
+  log "capture, delegations: $D_READ OPEN replies with OPEN_DELEGATE_READ, $D_WRITE with OPEN_DELEGATE_WRITE, $D_RECALL CB_RECALL, $D_CBGETATTR CB_GETATTR, $D_RETURN DELEGRETURN; OPEN calls: $D_CPREV CLAIM_PREVIOUS, $D_CCUR CLAIM_DELEG_CUR(_FH) ($(since "$T") s to analyse)"
+  if [ "$SERVER" = txnfs ]; then
+    # grant LABEL1 LABEL2 KIND(1 READ | 2 WRITE) DESC: an OPEN reply in the window granted KIND
+    grant() {
+      local w c
+      w=$(window "$1" "$2")
+      if [ -z "$w" ]; then hfail "$4: the guest did not reach this step (no $1/$2 in actions.txt)"; return; fi
+      read -r r wr _ < <(dcount $w)
+      c=$r; [ "$3" = 2 ] && c=$wr
+      if [ "$c" -gt 0 ]; then hpass "$4: $c OPEN repl(y/ies) with OPEN_DELEGATE_$([ "$3" = 1 ] && echo READ || echo WRITE)"
+      else hfail "$4: no OPEN reply with OPEN_DELEGATE_$([ "$3" = 1 ] && echo READ || echo WRITE) in the window ($r READ, $wr WRITE)$DROPNOTE"; fi
+    }
+    # recalled GRANT1 GRANT2 CHANGE DESC: a delegation granted in the window GRANT1..GRANT2 was
+    # recalled (CB_RECALL) and returned (DELEGRETURN) while the host's action CHANGE ran
+    recalled() {
+      local wg wc g r d both
+      wg=$(window "$1" "$2"); wc=$(window "$3" "$3")
+      if [ -z "$wg" ] || [ -z "$wc" ]; then hfail "$4: the guest did not reach this step"; return; fi
+      g=$(sids a $wg); r=$(sids r $wc); d=$(sids d $wc)
+      both=$(comm -12 <(echo "$g") <(echo "$r") | comm -12 - <(echo "$d") | grep -c . || true)
+      read -r _ _ nr ng nd _ < <(dcount $wc)
+      if [ "$both" -gt 0 ]; then
+        hpass "$4: the guest's delegation was recalled and returned while the host's change ran ($nr CB_RECALL, $ng CB_GETATTR, $nd DELEGRETURN in $(awk -v a="${wc% *}" -v b="${wc#* }" 'BEGIN{printf "%.2f", b-a}') s)"
+      else
+        hfail "$4: no delegation granted in $1..$2 was both recalled and returned during $3 ($nr CB_RECALL, $ng CB_GETATTR, $nd DELEGRETURN; granted {$(echo $g)} recalled {$(echo $r)} returned {$(echo $d)})$DROPNOTE"
+      fi
+    }
+    grant f-read0 f-read1 1 "delegation: guest cat of a file"
+    grant f-write0 f-write1 2 "delegation: guest open for append"
+    recalled f-read0 f-read1 f-cp-r "delegation: host txnfs cp over a read-delegated file (no open)"
+    recalled f-rc0 f-rc1 f-cp-rc "delegation: host txnfs cp over a read-delegated file held open"
+    recalled f-write0 f-write1 f-cat-w "delegation: host txnfs cat of a write-delegated file with unflushed data"
+    grant g-hold0 g-hold1 1 "delegation: held across the restart (read, fd open)"
+    grant g-hold0 g-hold1 2 "delegation: held across the restart (write, dirty data)"
+    grant g-ra0 g-ra1 1 "delegation: guest cat of a file after the restart"
+    recalled g-ra0 g-ra1 g-cp-ra "delegation: host txnfs cp over a read-delegated file after the restart"
+  fi
+fi
+if [ -s "$SHARE"/deleg/ws-want ] && [ -f "$EXPORT"/deleg/ws.txt ]; then
+  if cmp -s "$SHARE"/deleg/ws-want "$EXPORT"/deleg/ws.txt; then
+    hpass "deleg/ws.txt on the host disk: the guest's writes from before and after the restart"
+  else
+    hfail "deleg/ws.txt on the host disk differs from what the guest wrote ($(wc -c < "$EXPORT"/deleg/ws.txt) bytes, want $(wc -c < "$SHARE"/deleg/ws-want))"
+  fi
+else
+  hfail "deleg/ws.txt: missing on the host disk or no expected content from the guest (step g)"
 fi
 
 echo
