@@ -175,29 +175,27 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
                 }
             }
         }
-        open_claim4::CLAIM_FH | open_claim4::CLAIM_PREVIOUS(_) => {
+        open_claim4::CLAIM_FH
+        | open_claim4::CLAIM_PREVIOUS(_)
+        | open_claim4::CLAIM_DELEG_CUR_FH(_) => {
             if create.is_some() {
                 return Err(nfsstat4::NFS4ERR_INVAL.into());
             }
-            if let open_claim4::CLAIM_PREVIOUS(kind) = &a.claim {
+            match &a.claim {
                 // Reclaiming a delegation held before the restart (§10.2.1): asked
                 // for as that type; the policy may still refuse.
-                want = match kind {
-                    open_delegation_type4::OPEN_DELEGATE_READ => txnfs_state::Want::Read,
-                    open_delegation_type4::OPEN_DELEGATE_WRITE => txnfs_state::Want::Write,
-                    _ => txnfs_state::Want::NoDeleg,
-                };
+                open_claim4::CLAIM_PREVIOUS(kind) => {
+                    want = match kind {
+                        open_delegation_type4::OPEN_DELEGATE_READ => txnfs_state::Want::Read,
+                        open_delegation_type4::OPEN_DELEGATE_WRITE => txnfs_state::Want::Write,
+                        _ => txnfs_state::Want::NoDeleg,
+                    }
+                }
+                open_claim4::CLAIM_DELEG_CUR_FH(sid) => {
+                    under_delegation = Some(stateid_from_wire(sid));
+                }
+                _ => {}
             }
-            match &fh {
-                Fh::Obj(o) => o.clone(),
-                Fh::Pseudo(_) => return Err(nfsstat4::NFS4ERR_ISDIR.into()),
-            }
-        }
-        open_claim4::CLAIM_DELEG_CUR_FH(sid) => {
-            if create.is_some() {
-                return Err(nfsstat4::NFS4ERR_INVAL.into());
-            }
-            under_delegation = Some(stateid_from_wire(sid));
             match &fh {
                 Fh::Obj(o) => o.clone(),
                 Fh::Pseudo(_) => return Err(nfsstat4::NFS4ERR_ISDIR.into()),
