@@ -653,6 +653,11 @@ impl Fs {
         }
         let gdd = v.iter().find_map(|x| match x {
             nfs_resop4::OP_GET_DIR_DELEGATION(r) => Some(r.clone()),
+            // A server that does not know the op answers with OP_ILLEGAL's result in
+            // its place (NFS-Ganesha 4 does).
+            nfs_resop4::OP_ILLEGAL(_) => Some(GET_DIR_DELEGATION4res::default(
+                nfsstat4::NFS4ERR_OP_ILLEGAL,
+            )),
             _ => None,
         });
         match gdd {
@@ -687,8 +692,18 @@ impl Fs {
                 self.gdd_unavail.fetch_add(1, Ordering::Relaxed);
             }
             Some(GET_DIR_DELEGATION4res::default(st)) => {
-                if matches!(st, nfsstat4::NFS4ERR_NOTSUPP | nfsstat4::NFS4ERR_OP_ILLEGAL) {
+                // NOTSUPP, OP_ILLEGAL, or DIRDELEG_UNAVAIL (NFS-Ganesha's answer): an
+                // error status stops the COMPOUND, so a server that gives one is not
+                // asked again; anything else counts like GDD4_UNAVAIL.
+                if matches!(
+                    st,
+                    nfsstat4::NFS4ERR_NOTSUPP
+                        | nfsstat4::NFS4ERR_OP_ILLEGAL
+                        | nfsstat4::NFS4ERR_DIRDELEG_UNAVAIL
+                ) {
                     self.gdd_unsupported.store(true, Ordering::Relaxed);
+                } else {
+                    self.gdd_unavail.fetch_add(1, Ordering::Relaxed);
                 }
             }
             None => {}

@@ -32,6 +32,21 @@ pub(crate) struct Item {
     pub optional_from: Option<usize>,
 }
 
+impl Item {
+    /// This item without its optional ops.
+    fn without_optional(&self) -> Item {
+        let mut ops = self.ops.clone();
+        if let Some(k) = self.optional_from {
+            ops.truncate(k);
+        }
+        Item {
+            ops,
+            reply_estimate: self.reply_estimate,
+            optional_from: None,
+        }
+    }
+}
+
 /// The ops' results of one item (same order as its ops).
 pub(crate) type ItemResult = Result<Vec<nfs_resop4>, ClientError>;
 
@@ -187,11 +202,22 @@ impl Fs {
     /// in flight at once. Results are in input order.
     pub(crate) async fn run(&self, items: Vec<Item>) -> Vec<ItemResult> {
         let n = items.len();
-        let items = Arc::new(items);
+        let mut items = Arc::new(items);
         let mut results: Vec<Option<ItemResult>> = (0..n).map(|_| None).collect();
         let mut pending: Vec<usize> = (0..n).collect();
         let mut delays = vec![0u32; n];
+        // An optional op failed with an error (e.g. a server that answers
+        // GET_DIR_DELEGATION with NFS4ERR_DIRDELEG_UNAVAIL): the COMPOUND stopped there,
+        // so every later item in it must be sent again, and would stop the next
+        // COMPOUND the same way. The items still pending go without their optional
+        // ops from then on.
+        let mut optional_failed = false;
+        let mut stripped = false;
         while !pending.is_empty() {
+            if optional_failed && !stripped {
+                stripped = true;
+                items = Arc::new(items.iter().map(Item::without_optional).collect());
+            }
             let limits = self.client.limits();
             // Leave room for SEQUENCE and the COMPOUND header.
             let max_ops = (limits.max_ops.saturating_sub(1).max(1) as usize)
@@ -313,6 +339,7 @@ impl Fs {
                                 Some((f, status)) if f < end => {
                                     if f >= start {
                                         if items[i].optional_from.is_some_and(|k| f >= start + k) {
+                                            optional_failed = true;
                                             let slice =
                                                 r.results.get(start..=f).map(|s| s.to_vec());
                                             results[i] = Some(slice.ok_or_else(|| {
