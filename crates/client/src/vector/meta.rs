@@ -405,6 +405,36 @@ impl Fs {
             cookie: u64,
             verf: [u8; 8],
         }
+        // An entry of `owner`'s directories: a directory's handle is remembered (and with
+        // `recursive` it is listed at the next level); the entry goes to the owner's result.
+        let found = |next: &mut Vec<Pending>,
+                     out: &mut [Result<Vec<DirEntry>, ClientError>],
+                     owner: usize,
+                     path: String,
+                     name: String,
+                     a: Attributes| {
+            if a.is_dir() {
+                if let Some(fh) = &a.fh {
+                    self.remember_dir(&path, fh.clone());
+                }
+                if recursive {
+                    next.push(Pending {
+                        owner,
+                        path: path.clone(),
+                        fh: a.fh.clone(),
+                        cookie: 0,
+                        verf: [0; 8],
+                    });
+                }
+            }
+            if let Ok(list) = &mut out[owner] {
+                list.push(DirEntry {
+                    path,
+                    name,
+                    attrs: a,
+                });
+            }
+        };
         let mut level: Vec<Pending> = dirs
             .iter()
             .enumerate()
@@ -436,28 +466,7 @@ impl Fs {
                 if p.cookie == 0 {
                     if let Some(listing) = cache.listing(&p.path) {
                         for (nm, a) in listing {
-                            let path = join(&p.path, &nm);
-                            if a.is_dir() {
-                                if let Some(fh) = &a.fh {
-                                    self.remember_dir(&path, fh.clone());
-                                }
-                                if recursive {
-                                    next.push(Pending {
-                                        owner: p.owner,
-                                        path: path.clone(),
-                                        fh: a.fh.clone(),
-                                        cookie: 0,
-                                        verf: [0; 8],
-                                    });
-                                }
-                            }
-                            if let Ok(list) = &mut out[p.owner] {
-                                list.push(DirEntry {
-                                    path,
-                                    name: nm,
-                                    attrs: a,
-                                });
-                            }
+                            found(&mut next, &mut out, p.owner, join(&p.path, &nm), nm, a);
                         }
                         continue;
                     }
@@ -577,31 +586,10 @@ impl Fs {
                             break;
                         }
                     };
-                    let path = join(&p.path, &nm);
-                    if a.is_dir() {
-                        if let Some(fh) = &a.fh {
-                            self.remember_dir(&path, fh.clone());
-                        }
-                        if recursive {
-                            next.push(Pending {
-                                owner: p.owner,
-                                path: path.clone(),
-                                fh: a.fh.clone(),
-                                cookie: 0,
-                                verf: [0; 8],
-                            });
-                        }
-                    }
                     if extra.gdd || extra.generation.is_some() {
                         listing.insert(nm.clone(), a.clone());
                     }
-                    if let Ok(list) = &mut out[p.owner] {
-                        list.push(DirEntry {
-                            path,
-                            name: nm,
-                            attrs: a,
-                        });
-                    }
+                    found(&mut next, &mut out, p.owner, join(&p.path, &nm), nm, a);
                 }
                 if extra.gdd || extra.generation.is_some() {
                     self.keep_listing(&p.path, p.fh.as_ref(), &v, &extra, rd.reply.eof, listing);
