@@ -11,42 +11,14 @@
 mod common;
 
 use bytes::Bytes;
+use common::deleg::*;
 use common::peer::*;
 use common::*;
 use std::time::{Duration, Instant};
-use txnfs_server::callback::PathState;
 use txnfs_server::nfs::*;
 use txnfs_xdr::Decode;
 
-/// A holder: a peer with a working back channel and its own slot-0 sequence.
-struct Holder {
-    p: Peer,
-    sid: sessionid4,
-    seq: u32,
-    owner: &'static [u8],
-}
-
 impl Holder {
-    async fn new(srv: &TestServer, owner: &'static [u8]) -> Holder {
-        let mut p = Peer::connect(srv.addr, true).await;
-        let (sid, _) = new_session(&mut p, owner, true).await;
-        p.next_call(T).await.expect("the back channel is probed");
-        wait_path(srv, &sid, PathState::Up).await;
-        Holder {
-            p,
-            sid,
-            seq: 0,
-            owner,
-        }
-    }
-
-    async fn run(&mut self, ops: Vec<nfs_argop4>) -> COMPOUND4res {
-        self.seq += 1;
-        let mut all = vec![sequence(self.sid, 0, self.seq, false)];
-        all.extend(ops);
-        self.p.compound(all).await
-    }
-
     /// OPEN `name` (no create) with `share_access` (want bits included): the open
     /// stateid, the delegation and the file handle.
     async fn open(&mut self, name: &str, share_access: u32) -> (stateid4, open_delegation4, Bytes) {
@@ -63,62 +35,6 @@ impl Holder {
         };
         (sid, ok.delegation.clone(), fh)
     }
-
-    async fn flags(&mut self) -> u32 {
-        let r = self.run(vec![]).await;
-        let nfs_resop4::OP_SEQUENCE(SEQUENCE4res::NFS4_OK(ok)) = &r.resarray[0] else {
-            panic!("SEQUENCE {:?}", r.resarray)
-        };
-        ok.sr_status_flags
-    }
-
-    async fn delegreturn(&mut self, fh: &Bytes, d: &stateid4) -> nfsstat4 {
-        let r = self
-            .run(vec![
-                putfh(fh),
-                nfs_argop4::OP_DELEGRETURN(DELEGRETURN4args {
-                    deleg_stateid: d.clone(),
-                }),
-            ])
-            .await;
-        r.status
-    }
-
-    /// Waits for the server's next CB_RECALL (the peer has answered it NFS4_OK).
-    async fn next_recall(&mut self, wait: Duration) -> Option<CB_RECALL4args> {
-        let deadline = Instant::now() + wait;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let call = self.p.next_call(left).await?;
-            if call.proc_num != 1 {
-                continue;
-            }
-            let a = CB_COMPOUND4args::from_bytes(call.args).expect("CB_COMPOUND args");
-            for op in a.argarray {
-                if let nfs_cb_argop4::OP_CB_RECALL(r) = op {
-                    return Some(r);
-                }
-            }
-        }
-    }
-}
-
-fn open_plain(name: &str, share_access: u32, owner: &'static [u8]) -> nfs_argop4 {
-    nfs_argop4::OP_OPEN(OPEN4args {
-        seqid: 0,
-        share_access,
-        share_deny: OPEN4_SHARE_DENY_NONE,
-        owner: open_owner4 {
-            clientid: 0,
-            owner: Bytes::from_static(owner),
-        },
-        openhow: openflag4::default(opentype4::OPEN4_NOCREATE),
-        claim: open_claim4::CLAIM_NULL(Bytes::copy_from_slice(name.as_bytes())),
-    })
-}
-
-fn putfh(fh: &Bytes) -> nfs_argop4 {
-    nfs_argop4::OP_PUTFH(PUTFH4args { object: fh.clone() })
 }
 
 fn deleg_stateid(d: &open_delegation4) -> stateid4 {
@@ -129,41 +45,45 @@ fn deleg_stateid(d: &open_delegation4) -> stateid4 {
     }
 }
 
-async fn server(recall_wait_ms: u32) -> TestServer {
-    start_server(|dir| {
-        let mut c = memory_config(dir, false);
-        c.recall_wait_ms = Some(recall_wait_ms);
-        c.callback_timeout_ms = Some(1000);
-        c
-    })
-    .await
-}
-
 /// A plain client (no back channel: it never gets a delegation) that made `names`,
 /// each holding `data`, and closed them.
 async fn other_client(srv: &TestServer, names: &[&str], data: &[u8]) -> Session {
     let mut s = Session::new(srv.addr, b"other-client").await;
     for name in names {
         let (sid, _) = s.open_new_file(name).await;
-        let r = s
-            .run(vec![
-                nfs_argop4::OP_PUTROOTFH,
-                lookup(name),
-                nfs_argop4::OP_WRITE(WRITE4args {
-                    stateid: sid.clone(),
-                    offset: 0,
-                    stable: stable_how4::FILE_SYNC4,
-                    data: Bytes::copy_from_slice(data),
-                }),
-                nfs_argop4::OP_CLOSE(CLOSE4args {
-                    seqid: 0,
-                    open_stateid: sid,
-                }),
-            ])
-            .await;
-        assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+        s.run_ok(vec![
+            nfs_argop4::OP_PUTROOTFH,
+            lookup(name),
+            nfs_argop4::OP_WRITE(WRITE4args {
+                stateid: sid.clone(),
+                offset: 0,
+                stable: stable_how4::FILE_SYNC4,
+                data: Bytes::copy_from_slice(data),
+            }),
+            nfs_argop4::OP_CLOSE(CLOSE4args {
+                seqid: 0,
+                open_stateid: sid,
+            }),
+        ])
+        .await;
     }
     s
+}
+
+/// What most tests start from: a server whose recalls wait `recall_wait_ms`, the
+/// other client (which made "f" holding "x"), and holder-a's open of "f" with
+/// `share_access`, which must have got a delegation: (server, other client, holder,
+/// open stateid, delegation stateid, handle of "f").
+async fn holder_of_f(
+    recall_wait_ms: u32,
+    share_access: u32,
+) -> (TestServer, Session, Holder, stateid4, stateid4, Bytes) {
+    let srv = deleg_server(recall_wait_ms).await;
+    let o = other_client(&srv, &["f"], b"x").await;
+    let mut a = Holder::new(&srv, b"holder-a").await;
+    let (osid, d, fh) = a.open("f", share_access).await;
+    let dsid = deleg_stateid(&d);
+    (srv, o, a, osid, dsid, fh)
 }
 
 const READ: u32 = OPEN4_SHARE_ACCESS_READ;
@@ -171,7 +91,7 @@ const BOTH: u32 = OPEN4_SHARE_ACCESS_BOTH;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_open_gets_a_read_delegation_and_write_open_a_write_one() {
-    let srv = server(5000).await;
+    let srv = deleg_server(5000).await;
     let _o = other_client(&srv, &["r", "w"], b"x").await;
     let mut a = Holder::new(&srv, b"holder-a").await;
     let (_, d, _) = a.open("r", READ).await;
@@ -190,7 +110,7 @@ async fn read_open_gets_a_read_delegation_and_write_open_a_write_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn want_flags_and_no_back_channel_refuse_with_the_reason() {
-    let srv = server(5000).await;
+    let srv = deleg_server(5000).await;
     let mut o = other_client(&srv, &["f"], b"x").await;
     // No back channel: no delegation; asked for one, the reason is RESOURCE.
     let r = o
@@ -294,7 +214,7 @@ fn conflicts(name: &str, stateid: &stateid4) -> Vec<(&'static str, Vec<nfs_argop
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_conflict_is_held_until_delegreturn_then_answered() {
-    let srv = server(10_000).await;
+    let srv = deleg_server(10_000).await;
     let names = ["c0", "c1", "c2", "c3", "c4"];
     let mut o = other_client(&srv, &names, b"x").await;
     let mut a = Holder::new(&srv, b"holder-a").await;
@@ -336,34 +256,28 @@ async fn each_conflict_is_held_until_delegreturn_then_answered() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_does_not_recall_a_read_delegation_and_the_holder_never_recalls_its_own() {
-    let srv = server(10_000).await;
-    let mut o = other_client(&srv, &["f"], b"x").await;
-    let mut a = Holder::new(&srv, b"holder-a").await;
-    let (_, d, fh) = a.open("f", READ).await;
-    let dsid = deleg_stateid(&d);
+    let (srv, mut o, mut a, _, dsid, fh) = holder_of_f(10_000, READ).await;
     let r = o
         .run(vec![nfs_argop4::OP_PUTROOTFH, open_plain("f", READ, b"o2")])
         .await;
     assert_eq!(r.status, nfsstat4::NFS4_OK);
     // The holder writes through its own write open and reads with the delegation.
     let (wsid, _, _) = a.open("f", BOTH).await;
-    let r = a
-        .run(vec![
-            putfh(&fh),
-            nfs_argop4::OP_WRITE(WRITE4args {
-                stateid: wsid,
-                offset: 0,
-                stable: stable_how4::FILE_SYNC4,
-                data: Bytes::from_static(b"mine"),
-            }),
-            nfs_argop4::OP_READ(READ4args {
-                stateid: dsid.clone(),
-                offset: 0,
-                count: 4,
-            }),
-        ])
-        .await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    a.run_ok(vec![
+        putfh(&fh),
+        nfs_argop4::OP_WRITE(WRITE4args {
+            stateid: wsid,
+            offset: 0,
+            stable: stable_how4::FILE_SYNC4,
+            data: Bytes::from_static(b"mine"),
+        }),
+        nfs_argop4::OP_READ(READ4args {
+            stateid: dsid.clone(),
+            offset: 0,
+            count: 4,
+        }),
+    ])
+    .await;
     // A read delegation's stateid does not allow WRITE.
     let r = a
         .run(vec![
@@ -383,11 +297,7 @@ async fn a_reader_does_not_recall_a_read_delegation_and_the_holder_never_recalls
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_holder_is_revoked_and_the_request_gets_delay() {
-    let srv = server(400).await;
-    let mut o = other_client(&srv, &["f"], b"x").await;
-    let mut a = Holder::new(&srv, b"holder-a").await;
-    let (_, d, fh) = a.open("f", BOTH).await;
-    let dsid = deleg_stateid(&d);
+    let (srv, mut o, mut a, _, dsid, fh) = holder_of_f(400, BOTH).await;
     // From now on the holder reads nothing: the recall goes unanswered.
     let t0 = Instant::now();
     let r = o
@@ -396,10 +306,8 @@ async fn a_silent_holder_is_revoked_and_the_request_gets_delay() {
     assert_eq!(r.status, nfsstat4::NFS4ERR_DELAY, "{:?}", r.resarray);
     assert!(t0.elapsed() >= Duration::from_millis(400));
     // The retry goes through: the delegation is gone.
-    let r = o
-        .run(vec![nfs_argop4::OP_PUTROOTFH, open_plain("f", READ, b"o2")])
+    o.run_ok(vec![nfs_argop4::OP_PUTROOTFH, open_plain("f", READ, b"o2")])
         .await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
     a.p.answer = false;
     let flags = a.flags().await;
     assert_ne!(
@@ -411,32 +319,15 @@ async fn a_silent_holder_is_revoked_and_the_request_gets_delay() {
         a.delegreturn(&fh, &dsid).await,
         nfsstat4::NFS4ERR_DELEG_REVOKED
     );
-    let r = a
-        .run(vec![nfs_argop4::OP_TEST_STATEID(TEST_STATEID4args {
-            ts_stateids: vec![dsid.clone()],
-        })])
-        .await;
-    let nfs_resop4::OP_TEST_STATEID(TEST_STATEID4res::NFS4_OK(t)) = &r.resarray[1] else {
-        panic!("{:?}", r.resarray)
-    };
-    assert_eq!(t.tsr_status_codes, vec![nfsstat4::NFS4ERR_DELEG_REVOKED]);
-    let r = a
-        .run(vec![nfs_argop4::OP_FREE_STATEID(FREE_STATEID4args {
-            fsa_stateid: dsid,
-        })])
-        .await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK);
+    assert_eq!(a.test_stateid(&dsid).await, nfsstat4::NFS4ERR_DELEG_REVOKED);
+    assert_eq!(a.free_stateid(&dsid).await, nfsstat4::NFS4_OK);
     assert_eq!(a.flags().await & SEQ4_STATUS_RECALLABLE_STATE_REVOKED, 0);
     assert_eq!(srv.server.core().unwrap().delegations().stats().revoked, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn getattr_of_a_write_delegated_file_asks_the_holder() {
-    let srv = server(10_000).await;
-    let mut o = other_client(&srv, &["f"], b"x").await;
-    let mut a = Holder::new(&srv, b"holder-a").await;
-    let (_, d, fh) = a.open("f", BOTH).await;
-    deleg_stateid(&d);
+    let (srv, mut o, mut a, _, _, fh) = holder_of_f(10_000, BOTH).await;
     // The holder says it wrote 12,345 bytes (its change moved past the granted one).
     a.p.getattr_answer = Some((12_345, u64::MAX));
     let holder = tokio::spawn(async move {
@@ -470,11 +361,7 @@ async fn getattr_of_a_write_delegated_file_asks_the_holder() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_holder_opens_under_its_delegation_before_returning_it() {
-    let srv = server(10_000).await;
-    let _o = other_client(&srv, &["f"], b"x").await;
-    let mut a = Holder::new(&srv, b"holder-a").await;
-    let (_, d, fh) = a.open("f", READ).await;
-    let dsid = deleg_stateid(&d);
+    let (_srv, _o, mut a, _, dsid, fh) = holder_of_f(10_000, READ).await;
     let under = |share_access: u32| {
         vec![
             putfh(&fh),
@@ -491,8 +378,7 @@ async fn the_holder_opens_under_its_delegation_before_returning_it() {
             }),
         ]
     };
-    let r = a.run(under(READ)).await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    a.run_ok(under(READ)).await;
     // A write open under a read delegation is refused.
     let r = a.run(under(BOTH)).await;
     assert_eq!(r.status, nfsstat4::NFS4ERR_OPENMODE);
@@ -505,23 +391,17 @@ async fn the_holder_opens_under_its_delegation_before_returning_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delegation_on_a_file_its_holder_removed_can_still_be_returned() {
-    let srv = server(10_000).await;
-    let _o = other_client(&srv, &["f"], b"x").await;
-    let mut a = Holder::new(&srv, b"holder-a").await;
-    let (osid, d, fh) = a.open("f", BOTH).await;
-    let dsid = deleg_stateid(&d);
-    let r = a
-        .run(vec![
-            putfh(&fh),
-            nfs_argop4::OP_CLOSE(CLOSE4args {
-                seqid: 0,
-                open_stateid: osid,
-            }),
-            nfs_argop4::OP_PUTROOTFH,
-            remove("f"),
-        ])
-        .await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    let (srv, _o, mut a, osid, dsid, fh) = holder_of_f(10_000, BOTH).await;
+    a.run_ok(vec![
+        putfh(&fh),
+        nfs_argop4::OP_CLOSE(CLOSE4args {
+            seqid: 0,
+            open_stateid: osid,
+        }),
+        nfs_argop4::OP_PUTROOTFH,
+        remove("f"),
+    ])
+    .await;
     // The handle is stale now; the delegation goes back by its stateid.
     assert_eq!(a.delegreturn(&fh, &dsid).await, nfsstat4::NFS4_OK);
     let s = srv.server.core().unwrap().delegations().stats();
@@ -530,11 +410,7 @@ async fn a_delegation_on_a_file_its_holder_removed_can_still_be_returned() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_open_that_denies_reading_recalls_a_read_delegation() {
-    let srv = server(10_000).await;
-    let mut o = other_client(&srv, &["f"], b"x").await;
-    let mut a = Holder::new(&srv, b"holder-a").await;
-    let (osid, d, fh) = a.open("f", READ).await;
-    let dsid = deleg_stateid(&d);
+    let (_srv, mut o, mut a, osid, dsid, fh) = holder_of_f(10_000, READ).await;
     // The holder's own open would deny the other client's open anyway; without it,
     // only the delegation (the holder's right to open for reading locally) stands in
     // the way.

@@ -13,10 +13,10 @@
 mod common;
 
 use bytes::Bytes;
+use common::deleg::*;
 use common::peer::*;
 use common::*;
 use std::time::{Duration, Instant};
-use txnfs_server::callback::PathState;
 use txnfs_server::nfs::*;
 use txnfs_xdr::Decode;
 
@@ -30,28 +30,7 @@ const SIZE: u32 = 1 << 4;
 /// FATTR4_TYPE and FATTR4_FILEID.
 const TYPE_AND_FILEID: u32 = (1 << 1) | (1 << 20);
 
-struct Holder {
-    p: Peer,
-    sid: sessionid4,
-    seq: u32,
-}
-
 impl Holder {
-    async fn new(srv: &TestServer, owner: &'static [u8]) -> Holder {
-        let mut p = Peer::connect(srv.addr, true).await;
-        let (sid, _) = new_session(&mut p, owner, true).await;
-        p.next_call(T).await.expect("the back channel is probed");
-        wait_path(srv, &sid, PathState::Up).await;
-        Holder { p, sid, seq: 0 }
-    }
-
-    async fn run(&mut self, ops: Vec<nfs_argop4>) -> COMPOUND4res {
-        self.seq += 1;
-        let mut all = vec![sequence(self.sid, 0, self.seq, false)];
-        all.extend(ops);
-        self.p.compound(all).await
-    }
-
     /// GET_DIR_DELEGATION of the directory `fh` asking for `types` with a delay of
     /// `delay`: its result.
     async fn gdd(
@@ -68,6 +47,19 @@ impl Holder {
         g.clone()
     }
 
+    /// Runs the GET_DIR_DELEGATION `gdd` on the directory `fh`: the delegation it
+    /// must have granted.
+    async fn granted_by(&mut self, fh: &Bytes, gdd: nfs_argop4) -> GET_DIR_DELEGATION4resok {
+        let r = self.run(vec![putfh(fh), gdd]).await;
+        let nfs_resop4::OP_GET_DIR_DELEGATION(GET_DIR_DELEGATION4res::NFS4_OK(
+            GET_DIR_DELEGATION4res_non_fatal::GDD4_OK(g),
+        )) = &r.resarray[2]
+        else {
+            panic!("{:?}", r.resarray)
+        };
+        g.clone()
+    }
+
     async fn granted(
         &mut self,
         fh: &Bytes,
@@ -78,41 +70,6 @@ impl Holder {
             GET_DIR_DELEGATION4res_non_fatal::GDD4_OK(ok) => ok,
             other => panic!("not granted: {other:?}"),
         }
-    }
-
-    /// The next CB_NOTIFY (the peer has answered it).
-    async fn next_notify(&mut self, wait: Duration) -> Option<CB_NOTIFY4args> {
-        let deadline = Instant::now() + wait;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let call = self.p.next_call(left).await?;
-            if let Some(n) = cb_notify_of(&call) {
-                return Some(n);
-            }
-        }
-    }
-
-    /// The next CB_RECALL (the peer has answered it).
-    async fn next_recall(&mut self, wait: Duration) -> Option<CB_RECALL4args> {
-        let deadline = Instant::now() + wait;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let call = self.p.next_call(left).await?;
-            if let Some(r) = cb_recall_of(&call) {
-                return Some(r);
-            }
-        }
-    }
-
-    async fn delegreturn(&mut self, fh: &Bytes, d: &stateid4) -> nfsstat4 {
-        self.run(vec![
-            putfh(fh),
-            nfs_argop4::OP_DELEGRETURN(DELEGRETURN4args {
-                deleg_stateid: d.clone(),
-            }),
-        ])
-        .await
-        .status
     }
 }
 
@@ -137,22 +94,8 @@ fn gdd_args_with(types: u32, delay: Duration, child: u32, dir: u32) -> nfs_argop
     })
 }
 
-fn putfh(fh: &Bytes) -> nfs_argop4 {
-    nfs_argop4::OP_PUTFH(PUTFH4args { object: fh.clone() })
-}
-
 fn name(s: &str) -> Bytes {
     Bytes::copy_from_slice(s.as_bytes())
-}
-
-async fn server(recall_wait_ms: u32) -> TestServer {
-    start_server(|dir| {
-        let mut c = memory_config(dir, false);
-        c.recall_wait_ms = Some(recall_wait_ms);
-        c.callback_timeout_ms = Some(1000);
-        c
-    })
-    .await
 }
 
 /// The other client, with the directories `dirs` made in the root: their handles.
@@ -161,13 +104,12 @@ async fn other_with_dirs(srv: &TestServer, dirs: &[&str]) -> (Session, Vec<Bytes
     let mut fhs = Vec::new();
     for d in dirs {
         let r = o
-            .run(vec![
+            .run_ok(vec![
                 nfs_argop4::OP_PUTROOTFH,
                 mkdir(d),
                 nfs_argop4::OP_GETFH,
             ])
             .await;
-        assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
         let nfs_resop4::OP_GETFH(GETFH4res::NFS4_OK(fh)) = &r.resarray[3] else {
             unreachable!()
         };
@@ -208,13 +150,12 @@ fn entry_type(a: &fattr4) -> u32 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grant_unavail_and_the_stateid() {
-    let srv = server(5000).await;
+    let srv = deleg_server(5000).await;
     let (mut o, fhs) = other_with_dirs(&srv, &["d"]).await;
     // No back channel: GDD4_UNAVAIL, never signalled later.
     let r = o
-        .run(vec![putfh(&fhs[0]), gdd_args(ADD, Duration::ZERO)])
+        .run_ok(vec![putfh(&fhs[0]), gdd_args(ADD, Duration::ZERO)])
         .await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
     assert_eq!(
         r.resarray[2],
         nfs_resop4::OP_GET_DIR_DELEGATION(GET_DIR_DELEGATION4res::NFS4_OK(
@@ -261,21 +202,8 @@ async fn grant_unavail_and_the_stateid() {
     let dsid = g.gddr_stateid.clone();
     // TEST_STATEID: valid; FREE_STATEID of a live delegation: LOCKS_HELD; the stateid is
     // no good for I/O.
-    let r = a
-        .run(vec![nfs_argop4::OP_TEST_STATEID(TEST_STATEID4args {
-            ts_stateids: vec![dsid.clone()],
-        })])
-        .await;
-    let nfs_resop4::OP_TEST_STATEID(TEST_STATEID4res::NFS4_OK(t)) = &r.resarray[1] else {
-        panic!("{:?}", r.resarray)
-    };
-    assert_eq!(t.tsr_status_codes, vec![nfsstat4::NFS4_OK]);
-    let r = a
-        .run(vec![nfs_argop4::OP_FREE_STATEID(FREE_STATEID4args {
-            fsa_stateid: dsid.clone(),
-        })])
-        .await;
-    assert_eq!(r.status, nfsstat4::NFS4ERR_LOCKS_HELD);
+    assert_eq!(a.test_stateid(&dsid).await, nfsstat4::NFS4_OK);
+    assert_eq!(a.free_stateid(&dsid).await, nfsstat4::NFS4ERR_LOCKS_HELD);
     let r = a
         .run(vec![
             putfh(&ffh),
@@ -303,7 +231,7 @@ async fn grant_unavail_and_the_stateid() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cb_notify_for_each_directory_change() {
-    let srv = server(5000).await;
+    let srv = deleg_server(5000).await;
     let (mut o, fhs) = other_with_dirs(&srv, &["d", "e"]).await;
     let (d, e) = (&fhs[0], &fhs[1]);
     let mut a = Holder::new(&srv, b"holder-a").await;
@@ -315,10 +243,8 @@ async fn cb_notify_for_each_directory_change() {
     };
 
     // OPEN with create: ADD with the attributes asked for.
-    let r = o
-        .run(vec![putfh(d), open_new("f1"), nfs_argop4::OP_GETFH])
+    o.run_ok(vec![putfh(d), open_new("f1"), nfs_argop4::OP_GETFH])
         .await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
     let (bit, v) = expect(a.next_notify(T).await.expect("CB_NOTIFY for OPEN"));
     assert_eq!(bit, ADD);
     let add = as_add(v);
@@ -328,12 +254,10 @@ async fn cb_notify_for_each_directory_change() {
 
     // OPEN of an existing file creates nothing: no notification (checked below: the
     // next one is CREATE's).
-    let r = o.run(vec![putfh(d), open_new("f1")]).await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    o.run_ok(vec![putfh(d), open_new("f1")]).await;
 
     // CREATE (a directory): ADD.
-    let r = o.run(vec![putfh(d), mkdir("sub")]).await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    o.run_ok(vec![putfh(d), mkdir("sub")]).await;
     let (bit, v) = expect(a.next_notify(T).await.expect("CB_NOTIFY for CREATE"));
     assert_eq!(bit, ADD);
     let add = as_add(v);
@@ -341,34 +265,29 @@ async fn cb_notify_for_each_directory_change() {
     assert_eq!(entry_type(&add.nad_new_entry.ne_attrs), 2, "NF4DIR");
 
     // LINK: ADD.
-    let r = o
-        .run(vec![
-            putfh(d),
-            lookup("f1"),
-            nfs_argop4::OP_SAVEFH,
-            putfh(d),
-            nfs_argop4::OP_LINK(LINK4args {
-                newname: name("l1"),
-            }),
-        ])
-        .await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    o.run_ok(vec![
+        putfh(d),
+        lookup("f1"),
+        nfs_argop4::OP_SAVEFH,
+        putfh(d),
+        nfs_argop4::OP_LINK(LINK4args {
+            newname: name("l1"),
+        }),
+    ])
+    .await;
     let (bit, v) = expect(a.next_notify(T).await.expect("CB_NOTIFY for LINK"));
     assert_eq!(bit, ADD);
     assert_eq!(as_add(v).nad_new_entry.ne_file, name("l1"));
 
     // REMOVE: REMOVE.
-    let r = o.run(vec![putfh(d), remove("l1")]).await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    o.run_ok(vec![putfh(d), remove("l1")]).await;
     let (bit, v) = expect(a.next_notify(T).await.expect("CB_NOTIFY for REMOVE"));
     assert_eq!(bit, REMOVE);
     assert_eq!(as_remove(v).nrm_old_entry.ne_file, name("l1"));
 
     // RENAME within the directory: RENAME, old and new entries.
-    let r = o
-        .run(vec![putfh(d), nfs_argop4::OP_SAVEFH, rename("f1", "f2")])
+    o.run_ok(vec![putfh(d), nfs_argop4::OP_SAVEFH, rename("f1", "f2")])
         .await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
     let (bit, v) = expect(a.next_notify(T).await.expect("CB_NOTIFY for RENAME"));
     assert_eq!(bit, RENAME);
     let rn = as_rename(v);
@@ -379,18 +298,15 @@ async fn cb_notify_for_each_directory_change() {
 
     // RENAME within the directory over an existing name: the replaced entry goes with
     // the new one.
-    let r = o.run(vec![putfh(d), open_new("victim")]).await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    o.run_ok(vec![putfh(d), open_new("victim")]).await;
     let (bit, _) = expect(a.next_notify(T).await.expect("CB_NOTIFY for OPEN"));
     assert_eq!(bit, ADD);
-    let r = o
-        .run(vec![
-            putfh(d),
-            nfs_argop4::OP_SAVEFH,
-            rename("f2", "victim"),
-        ])
-        .await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    o.run_ok(vec![
+        putfh(d),
+        nfs_argop4::OP_SAVEFH,
+        rename("f2", "victim"),
+    ])
+    .await;
     let (bit, v) = expect(a.next_notify(T).await.expect("CB_NOTIFY for RENAME over"));
     assert_eq!(bit, RENAME);
     let rn = as_rename(v);
@@ -403,29 +319,13 @@ async fn cb_notify_for_each_directory_change() {
     );
 
     // RENAME out of the directory: REMOVE here (e is not delegated).
-    let r = o
-        .run(vec![
-            putfh(d),
-            nfs_argop4::OP_SAVEFH,
-            putfh(e),
-            rename("victim", "f3"),
-        ])
-        .await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    o.run_ok(rename_between(d, e, "victim", "f3")).await;
     let (bit, v) = expect(a.next_notify(T).await.expect("CB_NOTIFY for RENAME out"));
     assert_eq!(bit, REMOVE);
     assert_eq!(as_remove(v).nrm_old_entry.ne_file, name("victim"));
 
     // RENAME into the directory: ADD here.
-    let r = o
-        .run(vec![
-            putfh(e),
-            nfs_argop4::OP_SAVEFH,
-            putfh(d),
-            rename("f3", "f4"),
-        ])
-        .await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    o.run_ok(rename_between(e, d, "f3", "f4")).await;
     let (bit, v) = expect(a.next_notify(T).await.expect("CB_NOTIFY for RENAME in"));
     assert_eq!(bit, ADD);
     let add = as_add(v);
@@ -433,8 +333,7 @@ async fn cb_notify_for_each_directory_change() {
     assert_eq!(entry_type(&add.nad_new_entry.ne_attrs), 1);
 
     // Changes elsewhere say nothing.
-    let r = o.run(vec![putfh(e), open_new("elsewhere")]).await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    o.run_ok(vec![putfh(e), open_new("elsewhere")]).await;
     assert!(a.next_notify(Duration::from_millis(300)).await.is_none());
     let s = srv.server.core().unwrap().delegations().stats();
     assert_eq!((s.recalled, s.revoked, s.outstanding), (0, 0, 1));
@@ -442,23 +341,14 @@ async fn cb_notify_for_each_directory_change() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_sides_of_a_rename_between_delegated_directories_are_notified() {
-    let srv = server(5000).await;
+    let srv = deleg_server(5000).await;
     let (mut o, fhs) = other_with_dirs(&srv, &["d", "e"]).await;
     let (d, e) = (&fhs[0], &fhs[1]);
-    let r = o.run(vec![putfh(d), open_new("f")]).await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    o.run_ok(vec![putfh(d), open_new("f")]).await;
     let mut a = Holder::new(&srv, b"holder-a").await;
     let gd = a.granted(d, ADD | REMOVE | RENAME, Duration::ZERO).await;
     let ge = a.granted(e, ADD | REMOVE | RENAME, Duration::ZERO).await;
-    let r = o
-        .run(vec![
-            putfh(d),
-            nfs_argop4::OP_SAVEFH,
-            putfh(e),
-            rename("f", "g"),
-        ])
-        .await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    o.run_ok(rename_between(d, e, "f", "g")).await;
     let mut seen = Vec::new();
     for _ in 0..2 {
         let n = a.next_notify(T).await.expect("CB_NOTIFY");
@@ -479,24 +369,22 @@ async fn both_sides_of_a_rename_between_delegated_directories_are_notified() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_holders_own_changes_are_not_notified() {
-    let srv = server(5000).await;
+    let srv = deleg_server(5000).await;
     let (_o, fhs) = other_with_dirs(&srv, &["d"]).await;
     let d = &fhs[0];
     let mut a = Holder::new(&srv, b"holder-a").await;
     // Even without notifications asked for: its own changes never recall it.
     a.granted(d, 0, Duration::ZERO).await;
-    let r = a
-        .run(vec![
-            putfh(d),
-            mkdir("mine"),
-            putfh(d),
-            nfs_argop4::OP_SAVEFH,
-            rename("mine", "still-mine"),
-            putfh(d),
-            remove("still-mine"),
-        ])
-        .await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    a.run_ok(vec![
+        putfh(d),
+        mkdir("mine"),
+        putfh(d),
+        nfs_argop4::OP_SAVEFH,
+        rename("mine", "still-mine"),
+        putfh(d),
+        remove("still-mine"),
+    ])
+    .await;
     assert!(a.p.next_call(Duration::from_millis(300)).await.is_none());
     let s = srv.server.core().unwrap().delegations().stats();
     assert_eq!((s.recalled, s.outstanding), (0, 1));
@@ -504,24 +392,22 @@ async fn the_holders_own_changes_are_not_notified() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changes_in_quick_succession_share_one_cb_notify() {
-    let srv = server(5000).await;
+    let srv = deleg_server(5000).await;
     let (mut o, fhs) = other_with_dirs(&srv, &["d"]).await;
     let d = &fhs[0];
     let mut a = Holder::new(&srv, b"holder-a").await;
     // A second asked for; the server waits at most 50 ms.
     a.granted(d, ADD | REMOVE, Duration::from_secs(1)).await;
     let t0 = Instant::now();
-    let r = o
-        .run(vec![
-            putfh(d),
-            mkdir("a"),
-            putfh(d),
-            mkdir("b"),
-            putfh(d),
-            remove("a"),
-        ])
-        .await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    o.run_ok(vec![
+        putfh(d),
+        mkdir("a"),
+        putfh(d),
+        mkdir("b"),
+        putfh(d),
+        remove("a"),
+    ])
+    .await;
     let n = a.next_notify(T).await.expect("CB_NOTIFY");
     let waited = t0.elapsed();
     assert!(
@@ -544,14 +430,13 @@ async fn changes_in_quick_succession_share_one_cb_notify() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_the_holder_did_not_ask_to_hear_of_recalls_and_waits() {
-    let srv = server(10_000).await;
+    let srv = deleg_server(10_000).await;
     let (mut o, fhs) = other_with_dirs(&srv, &["d"]).await;
     let d = fhs[0].clone();
     let mut a = Holder::new(&srv, b"holder-a").await;
     // Told of additions only: a removal recalls.
     let g = a.granted(&d, ADD, Duration::ZERO).await;
-    let r = o.run(vec![putfh(&d), open_new("f")]).await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    o.run_ok(vec![putfh(&d), open_new("f")]).await;
     let (bit, _) = single(&a.next_notify(T).await.expect("CB_NOTIFY"));
     assert_eq!(bit, ADD);
     let delay = Duration::from_millis(300);
@@ -578,7 +463,7 @@ async fn a_change_the_holder_did_not_ask_to_hear_of_recalls_and_waits() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_that_stops_answering_is_recalled_then_revoked() {
-    let srv = server(400).await;
+    let srv = deleg_server(400).await;
     let (mut o, fhs) = other_with_dirs(&srv, &["d"]).await;
     let d = &fhs[0];
     let mut a = Holder::new(&srv, b"holder-a").await;
@@ -620,17 +505,12 @@ async fn a_holder_that_stops_answering_is_recalled_then_revoked() {
         a.delegreturn(d, &g.gddr_stateid).await,
         nfsstat4::NFS4ERR_DELEG_REVOKED
     );
-    let r = a
-        .run(vec![nfs_argop4::OP_FREE_STATEID(FREE_STATEID4args {
-            fsa_stateid: g.gddr_stateid.clone(),
-        })])
-        .await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK);
+    assert_eq!(a.free_stateid(&g.gddr_stateid).await, nfsstat4::NFS4_OK);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_notification_recalls_the_delegation() {
-    let srv = server(5000).await;
+    let srv = deleg_server(5000).await;
     let (mut o, fhs) = other_with_dirs(&srv, &["d"]).await;
     let d = &fhs[0];
     let mut a = Holder::new(&srv, b"holder-a").await;
@@ -652,18 +532,9 @@ fn size_of(a: &fattr4) -> u64 {
     u64::from_be_bytes(a.attr_vals[..8].try_into().unwrap())
 }
 
-fn write(sid: &stateid4, offset: u64, data: &'static [u8]) -> nfs_argop4 {
-    nfs_argop4::OP_WRITE(WRITE4args {
-        stateid: sid.clone(),
-        offset,
-        stable: stable_how4::FILE_SYNC4,
-        data: Bytes::from_static(data),
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn child_attribute_changes_are_notified_with_the_attributes_asked_for() {
-    let srv = server(5000).await;
+    let srv = deleg_server(5000).await;
     let (mut o, fhs) = other_with_dirs(&srv, &["d"]).await;
     let d = &fhs[0];
     // "old" exists before the grant (found by listing the directory).
@@ -672,31 +543,23 @@ async fn child_attribute_changes_are_notified_with_the_attributes_asked_for() {
         .await;
     let (osid, _) = opened_stateid_and_fh(&r);
     let mut a = Holder::new(&srv, b"holder-a").await;
-    let r = a
-        .run(vec![
-            putfh(d),
+    let g = &a
+        .granted_by(
+            d,
             gdd_args_with(CHILD_ATTRS | REMOVE, Duration::from_millis(40), SIZE, 0),
-        ])
+        )
         .await;
-    let nfs_resop4::OP_GET_DIR_DELEGATION(GET_DIR_DELEGATION4res::NFS4_OK(
-        GET_DIR_DELEGATION4res_non_fatal::GDD4_OK(g),
-    )) = &r.resarray[2]
-    else {
-        panic!("{:?}", r.resarray)
-    };
     assert_eq!(g.gddr_notification, vec![CHILD_ATTRS | REMOVE]);
     assert_eq!(g.gddr_child_attributes, vec![SIZE]);
 
     // Two WRITEs within the delay: one notice, with the size after both.
-    let r = o
-        .run(vec![
-            putfh(d),
-            lookup("old"),
-            write(&osid, 0, b"12345"),
-            write(&osid, 5, b"678"),
-        ])
-        .await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    o.run_ok(vec![
+        putfh(d),
+        lookup("old"),
+        write(&osid, 0, b"12345"),
+        write(&osid, 5, b"678"),
+    ])
+    .await;
     let n = a.next_notify(T).await.expect("CB_NOTIFY for WRITE");
     assert_eq!(n.cna_stateid, g.gddr_stateid);
     let (bit, v) = single(&n);
@@ -712,8 +575,7 @@ async fn child_attribute_changes_are_notified_with_the_attributes_asked_for() {
         unreachable!()
     };
     open.share_access |= OPEN4_SHARE_ACCESS_WANT_NO_DELEG;
-    let r = a.run(vec![putfh(d), nfs_argop4::OP_OPEN(open)]).await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    a.run_ok(vec![putfh(d), nfs_argop4::OP_OPEN(open)]).await;
     let r = o
         .run(vec![
             putfh(d),
@@ -739,26 +601,16 @@ async fn child_attribute_changes_are_notified_with_the_attributes_asked_for() {
 
     // Renamed out of the directory (a REMOVE here), the file is no longer followed.
     let root = srv_root(&mut o).await;
-    let r = o
-        .run(vec![
-            putfh(d),
-            nfs_argop4::OP_SAVEFH,
-            putfh(&root),
-            rename("old", "gone"),
-        ])
-        .await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    o.run_ok(rename_between(d, &root, "old", "gone")).await;
     let (bit, v) = single(&a.next_notify(T).await.expect("CB_NOTIFY for RENAME"));
     assert_eq!(bit, REMOVE);
     assert_eq!(as_remove(v).nrm_old_entry.ne_file, name("old"));
-    let r = o
-        .run(vec![
-            nfs_argop4::OP_PUTROOTFH,
-            lookup("gone"),
-            write(&osid, 0, b"x"),
-        ])
-        .await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    o.run_ok(vec![
+        nfs_argop4::OP_PUTROOTFH,
+        lookup("gone"),
+        write(&osid, 0, b"x"),
+    ])
+    .await;
     assert!(a.next_notify(Duration::from_millis(300)).await.is_none());
 }
 
@@ -775,14 +627,14 @@ async fn srv_root(o: &mut Session) -> Bytes {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn directory_attribute_changes_are_notified() {
-    let srv = server(5000).await;
+    let srv = deleg_server(5000).await;
     let (mut o, fhs) = other_with_dirs(&srv, &["d"]).await;
     let d = &fhs[0];
     let mut a = Holder::new(&srv, b"holder-a").await;
     // FATTR4_MODE (33): the second bitmap word.
-    let r = a
-        .run(vec![
-            putfh(d),
+    let g = &a
+        .granted_by(
+            d,
             nfs_argop4::OP_GET_DIR_DELEGATION(GET_DIR_DELEGATION4args {
                 gdda_signal_deleg_avail: false,
                 gdda_notification_types: vec![ADD | DIR_ATTRS],
@@ -797,14 +649,8 @@ async fn directory_attribute_changes_are_notified() {
                 gdda_child_attributes: vec![],
                 gdda_dir_attributes: vec![0, 1 << 1],
             }),
-        ])
+        )
         .await;
-    let nfs_resop4::OP_GET_DIR_DELEGATION(GET_DIR_DELEGATION4res::NFS4_OK(
-        GET_DIR_DELEGATION4res_non_fatal::GDD4_OK(g),
-    )) = &r.resarray[2]
-    else {
-        panic!("{:?}", r.resarray)
-    };
     assert_eq!(g.gddr_notification, vec![ADD | DIR_ATTRS]);
     assert_eq!(g.gddr_dir_attributes, vec![0, 1 << 1]);
     // SETATTR of the directory's mode: CHANGE_DIR_ATTRS, no name, the mode.
@@ -834,8 +680,7 @@ async fn directory_attribute_changes_are_notified() {
         &[0, 0, 0o7, 0o50]
     );
     // An entry added: the ADD, then the directory's new attributes, in one CB_NOTIFY.
-    let r = o.run(vec![putfh(d), mkdir("x")]).await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    o.run_ok(vec![putfh(d), mkdir("x")]).await;
     let n = a.next_notify(T).await.expect("CB_NOTIFY for CREATE");
     let kinds: Vec<u32> = n.cna_changes.iter().map(|c| c.notify_mask[0]).collect();
     assert_eq!(kinds, vec![ADD, DIR_ATTRS]);
@@ -843,7 +688,7 @@ async fn directory_attribute_changes_are_notified() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_batch_is_split_into_cb_notifys_that_fit_one_page() {
-    let srv = server(5000).await;
+    let srv = deleg_server(5000).await;
     let (mut o, fhs) = other_with_dirs(&srv, &["d"]).await;
     let d = &fhs[0];
     let mut a = Holder::new(&srv, b"holder-a").await;

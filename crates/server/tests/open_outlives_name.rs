@@ -17,15 +17,6 @@ enum Unname {
     RenameOver,
 }
 
-fn write(sid: &stateid4, offset: u64, data: &'static [u8]) -> nfs_argop4 {
-    nfs_argop4::OP_WRITE(WRITE4args {
-        stateid: sid.clone(),
-        offset,
-        stable: stable_how4::FILE_SYNC4,
-        data: Bytes::from_static(data),
-    })
-}
-
 fn read_all(sid: &stateid4) -> nfs_argop4 {
     nfs_argop4::OP_READ(READ4args {
         stateid: sid.clone(),

@@ -12,6 +12,7 @@ use txnfs_xdr::{Decode, Encode};
 
 mod args;
 pub use args::*;
+pub mod deleg;
 pub mod peer;
 
 pub struct TestServer {
@@ -285,6 +286,16 @@ pub fn rename(from: &str, to: &str) -> nfs_argop4 {
 pub fn remove(name: &str) -> nfs_argop4 {
     nfs_argop4::OP_REMOVE(REMOVE4args {
         target: Bytes::copy_from_slice(name.as_bytes()),
+    })
+}
+
+/// WRITE `data` at `offset` with `sid`, FILE_SYNC4.
+pub fn write(sid: &stateid4, offset: u64, data: &'static [u8]) -> nfs_argop4 {
+    nfs_argop4::OP_WRITE(WRITE4args {
+        stateid: sid.clone(),
+        offset,
+        stable: stable_how4::FILE_SYNC4,
+        data: Bytes::from_static(data),
     })
 }
 
