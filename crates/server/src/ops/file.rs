@@ -51,9 +51,7 @@ pub(crate) fn check_io_access(
     write: bool,
 ) -> Result<(), nfsstat4> {
     let file = c.srv.state_file_id(&o.export, attrs.fileid);
-    let access = if write { Access::Modify } else { Access::Read };
-    c.srv.clear_delegations(c.now, c.client, file, access)?;
-    c.srv.check_io(c.client, sid, file, write)?;
+    c.srv.check_io(c.now, c.client, sid, file, write)?;
     if stateid_from_wire(sid).is_special() {
         require(attrs, &c.creds, if write { W } else { R })?;
     }
