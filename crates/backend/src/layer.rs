@@ -75,6 +75,10 @@ pub struct LayerArgs {
     pub path: PathBuf,
     /// `key=value` parameters given after the layer's name (`memory:max_bytes=1G`).
     pub params: BTreeMap<String, String>,
+    /// A directory for the layer's persistent state of this export (the `txn` layer's
+    /// journal), inside the server's state directory; `None` when the stack is built
+    /// without one (tests), and a layer then keeps that state in memory.
+    pub state: Option<PathBuf>,
 }
 
 type BaseFn = dyn Fn(&LayerArgs) -> Result<Arc<dyn Backend>> + Send + Sync;
@@ -228,6 +232,17 @@ impl LayerRegistry {
         specs: &[S],
         path: &Path,
     ) -> std::result::Result<Arc<dyn Backend>, StackError> {
+        self.build_with_state(specs, path, None)
+    }
+
+    /// Builds the stack `specs` (top first) for an export at `path`, whose layers keep
+    /// their persistent state under `state` (see [`LayerArgs::state`]).
+    pub fn build_with_state<S: AsRef<str>>(
+        &self,
+        specs: &[S],
+        path: &Path,
+        state: Option<&Path>,
+    ) -> std::result::Result<Arc<dyn Backend>, StackError> {
         self.check(specs)?;
         let mut below: Option<Arc<dyn Backend>> = None;
         for spec in specs.iter().rev() {
@@ -235,6 +250,7 @@ impl LayerRegistry {
             let args = LayerArgs {
                 path: path.to_path_buf(),
                 params,
+                state: state.map(Path::to_path_buf),
             };
             let open_err = |err| StackError::Open {
                 name: name.clone(),

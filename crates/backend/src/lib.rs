@@ -225,6 +225,10 @@ pub struct OpCtx {
     /// Unique per COMPOUND within one server run (never 0 for a real COMPOUND; 0 marks
     /// calls made outside any COMPOUND, e.g. by tests or tools).
     pub compound: u64,
+    /// The COMPOUND is a transaction (ADR 0021): all of its changes happen or none do.
+    /// Only a `txn` layer honours this; every other backend refuses such a COMPOUND in
+    /// [`Backend::begin_compound`] with `NotSupp`, so it never runs non-atomically.
+    pub txn: bool,
 }
 
 impl OpCtx {
@@ -234,6 +238,7 @@ impl OpCtx {
             creds,
             client: None,
             compound: 0,
+            txn: false,
         }
     }
 }
@@ -373,9 +378,13 @@ macro_rules! with_backend_methods {
             provided {
                 /// A COMPOUND whose context is `cx` starts using this backend (called once per
                 /// COMPOUND and export, before the first call on its behalf). An error fails the op
-                /// that touched the export; `Conflict` tells the client to retry later.
+                /// that touched the export; `Conflict` tells the client to retry later. A
+                /// transactional COMPOUND (`cx.txn`) is refused with `NotSupp` unless a layer
+                /// that makes it atomic (`txn`) overrides this.
                 fn begin_compound(&self, cx: &OpCtx) -> Result<()> {
-                    let _ = cx;
+                    if cx.txn {
+                        return Err(BackendError::NotSupp);
+                    }
                     Ok(())
                 }
                 /// The COMPOUND of `cx` is done (`ok`: every op succeeded). Called once for every

@@ -49,6 +49,7 @@ fn ctx(compound: u64) -> OpCtx {
         creds: Creds::default(),
         client: Some(7),
         compound,
+        txn: false,
     }
 }
 

@@ -21,10 +21,12 @@ use txnfs_server::{BackendKind, Config, ExportConfig, Server};
     idle_timeout = 180             # seconds; default 3 x lease_time, 0 = never\n  \
     delegations = true             # read/write delegations to clients with a back channel\n  \
     recall_wait_ms = 15000         # hold a conflicting request this long for a recall\n  \
+    txn = true                     # transactional COMPOUNDs (the txn layer on top)\n  \
     [[exports]]\n  \
     name = \"/data\"\n  \
     path = \"/srv/data\"\n  \
-    layers = [\"local\"]            # the backend stack, top first; or [\"memory\"],\n  \
+    layers = [\"local\"]            # the backend stack, top first (txn is added on top\n  \
+    #                               unless txn = false); or [\"memory\"],\n  \
     #                               [\"memory:max_file_size=1G,max_bytes=4G\"]\n  \
     read_only = false\n\n\
     Clients mount with: mount -t nfs -o vers=4.1,port=PORT HOST:/ /mnt\n\
@@ -70,6 +72,11 @@ pub struct ServeArgs {
     /// NFS4ERR_DELAY) when another client needs the file.
     #[arg(long)]
     pub no_delegations: bool,
+    /// Do not run transactional COMPOUNDs. By default local and memory exports run them
+    /// (the `txn` layer; `txnfs cp -R --atomic` and friends use it) and plain COMPOUNDs
+    /// behave as without it.
+    #[arg(long)]
+    pub no_txn: bool,
 }
 
 fn parse_export(s: &str) -> Result<(String, PathBuf)> {
@@ -120,6 +127,9 @@ pub fn build_config(a: &ServeArgs) -> Result<Config> {
     }
     if a.no_delegations {
         cfg.delegations = false;
+    }
+    if a.no_txn {
+        cfg.txn = false;
     }
     let backend = if a.memory {
         BackendKind::Memory

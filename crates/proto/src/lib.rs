@@ -46,5 +46,11 @@ include_generated! {
     pub mod mnt3 = "mnt3.rs"
 }
 
+/// The RPC procedure number of a transactional COMPOUND (ADR 0021): COMPOUND's own
+/// number (1) with the top bit set, carrying COMPOUND4args and answering COMPOUND4res.
+/// Standard clients never send it; servers that do not run transactions answer
+/// PROC_UNAVAIL (RFC 5531), so a transaction is never executed non-atomically.
+pub const PROC_TXN_COMPOUND: u32 = 0x8000_0001;
+
 /// Per-operation protocol facts (names, flags) shared by client and server (ADR 0007).
 pub mod ops;

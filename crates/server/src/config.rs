@@ -150,6 +150,10 @@ pub struct Config {
     /// Requests held for recalls at once; beyond it a conflicting request is answered
     /// NFS4ERR_DELAY at once (each held request occupies a thread and its slot).
     pub max_held_requests: usize,
+    /// Run transactional COMPOUNDs (ADR 0021): local and memory exports get the `txn`
+    /// layer on top of their stack, and procedure `PROC_TXN_COMPOUND` is served. Off
+    /// (`--no-txn`), that procedure is answered PROC_UNAVAIL and stacks stay as written.
+    pub txn: bool,
     /// Deliberate defects for proving that the tests and the simulation can fail.
     /// Never set outside tests; not configurable from TOML.
     #[serde(skip)]
@@ -187,6 +191,7 @@ impl Default for Config {
             delegations: true,
             recall_wait_ms: None,
             max_held_requests: 256,
+            txn: true,
             mutations: Mutations::default(),
         }
     }

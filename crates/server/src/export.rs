@@ -101,6 +101,22 @@ fn export_id(name: &str) -> u16 {
     }
 }
 
+/// `c` with the `txn` layer on top, when its stack stores data locally or in memory
+/// and has no `txn` layer yet (prebuilt backends are the embedder's business).
+fn with_txn_layer(c: &ExportConfig) -> ExportConfig {
+    let mut c = c.clone();
+    let names = c.backend.names();
+    let has_txn = names
+        .iter()
+        .any(|n| n.split(':').next().unwrap_or(n).trim() == "txn");
+    if c.prebuilt.is_none() && !has_txn && matches!(c.backend.bottom(), Some("local" | "memory")) {
+        let mut v: Vec<String> = vec!["txn".into()];
+        v.extend(names.iter().map(|n| n.to_string()));
+        c.backend = crate::config::LayerStack::of(v);
+    }
+    c
+}
+
 fn components(name: &str) -> Result<Vec<String>, ExportError> {
     if !name.starts_with('/') {
         return Err(ExportError::BadName(name.into()));
@@ -124,6 +140,25 @@ impl Exports {
 
     /// Opens the exports, resolving layer names in `layers`.
     pub fn build_with(cfgs: &[ExportConfig], layers: &LayerRegistry) -> Result<Self, ExportError> {
+        Self::open(cfgs, layers, None, false)
+    }
+
+    /// Opens the exports as the server does: with `txn`, every local or memory stack
+    /// that lacks it gets the `txn` layer on top (ADR 0021); layers keep their state in
+    /// `<state_dir>/layers/<export id>/`.
+    pub fn open(
+        cfgs: &[ExportConfig],
+        layers: &LayerRegistry,
+        state_dir: Option<&std::path::Path>,
+        txn: bool,
+    ) -> Result<Self, ExportError> {
+        let with_txn: Vec<ExportConfig>;
+        let cfgs = if txn {
+            with_txn = cfgs.iter().map(with_txn_layer).collect();
+            &with_txn[..]
+        } else {
+            cfgs
+        };
         if cfgs.is_empty() {
             return Err(ExportError::None);
         }
@@ -141,7 +176,13 @@ impl Exports {
                 let backend: Arc<dyn Backend> = match &c.prebuilt {
                     Some(b) => b.0.clone(),
                     None => layers
-                        .build(c.backend.names(), &c.path)
+                        .build_with_state(
+                            c.backend.names(),
+                            &c.path,
+                            state_dir
+                                .map(|d| d.join("layers").join(format!("{id:04x}")))
+                                .as_deref(),
+                        )
                         .map_err(|err| match err {
                             StackError::Open { err, .. } => ExportError::Open {
                                 name: c.name.clone(),
@@ -275,12 +316,19 @@ pub struct CompoundScope {
 }
 
 impl CompoundScope {
+    /// A plain COMPOUND's scope.
     pub fn new(exports: &Exports) -> Self {
+        Self::with_txn(exports, false)
+    }
+
+    /// The scope of a COMPOUND that is a transaction (`txn`) or plain.
+    pub fn with_txn(exports: &Exports, txn: bool) -> Self {
         CompoundScope {
             ctx: OpCtx {
                 creds: Creds::default(),
                 client: None,
                 compound: exports.next_compound_id(),
+                txn,
             },
             entered: Vec::new(),
             finished: false,

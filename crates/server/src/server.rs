@@ -143,7 +143,12 @@ impl Server {
         let previous_clients = statedir
             .load_clients()
             .map_err(error_at(&dir.join("clients")))?;
-        let exports = Exports::build(&cfg.exports)?;
+        let exports = Exports::open(
+            &cfg.exports,
+            &txnfs_backend::layer::LayerRegistry::builtin(),
+            Some(&dir),
+            cfg.txn,
+        )?;
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();

@@ -58,7 +58,12 @@ impl RpcService for NfsService {
         async move {
             match info.proc_num {
                 PROC_NULL => ReplyBody::Success(Bytes::new()),
-                PROC_COMPOUND => {
+                PROC_COMPOUND | txnfs_proto::PROC_TXN_COMPOUND => {
+                    let txn = info.proc_num == txnfs_proto::PROC_TXN_COMPOUND;
+                    if txn && !server.cfg.txn {
+                        // `--no-txn`: answer as a server that never heard of them.
+                        return ReplyBody::ProcUnavail;
+                    }
                     let creds = creds(&info.cred);
                     let conn = info.conn_id;
                     server
@@ -69,7 +74,7 @@ impl RpcService for NfsService {
                     let pace = self.pace.clone();
                     let run = move || {
                         let started = Instant::now();
-                        let reply = crate::compound::execute(&server, creds, conn, args);
+                        let reply = crate::compound::execute_as(&server, creds, conn, args, txn);
                         pace.record(blocking, started.elapsed());
                         reply
                     };

@@ -132,6 +132,55 @@ fn request_hash(args: &Bytes) -> u64 {
 
 /// Execute one COMPOUND and return the encoded COMPOUND4res.
 pub fn execute(srv: &Server, creds: Creds, conn: u64, args: Bytes) -> Result<Bytes, CompoundError> {
+    execute_as(srv, creds, conn, args, false)
+}
+
+/// Ops a transactional COMPOUND may hold (ADR 0021): those whose effects live in the
+/// backend, where the `txn` layer can undo them, plus the ones that only read or move
+/// filehandles. Anything else (locks, delegations, session and client management)
+/// changes server state that an abort could not take back: NFS4ERR_NOTSUPP.
+fn allowed_in_txn(op: nfs_opnum4) -> bool {
+    use nfs_opnum4::*;
+    matches!(
+        op,
+        OP_SEQUENCE
+            | OP_PUTFH
+            | OP_PUTPUBFH
+            | OP_PUTROOTFH
+            | OP_GETFH
+            | OP_SAVEFH
+            | OP_RESTOREFH
+            | OP_LOOKUP
+            | OP_LOOKUPP
+            | OP_GETATTR
+            | OP_ACCESS
+            | OP_VERIFY
+            | OP_NVERIFY
+            | OP_READ
+            | OP_READDIR
+            | OP_READLINK
+            | OP_SECINFO_NO_NAME
+            | OP_WRITE
+            | OP_OPEN
+            | OP_CLOSE
+            | OP_CREATE
+            | OP_REMOVE
+            | OP_RENAME
+            | OP_LINK
+            | OP_SETATTR
+            | OP_COMMIT
+    )
+}
+
+/// Execute one COMPOUND, as a transaction when `txn` (procedure
+/// [`txnfs_proto::PROC_TXN_COMPOUND`]), and return the encoded COMPOUND4res.
+pub fn execute_as(
+    srv: &Server,
+    creds: Creds,
+    conn: u64,
+    args: Bytes,
+    txn: bool,
+) -> Result<Bytes, CompoundError> {
     let mut src = args.clone();
     let tag = txnfs_xdr::get_opaque(&mut src, MAX_TAG)?;
     let minor = txnfs_xdr::get_u32(&mut src)?;
@@ -162,7 +211,7 @@ pub fn execute(srv: &Server, creds: Creds, conn: u64, args: Bytes) -> Result<Byt
         minor,
         reply_left: srv.limits.max_response as usize,
         now: srv.clock.now(),
-        scope: crate::export::CompoundScope::new(&srv.exports),
+        scope: crate::export::CompoundScope::with_txn(&srv.exports, txn),
     };
     let mut status = nfsstat4::NFS4_OK;
     let mut done: u32 = 0;
@@ -243,6 +292,8 @@ pub fn execute(srv: &Server, creds: Creds, conn: u64, args: Bytes) -> Result<Byt
             }
         } else if matches!(arg, nfs_argop4::OP_SEQUENCE(_)) {
             Err(nfsstat4::NFS4ERR_SEQUENCE_POS)
+        } else if txn && !nfs_opnum4::from_i32(opnum as i32).is_some_and(allowed_in_txn) {
+            Err(nfsstat4::NFS4ERR_NOTSUPP)
         } else {
             runnable(entry, &c)
         };

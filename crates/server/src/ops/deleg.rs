@@ -53,6 +53,11 @@ pub(crate) fn grant(
     reclaim: bool,
 ) -> Result<open_delegation4, nfsstat4> {
     let client = c.client()?;
+    if c.scope.ctx().txn {
+        // A transaction may still roll the OPEN back; a delegation handed out with it
+        // would outlive the file it names (ADR 0021).
+        return Ok(refusal(want, NoDeleg::Resource));
+    }
     let file = c.srv.state_file_id(&o.export, attrs.fileid);
     let callback_up = c.srv.callbacks.client_up(client);
     let granted = c.srv.core()?.grant_delegation(
