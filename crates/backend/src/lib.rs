@@ -396,6 +396,12 @@ macro_rules! with_backend_methods {
                     let _ = (cx, ok);
                     Ok(())
                 }
+                /// The COMPOUNDs (`OpCtx::compound`) whose transactions were cut off by the
+                /// last stop and rolled back when this backend opened: a reply the server
+                /// stored for one of them before its commit must be forgotten.
+                fn rolled_back_at_start(&self) -> Vec<u64> {
+                    Vec::new()
+                }
             }
         }
     };

@@ -613,3 +613,50 @@ fn a_plain_backend_refuses_transactions() {
     );
     assert!(b.begin_compound(&root_cx()).is_ok());
 }
+
+/// A plain COMPOUND keeps its read locks to its end: it never sees one file before a
+/// transaction and another after it. Its read of what the transaction holds fails
+/// (NFS4ERR_DELAY, and the client retries) instead of mixing; the transaction waits
+/// for the COMPOUND and then commits.
+#[test]
+fn a_plain_compound_never_sees_a_transaction_in_part() {
+    let lower = memory();
+    setup(&*lower);
+    let settings = TxnSettings {
+        lock_wait: Duration::from_secs(2),
+        ..TxnSettings::default()
+    };
+    let t = Arc::new(TxnLayer::open(lower, None, settings).unwrap());
+    let (f, g) = (at(&*t, "f"), at(&*t, "d/g"));
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    let (go, go_rx) = std::sync::mpsc::channel::<()>();
+    let reader = {
+        let (t, f, g) = (t.clone(), f.clone(), g.clone());
+        std::thread::spawn(move || {
+            let cx = OpCtx {
+                compound: 50,
+                ..root_cx()
+            };
+            t.begin_compound(&cx).unwrap();
+            let first = t.read(&f, 0, 4).unwrap().0;
+            ready_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            let second = t.read(&g, 0, 3).map(|r| r.0);
+            t.end_compound(&cx, second.is_ok()).unwrap();
+            (first, second)
+        })
+    };
+    ready.recv().unwrap();
+    let cx = txn_cx(51);
+    t.begin_compound(&cx).unwrap();
+    t.write(&cx, &g, 0, b"NEW", false).unwrap();
+    go.send(()).unwrap();
+    // Waits for the reader's COMPOUND to end, then goes ahead.
+    t.write(&cx, &f, 0, b"NEWF", false).unwrap();
+    t.end_compound(&cx, true).unwrap();
+    let (first, second) = reader.join().unwrap();
+    assert_eq!(&first[..], &pattern(4, 1)[..]);
+    assert_eq!(second, Err(BackendError::Conflict));
+    assert_eq!(&t.read(&g, 0, 3).unwrap().0[..], b"NEW");
+    assert_eq!(t.held_locks(), 0);
+}

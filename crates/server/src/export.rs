@@ -292,7 +292,24 @@ impl Exports {
         })
     }
 
-    /// A fresh id for a COMPOUND (unique while this server runs, never 0).
+    /// Makes COMPOUND ids unique across restarts too (the boot epoch in the high bits):
+    /// the `txn` layer's journal names transactions by them, and the server tells from
+    /// them which stored replies belong to transactions recovery rolled back.
+    pub fn number_compounds_from(&self, boot_epoch: u32) {
+        self.compounds
+            .store(u64::from(boot_epoch) << 40, Ordering::Relaxed);
+    }
+
+    /// The COMPOUNDs whose transactions recovery rolled back when the exports opened.
+    pub fn rolled_back_at_start(&self) -> Vec<u64> {
+        self.exports
+            .values()
+            .flat_map(|e| e.backend.rolled_back_at_start())
+            .collect()
+    }
+
+    /// A fresh id for a COMPOUND (unique while this server runs, never 0; across
+    /// restarts too once `number_compounds_from` ran).
     pub fn next_compound_id(&self) -> u64 {
         self.compounds.fetch_add(1, Ordering::Relaxed) + 1
     }

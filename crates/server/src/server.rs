@@ -149,6 +149,7 @@ impl Server {
             Some(&dir),
             cfg.txn,
         )?;
+        exports.number_compounds_from(boot_epoch);
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();

@@ -30,6 +30,10 @@ const REWIND_AT: u64 = 4 << 20;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
+    /// The transaction's first record: the COMPOUND it runs for (the server makes
+    /// COMPOUND ids unique across restarts, so it can tell which replies belong to
+    /// transactions recovery rolled back).
+    Begin { compound: u64 },
     /// How to undo one change of transaction `txid` (written before the change).
     Undo(Undo),
     /// The transaction committed: its changes stay, its backups may go.
@@ -46,6 +50,8 @@ pub enum Record {
 #[derive(Debug, Default)]
 pub struct Found {
     pub txid: u64,
+    /// The COMPOUND of the transaction (0 if its `Begin` was not found).
+    pub compound: u64,
     pub undo: Vec<Undo>,
     pub committed: bool,
     pub aborted: bool,
@@ -168,6 +174,10 @@ impl Journal {
             Record::Commit => payload.put_u8(1),
             Record::Aborted => payload.put_u8(2),
             Record::Undone => payload.put_u8(3),
+            Record::Begin { compound } => {
+                payload.put_u8(4);
+                payload.put_u64(*compound);
+            }
         }
         let mut out = BytesMut::with_capacity(payload.len() + 12);
         out.put_u32(payload.len() as u32);
@@ -270,6 +280,7 @@ fn parse(buf: &[u8]) -> (u64, Vec<Found>, u64) {
             1 => found[i].committed = true,
             2 => found[i].aborted = true,
             3 => found[i].undone += 1,
+            4 if p.remaining() >= 8 => found[i].compound = p.get_u64(),
             _ => break,
         }
         at += 12 + len;

@@ -59,12 +59,31 @@ pub fn entry(dir: &FileKey, name: &[u8]) -> LockId {
     h.finish()
 }
 
-/// Who holds a lock: a transaction or a plain call, by its COMPOUND id (0 for calls
-/// made outside any COMPOUND, which never share locks with each other).
+/// How long a holder keeps a lock (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Txn,
+    Compound,
+    Call,
+}
+
+/// Who holds a lock, by its COMPOUND id (0 for calls made outside any COMPOUND), and
+/// for how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Owner {
     pub id: u64,
-    pub txn: bool,
+    pub kind: Kind,
+}
+
+impl Owner {
+    pub fn is_txn(self) -> bool {
+        self.kind == Kind::Txn
+    }
+
+    /// One COMPOUND's locks never conflict with each other, whatever their kind.
+    fn same(self, other: Owner) -> bool {
+        self.id == other.id
+    }
 }
 
 #[derive(Debug)]
@@ -95,10 +114,17 @@ pub struct LockTable {
 
 /// How a conflicting holder set looks to a would-be taker.
 enum Blocked {
-    /// Only plain calls (or, for a plain taker, anyone) are in the way.
+    /// Worth waiting for (see the module documentation).
     Waitable,
-    /// Another transaction is in the way of a transaction that holds locks.
+    /// Waiting could deadlock: give up.
     Abort,
+}
+
+/// May `taker`, holding locks already (`holding`), wait for `holder`?
+fn may_wait(taker: Owner, holding: bool, holder: Owner) -> bool {
+    !holding
+        || holder.kind == Kind::Call
+        || (taker.kind == Kind::Txn && holder.kind == Kind::Compound)
 }
 
 impl LockTable {
@@ -126,10 +152,14 @@ impl LockTable {
         let holders = held.entry(id).or_default();
         let mut blocked = None;
         for h in holders.iter() {
-            if h.owner == owner || h.mode.compatible(mode) {
+            // Plain callers never conflict with each other: among themselves they run
+            // as they would without the layer (no isolation was promised to them); the
+            // locks only keep them and transactions apart.
+            let plain_pair = !h.owner.is_txn() && !owner.is_txn();
+            if plain_pair || h.owner.same(owner) || h.mode.compatible(mode) {
                 continue;
             }
-            if owner.txn && h.owner.txn && holding {
+            if !may_wait(owner, holding, h.owner) {
                 return Err(Blocked::Abort);
             }
             blocked = Some(Blocked::Waitable);
@@ -190,8 +220,8 @@ impl LockTable {
     }
 
     /// Takes every lock of `set` for `owner`, all or none. `holding` says whether the
-    /// owner (a transaction) already holds locks: then it never waits for another
-    /// transaction. On `Ok` the caller owns one take of each entry of `set`.
+    /// owner already holds locks beyond this call (then it waits only where the module
+    /// documentation allows). On `Ok` the caller owns one take of each entry of `set`.
     pub fn acquire(
         &self,
         owner: Owner,
@@ -253,10 +283,41 @@ mod tests {
     use super::*;
 
     fn t(id: u64) -> Owner {
-        Owner { id, txn: true }
+        Owner {
+            id,
+            kind: Kind::Txn,
+        }
     }
     fn p(id: u64) -> Owner {
-        Owner { id, txn: false }
+        Owner {
+            id,
+            kind: Kind::Call,
+        }
+    }
+    fn c(id: u64) -> Owner {
+        Owner {
+            id,
+            kind: Kind::Compound,
+        }
+    }
+
+    #[test]
+    fn holders_wait_only_where_no_cycle_can_form() {
+        let l = LockTable::new(Duration::from_millis(5));
+        l.acquire(c(1), &[(1, Mode::Shared)], false).unwrap();
+        // A transaction holding locks waits for a plain COMPOUND's read lock (in vain
+        // here: it times out), but gives up at once on another transaction.
+        l.acquire(t(2), &[(2, Mode::Exclusive)], false).unwrap();
+        let start = Instant::now();
+        assert_eq!(
+            l.acquire(t(2), &[(1, Mode::Exclusive)], true),
+            Err(Conflict)
+        );
+        assert!(start.elapsed() >= Duration::from_millis(5));
+        // A plain COMPOUND holding read locks gives up at once on a transaction.
+        let start = Instant::now();
+        assert_eq!(l.acquire(c(1), &[(2, Mode::Shared)], true), Err(Conflict));
+        assert!(start.elapsed() < Duration::from_millis(5));
     }
 
     #[test]
@@ -303,14 +364,14 @@ mod tests {
         // Blocked on 2: must not keep 1.
         let l2 = l.clone();
         let waiter = std::thread::spawn(move || {
-            l2.acquire(p(9), &[(1, Mode::Exclusive), (2, Mode::Exclusive)], false)
+            l2.acquire(t(9), &[(1, Mode::Exclusive), (2, Mode::Exclusive)], false)
         });
         std::thread::sleep(Duration::from_millis(30));
         assert_eq!(l.acquire(t(3), &[(1, Mode::Exclusive)], false), Ok(()));
         l.release(t(3), 1, Mode::Exclusive);
         l.release(t(1), 2, Mode::Exclusive);
         assert_eq!(waiter.join().unwrap(), Ok(()));
-        l.release_set(p(9), &[(1, Mode::Exclusive), (2, Mode::Exclusive)]);
+        l.release_set(t(9), &[(1, Mode::Exclusive), (2, Mode::Exclusive)]);
         assert_eq!(l.held_count(), 0);
     }
 }

@@ -22,7 +22,7 @@ mod journal;
 mod locks;
 mod undo;
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,7 +37,7 @@ use crate::{
     FileType, Linked, Made, NodeKind, OpCtx, RenameChange, Result, SetAttrs,
 };
 use journal::{Journal, Record};
-use locks::{LockId, LockTable, Mode, Owner};
+use locks::{Kind, LockId, LockTable, Mode, Owner};
 use undo::{Backups, Undo};
 
 /// The hidden directory at the export root that holds the backups.
@@ -48,11 +48,21 @@ thread_local! {
     /// The COMPOUND this thread runs (id, transactional), set by `begin_compound`: the
     /// read calls carry no `OpCtx`, and the server runs a whole COMPOUND on one thread.
     static CURRENT: Cell<(u64, bool)> = const { Cell::new((0, false)) };
+    /// The read locks the plain COMPOUND of this thread holds to its end: (layer, lock,
+    /// mode), the layer by address (a COMPOUND may touch several exports).
+    static HELD: RefCell<HashSet<(usize, LockId, Mode)>> = RefCell::new(HashSet::new());
 }
 
-fn current_owner() -> Owner {
+/// Who reads on this thread: its transaction, its plain COMPOUND (read locks kept to
+/// the end), or a call outside any COMPOUND.
+fn current_reader() -> Owner {
     let (id, txn) = CURRENT.with(Cell::get);
-    Owner { id, txn }
+    let kind = match (txn, id) {
+        (true, _) => Kind::Txn,
+        (false, 0) => Kind::Call,
+        (false, _) => Kind::Compound,
+    };
+    Owner { id, kind }
 }
 
 /// Where a transaction's process may be made to die on purpose (crash tests): set
@@ -162,6 +172,8 @@ pub struct TxnLayer {
     settings: TxnSettings,
     faults: FaultPoint,
     cleanup: Mutex<Option<CleanupQueue>>,
+    /// The COMPOUNDs whose transactions recovery rolled back when the layer opened.
+    rolled_back: Vec<u64>,
     pub stats: Arc<TxnStats>,
 }
 
@@ -214,7 +226,9 @@ impl TxnLayer {
             dir: backup_dir.as_ref().unwrap_or(&root),
         };
         let mut steps = 0usize;
+        let mut rolled_back = Vec::new();
         for f in found.iter().filter(|f| !f.committed && !f.aborted) {
+            rolled_back.push(f.compound);
             tracing::warn!(
                 txid = f.txid,
                 changes = f.undo.len(),
@@ -261,6 +275,7 @@ impl TxnLayer {
             settings,
             faults,
             cleanup: Mutex::new(None),
+            rolled_back,
             stats,
         };
         *layer.cleanup.lock().unwrap_or_else(|p| p.into_inner()) = Some(spawn_cleaner(lower));
@@ -290,23 +305,37 @@ impl TxnLayer {
         }
     }
 
+    /// The owner of a change made with `cx`: its transaction, or a plain call (whose
+    /// change locks last as long as the call).
     fn owner_of(cx: &OpCtx) -> Owner {
         Owner {
             id: cx.compound,
-            txn: cx.txn,
+            kind: if cx.txn { Kind::Txn } else { Kind::Call },
         }
     }
 
     fn with_txn<R>(&self, owner: Owner, f: impl FnOnce(&mut Txn) -> R) -> Option<R> {
-        if !owner.txn {
+        if !owner.is_txn() {
             return None;
         }
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         open.get_mut(&owner.id).map(f)
     }
 
-    /// Takes `set` for `owner`: a transaction keeps it until its end; a plain call gets
-    /// a guard that gives it back.
+    fn addr(&self) -> usize {
+        self as *const Self as usize
+    }
+
+    /// Does the plain COMPOUND `id` of this thread hold read locks here?
+    fn compound_holds(&self, id: u64) -> bool {
+        let me = self.addr();
+        id != 0
+            && CURRENT.with(Cell::get).0 == id
+            && HELD.with(|h| h.borrow().iter().any(|&(l, _, _)| l == me))
+    }
+
+    /// Takes `set` for `owner`: a transaction keeps it until its end, so does a plain
+    /// COMPOUND its read locks; a plain call gets a guard that gives them back.
     fn lock(&self, owner: Owner, set: &[(LockId, Mode)]) -> Result<LockGuard<'_>> {
         let in_txn = self.with_txn(owner, |t| {
             let todo: Vec<_> = set
@@ -316,38 +345,83 @@ impl TxnLayer {
                 .collect();
             (todo, !t.locks.is_empty())
         });
+        if let Some((todo, holding)) = in_txn {
+            if !todo.is_empty() {
+                self.locks
+                    .acquire(owner, &todo, holding)
+                    .map_err(|_| BackendError::Conflict)?;
+                self.with_txn(owner, |t| {
+                    for l in todo {
+                        if t.held.insert(l) {
+                            t.locks.push(l);
+                        } else {
+                            self.locks.release(owner, l.0, l.1);
+                        }
+                    }
+                });
+            }
+            return Ok(LockGuard::none(self));
+        }
         // (A transactional owner without an open transaction here, e.g. a call made
         // after its COMPOUND ended, locks as a plain call.)
-        let owner = Owner {
-            txn: in_txn.is_some(),
-            ..owner
+        let owner = match owner.kind {
+            Kind::Txn => Owner {
+                kind: Kind::Call,
+                ..owner
+            },
+            _ => owner,
         };
-        if let Some((todo, holding)) = in_txn {
-            if todo.is_empty() {
-                return Ok(LockGuard::none(self));
-            }
-            self.locks
-                .acquire(owner, &todo, holding)
-                .map_err(|_| BackendError::Conflict)?;
-            self.with_txn(owner, |t| {
-                for l in todo {
-                    if t.held.insert(l) {
-                        t.locks.push(l);
-                    } else {
-                        self.locks.release(owner, l.0, l.1);
-                    }
-                }
+        if owner.kind == Kind::Compound {
+            let me = self.addr();
+            let todo: Vec<_> = HELD.with(|h| {
+                let h = h.borrow();
+                set.iter()
+                    .copied()
+                    .filter(|&(id, m)| !h.contains(&(me, id, m)))
+                    .collect()
             });
+            if !todo.is_empty() {
+                let holding = self.compound_holds(owner.id);
+                self.locks
+                    .acquire(owner, &todo, holding)
+                    .map_err(|_| BackendError::Conflict)?;
+                HELD.with(|h| {
+                    let mut h = h.borrow_mut();
+                    for (id, m) in todo {
+                        h.insert((me, id, m));
+                    }
+                });
+            }
             return Ok(LockGuard::none(self));
         }
         self.locks
-            .acquire(owner, set, false)
+            .acquire(owner, set, self.compound_holds(owner.id))
             .map_err(|_| BackendError::Conflict)?;
         Ok(LockGuard {
             table: self,
             owner,
             set: set.to_vec(),
         })
+    }
+
+    /// Gives back the read locks of this thread's plain COMPOUND `id` here.
+    fn release_compound(&self, id: u64) {
+        let me = self.addr();
+        let mine: Vec<_> = HELD.with(|h| {
+            let mut h = h.borrow_mut();
+            let mine: Vec<_> = h.iter().copied().filter(|&(l, _, _)| l == me).collect();
+            for e in &mine {
+                h.remove(e);
+            }
+            mine
+        });
+        let owner = Owner {
+            id,
+            kind: Kind::Compound,
+        };
+        for (_, lock, mode) in mine {
+            self.locks.release(owner, lock, mode);
+        }
     }
 
     /// Adds object locks found after a lookup to `guard` (a plain call must not wait
@@ -358,7 +432,7 @@ impl TxnLayer {
         owner: Owner,
         set: &[(LockId, Mode)],
     ) -> Result<()> {
-        if owner.txn {
+        if owner.is_txn() {
             // A transaction's locks live in the transaction, not in the guard.
             self.lock(owner, set)?;
             return Ok(());
@@ -372,13 +446,16 @@ impl TxnLayer {
 
     /// Runs a plain mutator that locks in two steps (entries, then the objects found
     /// under them) until it gets every lock without waiting while holding one, or the
-    /// lock wait runs out.
+    /// lock wait runs out. (Not when its COMPOUND holds read locks: that one must not
+    /// wait at all, see `locks`.)
     fn retrying<R>(&self, owner: Owner, mut f: impl FnMut() -> Result<R>) -> Result<R> {
         let deadline = std::time::Instant::now() + self.settings.lock_wait;
         loop {
             match f() {
                 Err(BackendError::Conflict)
-                    if !owner.txn && std::time::Instant::now() < deadline =>
+                    if !owner.is_txn()
+                        && !self.compound_holds(owner.id)
+                        && std::time::Instant::now() < deadline =>
                 {
                     std::thread::sleep(Duration::from_millis(1));
                 }
@@ -398,9 +475,13 @@ impl TxnLayer {
                 (t.txid, first)
             })
             .ok_or(BackendError::Inval)?;
+        if first {
+            let begin = Record::Begin { compound: owner.id };
+            self.journal.append(txid, &begin, true).map_err(io)?;
+        }
         let end = self
             .journal
-            .append(txid, &Record::Undo(u.clone()), first)
+            .append(txid, &Record::Undo(u.clone()), false)
             .map_err(io)?;
         if overwrites && self.settings.sync_undo {
             self.journal.sync_to(end).map_err(io)?;
@@ -519,7 +600,7 @@ impl TxnLayer {
     }
 
     fn mutated(&self, owner: Owner) {
-        if owner.txn {
+        if owner.is_txn() {
             self.faults.hit("between-ops");
         }
     }
@@ -662,7 +743,10 @@ impl<'a> LockGuard<'a> {
     fn none(table: &'a TxnLayer) -> Self {
         LockGuard {
             table,
-            owner: Owner { id: 0, txn: true },
+            owner: Owner {
+                id: 0,
+                kind: Kind::Txn,
+            },
             set: Vec::new(),
         }
     }
@@ -754,6 +838,12 @@ impl Layer for TxnLayer {
         &*self.lower
     }
 
+    fn rolled_back_at_start(&self) -> Vec<u64> {
+        let mut v = self.rolled_back.clone();
+        v.extend(self.lower.rolled_back_at_start());
+        v
+    }
+
     fn begin_compound(&self, cx: &OpCtx) -> Result<()> {
         let plain = OpCtx {
             txn: false,
@@ -792,6 +882,7 @@ impl Layer for TxnLayer {
                 r = self.finish(t, ok);
             }
         }
+        self.release_compound(cx.compound);
         CURRENT.with(|c| c.set((0, false)));
         let plain = OpCtx {
             txn: false,
@@ -802,7 +893,7 @@ impl Layer for TxnLayer {
     }
 
     fn getattr(&self, key: &FileKey) -> Result<Attrs> {
-        let _g = self.lock(current_owner(), &[(locks::object(key), Mode::Shared)])?;
+        let _g = self.lock(current_reader(), &[(locks::object(key), Mode::Shared)])?;
         self.lower.getattr(key)
     }
 
@@ -810,22 +901,22 @@ impl Layer for TxnLayer {
         if self.is_hidden(dir, name) {
             return Err(BackendError::NotFound);
         }
-        let _g = self.lock(current_owner(), &[(locks::entry(dir, name), Mode::Shared)])?;
+        let _g = self.lock(current_reader(), &[(locks::entry(dir, name), Mode::Shared)])?;
         self.lower.lookup(dir, name)
     }
 
     fn lookup_parent(&self, dir: &FileKey) -> Result<(FileKey, Attrs)> {
-        let _g = self.lock(current_owner(), &[(locks::object(dir), Mode::Shared)])?;
+        let _g = self.lock(current_reader(), &[(locks::object(dir), Mode::Shared)])?;
         self.lower.lookup_parent(dir)
     }
 
     fn read(&self, key: &FileKey, offset: u64, count: u32) -> Result<(Bytes, bool)> {
-        let _g = self.lock(current_owner(), &[(locks::object(key), Mode::Shared)])?;
+        let _g = self.lock(current_reader(), &[(locks::object(key), Mode::Shared)])?;
         self.lower.read(key, offset, count)
     }
 
     fn readlink(&self, key: &FileKey) -> Result<Bytes> {
-        let _g = self.lock(current_owner(), &[(locks::object(key), Mode::Shared)])?;
+        let _g = self.lock(current_reader(), &[(locks::object(key), Mode::Shared)])?;
         self.lower.readlink(key)
     }
 
@@ -835,7 +926,7 @@ impl Layer for TxnLayer {
         cookie: u64,
         max_entries: usize,
     ) -> Result<(Vec<DirEntry>, bool)> {
-        let _g = self.lock(current_owner(), &[(locks::object(dir), Mode::Shared)])?;
+        let _g = self.lock(current_reader(), &[(locks::object(dir), Mode::Shared)])?;
         if *dir != self.root {
             return self.lower.readdir(dir, cookie, max_entries);
         }
@@ -856,7 +947,7 @@ impl Layer for TxnLayer {
     fn setattr(&self, cx: &OpCtx, key: &FileKey, attrs: &SetAttrs) -> Result<Attrs> {
         let owner = Self::owner_of(cx);
         let _g = self.lock(owner, &[(locks::object(key), Mode::Exclusive)])?;
-        if owner.txn {
+        if owner.is_txn() {
             let old = self.lower.getattr(key)?;
             if let Some(size) = attrs.size {
                 // Both a cut (the tail is saved) and a growth (the old size is kept).
@@ -902,7 +993,7 @@ impl Layer for TxnLayer {
     ) -> Result<Attrs> {
         let owner = Self::owner_of(cx);
         let _g = self.lock(owner, &[(locks::object(key), Mode::Exclusive)])?;
-        if owner.txn {
+        if owner.is_txn() {
             self.save_range(owner, key, offset, data.len().max(1) as u64)?;
         }
         let r = self.lower.write(cx, key, offset, data, sync);
@@ -936,7 +1027,7 @@ impl Layer for TxnLayer {
             if let Some(k) = &existing {
                 self.lock_more(&mut g, owner, &[(locks::object(k), Mode::Exclusive)])?;
             }
-            if owner.txn {
+            if owner.is_txn() {
                 match (&existing, attrs.size) {
                     // Opening an existing file with a size (O_TRUNC) changes it.
                     (Some(k), Some(size)) if mode == CreateMode::Unchecked => {
@@ -956,7 +1047,7 @@ impl Layer for TxnLayer {
                 }
             }
             let c = self.lower.create_file(cx, dir, name, mode, attrs)?;
-            if owner.txn {
+            if owner.is_txn() {
                 self.with_txn(owner, |t| {
                     t.dirty.insert(dir.clone());
                     t.dirty.insert(c.key.clone());
@@ -990,7 +1081,7 @@ impl Layer for TxnLayer {
                 (locks::entry(dir, name), Mode::Exclusive),
             ],
         )?;
-        if owner.txn {
+        if owner.is_txn() {
             if self.lower.lookup(dir, name).is_ok() {
                 return Err(BackendError::Exists);
             }
@@ -1004,7 +1095,7 @@ impl Layer for TxnLayer {
             )?;
         }
         let m = self.lower.make_node(cx, dir, name, kind, attrs)?;
-        if owner.txn {
+        if owner.is_txn() {
             self.with_txn(owner, |t| {
                 t.dirty.insert(dir.clone());
                 // Only files and directories have anything to sync.
@@ -1032,7 +1123,7 @@ impl Layer for TxnLayer {
             )?;
             let (victim, vattrs) = self.lower.lookup(dir, name)?;
             self.lock_more(&mut g, owner, &[(locks::object(&victim), Mode::Exclusive)])?;
-            if !owner.txn {
+            if !owner.is_txn() {
                 return self.lower.remove(cx, dir, name);
             }
             if vattrs.ftype == FileType::Directory && self.is_nonempty_dir(&victim)? {
@@ -1076,7 +1167,7 @@ impl Layer for TxnLayer {
                 objs.push((locks::object(v), Mode::Exclusive));
             }
             self.lock_more(&mut g, owner, &objs)?;
-            if !owner.txn {
+            if !owner.is_txn() {
                 return self.lower.rename(cx, from_dir, from, to_dir, to);
             }
             let same = victim.as_ref().is_some_and(|(v, _)| *v == moved);
@@ -1128,7 +1219,7 @@ impl Layer for TxnLayer {
                 (locks::object(file), Mode::Exclusive),
             ],
         )?;
-        if owner.txn {
+        if owner.is_txn() {
             if self.lower.lookup(dir, name).is_ok() {
                 return Err(BackendError::Exists);
             }
@@ -1164,7 +1255,7 @@ impl Layer for TxnLayer {
                 (locks::object(dst), Mode::Exclusive),
             ],
         )?;
-        if owner.txn {
+        if owner.is_txn() {
             let n = if len == 0 {
                 self.lower.getattr(src)?.size.saturating_sub(src_off)
             } else {
