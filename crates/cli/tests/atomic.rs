@@ -1,0 +1,170 @@
+//! `--atomic` of the real `txnfs` binary's cp, rm, mv and mkdir against `txnfs serve`
+//! (with transactions, the default, and with `--no-txn`). Outcomes are checked on the
+//! host, in the server's export directory: whole trees, exact bytes, nothing left over
+//! after a failure.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+use txnfs_e2e::{ServerGuard, ServerKind};
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_txnfs")
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(bin())
+        .args(args)
+        .env("TXNFS_PROGRESS", "0")
+        .output()
+        .expect("run txnfs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[track_caller]
+fn ok(o: Output) {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstderr:\n{}",
+        o.status.code(),
+        stderr(&o)
+    );
+}
+
+/// `txnfs serve` (with transactions) of a fresh export directory.
+fn txnfs() -> ServerGuard {
+    // The harness runs $TXNFS_BIN: the binary under test.
+    std::env::set_var("TXNFS_BIN", bin());
+    ServerGuard::start(ServerKind::Txnfs)
+}
+
+fn url(s: &ServerGuard, rel: &str) -> String {
+    format!("nfs://127.0.0.1:{}/{rel}", s.port())
+}
+
+/// A small local tree: nested directories, files (one empty), a symlink.
+fn make_tree(root: &Path) {
+    std::fs::create_dir_all(root.join("sub/deeper")).unwrap();
+    std::fs::write(root.join("a.txt"), b"alpha\n").unwrap();
+    std::fs::write(root.join("empty"), b"").unwrap();
+    std::fs::write(root.join("sub/b.bin"), vec![0xabu8; 40_000]).unwrap();
+    std::fs::write(root.join("sub/deeper/c"), b"see").unwrap();
+    std::os::unix::fs::symlink("sub/b.bin", root.join("link")).unwrap();
+}
+
+#[test]
+fn cp_r_atomic_copies_a_tree_and_rm_r_atomic_removes_it() {
+    let s = txnfs();
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("tree");
+    make_tree(&src);
+    ok(run(&[
+        "cp",
+        "-R",
+        "--atomic",
+        src.to_str().unwrap(),
+        &url(&s, "copy"),
+    ]));
+    let dst = s.export_dir().join("copy");
+    for f in ["a.txt", "empty", "sub/b.bin", "sub/deeper/c"] {
+        assert_eq!(
+            std::fs::read(dst.join(f)).unwrap(),
+            std::fs::read(src.join(f)).unwrap(),
+            "{f}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_link(dst.join("link")).unwrap(),
+        Path::new("sub/b.bin")
+    );
+    // Into an existing directory (the copy lands under its name, as cp does).
+    std::fs::create_dir(s.export_dir().join("into")).unwrap();
+    ok(run(&[
+        "cp",
+        "-R",
+        "--atomic",
+        src.to_str().unwrap(),
+        &url(&s, "into/"),
+    ]));
+    assert_eq!(
+        std::fs::read(s.export_dir().join("into/tree/sub/deeper/c")).unwrap(),
+        b"see"
+    );
+    ok(run(&["rm", "-r", "--atomic", &url(&s, "copy")]));
+    assert!(!dst.exists(), "the whole tree is gone");
+    ok(run(&[
+        "mkdir",
+        "-p",
+        "--atomic",
+        &url(&s, "m/n/o"),
+        &url(&s, "m/p"),
+    ]));
+    assert!(s.export_dir().join("m/n/o").is_dir() && s.export_dir().join("m/p").is_dir());
+}
+
+#[test]
+fn mv_atomic_onto_a_missing_parent_fails_and_changes_nothing() {
+    let s = txnfs();
+    std::fs::write(s.export_dir().join("a"), b"A").unwrap();
+    std::fs::write(s.export_dir().join("b"), b"B").unwrap();
+    std::fs::create_dir(s.export_dir().join("d")).unwrap();
+    // Two sources into a directory: fine, both move.
+    ok(run(&[
+        "mv",
+        "--atomic",
+        &url(&s, "a"),
+        &url(&s, "b"),
+        &url(&s, "d/"),
+    ]));
+    assert_eq!(std::fs::read(s.export_dir().join("d/a")).unwrap(), b"A");
+    assert_eq!(std::fs::read(s.export_dir().join("d/b")).unwrap(), b"B");
+    // Onto a missing parent: the command fails with a clear message, nothing moves.
+    let o = run(&["mv", "--atomic", &url(&s, "d"), &url(&s, "nope/d")]);
+    assert_eq!(o.status.code(), Some(1), "stderr:\n{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("mv --atomic")
+            && e.contains("rename \"d\" to \"nope/d\"")
+            && e.contains("NFS4ERR_NOENT")
+            && e.contains("nothing was changed"),
+        "{e}"
+    );
+    assert!(s.export_dir().join("d/a").is_file() && !s.export_dir().join("nope").exists());
+}
+
+#[test]
+fn atomic_commands_fail_clearly_on_a_server_without_transactions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = common::free_port();
+    let mut child = common::spawn_serve(tmp.path(), port, &["--no-txn", "--no-rpcbind"], false);
+    common::wait_listening(port);
+    let base = format!("nfs://127.0.0.1:{port}");
+    let src = tmp.path().join("tree");
+    make_tree(&src);
+    let runs = [
+        run(&["mkdir", "-p", "--atomic", &format!("{base}/x/y")]),
+        run(&[
+            "cp",
+            "-R",
+            "--atomic",
+            src.to_str().unwrap(),
+            &format!("{base}/copy"),
+        ]),
+    ];
+    for o in &runs {
+        assert_eq!(o.status.code(), Some(1), "stderr:\n{}", stderr(o));
+        assert!(
+            stderr(o).contains("does not run transactional COMPOUNDs")
+                && stderr(o).contains("nothing was changed"),
+            "{}",
+            stderr(o)
+        );
+    }
+    let export = tmp.path().join("export");
+    assert!(!export.join("x").exists() && !export.join("copy").exists());
+    common::terminate(&mut child);
+}
