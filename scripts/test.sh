@@ -5,8 +5,9 @@
 #      and a short deterministic-simulation sweep),
 #   3. a longer simulation sweep over other seeds (`txnfs-sim`, ADR 0010),
 #      then the Python client nfs4fs against txnfs and NFS-Ganesha (tests/nfs4fs),
-#   4. the backend's range-clone tests on Btrfs and XFS loop images (reflink; needs root
-#      and loop devices, skipped with a loud notice where there are none),
+#   4. the backend's range-clone and transaction-undo tests on Btrfs and XFS loop images
+#      (reflink on and off; needs root and loop devices, skipped with a loud notice
+#      where there are none),
 #   5. the real Linux kernel NFSv4.1 client in a QEMU guest against `txnfs serve`,
 #      with a tshark check of the captured traffic.
 # Set TXNFS_SKIP_VM=1 to skip step 5 (it needs ~4 minutes under TCG emulation).
@@ -73,6 +74,8 @@ bash tests/nfs4fs/run.sh --bin "$PWD/target/debug/txnfs"
 step "range clones on Btrfs and XFS loop images"
 if [ "$(id -u)" = 0 ] && losetup -f >/dev/null 2>&1; then
   cargo test -p txnfs-backend --test local -- --ignored clone_range_reflinks
+  # Transactions undone on XFS (reflink on and off) and Btrfs (ADR 0021).
+  cargo test -p txnfs-backend --test txn -- --ignored every_change_undone_on
 else
   echo "SKIPPED: reflink tests need root and a free loop device (losetup -f failed)" >&2
 fi

@@ -157,12 +157,43 @@ impl LayerRegistry {
         }
     }
 
-    /// The layers every server knows: `local` (a directory, the export's `path`) and
-    /// `memory` (volatile; parameters `max_file_size` and `max_bytes`).
+    /// The layers every server knows: `local` (a directory, the export's `path`),
+    /// `memory` (volatile; parameters `max_file_size` and `max_bytes`) and `txn`
+    /// (transactional COMPOUNDs, ADR 0021; parameters `lock_wait_ms`, `sync_undo=on|off`,
+    /// `journal=disk|memory`).
     pub fn builtin() -> Self {
         let mut r = Self::empty();
         r.register_base("local", |a: &LayerArgs| {
             Ok(Arc::new(LocalBackend::open(&a.path)?) as Arc<dyn Backend>)
+        });
+        r.register_layer("txn", |lower, a: &LayerArgs| {
+            let mut settings = crate::txn::TxnSettings::default();
+            let mut journal = true;
+            for (k, v) in &a.params {
+                match (k.as_str(), v.as_str()) {
+                    ("lock_wait_ms", v) => {
+                        let ms = v.parse().map_err(|_| BackendError::Inval)?;
+                        settings.lock_wait = std::time::Duration::from_millis(ms);
+                    }
+                    ("sync_undo", "on" | "true" | "1") => settings.sync_undo = true,
+                    ("sync_undo", "off" | "false" | "0") => settings.sync_undo = false,
+                    // A volatile store below needs no journal on disk: nothing it holds
+                    // outlives the process, so there is nothing to recover.
+                    ("journal", "memory") => journal = false,
+                    ("journal", "disk") => journal = true,
+                    _ => return Err(BackendError::Inval),
+                }
+            }
+            let path = a
+                .state
+                .as_ref()
+                .filter(|_| journal)
+                .map(|d| d.join("txn.journal"));
+            Ok(Arc::new(crate::txn::TxnLayer::open(
+                lower,
+                path.as_deref(),
+                settings,
+            )?) as Arc<dyn Backend>)
         });
         r.register_base("memory", |a: &LayerArgs| {
             let mut lim = MemoryLimits::default();

@@ -19,6 +19,7 @@ pub mod layer;
 pub mod local;
 pub mod memory;
 mod reflink;
+pub mod txn;
 
 /// Opaque, restart-stable identity of an object inside one backend (at most
 /// [`MAX_KEY_LEN`] bytes).
@@ -388,9 +389,12 @@ macro_rules! with_backend_methods {
                     Ok(())
                 }
                 /// The COMPOUND of `cx` is done (`ok`: every op succeeded). Called once for every
-                /// successful `begin_compound`, before the reply is sent or cached.
-                fn end_compound(&self, cx: &OpCtx, ok: bool) {
+                /// successful `begin_compound`, before the reply is sent or cached. An error
+                /// says a transaction (`cx.txn`) asked to commit could not be made durable
+                /// and was rolled back: the server reports the COMPOUND as failed.
+                fn end_compound(&self, cx: &OpCtx, ok: bool) -> Result<()> {
                     let _ = (cx, ok);
+                    Ok(())
                 }
             }
         }

@@ -72,7 +72,7 @@ fn a_layer_sees_contexts_and_forwards_the_rest() {
     assert_eq!(&b.read(&f, 0, 10).unwrap().0[..], b"abcd");
     // Default hooks forward too (the memory backend accepts every COMPOUND).
     b.begin_compound(&ctx(3)).unwrap();
-    b.end_compound(&ctx(3), true);
+    b.end_compound(&ctx(3), true).unwrap();
 }
 
 #[test]
@@ -105,15 +105,16 @@ fn registry_builds_stacks_and_names_the_known_layers() {
     let tmp = std::path::Path::new("/nonexistent");
     let b = reg.build(&["memory"], tmp).unwrap();
     assert!(b.root().is_ok());
-    let e = reg.build(&["txn", "memory"], tmp).err().unwrap();
+    assert!(reg.build(&["txn", "memory"], tmp).is_ok());
+    let e = reg.build(&["zip", "memory"], tmp).err().unwrap();
     assert_eq!(
         e,
         StackError::Unknown {
-            name: "txn".into(),
-            known: "local, memory".into()
+            name: "zip".into(),
+            known: "local, memory, txn".into()
         }
     );
-    assert!(e.to_string().contains("known layers: local, memory"));
+    assert!(e.to_string().contains("known layers: local, memory, txn"));
     assert!(matches!(
         reg.build::<&str>(&[], tmp),
         Err(StackError::Empty { .. })

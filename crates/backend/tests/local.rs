@@ -4,10 +4,9 @@
 mod common;
 
 use std::os::unix::fs::symlink;
-use std::path::Path;
-use std::process::Command;
 
 use bytes::Bytes;
+use common::mounts::{LoopFs, Mounted};
 use common::*;
 use txnfs_backend::local::LocalBackend;
 use txnfs_backend::{
@@ -172,33 +171,6 @@ fn exclusive_verifier_lives_in_atime_mtime() {
     }
 }
 
-/// Runs `mount` (as root) and unmounts on drop.
-struct Mounted(std::path::PathBuf);
-
-impl Mounted {
-    /// Mounts or fails the test: these tests need root (the server runs as root too),
-    /// and a test that quietly skipped its checks would pass without testing anything.
-    fn new(args: &[&str], target: &Path) -> Self {
-        let out = Command::new("mount").args(args).arg(target).output();
-        match out {
-            Ok(o) if o.status.success() => Mounted(target.to_path_buf()),
-            Ok(o) => panic!(
-                "mount {args:?} {} failed (run the tests as root): {}",
-                target.display(),
-                String::from_utf8_lossy(&o.stderr)
-            ),
-            Err(e) => panic!("cannot run mount: {e}"),
-        }
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        // Not lazy: a loop device is released only when its file system is unmounted.
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
-}
-
 #[test]
 fn mount_points_are_xdev() {
     let dir = tempfile::tempdir().unwrap();
@@ -332,42 +304,6 @@ fn clone_range_copies_without_reflink_support() {
         b.clone_range(&cx, &src, 0, &src, 4096, 8192).unwrap_err(),
         BackendError::Inval
     );
-}
-
-/// A file-backed loop device with a fresh file system, mounted under a temp dir;
-/// unmounting on drop also frees the loop device (`mount -o loop` sets autoclear).
-struct LoopFs {
-    // Fields drop in order: unmount first, then remove the mount point and the image.
-    _mounted: Mounted,
-    mnt: tempfile::TempDir,
-    _image: tempfile::TempDir,
-}
-
-impl LoopFs {
-    fn new(mkfs: &str, size: &str) -> Self {
-        let image_dir = tempfile::tempdir().unwrap();
-        let image = image_dir.path().join("fs.img");
-        let ok = Command::new("truncate")
-            .args(["-s", size])
-            .arg(&image)
-            .status()
-            .unwrap();
-        assert!(ok.success(), "truncate failed");
-        let out = Command::new(mkfs).arg("-q").arg(&image).output();
-        match out {
-            Ok(o) if o.status.success() => {}
-            Ok(o) => panic!("{mkfs} failed: {}", String::from_utf8_lossy(&o.stderr)),
-            Err(e) => panic!("{mkfs} not runnable ({e}): apt-get install btrfs-progs xfsprogs"),
-        }
-        let mnt = tempfile::tempdir().unwrap();
-        let image = image.to_string_lossy().into_owned();
-        let mounted = Mounted::new(&["-o", "loop", &image], mnt.path());
-        LoopFs {
-            _mounted: mounted,
-            mnt,
-            _image: image_dir,
-        }
-    }
 }
 
 fn reflink_on(mkfs: &str, size: &str) {

@@ -347,10 +347,10 @@ mod tests {
 
     #[test]
     fn unknown_layer_lists_the_known_ones() {
-        let f = config_file("[[exports]]\nname = \"/m\"\nlayers = [\"txn\", \"memory\"]\n");
+        let f = config_file("[[exports]]\nname = \"/m\"\nlayers = [\"zip\", \"memory\"]\n");
         let err = build_config(&args(&["--config", f.path().to_str().unwrap()])).unwrap_err();
         let msg = format!("{err:#}");
-        assert!(msg.contains("unknown layer \"txn\""), "{msg}");
-        assert!(msg.contains("local, memory"), "{msg}");
+        assert!(msg.contains("unknown layer \"zip\""), "{msg}");
+        assert!(msg.contains("local, memory, txn"), "{msg}");
     }
 }

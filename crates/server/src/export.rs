@@ -110,7 +110,12 @@ fn with_txn_layer(c: &ExportConfig) -> ExportConfig {
         .iter()
         .any(|n| n.split(':').next().unwrap_or(n).trim() == "txn");
     if c.prebuilt.is_none() && !has_txn && matches!(c.backend.bottom(), Some("local" | "memory")) {
-        let mut v: Vec<String> = vec!["txn".into()];
+        let top = if c.backend.bottom() == Some("memory") {
+            "txn:journal=memory"
+        } else {
+            "txn"
+        };
+        let mut v: Vec<String> = vec![top.into()];
         v.extend(names.iter().map(|n| n.to_string()));
         c.backend = crate::config::LayerStack::of(v);
     }
@@ -352,6 +357,11 @@ impl CompoundScope {
         if self.entered.iter().any(|e| e.id == export.id) {
             return Ok(());
         }
+        if self.ctx.txn && !self.entered.is_empty() {
+            // One export's layer makes a transaction atomic; two could not commit as
+            // one (ADR 0021).
+            return Err(BackendError::XDev);
+        }
         if self.entered.is_empty() {
             self.ctx.creds = creds.clone();
             self.ctx.client = client;
@@ -373,12 +383,17 @@ impl CompoundScope {
     }
 
     /// Ends the COMPOUND on every entered export (`ok`: every op succeeded), in the
-    /// reverse order of entering.
-    pub fn finish(&mut self, ok: bool) {
+    /// reverse order of entering. An error: a transaction could not commit (it was
+    /// rolled back), so the COMPOUND must be reported as failed.
+    pub fn finish(&mut self, ok: bool) -> Result<(), BackendError> {
         self.finished = true;
+        let mut r = Ok(());
         while let Some(e) = self.entered.pop() {
-            e.backend.end_compound(&self.ctx, ok);
+            if let Err(err) = e.backend.end_compound(&self.ctx, ok) {
+                r = Err(err);
+            }
         }
+        r
     }
 }
 
@@ -387,7 +402,7 @@ impl Drop for CompoundScope {
     /// complete: its exports see it end as failed.
     fn drop(&mut self) {
         if !self.finished {
-            self.finish(false);
+            let _ = self.finish(false);
         }
     }
 }
@@ -458,7 +473,7 @@ mod tests {
             msg.contains("\"/b\"") && msg.contains("unknown layer \"lcoal\""),
             "{msg}"
         );
-        assert!(msg.contains("known layers: local, memory"), "{msg}");
+        assert!(msg.contains("known layers: local, memory, txn"), "{msg}");
         // A prebuilt backend is used as handed in, whatever the stack says.
         let pre = ExportConfig {
             prebuilt: Some(crate::config::PrebuiltBackend(Arc::new(

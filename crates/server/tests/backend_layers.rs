@@ -41,11 +41,12 @@ impl Layer for Journal {
         self.events.lock().unwrap().push(Event::Begin(cx.compound));
         Ok(())
     }
-    fn end_compound(&self, cx: &OpCtx, ok: bool) {
+    fn end_compound(&self, cx: &OpCtx, ok: bool) -> Result<()> {
         self.events
             .lock()
             .unwrap()
             .push(Event::End(cx.compound, ok));
+        Ok(())
     }
     fn remove(&self, cx: &OpCtx, dir: &FileKey, name: &[u8]) -> Result<DirChange> {
         self.events.lock().unwrap().push(Event::Remove(cx.compound));

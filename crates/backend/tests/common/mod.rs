@@ -5,6 +5,8 @@
 // Each test crate uses its own subset.
 #![allow(dead_code)]
 
+pub mod mounts;
+
 use bytes::Bytes;
 use txnfs_backend::{
     Backend, CreateMode, Created, Creds, FileKey, FileType, Made, NodeKind, OpCtx, Result,

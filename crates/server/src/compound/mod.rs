@@ -219,6 +219,9 @@ pub fn execute_as(
     let mut slot: Option<(Arc<Session>, u32)> = None;
     let mut cache_limit = usize::MAX;
     let mut cachethis = false;
+    // Where the last op's result starts, and its table entry: a transaction that fails
+    // to commit is reported as that op failing with NFS4ERR_IO.
+    let mut last_op = None;
 
     for i in 0..nops {
         let opnum = match txnfs_xdr::get_u32(&mut src.clone()) {
@@ -333,6 +336,7 @@ pub fn execute_as(
             }
         };
         done += 1;
+        last_op = Some((before, entry));
         // Reply size limits, checked on the real encoding (for ops that modify state
         // this only trips if their table bound is wrong).
         let limit = if cachethis {
@@ -366,7 +370,16 @@ pub fn execute_as(
         }
     }
 
-    c.scope.finish(status == nfsstat4::NFS4_OK);
+    if let Err(e) = c.scope.finish(status == nfsstat4::NFS4_OK) {
+        // Only a transaction asked to commit fails here, and it was rolled back: its
+        // last op takes the blame, so the reply says that nothing happened.
+        tracing::error!("transaction not committed: {e}");
+        if let Some((at, entry)) = last_op {
+            out.truncate(at);
+            entry.encode_error(&mut out, nfsstat4::NFS4ERR_IO);
+            status = nfsstat4::NFS4ERR_IO;
+        }
+    }
     out[..4].copy_from_slice(&(status as i32).to_be_bytes());
     out[count_at..count_at + 4].copy_from_slice(&done.to_be_bytes());
     let reply = out.freeze();

@@ -214,6 +214,25 @@ impl Session {
         opened_stateid_and_fh(&r)
     }
 
+    /// Like `run`, as a transactional COMPOUND (procedure `PROC_TXN_COMPOUND`): the RPC
+    /// outcome, so a test can see PROC_UNAVAIL.
+    pub async fn run_txn(
+        &mut self,
+        ops: Vec<nfs_argop4>,
+    ) -> Result<COMPOUND4res, txnfs_rpc::RpcError> {
+        let b = self.next(ops);
+        self.call_txn(b).await
+    }
+
+    /// Sends encoded COMPOUND args as a transactional COMPOUND (retransmissions too).
+    pub async fn call_txn(&self, args: Bytes) -> Result<COMPOUND4res, txnfs_rpc::RpcError> {
+        let b = self
+            .cl
+            .call(100003, 4, txnfs_proto::PROC_TXN_COMPOUND, args)
+            .await?;
+        Ok(COMPOUND4res::from_bytes(b).expect("reply decodes"))
+    }
+
     /// Like `run`, but SEQUENCE asks the server not to cache the reply.
     pub async fn run_uncached(&mut self, ops: Vec<nfs_argop4>) -> COMPOUND4res {
         self.seq += 1;

@@ -1,0 +1,320 @@
+//! The `txn` layer's write-ahead journal (ADR 0021): one append-only file per export.
+//!
+//! Every undo entry is appended (a `write`, no fsync) *before* the change it undoes, so
+//! after a `kill -9` the page cache holds every entry of every change made. A
+//! transaction ends with a `Commit` or `Aborted` record, and the transaction's locks are
+//! released only once that record is on stable storage. Concurrent transactions share
+//! those fsyncs (group commit: one `fdatasync` covers every record written before it).
+//!
+//! Layout: a header (magic, generation) and records `[len u32][checksum u64][payload]`,
+//! payload = `[generation u64][txid u64][kind u8][entry]`. Reading stops at the first
+//! record that is torn, fails its checksum, or carries another generation: when no
+//! transaction is open the journal is rewound (the header rewritten with the next
+//! generation and appends restart after it), and the older records that remain past
+//! the new end are ignored that way.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use super::undo::Undo;
+
+const MAGIC: &[u8; 8] = b"TXNFSJ01";
+const HEADER_LEN: u64 = 16;
+/// Rewind once the journal is this long and no transaction is open.
+const REWIND_AT: u64 = 4 << 20;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// How to undo one change of transaction `txid` (written before the change).
+    Undo(Undo),
+    /// The transaction committed: its changes stay, its backups may go.
+    Commit,
+    /// The transaction was rolled back completely.
+    Aborted,
+    /// One more of the transaction's undo entries (counting from its last) has been
+    /// applied: a rollback cut short carries on after it, never redoing older steps,
+    /// whose effects later steps may have built on.
+    Undone,
+}
+
+/// A transaction's records as found by [`Journal::open`].
+#[derive(Debug, Default)]
+pub struct Found {
+    pub txid: u64,
+    pub undo: Vec<Undo>,
+    pub committed: bool,
+    pub aborted: bool,
+    /// How many of the last undo entries were applied already.
+    pub undone: usize,
+}
+
+fn checksum(b: &[u8]) -> u64 {
+    // FNV-1a: detects torn and stale records; not a defence against an adversary (the
+    // journal lives in the server's private state directory).
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &x in b {
+        h ^= u64::from(x);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+struct Inner {
+    /// `None`: a journal in memory (exports without a state directory), which needs no
+    /// durability because nothing it protects survives the process either.
+    file: Option<Arc<File>>,
+    generation: u64,
+    /// Where the next record goes.
+    end: u64,
+    /// Transactions that wrote a record and have not yet synced their last one.
+    open: usize,
+}
+
+struct Sync {
+    /// Everything before this offset is on stable storage.
+    durable: u64,
+    running: bool,
+}
+
+pub struct Journal {
+    inner: Mutex<Inner>,
+    sync: Mutex<Sync>,
+    synced: Condvar,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Journal {
+    /// A journal that lives in memory only.
+    pub fn in_memory() -> Self {
+        Self::with(None, 1, HEADER_LEN)
+    }
+
+    fn with(file: Option<Arc<File>>, generation: u64, end: u64) -> Self {
+        Journal {
+            inner: Mutex::new(Inner {
+                file,
+                generation,
+                end,
+                open: 0,
+            }),
+            sync: Mutex::new(Sync {
+                durable: end,
+                running: false,
+            }),
+            synced: Condvar::new(),
+        }
+    }
+
+    /// Opens (or creates) the journal at `path` and returns the transactions it holds,
+    /// oldest first. The caller recovers them, then calls [`Journal::rewind`].
+    pub fn open(path: &Path) -> io::Result<(Journal, Vec<Found>)> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        let mut buf = Vec::new();
+        file.read_to_end(&mut buf)?;
+        let (generation, found, end) = parse(&buf);
+        Ok((Journal::with(Some(Arc::new(file)), generation, end), found))
+    }
+
+    /// Starts a new generation at the head of the file (durably): the records before
+    /// are forgotten. Only when no transaction is open.
+    pub fn rewind(&self) -> io::Result<()> {
+        let mut inner = lock(&self.inner);
+        self.rewind_locked(&mut inner)
+    }
+
+    fn rewind_locked(&self, inner: &mut Inner) -> io::Result<()> {
+        debug_assert_eq!(inner.open, 0);
+        inner.generation += 1;
+        if let Some(f) = &inner.file {
+            let mut h = Vec::with_capacity(HEADER_LEN as usize);
+            h.extend_from_slice(MAGIC);
+            h.extend_from_slice(&inner.generation.to_be_bytes());
+            f.write_all_at(&h, 0)?;
+            f.sync_data()?;
+        }
+        inner.end = HEADER_LEN;
+        lock(&self.sync).durable = HEADER_LEN;
+        Ok(())
+    }
+
+    /// Appends one record of `txid` (`first`: its first record, which opens it) and
+    /// returns the offset its durability must reach.
+    pub fn append(&self, txid: u64, rec: &Record, first: bool) -> io::Result<u64> {
+        let mut inner = lock(&self.inner);
+        let mut payload = BytesMut::with_capacity(64);
+        payload.put_u64(inner.generation);
+        payload.put_u64(txid);
+        match rec {
+            Record::Undo(u) => {
+                payload.put_u8(0);
+                u.encode(&mut payload);
+            }
+            Record::Commit => payload.put_u8(1),
+            Record::Aborted => payload.put_u8(2),
+            Record::Undone => payload.put_u8(3),
+        }
+        let mut out = BytesMut::with_capacity(payload.len() + 12);
+        out.put_u32(payload.len() as u32);
+        out.put_u64(checksum(&payload));
+        out.put_slice(&payload);
+        if let Some(f) = &inner.file {
+            f.write_all_at(&out, inner.end)?;
+        }
+        inner.end += out.len() as u64;
+        if first {
+            inner.open += 1;
+        }
+        Ok(inner.end)
+    }
+
+    /// Waits until everything before `offset` is on stable storage; one caller at a
+    /// time runs the fdatasync, the others wait for it and usually find their records
+    /// covered.
+    pub fn sync_to(&self, offset: u64) -> io::Result<()> {
+        let mut s = lock(&self.sync);
+        loop {
+            if s.durable >= offset {
+                return Ok(());
+            }
+            if !s.running {
+                s.running = true;
+                drop(s);
+                let (file, end) = {
+                    let inner = lock(&self.inner);
+                    (inner.file.clone(), inner.end)
+                };
+                let r = match file {
+                    Some(f) => f.sync_data(),
+                    None => Ok(()),
+                };
+                s = lock(&self.sync);
+                s.running = false;
+                if r.is_ok() {
+                    s.durable = s.durable.max(end);
+                }
+                self.synced.notify_all();
+                r?;
+            } else {
+                s = self.synced.wait(s).unwrap_or_else(|p| p.into_inner());
+            }
+        }
+    }
+
+    /// A transaction's last record is durable: it is no longer open. Rewinds the
+    /// journal when it has grown long and nothing is open.
+    pub fn close_txn(&self) {
+        let mut inner = lock(&self.inner);
+        inner.open = inner.open.saturating_sub(1);
+        if inner.open == 0 && inner.end >= REWIND_AT {
+            if let Err(e) = self.rewind_locked(&mut inner) {
+                tracing::warn!("txn journal: rewind failed ({e}); it keeps growing");
+            }
+        }
+    }
+}
+
+/// The generation, the transactions and the end of the valid records in `buf`.
+fn parse(buf: &[u8]) -> (u64, Vec<Found>, u64) {
+    if buf.len() < HEADER_LEN as usize || &buf[..8] != MAGIC {
+        return (0, Vec::new(), HEADER_LEN);
+    }
+    let generation = u64::from_be_bytes(buf[8..16].try_into().unwrap_or_default());
+    let mut found: Vec<Found> = Vec::new();
+    let mut at = HEADER_LEN as usize;
+    while let Some(head) = buf.get(at..at + 12) {
+        let len = u32::from_be_bytes(head[..4].try_into().unwrap_or_default()) as usize;
+        let sum = u64::from_be_bytes(head[4..12].try_into().unwrap_or_default());
+        let Some(payload) = buf.get(at + 12..at + 12 + len) else {
+            break;
+        };
+        if checksum(payload) != sum {
+            break;
+        }
+        let mut p = Bytes::copy_from_slice(payload);
+        if p.remaining() < 17 || p.get_u64() != generation {
+            break;
+        }
+        let txid = p.get_u64();
+        let kind = p.get_u8();
+        let i = match found.iter().position(|f| f.txid == txid) {
+            Some(i) => i,
+            None => {
+                found.push(Found {
+                    txid,
+                    ..Found::default()
+                });
+                found.len() - 1
+            }
+        };
+        match kind {
+            0 => match Undo::decode(&mut p) {
+                Some(u) => found[i].undo.push(u),
+                None => break,
+            },
+            1 => found[i].committed = true,
+            2 => found[i].aborted = true,
+            3 => found[i].undone += 1,
+            _ => break,
+        }
+        at += 12 + len;
+    }
+    (generation, found, at as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn undo(n: u8) -> Undo {
+        Undo::Unlink {
+            dir: Bytes::from(vec![n]),
+            name: Bytes::from_static(b"x"),
+        }
+    }
+
+    #[test]
+    fn records_survive_reopening_and_a_torn_tail_is_ignored() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("j");
+        let (j, found) = Journal::open(&p).unwrap();
+        assert!(found.is_empty());
+        j.rewind().unwrap();
+        j.append(5, &Record::Undo(undo(1)), true).unwrap();
+        j.append(6, &Record::Undo(undo(2)), true).unwrap();
+        let end = j.append(5, &Record::Commit, false).unwrap();
+        j.sync_to(end).unwrap();
+        drop(j);
+        // A torn record at the end.
+        let mut bytes = std::fs::read(&p).unwrap();
+        bytes.extend_from_slice(&[0, 0, 0, 40, 1, 2, 3]);
+        std::fs::write(&p, &bytes).unwrap();
+        let (j, found) = Journal::open(&p).unwrap();
+        assert_eq!(found.len(), 2);
+        assert_eq!((found[0].txid, found[0].committed), (5, true));
+        assert_eq!(found[0].undo, vec![undo(1)]);
+        assert_eq!((found[1].txid, found[1].committed), (6, false));
+        // After a rewind the old records are gone even though their bytes remain.
+        j.rewind().unwrap();
+        j.append(7, &Record::Aborted, true).unwrap();
+        drop(j);
+        let (_, found) = Journal::open(&p).unwrap();
+        assert_eq!(found.len(), 1);
+        assert!(found[0].aborted && found[0].txid == 7);
+    }
+}

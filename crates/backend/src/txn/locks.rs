@@ -1,0 +1,316 @@
+//! The lock manager of the `txn` layer: isolation between transactions, and between
+//! transactions and plain COMPOUNDs (ADR 0021).
+//!
+//! Locks name objects (a [`FileKey`]) and directory entries (a directory's key and a
+//! name), hashed to 64 bits: a collision only makes two unrelated things conflict, which
+//! costs a retry, never correctness. Three modes:
+//! - `Shared`: reading an object or looking a name up;
+//! - `Intent`: changing some entries of a directory (compatible with other `Intent`s, so
+//!   two transactions can create different names in one directory);
+//! - `Exclusive`: changing an object or an entry.
+//!
+//! A transaction keeps its locks until it commits or rolls back; a plain call holds its
+//! locks only while it runs. No deadlock, by construction: a plain call takes all its
+//! locks at once or none (it never waits while holding), and a transaction waits only
+//! for plain calls, or while it holds nothing yet; in every other conflict it gives up
+//! ([`Conflict`]), rolls back and the client retries after NFS4ERR_DELAY. Every wait is
+//! bounded.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::FileKey;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    Shared,
+    Intent,
+    Exclusive,
+}
+
+impl Mode {
+    fn compatible(self, other: Mode) -> bool {
+        matches!(
+            (self, other),
+            (Mode::Shared, Mode::Shared) | (Mode::Intent, Mode::Intent)
+        )
+    }
+}
+
+/// What a lock protects, hashed.
+pub type LockId = u64;
+
+/// The lock on an object.
+pub fn object(key: &FileKey) -> LockId {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    0u8.hash(&mut h);
+    key.hash(&mut h);
+    h.finish()
+}
+
+/// The lock on the entry `name` of directory `dir`.
+pub fn entry(dir: &FileKey, name: &[u8]) -> LockId {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    1u8.hash(&mut h);
+    dir.hash(&mut h);
+    name.hash(&mut h);
+    h.finish()
+}
+
+/// Who holds a lock: a transaction or a plain call, by its COMPOUND id (0 for calls
+/// made outside any COMPOUND, which never share locks with each other).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    pub id: u64,
+    pub txn: bool,
+}
+
+#[derive(Debug)]
+struct Holder {
+    owner: Owner,
+    mode: Mode,
+    count: u32,
+}
+
+#[derive(Default)]
+struct Shard {
+    held: Mutex<HashMap<LockId, Vec<Holder>>>,
+    released: Condvar,
+}
+
+const SHARDS: usize = 64;
+
+/// A lock could not be had in time (or a transaction holding locks met another
+/// transaction): the caller answers NFS4ERR_DELAY.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conflict;
+
+pub struct LockTable {
+    shards: Vec<Shard>,
+    /// How long a call may wait for a lock before it gives up.
+    max_wait: Duration,
+}
+
+/// How a conflicting holder set looks to a would-be taker.
+enum Blocked {
+    /// Only plain calls (or, for a plain taker, anyone) are in the way.
+    Waitable,
+    /// Another transaction is in the way of a transaction that holds locks.
+    Abort,
+}
+
+impl LockTable {
+    pub fn new(max_wait: Duration) -> Self {
+        LockTable {
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+            max_wait,
+        }
+    }
+
+    fn shard(&self, id: LockId) -> &Shard {
+        &self.shards[(id as usize) % SHARDS]
+    }
+
+    fn lock(shard: &Shard) -> MutexGuard<'_, HashMap<LockId, Vec<Holder>>> {
+        // The map stays consistent even if a holder panicked (every update is a single
+        // push or count change), so a poisoned mutex is still usable.
+        shard.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Tries to take `id` in `mode` for `owner`. `Err` says what is in the way.
+    fn try_take(&self, owner: Owner, id: LockId, mode: Mode, holding: bool) -> Result<(), Blocked> {
+        let shard = self.shard(id);
+        let mut held = Self::lock(shard);
+        let holders = held.entry(id).or_default();
+        let mut blocked = None;
+        for h in holders.iter() {
+            if h.owner == owner || h.mode.compatible(mode) {
+                continue;
+            }
+            if owner.txn && h.owner.txn && holding {
+                return Err(Blocked::Abort);
+            }
+            blocked = Some(Blocked::Waitable);
+        }
+        // (A conflict implies a holder, so no empty entry is left behind here.)
+        if let Some(b) = blocked {
+            return Err(b);
+        }
+        match holders
+            .iter_mut()
+            .find(|h| h.owner == owner && h.mode == mode)
+        {
+            Some(h) => h.count += 1,
+            None => holders.push(Holder {
+                owner,
+                mode,
+                count: 1,
+            }),
+        }
+        Ok(())
+    }
+
+    /// Gives back one take of `id` in `mode` by `owner`.
+    pub fn release(&self, owner: Owner, id: LockId, mode: Mode) {
+        let shard = self.shard(id);
+        let mut held = Self::lock(shard);
+        if let Some(holders) = held.get_mut(&id) {
+            if let Some(i) = holders
+                .iter()
+                .position(|h| h.owner == owner && h.mode == mode)
+            {
+                holders[i].count -= 1;
+                if holders[i].count == 0 {
+                    holders.swap_remove(i);
+                }
+            }
+            if holders.is_empty() {
+                held.remove(&id);
+            }
+        }
+        drop(held);
+        shard.released.notify_all();
+    }
+
+    /// Waits (at most until `deadline`) for a release in `id`'s shard.
+    fn wait(&self, id: LockId, deadline: Instant) -> bool {
+        let now = Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        let shard = self.shard(id);
+        let held = Self::lock(shard);
+        // A release between the failed try and this wait is missed; the timeout (short,
+        // capped below) bounds the cost of that.
+        let step = (deadline - now).min(Duration::from_millis(2));
+        let _ = shard.released.wait_timeout(held, step);
+        true
+    }
+
+    /// Takes every lock of `set` for `owner`, all or none. `holding` says whether the
+    /// owner (a transaction) already holds locks: then it never waits for another
+    /// transaction. On `Ok` the caller owns one take of each entry of `set`.
+    pub fn acquire(
+        &self,
+        owner: Owner,
+        set: &[(LockId, Mode)],
+        holding: bool,
+    ) -> Result<(), Conflict> {
+        let deadline = Instant::now() + self.max_wait;
+        loop {
+            let mut taken = 0;
+            let mut blocked_on = None;
+            for &(id, mode) in set {
+                match self.try_take(owner, id, mode, holding) {
+                    Ok(()) => taken += 1,
+                    Err(Blocked::Abort) => {
+                        self.release_set(owner, &set[..taken]);
+                        return Err(Conflict);
+                    }
+                    Err(Blocked::Waitable) => {
+                        blocked_on = Some(id);
+                        break;
+                    }
+                }
+            }
+            let Some(id) = blocked_on else {
+                return Ok(());
+            };
+            self.release_set(owner, &set[..taken]);
+            if !self.wait(id, deadline) {
+                return Err(Conflict);
+            }
+        }
+    }
+
+    /// Takes every lock of `set` for `owner` if that needs no waiting, all or none.
+    pub fn try_acquire(&self, owner: Owner, set: &[(LockId, Mode)]) -> bool {
+        for (taken, &(id, mode)) in set.iter().enumerate() {
+            if self.try_take(owner, id, mode, true).is_err() {
+                self.release_set(owner, &set[..taken]);
+                return false;
+            }
+        }
+        true
+    }
+
+    pub fn release_set(&self, owner: Owner, set: &[(LockId, Mode)]) {
+        for &(id, mode) in set {
+            self.release(owner, id, mode);
+        }
+    }
+
+    /// Locks currently held (for tests and leak checks).
+    pub fn held_count(&self) -> usize {
+        self.shards.iter().map(|s| Self::lock(s).len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(id: u64) -> Owner {
+        Owner { id, txn: true }
+    }
+    fn p(id: u64) -> Owner {
+        Owner { id, txn: false }
+    }
+
+    #[test]
+    fn modes_conflict_as_documented() {
+        let l = LockTable::new(Duration::from_millis(5));
+        assert_eq!(l.acquire(t(1), &[(7, Mode::Shared)], false), Ok(()));
+        assert_eq!(l.acquire(p(2), &[(7, Mode::Shared)], false), Ok(()));
+        assert_eq!(
+            l.acquire(p(3), &[(7, Mode::Exclusive)], false),
+            Err(Conflict)
+        );
+        assert_eq!(l.acquire(t(4), &[(8, Mode::Intent)], false), Ok(()));
+        assert_eq!(l.acquire(t(5), &[(8, Mode::Intent)], false), Ok(()));
+        assert_eq!(l.acquire(p(6), &[(8, Mode::Shared)], false), Err(Conflict));
+        // An owner never conflicts with itself, in any mode.
+        assert_eq!(
+            l.acquire(t(1), &[(7, Mode::Exclusive)], true),
+            Err(Conflict)
+        );
+        l.release(p(2), 7, Mode::Shared);
+        assert_eq!(l.acquire(t(1), &[(7, Mode::Exclusive)], true), Ok(()));
+        l.release_set(t(1), &[(7, Mode::Shared), (7, Mode::Exclusive)]);
+        l.release_set(t(4), &[(8, Mode::Intent)]);
+        l.release_set(t(5), &[(8, Mode::Intent)]);
+        assert_eq!(l.held_count(), 0);
+    }
+
+    #[test]
+    fn a_holding_transaction_gives_up_at_once_on_another_transaction() {
+        let l = LockTable::new(Duration::from_secs(5));
+        l.acquire(t(1), &[(1, Mode::Exclusive)], false).unwrap();
+        let start = Instant::now();
+        assert_eq!(
+            l.acquire(t(2), &[(1, Mode::Exclusive)], true),
+            Err(Conflict)
+        );
+        assert!(start.elapsed() < Duration::from_secs(1));
+    }
+
+    #[test]
+    fn all_or_none_and_a_waiter_gets_the_lock_once_released() {
+        let l = std::sync::Arc::new(LockTable::new(Duration::from_secs(5)));
+        l.acquire(t(1), &[(2, Mode::Exclusive)], false).unwrap();
+        // Blocked on 2: must not keep 1.
+        let l2 = l.clone();
+        let waiter = std::thread::spawn(move || {
+            l2.acquire(p(9), &[(1, Mode::Exclusive), (2, Mode::Exclusive)], false)
+        });
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(l.acquire(t(3), &[(1, Mode::Exclusive)], false), Ok(()));
+        l.release(t(3), 1, Mode::Exclusive);
+        l.release(t(1), 2, Mode::Exclusive);
+        assert_eq!(waiter.join().unwrap(), Ok(()));
+        l.release_set(p(9), &[(1, Mode::Exclusive), (2, Mode::Exclusive)]);
+        assert_eq!(l.held_count(), 0);
+    }
+}

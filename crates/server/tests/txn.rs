@@ -1,0 +1,260 @@
+//! Transactional COMPOUNDs over TCP (ADR 0021): procedure `PROC_TXN_COMPOUND` runs the
+//! COMPOUND all or nothing; a failing op leaves no trace of the ops before it, a
+//! committed one is all there, a retransmission is answered from the reply cache, and a
+//! server with transactions off answers PROC_UNAVAIL.
+
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use txnfs_server::nfs::*;
+use txnfs_server::{BackendKind, Config, ExportConfig};
+
+/// The "current stateid" (RFC 8881 §16.2.3.1.2): the OPEN's, inside one COMPOUND.
+fn current_sid() -> stateid4 {
+    stateid4 {
+        seqid: 1,
+        other: [0; 12],
+    }
+}
+
+fn read(sid: &stateid4, count: u32) -> nfs_argop4 {
+    nfs_argop4::OP_READ(READ4args {
+        stateid: sid.clone(),
+        offset: 0,
+        count,
+    })
+}
+
+/// fattr4 setting `size` (FATTR4_SIZE is bit 4).
+fn size_attr(size: u64) -> fattr4 {
+    fattr4 {
+        attrmask: vec![1 << 4],
+        attr_vals: Bytes::copy_from_slice(&size.to_be_bytes()),
+    }
+}
+
+fn anon() -> stateid4 {
+    stateid4 {
+        seqid: 0,
+        other: [0; 12],
+    }
+}
+
+/// Does `path` (components from the root) exist, as a plain COMPOUND sees it?
+async fn exists(s: &mut Session, path: &[&str]) -> bool {
+    let mut ops = vec![nfs_argop4::OP_PUTROOTFH];
+    ops.extend(path.iter().map(|c| lookup(c)));
+    let r = s.run(ops).await;
+    match r.status {
+        nfsstat4::NFS4_OK => true,
+        nfsstat4::NFS4ERR_NOENT => false,
+        other => panic!("lookup {path:?}: {other:?}"),
+    }
+}
+
+async fn contents(s: &mut Session, name: &str) -> Bytes {
+    let r = s
+        .run(vec![
+            nfs_argop4::OP_PUTROOTFH,
+            lookup(name),
+            read(&anon(), 1 << 16),
+        ])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    let Some(nfs_resop4::OP_READ(READ4res::NFS4_OK(ok))) = r.resarray.last() else {
+        panic!("{:?}", r.resarray)
+    };
+    ok.data.clone()
+}
+
+/// Ops of every kind, in one COMPOUND: a directory made and filled, a file written,
+/// one renamed, one removed, one truncated.
+fn heterogeneous() -> Vec<nfs_argop4> {
+    vec![
+        nfs_argop4::OP_PUTROOTFH,
+        mkdir("dir"),
+        open_new("inside"),
+        write(&current_sid(), 0, b"fresh"),
+        nfs_argop4::OP_PUTROOTFH,
+        nfs_argop4::OP_SAVEFH,
+        rename("keep", "kept"),
+        nfs_argop4::OP_PUTROOTFH,
+        remove("gone"),
+        nfs_argop4::OP_PUTROOTFH,
+        lookup("big"),
+        nfs_argop4::OP_SETATTR(SETATTR4args {
+            stateid: anon(),
+            obj_attributes: size_attr(2),
+        }),
+    ]
+}
+
+async fn setup(s: &mut Session) {
+    for (name, data) in [
+        ("keep", &b"old bytes"[..]),
+        ("gone", b"removed"),
+        ("big", b"0123456789"),
+    ] {
+        let (sid, _) = s.open_new_file(name).await;
+        let r = s
+            .run(vec![
+                nfs_argop4::OP_PUTROOTFH,
+                lookup(name),
+                write(&sid, 0, Box::leak(data.to_vec().into_boxed_slice())),
+            ])
+            .await;
+        assert_eq!(r.status, nfsstat4::NFS4_OK);
+    }
+}
+
+async fn rolled_back_then_committed(s: &mut Session) {
+    setup(s).await;
+    // The last op fails: everything before it is undone.
+    let mut ops = heterogeneous();
+    ops.extend([nfs_argop4::OP_PUTROOTFH, remove("no-such-name")]);
+    let n = ops.len() + 1;
+    let r = s.run_txn(ops).await.expect("transactions are on");
+    assert_eq!(r.status, nfsstat4::NFS4ERR_NOENT);
+    assert_eq!(r.resarray.len(), n, "every op ran up to the failing one");
+    assert!(r.resarray[..n - 1]
+        .iter()
+        .all(|o| status_of(o) == nfsstat4::NFS4_OK));
+    assert!(!exists(s, &["dir"]).await, "mkdir not undone");
+    assert!(exists(s, &["keep"]).await && !exists(s, &["kept"]).await);
+    assert!(exists(s, &["gone"]).await, "remove not undone");
+    assert_eq!(&contents(s, "gone").await[..], b"removed");
+    assert_eq!(&contents(s, "keep").await[..], b"old bytes");
+    assert_eq!(&contents(s, "big").await[..], b"0123456789");
+
+    // The same without the failing op: all of it is there.
+    let r = s.run_txn(heterogeneous()).await.expect("txn");
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    assert!(exists(s, &["dir", "inside"]).await);
+    assert!(!exists(s, &["keep"]).await && exists(s, &["kept"]).await);
+    assert!(!exists(s, &["gone"]).await);
+    assert_eq!(&contents(s, "big").await[..], b"01");
+    let r = s
+        .run(vec![
+            nfs_argop4::OP_PUTROOTFH,
+            lookup("dir"),
+            lookup("inside"),
+            read(&anon(), 100),
+        ])
+        .await;
+    let Some(nfs_resop4::OP_READ(READ4res::NFS4_OK(ok))) = r.resarray.last() else {
+        panic!("{:?}", r.resarray)
+    };
+    assert_eq!(&ok.data[..], b"fresh");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_op_undoes_the_whole_compound_on_memory() {
+    let (_srv, mut s) = start_with_session(b"txn-mem").await;
+    rolled_back_then_committed(&mut s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_op_undoes_the_whole_compound_on_a_local_export() {
+    let (srv, dir) = start_local_server("txn-local").await;
+    let mut s = Session::new(srv.addr, b"txn-local").await;
+    rolled_back_then_committed(&mut s).await;
+    // The backup area stays out of sight and is emptied after the transactions.
+    let r = s
+        .run(vec![nfs_argop4::OP_PUTROOTFH, lookup(".txnfs")])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_NOENT);
+    let backups = dir.join(".txnfs/backup");
+    for _ in 0..100 {
+        if std::fs::read_dir(&backups).unwrap().next().is_none() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(std::fs::read_dir(&backups).unwrap().next().is_none());
+    assert_eq!(std::fs::read(dir.join("dir/inside")).unwrap(), b"fresh");
+    drop(srv);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Ops whose effects the layer could not take back are refused inside a transaction,
+/// and what ran before them is undone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ops_outside_the_backend_are_refused_in_a_transaction() {
+    let (_srv, mut s) = start_with_session(b"txn-refuse").await;
+    let r = s
+        .run_txn(vec![
+            nfs_argop4::OP_PUTROOTFH,
+            mkdir("made"),
+            nfs_argop4::OP_FREE_STATEID(FREE_STATEID4args {
+                fsa_stateid: anon(),
+            }),
+        ])
+        .await
+        .expect("txn");
+    assert_eq!(r.status, nfsstat4::NFS4ERR_NOTSUPP);
+    assert!(!exists(&mut s, &["made"]).await);
+}
+
+/// A retransmission of a committed transaction (same slot and sequence id) gets the
+/// cached reply: it does not run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_transaction_is_answered_from_the_reply_cache() {
+    let (_srv, mut s) = start_with_session(b"txn-replay").await;
+    let args = s.next(vec![nfs_argop4::OP_PUTROOTFH, mkdir("once")]);
+    let first = s.call_txn(args.clone()).await.expect("txn");
+    assert_eq!(first.status, nfsstat4::NFS4_OK);
+    let again = s.call_txn(args).await.expect("txn");
+    assert_eq!(
+        again.status,
+        nfsstat4::NFS4_OK,
+        "ran twice: {:?}",
+        again.resarray
+    );
+    let r = s.run(vec![nfs_argop4::OP_PUTROOTFH, mkdir("once")]).await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_EXIST);
+}
+
+/// `--no-txn`: the procedure is unknown (PROC_UNAVAIL), plain COMPOUNDs work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_off_answer_proc_unavail() {
+    let srv = start_server(|state_dir| Config {
+        txn: false,
+        ..memory_config(state_dir, false)
+    })
+    .await;
+    let mut s = Session::new(srv.addr, b"txn-off").await;
+    let e = s
+        .run_txn(vec![nfs_argop4::OP_PUTROOTFH, mkdir("x")])
+        .await
+        .unwrap_err();
+    assert!(matches!(e, txnfs_rpc::RpcError::ProcUnavail), "{e}");
+    // The slot never saw that sequence id.
+    s.seq -= 1;
+    assert!(!exists(&mut s, &["x"]).await);
+}
+
+/// A stack without the `txn` layer refuses a transaction on its first op.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_without_the_layer_refuses_a_transaction() {
+    let srv = start_server(|state_dir| Config {
+        exports: vec![ExportConfig {
+            name: "/".into(),
+            path: Default::default(),
+            backend: BackendKind::Memory,
+            read_only: false,
+            prebuilt: Some(txnfs_server::PrebuiltBackend(std::sync::Arc::new(
+                txnfs_backend::memory::MemoryBackend::new(),
+            ))),
+        }],
+        ..memory_config(state_dir, false)
+    })
+    .await;
+    let mut s = Session::new(srv.addr, b"txn-nolayer").await;
+    let r = s
+        .run_txn(vec![nfs_argop4::OP_PUTROOTFH, mkdir("x")])
+        .await
+        .expect("procedure served");
+    assert_eq!(r.status, nfsstat4::NFS4ERR_NOTSUPP);
+    assert!(!exists(&mut s, &["x"]).await);
+}
