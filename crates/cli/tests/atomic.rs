@@ -94,6 +94,22 @@ fn cp_r_atomic_copies_a_tree_and_rm_r_atomic_removes_it() {
         std::fs::read(s.export_dir().join("into/tree/sub/deeper/c")).unwrap(),
         b"see"
     );
+    // Remote -> remote, same server.
+    ok(run(&[
+        "cp",
+        "-R",
+        "--atomic",
+        &url(&s, "copy"),
+        &url(&s, "copy2"),
+    ]));
+    assert_eq!(
+        std::fs::read(s.export_dir().join("copy2/sub/b.bin")).unwrap(),
+        vec![0xabu8; 40_000]
+    );
+    assert_eq!(
+        std::fs::read_link(s.export_dir().join("copy2/link")).unwrap(),
+        Path::new("sub/b.bin")
+    );
     ok(run(&["rm", "-r", "--atomic", &url(&s, "copy")]));
     assert!(!dst.exists(), "the whole tree is gone");
     ok(run(&[
@@ -167,4 +183,76 @@ fn atomic_commands_fail_clearly_on_a_server_without_transactions() {
     let export = tmp.path().join("export");
     assert!(!export.join("x").exists() && !export.join("copy").exists());
     common::terminate(&mut child);
+}
+
+#[test]
+fn cp_r_atomic_that_fails_half_way_leaves_nothing() {
+    let s = txnfs();
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("tree");
+    make_tree(&src);
+    // The destination exists and has a directory where the tree has the file
+    // sub/deeper/c: directories and earlier files would go through, that file cannot.
+    // "copy" exists: the tree is copied into it, as copy/tree.
+    let dst = s.export_dir().join("copy");
+    std::fs::create_dir_all(dst.join("tree/sub/deeper/c")).unwrap();
+    let o = run(&[
+        "cp",
+        "-R",
+        "--atomic",
+        src.to_str().unwrap(),
+        &url(&s, "copy"),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "stderr:\n{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("cp --atomic")
+            && e.contains("sub/deeper/c")
+            && e.contains("nothing was changed"),
+        "{e}"
+    );
+    let mut left: Vec<String> = Vec::new();
+    for e in walk(&dst) {
+        left.push(e);
+    }
+    assert_eq!(
+        left,
+        vec!["tree", "tree/sub", "tree/sub/deeper", "tree/sub/deeper/c"],
+        "only what was there before"
+    );
+    // Too large for one COMPOUND: refused before anything is sent.
+    let big = tmp.path().join("big");
+    std::fs::create_dir(&big).unwrap();
+    std::fs::write(big.join("f"), vec![1u8; 3 << 20]).unwrap();
+    let o = run(&[
+        "cp",
+        "-R",
+        "--atomic",
+        big.to_str().unwrap(),
+        &url(&s, "big"),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "stderr:\n{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("transaction too large for one COMPOUND"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!s.export_dir().join("big").exists());
+}
+
+/// Paths under `root`, relative and sorted.
+fn walk(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            out.push(p.strip_prefix(root).unwrap().to_string_lossy().into_owned());
+            if p.is_dir() && !p.is_symlink() {
+                stack.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
 }
