@@ -8,7 +8,7 @@ mod common;
 use bytes::Bytes;
 use common::{connect, start_memory_server_with};
 use std::sync::Arc;
-use txnfs_client::{Client, ClientError, Fs, SetAttributes};
+use txnfs_client::{ClientError, Fs, SetAttributes};
 use txnfs_proto::nfs4::nfsstat4;
 use txnfs_server::{BackendKind, Config, ExportConfig, PrebuiltBackend};
 
@@ -179,27 +179,50 @@ async fn conflicting_transactions_are_retried_until_all_commit() {
     fs.vmkdir_atomic(&["shared"], 0o755, false)
         .await
         .expect("mkdir");
-    // Eight clients, each creating and renaming in the same directory at once: the
-    // server may answer some NFS4ERR_DELAY (rolled back); the client retries them.
+    // Eight clients at once, each creating the SAME temporary name (GUARDED), making
+    // a few directories of its own (so that the transactions overlap in time), and
+    // renaming the temporary name to its own: they conflict on that name, the server
+    // answers the losers NFS4ERR_DELAY (rolled back), the client retries them, and in
+    // the end every one committed exactly once.
+    const N: usize = 8;
+    let mut clients = Vec::new();
+    for _ in 0..N {
+        clients.push(connect(s.addr, false).await);
+    }
+    let start = Arc::new(tokio::sync::Barrier::new(N));
     let mut tasks = Vec::new();
-    for i in 0..8 {
-        let c: Client = connect(s.addr, false).await;
+    for (i, c) in clients.into_iter().enumerate() {
+        let start = start.clone();
         tasks.push(tokio::spawn(async move {
             let mut t = c.transaction();
-            t.write_file(&format!("shared/{i}.tmp"), vec![i as u8; 1000], 0o644, true);
-            t.rename(&format!("shared/{i}.tmp"), &format!("shared/{i}"));
-            t.commit().await
+            t.write_file("shared/x.tmp", vec![i as u8; 1000], 0o644, true);
+            for k in 0..40 {
+                t.mkdir(&format!("shared/{i}-{k}"), 0o755);
+            }
+            t.rename("shared/x.tmp", &format!("shared/{i}"));
+            start.wait().await;
+            let r = t.commit().await;
+            (r, c.stats().compounds)
         }));
     }
+    let mut sent = 0;
     for (i, t) in tasks.into_iter().enumerate() {
-        t.await
-            .expect("task")
-            .unwrap_or_else(|e| panic!("txn {i}: {e}"));
+        let (r, compounds) = t.await.expect("task");
+        r.unwrap_or_else(|e| panic!("txn {i}: {e}"));
+        sent += compounds;
     }
+    eprintln!("{N} transactions took {sent} COMPOUNDs (with connect's one each)");
     for i in 0..8u8 {
         assert_eq!(&read(&fs, &format!("shared/{i}")).await[..], &[i; 1000][..]);
-        assert!(!exists(&fs, &format!("shared/{i}.tmp")).await);
     }
+    assert!(!exists(&fs, "shared/x.tmp").await);
+    let listing = fs
+        .vlistdir(&["shared"], false)
+        .await
+        .pop()
+        .unwrap()
+        .expect("ls");
+    assert_eq!(listing.len(), N + N * 40, "each transaction's steps, once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -335,33 +358,9 @@ async fn ganesha_does_not_run_transactional_compounds() {
     assert!(server.export_dir().join("txn-dir").is_dir());
 }
 
-/// A layer that accepts transactional COMPOUNDs and runs them as plain ones (NOT
-/// atomic): it checks what the client composes — every step's ops, in order, reaching
-/// the right directories — independently of the server's `txn` layer.
-struct AcceptsTxn(Arc<dyn txnfs_backend::Backend>);
-
-impl txnfs_backend::layer::Layer for AcceptsTxn {
-    fn lower(&self) -> &dyn txnfs_backend::Backend {
-        &*self.0
-    }
-    fn begin_compound(&self, _cx: &txnfs_backend::OpCtx) -> txnfs_backend::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kind_of_step_does_what_it_says() {
-    let s = start_memory_server_with(|c: &mut Config| {
-        let lower = Arc::new(txnfs_backend::memory::MemoryBackend::new());
-        c.exports = vec![ExportConfig {
-            name: "/".into(),
-            path: Default::default(),
-            backend: BackendKind::Memory,
-            read_only: false,
-            prebuilt: Some(PrebuiltBackend(Arc::new(AcceptsTxn(lower)))),
-        }];
-    })
-    .await;
+    let s = txn_server().await;
     let fs = fs_of(&s).await;
     fs.vmkdir(&["top"], 0o755, false)
         .await
