@@ -171,10 +171,13 @@ impl Client {
         }
     }
 
-    /// A new, empty transaction on this session.
+    /// A new, empty transaction on this session. Beside an [`crate::Fs`] of this
+    /// client, use [`crate::Fs::transaction`] instead: it keeps the `Fs`'s cache of
+    /// directory handles right after renames and removals.
     pub fn transaction(&self) -> Transaction {
         Transaction {
             client: self.clone(),
+            fs: None,
             steps: Vec::new(),
             error: None,
         }
@@ -277,6 +280,10 @@ impl StepResult {
 /// the earlier ones did (e.g. write into a directory made by an earlier step).
 pub struct Transaction {
     client: Client,
+    /// The `Fs` whose path -> handle cache must forget what the transaction moved or
+    /// removed (a cached handle of a renamed directory would send later calls on the
+    /// old path into the new one).
+    fs: Option<crate::Fs>,
     steps: Vec<Step>,
     /// The first bad step (its index and path error), returned by `commit`.
     error: Option<ClientError>,
@@ -286,6 +293,12 @@ pub struct Transaction {
 type Position = Option<Vec<String>>;
 
 impl Transaction {
+    /// This transaction, created for `fs` (see [`crate::Fs::transaction`]).
+    pub(crate) fn for_fs(mut self, fs: &crate::Fs) -> Self {
+        self.fs = Some(fs.clone());
+        self
+    }
+
     /// Steps added so far.
     pub fn len(&self) -> usize {
         self.steps.len()
@@ -421,6 +434,20 @@ impl Transaction {
         // changed directories are stale whatever the outcome was.
         for p in &refs {
             cache.invalidate_parent_listing(p);
+        }
+        if let Some(fs) = &self.fs {
+            // Whatever the outcome (a committed or unknown one moved them), cached
+            // handles of what the steps renamed or removed are no longer trusted.
+            for s in &self.steps {
+                match s {
+                    Step::Remove { path } => fs.forget_dir(&path.join("/")),
+                    Step::Rename { from, to } => {
+                        fs.forget_dir(&from.join("/"));
+                        fs.forget_dir(&to.join("/"));
+                    }
+                    _ => {}
+                }
+            }
         }
         let reply = reply?;
         if let Some((f, status)) = reply.failed() {

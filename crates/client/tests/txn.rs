@@ -411,3 +411,29 @@ async fn every_kind_of_step_does_what_it_says() {
     );
     assert!(!exists(&fs, "top/a").await && !exists(&fs, "top/z/b/c").await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fs_forgets_the_handles_of_what_a_transaction_moved() {
+    let s = txn_server().await;
+    let fs = fs_of(&s).await;
+    // vmkdir keeps the new directory's handle for later calls on paths under it.
+    fs.vmkdir(&["a"], 0o755, false)
+        .await
+        .pop()
+        .unwrap()
+        .expect("mkdir");
+    let mut t = fs.transaction();
+    t.rename("a", "b");
+    t.commit().await.expect("rename");
+    // "a" is gone: a write under it must not land in "b" through the old handle.
+    let r = fs
+        .vwrite(&[("a/x", Bytes::from_static(b"x"))], true)
+        .await
+        .pop()
+        .unwrap();
+    assert_eq!(
+        r.expect_err("a is gone").status(),
+        Some(nfsstat4::NFS4ERR_NOENT)
+    );
+    assert!(!exists(&fs, "b/x").await);
+}

@@ -12,8 +12,10 @@ use txnfs_proto::nfs4::nfsstat4;
 
 impl Fs {
     /// A transaction on this session (see [`crate::Client::transaction`]).
+    /// It keeps this `Fs`'s cache of directory handles right: what a committed
+    /// transaction renamed or removed is forgotten.
     pub fn transaction(&self) -> Transaction {
-        self.client.transaction()
+        self.client.transaction().for_fs(self)
     }
 
     /// [`Fs::vmkdir`] as one transaction. With `parents`, ancestors and requested
@@ -100,11 +102,7 @@ impl Fs {
         for (_, p) in &order {
             t.remove(p);
         }
-        t.commit().await?;
-        for p in paths {
-            self.forget_dir(p.as_ref());
-        }
-        Ok(())
+        t.commit().await.map(|_| ())
     }
 
     /// [`Fs::vrename`] as one transaction: the pairs are renamed in order.
@@ -116,10 +114,6 @@ impl Fs {
         for (from, to) in pairs {
             t.rename(from.as_ref(), to.as_ref());
         }
-        t.commit().await?;
-        for (from, _) in pairs {
-            self.forget_dir(from.as_ref());
-        }
-        Ok(())
+        t.commit().await.map(|_| ())
     }
 }
