@@ -138,6 +138,16 @@ pub(crate) struct Inner {
     lease: AtomicU64,
 }
 
+/// How [`Client::send_as`] sends a COMPOUND.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// A plain COMPOUND; its reply is cached when it changes state and carries no data.
+    Plain,
+    /// A transaction; `cache`: ask the server to keep the reply (sa_cachethis), so a
+    /// retransmission after a lost reply gets it instead of an unknown outcome.
+    Txn { cache: bool },
+}
+
 /// An NFSv4.1 client session. Cheap to clone; all clones share the session.
 #[derive(Clone)]
 pub struct Client {
@@ -404,21 +414,26 @@ impl Client {
     }
 
     async fn send(&self, c: &Compound, counted: bool) -> Result<Reply, ClientError> {
-        self.send_as(c, counted, false).await
+        self.send_as(c, counted, Mode::Plain).await
     }
 
-    /// [`Client::send`], as a transaction when `txn` (procedure PROC_TXN_COMPOUND,
-    /// ADR 0020). A transaction always asks for its reply to be cached: re-sending it
-    /// as a new request after a lost reply could run it twice. For the same reason a
-    /// transaction whose fate is unknown is never re-sent as a new request: it fails
-    /// with [`ClientError::TxnOutcomeUnknown`]. NFS4ERR_DELAY is left to the caller
-    /// (`Client::compound_txn`), which retries the whole transaction.
+    /// [`Client::send`], as a transaction in [`Mode::Txn`] (procedure
+    /// PROC_TXN_COMPOUND, ADR 0020). A transaction whose fate is unknown (no reply, a
+    /// retransmission the server kept no reply for) is never re-sent as a new request,
+    /// which could run it twice: it fails with [`ClientError::TxnOutcomeUnknown`].
+    /// NFS4ERR_DELAY is left to the caller (`Client::compound_txn`), which retries the
+    /// whole transaction.
     pub(crate) async fn send_as(
         &self,
         c: &Compound,
         counted: bool,
-        txn: bool,
+        mode: Mode,
     ) -> Result<Reply, ClientError> {
+        let txn = matches!(mode, Mode::Txn { .. });
+        let cachethis = match mode {
+            Mode::Plain => c.wants_cache(),
+            Mode::Txn { cache } => cache,
+        };
         let unknown = |e: ClientError| {
             if txn {
                 ClientError::TxnOutcomeUnknown(Box::new(e))
@@ -445,7 +460,7 @@ impl Client {
                 sa_sequenceid: seq,
                 sa_slotid: slot,
                 sa_highest_slotid: highest,
-                sa_cachethis: txn || c.wants_cache(),
+                sa_cachethis: cachethis,
             }));
             all.extend(c.ops.iter().cloned());
             if counted {

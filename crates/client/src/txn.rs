@@ -25,6 +25,7 @@
 //! ```
 
 use crate::attrs::SetAttributes;
+use crate::client::Mode;
 use crate::compound::{op_name, Compound, CreateHow, Reply, CURRENT_STATEID};
 use crate::vector::{components, request_size};
 use crate::{Client, ClientError};
@@ -81,6 +82,30 @@ pub fn allowed_in_txn(op: nfs_opnum4) -> bool {
     )
 }
 
+/// A generous estimate of the reply to `c` (bytes): what decides whether to ask the
+/// server to cache it (ca_maxresponsesize_cached) and whether it can fit a reply at
+/// all (ca_maxresponsesize).
+fn reply_estimate(c: &Compound) -> usize {
+    // SEQUENCE's result, the status, tag and array length.
+    let mut n = 96;
+    for op in &c.ops {
+        n += 8 + match op {
+            nfs_argop4::OP_OPEN(_) => 160,
+            nfs_argop4::OP_CREATE(_) | nfs_argop4::OP_RENAME(_) => 112,
+            nfs_argop4::OP_REMOVE(_) | nfs_argop4::OP_LINK(_) => 56,
+            nfs_argop4::OP_WRITE(_) => 48,
+            nfs_argop4::OP_CLOSE(_) | nfs_argop4::OP_SETATTR(_) => 40,
+            nfs_argop4::OP_GETFH => 136,
+            nfs_argop4::OP_GETATTR(_) => 512,
+            nfs_argop4::OP_READ(r) => 16 + r.count as usize,
+            nfs_argop4::OP_READDIR(r) => 16 + r.maxcount as usize,
+            nfs_argop4::OP_READLINK => 4200,
+            _ => 8,
+        };
+    }
+    n
+}
+
 /// Refuse, before sending, a transaction the server could not run in one COMPOUND.
 pub(crate) fn check_fits(c: &Compound, limits: crate::Limits) -> Result<(), ClientError> {
     for (index, op) in c.ops.iter().enumerate() {
@@ -104,6 +129,14 @@ pub(crate) fn check_fits(c: &Compound, limits: crate::Limits) -> Result<(), Clie
             n: bytes,
             max: limits.max_request as usize,
             unit: "bytes",
+        });
+    }
+    let reply = reply_estimate(c);
+    if reply > limits.max_response as usize {
+        return Err(ClientError::TxnTooLarge {
+            n: reply,
+            max: limits.max_response as usize,
+            unit: "bytes of reply",
         });
     }
     Ok(())
@@ -143,13 +176,23 @@ impl Client {
     /// before sending), [`ClientError::TxnConflict`] (NFS4ERR_DELAY on every try),
     /// [`ClientError::TxnOutcomeUnknown`] (no reply; all or nothing happened).
     pub async fn compound_txn(&self, c: &Compound) -> Result<Reply, ClientError> {
-        check_fits(c, self.limits())?;
+        let limits = self.limits();
+        check_fits(c, limits)?;
+        // The server keeps the reply for a retransmission when it fits its reply cache;
+        // a bigger one is sent uncached (a lost reply then means an unknown outcome,
+        // never a second run).
+        let mut cache = reply_estimate(c) <= limits.max_response_cached as usize;
         let started = Instant::now();
         let mut tries = 0u32;
         loop {
             tries += 1;
-            let reply = self.send_as(c, true, true).await?;
+            let reply = self.send_as(c, true, Mode::Txn { cache }).await?;
             match reply.failed() {
+                Some((_, nfsstat4::NFS4ERR_REP_TOO_BIG_TO_CACHE)) if cache => {
+                    // The estimate was short; the server rolled back: send it uncached.
+                    cache = false;
+                    tries -= 1;
+                }
                 Some((_, nfsstat4::NFS4ERR_DELAY)) => {
                     // A conflict: the server rolled everything back; run it all again.
                     let wait = backoff(tries);

@@ -437,3 +437,33 @@ async fn fs_forgets_the_handles_of_what_a_transaction_moved() {
     );
     assert!(!exists(&fs, "b/x").await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_whose_reply_exceeds_the_reply_cache_still_commits() {
+    let s = txn_server().await;
+    let fs = fs_of(&s).await;
+    // 1,500 files: a reply of ~200 KB, over the 64 KB the server caches per slot
+    // (asking it to cache that would fail with NFS4ERR_REP_TOO_BIG_TO_CACHE).
+    let mut t = fs.transaction();
+    t.mkdir("many", 0o755);
+    for i in 0..1500 {
+        t.write_file(
+            &format!("many/f{i}"),
+            format!("{i}").into_bytes(),
+            0o644,
+            true,
+        );
+    }
+    let before = fs.client().stats().compounds;
+    let res = t.commit().await.expect("commit");
+    assert_eq!(res.len(), 1501);
+    assert_eq!(fs.client().stats().compounds - before, 1, "one COMPOUND");
+    let listing = fs
+        .vlistdir(&["many"], false)
+        .await
+        .pop()
+        .unwrap()
+        .expect("ls");
+    assert_eq!(listing.len(), 1500);
+    assert_eq!(&read(&fs, "many/f1234").await[..], b"1234");
+}
