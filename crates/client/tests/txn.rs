@@ -467,3 +467,44 @@ async fn a_transaction_whose_reply_exceeds_the_reply_cache_still_commits() {
     assert_eq!(listing.len(), 1500);
     assert_eq!(&read(&fs, "many/f1234").await[..], b"1234");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prepared_compound_runs_as_a_transaction() {
+    let s = txn_server().await;
+    let fs = fs_of(&s).await;
+    let c = fs.client();
+    let set = SetAttributes {
+        mode: Some(0o755),
+        ..Default::default()
+    };
+    // Fails at its last op: the reply says where, the CREATE before it is undone.
+    let mut q = txnfs_client::Compound::new();
+    q.putrootfh();
+    q.mkdir(b"raw", &set);
+    q.lookup(b"missing");
+    let r = c.compound_txn(&q).await.expect("a reply");
+    assert_eq!(r.failed(), Some((2, nfsstat4::NFS4ERR_NOENT)));
+    assert!(!exists(&fs, "raw").await, "CREATE rolled back");
+    // Succeeds: the same without the failing op.
+    let mut q = txnfs_client::Compound::new();
+    q.putrootfh();
+    q.mkdir(b"raw", &set);
+    let fh = q.getfh();
+    let r = c.compound_txn(&q).await.expect("a reply");
+    assert!(r.fh(fh).is_ok_and(|h| !h.is_empty()));
+    assert!(exists(&fs, "raw").await);
+    // Ops a transaction cannot hold are refused before sending.
+    let before = c.stats().compounds;
+    let mut q = txnfs_client::Compound::new();
+    q.putrootfh();
+    q.op(txnfs_proto::nfs4::nfs_argop4::OP_RECLAIM_COMPLETE(
+        txnfs_proto::nfs4::RECLAIM_COMPLETE4args { rca_one_fs: false },
+    ));
+    match c.compound_txn(&q).await {
+        Err(ClientError::TxnOpNotAllowed { index: 1, op }) => {
+            assert_eq!(op, "RECLAIM_COMPLETE")
+        }
+        other => panic!("want TxnOpNotAllowed, got {other:?}"),
+    }
+    assert_eq!(c.stats().compounds, before, "nothing sent");
+}

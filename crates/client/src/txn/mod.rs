@@ -24,10 +24,10 @@
 //! # Ok(()) }
 //! ```
 
-use crate::attrs::SetAttributes;
-use crate::client::Mode;
 mod steps;
 
+use crate::attrs::SetAttributes;
+use crate::client::Mode;
 use crate::compound::{op_name, Compound, Reply};
 use crate::vector::{components, request_size};
 use crate::{Client, ClientError};
