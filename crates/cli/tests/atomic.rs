@@ -256,3 +256,33 @@ fn walk(root: &Path) -> Vec<String> {
     out.sort();
     out
 }
+
+#[test]
+fn atomic_commands_fail_clearly_on_ganesha() {
+    let have = Command::new("sh")
+        .args(["-c", "command -v ganesha.nfsd"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !have || std::env::var_os("TXNFS_CLI_SKIP_GANESHA").is_some() {
+        eprintln!("ganesha.nfsd not used: skipping the Ganesha --atomic test");
+        return;
+    }
+    let s = ServerGuard::start(ServerKind::Ganesha);
+    let base = format!(
+        "nfs://127.0.0.1:{}{}",
+        s.port(),
+        s.export_path().trim_end_matches('/')
+    );
+    let o = run(&["mkdir", "-p", "--atomic", &format!("{base}/g/h")]);
+    assert_eq!(o.status.code(), Some(1), "stderr:\n{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("does not run transactional COMPOUNDs"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!s.export_dir().join("g").exists());
+    // The same command without --atomic works there.
+    ok(run(&["mkdir", "-p", &format!("{base}/g/h")]));
+    assert!(s.export_dir().join("g/h").is_dir());
+}
