@@ -28,7 +28,8 @@ use commands::{FileCmd, GlobalArgs};
     txnfs mv nfs://127.0.0.1:2050/a nfs://127.0.0.1:2050/b\n  \
     txnfs ln -s notes.txt nfs://127.0.0.1:2050/latest\n  \
     txnfs rm -r nfs://127.0.0.1:2050/b\n  \
-    txnfs --stats cp -R ./tree nfs://127.0.0.1:2050/t   (COMPOUNDs and ops per op type)\n\n\
+    txnfs --stats cp -R ./tree nfs://127.0.0.1:2050/t   (COMPOUNDs and ops per op type)\n  \
+    txnfs cp -R --atomic ./tree nfs://127.0.0.1:2050/t  (one transaction: all or nothing)\n\n\
     URLs: nfs://host[:port]/path, port 2049 by default, path relative to the server's \
     NFS root (%XX escapes allowed).\n\
     Credentials: AUTH_SYS with the caller's uid/gid, or --uid/--gid.\n\

@@ -5,7 +5,7 @@ use crate::cache::{CacheStats, DelegCache, DEFAULT_CACHE_BYTES};
 use crate::callback::{back_channel_attrs, CallbackService, CallbackStats, CB_PROGRAM};
 use crate::compound::{compound_ops, op_name, Compound, Reply};
 use crate::slots::SlotTable;
-use crate::transport::Transport;
+use crate::transport::{Transport, PROC_COMPOUND};
 use crate::ClientError;
 use bytes::Bytes;
 use std::collections::BTreeMap;
@@ -136,6 +136,16 @@ pub(crate) struct Inner {
     verifier: [u8; 8],
     owner: Bytes,
     lease: AtomicU64,
+}
+
+/// How [`Client::send_as`] sends a COMPOUND.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// A plain COMPOUND; its reply is cached when it changes state and carries no data.
+    Plain,
+    /// A transaction; `cache`: ask the server to keep the reply (sa_cachethis), so a
+    /// retransmission after a lost reply gets it instead of an unknown outcome.
+    Txn { cache: bool },
 }
 
 /// An NFSv4.1 client session. Cheap to clone; all clones share the session.
@@ -404,6 +414,38 @@ impl Client {
     }
 
     async fn send(&self, c: &Compound, counted: bool) -> Result<Reply, ClientError> {
+        self.send_as(c, counted, Mode::Plain).await
+    }
+
+    /// [`Client::send`], as a transaction in [`Mode::Txn`] (procedure
+    /// PROC_TXN_COMPOUND, ADR 0020). A transaction whose fate is unknown (no reply, a
+    /// retransmission the server kept no reply for) is never re-sent as a new request,
+    /// which could run it twice: it fails with [`ClientError::TxnOutcomeUnknown`].
+    /// NFS4ERR_DELAY is left to the caller (`Client::compound_txn`), which retries the
+    /// whole transaction.
+    pub(crate) async fn send_as(
+        &self,
+        c: &Compound,
+        counted: bool,
+        mode: Mode,
+    ) -> Result<Reply, ClientError> {
+        let txn = matches!(mode, Mode::Txn { .. });
+        let cachethis = match mode {
+            Mode::Plain => c.wants_cache(),
+            Mode::Txn { cache } => cache,
+        };
+        let unknown = |e: ClientError| {
+            if txn {
+                ClientError::TxnOutcomeUnknown(Box::new(e))
+            } else {
+                e
+            }
+        };
+        let proc_num = if txn {
+            txnfs_proto::PROC_TXN_COMPOUND
+        } else {
+            PROC_COMPOUND
+        };
         let mut delay_tries = 0u32;
         loop {
             let st = self.state();
@@ -418,14 +460,19 @@ impl Client {
                 sa_sequenceid: seq,
                 sa_slotid: slot,
                 sa_highest_slotid: highest,
-                sa_cachethis: c.wants_cache(),
+                sa_cachethis: cachethis,
             }));
             all.extend(c.ops.iter().cloned());
             if counted {
                 self.count(&c.ops);
             }
-            let bytes = match self.inner.transport.compound(encode(&all)).await {
+            let bytes = match self.inner.transport.call(proc_num, encode(&all)).await {
                 Ok(b) => b,
+                Err(ClientError::Rpc(txnfs_rpc::RpcError::ProcUnavail)) if txn => {
+                    // Not a transactional server: it ran nothing, not even SEQUENCE.
+                    st.slots.release(slot, false, None);
+                    return Err(ClientError::TxnUnsupported);
+                }
                 Err(e @ ClientError::Rpc(_)) => {
                     // A reply that rejects the call (GARBAGE_ARGS, AUTH_ERROR ...): the
                     // server ran nothing, not even SEQUENCE; the slot is free as it was.
@@ -436,14 +483,14 @@ impl Client {
                     // No reply: whether the server executed it is unknown, so this slot
                     // is never used again in this session.
                     st.slots.retire(slot);
-                    return Err(e);
+                    return Err(unknown(e));
                 }
             };
             let res = match decode_reply(bytes) {
                 Ok(r) => r,
                 Err(e) => {
                     st.slots.retire(slot);
-                    return Err(e);
+                    return Err(unknown(e));
                 }
             };
             let mut results = res.resarray;
@@ -462,7 +509,8 @@ impl Client {
                     if ok.sr_status_flags & SEQ4_STATUS_RECALLABLE_STATE_REVOKED != 0 {
                         self.inner.cache.spawn_revocation_check();
                     }
-                    if res.status == nfsstat4::NFS4ERR_DELAY
+                    if !txn
+                        && res.status == nfsstat4::NFS4ERR_DELAY
                         && results.len() == 1
                         && delay_tries < 30
                     {
@@ -472,6 +520,13 @@ impl Client {
                         continue;
                     }
                     if res.status == nfsstat4::NFS4ERR_RETRY_UNCACHED_REP && results.len() == 1 {
+                        if txn {
+                            return Err(unknown(ClientError::nfs(
+                                "COMPOUND",
+                                0,
+                                nfsstat4::NFS4ERR_RETRY_UNCACHED_REP,
+                            )));
+                        }
                         // knfsd and Ganesha answer the retransmission of an uncached
                         // request with SEQUENCE OK and this error on the next op; nothing
                         // ran, so send it again as a new request.
@@ -497,6 +552,9 @@ impl Client {
                             // request (only compounds without cachethis get here, and those
                             // are safe to repeat).
                             st.slots.release(slot, true, None);
+                            if txn {
+                                return Err(unknown(ClientError::nfs("SEQUENCE", 0, s)));
+                            }
                         }
                         nfsstat4::NFS4ERR_BADSESSION
                         | nfsstat4::NFS4ERR_DEADSESSION
@@ -509,7 +567,9 @@ impl Client {
                 }
                 _ => {
                     st.slots.retire(slot);
-                    return Err(ClientError::Protocol("first result is not SEQUENCE".into()));
+                    return Err(unknown(ClientError::Protocol(
+                        "first result is not SEQUENCE".into(),
+                    )));
                 }
             }
         }

@@ -24,13 +24,66 @@ pub enum ClientError {
     BadPath(String),
     #[error("{0}")]
     Local(String),
+    /// A transactional COMPOUND was answered PROC_UNAVAIL: the server never ran it.
+    #[error(
+        "the server does not run transactional COMPOUNDs (not txnfs, or txnfs --no-txn); \
+         nothing was changed"
+    )]
+    TxnUnsupported,
+    /// The export a transaction touched has no `txn` layer (NFS4ERR_NOTSUPP from an op
+    /// that is allowed in transactions); the server ran nothing of it.
+    #[error(
+        "this export does not run transactions (NFS4ERR_NOTSUPP at op {index}, {op}); \
+         nothing was changed"
+    )]
+    TxnExportUnsupported { op: &'static str, index: usize },
+    /// An op that transactions cannot hold (found before sending).
+    #[error("{op} (op {index}) cannot be part of a transaction; nothing was sent")]
+    TxnOpNotAllowed { op: &'static str, index: usize },
+    /// The transaction does not fit one COMPOUND (found before sending).
+    #[error(
+        "transaction too large for one COMPOUND ({n} {unit}, server allows {max}); \
+         multi-COMPOUND transactions are not supported yet; nothing was sent"
+    )]
+    TxnTooLarge {
+        n: usize,
+        max: usize,
+        /// "ops" or "bytes".
+        unit: &'static str,
+    },
+    /// A step of a transaction failed: the server rolled every step back.
+    #[error(
+        "transaction step {step} ({what}) failed: {op}: {} ({status:?}); \
+         nothing was changed",
+        message(*status)
+    )]
+    TxnStepFailed {
+        /// Index of the step (0-based, in the order the steps were added).
+        step: usize,
+        /// The step, e.g. `remove "a/b"`.
+        what: String,
+        op: &'static str,
+        status: nfsstat4,
+    },
+    /// Concurrent transactions kept conflicting (NFS4ERR_DELAY, each try rolled back).
+    #[error(
+        "the transaction conflicted with others {tries} times in a row (NFS4ERR_DELAY); \
+         nothing was changed, try again later"
+    )]
+    TxnConflict { tries: u32 },
+    /// The transaction was sent but no usable reply came back: it may or may not have
+    /// committed (every step or none, never part of it).
+    #[error("the transaction's outcome is unknown (all of it or none of it happened): {0}")]
+    TxnOutcomeUnknown(Box<ClientError>),
 }
 
 impl ClientError {
     /// The NFS status, when the failure is one.
     pub fn status(&self) -> Option<nfsstat4> {
         match self {
-            ClientError::Nfs { status, .. } => Some(*status),
+            ClientError::Nfs { status, .. } | ClientError::TxnStepFailed { status, .. } => {
+                Some(*status)
+            }
             _ => None,
         }
     }

@@ -8,6 +8,10 @@
 //! - [`Fs`]: the vectorized API (vNFS style): every call takes many items and packs as
 //!   many of them per COMPOUND as the negotiated limits allow.
 //!
+//! Transactions ([`txn`], ADR 0020): [`Client::compound_txn`] sends a COMPOUND that a
+//! txnfs server runs all-or-nothing, [`Client::transaction`] builds one from path-based
+//! steps, and `Fs::v*_atomic` are the vectorized calls as one transaction.
+//!
 //! Beside them, the session's back channel: a [`callback`] service (CB_SEQUENCE,
 //! CB_RECALL, CB_GETATTR, CB_NOTIFY, CB_RECALL_ANY) and a delegation cache that `Fs`
 //! uses for what the server delegates — file data and attributes under read and write
@@ -38,6 +42,7 @@ pub mod compound;
 mod error;
 mod slots;
 mod transport;
+pub mod txn;
 pub mod vector;
 
 pub use attrs::{Attributes, FileKind, SetAttributes, Time};
@@ -46,4 +51,5 @@ pub use callback::CallbackStats;
 pub use client::{Client, ClientConfig, Limits, Stats};
 pub use compound::{Compound, CreateHow, Reply};
 pub use error::{message, ClientError};
+pub use txn::{StepResult, Transaction};
 pub use vector::{DirEntry, Fs};

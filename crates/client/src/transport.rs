@@ -13,7 +13,7 @@ use txnfs_rpc::{CallHandler, ClientConfig as RpcConfig, Credential, RpcClient, R
 
 const NFS_PROGRAM: u32 = 100003;
 const NFS_V4: u32 = 4;
-const PROC_COMPOUND: u32 = 1;
+pub(crate) const PROC_COMPOUND: u32 = 1;
 
 pub(crate) struct Transport {
     addr: SocketAddr,

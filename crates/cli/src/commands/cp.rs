@@ -36,16 +36,25 @@ const DIR_MODE: u32 = 0o755;
     txnfs cp -R ./project nfs://server/backup/project    a whole tree\n  \
     txnfs cp nfs://server/data/a.txt .                   remote -> local\n  \
     txnfs cp -R nfs://server/data nfs://server/data.bak  remote -> remote\n  \
-    txnfs --stats cp -R ./tree nfs://127.0.0.1:2050/t    show the COMPOUNDs sent\n\n\
+    txnfs --stats cp -R ./tree nfs://127.0.0.1:2050/t    show the COMPOUNDs sent\n  \
+    txnfs cp -R --atomic ./site nfs://server/www/site    all of it, or nothing\n\n\
     At least one side must be an nfs:// URL. If DEST is an existing directory, each SRC\n\
     is copied into it; with several SRCs it must be one. Modes are copied (minus the\n\
     umask), owners and times are not. A progress line is shown on a terminal for copies\n\
-    over 1 MiB."
+    over 1 MiB.\n\n\
+    With --atomic the whole copy is ONE transaction (txnfs servers only; DEST on one\n\
+    server): every directory, file and symlink appears, or the command fails and\n\
+    nothing does. Existing destination directories are used; existing files are\n\
+    overwritten. It must fit one COMPOUND (about 1 MiB of data on txnfs's defaults);\n\
+    a larger copy fails before anything is sent."
 )]
 pub struct CpArgs {
     /// Copy directories recursively (symlinks are copied as symlinks).
     #[arg(short = 'R', short_alias = 'r', long = "recursive")]
     pub recursive: bool,
+    /// Copy everything in one transaction: all or nothing (needs a txnfs server).
+    #[arg(long)]
+    pub atomic: bool,
     /// Sources, then the destination.
     #[arg(required = true, num_args = 2.., value_name = "PATH")]
     pub paths: Vec<String>,
@@ -53,7 +62,7 @@ pub struct CpArgs {
 
 /// One end of a copy.
 #[derive(Debug, Clone)]
-enum End {
+pub(super) enum End {
     Local(PathBuf),
     Remote(NfsUrl),
 }
@@ -68,7 +77,7 @@ impl End {
             End::Remote(u) => End::Remote(u.join(rel)),
         }
     }
-    fn display(&self) -> String {
+    pub(super) fn display(&self) -> String {
         match self {
             End::Local(p) => p.display().to_string(),
             End::Remote(u) => u.display.clone(),
@@ -80,7 +89,7 @@ impl End {
             End::Remote(u) => Some(u.server()),
         }
     }
-    fn remote(&self) -> Option<&NfsUrl> {
+    pub(super) fn remote(&self) -> Option<&NfsUrl> {
         match self {
             End::Remote(u) => Some(u),
             End::Local(_) => None,
@@ -98,20 +107,20 @@ impl End {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     Dir,
     File,
     Link,
 }
 
 #[derive(Debug, Clone)]
-struct Item {
-    kind: Kind,
-    src: End,
-    dst: End,
-    size: u64,
-    mode: u32,
-    target: Option<String>,
+pub(super) struct Item {
+    pub(super) kind: Kind,
+    pub(super) src: End,
+    pub(super) dst: End,
+    pub(super) size: u64,
+    pub(super) mode: u32,
+    pub(super) target: Option<String>,
 }
 
 /// The remote URLs of the items at `idx`, of the end `end` picks (source or destination).
@@ -409,6 +418,9 @@ pub async fn run(ctx: &mut Ctx, a: CpArgs) -> anyhow::Result<()> {
         .map(|(_, it)| it)
         .collect();
 
+    if a.atomic {
+        return super::cp_atomic::run(ctx, &items).await;
+    }
     let mut cp = Copier {
         failed_dirs: Vec::new(),
         progress: Progress::new(
@@ -432,7 +444,7 @@ fn umask_cache(m: u32) {
 }
 
 /// The mode a copy gets (coreutils without -p: the source's mode minus the umask).
-fn wanted_mode(it: &Item) -> u32 {
+pub(super) fn wanted_mode(it: &Item) -> u32 {
     it.mode & !UMASK.get().copied().unwrap_or(0o022) & 0o7777
 }
 

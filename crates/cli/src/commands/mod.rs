@@ -2,8 +2,10 @@
 //! the vectorized client API, and what they share: connecting to the servers named by
 //! the URLs, coreutils-style failure messages and exit codes, and `--stats`.
 
+pub mod atomic;
 pub mod cat;
 pub mod cp;
+mod cp_atomic;
 pub mod format;
 pub mod ln;
 pub mod ls;

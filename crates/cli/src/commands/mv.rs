@@ -1,7 +1,8 @@
-//! `txnfs mv SRC... DEST`: one vrename for all operands (into DEST if it is a directory).
+//! `txnfs mv SRC... DEST`: one vrename for all operands (into DEST if it is a directory);
+//! with `--atomic`, all renames in one transaction.
 
 use super::url::NfsUrl;
-use super::{parse_urls, split_retry_items, usage, Ctx};
+use super::{atomic, parse_urls, split_retry_items, usage, Ctx};
 use clap::Args;
 
 #[derive(Args, Debug)]
@@ -10,12 +11,17 @@ use clap::Args;
     after_help = "EXAMPLES:\n  \
     txnfs mv nfs://server/a.txt nfs://server/b.txt\n  \
     txnfs mv nfs://server/x nfs://server/y nfs://server/dir/   (into dir)\n\n\
-    SRC and DEST must be on the same server (NFS RENAME)."
+    txnfs mv --atomic nfs://server/a nfs://server/b nfs://server/dir/   (both or neither)\n\n\
+    SRC and DEST must be on the same server (NFS RENAME). With --atomic all renames are\n\
+    ONE transaction (txnfs servers only): all of them happen, or none does."
 )]
 pub struct MvArgs {
     /// Sources, then the destination.
     #[arg(required = true, num_args = 2.., value_name = "URL")]
     pub urls: Vec<String>,
+    /// Rename everything in one transaction: all or nothing (needs a txnfs server).
+    #[arg(long)]
+    pub atomic: bool,
 }
 
 pub async fn run(ctx: &mut Ctx, a: MvArgs) -> anyhow::Result<()> {
@@ -59,6 +65,13 @@ pub async fn run(ctx: &mut Ctx, a: MvArgs) -> anyhow::Result<()> {
         .iter()
         .map(|(s, d)| (s.path.as_str(), d.path.as_str()))
         .collect();
+    if a.atomic {
+        if !atomic::planning_failed(ctx, "mv") {
+            let r = fs.vrename_atomic(&v).await;
+            atomic::report(ctx, "mv", r);
+        }
+        return Ok(());
+    }
     let res = split_retry_items(&fs, &v, |fs, p| async move { fs.vrename(&p).await }).await;
     for ((s, d), r) in pairs.iter().zip(res) {
         if let Err(e) = r {

@@ -8,6 +8,7 @@
 //! it are done, and the items after it are sent again in the next COMPOUND. Results are
 //! per item, in input order.
 
+mod atomic;
 mod data;
 mod meta;
 
@@ -74,7 +75,8 @@ pub fn split_parent(path: &str) -> Result<(String, String), ClientError> {
     Ok((c.join("/"), name))
 }
 
-fn request_size(op: &nfs_argop4) -> usize {
+/// The encoded size of `op` in a request (payloads counted, not copied).
+pub(crate) fn request_size(op: &nfs_argop4) -> usize {
     match op {
         // Avoid copying payloads just to measure them.
         nfs_argop4::OP_WRITE(w) => 48 + w.data.len(),

@@ -1,0 +1,508 @@
+//! Transactions (ADR 0020): a COMPOUND sent as RPC procedure `PROC_TXN_COMPOUND` runs
+//! all-or-nothing on a txnfs server. Either every op succeeds and every change is
+//! durable when the reply arrives, or the COMPOUND stops at its first failing op and
+//! nothing an earlier op changed remains.
+//!
+//! Two levels:
+//! - [`Client::compound_txn`] sends a prepared [`Compound`] as a transaction: it checks
+//!   the ops and the size against the session's limits before sending, retries the
+//!   whole transaction on NFS4ERR_DELAY (a conflict with a concurrent transaction, which
+//!   the server rolled back) with bounded randomized backoff, and turns PROC_UNAVAIL and
+//!   NFS4ERR_NOTSUPP into typed errors. It never falls back to a plain COMPOUND: that
+//!   would run the ops non-atomically.
+//! - [`Transaction`] (from [`Client::transaction`]) composes path-based steps (mkdir,
+//!   write_file, remove, rename, symlink, link, setattr) into one COMPOUND; `commit`
+//!   returns the results per step, or the step that failed.
+//!
+//! ```no_run
+//! # async fn demo(client: txnfs_client::Client) -> Result<(), txnfs_client::ClientError> {
+//! let mut t = client.transaction();
+//! t.mkdir("new.tmp", 0o755);
+//! t.write_file("new.tmp/a", b"alpha".to_vec(), 0o644, true);
+//! t.rename("new.tmp", "new");
+//! t.commit().await?; // "new/a" exists, or nothing changed
+//! # Ok(()) }
+//! ```
+
+mod steps;
+
+use crate::attrs::SetAttributes;
+use crate::client::Mode;
+use crate::compound::{op_name, Compound, Reply};
+use crate::vector::{components, request_size};
+use crate::{Client, ClientError};
+use bytes::Bytes;
+use std::ops::Range;
+use std::time::{Duration, Instant};
+use steps::{emit, first_dir, Position, Step};
+use txnfs_proto::nfs4::*;
+
+/// Tries of a transaction that keeps conflicting (NFS4ERR_DELAY) before giving up.
+const MAX_TRIES: u32 = 30;
+/// And the longest time spent retrying it.
+const MAX_RETRY_TIME: Duration = Duration::from_secs(5);
+/// Room in the request for the RPC header, credentials, tag and SEQUENCE.
+const REQUEST_OVERHEAD: usize = 512;
+
+/// Ops a transactional COMPOUND may hold (the server answers NFS4ERR_NOTSUPP to any
+/// other): the ones whose effects the server's `txn` layer can undo, and the ones that
+/// only read or move filehandles. Checked before sending, so a caller learns it without
+/// a round trip.
+pub fn allowed_in_txn(op: nfs_opnum4) -> bool {
+    use nfs_opnum4::*;
+    matches!(
+        op,
+        OP_SEQUENCE
+            | OP_PUTFH
+            | OP_PUTPUBFH
+            | OP_PUTROOTFH
+            | OP_GETFH
+            | OP_SAVEFH
+            | OP_RESTOREFH
+            | OP_LOOKUP
+            | OP_LOOKUPP
+            | OP_GETATTR
+            | OP_ACCESS
+            | OP_VERIFY
+            | OP_NVERIFY
+            | OP_READ
+            | OP_READDIR
+            | OP_READLINK
+            | OP_SECINFO_NO_NAME
+            | OP_WRITE
+            | OP_OPEN
+            | OP_CLOSE
+            | OP_CREATE
+            | OP_REMOVE
+            | OP_RENAME
+            | OP_LINK
+            | OP_SETATTR
+            | OP_COMMIT
+    )
+}
+
+/// A generous estimate of the reply to `c` (bytes): what decides whether to ask the
+/// server to cache it (ca_maxresponsesize_cached) and whether it can fit a reply at
+/// all (ca_maxresponsesize).
+fn reply_estimate(c: &Compound) -> usize {
+    // SEQUENCE's result, the status, tag and array length.
+    let mut n = 96;
+    for op in &c.ops {
+        n += 8 + match op {
+            nfs_argop4::OP_OPEN(_) => 160,
+            nfs_argop4::OP_CREATE(_) | nfs_argop4::OP_RENAME(_) => 112,
+            nfs_argop4::OP_REMOVE(_) | nfs_argop4::OP_LINK(_) => 56,
+            nfs_argop4::OP_WRITE(_) => 48,
+            nfs_argop4::OP_CLOSE(_) | nfs_argop4::OP_SETATTR(_) => 40,
+            nfs_argop4::OP_GETFH => 136,
+            nfs_argop4::OP_GETATTR(_) => 512,
+            nfs_argop4::OP_READ(r) => 16 + r.count as usize,
+            nfs_argop4::OP_READDIR(r) => 16 + r.maxcount as usize,
+            nfs_argop4::OP_READLINK => 4200,
+            _ => 8,
+        };
+    }
+    n
+}
+
+/// Refuse, before sending, a transaction the server could not run in one COMPOUND.
+pub(crate) fn check_fits(c: &Compound, limits: crate::Limits) -> Result<(), ClientError> {
+    for (index, op) in c.ops.iter().enumerate() {
+        if !allowed_in_txn(op.discriminant()) {
+            let op = op_name(op.discriminant());
+            return Err(ClientError::TxnOpNotAllowed { op, index });
+        }
+    }
+    // SEQUENCE is one more op of the COMPOUND.
+    let ops = c.len() + 1;
+    if ops > limits.max_ops as usize {
+        return Err(ClientError::TxnTooLarge {
+            n: ops,
+            max: limits.max_ops as usize,
+            unit: "ops",
+        });
+    }
+    let bytes = c.ops.iter().map(request_size).sum::<usize>() + REQUEST_OVERHEAD;
+    if bytes > limits.max_request as usize {
+        return Err(ClientError::TxnTooLarge {
+            n: bytes,
+            max: limits.max_request as usize,
+            unit: "bytes",
+        });
+    }
+    let reply = reply_estimate(c);
+    if reply > limits.max_response as usize {
+        return Err(ClientError::TxnTooLarge {
+            n: reply,
+            max: limits.max_response as usize,
+            unit: "bytes of reply",
+        });
+    }
+    Ok(())
+}
+
+/// A random backoff for try `n` (1-based): 10 ms doubling to at most 320 ms, times a
+/// factor in [0.5, 1.5) so that transactions that conflicted once do not meet again at
+/// the same moment. No RNG crate: the clock's nanoseconds and a counter are random
+/// enough for jitter.
+fn backoff(n: u32) -> Duration {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() as u64)
+        .unwrap_or(0);
+    let mut x = nanos
+        ^ SEQ
+            .fetch_add(0x9e37_79b9_7f4a_7c15, std::sync::atomic::Ordering::Relaxed)
+            .rotate_left(17);
+    // xorshift64* to spread the bits
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    let r = x.wrapping_mul(0x2545_f491_4f6c_dd1d) % 1000;
+    let base = 10u64 << n.saturating_sub(1).min(5);
+    Duration::from_millis(base * (500 + r) / 1000)
+}
+
+impl Client {
+    /// Send `c` as one transaction (see the module documentation). `Ok` carries the
+    /// reply as a plain COMPOUND's: when its status is an error, the op at
+    /// [`Reply::failed`] failed and the server rolled back every earlier op.
+    ///
+    /// Errors: [`ClientError::TxnUnsupported`] (the server does not run transactions),
+    /// [`ClientError::TxnExportUnsupported`] (NFS4ERR_NOTSUPP: the export has no `txn`
+    /// layer), [`ClientError::TxnOpNotAllowed`] and [`ClientError::TxnTooLarge`] (found
+    /// before sending), [`ClientError::TxnConflict`] (NFS4ERR_DELAY on every try),
+    /// [`ClientError::TxnOutcomeUnknown`] (no reply; all or nothing happened).
+    pub async fn compound_txn(&self, c: &Compound) -> Result<Reply, ClientError> {
+        let limits = self.limits();
+        check_fits(c, limits)?;
+        // The server keeps the reply for a retransmission when it fits its reply cache;
+        // a bigger one is sent uncached (a lost reply then means an unknown outcome,
+        // never a second run).
+        let mut cache = reply_estimate(c) <= limits.max_response_cached as usize;
+        let started = Instant::now();
+        let mut tries = 0u32;
+        loop {
+            tries += 1;
+            let reply = self.send_as(c, true, Mode::Txn { cache }).await?;
+            match reply.failed() {
+                Some((_, nfsstat4::NFS4ERR_REP_TOO_BIG_TO_CACHE)) if cache => {
+                    // The estimate was short; the server rolled back: send it uncached.
+                    cache = false;
+                    tries -= 1;
+                }
+                Some((_, nfsstat4::NFS4ERR_DELAY)) => {
+                    // A conflict: the server rolled everything back; run it all again.
+                    let wait = backoff(tries);
+                    if tries >= MAX_TRIES || started.elapsed() + wait > MAX_RETRY_TIME {
+                        return Err(ClientError::TxnConflict { tries });
+                    }
+                    tracing::debug!(tries, ?wait, "transaction conflicted; retrying");
+                    tokio::time::sleep(wait).await;
+                }
+                Some((index, nfsstat4::NFS4ERR_NOTSUPP)) => {
+                    let op = c
+                        .ops
+                        .get(index)
+                        .map_or("COMPOUND", |o| op_name(o.discriminant()));
+                    return Err(ClientError::TxnExportUnsupported { op, index });
+                }
+                _ => return Ok(reply),
+            }
+        }
+    }
+
+    /// A new, empty transaction on this session. Beside an [`crate::Fs`] of this
+    /// client, use [`crate::Fs::transaction`] instead: it keeps the `Fs`'s cache of
+    /// directory handles right after renames and removals.
+    pub fn transaction(&self) -> Transaction {
+        Transaction {
+            client: self.clone(),
+            fs: None,
+            steps: Vec::new(),
+            error: None,
+        }
+    }
+}
+
+/// The results of one committed step: the replies of its ops, in order (the LOOKUPs
+/// that reach its directory included).
+#[derive(Debug, Clone)]
+pub struct StepResult {
+    /// The step, as error messages name it.
+    pub what: String,
+    pub results: Vec<nfs_resop4>,
+}
+
+impl StepResult {
+    /// Bytes the step's WRITEs wrote (0 for other steps).
+    pub fn written(&self) -> u64 {
+        self.results
+            .iter()
+            .map(|r| match r {
+                nfs_resop4::OP_WRITE(WRITE4res::NFS4_OK(w)) => w.count as u64,
+                _ => 0,
+            })
+            .sum()
+    }
+}
+
+/// Path-based steps sent as one transactional COMPOUND by [`Transaction::commit`].
+/// Each step method returns the step's index; a bad path is reported by `commit`
+/// (nothing is sent then). Steps run in the order they were added, each seeing what
+/// the earlier ones did (e.g. write into a directory made by an earlier step).
+pub struct Transaction {
+    client: Client,
+    /// The `Fs` whose path -> handle cache must forget what the transaction moved or
+    /// removed (a cached handle of a renamed directory would send later calls on the
+    /// old path into the new one).
+    fs: Option<crate::Fs>,
+    steps: Vec<Step>,
+    /// The first bad step (its index and path error), returned by `commit`.
+    error: Option<ClientError>,
+}
+
+impl Transaction {
+    /// This transaction, created for `fs` (see [`crate::Fs::transaction`]).
+    pub(crate) fn for_fs(mut self, fs: &crate::Fs) -> Self {
+        self.fs = Some(fs.clone());
+        self
+    }
+
+    /// Steps added so far.
+    pub fn len(&self) -> usize {
+        self.steps.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
+
+    /// `path` as components; not the root (every step names an entry of a directory).
+    fn path(&mut self, path: &str) -> Vec<String> {
+        match components(path) {
+            Ok(c) if !c.is_empty() => c,
+            Ok(_) | Err(_) => {
+                if self.error.is_none() {
+                    self.error = Some(ClientError::BadPath(format!(
+                        "{path} (step {} of the transaction)",
+                        self.steps.len()
+                    )));
+                }
+                Vec::new()
+            }
+        }
+    }
+
+    fn push(&mut self, s: Step) -> usize {
+        self.steps.push(s);
+        self.steps.len() - 1
+    }
+
+    /// Create directory `path` (its parent must exist, or be made by an earlier step).
+    pub fn mkdir(&mut self, path: &str, mode: u32) -> usize {
+        let path = self.path(path);
+        self.push(Step::Mkdir { path, mode })
+    }
+
+    /// Create regular file `path` with mode `mode` and content `data` (written with
+    /// FILE_SYNC). `guarded`: fail with NFS4ERR_EXIST if the name exists; otherwise an
+    /// existing file is truncated and overwritten.
+    pub fn write_file(
+        &mut self,
+        path: &str,
+        data: impl Into<Bytes>,
+        mode: u32,
+        guarded: bool,
+    ) -> usize {
+        let path = self.path(path);
+        self.push(Step::Write {
+            path,
+            data: data.into(),
+            mode,
+            guarded,
+        })
+    }
+
+    /// Remove file, symlink or empty directory `path`.
+    pub fn remove(&mut self, path: &str) -> usize {
+        let path = self.path(path);
+        self.push(Step::Remove { path })
+    }
+
+    /// Rename `from` to `to` (files and directories; an existing `to` is replaced as
+    /// RENAME does).
+    pub fn rename(&mut self, from: &str, to: &str) -> usize {
+        let from = self.path(from);
+        let to = self.path(to);
+        self.push(Step::Rename { from, to })
+    }
+
+    /// Create symlink `path` whose text is `target`.
+    pub fn symlink(&mut self, path: &str, target: &str) -> usize {
+        let path = self.path(path);
+        self.push(Step::Symlink {
+            path,
+            target: target.to_string(),
+        })
+    }
+
+    /// Hard link: `new` becomes another name of `existing`.
+    pub fn link(&mut self, existing: &str, new: &str) -> usize {
+        let existing = self.path(existing);
+        let new = self.path(new);
+        self.push(Step::Link { existing, new })
+    }
+
+    /// Set attributes (mode, size, times, ...) of `path` (symlinks not followed).
+    pub fn setattr(&mut self, path: &str, set: SetAttributes) -> usize {
+        let path = self.path(path);
+        self.push(Step::SetAttr { path, set })
+    }
+
+    /// The COMPOUND of the steps, and the range of ops of each step.
+    fn compose(&self) -> (Compound, Vec<Range<usize>>) {
+        let mut c = Compound::new();
+        let mut ranges = Vec::with_capacity(self.steps.len());
+        let mut pos: Position = None;
+        for (i, step) in self.steps.iter().enumerate() {
+            let start = c.len();
+            let next_dir = self.steps.get(i + 1).map(first_dir);
+            pos = emit(&mut c, step, pos, next_dir);
+            ranges.push(start..c.len());
+        }
+        (c, ranges)
+    }
+
+    /// The COMPOUND this transaction sends (for inspection and op counts).
+    pub fn compound(&self) -> Compound {
+        self.compose().0
+    }
+
+    /// Send the steps as one transaction. `Ok`: every step happened (results in step
+    /// order). On a failing step, [`ClientError::TxnStepFailed`] names it (index, path,
+    /// op, status) and nothing of the transaction remains; see
+    /// [`Client::compound_txn`] for the other errors.
+    pub async fn commit(self) -> Result<Vec<StepResult>, ClientError> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        if self.steps.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (c, ranges) = self.compose();
+        check_fits(&c, self.client.limits())?;
+        // Delegations of what the steps change go back first (buffered writes flushed):
+        // the server would otherwise have to recall them in the middle of the
+        // transaction.
+        let touched: Vec<String> = self.steps.iter().flat_map(Step::touched).collect();
+        let refs: Vec<&str> = touched.iter().map(String::as_str).collect();
+        let cache = self.client.cache().clone();
+        cache.forget_paths(&refs, true).await;
+        let reply = self.client.compound_txn(&c).await;
+        // The server does not notify a client of its own changes: listings of the
+        // changed directories are stale whatever the outcome was.
+        for p in &refs {
+            cache.invalidate_parent_listing(p);
+        }
+        if let Some(fs) = &self.fs {
+            // Whatever the outcome (a committed or unknown one moved them), cached
+            // handles of what the steps renamed or removed are no longer trusted.
+            for s in &self.steps {
+                match s {
+                    Step::Remove { path } => fs.forget_dir(&path.join("/")),
+                    Step::Rename { from, to } => {
+                        fs.forget_dir(&from.join("/"));
+                        fs.forget_dir(&to.join("/"));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let reply = reply?;
+        if let Some((f, status)) = reply.failed() {
+            let step = ranges.iter().position(|r| r.contains(&f)).unwrap_or(0);
+            let op = reply
+                .results
+                .get(f)
+                .map_or("COMPOUND", |r| op_name(r.discriminant()));
+            return Err(ClientError::TxnStepFailed {
+                step,
+                what: self.steps.get(step).map(Step::describe).unwrap_or_default(),
+                op,
+                status,
+            });
+        }
+        let mut out = Vec::with_capacity(self.steps.len());
+        for (step, r) in self.steps.iter().zip(ranges) {
+            let results = reply.results.get(r).map(|s| s.to_vec()).ok_or_else(|| {
+                ClientError::Protocol("short reply to a committed transaction".into())
+            })?;
+            out.push(StepResult {
+                what: step.describe(),
+                results,
+            });
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(max_ops: u32, max_request: u32) -> crate::Limits {
+        crate::Limits {
+            max_ops,
+            max_request,
+            max_response: 1 << 20,
+            max_response_cached: 64 << 10,
+            slots: 1,
+        }
+    }
+
+    #[test]
+    fn too_large_is_refused_before_sending() {
+        let mut c = Compound::new();
+        for _ in 0..10 {
+            c.putrootfh();
+        }
+        match check_fits(&c, limits(8, 1 << 20)) {
+            Err(ClientError::TxnTooLarge {
+                n: 11,
+                max: 8,
+                unit,
+            }) => assert_eq!(unit, "ops"),
+            other => panic!("{other:?}"),
+        }
+        let mut c = Compound::new();
+        c.putrootfh();
+        c.write(
+            crate::compound::CURRENT_STATEID,
+            0,
+            Bytes::from(vec![0u8; 4096]),
+            true,
+        );
+        assert!(matches!(
+            check_fits(&c, limits(100, 4096)),
+            Err(ClientError::TxnTooLarge { unit: "bytes", .. })
+        ));
+        let mut c = Compound::new();
+        c.op(nfs_argop4::OP_RECLAIM_COMPLETE(RECLAIM_COMPLETE4args {
+            rca_one_fs: false,
+        }));
+        assert!(matches!(
+            check_fits(&c, limits(100, 1 << 20)),
+            Err(ClientError::TxnOpNotAllowed { index: 0, .. })
+        ));
+    }
+
+    #[test]
+    fn backoff_is_bounded_and_jittered() {
+        for n in 1..40 {
+            let d = backoff(n);
+            assert!(d >= Duration::from_millis(5) && d < Duration::from_millis(480));
+        }
+    }
+}
