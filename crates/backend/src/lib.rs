@@ -230,6 +230,48 @@ pub struct OpCtx {
     /// Only a `txn` layer honours this; every other backend refuses such a COMPOUND in
     /// [`Backend::begin_compound`] with `NotSupp`, so it never runs non-atomically.
     pub txn: bool,
+    /// Where a transactional COMPOUND stands in its transaction (one COMPOUND, or one of
+    /// several: issue 10 item 5).
+    pub span: TxnSpan,
+}
+
+/// The part a transactional COMPOUND plays in its transaction. A transaction of
+/// several COMPOUNDs is named by the id the server gave it at `Begin`; its changes stay
+/// invisible to everyone else, and undoable, until `Commit`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TxnSpan {
+    /// The transaction is this COMPOUND: it commits at its end if every op succeeded.
+    #[default]
+    Whole,
+    /// The first COMPOUND of transaction `id`, which stays open after it.
+    Begin(u64),
+    /// A further COMPOUND of the open transaction `id`.
+    Continue(u64),
+    /// The last COMPOUND of transaction `id`: it commits after its ops.
+    Commit(u64),
+    /// Roll transaction `id` back.
+    Abort(u64),
+}
+
+impl TxnSpan {
+    /// The transaction's name: its id, or the COMPOUND's for a one-COMPOUND one.
+    pub fn key(self, compound: u64) -> u64 {
+        match self {
+            TxnSpan::Whole => compound,
+            TxnSpan::Begin(id)
+            | TxnSpan::Continue(id)
+            | TxnSpan::Commit(id)
+            | TxnSpan::Abort(id) => id,
+        }
+    }
+
+    /// Does the transaction end with this COMPOUND (if it succeeds)?
+    pub fn ends(self) -> bool {
+        matches!(
+            self,
+            TxnSpan::Whole | TxnSpan::Commit(_) | TxnSpan::Abort(_)
+        )
+    }
 }
 
 impl OpCtx {
@@ -240,6 +282,7 @@ impl OpCtx {
             client: None,
             compound: 0,
             txn: false,
+            span: TxnSpan::Whole,
         }
     }
 }

@@ -50,6 +50,7 @@ fn ctx(compound: u64) -> OpCtx {
         client: Some(7),
         compound,
         txn: false,
+        span: Default::default(),
     }
 }
 

@@ -104,6 +104,7 @@ fn txn_cx(compound: u64) -> OpCtx {
         client: Some(1),
         compound,
         txn: true,
+        span: Default::default(),
     }
 }
 

@@ -52,5 +52,13 @@ include_generated! {
 /// PROC_UNAVAIL (RFC 5531), so a transaction is never executed non-atomically.
 pub const PROC_TXN_COMPOUND: u32 = 0x8000_0001;
 
+/// A transaction of several COMPOUNDs of one session (ADR 0021): BEGIN opens it and runs
+/// its first COMPOUND, CONTINUE runs more, COMMIT runs the last and commits, ABORT rolls
+/// it back. Each carries COMPOUND4args; the session has at most one open.
+pub const PROC_TXN_BEGIN: u32 = 0x8000_0002;
+pub const PROC_TXN_CONTINUE: u32 = 0x8000_0003;
+pub const PROC_TXN_COMMIT: u32 = 0x8000_0004;
+pub const PROC_TXN_ABORT: u32 = 0x8000_0005;
+
 /// Per-operation protocol facts (names, flags) shared by client and server (ADR 0007).
 pub mod ops;

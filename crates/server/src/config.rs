@@ -154,6 +154,11 @@ pub struct Config {
     /// layer on top of their stack, and procedure `PROC_TXN_COMPOUND` is served. Off
     /// (`--no-txn`), that procedure is answered PROC_UNAVAIL and stacks stay as written.
     pub txn: bool,
+    /// Largest number of COMPOUNDs in one transaction of several (BEGIN .. COMMIT).
+    pub max_txn_compounds: u32,
+    /// Seconds a transaction of several COMPOUNDs may stay open before it is rolled
+    /// back. Unset: one lease.
+    pub txn_timeout: Option<u32>,
     /// Deliberate defects for proving that the tests and the simulation can fail.
     /// Never set outside tests; not configurable from TOML.
     #[serde(skip)]
@@ -192,6 +197,8 @@ impl Default for Config {
             recall_wait_ms: None,
             max_held_requests: 256,
             txn: true,
+            max_txn_compounds: 4096,
+            txn_timeout: None,
             mutations: Mutations::default(),
         }
     }
@@ -218,6 +225,13 @@ impl Config {
             Some(ms) => std::time::Duration::from_millis(u64::from(ms.max(1))),
             None => std::time::Duration::from_secs(u64::from((self.lease_time / 10).max(1))),
         }
+    }
+
+    /// How long a transaction of several COMPOUNDs may stay open (`txn_timeout`).
+    pub fn txn_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(u64::from(
+            self.txn_timeout.unwrap_or(self.lease_time).max(1),
+        ))
     }
 
     /// How long a conflicting request waits for a recalled delegation (see

@@ -335,6 +335,9 @@ pub struct CompoundScope {
     /// Exports whose `begin_compound` succeeded (few per COMPOUND: a linear scan).
     entered: Vec<Arc<Export>>,
     finished: bool,
+    /// The export of the transaction this COMPOUND continues (a transaction of several
+    /// COMPOUNDs stays in one export).
+    txn_export: Option<u16>,
 }
 
 impl CompoundScope {
@@ -351,15 +354,35 @@ impl CompoundScope {
                 client: None,
                 compound: exports.next_compound_id(),
                 txn,
+                span: txnfs_backend::TxnSpan::Whole,
             },
             entered: Vec::new(),
             finished: false,
+            txn_export: None,
         }
     }
 
     /// The context (for calls that need no `begin_compound`, e.g. in tests).
     pub fn ctx(&self) -> &OpCtx {
         &self.ctx
+    }
+
+    /// Places this transactional COMPOUND in a transaction of several (`export`: the
+    /// one the transaction is in, if it touched one already). Before any export is
+    /// entered.
+    pub fn set_span(&mut self, span: txnfs_backend::TxnSpan, export: Option<u16>) {
+        self.ctx.span = span;
+        self.txn_export = export;
+    }
+
+    /// The export a transactional COMPOUND entered (or its transaction had).
+    pub fn txn_export(&self) -> Option<u16> {
+        self.entered.first().map(|e| e.id).or(self.txn_export)
+    }
+
+    /// Has this COMPOUND entered export `id`?
+    pub fn entered(&self, id: u16) -> bool {
+        self.entered.iter().any(|e| e.id == id)
     }
 
     /// Runs `begin_compound` on `export` unless this COMPOUND already did. The caller
@@ -374,7 +397,9 @@ impl CompoundScope {
         if self.entered.iter().any(|e| e.id == export.id) {
             return Ok(());
         }
-        if self.ctx.txn && !self.entered.is_empty() {
+        if self.ctx.txn
+            && (!self.entered.is_empty() || self.txn_export.is_some_and(|id| id != export.id))
+        {
             // One export's layer makes a transaction atomic; two could not commit as
             // one (ADR 0021).
             return Err(BackendError::XDev);

@@ -19,6 +19,7 @@ pub mod service;
 pub mod session;
 pub mod statecore;
 pub mod statedir;
+pub mod txnspan;
 
 pub use txnfs_proto::nfs4 as nfs;
 

@@ -115,6 +115,8 @@ pub struct Server {
     boot_time: Timestamp,
     /// Requests held for recalled delegations wait here (`crate::recall`).
     pub recall_waits: crate::recall::RecallWaits,
+    /// Transactions of several COMPOUNDs that are open (`crate::txnspan`).
+    pub txns: crate::txnspan::OpenTxns,
     /// Callbacks the core asked for while no runtime could send them (the
     /// simulation delivers them itself): see [`Server::take_undelivered_callbacks`].
     pub(crate) undelivered_callbacks: Mutex<Vec<(txnfs_state::ClientId, txnfs_state::Callback)>>,
@@ -206,6 +208,7 @@ impl Server {
         Ok(Arc::new_cyclic(|me| Server {
             me: me.clone(),
             recall_waits: Default::default(),
+            txns: Default::default(),
             undelivered_callbacks: Mutex::new(Vec::new()),
             exports,
             handles: HandleCodec::new(&secret),

@@ -5,6 +5,7 @@
 
 use crate::placement::MetadataPace;
 use crate::server::Server;
+use crate::txnspan::TxnProc;
 use bytes::Bytes;
 use std::future::Future;
 use std::sync::Arc;
@@ -58,8 +59,9 @@ impl RpcService for NfsService {
         async move {
             match info.proc_num {
                 PROC_NULL => ReplyBody::Success(Bytes::new()),
-                PROC_COMPOUND | txnfs_proto::PROC_TXN_COMPOUND => {
-                    let txn = info.proc_num == txnfs_proto::PROC_TXN_COMPOUND;
+                p if p == PROC_COMPOUND || TxnProc::of_procedure(p).is_some() => {
+                    let proc = TxnProc::of_procedure(p).unwrap_or(TxnProc::Plain);
+                    let txn = proc.is_txn();
                     if txn && !server.cfg.txn {
                         // `--no-txn`: answer as a server that never heard of them.
                         return ReplyBody::ProcUnavail;
@@ -74,7 +76,7 @@ impl RpcService for NfsService {
                     let pace = self.pace.clone();
                     let run = move || {
                         let started = Instant::now();
-                        let reply = crate::compound::execute_as(&server, creds, conn, args, txn);
+                        let reply = crate::compound::execute_proc(&server, creds, conn, args, proc);
                         pace.record(blocking, started.elapsed());
                         reply
                     };

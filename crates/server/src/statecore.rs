@@ -194,6 +194,34 @@ impl Server {
             effects
         };
         self.apply(effects);
+        self.reap_transactions(now);
+    }
+
+    /// Rolls back the transactions of several COMPOUNDs whose session is gone or that
+    /// stayed open longer than `txn_timeout`.
+    fn reap_transactions(&self, now: std::time::Instant) {
+        let expired = {
+            let Ok(core) = self.core() else {
+                return;
+            };
+            self.txns.expired(now, self.cfg.txn_timeout(), |s| {
+                core.sessions().session(s).is_some()
+            })
+        };
+        for t in expired {
+            let Some(export) = t.export.and_then(|id| self.exports.get(id)).cloned() else {
+                continue;
+            };
+            tracing::info!(txn = t.id, "rolling back an abandoned transaction");
+            let mut scope = crate::export::CompoundScope::with_txn(&self.exports, true);
+            scope.set_span(txnfs_backend::TxnSpan::Abort(t.id), Some(export.id));
+            if scope
+                .enter(&export, &txnfs_backend::Creds::default(), None)
+                .is_ok()
+            {
+                let _ = scope.finish(false);
+            }
+        }
     }
 
     /// A transport connection closed: unbind it from every session.

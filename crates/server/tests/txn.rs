@@ -258,3 +258,102 @@ async fn an_export_without_the_layer_refuses_a_transaction() {
     assert_eq!(r.status, nfsstat4::NFS4ERR_NOTSUPP);
     assert!(!exists(&mut s, &["x"]).await);
 }
+
+/// A transaction of several COMPOUNDs (BEGIN, CONTINUE, COMMIT / ABORT): nobody sees
+/// its changes before COMMIT, ABORT takes them all back, misuse is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_spans_several_compounds() {
+    use txnfs_proto::{PROC_TXN_ABORT, PROC_TXN_BEGIN, PROC_TXN_COMMIT, PROC_TXN_CONTINUE};
+    let (srv, mut s) = start_with_session(b"txn-span").await;
+    let mut other = Session::new(srv.addr, b"txn-span-other").await;
+    for commit in [false, true] {
+        let r = s
+            .run_proc(
+                PROC_TXN_BEGIN,
+                vec![nfs_argop4::OP_PUTROOTFH, mkdir("tree")],
+            )
+            .await;
+        assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+        // One open per session.
+        let r = s
+            .run_proc(PROC_TXN_BEGIN, vec![nfs_argop4::OP_PUTROOTFH])
+            .await;
+        assert_eq!(r.status, nfsstat4::NFS4ERR_INVAL);
+        for name in ["a", "b"] {
+            let r = s
+                .run_proc(
+                    PROC_TXN_CONTINUE,
+                    vec![
+                        nfs_argop4::OP_PUTROOTFH,
+                        lookup("tree"),
+                        open_new(name),
+                        write(&current_sid(), 0, b"part of the tree"),
+                    ],
+                )
+                .await;
+            assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+        }
+        // Invisible to others while open: they are told to retry.
+        let r = other
+            .run(vec![nfs_argop4::OP_PUTROOTFH, lookup("tree")])
+            .await;
+        assert_eq!(r.status, nfsstat4::NFS4ERR_DELAY);
+        let proc = if commit {
+            PROC_TXN_COMMIT
+        } else {
+            PROC_TXN_ABORT
+        };
+        let r = s.run_proc(proc, vec![]).await;
+        assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+        assert_eq!(exists(&mut other, &["tree", "b"]).await, commit);
+        assert_eq!(srv.server.txns.len(), 0);
+    }
+    // Nothing open: CONTINUE, COMMIT and ABORT are refused.
+    for proc in [PROC_TXN_CONTINUE, PROC_TXN_COMMIT, PROC_TXN_ABORT] {
+        let r = s.run_proc(proc, vec![nfs_argop4::OP_PUTROOTFH]).await;
+        assert_eq!(r.status, nfsstat4::NFS4ERR_INVAL);
+    }
+    // A failing op ends the transaction and takes back its earlier COMPOUNDs.
+    s.run_proc(
+        PROC_TXN_BEGIN,
+        vec![nfs_argop4::OP_PUTROOTFH, mkdir("doomed")],
+    )
+    .await;
+    let r = s
+        .run_proc(
+            PROC_TXN_CONTINUE,
+            vec![nfs_argop4::OP_PUTROOTFH, remove("no-such-name")],
+        )
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_NOENT);
+    assert!(!exists(&mut s, &["doomed"]).await);
+    let r = s.run_proc(PROC_TXN_COMMIT, vec![]).await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_INVAL);
+}
+
+/// A transaction left open past `txn_timeout` is rolled back by the housekeeping tick.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_transaction_is_rolled_back() {
+    let srv = start_server(|state_dir| Config {
+        txn_timeout: Some(1),
+        ..memory_config(state_dir, false)
+    })
+    .await;
+    let mut s = Session::new(srv.addr, b"txn-abandoned").await;
+    let r = s
+        .run_proc(
+            txnfs_proto::PROC_TXN_BEGIN,
+            vec![nfs_argop4::OP_PUTROOTFH, mkdir("left-open")],
+        )
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK);
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let server = srv.server.clone();
+    tokio::task::spawn_blocking(move || server.tick())
+        .await
+        .unwrap();
+    assert_eq!(srv.server.txns.len(), 0);
+    assert!(!exists(&mut s, &["left-open"]).await);
+    let r = s.run_proc(txnfs_proto::PROC_TXN_COMMIT, vec![]).await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_INVAL);
+}

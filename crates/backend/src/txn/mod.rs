@@ -34,7 +34,7 @@ use bytes::Bytes;
 use crate::layer::Layer;
 use crate::{
     Attrs, Backend, BackendError, CloneMethod, CreateMode, Created, Creds, DirEntry, FileKey,
-    FileType, Linked, Made, NodeKind, OpCtx, RenameChange, Result, SetAttrs,
+    FileType, Linked, Made, NodeKind, OpCtx, RenameChange, Result, SetAttrs, TxnSpan,
 };
 use journal::{Journal, Record};
 use locks::{Kind, LockId, LockTable, Mode, Owner};
@@ -308,9 +308,16 @@ impl TxnLayer {
     /// The owner of a change made with `cx`: its transaction, or a plain call (whose
     /// change locks last as long as the call).
     fn owner_of(cx: &OpCtx) -> Owner {
-        Owner {
-            id: cx.compound,
-            kind: if cx.txn { Kind::Txn } else { Kind::Call },
+        if cx.txn {
+            Owner {
+                id: cx.span.key(cx.compound),
+                kind: Kind::Txn,
+            }
+        } else {
+            Owner {
+                id: cx.compound,
+                kind: Kind::Call,
+            }
         }
     }
 
@@ -847,14 +854,18 @@ impl Layer for TxnLayer {
     fn begin_compound(&self, cx: &OpCtx) -> Result<()> {
         let plain = OpCtx {
             txn: false,
+            span: TxnSpan::Whole,
             ..cx.clone()
         };
         self.lower.begin_compound(&plain)?;
-        CURRENT.with(|c| c.set((cx.compound, cx.txn)));
+        let owner = Self::owner_of(cx);
+        CURRENT.with(|c| c.set((owner.id, cx.txn)));
         if cx.txn {
-            let owner = Self::owner_of(cx);
+            // Made by the first COMPOUND of the transaction that reaches this export
+            // (the server tracks which transactions are open, so a later COMPOUND of one
+            // that has not touched the export yet starts it here too).
             let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-            open.entry(cx.compound).or_insert_with(|| Txn {
+            open.entry(owner.id).or_insert_with(|| Txn {
                 txid: 0,
                 owner,
                 locks: Vec::new(),
@@ -873,19 +884,30 @@ impl Layer for TxnLayer {
     fn end_compound(&self, cx: &OpCtx, ok: bool) -> Result<()> {
         let mut r = Ok(());
         if cx.txn {
-            let t = self
-                .open
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&cx.compound);
-            if let Some(t) = t {
-                r = self.finish(t, ok);
+            let key = cx.span.key(cx.compound);
+            // A transaction ends with its last COMPOUND, or with any that failed.
+            let commit = match cx.span {
+                TxnSpan::Abort(_) => Some(false),
+                span if span.ends() => Some(ok),
+                _ if !ok => Some(false),
+                _ => None,
+            };
+            if let Some(commit) = commit {
+                let t = self
+                    .open
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&key);
+                if let Some(t) = t {
+                    r = self.finish(t, commit);
+                }
             }
         }
         self.release_compound(cx.compound);
         CURRENT.with(|c| c.set((0, false)));
         let plain = OpCtx {
             txn: false,
+            span: TxnSpan::Whole,
             ..cx.clone()
         };
         let below = self.lower.end_compound(&plain, ok && r.is_ok());

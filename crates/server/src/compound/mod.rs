@@ -17,6 +17,7 @@ use crate::nfs::{nfs_argop4, nfs_opnum4, nfs_resop4, nfsstat4, stateid4};
 use crate::placement::Blocking;
 use crate::server::Server;
 use crate::session::{ClientId, Session};
+use crate::txnspan::TxnProc;
 use bytes::{BufMut, Bytes, BytesMut};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -181,6 +182,20 @@ pub fn execute_as(
     args: Bytes,
     txn: bool,
 ) -> Result<Bytes, CompoundError> {
+    let proc = if txn { TxnProc::Whole } else { TxnProc::Plain };
+    execute_proc(srv, creds, conn, args, proc)
+}
+
+/// Execute one COMPOUND of RPC procedure `proc` (plain, a transaction, or a part of
+/// one: `crate::txnspan`) and return the encoded COMPOUND4res.
+pub fn execute_proc(
+    srv: &Server,
+    creds: Creds,
+    conn: u64,
+    args: Bytes,
+    proc: TxnProc,
+) -> Result<Bytes, CompoundError> {
+    let txn = proc.is_txn();
     let mut src = args.clone();
     let tag = txnfs_xdr::get_opaque(&mut src, MAX_TAG)?;
     let minor = txnfs_xdr::get_u32(&mut src)?;
@@ -222,6 +237,10 @@ pub fn execute_as(
     // Where the last op's result starts, and its table entry: a transaction that fails
     // to commit is reported as that op failing with NFS4ERR_IO.
     let mut last_op = None;
+    // A COMPOUND of a transaction of several: its session, or why it may not run (the
+    // op after SEQUENCE fails with that).
+    let mut txn_session = None;
+    let mut refused: Option<nfsstat4> = None;
 
     for i in 0..nops {
         let opnum = match txnfs_xdr::get_u32(&mut src.clone()) {
@@ -274,6 +293,21 @@ pub fn execute_as(
                     request_hash(&args),
                 ) {
                     Ok((res, s)) => {
+                        if !matches!(proc, TxnProc::Plain | TxnProc::Whole) {
+                            match srv.txns.start(
+                                &s.id,
+                                proc,
+                                c.scope.ctx().compound,
+                                c.now,
+                                srv.cfg.max_txn_compounds,
+                            ) {
+                                Ok(st) => {
+                                    c.scope.set_span(st.span, st.export);
+                                    txn_session = Some(s.id);
+                                }
+                                Err(e) => refused = Some(e),
+                            }
+                        }
                         cachethis = sa.sa_cachethis;
                         cache_limit = s.fore.max_response_cached as usize;
                         c.reply_left = s.fore.max_response as usize;
@@ -293,6 +327,8 @@ pub fn execute_as(
             } else {
                 runnable(entry, &c)
             }
+        } else if let Some(e) = refused {
+            Err(e)
         } else if matches!(arg, nfs_argop4::OP_SEQUENCE(_)) {
             Err(nfsstat4::NFS4ERR_SEQUENCE_POS)
         } else if txn && !nfs_opnum4::from_i32(opnum as i32).is_some_and(allowed_in_txn) {
@@ -370,7 +406,27 @@ pub fn execute_as(
         }
     }
 
-    if let Err(e) = c.scope.finish(status == nfsstat4::NFS4_OK) {
+    if status == nfsstat4::NFS4_OK {
+        if let Some(e) = refused {
+            // SEQUENCE alone: nothing else to fail.
+            status = e;
+        }
+    }
+    let span = c.scope.ctx().span;
+    if txn_session.is_some() && span.ends() {
+        // The last COMPOUND (or ABORT) of a transaction that touched an export ends it
+        // there, whether or not its own ops touched the export.
+        if let Some(id) = c.scope.txn_export().filter(|id| !c.scope.entered(*id)) {
+            if let Some(e) = srv.exports.get(id).cloned() {
+                let (creds, client) = (c.creds.clone(), c.client);
+                let _ = c.scope.enter(&e, &creds, client);
+            }
+        }
+    }
+    let commit = status == nfsstat4::NFS4_OK && proc != TxnProc::Abort;
+    // (Before `finish`, which leaves the exports.)
+    let txn_export = c.scope.txn_export();
+    if let Err(e) = c.scope.finish(commit) {
         // Only a transaction asked to commit fails here, and it was rolled back: its
         // last op takes the blame, so the reply says that nothing happened.
         tracing::error!("transaction not committed: {e}");
@@ -379,6 +435,10 @@ pub fn execute_as(
             entry.encode_error(&mut out, nfsstat4::NFS4ERR_IO);
             status = nfsstat4::NFS4ERR_IO;
         }
+    }
+    if let Some(sid) = txn_session {
+        srv.txns
+            .finish(&sid, span, status == nfsstat4::NFS4_OK, txn_export);
     }
     out[..4].copy_from_slice(&(status as i32).to_be_bytes());
     out[count_at..count_at + 4].copy_from_slice(&done.to_be_bytes());

@@ -226,10 +226,22 @@ impl Session {
 
     /// Sends encoded COMPOUND args as a transactional COMPOUND (retransmissions too).
     pub async fn call_txn(&self, args: Bytes) -> Result<COMPOUND4res, txnfs_rpc::RpcError> {
-        let b = self
-            .cl
-            .call(100003, 4, txnfs_proto::PROC_TXN_COMPOUND, args)
-            .await?;
+        self.call_proc(txnfs_proto::PROC_TXN_COMPOUND, args).await
+    }
+
+    /// Like `run`, with RPC procedure `proc` (`txnfs_proto::PROC_TXN_BEGIN`, ...).
+    pub async fn run_proc(&mut self, proc: u32, ops: Vec<nfs_argop4>) -> COMPOUND4res {
+        let b = self.next(ops);
+        self.call_proc(proc, b).await.expect("procedure served")
+    }
+
+    /// Sends encoded COMPOUND args with RPC procedure `proc`.
+    pub async fn call_proc(
+        &self,
+        proc: u32,
+        args: Bytes,
+    ) -> Result<COMPOUND4res, txnfs_rpc::RpcError> {
+        let b = self.cl.call(100003, 4, proc, args).await?;
         Ok(COMPOUND4res::from_bytes(b).expect("reply decodes"))
     }
 

@@ -1,0 +1,193 @@
+//! Transactions that span several COMPOUNDs of one session (issue 10 item 5, ADR 0021).
+//!
+//! The procedure number says what a transactional COMPOUND does
+//! ([`txnfs_proto::PROC_TXN_BEGIN`] and friends); this registry knows which session has
+//! a transaction open, in which export, since when, and whether one of its COMPOUNDs is
+//! running. One open transaction per session, one COMPOUND of it at a time, at most
+//! `max_txn_compounds` COMPOUNDs and `txn_timeout` long; a transaction whose session
+//! is gone or that ran out of time is rolled back by the housekeeping tick.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use txnfs_backend::TxnSpan;
+use txnfs_state::session::SessionId;
+
+use crate::nfs::nfsstat4;
+
+/// What a transactional RPC procedure asks of the session's transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnProc {
+    /// Not a transaction.
+    Plain,
+    /// A transaction of this one COMPOUND.
+    Whole,
+    Begin,
+    Continue,
+    Commit,
+    Abort,
+}
+
+impl TxnProc {
+    /// The procedure's meaning, if it is one of the transactional ones.
+    pub fn of_procedure(p: u32) -> Option<TxnProc> {
+        Some(match p {
+            txnfs_proto::PROC_TXN_COMPOUND => TxnProc::Whole,
+            txnfs_proto::PROC_TXN_BEGIN => TxnProc::Begin,
+            txnfs_proto::PROC_TXN_CONTINUE => TxnProc::Continue,
+            txnfs_proto::PROC_TXN_COMMIT => TxnProc::Commit,
+            txnfs_proto::PROC_TXN_ABORT => TxnProc::Abort,
+            _ => return None,
+        })
+    }
+
+    pub fn is_txn(self) -> bool {
+        self != TxnProc::Plain
+    }
+}
+
+struct Open {
+    id: u64,
+    /// The export the transaction touched first (a transaction stays in one).
+    export: Option<u16>,
+    started: Instant,
+    compounds: u32,
+    /// A COMPOUND of the transaction is running.
+    busy: bool,
+}
+
+/// A transaction to roll back (housekeeping): its id and export.
+pub struct Expired {
+    pub id: u64,
+    pub export: Option<u16>,
+}
+
+#[derive(Default)]
+pub struct OpenTxns {
+    open: Mutex<HashMap<SessionId, Open>>,
+}
+
+/// The session's transaction as a COMPOUND of it starts: its span and export.
+pub struct Started {
+    pub span: TxnSpan,
+    pub export: Option<u16>,
+}
+
+impl OpenTxns {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Open>> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A COMPOUND of `proc` starts on `session` (as the COMPOUND `compound`): which
+    /// transaction it belongs to, or why it may not run (NFS4ERR_INVAL: no transaction
+    /// open, or one open already at BEGIN; NFS4ERR_DELAY: another COMPOUND of it is
+    /// running; NFS4ERR_TOO_MANY_OPS: the transaction reached its size bound).
+    pub fn start(
+        &self,
+        session: &SessionId,
+        proc: TxnProc,
+        compound: u64,
+        now: Instant,
+        max_compounds: u32,
+    ) -> Result<Started, nfsstat4> {
+        let mut open = self.lock();
+        let whole = Started {
+            span: TxnSpan::Whole,
+            export: None,
+        };
+        match proc {
+            TxnProc::Plain | TxnProc::Whole => Ok(whole),
+            TxnProc::Begin => {
+                if open.contains_key(session) {
+                    return Err(nfsstat4::NFS4ERR_INVAL);
+                }
+                open.insert(
+                    *session,
+                    Open {
+                        id: compound,
+                        export: None,
+                        started: now,
+                        compounds: 1,
+                        busy: true,
+                    },
+                );
+                Ok(Started {
+                    span: TxnSpan::Begin(compound),
+                    export: None,
+                })
+            }
+            TxnProc::Continue | TxnProc::Commit | TxnProc::Abort => {
+                let o = open.get_mut(session).ok_or(nfsstat4::NFS4ERR_INVAL)?;
+                if o.busy {
+                    return Err(nfsstat4::NFS4ERR_DELAY);
+                }
+                if proc == TxnProc::Continue && o.compounds >= max_compounds {
+                    return Err(nfsstat4::NFS4ERR_TOO_MANY_OPS);
+                }
+                o.busy = true;
+                o.compounds += 1;
+                let span = match proc {
+                    TxnProc::Continue => TxnSpan::Continue(o.id),
+                    TxnProc::Commit => TxnSpan::Commit(o.id),
+                    _ => TxnSpan::Abort(o.id),
+                };
+                Ok(Started {
+                    span,
+                    export: o.export,
+                })
+            }
+        }
+    }
+
+    /// The COMPOUND of `span` on `session` is over (`ok`: all its ops succeeded;
+    /// `export`: the export the transaction is in now). A transaction that ended
+    /// (committed, aborted, or failed) is forgotten.
+    pub fn finish(&self, session: &SessionId, span: TxnSpan, ok: bool, export: Option<u16>) {
+        if span == TxnSpan::Whole {
+            return;
+        }
+        let mut open = self.lock();
+        let ends = span.ends() || !ok;
+        if ends {
+            if open.get(session).is_some_and(|o| o.id == span.key(0)) {
+                open.remove(session);
+            }
+        } else if let Some(o) = open.get_mut(session) {
+            o.busy = false;
+            o.export = o.export.or(export);
+        }
+    }
+
+    /// Transactions that are not running and whose session is gone (`alive` says) or
+    /// that are older than `timeout`: removed here, for the caller to roll back.
+    pub fn expired(
+        &self,
+        now: Instant,
+        timeout: Duration,
+        alive: impl Fn(&SessionId) -> bool,
+    ) -> Vec<Expired> {
+        let mut open = self.lock();
+        let dead: Vec<SessionId> = open
+            .iter()
+            .filter(|(s, o)| !o.busy && (!alive(s) || now.duration_since(o.started) > timeout))
+            .map(|(s, _)| *s)
+            .collect();
+        dead.iter()
+            .filter_map(|s| open.remove(s))
+            .map(|o| Expired {
+                id: o.id,
+                export: o.export,
+            })
+            .collect()
+    }
+
+    /// Open transactions (tests).
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
