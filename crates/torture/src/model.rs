@@ -14,7 +14,7 @@ use crate::nfs::*;
 pub struct Rng(pub u64);
 
 impl Rng {
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -24,7 +24,7 @@ impl Rng {
 
     /// Uniform in `0..n` (`n > 0`).
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        self.next_u64() % n.max(1)
     }
 
     /// Uniform in `lo..=hi`.
@@ -48,7 +48,7 @@ pub fn content(key: u64) -> Vec<u8> {
     let len = 1200 + r.below(11_000) as usize;
     let mut v = format!("txnfs-torture key={key:016x}\n").into_bytes();
     while v.len() < len {
-        let x = r.next();
+        let x = r.next_u64();
         for i in 0..8 {
             v.push(b'a' + ((x >> (i * 8)) as u8 % 26));
         }

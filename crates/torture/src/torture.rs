@@ -452,7 +452,7 @@ pub async fn run(cfg: Config) -> Summary {
         };
         let mut tasks = Vec::new();
         for m in &models {
-            let seed = rng.next();
+            let seed = rng.next_u64();
             tasks.push(tokio::spawn(client_run(
                 srv.addr,
                 export.join(m.dir_name()),
