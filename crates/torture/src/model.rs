@@ -58,7 +58,7 @@ pub fn content(key: u64) -> Vec<u8> {
 }
 
 /// The key a file's header names, if it has one.
-fn key_of(bytes: &[u8]) -> Option<u64> {
+pub fn key_of(bytes: &[u8]) -> Option<u64> {
     let head = bytes.strip_prefix(b"txnfs-torture key=")?;
     let hex = std::str::from_utf8(head.get(..16)?).ok()?;
     u64::from_str_radix(hex, 16).ok()
@@ -183,6 +183,16 @@ pub struct Plan {
     pub post: Tree,
     /// Ends with a REMOVE of a missing name: must fail with NFS4ERR_NOENT, undone.
     pub fails: bool,
+    /// The key this transaction also writes into every shared file, if it does.
+    pub shared_key: Option<u64>,
+}
+
+/// The directory at the export root whose files every client's transactions overwrite
+/// together (contention: waits, NFS4ERR_DELAY and rollbacks between clients).
+pub const SHARED_DIR: &str = "shared";
+
+pub fn shared_file(i: usize) -> String {
+    format!("s{i}")
 }
 
 /// One client's directory `c<id>` and its counters.
@@ -191,6 +201,10 @@ pub struct ClientModel {
     pub id: usize,
     pub tree: Tree,
     counter: u64,
+    /// How many shared files there are (0: no shared writes).
+    pub shared: usize,
+    /// Every key this client ever sent into the shared files.
+    pub shared_keys: Vec<u64>,
 }
 
 impl ClientModel {
@@ -199,6 +213,8 @@ impl ClientModel {
             id,
             tree: Tree::new(),
             counter: 0,
+            shared: 0,
+            shared_keys: Vec::new(),
         }
     }
 
@@ -288,6 +304,27 @@ impl ClientModel {
         } else {
             self.plan_overwrite(rng)
         };
+        if self.shared > 0 && rng.chance(25) {
+            // Also overwrite every shared file with one new generation, starting at a
+            // random one so that transactions meet in different orders.
+            let k = self.fresh_key();
+            let start = rng.below(self.shared as u64) as usize;
+            for j in 0..self.shared {
+                let i = (start + j) % self.shared;
+                p.ops.extend([
+                    nfs_argop4::OP_PUTROOTFH,
+                    lookup(SHARED_DIR),
+                    lookup(&shared_file(i)),
+                    truncate(0),
+                ]);
+                p.ops.extend(Self::write_ops(k, anon));
+            }
+            if !fail {
+                // A transaction planned to fail must never show its key.
+                self.shared_keys.push(k);
+            }
+            p.shared_key = Some(k);
+        }
         if fail {
             let n = self.fresh();
             p.ops.extend(self.goto(""));
@@ -369,6 +406,7 @@ impl ClientModel {
             ops,
             post,
             fails: false,
+            shared_key: None,
         }
     }
 
@@ -436,6 +474,7 @@ impl ClientModel {
             ops,
             post,
             fails: false,
+            shared_key: None,
         }
     }
 
@@ -466,6 +505,7 @@ impl ClientModel {
             ops,
             post,
             fails: false,
+            shared_key: None,
         }
     }
 
@@ -494,6 +534,7 @@ impl ClientModel {
             ops,
             post,
             fails: false,
+            shared_key: None,
         }
     }
 }

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 use txnfs_proto::nfs4::nfsstat4;
 
-use crate::model::{diff, snapshot, ClientModel, Plan, Rng, Tree};
+use crate::model::{
+    content, diff, key_of, shared_file, snapshot, ClientModel, Plan, Rng, Tree, SHARED_DIR,
+};
 use crate::nfs::{status_of, Session};
 use crate::server::{signal_of, ServeSpec, ServerProc, Started};
 
@@ -30,6 +32,8 @@ pub struct Config {
     pub rounds: u32,
     pub seed: u64,
     pub clients: usize,
+    /// Files under `shared/` that transactions of all clients overwrite together.
+    pub shared: usize,
     pub bin: PathBuf,
     /// Keep the work directory (export, state, server log) even when all is well.
     pub keep: bool,
@@ -45,6 +49,7 @@ impl Config {
             rounds,
             seed,
             clients: 3,
+            shared: 4,
             bin,
             keep: false,
             max_kill_ms: 400,
@@ -169,6 +174,7 @@ fn schedule(round: u32, rng: &mut Rng, max_kill_ms: u64) -> Mode {
 #[derive(Clone, Debug)]
 struct Inflight {
     kind: &'static str,
+    shared_key: Option<u64>,
     pre: Tree,
     post: Tree,
 }
@@ -228,6 +234,7 @@ async fn client_run(
                     // Lost to the crash: outcome unknown until the restart.
                     let inflight = Inflight {
                         kind: plan.kind,
+                        shared_key: plan.shared_key,
                         pre: model.tree.clone(),
                         post: plan.post.clone(),
                     };
@@ -304,6 +311,27 @@ fn resolve(
     sum: &mut Summary,
 ) -> (u64, u64) {
     let (mut committed, mut rolled_back) = (0, 0);
+    // The shared files: all one generation, untorn, written by a transaction that was
+    // acknowledged or in flight (never by one planned to fail).
+    let mut shared_now = None;
+    let n_shared = models.first().map_or(0, |m| m.shared);
+    if n_shared > 0 {
+        match shared_state(export, n_shared) {
+            Ok(k) => {
+                let known = k == 0 || models.iter().any(|m| m.shared_keys.contains(&k));
+                if !known {
+                    sum.violations.push(format!(
+                        "shared files hold generation {k:x}, which no transaction that could \
+                         commit wrote"
+                    ));
+                }
+                shared_now = Some(k);
+            }
+            Err(e) => sum
+                .violations
+                .push(format!("shared files after restart: {e}")),
+        }
+    }
     for (m, f) in models.iter_mut().zip(inflight) {
         let host = match snapshot(&export.join(m.dir_name())) {
             Ok(h) => h,
@@ -323,6 +351,15 @@ fn resolve(
                 }
             }
             Some(f) => {
+                if f.shared_key.is_some() && f.shared_key == shared_now {
+                    if let Some(d) = diff(&host, &f.post) {
+                        sum.violations.push(format!(
+                            "c{}: the shared files hold the in-flight {}'s generation, but its \
+                             other changes are not all there: {d}",
+                            m.id, f.kind
+                        ));
+                    }
+                }
                 if diff(&host, &f.post).is_none() {
                     if f.post != f.pre {
                         committed += 1;
@@ -343,6 +380,16 @@ fn resolve(
             }
         }
     }
+    // Nothing else at the export root: the client directories and the hidden `.txnfs`.
+    if let Ok(rd) = std::fs::read_dir(export) {
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n != ".txnfs" && n != SHARED_DIR && !models.iter().any(|m| m.dir_name() == n) {
+                sum.violations
+                    .push(format!("unexpected {n} at the export root after restart"));
+            }
+        }
+    }
     let backup = export.join(".txnfs").join("backup");
     if let Ok(rd) = std::fs::read_dir(&backup) {
         let left: Vec<String> = rd
@@ -360,6 +407,25 @@ fn resolve(
     sum.inflight_committed += committed;
     sum.inflight_rolled_back += rolled_back;
     (committed, rolled_back)
+}
+
+/// The one generation all `n` shared files hold in full.
+fn shared_state(export: &Path, n: usize) -> Result<u64, String> {
+    let mut keys = Vec::new();
+    for i in 0..n {
+        let p = export.join(SHARED_DIR).join(shared_file(i));
+        let b = std::fs::read(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+        match key_of(&b) {
+            Some(k) if b == content(k) => keys.push(k),
+            Some(k) => return Err(format!("s{i} is TORN (starts as {k:x}, {} bytes)", b.len())),
+            None => return Err(format!("s{i} is TORN ({} bytes, no header)", b.len())),
+        }
+    }
+    if keys.iter().any(|k| *k != keys[0]) {
+        let ks: Vec<String> = keys.iter().map(|k| format!("{k:x}")).collect();
+        return Err(format!("a MIX of generations: {}", ks.join(", ")));
+    }
+    Ok(keys[0])
 }
 
 /// Did the server log say it died at `point`?
@@ -412,8 +478,16 @@ pub async fn run(cfg: Config) -> Summary {
         work.path().display()
     );
     let mut models: Vec<ClientModel> = (0..cfg.clients).map(ClientModel::new).collect();
-    for m in &models {
+    for m in models.iter_mut() {
         std::fs::create_dir_all(export.join(m.dir_name())).expect("mkdir client dir");
+        m.shared = cfg.shared;
+    }
+    if cfg.shared > 0 {
+        std::fs::create_dir_all(export.join(SHARED_DIR)).expect("mkdir shared");
+        for i in 0..cfg.shared {
+            std::fs::write(export.join(SHARED_DIR).join(shared_file(i)), content(0))
+                .expect("write shared file");
+        }
     }
     let mut pending: Vec<Option<Inflight>> = vec![None; cfg.clients];
     let mut line = String::new();
