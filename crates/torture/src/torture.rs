@@ -14,7 +14,7 @@ use txnfs_proto::nfs4::nfsstat4;
 use crate::model::{
     content, diff, key_of, shared_file, snapshot, ClientModel, Plan, Rng, Tree, SHARED_DIR,
 };
-use crate::nfs::{status_of, Session};
+use crate::nfs::{status_of, CallError, Session};
 use crate::server::{signal_of, ServeSpec, ServerProc, Started};
 
 /// The fault points of the txn layer (crates/backend/src/txn/mod.rs).
@@ -37,6 +37,11 @@ pub struct Config {
     pub bin: PathBuf,
     /// Keep the work directory (export, state, server log) even when all is well.
     pub keep: bool,
+    /// Keep it when a violation is found (default).
+    pub keep_on_violation: bool,
+    /// Checker self-test: send the same ops as plain COMPOUNDs, which are not atomic, so
+    /// the checks must find violations.
+    pub plain: bool,
     /// Longest random `kill -9` delay.
     pub max_kill_ms: u64,
     /// How long a fault round waits for its point before it kills the server itself.
@@ -52,6 +57,8 @@ impl Config {
             shared: 4,
             bin,
             keep: false,
+            keep_on_violation: true,
+            plain: false,
             max_kill_ms: 400,
             fault_wait: Duration::from_secs(5),
         }
@@ -202,6 +209,7 @@ async fn client_run(
     fail_pct: u64,
     stop: Arc<AtomicBool>,
     owner: String,
+    plain: bool,
 ) -> ClientEnd {
     let end = |model, inflight, counts, violations| ClientEnd {
         model,
@@ -228,8 +236,17 @@ async fn client_run(
         let plan: Plan = model.plan(&mut rng, fail);
         let mut backoff = 2u64;
         loop {
-            let r = match s.txn(plan.ops.clone()).await {
+            let sent = if plain {
+                s.plain(plan.ops.clone()).await
+            } else {
+                s.txn(plan.ops.clone()).await
+            };
+            let r = match sent {
                 Ok(r) => r,
+                Err(e) if !lost_to_crash(&e) => {
+                    violations.push(format!("c{}: {}: {e}", model.id, plan.kind));
+                    return end(model, None, counts, violations);
+                }
                 Err(_) => {
                     // Lost to the crash: outcome unknown until the restart.
                     let inflight = Inflight {
@@ -293,6 +310,15 @@ async fn client_run(
         }
     }
     end(model, None, counts, violations)
+}
+
+/// A call error a server crash explains (the connection went away); anything else (an
+/// RPC-level refusal, a hang, a reply that does not decode) is a violation.
+fn lost_to_crash(e: &CallError) -> bool {
+    matches!(
+        e,
+        CallError::Rpc(txnfs_rpc::RpcError::Disconnected | txnfs_rpc::RpcError::Io(_))
+    )
 }
 
 fn model_id(host_dir: &Path) -> String {
@@ -470,12 +496,18 @@ pub async fn run(cfg: Config) -> Summary {
         log: work.path().join("server.log"),
     };
     println!(
-        "txn torture: seed {} ({:#x}), {} rounds, {} clients, work dir {}",
+        "txn torture: seed {} ({:#x}), {} rounds, {} clients, {} shared files, work dir {}{}",
         cfg.seed,
         cfg.seed,
         cfg.rounds,
         cfg.clients,
-        work.path().display()
+        cfg.shared,
+        work.path().display(),
+        if cfg.plain {
+            " (checker self-test: PLAIN COMPOUNDs, violations expected)"
+        } else {
+            ""
+        }
     );
     let mut models: Vec<ClientModel> = (0..cfg.clients).map(ClientModel::new).collect();
     for m in models.iter_mut() {
@@ -535,6 +567,7 @@ pub async fn run(cfg: Config) -> Summary {
                 fail_pct,
                 stop.clone(),
                 format!("torture-{}-{round}-{}", m.id, cfg.seed),
+                cfg.plain,
             )));
         }
         let t1 = Instant::now();
@@ -666,7 +699,7 @@ pub async fn run(cfg: Config) -> Summary {
     if sum.violations.is_empty() {
         println!("final state: {files} files in the model, all on the host as acknowledged");
     }
-    if cfg.keep || !sum.violations.is_empty() {
+    if cfg.keep || (cfg.keep_on_violation && !sum.violations.is_empty()) {
         let p = work.keep();
         println!("work dir kept: {}", p.display());
         sum.work_dir = Some(p);

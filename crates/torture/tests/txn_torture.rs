@@ -46,3 +46,25 @@ fn crash_torture_every_transaction_all_or_nothing() {
         "no transaction was caught in flight: {sum}"
     );
 }
+
+/// The checks can fail: the same workload sent as plain COMPOUNDs (not atomic) leaves
+/// half-done "transactions" behind (a COMPOUND that fails at its last op keeps the
+/// changes of the ops before it), and the torture must report them.
+#[test]
+fn the_checks_catch_non_atomic_compounds() {
+    let bin = txnfs_bin();
+    assert!(bin.is_file(), "txnfs binary {} is missing", bin.display());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut cfg = Config::new(3, 0x0021_5EED, bin);
+    cfg.plain = true;
+    cfg.keep_on_violation = false;
+    let sum = rt.block_on(run(cfg));
+    assert!(
+        !sum.violations.is_empty(),
+        "plain COMPOUNDs passed as transactions: {sum}"
+    );
+}

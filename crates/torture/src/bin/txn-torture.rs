@@ -13,14 +13,16 @@ fn main() -> ExitCode {
     let mut bin = None;
     let mut clients = None;
     let mut keep = false;
+    let mut plain = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--bin" => bin = args.next().map(PathBuf::from),
             "--clients" => clients = args.next().and_then(|c| c.parse().ok()),
             "--keep" => keep = true,
+            "--plain-compounds" => plain = true,
             "-h" | "--help" => {
-                println!("usage: txn-torture [ROUNDS (100)] [SEED (random)] [--bin TXNFS] [--clients N (3)] [--keep]");
+                println!("usage: txn-torture [ROUNDS (100)] [SEED (random)] [--bin TXNFS] [--clients N (3)] [--keep] [--plain-compounds (checker self-test: must fail)]");
                 return ExitCode::SUCCESS;
             }
             _ => pos.push(a),
@@ -45,6 +47,7 @@ fn main() -> ExitCode {
         cfg.clients = c;
     }
     cfg.keep = keep;
+    cfg.plain = plain;
     if !cfg.bin.is_file() {
         eprintln!(
             "txnfs binary {} is missing: cargo build -p txnfs-cli (or --bin / TXNFS_BIN)",
