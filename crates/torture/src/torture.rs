@@ -201,16 +201,26 @@ struct ClientEnd {
 }
 
 /// One client for one server run: transactions until the server dies or `stop`.
-async fn client_run(
+/// What one client of one server run is given besides its model.
+struct ClientCtx {
     addr: std::net::SocketAddr,
+    /// Its directory on the host.
     host_dir: PathBuf,
-    mut model: ClientModel,
-    mut rng: Rng,
     fail_pct: u64,
     stop: Arc<AtomicBool>,
     owner: String,
     plain: bool,
-) -> ClientEnd {
+}
+
+async fn client_run(cx: ClientCtx, mut model: ClientModel, mut rng: Rng) -> ClientEnd {
+    let ClientCtx {
+        addr,
+        host_dir,
+        fail_pct,
+        stop,
+        owner,
+        plain,
+    } = cx;
     let end = |model, inflight, counts, violations| ClientEnd {
         model,
         inflight,
@@ -559,16 +569,15 @@ pub async fn run(cfg: Config) -> Summary {
         let mut tasks = Vec::new();
         for m in &models {
             let seed = rng.next_u64();
-            tasks.push(tokio::spawn(client_run(
-                srv.addr,
-                export.join(m.dir_name()),
-                m.clone(),
-                Rng(seed),
+            let cx = ClientCtx {
+                addr: srv.addr,
+                host_dir: export.join(m.dir_name()),
                 fail_pct,
-                stop.clone(),
-                format!("torture-{}-{round}-{}", m.id, cfg.seed),
-                cfg.plain,
-            )));
+                stop: stop.clone(),
+                owner: format!("torture-{}-{round}-{}", m.id, cfg.seed),
+                plain: cfg.plain,
+            };
+            tasks.push(tokio::spawn(client_run(cx, m.clone(), Rng(seed))));
         }
         let t1 = Instant::now();
         let outcome = match &mode {
