@@ -3,7 +3,8 @@
 #   1. format and lint checks,
 #   2. unit, property and protocol tests (cargo test: includes the nfs-rs end-to-end tests
 #      and a short deterministic-simulation sweep),
-#   3. a longer simulation sweep over other seeds (`txnfs-sim`, ADR 0010),
+#   3. a longer simulation sweep over other seeds (`txnfs-sim`, ADR 0010), a crash
+#      torture of transactional COMPOUNDs (scripts/txn-torture.sh, kill -9 and fault points),
 #      then the Python client nfs4fs against txnfs and NFS-Ganesha (tests/nfs4fs),
 #   4. the backend's range-clone and transaction-undo tests on Btrfs and XFS loop images
 #      (reflink on and off; needs root and loop devices, skipped with a loud notice
@@ -67,6 +68,12 @@ TXNFS_BIN="$PWD/target/debug/txnfs" cargo test --workspace -- --test-threads=2
 
 step "deterministic simulation: 500 more seeds (replay a failure with the command it prints)"
 target/debug/txnfs-sim --first 1000 --seeds 500 --steps 1000
+
+# `cargo test` above already ran the bounded crash torture (crates/torture/tests/
+# txn_torture.rs: 12 rounds, fixed seed, every fault point); this adds 30 rounds on a new
+# seed each run (~10 s). Replay a failure with the command it prints.
+step "transaction crash torture: 30 rounds, random seed"
+bash scripts/txn-torture.sh 30
 
 step "nfs4fs (Python fsspec client on libntirpc) against txnfs and NFS-Ganesha"
 bash tests/nfs4fs/run.sh --bin "$PWD/target/debug/txnfs"
