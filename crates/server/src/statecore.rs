@@ -200,10 +200,15 @@ impl Server {
     /// Rolls back the transactions of several COMPOUNDs whose session is gone or that
     /// stayed open longer than `txn_timeout`.
     fn reap_transactions(&self, now: std::time::Instant) {
+        if self.txns.is_empty() {
+            return;
+        }
         let expired = {
-            let Ok(core) = self.core() else {
-                return;
-            };
+            // (Reading which sessions exist: a poisoned core was reported by `tick`.)
+            let core = self
+                .core
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             self.txns.expired(now, self.cfg.txn_timeout(), |s| {
                 core.sessions().session(s).is_some()
             })

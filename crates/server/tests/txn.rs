@@ -357,3 +357,33 @@ async fn an_abandoned_transaction_is_rolled_back() {
     let r = s.run_proc(txnfs_proto::PROC_TXN_COMMIT, vec![]).await;
     assert_eq!(r.status, nfsstat4::NFS4ERR_INVAL);
 }
+
+/// The open an OPEN of a rolled-back transaction created is closed with it: its
+/// stateid is no longer valid (TEST_STATEID), so nothing leaks per retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolled_back_open_is_closed() {
+    let (_srv, mut s) = start_with_session(b"txn-open").await;
+    let r = s
+        .run_txn(vec![
+            nfs_argop4::OP_PUTROOTFH,
+            open_new("temp"),
+            nfs_argop4::OP_PUTROOTFH,
+            remove("no-such-name"),
+        ])
+        .await
+        .expect("txn");
+    assert_eq!(r.status, nfsstat4::NFS4ERR_NOENT);
+    let nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(open)) = &r.resarray[2] else {
+        panic!("{:?}", r.resarray)
+    };
+    let r = s
+        .run(vec![nfs_argop4::OP_TEST_STATEID(TEST_STATEID4args {
+            ts_stateids: vec![open.stateid.clone()],
+        })])
+        .await;
+    let nfs_resop4::OP_TEST_STATEID(TEST_STATEID4res::NFS4_OK(t)) = &r.resarray[1] else {
+        panic!("{:?}", r.resarray)
+    };
+    assert_ne!(t.tsr_status_codes[0], nfsstat4::NFS4_OK, "the open leaked");
+    assert!(!exists(&mut s, &["temp"]).await);
+}

@@ -79,6 +79,8 @@ pub struct Compound<'a> {
     pub now: Instant,
     /// The backend side: OpCtx and begin/end_compound per touched export.
     pub scope: crate::export::CompoundScope,
+    /// Opens this transactional COMPOUND created: closed if the transaction rolls back.
+    pub txn_opens: Vec<(txnfs_state::Stateid, txnfs_state::FileId)>,
 }
 
 impl Compound<'_> {
@@ -227,6 +229,7 @@ pub fn execute_proc(
         reply_left: srv.limits.max_response as usize,
         now: srv.clock.now(),
         scope: crate::export::CompoundScope::with_txn(&srv.exports, txn),
+        txn_opens: Vec::new(),
     };
     let mut status = nfsstat4::NFS4_OK;
     let mut done: u32 = 0;
@@ -436,6 +439,10 @@ pub fn execute_proc(
             status = nfsstat4::NFS4ERR_IO;
         }
     }
+    if status != nfsstat4::NFS4_OK || proc == TxnProc::Abort {
+        // The transaction was rolled back: the opens it made go too.
+        close_txn_opens(&mut c);
+    }
     if let Some(sid) = txn_session {
         srv.txns
             .finish(&sid, span, status == nfsstat4::NFS4_OK, txn_export);
@@ -448,6 +455,25 @@ pub fn execute_proc(
         srv.finish_slot(&s, slotid, keep.then(|| reply.clone()));
     }
     Ok(reply)
+}
+
+/// Closes the opens a rolled-back transactional COMPOUND created (OPENs of its earlier
+/// COMPOUNDs, in a transaction of several, stay until CLOSE or the lease ends).
+fn close_txn_opens(c: &mut Compound) {
+    let Ok(client) = c.client() else {
+        return;
+    };
+    for (sid, file) in std::mem::take(&mut c.txn_opens) {
+        let released = match c.srv.core() {
+            Ok(mut core) => {
+                let _ = core.table_mut().close(client, &sid, file);
+                c.srv.held.release_closed(&core, Some(file))
+            }
+            Err(_) => return,
+        };
+        // Given back after the core's lock, as CLOSE does.
+        drop(released);
+    }
 }
 
 /// The handler of an op that passed the table's checks, or why it may not run:

@@ -264,6 +264,10 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
             },
         )
         .map_err(|e| crate::errors::state_status(&e))?;
+    if c.scope.ctx().txn && sid.seqid == 1 {
+        // A new open: closed again if the transaction rolls back (its file may be gone).
+        c.txn_opens.push((sid, file));
+    }
     // The open keeps the file alive through a REMOVE or RENAME over it (`crate::held`).
     c.srv.held.hold(file, &target.export, &target.key);
     let sid = stateid_to_wire(&sid);
