@@ -11,7 +11,8 @@ use txnfs_server::{BackendKind, Config, ExportConfig, Server};
     txnfs serve /srv/data                      export /srv/data as / on 127.0.0.1:2049\n  \
     txnfs serve --listen 0.0.0.0:2049 /srv     listen on every interface\n  \
     txnfs serve --export /home=/home --export /scratch=/mnt/scratch\n  \
-    txnfs serve --config /etc/txnfs.toml\n\n\
+    txnfs serve --config /etc/txnfs.toml\n  \
+    txnfs serve --no-txn /srv/data             no transactional COMPOUNDs (plain NFSv4.1 only)\n\n\
     CONFIG FILE (TOML, same settings as the flags):\n  \
     listen = \"127.0.0.1:2049\"\n  \
     state_dir = \"/var/lib/txnfs\"\n  \
