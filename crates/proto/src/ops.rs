@@ -98,6 +98,44 @@ pub fn op_name(op: nfs_opnum4) -> &'static str {
     n.strip_prefix("OP_").unwrap_or(n)
 }
 
+/// Ops a transactional COMPOUND may hold (ADR 0021): those whose effects live in the
+/// backend, where the `txn` layer can undo them, plus the ones that only read or move
+/// filehandles. Anything else (locks, delegations, session and client management)
+/// changes server state that an abort could not take back: the server answers
+/// NFS4ERR_NOTSUPP, and the client refuses to send them.
+pub fn allowed_in_txn(op: nfs_opnum4) -> bool {
+    use nfs_opnum4::*;
+    matches!(
+        op,
+        OP_SEQUENCE
+            | OP_PUTFH
+            | OP_PUTPUBFH
+            | OP_PUTROOTFH
+            | OP_GETFH
+            | OP_SAVEFH
+            | OP_RESTOREFH
+            | OP_LOOKUP
+            | OP_LOOKUPP
+            | OP_GETATTR
+            | OP_ACCESS
+            | OP_VERIFY
+            | OP_NVERIFY
+            | OP_READ
+            | OP_READDIR
+            | OP_READLINK
+            | OP_SECINFO_NO_NAME
+            | OP_WRITE
+            | OP_OPEN
+            | OP_CLOSE
+            | OP_CREATE
+            | OP_REMOVE
+            | OP_RENAME
+            | OP_LINK
+            | OP_SETATTR
+            | OP_COMMIT
+    )
+}
+
 /// The protocol facts about `op`.
 pub fn info(op: nfs_opnum4) -> OpInfo {
     use nfs_opnum4::*;

@@ -574,6 +574,13 @@ impl TxnLayer {
         Ok(())
     }
 
+    /// Before `key` (now `old` bytes long) is set to `size`: a cut saves the tail, a
+    /// growth records the old size.
+    fn save_for_size(&self, owner: Owner, key: &FileKey, size: u64, old: u64) -> Result<()> {
+        let from = size.min(old);
+        self.save_range(owner, key, from, old.saturating_sub(from).max(1))
+    }
+
     /// Moves (`dir`, `name`) into the backups instead of deleting it, recording how to
     /// move it back.
     fn move_to_backup(
@@ -598,6 +605,23 @@ impl TxnLayer {
             .rename(cx, dir, name, &self.backups()?, &backup)?;
         self.mark_dirty(owner, dir);
         Ok(ch.from)
+    }
+
+    /// Before a call that makes the name (`dir`, `name`): the undo that removes it. The
+    /// name must not exist yet (under the entry's lock it cannot appear meanwhile), or
+    /// the undo would remove what was there before.
+    fn record_new_name(&self, owner: Owner, dir: &FileKey, name: &[u8]) -> Result<()> {
+        if self.lower.lookup(dir, name).is_ok() {
+            return Err(BackendError::Exists);
+        }
+        self.record(
+            owner,
+            Undo::Unlink {
+                dir: dir.clone(),
+                name: Bytes::copy_from_slice(name),
+            },
+            false,
+        )
     }
 
     fn mark_dirty(&self, owner: Owner, key: &FileKey) {
@@ -972,9 +996,7 @@ impl Layer for TxnLayer {
         if owner.is_txn() {
             let old = self.lower.getattr(key)?;
             if let Some(size) = attrs.size {
-                // Both a cut (the tail is saved) and a growth (the old size is kept).
-                let from = size.min(old.size);
-                self.save_range(owner, key, from, old.size.saturating_sub(from).max(1))?;
+                self.save_for_size(owner, key, size, old.size)?;
             }
             let changes_meta = attrs.mode.is_some()
                 || attrs.uid.is_some()
@@ -1053,9 +1075,7 @@ impl Layer for TxnLayer {
                 match (&existing, attrs.size) {
                     // Opening an existing file with a size (O_TRUNC) changes it.
                     (Some(k), Some(size)) if mode == CreateMode::Unchecked => {
-                        let old = self.lower.getattr(k)?;
-                        let from = size.min(old.size);
-                        self.save_range(owner, k, from, old.size.saturating_sub(from).max(1))?;
+                        self.save_for_size(owner, k, size, self.lower.getattr(k)?.size)?;
                     }
                     (Some(_), _) => {}
                     (None, _) => self.record(
@@ -1104,17 +1124,7 @@ impl Layer for TxnLayer {
             ],
         )?;
         if owner.is_txn() {
-            if self.lower.lookup(dir, name).is_ok() {
-                return Err(BackendError::Exists);
-            }
-            self.record(
-                owner,
-                Undo::Unlink {
-                    dir: dir.clone(),
-                    name: Bytes::copy_from_slice(name),
-                },
-                false,
-            )?;
+            self.record_new_name(owner, dir, name)?;
         }
         let m = self.lower.make_node(cx, dir, name, kind, attrs)?;
         if owner.is_txn() {
@@ -1242,17 +1252,7 @@ impl Layer for TxnLayer {
             ],
         )?;
         if owner.is_txn() {
-            if self.lower.lookup(dir, name).is_ok() {
-                return Err(BackendError::Exists);
-            }
-            self.record(
-                owner,
-                Undo::Unlink {
-                    dir: dir.clone(),
-                    name: Bytes::copy_from_slice(name),
-                },
-                false,
-            )?;
+            self.record_new_name(owner, dir, name)?;
             self.mark_dirty(owner, dir);
         }
         let l = self.lower.link(cx, file, dir, name)?;

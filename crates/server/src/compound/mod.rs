@@ -138,43 +138,6 @@ pub fn execute(srv: &Server, creds: Creds, conn: u64, args: Bytes) -> Result<Byt
     execute_as(srv, creds, conn, args, false)
 }
 
-/// Ops a transactional COMPOUND may hold (ADR 0021): those whose effects live in the
-/// backend, where the `txn` layer can undo them, plus the ones that only read or move
-/// filehandles. Anything else (locks, delegations, session and client management)
-/// changes server state that an abort could not take back: NFS4ERR_NOTSUPP.
-fn allowed_in_txn(op: nfs_opnum4) -> bool {
-    use nfs_opnum4::*;
-    matches!(
-        op,
-        OP_SEQUENCE
-            | OP_PUTFH
-            | OP_PUTPUBFH
-            | OP_PUTROOTFH
-            | OP_GETFH
-            | OP_SAVEFH
-            | OP_RESTOREFH
-            | OP_LOOKUP
-            | OP_LOOKUPP
-            | OP_GETATTR
-            | OP_ACCESS
-            | OP_VERIFY
-            | OP_NVERIFY
-            | OP_READ
-            | OP_READDIR
-            | OP_READLINK
-            | OP_SECINFO_NO_NAME
-            | OP_WRITE
-            | OP_OPEN
-            | OP_CLOSE
-            | OP_CREATE
-            | OP_REMOVE
-            | OP_RENAME
-            | OP_LINK
-            | OP_SETATTR
-            | OP_COMMIT
-    )
-}
-
 /// Execute one COMPOUND, as a transaction when `txn` (procedure
 /// [`txnfs_proto::PROC_TXN_COMPOUND`]), and return the encoded COMPOUND4res.
 pub fn execute_as(
@@ -334,7 +297,9 @@ pub fn execute_proc(
             Err(e)
         } else if matches!(arg, nfs_argop4::OP_SEQUENCE(_)) {
             Err(nfsstat4::NFS4ERR_SEQUENCE_POS)
-        } else if txn && !nfs_opnum4::from_i32(opnum as i32).is_some_and(allowed_in_txn) {
+        } else if txn
+            && !nfs_opnum4::from_i32(opnum as i32).is_some_and(txnfs_proto::ops::allowed_in_txn)
+        {
             Err(nfsstat4::NFS4ERR_NOTSUPP)
         } else {
             runnable(entry, &c)
