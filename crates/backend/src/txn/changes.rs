@@ -1,0 +1,312 @@
+//! What a transaction records before each change (undo entries, backups) and how it
+//! ends: commit (sync, durable record) or rollback.
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+
+use super::journal::{Journal, Record};
+use super::locks::Owner;
+use super::undo::{Backups, Undo};
+use super::{io, layer_cx, Txn, TxnLayer};
+use crate::{Backend, BackendError, CreateMode, FileKey, OpCtx, Result, SetAttrs};
+
+impl TxnLayer {
+    /// Records `u` for the transaction of `owner` (journal first), before its change.
+    pub(super) fn record(&self, owner: Owner, u: Undo, overwrites: bool) -> Result<()> {
+        let (txid, first) = self
+            .with_txn(owner, |t| {
+                let first = t.txid == 0;
+                if first {
+                    t.txid = self.next_txid.fetch_add(1, Ordering::Relaxed);
+                }
+                (t.txid, first)
+            })
+            .ok_or(BackendError::Inval)?;
+        if first {
+            let begin = Record::Begin { compound: owner.id };
+            self.journal.append(txid, &begin, true).map_err(io)?;
+        }
+        let end = self
+            .journal
+            .append(txid, &Record::Undo(u.clone()), false)
+            .map_err(io)?;
+        if overwrites && self.settings.sync_undo {
+            self.journal.sync_to(end).map_err(io)?;
+        }
+        self.with_txn(owner, |t| {
+            t.journal_end = end;
+            t.undo.push(u);
+        });
+        self.faults.hit("after-journal");
+        Ok(())
+    }
+
+    pub(super) fn backup_name(&self, owner: Owner) -> Bytes {
+        self.with_txn(owner, |t| {
+            t.next_backup += 1;
+            // The txid may not be assigned yet: name backups by the COMPOUND and count,
+            // unique within the backup directory for this run (it is purged at start).
+            Bytes::from(format!("{}.{}", t.owner.id, t.next_backup))
+        })
+        .unwrap_or_default()
+    }
+
+    /// Saves `[offset, offset+len)` of `key` (as far as it exists) before a change
+    /// overwrites or cuts it, and records the undo entry. Skips files the transaction
+    /// created and ranges it saved already.
+    pub(super) fn save_range(
+        &self,
+        owner: Owner,
+        key: &FileKey,
+        offset: u64,
+        len: u64,
+    ) -> Result<()> {
+        let covered = self
+            .with_txn(owner, |t| {
+                t.dirty.insert(key.clone());
+                t.created.contains(key)
+                    || t.saved
+                        .get(key)
+                        .is_some_and(|r| r.iter().any(|&(a, b)| a <= offset && offset + len <= b))
+            })
+            .unwrap_or(true);
+        if covered {
+            return Ok(());
+        }
+        let attrs = self.lower.getattr(key)?;
+        let keep = attrs.size.saturating_sub(offset).min(len);
+        let backup = self.backup_name(owner);
+        if keep > 0 {
+            let cx = layer_cx();
+            let dir = self.backups()?;
+            let bk = self
+                .lower
+                .create_file(
+                    &cx,
+                    &dir,
+                    &backup,
+                    CreateMode::Guarded,
+                    &SetAttrs {
+                        mode: Some(0o600),
+                        ..SetAttrs::default()
+                    },
+                )?
+                .key;
+            self.lower
+                .clone_range(&cx, key, offset, &bk.clone(), 0, keep)?;
+            self.stats.backups.fetch_add(1, Ordering::Relaxed);
+        }
+        self.record(
+            owner,
+            Undo::Data {
+                key: key.clone(),
+                offset,
+                len: keep,
+                backup,
+                old_size: attrs.size,
+                atime: attrs.atime,
+                mtime: attrs.mtime,
+            },
+            keep > 0,
+        )?;
+        self.with_txn(owner, |t| {
+            // Once saved, the original bytes of the range and the original size are
+            // restorable, whatever later changes do (undo runs backwards).
+            t.saved
+                .entry(key.clone())
+                .or_default()
+                .push((offset, offset.saturating_add(len)));
+        });
+        Ok(())
+    }
+
+    /// Before `key` (now `old` bytes long) is set to `size`: a cut saves the tail, a
+    /// growth records the old size.
+    pub(super) fn save_for_size(
+        &self,
+        owner: Owner,
+        key: &FileKey,
+        size: u64,
+        old: u64,
+    ) -> Result<()> {
+        let from = size.min(old);
+        self.save_range(owner, key, from, old.saturating_sub(from).max(1))
+    }
+
+    /// Moves (`dir`, `name`) into the backups instead of deleting it, recording how to
+    /// move it back.
+    pub(super) fn move_to_backup(
+        &self,
+        owner: Owner,
+        cx: &OpCtx,
+        dir: &FileKey,
+        name: &[u8],
+    ) -> Result<crate::DirChange> {
+        let backup = self.backup_name(owner);
+        self.record(
+            owner,
+            Undo::Restore {
+                dir: dir.clone(),
+                name: Bytes::copy_from_slice(name),
+                backup: backup.clone(),
+            },
+            false,
+        )?;
+        let ch = self
+            .lower
+            .rename(cx, dir, name, &self.backups()?, &backup)?;
+        self.mark_dirty(owner, dir);
+        Ok(ch.from)
+    }
+
+    /// Before a call that makes the name (`dir`, `name`): the undo that removes it. The
+    /// name must not exist yet (under the entry's lock it cannot appear meanwhile), or
+    /// the undo would remove what was there before.
+    pub(super) fn record_new_name(&self, owner: Owner, dir: &FileKey, name: &[u8]) -> Result<()> {
+        if self.lower.lookup(dir, name).is_ok() {
+            return Err(BackendError::Exists);
+        }
+        self.record(
+            owner,
+            Undo::Unlink {
+                dir: dir.clone(),
+                name: Bytes::copy_from_slice(name),
+            },
+            false,
+        )
+    }
+
+    pub(super) fn mark_dirty(&self, owner: Owner, key: &FileKey) {
+        self.with_txn(owner, |t| {
+            t.dirty.insert(key.clone());
+        });
+    }
+
+    pub(super) fn mutated(&self, owner: Owner) {
+        if owner.is_txn() {
+            self.faults.hit("between-ops");
+        }
+    }
+
+    /// An object's type and whether it is an empty directory (REMOVE, RENAME checks).
+    pub(super) fn is_nonempty_dir(&self, key: &FileKey) -> Result<bool> {
+        let (entries, _) = self.lower.readdir(key, 0, 1)?;
+        Ok(!entries.is_empty())
+    }
+
+    /// Ends transaction `t`: commit (sync, durable commit record) or roll back.
+    pub(super) fn finish(&self, t: Txn, ok: bool) -> Result<()> {
+        let cx = layer_cx();
+        // Made by the first backup; without one no entry looks in it.
+        let dir = self
+            .backup_dir
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or_else(|| self.root.clone());
+        let backups = Backups {
+            lower: &*self.lower,
+            dir: &dir,
+        };
+        let asked = ok;
+        let mut ok = ok;
+        let mut failure = None;
+        if t.txid != 0 && ok {
+            // Durable before the reply: the data and names first, then the record.
+            for k in &t.dirty {
+                if let Err(e) = self.lower.commit(&cx, k) {
+                    if !matches!(e, BackendError::NotFound | BackendError::Stale) {
+                        tracing::error!("txn {}: sync failed ({e}); rolling back", t.txid);
+                        ok = false;
+                        failure = Some(e);
+                        break;
+                    }
+                }
+            }
+        }
+        if t.txid != 0 {
+            if ok {
+                self.faults.hit("before-commit");
+            } else {
+                for u in t.undo.iter().rev() {
+                    if let Err(e) = u.apply(&cx, &backups) {
+                        tracing::error!("txn {}: undo failed: {e}", t.txid);
+                    }
+                    if let Err(e) = mark_undone(
+                        &self.journal,
+                        &*self.lower,
+                        &cx,
+                        t.txid,
+                        u,
+                        self.settings.sync_undo,
+                    ) {
+                        tracing::error!("txn {}: {e}", t.txid);
+                    }
+                    self.faults.hit("during-undo");
+                }
+                for u in &t.undo {
+                    let _ = self.lower.commit(&cx, u.touches());
+                }
+            }
+            let rec = if ok { Record::Commit } else { Record::Aborted };
+            let r = self
+                .journal
+                .append(t.txid, &rec, false)
+                .and_then(|end| self.journal.sync_to(end));
+            if let Err(e) = &r {
+                // The locks are released below all the same; the next start's recovery
+                // decides from what reached the journal.
+                tracing::error!("txn {}: journal: {e}", t.txid);
+            }
+            let r = r.map_err(io);
+            self.journal.close_txn();
+            if ok {
+                self.faults.hit("after-commit");
+            }
+            let names: Vec<Bytes> = t.undo.iter().filter_map(|u| u.backup().cloned()).collect();
+            if !names.is_empty() {
+                if let Some(tx) = &*self.cleanup.lock().unwrap_or_else(|p| p.into_inner()) {
+                    let _ = tx.send((dir.clone(), names));
+                }
+            }
+            if let Err(e) = r {
+                failure = Some(e);
+            }
+        }
+        let counter = if ok {
+            &self.stats.committed
+        } else {
+            &self.stats.aborted
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        self.locks.release_set(t.owner, &t.locks);
+        match failure {
+            // A commit that could not be made durable was rolled back (or its outcome
+            // is left to recovery): the COMPOUND must not be reported as done.
+            Some(e) if asked => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Notes in the journal that `u` (of `txid`) was applied. The note needs no fsync
+/// against `kill -9`; with `strict` (power loss) the step's effect is synced first and
+/// the note after, so a note never reaches the disk before its step.
+pub(super) fn mark_undone(
+    j: &Journal,
+    lower: &dyn Backend,
+    cx: &OpCtx,
+    txid: u64,
+    u: &Undo,
+    strict: bool,
+) -> Result<()> {
+    if strict {
+        let _ = lower.commit(cx, u.touches());
+    }
+    let end = j.append(txid, &Record::Undone, false).map_err(io)?;
+    if strict {
+        j.sync_to(end).map_err(io)?;
+    }
+    Ok(())
+}
