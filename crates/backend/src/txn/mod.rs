@@ -1,9 +1,8 @@
 //! The `txn` layer: a COMPOUND marked as a transaction (`OpCtx::txn`) happens entirely
 //! or not at all, in isolation, durably, and survives crashes (ADR 0021).
 //!
-//! - **Isolation** ([`locks`]): every call, transactional or plain, takes locks on the
-//!   objects and directory entries it reads or changes; a transaction keeps them until
-//!   it ends. A conflict a transaction cannot wait out fails its op with `Conflict`
+//! - **Isolation** ([`locks`]): a transaction locks the objects and directory entries it
+//!   reads or changes and keeps them until it ends (over one COMPOUND or several). A conflict a transaction cannot wait out fails its op with `Conflict`
 //!   (NFS4ERR_DELAY) and rolls it back.
 //! - **Atomicity** ([`undo`]): before each change a transaction makes, the layer saves
 //!   what the change destroys (overwritten ranges cloned into a backup file; removed
@@ -16,7 +15,11 @@
 //! - **Recovery**: opening the layer rolls back every transaction the journal holds
 //!   without a `Commit` or `Aborted` record, then empties the backup directory.
 //!
-//! Plain COMPOUNDs pass through with only the per-call locks.
+//! Plain COMPOUNDs pass through: their calls take locks too, but conflict only with
+//! transactions (a plain COMPOUND keeps its read locks to its end, so it never sees a
+//! transaction in part). Files: [`isolation`] (who holds which locks), [`changes`]
+//! (undo entries and backups before each change; commit and rollback), [`calls`] (the
+//! backend calls), [`journal`], [`locks`], [`undo`].
 
 mod calls;
 mod changes;
