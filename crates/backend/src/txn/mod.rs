@@ -1,13 +1,13 @@
 //! The `txn` layer: a COMPOUND marked as a transaction (`OpCtx::txn`) happens entirely
 //! or not at all, in isolation, durably, and survives crashes (ADR 0021).
 //!
-//! - **Isolation** ([`locks`]): a transaction locks the objects and directory entries it
+//! - **Isolation** (`locks`): a transaction locks the objects and directory entries it
 //!   reads or changes and keeps them until it ends (over one COMPOUND or several). A conflict a transaction cannot wait out fails its op with `Conflict`
 //!   (NFS4ERR_DELAY) and rolls it back.
-//! - **Atomicity** ([`undo`]): before each change a transaction makes, the layer saves
+//! - **Atomicity** (`undo`): before each change a transaction makes, the layer saves
 //!   what the change destroys (overwritten ranges cloned into a backup file; removed
 //!   objects moved into the backup directory instead of unlinked) and appends an undo
-//!   entry to the journal ([`journal`]). `end_compound(false)` applies the entries
+//!   entry to the journal (`journal`). `end_compound(false)` applies the entries
 //!   backwards.
 //! - **Durability**: `end_compound(true)` syncs every file and directory the
 //!   transaction changed, then appends a `Commit` record and waits until it is on stable
@@ -17,9 +17,9 @@
 //!
 //! Plain COMPOUNDs pass through: their calls take locks too, but conflict only with
 //! transactions (a plain COMPOUND keeps its read locks to its end, so it never sees a
-//! transaction in part). Files: [`isolation`] (who holds which locks), [`changes`]
-//! (undo entries and backups before each change; commit and rollback), [`calls`] (the
-//! backend calls), [`journal`], [`locks`], [`undo`].
+//! transaction in part). Files: `isolation` (who holds which locks), `changes`
+//! (undo entries and backups before each change; commit and rollback), `calls` (the
+//! backend calls), `journal`, `locks`, `undo`.
 
 mod calls;
 mod changes;
