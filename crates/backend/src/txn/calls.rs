@@ -46,7 +46,7 @@ impl Layer for TxnLayer {
                 locks: Vec::new(),
                 held: HashSet::new(),
                 undo: Vec::new(),
-                journal_end: 0,
+                undone: 0,
                 created: HashSet::new(),
                 saved: HashMap::new(),
                 dirty: HashSet::new(),

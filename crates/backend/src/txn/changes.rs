@@ -34,10 +34,7 @@ impl TxnLayer {
         if overwrites && self.settings.sync_undo {
             self.journal.sync_to(end).map_err(io)?;
         }
-        self.with_txn(owner, |t| {
-            t.journal_end = end;
-            t.undo.push(u);
-        });
+        self.with_txn(owner, |t| t.undo.push(u));
         self.faults.hit("after-journal");
         Ok(())
     }
@@ -164,8 +161,12 @@ impl TxnLayer {
     /// name must not exist yet (under the entry's lock it cannot appear meanwhile), or
     /// the undo would remove what was there before.
     pub(super) fn record_new_name(&self, owner: Owner, dir: &FileKey, name: &[u8]) -> Result<()> {
-        if self.lower.lookup(dir, name).is_ok() {
-            return Err(BackendError::Exists);
+        match self.lower.lookup(dir, name) {
+            Ok(_) => return Err(BackendError::Exists),
+            Err(BackendError::NotFound) => {}
+            // Not knowing is not "absent": an undo recorded now could remove what is
+            // there (found by the simulation with a failed lookup).
+            Err(e) => return Err(e),
         }
         self.record(
             owner,
@@ -196,19 +197,9 @@ impl TxnLayer {
     }
 
     /// Ends transaction `t`: commit (sync, durable commit record) or roll back.
-    pub(super) fn finish(&self, t: Txn, ok: bool) -> Result<()> {
+    pub(super) fn finish(&self, mut t: Txn, ok: bool) -> Result<()> {
+        self.retry_stuck();
         let cx = layer_cx();
-        // Made by the first backup; without one no entry looks in it.
-        let dir = self
-            .backup_dir
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .unwrap_or_else(|| self.root.clone());
-        let backups = Backups {
-            lower: &*self.lower,
-            dir: &dir,
-        };
         let asked = ok;
         let mut ok = ok;
         let mut failure = None;
@@ -225,62 +216,26 @@ impl TxnLayer {
                 }
             }
         }
-        if t.txid != 0 {
-            if ok {
-                self.faults.hit("before-commit");
-            } else {
-                for u in t.undo.iter().rev() {
-                    if let Err(e) = u.apply(&cx, &backups) {
-                        tracing::error!("txn {}: undo failed: {e}", t.txid);
-                    }
-                    if let Err(e) = mark_undone(
-                        &self.journal,
-                        &*self.lower,
-                        &cx,
-                        t.txid,
-                        u,
-                        self.settings.sync_undo,
-                    ) {
-                        tracing::error!("txn {}: {e}", t.txid);
-                    }
-                    self.faults.hit("during-undo");
-                }
-                for u in &t.undo {
-                    let _ = self.lower.commit(&cx, u.touches());
-                }
-            }
-            let rec = if ok { Record::Commit } else { Record::Aborted };
-            let r = self
-                .journal
-                .append(t.txid, &rec, false)
-                .and_then(|end| self.journal.sync_to(end));
-            if let Err(e) = &r {
-                // The locks are released below all the same; the next start's recovery
-                // decides from what reached the journal.
-                tracing::error!("txn {}: journal: {e}", t.txid);
-            }
-            let r = r.map_err(io);
-            self.journal.close_txn();
-            if ok {
-                self.faults.hit("after-commit");
-            }
-            let names: Vec<Bytes> = t.undo.iter().filter_map(|u| u.backup().cloned()).collect();
-            if !names.is_empty() {
-                if let Some(tx) = &*self.cleanup.lock().unwrap_or_else(|p| p.into_inner()) {
-                    let _ = tx.send((dir.clone(), names));
-                }
-            }
-            if let Err(e) = r {
-                failure = Some(e);
+        if t.txid != 0 && ok {
+            self.faults.hit("before-commit");
+        }
+        if t.txid != 0 && !ok {
+            if let Err(e) = self.roll_back(&mut t) {
+                // Half undone: the transaction keeps its locks (nobody may see this
+                // state) and its journal records (a restart finishes the rollback);
+                // every later transaction's end tries again from the failed step.
+                tracing::error!(
+                    "txn {}: rollback stopped at a failing step ({e}); retried later",
+                    t.txid
+                );
+                self.stuck.lock().unwrap_or_else(|p| p.into_inner()).push(t);
+                self.stats.aborted.fetch_add(1, Ordering::Relaxed);
+                return if asked { Err(e) } else { Ok(()) };
             }
         }
-        let counter = if ok {
-            &self.stats.committed
-        } else {
-            &self.stats.aborted
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-        self.locks.release_set(t.owner, &t.locks);
+        if let Err(e) = self.close(t, ok) {
+            failure = Some(e);
+        }
         match failure {
             // A commit that could not be made durable was rolled back (or its outcome
             // is left to recovery): the COMPOUND must not be reported as done.
@@ -288,6 +243,120 @@ impl TxnLayer {
             _ => Ok(()),
         }
     }
+
+    /// Applies `t`'s undo entries backwards from where its rollback stands, noting each
+    /// one; stops at a step that still fails after a few tries.
+    fn roll_back(&self, t: &mut Txn) -> Result<()> {
+        let cx = layer_cx();
+        let dir = self.backup_dir_or_root();
+        let backups = Backups {
+            lower: &*self.lower,
+            dir: &dir,
+        };
+        while t.undone < t.undo.len() {
+            let u = &t.undo[t.undo.len() - 1 - t.undone];
+            apply_retrying(u, &cx, &backups)?;
+            mark_undone(
+                &self.journal,
+                &*self.lower,
+                &cx,
+                t.txid,
+                u,
+                self.settings.sync_undo,
+            )?;
+            t.undone += 1;
+            self.faults.hit("during-undo");
+        }
+        for u in &t.undo {
+            let _ = self.lower.commit(&cx, u.touches());
+        }
+        Ok(())
+    }
+
+    /// Carries on the rollbacks that stopped at a failing step.
+    pub(super) fn retry_stuck(&self) {
+        let stuck: Vec<Txn> = {
+            let mut s = self.stuck.lock().unwrap_or_else(|p| p.into_inner());
+            if s.is_empty() {
+                return;
+            }
+            std::mem::take(&mut *s)
+        };
+        for mut t in stuck {
+            match self.roll_back(&mut t) {
+                Ok(()) => {
+                    if let Err(e) = self.close(t, false) {
+                        tracing::error!("txn: journal: {e}");
+                    }
+                }
+                Err(_) => self.stuck.lock().unwrap_or_else(|p| p.into_inner()).push(t),
+            }
+        }
+    }
+
+    /// The backup directory, or (before the first backup, when no entry looks in it)
+    /// the root.
+    fn backup_dir_or_root(&self) -> FileKey {
+        self.backup_dir
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or_else(|| self.root.clone())
+    }
+
+    /// Ends `t` (committed, or rolled back completely): its durable record, its backups
+    /// to the cleaner, its locks released.
+    fn close(&self, t: Txn, committed: bool) -> Result<()> {
+        let mut r = Ok(());
+        if t.txid != 0 {
+            let rec = if committed {
+                Record::Commit
+            } else {
+                Record::Aborted
+            };
+            r = self
+                .journal
+                .append(t.txid, &rec, false)
+                .and_then(|end| self.journal.sync_to(end))
+                .map_err(io);
+            if let Err(e) = &r {
+                // The locks are released below all the same; the next start's recovery
+                // decides from what reached the journal.
+                tracing::error!("txn {}: journal: {e}", t.txid);
+            }
+            self.journal.close_txn();
+            if committed {
+                self.faults.hit("after-commit");
+            }
+            let names: Vec<Bytes> = t.undo.iter().filter_map(|u| u.backup().cloned()).collect();
+            if !names.is_empty() {
+                if let Some(tx) = &*self.cleanup.lock().unwrap_or_else(|p| p.into_inner()) {
+                    let _ = tx.send((self.backup_dir_or_root(), names));
+                }
+            }
+        }
+        let counter = if committed {
+            &self.stats.committed
+        } else {
+            &self.stats.aborted
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        self.locks.release_set(t.owner, &t.locks);
+        r
+    }
+}
+
+/// Applies `u`, trying again a few times: an undo step that fails must not be skipped
+/// (its effect would stay while older steps are undone).
+pub(super) fn apply_retrying(u: &Undo, cx: &OpCtx, b: &Backups) -> Result<()> {
+    let mut last = Ok(());
+    for _ in 0..3 {
+        last = u.apply(cx, b);
+        if last.is_ok() {
+            break;
+        }
+    }
+    last
 }
 
 /// Notes in the journal that `u` (of `txid`) was applied. The note needs no fsync

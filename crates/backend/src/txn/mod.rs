@@ -37,7 +37,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::{Backend, BackendError, Creds, FileKey, FileType, NodeKind, OpCtx, Result, SetAttrs};
-use changes::mark_undone;
+use changes::{apply_retrying, mark_undone};
 use journal::{Journal, Record};
 use locks::{LockId, LockTable, Mode, Owner};
 use undo::{Backups, Undo};
@@ -95,8 +95,8 @@ struct Txn {
     locks: Vec<(LockId, Mode)>,
     held: HashSet<(LockId, Mode)>,
     undo: Vec<Undo>,
-    /// Offset the journal must be durable to before the commit record counts.
-    journal_end: u64,
+    /// How many of the last undo entries a rollback has applied.
+    undone: usize,
     /// Objects this transaction created: their undo removes them, so changes to them
     /// need no backup.
     created: HashSet<FileKey>,
@@ -155,6 +155,8 @@ pub struct TxnLayer {
     cleanup: Mutex<Option<CleanupQueue>>,
     /// The COMPOUNDs whose transactions recovery rolled back when the layer opened.
     rolled_back: Vec<u64>,
+    /// Transactions whose rollback stopped at a failing step (`changes`).
+    stuck: Mutex<Vec<Txn>>,
     pub stats: Arc<TxnStats>,
 }
 
@@ -217,9 +219,12 @@ impl TxnLayer {
             );
             let todo = f.undo.len().saturating_sub(f.undone);
             for u in f.undo[..todo].iter().rev() {
-                if let Err(e) = u.apply(&cx, &backups) {
+                // A step that keeps failing stops the start: serving now would show a
+                // transaction in part.
+                apply_retrying(u, &cx, &backups).map_err(|e| {
                     tracing::error!(txid = f.txid, "txn recovery: undo failed: {e}");
-                }
+                    e
+                })?;
                 if settings.stop_recovery_after == Some(steps) {
                     // As if the process died after the step and before its mark.
                     return Err(BackendError::Io("recovery stopped (test)".into()));
@@ -257,6 +262,7 @@ impl TxnLayer {
             faults,
             cleanup: Mutex::new(None),
             rolled_back,
+            stuck: Mutex::new(Vec::new()),
             stats,
         };
         *layer.cleanup.lock().unwrap_or_else(|p| p.into_inner()) = Some(spawn_cleaner(lower));

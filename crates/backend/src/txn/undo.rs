@@ -288,14 +288,18 @@ impl Undo {
             } => {
                 // Only if `to` exists: renaming a missing name is NotFound anyway, but the
                 // old name must not be clobbered by a rename that never happened.
-                if lower.lookup(to_dir, to).is_err() {
-                    return Ok(());
+                match lower.lookup(to_dir, to) {
+                    Ok(_) => {}
+                    Err(BackendError::NotFound | BackendError::Stale) => return Ok(()),
+                    Err(e) => return Err(e),
                 }
                 tolerate(lower.rename(cx, to_dir, to, from_dir, from).map(|_| ()))
             }
             Undo::Restore { dir, name, backup } => {
-                if lower.lookup(b.dir, backup).is_err() {
-                    return Ok(());
+                match lower.lookup(b.dir, backup) {
+                    Ok(_) => {}
+                    Err(BackendError::NotFound | BackendError::Stale) => return Ok(()),
+                    Err(e) => return Err(e),
                 }
                 tolerate(lower.rename(cx, b.dir, backup, dir, name).map(|_| ()))
             }
