@@ -17,6 +17,7 @@ pub mod oracle;
 pub mod rng;
 pub mod server_port;
 pub mod sim;
+pub mod txn;
 pub mod wire;
 
 pub use sim::{run, Failure, SimConfig, Stats, Violation, ViolationKind};
