@@ -37,6 +37,9 @@ pub struct TxNode {
     pub mode: Option<u32>,
     /// The file id, once seen (names of one object share it; a rename keeps it).
     pub fileid: Option<u64>,
+    /// The file handle, once seen (requests start from the nearest directory whose
+    /// handle the model knows instead of looking the whole path up).
+    pub fh: Option<Fh>,
 }
 
 /// The transactions' directory as the model knows it: node 0 is `tx` itself.
@@ -152,12 +155,13 @@ impl Step {
 impl TxModel {
     pub fn new(area: Fh) -> TxModel {
         TxModel {
-            area,
+            area: area.clone(),
             nodes: vec![TxNode {
                 is_dir: true,
                 data: Vec::new(),
                 mode: None,
                 fileid: None,
+                fh: Some(area.clone()),
             }],
             entries: BTreeMap::new(),
         }
@@ -231,6 +235,7 @@ impl TxModel {
             data: Vec::new(),
             mode: None,
             fileid: None,
+            fh: None,
         });
         self.nodes.len() - 1
     }
@@ -515,11 +520,21 @@ fn random_plan(sim: &mut Sim) -> Vec<Step> {
     plan
 }
 
-/// PUTFH `tx` + LOOKUP down to `dir` (in model `m`).
+/// PUTFH of the nearest directory above `dir` whose handle model `m` knows, then
+/// LOOKUP down to `dir`.
 fn goto(m: &TxModel, dir: usize, ops: &mut Vec<nfs_argop4>) {
-    ops.push(wire::putfh(&m.area));
-    for c in m.path(dir).unwrap_or_default() {
-        ops.push(nfs_argop4::OP_LOOKUP(LOOKUP4args { objname: c }));
+    if let Some(fh) = &m.nodes[dir].fh {
+        ops.push(wire::putfh(fh));
+        return;
+    }
+    match m.entries.iter().find(|(_, &c)| c == dir) {
+        Some(((parent, name), _)) if *parent != dir => {
+            goto(m, *parent, ops);
+            ops.push(nfs_argop4::OP_LOOKUP(LOOKUP4args {
+                objname: name.clone(),
+            }));
+        }
+        _ => ops.push(wire::putfh(&m.area)),
     }
 }
 
@@ -830,8 +845,7 @@ impl Sim {
                     "transaction committed although it ends with an op that must fail ({e:?}): {plan:?}"
                 )));
             }
-            if results.len() != total || results.iter().any(|r| status_of(r) != nfsstat4::NFS4_OK)
-            {
+            if results.len() != total || results.iter().any(|r| status_of(r) != nfsstat4::NFS4_OK) {
                 return Err(bad(format!(
                     "transaction OK with {} of {total} results: {:?}",
                     results.len(),
@@ -842,9 +856,10 @@ impl Sim {
         }
         let at = results.len();
         let last = results.last().map(status_of).unwrap_or(res.status);
-        if last != res.status || results[..at.saturating_sub(1)]
-            .iter()
-            .any(|r| status_of(r) != nfsstat4::NFS4_OK)
+        if last != res.status
+            || results[..at.saturating_sub(1)]
+                .iter()
+                .any(|r| status_of(r) != nfsstat4::NFS4_OK)
         {
             return Err(Violation::new(
                 K::Harness,
@@ -907,14 +922,13 @@ impl Sim {
                 continue;
             }
             let want = self.tx.child(dir, &nm);
-            let mut ops = vec![wire::putfh(&self.tx.area)];
-            for c in &path {
-                ops.push(nfs_argop4::OP_LOOKUP(LOOKUP4args { objname: c.clone() }));
-            }
+            let mut ops = Vec::new();
+            goto(&self.tx, dir, &mut ops);
             ops.push(nfs_argop4::OP_LOOKUP(LOOKUP4args {
                 objname: nm.clone(),
             }));
             let lookup_at = ops.len(); // in the reply (after SEQUENCE)
+            ops.push(nfs_argop4::OP_GETFH);
             ops.push(getattr_all());
             let size = want.map_or(0, |n| self.tx.nodes[n].data.len());
             let is_file = want.is_some_and(|n| !self.tx.nodes[n].is_dir);
@@ -966,15 +980,22 @@ impl Sim {
                     self.listing(dir)
                 )));
             }
+            let fh = match res.resarray.get(lookup_at + 1) {
+                Some(nfs_resop4::OP_GETFH(GETFH4res::NFS4_OK(g))) => g.object.clone(),
+                _ => return Err(fail(format!("GETFH answered {:?}", st(lookup_at + 1)))),
+            };
             let Some(nfs_resop4::OP_GETATTR(GETATTR4res::NFS4_OK(g))) =
-                res.resarray.get(lookup_at + 1)
+                res.resarray.get(lookup_at + 2)
             else {
-                return Err(fail(format!("GETATTR answered {:?}", st(lookup_at + 1))));
+                return Err(fail(format!("GETATTR answered {:?}", st(lookup_at + 2))));
             };
             let Some((t, got_size, fileid, mode)) = decode_all(&g.obj_attributes) else {
                 return Err(Violation::new(K::Harness, "GETATTR attributes missing"));
             };
             let n = &mut self.tx.nodes[node];
+            if *n.fh.get_or_insert(fh.clone()) != fh {
+                return Err(fail("another file handle than before".into()));
+            }
             let want_type = if n.is_dir {
                 nfs_ftype4::NF4DIR as u32
             } else {
@@ -984,7 +1005,10 @@ impl Sim {
                 return Err(fail(format!("type {t}, the model says {want_type}")));
             }
             if *n.mode.get_or_insert(mode) != mode {
-                return Err(fail(format!("mode {mode:o}, the model says {:o}", n.mode.unwrap_or(0))));
+                return Err(fail(format!(
+                    "mode {mode:o}, the model says {:o}",
+                    n.mode.unwrap_or(0)
+                )));
             }
             if *n.fileid.get_or_insert(fileid) != fileid {
                 return Err(fail(format!(
@@ -1000,9 +1024,9 @@ impl Sim {
                     )));
                 }
                 let Some(nfs_resop4::OP_READ(READ4res::NFS4_OK(r))) =
-                    res.resarray.get(lookup_at + 2)
+                    res.resarray.get(lookup_at + 3)
                 else {
-                    return Err(fail(format!("READ answered {:?}", st(lookup_at + 2))));
+                    return Err(fail(format!("READ answered {:?}", st(lookup_at + 3))));
                 };
                 if r.data[..] != n.data[..] {
                     let at = r
@@ -1188,7 +1212,13 @@ fn run_direct(b: &dyn Backend, cx: &OpCtx, m: &TxModel, s: &Step) -> txnfs_backe
     let attrs = SetAttrs::default();
     match s {
         Step::Mkdir { dir, name } => {
-            b.make_node(cx, &dir_key(b, m, *dir)?, name, &NodeKind::Directory, &attrs)?;
+            b.make_node(
+                cx,
+                &dir_key(b, m, *dir)?,
+                name,
+                &NodeKind::Directory,
+                &attrs,
+            )?;
         }
         Step::CreateWrite {
             dir,
@@ -1247,9 +1277,9 @@ fn run_direct(b: &dyn Backend, cx: &OpCtx, m: &TxModel, s: &Step) -> txnfs_backe
             let (k, _) = b.lookup(&dir_key(b, m, *dir)?, name)?;
             b.link(cx, &k, &dir_key(b, m, *to_dir)?, to)?;
         }
-        Step::FailRemoveMissing { .. }
-        | Step::FailCreateExisting { .. }
-        | Step::FailNotAllowed => return Err(E::Inval),
+        Step::FailRemoveMissing { .. } | Step::FailCreateExisting { .. } | Step::FailNotAllowed => {
+            return Err(E::Inval)
+        }
     }
     Ok(())
 }

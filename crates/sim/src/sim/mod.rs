@@ -292,7 +292,7 @@ impl Mix {
             expire: pick(rng, &[0, 2, 5, 20]),
             cut: pick(rng, &[0, 10, 30, 100]),
             lose: pick(rng, &[0, 60, 120, 300]) as u32,
-            txn: pick(rng, &[20, 50, 100, 150]),
+            txn: pick(rng, &[10, 25, 50, 100]),
             txn_crash: pick(rng, &[0, 20, 60, 150]) as u32,
         }
     }
