@@ -133,7 +133,16 @@ pub fn open_txn_layer(
         ..TxnSettings::default()
     };
     let lower: Arc<dyn Backend> = setup.backend.clone();
-    let r = TxnLayer::open(lower, Some(&journal_path(setup)), settings);
+    // With faults in recovery (`undo_faults`), a start that fails on one is tried
+    // again, as an operator would.
+    let mut tries = 0;
+    let r = loop {
+        tries += 1;
+        match TxnLayer::open(lower.clone(), Some(&journal_path(setup)), settings.clone()) {
+            Err(BackendError::Io(m)) if tries < 20 && !m.contains("stopped") => continue,
+            r => break r,
+        }
+    };
     setup.backend.set_spare(before);
     match r {
         Ok(t) => Ok(t),
