@@ -53,10 +53,10 @@ fn main() -> ExitCode {
 }
 
 /// How many of [`counters`] tell what the runs did; the rest tell what they checked.
-const DID: usize = 24;
+const DID: usize = 25;
 
 /// The counters the summary sums over all seeds, (name, value) in the order printed.
-fn counters(s: &txnfs_sim::Stats) -> [(&'static str, u64); 38] {
+fn counters(s: &txnfs_sim::Stats) -> [(&'static str, u64); 39] {
     [
         ("compounds", s.compounds),
         ("retransmissions", s.retransmissions),
@@ -82,6 +82,7 @@ fn counters(s: &txnfs_sim::Stats) -> [(&'static str, u64); 38] {
         ("txn_crashed_changes", s.txn_crashed_changes),
         ("txn_recovered", s.txn_recovered),
         ("recovery_crashes", s.recovery_crashes),
+        ("txn_conflicts", s.txn_conflicts),
         ("bytes_verified", s.bytes_verified),
         ("cinfo", s.cinfo_checked),
         ("locks_granted", s.locks_granted),

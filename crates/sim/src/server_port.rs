@@ -130,6 +130,9 @@ pub fn open_txn_layer(
     }
     let settings = TxnSettings {
         stop_recovery_after,
+        // Conflicts happen only between a transaction the simulation holds open and
+        // one it sends meanwhile (they never resolve by waiting): do not wait long.
+        lock_wait: std::time::Duration::from_millis(2),
         ..TxnSettings::default()
     };
     let lower: Arc<dyn Backend> = setup.backend.clone();

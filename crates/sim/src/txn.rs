@@ -638,6 +638,12 @@ fn step_ops(m: &TxModel, s: &Step, owner: &Bytes) -> Vec<nfs_argop4> {
                 stable_how4::UNSTABLE4
             };
             ops.push(wire::write(&ANON, *offset, how, data.clone()));
+            if !*stable {
+                ops.push(nfs_argop4::OP_COMMIT(COMMIT4args {
+                    offset: 0,
+                    count: 0,
+                }));
+            }
         }
         Step::SetSize { dir, name, size } => {
             goto(m, *dir, &mut ops);
@@ -706,6 +712,46 @@ fn step_ops(m: &TxModel, s: &Step, owner: &Bytes) -> Vec<nfs_argop4> {
     ops
 }
 
+/// What the oracle checks of the transactions' directory.
+#[derive(Debug, Clone)]
+enum Check {
+    /// A directory lists exactly the names the model has in it.
+    Dir(usize),
+    /// An entry (directory, name, node) the model has: type, mode, file id, handle,
+    /// and for files size and bytes.
+    Entry(usize, Bytes, usize),
+}
+
+/// The ops of a check: to the directory, then READDIR; or LOOKUP, GETFH, GETATTR and
+/// for files READ.
+fn check_ops(m: &TxModel, c: &Check) -> Vec<nfs_argop4> {
+    let mut ops = Vec::new();
+    match c {
+        Check::Dir(d) => {
+            goto(m, *d, &mut ops);
+            ops.push(nfs_argop4::OP_READDIR(READDIR4args {
+                cookie: 0,
+                cookieverf: [0; 8],
+                dircount: 1 << 16,
+                maxcount: 1 << 16,
+                attr_request: vec![],
+            }));
+        }
+        Check::Entry(d, nm, n) => {
+            goto(m, *d, &mut ops);
+            ops.push(nfs_argop4::OP_LOOKUP(LOOKUP4args {
+                objname: nm.clone(),
+            }));
+            ops.push(nfs_argop4::OP_GETFH);
+            ops.push(getattr_all());
+            if !m.nodes[*n].is_dir {
+                ops.push(wire::read(&ANON, 0, m.nodes[*n].data.len() as u32 + 64));
+            }
+        }
+    }
+    ops
+}
+
 /// The special "current stateid" (RFC 8881 §16.2.3.1.2).
 const CURRENT: stateid4 = stateid4 {
     seqid: 1,
@@ -755,6 +801,9 @@ impl Sim {
         if self.rng.chance(self.mix.txn_crash) {
             return self.crash_mid_txn(plan);
         }
+        if self.rng.chance(60) {
+            return self.conflicting_txns(ci, plan);
+        }
         let owner = wire::name(&format!("tx-{ci}"));
         // The ops, each step's last op index (in the reply, after SEQUENCE); as many
         // steps as the session's 64 ops per COMPOUND take.
@@ -779,6 +828,7 @@ impl Sim {
         let injected = self.ledger.injected();
         self.digest(0x7478);
         let (reply, res) = self.call_as(ci, bytes.clone(), true)?;
+        self.spare_nothing();
         if !self.after_sequence(ci, &res)? {
             return Ok(());
         }
@@ -822,6 +872,132 @@ impl Sim {
         let touched = self.known_dirs(plan.iter().flat_map(Step::touches));
         self.tx_touched.extend(touched.iter().cloned());
         self.verify_tx(&touched, "after a transaction")
+    }
+
+    /// Back to faults as planned (should a COMPOUND have begun without ending).
+    fn spare_nothing(&self) {
+        if self.setup.backend.spare() == Spare::Lookups {
+            self.setup.backend.set_spare(Spare::Nothing);
+        }
+    }
+
+    /// Two transactions at once: one driven on the txn layer directly makes a prefix
+    /// of `plan` and stays open (holding its locks); meanwhile client `ci` sends the
+    /// same plan as a transactional COMPOUND, which must conflict: NFS4ERR_DELAY (or an
+    /// injected fault first), with everything it changed rolled back. Then the first
+    /// one commits or aborts, and the model follows what it answered.
+    fn conflicting_txns(&mut self, ci: usize, plan: Vec<Step>) -> Result<(), Violation> {
+        let layer = self.server()?.txn_layer();
+        let upto = 1 + self.rng.index(plan.len());
+        let (done, cx) = self.drive_open(&layer, &plan[..upto])?;
+        let owner = wire::name(&format!("tx-{ci}"));
+        let mut ops = Vec::new();
+        let mut m = self.tx.clone();
+        for s in &plan {
+            let more = step_ops(&m, s, &owner);
+            if ops.len() + more.len() > MAX_OPS {
+                break;
+            }
+            ops.extend(more);
+            m.apply(s);
+        }
+        let mut outcome = Ok(());
+        if done > 0 && !ops.is_empty() {
+            let (bytes, _) = self.frame(ci, ops)?;
+            let injected = self.ledger.injected();
+            let (_, res) = self.call_as(ci, bytes, true)?;
+            self.spare_nothing();
+            if self.after_sequence(ci, &res)? {
+                let faulted = self.ledger.injected() > injected;
+                self.stats.faults += self.ledger.injected() - injected;
+                let last = res.resarray.last().map(status_of);
+                let ok = last == Some(nfsstat4::NFS4ERR_DELAY)
+                    || (faulted
+                        && matches!(
+                            last,
+                            Some(nfsstat4::NFS4ERR_IO) | Some(nfsstat4::NFS4ERR_NOSPC)
+                        ));
+                if res.status == nfsstat4::NFS4ERR_DELAY {
+                    self.stats.txn_conflicts += 1;
+                }
+                if !ok || res.status == nfsstat4::NFS4_OK {
+                    outcome = Err(Violation::new(
+                        K::TxnAtomicity,
+                        format!(
+                            "a transaction over the entries another open transaction holds answered {:?} (op {}), not NFS4ERR_DELAY; plan {plan:?}",
+                            res.status,
+                            res.resarray.len().saturating_sub(1)
+                        ),
+                    ));
+                }
+            }
+        }
+        // The first transaction ends: commit or abort, spared from faults but for its
+        // syncs (as the server's are).
+        let commit = self.rng.chance(600);
+        let undo_faults = self.setup.backend.undo_faults();
+        if !undo_faults {
+            self.setup.backend.set_spare(if commit {
+                Spare::AllButCommit
+            } else {
+                Spare::All
+            });
+        }
+        let b: &dyn Backend = &*layer;
+        let r = b.end_compound(&cx, commit);
+        self.setup.backend.set_spare(Spare::Nothing);
+        outcome?;
+        if commit && r.is_ok() {
+            for s in &plan[..done] {
+                self.tx.apply(s);
+            }
+            self.stats.txn_committed += 1;
+        } else {
+            self.stats.txn_aborted += 1;
+        }
+        let touched = self.known_dirs(plan.iter().flat_map(Step::touches));
+        self.tx_touched.extend(touched.iter().cloned());
+        self.verify_tx(&touched, "after two conflicting transactions")
+    }
+
+    /// Begin a transaction on the layer directly and make `steps` in it (stopping at
+    /// the first failed call), leaving it open. Returns how many steps were made and
+    /// its context (to end it).
+    fn drive_open(
+        &mut self,
+        layer: &Arc<TxnLayer>,
+        steps: &[Step],
+    ) -> Result<(usize, OpCtx), Violation> {
+        self.next_direct += 1;
+        let cx = OpCtx {
+            creds: Creds::default(),
+            client: None,
+            compound: DIRECT_COMPOUND + self.next_direct,
+            txn: true,
+        };
+        let b: &dyn Backend = &**layer;
+        if b.begin_compound(&cx).is_err() {
+            return Ok((0, cx));
+        }
+        let mut m = self.tx.clone();
+        let mut done = 0;
+        for s in steps {
+            if run_direct(b, &cx, &m, s).is_err() {
+                break;
+            }
+            m.apply(s);
+            done += 1;
+        }
+        // The thread's "current COMPOUND" back to none without ending the
+        // transaction (a plain COMPOUND begun and ended).
+        let plain = OpCtx {
+            txn: false,
+            compound: cx.compound + (1 << 40),
+            ..cx.clone()
+        };
+        let _ = b.begin_compound(&plain);
+        let _ = b.end_compound(&plain, true);
+        Ok((done, cx))
     }
 
     /// The oracle's judgement of a transaction's reply: all ops succeeded (commit), or
@@ -908,142 +1084,192 @@ impl Sim {
         let ci = 0;
         self.retransmit(ci, true)?;
         self.ensure_session(ci)?;
-        let set: BTreeSet<(usize, Bytes)> = touched.iter().cloned().collect();
-        for (dir, nm) in set {
-            // Only entries of directories that exist (a missing directory shows in
-            // its own entry, which is checked too).
-            let Some(path) = (dir == 0 || self.tx.entries.values().any(|&c| c == dir))
-                .then(|| self.tx.path(dir))
-                .flatten()
-            else {
-                continue;
-            };
-            if path.len() + 4 > MAX_OPS {
-                continue;
+        // Directories that exist (a missing one shows in its own entry, checked too).
+        let reachable = |m: &TxModel, d: usize| {
+            (d == 0 || m.entries.values().any(|&c| c == d)) && m.path(d).is_some()
+        };
+        let mut checks = Vec::new();
+        let dirs: BTreeSet<usize> = touched.iter().map(|(d, _)| *d).collect();
+        for d in dirs {
+            if reachable(&self.tx, d) {
+                checks.push(Check::Dir(d));
             }
-            let want = self.tx.child(dir, &nm);
+        }
+        let names: BTreeSet<(usize, Bytes)> = touched.iter().cloned().collect();
+        for (d, nm) in names {
+            if reachable(&self.tx, d) {
+                if let Some(n) = self.tx.child(d, &nm) {
+                    checks.push(Check::Entry(d, nm, n));
+                }
+            }
+        }
+        // As many checks per COMPOUND as its ops allow; every op must succeed.
+        let mut i = 0;
+        while i < checks.len() {
             let mut ops = Vec::new();
-            goto(&self.tx, dir, &mut ops);
-            ops.push(nfs_argop4::OP_LOOKUP(LOOKUP4args {
-                objname: nm.clone(),
-            }));
-            let lookup_at = ops.len(); // in the reply (after SEQUENCE)
-            ops.push(nfs_argop4::OP_GETFH);
-            ops.push(getattr_all());
-            let size = want.map_or(0, |n| self.tx.nodes[n].data.len());
-            let is_file = want.is_some_and(|n| !self.tx.nodes[n].is_dir);
-            if is_file {
-                ops.push(wire::read(&ANON, 0, size as u32 + 64));
+            let mut batch = Vec::new();
+            while i < checks.len() {
+                let more = check_ops(&self.tx, &checks[i]);
+                if !batch.is_empty() && ops.len() + more.len() > MAX_OPS {
+                    break;
+                }
+                // (reply index of the check's first op, after SEQUENCE)
+                batch.push((ops.len() + 1, checks[i].clone(), more.len()));
+                ops.extend(more);
+                i += 1;
+            }
+            if ops.len() > MAX_OPS {
+                continue; // a path too deep for one COMPOUND: not checked
             }
             let (_, res) = self.send_ops(ci, ops)?;
             if self.clients[ci].session.is_none() {
                 // Lost to an expiry nobody saw yet: check again next time.
                 return Ok(());
             }
-            let st = |i: usize| res.resarray.get(i).map(status_of);
-            let shown = String::from_utf8_lossy(&nm).to_string();
-            let fail = |what: String| {
-                Violation::new(
-                    K::TxnAtomicity,
-                    format!("{when}: tx/{}{shown}: {what}", {
-                        let p: Vec<String> = path
-                            .iter()
-                            .map(|c| String::from_utf8_lossy(c) + "/")
-                            .map(|s| s.to_string())
-                            .collect();
-                        p.concat()
-                    }),
-                )
-            };
-            for i in 1..lookup_at {
-                if st(i) != Some(nfsstat4::NFS4_OK) {
+            for (at, check, len) in batch {
+                self.judge_check(&res, at, len, &check, when)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One check's results (ops `at..at + len` of `res`) against the model.
+    fn judge_check(
+        &mut self,
+        res: &COMPOUND4res,
+        at: usize,
+        len: usize,
+        check: &Check,
+        when: &str,
+    ) -> Result<(), Violation> {
+        let (dir, shown) = match check {
+            Check::Dir(d) => (*d, String::new()),
+            Check::Entry(d, nm, _) => (*d, String::from_utf8_lossy(nm).to_string()),
+        };
+        let path: String = self
+            .tx
+            .path(dir)
+            .unwrap_or_default()
+            .iter()
+            .map(|c| String::from_utf8_lossy(c).to_string() + "/")
+            .collect();
+        let fail = |what: String| {
+            Violation::new(K::TxnAtomicity, format!("{when}: tx/{path}{shown}: {what}"))
+        };
+        let st = |i: usize| res.resarray.get(i).map(status_of);
+        for k in at..at + len {
+            if st(k) != Some(nfsstat4::NFS4_OK) {
+                let what = match check {
+                    Check::Entry(..) if k == at + len - if self.is_file(check) { 4 } else { 3 } => {
+                        format!(
+                            "the model has this entry, LOOKUP answered {:?}; the directory holds {}",
+                            st(k),
+                            self.listing(dir)
+                        )
+                    }
+                    _ => format!("op {} of the check answered {:?}", k - at, st(k)),
+                };
+                return Err(fail(what));
+            }
+        }
+        let last = at + len - 1;
+        match check {
+            Check::Dir(d) => {
+                let Some(nfs_resop4::OP_READDIR(READDIR4res::NFS4_OK(r))) = res.resarray.get(last)
+                else {
+                    return Err(Violation::new(K::Harness, "READDIR result shape"));
+                };
+                let listed: BTreeSet<Bytes> =
+                    r.reply.entries.iter().map(|e| e.name.clone()).collect();
+                let model: BTreeSet<Bytes> = self
+                    .tx
+                    .entries
+                    .keys()
+                    .filter(|(p, _)| p == d)
+                    .map(|(_, n)| n.clone())
+                    .collect();
+                if r.reply.eof && listed != model {
+                    let show = |v: Vec<&Bytes>| {
+                        v.iter()
+                            .map(|n| String::from_utf8_lossy(n).to_string())
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    };
                     return Err(fail(format!(
-                        "the directory path does not resolve (op {i}: {:?})",
-                        st(i)
+                        "the directory lists names the model does not have: [{}]; the model has names it does not list: [{}]",
+                        show(listed.difference(&model).collect()),
+                        show(model.difference(&listed).collect()),
                     )));
                 }
+                self.stats.txn_entries_checked += listed.len() as u64;
             }
-            let Some(node) = want else {
-                if st(lookup_at) != Some(nfsstat4::NFS4ERR_NOENT) {
+            Check::Entry(_, _, node) => {
+                let file = self.is_file(check);
+                let base = if file { last - 3 } else { last - 2 };
+                let fh = match res.resarray.get(base + 1) {
+                    Some(nfs_resop4::OP_GETFH(GETFH4res::NFS4_OK(g))) => g.object.clone(),
+                    _ => return Err(Violation::new(K::Harness, "GETFH result shape")),
+                };
+                let Some(nfs_resop4::OP_GETATTR(GETATTR4res::NFS4_OK(g))) =
+                    res.resarray.get(base + 2)
+                else {
+                    return Err(Violation::new(K::Harness, "GETATTR result shape"));
+                };
+                let Some((t, got_size, fileid, mode)) = decode_all(&g.obj_attributes) else {
+                    return Err(Violation::new(K::Harness, "GETATTR attributes missing"));
+                };
+                let n = &mut self.tx.nodes[*node];
+                if *n.fh.get_or_insert(fh.clone()) != fh {
+                    return Err(fail("another file handle than before".into()));
+                }
+                let want_type = if n.is_dir {
+                    nfs_ftype4::NF4DIR as u32
+                } else {
+                    nfs_ftype4::NF4REG as u32
+                };
+                if t != want_type {
+                    return Err(fail(format!("type {t}, the model says {want_type}")));
+                }
+                if *n.mode.get_or_insert(mode) != mode {
                     return Err(fail(format!(
-                        "the model has no such entry, LOOKUP answered {:?}",
-                        st(lookup_at)
+                        "mode {mode:o}, the model says {:o}",
+                        n.mode.unwrap_or(0)
                     )));
+                }
+                if *n.fileid.get_or_insert(fileid) != fileid {
+                    return Err(fail(format!(
+                        "file id {fileid}, the model says {} (another object)",
+                        n.fileid.unwrap_or(0)
+                    )));
+                }
+                if file {
+                    if got_size != n.data.len() as u64 {
+                        return Err(fail(format!(
+                            "size {got_size}, the model says {}",
+                            n.data.len()
+                        )));
+                    }
+                    let Some(nfs_resop4::OP_READ(READ4res::NFS4_OK(r))) = res.resarray.get(last)
+                    else {
+                        return Err(Violation::new(K::Harness, "READ result shape"));
+                    };
+                    if r.data[..] != n.data[..] {
+                        let at = r
+                            .data
+                            .iter()
+                            .zip(n.data.iter())
+                            .position(|(a, b)| a != b)
+                            .unwrap_or(r.data.len().min(n.data.len()));
+                        return Err(fail(format!(
+                            "reads {} bytes, the model has {}; first difference at byte {at}",
+                            r.data.len(),
+                            n.data.len()
+                        )));
+                    }
+                    self.stats.bytes_verified += r.data.len() as u64;
                 }
                 self.stats.txn_entries_checked += 1;
-                continue;
-            };
-            if st(lookup_at) != Some(nfsstat4::NFS4_OK) {
-                return Err(fail(format!(
-                    "the model has this entry, LOOKUP answered {:?}; the directory holds {}",
-                    st(lookup_at),
-                    self.listing(dir)
-                )));
             }
-            let fh = match res.resarray.get(lookup_at + 1) {
-                Some(nfs_resop4::OP_GETFH(GETFH4res::NFS4_OK(g))) => g.object.clone(),
-                _ => return Err(fail(format!("GETFH answered {:?}", st(lookup_at + 1)))),
-            };
-            let Some(nfs_resop4::OP_GETATTR(GETATTR4res::NFS4_OK(g))) =
-                res.resarray.get(lookup_at + 2)
-            else {
-                return Err(fail(format!("GETATTR answered {:?}", st(lookup_at + 2))));
-            };
-            let Some((t, got_size, fileid, mode)) = decode_all(&g.obj_attributes) else {
-                return Err(Violation::new(K::Harness, "GETATTR attributes missing"));
-            };
-            let n = &mut self.tx.nodes[node];
-            if *n.fh.get_or_insert(fh.clone()) != fh {
-                return Err(fail("another file handle than before".into()));
-            }
-            let want_type = if n.is_dir {
-                nfs_ftype4::NF4DIR as u32
-            } else {
-                nfs_ftype4::NF4REG as u32
-            };
-            if t != want_type {
-                return Err(fail(format!("type {t}, the model says {want_type}")));
-            }
-            if *n.mode.get_or_insert(mode) != mode {
-                return Err(fail(format!(
-                    "mode {mode:o}, the model says {:o}",
-                    n.mode.unwrap_or(0)
-                )));
-            }
-            if *n.fileid.get_or_insert(fileid) != fileid {
-                return Err(fail(format!(
-                    "file id {fileid}, the model says {} (another object)",
-                    n.fileid.unwrap_or(0)
-                )));
-            }
-            if !n.is_dir {
-                if got_size != n.data.len() as u64 {
-                    return Err(fail(format!(
-                        "size {got_size}, the model says {}",
-                        n.data.len()
-                    )));
-                }
-                let Some(nfs_resop4::OP_READ(READ4res::NFS4_OK(r))) =
-                    res.resarray.get(lookup_at + 3)
-                else {
-                    return Err(fail(format!("READ answered {:?}", st(lookup_at + 3))));
-                };
-                if r.data[..] != n.data[..] {
-                    let at = r
-                        .data
-                        .iter()
-                        .zip(n.data.iter())
-                        .position(|(a, b)| a != b)
-                        .unwrap_or(r.data.len().min(n.data.len()));
-                    return Err(fail(format!(
-                        "reads {} bytes, the model has {}; first difference at byte {at}",
-                        r.data.len(),
-                        n.data.len()
-                    )));
-                }
-                self.stats.bytes_verified += r.data.len() as u64;
-            }
-            self.stats.txn_entries_checked += 1;
         }
         Ok(())
     }
@@ -1053,6 +1279,10 @@ impl Sim {
     fn known_dirs(&self, e: impl Iterator<Item = (usize, Bytes)>) -> Vec<(usize, Bytes)> {
         e.filter(|(d, _)| self.tx.nodes.get(*d).is_some_and(|n| n.is_dir))
             .collect()
+    }
+
+    fn is_file(&self, check: &Check) -> bool {
+        matches!(check, Check::Entry(_, _, n) if !self.tx.nodes[*n].is_dir)
     }
 
     /// What the backend holds in directory `dir` of the model, and in the backups

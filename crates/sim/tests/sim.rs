@@ -58,18 +58,21 @@ fn seeds_sweep() {
             let recovered = sum(|s| s.txn_recovered);
             let recovery_crashes = sum(|s| s.recovery_crashes);
             let entries = sum(|s| s.txn_entries_checked);
+            let conflicts = sum(|s| s.txn_conflicts);
             println!(
-                "txnfs-sim: txn_committed={committed} txn_aborted={aborted} txn_faulted={txn_faulted} txn_crashed={crashed} txn_crashed_changes={crashed_changes} txn_recovered={recovered} recovery_crashes={recovery_crashes} txn_entries_checked={entries}"
+                "txnfs-sim: txn_committed={committed} txn_aborted={aborted} txn_faulted={txn_faulted} txn_crashed={crashed} txn_crashed_changes={crashed_changes} txn_recovered={recovered} recovery_crashes={recovery_crashes} txn_conflicts={conflicts} txn_entries_checked={entries}"
             );
             assert_eq!(stats.len() as u64, seeds);
             if steps >= 200 && seeds >= 4 {
                 // Transactions committed, aborted on purpose and by injected faults,
                 // were cut short by crashes and rolled back by recovery (which itself
-                // crashed now and then), and their entries were checked.
+                // crashed now and then), ran into another open transaction's locks,
+                // and their entries were checked.
                 assert!(
                     committed > 0 && aborted > 0 && txn_faulted > 0 && crashed > 0
-                        && crashed_changes > 0 && recovered > 0 && recovery_crashes > 0 && entries > 0,
-                    "txn_committed={committed} txn_aborted={aborted} txn_faulted={txn_faulted} txn_crashed={crashed} txn_crashed_changes={crashed_changes} txn_recovered={recovered} recovery_crashes={recovery_crashes} txn_entries_checked={entries}"
+                        && crashed_changes > 0 && recovered > 0 && recovery_crashes > 0
+                        && conflicts > 0 && entries > 0,
+                    "txn_committed={committed} txn_aborted={aborted} txn_faulted={txn_faulted} txn_crashed={crashed} txn_crashed_changes={crashed_changes} txn_recovered={recovered} recovery_crashes={recovery_crashes} txn_conflicts={conflicts} txn_entries_checked={entries}"
                 );
             }
             if steps >= 200 && seeds >= 4 {

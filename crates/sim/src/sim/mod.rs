@@ -167,6 +167,8 @@ pub struct Stats {
     pub txn_recovered: u64,
     pub recovery_crashes: u64,
     pub txn_entries_checked: u64,
+    /// Transactions answered NFS4ERR_DELAY for another open transaction's locks.
+    pub txn_conflicts: u64,
     /// FNV-1a over every request's intent and every reply's statuses: equal digests
     /// mean the same run.
     pub digest: u64,
