@@ -712,6 +712,10 @@ fn step_ops(m: &TxModel, s: &Step, owner: &Bytes) -> Vec<nfs_argop4> {
     ops
 }
 
+fn data_lost(v: Violation) -> Violation {
+    Violation::new(K::DataLost, v.detail)
+}
+
 /// What the oracle checks of the transactions' directory.
 #[derive(Debug, Clone)]
 enum Check {
@@ -890,6 +894,9 @@ impl Sim {
         let layer = self.server()?.txn_layer();
         let upto = 1 + self.rng.index(plan.len());
         let (done, cx) = self.drive_open(&layer, &plan[..upto])?;
+        // A call that failed may have left its step half made: as the server would, the
+        // transaction then aborts.
+        let failed = done < upto;
         let owner = wire::name(&format!("tx-{ci}"));
         let mut ops = Vec::new();
         let mut m = self.tx.clone();
@@ -907,6 +914,14 @@ impl Sim {
             let injected = self.ledger.injected();
             let (_, res) = self.call_as(ci, bytes, true)?;
             self.spare_nothing();
+            if self.trace {
+                eprintln!(
+                    "step {} client {ci} TXN (against an open one) -> {:?} {:?}",
+                    self.step,
+                    res.status,
+                    res.resarray.iter().map(status_of).collect::<Vec<_>>()
+                );
+            }
             if self.after_sequence(ci, &res)? {
                 let faulted = self.ledger.injected() > injected;
                 self.stats.faults += self.ledger.injected() - injected;
@@ -934,7 +949,7 @@ impl Sim {
         }
         // The first transaction ends: commit or abort, spared from faults but for its
         // syncs (as the server's are).
-        let commit = self.rng.chance(600);
+        let commit = self.rng.chance(600) && !failed;
         let undo_faults = self.setup.backend.undo_faults();
         if !undo_faults {
             self.setup.backend.set_spare(if commit {
@@ -946,6 +961,13 @@ impl Sim {
         let b: &dyn Backend = &*layer;
         let r = b.end_compound(&cx, commit);
         self.setup.backend.set_spare(Spare::Nothing);
+        if self.trace {
+            eprintln!(
+                "step {} client {ci} two transactions: {done} of {plan:?} held open, then {} -> {r:?}; the other: {outcome:?}",
+                self.step,
+                if commit { "commit" } else { "abort" },
+            );
+        }
         outcome?;
         if commit && r.is_ok() {
             for s in &plan[..done] {
@@ -1260,11 +1282,13 @@ impl Sim {
                             .zip(n.data.iter())
                             .position(|(a, b)| a != b)
                             .unwrap_or(r.data.len().min(n.data.len()));
-                        return Err(fail(format!(
+                        // Bytes that do not read back as the model has them: lost data
+                        // (invariant 2) whether a commit lost them or a rollback did.
+                        return Err(data_lost(fail(format!(
                             "reads {} bytes, the model has {}; first difference at byte {at}",
                             r.data.len(),
                             n.data.len()
-                        )));
+                        ))));
                     }
                     self.stats.bytes_verified += r.data.len() as u64;
                 }

@@ -258,7 +258,7 @@ fn skipped_rollback_is_caught() {
     println!("caught as expected: {f}");
     assert_eq!(f.violation.kind, ViolationKind::TxnAtomicity, "{f}");
     assert!(
-        f.violation.detail.contains("the model has no such entry"),
+        f.violation.detail.contains("names the model does not have"),
         "{f}"
     );
 }
