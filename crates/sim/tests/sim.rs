@@ -267,10 +267,12 @@ fn skipped_rollback_is_caught() {
 /// `make_node` and `link` check that the new name does not exist with
 /// `lower.lookup(..).is_ok()`, so a lookup that fails with EIO counts as "absent": the
 /// layer records an undo that unlinks the name, the create then fails with EEXIST
-/// (the name did exist), and the rollback deletes the existing object (first seen as
-/// seed 1, step 726: "tx/tr240/td261/tr327: the model has this entry, LOOKUP answered
-/// NFS4ERR_NOENT" after a transaction whose CREATE of an existing name answered
-/// NFS4ERR_EXIST). The standard plan spares lookups inside transactions until the
+/// (the name did exist), and the rollback deletes the existing object. Seed 6, step
+/// 779 (`TXNFS_SIM_FAULTS=txn-lookup TXNFS_SIM_SEED=6 TXNFS_SIM_STEPS=779
+/// TXNFS_SIM_TRACE=1 cargo test -p txnfs-sim -- replay --nocapture`): the transaction
+/// [LINK tf377 -> tl431, CREATE(dir) tl281 over the existing tl281] answers
+/// NFS4ERR_EXIST, and afterwards tl281 is gone ("the model has names it does not
+/// list: [tl281]"). The standard plan spares lookups inside transactions until the
 /// layer fails the op on any lookup error but NotFound.
 #[test]
 #[ignore = "txn layer bug: a failed existence check in make_node/link lets the rollback delete an existing name"]
@@ -290,13 +292,15 @@ fn txn_lookup_faults_keep_existing_names() {
 /// Faults also hit a transaction's rollback and the txn layer's recovery. Found by
 /// this simulation: an undo step that fails (EIO from the backend below) is logged,
 /// marked `Undone` in the journal and never tried again, neither by the rollback nor
-/// by the next start's recovery, so the transaction stays half rolled back (e.g. seed
-/// 6, step 190: "tx/tf60: size 242, the model says 222", an aborted transaction's
-/// SETATTR(size) not undone; seed 4, step 76: "after a crash in a transaction and
-/// recovery: tx/tl32: the model has this entry, LOOKUP answered NFS4ERR_NOENT").
-/// The standard plan spares rollbacks and recovery from faults until the layer
-/// retries failed undo steps (or leaves them to recovery instead of marking them
-/// done).
+/// by the next start's recovery; and `Undo::Unrename` / `Undo::Restore` take a failed
+/// lookup for "the change was never made" and skip the step. The transaction stays
+/// half rolled back. Seed 6, step 44 (`TXNFS_SIM_FAULTS=undo TXNFS_SIM_SEED=6
+/// TXNFS_SIM_STEPS=44 ...`): a transaction that created tf20 aborts on its planned
+/// REMOVE of a missing name, and tf20 stays ("the directory lists names the model does
+/// not have: [tf20]"); seed 5, step 409: after a crash in a transaction and recovery,
+/// "tx/td59/tr177/tf210: size 201, the model says 168". The standard plan spares
+/// rollbacks and recovery from faults until the layer retries failed undo steps (or
+/// leaves them to recovery instead of marking them done).
 #[test]
 #[ignore = "txn layer limitation: failed undo steps are marked done and never retried"]
 fn undo_faults_keep_transactions_atomic() {
