@@ -1111,7 +1111,14 @@ impl Sim {
             (d == 0 || m.entries.values().any(|&c| c == d)) && m.path(d).is_some()
         };
         let mut checks = Vec::new();
-        let dirs: BTreeSet<usize> = touched.iter().map(|(d, _)| *d).collect();
+        // Directories are listed where a touched name must be absent (READDIR shows
+        // it, and any name the model does not have); present names are checked one by
+        // one.
+        let dirs: BTreeSet<usize> = touched
+            .iter()
+            .filter(|(d, n)| self.tx.child(*d, n).is_none())
+            .map(|(d, _)| *d)
+            .collect();
         for d in dirs {
             if reachable(&self.tx, d) {
                 checks.push(Check::Dir(d));
