@@ -8,6 +8,17 @@
 //! never. A seed decides everything; the same seed replays the same run. Invariants are
 //! checked as each reply arrives and after every step; the first violation names the
 //! seed and step.
+//!
+//! Transactions (ADR 0021, [`txn`]): the backend stack is the txn layer over the fault
+//! layer over the memory backend, so injected faults hit transactions mid-way.
+//! Clients send random transactional COMPOUNDs (mkdir, create + write, overwrite,
+//! SETATTR size and mode, remove, rename of files and directories, link; some end on
+//! purpose with an op that fails) among the plain traffic; some transactions are cut
+//! short by a crash (driven on the layer directly, then a restart over the same
+//! backend and journal, recovery itself crashing now and then), some run into another
+//! transaction held open. After each, the touched directories and entries must be
+//! exactly what the model predicts: a committed transaction's effects all there, an
+//! aborted, failed or crashed one's none.
 
 pub mod actions;
 pub mod client;
@@ -17,6 +28,7 @@ pub mod oracle;
 pub mod rng;
 pub mod server_port;
 pub mod sim;
+pub mod txn;
 pub mod wire;
 
 pub use sim::{run, Failure, SimConfig, Stats, Violation, ViolationKind};

@@ -53,10 +53,10 @@ fn main() -> ExitCode {
 }
 
 /// How many of [`counters`] tell what the runs did; the rest tell what they checked.
-const DID: usize = 17;
+const DID: usize = 25;
 
 /// The counters the summary sums over all seeds, (name, value) in the order printed.
-fn counters(s: &txnfs_sim::Stats) -> [(&'static str, u64); 30] {
+fn counters(s: &txnfs_sim::Stats) -> [(&'static str, u64); 39] {
     [
         ("compounds", s.compounds),
         ("retransmissions", s.retransmissions),
@@ -75,6 +75,14 @@ fn counters(s: &txnfs_sim::Stats) -> [(&'static str, u64); 30] {
         ("deleg_returns", s.deleg_returns),
         ("deleg_revoked", s.deleg_revoked),
         ("deleg_freed", s.deleg_freed),
+        ("txn_committed", s.txn_committed),
+        ("txn_aborted", s.txn_aborted),
+        ("txn_faulted", s.txn_faulted),
+        ("txn_crashed", s.txn_crashed),
+        ("txn_crashed_changes", s.txn_crashed_changes),
+        ("txn_recovered", s.txn_recovered),
+        ("recovery_crashes", s.recovery_crashes),
+        ("txn_conflicts", s.txn_conflicts),
         ("bytes_verified", s.bytes_verified),
         ("cinfo", s.cinfo_checked),
         ("locks_granted", s.locks_granted),
@@ -88,6 +96,7 @@ fn counters(s: &txnfs_sim::Stats) -> [(&'static str, u64); 30] {
         ("deleg_revoked_seen", s.deleg_revoked_seen),
         ("deleg_files_checked", s.deleg_files_checked),
         ("deleg_shared_checked", s.deleg_shared_checked),
+        ("txn_entries_checked", s.txn_entries_checked),
     ]
 }
 

@@ -12,11 +12,20 @@
 //! `ExportConfig { prebuilt: Some(PrebuiltBackend(..)) }`, and the state directory's
 //! `handle-secret` file (written before the first start so file handles, and therefore
 //! request bytes, are the same in every run of a seed).
+//!
+//! Transactions (ADR 0021): `compound::execute_as(.., txn = true)` runs a transactional
+//! COMPOUND; the prebuilt stack is `TxnFinish` (the simulation's own thin layer: it
+//! spares a transaction's rollback from faults) over `TxnLayer::open(fault layer,
+//! <state_dir>/txn.journal, TxnSettings { stop_recovery_after, .. })` over the fault
+//! layer over the memory backend. Faults therefore hit transactions mid-way; a restart
+//! opens a new `TxnLayer` over the same fault layer and journal (recovery).
 
 use bytes::Bytes;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use txnfs_backend::{Backend, Creds};
+use txnfs_backend::layer::Layer;
+use txnfs_backend::txn::{TxnLayer, TxnSettings};
+use txnfs_backend::{Backend, BackendError, Creds, OpCtx};
 use txnfs_proto::nfs4::stateid4;
 use txnfs_server::{BackendKind, Config, ExportConfig, Mutations, PrebuiltBackend, Server};
 use txnfs_state::clock::ManualClock;
@@ -28,13 +37,20 @@ pub enum PortError {
     Start(String),
     #[error("state directory {0}: {1}")]
     StateDir(PathBuf, std::io::Error),
+    /// `TxnSettings::stop_recovery_after` stopped the recovery (a crash during it).
+    #[error("txn recovery stopped")]
+    RecoveryStopped,
+    #[error("txn layer does not open: {0}")]
+    Txn(String),
 }
 
 /// How the simulated server is configured (what survives a restart).
 #[derive(Clone)]
 pub struct ServerSetup {
     pub state_dir: PathBuf,
-    pub backend: Arc<dyn Backend>,
+    /// The fault layer (over the memory backend): what the txn layer stacks on, and
+    /// what survives restarts.
+    pub backend: Arc<crate::fault::FaultBackend>,
     pub clock: Arc<ManualClock>,
     pub lease_secs: u32,
     pub break_reply_cache: bool,
@@ -55,17 +71,111 @@ pub fn prepare_state_dir(dir: &Path, seed: u64) -> Result<(), PortError> {
 /// One server instance; dropping it is a crash (all volatile state is gone).
 pub struct SimServer {
     srv: Arc<Server>,
+    txn: Arc<TxnLayer>,
+}
+
+/// The simulation's layer on top of the txn layer: while a transaction ends it tells
+/// the fault layer below to spare the rollback (a failed undo step is not retried by
+/// the layer: that is a finding of its own, tested with [`crate::fault::FaultPlan::undo_faults`]).
+/// A commit's syncs may still fail, once.
+struct TxnFinish {
+    txn: Arc<TxnLayer>,
+    faults: Arc<crate::fault::FaultBackend>,
+}
+
+impl Layer for TxnFinish {
+    fn lower(&self) -> &dyn Backend {
+        &*self.txn
+    }
+
+    fn begin_compound(&self, cx: &OpCtx) -> txnfs_backend::Result<()> {
+        use crate::fault::Spare;
+        if cx.txn && self.faults.spare() == Spare::Nothing && !self.faults.txn_lookup_faults() {
+            self.faults.set_spare(Spare::Lookups);
+        }
+        Backend::begin_compound(&*self.txn, cx)
+    }
+
+    fn end_compound(&self, cx: &OpCtx, ok: bool) -> txnfs_backend::Result<()> {
+        use crate::fault::Spare;
+        let before = match self.faults.spare() {
+            Spare::Lookups => Spare::Nothing,
+            s => s,
+        };
+        if cx.txn && before == Spare::Nothing && !self.faults.undo_faults() {
+            self.faults
+                .set_spare(if ok { Spare::AllButCommit } else { Spare::All });
+        }
+        let r = Backend::end_compound(&*self.txn, cx, ok);
+        self.faults.set_spare(before);
+        r
+    }
+}
+
+/// The journal of the txn layer, in the state directory.
+pub fn journal_path(setup: &ServerSetup) -> PathBuf {
+    setup.state_dir.join("txn.journal")
+}
+
+/// Open the txn layer over the fault layer (recovering what the journal holds); with
+/// `stop_recovery_after`, recovery stops (as a crash would) before that undo step.
+pub fn open_txn_layer(
+    setup: &ServerSetup,
+    stop_recovery_after: Option<usize>,
+) -> Result<TxnLayer, PortError> {
+    use crate::fault::Spare;
+    let before = setup.backend.spare();
+    if !setup.backend.undo_faults() {
+        setup.backend.set_spare(Spare::All);
+    }
+    let settings = TxnSettings {
+        stop_recovery_after,
+        // Conflicts happen only between a transaction the simulation holds open and
+        // one it sends meanwhile (they never resolve by waiting): do not wait long.
+        lock_wait: std::time::Duration::from_millis(2),
+        ..TxnSettings::default()
+    };
+    let lower: Arc<dyn Backend> = setup.backend.clone();
+    // With faults in recovery (`undo_faults`), a start that fails on one is tried
+    // again, as an operator would.
+    let mut tries = 0;
+    let r = loop {
+        tries += 1;
+        match TxnLayer::open(lower.clone(), Some(&journal_path(setup)), settings.clone()) {
+            Err(BackendError::Io(m)) if tries < 20 && !m.contains("stopped") => continue,
+            r => break r,
+        }
+    };
+    setup.backend.set_spare(before);
+    match r {
+        Ok(t) => Ok(t),
+        Err(BackendError::Io(m)) if stop_recovery_after.is_some() && m.contains("stopped") => {
+            Err(PortError::RecoveryStopped)
+        }
+        Err(e) => Err(PortError::Txn(e.to_string())),
+    }
 }
 
 impl SimServer {
+    /// Start a server (opening the txn layer: recovery runs first).
     pub fn start(setup: &ServerSetup) -> Result<SimServer, PortError> {
+        let txn = Arc::new(open_txn_layer(setup, None)?);
+        Self::start_over(setup, txn)
+    }
+
+    /// Start a server over a txn layer opened already.
+    pub fn start_over(setup: &ServerSetup, txn: Arc<TxnLayer>) -> Result<SimServer, PortError> {
+        let top: Arc<dyn Backend> = Arc::new(TxnFinish {
+            txn: txn.clone(),
+            faults: setup.backend.clone(),
+        });
         let cfg = Config {
             exports: vec![ExportConfig {
                 name: "/".into(),
                 path: PathBuf::new(),
                 backend: BackendKind::Memory,
                 read_only: false,
-                prebuilt: Some(PrebuiltBackend(setup.backend.clone())),
+                prebuilt: Some(PrebuiltBackend(top)),
             }],
             state_dir: Some(setup.state_dir.clone()),
             // Restarts are tested without a grace period: clients start over and the
@@ -79,18 +189,24 @@ impl SimServer {
         };
         let srv = Server::with_clock(cfg, setup.clock.clone())
             .map_err(|e| PortError::Start(e.to_string()))?;
-        Ok(SimServer { srv })
+        Ok(SimServer { srv, txn })
     }
 
-    /// Run one encoded COMPOUND4args on connection `conn`; `None` if the server
-    /// rejected it at the RPC level (garbage arguments).
-    pub fn call(&self, conn: u64, args: Bytes) -> Option<Bytes> {
+    /// The running txn layer (to drive a transaction directly, crash tests).
+    pub fn txn_layer(&self) -> Arc<TxnLayer> {
+        self.txn.clone()
+    }
+
+    /// Run one encoded COMPOUND4args on connection `conn` (as a transaction with
+    /// `txn`: procedure PROC_TXN_COMPOUND); `None` if the server rejected it at the
+    /// RPC level (garbage arguments).
+    pub fn call(&self, conn: u64, args: Bytes, txn: bool) -> Option<Bytes> {
         let creds = Creds {
             uid: 0,
             gid: 0,
             gids: Vec::new(),
         };
-        txnfs_server::compound::execute(&self.srv, creds, conn, args).ok()
+        txnfs_server::compound::execute_as(&self.srv, creds, conn, args, txn).ok()
     }
 
     /// The lease timer firing.

@@ -50,7 +50,31 @@ fn seeds_sweep() {
             println!(
                 "txnfs-sim: delegations={delegs} write_delegations={write_delegs} delayed={delayed} recalls_delivered={recalls} returns={returns} revoked={revoked} revoked_seen={revoked_seen} freed={freed} deleg_io={deleg_io} deleg_files_checked={checked}"
             );
+            let committed = sum(|s| s.txn_committed);
+            let aborted = sum(|s| s.txn_aborted);
+            let txn_faulted = sum(|s| s.txn_faulted);
+            let crashed = sum(|s| s.txn_crashed);
+            let crashed_changes = sum(|s| s.txn_crashed_changes);
+            let recovered = sum(|s| s.txn_recovered);
+            let recovery_crashes = sum(|s| s.recovery_crashes);
+            let entries = sum(|s| s.txn_entries_checked);
+            let conflicts = sum(|s| s.txn_conflicts);
+            println!(
+                "txnfs-sim: txn_committed={committed} txn_aborted={aborted} txn_faulted={txn_faulted} txn_crashed={crashed} txn_crashed_changes={crashed_changes} txn_recovered={recovered} recovery_crashes={recovery_crashes} txn_conflicts={conflicts} txn_entries_checked={entries}"
+            );
             assert_eq!(stats.len() as u64, seeds);
+            if steps >= 200 && seeds >= 4 {
+                // Transactions committed, aborted on purpose and by injected faults,
+                // were cut short by crashes and rolled back by recovery (which itself
+                // crashed now and then), ran into another open transaction's locks,
+                // and their entries were checked.
+                assert!(
+                    committed > 0 && aborted > 0 && txn_faulted > 0 && crashed > 0
+                        && crashed_changes > 0 && recovered > 0 && recovery_crashes > 0
+                        && conflicts > 0 && entries > 0,
+                    "txn_committed={committed} txn_aborted={aborted} txn_faulted={txn_faulted} txn_crashed={crashed} txn_crashed_changes={crashed_changes} txn_recovered={recovered} recovery_crashes={recovery_crashes} txn_conflicts={conflicts} txn_entries_checked={entries}"
+                );
+            }
             if steps >= 200 && seeds >= 4 {
                 // The run exercised what it claims to (else it would pass vacuously).
                 assert!(retrans > 0 && restarts > 0 && expiries > 0 && faults > 0,
@@ -86,7 +110,8 @@ fn same_seed_same_run() {
 }
 
 /// `TXNFS_SIM_SEED=<seed> cargo test -p txnfs-sim -- replay --nocapture` replays one
-/// seed (TXNFS_SIM_STEPS steps; TXNFS_SIM_BREAK_REPLY_CACHE=1 to replay the mutation;
+/// seed (TXNFS_SIM_STEPS steps; TXNFS_SIM_BREAK_REPLY_CACHE=1 or TXNFS_SIM_BREAK_TXN=1
+/// to replay a mutation, TXNFS_SIM_FAULTS=txn-lookup|undo another fault plan;
 /// TXNFS_SIM_TRACE=1 prints every request and its reply statuses).
 /// Without TXNFS_SIM_SEED it replays seed 1.
 #[test]
@@ -98,6 +123,24 @@ fn replay() {
     let (_, steps) = env_sizes(1, DEFAULT_STEPS);
     let mut cfg = SimConfig::for_seed(seed, steps);
     cfg.break_reply_cache = std::env::var_os("TXNFS_SIM_BREAK_REPLY_CACHE").is_some();
+    cfg.break_txn = std::env::var_os("TXNFS_SIM_BREAK_TXN").is_some();
+    // TXNFS_SIM_FAULTS=txn-lookup or undo: the standard fault plan with lookups inside
+    // transactions, or rollbacks and recovery, failing too (the ignored tests below).
+    match std::env::var("TXNFS_SIM_FAULTS").as_deref() {
+        Ok("txn-lookup") => {
+            cfg.faults = Some(FaultPlan {
+                txn_lookup_faults: true,
+                ..FaultPlan::standard()
+            })
+        }
+        Ok("undo") => {
+            cfg.faults = Some(FaultPlan {
+                undo_faults: true,
+                ..FaultPlan::standard()
+            })
+        }
+        _ => {}
+    }
     match run(cfg) {
         Ok(s) => println!("seed={seed} steps={steps} ok: {s:?}"),
         Err(f) => panic!("{f}"),
@@ -199,4 +242,76 @@ fn open_behind_a_delegation_is_caught() {
     println!("caught as expected: {f}");
     assert_eq!(f.violation.kind, ViolationKind::DelegationConflict, "{f}");
     assert!(f.violation.detail.contains("conflicting open"), "{f}");
+}
+
+/// The transaction invariant can fail: with a rollback that leaves the transaction's
+/// first change behind (made again outside of it right after the abort), the check of
+/// the transaction's entries reports it.
+#[test]
+fn skipped_rollback_is_caught() {
+    let found = (1..=20u64).find_map(|seed| {
+        let mut cfg = SimConfig::for_seed(seed, 400);
+        cfg.break_txn = true;
+        run(cfg).err()
+    });
+    let f = found.expect("a skipped rollback went unnoticed for 20 seeds");
+    println!("caught as expected: {f}");
+    assert_eq!(f.violation.kind, ViolationKind::TxnAtomicity, "{f}");
+    assert!(
+        f.violation.detail.contains("names the model does not have"),
+        "{f}"
+    );
+}
+
+/// Lookups inside transactions fail too. Found by this simulation: the txn layer's
+/// `make_node` and `link` check that the new name does not exist with
+/// `lower.lookup(..).is_ok()`, so a lookup that fails with EIO counts as "absent": the
+/// layer records an undo that unlinks the name, the create then fails with EEXIST
+/// (the name did exist), and the rollback deletes the existing object. Seed 6, step
+/// 779 (`TXNFS_SIM_FAULTS=txn-lookup TXNFS_SIM_SEED=6 TXNFS_SIM_STEPS=779
+/// TXNFS_SIM_TRACE=1 cargo test -p txnfs-sim -- replay --nocapture`): the transaction
+/// [LINK tf377 -> tl431, CREATE(dir) tl281 over the existing tl281] answers
+/// NFS4ERR_EXIST, and afterwards tl281 is gone ("the model has names it does not
+/// list: [tl281]"). The standard plan spares lookups inside transactions until the
+/// layer fails the op on any lookup error but NotFound.
+#[test]
+#[ignore = "txn layer bug: a failed existence check in make_node/link lets the rollback delete an existing name"]
+fn txn_lookup_faults_keep_existing_names() {
+    for seed in 1..=40u64 {
+        let mut cfg = SimConfig::for_seed(seed, 1000);
+        cfg.faults = Some(FaultPlan {
+            txn_lookup_faults: true,
+            ..FaultPlan::standard()
+        });
+        if let Err(f) = run(cfg) {
+            panic!("{f}");
+        }
+    }
+}
+
+/// Faults also hit a transaction's rollback and the txn layer's recovery. Found by
+/// this simulation: an undo step that fails (EIO from the backend below) is logged,
+/// marked `Undone` in the journal and never tried again, neither by the rollback nor
+/// by the next start's recovery; and `Undo::Unrename` / `Undo::Restore` take a failed
+/// lookup for "the change was never made" and skip the step. The transaction stays
+/// half rolled back. Seed 6, step 44 (`TXNFS_SIM_FAULTS=undo TXNFS_SIM_SEED=6
+/// TXNFS_SIM_STEPS=44 ...`): a transaction that created tf20 aborts on its planned
+/// REMOVE of a missing name, and tf20 stays ("the directory lists names the model does
+/// not have: [tf20]"); seed 5, step 409: after a crash in a transaction and recovery,
+/// "tx/td59/tr177/tf210: size 201, the model says 168". The standard plan spares
+/// rollbacks and recovery from faults until the layer retries failed undo steps (or
+/// leaves them to recovery instead of marking them done).
+#[test]
+#[ignore = "txn layer limitation: failed undo steps are marked done and never retried"]
+fn undo_faults_keep_transactions_atomic() {
+    for seed in 1..=20u64 {
+        let mut cfg = SimConfig::for_seed(seed, 1000);
+        cfg.faults = Some(FaultPlan {
+            undo_faults: true,
+            ..FaultPlan::standard()
+        });
+        if let Err(f) = run(cfg) {
+            panic!("{f}");
+        }
+    }
 }

@@ -45,6 +45,9 @@ pub enum ViolationKind {
     /// answered DELAY (or a non-conflicting one was), a DELAY'd request changed
     /// something, a recall went missing, or a delegation stateid was judged wrongly.
     DelegationConflict,
+    /// (7) Transactions: a committed transaction's effects are not all there, or an
+    /// aborted, failed or crashed one left something behind.
+    TxnAtomicity,
     /// A live client's session vanished.
     SessionLost,
     /// A status the RFC does not allow here.
@@ -153,6 +156,19 @@ pub struct Stats {
     pub expired_deleg_probes: u64,
     /// READs and WRITEs with a live delegation stateid.
     pub deleg_io: u64,
+    /// Transactions committed, aborted (of them, after an injected fault), cut short
+    /// by a crash (and the changes they had made), rolled back by recovery, recoveries
+    /// that crashed themselves, and entries of the transactions' directory checked.
+    pub txn_committed: u64,
+    pub txn_aborted: u64,
+    pub txn_faulted: u64,
+    pub txn_crashed: u64,
+    pub txn_crashed_changes: u64,
+    pub txn_recovered: u64,
+    pub recovery_crashes: u64,
+    pub txn_entries_checked: u64,
+    /// Transactions answered NFS4ERR_DELAY for another open transaction's locks.
+    pub txn_conflicts: u64,
     /// FNV-1a over every request's intent and every reply's statuses: equal digests
     /// mean the same run.
     pub digest: u64,
@@ -172,6 +188,10 @@ pub struct SimConfig {
     /// holds a delegation on behind the server's back (the state table directly, no
     /// recall); the delegation invariant must report it.
     pub break_delegations: bool,
+    /// Harness self-test only: after a transaction aborts, its first change is made
+    /// again outside of it (as a rollback that skipped it would leave it); the
+    /// transaction invariant must report it.
+    pub break_txn: bool,
 }
 
 impl SimConfig {
@@ -186,6 +206,7 @@ impl SimConfig {
             lease_secs: 20,
             dir: scratch_dir(),
             break_delegations: false,
+            break_txn: false,
         }
     }
 }
@@ -233,6 +254,12 @@ pub struct Sim {
     /// which the model forgot, may still be on the server (while its release is
     /// probed).
     pub(crate) grants_uncertain: bool,
+    /// The transactions' directory as the model knows it.
+    pub(crate) tx: crate::txn::TxModel,
+    /// Every entry a transaction touched (the end-of-run audit checks them all).
+    pub(crate) tx_touched: Vec<(usize, Bytes)>,
+    /// Transactions the simulation drove on the txn layer directly.
+    pub(crate) next_direct: u64,
 }
 
 /// A CB_RECALL on its way to client `ci` (incarnation `inc`).
@@ -253,6 +280,10 @@ pub(crate) struct Mix {
     pub expire: u64,
     pub cut: u64,
     pub lose: u32,
+    /// Transactions per thousand steps, and of them, per thousand, the ones a crash
+    /// cuts short.
+    pub txn: u64,
+    pub txn_crash: u32,
 }
 
 impl Mix {
@@ -263,6 +294,8 @@ impl Mix {
             expire: pick(rng, &[0, 2, 5, 20]),
             cut: pick(rng, &[0, 10, 30, 100]),
             lose: pick(rng, &[0, 60, 120, 300]) as u32,
+            txn: pick(rng, &[10, 25, 50, 100]),
+            txn_crash: pick(rng, &[0, 20, 60, 150]) as u32,
         }
     }
 }
@@ -296,6 +329,7 @@ fn unique() -> u64 {
 
 impl Sim {
     fn new(cfg: SimConfig, state_dir: PathBuf) -> Result<Sim, Violation> {
+        crate::fault::adopt_thread();
         let mut rng = Rng::new(cfg.seed);
         let mix = Mix::draw(&mut rng);
         let clock = Arc::new(ManualClock::new());
@@ -342,10 +376,13 @@ impl Sim {
             recalls: Vec::new(),
             deleg_base: (0, 0, 0),
             grants_uncertain: false,
+            tx: crate::txn::TxModel::default(),
+            tx_touched: Vec::new(),
+            next_direct: 0,
         })
     }
 
-    fn note(&self, what: &str) {
+    pub(crate) fn note(&self, what: &str) {
         if self.trace {
             eprintln!("step {} t={:?} {what}", self.step, self.now());
         }
@@ -359,7 +396,7 @@ impl Sim {
         Duration::from_secs(self.cfg.lease_secs as u64)
     }
 
-    fn server(&self) -> Result<&SimServer, Violation> {
+    pub(crate) fn server(&self) -> Result<&SimServer, Violation> {
         self.server
             .as_ref()
             .ok_or_else(|| Violation::new(ViolationKind::Harness, "no server"))
@@ -378,13 +415,23 @@ impl Sim {
         ci: usize,
         bytes: Bytes,
     ) -> Result<(Bytes, COMPOUND4res), Violation> {
+        self.call_as(ci, bytes, false)
+    }
+
+    /// [`Sim::call`], as a transaction with `txn`.
+    pub(crate) fn call_as(
+        &mut self,
+        ci: usize,
+        bytes: Bytes,
+        txn: bool,
+    ) -> Result<(Bytes, COMPOUND4res), Violation> {
         let now = self.now();
         self.clients[ci].last_contact = now;
         self.stats.compounds += 1;
         // The request bytes are part of the run: equal seeds send equal bytes.
         self.digest(crate::fault::token(b'q', &bytes));
         let conn = self.clients[ci].conn;
-        let reply = self.server()?.call(conn, bytes).ok_or_else(|| {
+        let reply = self.server()?.call(conn, bytes, txn).ok_or_else(|| {
             Violation::new(
                 ViolationKind::Harness,
                 "the server rejected a COMPOUND at the RPC level",
@@ -422,6 +469,9 @@ impl Sim {
                 self.tick()?;
             } else if r < base + 40 + 80 && !self.recalls.is_empty() {
                 self.deliver_recall()?;
+            } else if r < base + 120 + m.txn {
+                let ci = self.rng.index(self.clients.len());
+                self.txn_step(ci)?;
             } else {
                 let ci = self.rng.index(self.clients.len());
                 self.client_step(ci)?;
@@ -443,7 +493,7 @@ impl Sim {
         match res.resarray.get(2) {
             Some(nfs_resop4::OP_GETFH(GETFH4res::NFS4_OK(g))) => {
                 self.model.root = g.object.clone();
-                Ok(())
+                self.make_txn_area()
             }
             other => Err(Violation::new(
                 ViolationKind::UnexpectedStatus,
@@ -499,7 +549,8 @@ impl Sim {
         let ci = 0;
         self.retransmit(ci, true)?;
         self.ensure_session(ci)?;
-        crate::actions::audit(self, ci)
+        crate::actions::audit(self, ci)?;
+        self.audit_tx()
     }
 
     /// The lease timer fires; the model revokes the recalls older than a lease.

@@ -20,7 +20,7 @@ impl Sim {
     }
 
     /// Encode SEQUENCE(slot, next seqid) + ops; returns the bytes and the slot.
-    pub(super) fn frame(
+    pub(crate) fn frame(
         &mut self,
         ci: usize,
         ops: Vec<nfs_argop4>,
@@ -43,7 +43,7 @@ impl Sim {
 
     /// Judge the SEQUENCE result: a new request on a live session must pass; a dead
     /// session must be refused. Returns whether the compound ran.
-    pub(super) fn after_sequence(
+    pub(crate) fn after_sequence(
         &mut self,
         ci: usize,
         res: &COMPOUND4res,
@@ -377,13 +377,23 @@ impl Sim {
     /// Drop the server (a crash: sessions, opens and locks are gone) and start a new
     /// one on the same state directory and backend.
     pub(super) fn restart(&mut self) -> Result<(), Violation> {
+        self.restart_over(None)
+    }
+
+    /// A restart, over a txn layer opened (and recovered) already if given.
+    pub(crate) fn restart_over(
+        &mut self,
+        txn: Option<Arc<txnfs_backend::txn::TxnLayer>>,
+    ) -> Result<(), Violation> {
         self.note("server restart");
         self.stats.restarts += 1;
         self.server = None;
-        self.server = Some(
-            SimServer::start(&self.setup)
-                .map_err(|e| Violation::new(ViolationKind::Harness, e.to_string()))?,
-        );
+        let started = match txn {
+            Some(t) => SimServer::start_over(&self.setup, t),
+            None => SimServer::start(&self.setup),
+        };
+        self.server =
+            Some(started.map_err(|e| Violation::new(ViolationKind::Harness, e.to_string()))?);
         self.model.restart();
         self.recalls.clear();
         let s = &self.stats;
