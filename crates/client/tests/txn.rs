@@ -320,27 +320,28 @@ async fn a_transaction_over_the_op_limit_spans_several_compounds() {
 async fn a_step_too_large_for_one_compound_fails_before_sending() {
     let s = start_memory_server_with(|c: &mut Config| {
         c.txn = false; // never sent: the server's answer does not matter
+        c.max_ops_per_compound = 64;
     })
     .await;
     let fs = fs_of(&s).await;
     let before = fs.client().stats().compounds;
-    // Too many bytes for ca_maxrequestsize in one step (a step is never split).
-    let big = fs.client().limits().max_request as usize + 1;
+    // A path deeper than one COMPOUND's ops can walk (a step is never split).
+    let deep = vec!["a"; 70].join("/");
     let mut t = fs.client().transaction();
     t.mkdir("d", 0o755);
-    let step = t.write_file("d/big", vec![0u8; big], 0o644, true);
+    let step = t.mkdir(&deep, 0o755);
     match t.commit().await {
-        Err(e @ ClientError::TxnStepTooLarge { unit: "bytes", .. }) => {
+        Err(e @ ClientError::TxnStepTooLarge { unit: "ops", .. }) => {
             let msg = e.to_string();
             assert!(
                 msg.contains(&format!("step {step}"))
-                    && msg.contains("d/big")
+                    && msg.contains("mkdir")
                     && msg.contains("does not fit one COMPOUND")
                     && msg.contains("nothing was sent"),
                 "{msg}"
             );
         }
-        other => panic!("want TxnStepTooLarge (bytes), got {other:?}"),
+        other => panic!("want TxnStepTooLarge (ops), got {other:?}"),
     }
     // More COMPOUNDs than a transaction may span.
     let mut t = fs.client().transaction();
@@ -426,6 +427,48 @@ async fn thousands_of_files_over_4_mib_commit_across_compounds() {
         let got = got.unwrap_or_else(|e| panic!("read {p}: {e}"));
         assert_eq!(&got[..], &want[..], "{p}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn files_larger_than_one_compound_are_written_in_pieces() {
+    let s = txn_server().await;
+    let fs = fs_of(&s).await;
+    let max = fs.client().limits().max_request as usize;
+    let big = content("big", 3 * max + 12_345, 9);
+    let mut t = fs.transaction();
+    t.mkdir("d", 0o755);
+    t.write_file("d/small", b"small".to_vec(), 0o644, true);
+    let step = t.write_file("d/big", big.clone(), 0o444, true);
+    t.write_file("d/after", b"after".to_vec(), 0o644, true);
+    assert_eq!(t.len(), 4);
+    let planned = t.plan().expect("plan").len();
+    assert!(planned >= 4, "{planned} COMPOUNDs");
+    let res = t.commit().await.expect("commits");
+    assert_eq!(res.len(), 4, "one result per step the caller added");
+    assert_eq!(res[step].written(), big.len() as u64, "{}", res[step].what);
+    assert!(res[step].what.contains(&format!("{} bytes", big.len())));
+    assert_eq!(&read(&fs, "d/big").await[..], &big[..]);
+    assert_eq!(&read(&fs, "d/after").await[..], b"after");
+    let a = fs
+        .vgetattrs(&["d/big"])
+        .await
+        .pop()
+        .unwrap()
+        .expect("d/big");
+    assert_eq!(
+        a.mode.map(|m| m & 0o777),
+        Some(0o444),
+        "mode after the pieces"
+    );
+    // A failure after the big file takes all of its pieces back.
+    let mut t = fs.transaction();
+    t.write_file("big2", big.clone(), 0o644, true);
+    t.remove("missing");
+    assert!(matches!(
+        t.commit().await,
+        Err(ClientError::TxnStepFailed { step: 1, .. })
+    ));
+    assert!(!exists(&fs, "big2").await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -47,8 +47,8 @@ const DIR_MODE: u32 = 0o755;
     nothing does. Existing destination directories are used; existing files are\n\
     overwritten. A copy larger than one COMPOUND (about 1 MiB of data on txnfs's\n\
     defaults) is sent as one transaction of several COMPOUNDs, still all or nothing\n\
-    and invisible to others until it commits; each file must fit one COMPOUND (1 MiB)\n\
-    and the whole copy at most 4096 of them."
+    and invisible to others until it commits (larger files are written in pieces;\n\
+    at most 4096 COMPOUNDs, about 4 GiB)."
 )]
 pub struct CpArgs {
     /// Copy directories recursively (symlinks are copied as symlinks).

@@ -3,7 +3,7 @@
 //! each directory, OPEN(create)+WRITE(FILE_SYNC)+CLOSE for each file, CREATE for each
 //! symlink, then the modes that would have stopped the copy half-way. All of it
 //! appears, or nothing does. A copy larger than one COMPOUND is one transaction of
-//! several (the client splits it between files); each file must fit one COMPOUND.
+//! several (the client splits it between files, and large files in pieces).
 
 use super::atomic;
 use super::cp::{wanted_mode, End, Item, Kind};
@@ -31,19 +31,10 @@ pub(super) async fn run(ctx: &mut Ctx, items: &[Item]) -> anyhow::Result<()> {
         }
     }
     let fs = atomic::one_server(ctx, "cp", &dsts).await?;
-    // Do not read gigabytes to learn that they cannot be one transaction: a file must
-    // fit one COMPOUND, and the data all of the COMPOUNDs a transaction may span (the
-    // client checks the exact sizes again before sending anything).
+    // Do not read gigabytes to learn that they cannot be one transaction: the data
+    // must fit all of the COMPOUNDs a transaction may span (the client checks the exact
+    // sizes again before sending anything).
     let max = fs.client().limits().max_request as u64;
-    if let Some(it) = items.iter().find(|i| i.kind == Kind::File && i.size > max) {
-        ctx.fail_msg(format!(
-            "cp --atomic: '{}' ({} bytes) does not fit one COMPOUND (the server allows {max} \
-             bytes) and a transaction does not split a file; nothing was sent",
-            it.src.display(),
-            it.size
-        ));
-        return Ok(());
-    }
     let total: u64 = items.iter().map(|i| i.size).sum();
     let bound = max * txnfs_client::txn::MAX_TXN_COMPOUNDS as u64;
     if total > bound {

@@ -56,6 +56,10 @@ const REPLY_OVERHEAD: usize = 96;
 /// configured lower answers NFS4ERR_TOO_MANY_OPS past its bound (reported as
 /// [`ClientError::TxnTooLarge`] in "COMPOUNDs"; nothing is changed then either).
 pub const MAX_TXN_COMPOUNDS: usize = 4096;
+/// The largest piece of a file one step writes ([`Transaction::write_file`]): a
+/// step never spans COMPOUNDs, and this leaves room within txnfs's 1 MiB + 64 KiB
+/// requests and servers that grant 1 MiB.
+pub const FILE_PIECE: usize = 960 << 10;
 /// Lost replies in the middle of a transaction of several COMPOUNDs (each one aborted,
 /// so known not to have committed) after which it is not started again.
 const MAX_LOST: u32 = 2;
@@ -415,6 +419,9 @@ impl Client {
             client: self.clone(),
             fs: None,
             steps: Vec::new(),
+            owner: Vec::new(),
+            added: 0,
+            whats: Vec::new(),
             error: None,
         }
     }
@@ -453,6 +460,12 @@ pub struct Transaction {
     /// old path into the new one).
     fs: Option<crate::Fs>,
     steps: Vec<Step>,
+    /// The caller's step each of `steps` belongs to (a large file is several).
+    owner: Vec<usize>,
+    /// Steps the caller added.
+    added: usize,
+    /// Each of them as error messages and results name it.
+    whats: Vec<String>,
     /// The first bad step (its index and path error), returned by `commit`.
     error: Option<ClientError>,
 }
@@ -466,11 +479,11 @@ impl Transaction {
 
     /// Steps added so far.
     pub fn len(&self) -> usize {
-        self.steps.len()
+        self.added
     }
 
     pub fn is_empty(&self) -> bool {
-        self.steps.is_empty()
+        self.added == 0
     }
 
     /// `path` as components; not the root (every step names an entry of a directory).
@@ -481,7 +494,7 @@ impl Transaction {
                 if self.error.is_none() {
                     self.error = Some(ClientError::BadPath(format!(
                         "{path} (step {} of the transaction)",
-                        self.steps.len()
+                        self.added
                     )));
                 }
                 Vec::new()
@@ -490,8 +503,18 @@ impl Transaction {
     }
 
     fn push(&mut self, s: Step) -> usize {
-        self.steps.push(s);
-        self.steps.len() - 1
+        let what = s.describe();
+        self.push_all(vec![s], what)
+    }
+
+    /// One step of the caller (`what`) made of `parts` (in order).
+    fn push_all(&mut self, parts: Vec<Step>, what: String) -> usize {
+        let step = self.added;
+        self.added += 1;
+        self.whats.push(what);
+        self.owner.extend(parts.iter().map(|_| step));
+        self.steps.extend(parts);
+        step
     }
 
     /// Create directory `path` (its parent must exist, or be made by an earlier step).
@@ -502,7 +525,10 @@ impl Transaction {
 
     /// Create regular file `path` with mode `mode` and content `data` (written with
     /// FILE_SYNC). `guarded`: fail with NFS4ERR_EXIST if the name exists; otherwise an
-    /// existing file is truncated and overwritten.
+    /// existing file is truncated and overwritten. Data over [`FILE_PIECE`] bytes is
+    /// written in pieces of that size, each of which may go in a different COMPOUND
+    /// of the transaction (the file is created writable by its owner, and given `mode`
+    /// after its last piece).
     pub fn write_file(
         &mut self,
         path: &str,
@@ -511,12 +537,42 @@ impl Transaction {
         guarded: bool,
     ) -> usize {
         let path = self.path(path);
-        self.push(Step::Write {
-            path,
-            data: data.into(),
-            mode,
+        let data: Bytes = data.into();
+        let what = format!("write {:?} ({} bytes)", path.join("/"), data.len());
+        if data.len() <= FILE_PIECE {
+            return self.push(Step::Write {
+                path,
+                data,
+                mode,
+                guarded,
+            });
+        }
+        let mut parts = vec![Step::Write {
+            path: path.clone(),
+            data: data.slice(..FILE_PIECE),
+            mode: mode | 0o200,
             guarded,
-        })
+        }];
+        let mut off = FILE_PIECE;
+        while off < data.len() {
+            let end = (off + FILE_PIECE).min(data.len());
+            parts.push(Step::WriteMore {
+                path: path.clone(),
+                offset: off as u64,
+                data: data.slice(off..end),
+            });
+            off = end;
+        }
+        if mode | 0o200 != mode {
+            parts.push(Step::SetAttr {
+                path,
+                set: SetAttributes {
+                    mode: Some(mode),
+                    ..Default::default()
+                },
+            });
+        }
+        self.push_all(parts, what)
     }
 
     /// Remove file, symlink or empty directory `path`.
@@ -622,7 +678,7 @@ impl Transaction {
                     (reply + add_reply, max_reply, "bytes of reply")
                 };
                 return Err(ClientError::TxnStepTooLarge {
-                    step: i,
+                    step: self.owner[i],
                     what: self.steps[i].describe(),
                     n,
                     max,
@@ -711,18 +767,22 @@ impl Transaction {
             }
         }
         let replies = replies?;
-        let mut out = Vec::with_capacity(self.steps.len());
+        let mut out: Vec<StepResult> = Vec::with_capacity(self.added);
         for (part, reply) in parts.iter().zip(&replies) {
             if let Some((f, status)) = reply.failed() {
-                let step =
+                let part_step =
                     part.first + part.ranges.iter().position(|r| r.contains(&f)).unwrap_or(0);
                 let op = reply
                     .results
                     .get(f)
                     .map_or("COMPOUND", |r| op_name(r.discriminant()));
                 return Err(ClientError::TxnStepFailed {
-                    step,
-                    what: self.steps.get(step).map(Step::describe).unwrap_or_default(),
+                    step: self.owner.get(part_step).copied().unwrap_or(0),
+                    what: self
+                        .steps
+                        .get(part_step)
+                        .map(Step::describe)
+                        .unwrap_or_default(),
                     op,
                     status,
                 });
@@ -735,13 +795,18 @@ impl Transaction {
                     .ok_or_else(|| {
                         ClientError::Protocol("short reply to a committed transaction".into())
                     })?;
-                out.push(StepResult {
-                    what: self.steps[part.first + k].describe(),
-                    results,
-                });
+                // The parts of one step (a large file) make one result.
+                let step = self.owner[part.first + k];
+                match out.get_mut(step) {
+                    Some(r) => r.results.extend(results),
+                    None => out.push(StepResult {
+                        what: self.whats[step].clone(),
+                        results,
+                    }),
+                }
             }
         }
-        if out.len() != self.steps.len() {
+        if out.len() != self.added {
             return Err(ClientError::Protocol(
                 "fewer replies than COMPOUNDs from a committed transaction".into(),
             ));
