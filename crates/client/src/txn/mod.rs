@@ -449,7 +449,8 @@ impl StepResult {
     }
 }
 
-/// Path-based steps sent as one transactional COMPOUND by [`Transaction::commit`].
+/// Path-based steps sent as one transaction by [`Transaction::commit`]: one COMPOUND
+/// when they fit, otherwise several COMPOUNDs of one transaction (split between steps).
 /// Each step method returns the step's index; a bad path is reported by `commit`
 /// (nothing is sent then). Steps run in the order they were added, each seeing what
 /// the earlier ones did (e.g. write into a directory made by an earlier step).
