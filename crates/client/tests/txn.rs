@@ -803,3 +803,93 @@ async fn a_prepared_compound_runs_as_a_transaction() {
     }
     assert_eq!(c.stats().compounds, before, "nothing sent");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn prepared_compounds_run_as_one_transaction() {
+    let s = txn_server().await;
+    let fs = fs_of(&s).await;
+    let mkdir = |name: &str| {
+        let mut c = txnfs_client::Compound::new();
+        c.putrootfh();
+        c.mkdir(name.as_bytes(), &SetAttributes::default());
+        c
+    };
+    let mut failing = txnfs_client::Compound::new();
+    failing.putrootfh();
+    failing.remove(b"missing");
+    let replies = fs
+        .client()
+        .compounds_txn(&[mkdir("p1"), mkdir("p2"), failing])
+        .await
+        .expect("sent");
+    assert_eq!(replies.len(), 3);
+    assert_eq!(replies[2].failed(), Some((1, nfsstat4::NFS4ERR_NOENT)));
+    assert!(!exists(&fs, "p1").await && !exists(&fs, "p2").await);
+    let replies = fs
+        .client()
+        .compounds_txn(&[mkdir("p1"), mkdir("p2"), mkdir("p3")])
+        .await
+        .expect("commits");
+    assert!(replies.iter().all(|r| r.failed().is_none()));
+    for p in ["p1", "p2", "p3"] {
+        assert!(exists(&fs, p).await, "{p}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_transaction_whose_connection_keeps_breaking_is_all_or_nothing() {
+    let s = txn_server().await;
+    let fs = fs_of(&s).await;
+    let reader = fs_of(&s).await;
+    for round in 0..3usize {
+        let root = format!("tree{round}");
+        let files = big_tree(&root, 10, 100, 1500);
+        let t = tree_txn(&fs, &root, &files);
+        let planned = t.plan().unwrap().len() as u64;
+        assert!(planned > 1);
+        let before = fs.client().stats().compounds;
+        let client = fs.client().clone();
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let d = done.clone();
+        // Round 0 and 1 break it once and twice (it is aborted and started again, and
+        // commits); round 2 until it gives up.
+        let severs = [1, 2, 1000][round];
+        let breaker = tokio::spawn(async move {
+            for _ in 0..severs {
+                tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+                if d.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                client.sever_connection().await;
+            }
+        });
+        let r = t.commit().await;
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        breaker.await.unwrap();
+        let sent = fs.client().stats().compounds - before;
+        eprintln!(
+            "round {round}: {planned} COMPOUNDs planned, {sent} sent: {:?}",
+            r.as_ref().map(|v| v.len())
+        );
+        let first = exists(&reader, &files[0].0).await;
+        let last = exists(&reader, &files.last().unwrap().0).await;
+        assert_eq!(first, last, "round {round}: part of the transaction: {r:?}");
+        match &r {
+            Ok(_) => {
+                assert!(first, "round {round}: committed but absent");
+                assert!(round < 2, "the connection broke all the time");
+            }
+            Err(ClientError::TxnNotCommitted(_)) | Err(ClientError::TxnConflict { .. }) => {
+                assert!(!first, "round {round}: not committed but present")
+            }
+            Err(ClientError::TxnOutcomeUnknown(_)) => {}
+            Err(e) => panic!("round {round}: {e}"),
+        }
+        if first {
+            let paths: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
+            for ((p, want), got) in files.iter().zip(reader.vread(&paths).await) {
+                assert_eq!(&got.unwrap()[..], &want[..], "{p}");
+            }
+        }
+    }
+}
