@@ -220,24 +220,130 @@ fn cp_r_atomic_that_fails_half_way_leaves_nothing() {
         vec!["tree", "tree/sub", "tree/sub/deeper", "tree/sub/deeper/c"],
         "only what was there before"
     );
-    // Too large for one COMPOUND: refused before anything is sent.
+    // A file larger than one COMPOUND: written in pieces, over several COMPOUNDs of
+    // the one transaction.
     let big = tmp.path().join("big");
     std::fs::create_dir(&big).unwrap();
-    std::fs::write(big.join("f"), vec![1u8; 3 << 20]).unwrap();
+    let data: Vec<u8> = (0..(3u32 << 20) + 777).map(|i| (i % 253) as u8).collect();
+    std::fs::write(big.join("f"), &data).unwrap();
+    std::fs::write(big.join("g"), b"small").unwrap();
     let o = run(&[
+        "--stats",
         "cp",
         "-R",
         "--atomic",
         big.to_str().unwrap(),
         &url(&s, "big"),
     ]);
-    assert_eq!(o.status.code(), Some(1), "stderr:\n{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("transaction too large for one COMPOUND"),
-        "{}",
-        stderr(&o)
+    let e = stderr(&o);
+    ok(o);
+    assert!(ops_sent(&e, "OPEN") >= 5, "the big file in pieces: {e}");
+    assert_eq!(std::fs::read(s.export_dir().join("big/f")).unwrap(), data);
+    assert_eq!(
+        std::fs::read(s.export_dir().join("big/g")).unwrap(),
+        b"small"
     );
-    assert!(!s.export_dir().join("big").exists());
+}
+
+/// A local tree of 30 directories of 100 files of 1,500 bytes (4.5 MB, several times
+/// one COMPOUND's request size), each file's bytes derived from its name.
+fn make_big_tree(root: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files = Vec::new();
+    for d in 0..30 {
+        std::fs::create_dir_all(root.join(format!("d{d:02}"))).unwrap();
+        for f in 0..100 {
+            let rel = format!("d{d:02}/f{f:03}");
+            let data: Vec<u8> = (0..1500u32)
+                .map(|i| ((d * 131 + f * 17) as u32 + i * 7) as u8)
+                .collect();
+            std::fs::write(root.join(&rel), &data).unwrap();
+            files.push((rel, data));
+        }
+    }
+    files
+}
+
+/// How many `op`s `--stats` counted.
+fn ops_sent(stderr: &str, op: &str) -> u64 {
+    stderr
+        .lines()
+        .find_map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next() == Some(op)).then(|| w.next().unwrap().parse().unwrap())
+        })
+        .unwrap_or(0)
+}
+
+/// "N COMPOUNDs" from `--stats`.
+fn compounds_sent(stderr: &str) -> u64 {
+    let at = stderr.find(" COMPOUNDs").expect("--stats output");
+    let n = stderr[..at].rsplit(' ').next().unwrap();
+    n.parse().unwrap_or_else(|_| panic!("{stderr}"))
+}
+
+#[test]
+fn cp_r_atomic_of_a_tree_larger_than_one_compound_commits_all_of_it() {
+    let s = txnfs();
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("big");
+    let files = make_big_tree(&src);
+    let o = run(&[
+        "--stats",
+        "cp",
+        "-R",
+        "--atomic",
+        src.to_str().unwrap(),
+        &url(&s, "big"),
+    ]);
+    let e = stderr(&o);
+    ok(o);
+    // 4.5 MB cannot be fewer than five COMPOUNDs of about 1 MiB each.
+    assert!(compounds_sent(&e) >= 5, "{e}");
+    let dst = s.export_dir().join("big");
+    for (rel, data) in &files {
+        assert_eq!(&std::fs::read(dst.join(rel)).unwrap(), data, "{rel}");
+    }
+    assert_eq!(walk(&dst).len(), 30 + files.len(), "nothing else");
+    // And removed again in one transaction.
+    ok(run(&["rm", "-r", "--atomic", &url(&s, "big")]));
+    assert!(!dst.exists());
+}
+
+#[test]
+fn cp_r_atomic_larger_than_one_compound_failing_late_leaves_nothing() {
+    let s = txnfs();
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("big");
+    make_big_tree(&src);
+    // The destination has a directory where the tree's last file goes: every earlier
+    // COMPOUND of the transaction runs, then that OPEN fails.
+    let dst = s.export_dir().join("copy");
+    std::fs::create_dir_all(dst.join("big/d29/f099")).unwrap();
+    let o = run(&[
+        "--stats",
+        "cp",
+        "-R",
+        "--atomic",
+        src.to_str().unwrap(),
+        &url(&s, "copy"),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "stderr:\n{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("cp --atomic") && e.contains("d29/f099") && e.contains("nothing was changed"),
+        "{e}"
+    );
+    assert!(compounds_sent(&e) >= 5, "{e}");
+    assert_eq!(
+        ops_sent(&e, "OPEN"),
+        3000,
+        "every file's OPEN was sent: {e}"
+    );
+    assert_eq!(
+        walk(&dst),
+        vec!["big", "big/d29", "big/d29/f099"],
+        "only what was there before"
+    );
 }
 
 /// Paths under `root`, relative and sorted.

@@ -132,6 +132,9 @@ pub(crate) struct Inner {
     recovering: tokio::sync::Mutex<()>,
     stats: Mutex<Stats>,
     compounds: AtomicU64,
+    /// Held while a transaction of several COMPOUNDs is open: the server allows one
+    /// per session.
+    pub(crate) txn_span: tokio::sync::Mutex<()>,
     recoveries: AtomicU64,
     verifier: [u8; 8],
     owner: Bytes,
@@ -143,9 +146,37 @@ pub(crate) struct Inner {
 pub(crate) enum Mode {
     /// A plain COMPOUND; its reply is cached when it changes state and carries no data.
     Plain,
-    /// A transaction; `cache`: ask the server to keep the reply (sa_cachethis), so a
-    /// retransmission after a lost reply gets it instead of an unknown outcome.
-    Txn { cache: bool },
+    /// A transaction (or, with `part`, a COMPOUND of one that spans several); `cache`:
+    /// ask the server to keep the reply (sa_cachethis), so a retransmission after a
+    /// lost reply gets it instead of an unknown outcome.
+    Txn { cache: bool, part: TxnPart },
+}
+
+/// Which COMPOUND of a transaction [`Mode::Txn`] sends: the RPC procedure (ADR 0021).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TxnPart {
+    /// A whole transaction in one COMPOUND (PROC_TXN_COMPOUND).
+    Whole,
+    /// The first COMPOUND of a transaction that spans several (PROC_TXN_BEGIN).
+    Begin,
+    /// A middle one (PROC_TXN_CONTINUE).
+    Continue,
+    /// The last one, which commits (PROC_TXN_COMMIT).
+    Commit,
+    /// Roll the session's open transaction back (PROC_TXN_ABORT).
+    Abort,
+}
+
+impl TxnPart {
+    fn procedure(self) -> u32 {
+        match self {
+            TxnPart::Whole => txnfs_proto::PROC_TXN_COMPOUND,
+            TxnPart::Begin => txnfs_proto::PROC_TXN_BEGIN,
+            TxnPart::Continue => txnfs_proto::PROC_TXN_CONTINUE,
+            TxnPart::Commit => txnfs_proto::PROC_TXN_COMMIT,
+            TxnPart::Abort => txnfs_proto::PROC_TXN_ABORT,
+        }
+    }
 }
 
 /// An NFSv4.1 client session. Cheap to clone; all clones share the session.
@@ -225,6 +256,7 @@ impl Client {
             recovering: tokio::sync::Mutex::new(()),
             stats: Mutex::new(Stats::default()),
             compounds: AtomicU64::new(0),
+            txn_span: tokio::sync::Mutex::new(()),
             recoveries: AtomicU64::new(0),
             verifier,
             owner,
@@ -432,7 +464,7 @@ impl Client {
         let txn = matches!(mode, Mode::Txn { .. });
         let cachethis = match mode {
             Mode::Plain => c.wants_cache(),
-            Mode::Txn { cache } => cache,
+            Mode::Txn { cache, .. } => cache,
         };
         let unknown = |e: ClientError| {
             if txn {
@@ -441,10 +473,9 @@ impl Client {
                 e
             }
         };
-        let proc_num = if txn {
-            txnfs_proto::PROC_TXN_COMPOUND
-        } else {
-            PROC_COMPOUND
+        let proc_num = match mode {
+            Mode::Txn { part, .. } => part.procedure(),
+            Mode::Plain => PROC_COMPOUND,
         };
         let mut delay_tries = 0u32;
         loop {

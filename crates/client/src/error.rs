@@ -40,17 +40,43 @@ pub enum ClientError {
     /// An op that transactions cannot hold (found before sending).
     #[error("{op} (op {index}) cannot be part of a transaction; nothing was sent")]
     TxnOpNotAllowed { op: &'static str, index: usize },
-    /// The transaction does not fit one COMPOUND (found before sending).
-    #[error(
-        "transaction too large for one COMPOUND ({n} {unit}, server allows {max}); \
-         multi-COMPOUND transactions are not supported yet; nothing was sent"
-    )]
+    /// The transaction does not fit (found before sending): one COMPOUND, for
+    /// [`crate::Client::compound_txn`] (`unit`: "ops", "bytes", "bytes of reply"); the
+    /// server's bound on the COMPOUNDs of one transaction (max_txn_compounds), for a
+    /// [`crate::Transaction`] (`unit`: "COMPOUNDs").
+    #[error("transaction too large ({n} {unit}, the limit is {max}); nothing was sent")]
     TxnTooLarge {
         n: usize,
         max: usize,
-        /// "ops" or "bytes".
+        /// "ops", "bytes", "bytes of reply" or "COMPOUNDs".
         unit: &'static str,
     },
+    /// One step of a transaction does not fit one COMPOUND (a step is never split
+    /// across the COMPOUNDs of a transaction); found before sending.
+    #[error(
+        "transaction step {step} ({what}) does not fit one COMPOUND ({n} {unit}, the \
+         server allows {max}); nothing was sent"
+    )]
+    TxnStepTooLarge {
+        step: usize,
+        what: String,
+        n: usize,
+        max: usize,
+        unit: &'static str,
+    },
+    /// The server no longer had the transaction of several COMPOUNDs open when its
+    /// next COMPOUND came (it stayed open longer than the lease, or the session was
+    /// lost): it was rolled back.
+    #[error(
+        "the server rolled the transaction back before its COMPOUND {compound} (open \
+         longer than the lease, or its session was lost); nothing was changed"
+    )]
+    TxnClosed { compound: usize },
+    /// A COMPOUND of a transaction of several got no usable reply, and it was not the
+    /// committing one: the transaction did not commit (it was aborted, or the server
+    /// rolls it back when it times out).
+    #[error("the transaction was not committed (nothing was changed): {0}")]
+    TxnNotCommitted(Box<ClientError>),
     /// A step of a transaction failed: the server rolled every step back.
     #[error(
         "transaction step {step} ({what}) failed: {op}: {} ({status:?}); \

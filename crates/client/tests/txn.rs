@@ -285,41 +285,336 @@ async fn an_export_without_the_txn_layer_refuses_with_notsupp() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_too_large_transaction_fails_before_sending() {
+async fn a_transaction_over_the_op_limit_spans_several_compounds() {
+    let s = start_memory_server_with(|c: &mut Config| {
+        c.max_ops_per_compound = 64;
+    })
+    .await;
+    let fs = fs_of(&s).await;
+    assert_eq!(fs.client().limits().max_ops, 64);
+    let mut t = fs.client().transaction();
+    for i in 0..40 {
+        t.mkdir(&format!("d{i}"), 0o755); // PUTROOTFH + CREATE each
+    }
+    assert!(
+        t.compound().len() + 1 > 64,
+        "more ops than one COMPOUND holds"
+    );
+    let plan = t.plan().expect("plan");
+    assert!(plan.len() >= 2, "{} COMPOUNDs", plan.len());
+    assert!(plan.iter().all(|c| c.len() < 64));
+    let before = fs.client().stats().compounds;
+    let res = t.commit().await.expect("commits across COMPOUNDs");
+    assert_eq!(res.len(), 40, "one result per step");
+    assert_eq!(
+        fs.client().stats().compounds - before,
+        plan.len() as u64,
+        "BEGIN, CONTINUE..., COMMIT"
+    );
+    for i in 0..40 {
+        assert!(exists(&fs, &format!("d{i}")).await, "d{i}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_too_large_for_one_compound_fails_before_sending() {
     let s = start_memory_server_with(|c: &mut Config| {
         c.txn = false; // never sent: the server's answer does not matter
         c.max_ops_per_compound = 64;
     })
     .await;
     let fs = fs_of(&s).await;
-    let max = fs.client().limits().max_ops as usize;
-    assert_eq!(max, 64);
     let before = fs.client().stats().compounds;
+    // A path deeper than one COMPOUND's ops can walk (a step is never split).
+    let deep = vec!["a"; 70].join("/");
     let mut t = fs.client().transaction();
-    for i in 0..40 {
-        t.mkdir(&format!("d{i}"), 0o755); // PUTROOTFH + CREATE each
-    }
-    let ops = t.compound().len() + 1;
+    t.mkdir("d", 0o755);
+    let step = t.mkdir(&deep, 0o755);
     match t.commit().await {
-        Err(e @ ClientError::TxnTooLarge { .. }) => {
+        Err(e @ ClientError::TxnStepTooLarge { unit: "ops", .. }) => {
             let msg = e.to_string();
             assert!(
-                msg.contains(&format!("{ops} ops, server allows {max}"))
-                    && msg.contains("multi-COMPOUND transactions are not supported yet"),
+                msg.contains(&format!("step {step}"))
+                    && msg.contains("mkdir")
+                    && msg.contains("does not fit one COMPOUND")
+                    && msg.contains("nothing was sent"),
                 "{msg}"
             );
         }
-        other => panic!("want TxnTooLarge, got {other:?}"),
+        other => panic!("want TxnStepTooLarge (ops), got {other:?}"),
     }
-    // Too many bytes for ca_maxrequestsize.
-    let big = fs.client().limits().max_request as usize + 1;
+    // More COMPOUNDs than a transaction may span.
     let mut t = fs.client().transaction();
-    t.write_file("big", vec![0u8; big], 0o644, true);
+    let chunk = fs.client().limits().max_request as usize / 2 + 1;
+    let data = Bytes::from(vec![1u8; chunk]);
+    for i in 0..=txnfs_client::txn::MAX_TXN_COMPOUNDS {
+        t.write_file(&format!("f{i}"), data.clone(), 0o644, true);
+    }
     match t.commit().await {
-        Err(ClientError::TxnTooLarge { unit: "bytes", .. }) => {}
-        other => panic!("want TxnTooLarge (bytes), got {other:?}"),
+        Err(
+            e @ ClientError::TxnTooLarge {
+                unit: "COMPOUNDs", ..
+            },
+        ) => {
+            assert!(e.to_string().contains("the limit is 4096"), "{e}");
+        }
+        other => panic!("want TxnTooLarge (COMPOUNDs), got {other:?}"),
     }
     assert_eq!(fs.client().stats().compounds, before, "nothing was sent");
+}
+
+/// A tree of `dirs` x `per_dir` files of `size` bytes each, its content derived from
+/// the path (so every file is distinct).
+fn content(path: &str, size: usize, salt: u8) -> Vec<u8> {
+    let seed = path.bytes().fold(salt as u32, |h, b| {
+        h.wrapping_mul(31).wrapping_add(b as u32)
+    });
+    (0..size)
+        .map(|i| (seed.wrapping_add(i as u32 * 7) % 251) as u8)
+        .collect()
+}
+
+fn big_tree(root: &str, dirs: usize, per_dir: usize, size: usize) -> Vec<(String, Vec<u8>)> {
+    let mut files = Vec::new();
+    for d in 0..dirs {
+        for f in 0..per_dir {
+            let p = format!("{root}/d{d:02}/f{f:03}");
+            let c = content(&p, size, 0);
+            files.push((p, c));
+        }
+    }
+    files
+}
+
+fn tree_txn(fs: &Fs, root: &str, files: &[(String, Vec<u8>)]) -> txnfs_client::Transaction {
+    let mut t = fs.transaction();
+    t.mkdir(root, 0o755);
+    let mut made = std::collections::BTreeSet::new();
+    for (p, d) in files {
+        let dir = &p[..p.rfind('/').unwrap()];
+        if made.insert(dir.to_string()) {
+            t.mkdir(dir, 0o755);
+        }
+        t.write_file(p, d.clone(), 0o644, true);
+    }
+    t
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn thousands_of_files_over_4_mib_commit_across_compounds() {
+    let s = txn_server().await;
+    let fs = fs_of(&s).await;
+    // 3,000 files of 1,500 bytes: 4.5 MB, several times ca_maxrequestsize.
+    let files = big_tree("tree", 30, 100, 1500);
+    let total: usize = files.iter().map(|(_, d)| d.len()).sum();
+    assert!(total > 4 << 20);
+    let t = tree_txn(&fs, "tree", &files);
+    let steps = t.len();
+    let planned = t.plan().expect("plan").len();
+    assert!(planned > 1, "{planned} COMPOUNDs");
+    let before = fs.client().stats().compounds;
+    let res = t.commit().await.expect("commits");
+    let sent = fs.client().stats().compounds - before;
+    assert_eq!(sent, planned as u64, "one try, one COMPOUND per part");
+    assert!(sent >= (total / fs.client().limits().max_request as usize) as u64);
+    assert_eq!(res.len(), steps, "one result per step, in order");
+    assert!(res[0].what.contains("mkdir"), "{}", res[0].what);
+    let last = res.last().unwrap();
+    assert!(last.what.contains("tree/d29/f099"), "{}", last.what);
+    assert_eq!(last.written(), 1500);
+    let paths: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
+    for ((p, want), got) in files.iter().zip(fs.vread(&paths).await) {
+        let got = got.unwrap_or_else(|e| panic!("read {p}: {e}"));
+        assert_eq!(&got[..], &want[..], "{p}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn files_larger_than_one_compound_are_written_in_pieces() {
+    let s = txn_server().await;
+    let fs = fs_of(&s).await;
+    let max = fs.client().limits().max_request as usize;
+    let big = content("big", 3 * max + 12_345, 9);
+    let mut t = fs.transaction();
+    t.mkdir("d", 0o755);
+    t.write_file("d/small", b"small".to_vec(), 0o644, true);
+    let step = t.write_file("d/big", big.clone(), 0o444, true);
+    t.write_file("d/after", b"after".to_vec(), 0o644, true);
+    assert_eq!(t.len(), 4);
+    let planned = t.plan().expect("plan").len();
+    assert!(planned >= 4, "{planned} COMPOUNDs");
+    let res = t.commit().await.expect("commits");
+    assert_eq!(res.len(), 4, "one result per step the caller added");
+    assert_eq!(res[step].written(), big.len() as u64, "{}", res[step].what);
+    assert!(res[step].what.contains(&format!("{} bytes", big.len())));
+    assert_eq!(&read(&fs, "d/big").await[..], &big[..]);
+    assert_eq!(&read(&fs, "d/after").await[..], b"after");
+    let a = fs
+        .vgetattrs(&["d/big"])
+        .await
+        .pop()
+        .unwrap()
+        .expect("d/big");
+    assert_eq!(
+        a.mode.map(|m| m & 0o777),
+        Some(0o444),
+        "mode after the pieces"
+    );
+    // A failure after the big file takes all of its pieces back.
+    let mut t = fs.transaction();
+    t.write_file("big2", big.clone(), 0o644, true);
+    t.remove("missing");
+    assert!(matches!(
+        t.commit().await,
+        Err(ClientError::TxnStepFailed { step: 1, .. })
+    ));
+    assert!(!exists(&fs, "big2").await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_multi_compound_transaction_failing_at_its_last_step_leaves_nothing() {
+    let s = txn_server().await;
+    let fs = fs_of(&s).await;
+    write_plain(&fs, "keep", b"old bytes").await;
+    let files = big_tree("tree", 30, 100, 1500);
+    let mut t = tree_txn(&fs, "tree", &files);
+    t.rename("keep", "tree/keep");
+    t.write_file("keep", b"replaced".to_vec(), 0o644, true);
+    let last = t.remove("no-such-name");
+    let planned = t.plan().expect("plan").len();
+    assert!(planned > 2, "{planned} COMPOUNDs");
+    let before = fs.client().stats().compounds;
+    let err = t.commit().await.expect_err("the last step fails");
+    match &err {
+        ClientError::TxnStepFailed {
+            step, status, what, ..
+        } => {
+            assert_eq!(*step, last);
+            assert_eq!(*status, nfsstat4::NFS4ERR_NOENT);
+            assert!(what.contains("no-such-name"), "{what}");
+        }
+        other => panic!("want TxnStepFailed, got {other:?}"),
+    }
+    assert!(err.to_string().contains("nothing was changed"), "{err}");
+    assert_eq!(
+        fs.client().stats().compounds - before,
+        planned as u64,
+        "every COMPOUND ran before the last one failed"
+    );
+    assert!(
+        !exists(&fs, "tree").await,
+        "the earlier COMPOUNDs were rolled back"
+    );
+    assert_eq!(&read(&fs, "keep").await[..], b"old bytes");
+    // The session has no transaction left open: the next one runs.
+    let mut t = fs.transaction();
+    t.mkdir("after", 0o755);
+    t.commit().await.expect("a later transaction commits");
+    assert!(exists(&fs, "after").await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_plain_reader_never_sees_part_of_a_multi_compound_transaction() {
+    let s = txn_server().await;
+    let fs = fs_of(&s).await;
+    let reader = fs_of(&s).await;
+    let files = big_tree("tree", 30, 100, 1500);
+    let first = files[0].0.clone();
+    let last = files.last().unwrap().0.clone();
+    let t = tree_txn(&fs, "tree", &files);
+    assert!(t.plan().unwrap().len() > 1);
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let d = done.clone();
+    let writer = tokio::spawn(async move {
+        let r = t.commit().await;
+        d.store(true, std::sync::atomic::Ordering::SeqCst);
+        r
+    });
+    let (mut looks, mut during) = (0u32, 0u32);
+    loop {
+        let finished = done.load(std::sync::atomic::Ordering::SeqCst);
+        // One plain COMPOUND (a consistent snapshot: it holds its read locks to its
+        // end): the root of the tree, then its first and last file.
+        let mut c = txnfs_client::Compound::new();
+        c.putrootfh();
+        c.lookup(b"tree");
+        for p in [&first, &last] {
+            c.putrootfh();
+            for n in p.split('/') {
+                c.lookup(n.as_bytes());
+            }
+        }
+        let r = reader.client().compound(&c).await.expect("reader COMPOUND");
+        looks += 1;
+        if !finished {
+            during += 1;
+        }
+        match r.failed() {
+            None => {
+                // Visible: then all of it, with its bytes.
+                for (p, want) in [&files[0], files.last().unwrap()] {
+                    assert_eq!(&read(&reader, p).await[..], &want[..], "{p}");
+                }
+            }
+            // Not there yet (the old state), or "try again" (what the transaction
+            // holds, or, as its COMMIT releases its locks one by one, what it held).
+            Some((1, nfsstat4::NFS4ERR_NOENT)) | Some((_, nfsstat4::NFS4ERR_DELAY)) => {}
+            // The tree's root found but a file of it missing: part of it.
+            Some((i, st)) => panic!("a reader saw part of the transaction: op {i}: {st:?}"),
+        }
+        if finished {
+            break;
+        }
+    }
+    writer.await.unwrap().expect("the transaction commits");
+    assert!(
+        during > 0,
+        "no look while the transaction ran ({looks} looks)"
+    );
+    assert!(exists(&reader, &last).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn conflicting_multi_compound_transactions_are_serialized() {
+    // Small COMPOUNDs: each transaction spans many, and they collide on every file.
+    let s = start_memory_server_with(|c: &mut Config| {
+        c.max_ops_per_compound = 48;
+    })
+    .await;
+    let a = fs_of(&s).await;
+    let b = fs_of(&s).await;
+    let paths: Vec<String> = (0..60).map(|i| format!("f{i:02}")).collect();
+    let txn = |fs: &Fs, salt: u8| {
+        let mut t = fs.transaction();
+        for p in &paths {
+            t.write_file(p, content(p, 300, salt), 0o644, false);
+        }
+        assert!(t.plan().unwrap().len() > 2);
+        t
+    };
+    let (ta, tb) = (txn(&a, 1), txn(&b, 2));
+    let (ra, rb) = tokio::join!(
+        tokio::spawn(async move { ta.commit().await }),
+        tokio::spawn(async move { tb.commit().await })
+    );
+    ra.unwrap()
+        .expect("a commits (retried from BEGIN on conflicts)");
+    rb.unwrap()
+        .expect("b commits (retried from BEGIN on conflicts)");
+    // Serializable: the files all hold the bytes of the same transaction (the later).
+    let refs: Vec<&str> = paths.iter().map(String::as_str).collect();
+    let got = a.vread(&refs).await;
+    let salt = [1u8, 2]
+        .into_iter()
+        .find(|&salt| got[0].as_ref().unwrap()[..] == content(&paths[0], 300, salt)[..])
+        .expect("f00 holds one of the two versions");
+    for (p, g) in paths.iter().zip(got) {
+        assert_eq!(
+            &g.unwrap()[..],
+            &content(p, 300, salt)[..],
+            "{p}: mixed versions"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -507,4 +802,94 @@ async fn a_prepared_compound_runs_as_a_transaction() {
         other => panic!("want TxnOpNotAllowed, got {other:?}"),
     }
     assert_eq!(c.stats().compounds, before, "nothing sent");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn prepared_compounds_run_as_one_transaction() {
+    let s = txn_server().await;
+    let fs = fs_of(&s).await;
+    let mkdir = |name: &str| {
+        let mut c = txnfs_client::Compound::new();
+        c.putrootfh();
+        c.mkdir(name.as_bytes(), &SetAttributes::default());
+        c
+    };
+    let mut failing = txnfs_client::Compound::new();
+    failing.putrootfh();
+    failing.remove(b"missing");
+    let replies = fs
+        .client()
+        .compounds_txn(&[mkdir("p1"), mkdir("p2"), failing])
+        .await
+        .expect("sent");
+    assert_eq!(replies.len(), 3);
+    assert_eq!(replies[2].failed(), Some((1, nfsstat4::NFS4ERR_NOENT)));
+    assert!(!exists(&fs, "p1").await && !exists(&fs, "p2").await);
+    let replies = fs
+        .client()
+        .compounds_txn(&[mkdir("p1"), mkdir("p2"), mkdir("p3")])
+        .await
+        .expect("commits");
+    assert!(replies.iter().all(|r| r.failed().is_none()));
+    for p in ["p1", "p2", "p3"] {
+        assert!(exists(&fs, p).await, "{p}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_transaction_whose_connection_keeps_breaking_is_all_or_nothing() {
+    let s = txn_server().await;
+    let fs = fs_of(&s).await;
+    let reader = fs_of(&s).await;
+    for round in 0..3usize {
+        let root = format!("tree{round}");
+        let files = big_tree(&root, 10, 100, 1500);
+        let t = tree_txn(&fs, &root, &files);
+        let planned = t.plan().unwrap().len() as u64;
+        assert!(planned > 1);
+        let before = fs.client().stats().compounds;
+        let client = fs.client().clone();
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let d = done.clone();
+        // Round 0 and 1 break it once and twice (it is aborted and started again, and
+        // commits); round 2 until it gives up.
+        let severs = [1, 2, 1000][round];
+        let breaker = tokio::spawn(async move {
+            for _ in 0..severs {
+                tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+                if d.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                client.sever_connection().await;
+            }
+        });
+        let r = t.commit().await;
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        breaker.await.unwrap();
+        let sent = fs.client().stats().compounds - before;
+        eprintln!(
+            "round {round}: {planned} COMPOUNDs planned, {sent} sent: {:?}",
+            r.as_ref().map(|v| v.len())
+        );
+        let first = exists(&reader, &files[0].0).await;
+        let last = exists(&reader, &files.last().unwrap().0).await;
+        assert_eq!(first, last, "round {round}: part of the transaction: {r:?}");
+        match &r {
+            Ok(_) => {
+                assert!(first, "round {round}: committed but absent");
+                assert!(round < 2, "the connection broke all the time");
+            }
+            Err(ClientError::TxnNotCommitted(_)) | Err(ClientError::TxnConflict { .. }) => {
+                assert!(!first, "round {round}: not committed but present")
+            }
+            Err(ClientError::TxnOutcomeUnknown(_)) => {}
+            Err(e) => panic!("round {round}: {e}"),
+        }
+        if first {
+            let paths: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
+            for ((p, want), got) in files.iter().zip(reader.vread(&paths).await) {
+                assert_eq!(&got.unwrap()[..], &want[..], "{p}");
+            }
+        }
+    }
 }

@@ -45,8 +45,11 @@ const DIR_MODE: u32 = 0o755;
     With --atomic the whole copy is ONE transaction (txnfs servers only; DEST on one\n\
     server): every directory, file and symlink appears, or the command fails and\n\
     nothing does. Existing destination directories are used; existing files are\n\
-    overwritten. It must fit one COMPOUND (about 1 MiB of data on txnfs's defaults);\n\
-    a larger copy fails before anything is sent."
+    overwritten. A copy larger than one COMPOUND (about 1 MiB of data on txnfs's\n\
+    defaults) is sent as one transaction of several COMPOUNDs, still all or nothing\n\
+    and invisible to others until it commits (larger files are written in pieces;\n\
+    at most 4096 COMPOUNDs, about 4 GiB). It must commit within the server's lease\n\
+    (60 s by default) or the server rolls it back."
 )]
 pub struct CpArgs {
     /// Copy directories recursively (symlinks are copied as symlinks).

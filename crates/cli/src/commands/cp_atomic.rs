@@ -2,7 +2,8 @@
 //! walked or listed) becomes ONE transaction on the destination server: mkdir for
 //! each directory, OPEN(create)+WRITE(FILE_SYNC)+CLOSE for each file, CREATE for each
 //! symlink, then the modes that would have stopped the copy half-way. All of it
-//! appears, or nothing does.
+//! appears, or nothing does. A copy larger than one COMPOUND is one transaction of
+//! several (the client splits it between files, and large files in pieces).
 
 use super::atomic;
 use super::cp::{wanted_mode, End, Item, Kind};
@@ -30,14 +31,16 @@ pub(super) async fn run(ctx: &mut Ctx, items: &[Item]) -> anyhow::Result<()> {
         }
     }
     let fs = atomic::one_server(ctx, "cp", &dsts).await?;
-    // Do not read gigabytes to learn that they cannot be one COMPOUND: the data alone
-    // must fit the request size (the client checks the exact size again).
-    let total: u64 = items.iter().map(|i| i.size).sum();
+    // Do not read gigabytes to learn that they cannot be one transaction: the data
+    // must fit all of the COMPOUNDs a transaction may span (the client checks the exact
+    // sizes again before sending anything).
     let max = fs.client().limits().max_request as u64;
-    if total > max {
+    let total: u64 = items.iter().map(|i| i.size).sum();
+    let bound = max * txnfs_client::txn::MAX_TXN_COMPOUNDS as u64;
+    if total > bound {
         let e = ClientError::TxnTooLarge {
             n: total as usize,
-            max: max as usize,
+            max: bound as usize,
             unit: "bytes",
         };
         atomic::report(ctx, "cp", Err(e));

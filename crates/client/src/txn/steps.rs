@@ -26,6 +26,13 @@ pub(super) enum Step {
         mode: u32,
         guarded: bool,
     },
+    /// More of a file a `Write` step created (files larger than one piece are written
+    /// by several steps, so that a transaction can split them between COMPOUNDs).
+    WriteMore {
+        path: Vec<String>,
+        offset: u64,
+        data: Bytes,
+    },
     Remove {
         path: Vec<String>,
     },
@@ -59,6 +66,11 @@ impl Step {
             Step::Write { path, data, .. } => {
                 format!("write {} ({} bytes)", show(path), data.len())
             }
+            Step::WriteMore { path, offset, data } => format!(
+                "write {} (bytes {offset}..{})",
+                show(path),
+                offset + data.len() as u64
+            ),
             Step::Remove { path } => format!("remove {}", show(path)),
             Step::Rename { from, to } => format!("rename {} to {}", show(from), show(to)),
             Step::Symlink { path, target } => format!("symlink {} -> {target:?}", show(path)),
@@ -72,6 +84,7 @@ impl Step {
         match self {
             Step::Mkdir { path, .. }
             | Step::Write { path, .. }
+            | Step::WriteMore { path, .. }
             | Step::Remove { path }
             | Step::Symlink { path, .. }
             | Step::SetAttr { path, .. } => vec![path.join("/")],
@@ -89,6 +102,7 @@ pub(super) fn first_dir(s: &Step) -> Vec<String> {
     let p = match s {
         Step::Mkdir { path, .. }
         | Step::Write { path, .. }
+        | Step::WriteMore { path, .. }
         | Step::Remove { path }
         | Step::Symlink { path, .. } => path,
         Step::Rename { from, .. } => from,
@@ -190,6 +204,33 @@ pub(super) fn emit(
             while off < data.len() {
                 let end = (off + WRITE_CHUNK).min(data.len());
                 c.write(CURRENT_STATEID, off as u64, data.slice(off..end), true);
+                off = end;
+            }
+            c.close(CURRENT_STATEID);
+            if keep {
+                c.restorefh();
+                Some(dir.to_vec())
+            } else {
+                None
+            }
+        }
+        Step::WriteMore { path, offset, data } => {
+            let dir = parent(path);
+            walk(c, &pos, dir);
+            let keep = keep(dir);
+            if keep {
+                c.savefh();
+            }
+            c.open(leaf(path), OPEN4_SHARE_ACCESS_WRITE, OPEN_OWNER, None);
+            let mut off = 0usize;
+            while off < data.len() {
+                let end = (off + WRITE_CHUNK).min(data.len());
+                c.write(
+                    CURRENT_STATEID,
+                    offset + off as u64,
+                    data.slice(off..end),
+                    true,
+                );
                 off = end;
             }
             c.close(CURRENT_STATEID);

@@ -1,8 +1,9 @@
 //! All-or-nothing variants of the vectorized metadata calls: `vmkdir_atomic`,
 //! `vremove_atomic`, `vrename_atomic`. Each plans with the ordinary (read-only)
-//! vectorized calls, then sends the changes as ONE [`Transaction`]: either every item
-//! happens or none does, and the error names the item that failed. They need a server
-//! that runs transactions (txnfs); there is no non-atomic fallback.
+//! vectorized calls, then sends the changes as ONE [`Transaction`] (one COMPOUND, or
+//! several of one transaction when they do not fit one): either every item happens or
+//! none does, and the error names the item that failed. They need a server that runs
+//! transactions (txnfs); there is no non-atomic fallback.
 
 use super::{components, Fs};
 use crate::txn::Transaction;
