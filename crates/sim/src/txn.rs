@@ -996,6 +996,7 @@ impl Sim {
             client: None,
             compound: DIRECT_COMPOUND + self.next_direct,
             txn: true,
+            span: Default::default(),
         };
         let b: &dyn Backend = &**layer;
         if b.begin_compound(&cx).is_err() {
@@ -1408,6 +1409,7 @@ impl Sim {
             client: None,
             compound: DIRECT_COMPOUND + self.next_direct,
             txn,
+            span: Default::default(),
         };
         let b: &dyn Backend = &**layer;
         if b.begin_compound(&cx).is_err() {

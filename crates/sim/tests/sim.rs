@@ -275,7 +275,6 @@ fn skipped_rollback_is_caught() {
 /// list: [tl281]"). The standard plan spares lookups inside transactions until the
 /// layer fails the op on any lookup error but NotFound.
 #[test]
-#[ignore = "txn layer bug: a failed existence check in make_node/link lets the rollback delete an existing name"]
 fn txn_lookup_faults_keep_existing_names() {
     for seed in 1..=40u64 {
         let mut cfg = SimConfig::for_seed(seed, 1000);
@@ -302,7 +301,6 @@ fn txn_lookup_faults_keep_existing_names() {
 /// rollbacks and recovery from faults until the layer retries failed undo steps (or
 /// leaves them to recovery instead of marking them done).
 #[test]
-#[ignore = "txn layer limitation: failed undo steps are marked done and never retried"]
 fn undo_faults_keep_transactions_atomic() {
     for seed in 1..=20u64 {
         let mut cfg = SimConfig::for_seed(seed, 1000);

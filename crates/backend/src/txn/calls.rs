@@ -90,7 +90,7 @@ impl Layer for TxnLayer {
     }
 
     fn getattr(&self, key: &FileKey) -> Result<Attrs> {
-        let _g = self.lock(current_reader(), &[(locks::object(key), Mode::Shared)])?;
+        let _g = self.lock(current_reader(), &[(locks::object(key), Mode::Stat)])?;
         self.lower.getattr(key)
     }
 

@@ -25,6 +25,10 @@ use crate::FileKey;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Mode {
+    /// Reading an object's attributes: compatible with `Intent`, so permission checks
+    /// and GETATTR of a directory do not wait for transactions creating other names in
+    /// it (they may see its size, times and `change` move before those commit).
+    Stat,
     Shared,
     Intent,
     Exclusive,
@@ -34,7 +38,8 @@ impl Mode {
     fn compatible(self, other: Mode) -> bool {
         matches!(
             (self, other),
-            (Mode::Shared, Mode::Shared) | (Mode::Intent, Mode::Intent)
+            (Mode::Shared | Mode::Stat, Mode::Shared | Mode::Stat)
+                | (Mode::Intent | Mode::Stat, Mode::Intent | Mode::Stat)
         )
     }
 }

@@ -64,42 +64,9 @@ pub const FILE_PIECE: usize = 960 << 10;
 /// so known not to have committed) after which it is not started again.
 const MAX_LOST: u32 = 2;
 
-/// Ops a transactional COMPOUND may hold (the server answers NFS4ERR_NOTSUPP to any
-/// other): the ones whose effects the server's `txn` layer can undo, and the ones that
-/// only read or move filehandles. Checked before sending, so a caller learns it without
-/// a round trip.
-pub fn allowed_in_txn(op: nfs_opnum4) -> bool {
-    use nfs_opnum4::*;
-    matches!(
-        op,
-        OP_SEQUENCE
-            | OP_PUTFH
-            | OP_PUTPUBFH
-            | OP_PUTROOTFH
-            | OP_GETFH
-            | OP_SAVEFH
-            | OP_RESTOREFH
-            | OP_LOOKUP
-            | OP_LOOKUPP
-            | OP_GETATTR
-            | OP_ACCESS
-            | OP_VERIFY
-            | OP_NVERIFY
-            | OP_READ
-            | OP_READDIR
-            | OP_READLINK
-            | OP_SECINFO_NO_NAME
-            | OP_WRITE
-            | OP_OPEN
-            | OP_CLOSE
-            | OP_CREATE
-            | OP_REMOVE
-            | OP_RENAME
-            | OP_LINK
-            | OP_SETATTR
-            | OP_COMMIT
-    )
-}
+/// The ops a transaction may hold (the server's list: `txnfs_proto::ops`); others are
+/// refused before sending, saving a round trip.
+pub use txnfs_proto::ops::allowed_in_txn;
 
 /// A generous estimate of the reply to `c` (bytes): what decides whether to ask the
 /// server to cache it (ca_maxresponsesize_cached) and whether it can fit a reply at
