@@ -154,6 +154,13 @@ pub struct Config {
     /// layer on top of their stack, and procedure `PROC_TXN_COMPOUND` is served. Off
     /// (`--no-txn`), that procedure is answered PROC_UNAVAIL and stacks stay as written.
     pub txn: bool,
+    /// Grant CREATE_SESSION4_FLAG_PERSIST to clients that ask (RFC 8881 §2.10.6.5, ADR
+    /// 0022): their sessions, slots and cached replies are kept in the state directory
+    /// and survive a restart, so a retried transaction is answered, not run twice.
+    /// Every cached reply of such a session is made durable before it is sent (one
+    /// shared fdatasync per group of replies). Off by default: the Linux client asks
+    /// for it on every session (see the ADR for the measured cost).
+    pub persistent_sessions: bool,
     /// Deliberate defects for proving that the tests and the simulation can fail.
     /// Never set outside tests; not configurable from TOML.
     #[serde(skip)]
@@ -192,6 +199,7 @@ impl Default for Config {
             recall_wait_ms: None,
             max_held_requests: 256,
             txn: true,
+            persistent_sessions: false,
             mutations: Mutations::default(),
         }
     }
