@@ -79,6 +79,21 @@ pub struct StatsSnapshot {
     pub ops: Vec<(&'static str, u64)>,
 }
 
+/// Waits until `t` is durable. On a worker thread of a multi-threaded tokio runtime
+/// (a COMPOUND placed inline, ADR 0004) the worker's other tasks move to another
+/// thread meanwhile (`block_in_place`), so a group commit does not stall the runtime;
+/// elsewhere (blocking pool, no runtime, the simulation) it simply blocks.
+fn wait_durable(store: &SessionStore, t: sessionstore::Ticket) -> std::io::Result<()> {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let multi =
+        Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
+    if multi {
+        tokio::task::block_in_place(|| store.wait(t))
+    } else {
+        store.wait(t)
+    }
+}
+
 /// Whether sessions offer a back channel (CREATE_SESSION's CONN_BACK_CHAN,
 /// BIND_CONN_TO_SESSION's BACK/BOTH). The server sends no callbacks yet, and since it
 /// grants no delegations or layouts it needs none; but nfs-rs 0.8.8 (the e2e client)
@@ -307,7 +322,7 @@ impl Server {
             (None, Some(c)) if store.has_client(client) => store.put_client(c),
             _ => return Ok(()),
         };
-        store.wait(ticket).map_err(|e| {
+        wait_durable(store, ticket).map_err(|e| {
             tracing::error!("persistent session not stored, destroyed: {e}");
             if let Ok(mut core) = self.core() {
                 let _ = core.destroy_session(session);
@@ -372,7 +387,7 @@ impl Server {
             },
             txn,
         );
-        store.wait(t)
+        wait_durable(store, t)
     }
 
     /// The transaction whose reply [`Server::persist_reply`] stored in `slot` of `s`
