@@ -190,6 +190,10 @@ impl Server {
             max_requests: 16,
         };
         let grace_len = Duration::from_secs(cfg.lease_time as u64);
+        // Persistent sessions are restored only for clients the previous instance still
+        // counted as confirmed: the client list is written (durably) whenever one is
+        // confirmed, expires or is destroyed, so it is the authority on who was alive.
+        let alive: std::collections::HashSet<Bytes> = previous_clients.iter().cloned().collect();
         let grace = if cfg.grace && !previous_clients.is_empty() {
             tracing::info!(
                 clients = previous_clients.len(),
@@ -222,8 +226,9 @@ impl Server {
             },
             grace,
         );
-        let session_store = Self::restore_sessions(&cfg, &dir, &exports, &mut core, &*clock)
-            .map_err(error_at(&dir.join(sessionstore::FILE_NAME)))?;
+        let session_store =
+            Self::restore_sessions(&cfg, &dir, &exports, &alive, &mut core, &*clock)
+                .map_err(error_at(&dir.join(sessionstore::FILE_NAME)))?;
         Ok(Arc::new_cyclic(|me| Server {
             me: me.clone(),
             recall_waits: Default::default(),
@@ -258,6 +263,7 @@ impl Server {
         cfg: &Config,
         dir: &std::path::Path,
         exports: &Exports,
+        alive: &std::collections::HashSet<Bytes>,
         core: &mut StateCore,
         clock: &dyn Clock,
     ) -> std::io::Result<Option<SessionStore>> {
@@ -274,7 +280,15 @@ impl Server {
                 "restored persistent sessions"
             );
         }
-        let orphans = core.restore(restored.clients, restored.sessions, clock.now());
+        let (clients, gone): (Vec<_>, Vec<_>) = restored
+            .clients
+            .into_iter()
+            .partition(|c| alive.contains(&c.owner));
+        for c in gone {
+            // Expired or destroyed before the restart, after its last record.
+            let _ = store.drop_client(c.id);
+        }
+        let orphans = core.restore(clients, restored.sessions, clock.now());
         for id in orphans {
             tracing::warn!(session = ?id, "persistent session without its client: not restored");
             let _ = store.drop_session(id);

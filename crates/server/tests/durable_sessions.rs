@@ -321,6 +321,56 @@ async fn sessions_without_persist_are_gone_after_a_restart() {
     }
 }
 
+/// A persistent session destroyed (DESTROY_SESSION), or whose client was destroyed
+/// (DESTROY_CLIENTID), before the crash stays gone after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn destroyed_persistent_sessions_and_clients_stay_gone() {
+    let dirs = Dirs::new("destroyed");
+    let server = Proc::start(&dirs, true, false, None);
+    let mut kept = persistent_session(server.addr, b"kept").await;
+    let kept_args = kept.next(vec![nfs_argop4::OP_PUTROOTFH]);
+    let kept_reply = call_raw(&kept.cl, kept_args.clone()).await;
+    let mut gone = persistent_session(server.addr, b"session-destroyed").await;
+    let gone_args = gone.next(vec![nfs_argop4::OP_PUTROOTFH]);
+    call_raw(&gone.cl, gone_args.clone()).await;
+    let r = call(
+        &gone.cl,
+        vec![nfs_argop4::OP_DESTROY_SESSION(DESTROY_SESSION4args {
+            dsa_sessionid: gone.sid,
+        })],
+    )
+    .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK);
+    let mut client_gone = persistent_session(server.addr, b"client-destroyed").await;
+    let client_args = client_gone.next(vec![nfs_argop4::OP_PUTROOTFH]);
+    call_raw(&client_gone.cl, client_args.clone()).await;
+    for op in [
+        nfs_argop4::OP_DESTROY_SESSION(DESTROY_SESSION4args {
+            dsa_sessionid: client_gone.sid,
+        }),
+        nfs_argop4::OP_DESTROY_CLIENTID(DESTROY_CLIENTID4args {
+            dca_clientid: client_gone.clientid,
+        }),
+    ] {
+        let r = call(&client_gone.cl, vec![op]).await;
+        assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    }
+    // Another persistent session's reply makes the drops durable before the crash
+    // (they are not waited for themselves, ADR 0022).
+    let mut last = persistent_session(server.addr, b"last").await;
+    last.run(vec![nfs_argop4::OP_PUTROOTFH]).await;
+    server.kill();
+
+    let server = Proc::start(&dirs, true, false, None);
+    let cl = connect(server.addr).await;
+    assert_eq!(call_raw(&cl, kept_args).await, kept_reply);
+    for args in [gone_args, client_args] {
+        let r = COMPOUND4res::from_bytes(call_raw(&cl, args).await).unwrap();
+        assert_eq!(r.status, nfsstat4::NFS4ERR_BADSESSION);
+    }
+    server.kill();
+}
+
 /// The crash cuts a transaction off after its reply was stored but before its commit
 /// record (`TXNFS_TXN_FAULT=before-commit`): recovery rolls it back, the stored reply
 /// is dropped, and the client's retry executes it (once). Cut off after the commit
