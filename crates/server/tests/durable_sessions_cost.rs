@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use txnfs_server::nfs::*;
-use txnfs_server::{BackendKind, Config, ExportConfig};
+use txnfs_server::{BackendKind, Config, ExportConfig, Server};
 
 #[derive(Clone, Copy, Debug)]
 enum Workload {
@@ -107,15 +107,16 @@ async fn client_loop(
 /// One run: a fresh server (local export, persistence as given), `clients` sessions
 /// driving `w` for `secs`: COMPOUNDs per second and fdatasyncs per COMPOUND.
 async fn run(w: Workload, clients: usize, persistent: bool, secs: u64) -> (f64, f64) {
+    static RUN: AtomicU64 = AtomicU64::new(0);
     let dir = std::env::temp_dir().join(format!(
         "txnfs-cost-{}-{}",
         std::process::id(),
-        Instant::now().elapsed().as_nanos()
+        RUN.fetch_add(1, Ordering::Relaxed)
     ));
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let export = dir.clone();
-    let srv = start_server(move |state| Config {
+    let (export, state) = (dir.join("export"), dir.join("state"));
+    std::fs::create_dir_all(&export).unwrap();
+    let server = Server::new(Config {
         exports: vec![ExportConfig {
             name: "/".into(),
             path: export,
@@ -123,33 +124,42 @@ async fn run(w: Workload, clients: usize, persistent: bool, secs: u64) -> (f64, 
             read_only: false,
             prebuilt: None,
         }],
-        state_dir: Some(state.to_path_buf()),
+        state_dir: Some(state),
         grace: false,
         persistent_sessions: persistent,
         ..Config::default()
     })
-    .await;
+    .unwrap();
+    // Served with a shutdown signal, so each run's server (and its descriptor cache)
+    // is gone before the next starts.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(txnfs_server::run(server.clone(), listener, async move {
+        let _ = stopped.await;
+    }));
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let tasks: Vec<_> = (0..clients)
-        .map(|i| tokio::spawn(client_loop(srv.addr, i, w, stop.clone(), done.clone())))
+        .map(|i| tokio::spawn(client_loop(addr, i, w, stop.clone(), done.clone())))
         .collect();
     // Warm up, then count.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let syncs = |srv: &TestServer| {
-        srv.server
-            .session_store
+    let syncs = |srv: &Server| {
+        srv.session_store
             .as_ref()
             .map_or(0, |s| s.stats.syncs.load(Ordering::Relaxed))
     };
-    let (n0, s0, t0) = (done.load(Ordering::Relaxed), syncs(&srv), Instant::now());
+    let (n0, s0, t0) = (done.load(Ordering::Relaxed), syncs(&server), Instant::now());
     tokio::time::sleep(Duration::from_secs(secs)).await;
-    let (n1, s1, t1) = (done.load(Ordering::Relaxed), syncs(&srv), Instant::now());
+    let (n1, s1, t1) = (done.load(Ordering::Relaxed), syncs(&server), Instant::now());
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
         t.await.unwrap();
     }
-    drop(srv);
+    drop(server);
+    let _ = shutdown.send(());
+    let _ = serving.await;
     let _ = std::fs::remove_dir_all(&dir);
     let ops = (n1 - n0) as f64;
     (
