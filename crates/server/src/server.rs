@@ -294,6 +294,12 @@ impl Server {
             let _ = store.drop_session(id);
         }
         core.set_persistent_sessions(cfg.persistent_sessions);
+        if !cfg.persistent_sessions && core.sessions().counts().1 == 0 {
+            // Persistence is off and nothing was promised any more: no store.
+            drop(store);
+            std::fs::remove_file(dir.join(sessionstore::FILE_NAME))?;
+            return Ok(None);
+        }
         Ok(Some(store))
     }
 

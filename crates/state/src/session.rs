@@ -793,6 +793,10 @@ impl SessionTable {
             (ConnDirRequest::Back, false) => return Err(SessionError::Inval),
         };
         rec.conns.insert(conn);
+        if matches!(granted, ConnDir::Back | ConnDir::Both) {
+            // A restored session's back channel is bound now: not again by SEQUENCE.
+            rec.rebind_back = false;
+        }
         let client = rec.shared.client;
         self.renew(client, now);
         Ok(granted)

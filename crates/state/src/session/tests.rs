@@ -483,3 +483,29 @@ fn restore_replaces_the_same_owner_and_keeps_uncached_slots() {
     assert_eq!(slots.begin(1, 7, 3), SlotVerdict::RetryUncached);
     assert_eq!(slots.begin(1, 8, 4), SlotVerdict::Execute);
 }
+
+/// A restored session's back channel is bound once: by BIND_CONN_TO_SESSION if the
+/// client sends one first, else by its first SEQUENCE.
+#[test]
+fn a_restored_back_channel_is_bound_once() {
+    let mut before = table();
+    before.set_persistence(true);
+    let now = Instant::now();
+    let (_, out) = client_with_session(
+        &mut before,
+        b"bc",
+        CREATE_SESSION4_FLAG_PERSIST | CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
+        now,
+    );
+    let (client, session) = before.durable(&out.id).unwrap();
+    let mut after = SessionTable::new(8, before.limits);
+    after.restore_client(client, now);
+    after.restore_session(session, []).unwrap();
+    assert_eq!(
+        after.bind_conn(&out.id, ConnDirRequest::BackOrBoth, 3, now),
+        Ok(ConnDir::Both)
+    );
+    let ok = after.sequence(&seq(out.id, 0, 1, 3), now).unwrap();
+    assert_eq!(ok.verdict, SlotVerdict::Execute);
+    assert!(ok.rebind_back_channel.is_none(), "bound already");
+}
