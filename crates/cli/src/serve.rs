@@ -23,6 +23,7 @@ use txnfs_server::{BackendKind, Config, ExportConfig, Server};
     delegations = true             # read/write delegations to clients with a back channel\n  \
     recall_wait_ms = 15000         # hold a conflicting request this long for a recall\n  \
     txn = true                     # transactional COMPOUNDs (the txn layer on top)\n  \
+    persistent_sessions = false    # grant CREATE_SESSION4_FLAG_PERSIST (ADR 0022)\n  \
     [[exports]]\n  \
     name = \"/data\"\n  \
     path = \"/srv/data\"\n  \
@@ -78,6 +79,12 @@ pub struct ServeArgs {
     /// behave as without it.
     #[arg(long)]
     pub no_txn: bool,
+    /// Grant persistent sessions (CREATE_SESSION4_FLAG_PERSIST) to clients that ask:
+    /// their cached replies are made durable in the state directory before they are
+    /// sent and survive a restart, so a transaction retried after a crash is answered,
+    /// not run twice. Costs a shared fdatasync per group of replies (ADR 0022).
+    #[arg(long)]
+    pub persistent_sessions: bool,
 }
 
 fn parse_export(s: &str) -> Result<(String, PathBuf)> {
@@ -131,6 +138,9 @@ pub fn build_config(a: &ServeArgs) -> Result<Config> {
     }
     if a.no_txn {
         cfg.txn = false;
+    }
+    if a.persistent_sessions {
+        cfg.persistent_sessions = true;
     }
     let backend = if a.memory {
         BackendKind::Memory

@@ -159,6 +159,13 @@ pub struct Config {
     /// Seconds a transaction of several COMPOUNDs may stay open before it is rolled
     /// back. Unset: one lease.
     pub txn_timeout: Option<u32>,
+    /// Grant CREATE_SESSION4_FLAG_PERSIST to clients that ask (RFC 8881 §2.10.6.5, ADR
+    /// 0022): their sessions, slots and cached replies are kept in the state directory
+    /// and survive a restart, so a retried transaction is answered, not run twice.
+    /// Every cached reply of such a session is made durable before it is sent (one
+    /// shared fdatasync per group of replies). Off by default: the Linux client asks
+    /// for it on every session (see the ADR for the measured cost).
+    pub persistent_sessions: bool,
     /// Deliberate defects for proving that the tests and the simulation can fail.
     /// Never set outside tests; not configurable from TOML.
     #[serde(skip)]
@@ -199,6 +206,7 @@ impl Default for Config {
             txn: true,
             max_txn_compounds: 4096,
             txn_timeout: None,
+            persistent_sessions: false,
             mutations: Mutations::default(),
         }
     }

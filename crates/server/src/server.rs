@@ -6,6 +6,7 @@ use crate::config::Config;
 use crate::export::{Export, ExportError, Exports, PseudoNode, PSEUDO_FSID};
 use crate::handle::{HandleCodec, HandleError, HandleTarget};
 use crate::nfs::{fattr4, nfsstat4};
+use crate::statedir::sessionstore::{self, SessionStore};
 use crate::statedir::StateDir;
 use bytes::Bytes;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use txnfs_attr::{AttrSource, FsInfo};
 use txnfs_backend::{Attrs, FileKey, FileType, Timestamp};
 use txnfs_state::clock::{Clock, SystemClock};
-use txnfs_state::session::{ChannelAttrs, SessionLimits};
+use txnfs_state::session::{ChannelAttrs, DurableSlot, Session, SessionId, SessionLimits};
 use txnfs_state::{CoreConfig, FileId, Grace, StateCore, StateLimits};
 
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +79,21 @@ pub struct StatsSnapshot {
     pub ops: Vec<(&'static str, u64)>,
 }
 
+/// Waits until `t` is durable. On a worker thread of a multi-threaded tokio runtime
+/// (a COMPOUND placed inline, ADR 0004) the worker's other tasks move to another
+/// thread meanwhile (`block_in_place`), so a group commit does not stall the runtime;
+/// elsewhere (blocking pool, no runtime, the simulation) it simply blocks.
+fn wait_durable(store: &SessionStore, t: sessionstore::Ticket) -> std::io::Result<()> {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let multi =
+        Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
+    if multi {
+        tokio::task::block_in_place(|| store.wait(t))
+    } else {
+        store.wait(t)
+    }
+}
+
 /// Whether sessions offer a back channel (CREATE_SESSION's CONN_BACK_CHAN,
 /// BIND_CONN_TO_SESSION's BACK/BOTH). The server sends no callbacks yet, and since it
 /// grants no delegations or layouts it needs none; but nfs-rs 0.8.8 (the e2e client)
@@ -112,6 +128,9 @@ pub struct Server {
     /// The one source of time for leases, grace and the executor (simulated in tests).
     pub clock: Arc<dyn Clock>,
     pub(crate) statedir: StateDir,
+    /// Persistent sessions, their slots and cached replies (ADR 0022): present when
+    /// `persistent_sessions` is on or a previous instance left persistent sessions.
+    pub session_store: Option<SessionStore>,
     boot_time: Timestamp,
     /// Requests held for recalled delegations wait here (`crate::recall`).
     pub recall_waits: crate::recall::RecallWaits,
@@ -173,6 +192,10 @@ impl Server {
             max_requests: 16,
         };
         let grace_len = Duration::from_secs(cfg.lease_time as u64);
+        // Persistent sessions are restored only for clients the previous instance still
+        // counted as confirmed: the client list is written (durably) whenever one is
+        // confirmed, expires or is destroyed, so it is the authority on who was alive.
+        let alive: std::collections::HashSet<Bytes> = previous_clients.iter().cloned().collect();
         let grace = if cfg.grace && !previous_clients.is_empty() {
             tracing::info!(
                 clients = previous_clients.len(),
@@ -185,7 +208,7 @@ impl Server {
         };
         let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
         let server_owner = Bytes::from(format!("txnfs@{}", host.trim()));
-        let core = StateCore::new(
+        let mut core = StateCore::new(
             CoreConfig {
                 boot_epoch,
                 lease: Duration::from_secs(u64::from(cfg.lease_time)),
@@ -205,6 +228,9 @@ impl Server {
             },
             grace,
         );
+        let session_store =
+            Self::restore_sessions(&cfg, &dir, &exports, &alive, &mut core, &*clock)
+                .map_err(error_at(&dir.join(sessionstore::FILE_NAME)))?;
         Ok(Arc::new_cyclic(|me| Server {
             me: me.clone(),
             recall_waits: Default::default(),
@@ -224,12 +250,175 @@ impl Server {
             callbacks: Default::default(),
             clock,
             statedir,
+            session_store,
             boot_time: Timestamp {
                 sec: now.as_secs() as i64,
                 nsec: now.subsec_nanos(),
             },
             cfg,
         }))
+    }
+
+    /// Opens the durable session store when persistence is on or a previous instance
+    /// left one, and restores its clients and sessions into `core` (ADR 0022). Slot
+    /// records of transactions that recovery rolled back are dropped first.
+    fn restore_sessions(
+        cfg: &Config,
+        dir: &std::path::Path,
+        exports: &Exports,
+        alive: &std::collections::HashSet<Bytes>,
+        core: &mut StateCore,
+        clock: &dyn Clock,
+    ) -> std::io::Result<Option<SessionStore>> {
+        if !cfg.persistent_sessions && !SessionStore::exists(dir) {
+            return Ok(None);
+        }
+        let rolled_back = exports.rolled_back_at_start().into_iter().collect();
+        let (store, restored) = SessionStore::open(dir, &rolled_back)?;
+        if !restored.sessions.is_empty() || restored.rolled_back > 0 {
+            tracing::info!(
+                clients = restored.clients.len(),
+                sessions = restored.sessions.len(),
+                dropped_replies = restored.rolled_back,
+                "restored persistent sessions"
+            );
+        }
+        let (clients, gone): (Vec<_>, Vec<_>) = restored
+            .clients
+            .into_iter()
+            .partition(|c| alive.contains(&c.owner));
+        for c in gone {
+            // Expired or destroyed before the restart, after its last record.
+            let _ = store.drop_client(c.id);
+        }
+        let orphans = core.restore(clients, restored.sessions, clock.now());
+        for id in orphans {
+            tracing::warn!(session = ?id, "persistent session without its client: not restored");
+            let _ = store.drop_session(id);
+        }
+        core.set_persistent_sessions(cfg.persistent_sessions);
+        if !cfg.persistent_sessions && core.sessions().counts().1 == 0 {
+            // Persistence is off and nothing was promised any more: no store.
+            drop(store);
+            std::fs::remove_file(dir.join(sessionstore::FILE_NAME))?;
+            return Ok(None);
+        }
+        Ok(Some(store))
+    }
+
+    /// After a CREATE_SESSION by `client` that made `session`: a persistent session is
+    /// stored with its client (and a client that holds persistent sessions gets its
+    /// new CREATE_SESSION sequence id stored) before the reply leaves. Clients and
+    /// sessions the core no longer has (expired, destroyed) leave the store here.
+    /// An error: the session could not be made durable and was destroyed.
+    pub(crate) fn persist_session(&self, client: u64, session: &SessionId) -> Result<(), nfsstat4> {
+        let Some(store) = &self.session_store else {
+            return Ok(());
+        };
+        let (records, client_rec, gone) = {
+            let core = self.core()?;
+            let (sessions, clients) = store.ids();
+            let gone: Vec<_> = sessions
+                .into_iter()
+                .filter(|s| core.sessions().session(s).is_none())
+                .map(Ok)
+                .chain(
+                    clients
+                        .into_iter()
+                        .filter(|c| !core.sessions().client_exists(*c))
+                        .map(Err),
+                )
+                .collect();
+            (core.durable(session), core.durable_client(client), gone)
+        };
+        for g in gone {
+            let _ = match g {
+                Ok(s) => store.drop_session(s),
+                Err(c) => store.drop_client(c),
+            };
+        }
+        let ticket = match (records, client_rec) {
+            (Some((c, s)), _) => {
+                let _ = store.put_client(c);
+                store.put_session(s)
+            }
+            (None, Some(c)) if store.has_client(client) => store.put_client(c),
+            _ => return Ok(()),
+        };
+        wait_durable(store, ticket).map_err(|e| {
+            tracing::error!("persistent session not stored, destroyed: {e}");
+            if let Ok(mut core) = self.core() {
+                let _ = core.destroy_session(session);
+                // Promise nothing more that cannot be kept.
+                core.set_persistent_sessions(false);
+            }
+            nfsstat4::NFS4ERR_SERVERFAULT
+        })
+    }
+
+    /// BACKCHANNEL_CTL changed a persistent session's callback: store it (not waited
+    /// for: a lost update leaves the old callback, which the client corrects with
+    /// BACKCHANNEL_CTL or BIND_CONN_TO_SESSION).
+    pub(crate) fn persist_session_update(&self, session: &SessionId) {
+        let Some(store) = &self.session_store else {
+            return;
+        };
+        let rec = self.core().ok().and_then(|c| c.durable(session));
+        if let Some((_, s)) = rec {
+            let _ = store.put_session(s);
+        }
+    }
+
+    /// DESTROY_SESSION or a client released: forget them in the store. Not waited for:
+    /// a destroyed session that comes back after a crash is never used and expires
+    /// with its client's lease.
+    pub(crate) fn forget_durable(&self, session: Option<&SessionId>, client: Option<u64>) {
+        let Some(store) = &self.session_store else {
+            return;
+        };
+        if let Some(s) = session.filter(|s| store.has_session(s)) {
+            let _ = store.drop_session(*s);
+        }
+        if let Some(c) = client.filter(|c| store.has_client(*c)) {
+            let _ = store.drop_client(c);
+        }
+    }
+
+    /// Makes the outcome of the request in `slot` of persistent session `s` durable
+    /// (ADR 0022): sequence id `seqid`, request hash `hash`, the reply (`None`: not
+    /// cached), and the transactional COMPOUND it belongs to (`txn`, 0 for none).
+    /// Returns when it is on disk (group commit).
+    pub(crate) fn persist_reply(
+        &self,
+        s: &Session,
+        slot: u32,
+        seqid: u32,
+        hash: u64,
+        txn: u64,
+        reply: Option<Bytes>,
+    ) -> std::io::Result<()> {
+        let Some(store) = &self.session_store else {
+            return Err(std::io::Error::other("no session store"));
+        };
+        let t = store.put_slot(
+            s.id,
+            DurableSlot {
+                slot,
+                seqid,
+                request_hash: hash,
+                reply,
+            },
+            txn,
+        );
+        wait_durable(store, t)
+    }
+
+    /// The transaction whose reply [`Server::persist_reply`] stored in `slot` of `s`
+    /// ended as stored.
+    pub(crate) fn settle_reply(&self, s: &Session, slot: u32) {
+        if let Some(store) = &self.session_store {
+            store.settle(&s.id, slot);
+        }
     }
 
     /// This server as an `Arc` (alive as long as anyone calls it).

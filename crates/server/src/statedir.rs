@@ -13,6 +13,10 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// The durable session store lives in the state directory too (ADR 0022).
+#[path = "sessionstore.rs"]
+pub mod sessionstore;
+
 pub struct StateDir {
     dir: PathBuf,
 }

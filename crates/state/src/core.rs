@@ -18,8 +18,9 @@ use crate::deleg::{
 use crate::effect::{Callback, ClientList, Effect, ReleaseReason};
 use crate::grace::{Grace, GraceEnd};
 use crate::session::{
-    CallbackParams, ConnDir, ConnDirRequest, CreateSessionArgs, CreateSessionOutcome, ExchangeIdOk,
-    Principal, SequenceArgs, SequenceOk, SessionError, SessionId, SessionLimits, SessionTable,
+    CallbackParams, ConnDir, ConnDirRequest, CreateSessionArgs, CreateSessionOutcome,
+    DurableClient, DurableSession, DurableSlot, ExchangeIdOk, Principal, SequenceArgs, SequenceOk,
+    SessionError, SessionId, SessionLimits, SessionTable,
 };
 use crate::table::StateTable;
 use crate::types::{
@@ -231,6 +232,51 @@ impl StateCore {
     /// The client and session table (diagnostics, tests).
     pub fn sessions(&self) -> &SessionTable {
         &self.sessions
+    }
+
+    // ---- durable sessions (ADR 0022) ------------------------------------------------
+
+    /// Whether CREATE_SESSION grants CREATE_SESSION4_FLAG_PERSIST to clients that ask.
+    pub fn set_persistent_sessions(&mut self, on: bool) {
+        self.sessions.set_persistence(on);
+    }
+
+    /// The durable records of persistent session `id` and its client.
+    pub fn durable(&self, id: &SessionId) -> Option<(DurableClient, DurableSession)> {
+        self.sessions.durable(id)
+    }
+
+    /// The durable record of client `id` if it holds a persistent session.
+    pub fn durable_client(&self, id: ClientId) -> Option<DurableClient> {
+        if !self.sessions.has_persistent_session(id) {
+            return None;
+        }
+        self.sessions.durable_client(id)
+    }
+
+    /// Restores the persistent clients and sessions (with their slots) a previous
+    /// instance stored, at `now`. Their opens, locks and delegations are not restored:
+    /// old stateids are stale (they carry the old boot epoch) and the clients reclaim
+    /// in the grace period as after any restart, told by
+    /// SEQ4_STATUS_RESTART_RECLAIM_NEEDED. Returns the sessions not restored because
+    /// their client was missing.
+    pub fn restore(
+        &mut self,
+        clients: Vec<DurableClient>,
+        sessions: Vec<(DurableSession, Vec<DurableSlot>)>,
+        now: Instant,
+    ) -> Vec<SessionId> {
+        for c in clients {
+            self.sessions.restore_client(c, now);
+        }
+        let mut orphans = Vec::new();
+        for (s, slots) in sessions {
+            let id = s.id;
+            if self.sessions.restore_session(s, slots).is_err() {
+                orphans.push(id);
+            }
+        }
+        orphans
     }
 
     // ---- grace -------------------------------------------------------------------

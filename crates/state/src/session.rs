@@ -17,6 +17,11 @@ use crate::types::ClientId;
 /// A session id (RFC 8881 §18.36: `sessionid4`): client id, boot epoch, counter.
 pub type SessionId = [u8; 16];
 
+/// `CREATE_SESSION4_FLAG_PERSIST` (RFC 8881 §18.36.1): the session's reply cache
+/// survives a server restart (§2.10.6.5). Granted only when the server is configured
+/// to ([`SessionTable::set_persistence`]) and the client asks.
+pub const CREATE_SESSION4_FLAG_PERSIST: u32 = 0x1;
+
 /// `CREATE_SESSION4_FLAG_CONN_BACK_CHAN` (RFC 8881 §18.36.1).
 pub const CREATE_SESSION4_FLAG_CONN_BACK_CHAN: u32 = 0x2;
 
@@ -106,6 +111,9 @@ pub struct Session {
     pub client: ClientId,
     /// The negotiated fore-channel limits.
     pub fore: ChannelAttrs,
+    /// CREATE_SESSION4_FLAG_PERSIST was granted: every cached reply must be durable
+    /// before it is sent (ADR 0022).
+    pub persistent: bool,
 }
 
 /// A session's mutable state, only touched under the core's lock.
@@ -119,6 +127,13 @@ struct SessionRecord {
     callback: CallbackParams,
     /// Reply-cache bytes reserved for this session's slots.
     cache_reserved: usize,
+    /// `csr_flags` as granted.
+    flags: u32,
+    /// Negotiated back channel.
+    back: ChannelAttrs,
+    /// Restored after a restart with a back channel and none bound yet: the first
+    /// request's connection becomes it ([`SequenceOk::rebind_back_channel`]).
+    rebind_back: bool,
 }
 
 /// One client incarnation (RFC 8881 §2.4).
@@ -136,6 +151,9 @@ pub(crate) struct ClientRecord {
     last_renew: Instant,
     sessions: Vec<SessionId>,
     pub(crate) reclaim_complete: bool,
+    /// Restored from the durable session store after a restart: until its global
+    /// RECLAIM_COMPLETE, SEQUENCE says SEQ4_STATUS_RESTART_RECLAIM_NEEDED.
+    restored: bool,
 }
 
 impl ClientRecord {
@@ -225,6 +243,13 @@ pub struct SequenceOk {
     /// The client has delegations revoked and not yet freed
     /// (SEQ4_STATUS_RECALLABLE_STATE_REVOKED); filled in by the core.
     pub delegations_revoked: bool,
+    /// The client was restored after a server restart and has not sent its global
+    /// RECLAIM_COMPLETE yet (SEQ4_STATUS_RESTART_RECLAIM_NEEDED, RFC 8881 §18.46.3).
+    pub reclaim_needed: bool,
+    /// The session was restored with a back channel and this is its first request
+    /// since: bind the request's connection as the back channel with these
+    /// parameters (as CREATE_SESSION did).
+    pub rebind_back_channel: Option<CallbackParams>,
 }
 
 /// The direction a client asks BIND_CONN_TO_SESSION for (`channel_dir_from_client4`).
@@ -325,6 +350,55 @@ pub struct SessionLimits {
     pub reply_cache_bytes: usize,
 }
 
+/// What a restarted server needs to recognise a client that holds persistent sessions
+/// (ADR 0022): written to the durable session store when such a session is created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DurableClient {
+    /// The client id (with the boot epoch of the instance that made it).
+    pub id: ClientId,
+    /// `co_ownerid`.
+    pub owner: Bytes,
+    /// `co_verifier`.
+    pub verifier: [u8; 8],
+    /// Who sent the EXCHANGE_ID.
+    pub principal: Principal,
+    /// `csa_sequence` the next CREATE_SESSION must carry.
+    pub create_seq: u32,
+    /// The last CREATE_SESSION's sequence id and reply, for its replay.
+    pub last_create: Option<(u32, CreateSessionOutcome)>,
+}
+
+/// A persistent session as the durable session store keeps it (ADR 0022).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DurableSession {
+    /// The session id.
+    pub id: SessionId,
+    /// Its client.
+    pub client: ClientId,
+    /// `csr_flags` as granted.
+    pub flags: u32,
+    /// Negotiated fore channel (its `max_requests` is the slot count).
+    pub fore: ChannelAttrs,
+    /// Negotiated back channel.
+    pub back: ChannelAttrs,
+    /// Callback program and security.
+    pub callback: CallbackParams,
+}
+
+/// One slot of a persistent session as stored: the last sequence id it executed, that
+/// request's hash and its reply (`None`: executed, reply not cached).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DurableSlot {
+    /// The slot id.
+    pub slot: u32,
+    /// `sa_sequenceid` of the last request.
+    pub seqid: u32,
+    /// Its request hash.
+    pub request_hash: u64,
+    /// Its encoded COMPOUND4res.
+    pub reply: Option<Bytes>,
+}
+
 /// All clients and sessions of one server instance.
 #[derive(Debug)]
 pub struct SessionTable {
@@ -338,6 +412,8 @@ pub struct SessionTable {
     limits: SessionLimits,
     /// Reply-cache bytes reserved by the live sessions (at most `reply_cache_bytes`).
     cache_reserved: usize,
+    /// Grant CREATE_SESSION4_FLAG_PERSIST to clients that ask (ADR 0022).
+    persistence: bool,
 }
 
 /// Smallest `ca_maxrequestsize` we accept: a COMPOUND of SEQUENCE alone with an
@@ -364,7 +440,15 @@ impl SessionTable {
             sessions: HashMap::new(),
             limits,
             cache_reserved: 0,
+            persistence: false,
         }
+    }
+
+    /// Whether CREATE_SESSION grants CREATE_SESSION4_FLAG_PERSIST to clients that ask
+    /// for it (off by default: the server must then make every cached reply of those
+    /// sessions durable before sending it, ADR 0022).
+    pub fn set_persistence(&mut self, on: bool) {
+        self.persistence = on;
     }
 
     fn new_client_id(&mut self) -> ClientId {
@@ -466,6 +550,7 @@ impl SessionTable {
                 last_renew: now,
                 sessions: Vec::new(),
                 reclaim_complete: false,
+                restored: false,
             },
         );
         let conf = conf.filter(|c| Some(*c) != removed);
@@ -569,13 +654,16 @@ impl SessionTable {
         id[8..12].copy_from_slice(&self.boot_epoch.to_be_bytes());
         id[12..].copy_from_slice(&self.next_session.to_be_bytes());
         self.next_session = self.next_session.wrapping_add(1);
-        // We never offer persistence or RDMA; the back-channel flag only when
-        // connections may carry callbacks.
-        let flags = if self.limits.back_channel {
+        // Persistence only when configured and asked for; never RDMA; the back-channel
+        // flag only when connections may carry callbacks.
+        let mut flags = if self.limits.back_channel {
             args.flags & CREATE_SESSION4_FLAG_CONN_BACK_CHAN
         } else {
             0
         };
+        if self.persistence {
+            flags |= args.flags & CREATE_SESSION4_FLAG_PERSIST;
+        }
         self.sessions.insert(
             id,
             SessionRecord {
@@ -583,11 +671,15 @@ impl SessionTable {
                     id,
                     client: clientid,
                     fore,
+                    persistent: flags & CREATE_SESSION4_FLAG_PERSIST != 0,
                 }),
                 slots: SlotTable::new(fore.max_requests),
                 conns: HashSet::from([args.conn]),
                 callback,
                 cache_reserved,
+                flags,
+                back,
+                rebind_back: false,
             },
         );
         let outcome = CreateSessionOutcome {
@@ -646,15 +738,25 @@ impl SessionTable {
         let verdict = rec.slots.begin(args.slot, args.seqid, args.request_hash);
         let highest_slot = rec.slots.granted() - 1;
         let session = rec.shared.clone();
+        let mut rebind_back_channel = None;
         if matches!(verdict, SlotVerdict::Execute | SlotVerdict::Replay(_)) {
             rec.conns.insert(args.conn);
+            if std::mem::take(&mut rec.rebind_back) {
+                rebind_back_channel = Some(rec.callback.clone());
+            }
             self.renew(session.client, now);
         }
+        let reclaim_needed = self
+            .clients
+            .get(&session.client)
+            .is_some_and(|c| c.restored && !c.reclaim_complete);
         Ok(SequenceOk {
             session,
             verdict,
             highest_slot,
             delegations_revoked: false,
+            reclaim_needed,
+            rebind_back_channel,
         })
     }
 
@@ -691,6 +793,10 @@ impl SessionTable {
             (ConnDirRequest::Back, false) => return Err(SessionError::Inval),
         };
         rec.conns.insert(conn);
+        if matches!(granted, ConnDir::Back | ConnDir::Both) {
+            // A restored session's back channel is bound now: not again by SEQUENCE.
+            rec.rebind_back = false;
+        }
         let client = rec.shared.client;
         self.renew(client, now);
         Ok(granted)
@@ -865,6 +971,125 @@ impl SessionTable {
     /// (clients, sessions).
     pub fn counts(&self) -> (usize, usize) {
         (self.clients.len(), self.sessions.len())
+    }
+
+    // ---- durable sessions (ADR 0022) ------------------------------------------------
+
+    /// The durable records of persistent session `id` and its client, if it is one.
+    pub fn durable(&self, id: &SessionId) -> Option<(DurableClient, DurableSession)> {
+        let s = self.sessions.get(id)?;
+        if !s.shared.persistent {
+            return None;
+        }
+        let client = self.durable_client(s.shared.client)?;
+        Some((
+            client,
+            DurableSession {
+                id: *id,
+                client: s.shared.client,
+                flags: s.flags,
+                fore: s.shared.fore,
+                back: s.back,
+                callback: s.callback.clone(),
+            },
+        ))
+    }
+
+    /// The durable record of client `id` (confirmed or not).
+    pub fn durable_client(&self, id: ClientId) -> Option<DurableClient> {
+        let r = self.clients.get(&id)?;
+        Some(DurableClient {
+            id,
+            owner: r.owner.clone(),
+            verifier: r.verifier,
+            principal: r.principal.clone(),
+            create_seq: r.create_seq,
+            last_create: r.last_create.clone(),
+        })
+    }
+
+    /// Whether client `id` has a persistent session.
+    pub fn has_persistent_session(&self, id: ClientId) -> bool {
+        self.clients.get(&id).is_some_and(|r| {
+            r.sessions
+                .iter()
+                .any(|s| self.sessions.get(s).is_some_and(|s| s.shared.persistent))
+        })
+    }
+
+    /// Restores a confirmed client of a previous instance from the durable session
+    /// store, renewed at `now`. It must reclaim its state (its opens, locks and
+    /// delegations are not restored): until its global RECLAIM_COMPLETE, SEQUENCE
+    /// reports SEQ4_STATUS_RESTART_RECLAIM_NEEDED. A record of the same owner already
+    /// here is replaced (the store's later record wins).
+    pub fn restore_client(&mut self, c: DurableClient, now: Instant) {
+        if let Some((conf, unconf)) = self.by_owner.get(&c.owner).cloned() {
+            for old in conf.into_iter().chain(unconf) {
+                self.remove_client(old);
+            }
+        }
+        self.remove_client(c.id);
+        self.by_owner.insert(c.owner.clone(), (Some(c.id), None));
+        self.clients.insert(
+            c.id,
+            ClientRecord {
+                owner: c.owner,
+                verifier: c.verifier,
+                principal: c.principal,
+                confirmed: true,
+                create_seq: c.create_seq,
+                last_create: c.last_create,
+                last_renew: now,
+                sessions: Vec::new(),
+                reclaim_complete: false,
+                restored: true,
+            },
+        );
+    }
+
+    /// Restores a persistent session of a restored client with its slots (each at
+    /// its last sequence id and reply, so a retransmission is answered from them).
+    /// Its reply cache is reserved even beyond the budget: the client was promised
+    /// these slots. [`SessionError::StaleClientId`] when its client is not here.
+    pub fn restore_session(
+        &mut self,
+        s: DurableSession,
+        slots: impl IntoIterator<Item = DurableSlot>,
+    ) -> Result<(), SessionError> {
+        let rec = self
+            .clients
+            .get_mut(&s.client)
+            .ok_or(SessionError::StaleClientId)?;
+        if !rec.sessions.contains(&s.id) {
+            rec.sessions.push(s.id);
+        }
+        self.drop_session(&s.id);
+        let mut table = SlotTable::new(s.fore.max_requests);
+        for d in slots {
+            table.restore(d.slot, d.seqid, d.request_hash, d.reply);
+        }
+        let cache_reserved =
+            s.fore.max_requests as usize * (s.fore.max_response_cached as usize).max(1);
+        self.cache_reserved += cache_reserved;
+        self.sessions.insert(
+            s.id,
+            SessionRecord {
+                shared: Arc::new(Session {
+                    id: s.id,
+                    client: s.client,
+                    fore: s.fore,
+                    persistent: true,
+                }),
+                slots: table,
+                conns: HashSet::new(),
+                rebind_back: s.flags & CREATE_SESSION4_FLAG_CONN_BACK_CHAN != 0,
+                callback: s.callback,
+                cache_reserved,
+                flags: s.flags,
+                back: s.back,
+            },
+        );
+        Ok(())
     }
 }
 

@@ -114,6 +114,32 @@ impl SlotTable {
         SlotVerdict::Execute
     }
 
+    /// Sets `slot` as a restarted server found it in the durable session store (ADR
+    /// 0022): last executed `seqid` with this request hash and reply (`None`: not
+    /// cached).
+    pub fn restore(&mut self, slot: u32, seqid: u32, request_hash: u64, reply: Option<Bytes>) {
+        if slot >= self.granted {
+            return;
+        }
+        let i = slot as usize;
+        if i >= self.slots.len() {
+            self.slots.resize_with(i + 1, Slot::default);
+        }
+        let s = &mut self.slots[i];
+        if let Cached::Reply(b) = &s.cached {
+            self.cached_bytes -= b.len();
+        }
+        s.seqid = seqid;
+        s.request_hash = request_hash;
+        s.cached = match reply {
+            Some(b) => {
+                self.cached_bytes += b.len();
+                Cached::Reply(b)
+            }
+            None => Cached::Uncached,
+        };
+    }
+
     /// Record the outcome of an executed request.
     pub fn finish(&mut self, slot: u32, reply: Option<Bytes>) {
         if let Some(s) = self.slots.get_mut(slot as usize) {

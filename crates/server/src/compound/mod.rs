@@ -22,7 +22,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Instant;
-use txnfs_backend::{BackendError, Creds, FileKey};
+use txnfs_backend::{BackendError, Creds, FileKey, TxnSpan};
 use txnfs_xdr::{Decode, Encode, XdrError};
 
 /// A current or saved filehandle, resolved to what it names.
@@ -200,6 +200,9 @@ pub fn execute_proc(
     let mut slot: Option<(Arc<Session>, u32)> = None;
     let mut cache_limit = usize::MAX;
     let mut cachethis = false;
+    // A persistent session's (sequence id, request hash): its reply is made durable
+    // before it is sent (ADR 0022).
+    let mut durable: Option<(u32, u64)> = None;
     // Where the last op's result starts, and its table entry: a transaction that fails
     // to commit is reported as that op failing with NFS4ERR_IO.
     let mut last_op = None;
@@ -251,13 +254,8 @@ pub fn execute_proc(
         // Position rules for SEQUENCE and the session-less ops, then the table's flags.
         let pre: Result<optable::Handler, nfsstat4> = if i == 0 {
             if let nfs_argop4::OP_SEQUENCE(sa) = &arg {
-                match crate::ops::session::sequence(
-                    &mut c,
-                    sa,
-                    nops,
-                    args.len(),
-                    request_hash(&args),
-                ) {
+                let hash = request_hash(&args);
+                match crate::ops::session::sequence(&mut c, sa, nops, args.len(), hash) {
                     Ok((res, s)) => {
                         if !matches!(proc, TxnProc::Plain | TxnProc::Whole) {
                             match srv.txns.start(
@@ -275,6 +273,7 @@ pub fn execute_proc(
                             }
                         }
                         cachethis = sa.sa_cachethis;
+                        durable = s.persistent.then_some((sa.sa_sequenceid, hash));
                         cache_limit = s.fore.max_response_cached as usize;
                         c.reply_left = s.fore.max_response as usize;
                         slot = Some((s, sa.sa_slotid));
@@ -391,13 +390,39 @@ pub fn execute_proc(
             }
         }
     }
-    let commit = status == nfsstat4::NFS4_OK && proc != TxnProc::Abort;
+    let wanted = status == nfsstat4::NFS4_OK && proc != TxnProc::Abort;
+    let mut commit = wanted;
+    // Durable sessions (ADR 0022): a one-COMPOUND transaction on a persistent session
+    // stores its reply, tagged with its COMPOUND id, before it commits; a restart drops
+    // the stored reply if recovery rolls the transaction back. No durable reply, no
+    // commit.
+    let mut stored = None;
+    if let (true, true, TxnSpan::Whole, Some((s, slotid)), Some((seqid, hash))) =
+        (txn, commit, span, &slot, durable)
+    {
+        let mut pre = out.clone();
+        pre[..4].copy_from_slice(&(status as i32).to_be_bytes());
+        pre[count_at..count_at + 4].copy_from_slice(&done.to_be_bytes());
+        let pre = pre.freeze();
+        let keep = pre.len() <= s.fore.max_response_cached as usize;
+        let id = c.scope.ctx().compound;
+        match srv.persist_reply(s, *slotid, seqid, hash, id, keep.then(|| pre.clone())) {
+            Ok(()) => stored = Some(pre),
+            Err(e) => {
+                tracing::error!("transaction's reply not durable, rolling back: {e}");
+                commit = false;
+            }
+        }
+    }
     // (Before `finish`, which leaves the exports.)
     let txn_export = c.scope.txn_export();
-    if let Err(e) = c.scope.finish(commit) {
+    let finished = c.scope.finish(commit);
+    if let Err(e) = &finished {
+        tracing::error!("transaction not committed: {e}");
+    }
+    if finished.is_err() || commit != wanted {
         // Only a transaction asked to commit fails here, and it was rolled back: its
         // last op takes the blame, so the reply says that nothing happened.
-        tracing::error!("transaction not committed: {e}");
         if let Some((at, entry)) = last_op {
             out.truncate(at);
             entry.encode_error(&mut out, nfsstat4::NFS4ERR_IO);
@@ -417,7 +442,17 @@ pub fn execute_proc(
     let reply = out.freeze();
     if let Some((s, slotid)) = slot {
         let keep = reply.len() <= s.fore.max_response_cached as usize;
-        srv.finish_slot(&s, slotid, keep.then(|| reply.clone()));
+        let cached = keep.then(|| reply.clone());
+        if let Some((seqid, hash)) = durable {
+            // Durable before it is cached (a retransmission cannot see it earlier)
+            // and before it is sent.
+            if stored.as_ref() == Some(&reply) {
+                srv.settle_reply(&s, slotid);
+            } else if let Err(e) = srv.persist_reply(&s, slotid, seqid, hash, 0, cached.clone()) {
+                tracing::error!("persistent session's reply not durable: {e}");
+            }
+        }
+        srv.finish_slot(&s, slotid, cached);
     }
     Ok(reply)
 }

@@ -33,6 +33,16 @@ fn session_status(e: SessionError) -> nfsstat4 {
     }
 }
 
+/// Clients the core released (replaced by a new incarnation, destroyed) leave the
+/// durable session store too (ADR 0022).
+fn forget_released(c: &Compound, effects: &[txnfs_state::Effect]) {
+    for e in effects {
+        if let txnfs_state::Effect::ClientReleased { client, .. } = e {
+            c.srv.forget_durable(None, Some(*client));
+        }
+    }
+}
+
 impl From<SessionError> for crate::compound::OpError {
     fn from(e: SessionError) -> Self {
         crate::compound::OpError::Status(session_status(e))
@@ -103,6 +113,7 @@ pub fn exchange_id(c: &mut Compound, a: &EXCHANGE_ID4args) -> OpResult {
         flags & EXCHGID4_FLAG_UPD_CONFIRMED_REC_A != 0,
         c.now,
     )?;
+    forget_released(c, &effects);
     c.srv.apply(effects);
     let mut eir_flags = EXCHGID4_FLAG_USE_NON_PNFS;
     if ok.confirmed {
@@ -173,6 +184,7 @@ pub fn create_session(c: &mut Compound, a: &CREATE_SESSION4args) -> OpResult {
         .srv
         .core()?
         .create_session(&principal(c), &args, callback, c.now)?;
+    forget_released(c, &effects);
     c.srv.apply(effects);
     let CreateSessionOutcome {
         id,
@@ -181,6 +193,8 @@ pub fn create_session(c: &mut Compound, a: &CREATE_SESSION4args) -> OpResult {
         fore,
         back,
     } = out;
+    // A persistent session (and its client) is durable before the client learns of it.
+    c.srv.persist_session(a.csa_clientid, &id)?;
     // The fore connection also carries callbacks (what the Linux client asks for):
     // record it and probe it in the background; the reply does not wait.
     if flags & CREATE_SESSION4_FLAG_CONN_BACK_CHAN != 0 {
@@ -235,11 +249,28 @@ pub fn sequence(
         .sequence(&args, c.now)
         .map_err(|e| SeqFail::Status(session_status(e)))?;
     let (session, verdict) = (ok.session, ok.verdict);
-    let revoked = if ok.delegations_revoked {
+    let mut revoked = if ok.delegations_revoked {
         SEQ4_STATUS_RECALLABLE_STATE_REVOKED
     } else {
         0
     };
+    // A client restored with its persistent session after a restart must reclaim its
+    // opens and locks (which were not restored) until its RECLAIM_COMPLETE (RFC 8881
+    // §18.46.3); its old stateids are stale.
+    if ok.reclaim_needed {
+        revoked |= SEQ4_STATUS_RESTART_RECLAIM_NEEDED;
+    }
+    // A restored session's back channel: the connection of its first request, as
+    // CREATE_SESSION bound it.
+    if let Some(params) = ok.rebind_back_channel {
+        c.srv.callbacks.bind(
+            session.client,
+            a.sa_sessionid,
+            params,
+            c.conn,
+            c.srv.cfg.callback_timeout(),
+        );
+    }
     match verdict {
         SlotVerdict::Execute => {}
         // Test-only mutation: run the retransmission again (what a broken cache does).
@@ -281,6 +312,7 @@ pub fn sequence(
 pub fn destroy_session(c: &mut Compound, a: &DESTROY_SESSION4args) -> OpResult {
     c.srv.core()?.destroy_session(&a.dsa_sessionid)?;
     c.srv.callbacks.forget(&a.dsa_sessionid);
+    c.srv.forget_durable(Some(&a.dsa_sessionid), None);
     Ok(nfs_resop4::OP_DESTROY_SESSION(DESTROY_SESSION4res {
         dsr_status: nfsstat4::NFS4_OK,
     }))
@@ -289,6 +321,7 @@ pub fn destroy_session(c: &mut Compound, a: &DESTROY_SESSION4args) -> OpResult {
 pub fn destroy_clientid(c: &mut Compound, a: &DESTROY_CLIENTID4args) -> OpResult {
     // Sessions, opens and locks are checked and the client removed in one step.
     let effects = c.srv.core()?.destroy_client(a.dca_clientid)?;
+    forget_released(c, &effects);
     c.srv.apply(effects);
     Ok(nfs_resop4::OP_DESTROY_CLIENTID(DESTROY_CLIENTID4res {
         dcr_status: nfsstat4::NFS4_OK,
@@ -349,6 +382,7 @@ pub fn backchannel_ctl(c: &mut Compound, a: &BACKCHANNEL_CTL4args) -> OpResult {
         .id;
     let callback = callback_params(a.bca_cb_program, &a.bca_sec_parms)?;
     c.srv.core()?.set_callback(&session, callback.clone())?;
+    c.srv.persist_session_update(&session);
     // New program or security: probe again with them (as knfsd does).
     c.srv
         .callbacks

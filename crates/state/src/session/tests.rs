@@ -288,7 +288,7 @@ fn with_a_back_channel_binding_grants_what_was_asked() {
         client_with_session(&mut t, b"b", CREATE_SESSION4_FLAG_CONN_BACK_CHAN | 0x1, now);
     assert_eq!(
         out.flags, CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
-        "never PERSIST"
+        "no PERSIST unless the server is configured for it"
     );
     assert_eq!(
         bind_all(&mut t, &out.id),
@@ -346,4 +346,166 @@ fn slots_are_granted_within_the_reply_cache_budget() {
     t.destroy_session(&b1.id).unwrap();
     t.destroy_session(&b2.id).unwrap();
     assert_eq!(t.reply_cache_reserved(), 0);
+}
+
+// ---- durable sessions (ADR 0022) ------------------------------------------------------
+
+/// PERSIST is granted only when the server offers it and the client asks; only such
+/// sessions have durable records.
+#[test]
+fn persist_is_granted_only_when_offered_and_asked() {
+    let mut t = table();
+    t.set_persistence(true);
+    let now = Instant::now();
+    let (c1, asked) = client_with_session(
+        &mut t,
+        b"p",
+        CREATE_SESSION4_FLAG_PERSIST | CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
+        now,
+    );
+    assert_eq!(
+        asked.flags,
+        CREATE_SESSION4_FLAG_PERSIST | CREATE_SESSION4_FLAG_CONN_BACK_CHAN
+    );
+    assert!(t.session(&asked.id).unwrap().persistent);
+    let (client, session) = t.durable(&asked.id).expect("durable records");
+    assert_eq!(client.id, c1);
+    assert_eq!(client.owner, Bytes::from_static(b"p"));
+    assert_eq!(client.create_seq, 2);
+    assert_eq!(client.last_create, Some((1, asked.clone())));
+    assert_eq!(session.fore, asked.fore);
+    assert_eq!(session.flags, asked.flags);
+    assert!(t.has_persistent_session(c1));
+    let (c2, not_asked) = client_with_session(&mut t, b"q", 0, now);
+    assert_eq!(not_asked.flags, 0);
+    assert!(t.durable(&not_asked.id).is_none());
+    assert!(!t.has_persistent_session(c2));
+}
+
+/// A restarted table restores a persistent client and session: a retransmission of
+/// the last request of a slot is answered with the stored reply byte for byte, the
+/// next sequence id executes, the client is told to reclaim until RECLAIM_COMPLETE,
+/// and the first request rebinds the back channel once.
+#[test]
+fn a_restored_session_replays_its_stored_replies() {
+    let mut before = table();
+    before.set_persistence(true);
+    let now = Instant::now();
+    let (cid, out) = client_with_session(
+        &mut before,
+        b"r",
+        CREATE_SESSION4_FLAG_PERSIST | CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
+        now,
+    );
+    assert_eq!(
+        before.sequence(&seq(out.id, 0, 1, 1), now).unwrap().verdict,
+        SlotVerdict::Execute
+    );
+    let reply = Bytes::from_static(b"the original reply");
+    before.finish_slot(&out.id, 0, Some(reply.clone()));
+    let (client, session) = before.durable(&out.id).unwrap();
+    let slots = vec![DurableSlot {
+        slot: 0,
+        seqid: 1,
+        request_hash: seq(out.id, 0, 1, 1).request_hash,
+        reply: Some(reply.clone()),
+    }];
+
+    // The next instance (another boot epoch).
+    let mut after = SessionTable::new(8, before.limits);
+    assert_eq!(
+        after.restore_session(session.clone(), slots.clone()),
+        Err(SessionError::StaleClientId),
+        "a session needs its client"
+    );
+    after.restore_client(client, now);
+    after.restore_session(session, slots).unwrap();
+    assert_eq!(after.counts(), (1, 1));
+    assert_eq!(after.confirmed_owners(), vec![Bytes::from_static(b"r")]);
+
+    let first = after.sequence(&seq(out.id, 0, 1, 9), now).unwrap();
+    assert_eq!(first.verdict, SlotVerdict::Replay(reply));
+    assert!(first.session.persistent);
+    assert!(first.reclaim_needed);
+    assert!(first.rebind_back_channel.is_some(), "bind the back channel");
+    let next = after.sequence(&seq(out.id, 0, 2, 9), now).unwrap();
+    assert_eq!(next.verdict, SlotVerdict::Execute);
+    assert!(next.rebind_back_channel.is_none(), "only once");
+    assert_eq!(
+        after.sequence(&seq(out.id, 1, 2, 9), now).unwrap().verdict,
+        SlotVerdict::Misordered,
+        "untouched slots start fresh"
+    );
+    after.client_mut(cid).unwrap().reclaim_complete = true;
+    after.finish_slot(&out.id, 0, None);
+    let done = after.sequence(&seq(out.id, 0, 3, 9), now).unwrap();
+    assert!(!done.reclaim_needed, "RECLAIM_COMPLETE ends it");
+    // The restored client's next CREATE_SESSION continues its sequence.
+    assert_eq!(
+        after
+            .create_session(
+                &Principal::default(),
+                &create(cid, 2, 4, 9),
+                CallbackParams::default(),
+                now
+            )
+            .map(|(o, _)| o.seq),
+        Ok(2)
+    );
+    // EXCHANGE_ID of the same incarnation finds the restored record (case 2).
+    let e = exchange(&mut after, b"r", now).unwrap();
+    assert_eq!((e.clientid, e.confirmed), (cid, true));
+}
+
+/// A restored client replaces a record of the same owner (the store's later record
+/// wins), and the slot table restores replies and uncached outcomes.
+#[test]
+fn restore_replaces_the_same_owner_and_keeps_uncached_slots() {
+    let mut t = table();
+    let now = Instant::now();
+    let (old, _) = client_with_session(&mut t, b"o", 0, now);
+    t.restore_client(
+        DurableClient {
+            id: (9u64 << 32) | 1,
+            owner: Bytes::from_static(b"o"),
+            verifier: [2; 8],
+            principal: Principal::default(),
+            create_seq: 5,
+            last_create: None,
+        },
+        now,
+    );
+    assert!(!t.client_exists(old));
+    assert_eq!(t.counts(), (1, 0));
+    let mut slots = SlotTable::new(2);
+    slots.restore(1, 7, 3, None);
+    slots.restore(5, 1, 1, None);
+    assert_eq!(slots.begin(1, 7, 3), SlotVerdict::RetryUncached);
+    assert_eq!(slots.begin(1, 8, 4), SlotVerdict::Execute);
+}
+
+/// A restored session's back channel is bound once: by BIND_CONN_TO_SESSION if the
+/// client sends one first, else by its first SEQUENCE.
+#[test]
+fn a_restored_back_channel_is_bound_once() {
+    let mut before = table();
+    before.set_persistence(true);
+    let now = Instant::now();
+    let (_, out) = client_with_session(
+        &mut before,
+        b"bc",
+        CREATE_SESSION4_FLAG_PERSIST | CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
+        now,
+    );
+    let (client, session) = before.durable(&out.id).unwrap();
+    let mut after = SessionTable::new(8, before.limits);
+    after.restore_client(client, now);
+    after.restore_session(session, []).unwrap();
+    assert_eq!(
+        after.bind_conn(&out.id, ConnDirRequest::BackOrBoth, 3, now),
+        Ok(ConnDir::Both)
+    );
+    let ok = after.sequence(&seq(out.id, 0, 1, 3), now).unwrap();
+    assert_eq!(ok.verdict, SlotVerdict::Execute);
+    assert!(ok.rebind_back_channel.is_none(), "bound already");
 }
