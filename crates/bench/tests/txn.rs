@@ -63,9 +63,11 @@ async fn txn_writefiles_commits_and_reads_back() {
         let it = r.repeats[0].ops;
         assert!(it > 0, "{what}: did work");
         assert_eq!(counter(&r, "files_written"), it * 4, "{what}");
-        // Every worker read its last transaction's files back, bytes compared.
+        // Every worker read its last transaction's files back, bytes compared
+        // (plain: its own files only; shared ones may be mid-write by another).
+        let checked = if txn { 4 } else { 4 - (4.0 * sharing) as u64 };
         assert!(
-            counter(&r, "files_verified") >= 4 * clients as u64,
+            counter(&r, "files_verified") >= checked * clients as u64,
             "{what}: {} files verified",
             counter(&r, "files_verified")
         );
