@@ -203,4 +203,20 @@ mod tests {
         }
         assert!(by_name("nope", &Params::default()).is_err());
     }
+
+    #[test]
+    fn txn_names_are_the_workloads_with_a_transactional_mode() {
+        let txn = Params {
+            txn: true,
+            ..Params::default()
+        };
+        for n in NAMES {
+            assert_eq!(by_name(n, &txn).is_ok(), TXN_NAMES.contains(n), "{n}");
+        }
+        let bad = Params {
+            sharing: 1.5,
+            ..Params::default()
+        };
+        assert!(by_name("writefiles", &bad).is_err());
+    }
 }
