@@ -36,6 +36,7 @@ def main_kind(rep):
 def stats(raw):
     reps = raw.get("repeats") or []
     ops, p50, p99, cpu, ctx, ok = [], [], [], [], [], True
+    failed = set()
     for r in reps:
         ops.append(r.get("ops_per_s"))
         k = main_kind(r)
@@ -48,7 +49,10 @@ def stats(raw):
             per_iter = (r.get("compounds") or 0) / it
             cpu.append(s["cpu_us_per_op"] * per_iter)
             ctx.append(s["ctx_switches_per_op"] * per_iter)
-        ok = ok and all(c.get("ok", True) for c in r.get("checks") or [])
+        for c in r.get("checks") or []:
+            if not c.get("ok", True):
+                ok = False
+                failed.add(c.get("rule", "?").split(" (")[0])
     counters = {}
     for r in reps:
         for k, v in (r.get("counters") or {}).items():
@@ -60,6 +64,7 @@ def stats(raw):
         "cpu": med(cpu),
         "ctx": med(ctx),
         "ok": ok,
+        "failed": failed,
         "n": len(reps),
         "conflicts": counters.get("txn_conflicts", 0),
         "compounds_per_txn": (counters.get("txn_compounds", 0) / counters["txn_commits"])
@@ -132,7 +137,8 @@ def main():
         trio = lambda k: "/".join(f(s[k]) if s else "–" for s in (t, p, g))
         rp = ratio(t and t["ops"], p and p["ops"])
         rg = ratio(t and t["ops"], g and g["ops"])
-        checks = "ok" if all(s["ok"] for s in st.values()) else "FAILED"
+        bad = sorted({r for s in st.values() for r in s["failed"]})
+        checks = "ok" if not bad else "FAILED: " + "; ".join(bad)
         if t and t["conflicts"]:
             checks += f", {t['conflicts']} txn gave up"
         label = part if part.endswith(w) or w in part else f"{part} ({w})"
