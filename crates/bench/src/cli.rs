@@ -47,10 +47,15 @@ pub struct GaneshaConfArgs {
   txnfs bench run randread --target nfs://127.0.0.1:2049/export --driver nfs-rs --file-size 4k
   txnfs bench run tree-cp --target nfs://127.0.0.1:2049/ --scale 0.05 --delay-ms 10
   txnfs bench run smallfiles --target nfs://127.0.0.1:2049/ --clients 4 --threads 2 --repeat 3
+  txnfs bench run writefiles --target nfs://127.0.0.1:2049/ --txn --files-per-txn 16 --file-size 4k
+  txnfs bench run writefiles --target nfs://127.0.0.1:2049/ --files-per-txn 16 --clients 8 --sharing 100
 
 Workloads: `txnfs bench list` (with the client libraries each runs with).
 --driver nfs-rs runs the timed part through the third-party nfs-rs client,
-one call at a time; set-up and clean-up always use txnfs's own client.")]
+one call at a time; set-up and clean-up always use txnfs's own client.
+--txn runs the workloads that have a transactional mode (writefiles,
+readfiles, tree-cp, tree-rm) with transactional COMPOUNDs; without it the
+same files go through the plain vectorized client, as many per COMPOUND.")]
 pub struct RunArgs {
     /// Workload name (see `bench list`).
     pub workload: String,
@@ -103,6 +108,19 @@ pub struct RunArgs {
     /// Session slots each client asks for.
     #[arg(long, default_value_t = 64)]
     pub slots: u32,
+    /// Run the workload's changes as transactional COMPOUNDs (ADR 0021):
+    /// writefiles, readfiles, tree-cp, tree-rm. Needs a txnfs server with
+    /// transactions; any other server makes the run fail (never run plainly).
+    #[arg(long)]
+    pub txn: bool,
+    /// Files per transaction (with --txn) or per COMPOUND (plain, through the
+    /// vectorized client): writefiles, readfiles.
+    #[arg(long, value_name = "N")]
+    pub files_per_txn: Option<u64>,
+    /// Sharing degree in percent (writefiles with --files-per-txn): the share
+    /// of each iteration's files that every client writes in common.
+    #[arg(long, value_name = "PCT", default_value_t = 0.0)]
+    pub sharing: f64,
     /// Workload-specific setting key=value (repeatable; see `bench list`).
     #[arg(long = "set", value_parser = parse_kv)]
     pub set: Vec<(String, String)>,
@@ -133,6 +151,9 @@ impl RunArgs {
             io_size: self.io_size,
             sync: self.sync,
             set: self.set.iter().cloned().collect::<BTreeMap<_, _>>(),
+            txn: self.txn,
+            files_per_txn: self.files_per_txn,
+            sharing: self.sharing / 100.0,
         }
     }
 

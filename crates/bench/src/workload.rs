@@ -401,6 +401,11 @@ pub trait Workload: Send + Sync {
         Box::pin(async { Ok(()) })
     }
 
+    /// Whether the workload has a transactional mode (`--txn`, [`crate::workloads::Params::txn`]).
+    fn supports_txn(&self) -> bool {
+        false
+    }
+
     /// The client libraries this workload can run its timed part with.
     fn drivers(&self) -> &'static [crate::driver::Driver] {
         &[crate::driver::Driver::Txnfs]

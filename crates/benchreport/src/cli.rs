@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use crate::compare::{self, Comparison, MatrixOpts};
 use crate::report;
 use crate::results::BenchResult;
-use crate::servers::{ServerKind, ServerOpts};
+use crate::servers::ServerOpts;
 
 /// Start each server on loopback, run the same workloads against each with
 /// `txnfs bench run`, print the ratios, and write `compare.json`, SVG plots
@@ -19,6 +19,7 @@ use crate::servers::{ServerKind, ServerOpts};
   txnfs bench compare getattr randread -- --driver nfs-rs --duration 5
   txnfs bench compare tree-ls tree-cp tree-rm -- --scale 0.05
   txnfs bench compare smallfiles --servers txnfs,ganesha --out /tmp/cmp -- --threads 4
+  txnfs bench compare writefiles --servers txnfs-txn=txnfs,txnfs,ganesha --run-arg txnfs-txn=--txn -- --files-per-txn 16
   txnfs bench compare --from-results txnfs.json ganesha.json --out /tmp/report
 
 Workloads are those of `txnfs bench list`; arguments after `--` go to every
@@ -34,9 +35,25 @@ pub struct CompareArgs {
     #[arg(value_name = "WORKLOAD", required_unless_present = "from_results")]
     pub workloads: Vec<String>,
 
-    /// Servers to compare, comma-separated (txnfs, ganesha).
+    /// Servers to compare, comma-separated (txnfs, ganesha); `LABEL=KIND`
+    /// names a further configuration of a server (e.g. `txnfs-txn=txnfs`
+    /// with `--run-arg txnfs-txn=--txn`).
     #[arg(long, value_delimiter = ',', default_value = "txnfs,ganesha")]
     pub servers: Vec<String>,
+
+    /// `LABEL=ARG`: an extra `bench run` argument for the runs against the
+    /// configuration LABEL only (repeatable), e.g. `--run-arg txnfs-txn=--txn`.
+    #[arg(long = "run-arg", value_name = "LABEL=ARG", allow_hyphen_values = true)]
+    pub run_args: Vec<String>,
+
+    /// `LABEL=ARG`: an extra `txnfs serve` argument for the txnfs
+    /// configuration LABEL only (repeatable), e.g. `--server-arg txnfs-notxn=--no-txn`.
+    #[arg(
+        long = "server-arg",
+        value_name = "LABEL=ARG",
+        allow_hyphen_values = true
+    )]
+    pub server_args: Vec<String>,
 
     /// Added network delay in milliseconds, comma-separated list.
     #[arg(long = "delay-ms", value_delimiter = ',', default_value = "0")]
@@ -116,19 +133,7 @@ pub fn main(args: CompareArgs) -> Result<()> {
         }
         Comparison::from_results(results)
     } else {
-        let servers = args
-            .servers
-            .iter()
-            .filter(|s| !s.trim().is_empty())
-            .map(|s| s.parse::<ServerKind>())
-            .collect::<Result<Vec<_>>>()?;
-        let mut seen = Vec::new();
-        for s in &servers {
-            if seen.contains(s) {
-                bail!("server {s} given twice in --servers");
-            }
-            seen.push(*s);
-        }
+        let servers = compare::server_specs(&args.servers, &args.run_args, &args.server_args)?;
         let opts = MatrixOpts {
             workloads: args.workloads.clone(),
             servers,

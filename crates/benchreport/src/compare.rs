@@ -395,11 +395,110 @@ fn align(rows: &[Vec<String>]) -> String {
     out
 }
 
+/// One server configuration of a comparison: a server kind under a label,
+/// with runner arguments and `txnfs serve` arguments of its own (e.g.
+/// `txnfs-txn`: txnfs, every run with `--txn`). `--servers` takes `KIND` or
+/// `LABEL=KIND`; `--run-arg LABEL=ARG` and `--server-arg LABEL=ARG` add to it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerSpec {
+    pub label: String,
+    pub kind: ServerKind,
+    /// Appended to every `bench run` against this configuration.
+    pub run_args: Vec<String>,
+    /// Appended to `txnfs serve` (txnfs only).
+    pub serve_args: Vec<String>,
+}
+
+impl From<ServerKind> for ServerSpec {
+    fn from(kind: ServerKind) -> Self {
+        ServerSpec {
+            label: kind.name().into(),
+            kind,
+            run_args: Vec::new(),
+            serve_args: Vec::new(),
+        }
+    }
+}
+
+impl std::str::FromStr for ServerSpec {
+    type Err = anyhow::Error;
+    /// `txnfs`, `ganesha`, or `LABEL=KIND` (`txnfs-txn=txnfs`).
+    fn from_str(s: &str) -> Result<Self> {
+        let s = s.trim();
+        match s.split_once('=') {
+            None => Ok(ServerSpec::from(s.parse::<ServerKind>()?)),
+            Some((label, kind)) => {
+                let label = label.trim();
+                if label.is_empty()
+                    || !label
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                {
+                    bail!("bad server label {label:?} (letters, digits, - _ .)");
+                }
+                Ok(ServerSpec {
+                    label: label.into(),
+                    ..ServerSpec::from(kind.parse::<ServerKind>()?)
+                })
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for ServerSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.label == self.kind.name() {
+            write!(f, "{}", self.label)
+        } else {
+            write!(f, "{} ({})", self.label, self.kind)
+        }
+    }
+}
+
+/// Parse `--servers`, then attach each `LABEL=ARG` of `run_args` and
+/// `serve_args` to its configuration. Labels must be unique and known.
+pub fn server_specs(
+    servers: &[String],
+    run_args: &[String],
+    serve_args: &[String],
+) -> Result<Vec<ServerSpec>> {
+    let mut specs: Vec<ServerSpec> = Vec::new();
+    for s in servers.iter().filter(|s| !s.trim().is_empty()) {
+        let spec: ServerSpec = s.parse()?;
+        if specs.iter().any(|o| o.label == spec.label) {
+            bail!("server {} given twice in --servers", spec.label);
+        }
+        specs.push(spec);
+    }
+    for (list, what, serve) in [
+        (run_args, "--run-arg", false),
+        (serve_args, "--server-arg", true),
+    ] {
+        for a in list {
+            let Some((label, arg)) = a.split_once('=') else {
+                bail!("{what} takes LABEL=ARG, got {a:?}");
+            };
+            let Some(spec) = specs.iter_mut().find(|s| s.label == label.trim()) else {
+                bail!("{what} {a:?}: no server labelled {label:?} in --servers");
+            };
+            if serve {
+                if spec.kind != ServerKind::Txnfs {
+                    bail!("{what} {a:?}: only txnfs takes server arguments");
+                }
+                spec.serve_args.push(arg.to_string());
+            } else {
+                spec.run_args.push(arg.to_string());
+            }
+        }
+    }
+    Ok(specs)
+}
+
 /// How to run the matrix.
 #[derive(Clone, Debug)]
 pub struct MatrixOpts {
     pub workloads: Vec<String>,
-    pub servers: Vec<ServerKind>,
+    pub servers: Vec<ServerSpec>,
     pub delays_ms: Vec<f64>,
     pub repeat: Option<u32>,
     pub extra_args: Vec<String>,
@@ -424,6 +523,7 @@ pub fn find_bench_bin() -> Result<PathBuf> {
 /// --server-pid PID --out DIR [passthrough args]`.
 pub fn bench_args(
     opts: &MatrixOpts,
+    spec: &ServerSpec,
     server: &RunningServer,
     workload: &str,
     delay_ms: f64,
@@ -433,7 +533,7 @@ pub fn bench_args(
         "run".to_string(),
         workload.to_string(),
         "--server".into(),
-        server.kind.name().to_string(),
+        spec.label.clone(),
         "--target".into(),
         server.url(),
         "--delay-ms".into(),
@@ -448,6 +548,7 @@ pub fn bench_args(
     args.push("--out".into());
     args.push(dir.display().to_string());
     args.extend(opts.extra_args.iter().cloned());
+    args.extend(spec.run_args.iter().cloned());
     args
 }
 
@@ -494,6 +595,7 @@ pub fn collect_results(dir: &Path, workload: &str) -> Result<Vec<(PathBuf, serde
 /// Run one `txnfs-bench run` and read its result.
 fn run_one(
     bench: &Path,
+    spec: &ServerSpec,
     server: &RunningServer,
     workload: &str,
     delay_ms: f64,
@@ -505,7 +607,7 @@ fn run_one(
     let log = std::fs::File::create(&log_path)
         .with_context(|| format!("creating {}", log_path.display()))?;
     let mut args = opts.bench_prefix.clone();
-    args.extend(bench_args(opts, server, workload, delay_ms, dir));
+    args.extend(bench_args(opts, spec, server, workload, delay_ms, dir));
     std::fs::write(
         dir.join("command.txt"),
         format!("{} {}\n", bench.display(), args.join(" ")),
@@ -547,7 +649,7 @@ fn run_one(
         .display()
         .to_string();
     Ok(Run {
-        server: server.kind.name().into(),
+        server: spec.label.clone(),
         delay_ms,
         workload: workload.into(),
         file: Some(file),
@@ -572,8 +674,8 @@ pub fn run_matrix(opts: &MatrixOpts) -> Result<Comparison> {
         None => find_bench_bin()?,
     };
     // Fail before running anything when a server binary is missing.
-    for kind in &opts.servers {
-        match kind {
+    for spec in &opts.servers {
+        match spec.kind {
             ServerKind::Txnfs => {
                 if opts.server_opts.txnfs_bin.is_none() {
                     crate::servers::find_txnfs_bin()?;
@@ -591,7 +693,7 @@ pub fn run_matrix(opts: &MatrixOpts) -> Result<Comparison> {
     std::fs::create_dir_all(&opts.out)
         .with_context(|| format!("creating {}", opts.out.display()))?;
 
-    let server_names: Vec<String> = opts.servers.iter().map(|k| k.name().to_string()).collect();
+    let server_names: Vec<String> = opts.servers.iter().map(|k| k.label.clone()).collect();
     let mut cmp = Comparison {
         settings: Settings {
             workloads: opts.workloads.clone(),
@@ -607,9 +709,14 @@ pub fn run_matrix(opts: &MatrixOpts) -> Result<Comparison> {
     };
     let total = opts.servers.len() * opts.delays_ms.len() * opts.workloads.len();
     let mut n = 0;
-    for kind in &opts.servers {
+    for spec in &opts.servers {
+        let kind = spec;
         eprintln!("== starting {kind}");
-        let mut server = RunningServer::start(*kind, &opts.server_opts)
+        let mut server_opts = opts.server_opts.clone();
+        server_opts
+            .txnfs_args
+            .extend(spec.serve_args.iter().cloned());
+        let mut server = RunningServer::start(spec.kind, &server_opts)
             .with_context(|| format!("{kind} could not be started"))?;
         eprintln!(
             "== {kind} pid {} at {} (export {}){}",
@@ -623,7 +730,7 @@ pub fn run_matrix(opts: &MatrixOpts) -> Result<Comparison> {
                 .unwrap_or_default()
         );
         cmp.servers.push(ServerInfo {
-            name: kind.name().into(),
+            name: spec.label.clone(),
             version: server.version.clone(),
             url: Some(server.url()),
             pid: Some(server.pid),
@@ -639,12 +746,12 @@ pub fn run_matrix(opts: &MatrixOpts) -> Result<Comparison> {
                 let dir = opts
                     .out
                     .join("runs")
-                    .join(kind.name())
+                    .join(&spec.label)
                     .join(format!("{}ms", fmt_delay(delay)))
                     .join(workload);
                 let started = Instant::now();
                 let outcome = if server.is_running() {
-                    run_one(&bench, &server, workload, delay, opts, &dir)
+                    run_one(&bench, spec, &server, workload, delay, opts, &dir)
                 } else {
                     Err(anyhow::anyhow!(
                         "{kind} (pid {}) is no longer running; log tail:\n{}",
@@ -673,7 +780,7 @@ pub fn run_matrix(opts: &MatrixOpts) -> Result<Comparison> {
                         eprintln!("FAILED ({secs:.1} s)");
                         eprintln!("{e:#}");
                         cmp.errors.push(RunError {
-                            server: kind.name().into(),
+                            server: spec.label.clone(),
                             delay_ms: delay,
                             workload: workload.clone(),
                             error: format!("{e:#}"),
@@ -689,4 +796,33 @@ pub fn run_matrix(opts: &MatrixOpts) -> Result<Comparison> {
     }
     cmp.compute_ratios();
     Ok(cmp)
+}
+
+#[cfg(test)]
+mod spec_tests {
+    use super::*;
+
+    #[test]
+    fn server_configurations() {
+        let s = server_specs(
+            &["txnfs-txn=txnfs".into(), "txnfs".into(), "ganesha".into()],
+            &[
+                "txnfs-txn=--txn".into(),
+                "txnfs-txn=--files-per-txn=4".into(),
+            ],
+            &["txnfs-txn=--no-delegations".into()],
+        )
+        .unwrap();
+        assert_eq!(s.len(), 3);
+        assert_eq!(s[0].label, "txnfs-txn");
+        assert_eq!(s[0].kind, ServerKind::Txnfs);
+        assert_eq!(s[0].run_args, ["--txn", "--files-per-txn=4"]);
+        assert_eq!(s[0].serve_args, ["--no-delegations"]);
+        assert_eq!(s[1], ServerSpec::from(ServerKind::Txnfs));
+        assert_eq!(s[2].kind, ServerKind::Ganesha);
+        assert!(server_specs(&["txnfs".into(), "txnfs".into()], &[], &[]).is_err());
+        assert!(server_specs(&["txnfs".into()], &["other=--txn".into()], &[]).is_err());
+        assert!(server_specs(&["ganesha".into()], &[], &["ganesha=--x".into()]).is_err());
+        assert!(server_specs(&["a b=txnfs".into()], &[], &[]).is_err());
+    }
 }

@@ -163,7 +163,7 @@ fn matrix_against_real_servers_with_fake_runner() {
     let out = dir.path().join("out");
     let opts = MatrixOpts {
         workloads: vec!["alpha".into(), "beta".into(), "broken".into()],
-        servers: servers.clone(),
+        servers: servers.iter().map(|k| (*k).into()).collect(),
         delays_ms: vec![0.0, 10.0],
         repeat: Some(2),
         extra_args: vec!["--threads".into(), "2".into()],

@@ -35,6 +35,16 @@ pub struct Params {
     pub sync: bool,
     /// Further workload-specific settings (`--set key=value`).
     pub set: BTreeMap<String, String>,
+    /// Run the workload's changes as transactional COMPOUNDs (ADR 0021; txnfs
+    /// servers with transactions only). Workloads without a transactional
+    /// mode refuse it.
+    pub txn: bool,
+    /// Files per transaction, or per COMPOUND in plain mode (writefiles,
+    /// readfiles); `None`: the workload's one-file-per-request default.
+    pub files_per_txn: Option<u64>,
+    /// Sharing degree in [0, 1]: the fraction of each iteration's files that
+    /// every client writes in common (the rest are the client's own).
+    pub sharing: f64,
 }
 
 impl Default for Params {
@@ -46,6 +56,9 @@ impl Default for Params {
             io_size: None,
             sync: false,
             set: BTreeMap::new(),
+            txn: false,
+            files_per_txn: None,
+            sharing: 0.0,
         }
     }
 }
@@ -118,7 +131,7 @@ pub const NAMES: &[&str] = &[
 
 /// The workload called `name` with these parameters.
 pub fn by_name(name: &str, p: &Params) -> anyhow::Result<Arc<dyn Workload>> {
-    Ok(match name {
+    let w: Arc<dyn Workload> = match name {
         "randread" => Arc::new(randio::BlockIo::random(false, p)?),
         "randwrite" => Arc::new(randio::BlockIo::random(true, p)?),
         "seqread" => Arc::new(seqio::sequential(false, p)?),
@@ -148,8 +161,24 @@ pub fn by_name(name: &str, p: &Params) -> anyhow::Result<Arc<dyn Workload>> {
         "tree-rm" => Arc::new(tree::Tree::new(tree::TreeOp::Rm, p)?),
         "getattr" => Arc::new(getattr::Getattr::new(p)),
         other => bail!("unknown workload {other:?}; known: {}", NAMES.join(", ")),
-    })
+    };
+    if p.txn && !w.supports_txn() {
+        bail!(
+            "workload {name} has no transactional mode (--txn): it runs with {}",
+            TXN_NAMES.join(", ")
+        );
+    }
+    if !(0.0..=1.0).contains(&p.sharing) {
+        bail!("--sharing takes a percentage from 0 to 100");
+    }
+    if p.files_per_txn == Some(0) {
+        bail!("--files-per-txn must be at least 1");
+    }
+    Ok(w)
 }
+
+/// Workloads with a transactional mode (`--txn`).
+pub const TXN_NAMES: &[&str] = &["writefiles", "readfiles", "tree-cp", "tree-rm"];
 
 #[cfg(test)]
 mod tests {
@@ -173,5 +202,21 @@ mod tests {
             assert!(w.default_ops() > 0);
         }
         assert!(by_name("nope", &Params::default()).is_err());
+    }
+
+    #[test]
+    fn txn_names_are_the_workloads_with_a_transactional_mode() {
+        let txn = Params {
+            txn: true,
+            ..Params::default()
+        };
+        for n in NAMES {
+            assert_eq!(by_name(n, &txn).is_ok(), TXN_NAMES.contains(n), "{n}");
+        }
+        let bad = Params {
+            sharing: 1.5,
+            ..Params::default()
+        };
+        assert!(by_name("writefiles", &bad).is_err());
     }
 }

@@ -30,6 +30,11 @@ pub struct Tree {
     pub op: TreeOp,
     pub shape: Shape,
     pub trees: u64,
+    /// tree-cp / tree-rm as ONE transaction per tree (`--txn`): the copy is
+    /// listed and read plainly, then written as one transaction of mkdirs and
+    /// write_files; the removal is `Fs::vremove_atomic`. The tree must fit
+    /// one COMPOUND (about 1 MiB of data).
+    pub txn: bool,
 }
 
 impl Tree {
@@ -41,6 +46,7 @@ impl Tree {
             op,
             shape: Shape::random(dirs, files, mean, 42),
             trees: p.get_u64("trees", 1)?.max(1),
+            txn: p.txn,
         })
     }
 
@@ -111,7 +117,46 @@ impl Tree {
     }
 }
 
+/// A transaction error, with the hint for servers without transactions.
+fn txn_error(e: txnfs_client::ClientError) -> anyhow::Error {
+    use txnfs_client::ClientError as E;
+    match e {
+        E::TxnUnsupported | E::TxnExportUnsupported { .. } => {
+            anyhow::Error::new(e).context(super::tcnfs::NO_TXN_HINT)
+        }
+        e => e.into(),
+    }
+}
+
+/// `cp -R` as one transaction: read the sources (plain reads), then make the
+/// directories (parents first) and write every file in ONE transaction.
+async fn copy_txn(
+    fs: &txnfs_client::Fs,
+    dirs: &[String],
+    pairs: &[(String, String)],
+) -> anyhow::Result<()> {
+    let srcs: Vec<&str> = pairs.iter().map(|(s, _)| s.as_str()).collect();
+    let mut t = fs.transaction();
+    let mut sorted: Vec<&String> = dirs.iter().collect();
+    sorted.sort_by_key(|d| (d.matches('/').count(), d.as_str()));
+    for d in sorted {
+        t.mkdir(d, 0o755);
+    }
+    for ((src, dst), data) in pairs.iter().zip(fs.vread(&srcs).await) {
+        let data = data.with_context(|| format!("read {src}"))?;
+        t.write_file(dst, data, 0o644, true);
+    }
+    t.commit()
+        .await
+        .map_err(txn_error)
+        .context("cp -R as one transaction")?;
+    Ok(())
+}
+
 impl Workload for Tree {
+    fn supports_txn(&self) -> bool {
+        self.op != TreeOp::Ls
+    }
     fn name(&self) -> &str {
         match self.op {
             TreeOp::Ls => "tree-ls",
@@ -121,7 +166,7 @@ impl Workload for Tree {
     }
     fn params(&self) -> serde_json::Value {
         serde_json::json!({"dirs": self.shape.dirs.len(), "files": self.shape.files.len(),
-                           "bytes": self.shape.bytes(), "trees": self.trees})
+                           "bytes": self.shape.bytes(), "trees": self.trees, "txn": self.txn})
     }
     fn default_ops(&self) -> u64 {
         match self.op {
@@ -130,6 +175,7 @@ impl Workload for Tree {
         }
     }
     fn validate(&self, _clients: usize, threads: usize) -> anyhow::Result<()> {
+        // (--txn with nfs-rs is refused in run: the driver is not known here.)
         anyhow::ensure!(
             threads == 1,
             "tree workloads run one thread per client (the vectorized client is concurrent itself)"
@@ -151,6 +197,7 @@ impl Workload for Tree {
     fn run<'a>(&'a self, w: &'a mut Worker) -> BoxFut<'a, anyhow::Result<()>> {
         Box::pin(async move {
             if w.driver == Driver::NfsRs {
+                anyhow::ensure!(!self.txn, "--txn runs with the txnfs driver only");
                 return self.run_nfsrs(w).await;
             }
             let fs = w.fs();
@@ -189,11 +236,16 @@ impl Workload for Tree {
                                 pairs.push((e.path.clone(), to));
                             }
                         }
-                        for r in fs.vmkdir(&dirs, 0o755, true).await {
-                            r.context("mkdir")?;
-                        }
-                        for r in fs.vcopy(&pairs).await {
-                            r.context("copy")?;
+                        if self.txn {
+                            copy_txn(&fs, &dirs, &pairs).await?;
+                            w.count("txn_commits", 1);
+                        } else {
+                            for r in fs.vmkdir(&dirs, 0o755, true).await {
+                                r.context("mkdir")?;
+                            }
+                            for r in fs.vcopy(&pairs).await {
+                                r.context("copy")?;
+                            }
                         }
                         w.count("files_copied", pairs.len() as u64);
                         w.count("dirs_created", dirs.len() as u64);
@@ -204,8 +256,16 @@ impl Workload for Tree {
                             break;
                         }
                         let root = join(&w.base, &self.root(i));
-                        for r in fs.vremove(&[root], true).await {
-                            r.context("rm -r")?;
+                        if self.txn {
+                            fs.vremove_atomic(&[root], true)
+                                .await
+                                .map_err(txn_error)
+                                .context("rm -r as one transaction")?;
+                            w.count("txn_commits", 1);
+                        } else {
+                            for r in fs.vremove(&[root], true).await {
+                                r.context("rm -r")?;
+                            }
                         }
                         w.count(
                             "entries_removed",
@@ -268,6 +328,13 @@ impl Workload for Tree {
                     it * (d + f),
                 ));
             }
+        }
+        if self.txn && self.op != TreeOp::Ls {
+            v.push(Expectation::eq(
+                "one committed transaction per tree",
+                s.counter("txn_commits"),
+                it,
+            ));
         }
         if d + f >= 50 && self.op != TreeOp::Cp {
             v.push(Expectation::that(
