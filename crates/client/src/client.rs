@@ -110,6 +110,9 @@ struct SessionState {
     /// The server bound our connection for callbacks (CREATE_SESSION4_FLAG_CONN_BACK_CHAN
     /// granted).
     back_channel: bool,
+    /// The server granted CREATE_SESSION4_FLAG_PERSIST: it keeps the session and its
+    /// replies across a restart (ADR 0022).
+    persistent: bool,
     limits: Limits,
     slots: SlotTable,
     /// Bumped on every re-establishment so concurrent callers recover only once.
@@ -136,6 +139,8 @@ pub(crate) struct Inner {
     /// per session.
     pub(crate) txn_span: tokio::sync::Mutex<()>,
     recoveries: AtomicU64,
+    /// A RECLAIM_COMPLETE for a restored session is on its way.
+    reclaiming: std::sync::atomic::AtomicBool,
     verifier: [u8; 8],
     owner: Bytes,
     lease: AtomicU64,
@@ -258,6 +263,7 @@ impl Client {
             compounds: AtomicU64::new(0),
             txn_span: tokio::sync::Mutex::new(()),
             recoveries: AtomicU64::new(0),
+            reclaiming: Default::default(),
             verifier,
             owner,
             lease: AtomicU64::new(60),
@@ -497,8 +503,8 @@ impl Client {
             if counted {
                 self.count(&c.ops);
             }
-            let bytes = match self.inner.transport.call(proc_num, encode(&all)).await {
-                Ok(b) => b,
+            let (bytes, resent) = match self.inner.transport.call(proc_num, encode(&all)).await {
+                Ok(a) => (a.reply, a.resent),
                 Err(ClientError::Rpc(txnfs_rpc::RpcError::ProcUnavail)) if txn => {
                     // Not a transactional server: it ran nothing, not even SEQUENCE.
                     st.slots.release(slot, false, None);
@@ -539,6 +545,9 @@ impl Client {
                     self.check_binding(ok.sr_status_flags).await;
                     if ok.sr_status_flags & SEQ4_STATUS_RECALLABLE_STATE_REVOKED != 0 {
                         self.inner.cache.spawn_revocation_check();
+                    }
+                    if ok.sr_status_flags & SEQ4_STATUS_RESTART_RECLAIM_NEEDED != 0 {
+                        self.spawn_reclaim_complete();
                     }
                     if !txn
                         && res.status == nfsstat4::NFS4ERR_DELAY
@@ -592,6 +601,13 @@ impl Client {
                         | nfsstat4::NFS4ERR_STALE_CLIENTID
                         | nfsstat4::NFS4ERR_EXPIRED => {
                             self.recover(st.epoch).await?;
+                            if txn && resent {
+                                // An earlier sending may have run, even committed,
+                                // before the server lost the session (a restart without
+                                // persistent sessions): sending it again in the new
+                                // session could run it twice.
+                                return Err(unknown(ClientError::SessionLost(s)));
+                            }
                         }
                         other => return Err(ClientError::nfs("SEQUENCE", 0, other)),
                     }
@@ -604,6 +620,41 @@ impl Client {
                 }
             }
         }
+    }
+
+    /// The server restarted and restored our persistent session (SEQUENCE said
+    /// SEQ4_STATUS_RESTART_RECLAIM_NEEDED): we reclaim nothing, so say so at once
+    /// (RECLAIM_COMPLETE), or the server holds our new OPENs until its grace ends
+    /// (RFC 8881 §18.51.3). In a task: `send` must not wait on itself.
+    fn spawn_reclaim_complete(&self) {
+        if self.inner.reclaiming.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let c = self.clone();
+        tokio::spawn(async move {
+            let mut rc = Compound::new();
+            rc.op(nfs_argop4::OP_RECLAIM_COMPLETE(RECLAIM_COMPLETE4args {
+                rca_one_fs: false,
+            }));
+            match c.send(&rc, false).await {
+                Ok(r)
+                    if matches!(
+                        r.status,
+                        nfsstat4::NFS4_OK | nfsstat4::NFS4ERR_COMPLETE_ALREADY
+                    ) =>
+                {
+                    tracing::info!("server restarted and kept our session; reclaim complete")
+                }
+                Ok(r) => tracing::warn!("RECLAIM_COMPLETE after a restart: {:?}", r.status),
+                Err(e) => tracing::warn!("RECLAIM_COMPLETE after a restart: {e}"),
+            }
+            c.inner.reclaiming.store(false, Ordering::Release);
+        });
+    }
+
+    /// Does the session survive a server restart (PERSIST granted)?
+    pub fn session_persistent(&self) -> bool {
+        self.state().persistent
     }
 
     /// Re-create the session (and, if needed, the client id) after the server lost it.
@@ -718,8 +769,11 @@ async fn establish(
             CREATE_SESSION4args {
                 csa_clientid: eid.eir_clientid,
                 csa_sequence: eid.eir_sequenceid,
-                // Callbacks ride this connection (RFC 8881 §2.10.3.1).
-                csa_flags: CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
+                // Callbacks ride this connection (RFC 8881 §2.10.3.1). PERSIST: a server
+                // that grants it answers a request re-sent after its restart from the
+                // reply it kept, so a transaction whose reply was lost to the crash is
+                // answered, not run again (ADR 0022).
+                csa_flags: CREATE_SESSION4_FLAG_CONN_BACK_CHAN | CREATE_SESSION4_FLAG_PERSIST,
                 csa_fore_chan_attrs: channel(cfg.slots),
                 csa_back_chan_attrs: back_channel_attrs(),
                 csa_cb_program: CB_PROGRAM,
@@ -738,6 +792,7 @@ async fn establish(
         clientid: eid.eir_clientid,
         sessionid: cs.csr_sessionid,
         back_channel: cs.csr_flags & CREATE_SESSION4_FLAG_CONN_BACK_CHAN != 0,
+        persistent: cs.csr_flags & CREATE_SESSION4_FLAG_PERSIST != 0,
         limits: Limits {
             max_ops: fore.ca_maxoperations,
             max_request: fore.ca_maxrequestsize,

@@ -97,6 +97,12 @@ pub enum ClientError {
          nothing was changed, try again later"
     )]
     TxnConflict { tries: u32 },
+    /// The server no longer knows the session a re-sent request was sent on (it
+    /// restarted without persistent sessions): what the first sending did is unknown.
+    #[error(
+        "the server lost the session of a re-sent request ({0:?}); its first sending may have run"
+    )]
+    SessionLost(nfsstat4),
     /// The transaction was sent but no usable reply came back: it may or may not have
     /// committed (every step or none, never part of it).
     #[error("the transaction's outcome is unknown (all of it or none of it happened): {0}")]

@@ -15,6 +15,12 @@ const NFS_PROGRAM: u32 = 100003;
 const NFS_V4: u32 = 4;
 pub(crate) const PROC_COMPOUND: u32 = 1;
 
+/// The reply to a call, and whether the call had to be re-sent to get it.
+pub(crate) struct Answer {
+    pub(crate) reply: Bytes,
+    pub(crate) resent: bool,
+}
+
 pub(crate) struct Transport {
     addr: SocketAddr,
     cred: Credential,
@@ -102,10 +108,13 @@ impl Transport {
     /// Send an encoded COMPOUND4args; on a broken connection, reconnect and re-send the
     /// same bytes.
     pub(crate) async fn compound(&self, args: Bytes) -> Result<Bytes, ClientError> {
-        self.call(PROC_COMPOUND, args).await
+        Ok(self.call(PROC_COMPOUND, args).await?.reply)
     }
 
-    pub(crate) async fn call(&self, proc_num: u32, args: Bytes) -> Result<Bytes, ClientError> {
+    /// Send `args` as procedure `proc_num`; on a broken connection, reconnect and re-send
+    /// the same bytes. The answer says whether it was re-sent: then an earlier sending
+    /// may have been executed by a server that has since lost its session (a restart).
+    pub(crate) async fn call(&self, proc_num: u32, args: Bytes) -> Result<Answer, ClientError> {
         let mut attempt = 0;
         loop {
             let (gen, c) = self.current().await?;
@@ -114,7 +123,12 @@ impl Transport {
                 return Err(ClientError::Timeout(self.timeout));
             };
             match reply {
-                Ok(b) => return Ok(b),
+                Ok(reply) => {
+                    return Ok(Answer {
+                        reply,
+                        resent: attempt > 0,
+                    })
+                }
                 Err(RpcError::Disconnected | RpcError::Io(_)) => {
                     self.drop_conn(gen).await;
                     attempt += 1;

@@ -1,6 +1,5 @@
-//! What persistent sessions cost (ADR 0022), measured with raw sessions because the
-//! txnfs client (and so `txnfs bench`) never asks for CREATE_SESSION4_FLAG_PERSIST,
-//! while the Linux client asks for it on every session. Every client asks for PERSIST
+//! What persistent sessions cost (ADR 0022), measured with raw sessions that ask for
+//! CREATE_SESSION4_FLAG_PERSIST as the Linux client does on every session. Every client asks for PERSIST
 //! (as Linux does) and caches every reply (`sa_cachethis`, as Linux does for
 //! non-idempotent ops; txnfs caches every reply that fits anyway); the server grants
 //! it or not (`persistent_sessions`), in alternating runs of the same invocation.
