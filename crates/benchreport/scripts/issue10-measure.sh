@@ -12,7 +12,9 @@
 #   wf-*: writefiles, file size 4k/64k/1M, files per transaction 1/16/64, 1 or 8
 #         clients (own sessions, one thread each), sharing 0 or 100 %;
 #   rf-*: readfiles (reads in one transaction vs vectorized reads);
-#   tree: cp -R and rm -r of a small source tree (one transaction per tree).
+#   tree: cp -R and rm -r of a small source tree (one transaction per tree);
+#   layer: plain workloads (ls -lR, tree copy, random writes, creates) against txnfs
+#         with the txn layer (default), txnfs --no-txn and Ganesha.
 # Output: $OUT/<part>/ (compare.json, report.md, runs/ with every run's JSON and
 # command line) and $OUT/summary.md (issue10-summary.py). PARTS="wf-4k-k16-c1 ..."
 # runs a subset.
@@ -71,6 +73,26 @@ part rf-64k-k16-c8 readfiles -- --file-size 64k --files-per-txn 16 --files 256 \
   --clients 8 --duration "$DUR"
 # cp -R / rm -r of a 200-file source tree (fits one transaction).
 part tree tree-cp tree-rm -- --files 200 --file-size 2k --set dirs=20 --set trees=3 --ops 3
+
+# What the txn layer costs standard clients that never send a transaction: the same
+# plain workloads against txnfs (layer on, the default), txnfs --no-txn and Ganesha.
+# tree-ls is `ls -lR`; tree-cp creates a tree of directories and small files as untar
+# does.
+layer() { # layer NAME WORKLOAD... -- BENCH-ARGS...
+  local name="$1"
+  shift
+  want "$name" || return 0
+  local workloads=()
+  while [ "$1" != "--" ]; do workloads+=("$1"); shift; done
+  shift
+  echo "== $name: ${workloads[*]} $*" >&2
+  "$TXNFS" bench compare --servers txnfs,txnfs-notxn=txnfs,ganesha \
+    --server-arg txnfs-notxn=--no-txn --txnfs-arg=--no-delegations --no-delegations \
+    --baseline txnfs-notxn --out "$OUT/$name" "${workloads[@]}" --delay-ms "$DELAYS" \
+    --repeat "$REPEAT" -- "$@" || echo "!! $name had failed runs (see $OUT/$name/report.md)" >&2
+}
+layer layer-tree tree-ls tree-cp -- --files 200 --file-size 2k --set dirs=20 --set trees=3 --ops 3
+layer layer-io randwrite create -- --duration "$DUR"
 
 python3 "$ROOT/crates/benchreport/scripts/issue10-summary.py" "$OUT" > "$OUT/summary.md"
 echo "summary: $OUT/summary.md" >&2

@@ -19,6 +19,8 @@ import statistics
 import sys
 
 CONFIGS = ["txnfs-txn", "txnfs", "ganesha"]
+# The `layer` part: plain workloads, txn layer on (txnfs) and off (txnfs-notxn).
+LAYER_CONFIGS = ["txnfs", "txnfs-notxn", "ganesha"]
 
 
 def med(xs):
@@ -89,12 +91,35 @@ def ratio(a, b):
     return b / a  # runtime(txn)/runtime(other) = ops(other)/ops(txn)
 
 
+def print_layer(rows):
+    print("\n## What the txn layer costs plain traffic\n")
+    print(
+        "The same plain workloads (no transaction sent) against txnfs with the txn "
+        "layer (the default), `txnfs serve --no-txn` and Ganesha. tree-ls = `ls -lR`, "
+        "tree-cp = copy of a tree of small files (as untar creates it). Ratio = "
+        "ops/s with the layer / ops/s without (1 = free). Medians of the repeats.\n"
+    )
+    hdr = ["workload", "delay", "ops/s layer", "ops/s --no-txn", "ops/s gan",
+           "layer/no-txn", "CPU µs layer/no-txn/gan", "checks"]
+    print("| " + " | ".join(hdr) + " |")
+    print("|" + "---|" * len(hdr))
+    for w, d, st in rows:
+        a, b, g = (st.get(c) for c in LAYER_CONFIGS)
+        ops = lambda s: f(s["ops"]) if s else "–"
+        r = (a["ops"] / b["ops"]) if a and b and a["ops"] and b["ops"] else None
+        cpu = "/".join(f(s["cpu"]) if s else "–" for s in (a, b, g))
+        bad = sorted({x for s in st.values() for x in s["failed"]})
+        checks = "ok" if not bad else "FAILED: " + "; ".join(bad)
+        print(f"| {w} | {d:g} ms | {ops(a)} | {ops(b)} | {ops(g)} | {f(r, 2)} | {cpu} | {checks} |")
+
+
 def main():
     out = sys.argv[1]
     parts = sorted(
         d for d in os.listdir(out) if os.path.isfile(os.path.join(out, d, "compare.json"))
     )
     rows = []
+    layer = []
     errors = []
     for part in parts:
         cmp = json.load(open(os.path.join(out, part, "compare.json")))
@@ -105,6 +130,10 @@ def main():
             by[(run["workload"], run["delay_ms"], run["server"])] = run.get("raw") or {}
         keys = sorted({(w, d) for (w, d, _) in by}, key=lambda k: (k[1], k[0]))
         for w, d in keys:
+            if part.startswith("layer"):
+                st = {c: stats(by[(w, d, c)]) for c in LAYER_CONFIGS if (w, d, c) in by}
+                layer.append((w, d, st))
+                continue
             st = {c: stats(by[(w, d, c)]) for c in CONFIGS if (w, d, c) in by}
             args = " ".join((cmp.get("settings") or {}).get("extra_args") or [])
             rows.append((part, w, d, st, args))
@@ -152,6 +181,8 @@ def main():
           "`rf-...` = readfiles, `tree` = cp -R / rm -r of a source tree (one transaction "
           "per tree with --txn). Exact `bench run` arguments: each part's "
           "`report.md` and `runs/*/*/*/command.txt`.")
+    if layer:
+        print_layer(layer)
     if errors:
         print("\n## Failed runs\n")
         for e in errors:

@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use super::journal::{Journal, Record};
 use super::locks::Owner;
-use super::undo::{Backups, Undo};
+use super::undo::{Backups, Undo, INLINE_MAX};
 use super::{io, layer_cx, Txn, TxnLayer};
 use crate::{Backend, BackendError, CreateMode, FileKey, OpCtx, Result, SetAttrs};
 
@@ -73,27 +73,43 @@ impl TxnLayer {
         }
         let attrs = self.lower.getattr(key)?;
         let keep = attrs.size.saturating_sub(offset).min(len);
-        let backup = self.backup_name(owner);
-        if keep > 0 {
-            let cx = layer_cx();
-            let dir = self.backups()?;
-            let bk = self
-                .lower
-                .create_file(
-                    &cx,
-                    &dir,
-                    &backup,
-                    CreateMode::Guarded,
-                    &SetAttrs {
-                        mode: Some(0o600),
-                        ..SetAttrs::default()
-                    },
-                )?
-                .key;
-            self.lower
-                .clone_range(&cx, key, offset, &bk.clone(), 0, keep)?;
-            self.stats.backups.fetch_add(1, Ordering::Relaxed);
+        if keep <= INLINE_MAX {
+            // Small: the old bytes go into the journal entry (read in one call; a short
+            // read is a file that ends sooner, and only what exists is put back).
+            let data = if keep > 0 {
+                self.lower.read(key, offset, keep as u32)?.0
+            } else {
+                Bytes::new()
+            };
+            self.record(
+                owner,
+                Undo::Bytes {
+                    key: key.clone(),
+                    offset,
+                    data,
+                    old_size: attrs.size,
+                    atime: attrs.atime,
+                    mtime: attrs.mtime,
+                },
+                keep > 0,
+            )?;
+            self.note_saved(owner, key, offset, len);
+            return Ok(());
         }
+        // Large: cloned into a backup file (a reflink where the file system has them).
+        let backup = self.backup_name(owner);
+        let cx = layer_cx();
+        let dir = self.backups()?;
+        let mode = SetAttrs {
+            mode: Some(0o600),
+            ..SetAttrs::default()
+        };
+        let bk = self
+            .lower
+            .create_file(&cx, &dir, &backup, CreateMode::Guarded, &mode)?
+            .key;
+        self.lower.clone_range(&cx, key, offset, &bk, 0, keep)?;
+        self.stats.backups.fetch_add(1, Ordering::Relaxed);
         self.record(
             owner,
             Undo::Data {
@@ -105,17 +121,21 @@ impl TxnLayer {
                 atime: attrs.atime,
                 mtime: attrs.mtime,
             },
-            keep > 0,
+            true,
         )?;
+        self.note_saved(owner, key, offset, len);
+        Ok(())
+    }
+
+    /// Once saved, the original bytes of the range and the original size are
+    /// restorable, whatever later changes do (undo runs backwards).
+    fn note_saved(&self, owner: Owner, key: &FileKey, offset: u64, len: u64) {
         self.with_txn(owner, |t| {
-            // Once saved, the original bytes of the range and the original size are
-            // restorable, whatever later changes do (undo runs backwards).
             t.saved
                 .entry(key.clone())
                 .or_default()
                 .push((offset, offset.saturating_add(len)));
         });
-        Ok(())
     }
 
     /// Before `key` (now `old` bytes long) is set to `size`: a cut saves the tail, a

@@ -12,6 +12,11 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::{Backend, BackendError, FileKey, OpCtx, SetAttrs, SetTime, Timestamp};
 
+/// The largest range saved in the journal entry itself ([`Undo::Bytes`]); larger ones
+/// are cloned into a backup file ([`Undo::Data`]: a reflink where the file system has
+/// them).
+pub const INLINE_MAX: u64 = 64 << 10;
+
 /// Where the backups live: a directory of the backend below, hidden from clients.
 pub struct Backups<'a> {
     pub lower: &'a dyn Backend,
@@ -28,6 +33,19 @@ pub enum Undo {
         offset: u64,
         len: u64,
         backup: Bytes,
+        old_size: u64,
+        atime: Timestamp,
+        mtime: Timestamp,
+    },
+    /// As `Data`, for a small range (at most [`INLINE_MAX`] bytes): the saved bytes are
+    /// in the entry itself, in the journal. No backup file is made, synced or removed
+    /// (on ext4, creating and deleting a file per overwrite made concurrent
+    /// transactions spend their CPU in the inode allocator and on the backup
+    /// directory's lock).
+    Bytes {
+        key: FileKey,
+        offset: u64,
+        data: Bytes,
         old_size: u64,
         atime: Timestamp,
         mtime: Timestamp,
@@ -160,6 +178,22 @@ impl Undo {
                 put_bytes(b, name);
                 put_bytes(b, backup);
             }
+            Undo::Bytes {
+                key,
+                offset,
+                data,
+                old_size,
+                atime,
+                mtime,
+            } => {
+                b.put_u8(5);
+                put_bytes(b, key);
+                b.put_u64(*offset);
+                put_bytes(b, data);
+                b.put_u64(*old_size);
+                put_time(b, *atime);
+                put_time(b, *mtime);
+            }
         }
     }
 
@@ -200,6 +234,14 @@ impl Undo {
                 name: get_bytes(b)?,
                 backup: get_bytes(b)?,
             },
+            5 => Undo::Bytes {
+                key: get_bytes(b)?,
+                offset: get_u64(b)?,
+                data: get_bytes(b)?,
+                old_size: get_u64(b)?,
+                atime: get_time(b)?,
+                mtime: get_time(b)?,
+            },
             _ => return None,
         })
     }
@@ -216,7 +258,7 @@ impl Undo {
     /// The object or directory this entry's undo changes (to be made durable).
     pub fn touches(&self) -> &FileKey {
         match self {
-            Undo::Data { key, .. } | Undo::Attrs { key, .. } => key,
+            Undo::Data { key, .. } | Undo::Bytes { key, .. } | Undo::Attrs { key, .. } => key,
             Undo::Unlink { dir, .. } | Undo::Restore { dir, .. } => dir,
             Undo::Unrename { from_dir, .. } => from_dir,
         }
@@ -250,16 +292,24 @@ impl Undo {
                         Err(e) => tolerate(Err(e))?,
                     }
                 }
-                let mut set = SetAttrs {
-                    atime: Some(SetTime::Client(*atime)),
-                    mtime: Some(SetTime::Client(*mtime)),
-                    ..SetAttrs::default()
+                restore_size_and_times(lower, cx, key, now.size, *old_size, *atime, *mtime)
+            }
+            Undo::Bytes {
+                key,
+                offset,
+                data,
+                old_size,
+                atime,
+                mtime,
+            } => {
+                let now = match lower.getattr(key) {
+                    Ok(a) => a,
+                    Err(e) => return tolerate(Err(e)),
                 };
-                let size_now = lower.getattr(key).map(|a| a.size).unwrap_or(now.size);
-                if size_now != *old_size {
-                    set.size = Some(*old_size);
+                if !data.is_empty() {
+                    tolerate(lower.write(cx, key, *offset, data, false).map(|_| ()))?;
                 }
-                tolerate(lower.setattr(cx, key, &set).map(|_| ()))
+                restore_size_and_times(lower, cx, key, now.size, *old_size, *atime, *mtime)
             }
             Undo::Attrs {
                 key,
@@ -307,6 +357,29 @@ impl Undo {
     }
 }
 
+/// The last step of undoing a data change: the size (when it differs) and the times
+/// the file had.
+fn restore_size_and_times(
+    lower: &dyn Backend,
+    cx: &OpCtx,
+    key: &FileKey,
+    size_before: u64,
+    old_size: u64,
+    atime: Timestamp,
+    mtime: Timestamp,
+) -> crate::Result<()> {
+    let mut set = SetAttrs {
+        atime: Some(SetTime::Client(atime)),
+        mtime: Some(SetTime::Client(mtime)),
+        ..SetAttrs::default()
+    };
+    let size_now = lower.getattr(key).map(|a| a.size).unwrap_or(size_before);
+    if size_now != old_size {
+        set.size = Some(old_size);
+    }
+    tolerate(lower.setattr(cx, key, &set).map(|_| ()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -346,6 +419,14 @@ mod tests {
                 dir: Bytes::from_static(b"d"),
                 name: Bytes::from_static(b"n"),
                 backup: Bytes::from_static(b"1.2"),
+            },
+            Undo::Bytes {
+                key: Bytes::from_static(b"k"),
+                offset: 4,
+                data: Bytes::from_static(b"old"),
+                old_size: 7,
+                atime: t,
+                mtime: t,
             },
         ];
         for u in all {
