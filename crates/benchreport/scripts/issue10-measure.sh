@@ -34,6 +34,9 @@ fi
 
 want() { [ -z "${PARTS:-}" ] || [[ " $PARTS " == *" $1 "* ]]; }
 
+# The configurations compared: transactional vs plain on one server, and Ganesha.
+SERVERS=(--servers txnfs-txn=txnfs,txnfs,ganesha --run-arg txnfs-txn=--txn --baseline txnfs)
+
 part() { # part NAME WORKLOAD... -- BENCH-ARGS...
   local name="$1"
   shift
@@ -42,8 +45,7 @@ part() { # part NAME WORKLOAD... -- BENCH-ARGS...
   while [ "$1" != "--" ]; do workloads+=("$1"); shift; done
   shift
   echo "== $name: ${workloads[*]} $*" >&2
-  "$TXNFS" bench compare --servers txnfs-txn=txnfs,txnfs,ganesha \
-    --run-arg txnfs-txn=--txn --txnfs-arg=--no-delegations --baseline txnfs \
+  "$TXNFS" bench compare "${SERVERS[@]}" --txnfs-arg=--no-delegations \
     --out "$OUT/$name" "${workloads[@]}" --delay-ms "$DELAYS" --repeat "$REPEAT" \
     -- "$@" || echo "!! $name had failed runs (see $OUT/$name/report.md)" >&2
 }
@@ -78,21 +80,10 @@ part tree tree-cp tree-rm -- --files 200 --file-size 2k --set dirs=20 --set tree
 # plain workloads against txnfs (layer on, the default), txnfs --no-txn and Ganesha.
 # tree-ls is `ls -lR`; tree-cp creates a tree of directories and small files as untar
 # does.
-layer() { # layer NAME WORKLOAD... -- BENCH-ARGS...
-  local name="$1"
-  shift
-  want "$name" || return 0
-  local workloads=()
-  while [ "$1" != "--" ]; do workloads+=("$1"); shift; done
-  shift
-  echo "== $name: ${workloads[*]} $*" >&2
-  "$TXNFS" bench compare --servers txnfs,txnfs-notxn=txnfs,ganesha \
-    --server-arg txnfs-notxn=--no-txn --txnfs-arg=--no-delegations --no-delegations \
-    --baseline txnfs-notxn --out "$OUT/$name" "${workloads[@]}" --delay-ms "$DELAYS" \
-    --repeat "$REPEAT" -- "$@" || echo "!! $name had failed runs (see $OUT/$name/report.md)" >&2
-}
-layer layer-tree tree-ls tree-cp -- --files 200 --file-size 2k --set dirs=20 --set trees=3 --ops 3
-layer layer-io randwrite create -- --duration "$DUR"
+SERVERS=(--servers txnfs,txnfs-notxn=txnfs,ganesha --server-arg txnfs-notxn=--no-txn
+  --no-delegations --baseline txnfs-notxn)
+part layer-tree tree-ls tree-cp -- --files 200 --file-size 2k --set dirs=20 --set trees=3 --ops 3
+part layer-io randwrite create -- --duration "$DUR"
 
 python3 "$ROOT/crates/benchreport/scripts/issue10-summary.py" "$OUT" > "$OUT/summary.md"
 echo "summary: $OUT/summary.md" >&2
