@@ -373,12 +373,18 @@ mod tests {
         let j2 = j.clone();
         let waiter = std::thread::spawn(move || j2.append(2, &Record::Undo(undo(2)), true));
         std::thread::sleep(std::time::Duration::from_millis(100));
-        assert!(!waiter.is_finished(), "the new transaction waits for the drain");
+        assert!(
+            !waiter.is_finished(),
+            "the new transaction waits for the drain"
+        );
         let end = j.append(1, &Record::Commit, false).unwrap();
         j.sync_to(end).unwrap();
         j.close_txn();
         let at = waiter.join().unwrap().unwrap();
-        assert!(at < 1024, "rewound before the new transaction's first record: {at}");
+        assert!(
+            at < 1024,
+            "rewound before the new transaction's first record: {at}"
+        );
         assert_eq!(lock(&j.inner).open, 1);
     }
 
@@ -396,7 +402,10 @@ mod tests {
             t.elapsed() < DRAIN_WAIT / 2,
             "no second wait until the journal has grown by another REWIND_AT"
         );
-        assert!(lock(&j.inner).end >= REWIND_AT, "not rewound: 1 is still open");
+        assert!(
+            lock(&j.inner).end >= REWIND_AT,
+            "not rewound: 1 is still open"
+        );
     }
 
     #[test]
