@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use super::journal::{Journal, Record};
 use super::locks::Owner;
-use super::undo::{Backups, Undo, INLINE_MAX};
+use super::undo::{Backups, Saved, Undo, INLINE_MAX};
 use super::{io, layer_cx, Txn, TxnLayer};
 use crate::{Backend, BackendError, CreateMode, FileKey, OpCtx, Result, SetAttrs};
 
@@ -83,10 +83,10 @@ impl TxnLayer {
             };
             self.record(
                 owner,
-                Undo::Bytes {
+                Undo::Data {
                     key: key.clone(),
                     offset,
-                    data,
+                    saved: Saved::Inline(data),
                     old_size: attrs.size,
                     atime: attrs.atime,
                     mtime: attrs.mtime,
@@ -115,8 +115,10 @@ impl TxnLayer {
             Undo::Data {
                 key: key.clone(),
                 offset,
-                len: keep,
-                backup,
+                saved: Saved::Backup {
+                    name: backup,
+                    len: keep,
+                },
                 old_size: attrs.size,
                 atime: attrs.atime,
                 mtime: attrs.mtime,

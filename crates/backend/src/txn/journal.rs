@@ -351,10 +351,10 @@ mod tests {
 
     /// Grows the journal past [`REWIND_AT`] with records of open transaction `txid`.
     fn fill(j: &Journal, txid: u64) {
-        let big = Undo::Bytes {
+        let big = Undo::Data {
             key: Bytes::from_static(b"k"),
             offset: 0,
-            data: Bytes::from(vec![0u8; 1 << 20]),
+            saved: super::super::undo::Saved::Inline(Bytes::from(vec![0u8; 1 << 20])),
             old_size: 0,
             atime: Default::default(),
             mtime: Default::default(),

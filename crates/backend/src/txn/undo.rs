@@ -12,10 +12,22 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::{Backend, BackendError, FileKey, OpCtx, SetAttrs, SetTime, Timestamp};
 
-/// The largest range saved in the journal entry itself ([`Undo::Bytes`]); larger ones
-/// are cloned into a backup file ([`Undo::Data`]: a reflink where the file system has
+/// The largest range saved in the journal entry itself ([`Saved::Inline`]); larger ones
+/// are cloned into a backup file ([`Saved::Backup`]: a reflink where the file system has
 /// them).
 pub const INLINE_MAX: u64 = 64 << 10;
+
+/// Where the bytes a data change overwrites were saved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Saved {
+    /// Small ranges: in the journal entry itself. No backup file is made, synced or
+    /// removed (on ext4, creating and deleting a file per overwrite made concurrent
+    /// transactions spend their CPU in the inode allocator and on the backup
+    /// directory's lock).
+    Inline(Bytes),
+    /// `len` bytes in backup file `name` (none when `len` is 0).
+    Backup { name: Bytes, len: u64 },
+}
 
 /// Where the backups live: a directory of the backend below, hidden from clients.
 pub struct Backups<'a> {
@@ -25,27 +37,12 @@ pub struct Backups<'a> {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Undo {
-    /// WRITE, SETATTR(size), or a clone into `key`: put the `len` bytes saved in backup
-    /// file `backup` back at `offset` (nothing when `len` is 0), then the size and the
-    /// times the file had.
+    /// WRITE, SETATTR(size), or a clone into `key`: put the bytes saved at `offset`
+    /// back (nothing when none were saved), then the size and the times the file had.
     Data {
         key: FileKey,
         offset: u64,
-        len: u64,
-        backup: Bytes,
-        old_size: u64,
-        atime: Timestamp,
-        mtime: Timestamp,
-    },
-    /// As `Data`, for a small range (at most [`INLINE_MAX`] bytes): the saved bytes are
-    /// in the entry itself, in the journal. No backup file is made, synced or removed
-    /// (on ext4, creating and deleting a file per overwrite made concurrent
-    /// transactions spend their CPU in the inode allocator and on the backup
-    /// directory's lock).
-    Bytes {
-        key: FileKey,
-        offset: u64,
-        data: Bytes,
+        saved: Saved,
         old_size: u64,
         atime: Timestamp,
         mtime: Timestamp,
@@ -124,17 +121,27 @@ impl Undo {
             Undo::Data {
                 key,
                 offset,
-                len,
-                backup,
+                saved,
                 old_size,
                 atime,
                 mtime,
             } => {
-                b.put_u8(0);
-                put_bytes(b, key);
-                b.put_u64(*offset);
-                b.put_u64(*len);
-                put_bytes(b, backup);
+                // Tag 0: saved in a backup file, 5: inline.
+                match saved {
+                    Saved::Backup { name, len } => {
+                        b.put_u8(0);
+                        put_bytes(b, key);
+                        b.put_u64(*offset);
+                        b.put_u64(*len);
+                        put_bytes(b, name);
+                    }
+                    Saved::Inline(data) => {
+                        b.put_u8(5);
+                        put_bytes(b, key);
+                        b.put_u64(*offset);
+                        put_bytes(b, data);
+                    }
+                }
                 b.put_u64(*old_size);
                 put_time(b, *atime);
                 put_time(b, *mtime);
@@ -178,22 +185,6 @@ impl Undo {
                 put_bytes(b, name);
                 put_bytes(b, backup);
             }
-            Undo::Bytes {
-                key,
-                offset,
-                data,
-                old_size,
-                atime,
-                mtime,
-            } => {
-                b.put_u8(5);
-                put_bytes(b, key);
-                b.put_u64(*offset);
-                put_bytes(b, data);
-                b.put_u64(*old_size);
-                put_time(b, *atime);
-                put_time(b, *mtime);
-            }
         }
     }
 
@@ -202,15 +193,27 @@ impl Undo {
             return None;
         }
         Some(match b.get_u8() {
-            0 => Undo::Data {
-                key: get_bytes(b)?,
-                offset: get_u64(b)?,
-                len: get_u64(b)?,
-                backup: get_bytes(b)?,
-                old_size: get_u64(b)?,
-                atime: get_time(b)?,
-                mtime: get_time(b)?,
-            },
+            tag @ (0 | 5) => {
+                let key = get_bytes(b)?;
+                let offset = get_u64(b)?;
+                let saved = if tag == 0 {
+                    let len = get_u64(b)?;
+                    Saved::Backup {
+                        len,
+                        name: get_bytes(b)?,
+                    }
+                } else {
+                    Saved::Inline(get_bytes(b)?)
+                };
+                Undo::Data {
+                    key,
+                    offset,
+                    saved,
+                    old_size: get_u64(b)?,
+                    atime: get_time(b)?,
+                    mtime: get_time(b)?,
+                }
+            }
             1 => Undo::Attrs {
                 key: get_bytes(b)?,
                 mode: get_u32(b)?,
@@ -234,14 +237,6 @@ impl Undo {
                 name: get_bytes(b)?,
                 backup: get_bytes(b)?,
             },
-            5 => Undo::Bytes {
-                key: get_bytes(b)?,
-                offset: get_u64(b)?,
-                data: get_bytes(b)?,
-                old_size: get_u64(b)?,
-                atime: get_time(b)?,
-                mtime: get_time(b)?,
-            },
             _ => return None,
         })
     }
@@ -249,7 +244,10 @@ impl Undo {
     /// The backup this entry keeps, if any (removed once the transaction is over).
     pub fn backup(&self) -> Option<&Bytes> {
         match self {
-            Undo::Data { backup, len, .. } if *len > 0 => Some(backup),
+            Undo::Data {
+                saved: Saved::Backup { name, len },
+                ..
+            } if *len > 0 => Some(name),
             Undo::Restore { backup, .. } => Some(backup),
             _ => None,
         }
@@ -258,7 +256,7 @@ impl Undo {
     /// The object or directory this entry's undo changes (to be made durable).
     pub fn touches(&self) -> &FileKey {
         match self {
-            Undo::Data { key, .. } | Undo::Bytes { key, .. } | Undo::Attrs { key, .. } => key,
+            Undo::Data { key, .. } | Undo::Attrs { key, .. } => key,
             Undo::Unlink { dir, .. } | Undo::Restore { dir, .. } => dir,
             Undo::Unrename { from_dir, .. } => from_dir,
         }
@@ -271,8 +269,7 @@ impl Undo {
             Undo::Data {
                 key,
                 offset,
-                len,
-                backup,
+                saved,
                 old_size,
                 atime,
                 mtime,
@@ -281,8 +278,11 @@ impl Undo {
                     Ok(a) => a,
                     Err(e) => return tolerate(Err(e)),
                 };
-                if *len > 0 {
-                    match lower.lookup(b.dir, backup) {
+                match saved {
+                    Saved::Inline(data) if !data.is_empty() => {
+                        tolerate(lower.write(cx, key, *offset, data, false).map(|_| ()))?;
+                    }
+                    Saved::Backup { name, len } if *len > 0 => match lower.lookup(b.dir, name) {
                         Ok((bk, battrs)) if battrs.size >= *len => {
                             lower.clone_range(cx, &bk, 0, key, *offset, *len)?;
                         }
@@ -290,26 +290,19 @@ impl Undo {
                         // never made either (the entry is written after the backup).
                         Ok(_) => {}
                         Err(e) => tolerate(Err(e))?,
-                    }
+                    },
+                    _ => {}
                 }
-                restore_size_and_times(lower, cx, key, now.size, *old_size, *atime, *mtime)
-            }
-            Undo::Bytes {
-                key,
-                offset,
-                data,
-                old_size,
-                atime,
-                mtime,
-            } => {
-                let now = match lower.getattr(key) {
-                    Ok(a) => a,
-                    Err(e) => return tolerate(Err(e)),
+                let mut set = SetAttrs {
+                    atime: Some(SetTime::Client(*atime)),
+                    mtime: Some(SetTime::Client(*mtime)),
+                    ..SetAttrs::default()
                 };
-                if !data.is_empty() {
-                    tolerate(lower.write(cx, key, *offset, data, false).map(|_| ()))?;
+                let size_now = lower.getattr(key).map(|a| a.size).unwrap_or(now.size);
+                if size_now != *old_size {
+                    set.size = Some(*old_size);
                 }
-                restore_size_and_times(lower, cx, key, now.size, *old_size, *atime, *mtime)
+                tolerate(lower.setattr(cx, key, &set).map(|_| ()))
             }
             Undo::Attrs {
                 key,
@@ -357,29 +350,6 @@ impl Undo {
     }
 }
 
-/// The last step of undoing a data change: the size (when it differs) and the times
-/// the file had.
-fn restore_size_and_times(
-    lower: &dyn Backend,
-    cx: &OpCtx,
-    key: &FileKey,
-    size_before: u64,
-    old_size: u64,
-    atime: Timestamp,
-    mtime: Timestamp,
-) -> crate::Result<()> {
-    let mut set = SetAttrs {
-        atime: Some(SetTime::Client(atime)),
-        mtime: Some(SetTime::Client(mtime)),
-        ..SetAttrs::default()
-    };
-    let size_now = lower.getattr(key).map(|a| a.size).unwrap_or(size_before);
-    if size_now != old_size {
-        set.size = Some(old_size);
-    }
-    tolerate(lower.setattr(cx, key, &set).map(|_| ()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -391,8 +361,10 @@ mod tests {
             Undo::Data {
                 key: Bytes::from_static(b"k"),
                 offset: 9,
-                len: 3,
-                backup: Bytes::from_static(b"b"),
+                saved: Saved::Backup {
+                    name: Bytes::from_static(b"b"),
+                    len: 3,
+                },
                 old_size: 12,
                 atime: t,
                 mtime: t,
@@ -420,10 +392,10 @@ mod tests {
                 name: Bytes::from_static(b"n"),
                 backup: Bytes::from_static(b"1.2"),
             },
-            Undo::Bytes {
+            Undo::Data {
                 key: Bytes::from_static(b"k"),
                 offset: 4,
-                data: Bytes::from_static(b"old"),
+                saved: Saved::Inline(Bytes::from_static(b"old")),
                 old_size: 7,
                 atime: t,
                 mtime: t,
