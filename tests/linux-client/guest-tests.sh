@@ -1,5 +1,5 @@
 #!/bin/sh
-# Runs INSIDE the guest (busybox ash, as root) as /share/run.sh: the real Linux NFSv4.1 client
+# Runs INSIDE the guest (busybox ash, as root) as /share/run.sh: the real Linux NFSv4 client (4.2 by default, MOUNT_VERS)
 # against the server on the host (10.0.2.100:2049 -> 127.0.0.1:$PORT).  Every check prints a
 # "PASS: ..." or "FAIL: ..." line; the script exits non-zero if any check failed.  A check that
 # makes later steps meaningless (mount) ends the script at once.  "TIME <step>: N s" per step.
@@ -132,15 +132,18 @@ echo "guest $(hostname), kernel $(uname -r), server $SRV:$EXPORT_PATH"
 # ---------------------------------------------------------------- mount
 begin mount 60
 mkdir -p $M
-if mount.nfs4 "$SRV:$EXPORT_PATH" $M -o vers=4.1,proto=tcp,port=2049,hard,timeo=600; then
-  pass "mount $SRV:$EXPORT_PATH (vers=4.1)"
+# MOUNT_VERS (params.sh): empty = the client's defaults (Linux negotiates the highest minor
+# version it knows, 4.2), else an explicit vers= option.
+if [ -n "${MOUNT_VERS:-}" ]; then set -- -o "vers=$MOUNT_VERS"; WANT_VERS=$MOUNT_VERS; else set --; WANT_VERS=4.2; fi
+if mount.nfs4 "$SRV:$EXPORT_PATH" $M "$@"; then
+  pass "mount $SRV:$EXPORT_PATH ${*:-(default options)}"
 else
-  fail "mount $SRV:$EXPORT_PATH failed"
+  fail "mount $SRV:$EXPORT_PATH ${*:-(default options)} failed"
   echo "--- dmesg tail"; dmesg | tail -20
   finish
 fi
 grep " $M " /proc/mounts
-check "mount is NFSv4.1" grep -q " $M nfs4 .*vers=4.1" /proc/mounts
+check "mount is NFSv$WANT_VERS" grep -q " $M nfs4 .*vers=$WANT_VERS" /proc/mounts
 end
 
 # ---------------------------------------------------------------- a: 64 MiB file

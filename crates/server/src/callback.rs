@@ -73,6 +73,11 @@ pub struct SessionCallback {
 #[derive(Debug)]
 struct Inner {
     params: CallbackParams,
+    /// The minor version the client speaks on this session (that of the COMPOUND that
+    /// bound the back channel): every CB_COMPOUND carries it (RFC 8881 §20, RFC 7862
+    /// §1). The Linux client finds the session of a callback by its minor version and
+    /// rejects any other, so a 4.2 mount must get 4.2 callbacks.
+    minor: u32,
     /// Connections bound for the back channel, oldest first.
     conns: Vec<BackChannel>,
     path: PathState,
@@ -97,12 +102,12 @@ impl SessionCallback {
         *self.slot.lock().await
     }
 
-    /// The open connection to call on, with the program and credential.
-    fn target(&self) -> Option<(BackChannel, u32, Credential)> {
+    /// The open connection to call on, with the program, credential and minor version.
+    fn target(&self) -> Option<(BackChannel, u32, Credential, u32)> {
         let mut g = self.lock();
         g.conns.retain(|c| !c.is_closed());
         let bc = g.conns.first()?.clone();
-        Some((bc, g.params.program, credential(&g.params.sec)))
+        Some((bc, g.params.program, credential(&g.params.sec), g.minor))
     }
 }
 
@@ -171,7 +176,8 @@ impl Callbacks {
     }
 
     /// Bind connection `conn` to the back channel of `session` (CREATE_SESSION with
-    /// CONN_BACK_CHAN, BIND_CONN_TO_SESSION for BACK or BOTH) and probe it. Without a
+    /// CONN_BACK_CHAN, BIND_CONN_TO_SESSION for BACK or BOTH) and probe it; callbacks
+    /// carry `minor`, the minor version of the COMPOUND that bound it. Without a
     /// transport handle for `conn` (the simulation runs the executor without sockets)
     /// the session is recorded as asking for callbacks but left `Probing`.
     pub fn bind(
@@ -179,6 +185,7 @@ impl Callbacks {
         client: ClientId,
         session: SessionId,
         params: CallbackParams,
+        minor: u32,
         conn: u64,
         timeout: Duration,
     ) {
@@ -192,6 +199,7 @@ impl Callbacks {
                     id: session,
                     inner: Mutex::new(Inner {
                         params: params.clone(),
+                        minor,
                         conns: Vec::new(),
                         path: PathState::Probing,
                         generation: 0,
@@ -204,6 +212,7 @@ impl Callbacks {
         {
             let mut g = s.lock();
             g.params = params;
+            g.minor = minor;
             if let Some(bc) = bc {
                 if !g.conns.iter().any(|c| c.conn_id() == conn) {
                     g.conns.push(bc);
@@ -333,7 +342,7 @@ fn probe(s: Arc<SessionCallback>, timeout: Duration) {
 
 /// CB_NULL on the session's back channel.
 pub async fn cb_null(s: &SessionCallback, timeout: Duration) -> Result<(), CallbackFailure> {
-    let (bc, prog, cred) = s.target().ok_or(CallbackFailure::NoBackChannel)?;
+    let (bc, prog, cred, _) = s.target().ok_or(CallbackFailure::NoBackChannel)?;
     bc.call(prog, CB_VERSION, CB_NULL, &cred, Bytes::new(), timeout)
         .await?;
     Ok(())
@@ -351,7 +360,7 @@ pub async fn cb_compound(
 ) -> Result<Vec<nfs_cb_resop4>, CallbackFailure> {
     let mut slot = s.slot.lock().await;
     let seqid = *slot;
-    let (bc, prog, cred) = s.target().ok_or(CallbackFailure::NoBackChannel)?;
+    let (bc, prog, cred, minorversion) = s.target().ok_or(CallbackFailure::NoBackChannel)?;
     let mut argarray = Vec::with_capacity(ops.len() + 1);
     argarray.push(nfs_cb_argop4::OP_CB_SEQUENCE(CB_SEQUENCE4args {
         csa_sessionid: s.id,
@@ -364,7 +373,7 @@ pub async fn cb_compound(
     argarray.extend(ops);
     let args = CB_COMPOUND4args {
         tag: Bytes::new(),
-        minorversion: 1,
+        minorversion,
         // Ignored in NFSv4.1 (RFC 8881 §20.9); knfsd sends 0 as well.
         callback_ident: 0,
         argarray,

@@ -439,3 +439,60 @@ async fn an_open_that_denies_reading_recalls_a_read_delegation() {
     assert_eq!(st, nfsstat4::NFS4_OK);
     assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
 }
+
+/// A client on NFSv4.1 and one on NFSv4.2 (what Linux mounts by default) each get
+/// their recall in their own minor version (RFC 8881 §20, RFC 7862 §1): the holder's
+/// callback service, like Linux's, refuses a CB_COMPOUND of another minor version
+/// with BADSESSION, so a recall in the wrong version is never answered and the writer
+/// waits the whole recall wait while the holder keeps reading stale cached bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recalls_carry_the_minor_version_of_the_holders_session() {
+    for minor in [1, 2] {
+        let srv = deleg_server(10_000).await;
+        let mut o = other_client(&srv, &["f"], b"x").await;
+        let mut a = Holder::with_minor(&srv, b"holder-a", minor).await;
+        let (_, d, fh) = a.open("f", READ).await;
+        let dsid = deleg_stateid(&d);
+        let holder = tokio::spawn(async move {
+            let recall = a.next_recall(T).await;
+            let st = match &recall {
+                Some(r) => a.delegreturn(&fh, &r.stateid).await,
+                None => nfsstat4::NFS4ERR_NOENT,
+            };
+            (a, recall, st)
+        });
+        let anonymous = stateid4 {
+            seqid: 0,
+            other: [0; 12],
+        };
+        let (_, ops) = conflicts("f", &anonymous).swap_remove(4);
+        let t0 = Instant::now();
+        let r = o.run(ops).await;
+        let held_for = t0.elapsed();
+        let (a, recall, st) = holder.await.unwrap();
+        assert_eq!(r.status, nfsstat4::NFS4_OK, "4.{minor}: {:?}", r.resarray);
+        let recall = recall.unwrap_or_else(|| panic!("4.{minor}: no CB_RECALL answered"));
+        assert_eq!(recall.stateid, dsid, "4.{minor}: the recalled delegation");
+        assert_eq!(st, nfsstat4::NFS4_OK, "4.{minor}: DELEGRETURN");
+        let versions: Vec<u32> =
+            a.p.calls
+                .iter()
+                .filter(|c| c.proc_num == 1)
+                .map(|c| {
+                    CB_COMPOUND4args::from_bytes(c.args.clone())
+                        .unwrap()
+                        .minorversion
+                })
+                .collect();
+        assert!(
+            !versions.is_empty() && versions.iter().all(|&v| v == minor),
+            "4.{minor}: CB_COMPOUND minor versions {versions:?}"
+        );
+        assert!(
+            held_for < Duration::from_secs(1),
+            "4.{minor}: the write waited {held_for:?} (recall not answered?)"
+        );
+        let s = srv.server.core().unwrap().delegations().stats();
+        assert_eq!((s.recalled, s.returned, s.revoked), (1, 1, 0), "4.{minor}");
+    }
+}

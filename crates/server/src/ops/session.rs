@@ -202,6 +202,7 @@ pub fn create_session(c: &mut Compound, a: &CREATE_SESSION4args) -> OpResult {
             a.csa_clientid,
             id,
             cb_for_channel,
+            c.minor,
             c.conn,
             c.srv.cfg.callback_timeout(),
         );
@@ -267,6 +268,7 @@ pub fn sequence(
             session.client,
             a.sa_sessionid,
             params,
+            c.minor,
             c.conn,
             c.srv.cfg.callback_timeout(),
         );
@@ -354,6 +356,7 @@ pub fn bind_conn_to_session(c: &mut Compound, a: &BIND_CONN_TO_SESSION4args) -> 
             client,
             a.bctsa_sessid,
             params,
+            c.minor,
             c.conn,
             c.srv.cfg.callback_timeout(),
         );

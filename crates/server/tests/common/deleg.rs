@@ -54,7 +54,13 @@ pub struct Holder {
 
 impl Holder {
     pub async fn new(srv: &TestServer, owner: &'static [u8]) -> Holder {
+        Holder::with_minor(srv, owner, 1).await
+    }
+
+    /// A holder speaking NFSv4.`minor` (its callback service refuses other versions).
+    pub async fn with_minor(srv: &TestServer, owner: &'static [u8], minor: u32) -> Holder {
         let mut p = Peer::connect(srv.addr, true).await;
+        p.minor = minor;
         let (sid, _) = new_session(&mut p, owner, true).await;
         p.next_call(T).await.expect("the back channel is probed");
         wait_path(srv, &sid, PathState::Up).await;

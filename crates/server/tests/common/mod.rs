@@ -103,9 +103,13 @@ pub fn sys_cred(uid: u32, gid: u32) -> Credential {
 }
 
 pub fn encode_compound(ops: Vec<nfs_argop4>) -> Bytes {
+    encode_compound_minor(ops, 1)
+}
+
+pub fn encode_compound_minor(ops: Vec<nfs_argop4>, minorversion: u32) -> Bytes {
     COMPOUND4args {
         tag: Bytes::from_static(b"t"),
-        minorversion: 1,
+        minorversion,
         argarray: ops,
     }
     .to_bytes()

@@ -41,6 +41,10 @@ pub struct Peer {
     pub answer: bool,
     /// The status CB_NOTIFY is answered with.
     pub notify_status: nfsstat4,
+    /// The minor version of its COMPOUNDs, and the only one its callback service
+    /// knows: like the Linux client, which finds the session of a CB_COMPOUND by its
+    /// minor version, it answers CB_SEQUENCE of any other with NFS4ERR_BADSESSION.
+    pub minor: u32,
     /// Every CALL received, in order.
     pub calls: Vec<ServerCall>,
     /// CALLs received but not yet taken by `next_call`.
@@ -53,6 +57,7 @@ impl Peer {
             s: TcpStream::connect(addr).await.expect("connect"),
             xid: 1,
             answer,
+            minor: 1,
             notify_status: nfsstat4::NFS4_OK,
             getattr_answer: None,
             calls: Vec::new(),
@@ -108,8 +113,16 @@ impl Peer {
             1 => {
                 let args = CB_COMPOUND4args::from_bytes(call.args.clone()).expect("CB args");
                 let mut resarray = Vec::new();
+                let mut status = nfsstat4::NFS4_OK;
                 for op in args.argarray {
                     match op {
+                        nfs_cb_argop4::OP_CB_SEQUENCE(_) if args.minorversion != self.minor => {
+                            status = nfsstat4::NFS4ERR_BADSESSION;
+                            resarray.push(nfs_cb_resop4::OP_CB_SEQUENCE(CB_SEQUENCE4res::default(
+                                status,
+                            )));
+                            break;
+                        }
                         nfs_cb_argop4::OP_CB_SEQUENCE(a) => {
                             resarray.push(nfs_cb_resop4::OP_CB_SEQUENCE(CB_SEQUENCE4res::NFS4_OK(
                                 CB_SEQUENCE4resok {
@@ -151,7 +164,7 @@ impl Peer {
                     }
                 }
                 CB_COMPOUND4res {
-                    status: nfsstat4::NFS4_OK,
+                    status,
                     tag: args.tag,
                     resarray,
                 }
@@ -179,7 +192,8 @@ impl Peer {
     pub async fn compound(&mut self, ops: Vec<nfs_argop4>) -> COMPOUND4res {
         let xid = self.xid;
         self.xid += 1;
-        let msg = encode_call(xid, 100003, 4, 1, &root_cred(), &encode_compound(ops));
+        let args = encode_compound_minor(ops, self.minor);
+        let msg = encode_call(xid, 100003, 4, 1, &root_cred(), &args);
         self.s.write_all(&record(&msg)).await.expect("write call");
         loop {
             match self.read(T).await {
