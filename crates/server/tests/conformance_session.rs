@@ -95,8 +95,9 @@ async fn confirmed(cl: &RpcClient, owner: &[u8], verifier: u8) -> (clientid4, se
 async fn exchange_id_with_an_undefined_flag_is_inval() {
     let srv = start_memory_server().await;
     let cl = connect(srv.addr).await;
-    // 0x8 and 0x1000_0000 are not defined by §18.35.1.
-    for flags in [0x8, 0x1000_0000] {
+    // 0x8 and 0x1000_0000 are not defined by §18.35.1; 0x4 (SUPP_FENCE_OPS) is only
+    // a server's flag, outside the mask of flags a client may send (as in knfsd).
+    for flags in [0x4, 0x8, 0x1000_0000] {
         let (st, _) = exchange(&cl, b"flags", 1, flags).await;
         assert_eq!(st, nfsstat4::NFS4ERR_INVAL, "eia_flags {flags:#x}");
     }
@@ -346,6 +347,43 @@ async fn small_channel_sizes_are_granted_and_enforced() {
         status_of(r.resarray.last().expect("results")),
         nfsstat4::NFS4ERR_REP_TOO_BIG
     );
+}
+
+/// A reply cache too small for any reply (§18.36.3: the server may not raise what the
+/// client asked to be smaller) is granted as asked; a request that asks to be cached
+/// then gets NFS4ERR_REP_TOO_BIG_TO_CACHE from SEQUENCE, and the same request without
+/// caching runs.
+#[tokio::test]
+async fn a_reply_cache_too_small_for_any_reply_is_granted_and_refuses_cachethis() {
+    let srv = start_memory_server().await;
+    let cl = connect(srv.addr).await;
+    let (_, e) = exchange(&cl, b"tiny-cache", 1, 0).await;
+    let e = e.expect("result");
+    let (st, s) = create(
+        &cl,
+        e.eir_clientid,
+        e.eir_sequenceid,
+        small_channel(1 << 20, 1 << 20, 16),
+        0,
+    )
+    .await;
+    assert_eq!(st, nfsstat4::NFS4_OK);
+    let s = s.expect("result");
+    assert_eq!(s.csr_fore_chan_attrs.ca_maxresponsesize_cached, 16);
+    let sid = s.csr_sessionid;
+    let r = call(
+        &cl,
+        vec![sequence(sid, 0, 1, true), nfs_argop4::OP_PUTROOTFH],
+    )
+    .await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_REP_TOO_BIG_TO_CACHE);
+    assert_eq!(r.resarray.len(), 1, "{:?}", r.resarray);
+    let r = call(
+        &cl,
+        vec![sequence(sid, 0, 1, false), nfs_argop4::OP_PUTROOTFH],
+    )
+    .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
 }
 
 // ---- Illegal operations (§15.2, §16.2.3) ----------------------------------------------

@@ -229,6 +229,11 @@ pub struct SequenceArgs {
     pub request_len: usize,
     /// The connection the request arrived on.
     pub conn: u64,
+    /// When the client asked for the reply to be cached (`sa_cachethis`): the size of
+    /// the reply up to and including SEQUENCE's own result. A reply cache smaller than
+    /// that cannot hold any reply: SEQUENCE fails with NFS4ERR_REP_TOO_BIG_TO_CACHE
+    /// before the slot is touched (RFC 8881 §18.46.3, §15.1.3.5; knfsd does the same).
+    pub cache_reply: Option<usize>,
 }
 
 /// SEQUENCE's decision for a known session.
@@ -315,6 +320,9 @@ pub enum SessionError {
     /// `NFS4ERR_REQ_TOO_BIG`.
     #[error("NFS4ERR_REQ_TOO_BIG")]
     ReqTooBig,
+    /// `NFS4ERR_REP_TOO_BIG_TO_CACHE`.
+    #[error("NFS4ERR_REP_TOO_BIG_TO_CACHE")]
+    RepTooBigToCache,
     /// `NFS4ERR_PERM`: an EXCHANGE_ID update from another principal (RFC 8881
     /// §18.35.5 case 9).
     #[error("NFS4ERR_PERM")]
@@ -734,6 +742,12 @@ impl SessionTable {
         }
         if args.request_len > rec.shared.fore.max_request as usize {
             return Err(SessionError::ReqTooBig);
+        }
+        if args
+            .cache_reply
+            .is_some_and(|n| n > rec.shared.fore.max_response_cached as usize)
+        {
+            return Err(SessionError::RepTooBigToCache);
         }
         let verdict = rec.slots.begin(args.slot, args.seqid, args.request_hash);
         let highest_slot = rec.slots.granted() - 1;

@@ -361,6 +361,7 @@ mod random_events {
                                 nops: 1,
                                 request_len: 100,
                                 conn: 1,
+                                cache_reply: None,
                             };
                             // BADSESSION after a refused DESTROY_CLIENTID destroyed it.
                             if let Ok(ok) = c.sequence(&args, now) {

@@ -255,7 +255,7 @@ pub fn execute_proc(
         let pre: Result<optable::Handler, nfsstat4> = if i == 0 {
             if let nfs_argop4::OP_SEQUENCE(sa) = &arg {
                 let hash = request_hash(&args);
-                match crate::ops::session::sequence(&mut c, sa, nops, args.len(), hash) {
+                match crate::ops::session::sequence(&mut c, sa, nops, args.len(), hash, out.len()) {
                     Ok((res, s)) => {
                         if !matches!(proc, TxnProc::Plain | TxnProc::Whole) {
                             match srv.txns.start(

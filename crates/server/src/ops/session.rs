@@ -27,6 +27,7 @@ fn session_status(e: SessionError) -> nfsstat4 {
         SessionError::TooSmall => NFS4ERR_TOOSMALL,
         SessionError::TooManyOps => NFS4ERR_TOO_MANY_OPS,
         SessionError::ReqTooBig => NFS4ERR_REQ_TOO_BIG,
+        SessionError::RepTooBigToCache => NFS4ERR_REP_TOO_BIG_TO_CACHE,
         SessionError::Perm => NFS4ERR_PERM,
         SessionError::ClidInUse => NFS4ERR_CLID_INUSE,
         SessionError::Delay => NFS4ERR_DELAY,
@@ -95,8 +96,9 @@ pub fn exchange_id(c: &mut Compound, a: &EXCHANGE_ID4args) -> OpResult {
         | EXCHGID4_FLAG_USE_NON_PNFS
         | EXCHGID4_FLAG_USE_PNFS_MDS
         | EXCHGID4_FLAG_USE_PNFS_DS
-        | EXCHGID4_FLAG_UPD_CONFIRMED_REC_A
-        | EXCHGID4_FLAG_SUPP_FENCE_OPS;
+        | EXCHGID4_FLAG_UPD_CONFIRMED_REC_A;
+    // SUPP_FENCE_OPS (0x4) and CONFIRMED_R are flags of the server's reply: a client
+    // sending them gets NFS4ERR_INVAL, as from knfsd's EXCHGID4_FLAG_MASK_A.
     if flags & !known != 0 || flags & EXCHGID4_FLAG_CONFIRMED_R != 0 {
         return Err(nfsstat4::NFS4ERR_INVAL.into());
     }
@@ -232,7 +234,10 @@ pub fn sequence(
     nops: u32,
     req_len: usize,
     req_hash: u64,
+    reply_head: usize,
 ) -> Result<(SEQUENCE4resok, Arc<Session>), SeqFail> {
+    // SEQUENCE's own result: opcode, status, SEQUENCE4resok (session id, five u32s).
+    const SEQUENCE_RESULT: usize = 4 + 4 + 16 + 5 * 4;
     let args = SequenceArgs {
         session: a.sa_sessionid,
         slot: a.sa_slotid,
@@ -241,6 +246,7 @@ pub fn sequence(
         nops,
         request_len: req_len,
         conn: c.conn,
+        cache_reply: a.sa_cachethis.then_some(reply_head + SEQUENCE_RESULT),
     };
     // One acquisition: session lookup, limits, slot rules, renewal and binding.
     let ok = c

@@ -93,6 +93,7 @@ fn seq(session: SessionId, slot: u32, seqid: u32, conn: u64) -> SequenceArgs {
         nops: 2,
         request_len: 100,
         conn,
+        cache_reply: None,
     }
 }
 

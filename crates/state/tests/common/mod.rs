@@ -112,6 +112,7 @@ pub fn sequence_args(session: SessionId, seqid: u32) -> SequenceArgs {
         nops: 2,
         request_len: 200,
         conn: 1,
+        cache_reply: None,
     }
 }
 
