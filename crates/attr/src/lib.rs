@@ -76,6 +76,12 @@ pub mod fattr {
     pub const MOUNTED_ON_FILEID: u32 = 55;
     pub const MODE_SET_MASKED: u32 = 74;
     pub const SUPPATTR_EXCLCREAT: u32 = 75;
+    // NFSv4.2 (RFC 7862 §12.2, RFC 8275, RFC 8276).
+    pub const CLONE_BLKSIZE: u32 = 77;
+    pub const SPACE_FREED: u32 = 78;
+    pub const CHANGE_ATTR_TYPE: u32 = 79;
+    pub const MODE_UMASK: u32 = 81;
+    pub const XATTR_SUPPORT: u32 = 82;
 }
 
 /// `nfs_ftype4` values.
@@ -157,6 +163,22 @@ const SUPPORTED: &[u32] = &[
     fattr::SUPPATTR_EXCLCREAT,
 ];
 
+/// What NFSv4.2 adds to [`SUPPORTED`] (RFC 7862 §12.2, RFC 8275, RFC 8276); not
+/// reported to, nor accepted from, a 4.1 COMPOUND (as knfsd's per-minor-version sets).
+const SUPPORTED_42: &[u32] = &[
+    fattr::CLONE_BLKSIZE,
+    fattr::SPACE_FREED,
+    fattr::CHANGE_ATTR_TYPE,
+    fattr::MODE_UMASK,
+    fattr::XATTR_SUPPORT,
+];
+
+/// `change_attr_type4` (RFC 7862 §12.2.3): what the `change` attribute promises. The
+/// backends keep it increasing while the server runs but not across a restart in every
+/// case (the local backend's is the ctime plus an in-memory tie-breaker), so nothing
+/// stronger than "undefined" is claimed.
+const NFS4_CHANGE_TYPE_IS_UNDEFINED: u32 = 4;
+
 /// Attributes a client may set (SETATTR, CREATE, OPEN createattrs).
 const WRITABLE: &[u32] = &[
     fattr::SIZE,
@@ -203,6 +225,12 @@ pub struct FsInfo {
     pub fh_expire_type: u32,
     pub link_support: bool,
     pub symlink_support: bool,
+    /// The minor version of the COMPOUND asking: which attributes exist for it.
+    pub minor: u32,
+    /// FATTR4_CLONE_BLKSIZE: the alignment CLONE needs (0 where CLONE is not offered).
+    pub clone_blksize: u32,
+    /// FATTR4_XATTR_SUPPORT.
+    pub xattr_support: bool,
 }
 
 /// Everything an attribute value may be computed from, for one object.
@@ -313,9 +341,25 @@ fn is_supported(bit: u32) -> bool {
     SUPPORTED.contains(&bit)
 }
 
-/// The bitmap of every attribute we support (the FATTR4_SUPPORTED_ATTRS value).
+fn is_supported_in(bit: u32, minor: u32) -> bool {
+    is_supported(bit) || (minor >= 2 && SUPPORTED_42.contains(&bit))
+}
+
+/// The bitmap of every NFSv4.1 attribute we support (the FATTR4_SUPPORTED_ATTRS value
+/// of a 4.1 COMPOUND).
 pub fn supported_attrs() -> Vec<u32> {
     bitmap_of(SUPPORTED)
+}
+
+/// The FATTR4_SUPPORTED_ATTRS value for a COMPOUND of minor version `minor`.
+pub fn supported_attrs_in(minor: u32) -> Vec<u32> {
+    let mut v = supported_attrs();
+    if minor >= 2 {
+        for &b in SUPPORTED_42 {
+            bitmap_set(&mut v, b);
+        }
+    }
+    v
 }
 
 /// The FATTR4_SUPPATTR_EXCLCREAT value: attributes allowed in an EXCLUSIVE4_1 create's
@@ -378,7 +422,11 @@ enum Kind {
     Spec,
     Bitmap,
     Fh,
-    Owner { group: bool },
+    Owner {
+        group: bool,
+    },
+    /// `mode_umask4`: a mode and the umask to apply to it (RFC 8275).
+    ModeUmask,
 }
 
 fn kind(bit: u32) -> Option<Kind> {
@@ -402,6 +450,10 @@ fn kind(bit: u32) -> Option<Kind> {
         FILEHANDLE => Kind::Fh,
         OWNER => Kind::Owner { group: false },
         OWNER_GROUP => Kind::Owner { group: true },
+        CLONE_BLKSIZE | CHANGE_ATTR_TYPE => Kind::U32,
+        SPACE_FREED => Kind::U64,
+        XATTR_SUPPORT => Kind::Bool,
+        MODE_UMASK => Kind::ModeUmask,
         _ => return None,
     })
 }
@@ -421,6 +473,8 @@ enum Value {
     Fh(Bytes),
     /// `None`: a string that maps to no id.
     Owner(Option<u32>),
+    /// (mode, umask).
+    ModeUmask(u32, u32),
 }
 
 fn ftype4(t: FileType) -> u32 {
@@ -443,7 +497,7 @@ fn our_value(bit: u32, src: &AttrSource) -> Option<Value> {
     let fs = src.fs;
     let st = src.fsstats;
     Some(match bit {
-        SUPPORTED_ATTRS => Value::Bitmap(supported_attrs()),
+        SUPPORTED_ATTRS => Value::Bitmap(supported_attrs_in(fs.minor)),
         TYPE => Value::U32(ftype4(a.ftype)),
         FH_EXPIRE_TYPE => Value::U32(fs.fh_expire_type),
         CHANGE => Value::U64(a.change),
@@ -487,6 +541,15 @@ fn our_value(bit: u32, src: &AttrSource) -> Option<Value> {
         TIME_MODIFY => Value::Time(a.mtime),
         MOUNTED_ON_FILEID => Value::U64(src.mounted_on_fileid),
         SUPPATTR_EXCLCREAT => Value::Bitmap(suppattr_exclcreat()),
+        CLONE_BLKSIZE => Value::U32(fs.clone_blksize),
+        // What removing the object would free: its space, unless other names keep it.
+        SPACE_FREED => Value::U64(if a.nlink <= 1 || a.ftype == FileType::Directory {
+            a.space_used
+        } else {
+            0
+        }),
+        CHANGE_ATTR_TYPE => Value::U32(NFS4_CHANGE_TYPE_IS_UNDEFINED),
+        XATTR_SUPPORT => Value::Bool(fs.xattr_support),
         _ => return None,
     })
 }
@@ -523,6 +586,10 @@ fn put_value(out: &mut BytesMut, v: &Value) {
         }
         Value::Fh(fh) => put_opaque(out, fh),
         Value::Owner(id) => put_opaque(out, owner_string(id.unwrap_or(NOBODY_ID)).as_bytes()),
+        Value::ModeUmask(mode, umask) => {
+            put_u32(out, *mode);
+            put_u32(out, *umask);
+        }
     }
 }
 
@@ -564,13 +631,14 @@ fn get_value(k: Kind, src: &mut Bytes) -> Result<Value, AttrError> {
             let s = get_opaque(src, MAX_OWNER_LEN)?;
             Value::Owner(parse_owner(&s, group))
         }
+        Kind::ModeUmask => Value::ModeUmask(get_u32(src)?, get_u32(src)?),
     })
 }
 
 /// Check a client's mask: every attribute must be supported (else `NotSupp` with the
 /// lowest offending number), then `allowed` must accept each (else `Inval`).
-fn check_mask(mask: &[u32], allowed: impl Fn(u32) -> bool) -> Result<(), AttrError> {
-    if let Some(bit) = set_bits(mask).find(|&b| !is_supported(b)) {
+fn check_mask(mask: &[u32], minor: u32, allowed: impl Fn(u32) -> bool) -> Result<(), AttrError> {
+    if let Some(bit) = set_bits(mask).find(|&b| !is_supported_in(b, minor)) {
         return Err(AttrError::NotSupp(bit));
     }
     if set_bits(mask).any(|b| !allowed(b)) {
@@ -611,7 +679,8 @@ pub fn encode(request: &[u32], src: &AttrSource) -> (Vec<u32>, Bytes) {
     let mut bitmap = Vec::new();
     let mut out = BytesMut::new();
     let failed = matches!(src.rdattr_error, Some(e) if e != 0);
-    for &bit in SUPPORTED {
+    let v42: &[u32] = if src.fs.minor >= 2 { SUPPORTED_42 } else { &[] };
+    for &bit in SUPPORTED.iter().chain(v42) {
         if !bitmap_isset(request, bit) || (failed && bit != fattr::RDATTR_ERROR) {
             continue;
         }
@@ -633,13 +702,31 @@ pub fn encode(request: &[u32], src: &AttrSource) -> (Vec<u32>, Bytes) {
 ///
 /// Returns the changes and the attrsset bitmap (the mask, trimmed).
 pub fn decode_setattrs(mask: &[u32], vals: &Bytes) -> Result<(SetAttrs, Vec<u32>), AttrError> {
-    check_mask(mask, |b| WRITABLE.contains(&b))?;
+    decode_setattrs_in(mask, vals, 1)
+}
+
+/// [`decode_setattrs`] for a COMPOUND of minor version `minor`: in 4.2 MODE_UMASK too
+/// (RFC 8275), which sets the mode to `mode & !umask` (there are no inheritable ACLs
+/// here to make the umask not apply). Given with MODE, it is `Inval`. Only creating
+/// operations take it: SETATTR must refuse an attrsset that contains it.
+pub fn decode_setattrs_in(
+    mask: &[u32],
+    vals: &Bytes,
+    minor: u32,
+) -> Result<(SetAttrs, Vec<u32>), AttrError> {
+    check_mask(mask, minor, |b| {
+        WRITABLE.contains(&b) || b == fattr::MODE_UMASK
+    })?;
+    if bitmap_isset(mask, fattr::MODE) && bitmap_isset(mask, fattr::MODE_UMASK) {
+        return Err(AttrError::Inval);
+    }
     let mut sa = SetAttrs::default();
     let mut attrsset = Vec::new();
     for (bit, v) in get_values(mask, vals)? {
         match (bit, v) {
             (fattr::SIZE, Value::U64(x)) => sa.size = Some(x),
             (fattr::MODE, Value::U32(x)) => sa.mode = Some(x & 0o7777),
+            (fattr::MODE_UMASK, Value::ModeUmask(m, u)) => sa.mode = Some(m & !u & 0o7777),
             (fattr::OWNER, Value::Owner(id)) => sa.uid = Some(id.ok_or(AttrError::BadOwner)?),
             (fattr::OWNER_GROUP, Value::Owner(id)) => sa.gid = Some(id.ok_or(AttrError::BadOwner)?),
             (fattr::TIME_ACCESS_SET, Value::SetTime(t)) => sa.atime = Some(check_settime(t)?),
@@ -669,8 +756,8 @@ fn check_settime(t: SetTime) -> Result<SetTime, AttrError> {
 /// strings are compared by the id they map to (so "1000@domain" equals our "1000"); one
 /// that maps to no id is simply unequal.
 pub fn compare(mask: &[u32], vals: &Bytes, src: &AttrSource) -> Result<bool, AttrError> {
-    check_mask(mask, |b| {
-        b != fattr::RDATTR_ERROR && !WRITE_ONLY.contains(&b)
+    check_mask(mask, src.fs.minor, |b| {
+        b != fattr::RDATTR_ERROR && !WRITE_ONLY.contains(&b) && b != fattr::MODE_UMASK
     })?;
     let theirs = get_values(mask, vals)?;
     let mut equal = true;
@@ -692,7 +779,9 @@ mod tests {
     #[test]
     fn supported_table_is_sorted_and_typed() {
         assert!(SUPPORTED.windows(2).all(|w| w[0] < w[1]));
-        for &b in SUPPORTED {
+        assert!(SUPPORTED_42.windows(2).all(|w| w[0] < w[1]));
+        assert!(SUPPORTED.last() < SUPPORTED_42.first());
+        for &b in SUPPORTED.iter().chain(SUPPORTED_42) {
             assert!(kind(b).is_some(), "attribute {b} has no wire kind");
         }
         for b in WRITABLE.iter().chain(EXCLCREAT).chain(FSSTATS) {

@@ -47,6 +47,9 @@ fn sample_fs() -> FsInfo {
         fh_expire_type: FH4_PERSISTENT,
         link_support: true,
         symlink_support: true,
+        minor: 1,
+        clone_blksize: 0,
+        xattr_support: false,
     }
 }
 
@@ -717,4 +720,60 @@ proptest! {
         }
         prop_assert_eq!(compare(&bm, &vals, &s), Ok(true));
     }
+}
+
+/// NFSv4.2 adds its attributes for a 4.2 COMPOUND only (RFC 7862 §12.2): a 4.1 one
+/// neither sees them in SUPPORTED_ATTRS nor may set MODE_UMASK; in 4.2 MODE_UMASK
+/// applies the umask, and is refused together with MODE.
+#[test]
+fn v42_attributes_exist_in_v42_only() {
+    use txnfs_attr::fattr::*;
+    let v41 = supported_attrs_in(1);
+    let v42 = supported_attrs_in(2);
+    for b in [
+        CLONE_BLKSIZE,
+        SPACE_FREED,
+        CHANGE_ATTR_TYPE,
+        MODE_UMASK,
+        XATTR_SUPPORT,
+    ] {
+        assert!(!bitmap_isset(&v41, b), "{b} in 4.1");
+        assert!(bitmap_isset(&v42, b), "{b} not in 4.2");
+    }
+    let mask = bitmap_of(&[MODE_UMASK]);
+    let vals = Bytes::from_static(&[0, 0, 0x01, 0xff, 0, 0, 0, 0o22]);
+    assert_eq!(
+        decode_setattrs(&mask, &vals).unwrap_err(),
+        AttrError::NotSupp(MODE_UMASK)
+    );
+    let (set, bits) = decode_setattrs_in(&mask, &vals, 2).unwrap();
+    assert_eq!(set.mode, Some(0o755));
+    assert_eq!(bits, mask);
+    let both = bitmap_of(&[MODE, MODE_UMASK]);
+    let vals = Bytes::from_static(&[0, 0, 0x01, 0xff, 0, 0, 0x01, 0xff, 0, 0, 0, 0o22]);
+    assert_eq!(
+        decode_setattrs_in(&both, &vals, 2).unwrap_err(),
+        AttrError::Inval
+    );
+    // Encoded for 4.2 only.
+    let mut fs = sample_fs();
+    let attrs = sample_attrs();
+    let request = bitmap_of(&[XATTR_SUPPORT, CLONE_BLKSIZE, SPACE_FREED]);
+    fn src<'a>(attrs: &'a Attrs, fs: &'a FsInfo) -> AttrSource<'a> {
+        AttrSource {
+            attrs,
+            fh: b"fh",
+            fs,
+            fsstats: None,
+            mounted_on_fileid: 1,
+            rdattr_error: None,
+        }
+    }
+    assert!(encode(&request, &src(&attrs, &fs)).0.is_empty());
+    fs.minor = 2;
+    fs.xattr_support = true;
+    fs.clone_blksize = 4096;
+    let (bits, vals) = encode(&request, &src(&attrs, &fs));
+    assert_eq!(bits, request);
+    assert_eq!(vals.len(), 4 + 8 + 4);
 }

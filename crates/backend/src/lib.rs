@@ -181,6 +181,17 @@ pub enum BackendError {
     NotSymlink,
     #[error("operation not supported")]
     NotSupp,
+    /// SEEK: no data at or after the offset, or the offset is at or past the end of
+    /// file (NFS4ERR_NXIO).
+    #[error("no such offset")]
+    Nxio,
+    /// The named extended attribute does not exist (NFS4ERR_NOXATTR).
+    #[error("no such extended attribute")]
+    NoXattr,
+    /// An extended attribute's value (or the list of names) is larger than the caller
+    /// takes or the file system allows (NFS4ERR_XATTR2BIG).
+    #[error("extended attribute too large")]
+    XattrTooBig,
     /// A layer refuses the call for now (e.g. a conflicting transaction holds the
     /// object); the client should retry later (NFS4ERR_DELAY).
     #[error("conflict, retry later")]
@@ -340,6 +351,27 @@ pub enum CloneMethod {
     Copy,
 }
 
+/// What [`Backend::seek`] looks for (NFSv4.2 SEEK, `lseek` SEEK_DATA / SEEK_HOLE).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeekWhat {
+    Data,
+    Hole,
+}
+
+/// How [`Backend::setxattr`] treats an existing attribute (RFC 8276 `setxattr_option4`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XattrSet {
+    /// Create or replace.
+    Either,
+    /// Fail with `Exists` if the attribute exists.
+    Create,
+    /// Fail with `NoXattr` if it does not.
+    Replace,
+}
+
+/// How an object's `change` moved across one change of its extended attributes.
+pub type XattrChange = DirChange;
+
 /// Hands the [`Backend`] methods, with their docs, to the macro `$then`, which writes an
 /// item from them: `backend_trait` writes the trait itself, and `layer` writes the
 /// `Layer` trait (each method forwards to the backend below) and its blanket `Backend`
@@ -444,6 +476,54 @@ macro_rules! with_backend_methods {
                 /// stored for one of them before its commit must be forgotten.
                 fn rolled_back_at_start(&self) -> Vec<u64> {
                     Vec::new()
+                }
+                /// NFSv4.2 ALLOCATE: reserve storage for `len` bytes at `offset` of a regular
+                /// file so that later writes there cannot fail for lack of space; a range
+                /// past the end of file extends the file (as `fallocate` mode 0). The data
+                /// read back does not change. Returns the attributes after.
+                fn allocate(&self, cx: &OpCtx, key: &FileKey, offset: u64, len: u64) -> Result<Attrs> {
+                    let _ = (cx, key, offset, len);
+                    Err(BackendError::NotSupp)
+                }
+                /// NFSv4.2 DEALLOCATE: `len` bytes at `offset` read back as zeros and, where
+                /// the file system can, take no storage (punch a hole); the size does not
+                /// change. Returns the attributes after.
+                fn deallocate(&self, cx: &OpCtx, key: &FileKey, offset: u64, len: u64) -> Result<Attrs> {
+                    let _ = (cx, key, offset, len);
+                    Err(BackendError::NotSupp)
+                }
+                /// NFSv4.2 SEEK: the first offset at or after `offset` that starts data
+                /// (`Data`) or a hole (`Hole`; the end of file counts as one). `Nxio` when
+                /// `offset` is at or past the end of file, or no data follows it.
+                fn seek(&self, cx: &OpCtx, key: &FileKey, offset: u64, what: SeekWhat) -> Result<u64> {
+                    let _ = (cx, key, offset, what);
+                    Err(BackendError::NotSupp)
+                }
+                /// Whether this backend stores extended attributes ([`Backend::getxattr`] and
+                /// the rest; NFSv4.2 `xattr_support`). Names are those of the user namespace
+                /// without its `user.` prefix, as RFC 8276 sends them.
+                fn xattr_support(&self) -> bool {
+                    false
+                }
+                /// The value of extended attribute `name` (`NoXattr` if there is none).
+                fn getxattr(&self, cx: &OpCtx, key: &FileKey, name: &[u8]) -> Result<Bytes> {
+                    let _ = (cx, key, name);
+                    Err(BackendError::NotSupp)
+                }
+                /// Set extended attribute `name` to `value` as `how` says.
+                fn setxattr(&self, cx: &OpCtx, key: &FileKey, name: &[u8], value: &[u8], how: XattrSet) -> Result<XattrChange> {
+                    let _ = (cx, key, name, value, how);
+                    Err(BackendError::NotSupp)
+                }
+                /// The names of the object's extended attributes, in a stable order.
+                fn listxattrs(&self, cx: &OpCtx, key: &FileKey) -> Result<Vec<Bytes>> {
+                    let _ = (cx, key);
+                    Err(BackendError::NotSupp)
+                }
+                /// Remove extended attribute `name` (`NoXattr` if there is none).
+                fn removexattr(&self, cx: &OpCtx, key: &FileKey, name: &[u8]) -> Result<XattrChange> {
+                    let _ = (cx, key, name);
+                    Err(BackendError::NotSupp)
                 }
             }
         }

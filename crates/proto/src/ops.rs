@@ -133,6 +133,13 @@ pub fn allowed_in_txn(op: nfs_opnum4) -> bool {
             | OP_LINK
             | OP_SETATTR
             | OP_COMMIT
+            // NFSv4.2: changes of a byte range, undone like a WRITE; and reads.
+            | OP_ALLOCATE
+            | OP_DEALLOCATE
+            | OP_COPY
+            | OP_CLONE
+            | OP_SEEK
+            | OP_READ_PLUS
     )
 }
 

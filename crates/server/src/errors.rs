@@ -26,6 +26,9 @@ pub fn backend_status(e: &BackendError) -> nfsstat4 {
         BackendError::SymlinkLoop => NFS4ERR_SYMLINK,
         BackendError::NotSymlink => NFS4ERR_INVAL,
         BackendError::NotSupp => NFS4ERR_NOTSUPP,
+        BackendError::Nxio => NFS4ERR_NXIO,
+        BackendError::NoXattr => NFS4ERR_NOXATTR,
+        BackendError::XattrTooBig => NFS4ERR_XATTR2BIG,
         BackendError::Conflict => NFS4ERR_DELAY,
         BackendError::Io(msg) => {
             tracing::warn!("backend I/O error: {msg}");

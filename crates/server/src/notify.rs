@@ -135,7 +135,7 @@ pub(crate) fn attrs_changed(c: &Compound, export: &Arc<Export>, key: &FileKey) {
             let ne_attrs = if t.attrs.is_empty() {
                 None
             } else {
-                c.srv.fattr(&fh, &t.attrs, Some(&attrs)).ok()
+                c.srv.fattr(&fh, &t.attrs, Some(&attrs), 1).ok()
             };
             let body = notify_attr4 {
                 na_changed_entry: notify_entry4 {
@@ -177,7 +177,7 @@ fn entry(c: &Compound, dir: &ObjFh, name: &[u8], obj: Obj, mask: &[u32]) -> noti
     let attrs = match obj {
         Some((key, attrs)) if !mask.is_empty() => {
             let fh = c.srv.obj_fh(&dir.export, key.clone());
-            c.srv.fattr(&fh, mask, Some(attrs)).ok()
+            c.srv.fattr(&fh, mask, Some(attrs), 1).ok()
         }
         _ => None,
     };

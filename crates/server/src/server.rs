@@ -521,10 +521,23 @@ impl Server {
         }
     }
 
-    fn fs_info(&self, fh: &Fh) -> FsInfo {
+    fn fs_info(&self, fh: &Fh, minor: u32) -> FsInfo {
         let fsid = match fh {
             Fh::Pseudo(_) => PSEUDO_FSID,
             Fh::Obj(o) => o.export.fsid(),
+        };
+        let (clone_blksize, xattr_support) = match fh {
+            Fh::Pseudo(_) => (0, false),
+            // CLONE is offered where blocks are shared; FICLONERANGE wants ranges
+            // aligned to the file system block (4 KiB on the file systems that share).
+            Fh::Obj(o) => (
+                if o.export.backend.clone_method() == txnfs_backend::CloneMethod::Reflink {
+                    4096
+                } else {
+                    0
+                },
+                o.export.backend.xattr_support(),
+            ),
         };
         FsInfo {
             fsid,
@@ -538,6 +551,9 @@ impl Server {
             fh_expire_type: 0, // FH4_PERSISTENT
             link_support: true,
             symlink_support: true,
+            minor,
+            clone_blksize,
+            xattr_support,
         }
     }
 
@@ -552,12 +568,13 @@ impl Server {
     }
 
     /// Hands `f` what the attribute layer needs about `fh`, whose attributes are
-    /// `attrs`, to encode or compare `mask`.
+    /// `attrs`, to encode or compare `mask` for a COMPOUND of minor version `minor`.
     fn with_attr_source<R>(
         &self,
         fh: &Fh,
         attrs: &Attrs,
         mask: &[u32],
+        minor: u32,
         f: impl FnOnce(&AttrSource) -> R,
     ) -> Result<R, OpError> {
         let stats = if txnfs_attr::needs_fsstats(mask) {
@@ -568,7 +585,7 @@ impl Server {
         } else {
             None
         };
-        let fs = self.fs_info(fh);
+        let fs = self.fs_info(fh, minor);
         let wire = self.fh_wire(fh);
         Ok(f(&AttrSource {
             attrs,
@@ -580,20 +597,23 @@ impl Server {
         }))
     }
 
-    /// Encode the requested attributes of `fh`; `known` avoids a second stat when the
-    /// caller (READDIR) already has them.
+    /// Encode the requested attributes of `fh` as a COMPOUND of minor version `minor`
+    /// sees them; `known` avoids a second stat when the caller (READDIR) already has
+    /// them.
     pub fn fattr(
         &self,
         fh: &Fh,
         request: &[u32],
         known: Option<&Attrs>,
+        minor: u32,
     ) -> Result<fattr4, OpError> {
         let attrs = match known {
             Some(a) => a.clone(),
             None => self.attrs_of(fh)?,
         };
-        let (attrmask, attr_vals) =
-            self.with_attr_source(fh, &attrs, request, |src| txnfs_attr::encode(request, src))?;
+        let (attrmask, attr_vals) = self.with_attr_source(fh, &attrs, request, minor, |src| {
+            txnfs_attr::encode(request, src)
+        })?;
         Ok(fattr4 {
             attrmask,
             attr_vals,
@@ -601,9 +621,9 @@ impl Server {
     }
 
     /// VERIFY/NVERIFY: whether the client's attributes equal ours.
-    pub fn compare_attrs(&self, fh: &Fh, f: &fattr4) -> Result<bool, OpError> {
+    pub fn compare_attrs(&self, fh: &Fh, f: &fattr4, minor: u32) -> Result<bool, OpError> {
         let attrs = self.attrs_of(fh)?;
-        self.with_attr_source(fh, &attrs, &f.attrmask, |src| {
+        self.with_attr_source(fh, &attrs, &f.attrmask, minor, |src| {
             txnfs_attr::compare(&f.attrmask, &f.attr_vals, src)
         })?
         .map_err(|e| OpError::Status(crate::errors::status_from_u32(e.nfsstat())))

@@ -18,7 +18,8 @@ use crate::memory::check_symlink_target;
 use crate::reflink::{copy_range, ficlonerange};
 use crate::{
     Attrs, Backend, BackendError, CloneMethod, CreateMode, Created, DirChange, DirEntry, FileKey,
-    FileType, FsStats, Linked, Made, NodeKind, OpCtx, RenameChange, Result, SetAttrs,
+    FileType, FsStats, Linked, Made, NodeKind, OpCtx, RenameChange, Result, SeekWhat, SetAttrs,
+    XattrChange, XattrSet,
 };
 
 /// Largest read answered in one call (a shorter read is not end of file).
@@ -499,5 +500,44 @@ impl Backend for LocalBackend {
             // An unlinked object is freed once its last descriptor closes: the caches'.
             self.forget_if_unlinked(key);
         }
+    }
+
+    fn allocate(&self, _cx: &OpCtx, key: &FileKey, offset: u64, len: u64) -> Result<Attrs> {
+        self.allocate_range(key, offset, len)
+    }
+
+    fn deallocate(&self, _cx: &OpCtx, key: &FileKey, offset: u64, len: u64) -> Result<Attrs> {
+        self.deallocate_range(key, offset, len)
+    }
+
+    fn seek(&self, _cx: &OpCtx, key: &FileKey, offset: u64, what: SeekWhat) -> Result<u64> {
+        self.seek_in(key, offset, what)
+    }
+
+    fn xattr_support(&self) -> bool {
+        self.xattrs
+    }
+
+    fn getxattr(&self, _cx: &OpCtx, key: &FileKey, name: &[u8]) -> Result<Bytes> {
+        self.get_xattr(key, name)
+    }
+
+    fn setxattr(
+        &self,
+        _cx: &OpCtx,
+        key: &FileKey,
+        name: &[u8],
+        value: &[u8],
+        how: XattrSet,
+    ) -> Result<XattrChange> {
+        self.set_xattr(key, name, value, how)
+    }
+
+    fn listxattrs(&self, _cx: &OpCtx, key: &FileKey) -> Result<Vec<Bytes>> {
+        self.list_xattrs(key)
+    }
+
+    fn removexattr(&self, _cx: &OpCtx, key: &FileKey, name: &[u8]) -> Result<XattrChange> {
+        self.remove_xattr(key, name)
     }
 }

@@ -23,6 +23,9 @@
 //!   another process may change the directory in between).
 //! * `clone_range` uses `FICLONERANGE` when a probe at open time showed that the file
 //!   system shares blocks (XFS, Btrfs), else it copies (ext4, tmpfs).
+//! * NFSv4.2: ALLOCATE and DEALLOCATE are `fallocate` (mode 0; punch hole with keep
+//!   size), SEEK is `lseek` SEEK_DATA / SEEK_HOLE, and extended attributes are the
+//!   file's `user.` attributes (the protocol's names without that prefix, as in knfsd).
 //! * Directory cookies are the file system's `d_off` values (stable on ext4, xfs, btrfs
 //!   and tmpfs since Linux 6.6). If the file system reports a `d_off` that cannot be
 //!   passed back to `lseek` (0 or negative), the entry gets an ordinal cookie instead
@@ -42,6 +45,7 @@ mod errors;
 mod fd_cache;
 mod handles;
 mod readdir;
+mod v42;
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -77,6 +81,8 @@ pub struct LocalBackend {
     held: Mutex<HashMap<FileKey, (Arc<OwnedFd>, usize)>>,
     /// What `clone_range` does here (probed once at open).
     clone: CloneMethod,
+    /// Whether the file system keeps `user.` extended attributes (probed once at open).
+    xattrs: bool,
 }
 
 impl std::fmt::Debug for LocalBackend {
@@ -137,8 +143,10 @@ impl LocalBackend {
             _ => st.st_dev as u64,
         };
         let clone = probe_reflink(&root_fd);
+        let xattrs = Self::probe_xattrs(&root_fd);
         Ok(LocalBackend {
             clone,
+            xattrs,
             root_key,
             root_dev: st.st_dev as u64,
             root_ino: st.st_ino as u64,

@@ -10,7 +10,7 @@ use super::{MemoryBackend, MAX_READ, REPORTED_FILES, ROOT_INO};
 use crate::{
     check_name, Attrs, Backend, BackendError, CloneMethod, CreateMode, Created, DirChange,
     DirEntry, FileKey, FileType, FsStats, Linked, Made, NodeKind, OpCtx, RenameChange, Result,
-    SetAttrs, NAME_MAX,
+    SeekWhat, SetAttrs, XattrChange, XattrSet, NAME_MAX,
 };
 
 impl Backend for MemoryBackend {
@@ -371,5 +371,44 @@ impl Backend for MemoryBackend {
         if last && inner.node(ino).is_ok_and(|n| n.attrs.nlink == 0) {
             inner.free_node(ino);
         }
+    }
+
+    fn allocate(&self, _cx: &OpCtx, key: &FileKey, offset: u64, len: u64) -> Result<Attrs> {
+        self.allocate_range(key, offset, len)
+    }
+
+    fn deallocate(&self, _cx: &OpCtx, key: &FileKey, offset: u64, len: u64) -> Result<Attrs> {
+        self.deallocate_range(key, offset, len)
+    }
+
+    fn seek(&self, _cx: &OpCtx, key: &FileKey, offset: u64, what: SeekWhat) -> Result<u64> {
+        self.seek_in(key, offset, what)
+    }
+
+    fn xattr_support(&self) -> bool {
+        true
+    }
+
+    fn getxattr(&self, _cx: &OpCtx, key: &FileKey, name: &[u8]) -> Result<Bytes> {
+        self.get_xattr(key, name)
+    }
+
+    fn setxattr(
+        &self,
+        _cx: &OpCtx,
+        key: &FileKey,
+        name: &[u8],
+        value: &[u8],
+        how: XattrSet,
+    ) -> Result<XattrChange> {
+        self.set_xattr(key, name, value, how)
+    }
+
+    fn listxattrs(&self, _cx: &OpCtx, key: &FileKey) -> Result<Vec<Bytes>> {
+        self.list_xattrs(key)
+    }
+
+    fn removexattr(&self, _cx: &OpCtx, key: &FileKey, name: &[u8]) -> Result<XattrChange> {
+        self.remove_xattr(key, name)
     }
 }

@@ -14,6 +14,7 @@
 
 mod backend;
 mod table;
+mod v42;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -94,6 +95,7 @@ impl MemoryBackend {
                 change: 1,
             },
             content: Content::Dir(Dir::new(ROOT_INO)),
+            xattrs: Default::default(),
         };
         let mut nodes = HashMap::new();
         nodes.insert(ROOT_INO, root);

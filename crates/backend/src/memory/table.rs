@@ -69,6 +69,8 @@ pub(super) enum Content {
 pub(super) struct Node {
     pub(super) attrs: Attrs,
     pub(super) content: Content,
+    /// Extended attributes (RFC 8276 names, without `user.`).
+    pub(super) xattrs: std::collections::BTreeMap<Bytes, Bytes>,
 }
 
 #[derive(Debug)]
@@ -386,7 +388,14 @@ impl Inner {
             ctime: t,
             change,
         };
-        self.nodes.insert(ino, Node { attrs, content });
+        self.nodes.insert(
+            ino,
+            Node {
+                attrs,
+                content,
+                xattrs: Default::default(),
+            },
+        );
         self.dir_mut(dir)?.insert(Bytes::copy_from_slice(name), ino);
         if is_dir {
             self.node_mut(dir)?.attrs.nlink += 1;

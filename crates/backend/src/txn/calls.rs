@@ -12,7 +12,8 @@ use super::{Txn, TxnLayer, HIDDEN};
 use crate::layer::Layer;
 use crate::{
     Attrs, Backend, BackendError, CloneMethod, CreateMode, Created, DirEntry, FileKey, FileType,
-    Linked, Made, NodeKind, OpCtx, RenameChange, Result, SetAttrs, TxnSpan,
+    Linked, Made, NodeKind, OpCtx, RenameChange, Result, SeekWhat, SetAttrs, TxnSpan, XattrChange,
+    XattrSet,
 };
 
 impl Layer for TxnLayer {
@@ -439,5 +440,87 @@ impl Layer for TxnLayer {
         let r = self.lower.clone_range(cx, src, src_off, dst, dst_off, len);
         self.mutated(owner);
         r
+    }
+
+    fn allocate(&self, cx: &OpCtx, key: &FileKey, offset: u64, len: u64) -> Result<Attrs> {
+        self.change_range(cx, key, offset, len, |cx| {
+            self.lower.allocate(cx, key, offset, len)
+        })
+    }
+
+    fn deallocate(&self, cx: &OpCtx, key: &FileKey, offset: u64, len: u64) -> Result<Attrs> {
+        self.change_range(cx, key, offset, len, |cx| {
+            self.lower.deallocate(cx, key, offset, len)
+        })
+    }
+
+    fn seek(&self, cx: &OpCtx, key: &FileKey, offset: u64, what: SeekWhat) -> Result<u64> {
+        let _g = self.lock(current_reader(), &[(locks::object(key), Mode::Shared)])?;
+        self.lower.seek(cx, key, offset, what)
+    }
+
+    fn getxattr(&self, cx: &OpCtx, key: &FileKey, name: &[u8]) -> Result<Bytes> {
+        let _g = self.lock(current_reader(), &[(locks::object(key), Mode::Shared)])?;
+        self.lower.getxattr(cx, key, name)
+    }
+
+    fn listxattrs(&self, cx: &OpCtx, key: &FileKey) -> Result<Vec<Bytes>> {
+        let _g = self.lock(current_reader(), &[(locks::object(key), Mode::Shared)])?;
+        self.lower.listxattrs(cx, key)
+    }
+
+    fn setxattr(
+        &self,
+        cx: &OpCtx,
+        key: &FileKey,
+        name: &[u8],
+        value: &[u8],
+        how: XattrSet,
+    ) -> Result<XattrChange> {
+        self.change_xattr(cx, key, |cx| self.lower.setxattr(cx, key, name, value, how))
+    }
+
+    fn removexattr(&self, cx: &OpCtx, key: &FileKey, name: &[u8]) -> Result<XattrChange> {
+        self.change_xattr(cx, key, |cx| self.lower.removexattr(cx, key, name))
+    }
+}
+
+impl TxnLayer {
+    /// A change of `len` bytes at `offset` of `key` that is not a write (ALLOCATE,
+    /// DEALLOCATE): locked like a write and, in a transaction, undone like one (the
+    /// range and the size are saved first).
+    fn change_range<R>(
+        &self,
+        cx: &OpCtx,
+        key: &FileKey,
+        offset: u64,
+        len: u64,
+        change: impl FnOnce(&OpCtx) -> Result<R>,
+    ) -> Result<R> {
+        let owner = Self::owner_of(cx);
+        let _g = self.lock(owner, &[(locks::object(key), Mode::Exclusive)])?;
+        if owner.is_txn() {
+            self.save_range(owner, key, offset, len.max(1))?;
+        }
+        let r = change(cx);
+        self.mutated(owner);
+        r
+    }
+
+    /// A change of an extended attribute: locked like a write; not undoable yet, so a
+    /// transaction may not make one (NotSupp, and the server refuses the op in a
+    /// transactional COMPOUND before it gets here).
+    fn change_xattr(
+        &self,
+        cx: &OpCtx,
+        key: &FileKey,
+        change: impl FnOnce(&OpCtx) -> Result<XattrChange>,
+    ) -> Result<XattrChange> {
+        let owner = Self::owner_of(cx);
+        if owner.is_txn() {
+            return Err(BackendError::NotSupp);
+        }
+        let _g = self.lock(owner, &[(locks::object(key), Mode::Exclusive)])?;
+        change(cx)
     }
 }

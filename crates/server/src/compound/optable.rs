@@ -9,7 +9,7 @@
 
 use super::{Compound, OpError, OpResult};
 use crate::nfs::{nfs_argop4 as A, nfs_opnum4, nfs_resop4 as R, nfsstat4, stateid4};
-use crate::ops::{attr, deleg, dir, fh, file, lock, session};
+use crate::ops::{attr, deleg, dir, fh, file, lock, session, v42};
 use crate::placement::Blocking;
 use bytes::{BufMut, BytesMut};
 use txnfs_proto::ops::OpInfo;
@@ -161,6 +161,8 @@ const OPEN_DELEGATION: usize = 4 + STATEID + 4 + 12 + 16;
 const MAX_IO: usize = 64 << 10;
 const FHSIZE: usize = 128;
 const PATH_MAX: usize = 4096;
+/// The largest extended attribute value (Linux's `XATTR_SIZE_MAX`).
+const XATTR_SIZE_MAX: usize = 64 << 10;
 
 fn pad4(n: usize) -> usize {
     n.div_ceil(4) * 4
@@ -233,6 +235,26 @@ fn read_reply(a: &A) -> usize {
         _ => MAX_IO,
     };
     STATUS + 4 + 4 + pad4(count)
+}
+
+/// READ_PLUS: eof, the segment count, and at most `count` bytes of data in segments
+/// of at least 20 bytes each besides their data (bounded: the handler stops when the
+/// reply is full).
+fn read_plus_reply(a: &A) -> usize {
+    let count = match a {
+        A::OP_READ_PLUS(r) => r.rpa_count as usize,
+        _ => MAX_IO,
+    };
+    STATUS + 4 + 4 + pad4(count) + 64 * 20
+}
+
+/// LISTXATTRS: cookie, names (at most `lxa_maxcount` bytes), eof.
+fn listxattrs_reply(a: &A) -> usize {
+    let maxcount = match a {
+        A::OP_LISTXATTRS(l) => l.lxa_maxcount as usize,
+        _ => MAX_IO,
+    };
+    STATUS + 8 + 4 + maxcount.min(MAX_IO) + 4
 }
 
 fn readdir_reply(a: &A) -> usize {
@@ -493,23 +515,53 @@ static TABLE: [OpEntry; 73] = [
         .blocks(Always),
     e(OP_RECLAIM_COMPLETE)
         .run(handler!(OP_RECLAIM_COMPLETE(a) => |c, a| session::reclaim_complete(c, &a))),
-    e(OP_ALLOCATE),
-    e(OP_COPY),
+    e(OP_ALLOCATE)
+        .run(handler!(OP_ALLOCATE(a) => |c, a| v42::allocate(c, &a)))
+        .blocks(Always),
+    e(OP_COPY)
+        .run(handler!(OP_COPY(a) => |c, a| v42::copy(c, &a)))
+        .blocks(Always)
+        // write_response4 (no callback id), copy_requirements4.
+        .reply(STATUS + 4 + 8 + 4 + 8 + 8),
+    // Inter-server copy is not offered (ADR 0025): NOTSUPP.
     e(OP_COPY_NOTIFY),
-    e(OP_DEALLOCATE),
-    e(OP_IO_ADVISE),
+    e(OP_DEALLOCATE)
+        .run(handler!(OP_DEALLOCATE(a) => |c, a| v42::deallocate(c, &a)))
+        .blocks(Always),
+    e(OP_IO_ADVISE)
+        .run(handler!(OP_IO_ADVISE(a) => |c, a| v42::io_advise(c, &a)))
+        .reply(STATUS + BITMAP),
+    // pNFS is not offered: the LAYOUT* ops and GETDEVICE* answer NOTSUPP.
     e(OP_LAYOUTERROR),
     e(OP_LAYOUTSTATS),
-    e(OP_OFFLOAD_CANCEL),
-    e(OP_OFFLOAD_STATUS),
-    e(OP_READ_PLUS),
-    e(OP_SEEK),
+    e(OP_OFFLOAD_CANCEL).run(handler!(OP_OFFLOAD_CANCEL(a) => |c, a| v42::offload_cancel(c, &a))),
+    e(OP_OFFLOAD_STATUS).run(handler!(OP_OFFLOAD_STATUS(a) => |c, a| v42::offload_status(c, &a))),
+    e(OP_READ_PLUS)
+        .run(handler!(OP_READ_PLUS(a) => |c, a| v42::read_plus(c, &a)))
+        .blocks(Always)
+        .reply_args(read_plus_reply),
+    e(OP_SEEK)
+        .run(handler!(OP_SEEK(a) => |c, a| v42::seek(c, &a)))
+        .reply(STATUS + 4 + 8),
+    // WRITE_SAME (application data blocks) is optional and not offered.
     e(OP_WRITE_SAME),
-    e(OP_CLONE),
-    e(OP_GETXATTR),
-    e(OP_SETXATTR),
-    e(OP_LISTXATTRS),
-    e(OP_REMOVEXATTR),
+    e(OP_CLONE)
+        .run(handler!(OP_CLONE(a) => |c, a| v42::clone(c, &a)))
+        .blocks(Always),
+    e(OP_GETXATTR)
+        .run(handler!(OP_GETXATTR(a) => |c, a| v42::getxattr(c, &a)))
+        .reply(STATUS + 4 + XATTR_SIZE_MAX),
+    e(OP_SETXATTR)
+        .run(handler!(OP_SETXATTR(a) => |c, a| v42::setxattr(c, &a)))
+        .blocks(Metadata)
+        .reply(STATUS + CHANGE_INFO),
+    e(OP_LISTXATTRS)
+        .run(handler!(OP_LISTXATTRS(a) => |c, a| v42::listxattrs(c, &a)))
+        .reply_args(listxattrs_reply),
+    e(OP_REMOVEXATTR)
+        .run(handler!(OP_REMOVEXATTR(a) => |c, a| v42::removexattr(c, &a)))
+        .blocks(Metadata)
+        .reply(STATUS + CHANGE_INFO),
 ];
 
 fn illegal(_c: &mut Compound, _a: A) -> OpResult {
@@ -740,6 +792,8 @@ mod tests {
             assert_eq!(entry(op).unwrap().may_block(&A::OP_GETFH), Metadata);
         }
         assert_eq!(entry(OP_COMMIT).unwrap().may_block(&A::OP_GETFH), Yes);
-        assert_eq!(entry(OP_COPY).unwrap().may_block(&A::OP_GETFH), No);
+        // Copying data blocks; an op answered NOTSUPP does not.
+        assert_eq!(entry(OP_COPY).unwrap().may_block(&A::OP_GETFH), Yes);
+        assert_eq!(entry(OP_LAYOUTGET).unwrap().may_block(&A::OP_GETFH), No);
     }
 }

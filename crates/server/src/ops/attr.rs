@@ -59,7 +59,7 @@ pub fn check_new_owner(set: &txnfs_backend::SetAttrs, creds: &Creds) -> Result<(
 pub fn getattr(c: &mut Compound, a: &GETATTR4args) -> OpResult {
     let fh = c.cfh()?.clone();
     let known = delegated_attrs(c, &fh, &a.attr_request)?;
-    let attrs = c.srv.fattr(&fh, &a.attr_request, known.as_ref())?;
+    let attrs = c.srv.fattr(&fh, &a.attr_request, known.as_ref(), c.minor)?;
     Ok(nfs_resop4::OP_GETATTR(GETATTR4res::NFS4_OK(
         GETATTR4resok {
             obj_attributes: attrs,
@@ -115,9 +115,16 @@ pub fn setattr(c: &mut Compound, a: &SETATTR4args) -> OpResult {
     if o.export.read_only {
         return Err(nfsstat4::NFS4ERR_ROFS.into());
     }
-    let (set, attrsset) =
-        txnfs_attr::decode_setattrs(&a.obj_attributes.attrmask, &a.obj_attributes.attr_vals)
-            .map_err(|e| status_from_u32(e.nfsstat()))?;
+    let (set, attrsset) = txnfs_attr::decode_setattrs_in(
+        &a.obj_attributes.attrmask,
+        &a.obj_attributes.attr_vals,
+        c.minor,
+    )
+    .map_err(|e| status_from_u32(e.nfsstat()))?;
+    // RFC 8275 §3: mode_umask is for creating operations only.
+    if txnfs_attr::bitmap_isset(&attrsset, txnfs_attr::fattr::MODE_UMASK) {
+        return Err(nfsstat4::NFS4ERR_INVAL.into());
+    }
     let cur = o.export.backend.getattr(&o.key)?;
     // Another client's delegation caches these attributes (and, for size, the data).
     crate::ops::deleg::clear(c, o, &cur, txnfs_state::Access::Modify)?;
@@ -164,7 +171,7 @@ pub fn setattr(c: &mut Compound, a: &SETATTR4args) -> OpResult {
 
 fn compare(c: &mut Compound, f: &fattr4) -> Result<bool, OpError> {
     let fh = c.cfh()?.clone();
-    c.srv.compare_attrs(&fh, f)
+    c.srv.compare_attrs(&fh, f, c.minor)
 }
 
 pub fn verify(c: &mut Compound, a: &VERIFY4args) -> OpResult {
@@ -210,12 +217,29 @@ pub fn access(c: &mut Compound, a: &ACCESS4args) -> OpResult {
     if !dir && p & X != 0 {
         granted |= ACCESS4_EXECUTE;
     }
-    let supported = ACCESS4_READ
+    let mut supported = ACCESS4_READ
         | ACCESS4_LOOKUP
         | ACCESS4_MODIFY
         | ACCESS4_EXTEND
         | ACCESS4_DELETE
         | ACCESS4_EXECUTE;
+    // RFC 8276 §8.4.3: the extended-attribute bits, in NFSv4.2, where the export
+    // keeps extended attributes (files and directories): reading and listing need
+    // read permission, changing them write permission.
+    use crate::ops::v42::{ACCESS4_XALIST, ACCESS4_XAREAD, ACCESS4_XAWRITE};
+    let xattrs = match &fh {
+        Fh::Obj(o) => o.export.backend.xattr_support(),
+        Fh::Pseudo(_) => false,
+    };
+    if c.minor >= 2 && xattrs && matches!(attrs.ftype, FileType::Regular | FileType::Directory) {
+        supported |= ACCESS4_XAREAD | ACCESS4_XAWRITE | ACCESS4_XALIST;
+        if p & R != 0 {
+            granted |= ACCESS4_XAREAD | ACCESS4_XALIST;
+        }
+        if !ro && p & W != 0 {
+            granted |= ACCESS4_XAWRITE;
+        }
+    }
     let asked = a.access & supported;
     Ok(nfs_resop4::OP_ACCESS(ACCESS4res::NFS4_OK(ACCESS4resok {
         supported: asked,

@@ -64,7 +64,7 @@ pub fn create(c: &mut Compound, a: CREATE4args) -> OpResult {
         createtype4::default(_) => return Err(nfsstat4::NFS4ERR_BADTYPE.into()),
     };
     let (set, attrset) =
-        txnfs_attr::decode_setattrs(&a.createattrs.attrmask, &a.createattrs.attr_vals)
+        txnfs_attr::decode_setattrs_in(&a.createattrs.attrmask, &a.createattrs.attr_vals, c.minor)
             .map_err(|e| status_from_u32(e.nfsstat()))?;
     crate::ops::attr::check_new_owner(&set, &c.creds)?;
     notify::before(c, &dir, &dattrs, ADD_ENTRY)?;
@@ -263,7 +263,7 @@ pub fn readdir(c: &mut Compound, a: &READDIR4args) -> OpResult {
                         c.srv.obj_fh(e, e.root_key.clone())
                     }
                 };
-                let attrs = c.srv.fattr(&cfh, &a.attr_request, None)?;
+                let attrs = c.srv.fattr(&cfh, &a.attr_request, None, c.minor)?;
                 let sz = entry_size(name, &attrs);
                 if used + sz > limit || dir_used + 12 + name.len() > dir_limit {
                     eof = false;
@@ -295,7 +295,9 @@ pub fn readdir(c: &mut Compound, a: &READDIR4args) -> OpResult {
                 }
                 for e in batch {
                     let efh = c.srv.obj_fh(&o.export, e.key.clone());
-                    let attrs = c.srv.fattr(&efh, &a.attr_request, Some(&e.attrs))?;
+                    let attrs = c
+                        .srv
+                        .fattr(&efh, &a.attr_request, Some(&e.attrs), c.minor)?;
                     let sz = entry_size(&e.name, &attrs);
                     if used + sz > limit || dir_used + 12 + e.name.len() > dir_limit {
                         full = true;

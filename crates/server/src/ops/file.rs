@@ -20,7 +20,7 @@ fn share_bits(access: u32, deny: u32) -> Result<(u32, u32), nfsstat4> {
     Ok((acc, deny))
 }
 
-fn type_check(t: FileType) -> Result<(), nfsstat4> {
+pub(crate) fn type_check(t: FileType) -> Result<(), nfsstat4> {
     match t {
         FileType::Regular => Ok(()),
         FileType::Directory => Err(nfsstat4::NFS4ERR_ISDIR),
@@ -117,8 +117,9 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
                     };
                     let set = match fattr {
                         Some(f) => {
-                            let (s, bits) = txnfs_attr::decode_setattrs(&f.attrmask, &f.attr_vals)
-                                .map_err(|e| status_from_u32(e.nfsstat()))?;
+                            let (s, bits) =
+                                txnfs_attr::decode_setattrs_in(&f.attrmask, &f.attr_vals, c.minor)
+                                    .map_err(|e| status_from_u32(e.nfsstat()))?;
                             attrset = bits;
                             s
                         }

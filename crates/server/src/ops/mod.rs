@@ -8,3 +8,4 @@ pub mod fh;
 pub mod file;
 pub mod lock;
 pub mod session;
+pub mod v42;

@@ -1,0 +1,239 @@
+//! The NFSv4.2 calls of the local backend (RFC 7862, RFC 8276): space reservation and
+//! hole punching with `fallocate`, SEEK_DATA / SEEK_HOLE with `lseek`, and the `user.`
+//! extended attributes with the `f*xattr` calls.
+
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use rustix::fs::{self as rfs, FallocateFlags, OFlags, SeekFrom, XattrFlags};
+use rustix::io::Errno;
+
+use super::attrs::ftype_of;
+use super::descriptors::proc_path;
+use super::errors::{map_errno, retry};
+use super::LocalBackend;
+use crate::{Attrs, BackendError, DirChange, FileKey, FileType, Result, SeekWhat, XattrSet};
+
+/// The namespace RFC 8276 extended attributes live in; the protocol names them without
+/// it (knfsd adds the same prefix).
+const USER: &[u8] = b"user.";
+
+/// The largest value Linux stores (`XATTR_SIZE_MAX`).
+const XATTR_SIZE_MAX: usize = 64 << 10;
+
+/// The longest name after the prefix (`XATTR_NAME_MAX` is 255 with it).
+const XATTR_NAME_MAX: usize = 255 - USER.len();
+
+/// The full `user.` name of a protocol name: UTF-8 is not checked (the kernel does
+/// not either), but an empty name, NUL, or one too long is refused.
+fn user_name(name: &[u8]) -> Result<Vec<u8>> {
+    if name.is_empty() || name.contains(&0) {
+        return Err(BackendError::Inval);
+    }
+    if name.len() > XATTR_NAME_MAX {
+        return Err(BackendError::NameTooLong);
+    }
+    let mut full = USER.to_vec();
+    full.extend_from_slice(name);
+    Ok(full)
+}
+
+fn map_xattr_errno(e: Errno) -> BackendError {
+    match e {
+        Errno::NODATA => BackendError::NoXattr,
+        Errno::RANGE | Errno::TOOBIG => BackendError::XattrTooBig,
+        other => map_errno(other),
+    }
+}
+
+impl LocalBackend {
+    /// `fallocate(mode)` on a regular file, then its attributes.
+    fn fallocate(
+        &self,
+        key: &FileKey,
+        flags: FallocateFlags,
+        offset: u64,
+        len: u64,
+    ) -> Result<Attrs> {
+        let end = offset.checked_add(len).ok_or(BackendError::FileTooBig)?;
+        if len == 0 || end > i64::MAX as u64 {
+            return Err(if len == 0 {
+                BackendError::Inval
+            } else {
+                BackendError::FileTooBig
+            });
+        }
+        let (fd, _) = self.io_fd(key, true)?;
+        retry(|| rfs::fallocate(&*fd, flags, offset, len)).map_err(map_errno)?;
+        let st = rfs::fstat(&*fd).map_err(map_errno)?;
+        Ok(self.attrs(&st, true))
+    }
+
+    pub(super) fn allocate_range(&self, key: &FileKey, offset: u64, len: u64) -> Result<Attrs> {
+        self.fallocate(key, FallocateFlags::empty(), offset, len)
+    }
+
+    pub(super) fn deallocate_range(&self, key: &FileKey, offset: u64, len: u64) -> Result<Attrs> {
+        let (_, st) = self.io_fd(key, true)?;
+        let size = u64::try_from(st.st_size).unwrap_or(0);
+        // Nothing to punch at or past the end of file (fallocate would accept it and
+        // change nothing); a range crossing it is cut there.
+        if offset >= size || len == 0 {
+            return self.getattr_of(key);
+        }
+        let len = len.min(size - offset);
+        self.fallocate(
+            key,
+            FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
+            offset,
+            len,
+        )
+    }
+
+    pub(super) fn seek_in(&self, key: &FileKey, offset: u64, what: SeekWhat) -> Result<u64> {
+        let (fd, st) = self.io_fd(key, false)?;
+        let size = u64::try_from(st.st_size).unwrap_or(0);
+        if offset >= size || offset > i64::MAX as u64 {
+            return Err(BackendError::Nxio);
+        }
+        let pos = match what {
+            SeekWhat::Data => SeekFrom::Data(offset),
+            SeekWhat::Hole => SeekFrom::Hole(offset),
+        };
+        match retry(|| rfs::seek(&*fd, pos)) {
+            Ok(p) => Ok(p),
+            Err(Errno::NXIO) => Err(BackendError::Nxio),
+            Err(e) => Err(map_errno(e)),
+        }
+    }
+
+    fn getattr_of(&self, key: &FileKey) -> Result<Attrs> {
+        let pfd = self.resolve(key)?;
+        let st = self.stat_live(key, &pfd)?;
+        Ok(self.attrs(&st, false))
+    }
+
+    /// A descriptor whose `f*xattr` calls reach the object: regular files and
+    /// directories (the kernel refuses `user.` attributes on other types).
+    fn xattr_fd(&self, key: &FileKey) -> Result<Arc<OwnedFd>> {
+        let pfd = self.resolve(key)?;
+        let st = self.stat_live(key, &pfd)?;
+        match ftype_of(&st) {
+            FileType::Regular => Ok(self.io_fd(key, false)?.0),
+            FileType::Directory => {
+                let fd = self
+                    .fds(|| {
+                        rfs::open(
+                            proc_path(std::os::fd::AsFd::as_fd(&*pfd)).as_str(),
+                            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                            rfs::Mode::empty(),
+                        )
+                    })
+                    .map_err(map_errno)?;
+                Ok(Arc::new(fd))
+            }
+            _ => Err(BackendError::Perm),
+        }
+    }
+
+    pub(super) fn get_xattr(&self, key: &FileKey, name: &[u8]) -> Result<Bytes> {
+        let full = user_name(name)?;
+        let fd = self.xattr_fd(key)?;
+        let mut buf = vec![0u8; XATTR_SIZE_MAX];
+        let n = retry(|| rfs::fgetxattr(&*fd, full.as_slice(), &mut buf[..]))
+            .map_err(map_xattr_errno)?;
+        buf.truncate(n);
+        Ok(Bytes::from(buf))
+    }
+
+    pub(super) fn set_xattr(
+        &self,
+        key: &FileKey,
+        name: &[u8],
+        value: &[u8],
+        how: XattrSet,
+    ) -> Result<DirChange> {
+        let full = user_name(name)?;
+        if value.len() > XATTR_SIZE_MAX {
+            return Err(BackendError::XattrTooBig);
+        }
+        let flags = match how {
+            XattrSet::Either => XattrFlags::empty(),
+            XattrSet::Create => XattrFlags::CREATE,
+            XattrSet::Replace => XattrFlags::REPLACE,
+        };
+        let fd = self.xattr_fd(key)?;
+        let before = self
+            .attrs(&rfs::fstat(&*fd).map_err(map_errno)?, false)
+            .change;
+        retry(|| rfs::fsetxattr(&*fd, full.as_slice(), value, flags)).map_err(map_xattr_errno)?;
+        let after = self
+            .attrs(&rfs::fstat(&*fd).map_err(map_errno)?, true)
+            .change;
+        Ok(DirChange {
+            before,
+            after,
+            atomic: false,
+        })
+    }
+
+    pub(super) fn list_xattrs(&self, key: &FileKey) -> Result<Vec<Bytes>> {
+        let fd = self.xattr_fd(key)?;
+        // Sized by a query; grown and retried if names were added in between.
+        loop {
+            let want = retry(|| rfs::flistxattr_query(&*fd)).map_err(map_xattr_errno)?;
+            let mut buf = vec![0u8; want.max(1)];
+            match retry(|| rfs::flistxattr(&*fd, &mut buf[..])) {
+                Ok(n) => {
+                    buf.truncate(n);
+                    let mut names: Vec<Bytes> = buf
+                        .split(|&b| b == 0)
+                        .filter_map(|n| n.strip_prefix(USER))
+                        .filter(|n| !n.is_empty())
+                        .map(Bytes::copy_from_slice)
+                        .collect();
+                    names.sort();
+                    return Ok(names);
+                }
+                Err(Errno::RANGE) => continue,
+                Err(e) => return Err(map_xattr_errno(e)),
+            }
+        }
+    }
+
+    pub(super) fn remove_xattr(&self, key: &FileKey, name: &[u8]) -> Result<DirChange> {
+        let full = user_name(name)?;
+        let fd = self.xattr_fd(key)?;
+        let before = self
+            .attrs(&rfs::fstat(&*fd).map_err(map_errno)?, false)
+            .change;
+        retry(|| rfs::fremovexattr(&*fd, full.as_slice())).map_err(map_xattr_errno)?;
+        let after = self
+            .attrs(&rfs::fstat(&*fd).map_err(map_errno)?, true)
+            .change;
+        Ok(DirChange {
+            before,
+            after,
+            atomic: false,
+        })
+    }
+
+    /// Whether the export's file system keeps `user.` attributes: probed once at open
+    /// on an unnamed temporary file in the export root (nothing is left behind).
+    pub(super) fn probe_xattrs(root: &OwnedFd) -> bool {
+        let Ok(tmp) = rfs::openat(
+            root,
+            c".",
+            OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC,
+            rfs::Mode::from_raw_mode(0o600),
+        ) else {
+            // No O_TMPFILE (or a read-only export): assume the common case.
+            return true;
+        };
+        !matches!(
+            rfs::fsetxattr(&tmp, "user.txnfs-probe", b"1", XattrFlags::empty()),
+            Err(Errno::OPNOTSUPP)
+        )
+    }
+}

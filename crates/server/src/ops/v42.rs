@@ -1,0 +1,427 @@
+//! The NFSv4.2 operations of a server without pNFS (RFC 7862, RFC 8276): ALLOCATE,
+//! DEALLOCATE, SEEK, READ_PLUS, IO_ADVISE, COPY (intra-server, synchronous), CLONE,
+//! OFFLOAD_STATUS / OFFLOAD_CANCEL (no copy is ever left running, so no stateid names
+//! one), and the extended-attribute operations.
+
+use crate::compound::{Compound, Fh, ObjFh, OpError, OpResult};
+use crate::nfs::*;
+use crate::ops::attr::{require, R, W};
+use crate::ops::deleg;
+use crate::ops::dir::change_info;
+use crate::ops::file::{check_io_access, type_check};
+use bytes::Bytes;
+use txnfs_backend::{Attrs, BackendError, CloneMethod, FileType, SeekWhat, XattrSet};
+use txnfs_state::Access;
+
+/// RFC 8276 §8.4.3: the ACCESS bits of extended attributes.
+pub const ACCESS4_XAREAD: u32 = 0x40;
+pub const ACCESS4_XAWRITE: u32 = 0x80;
+pub const ACCESS4_XALIST: u32 = 0x100;
+
+/// The regular file `fh` for I/O with `stateid` (`write`: a change): its export
+/// object and attributes after the state and permission checks (and, for a change,
+/// after other clients' conflicting delegations were recalled).
+fn io_file(
+    c: &mut Compound,
+    fh: &Fh,
+    stateid: &stateid4,
+    write: bool,
+) -> Result<(ObjFh, Attrs), OpError> {
+    let Fh::Obj(o) = fh else {
+        return Err(nfsstat4::NFS4ERR_ISDIR.into());
+    };
+    if write && o.export.read_only {
+        return Err(nfsstat4::NFS4ERR_ROFS.into());
+    }
+    let attrs = o.export.backend.getattr(&o.key)?;
+    type_check(attrs.ftype)?;
+    let sid = c.resolve_sid(stateid)?;
+    check_io_access(c, o, &sid, &attrs, write)?;
+    Ok((o.clone(), attrs))
+}
+
+/// The current filehandle for I/O.
+fn current_file(
+    c: &mut Compound,
+    stateid: &stateid4,
+    write: bool,
+) -> Result<(ObjFh, Attrs), OpError> {
+    let fh = c.cfh()?.clone();
+    io_file(c, &fh, stateid, write)
+}
+
+fn end_of(offset: u64, len: u64) -> Result<u64, nfsstat4> {
+    offset.checked_add(len).ok_or(nfsstat4::NFS4ERR_INVAL)
+}
+
+pub fn allocate(c: &mut Compound, a: &ALLOCATE4args) -> OpResult {
+    end_of(a.aa_offset, a.aa_length)?;
+    let (o, _) = current_file(c, &a.aa_stateid, true)?;
+    let cx = c.scope.ctx_for(&o.export, &c.creds, c.client)?;
+    o.export
+        .backend
+        .allocate(cx, &o.key, a.aa_offset, a.aa_length)?;
+    crate::notify::attrs_changed(c, &o.export, &o.key);
+    Ok(nfs_resop4::OP_ALLOCATE(ALLOCATE4res {
+        ar_status: nfsstat4::NFS4_OK,
+    }))
+}
+
+pub fn deallocate(c: &mut Compound, a: &DEALLOCATE4args) -> OpResult {
+    end_of(a.da_offset, a.da_length)?;
+    let (o, _) = current_file(c, &a.da_stateid, true)?;
+    let cx = c.scope.ctx_for(&o.export, &c.creds, c.client)?;
+    o.export
+        .backend
+        .deallocate(cx, &o.key, a.da_offset, a.da_length)?;
+    crate::notify::attrs_changed(c, &o.export, &o.key);
+    Ok(nfs_resop4::OP_DEALLOCATE(DEALLOCATE4res {
+        dr_status: nfsstat4::NFS4_OK,
+    }))
+}
+
+fn seek_what(w: data_content4) -> SeekWhat {
+    match w {
+        data_content4::NFS4_CONTENT_DATA => SeekWhat::Data,
+        data_content4::NFS4_CONTENT_HOLE => SeekWhat::Hole,
+    }
+}
+
+pub fn seek(c: &mut Compound, a: &SEEK4args) -> OpResult {
+    let (o, attrs) = current_file(c, &a.sa_stateid, false)?;
+    let cx = c.scope.ctx_for(&o.export, &c.creds, c.client)?;
+    let pos = o
+        .export
+        .backend
+        .seek(cx, &o.key, a.sa_offset, seek_what(a.sa_what))?;
+    Ok(nfs_resop4::OP_SEEK(SEEK4res::NFS4_OK(seek_res4 {
+        sr_eof: pos >= attrs.size,
+        sr_offset: pos,
+    })))
+}
+
+/// Encoded bytes of a READ_PLUS segment besides its data: the content type, the
+/// offset and the length (a hole) or the data's length (data).
+const SEGMENT: usize = 4 + 8 + 8;
+
+/// READ_PLUS: the range as data and hole segments (RFC 7862 §15.10), found with SEEK
+/// on the backend, within what is left of the reply.
+pub fn read_plus(c: &mut Compound, a: &READ_PLUS4args) -> OpResult {
+    let (o, attrs) = current_file(c, &a.rpa_stateid, false)?;
+    let be = o.export.backend.clone();
+    let room = c.reply_left.saturating_sub(16);
+    let count = a.rpa_count.min(c.srv.cfg.max_io_size) as u64;
+    let end = a.rpa_offset.saturating_add(count).min(attrs.size);
+    let mut pos = a.rpa_offset;
+    let mut used = 0usize;
+    let mut contents = Vec::new();
+    let cx = c.scope.ctx_for(&o.export, &c.creds, c.client)?;
+    while pos < end && used + SEGMENT < room {
+        let data_at = match be.seek(cx, &o.key, pos, SeekWhat::Data) {
+            Ok(p) => p,
+            Err(BackendError::Nxio) => u64::MAX, // a hole to the end of file
+            Err(BackendError::NotSupp) => pos,   // no hole information: all data
+            Err(e) => return Err(e.into()),
+        };
+        if data_at > pos {
+            let hole_end = data_at.min(end);
+            contents.push(read_plus_content::NFS4_CONTENT_HOLE(data_info4 {
+                di_offset: pos,
+                di_length: hole_end - pos,
+            }));
+            used += SEGMENT;
+            pos = hole_end;
+            continue;
+        }
+        let data_end = match be.seek(cx, &o.key, pos, SeekWhat::Hole) {
+            Ok(p) => p.min(end),
+            Err(BackendError::NotSupp | BackendError::Nxio) => end,
+            Err(e) => return Err(e.into()),
+        };
+        let want = (data_end - pos).min((room - used - SEGMENT) as u64) as u32;
+        if want == 0 {
+            break;
+        }
+        let (data, _) = be.read(&o.key, pos, want)?;
+        if data.is_empty() {
+            break; // the file shrank meanwhile
+        }
+        used += SEGMENT + data.len().div_ceil(4) * 4;
+        let n = data.len() as u64;
+        contents.push(read_plus_content::NFS4_CONTENT_DATA(data4 {
+            d_offset: pos,
+            d_data: data,
+        }));
+        pos += n;
+    }
+    Ok(nfs_resop4::OP_READ_PLUS(READ_PLUS4res::NFS4_OK(
+        read_plus_res4 {
+            rpr_eof: pos >= attrs.size,
+            rpr_contents: contents,
+        },
+    )))
+}
+
+/// IO_ADVISE: the hints are accepted and none is promised (an empty reply bitmap says
+/// the server acts on none of them, RFC 7862 §15.5.3); the stateid and file are
+/// checked as for READ.
+pub fn io_advise(c: &mut Compound, a: &IO_ADVISE4args) -> OpResult {
+    current_file(c, &a.iaa_stateid, false)?;
+    Ok(nfs_resop4::OP_IO_ADVISE(IO_ADVISE4res::NFS4_OK(
+        IO_ADVISE4resok {
+            ior_hints: Vec::new(),
+        },
+    )))
+}
+
+/// Source (saved filehandle) and destination (current) of COPY and CLONE, checked:
+/// same export, regular files, the stateids allow reading and writing. Returns them
+/// with the number of bytes to copy (`count` 0: to the source's end of file).
+fn copy_ends(
+    c: &mut Compound,
+    src_sid: &stateid4,
+    dst_sid: &stateid4,
+    src_off: u64,
+    count: u64,
+) -> Result<(ObjFh, ObjFh, u64), OpError> {
+    let sfh = c.sfh.clone().ok_or(nfsstat4::NFS4ERR_NOFILEHANDLE)?;
+    let dfh = c.cfh()?.clone();
+    let (src, sattrs) = io_file(c, &sfh, src_sid, false)?;
+    let (dst, _) = io_file(c, &dfh, dst_sid, true)?;
+    if src.export.id != dst.export.id {
+        return Err(nfsstat4::NFS4ERR_XDEV.into());
+    }
+    // RFC 7862 §15.2.3: a source range past the end of file is an error, not a
+    // short copy; count 0 copies to the end of file.
+    let n = if count == 0 {
+        sattrs
+            .size
+            .checked_sub(src_off)
+            .ok_or(nfsstat4::NFS4ERR_INVAL)?
+    } else {
+        count
+    };
+    if end_of(src_off, n)? > sattrs.size {
+        return Err(nfsstat4::NFS4ERR_INVAL.into());
+    }
+    Ok((src, dst, n))
+}
+
+/// RFC 7862 §15.2.3, §15.13.3: within one file the two ranges must not overlap.
+fn check_overlap(
+    src: &ObjFh,
+    dst: &ObjFh,
+    src_off: u64,
+    dst_off: u64,
+    n: u64,
+) -> Result<(), nfsstat4> {
+    let overlap = src_off < dst_off.saturating_add(n) && dst_off < src_off.saturating_add(n);
+    if src.key == dst.key && n > 0 && overlap {
+        return Err(nfsstat4::NFS4ERR_INVAL);
+    }
+    Ok(())
+}
+
+/// COPY within this server: the backend's `clone_range` (a reflink where the file
+/// system shares blocks, else an in-kernel copy), always synchronous. Inter-server
+/// copies (a source server given) are not offered (ADR 0025).
+pub fn copy(c: &mut Compound, a: &COPY4args) -> OpResult {
+    if !a.ca_source_server.is_empty() {
+        return Err(nfsstat4::NFS4ERR_NOTSUPP.into());
+    }
+    end_of(a.ca_dst_offset, a.ca_count)?;
+    let (src, dst, n) = copy_ends(
+        c,
+        &a.ca_src_stateid,
+        &a.ca_dst_stateid,
+        a.ca_src_offset,
+        a.ca_count,
+    )?;
+    check_overlap(&src, &dst, a.ca_src_offset, a.ca_dst_offset, n)?;
+    if n > 0 {
+        let cx = c.scope.ctx_for(&dst.export, &c.creds, c.client)?;
+        dst.export.backend.clone_range(
+            cx,
+            &src.key,
+            a.ca_src_offset,
+            &dst.key,
+            a.ca_dst_offset,
+            n,
+        )?;
+        crate::notify::attrs_changed(c, &dst.export, &dst.key);
+    }
+    Ok(nfs_resop4::OP_COPY(COPY4res::NFS4_OK(COPY4resok {
+        cr_response: write_response4 {
+            wr_callback_id: Vec::new(),
+            wr_count: n,
+            // The copied bytes may still be in the page cache: the client COMMITs.
+            wr_committed: stable_how4::UNSTABLE4,
+            wr_writeverf: c.srv.write_verf,
+        },
+        cr_requirements: copy_requirements4 {
+            cr_consecutive: true,
+            cr_synchronous: true,
+        },
+    })))
+}
+
+/// CLONE: only where the export's file system shares blocks (probed when the export
+/// was opened); elsewhere NFS4ERR_NOTSUPP, and the client falls back to COPY or to
+/// reading and writing.
+pub fn clone(c: &mut Compound, a: &CLONE4args) -> OpResult {
+    let o = c.cobj()?.clone();
+    if o.export.backend.clone_method() != CloneMethod::Reflink {
+        return Err(nfsstat4::NFS4ERR_NOTSUPP.into());
+    }
+    end_of(a.cl_dst_offset, a.cl_count)?;
+    let (src, dst, n) = copy_ends(
+        c,
+        &a.cl_src_stateid,
+        &a.cl_dst_stateid,
+        a.cl_src_offset,
+        a.cl_count,
+    )?;
+    check_overlap(&src, &dst, a.cl_src_offset, a.cl_dst_offset, n)?;
+    if n > 0 {
+        let cx = c.scope.ctx_for(&dst.export, &c.creds, c.client)?;
+        dst.export.backend.clone_range(
+            cx,
+            &src.key,
+            a.cl_src_offset,
+            &dst.key,
+            a.cl_dst_offset,
+            n,
+        )?;
+        crate::notify::attrs_changed(c, &dst.export, &dst.key);
+    }
+    Ok(nfs_resop4::OP_CLONE(CLONE4res {
+        cl_status: nfsstat4::NFS4_OK,
+    }))
+}
+
+/// No copy outlives its COMPOUND here, so no stateid names a running copy.
+pub fn offload_status(_c: &mut Compound, _a: &OFFLOAD_STATUS4args) -> OpResult {
+    Err(nfsstat4::NFS4ERR_BAD_STATEID.into())
+}
+
+/// As [`offload_status`]: a finished (or never started) copy cannot be cancelled.
+pub fn offload_cancel(_c: &mut Compound, _a: &OFFLOAD_CANCEL4args) -> OpResult {
+    Err(nfsstat4::NFS4ERR_BAD_STATEID.into())
+}
+
+// ---- Extended attributes (RFC 8276) ---------------------------------------------------
+
+/// The current object for an extended-attribute call: a file or directory of an
+/// export whose backend keeps extended attributes, with its attributes, after the
+/// permission check (`want`: R to read or list, W to change).
+fn xattr_object(c: &mut Compound, want: u32) -> Result<(ObjFh, Attrs), OpError> {
+    let fh = c.cfh()?.clone();
+    let Fh::Obj(o) = &fh else {
+        return Err(nfsstat4::NFS4ERR_NOTSUPP.into());
+    };
+    if !o.export.backend.xattr_support() {
+        return Err(nfsstat4::NFS4ERR_NOTSUPP.into());
+    }
+    if want == W && o.export.read_only {
+        return Err(nfsstat4::NFS4ERR_ROFS.into());
+    }
+    let attrs = o.export.backend.getattr(&o.key)?;
+    if !matches!(attrs.ftype, FileType::Regular | FileType::Directory) {
+        return Err(nfsstat4::NFS4ERR_WRONG_TYPE.into());
+    }
+    require(&attrs, &c.creds, want)?;
+    // A holder of a write delegation may cache extended attributes; a change needs
+    // every other delegation back.
+    let access = if want == W {
+        Access::Modify
+    } else {
+        Access::Read
+    };
+    deleg::clear(c, o, &attrs, access)?;
+    Ok((o.clone(), attrs))
+}
+
+fn xattr_name(name: &Bytes) -> Result<&[u8], nfsstat4> {
+    if name.is_empty() {
+        return Err(nfsstat4::NFS4ERR_INVAL);
+    }
+    std::str::from_utf8(name).map_err(|_| nfsstat4::NFS4ERR_INVAL)?;
+    Ok(name)
+}
+
+pub fn getxattr(c: &mut Compound, a: &GETXATTR4args) -> OpResult {
+    let name = xattr_name(&a.gxa_name)?;
+    let (o, _) = xattr_object(c, R)?;
+    let cx = c.scope.ctx_for(&o.export, &c.creds, c.client)?;
+    let value = o.export.backend.getxattr(cx, &o.key, name)?;
+    // The value and its length must fit what is left of the reply.
+    if value.len() + 8 > c.reply_left {
+        return Err(nfsstat4::NFS4ERR_XATTR2BIG.into());
+    }
+    Ok(nfs_resop4::OP_GETXATTR(GETXATTR4res::NFS4_OK(value)))
+}
+
+pub fn setxattr(c: &mut Compound, a: &SETXATTR4args) -> OpResult {
+    let name = xattr_name(&a.sxa_key)?;
+    let how = match a.sxa_option {
+        setxattr_option4::SETXATTR4_EITHER => XattrSet::Either,
+        setxattr_option4::SETXATTR4_CREATE => XattrSet::Create,
+        setxattr_option4::SETXATTR4_REPLACE => XattrSet::Replace,
+    };
+    let (o, _) = xattr_object(c, W)?;
+    let cx = c.scope.ctx_for(&o.export, &c.creds, c.client)?;
+    let ch = o
+        .export
+        .backend
+        .setxattr(cx, &o.key, name, &a.sxa_value, how)?;
+    crate::notify::attrs_changed(c, &o.export, &o.key);
+    Ok(nfs_resop4::OP_SETXATTR(SETXATTR4res::NFS4_OK(change_info(
+        ch,
+    ))))
+}
+
+pub fn removexattr(c: &mut Compound, a: &REMOVEXATTR4args) -> OpResult {
+    let name = xattr_name(&a.rxa_name)?;
+    let (o, _) = xattr_object(c, W)?;
+    let cx = c.scope.ctx_for(&o.export, &c.creds, c.client)?;
+    let ch = o.export.backend.removexattr(cx, &o.key, name)?;
+    crate::notify::attrs_changed(c, &o.export, &o.key);
+    Ok(nfs_resop4::OP_REMOVEXATTR(REMOVEXATTR4res::NFS4_OK(
+        change_info(ch),
+    )))
+}
+
+/// LISTXATTRS: the names after `cookie` (the number of names already returned, in the
+/// backend's stable order) that fit `lxa_maxcount` bytes of cookie, names and eof.
+pub fn listxattrs(c: &mut Compound, a: &LISTXATTRS4args) -> OpResult {
+    let (o, _) = xattr_object(c, R)?;
+    let cx = c.scope.ctx_for(&o.export, &c.creds, c.client)?;
+    let names = o.export.backend.listxattrs(cx, &o.key)?;
+    let start = usize::try_from(a.lxa_cookie).map_err(|_| nfsstat4::NFS4ERR_BAD_COOKIE)?;
+    if start > names.len() {
+        return Err(nfsstat4::NFS4ERR_BAD_COOKIE.into());
+    }
+    let limit = (a.lxa_maxcount as usize).min(c.reply_left.saturating_sub(8));
+    // cookie (8), the array's length (4), eof (4)
+    let mut used = 8 + 4 + 4;
+    let mut out = Vec::new();
+    for n in &names[start..] {
+        let size = 4 + n.len().div_ceil(4) * 4;
+        if used + size > limit {
+            break;
+        }
+        used += size;
+        out.push(n.clone());
+    }
+    let next = start + out.len();
+    if out.is_empty() && next < names.len() {
+        return Err(nfsstat4::NFS4ERR_TOOSMALL.into());
+    }
+    Ok(nfs_resop4::OP_LISTXATTRS(LISTXATTRS4res::NFS4_OK(
+        LISTXATTRS4resok {
+            lxr_cookie: next as u64,
+            lxr_names: out,
+            lxr_eof: next == names.len(),
+        },
+    )))
+}
