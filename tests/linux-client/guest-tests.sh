@@ -386,6 +386,42 @@ cat $D/w.txt > /tmp/w.out
 same "  guest cat deleg/w.txt after close and drop_caches" /tmp/w.out /tmp/w.want
 end
 
+# ---------------------------------------------------------------- i: NFSv4.2 operations
+# Only on a 4.2 mount (4.1 has none of them). Each call goes to the server as its 4.2 op;
+# the host counts them in the capture between the marks i0 and i1, and checks the
+# extended attribute on its disk (v42/alloc, user.color = blue).
+if [ "$WANT_VERS" = 4.2 ]; then
+begin i-v42 120
+V=$M/v42
+mkdir -p $V
+hostreq i0 mark
+check "fallocate 1 MiB (ALLOCATE)" guest-tool falloc $V/alloc 0 1048576
+eq "  size after fallocate" "$(stat -c %s $V/alloc)" 1048576
+dd if=/dev/urandom of=/tmp/punch bs=65536 count=3 2>/dev/null
+cp /tmp/punch $V/punch
+check "fallocate --punch-hole of the middle 64 KiB (DEALLOCATE)" guest-tool falloc $V/punch 65536 65536 punch
+{ head -c 65536 /tmp/punch; head -c 65536 /dev/zero; tail -c 65536 /tmp/punch; } > /tmp/punch.want
+dropcaches
+same "  the punched file reads back with zeros in the hole" $V/punch /tmp/punch.want
+# a sparse file: 4 KiB of data, a 1 MiB hole, 4 KiB of data
+dd if=/dev/urandom of=/tmp/sparse bs=4096 count=1 2>/dev/null
+dd if=/dev/urandom of=/tmp/sparse bs=4096 count=1 seek=257 conv=notrunc 2>/dev/null
+cp /tmp/sparse $V/sparse-src
+guest-tool falloc $V/sparse-src 4096 1048576 punch
+sync
+eq "lseek SEEK_HOLE from 0 (SEEK)" "$(guest-tool seek $V/sparse-src 0 hole)" 4096
+eq "lseek SEEK_DATA from 4096 (SEEK)" "$(guest-tool seek $V/sparse-src 4096 data)" 1052672
+eq "lseek SEEK_DATA at end of file" "$(guest-tool seek $V/sparse-src 1056768 data)" nxio
+eq "copy_file_range of the whole file (COPY)" "$(guest-tool cfr $V/sparse-src $V/sparse-copy)" 1056768
+dropcaches
+eq "  the copy has the source's bytes" "$(md5 $V/sparse-copy)" "$(md5 /tmp/sparse)"
+check "setxattr user.color (SETXATTR)" guest-tool setxattr $V/alloc user.color blue
+dropcaches
+eq "getxattr user.color (GETXATTR)" "$(guest-tool getxattr $V/alloc user.color)" blue
+hostreq i1 mark
+end
+fi
+
 # ---------------------------------------------------------------- g: server restart
 begin g-restart 240
 dropcaches

@@ -388,6 +388,31 @@ if [ -s "$W"/cap.pcapng ]; then
     recalled g-ra0 g-ra1 g-cp-ra "delegation: host txnfs cp over a read-delegated file after the restart"
   fi
 fi
+# wire: the NFSv4.2 step (i) of a 4.2 mount sent its operations as 4.2 ops, and the file
+# bytes of the copy did not cross the wire (no WRITE of ~1 MiB in the window).
+# Opcodes: ALLOCATE 59, COPY 60, DEALLOCATE 62, SEEK 69, CLONE 71, GETXATTR 72, SETXATTR 73.
+if [ "$SERVER" = txnfs ] && [ "${VERS:-4.2}" = 4.2 ] && [ -s "$W"/cap.pcapng ]; then
+  wi=$(window i0 i1)
+  if [ -z "$wi" ]; then
+    hfail "NFSv4.2 ops: the guest did not reach step i"
+  else
+    "${TS[@]}" -Y "frame.time_epoch >= ${wi% *} && frame.time_epoch <= ${wi#* } && tcp.dstport == $PORT" \
+      -T fields -E occurrence=a -E aggregator=, -e nfs.opcode 2> /dev/null | tr ',' '\n' > "$W"/v42-ops.txt || true
+    opn() { grep -cx "$1" "$W"/v42-ops.txt || true; }
+    for op in ALLOCATE:59 DEALLOCATE:62 SEEK:69 SETXATTR:73 GETXATTR:72; do
+      n=$(opn "${op#*:}")
+      if [ "$n" -gt 0 ]; then hpass "NFSv4.2 on the wire: $n ${op%:*}"
+      else hfail "NFSv4.2 on the wire: no ${op%:*} call in step i"; fi
+    done
+    nc=$(( $(opn 60) + $(opn 71) ))
+    nw=$(opn 38)
+    if [ "$nc" -gt 0 ] && [ "$nw" -le 20 ]; then hpass "NFSv4.2 on the wire: copy_file_range as $nc COPY/CLONE ($nw WRITEs in the whole step)"
+    else hfail "NFSv4.2 on the wire: copy_file_range gave $nc COPY/CLONE and $nw WRITEs"; fi
+  fi
+  got=$(python3 -c 'import os,sys; sys.stdout.write(os.getxattr(sys.argv[1], "user.color").decode())' "$EXPORT"/v42/alloc 2>&1)
+  if [ "$got" = blue ]; then hpass "NFSv4.2: user.color of v42/alloc on the host disk is the guest's"
+  else hfail "NFSv4.2: user.color of v42/alloc on the host disk: $got"; fi
+fi
 if [ -s "$SHARE"/deleg/ws-want ] && [ -f "$EXPORT"/deleg/ws.txt ]; then
   if cmp -s "$SHARE"/deleg/ws-want "$EXPORT"/deleg/ws.txt; then
     hpass "deleg/ws.txt on the host disk: the guest's writes from before and after the restart"
