@@ -38,7 +38,10 @@ pub(crate) fn ficlonerange(
     })
 }
 
-/// Copies `len` bytes of `src` at `src_off` to `dst` at `dst_off` (the clone fallback).
+/// Copies `len` bytes of `src` at `src_off` to `dst` at `dst_off` (the clone fallback):
+/// `copy_file_range` first (the kernel copies without a trip through user space, and
+/// keeps holes where the file system can), pread/pwrite for what it cannot do (another
+/// file system before Linux 5.19, an old kernel).
 pub(crate) fn copy_range(
     src: &OwnedFd,
     src_off: u64,
@@ -46,6 +49,24 @@ pub(crate) fn copy_range(
     dst_off: u64,
     len: u64,
 ) -> Result<()> {
+    let (mut so, mut d_o) = (src_off, dst_off);
+    let mut left = len;
+    while left > 0 {
+        let want = usize::try_from(left.min(1 << 30)).unwrap_or(1 << 30);
+        match retry(|| rustix::fs::copy_file_range(src, Some(&mut so), dst, Some(&mut d_o), want)) {
+            Ok(0) => return Err(BackendError::Inval), // the source shrank meanwhile
+            Ok(n) => left -= n as u64,
+            Err(Errno::XDEV | Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP) => {
+                return copy_by_hand(src, so, dst, d_o, left);
+            }
+            Err(e) => return Err(map_errno(e)),
+        }
+    }
+    Ok(())
+}
+
+/// pread/pwrite in 1 MiB pieces.
+fn copy_by_hand(src: &OwnedFd, src_off: u64, dst: &OwnedFd, dst_off: u64, len: u64) -> Result<()> {
     const CHUNK: u64 = 1 << 20;
     let mut buf = vec![0u8; CHUNK.min(len) as usize];
     let mut done = 0u64;
