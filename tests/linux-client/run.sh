@@ -54,7 +54,8 @@ find "$WORK" -maxdepth 1 -name 'run-*' -mmin +180 -exec rm -rf {} + 2> /dev/null
 W=$(mktemp -d "$WORK/run-$SERVER-v${VERS:-default}.XXXXXX")
 EXPORT=$W/export; SHARE=$W/share; STATE=$W/state; SLOG=$W/server.log
 mkdir -p "$EXPORT" "$SHARE" "$STATE"
-log "server=$SERVER mount=${VERS:+vers=$VERS}${VERS:-default options} run dir=$W"
+MOUNT_DESC="default options"; [ -n "$VERS" ] && MOUNT_DESC="vers=$VERS"
+log "server=$SERVER mount=$MOUNT_DESC run dir=$W"
 
 SERVER_PID=; TSHARK_PID=; VM_PID=; TAIL_PID=
 stop_pid() {  # stop_pid PID SIGNAL: signal, wait up to 10 s, then SIGKILL
