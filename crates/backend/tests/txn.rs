@@ -703,8 +703,16 @@ fn recovery_refuses_to_undo_objects_outside_its_export() {
         Err(e) => panic!("wrong error: {e}"),
         Ok(_) => panic!("undid A's transaction through B"),
     }
-    assert_eq!(std::fs::read_dir(a.join("d")).unwrap().count(), 5, "A untouched");
+    assert_eq!(
+        std::fs::read_dir(a.join("d")).unwrap().count(),
+        5,
+        "A untouched"
+    );
     let t = TxnLayer::open_as(lower_a, Some(&journal), b"same", TxnSettings::default()).unwrap();
     assert_eq!(t.rolled_back_at_start(), vec![1]);
-    assert_eq!(std::fs::read_dir(a.join("d")).unwrap().count(), 0, "rolled back");
+    assert_eq!(
+        std::fs::read_dir(a.join("d")).unwrap().count(),
+        0,
+        "rolled back"
+    );
 }
