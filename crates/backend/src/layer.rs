@@ -80,6 +80,9 @@ pub struct LayerArgs {
     /// journal), inside the server's state directory; `None` when the stack is built
     /// without one (tests), and a layer then keeps that state in memory.
     pub state: Option<PathBuf>,
+    /// The identity of the export (ADR 0023), recorded in the layer's durable state
+    /// (the `txn` layer's journal) so that it is never applied to anything else.
+    pub identity: Vec<u8>,
 }
 
 type BaseFn = dyn Fn(&LayerArgs) -> Result<Arc<dyn Backend>> + Send + Sync;
@@ -190,9 +193,10 @@ impl LayerRegistry {
                 .as_ref()
                 .filter(|_| journal)
                 .map(|d| d.join("txn.journal"));
-            Ok(Arc::new(crate::txn::TxnLayer::open(
+            Ok(Arc::new(crate::txn::TxnLayer::open_as(
                 lower,
                 path.as_deref(),
+                &a.identity,
                 settings,
             )?) as Arc<dyn Backend>)
         });
@@ -264,16 +268,18 @@ impl LayerRegistry {
         specs: &[S],
         path: &Path,
     ) -> std::result::Result<Arc<dyn Backend>, StackError> {
-        self.build_with_state(specs, path, None)
+        self.build_with_state(specs, path, None, b"")
     }
 
     /// Builds the stack `specs` (top first) for an export at `path`, whose layers keep
-    /// their persistent state under `state` (see [`LayerArgs::state`]).
+    /// their persistent state under `state` (see [`LayerArgs::state`]), bound to the
+    /// export `identity` (see [`LayerArgs::identity`]).
     pub fn build_with_state<S: AsRef<str>>(
         &self,
         specs: &[S],
         path: &Path,
         state: Option<&Path>,
+        identity: &[u8],
     ) -> std::result::Result<Arc<dyn Backend>, StackError> {
         self.check(specs)?;
         let mut below: Option<Arc<dyn Backend>> = None;
@@ -283,6 +289,7 @@ impl LayerRegistry {
                 path: path.to_path_buf(),
                 params,
                 state: state.map(Path::to_path_buf),
+                identity: identity.to_vec(),
             };
             let open_err = |err| StackError::Open {
                 name: name.clone(),

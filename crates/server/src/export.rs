@@ -68,6 +68,11 @@ pub enum ExportError {
     IdCollision(String, String),
     #[error("export {name:?}: {err}")]
     Stack { name: String, err: StackError },
+    #[error("export {name:?}: {err}")]
+    Journal {
+        name: String,
+        err: txnfs_backend::txn::JournalError,
+    },
     #[error("cannot open export {name:?} at {path}: {err}")]
     Open {
         name: String,
@@ -99,6 +104,72 @@ fn export_id(name: &str) -> u16 {
     } else {
         id
     }
+}
+
+/// The identity of an export's data (ADR 0023), which its layers' durable files are
+/// keyed by and record: for a local directory, its canonical path and the device and
+/// inode numbers of that directory (another directory, or one made anew at the same
+/// path, is another export); for other stacks, the bottom layer and the export's name.
+pub fn export_identity(c: &ExportConfig) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    let bottom = c.backend.bottom().unwrap_or("?");
+    let mut id = format!("{bottom}:").into_bytes();
+    if bottom != "local" {
+        id.extend_from_slice(c.name.as_bytes());
+        return id;
+    }
+    match std::fs::canonicalize(&c.path).and_then(|p| Ok((std::fs::metadata(&p)?, p))) {
+        Ok((m, p)) => {
+            id.extend_from_slice(p.as_os_str().as_bytes());
+            id.extend_from_slice(format!(" dev={} ino={}", m.dev(), m.ino()).as_bytes());
+        }
+        // Opening it fails below and says why.
+        Err(_) => id.extend_from_slice(c.path.as_os_str().as_bytes()),
+    }
+    id
+}
+
+/// `<state_dir>/layers/<hash of the export's identity>/`: where its layers keep their
+/// durable files (16 hex digits; the 4 of the older layout named the export's name).
+pub fn layer_state_dir(state_dir: &std::path::Path, identity: &[u8]) -> std::path::PathBuf {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in identity {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    state_dir.join("layers").join(format!("{h:016x}"))
+}
+
+/// The journal an older txnfs kept for export id `id` (by the export's name, whatever
+/// directory it served): removed when it holds nothing unfinished, else refused, since
+/// it cannot say which directory it belongs to.
+fn legacy_journal(state_dir: &std::path::Path, id: u16, name: &str) -> Result<(), ExportError> {
+    use txnfs_backend::txn::JournalError;
+    let dir = state_dir.join("layers").join(format!("{id:04x}"));
+    let path = dir.join("txn.journal");
+    let err = |err| ExportError::Journal {
+        name: name.into(),
+        err,
+    };
+    let summary = match txnfs_backend::txn::inspect_journal(&path) {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(err(JournalError::Io { path, err: e })),
+    };
+    if summary.unfinished > 0 {
+        return Err(err(JournalError::Legacy {
+            path,
+            unfinished: summary.unfinished,
+        }));
+    }
+    tracing::info!(
+        path = %path.display(),
+        "removing a journal of the older layout: it holds no unfinished transaction"
+    );
+    std::fs::remove_file(&path).map_err(|e| err(JournalError::Io { path, err: e }))?;
+    let _ = std::fs::remove_dir(&dir);
+    Ok(())
 }
 
 /// `c` with the `txn` layer on top, when its stack stores data locally or in memory
@@ -150,7 +221,7 @@ impl Exports {
 
     /// Opens the exports as the server does: with `txn`, every local or memory stack
     /// that lacks it gets the `txn` layer on top (ADR 0021); layers keep their state in
-    /// `<state_dir>/layers/<export id>/`.
+    /// `<state_dir>/layers/<hash of the export's identity>/` (ADR 0023).
     pub fn open(
         cfgs: &[ExportConfig],
         layers: &LayerRegistry,
@@ -178,15 +249,18 @@ impl Exports {
         }
         let open =
             |c: &ExportConfig, id: u16, parent: Option<u16>| -> Result<Export, ExportError> {
+                let identity = export_identity(c);
+                if let (Some(d), None) = (state_dir, &c.prebuilt) {
+                    legacy_journal(d, id, &c.name)?;
+                }
                 let backend: Arc<dyn Backend> = match &c.prebuilt {
                     Some(b) => b.0.clone(),
                     None => layers
                         .build_with_state(
                             c.backend.names(),
                             &c.path,
-                            state_dir
-                                .map(|d| d.join("layers").join(format!("{id:04x}")))
-                                .as_deref(),
+                            state_dir.map(|d| layer_state_dir(d, &identity)).as_deref(),
+                            &identity,
                         )
                         .map_err(|err| match err {
                             StackError::Open { err, .. } => ExportError::Open {

@@ -24,6 +24,9 @@ pub enum ServerError {
     Export(#[from] ExportError),
     #[error("state directory {path}: {err}")]
     StateDir { path: String, err: std::io::Error },
+    /// Another server holds the state directory (its PID, when it wrote it).
+    #[error(transparent)]
+    StateDirInUse(crate::statedir::OpenError),
 }
 
 /// Operation counters (like /proc/self/mountstats on the server side).
@@ -156,7 +159,15 @@ impl Server {
             let path = path.display().to_string();
             move |err| ServerError::StateDir { path, err }
         };
-        let statedir = StateDir::open(&dir).map_err(error_at(&dir))?;
+        // First of all: nothing in the directory is read or written before its lock is
+        // ours (one server per state directory).
+        let statedir = StateDir::open(&dir).map_err(|e| match e {
+            crate::statedir::OpenError::Io { dir, err } => ServerError::StateDir {
+                path: dir.display().to_string(),
+                err,
+            },
+            e => ServerError::StateDirInUse(e),
+        })?;
         let secret = statedir.handle_secret().map_err(error_at(&dir))?;
         let boot_epoch = statedir.next_boot_epoch().map_err(error_at(&dir))?;
         // An unreadable client list would silently skip the grace period and let new

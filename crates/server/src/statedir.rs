@@ -5,6 +5,11 @@
 //! server also serialises client-list writes and skips outdated ones). Read errors
 //! other than "not there yet" are errors: the caller refuses to start rather than
 //! silently forget whom the grace period must wait for.
+//!
+//! One server per state directory: [`StateDir::open`] takes an exclusive `flock` on
+//! `<dir>/lock` (and writes the process's PID into it) before anything else in the
+//! directory is read or written, and keeps it until the `StateDir` is dropped. The
+//! kernel releases it when the process dies, `kill -9` included.
 
 use bytes::Bytes;
 use std::fs;
@@ -19,6 +24,33 @@ pub mod sessionstore;
 
 pub struct StateDir {
     dir: PathBuf,
+    /// `<dir>/lock`, flocked exclusively while this value lives.
+    _lock: fs::File,
+}
+
+/// The lock file's name in the state directory.
+pub const LOCK_FILE: &str = "lock";
+
+/// Why a state directory cannot be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// Another server (process, or instance in this process) holds the directory.
+    #[error(
+        "state directory {} is in use by another txnfs server ({}); stop it, or give this \
+         server its own --state-dir",
+        dir.display(),
+        holder(*pid)
+    )]
+    InUse { dir: PathBuf, pid: Option<u32> },
+    #[error("state directory {}: {err}", dir.display())]
+    Io { dir: PathBuf, err: io::Error },
+}
+
+fn holder(pid: Option<u32>) -> String {
+    match pid {
+        Some(p) => format!("PID {p}"),
+        None => "PID unknown: it has not written it yet".into(),
+    }
 }
 
 /// A temporary name next to `path` that no other writer in any process uses.
@@ -76,14 +108,56 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
 }
 
 impl StateDir {
-    pub fn open(dir: &Path) -> io::Result<Self> {
+    /// Creates the directory if needed and locks it for this instance (see the module
+    /// documentation): [`OpenError::InUse`] names the PID of the server holding it.
+    pub fn open(dir: &Path) -> Result<Self, OpenError> {
+        let io_err = |err| OpenError::Io {
+            dir: dir.to_path_buf(),
+            err,
+        };
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
-            .create(dir)?;
+            .create(dir)
+            .map_err(io_err)?;
+        let lock = Self::lock(dir)?;
         Ok(StateDir {
             dir: dir.to_path_buf(),
+            _lock: lock,
         })
+    }
+
+    fn lock(dir: &Path) -> Result<fs::File, OpenError> {
+        use rustix::fs::{flock, FlockOperation};
+        let io_err = |err| OpenError::Io {
+            dir: dir.to_path_buf(),
+            err,
+        };
+        // Not truncated on open: the holder's PID must stay readable to a loser.
+        let mut f = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(dir.join(LOCK_FILE))
+            .map_err(io_err)?;
+        match flock(&f, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                let mut text = String::new();
+                let _ = f.read_to_string(&mut text);
+                return Err(OpenError::InUse {
+                    dir: dir.to_path_buf(),
+                    pid: text.trim().parse().ok(),
+                });
+            }
+            Err(e) => return Err(io_err(e.into())),
+        }
+        f.set_len(0).map_err(io_err)?;
+        f.write_all(format!("{}\n", std::process::id()).as_bytes())
+            .map_err(io_err)?;
+        Ok(f)
     }
 
     /// The 32-byte secret that authenticates file handles; created once.
@@ -177,7 +251,9 @@ mod tests {
         let _ = fs::remove_dir_all(&d);
         let s = StateDir::open(&d).unwrap();
         let k1 = s.handle_secret().unwrap();
-        let k2 = StateDir::open(&d).unwrap().handle_secret().unwrap();
+        drop(s);
+        let s = StateDir::open(&d).unwrap();
+        let k2 = s.handle_secret().unwrap();
         assert_eq!(k1, k2);
         let e1 = s.next_boot_epoch().unwrap();
         let e2 = s.next_boot_epoch().unwrap();
@@ -188,6 +264,23 @@ mod tests {
         ];
         s.save_clients(&owners).unwrap();
         assert_eq!(s.load_clients().unwrap(), owners);
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_second_open_is_refused_until_the_first_is_dropped() {
+        let (d, s) = fresh("lock");
+        match StateDir::open(&d) {
+            Err(OpenError::InUse { dir, pid }) => {
+                assert_eq!(dir, d);
+                assert_eq!(pid, Some(std::process::id()));
+            }
+            Err(e) => panic!("wrong error: {e}"),
+            Ok(_) => panic!("opened a locked state directory"),
+        }
+        drop(s);
+        let again = StateDir::open(&d).expect("free once the holder is gone");
+        drop(again);
         fs::remove_dir_all(&d).unwrap();
     }
 

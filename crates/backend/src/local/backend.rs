@@ -484,6 +484,50 @@ impl Backend for LocalBackend {
         Ok(())
     }
 
+    /// A directory is inside when walking `..` from it reaches the export root before
+    /// the root of its file system. A handle names no parent of any other object (and a
+    /// file may have names in several directories), so for those the check is that the
+    /// object is on the export's file system and mount.
+    fn contains(&self, key: &FileKey) -> Result<bool> {
+        let fd = self.resolve(key)?;
+        let st = rfs::fstat(&*fd).map_err(map_errno)?;
+        if self.key_in_export(&fd, &st).is_err() {
+            return Ok(false);
+        }
+        if ftype_of(&st) != FileType::Directory {
+            return Ok(true);
+        }
+        let mut at = (st.st_dev as u64, st.st_ino as u64);
+        let mut dir: Option<std::os::fd::OwnedFd> = None;
+        // Deeper than any real tree: a bound rather than trust in the walk ending.
+        for _ in 0..4096 {
+            if at == (self.root_dev, self.root_ino) {
+                return Ok(true);
+            }
+            let from = dir.as_ref().map(|d| d.as_fd()).unwrap_or(fd.as_fd());
+            let up = self
+                .fds(|| {
+                    rfs::openat(
+                        from,
+                        c"..",
+                        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                        Mode::empty(),
+                    )
+                })
+                .map_err(map_errno)?;
+            let ust = rfs::fstat(&up).map_err(map_errno)?;
+            let next = (ust.st_dev as u64, ust.st_ino as u64);
+            if next == at || ust.st_dev as u64 != self.root_dev {
+                // The root of the file system (or of the process) or another device,
+                // and the export root not met on the way.
+                return Ok(false);
+            }
+            at = next;
+            dir = Some(up);
+        }
+        Ok(false)
+    }
+
     fn release(&self, key: &FileKey) {
         let last = {
             let mut held = lock(&self.held);

@@ -371,6 +371,7 @@ impl TxnLayer {
 /// Applies `u`, trying again a few times: an undo step that fails must not be skipped
 /// (its effect would stay while older steps are undone).
 pub(super) fn apply_retrying(u: &Undo, cx: &OpCtx, b: &Backups) -> Result<()> {
+    check_in_export(u, b.lower)?;
     let mut last = Ok(());
     for _ in 0..3 {
         last = u.apply(cx, b);
@@ -398,6 +399,35 @@ pub(super) fn mark_undone(
     let end = j.append(txid, &Record::Undone, false).map_err(io)?;
     if strict {
         j.sync_to(end).map_err(io)?;
+    }
+    Ok(())
+}
+
+/// Refuses an undo step that would touch an object outside the export (ADR 0023): a
+/// key that resolves elsewhere (a journal applied to the wrong tree, a handle of another
+/// directory on the same file system) is an error, never changed. Objects that are gone
+/// pass: the step skips them.
+fn check_in_export(u: &Undo, lower: &dyn Backend) -> Result<()> {
+    let keys: Vec<&FileKey> = match u {
+        Undo::Data { key, .. } | Undo::Attrs { key, .. } => vec![key],
+        Undo::Unlink { dir, .. } | Undo::Restore { dir, .. } => vec![dir],
+        Undo::Unrename {
+            from_dir, to_dir, ..
+        } => vec![from_dir, to_dir],
+    };
+    for k in keys {
+        match lower.contains(k) {
+            Ok(true) | Err(BackendError::NotFound | BackendError::Stale) => {}
+            Ok(false) => {
+                tracing::error!("txn undo: an object of the journal lies outside the export");
+                return Err(BackendError::Io(
+                    "txn undo: the object this step would change lies outside the export; \
+                     refusing to change it (is the journal of another directory?)"
+                        .into(),
+                ));
+            }
+            Err(e) => return Err(e),
+        }
     }
     Ok(())
 }

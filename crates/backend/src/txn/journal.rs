@@ -6,12 +6,18 @@
 //! released only once that record is on stable storage. Concurrent transactions share
 //! those fsyncs (group commit: one `fdatasync` covers every record written before it).
 //!
-//! Layout: a header (magic, generation) and records `[len u32][checksum u64][payload]`,
+//! Layout: a header (magic, generation, the identity of the export it protects) and
+//! records `[len u32][checksum u64][payload]`,
 //! payload = `[generation u64][txid u64][kind u8][entry]`. Reading stops at the first
 //! record that is torn, fails its checksum, or carries another generation: when no
 //! transaction is open the journal is rewound (the header rewritten with the next
 //! generation and appends restart after it), and the older records that remain past
 //! the new end are ignored that way.
+//!
+//! The header names the export the journal protects (`[len u32][identity]` after the
+//! generation; ADR 0023): a journal whose identity is not the opener's is refused, never
+//! applied. Journals of the first format (`TXNFSJ01`, no identity) are accepted only when
+//! they hold no unfinished transaction.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
@@ -23,8 +29,10 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use super::undo::Undo;
 
-const MAGIC: &[u8; 8] = b"TXNFSJ01";
-const HEADER_LEN: u64 = 16;
+const MAGIC: &[u8; 8] = b"TXNFSJ02";
+/// The first format: no identity in the header.
+const MAGIC_V1: &[u8; 8] = b"TXNFSJ01";
+const HEADER_V1_LEN: u64 = 16;
 /// Rewind once the journal is this long and no transaction is open. Past it, a new
 /// transaction waits (at most [`DRAIN_WAIT`]) for the open ones to end, so the journal
 /// is rewound under a steady load too (without that it grew without bound while some
@@ -67,6 +75,61 @@ pub struct Found {
     pub undone: usize,
 }
 
+/// Why a journal is not opened.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    #[error(
+        "{}: this journal protects another export ({}), not this one ({}); it is not \
+         applied here. Serve that directory with this state directory to recover it, or \
+         move the file aside",
+        path.display(),
+        String::from_utf8_lossy(recorded),
+        String::from_utf8_lossy(ours)
+    )]
+    Foreign {
+        path: std::path::PathBuf,
+        recorded: Vec<u8>,
+        ours: Vec<u8>,
+    },
+    #[error(
+        "{}: a journal of an older txnfs, which does not record the directory it protects, \
+         holds {unfinished} unfinished transaction(s); it is not applied to a directory it \
+         may not belong to. Roll it back with the txnfs version that wrote it (serving the \
+         directory it was written for), or move the file aside to discard it (the \
+         transactions' partial changes then stay)",
+        path.display()
+    )]
+    Legacy {
+        path: std::path::PathBuf,
+        unfinished: usize,
+    },
+    #[error("{}: {err}", path.display())]
+    Io {
+        path: std::path::PathBuf,
+        err: io::Error,
+    },
+}
+
+/// What a journal file holds, read without opening it for use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalSummary {
+    /// The identity of the export it protects; `None` for the first format.
+    pub identity: Option<Vec<u8>>,
+    /// Transactions with neither a `Commit` nor an `Aborted` record.
+    pub unfinished: usize,
+}
+
+/// Reads the journal at `path` (either format) and says what it holds.
+pub fn inspect(path: &Path) -> io::Result<JournalSummary> {
+    let buf = std::fs::read(path)?;
+    let h = header(&buf);
+    let (_, found, _) = parse(&buf, &h);
+    Ok(JournalSummary {
+        identity: h.identity,
+        unfinished: found.iter().filter(|f| !f.committed && !f.aborted).count(),
+    })
+}
+
 fn checksum(b: &[u8]) -> u64 {
     // FNV-1a: detects torn and stale records; not a defence against an adversary (the
     // journal lives in the server's private state directory).
@@ -79,6 +142,8 @@ fn checksum(b: &[u8]) -> u64 {
 }
 
 struct Inner {
+    /// The header: magic, generation placeholder, identity (rewritten on every rewind).
+    head: Vec<u8>,
     /// `None`: a journal in memory (exports without a state directory), which needs no
     /// durability because nothing it protects survives the process either.
     file: Option<Arc<File>>,
@@ -112,12 +177,15 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Journal {
     /// A journal that lives in memory only.
     pub fn in_memory() -> Self {
-        Self::with(None, 1, HEADER_LEN)
+        let head = header_bytes(b"");
+        let end = head.len() as u64;
+        Self::with(None, head, 1, end)
     }
 
-    fn with(file: Option<Arc<File>>, generation: u64, end: u64) -> Self {
+    fn with(file: Option<Arc<File>>, head: Vec<u8>, generation: u64, end: u64) -> Self {
         Journal {
             inner: Mutex::new(Inner {
+                head,
                 file,
                 generation,
                 end,
@@ -133,22 +201,61 @@ impl Journal {
         }
     }
 
-    /// Opens (or creates) the journal at `path` and returns the transactions it holds,
-    /// oldest first. The caller recovers them, then calls [`Journal::rewind`].
-    pub fn open(path: &Path) -> io::Result<(Journal, Vec<Found>)> {
+    /// Opens (or creates) the journal at `path` for the export `identity` and returns
+    /// the transactions it holds, oldest first. The caller recovers them, then calls
+    /// [`Journal::rewind`] (which writes the header with `identity`). A journal of
+    /// another export is refused ([`JournalError::Foreign`]), and so is one of the first
+    /// format that holds unfinished transactions ([`JournalError::Legacy`]).
+    pub fn open(path: &Path, identity: &[u8]) -> Result<(Journal, Vec<Found>), JournalError> {
+        let io_err = |err| JournalError::Io {
+            path: path.to_path_buf(),
+            err,
+        };
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
+            std::fs::create_dir_all(dir).map_err(io_err)?;
         }
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
-            .open(path)?;
+            .open(path)
+            .map_err(io_err)?;
         let mut buf = Vec::new();
-        file.read_to_end(&mut buf)?;
-        let (generation, found, end) = parse(&buf);
-        Ok((Journal::with(Some(Arc::new(file)), generation, end), found))
+        file.read_to_end(&mut buf).map_err(io_err)?;
+        let h = header(&buf);
+        let (generation, mut found, mut end) = parse(&buf, &h);
+        match &h.identity {
+            Some(id) if id.as_slice() != identity => {
+                return Err(JournalError::Foreign {
+                    path: path.to_path_buf(),
+                    recorded: id.clone(),
+                    ours: identity.to_vec(),
+                })
+            }
+            Some(_) => {}
+            None if h.v1 => {
+                let unfinished = found.iter().filter(|f| !f.committed && !f.aborted).count();
+                if unfinished > 0 {
+                    return Err(JournalError::Legacy {
+                        path: path.to_path_buf(),
+                        unfinished,
+                    });
+                }
+                // Nothing to recover: it is rewritten in the current format.
+                found.clear();
+            }
+            None => {}
+        }
+        let head = header_bytes(identity);
+        if h.identity.is_none() {
+            // New (or of the first format): records go after our header.
+            end = head.len() as u64;
+        }
+        Ok((
+            Journal::with(Some(Arc::new(file)), head, generation, end),
+            found,
+        ))
     }
 
     /// Starts a new generation at the head of the file (durably): the records before
@@ -161,15 +268,15 @@ impl Journal {
     fn rewind_locked(&self, inner: &mut Inner) -> io::Result<()> {
         debug_assert_eq!(inner.open, 0);
         inner.generation += 1;
+        let generation = inner.generation.to_be_bytes();
+        inner.head[8..16].copy_from_slice(&generation);
+        let len = inner.head.len() as u64;
         if let Some(f) = &inner.file {
-            let mut h = Vec::with_capacity(HEADER_LEN as usize);
-            h.extend_from_slice(MAGIC);
-            h.extend_from_slice(&inner.generation.to_be_bytes());
-            f.write_all_at(&h, 0)?;
+            f.write_all_at(&inner.head, 0)?;
             f.sync_data()?;
         }
-        inner.end = HEADER_LEN;
-        lock(&self.sync).durable = HEADER_LEN;
+        inner.end = len;
+        lock(&self.sync).durable = len;
         Ok(())
     }
 
@@ -289,14 +396,70 @@ impl Journal {
     }
 }
 
-/// The generation, the transactions and the end of the valid records in `buf`.
-fn parse(buf: &[u8]) -> (u64, Vec<Found>, u64) {
-    if buf.len() < HEADER_LEN as usize || &buf[..8] != MAGIC {
-        return (0, Vec::new(), HEADER_LEN);
+/// The header `identity` gets (its generation is set on every rewind).
+fn header_bytes(identity: &[u8]) -> Vec<u8> {
+    let mut h = Vec::with_capacity(20 + identity.len());
+    h.extend_from_slice(MAGIC);
+    h.extend_from_slice(&0u64.to_be_bytes());
+    h.extend_from_slice(&(identity.len() as u32).to_be_bytes());
+    h.extend_from_slice(identity);
+    h
+}
+
+/// A journal file's header as found.
+struct Header {
+    /// Where the records start; 0: no valid header (a new or unreadable journal).
+    len: u64,
+    generation: u64,
+    /// The export it protects (current format only).
+    identity: Option<Vec<u8>>,
+    /// Of the first format (no identity).
+    v1: bool,
+}
+
+fn header(buf: &[u8]) -> Header {
+    let none = Header {
+        len: 0,
+        generation: 0,
+        identity: None,
+        v1: false,
+    };
+    let generation = |b: &[u8]| u64::from_be_bytes(b[8..16].try_into().unwrap_or_default());
+    match buf.get(..8) {
+        Some(m) if m == MAGIC_V1 && buf.len() >= HEADER_V1_LEN as usize => Header {
+            len: HEADER_V1_LEN,
+            generation: generation(buf),
+            identity: None,
+            v1: true,
+        },
+        Some(m) if m == MAGIC => {
+            let Some(n) = buf.get(16..20) else {
+                return none;
+            };
+            let n = u32::from_be_bytes(n.try_into().unwrap_or_default()) as usize;
+            match buf.get(20..20 + n) {
+                Some(id) => Header {
+                    len: 20 + n as u64,
+                    generation: generation(buf),
+                    identity: Some(id.to_vec()),
+                    v1: false,
+                },
+                None => none,
+            }
+        }
+        _ => none,
     }
-    let generation = u64::from_be_bytes(buf[8..16].try_into().unwrap_or_default());
+}
+
+/// The generation, the transactions and the end of the valid records in `buf`, whose
+/// header is `h`.
+fn parse(buf: &[u8], h: &Header) -> (u64, Vec<Found>, u64) {
+    if h.len == 0 {
+        return (0, Vec::new(), 0);
+    }
+    let generation = h.generation;
     let mut found: Vec<Found> = Vec::new();
-    let mut at = HEADER_LEN as usize;
+    let mut at = h.len as usize;
     while let Some(head) = buf.get(at..at + 12) {
         let len = u32::from_be_bytes(head[..4].try_into().unwrap_or_default()) as usize;
         let sum = u64::from_be_bytes(head[4..12].try_into().unwrap_or_default());
@@ -412,7 +575,7 @@ mod tests {
     fn records_survive_reopening_and_a_torn_tail_is_ignored() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("j");
-        let (j, found) = Journal::open(&p).unwrap();
+        let (j, found) = Journal::open(&p, b"export").unwrap();
         assert!(found.is_empty());
         j.rewind().unwrap();
         j.append(5, &Record::Undo(undo(1)), true).unwrap();
@@ -424,7 +587,7 @@ mod tests {
         let mut bytes = std::fs::read(&p).unwrap();
         bytes.extend_from_slice(&[0, 0, 0, 40, 1, 2, 3]);
         std::fs::write(&p, &bytes).unwrap();
-        let (j, found) = Journal::open(&p).unwrap();
+        let (j, found) = Journal::open(&p, b"export").unwrap();
         assert_eq!(found.len(), 2);
         assert_eq!((found[0].txid, found[0].committed), (5, true));
         assert_eq!(found[0].undo, vec![undo(1)]);
@@ -433,8 +596,75 @@ mod tests {
         j.rewind().unwrap();
         j.append(7, &Record::Aborted, true).unwrap();
         drop(j);
-        let (_, found) = Journal::open(&p).unwrap();
+        let (_, found) = Journal::open(&p, b"export").unwrap();
         assert_eq!(found.len(), 1);
         assert!(found[0].aborted && found[0].txid == 7);
+    }
+
+    #[test]
+    fn a_journal_of_another_export_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("j");
+        let (j, _) = Journal::open(&p, b"A").unwrap();
+        j.rewind().unwrap();
+        j.append(1, &Record::Undo(undo(1)), true).unwrap();
+        drop(j);
+        match Journal::open(&p, b"B") {
+            Err(JournalError::Foreign { recorded, ours, .. }) => {
+                assert_eq!((recorded, ours), (b"A".to_vec(), b"B".to_vec()));
+            }
+            Err(e) => panic!("wrong error: {e}"),
+            Ok(_) => panic!("opened another export's journal"),
+        }
+        let (_, found) = Journal::open(&p, b"A").unwrap();
+        assert_eq!(found.len(), 1, "A's own journal is untouched");
+        assert_eq!(
+            inspect(&p).unwrap(),
+            JournalSummary {
+                identity: Some(b"A".to_vec()),
+                unfinished: 1
+            }
+        );
+    }
+
+    /// A journal of the first format (no identity): `records` appended in it.
+    fn v1_journal(p: &Path, records: &[(u64, Record)]) {
+        let _ = std::fs::remove_file(p);
+        let (j, _) = Journal::open(p, b"").unwrap();
+        j.rewind().unwrap();
+        for (i, (txid, r)) in records.iter().enumerate() {
+            j.append(*txid, r, i == 0).unwrap();
+        }
+        drop(j);
+        let bytes = std::fs::read(p).unwrap();
+        let mut v1 = MAGIC_V1.to_vec();
+        v1.extend_from_slice(&bytes[8..16]);
+        v1.extend_from_slice(&bytes[20..]);
+        std::fs::write(p, v1).unwrap();
+    }
+
+    #[test]
+    fn a_first_format_journal_is_refused_unless_nothing_is_unfinished() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("j");
+        v1_journal(&p, &[(1, Record::Undo(undo(1)))]);
+        assert_eq!(
+            inspect(&p).unwrap(),
+            JournalSummary {
+                identity: None,
+                unfinished: 1
+            }
+        );
+        match Journal::open(&p, b"A") {
+            Err(JournalError::Legacy { unfinished, .. }) => assert_eq!(unfinished, 1),
+            Err(e) => panic!("wrong error: {e}"),
+            Ok(_) => panic!("applied a journal that names no export"),
+        }
+        v1_journal(&p, &[(1, Record::Undo(undo(1))), (1, Record::Commit)]);
+        let (j, found) = Journal::open(&p, b"A").unwrap();
+        assert!(found.is_empty(), "nothing to recover");
+        j.rewind().unwrap();
+        drop(j);
+        assert_eq!(inspect(&p).unwrap().identity, Some(b"A".to_vec()));
     }
 }

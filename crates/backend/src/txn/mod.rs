@@ -38,6 +38,7 @@ use bytes::Bytes;
 
 use crate::{Backend, BackendError, Creds, FileKey, FileType, NodeKind, OpCtx, Result, SetAttrs};
 use changes::{apply_retrying, mark_undone};
+pub use journal::{inspect as inspect_journal, JournalError, JournalSummary};
 use journal::{Journal, Record};
 use locks::{LockId, LockTable, Mode, Owner};
 use undo::{Backups, Undo};
@@ -171,10 +172,22 @@ fn io(e: std::io::Error) -> BackendError {
 
 impl TxnLayer {
     /// Opens the layer over `lower`, with its journal at `journal` (`None`: in memory),
-    /// and rolls back what an earlier run left unfinished.
+    /// and rolls back what an earlier run left unfinished. The journal records no
+    /// export identity (an empty one): see [`TxnLayer::open_as`].
     pub fn open(
         lower: Arc<dyn Backend>,
         journal: Option<&Path>,
+        settings: TxnSettings,
+    ) -> Result<TxnLayer> {
+        Self::open_as(lower, journal, b"", settings)
+    }
+
+    /// [`TxnLayer::open`] for the export `identity` (ADR 0023): the journal records it,
+    /// and a journal that records another one is refused, never applied.
+    pub fn open_as(
+        lower: Arc<dyn Backend>,
+        journal: Option<&Path>,
+        identity: &[u8],
         settings: TxnSettings,
     ) -> Result<TxnLayer> {
         let root = lower.root()?;
@@ -182,7 +195,10 @@ impl TxnLayer {
         let faults = FaultPoint::from_env();
         let stats = Arc::new(TxnStats::default());
         let (journal, found) = match journal {
-            Some(p) => Journal::open(p).map_err(io)?,
+            Some(p) => Journal::open(p, identity).map_err(|e| {
+                tracing::error!("txn recovery: {e}");
+                BackendError::Io(e.to_string())
+            })?,
             None => (Journal::in_memory(), Vec::new()),
         };
         let needs_backups = found

@@ -180,10 +180,37 @@ fn an_outdated_client_list_is_not_written_over_a_newer_one() {
 
 #[test]
 fn a_restart_waits_for_persisted_clients_and_refuses_a_corrupt_list() {
-    let f = fixture("restart");
-    session(&f.srv, b"before-restart");
+    let dir = std::env::temp_dir().join(format!("txnfs-core-restart-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    struct RemoveDir(std::path::PathBuf);
+    impl Drop for RemoveDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _rm = RemoveDir(dir.clone());
+    let first = Server::with_clock(config(&dir, false), Arc::new(ManualClock::new())).unwrap();
+    session(&first, b"before-restart");
     let clock = Arc::new(ManualClock::new());
-    let again = Server::with_clock(config(&f.dir, true), clock.clone()).unwrap();
+    // While it runs, the state directory is its own.
+    match Server::with_clock(config(&dir, true), clock.clone()) {
+        Err(ServerError::StateDirInUse(e)) => {
+            let msg = e.to_string();
+            assert!(
+                msg.contains(&format!("PID {}", std::process::id())),
+                "{msg}"
+            );
+        }
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("two servers on one state directory"),
+    }
+    assert_eq!(
+        Arc::strong_count(&first),
+        1,
+        "nothing else holds the server"
+    );
+    drop(first);
+    let again = Server::with_clock(config(&dir, true), clock.clone()).unwrap();
     assert!(again.core().unwrap().in_grace(clock.now()));
     clock.advance(Duration::from_secs(10));
     again.tick();
@@ -191,9 +218,10 @@ fn a_restart_waits_for_persisted_clients_and_refuses_a_corrupt_list() {
         !again.core().unwrap().in_grace(clock.now()),
         "grace lasts one lease"
     );
+    drop(again);
 
-    std::fs::write(f.dir.join("clients"), "zz\n").unwrap();
-    match Server::with_clock(config(&f.dir, true), clock) {
+    std::fs::write(dir.join("clients"), "zz\n").unwrap();
+    match Server::with_clock(config(&dir, true), clock) {
         Err(ServerError::StateDir { path, err }) => {
             assert!(path.ends_with("clients"), "{path}");
             assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
