@@ -4,14 +4,16 @@
 //! server restarts for as long as the object exists (the local backend uses the kernel's
 //! file handle; the memory backend an inode number). The server wraps keys into NFS file
 //! handles (adding the export id and a MAC so clients cannot forge them); backends never
-//! see NFS types. All calls are synchronous: the server runs a whole COMPOUND on one
-//! thread, so a backend call is a plain syscall.
+//! see NFS types. All calls are synchronous (a backend call is a plain syscall); a layer
+//! must not rely on which thread makes one: the [`OpCtx`] says which COMPOUND it is for.
 //!
 //! Backends stack (see `docs/adr/0009-backend-layers.md`): a [`layer::Layer`] is a
 //! backend that holds the backend below it and forwards what it does not change. Every
-//! call that may change the file system gets the [`OpCtx`] of the COMPOUND it belongs
-//! to, and [`Backend::begin_compound`] / [`Backend::end_compound`] bracket a COMPOUND,
-//! so a layer can group a COMPOUND's mutations (undo logs, locks, fault injection).
+//! call on behalf of a COMPOUND, reads as well as changes, gets the [`OpCtx`] of the
+//! COMPOUND it belongs to (only the export-level facts [`Backend::root`] and
+//! [`Backend::clone_method`] take none), and [`Backend::begin_compound`] /
+//! [`Backend::end_compound`] bracket a COMPOUND, so a layer can group a COMPOUND's calls
+//! (undo logs, locks, fault injection) by the context alone, whichever thread makes them.
 
 use bytes::Bytes;
 
@@ -226,8 +228,10 @@ pub struct Creds {
     pub gids: Vec<u32>,
 }
 
-/// Who is calling and on behalf of which COMPOUND: handed to every call that may change
-/// the file system, and to the COMPOUND hooks.
+/// Who is calling and on behalf of which COMPOUND: handed to every backend call (but
+/// [`Backend::root`] and [`Backend::clone_method`]), and to the COMPOUND hooks. A call
+/// made outside any COMPOUND (tests, tools, a layer's own housekeeping) passes a context
+/// with `compound` 0, e.g. [`OpCtx::for_creds`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OpCtx {
     /// The caller; new objects belong to it (see [`Backend::create_file`]).
@@ -381,17 +385,19 @@ macro_rules! with_backend_methods {
     ($then:ident) => {
         $then! {
             required {
-                /// The export's root directory.
+                /// The export's root directory. Without an [`OpCtx`]: a fact about the export,
+                /// fixed when the backend opens (the server asks once, outside any COMPOUND),
+                /// not something a COMPOUND reads.
                 fn root(&self) -> Result<FileKey>;
-                fn getattr(&self, key: &FileKey) -> Result<Attrs>;
+                fn getattr(&self, cx: &OpCtx, key: &FileKey) -> Result<Attrs>;
                 /// Look a name up in a directory, never following a final symlink.
-                fn lookup(&self, dir: &FileKey, name: &[u8]) -> Result<(FileKey, Attrs)>;
+                fn lookup(&self, cx: &OpCtx, dir: &FileKey, name: &[u8]) -> Result<(FileKey, Attrs)>;
                 /// The parent of a directory. At the export root, returns `NotFound` (the server
                 /// itself decides what is above an export).
-                fn lookup_parent(&self, dir: &FileKey) -> Result<(FileKey, Attrs)>;
+                fn lookup_parent(&self, cx: &OpCtx, dir: &FileKey) -> Result<(FileKey, Attrs)>;
                 fn setattr(&self, cx: &OpCtx, key: &FileKey, attrs: &SetAttrs) -> Result<Attrs>;
                 /// Read up to `count` bytes at `offset`; the flag is true at end of file.
-                fn read(&self, key: &FileKey, offset: u64, count: u32) -> Result<(Bytes, bool)>;
+                fn read(&self, cx: &OpCtx, key: &FileKey, offset: u64, count: u32) -> Result<(Bytes, bool)>;
                 /// Write `data` at `offset`; with `sync` the data (and the size) are on stable
                 /// storage before this returns. Returns the post-write attributes.
                 fn write(&self, cx: &OpCtx, key: &FileKey, offset: u64, data: &[u8], sync: bool) -> Result<Attrs>;
@@ -419,7 +425,7 @@ macro_rules! with_backend_methods {
                 /// POSIX rename semantics (replaces a compatible target atomically).
                 fn rename(&self, cx: &OpCtx, from_dir: &FileKey, from: &[u8], to_dir: &FileKey, to: &[u8]) -> Result<RenameChange>;
                 fn link(&self, cx: &OpCtx, file: &FileKey, dir: &FileKey, name: &[u8]) -> Result<Linked>;
-                fn readlink(&self, key: &FileKey) -> Result<Bytes>;
+                fn readlink(&self, cx: &OpCtx, key: &FileKey) -> Result<Bytes>;
                 /// Entries after `cookie` (0 = from the start), at most `max_entries`; the flag is
                 /// true when the end of the directory was reached. Cookies stay valid across calls
                 /// and across entries being added or removed elsewhere in the directory.
@@ -429,8 +435,8 @@ macro_rules! with_backend_methods {
                 /// server that must avoid NFS's reserved cookies 1 and 2 maps them itself. A page
                 /// may come back empty with the flag false only if `max_entries` is 0; it may come
                 /// back empty with the flag true.
-                fn readdir(&self, dir: &FileKey, cookie: u64, max_entries: usize) -> Result<(Vec<DirEntry>, bool)>;
-                fn statfs(&self, key: &FileKey) -> Result<FsStats>;
+                fn readdir(&self, cx: &OpCtx, dir: &FileKey, cookie: u64, max_entries: usize) -> Result<(Vec<DirEntry>, bool)>;
+                fn statfs(&self, cx: &OpCtx, key: &FileKey) -> Result<FsStats>;
                 /// Make `len` bytes of `dst` at `dst_off` equal to `src` at `src_off` (both regular
                 /// files of this backend; `dst` grows if needed), e.g. to save a range before a
                 /// write overwrites it and to put it back on undo. `len` 0 means "to the end of
@@ -438,7 +444,8 @@ macro_rules! with_backend_methods {
                 /// blocks are really shared, else [`CloneMethod::Copy`].
                 fn clone_range(&self, cx: &OpCtx, src: &FileKey, src_off: u64, dst: &FileKey, dst_off: u64, len: u64) -> Result<CloneMethod>;
                 /// What [`Backend::clone_range`] does on this backend when the ranges are suitably
-                /// aligned (decided once, when the backend is opened).
+                /// aligned (decided once, when the backend is opened). Without an [`OpCtx`], like
+                /// [`Backend::root`]: a fact about the export, not a call on a COMPOUND's behalf.
                 fn clone_method(&self) -> CloneMethod;
                 /// Keep `key`'s object alive while a client has it open: until the matching
                 /// [`Backend::release`], it stays reachable by its key (getattr, read, write,
@@ -446,10 +453,10 @@ macro_rules! with_backend_methods {
                 /// POSIX open file does (the open state keeps the object alive). Counted:
                 /// every successful `hold` needs one `release`. Fails like `getattr` when the
                 /// object is already gone.
-                fn hold(&self, key: &FileKey) -> Result<()>;
+                fn hold(&self, cx: &OpCtx, key: &FileKey) -> Result<()>;
                 /// Give back one [`Backend::hold`]; after the last one, an object without
                 /// names is freed.
-                fn release(&self, key: &FileKey);
+                fn release(&self, cx: &OpCtx, key: &FileKey);
             }
             provided {
                 /// A COMPOUND whose context is `cx` starts using this backend (called once per

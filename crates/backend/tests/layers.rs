@@ -70,7 +70,10 @@ fn a_layer_sees_contexts_and_forwards_the_rest() {
     b.write(&ctx(14), &f, 3, b"d", false).unwrap();
     assert_eq!(*rec.writes.lock().unwrap(), vec![2, 14]);
     // Forwarded untouched: the refused write left no trace.
-    assert_eq!(&b.read(&f, 0, 10).unwrap().0[..], b"abcd");
+    assert_eq!(
+        &b.read(&OpCtx::default(), &f, 0, 10).unwrap().0[..],
+        b"abcd"
+    );
     // Default hooks forward too (the memory backend accepts every COMPOUND).
     b.begin_compound(&ctx(3)).unwrap();
     b.end_compound(&ctx(3), true).unwrap();
@@ -206,7 +209,7 @@ fn memory_limits_bound_files_and_the_total() {
     );
     // Overwriting in place needs no new space.
     b.write(&cx, &d, 0, &[4; 5_000], false).unwrap();
-    let st = b.statfs(&root).unwrap();
+    let st = b.statfs(&OpCtx::default(), &root).unwrap();
     assert_eq!((st.total_bytes, st.free_bytes), (25_000, 0));
     // Removing a file gives its bytes back; so does truncating.
     b.remove(&cx, &root, b"c").unwrap();
@@ -216,7 +219,10 @@ fn memory_limits_bound_files_and_the_total() {
         ..Default::default()
     };
     b.setattr(&cx, &a, &shrink).unwrap();
-    assert_eq!(b.statfs(&root).unwrap().free_bytes, 15_000);
+    assert_eq!(
+        b.statfs(&OpCtx::default(), &root).unwrap().free_bytes,
+        15_000
+    );
     // clone_range is bounded too.
     let e = mk(b"e");
     assert_eq!(

@@ -36,12 +36,15 @@ fn keys_survive_restart() {
 
     let b = LocalBackend::open(dir.path()).unwrap();
     assert_eq!(b.root().unwrap(), root);
-    assert_eq!(&b.read(&file, 0, 100).unwrap().0[..], b"persisted");
-    assert_eq!(b.getattr(&sub).unwrap().ftype, FileType::Directory);
-    assert_eq!(&b.readlink(&link).unwrap()[..], b"../file");
-    assert_eq!(b.lookup_parent(&sub).unwrap().0, root);
-    assert_eq!(b.lookup(&root, b"file").unwrap().0, file);
-    assert_eq!(b.getattr(&data_key).unwrap_err(), BackendError::Stale);
+    assert_eq!(&b.read(&user(), &file, 0, 100).unwrap().0[..], b"persisted");
+    assert_eq!(b.getattr(&user(), &sub).unwrap().ftype, FileType::Directory);
+    assert_eq!(&b.readlink(&user(), &link).unwrap()[..], b"../file");
+    assert_eq!(b.lookup_parent(&user(), &sub).unwrap().0, root);
+    assert_eq!(b.lookup(&user(), &root, b"file").unwrap().0, file);
+    assert_eq!(
+        b.getattr(&user(), &data_key).unwrap_err(),
+        BackendError::Stale
+    );
 }
 
 #[test]
@@ -51,12 +54,21 @@ fn symlink_to_root_is_never_traversed() {
     symlink("/etc", dir.path().join("etc")).unwrap();
     let b = LocalBackend::open(dir.path()).unwrap();
     let root = b.root().unwrap();
-    let (k, a) = b.lookup(&root, b"escape").unwrap();
+    let (k, a) = b.lookup(&user(), &root, b"escape").unwrap();
     assert_eq!(a.ftype, FileType::Symlink);
-    assert_eq!(&b.readlink(&k).unwrap()[..], b"/");
-    assert_eq!(b.lookup(&k, b"etc").unwrap_err(), BackendError::NotDir);
-    assert_eq!(b.readdir(&k, 0, 10).unwrap_err(), BackendError::NotDir);
-    assert_eq!(b.lookup_parent(&k).unwrap_err(), BackendError::NotDir);
+    assert_eq!(&b.readlink(&user(), &k).unwrap()[..], b"/");
+    assert_eq!(
+        b.lookup(&user(), &k, b"etc").unwrap_err(),
+        BackendError::NotDir
+    );
+    assert_eq!(
+        b.readdir(&user(), &k, 0, 10).unwrap_err(),
+        BackendError::NotDir
+    );
+    assert_eq!(
+        b.lookup_parent(&user(), &k).unwrap_err(),
+        BackendError::NotDir
+    );
     let e = create_file(
         &b,
         &k,
@@ -73,7 +85,7 @@ fn symlink_to_root_is_never_traversed() {
         BackendError::NotDir
     );
     // Unchecked create on the name of a symlink does not write through it.
-    let (etc, _) = b.lookup(&root, b"etc").unwrap();
+    let (etc, _) = b.lookup(&user(), &root, b"etc").unwrap();
     let e = create_file(&b, &root, b"etc", CreateMode::Unchecked, &set_size(0)).unwrap_err();
     assert_eq!(e, BackendError::SymlinkLoop);
     assert!(b.write(&OpCtx::default(), &etc, 0, b"x", false).is_err());
@@ -85,7 +97,7 @@ fn symlink_to_root_is_never_traversed() {
     assert_eq!(a.ftype, FileType::Symlink);
     assert_eq!(uid_of("/etc"), etc_uid);
     // readdir lists them as symlinks
-    let (ents, eof) = b.readdir(&root, 0, 100).unwrap();
+    let (ents, eof) = b.readdir(&user(), &root, 0, 100).unwrap();
     assert!(eof);
     assert_eq!(ents.len(), 2);
     assert!(ents.iter().all(|e| e.attrs.ftype == FileType::Symlink));
@@ -112,21 +124,29 @@ fn forged_key_outside_export_resolves_only_via_handle() {
     std::fs::write(outside.join("secret"), b"s3cret").unwrap();
 
     let wide = LocalBackend::open(top.path()).unwrap();
-    let (okey, _) = wide.lookup(&wide.root().unwrap(), b"outside").unwrap();
-    let (skey, _) = wide.lookup(&okey, b"secret").unwrap();
+    let (okey, _) = wide
+        .lookup(&user(), &wide.root().unwrap(), b"outside")
+        .unwrap();
+    let (skey, _) = wide.lookup(&user(), &okey, b"secret").unwrap();
     drop(wide);
 
     let b = LocalBackend::open(&export).unwrap();
     let root = b.root().unwrap();
     // No name inside the export reaches it.
     assert_eq!(
-        b.lookup(&root, b"outside").unwrap_err(),
+        b.lookup(&user(), &root, b"outside").unwrap_err(),
         BackendError::NotFound
     );
-    assert_eq!(b.lookup_parent(&root).unwrap_err(), BackendError::NotFound);
+    assert_eq!(
+        b.lookup_parent(&user(), &root).unwrap_err(),
+        BackendError::NotFound
+    );
     // A forged key does resolve (documented: the MAC guards against this).
-    assert_eq!(b.getattr(&okey).unwrap().ftype, FileType::Directory);
-    assert_eq!(&b.read(&skey, 0, 10).unwrap().0[..], b"s3cret");
+    assert_eq!(
+        b.getattr(&user(), &okey).unwrap().ftype,
+        FileType::Directory
+    );
+    assert_eq!(&b.read(&user(), &skey, 0, 10).unwrap().0[..], b"s3cret");
 }
 
 #[test]
@@ -137,16 +157,19 @@ fn stale_after_external_removal() {
     let k = create(&b, &root, "f");
     b.write(&OpCtx::default(), &k, 0, b"abc", false).unwrap(); // cached read-write descriptor
     std::fs::remove_file(dir.path().join("f")).unwrap();
-    assert_eq!(b.getattr(&k).unwrap_err(), BackendError::Stale);
-    assert_eq!(b.read(&k, 0, 3).unwrap_err(), BackendError::Stale);
+    assert_eq!(b.getattr(&user(), &k).unwrap_err(), BackendError::Stale);
+    assert_eq!(b.read(&user(), &k, 0, 3).unwrap_err(), BackendError::Stale);
     assert_eq!(
         b.write(&OpCtx::default(), &k, 0, b"x", false).unwrap_err(),
         BackendError::Stale
     );
     let d = mkdir(&b, &root, "d");
     std::fs::remove_dir(dir.path().join("d")).unwrap();
-    assert_eq!(b.getattr(&d).unwrap_err(), BackendError::Stale);
-    assert_eq!(b.readdir(&d, 0, 10).unwrap_err(), BackendError::Stale);
+    assert_eq!(b.getattr(&user(), &d).unwrap_err(), BackendError::Stale);
+    assert_eq!(
+        b.readdir(&user(), &d, 0, 10).unwrap_err(),
+        BackendError::Stale
+    );
 }
 
 #[test]
@@ -186,10 +209,16 @@ fn mount_points_are_xdev() {
 
     let b = LocalBackend::open(dir.path()).unwrap();
     let root = b.root().unwrap();
-    assert_eq!(b.lookup(&root, b"mnt").unwrap_err(), BackendError::XDev);
+    assert_eq!(
+        b.lookup(&user(), &root, b"mnt").unwrap_err(),
+        BackendError::XDev
+    );
     // Same device, other mount: refused too (a bind mount could show anything).
-    assert_eq!(b.lookup(&root, b"bind").unwrap_err(), BackendError::XDev);
-    let (ents, _) = b.readdir(&root, 0, 100).unwrap();
+    assert_eq!(
+        b.lookup(&user(), &root, b"bind").unwrap_err(),
+        BackendError::XDev
+    );
+    let (ents, _) = b.readdir(&user(), &root, 0, 100).unwrap();
     let names: Vec<_> = ents.iter().map(|e| e.name.clone()).collect();
     assert!(names.contains(&Bytes::from_static(b"plain")));
     assert!(!names.contains(&Bytes::from_static(b"mnt")));
@@ -230,7 +259,7 @@ fn readdir_cookies_on_tmpfs() {
     let mut cookie = 0;
     let mut round = 0;
     loop {
-        let (ents, eof) = b.readdir(&root, cookie, 7).unwrap();
+        let (ents, eof) = b.readdir(&user(), &root, cookie, 7).unwrap();
         for e in &ents {
             assert!(seen.insert(e.name.clone()), "duplicate {:?}", e.name);
             assert_ne!(e.cookie, 0);
@@ -264,17 +293,20 @@ fn many_keys_beyond_the_descriptor_cache() {
         keys.push(k);
     }
     for (i, k) in keys.iter().enumerate() {
-        let a = b.getattr(k).unwrap();
+        let a = b.getattr(&user(), k).unwrap();
         if i % 10 == 0 {
             assert_eq!(a.size, 4);
-            let (d, _) = b.read(k, 0, 4).unwrap();
+            let (d, _) = b.read(&user(), k, 0, 4).unwrap();
             assert_eq!(&d[..], &(i as u32).to_be_bytes());
         }
     }
     for i in (0..5000).step_by(7) {
         b.remove(&OpCtx::default(), &root, format!("f{i}").as_bytes())
             .unwrap();
-        assert_eq!(b.getattr(&keys[i]).unwrap_err(), BackendError::Stale);
+        assert_eq!(
+            b.getattr(&user(), &keys[i]).unwrap_err(),
+            BackendError::Stale
+        );
     }
 }
 
@@ -298,7 +330,7 @@ fn clone_range_copies_without_reflink_support() {
         b.clone_range(&cx, &src, 0, &dst, 0, 64 << 10).unwrap(),
         CloneMethod::Copy
     );
-    assert_eq!(b.read(&dst, 0, 1 << 20).unwrap().0, &data[..]);
+    assert_eq!(b.read(&user(), &dst, 0, 1 << 20).unwrap().0, &data[..]);
     // Overlapping ranges of one file are refused rather than smeared.
     assert_eq!(
         b.clone_range(&cx, &src, 0, &src, 4096, 8192).unwrap_err(),
@@ -320,19 +352,19 @@ fn reflink_on(mkfs: &str, size: &str) {
         .unwrap();
     assert_eq!(m, CloneMethod::Reflink, "{mkfs}: aligned range");
     assert_eq!(
-        b.read(&dst, 0, 1 << 20).unwrap().0,
+        b.read(&user(), &dst, 0, 1 << 20).unwrap().0,
         &data[64 << 10..192 << 10]
     );
     // Writing the clone leaves the source alone (copy-on-write).
     b.write(&cx, &dst, 0, b"changed", false).unwrap();
     assert_eq!(
-        b.read(&src, 64 << 10, 7).unwrap().0,
+        b.read(&user(), &src, 64 << 10, 7).unwrap().0,
         &data[64 << 10..(64 << 10) + 7]
     );
     // Unaligned: the copy fallback, same bytes.
     let m = b.clone_range(&cx, &src, 100, &dst, 5, 1000).unwrap();
     assert_eq!(m, CloneMethod::Copy, "{mkfs}: unaligned range");
-    assert_eq!(b.read(&dst, 5, 1000).unwrap().0, &data[100..1100]);
+    assert_eq!(b.read(&user(), &dst, 5, 1000).unwrap().0, &data[100..1100]);
     drop(b);
 }
 

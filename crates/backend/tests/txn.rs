@@ -45,9 +45,10 @@ fn snapshot(b: &dyn Backend) -> BTreeMap<String, Seen> {
 }
 
 fn walk(b: &dyn Backend, dir: &FileKey, path: &str, out: &mut BTreeMap<String, Seen>) {
+    let cx = root_cx();
     let mut cookie = 0;
     loop {
-        let (entries, eof) = b.readdir(dir, cookie, 64).unwrap();
+        let (entries, eof) = b.readdir(&cx, dir, cookie, 64).unwrap();
         for e in &entries {
             cookie = e.cookie;
             if path.is_empty() && e.name == HIDDEN {
@@ -56,10 +57,10 @@ fn walk(b: &dyn Backend, dir: &FileKey, path: &str, out: &mut BTreeMap<String, S
             }
             let name = String::from_utf8_lossy(&e.name).into_owned();
             let p = format!("{path}/{name}");
-            let a = b.getattr(&e.key).unwrap();
+            let a = b.getattr(&cx, &e.key).unwrap();
             let data = match a.ftype {
-                FileType::Regular => b.read(&e.key, 0, 1 << 20).unwrap().0,
-                FileType::Symlink => b.readlink(&e.key).unwrap(),
+                FileType::Regular => b.read(&cx, &e.key, 0, 1 << 20).unwrap().0,
+                FileType::Symlink => b.readlink(&cx, &e.key).unwrap(),
                 _ => Bytes::new(),
             };
             let data = (data.len(), {
@@ -108,18 +109,18 @@ fn txn_cx(compound: u64) -> OpCtx {
     }
 }
 
-/// The key at `path` ("a/b"), from the root.
-fn at(b: &dyn Backend, path: &str) -> FileKey {
+/// The key at `path` ("a/b"), from the root, looked up with `cx`.
+fn at(b: &dyn Backend, cx: &OpCtx, path: &str) -> FileKey {
     let mut k = b.root().unwrap();
     for c in path.split('/').filter(|c| !c.is_empty()) {
-        k = b.lookup(&k, c.as_bytes()).unwrap().0;
+        k = b.lookup(cx, &k, c.as_bytes()).unwrap().0;
     }
     k
 }
 
 fn put(b: &dyn Backend, cx: &OpCtx, path: &str, data: &[u8]) -> FileKey {
     let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
-    let d = at(b, dir);
+    let d = at(b, cx, dir);
     let k = b
         .create_file(
             cx,
@@ -136,7 +137,7 @@ fn put(b: &dyn Backend, cx: &OpCtx, path: &str, data: &[u8]) -> FileKey {
 
 fn mkdir(b: &dyn Backend, cx: &OpCtx, path: &str) -> FileKey {
     let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
-    let d = at(b, dir);
+    let d = at(b, cx, dir);
     b.make_node(
         cx,
         &d,
@@ -177,13 +178,13 @@ fn name(s: &str) -> &[u8] {
 fn cases() -> Vec<Case> {
     vec![
         ("write: overwrite and extend", |b, cx| {
-            let f = at(b, "f");
+            let f = at(b, cx, "f");
             b.write(cx, &f, 4096, &[7; 8192], false).unwrap();
             b.write(cx, &f, 99_990, &[9; 20_000], false).unwrap();
             b.write(cx, &f, 300_000, b"far", false).unwrap();
         }),
         ("setattr: size cut then grown", |b, cx| {
-            let f = at(b, "f");
+            let f = at(b, cx, "f");
             b.setattr(
                 cx,
                 &f,
@@ -204,7 +205,7 @@ fn cases() -> Vec<Case> {
             .unwrap();
         }),
         ("setattr: mode, owner, times", |b, cx| {
-            let f = at(b, "d/g");
+            let f = at(b, cx, "d/g");
             let t = SetTime::Client(Timestamp {
                 sec: 1_000_000,
                 nsec: 5,
@@ -221,7 +222,7 @@ fn cases() -> Vec<Case> {
         }),
         ("create, and open-truncate of an existing file", |b, cx| {
             put(b, cx, "new", b"fresh bytes");
-            let d = at(b, "d");
+            let d = at(b, cx, "d");
             let trunc = SetAttrs {
                 size: Some(0),
                 ..Default::default()
@@ -234,7 +235,7 @@ fn cases() -> Vec<Case> {
         }),
         ("mkdir, symlink, fifo", |b, cx| {
             let dir = mkdir(b, cx, "newdir");
-            let root = at(b, "");
+            let root = at(b, cx, "");
             b.make_node(
                 cx,
                 &dir,
@@ -253,7 +254,7 @@ fn cases() -> Vec<Case> {
             .unwrap();
         }),
         ("remove a file and an empty directory", |b, cx| {
-            let root = at(b, "");
+            let root = at(b, cx, "");
             b.remove(cx, &root, name("f")).unwrap();
             b.remove(cx, &root, name("empty")).unwrap();
             assert_eq!(
@@ -264,8 +265,8 @@ fn cases() -> Vec<Case> {
         (
             "rename files: same directory, across, over a file",
             |b, cx| {
-                let root = at(b, "");
-                let d = at(b, "d");
+                let root = at(b, cx, "");
+                let d = at(b, cx, "d");
                 b.rename(cx, &root, name("f"), &root, name("f2")).unwrap();
                 b.rename(cx, &d, name("g"), &root, name("g")).unwrap();
                 b.rename(cx, &root, name("g"), &root, name("victim"))
@@ -275,8 +276,8 @@ fn cases() -> Vec<Case> {
         (
             "rename directories: a tree across, over an empty one",
             |b, cx| {
-                let root = at(b, "");
-                let other = at(b, "other");
+                let root = at(b, cx, "");
+                let other = at(b, cx, "other");
                 b.rename(cx, &root, name("d"), &other, name("moved"))
                     .unwrap();
                 b.rename(cx, &other, name("moved"), &root, name("empty"))
@@ -290,13 +291,13 @@ fn cases() -> Vec<Case> {
             },
         ),
         ("link", |b, cx| {
-            let f = at(b, "d/g");
-            let root = at(b, "");
+            let f = at(b, cx, "d/g");
+            let root = at(b, cx, "");
             b.link(cx, &f, &root, name("g-link")).unwrap();
         }),
         ("clone a range over a file", |b, cx| {
-            let f = at(b, "f");
-            let h = at(b, "d/sub/h");
+            let f = at(b, cx, "f");
+            let h = at(b, cx, "d/sub/h");
             b.clone_range(cx, &f, 0, &h, 1000, 8192).unwrap();
         }),
         (
@@ -311,14 +312,14 @@ fn cases() -> Vec<Case> {
                 );
                 put(b, cx, "d.tmp/shadow", b"user:*:19000:0:99999:7:::\n");
                 put(b, cx, "d.tmp/group", b"user:x:1000:\n");
-                let root = at(b, "");
+                let root = at(b, cx, "");
                 b.rename(cx, &root, name("d.tmp"), &root, name("home"))
                     .unwrap();
-                let f = at(b, "f");
+                let f = at(b, cx, "f");
                 b.write(cx, &f, 0, b"overwritten", false).unwrap();
-                let d = at(b, "d");
+                let d = at(b, cx, "d");
                 b.remove(cx, &d, name("g")).unwrap();
-                let s = at(b, "d/sub/h");
+                let s = at(b, cx, "d/sub/h");
                 b.setattr(
                     cx,
                     &s,
@@ -338,18 +339,19 @@ fn cases() -> Vec<Case> {
 fn settled(t: &TxnLayer, lower: &dyn Backend) {
     assert_eq!(t.held_locks(), 0, "locks left over");
     // The directory exists once a transaction needed a backup.
-    let Ok((hidden, _)) = lower.lookup(&lower.root().unwrap(), HIDDEN) else {
+    let cx = root_cx();
+    let Ok((hidden, _)) = lower.lookup(&cx, &lower.root().unwrap(), HIDDEN) else {
         return;
     };
-    let backups = lower.lookup(&hidden, b"backup").unwrap().0;
+    let backups = lower.lookup(&cx, &hidden, b"backup").unwrap().0;
     for _ in 0..200 {
-        if lower.readdir(&backups, 0, 8).unwrap().0.is_empty() {
+        if lower.readdir(&cx, &backups, 0, 8).unwrap().0.is_empty() {
             break;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
     assert!(
-        lower.readdir(&backups, 0, 8).unwrap().0.is_empty(),
+        lower.readdir(&cx, &backups, 0, 8).unwrap().0.is_empty(),
         "backups left over"
     );
 }
@@ -545,7 +547,7 @@ fn an_open_transaction_is_isolated() {
     let lower = memory();
     setup(&*lower);
     let t = Arc::new(layer(lower, None));
-    let f = at(&*t, "f");
+    let f = at(&*t, &root_cx(), "f");
     let cx = txn_cx(1);
     t.begin_compound(&cx).unwrap();
     t.write(&cx, &f, 0, b"half", false).unwrap();
@@ -554,10 +556,11 @@ fn an_open_transaction_is_isolated() {
         let t = t.clone();
         let f = f.clone();
         std::thread::spawn(move || {
-            let plain_read = t.read(&f, 0, 4).map(|r| r.0);
+            let plain = root_cx();
+            let plain_read = t.read(&plain, &f, 0, 4).map(|r| r.0);
             let root = t.root().unwrap();
-            let d = t.lookup(&root, b"d").map(|r| r.0);
-            let listing = d.and_then(|d| t.readdir(&d, 0, 10).map(|_| ()));
+            let d = t.lookup(&plain, &root, b"d").map(|r| r.0);
+            let listing = d.and_then(|d| t.readdir(&plain, &d, 0, 10).map(|_| ()));
             let cx2 = txn_cx(2);
             t.begin_compound(&cx2).unwrap();
             let txn_write = t.write(&cx2, &f, 0, b"mine", false).map(|_| ());
@@ -571,7 +574,7 @@ fn an_open_transaction_is_isolated() {
     assert_eq!(txn_write, Err(BackendError::Conflict));
     t.end_compound(&cx, true).unwrap();
     let t2 = t.clone();
-    let got = std::thread::spawn(move || t2.read(&f, 0, 4).unwrap().0)
+    let got = std::thread::spawn(move || t2.read(&root_cx(), &f, 0, 4).unwrap().0)
         .join()
         .unwrap();
     assert_eq!(&got[..], b"half");
@@ -583,14 +586,17 @@ fn an_open_transaction_is_isolated() {
 fn the_backup_area_is_hidden() {
     let t = layer(memory(), None);
     let root = t.root().unwrap();
-    assert_eq!(t.lookup(&root, HIDDEN).unwrap_err(), BackendError::NotFound);
+    let cx = root_cx();
+    assert_eq!(
+        t.lookup(&cx, &root, HIDDEN).unwrap_err(),
+        BackendError::NotFound
+    );
     assert!(t
-        .readdir(&root, 0, 100)
+        .readdir(&cx, &root, 0, 100)
         .unwrap()
         .0
         .iter()
         .all(|e| e.name != HIDDEN));
-    let cx = root_cx();
     assert_eq!(
         t.make_node(
             &cx,
@@ -628,7 +634,7 @@ fn a_plain_compound_never_sees_a_transaction_in_part() {
         ..TxnSettings::default()
     };
     let t = Arc::new(TxnLayer::open(lower, None, settings).unwrap());
-    let (f, g) = (at(&*t, "f"), at(&*t, "d/g"));
+    let (f, g) = (at(&*t, &root_cx(), "f"), at(&*t, &root_cx(), "d/g"));
     let (ready_tx, ready) = std::sync::mpsc::channel();
     let (go, go_rx) = std::sync::mpsc::channel::<()>();
     let reader = {
@@ -639,10 +645,10 @@ fn a_plain_compound_never_sees_a_transaction_in_part() {
                 ..root_cx()
             };
             t.begin_compound(&cx).unwrap();
-            let first = t.read(&f, 0, 4).unwrap().0;
+            let first = t.read(&cx, &f, 0, 4).unwrap().0;
             ready_tx.send(()).unwrap();
             go_rx.recv().unwrap();
-            let second = t.read(&g, 0, 3).map(|r| r.0);
+            let second = t.read(&cx, &g, 0, 3).map(|r| r.0);
             t.end_compound(&cx, second.is_ok()).unwrap();
             (first, second)
         })
@@ -658,7 +664,7 @@ fn a_plain_compound_never_sees_a_transaction_in_part() {
     let (first, second) = reader.join().unwrap();
     assert_eq!(&first[..], &pattern(4, 1)[..]);
     assert_eq!(second, Err(BackendError::Conflict));
-    assert_eq!(&t.read(&g, 0, 3).unwrap().0[..], b"NEW");
+    assert_eq!(&t.read(&root_cx(), &g, 0, 3).unwrap().0[..], b"NEW");
     assert_eq!(t.held_locks(), 0);
 }
 
@@ -679,7 +685,7 @@ fn recovery_refuses_to_undo_objects_outside_its_export() {
         let t = TxnLayer::open_as(l2, Some(&j2), b"same", TxnSettings::default()).unwrap();
         let cx = txn_cx(1);
         t.begin_compound(&cx).unwrap();
-        let d = at(&t, "d");
+        let d = at(&t, &cx, "d");
         for i in 0..5 {
             t.create_file(
                 &cx,
@@ -695,7 +701,7 @@ fn recovery_refuses_to_undo_objects_outside_its_export() {
     .join()
     .unwrap();
     let lower_b = Arc::new(LocalBackend::open(&b).unwrap()) as Arc<dyn Backend>;
-    let d_in_a = at(&*lower_a, "d");
+    let d_in_a = at(&*lower_a, &root_cx(), "d");
     assert_eq!(lower_b.contains(&d_in_a), Ok(false), "A's d is not in B");
     assert_eq!(lower_a.contains(&d_in_a), Ok(true));
     match TxnLayer::open_as(lower_b, Some(&journal), b"same", TxnSettings::default()) {
@@ -715,4 +721,95 @@ fn recovery_refuses_to_undo_objects_outside_its_export() {
         0,
         "rolled back"
     );
+}
+
+fn plain_cx(compound: u64) -> OpCtx {
+    OpCtx {
+        compound,
+        ..root_cx()
+    }
+}
+
+/// A plain COMPOUND's read locks belong to the COMPOUND its context names, not to the
+/// thread that reads: two COMPOUNDs interleaved on one thread each keep their own to
+/// their own end.
+#[test]
+fn read_locks_follow_the_compound_not_the_thread_interleaved() {
+    let lower = memory();
+    setup(&*lower);
+    let t = layer(lower, None);
+    let (f, g) = (at(&t, &root_cx(), "f"), at(&t, &root_cx(), "d/g"));
+    assert_eq!(t.held_locks(), 0);
+    let (a, b) = (plain_cx(60), plain_cx(61));
+    t.begin_compound(&a).unwrap();
+    t.begin_compound(&b).unwrap();
+    t.read(&a, &f, 0, 4).unwrap();
+    t.read(&b, &g, 0, 3).unwrap();
+    // Both kept (one lock each); a read outside any COMPOUND keeps nothing, and
+    // neither does one of a COMPOUND that never began here.
+    t.read(&root_cx(), &f, 0, 4).unwrap();
+    t.read(&plain_cx(62), &g, 0, 3).unwrap();
+    assert_eq!(t.held_locks(), 2);
+    // A ends: its lock goes, B's stays.
+    t.end_compound(&a, true).unwrap();
+    assert_eq!(t.held_locks(), 1);
+    let w = txn_cx(63);
+    t.begin_compound(&w).unwrap();
+    t.write(&w, &f, 0, b"free", false).unwrap();
+    assert_eq!(
+        t.write(&w, &g, 0, b"held", false).unwrap_err(),
+        BackendError::Conflict,
+        "B still reads g"
+    );
+    t.end_compound(&w, false).unwrap();
+    // B still holds g after the transaction is gone; its end releases it.
+    assert_eq!(t.held_locks(), 1);
+    t.end_compound(&b, true).unwrap();
+    assert_eq!(t.held_locks(), 0);
+    let w = txn_cx(64);
+    t.begin_compound(&w).unwrap();
+    t.write(&w, &g, 0, b"now", false).unwrap();
+    t.end_compound(&w, true).unwrap();
+    assert_eq!(t.held_locks(), 0);
+}
+
+/// One COMPOUND whose calls come from several threads: a read made on another thread
+/// than `begin_compound` keeps its lock to the COMPOUND's end, which a third thread
+/// calls.
+#[test]
+fn read_locks_follow_the_compound_not_the_thread_across_threads() {
+    let lower = memory();
+    setup(&*lower);
+    let t = Arc::new(layer(lower, None));
+    let f = at(&*t, &root_cx(), "f");
+    let cx = plain_cx(70);
+    t.begin_compound(&cx).unwrap();
+    {
+        let (t, f, cx) = (t.clone(), f.clone(), cx.clone());
+        std::thread::spawn(move || t.read(&cx, &f, 0, 4).map(|r| r.0))
+            .join()
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(t.held_locks(), 1, "the read's lock outlives its thread");
+    let w = txn_cx(71);
+    t.begin_compound(&w).unwrap();
+    assert_eq!(
+        t.write(&w, &f, 0, b"mine", false).unwrap_err(),
+        BackendError::Conflict
+    );
+    t.end_compound(&w, false).unwrap();
+    {
+        let t = t.clone();
+        std::thread::spawn(move || t.end_compound(&cx, true))
+            .join()
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(t.held_locks(), 0);
+    let w = txn_cx(72);
+    t.begin_compound(&w).unwrap();
+    t.write(&w, &f, 0, b"mine", false).unwrap();
+    t.end_compound(&w, true).unwrap();
+    assert_eq!(&t.read(&root_cx(), &f, 0, 4).unwrap().0[..], b"mine");
 }

@@ -436,7 +436,8 @@ impl CompoundScope {
         }
     }
 
-    /// The context (for calls that need no `begin_compound`, e.g. in tests).
+    /// The context, without entering an export: for calls on the export of the current
+    /// filehandle (which setting it entered), such as the reads of an op, and in tests.
     pub fn ctx(&self) -> &OpCtx {
         &self.ctx
     }
@@ -574,7 +575,11 @@ mod tests {
         };
         let e = Exports::build(&[stack(&["memory:max_bytes=1M"])]).unwrap();
         let b = &e.exports.values().next().unwrap().backend;
-        assert_eq!(b.statfs(&b.root().unwrap()).unwrap().total_bytes, 1 << 20);
+        let cx = OpCtx::default();
+        assert_eq!(
+            b.statfs(&cx, &b.root().unwrap()).unwrap().total_bytes,
+            1 << 20
+        );
         let err = Exports::build(&[
             stack(&["memory"]),
             ExportConfig {

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use txnfs_backend::FileKey;
+use txnfs_backend::{FileKey, OpCtx};
 use txnfs_state::{FileId, StateCore};
 
 use crate::export::Export;
@@ -24,12 +24,12 @@ impl HeldFiles {
     /// `file` (of `export`, named by `key`) has an open now: hold it unless it is held.
     /// A failure means the object went away between the OPEN's decision and now (a
     /// concurrent REMOVE): the open stands, unprotected, as before this existed.
-    pub fn hold(&self, file: FileId, export: &Arc<Export>, key: &FileKey) {
+    pub fn hold(&self, cx: &OpCtx, file: FileId, export: &Arc<Export>, key: &FileKey) {
         let mut files = self.files.lock().unwrap_or_else(PoisonError::into_inner);
         if files.contains_key(&file) {
             return;
         }
-        match export.backend.hold(key) {
+        match export.backend.hold(cx, key) {
             Ok(()) => {
                 files.insert(file, (export.clone(), key.clone()));
             }
@@ -38,17 +38,19 @@ impl HeldFiles {
     }
 
     /// Take out the holds of the files in `which` (all held files when `None`) that
-    /// `core` says nobody has open any more. They are given back to the backends when
-    /// the result is dropped: drop it after the core's lock, since no lock is held across
-    /// a backend call (ADR 0004).
+    /// `core` says nobody has open any more. They are given back to the backends, with
+    /// `cx` (the COMPOUND that closed them, or a context outside any COMPOUND for a
+    /// sweep), when the result is dropped: drop it after the core's lock, since no lock
+    /// is held across a backend call (ADR 0004).
     #[must_use = "the holds are given back when this is dropped"]
-    pub fn release_closed(&self, core: &StateCore, which: Option<FileId>) -> Released {
+    pub fn release_closed(&self, core: &StateCore, which: Option<FileId>, cx: &OpCtx) -> Released {
         let mut files = self.files.lock().unwrap_or_else(PoisonError::into_inner);
         let closed: Vec<FileId> = match which {
             Some(f) => vec![f],
             None => files.keys().copied().collect(),
         };
         Released(
+            cx.clone(),
             closed
                 .into_iter()
                 .filter(|f| !core.table().file_is_open(*f))
@@ -71,12 +73,12 @@ impl HeldFiles {
 }
 
 /// Holds taken out of [`HeldFiles`], given back to their backends on drop.
-pub struct Released(Vec<(Arc<Export>, FileKey)>);
+pub struct Released(OpCtx, Vec<(Arc<Export>, FileKey)>);
 
 impl Drop for Released {
     fn drop(&mut self) {
-        for (export, key) in self.0.drain(..) {
-            export.backend.release(&key);
+        for (export, key) in self.1.drain(..) {
+            export.backend.release(&self.0, &key);
         }
     }
 }

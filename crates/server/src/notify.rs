@@ -117,7 +117,7 @@ pub(crate) fn attrs_changed(c: &Compound, export: &Arc<Export>, key: &FileKey) {
     if !any(c) {
         return;
     }
-    let Ok(attrs) = export.backend.getattr(key) else {
+    let Ok(attrs) = export.backend.getattr(c.scope.ctx(), key) else {
         return;
     };
     let file = c.srv.state_file_id(export, attrs.fileid);
@@ -135,7 +135,9 @@ pub(crate) fn attrs_changed(c: &Compound, export: &Arc<Export>, key: &FileKey) {
             let ne_attrs = if t.attrs.is_empty() {
                 None
             } else {
-                c.srv.fattr(&fh, &t.attrs, Some(&attrs), 1).ok()
+                c.srv
+                    .fattr(c.scope.ctx(), &fh, &t.attrs, Some(&attrs), 1)
+                    .ok()
             };
             let body = notify_attr4 {
                 na_changed_entry: notify_entry4 {
@@ -177,7 +179,7 @@ fn entry(c: &Compound, dir: &ObjFh, name: &[u8], obj: Obj, mask: &[u32]) -> noti
     let attrs = match obj {
         Some((key, attrs)) if !mask.is_empty() => {
             let fh = c.srv.obj_fh(&dir.export, key.clone());
-            c.srv.fattr(&fh, mask, Some(attrs), 1).ok()
+            c.srv.fattr(c.scope.ctx(), &fh, mask, Some(attrs), 1).ok()
         }
         _ => None,
     };

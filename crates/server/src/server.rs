@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use txnfs_attr::{AttrSource, FsInfo};
-use txnfs_backend::{Attrs, FileKey, FileType, Timestamp};
+use txnfs_backend::{Attrs, FileKey, FileType, OpCtx, Timestamp};
 use txnfs_state::clock::{Clock, SystemClock};
 use txnfs_state::session::{ChannelAttrs, DurableSlot, Session, SessionId, SessionLimits};
 use txnfs_state::{CoreConfig, FileId, Grace, StateCore, StateLimits};
@@ -525,10 +525,10 @@ impl Server {
         }
     }
 
-    pub fn attrs_of(&self, fh: &Fh) -> Result<Attrs, OpError> {
+    pub fn attrs_of(&self, cx: &OpCtx, fh: &Fh) -> Result<Attrs, OpError> {
         match fh {
             Fh::Pseudo(n) => Ok(self.pseudo_attrs(*n)),
-            Fh::Obj(o) => Ok(o.export.backend.getattr(&o.key)?),
+            Fh::Obj(o) => Ok(o.export.backend.getattr(cx, &o.key)?),
         }
     }
 
@@ -582,6 +582,7 @@ impl Server {
     /// `attrs`, to encode or compare `mask` for a COMPOUND of minor version `minor`.
     fn with_attr_source<R>(
         &self,
+        cx: &OpCtx,
         fh: &Fh,
         attrs: &Attrs,
         mask: &[u32],
@@ -590,7 +591,7 @@ impl Server {
     ) -> Result<R, OpError> {
         let stats = if txnfs_attr::needs_fsstats(mask) {
             match fh {
-                Fh::Obj(o) => Some(o.export.backend.statfs(&o.key)?),
+                Fh::Obj(o) => Some(o.export.backend.statfs(cx, &o.key)?),
                 Fh::Pseudo(_) => Some(txnfs_backend::FsStats::default()),
             }
         } else {
@@ -613,6 +614,7 @@ impl Server {
     /// them.
     pub fn fattr(
         &self,
+        cx: &OpCtx,
         fh: &Fh,
         request: &[u32],
         known: Option<&Attrs>,
@@ -620,11 +622,12 @@ impl Server {
     ) -> Result<fattr4, OpError> {
         let attrs = match known {
             Some(a) => a.clone(),
-            None => self.attrs_of(fh)?,
+            None => self.attrs_of(cx, fh)?,
         };
-        let (attrmask, attr_vals) = self.with_attr_source(fh, &attrs, request, minor, |src| {
-            txnfs_attr::encode(request, src)
-        })?;
+        let (attrmask, attr_vals) =
+            self.with_attr_source(cx, fh, &attrs, request, minor, |src| {
+                txnfs_attr::encode(request, src)
+            })?;
         Ok(fattr4 {
             attrmask,
             attr_vals,
@@ -632,9 +635,15 @@ impl Server {
     }
 
     /// VERIFY/NVERIFY: whether the client's attributes equal ours.
-    pub fn compare_attrs(&self, fh: &Fh, f: &fattr4, minor: u32) -> Result<bool, OpError> {
-        let attrs = self.attrs_of(fh)?;
-        self.with_attr_source(fh, &attrs, &f.attrmask, minor, |src| {
+    pub fn compare_attrs(
+        &self,
+        cx: &OpCtx,
+        fh: &Fh,
+        f: &fattr4,
+        minor: u32,
+    ) -> Result<bool, OpError> {
+        let attrs = self.attrs_of(cx, fh)?;
+        self.with_attr_source(cx, fh, &attrs, &f.attrmask, minor, |src| {
             txnfs_attr::compare(&f.attrmask, &f.attr_vals, src)
         })?
         .map_err(|e| OpError::Status(crate::errors::status_from_u32(e.nfsstat())))
@@ -660,11 +669,11 @@ impl Server {
         txnfs_state::file_id(export.id, fileid)
     }
 
-    pub fn cfh_file_id(&self, fh: &Fh) -> Result<FileId, OpError> {
+    pub fn cfh_file_id(&self, cx: &OpCtx, fh: &Fh) -> Result<FileId, OpError> {
         match fh {
             Fh::Pseudo(_) => Err(nfsstat4::NFS4ERR_ISDIR.into()),
             Fh::Obj(o) => {
-                let a = o.export.backend.getattr(&o.key)?;
+                let a = o.export.backend.getattr(cx, &o.key)?;
                 match a.ftype {
                     FileType::Regular => Ok(self.state_file_id(&o.export, a.fileid)),
                     FileType::Directory => Err(nfsstat4::NFS4ERR_ISDIR.into()),

@@ -148,7 +148,9 @@ impl Server {
             // only gives holds back, so it goes on with the state as it is.
             let released = {
                 let core = self.core.lock().unwrap_or_else(PoisonError::into_inner);
-                self.held.release_closed(&core, None)
+                // No COMPOUND gives them back: a context outside any.
+                let cx = txnfs_backend::OpCtx::default();
+                self.held.release_closed(&core, None, &cx)
             };
             drop(released);
         }

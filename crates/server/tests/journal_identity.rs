@@ -91,7 +91,7 @@ fn crash_in_a_transaction(d: &Dirs) {
     };
     backend.begin_compound(&cx).unwrap();
     let root = backend.root().unwrap();
-    let (dir, _) = backend.lookup(&root, b"d").unwrap();
+    let (dir, _) = backend.lookup(&cx, &root, b"d").unwrap();
     for i in 0..30 {
         backend
             .create_file(

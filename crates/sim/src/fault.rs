@@ -292,15 +292,15 @@ impl Layer for FaultBackend {
 
     #[rustfmt::skip]
     gated! {
-        fn getattr(&self, key: &FileKey) -> Result<Attrs> => Call::Meta;
-        fn lookup(&self, dir: &FileKey, name: &[u8]) -> Result<(FileKey, Attrs)> => Call::Lookup;
-        fn lookup_parent(&self, dir: &FileKey) -> Result<(FileKey, Attrs)> => Call::Io;
-        fn read(&self, key: &FileKey, offset: u64, count: u32) -> Result<(Bytes, bool)> => Call::Io;
+        fn getattr(&self, cx: &OpCtx, key: &FileKey) -> Result<Attrs> => Call::Meta;
+        fn lookup(&self, cx: &OpCtx, dir: &FileKey, name: &[u8]) -> Result<(FileKey, Attrs)> => Call::Lookup;
+        fn lookup_parent(&self, cx: &OpCtx, dir: &FileKey) -> Result<(FileKey, Attrs)> => Call::Io;
+        fn read(&self, cx: &OpCtx, key: &FileKey, offset: u64, count: u32) -> Result<(Bytes, bool)> => Call::Io;
         fn commit(&self, cx: &OpCtx, key: &FileKey) -> Result<()> => Call::Sync;
         fn remove(&self, cx: &OpCtx, dir: &FileKey, name: &[u8]) -> Result<DirChange> => Call::Io;
         fn link(&self, cx: &OpCtx, file: &FileKey, dir: &FileKey, name: &[u8]) -> Result<Linked> => Call::Alloc;
-        fn readlink(&self, key: &FileKey) -> Result<Bytes> => Call::Io;
-        fn readdir(&self, dir: &FileKey, cookie: u64, max_entries: usize) -> Result<(Vec<DirEntry>, bool)> => Call::Io;
+        fn readlink(&self, cx: &OpCtx, key: &FileKey) -> Result<Bytes> => Call::Io;
+        fn readdir(&self, cx: &OpCtx, dir: &FileKey, cookie: u64, max_entries: usize) -> Result<(Vec<DirEntry>, bool)> => Call::Io;
         fn clone_range(&self, cx: &OpCtx, src: &FileKey, src_off: u64, dst: &FileKey, dst_off: u64, len: u64) -> Result<CloneMethod> => Call::Alloc;
         fn create_file(&self, cx: &OpCtx, dir: &FileKey, name: &[u8], mode: CreateMode, attrs: &SetAttrs) -> Result<Created>
             => Call::Alloc, applied TOKEN_CREATE(name) if created;

@@ -1011,15 +1011,7 @@ impl Sim {
             m.apply(s);
             done += 1;
         }
-        // The thread's "current COMPOUND" back to none without ending the
-        // transaction (a plain COMPOUND begun and ended).
-        let plain = OpCtx {
-            txn: false,
-            compound: cx.compound + (1 << 40),
-            ..cx.clone()
-        };
-        let _ = b.begin_compound(&plain);
-        let _ = b.end_compound(&plain, true);
+        // The transaction stays open: nothing of it is tied to this thread.
         Ok((done, cx))
     }
 
@@ -1321,8 +1313,9 @@ impl Sim {
     /// (for failure messages).
     fn listing(&self, dir: usize) -> String {
         let b: &dyn Backend = &*self.setup.backend;
+        let cx = OpCtx::default();
         let names = |k: &FileKey| -> String {
-            match b.readdir(k, 0, 1000) {
+            match b.readdir(&cx, k, 0, 1000) {
                 Ok((es, _)) => es
                     .iter()
                     .map(|e| String::from_utf8_lossy(&e.name).to_string())
@@ -1331,14 +1324,14 @@ impl Sim {
                 Err(e) => format!("({e})"),
             }
         };
-        let here = match dir_key(b, &self.tx, dir) {
+        let here = match dir_key(b, &cx, &self.tx, dir) {
             Ok(k) => names(&k),
             Err(e) => format!("({e})"),
         };
         let backups = b
             .root()
-            .and_then(|r| b.lookup(&r, txnfs_backend::txn::HIDDEN))
-            .and_then(|(h, _)| b.lookup(&h, b"backup"))
+            .and_then(|r| b.lookup(&cx, &r, txnfs_backend::txn::HIDDEN))
+            .and_then(|(h, _)| b.lookup(&cx, &h, b"backup"))
             .map(|(k, _)| names(&k))
             .unwrap_or_else(|e| format!("({e})"));
         format!("[{here}]; backups [{backups}]")
@@ -1424,17 +1417,9 @@ impl Sim {
             m.apply(s);
             done += 1;
         }
-        if txn {
-            // The thread's "current COMPOUND" back to none without ending the
-            // transaction (a plain COMPOUND begun and ended).
-            let plain = OpCtx {
-                txn: false,
-                compound: cx.compound + (1 << 40),
-                ..cx.clone()
-            };
-            let _ = b.begin_compound(&plain);
-            let _ = b.end_compound(&plain, true);
-        } else {
+        // A transaction stays open (nothing of it is tied to this thread); a plain
+        // COMPOUND ends.
+        if !txn {
             let _ = b.end_compound(&cx, true);
         }
         Ok(done)
@@ -1459,12 +1444,12 @@ impl Sim {
     }
 }
 
-/// The key of directory `dir` of the model, looked up from the export root.
-fn dir_key(b: &dyn Backend, m: &TxModel, dir: usize) -> txnfs_backend::Result<FileKey> {
+/// The key of directory `dir` of the model, looked up from the export root with `cx`.
+fn dir_key(b: &dyn Backend, cx: &OpCtx, m: &TxModel, dir: usize) -> txnfs_backend::Result<FileKey> {
     let root = b.root()?;
-    let (mut k, _) = b.lookup(&root, AREA)?;
+    let (mut k, _) = b.lookup(cx, &root, AREA)?;
     for c in m.path(dir).ok_or(txnfs_backend::BackendError::NotFound)? {
-        k = b.lookup(&k, &c)?.0;
+        k = b.lookup(cx, &k, &c)?.0;
     }
     Ok(k)
 }
@@ -1477,7 +1462,7 @@ fn run_direct(b: &dyn Backend, cx: &OpCtx, m: &TxModel, s: &Step) -> txnfs_backe
         Step::Mkdir { dir, name } => {
             b.make_node(
                 cx,
-                &dir_key(b, m, *dir)?,
+                &dir_key(b, cx, m, *dir)?,
                 name,
                 &NodeKind::Directory,
                 &attrs,
@@ -1489,7 +1474,13 @@ fn run_direct(b: &dyn Backend, cx: &OpCtx, m: &TxModel, s: &Step) -> txnfs_backe
             offset,
             data,
         } => {
-            let c = b.create_file(cx, &dir_key(b, m, *dir)?, name, CreateMode::Guarded, &attrs)?;
+            let c = b.create_file(
+                cx,
+                &dir_key(b, cx, m, *dir)?,
+                name,
+                CreateMode::Guarded,
+                &attrs,
+            )?;
             b.write(cx, &c.key, *offset, data, true)?;
         }
         Step::Overwrite {
@@ -1499,11 +1490,11 @@ fn run_direct(b: &dyn Backend, cx: &OpCtx, m: &TxModel, s: &Step) -> txnfs_backe
             data,
             stable,
         } => {
-            let (k, _) = b.lookup(&dir_key(b, m, *dir)?, name)?;
+            let (k, _) = b.lookup(cx, &dir_key(b, cx, m, *dir)?, name)?;
             b.write(cx, &k, *offset, data, *stable)?;
         }
         Step::SetSize { dir, name, size } => {
-            let (k, _) = b.lookup(&dir_key(b, m, *dir)?, name)?;
+            let (k, _) = b.lookup(cx, &dir_key(b, cx, m, *dir)?, name)?;
             let a = SetAttrs {
                 size: Some(*size),
                 ..SetAttrs::default()
@@ -1511,7 +1502,7 @@ fn run_direct(b: &dyn Backend, cx: &OpCtx, m: &TxModel, s: &Step) -> txnfs_backe
             b.setattr(cx, &k, &a)?;
         }
         Step::SetMode { dir, name, mode } => {
-            let (k, _) = b.lookup(&dir_key(b, m, *dir)?, name)?;
+            let (k, _) = b.lookup(cx, &dir_key(b, cx, m, *dir)?, name)?;
             let a = SetAttrs {
                 mode: Some(*mode),
                 ..SetAttrs::default()
@@ -1519,7 +1510,7 @@ fn run_direct(b: &dyn Backend, cx: &OpCtx, m: &TxModel, s: &Step) -> txnfs_backe
             b.setattr(cx, &k, &a)?;
         }
         Step::Remove { dir, name } => {
-            b.remove(cx, &dir_key(b, m, *dir)?, name)?;
+            b.remove(cx, &dir_key(b, cx, m, *dir)?, name)?;
         }
         Step::Rename {
             from_dir,
@@ -1527,8 +1518,8 @@ fn run_direct(b: &dyn Backend, cx: &OpCtx, m: &TxModel, s: &Step) -> txnfs_backe
             to_dir,
             to,
         } => {
-            let f = dir_key(b, m, *from_dir)?;
-            let t = dir_key(b, m, *to_dir)?;
+            let f = dir_key(b, cx, m, *from_dir)?;
+            let t = dir_key(b, cx, m, *to_dir)?;
             b.rename(cx, &f, from, &t, to)?;
         }
         Step::Link {
@@ -1537,8 +1528,8 @@ fn run_direct(b: &dyn Backend, cx: &OpCtx, m: &TxModel, s: &Step) -> txnfs_backe
             to_dir,
             to,
         } => {
-            let (k, _) = b.lookup(&dir_key(b, m, *dir)?, name)?;
-            b.link(cx, &k, &dir_key(b, m, *to_dir)?, to)?;
+            let (k, _) = b.lookup(cx, &dir_key(b, cx, m, *dir)?, name)?;
+            b.link(cx, &k, &dir_key(b, cx, m, *to_dir)?, to)?;
         }
         Step::FailRemoveMissing { .. } | Step::FailCreateExisting { .. } | Step::FailNotAllowed => {
             return Err(E::Inval)

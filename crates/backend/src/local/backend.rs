@@ -30,13 +30,13 @@ impl Backend for LocalBackend {
         Ok(self.root_key.clone())
     }
 
-    fn getattr(&self, key: &FileKey) -> Result<Attrs> {
+    fn getattr(&self, _cx: &OpCtx, key: &FileKey) -> Result<Attrs> {
         let fd = self.resolve(key)?;
         let st = self.stat_live(key, &fd)?;
         Ok(self.attrs(&st, false))
     }
 
-    fn lookup(&self, dir: &FileKey, name: &[u8]) -> Result<(FileKey, Attrs)> {
+    fn lookup(&self, _cx: &OpCtx, dir: &FileKey, name: &[u8]) -> Result<(FileKey, Attrs)> {
         let name = cname(name)?;
         let dfd = self.resolve(dir)?;
         let fd = self
@@ -48,7 +48,7 @@ impl Backend for LocalBackend {
         Ok((key, self.attrs(&st, false)))
     }
 
-    fn lookup_parent(&self, dir: &FileKey) -> Result<(FileKey, Attrs)> {
+    fn lookup_parent(&self, _cx: &OpCtx, dir: &FileKey) -> Result<(FileKey, Attrs)> {
         let (dfd, st) = self.dir_fd(dir)?;
         if st.st_dev as u64 == self.root_dev && st.st_ino as u64 == self.root_ino {
             return Err(BackendError::NotFound);
@@ -105,7 +105,7 @@ impl Backend for LocalBackend {
         Ok(self.attrs(&st, true))
     }
 
-    fn read(&self, key: &FileKey, offset: u64, count: u32) -> Result<(Bytes, bool)> {
+    fn read(&self, _cx: &OpCtx, key: &FileKey, offset: u64, count: u32) -> Result<(Bytes, bool)> {
         let (fd, st) = self.io_fd(key, false)?;
         let size = u64::try_from(st.st_size).unwrap_or(0);
         if offset >= size {
@@ -398,7 +398,7 @@ impl Backend for LocalBackend {
         })
     }
 
-    fn readlink(&self, key: &FileKey) -> Result<Bytes> {
+    fn readlink(&self, _cx: &OpCtx, key: &FileKey) -> Result<Bytes> {
         let fd = self.resolve(key)?;
         let st = self.stat_live(key, &fd)?;
         if ftype_of(&st) != FileType::Symlink {
@@ -410,6 +410,7 @@ impl Backend for LocalBackend {
 
     fn readdir(
         &self,
+        _cx: &OpCtx,
         dir: &FileKey,
         cookie: u64,
         max_entries: usize,
@@ -418,7 +419,7 @@ impl Backend for LocalBackend {
         self.readdir_inner(&dfd, cookie, max_entries)
     }
 
-    fn statfs(&self, key: &FileKey) -> Result<FsStats> {
+    fn statfs(&self, _cx: &OpCtx, key: &FileKey) -> Result<FsStats> {
         let fd = self.resolve(key)?;
         let s = rfs::fstatvfs(&*fd).map_err(map_errno)?;
         let frsize = s.f_frsize;
@@ -476,7 +477,7 @@ impl Backend for LocalBackend {
         self.clone
     }
 
-    fn hold(&self, key: &FileKey) -> Result<()> {
+    fn hold(&self, _cx: &OpCtx, key: &FileKey) -> Result<()> {
         let fd = self.resolve(key)?;
         self.stat_live(key, &fd)?;
         let mut held = lock(&self.held);
@@ -528,7 +529,7 @@ impl Backend for LocalBackend {
         Ok(false)
     }
 
-    fn release(&self, key: &FileKey) {
+    fn release(&self, _cx: &OpCtx, key: &FileKey) {
         let last = {
             let mut held = lock(&self.held);
             match held.get_mut(key) {

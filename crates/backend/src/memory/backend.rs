@@ -18,13 +18,13 @@ impl Backend for MemoryBackend {
         Ok(key_of(ROOT_INO))
     }
 
-    fn getattr(&self, key: &FileKey) -> Result<Attrs> {
+    fn getattr(&self, _cx: &OpCtx, key: &FileKey) -> Result<Attrs> {
         let ino = ino_of(key)?;
         let inner = self.lock();
         Ok(self.out(inner.attrs(ino)?))
     }
 
-    fn lookup(&self, dir: &FileKey, name: &[u8]) -> Result<(FileKey, Attrs)> {
+    fn lookup(&self, _cx: &OpCtx, dir: &FileKey, name: &[u8]) -> Result<(FileKey, Attrs)> {
         check_name(name)?;
         let dir = ino_of(dir)?;
         let inner = self.lock();
@@ -32,7 +32,7 @@ impl Backend for MemoryBackend {
         Ok((key_of(ino), self.out(inner.attrs(ino)?)))
     }
 
-    fn lookup_parent(&self, dir: &FileKey) -> Result<(FileKey, Attrs)> {
+    fn lookup_parent(&self, _cx: &OpCtx, dir: &FileKey) -> Result<(FileKey, Attrs)> {
         let dir = ino_of(dir)?;
         let inner = self.lock();
         let parent = inner.dir(dir)?.parent;
@@ -52,7 +52,7 @@ impl Backend for MemoryBackend {
         Ok(self.out(inner.attrs(ino)?))
     }
 
-    fn read(&self, key: &FileKey, offset: u64, count: u32) -> Result<(Bytes, bool)> {
+    fn read(&self, _cx: &OpCtx, key: &FileKey, offset: u64, count: u32) -> Result<(Bytes, bool)> {
         let ino = ino_of(key)?;
         let mut inner = self.lock();
         let node = inner.node_mut(ino)?;
@@ -254,7 +254,7 @@ impl Backend for MemoryBackend {
         Ok(Linked { attrs, dir })
     }
 
-    fn readlink(&self, key: &FileKey) -> Result<Bytes> {
+    fn readlink(&self, _cx: &OpCtx, key: &FileKey) -> Result<Bytes> {
         let ino = ino_of(key)?;
         let inner = self.lock();
         match &inner.node(ino)?.content {
@@ -265,6 +265,7 @@ impl Backend for MemoryBackend {
 
     fn readdir(
         &self,
+        _cx: &OpCtx,
         dir: &FileKey,
         cookie: u64,
         max_entries: usize,
@@ -293,7 +294,7 @@ impl Backend for MemoryBackend {
         Ok((out, eof))
     }
 
-    fn statfs(&self, key: &FileKey) -> Result<FsStats> {
+    fn statfs(&self, _cx: &OpCtx, key: &FileKey) -> Result<FsStats> {
         let ino = ino_of(key)?;
         let inner = self.lock();
         inner.node(ino)?;
@@ -349,7 +350,7 @@ impl Backend for MemoryBackend {
         CloneMethod::Copy
     }
 
-    fn hold(&self, key: &FileKey) -> Result<()> {
+    fn hold(&self, _cx: &OpCtx, key: &FileKey) -> Result<()> {
         let ino = ino_of(key)?;
         let mut inner = self.lock();
         inner.node(ino)?;
@@ -357,7 +358,7 @@ impl Backend for MemoryBackend {
         Ok(())
     }
 
-    fn release(&self, key: &FileKey) {
+    fn release(&self, _cx: &OpCtx, key: &FileKey) {
         let Ok(ino) = ino_of(key) else { return };
         let mut inner = self.lock();
         let last = match inner.held.get_mut(&ino) {

@@ -5,7 +5,6 @@ use std::collections::{HashMap, HashSet};
 
 use bytes::Bytes;
 
-use super::isolation::{current_reader, CURRENT};
 use super::locks::{self, Mode};
 use super::undo::Undo;
 use super::{Txn, TxnLayer, HIDDEN};
@@ -35,8 +34,10 @@ impl Layer for TxnLayer {
         };
         self.lower.begin_compound(&plain)?;
         let owner = Self::owner_of(cx);
-        CURRENT.with(|c| c.set((owner.id, cx.txn)));
-        if cx.txn {
+        if !cx.txn {
+            // Its reads keep their locks from now to its end (`isolation`).
+            self.begin_plain_compound(cx.compound);
+        } else {
             // Made by the first COMPOUND of the transaction that reaches this export
             // (the server tracks which transactions are open, so a later COMPOUND of one
             // that has not touched the export yet starts it here too).
@@ -80,7 +81,6 @@ impl Layer for TxnLayer {
             }
         }
         self.release_compound(cx.compound);
-        CURRENT.with(|c| c.set((0, false)));
         let plain = OpCtx {
             txn: false,
             span: TxnSpan::Whole,
@@ -90,47 +90,48 @@ impl Layer for TxnLayer {
         r.and(below)
     }
 
-    fn getattr(&self, key: &FileKey) -> Result<Attrs> {
-        let _g = self.lock(current_reader(), &[(locks::object(key), Mode::Stat)])?;
-        self.lower.getattr(key)
+    fn getattr(&self, cx: &OpCtx, key: &FileKey) -> Result<Attrs> {
+        let _g = self.lock(Self::reader(cx), &[(locks::object(key), Mode::Stat)])?;
+        self.lower.getattr(cx, key)
     }
 
-    fn lookup(&self, dir: &FileKey, name: &[u8]) -> Result<(FileKey, Attrs)> {
+    fn lookup(&self, cx: &OpCtx, dir: &FileKey, name: &[u8]) -> Result<(FileKey, Attrs)> {
         if self.is_hidden(dir, name) {
             return Err(BackendError::NotFound);
         }
-        let _g = self.lock(current_reader(), &[(locks::entry(dir, name), Mode::Shared)])?;
-        self.lower.lookup(dir, name)
+        let _g = self.lock(Self::reader(cx), &[(locks::entry(dir, name), Mode::Shared)])?;
+        self.lower.lookup(cx, dir, name)
     }
 
-    fn lookup_parent(&self, dir: &FileKey) -> Result<(FileKey, Attrs)> {
-        let _g = self.lock(current_reader(), &[(locks::object(dir), Mode::Shared)])?;
-        self.lower.lookup_parent(dir)
+    fn lookup_parent(&self, cx: &OpCtx, dir: &FileKey) -> Result<(FileKey, Attrs)> {
+        let _g = self.lock(Self::reader(cx), &[(locks::object(dir), Mode::Shared)])?;
+        self.lower.lookup_parent(cx, dir)
     }
 
-    fn read(&self, key: &FileKey, offset: u64, count: u32) -> Result<(Bytes, bool)> {
-        let _g = self.lock(current_reader(), &[(locks::object(key), Mode::Shared)])?;
-        self.lower.read(key, offset, count)
+    fn read(&self, cx: &OpCtx, key: &FileKey, offset: u64, count: u32) -> Result<(Bytes, bool)> {
+        let _g = self.lock(Self::reader(cx), &[(locks::object(key), Mode::Shared)])?;
+        self.lower.read(cx, key, offset, count)
     }
 
-    fn readlink(&self, key: &FileKey) -> Result<Bytes> {
-        let _g = self.lock(current_reader(), &[(locks::object(key), Mode::Shared)])?;
-        self.lower.readlink(key)
+    fn readlink(&self, cx: &OpCtx, key: &FileKey) -> Result<Bytes> {
+        let _g = self.lock(Self::reader(cx), &[(locks::object(key), Mode::Shared)])?;
+        self.lower.readlink(cx, key)
     }
 
     fn readdir(
         &self,
+        cx: &OpCtx,
         dir: &FileKey,
         cookie: u64,
         max_entries: usize,
     ) -> Result<(Vec<DirEntry>, bool)> {
-        let _g = self.lock(current_reader(), &[(locks::object(dir), Mode::Shared)])?;
+        let _g = self.lock(Self::reader(cx), &[(locks::object(dir), Mode::Shared)])?;
         if *dir != self.root {
-            return self.lower.readdir(dir, cookie, max_entries);
+            return self.lower.readdir(cx, dir, cookie, max_entries);
         }
         let mut cookie = cookie;
         loop {
-            let (mut entries, eof) = self.lower.readdir(dir, cookie, max_entries)?;
+            let (mut entries, eof) = self.lower.readdir(cx, dir, cookie, max_entries)?;
             let last = entries.last().map(|e| e.cookie);
             entries.retain(|e| e.name != HIDDEN);
             // Never an empty page without end of directory (the contract), so a page
@@ -146,7 +147,7 @@ impl Layer for TxnLayer {
         let owner = Self::owner_of(cx);
         let _g = self.lock(owner, &[(locks::object(key), Mode::Exclusive)])?;
         if owner.is_txn() {
-            let old = self.lower.getattr(key)?;
+            let old = self.lower.getattr(cx, key)?;
             if let Some(size) = attrs.size {
                 self.save_for_size(owner, key, size, old.size)?;
             }
@@ -215,7 +216,7 @@ impl Layer for TxnLayer {
                     (locks::entry(dir, name), Mode::Exclusive),
                 ],
             )?;
-            let existing = match self.lower.lookup(dir, name) {
+            let existing = match self.lower.lookup(cx, dir, name) {
                 Ok((k, _)) => Some(k),
                 Err(BackendError::NotFound) => None,
                 Err(e) => return Err(e),
@@ -227,7 +228,7 @@ impl Layer for TxnLayer {
                 match (&existing, attrs.size) {
                     // Opening an existing file with a size (O_TRUNC) changes it.
                     (Some(k), Some(size)) if mode == CreateMode::Unchecked => {
-                        self.save_for_size(owner, k, size, self.lower.getattr(k)?.size)?;
+                        self.save_for_size(owner, k, size, self.lower.getattr(cx, k)?.size)?;
                     }
                     (Some(_), _) => {}
                     (None, _) => self.record(
@@ -276,7 +277,7 @@ impl Layer for TxnLayer {
             ],
         )?;
         if owner.is_txn() {
-            self.record_new_name(owner, dir, name)?;
+            self.record_new_name(owner, cx, dir, name)?;
         }
         let m = self.lower.make_node(cx, dir, name, kind, attrs)?;
         if owner.is_txn() {
@@ -305,12 +306,12 @@ impl Layer for TxnLayer {
                     (locks::entry(dir, name), Mode::Exclusive),
                 ],
             )?;
-            let (victim, vattrs) = self.lower.lookup(dir, name)?;
+            let (victim, vattrs) = self.lower.lookup(cx, dir, name)?;
             self.lock_more(&mut g, owner, &[(locks::object(&victim), Mode::Exclusive)])?;
             if !owner.is_txn() {
                 return self.lower.remove(cx, dir, name);
             }
-            if vattrs.ftype == FileType::Directory && self.is_nonempty_dir(&victim)? {
+            if vattrs.ftype == FileType::Directory && self.is_nonempty_dir(cx, &victim)? {
                 return Err(BackendError::NotEmpty);
             }
             let ch = self.move_to_backup(owner, cx, dir, name)?;
@@ -340,8 +341,8 @@ impl Layer for TxnLayer {
                     (locks::entry(to_dir, to), Mode::Exclusive),
                 ],
             )?;
-            let (moved, mattrs) = self.lower.lookup(from_dir, from)?;
-            let victim = match self.lower.lookup(to_dir, to) {
+            let (moved, mattrs) = self.lower.lookup(cx, from_dir, from)?;
+            let victim = match self.lower.lookup(cx, to_dir, to) {
                 Ok(v) => Some(v),
                 Err(BackendError::NotFound) => None,
                 Err(e) => return Err(e),
@@ -367,7 +368,9 @@ impl Layer for TxnLayer {
                 ) {
                     (true, false) => return Err(BackendError::NotDir),
                     (false, true) => return Err(BackendError::IsDir),
-                    (true, true) if self.is_nonempty_dir(v)? => return Err(BackendError::NotEmpty),
+                    (true, true) if self.is_nonempty_dir(cx, v)? => {
+                        return Err(BackendError::NotEmpty)
+                    }
                     _ => {}
                 }
                 self.move_to_backup(owner, cx, to_dir, to)?;
@@ -404,7 +407,7 @@ impl Layer for TxnLayer {
             ],
         )?;
         if owner.is_txn() {
-            self.record_new_name(owner, dir, name)?;
+            self.record_new_name(owner, cx, dir, name)?;
             self.mark_dirty(owner, dir);
         }
         let l = self.lower.link(cx, file, dir, name)?;
@@ -431,7 +434,7 @@ impl Layer for TxnLayer {
         )?;
         if owner.is_txn() {
             let n = if len == 0 {
-                self.lower.getattr(src)?.size.saturating_sub(src_off)
+                self.lower.getattr(cx, src)?.size.saturating_sub(src_off)
             } else {
                 len
             };
@@ -455,17 +458,17 @@ impl Layer for TxnLayer {
     }
 
     fn seek(&self, cx: &OpCtx, key: &FileKey, offset: u64, what: SeekWhat) -> Result<u64> {
-        let _g = self.lock(current_reader(), &[(locks::object(key), Mode::Shared)])?;
+        let _g = self.lock(Self::reader(cx), &[(locks::object(key), Mode::Shared)])?;
         self.lower.seek(cx, key, offset, what)
     }
 
     fn getxattr(&self, cx: &OpCtx, key: &FileKey, name: &[u8]) -> Result<Bytes> {
-        let _g = self.lock(current_reader(), &[(locks::object(key), Mode::Shared)])?;
+        let _g = self.lock(Self::reader(cx), &[(locks::object(key), Mode::Shared)])?;
         self.lower.getxattr(cx, key, name)
     }
 
     fn listxattrs(&self, cx: &OpCtx, key: &FileKey) -> Result<Vec<Bytes>> {
-        let _g = self.lock(current_reader(), &[(locks::object(key), Mode::Shared)])?;
+        let _g = self.lock(Self::reader(cx), &[(locks::object(key), Mode::Shared)])?;
         self.lower.listxattrs(cx, key)
     }
 

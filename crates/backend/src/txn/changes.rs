@@ -71,13 +71,15 @@ impl TxnLayer {
         if covered {
             return Ok(());
         }
-        let attrs = self.lower.getattr(key)?;
+        // The layer's own reads and writes: what it saves is no op's business.
+        let cx = layer_cx();
+        let attrs = self.lower.getattr(&cx, key)?;
         let keep = attrs.size.saturating_sub(offset).min(len);
         if keep <= INLINE_MAX {
             // Small: the old bytes go into the journal entry (read in one call; a short
             // read is a file that ends sooner, and only what exists is put back).
             let data = if keep > 0 {
-                self.lower.read(key, offset, keep as u32)?.0
+                self.lower.read(&cx, key, offset, keep as u32)?.0
             } else {
                 Bytes::new()
             };
@@ -98,7 +100,6 @@ impl TxnLayer {
         }
         // Large: cloned into a backup file (a reflink where the file system has them).
         let backup = self.backup_name(owner);
-        let cx = layer_cx();
         let dir = self.backups()?;
         let mode = SetAttrs {
             mode: Some(0o600),
@@ -182,8 +183,14 @@ impl TxnLayer {
     /// Before a call that makes the name (`dir`, `name`): the undo that removes it. The
     /// name must not exist yet (under the entry's lock it cannot appear meanwhile), or
     /// the undo would remove what was there before.
-    pub(super) fn record_new_name(&self, owner: Owner, dir: &FileKey, name: &[u8]) -> Result<()> {
-        match self.lower.lookup(dir, name) {
+    pub(super) fn record_new_name(
+        &self,
+        owner: Owner,
+        cx: &OpCtx,
+        dir: &FileKey,
+        name: &[u8],
+    ) -> Result<()> {
+        match self.lower.lookup(cx, dir, name) {
             Ok(_) => return Err(BackendError::Exists),
             Err(BackendError::NotFound) => {}
             // Not knowing is not "absent": an undo recorded now could remove what is
@@ -213,8 +220,8 @@ impl TxnLayer {
     }
 
     /// An object's type and whether it is an empty directory (REMOVE, RENAME checks).
-    pub(super) fn is_nonempty_dir(&self, key: &FileKey) -> Result<bool> {
-        let (entries, _) = self.lower.readdir(key, 0, 1)?;
+    pub(super) fn is_nonempty_dir(&self, cx: &OpCtx, key: &FileKey) -> Result<bool> {
+        let (entries, _) = self.lower.readdir(cx, key, 0, 1)?;
         Ok(!entries.is_empty())
     }
 

@@ -1,37 +1,92 @@
-//! Who holds which locks in the `txn` layer: the COMPOUND a thread runs, the locks a
-//! transaction or a plain COMPOUND keeps to its end, and a plain call's guard (the
-//! rules themselves are in `locks`).
+//! Who holds which locks in the `txn` layer: the reader a call's [`OpCtx`] names, the
+//! locks a transaction or a plain COMPOUND keeps to its end, and a plain call's guard
+//! (the rules themselves are in `locks`).
+//!
+//! Everything is found from the context alone (its `compound`, `txn` and `span`), never
+//! from the thread that makes the call: one COMPOUND's calls may come from several
+//! threads, and one thread may interleave several COMPOUNDs.
 
-use std::cell::{Cell, RefCell};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::locks::{Kind, LockId, Mode, Owner};
 use super::{Txn, TxnLayer};
 use crate::{BackendError, OpCtx, Result};
 
-thread_local! {
-    /// The COMPOUND this thread runs (id, transactional), set by `begin_compound`: the
-    /// read calls carry no `OpCtx`, and the server runs a whole COMPOUND on one thread.
-    pub(super) static CURRENT: Cell<(u64, bool)> = const { Cell::new((0, false)) };
-    /// The read locks the plain COMPOUND of this thread holds to its end: (layer, lock,
-    /// mode), the layer by address (a COMPOUND may touch several exports).
-    pub(super) static HELD: RefCell<HashSet<(usize, LockId, Mode)>> = RefCell::new(HashSet::new());
+const SHARDS: usize = 16;
+
+/// One shard: COMPOUND id → the (lock, mode) pairs it holds.
+type Shard = HashMap<u64, HashSet<(LockId, Mode)>>;
+
+/// The read locks each plain COMPOUND holds in this layer until its `end_compound`, by
+/// COMPOUND id (`OpCtx::compound`). A COMPOUND has an entry from its `begin_compound`
+/// to its `end_compound` here; a call of a COMPOUND without one (it never began here,
+/// or ended already) reads as a plain call. Sharded by id: COMPOUNDs run side by side.
+pub(super) struct CompoundLocks {
+    shards: Vec<Mutex<Shard>>,
 }
 
-/// Who reads on this thread: its transaction, its plain COMPOUND (read locks kept to
-/// the end), or a call outside any COMPOUND.
-pub(super) fn current_reader() -> Owner {
-    let (id, txn) = CURRENT.with(Cell::get);
-    let kind = match (txn, id) {
-        (true, _) => Kind::Txn,
-        (false, 0) => Kind::Call,
-        (false, _) => Kind::Compound,
-    };
-    Owner { id, kind }
+impl CompoundLocks {
+    pub(super) fn new() -> Self {
+        CompoundLocks {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+        }
+    }
+
+    fn shard(&self, id: u64) -> MutexGuard<'_, Shard> {
+        self.shards[(id % SHARDS as u64) as usize]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The plain COMPOUND `id` starts here (again: no change).
+    pub(super) fn begin(&self, id: u64) {
+        self.shard(id).entry(id).or_default();
+    }
+
+    /// Does the plain COMPOUND `id` hold read locks here?
+    pub(super) fn holds(&self, id: u64) -> bool {
+        self.shard(id).get(&id).is_some_and(|h| !h.is_empty())
+    }
+
+    /// The locks of `set` that COMPOUND `id` does not hold yet (`None`: it is not open).
+    fn missing(&self, id: u64, set: &[(LockId, Mode)]) -> Option<Vec<(LockId, Mode)>> {
+        let shard = self.shard(id);
+        let held = shard.get(&id)?;
+        Some(set.iter().copied().filter(|l| !held.contains(l)).collect())
+    }
+
+    /// Records that COMPOUND `id` holds `l`; false if it held it already or is no
+    /// longer open (the caller then gives back the count it took).
+    fn insert(&self, id: u64, l: (LockId, Mode)) -> bool {
+        self.shard(id).get_mut(&id).is_some_and(|h| h.insert(l))
+    }
+
+    /// The COMPOUND `id` ends here: its entry goes, and with it the locks it held.
+    fn end(&self, id: u64) -> HashSet<(LockId, Mode)> {
+        self.shard(id).remove(&id).unwrap_or_default()
+    }
 }
 
 impl TxnLayer {
+    /// Who reads with `cx`: its transaction, its plain COMPOUND (read locks kept to the
+    /// end; `lock` treats a COMPOUND that is not open here as a plain call), or a plain
+    /// call (a context outside any COMPOUND).
+    pub(super) fn reader(cx: &OpCtx) -> Owner {
+        if cx.txn {
+            return Self::owner_of(cx);
+        }
+        let kind = match cx.compound {
+            0 => Kind::Call,
+            _ => Kind::Compound,
+        };
+        Owner {
+            id: cx.compound,
+            kind,
+        }
+    }
+
     /// The owner of a change made with `cx`: its transaction, or a plain call (whose
     /// change locks last as long as the call).
     pub(super) fn owner_of(cx: &OpCtx) -> Owner {
@@ -56,16 +111,9 @@ impl TxnLayer {
         open.get_mut(&owner.id).map(f)
     }
 
-    pub(super) fn addr(&self) -> usize {
-        self as *const Self as usize
-    }
-
-    /// Does the plain COMPOUND `id` of this thread hold read locks here?
+    /// Does the plain COMPOUND `id` hold read locks here?
     pub(super) fn compound_holds(&self, id: u64) -> bool {
-        let me = self.addr();
-        id != 0
-            && CURRENT.with(Cell::get).0 == id
-            && HELD.with(|h| h.borrow().iter().any(|&(l, _, _)| l == me))
+        id != 0 && self.compounds.holds(id)
     }
 
     /// Takes `set` for `owner`: a transaction keeps it until its end, so does a plain
@@ -97,34 +145,32 @@ impl TxnLayer {
             return Ok(LockGuard::none(self));
         }
         // (A transactional owner without an open transaction here, e.g. a call made
-        // after its COMPOUND ended, locks as a plain call.)
-        let owner = match owner.kind {
-            Kind::Txn => Owner {
+        // after its COMPOUND ended, locks as a plain call; so does a plain COMPOUND that
+        // is not open here, or no longer.)
+        let todo = match owner.kind {
+            Kind::Compound => self.compounds.missing(owner.id, set),
+            _ => None,
+        };
+        let owner = match todo {
+            Some(_) => owner,
+            None => Owner {
                 kind: Kind::Call,
                 ..owner
             },
-            _ => owner,
         };
-        if owner.kind == Kind::Compound {
-            let me = self.addr();
-            let todo: Vec<_> = HELD.with(|h| {
-                let h = h.borrow();
-                set.iter()
-                    .copied()
-                    .filter(|&(id, m)| !h.contains(&(me, id, m)))
-                    .collect()
-            });
+        if let Some(todo) = todo {
             if !todo.is_empty() {
                 let holding = self.compound_holds(owner.id);
                 self.locks
                     .acquire(owner, &todo, holding)
                     .map_err(|_| BackendError::Conflict)?;
-                HELD.with(|h| {
-                    let mut h = h.borrow_mut();
-                    for (id, m) in todo {
-                        h.insert((me, id, m));
+                for l in todo {
+                    // Taken twice (two calls of the COMPOUND at once) or after its end:
+                    // the extra count goes back.
+                    if !self.compounds.insert(owner.id, l) {
+                        self.locks.release(owner, l.0, l.1);
                     }
-                });
+                }
             }
             return Ok(LockGuard::none(self));
         }
@@ -138,22 +184,20 @@ impl TxnLayer {
         })
     }
 
-    /// Gives back the read locks of this thread's plain COMPOUND `id` here.
+    /// The plain COMPOUND `id` starts here: from now on its reads keep their locks.
+    pub(super) fn begin_plain_compound(&self, id: u64) {
+        if id != 0 {
+            self.compounds.begin(id);
+        }
+    }
+
+    /// Gives back the read locks of the plain COMPOUND `id` here (at its end).
     pub(super) fn release_compound(&self, id: u64) {
-        let me = self.addr();
-        let mine: Vec<_> = HELD.with(|h| {
-            let mut h = h.borrow_mut();
-            let mine: Vec<_> = h.iter().copied().filter(|&(l, _, _)| l == me).collect();
-            for e in &mine {
-                h.remove(e);
-            }
-            mine
-        });
         let owner = Owner {
             id,
             kind: Kind::Compound,
         };
-        for (_, lock, mode) in mine {
+        for (lock, mode) in self.compounds.end(id) {
             self.locks.release(owner, lock, mode);
         }
     }

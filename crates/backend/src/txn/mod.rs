@@ -38,6 +38,7 @@ use bytes::Bytes;
 
 use crate::{Backend, BackendError, Creds, FileKey, FileType, NodeKind, OpCtx, Result, SetAttrs};
 use changes::{apply_retrying, mark_undone};
+use isolation::CompoundLocks;
 pub use journal::{inspect as inspect_journal, JournalError, JournalSummary};
 use journal::{Journal, Record};
 use locks::{LockId, LockTable, Mode, Owner};
@@ -149,6 +150,8 @@ pub struct TxnLayer {
     backup_dir: Mutex<Option<FileKey>>,
     journal: Journal,
     locks: LockTable,
+    /// The read locks of the plain COMPOUNDs open here (`isolation`).
+    compounds: CompoundLocks,
     open: Mutex<HashMap<u64, Txn>>,
     next_txid: AtomicU64,
     settings: TxnSettings,
@@ -204,8 +207,8 @@ impl TxnLayer {
         let needs_backups = found
             .iter()
             .any(|f| f.undo.iter().any(|u| u.backup().is_some()));
-        let backup_dir = match lower.lookup(&root, HIDDEN) {
-            Ok((hidden, _)) => match lower.lookup(&hidden, BACKUP_DIR) {
+        let backup_dir = match lower.lookup(&cx, &root, HIDDEN) {
+            Ok((hidden, _)) => match lower.lookup(&cx, &hidden, BACKUP_DIR) {
                 Ok((k, _)) => Some(k),
                 Err(BackendError::NotFound) => None,
                 Err(e) => return Err(e),
@@ -272,6 +275,7 @@ impl TxnLayer {
             backup_dir: Mutex::new(backup_dir),
             journal,
             locks: LockTable::new(settings.lock_wait),
+            compounds: CompoundLocks::new(),
             open: Mutex::new(HashMap::new()),
             next_txid: AtomicU64::new(next_txid),
             settings,
@@ -327,7 +331,7 @@ fn ensure_dir(
     name: &[u8],
     mode: u32,
 ) -> Result<FileKey> {
-    match lower.lookup(dir, name) {
+    match lower.lookup(cx, dir, name) {
         Ok((k, a)) if a.ftype == FileType::Directory => Ok(k),
         Ok(_) => Err(BackendError::Io(format!(
             "{} exists and is not a directory",
@@ -350,7 +354,7 @@ fn ensure_dir(
 /// directory restored half-way may hold more, so this recurses).
 fn purge(lower: &dyn Backend, cx: &OpCtx, dir: &FileKey) -> Result<()> {
     loop {
-        let (entries, _) = lower.readdir(dir, 0, 256)?;
+        let (entries, _) = lower.readdir(cx, dir, 0, 256)?;
         if entries.is_empty() {
             return Ok(());
         }

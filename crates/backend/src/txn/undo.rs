@@ -274,7 +274,7 @@ impl Undo {
                 atime,
                 mtime,
             } => {
-                let now = match lower.getattr(key) {
+                let now = match lower.getattr(cx, key) {
                     Ok(a) => a,
                     Err(e) => return tolerate(Err(e)),
                 };
@@ -282,15 +282,17 @@ impl Undo {
                     Saved::Inline(data) if !data.is_empty() => {
                         tolerate(lower.write(cx, key, *offset, data, false).map(|_| ()))?;
                     }
-                    Saved::Backup { name, len } if *len > 0 => match lower.lookup(b.dir, name) {
-                        Ok((bk, battrs)) if battrs.size >= *len => {
-                            lower.clone_range(cx, &bk, 0, key, *offset, *len)?;
+                    Saved::Backup { name, len } if *len > 0 => {
+                        match lower.lookup(cx, b.dir, name) {
+                            Ok((bk, battrs)) if battrs.size >= *len => {
+                                lower.clone_range(cx, &bk, 0, key, *offset, *len)?;
+                            }
+                            // The backup was never completed: the change it guards was
+                            // never made either (the entry is written after the backup).
+                            Ok(_) => {}
+                            Err(e) => tolerate(Err(e))?,
                         }
-                        // The backup was never completed: the change it guards was
-                        // never made either (the entry is written after the backup).
-                        Ok(_) => {}
-                        Err(e) => tolerate(Err(e))?,
-                    },
+                    }
                     _ => {}
                 }
                 let mut set = SetAttrs {
@@ -298,7 +300,7 @@ impl Undo {
                     mtime: Some(SetTime::Client(*mtime)),
                     ..SetAttrs::default()
                 };
-                let size_now = lower.getattr(key).map(|a| a.size).unwrap_or(now.size);
+                let size_now = lower.getattr(cx, key).map(|a| a.size).unwrap_or(now.size);
                 if size_now != *old_size {
                     set.size = Some(*old_size);
                 }
@@ -331,7 +333,7 @@ impl Undo {
             } => {
                 // Only if `to` exists: renaming a missing name is NotFound anyway, but the
                 // old name must not be clobbered by a rename that never happened.
-                match lower.lookup(to_dir, to) {
+                match lower.lookup(cx, to_dir, to) {
                     Ok(_) => {}
                     Err(BackendError::NotFound | BackendError::Stale) => return Ok(()),
                     Err(e) => return Err(e),
@@ -339,7 +341,7 @@ impl Undo {
                 tolerate(lower.rename(cx, to_dir, to, from_dir, from).map(|_| ()))
             }
             Undo::Restore { dir, name, backup } => {
-                match lower.lookup(b.dir, backup) {
+                match lower.lookup(cx, b.dir, backup) {
                     Ok(_) => {}
                     Err(BackendError::NotFound | BackendError::Stale) => return Ok(()),
                     Err(e) => return Err(e),

@@ -20,12 +20,12 @@ pub fn check_readdir_paging<B: Backend>(b: &B) {
     let mut seen = Vec::new();
     let mut cookie = 0;
     loop {
-        let (ents, eof) = b.readdir(&d, cookie, 7).unwrap();
+        let (ents, eof) = b.readdir(&user(), &d, cookie, 7).unwrap();
         assert!(ents.len() <= 7);
         for e in &ents {
             assert_ne!(e.cookie, 0);
             assert_eq!(e.attrs.ftype, FileType::Regular);
-            let (k, _) = b.lookup(&d, &e.name).unwrap();
+            let (k, _) = b.lookup(&user(), &d, &e.name).unwrap();
             assert_eq!(k, e.key);
             seen.push(String::from_utf8(e.name.to_vec()).unwrap());
         }
@@ -45,7 +45,7 @@ pub fn check_readdir_paging<B: Backend>(b: &B) {
     let mut cookie = 0;
     let mut victim = 999usize;
     loop {
-        let (ents, eof) = b.readdir(&d, cookie, 7).unwrap();
+        let (ents, eof) = b.readdir(&user(), &d, cookie, 7).unwrap();
         for e in &ents {
             let name = String::from_utf8(e.name.to_vec()).unwrap();
             assert!(!removed.contains(&name), "removed entry {name} returned");
@@ -77,24 +77,27 @@ pub fn check_readdir_paging<B: Backend>(b: &B) {
     }
     // max_entries 0 and empty dir
     let e = mkdir(b, &root, "empty");
-    let (ents, eof) = b.readdir(&e, 0, 10).unwrap();
+    let (ents, eof) = b.readdir(&user(), &e, 0, 10).unwrap();
     assert!(ents.is_empty());
     assert!(eof);
     let plain = create(b, &root, "plain");
-    assert_eq!(b.readdir(&plain, 0, 1).unwrap_err(), BackendError::NotDir);
+    assert_eq!(
+        b.readdir(&user(), &plain, 0, 1).unwrap_err(),
+        BackendError::NotDir
+    );
 }
 
 pub fn check_change<B: Backend>(b: &B) {
     let root = b.root().unwrap();
     let k = create(b, &root, "c");
-    let mut last = b.getattr(&k).unwrap().change;
+    let mut last = b.getattr(&user(), &k).unwrap().change;
     for i in 0..100u32 {
         let a = b
             .write(&OpCtx::default(), &k, 0, &i.to_be_bytes(), false)
             .unwrap();
         assert!(a.change > last, "write {i}: change {} !> {last}", a.change);
         assert_eq!(
-            b.getattr(&k).unwrap().change,
+            b.getattr(&user(), &k).unwrap().change,
             a.change,
             "stable without mutation"
         );
@@ -103,19 +106,19 @@ pub fn check_change<B: Backend>(b: &B) {
     let a = b.setattr(&OpCtx::default(), &k, &set_mode(0o600)).unwrap();
     assert!(a.change > last);
     // directory change moves on create/remove/rename
-    let d0 = b.getattr(&root).unwrap().change;
+    let d0 = b.getattr(&user(), &root).unwrap().change;
     create(b, &root, "c2");
-    let d1 = b.getattr(&root).unwrap().change;
+    let d1 = b.getattr(&user(), &root).unwrap().change;
     assert!(d1 > d0);
     b.rename(&OpCtx::default(), &root, b"c2", &root, b"c3")
         .unwrap();
-    let d2 = b.getattr(&root).unwrap().change;
+    let d2 = b.getattr(&user(), &root).unwrap().change;
     assert!(d2 > d1);
     b.remove(&OpCtx::default(), &root, b"c3").unwrap();
-    let d3 = b.getattr(&root).unwrap().change;
+    let d3 = b.getattr(&user(), &root).unwrap().change;
     assert!(d3 > d2);
     b.link(&OpCtx::default(), &k, &root, b"c4").unwrap();
-    assert!(b.getattr(&root).unwrap().change > d3);
+    assert!(b.getattr(&user(), &root).unwrap().change > d3);
 }
 
 /// Several threads at once on one backend: no deadlock, no lost entries.
@@ -131,17 +134,17 @@ pub fn check_concurrent<B: Backend>(b: &B) {
                     let k = create(b, &d, &name);
                     b.write(&OpCtx::default(), &k, 0, name.as_bytes(), i % 2 == 0)
                         .unwrap();
-                    assert_eq!(&b.read(&k, 0, 16).unwrap().0[..], name.as_bytes());
+                    assert_eq!(&b.read(&user(), &k, 0, 16).unwrap().0[..], name.as_bytes());
                     if i % 3 == 0 {
                         b.remove(&OpCtx::default(), &d, name.as_bytes()).unwrap();
-                        assert_eq!(b.getattr(&k).unwrap_err(), BackendError::Stale);
+                        assert_eq!(b.getattr(&user(), &k).unwrap_err(), BackendError::Stale);
                     }
-                    let _ = b.readdir(&root, 0, 3).unwrap();
+                    let _ = b.readdir(&user(), &root, 0, 3).unwrap();
                 }
                 let mut n = 0;
                 let mut cookie = 0;
                 loop {
-                    let (ents, eof) = b.readdir(&d, cookie, 10).unwrap();
+                    let (ents, eof) = b.readdir(&user(), &d, cookie, 10).unwrap();
                     n += ents.len();
                     if eof {
                         break;
@@ -159,7 +162,7 @@ pub fn check_concurrent<B: Backend>(b: &B) {
 pub fn check_dir_change<B: Backend>(b: &B) {
     let cx = user();
     let root = b.root().unwrap();
-    let change = |k: &FileKey| b.getattr(k).unwrap().change;
+    let change = |k: &FileKey| b.getattr(&user(), k).unwrap().change;
     let mut last_root = change(&root);
     let step = |d: DirChange, dir: &FileKey, last: &mut u64| {
         assert!(

@@ -12,9 +12,12 @@ use crate::common::*;
 pub fn check_root<B: Backend>(b: &B) {
     let root = b.root().unwrap();
     assert!(!root.is_empty() && root.len() <= MAX_KEY_LEN);
-    let a = b.getattr(&root).unwrap();
+    let a = b.getattr(&user(), &root).unwrap();
     assert_eq!(a.ftype, FileType::Directory);
-    assert_eq!(b.lookup_parent(&root).unwrap_err(), BackendError::NotFound);
+    assert_eq!(
+        b.lookup_parent(&user(), &root).unwrap_err(),
+        BackendError::NotFound
+    );
     assert_eq!(b.root().unwrap(), root, "root key is stable");
 }
 
@@ -36,32 +39,32 @@ pub fn check_create_write_read<B: Backend>(b: &B) {
         .write(&OpCtx::default(), &k, 0, b"hello world", false)
         .unwrap();
     assert_eq!(a.size, 11);
-    let (data, eof) = b.read(&k, 0, 100).unwrap();
+    let (data, eof) = b.read(&user(), &k, 0, 100).unwrap();
     assert_eq!(&data[..], b"hello world");
     assert!(eof);
-    let (data, eof) = b.read(&k, 0, 5).unwrap();
+    let (data, eof) = b.read(&user(), &k, 0, 5).unwrap();
     assert_eq!(&data[..], b"hello");
     assert!(!eof);
-    let (data, eof) = b.read(&k, 6, 5).unwrap();
+    let (data, eof) = b.read(&user(), &k, 6, 5).unwrap();
     assert_eq!(&data[..], b"world");
     assert!(eof, "a read ending exactly at EOF reports eof");
-    let (data, eof) = b.read(&k, 11, 5).unwrap();
+    let (data, eof) = b.read(&user(), &k, 11, 5).unwrap();
     assert!(data.is_empty());
     assert!(eof);
-    let (data, eof) = b.read(&k, 1000, 5).unwrap();
+    let (data, eof) = b.read(&user(), &k, 1000, 5).unwrap();
     assert!(data.is_empty());
     assert!(eof);
     // a hole
     b.write(&OpCtx::default(), &k, 20, b"x", false).unwrap();
-    let (data, _) = b.read(&k, 0, 100).unwrap();
+    let (data, _) = b.read(&user(), &k, 0, 100).unwrap();
     assert_eq!(data.len(), 21);
     assert_eq!(&data[11..20], &[0u8; 9]);
     // lookup finds the same key
-    let (k2, a2) = b.lookup(&root, b"f").unwrap();
+    let (k2, a2) = b.lookup(&user(), &root, b"f").unwrap();
     assert_eq!(k2, k);
-    assert_eq!(a2.fileid, b.getattr(&k).unwrap().fileid);
+    assert_eq!(a2.fileid, b.getattr(&user(), &k).unwrap().fileid);
     assert_eq!(
-        b.lookup(&root, b"nope").unwrap_err(),
+        b.lookup(&user(), &root, b"nope").unwrap_err(),
         BackendError::NotFound
     );
     // unchecked create of an existing file opens it, applies only the size
@@ -87,7 +90,10 @@ pub fn check_create_write_read<B: Backend>(b: &B) {
     assert_eq!(a3.size, 3);
     assert_eq!(a3.mode, 0o640);
     // reading a directory
-    assert_eq!(b.read(&root, 0, 10).unwrap_err(), BackendError::IsDir);
+    assert_eq!(
+        b.read(&user(), &root, 0, 10).unwrap_err(),
+        BackendError::IsDir
+    );
     assert_eq!(
         b.write(&OpCtx::default(), &root, 0, b"x", false)
             .unwrap_err(),
@@ -103,7 +109,7 @@ pub fn check_sync_write_commit<B: Backend>(b: &B) {
     b.commit(&OpCtx::default(), &k).unwrap();
     b.write(&OpCtx::default(), &k, 6, b" more", false).unwrap();
     b.commit(&OpCtx::default(), &k).unwrap();
-    assert_eq!(&b.read(&k, 0, 64).unwrap().0[..], b"stable more");
+    assert_eq!(&b.read(&user(), &k, 0, 64).unwrap().0[..], b"stable more");
 }
 
 pub fn check_setattr<B: Backend>(b: &B) {
@@ -114,15 +120,15 @@ pub fn check_setattr<B: Backend>(b: &B) {
     // truncate
     let a = b.setattr(&OpCtx::default(), &k, &set_size(4)).unwrap();
     assert_eq!(a.size, 4);
-    assert_eq!(&b.read(&k, 0, 100).unwrap().0[..], b"0123");
+    assert_eq!(&b.read(&user(), &k, 0, 100).unwrap().0[..], b"0123");
     // extend with zeros
     let a = b.setattr(&OpCtx::default(), &k, &set_size(8)).unwrap();
     assert_eq!(a.size, 8);
-    assert_eq!(&b.read(&k, 0, 100).unwrap().0[..], b"0123\0\0\0\0");
+    assert_eq!(&b.read(&user(), &k, 0, 100).unwrap().0[..], b"0123\0\0\0\0");
     // mode
     let a = b.setattr(&OpCtx::default(), &k, &set_mode(0o4711)).unwrap();
     assert_eq!(a.mode, 0o4711);
-    assert_eq!(b.getattr(&k).unwrap().mode, 0o4711);
+    assert_eq!(b.getattr(&user(), &k).unwrap().mode, 0o4711);
     // owner
     let a = b
         .setattr(
@@ -247,7 +253,7 @@ pub fn check_create_attrs<B: Backend>(b: &B) {
     .unwrap();
     assert!(created);
     assert_eq!((a.size, a.mtime, a.mode), (5, t, 0o600));
-    assert_eq!(&b.read(&k, 0, 10).unwrap().0[..], &[0u8; 5]);
+    assert_eq!(&b.read(&user(), &k, 0, 10).unwrap().0[..], &[0u8; 5]);
     // a write beyond any file size limit
     assert_eq!(
         b.write(&OpCtx::default(), &k, u64::MAX - 1, b"xy", false)
@@ -268,7 +274,7 @@ pub fn check_create_attrs<B: Backend>(b: &B) {
 
 pub fn check_statfs<B: Backend>(b: &B) {
     let root = b.root().unwrap();
-    let s = b.statfs(&root).unwrap();
+    let s = b.statfs(&user(), &root).unwrap();
     assert!(s.total_bytes > 0);
     assert!(s.free_bytes <= s.total_bytes);
     assert!(s.max_name_len >= 255);
@@ -283,19 +289,25 @@ pub fn check_clone_range<B: Backend>(b: &B) {
     let dst = create(b, &root, "dst");
     let data: Vec<u8> = (0..3 * 4096 + 100).map(|i| (i * 7 % 251) as u8).collect();
     b.write(&cx, &src, 0, &data, false).unwrap();
-    let before = b.getattr(&dst).unwrap().change;
+    let before = b.getattr(&user(), &dst).unwrap().change;
     // Whole file (len 0 = to the end of the source).
     let m = b.clone_range(&cx, &src, 0, &dst, 0, 0).unwrap();
     if b.clone_method() == CloneMethod::Copy {
         assert_eq!(m, CloneMethod::Copy);
     }
-    assert_eq!(b.read(&dst, 0, 1 << 20).unwrap().0, &data[..]);
-    assert!(b.getattr(&dst).unwrap().change > before, "dst change moves");
+    assert_eq!(b.read(&user(), &dst, 0, 1 << 20).unwrap().0, &data[..]);
+    assert!(
+        b.getattr(&user(), &dst).unwrap().change > before,
+        "dst change moves"
+    );
     // An unaligned range past the destination's end grows it.
     let m = b.clone_range(&cx, &src, 10, &dst, 20_000, 333).unwrap();
     assert_eq!(m, CloneMethod::Copy, "unaligned ranges copy");
-    assert_eq!(b.getattr(&dst).unwrap().size, 20_333);
-    assert_eq!(b.read(&dst, 20_000, 333).unwrap().0, &data[10..343]);
+    assert_eq!(b.getattr(&user(), &dst).unwrap().size, 20_333);
+    assert_eq!(
+        b.read(&user(), &dst, 20_000, 333).unwrap().0,
+        &data[10..343]
+    );
     // A source range beyond the end of the source is refused.
     let e = b
         .clone_range(&cx, &src, data.len() as u64, &dst, 0, 1)

@@ -10,7 +10,7 @@ use crate::common::*;
 
 pub fn check_make_node<B: Backend>(b: &B) {
     let root = b.root().unwrap();
-    let root_nlink = b.getattr(&root).unwrap().nlink;
+    let root_nlink = b.getattr(&user(), &root).unwrap().nlink;
     let Made {
         key: dk, attrs: da, ..
     } = make_node(b, &root, b"dir", &NodeKind::Directory, &set_mode(0o750)).unwrap();
@@ -18,23 +18,26 @@ pub fn check_make_node<B: Backend>(b: &B) {
     assert_eq!(da.mode, 0o750);
     assert_eq!(da.nlink, 2);
     assert_eq!((da.uid, da.gid), (1234, 5678));
-    assert_eq!(b.getattr(&root).unwrap().nlink, root_nlink + 1);
-    let (pk, _) = b.lookup_parent(&dk).unwrap();
+    assert_eq!(b.getattr(&user(), &root).unwrap().nlink, root_nlink + 1);
+    let (pk, _) = b.lookup_parent(&user(), &dk).unwrap();
     assert_eq!(pk, root);
     let Made {
         key: sk, attrs: sa, ..
     } = make_symlink(b, &dk, "sym", b"../target/x");
     assert_eq!(sa.ftype, FileType::Symlink);
     assert_eq!(sa.size, 11);
-    assert_eq!(&b.readlink(&sk).unwrap()[..], b"../target/x");
-    assert_eq!(b.readlink(&dk).unwrap_err(), BackendError::NotSymlink);
+    assert_eq!(&b.readlink(&user(), &sk).unwrap()[..], b"../target/x");
+    assert_eq!(
+        b.readlink(&user(), &dk).unwrap_err(),
+        BackendError::NotSymlink
+    );
     let Made {
         key: fk, attrs: fa, ..
     } = make_node(b, &dk, b"fifo", &NodeKind::Fifo, &set_mode(0o600)).unwrap();
     assert_eq!(fa.ftype, FileType::Fifo);
     assert_eq!(fa.mode, 0o600);
-    assert_eq!(b.getattr(&fk).unwrap().ftype, FileType::Fifo);
-    assert_eq!(b.read(&fk, 0, 1).unwrap_err(), BackendError::Inval);
+    assert_eq!(b.getattr(&user(), &fk).unwrap().ftype, FileType::Fifo);
+    assert_eq!(b.read(&user(), &fk, 0, 1).unwrap_err(), BackendError::Inval);
     let e = make_node(b, &dk, b"fifo", &NodeKind::Directory, &SetAttrs::default()).unwrap_err();
     assert_eq!(e, BackendError::Exists);
     let Made {
@@ -49,9 +52,9 @@ pub fn check_make_node<B: Backend>(b: &B) {
     .unwrap();
     assert_eq!(ca.ftype, FileType::CharDev);
     assert_eq!(ca.rdev, (1, 3));
-    assert_eq!(b.read(&ck, 0, 1).unwrap_err(), BackendError::Inval);
+    assert_eq!(b.read(&user(), &ck, 0, 1).unwrap_err(), BackendError::Inval);
     // a key of a non-directory used as a directory
-    let e = b.lookup(&fk, b"x").unwrap_err();
+    let e = b.lookup(&user(), &fk, b"x").unwrap_err();
     assert_eq!(e, BackendError::NotDir);
 }
 
@@ -61,9 +64,9 @@ pub fn check_link<B: Backend>(b: &B) {
     let d = mkdir(b, &root, "sub");
     let a = b.link(&OpCtx::default(), &k, &d, b"alias").unwrap().attrs;
     assert_eq!(a.nlink, 2);
-    let (k2, a2) = b.lookup(&d, b"alias").unwrap();
+    let (k2, a2) = b.lookup(&user(), &d, b"alias").unwrap();
     assert_eq!(a2.fileid, a.fileid);
-    assert_eq!(b.getattr(&k2).unwrap().nlink, 2);
+    assert_eq!(b.getattr(&user(), &k2).unwrap().nlink, 2);
     assert_eq!(
         b.link(&OpCtx::default(), &k, &d, b"alias").unwrap_err(),
         BackendError::Exists
@@ -75,7 +78,7 @@ pub fn check_link<B: Backend>(b: &B) {
     );
     b.remove(&OpCtx::default(), &root, b"orig").unwrap();
     assert_eq!(
-        b.getattr(&k2).unwrap().nlink,
+        b.getattr(&user(), &k2).unwrap().nlink,
         1,
         "still alive via the other link"
     );
@@ -90,22 +93,25 @@ pub fn check_rename<B: Backend>(b: &B) {
     b.write(&OpCtx::default(), &t, 0, b"TTTTTT", false).unwrap();
     b.rename(&OpCtx::default(), &root, b"a", &root, b"t")
         .unwrap();
-    assert_eq!(b.lookup(&root, b"a").unwrap_err(), BackendError::NotFound);
-    let (k, attrs) = b.lookup(&root, b"t").unwrap();
+    assert_eq!(
+        b.lookup(&user(), &root, b"a").unwrap_err(),
+        BackendError::NotFound
+    );
+    let (k, attrs) = b.lookup(&user(), &root, b"t").unwrap();
     assert_eq!(k, a, "the key follows the object");
     assert_eq!(attrs.size, 3);
-    assert_eq!(b.getattr(&t).unwrap_err(), BackendError::Stale);
+    assert_eq!(b.getattr(&user(), &t).unwrap_err(), BackendError::Stale);
     // across directories
     let d1 = mkdir(b, &root, "d1");
     let d2 = mkdir(b, &root, "d2");
-    let n = b.getattr(&root).unwrap().nlink;
+    let n = b.getattr(&user(), &root).unwrap().nlink;
     let sub = mkdir(b, &d1, "sub");
     b.rename(&OpCtx::default(), &d1, b"sub", &d2, b"moved")
         .unwrap();
-    assert_eq!(b.getattr(&d1).unwrap().nlink, 2);
-    assert_eq!(b.getattr(&d2).unwrap().nlink, 3);
-    assert_eq!(b.lookup_parent(&sub).unwrap().0, d2);
-    assert_eq!(b.getattr(&root).unwrap().nlink, n);
+    assert_eq!(b.getattr(&user(), &d1).unwrap().nlink, 2);
+    assert_eq!(b.getattr(&user(), &d2).unwrap().nlink, 3);
+    assert_eq!(b.lookup_parent(&user(), &sub).unwrap().0, d2);
+    assert_eq!(b.getattr(&user(), &root).unwrap().nlink, n);
     // dir over a non-empty dir
     let full = mkdir(b, &root, "full");
     create(b, &full, "inside");
@@ -116,8 +122,8 @@ pub fn check_rename<B: Backend>(b: &B) {
     // dir over an empty dir works
     b.rename(&OpCtx::default(), &root, b"d1", &d2, b"moved")
         .unwrap();
-    assert_eq!(b.lookup(&d2, b"moved").unwrap().0, d1);
-    assert_eq!(b.getattr(&sub).unwrap_err(), BackendError::Stale);
+    assert_eq!(b.lookup(&user(), &d2, b"moved").unwrap().0, d1);
+    assert_eq!(b.getattr(&user(), &sub).unwrap_err(), BackendError::Stale);
     // Refused, and so changing nothing: file over dir, dir over file, into its own
     // subtree, a missing source.
     for (from_dir, from, to_dir, to, want) in [
@@ -140,19 +146,19 @@ pub fn check_rename<B: Backend>(b: &B) {
     // rename onto itself is a no-op
     b.rename(&OpCtx::default(), &root, b"t", &root, b"t")
         .unwrap();
-    assert!(b.lookup(&root, b"t").is_ok());
+    assert!(b.lookup(&user(), &root, b"t").is_ok());
 }
 
 pub fn check_remove<B: Backend>(b: &B) {
     let root = b.root().unwrap();
     let k = create(b, &root, "gone");
     b.write(&OpCtx::default(), &k, 0, b"data", false).unwrap();
-    assert!(b.getattr(&k).is_ok());
+    assert!(b.getattr(&user(), &k).is_ok());
     b.remove(&OpCtx::default(), &root, b"gone").unwrap();
-    assert_eq!(b.getattr(&k).unwrap_err(), BackendError::Stale);
-    assert_eq!(b.read(&k, 0, 4).unwrap_err(), BackendError::Stale);
+    assert_eq!(b.getattr(&user(), &k).unwrap_err(), BackendError::Stale);
+    assert_eq!(b.read(&user(), &k, 0, 4).unwrap_err(), BackendError::Stale);
     assert_eq!(
-        b.lookup(&root, b"gone").unwrap_err(),
+        b.lookup(&user(), &root, b"gone").unwrap_err(),
         BackendError::NotFound
     );
     assert_eq!(
@@ -166,17 +172,23 @@ pub fn check_remove<B: Backend>(b: &B) {
         BackendError::NotEmpty
     );
     b.remove(&OpCtx::default(), &d, b"f").unwrap();
-    let n = b.getattr(&root).unwrap().nlink;
+    let n = b.getattr(&user(), &root).unwrap().nlink;
     b.remove(&OpCtx::default(), &root, b"d").unwrap();
-    assert_eq!(b.getattr(&root).unwrap().nlink, n - 1);
-    assert_eq!(b.getattr(&d).unwrap_err(), BackendError::Stale);
+    assert_eq!(b.getattr(&user(), &root).unwrap().nlink, n - 1);
+    assert_eq!(b.getattr(&user(), &d).unwrap_err(), BackendError::Stale);
     // operations inside a removed directory: its key is stale
-    assert_eq!(b.lookup(&d, b"f").unwrap_err(), BackendError::Stale);
+    assert_eq!(
+        b.lookup(&user(), &d, b"f").unwrap_err(),
+        BackendError::Stale
+    );
     assert_eq!(
         b.remove(&OpCtx::default(), &d, b"f").unwrap_err(),
         BackendError::Stale
     );
-    assert_eq!(b.readdir(&d, 0, 10).unwrap_err(), BackendError::Stale);
+    assert_eq!(
+        b.readdir(&user(), &d, 0, 10).unwrap_err(),
+        BackendError::Stale
+    );
     let e = create_file(b, &d, b"f", CreateMode::Unchecked, &SetAttrs::default()).unwrap_err();
     assert_eq!(e, BackendError::Stale);
 }
@@ -190,40 +202,43 @@ pub fn check_hold<B: Backend>(b: &B) {
     for replace in [false, true] {
         let k = create(b, &root, "held");
         b.write(&cx, &k, 0, b"abc", false).unwrap();
-        b.hold(&k).unwrap();
-        b.hold(&k).unwrap();
+        b.hold(&user(), &k).unwrap();
+        b.hold(&user(), &k).unwrap();
         if replace {
             create(b, &root, "other");
             b.rename(&cx, &root, b"other", &root, b"held").unwrap();
         } else {
             b.remove(&cx, &root, b"held").unwrap();
         }
-        assert_eq!(b.getattr(&k).unwrap().nlink, 0);
+        assert_eq!(b.getattr(&user(), &k).unwrap().nlink, 0);
         b.write(&cx, &k, 3, b"def", true).unwrap();
-        assert_eq!(&b.read(&k, 0, 10).unwrap().0[..], b"abcdef");
-        b.release(&k);
-        assert_eq!(b.getattr(&k).unwrap().size, 6, "one hold is left");
-        b.release(&k);
-        assert_eq!(b.getattr(&k).unwrap_err(), BackendError::Stale);
-        assert_eq!(b.read(&k, 0, 4).unwrap_err(), BackendError::Stale);
+        assert_eq!(&b.read(&user(), &k, 0, 10).unwrap().0[..], b"abcdef");
+        b.release(&user(), &k);
+        assert_eq!(b.getattr(&user(), &k).unwrap().size, 6, "one hold is left");
+        b.release(&user(), &k);
+        assert_eq!(b.getattr(&user(), &k).unwrap_err(), BackendError::Stale);
+        assert_eq!(b.read(&user(), &k, 0, 4).unwrap_err(), BackendError::Stale);
         if replace {
             b.remove(&cx, &root, b"held").unwrap();
         }
     }
     // An object that keeps its name is unaffected by holds; a gone one cannot be held.
     let k = create(b, &root, "named");
-    b.hold(&k).unwrap();
-    b.release(&k);
-    assert!(b.getattr(&k).is_ok());
+    b.hold(&user(), &k).unwrap();
+    b.release(&user(), &k);
+    assert!(b.getattr(&user(), &k).is_ok());
     b.remove(&cx, &root, b"named").unwrap();
-    assert_eq!(b.hold(&k).unwrap_err(), BackendError::Stale);
+    assert_eq!(b.hold(&user(), &k).unwrap_err(), BackendError::Stale);
 }
 
 pub fn check_bad_names<B: Backend>(b: &B) {
     let root = b.root().unwrap();
     let c = creds();
     for bad in [&b".."[..], b".", b"a/b", b"", b"nul\0"] {
-        assert_eq!(b.lookup(&root, bad).unwrap_err(), BackendError::BadName);
+        assert_eq!(
+            b.lookup(&user(), &root, bad).unwrap_err(),
+            BackendError::BadName
+        );
         let e = b
             .create_file(
                 &OpCtx::for_creds(c.clone()),
@@ -256,7 +271,7 @@ pub fn check_bad_names<B: Backend>(b: &B) {
     }
     let long = vec![b'a'; 256];
     assert_eq!(
-        b.lookup(&root, &long).unwrap_err(),
+        b.lookup(&user(), &root, &long).unwrap_err(),
         BackendError::NameTooLong
     );
     let ok = vec![b'a'; 255];
@@ -275,7 +290,11 @@ pub fn check_bad_names<B: Backend>(b: &B) {
         Bytes::from_static(&[0xff; 88]),
         Bytes::from_static(&[0x01, 0, 0, 0, 0, 0, 0, 0, 9]),
     ] {
-        assert_eq!(b.getattr(&key).unwrap_err(), BackendError::Stale, "{key:?}");
+        assert_eq!(
+            b.getattr(&user(), &key).unwrap_err(),
+            BackendError::Stale,
+            "{key:?}"
+        );
     }
 }
 
@@ -284,30 +303,36 @@ pub fn check_symlink_not_followed<B: Backend>(b: &B) {
     let d = mkdir(b, &root, "real");
     create(b, &d, "inner");
     let sk = make_symlink(b, &root, "link", b"real").key;
-    let (k, a) = b.lookup(&root, b"link").unwrap();
+    let (k, a) = b.lookup(&user(), &root, b"link").unwrap();
     assert_eq!(k, sk);
     assert_eq!(a.ftype, FileType::Symlink);
-    assert_eq!(b.lookup(&sk, b"inner").unwrap_err(), BackendError::NotDir);
-    assert_eq!(b.readdir(&sk, 0, 10).unwrap_err(), BackendError::NotDir);
+    assert_eq!(
+        b.lookup(&user(), &sk, b"inner").unwrap_err(),
+        BackendError::NotDir
+    );
+    assert_eq!(
+        b.readdir(&user(), &sk, 0, 10).unwrap_err(),
+        BackendError::NotDir
+    );
     // creating through a symlink name does not follow it
     let e = create_file(b, &root, b"link", CreateMode::Guarded, &SetAttrs::default()).unwrap_err();
     assert_eq!(e, BackendError::Exists);
-    assert!(b.read(&sk, 0, 10).is_err());
+    assert!(b.read(&user(), &sk, 0, 10).is_err());
     // setattr mode on a symlink leaves the target alone
-    let before = b.getattr(&d).unwrap().mode;
+    let before = b.getattr(&user(), &d).unwrap().mode;
     let _ = b.setattr(&OpCtx::default(), &sk, &set_mode(0o700));
-    assert_eq!(b.getattr(&d).unwrap().mode, before);
+    assert_eq!(b.getattr(&user(), &d).unwrap().mode, before);
     // times on a symlink apply to the link
     let t = Timestamp {
         sec: 1_234_567_890,
         nsec: 0,
     };
-    let dt = b.getattr(&d).unwrap().mtime;
+    let dt = b.getattr(&user(), &d).unwrap().mtime;
     let a = b.setattr(&OpCtx::default(), &sk, &set_mtime(t)).unwrap();
     assert_eq!(a.mtime, t);
-    assert_eq!(b.getattr(&d).unwrap().mtime, dt);
+    assert_eq!(b.getattr(&user(), &d).unwrap().mtime, dt);
     // readdir reports it as a symlink
-    let (ents, _) = b.readdir(&root, 0, 100).unwrap();
+    let (ents, _) = b.readdir(&user(), &root, 0, 100).unwrap();
     let e = ents.iter().find(|e| &e.name[..] == b"link").unwrap();
     assert_eq!(e.attrs.ftype, FileType::Symlink);
 }
@@ -334,7 +359,7 @@ pub fn check_setgid_dirs<B: Backend>(b: &B) {
         )
         .unwrap()
         .key;
-    let a = b.getattr(&d).unwrap();
+    let a = b.getattr(&user(), &d).unwrap();
     assert_eq!((a.mode, a.uid, a.gid), (0o2775, 1000, 777));
     let fa = b
         .create_file(&other, &d, b"f", CreateMode::Guarded, &SetAttrs::default())

@@ -19,8 +19,8 @@ fn rename_onto_itself<B: Backend>(
     to: &str,
 ) {
     let changes = (
-        b.getattr(from_dir).unwrap().change,
-        b.getattr(to_dir).unwrap().change,
+        b.getattr(&user(), from_dir).unwrap().change,
+        b.getattr(&user(), to_dir).unwrap().change,
     );
     let r = b
         .rename(
@@ -38,14 +38,17 @@ fn rename_onto_itself<B: Backend>(
     assert_eq!(r.to.before, changes.1, "{what}");
     assert_eq!(
         (
-            b.getattr(from_dir).unwrap().change,
-            b.getattr(to_dir).unwrap().change
+            b.getattr(&user(), from_dir).unwrap().change,
+            b.getattr(&user(), to_dir).unwrap().change
         ),
         changes,
         "{what}: the directories' change attributes"
     );
-    assert!(b.lookup(from_dir, from.as_bytes()).is_ok(), "{what}");
-    assert!(b.lookup(to_dir, to.as_bytes()).is_ok(), "{what}");
+    assert!(
+        b.lookup(&user(), from_dir, from.as_bytes()).is_ok(),
+        "{what}"
+    );
+    assert!(b.lookup(&user(), to_dir, to.as_bytes()).is_ok(), "{what}");
 }
 
 pub fn check_rename_onto_itself<B: Backend>(b: &B) {
@@ -55,11 +58,15 @@ pub fn check_rename_onto_itself<B: Backend>(b: &B) {
     let other = mkdir(b, &root, "other");
     b.link(&OpCtx::default(), &f, &root, b"f2").unwrap();
     b.link(&OpCtx::default(), &f, &other, b"f3").unwrap();
-    let nlink = b.getattr(&f).unwrap().nlink;
+    let nlink = b.getattr(&user(), &f).unwrap().nlink;
 
     rename_onto_itself(b, &root, "f", &root, "f");
     rename_onto_itself(b, &root, "d", &root, "d");
     rename_onto_itself(b, &root, "f", &root, "f2");
     rename_onto_itself(b, &root, "f2", &other, "f3");
-    assert_eq!(b.getattr(&f).unwrap().nlink, nlink, "no link was dropped");
+    assert_eq!(
+        b.getattr(&user(), &f).unwrap().nlink,
+        nlink,
+        "no link was dropped"
+    );
 }

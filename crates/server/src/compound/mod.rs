@@ -467,7 +467,7 @@ fn close_txn_opens(c: &mut Compound) {
         let released = match c.srv.core() {
             Ok(mut core) => {
                 let _ = core.table_mut().close(client, &sid, file);
-                c.srv.held.release_closed(&core, Some(file))
+                c.srv.held.release_closed(&core, Some(file), c.scope.ctx())
             }
             Err(_) => return,
         };

@@ -59,7 +59,9 @@ pub fn check_new_owner(set: &txnfs_backend::SetAttrs, creds: &Creds) -> Result<(
 pub fn getattr(c: &mut Compound, a: &GETATTR4args) -> OpResult {
     let fh = c.cfh()?.clone();
     let known = delegated_attrs(c, &fh, &a.attr_request)?;
-    let attrs = c.srv.fattr(&fh, &a.attr_request, known.as_ref(), c.minor)?;
+    let attrs = c
+        .srv
+        .fattr(c.scope.ctx(), &fh, &a.attr_request, known.as_ref(), c.minor)?;
     Ok(nfs_resop4::OP_GETATTR(GETATTR4res::NFS4_OK(
         GETATTR4resok {
             obj_attributes: attrs,
@@ -86,7 +88,7 @@ fn delegated_attrs(c: &Compound, fh: &Fh, request: &[u32]) -> Result<Option<Attr
     if c.srv.core()?.delegations().is_empty() {
         return Ok(None);
     }
-    let mut attrs = o.export.backend.getattr(&o.key)?;
+    let mut attrs = o.export.backend.getattr(c.scope.ctx(), &o.key)?;
     if attrs.ftype != FileType::Regular {
         return Ok(None);
     }
@@ -125,7 +127,7 @@ pub fn setattr(c: &mut Compound, a: &SETATTR4args) -> OpResult {
     if txnfs_attr::bitmap_isset(&attrsset, txnfs_attr::fattr::MODE_UMASK) {
         return Err(nfsstat4::NFS4ERR_INVAL.into());
     }
-    let cur = o.export.backend.getattr(&o.key)?;
+    let cur = o.export.backend.getattr(c.scope.ctx(), &o.key)?;
     // Another client's delegation caches these attributes (and, for size, the data).
     crate::ops::deleg::clear(c, o, &cur, txnfs_state::Access::Modify)?;
     if set.size.is_some() {
@@ -171,7 +173,7 @@ pub fn setattr(c: &mut Compound, a: &SETATTR4args) -> OpResult {
 
 fn compare(c: &mut Compound, f: &fattr4) -> Result<bool, OpError> {
     let fh = c.cfh()?.clone();
-    c.srv.compare_attrs(&fh, f, c.minor)
+    c.srv.compare_attrs(c.scope.ctx(), &fh, f, c.minor)
 }
 
 pub fn verify(c: &mut Compound, a: &VERIFY4args) -> OpResult {
@@ -194,7 +196,7 @@ pub fn nverify(c: &mut Compound, a: &NVERIFY4args) -> OpResult {
 
 pub fn access(c: &mut Compound, a: &ACCESS4args) -> OpResult {
     let fh = c.cfh()?.clone();
-    let attrs = c.srv.attrs_of(&fh)?;
+    let attrs = c.srv.attrs_of(c.scope.ctx(), &fh)?;
     let p = perms(&attrs, &c.creds);
     let ro = match &fh {
         Fh::Pseudo(_) => true,

@@ -133,13 +133,13 @@ pub(crate) fn clear_name(
     let be = &dir.export.backend;
     // No such name: nothing to recall (the op itself reports NOENT). Any other failure
     // is the op's answer too: going ahead unchecked could change a delegated file.
-    let key = match be.lookup(&dir.key, name) {
+    let key = match be.lookup(c.scope.ctx(), &dir.key, name) {
         Ok((key, _)) => key,
         Err(txnfs_backend::BackendError::NotFound) => return Ok(()),
         Err(e) => return Err(crate::errors::backend_status(&e)),
     };
     let attrs = be
-        .getattr(&key)
+        .getattr(c.scope.ctx(), &key)
         .map_err(|e| crate::errors::backend_status(&e))?;
     if attrs.ftype != FileType::Regular {
         return Ok(());
@@ -154,7 +154,7 @@ pub fn delegreturn(c: &mut Compound, a: &DELEGRETURN4args) -> OpResult {
     let sid = stateid_from_wire(&c.resolve_sid(&a.deleg_stateid)?);
     let file = match c.cfh()? {
         Fh::Obj(o) => {
-            let attrs = match o.export.backend.getattr(&o.key) {
+            let attrs = match o.export.backend.getattr(c.scope.ctx(), &o.key) {
                 Ok(a) => a,
                 // The holder removed the file itself (no open kept it): the handle is
                 // stale, but the delegation is still returned, by its stateid.
@@ -207,7 +207,7 @@ pub fn want_delegation(c: &mut Compound, a: &WANT_DELEGATION4args) -> OpResult {
         Fh::Obj(o) => o.clone(),
         Fh::Pseudo(_) => return Err(nfsstat4::NFS4ERR_ISDIR.into()),
     };
-    let attrs = o.export.backend.getattr(&o.key)?;
+    let attrs = o.export.backend.getattr(c.scope.ctx(), &o.key)?;
     match attrs.ftype {
         FileType::Regular => {}
         FileType::Directory => return Err(nfsstat4::NFS4ERR_ISDIR.into()),
@@ -230,7 +230,7 @@ fn list_children(c: &Compound, o: &ObjFh) -> Option<Vec<(bytes::Bytes, FileId)>>
     let mut out = Vec::new();
     let mut cookie = 0;
     loop {
-        let (batch, at_end) = be.readdir(&o.key, cookie, 256).ok()?;
+        let (batch, at_end) = be.readdir(c.scope.ctx(), &o.key, cookie, 256).ok()?;
         if batch.is_empty() {
             return at_end.then_some(out);
         }
@@ -286,7 +286,7 @@ pub fn get_dir_delegation(c: &mut Compound, a: &GET_DIR_DELEGATION4args) -> OpRe
         // The pseudo file system never changes; nothing to delegate.
         Fh::Pseudo(_) => return unavail(),
     };
-    let attrs = o.export.backend.getattr(&o.key)?;
+    let attrs = o.export.backend.getattr(c.scope.ctx(), &o.key)?;
     if attrs.ftype != FileType::Directory {
         return Err(nfsstat4::NFS4ERR_NOTDIR.into());
     }

@@ -33,7 +33,7 @@ fn writable_dir(c: &Compound, fh: &Fh) -> Result<(ObjFh, txnfs_backend::Attrs), 
     if o.export.read_only {
         return Err(nfsstat4::NFS4ERR_ROFS.into());
     }
-    let attrs = o.export.backend.getattr(&o.key)?;
+    let attrs = o.export.backend.getattr(c.scope.ctx(), &o.key)?;
     if attrs.ftype != FileType::Directory {
         return Err(nfsstat4::NFS4ERR_NOTDIR.into());
     }
@@ -94,7 +94,7 @@ pub fn remove(c: &mut Compound, a: &REMOVE4args) -> OpResult {
     notify::before(c, &dir, &dattrs, REMOVE_ENTRY)?;
     let be = &dir.export.backend;
     let victim = notify::any(c)
-        .then(|| be.lookup(&dir.key, &a.target).ok())
+        .then(|| be.lookup(c.scope.ctx(), &dir.key, &a.target).ok())
         .flatten();
     let cx = c.scope.ctx_for(&dir.export, &c.creds, c.client)?;
     let change = be.remove(cx, &dir.key, &a.target)?;
@@ -131,11 +131,11 @@ pub fn rename(c: &mut Compound, a: &RENAME4args) -> OpResult {
     }
     let be = &src.export.backend;
     let notifying = notify::any(c);
-    let replaced = notifying && be.lookup(&dst.key, &a.newname).is_ok();
+    let replaced = notifying && be.lookup(c.scope.ctx(), &dst.key, &a.newname).is_ok();
     let cx = c.scope.ctx_for(&src.export, &c.creds, c.client)?;
     let change = be.rename(cx, &src.key, &a.oldname, &dst.key, &a.newname)?;
     if notifying && !(same_dir && a.oldname == a.newname) {
-        let moved = be.lookup(&dst.key, &a.newname).ok();
+        let moved = be.lookup(c.scope.ctx(), &dst.key, &a.newname).ok();
         let obj = moved.as_ref().map(|(k, a)| (k, a));
         if same_dir {
             notify::renamed(c, &src, &sattrs, &a.oldname, &a.newname, obj, replaced);
@@ -166,7 +166,7 @@ pub fn link(c: &mut Compound, a: &LINK4args) -> OpResult {
         return Err(nfsstat4::NFS4ERR_XDEV.into());
     }
     let be = &dir.export.backend;
-    let fattrs = be.getattr(&file.key)?;
+    let fattrs = be.getattr(c.scope.ctx(), &file.key)?;
     if fattrs.ftype == FileType::Directory {
         return Err(nfsstat4::NFS4ERR_ISDIR.into());
     }
@@ -194,7 +194,7 @@ pub fn readlink(c: &mut Compound) -> OpResult {
         return Err(nfsstat4::NFS4ERR_INVAL.into());
     };
     let be = &o.export.backend;
-    match be.readlink(&o.key) {
+    match be.readlink(c.scope.ctx(), &o.key) {
         Ok(link) => Ok(nfs_resop4::OP_READLINK(READLINK4res::NFS4_OK(
             READLINK4resok { link },
         ))),
@@ -263,7 +263,9 @@ pub fn readdir(c: &mut Compound, a: &READDIR4args) -> OpResult {
                         c.srv.obj_fh(e, e.root_key.clone())
                     }
                 };
-                let attrs = c.srv.fattr(&cfh, &a.attr_request, None, c.minor)?;
+                let attrs = c
+                    .srv
+                    .fattr(c.scope.ctx(), &cfh, &a.attr_request, None, c.minor)?;
                 let sz = entry_size(name, &attrs);
                 if used + sz > limit || dir_used + 12 + name.len() > dir_limit {
                     eof = false;
@@ -281,23 +283,27 @@ pub fn readdir(c: &mut Compound, a: &READDIR4args) -> OpResult {
         }
         Fh::Obj(o) => {
             let be = &o.export.backend;
-            let dattrs = be.getattr(&o.key)?;
+            let dattrs = be.getattr(c.scope.ctx(), &o.key)?;
             if dattrs.ftype != FileType::Directory {
                 return Err(nfsstat4::NFS4ERR_NOTDIR.into());
             }
             require(&dattrs, &c.creds, crate::ops::attr::R)?;
             let mut cookie = a.cookie.saturating_sub(COOKIE_SHIFT);
             'outer: loop {
-                let (batch, at_end) = be.readdir(&o.key, cookie, 128)?;
+                let (batch, at_end) = be.readdir(c.scope.ctx(), &o.key, cookie, 128)?;
                 if batch.is_empty() {
                     eof = at_end;
                     break;
                 }
                 for e in batch {
                     let efh = c.srv.obj_fh(&o.export, e.key.clone());
-                    let attrs = c
-                        .srv
-                        .fattr(&efh, &a.attr_request, Some(&e.attrs), c.minor)?;
+                    let attrs = c.srv.fattr(
+                        c.scope.ctx(),
+                        &efh,
+                        &a.attr_request,
+                        Some(&e.attrs),
+                        c.minor,
+                    )?;
                     let sz = entry_size(&e.name, &attrs);
                     if used + sz > limit || dir_used + 12 + e.name.len() > dir_limit {
                         full = true;

@@ -90,7 +90,7 @@ pub fn lookup_in(c: &Compound, dir: &Fh, name: &Bytes) -> Result<Fh, crate::comp
             }
         }
         Fh::Obj(o) => {
-            let (key, _attrs) = o.export.backend.lookup(&o.key, name)?;
+            let (key, _attrs) = o.export.backend.lookup(c.scope.ctx(), &o.key, name)?;
             Ok(c.srv.obj_fh(&o.export, key))
         }
     }
@@ -120,7 +120,7 @@ pub fn parent_of(c: &Compound, fh: &Fh) -> Result<Fh, crate::compound::OpError> 
                     None => Err(nfsstat4::NFS4ERR_NOENT.into()),
                 };
             }
-            let (key, _) = o.export.backend.lookup_parent(&o.key)?;
+            let (key, _) = o.export.backend.lookup_parent(c.scope.ctx(), &o.key)?;
             Ok(c.srv.obj_fh(&o.export, key))
         }
     }
@@ -129,7 +129,7 @@ pub fn parent_of(c: &Compound, fh: &Fh) -> Result<Fh, crate::compound::OpError> 
 pub fn lookupp(c: &mut Compound) -> OpResult {
     let fh = c.cfh()?.clone();
     if let Fh::Obj(o) = &fh {
-        let attrs = o.export.backend.getattr(&o.key)?;
+        let attrs = o.export.backend.getattr(c.scope.ctx(), &o.key)?;
         if attrs.ftype != txnfs_backend::FileType::Directory {
             return Err(if attrs.ftype == txnfs_backend::FileType::Symlink {
                 nfsstat4::NFS4ERR_SYMLINK

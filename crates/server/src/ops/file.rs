@@ -98,7 +98,7 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
                 .into());
             };
             let be = &dir.export.backend;
-            let dattrs = be.getattr(&dir.key)?;
+            let dattrs = be.getattr(c.scope.ctx(), &dir.key)?;
             if dattrs.ftype != FileType::Directory {
                 return Err(nfsstat4::NFS4ERR_NOTDIR.into());
             }
@@ -132,7 +132,7 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
                         return Err(nfsstat4::NFS4ERR_INVAL.into());
                     }
                     crate::ops::attr::check_new_owner(&set, &c.creds)?;
-                    let existing = be.lookup(&dir.key, name);
+                    let existing = be.lookup(c.scope.ctx(), &dir.key, name);
                     if existing.is_err() {
                         require(&dattrs, &c.creds, W | X)?;
                         // Another client's directory delegation on `dir` hears of
@@ -161,7 +161,7 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
                 }
                 None => {
                     require(&dattrs, &c.creds, X)?;
-                    let (key, _) = be.lookup(&dir.key, name)?;
+                    let (key, _) = be.lookup(c.scope.ctx(), &dir.key, name)?;
                     dir_change = DirChange {
                         before: dattrs.change,
                         after: dattrs.change,
@@ -209,7 +209,10 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
                 return Err(nfsstat4::NFS4ERR_BAD_STATEID.into());
             };
             under_delegation = Some(stateid_from_wire(&cur.delegate_stateid));
-            let (key, _) = dir.export.backend.lookup(&dir.key, &cur.file)?;
+            let (key, _) = dir
+                .export
+                .backend
+                .lookup(c.scope.ctx(), &dir.key, &cur.file)?;
             match c.srv.obj_fh(&dir.export, key) {
                 Fh::Obj(o) => o,
                 Fh::Pseudo(_) => return Err(nfsstat4::NFS4ERR_SERVERFAULT.into()),
@@ -219,7 +222,7 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
     };
 
     let be = &target.export.backend;
-    let attrs = be.getattr(&target.key)?;
+    let attrs = be.getattr(c.scope.ctx(), &target.key)?;
     type_check(attrs.ftype)?;
     if !created {
         let mut want = 0;
@@ -270,7 +273,9 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
         c.txn_opens.push((sid, file));
     }
     // The open keeps the file alive through a REMOVE or RENAME over it (`crate::held`).
-    c.srv.held.hold(file, &target.export, &target.key);
+    c.srv
+        .held
+        .hold(c.scope.ctx(), file, &target.export, &target.key);
     let sid = stateid_to_wire(&sid);
     let delegation = match under_delegation {
         Some(_) => open_delegation4::OPEN_DELEGATE_NONE,
@@ -290,7 +295,7 @@ pub fn open_downgrade(c: &mut Compound, a: &OPEN_DOWNGRADE4args) -> OpResult {
     let client = c.client()?;
     let (access, deny) = share_bits(a.share_access, a.share_deny)?;
     let sid = stateid_from_wire(&c.resolve_sid(&a.open_stateid)?);
-    let file = c.srv.cfh_file_id(c.cfh()?)?;
+    let file = c.srv.cfh_file_id(c.scope.ctx(), c.cfh()?)?;
     let new = c
         .srv
         .core()?
@@ -306,13 +311,13 @@ pub fn open_downgrade(c: &mut Compound, a: &OPEN_DOWNGRADE4args) -> OpResult {
 pub fn close(c: &mut Compound, a: &CLOSE4args) -> OpResult {
     let client = c.client()?;
     let sid = stateid_from_wire(&c.resolve_sid(&a.open_stateid)?);
-    let file = c.srv.cfh_file_id(c.cfh()?)?;
+    let file = c.srv.cfh_file_id(c.scope.ctx(), c.cfh()?)?;
     let released = {
         let mut core = c.srv.core()?;
         core.table_mut()
             .close(client, &sid, file)
             .map_err(|e| crate::errors::state_status(&e))?;
-        c.srv.held.release_closed(&core, Some(file))
+        c.srv.held.release_closed(&core, Some(file), c.scope.ctx())
     };
     // Given back after the core's lock: the last CLOSE frees a file with no name left.
     drop(released);
@@ -323,14 +328,17 @@ pub fn close(c: &mut Compound, a: &CLOSE4args) -> OpResult {
 
 pub fn read(c: &mut Compound, a: &READ4args) -> OpResult {
     let o = c.cobj().map_err(|_| nfsstat4::NFS4ERR_ISDIR)?.clone();
-    let attrs = o.export.backend.getattr(&o.key)?;
+    let attrs = o.export.backend.getattr(c.scope.ctx(), &o.key)?;
     io_type_check(attrs.ftype)?;
     let sid = c.resolve_sid(&a.stateid)?;
     check_io_access(c, &o, &sid, &attrs, false)?;
     // Fit the data into what is left of the reply (eof + length + padding overhead).
     let room = c.reply_left.saturating_sub(16) as u32;
     let count = a.count.min(c.srv.cfg.max_io_size).min(room);
-    let (data, eof) = o.export.backend.read(&o.key, a.offset, count)?;
+    let (data, eof) = o
+        .export
+        .backend
+        .read(c.scope.ctx(), &o.key, a.offset, count)?;
     Ok(nfs_resop4::OP_READ(READ4res::NFS4_OK(READ4resok {
         eof,
         data,
@@ -355,7 +363,7 @@ pub fn write(c: &mut Compound, a: WRITE4args) -> OpResult {
     let sid = c.resolve_sid(&a.stateid)?;
     // Only a stateid check needs the fileid; avoid the stat for the common case
     // of a regular open stateid by asking the backend once.
-    let attrs = o.export.backend.getattr(&o.key)?;
+    let attrs = o.export.backend.getattr(c.scope.ctx(), &o.key)?;
     io_type_check(attrs.ftype)?;
     check_io_access(c, &o, &sid, &attrs, true)?;
     let sync = a.stable != stable_how4::UNSTABLE4;

@@ -50,7 +50,7 @@ pub fn lock(c: &mut Compound, a: &LOCK4args) -> OpResult {
         .core()?
         .check_locking(client, a.reclaim, c.now)
         .map_err(|e| state_status(&e))?;
-    let file = c.srv.cfh_file_id(c.cfh()?)?;
+    let file = c.srv.cfh_file_id(c.scope.ctx(), c.cfh()?)?;
     let locker = match &a.locker {
         // In v4.1 the clientid inside lock_owner4 is ignored: the session names the
         // client (RFC 8881 §18.10.3).
@@ -82,7 +82,7 @@ pub fn lockt(c: &mut Compound, a: &LOCKT4args) -> OpResult {
         .core()?
         .check_grace(false, c.now)
         .map_err(|e| state_status(&e))?;
-    let file = c.srv.cfh_file_id(c.cfh()?)?;
+    let file = c.srv.cfh_file_id(c.scope.ctx(), c.cfh()?)?;
     let req = LocktRequest {
         owner: &a.owner.owner,
         file,
@@ -97,7 +97,7 @@ pub fn lockt(c: &mut Compound, a: &LOCKT4args) -> OpResult {
 
 pub fn locku(c: &mut Compound, a: &LOCKU4args) -> OpResult {
     let client = c.client()?;
-    let file = c.srv.cfh_file_id(c.cfh()?)?;
+    let file = c.srv.cfh_file_id(c.scope.ctx(), c.cfh()?)?;
     let sid = stateid_from_wire(&c.resolve_sid(&a.lock_stateid)?);
     let new = c
         .srv

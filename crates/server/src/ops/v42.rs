@@ -33,7 +33,7 @@ fn io_file(
     if write && o.export.read_only {
         return Err(nfsstat4::NFS4ERR_ROFS.into());
     }
-    let attrs = o.export.backend.getattr(&o.key)?;
+    let attrs = o.export.backend.getattr(c.scope.ctx(), &o.key)?;
     type_check(attrs.ftype)?;
     let sid = c.resolve_sid(stateid)?;
     check_io_access(c, o, &sid, &attrs, write)?;
@@ -142,7 +142,7 @@ pub fn read_plus(c: &mut Compound, a: &READ_PLUS4args) -> OpResult {
         if want == 0 {
             break;
         }
-        let (data, _) = be.read(&o.key, pos, want)?;
+        let (data, _) = be.read(cx, &o.key, pos, want)?;
         if data.is_empty() {
             break; // the file shrank meanwhile
         }
@@ -325,7 +325,7 @@ fn xattr_object(c: &mut Compound, want: u32) -> Result<(ObjFh, Attrs), OpError> 
     if want == W && o.export.read_only {
         return Err(nfsstat4::NFS4ERR_ROFS.into());
     }
-    let attrs = o.export.backend.getattr(&o.key)?;
+    let attrs = o.export.backend.getattr(c.scope.ctx(), &o.key)?;
     if !matches!(attrs.ftype, FileType::Regular | FileType::Directory) {
         return Err(nfsstat4::NFS4ERR_WRONG_TYPE.into());
     }

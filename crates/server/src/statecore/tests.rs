@@ -241,7 +241,12 @@ fn without_a_runtime_a_due_notification_recalls_the_directory_delegation() {
     let crate::compound::Fh::Obj(root) = f.srv.root_fh() else {
         panic!("the memory export is the root")
     };
-    let fileid = root.export.backend.getattr(&root.key).unwrap().fileid;
+    let fileid = root
+        .export
+        .backend
+        .getattr(&txnfs_backend::OpCtx::default(), &root.key)
+        .unwrap()
+        .fileid;
     let dir = f.srv.state_file_id(&root.export, fileid);
     let holder = 0xdead;
     let g = f
