@@ -168,7 +168,7 @@ end
 # ---------------------------------------------------------------- b: tar extraction
 NLS=-1
 if want b; then
-begin b-tar 300
+begin b-tar 480
 mkdir -p /tmp/ref
 tar -xf /share/tree.tar -C /tmp/ref
 NREF=$(find /tmp/ref/tree | wc -l)

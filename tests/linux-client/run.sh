@@ -10,7 +10,7 @@
 #                     (export Pseudo=/export), mounts /export
 #   --keep            keep the run directory (export, capture, logs) even when everything passed
 # env: WORK (cache + run dirs, default /tmp/txnfs-vm; run dirs older than 3 h are deleted),
-#      TIMEOUT (VM seconds, default 600), TXNFS_LOG (server log filter, default info),
+#      TIMEOUT (VM seconds, default 900), TXNFS_LOG (server log filter, default info),
 #      TXNFS_SERVE_ARGS (extra `txnfs serve` options, e.g. --no-delegations: the delegation
 #      checks then fail), SKIP_STEPS (development: "b c" skips the tar and listing steps)
 # Exit status 0 iff every guest check and every host check passed.
@@ -208,7 +208,7 @@ do_action() {
 }
 T_VM=$(now)
 : > "$W"/vm.log   # before tail -f below opens it (the VM's redirection may come later)
-NFSPORT=$PORT SHARE=$SHARE TIMEOUT=${TIMEOUT:-600} GHOST=txnfs-lc-$$ \
+NFSPORT=$PORT SHARE=$SHARE TIMEOUT=${TIMEOUT:-900} GHOST=txnfs-lc-$$ \
   "$HERE"/run-vm.sh "$HERE"/guest-tests.sh > "$W"/vm.log 2>&1 &
 VM_PID=$!
 tail -n +1 -f --pid="$VM_PID" "$W"/vm.log | tr -d '\033' &
