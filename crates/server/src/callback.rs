@@ -365,7 +365,9 @@ fn probe(s: Arc<SessionCallback>, timeout: Duration) {
             Ok(()) => PathState::Up,
             Err(_) => PathState::Down,
         };
-        g.unreachable = result.as_ref().is_err_and(CallbackFailure::proves_unreachable);
+        g.unreachable = result
+            .as_ref()
+            .is_err_and(CallbackFailure::proves_unreachable);
         drop(g);
         match result {
             Ok(()) => tracing::debug!(session = ?s.id, "back channel up"),

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use txnfs_proto::nfs4::*;
-use txnfs_state::{Access, Callback, ClientId, FileId, RevokeReason, Stateid};
+use txnfs_state::{Access, Callback, ClientId, FileId, HoldOutcome, RevokeReason, Stateid};
 
 use crate::callback::{cb_compound, CallbackFailure, SessionCallback};
 use crate::server::Server;
@@ -165,21 +165,26 @@ impl Server {
             return Err(nfsstat4::NFS4ERR_DELAY);
         }
         let _held = HeldGuard(&waits.held);
-        let deadline = Instant::now() + self.cfg.recall_wait();
+        let start = Instant::now();
+        let deadline = start + self.cfg.recall_wait();
+        let mut revoked_some = false;
         blocking(mode, || loop {
             let seen = waits.generation();
             {
                 let mut core = self.core()?;
+                revoked_some |= core.revoke_unreachable(self.clock.now(), &ids, self.unreachable());
                 if !core.delegations_held(&ids) {
-                    return Ok(());
-                }
-                if core.revoke_unreachable(self.clock.now(), &ids, self.unreachable())
-                    && !core.delegations_held(&ids)
-                {
+                    let outcome = if revoked_some {
+                        HoldOutcome::Unreachable
+                    } else {
+                        HoldOutcome::Returned
+                    };
+                    core.note_hold(outcome, start.elapsed());
                     return Ok(());
                 }
                 if Instant::now() >= deadline {
                     core.revoke_delegations(&ids, RevokeReason::Timeout);
+                    core.note_hold(HoldOutcome::Timeout, start.elapsed());
                     return Err(nfsstat4::NFS4ERR_DELAY);
                 }
             }
@@ -249,10 +254,7 @@ impl Server {
                         if e.proves_unreachable() {
                             srv.back_channel_lost();
                         }
-                        if matches!(
-                            e,
-                            CallbackFailure::Status(_) | CallbackFailure::Sequence(_)
-                        ) {
+                        if matches!(e, CallbackFailure::Status(_) | CallbackFailure::Sequence(_)) {
                             return;
                         }
                     }

@@ -252,6 +252,11 @@ async fn each_conflict_is_held_until_delegreturn_then_answered() {
     assert_eq!((s.recalled, s.returned, s.revoked), (5, 5, 0));
     assert_eq!(s.recall_returns, 5);
     assert!(s.recall_latency_us_sum >= 5 * 300_000, "{s:?}");
+    assert_eq!(
+        (s.held_returned, s.held_unreachable, s.held_timeout),
+        (5, 0, 0)
+    );
+    assert!(s.held_us_max >= 300_000, "{s:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -505,9 +510,7 @@ const LONG_WAIT_MS: u32 = 10_000;
 
 /// The other client's conflicting OPEN of "f" for writing, started now: its result and
 /// how long it took, from a task (the caller meanwhile acts as the holder).
-fn conflicting_open(
-    mut o: Session,
-) -> tokio::task::JoinHandle<(Session, COMPOUND4res, Duration)> {
+fn conflicting_open(mut o: Session) -> tokio::task::JoinHandle<(Session, COMPOUND4res, Duration)> {
     tokio::spawn(async move {
         let t0 = Instant::now();
         let r = o
@@ -539,7 +542,10 @@ async fn a_holder_whose_connection_closed_is_revoked_at_once() {
         .await;
     let took = t0.elapsed();
     assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
-    assert!(took < Duration::from_secs(1), "held {took:?} for a gone holder");
+    assert!(
+        took < Duration::from_secs(1),
+        "held {took:?} for a gone holder"
+    );
     assert_eq!(recall_outcomes(&srv), (0, 1, 0, 0));
 }
 
@@ -562,7 +568,12 @@ async fn a_request_held_for_a_holder_wakes_when_its_connection_closes() {
         "answered {after_close:?} after the holder's connection closed"
     );
     assert_eq!(recall_outcomes(&srv), (0, 1, 0, 0));
-    assert_eq!(srv.server.core().unwrap().delegations().stats().recalled, 1);
+    let s = srv.server.core().unwrap().delegations().stats();
+    assert_eq!(s.recalled, 1);
+    assert_eq!(
+        (s.held_returned, s.held_unreachable, s.held_timeout),
+        (0, 1, 0)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -578,9 +589,15 @@ async fn a_holder_refusing_the_callback_session_is_revoked_at_once() {
     });
     let (_o, r, took) = held.await.unwrap();
     let (mut a, call) = recall.await.unwrap();
-    assert!(call.is_some_and(|c| cb_recall_of(&c).is_some()), "a CB_RECALL was sent");
+    assert!(
+        call.is_some_and(|c| cb_recall_of(&c).is_some()),
+        "a CB_RECALL was sent"
+    );
     assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
-    assert!(took < Duration::from_secs(1), "held {took:?} for a BADSESSION holder");
+    assert!(
+        took < Duration::from_secs(1),
+        "held {took:?} for a BADSESSION holder"
+    );
     assert_eq!(recall_outcomes(&srv), (0, 1, 0, 0));
     // Its back channel just failed: no new delegation for it, and it learns of the
     // revocation.
@@ -630,19 +647,27 @@ async fn a_departing_holder_releases_its_delegations_at_destroy() {
         .await;
     assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
     let r =
-        a.p.compound(vec![nfs_argop4::OP_DESTROY_CLIENTID(DESTROY_CLIENTID4args {
-            dca_clientid: clientid,
-        })])
+        a.p.compound(vec![nfs_argop4::OP_DESTROY_CLIENTID(
+            DESTROY_CLIENTID4args {
+                dca_clientid: clientid,
+            },
+        )])
         .await;
     assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
     let (mut o, r, _) = held.await.unwrap();
     let after = destroyed.elapsed();
     assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
-    assert!(after < Duration::from_secs(1), "answered {after:?} after the DESTROY");
+    assert!(
+        after < Duration::from_secs(1),
+        "answered {after:?} after the DESTROY"
+    );
     let (returned, unreachable, timeout, released) = recall_outcomes(&srv);
     assert_eq!((returned, timeout), (0, 0));
     assert_eq!(unreachable + released, 1, "{:?}", recall_outcomes(&srv));
-    assert_eq!(srv.server.core().unwrap().delegations().stats().outstanding, 0);
+    assert_eq!(
+        srv.server.core().unwrap().delegations().stats().outstanding,
+        0
+    );
     // A later conflicting open finds nothing in its way.
     let t0 = Instant::now();
     o.run_ok(vec![nfs_argop4::OP_PUTROOTFH, open_plain("f", BOTH, b"o3")])
@@ -697,7 +722,16 @@ async fn a_connected_silent_holder_gets_the_whole_recall_wait() {
     a.p.answer = false;
     let (_o, r, took) = conflicting_open(o).await.unwrap();
     assert_eq!(r.status, nfsstat4::NFS4ERR_DELAY, "{:?}", r.resarray);
-    assert!(took >= Duration::from_millis(2500), "answered after {took:?}");
+    assert!(
+        took >= Duration::from_millis(2500),
+        "answered after {took:?}"
+    );
     assert_eq!(recall_outcomes(&srv), (0, 0, 1, 0));
+    let s = srv.server.core().unwrap().delegations().stats();
+    assert_eq!(
+        (s.held_returned, s.held_unreachable, s.held_timeout),
+        (0, 0, 1)
+    );
+    assert!(s.held_us_max >= 2_500_000, "{s:?}");
     drop(a);
 }

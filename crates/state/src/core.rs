@@ -576,6 +576,13 @@ impl StateCore {
         self.revoked(revoked, reason);
     }
 
+    /// A request held for recalls stopped waiting after `waited` ([`DelegStats`]).
+    ///
+    /// [`DelegStats`]: crate::DelegStats
+    pub fn note_hold(&mut self, outcome: crate::deleg::HoldOutcome, waited: Duration) {
+        self.delegs.note_hold(outcome, waited);
+    }
+
     /// Revoke those of `ids` still held whose holder `unreachable` says cannot answer
     /// a recall (or whose lease ran out): true if any was.
     pub fn revoke_unreachable(

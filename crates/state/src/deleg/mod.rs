@@ -147,6 +147,15 @@ pub struct DelegStats {
     pub recall_latency_us_max: u64,
     /// Delegations held now (active or recalling).
     pub outstanding: u64,
+    /// Requests the server held for recalls (recall-and-wait), by how the wait ended:
+    /// the delegations came back (returned, or released with their client) ...
+    pub held_returned: u64,
+    /// ... a holder could not be reached and lost its delegation at once ...
+    pub held_unreachable: u64,
+    /// ... or the recall wait ran out (the request is answered NFS4ERR_DELAY).
+    pub held_timeout: u64,
+    /// The longest a request was held (µs).
+    pub held_us_max: u64,
 }
 
 impl DelegStats {
@@ -175,6 +184,17 @@ pub enum RevokeReason {
     /// Its holder cannot be reached: the recall could never be answered.
     Unreachable,
     /// Its holder was reachable but did not return it in time.
+    Timeout,
+}
+
+/// How a request held for recalls stopped waiting (counted in [`DelegStats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldOutcome {
+    /// The delegations were returned (or went with their client).
+    Returned,
+    /// A holder could not be reached: its delegation was revoked at once.
+    Unreachable,
+    /// The recall wait ran out.
     Timeout,
 }
 
@@ -742,6 +762,18 @@ impl DelegTable {
         }
         self.per_client.remove(&client);
         files
+    }
+
+    /// A request held for recalls stopped waiting after `waited`.
+    pub fn note_hold(&mut self, outcome: HoldOutcome, waited: Duration) {
+        let s = &mut self.total;
+        match outcome {
+            HoldOutcome::Returned => s.held_returned += 1,
+            HoldOutcome::Unreachable => s.held_unreachable += 1,
+            HoldOutcome::Timeout => s.held_timeout += 1,
+        }
+        let us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        s.held_us_max = s.held_us_max.max(us);
     }
 
     /// Server-wide counters.

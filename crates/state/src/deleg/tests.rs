@@ -87,7 +87,10 @@ fn write_delegation_is_exclusive_and_revocation_is_reported() {
     assert!(!t.has_revoked(C1));
     assert_eq!(t.test(C1, &g.stateid), Err(StateError::BadStateid));
     let s = t.stats();
-    assert_eq!((s.revoked, s.revoked_unreachable, s.revoked_timeout), (1, 0, 1));
+    assert_eq!(
+        (s.revoked, s.revoked_unreachable, s.revoked_timeout),
+        (1, 0, 1)
+    );
 }
 
 #[test]
@@ -99,7 +102,10 @@ fn expired_holder_is_revoked_without_a_recall() {
     assert!(c.recalls.is_empty() && c.waiting.is_empty());
     assert_eq!(c.revoked, vec![(C1, g.stateid, F)]);
     let s = t.stats();
-    assert_eq!((s.revoked, s.revoked_unreachable, s.revoked_timeout), (1, 1, 0));
+    assert_eq!(
+        (s.revoked, s.revoked_unreachable, s.revoked_timeout),
+        (1, 1, 0)
+    );
     assert_eq!(t.check(C1, &g.stateid, F), Err(StateError::DelegRevoked));
     // A live delegation cannot be freed; a stale epoch is stale.
     let g2 = t.grant(t0 + policy::COOL_DOWN, C2, F, req(1)).unwrap();
@@ -425,7 +431,10 @@ fn a_recall_ends_in_one_counted_outcome() {
         .collect();
     assert!(waits.iter().all(|w| w.len() == 1), "{waits:?}");
     t.delegreturn(t0, C1, &g[0].stateid, F).unwrap();
-    assert!(t.unreachable_of(&waits[0], |_| true).is_empty(), "returned already");
+    assert!(
+        t.unreachable_of(&waits[0], |_| true).is_empty(),
+        "returned already"
+    );
     let gone = t.unreachable_of(&waits[1], |c| c == C2);
     assert_eq!(gone, waits[1]);
     assert!(t.unreachable_of(&waits[2], |c| c == C2).is_empty());
@@ -434,7 +443,12 @@ fn a_recall_ends_in_one_counted_outcome() {
     assert_eq!(t.expire_client(C1), vec![F + 3]);
     let s = t.stats();
     assert_eq!(
-        (s.recalled, s.recall_returns, s.revoked_unreachable, s.revoked_timeout),
+        (
+            s.recalled,
+            s.recall_returns,
+            s.revoked_unreachable,
+            s.revoked_timeout
+        ),
         (4, 1, 1, 1)
     );
     assert_eq!((s.revoked, s.released, s.outstanding), (2, 1, 0));
