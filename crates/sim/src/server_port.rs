@@ -254,8 +254,9 @@ impl SimServer {
             other: sid.other,
         };
         match self.srv.core() {
-            Ok(core) => core.delegations().test(client, &sid)
-                == Err(txnfs_state::StateError::DelegRevoked),
+            Ok(core) => {
+                core.delegations().test(client, &sid) == Err(txnfs_state::StateError::DelegRevoked)
+            }
             Err(_) => false,
         }
     }
