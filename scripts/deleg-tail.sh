@@ -2,13 +2,15 @@
 # Writer latency against short-lived readers (issue 22): `txnfs serve` of a scratch
 # directory (default recall wait, 15 s), one 6 KB file, N shell loops of `txnfs cat`
 # of it, and one loop of `txnfs cp` overwriting it. Prints, per N, the number of
-# writes and the writer's p50 / p99 / max latency (whole `txnfs cp` process), and the
-# server's lines about revoked delegations.
+# writes and the writer's p50 / p99 / max latency (whole `txnfs cp` process), the
+# readers' max latency (a reader can be the one held, for the writer's delegation), and
+# the server's lines about revoked delegations (and its counters, where it logs them).
 #
 #   scripts/deleg-tail.sh [TXNFS_BINARY] [READERS...]
 #   e.g. scripts/deleg-tail.sh target/release/txnfs 0 3 16
 #
-# Environment: SECONDS_PER_RUN (default 40), MAX_WRITES (default 200).
+# Environment: SECONDS_PER_RUN (default 40), MAX_WRITES (default 200), KEEP=1 keeps the
+# scratch directories (server log, latencies).
 set -euo pipefail
 BIN=$(realpath "${1:-target/release/txnfs}")
 shift || true
@@ -34,7 +36,11 @@ one_run() {
   head -c 6000 /dev/zero | tr '\0' x >"$dir/src"
   "$BIN" cp "$dir/src" "$url"
   for _ in $(seq "$n"); do
-    (while :; do "$BIN" cat "$url" >/dev/null 2>&1 || true; done) &
+    (while :; do
+      r0=$(date +%s%N)
+      "$BIN" cat "$url" >/dev/null 2>>"$dir/readers.err" || true
+      echo $((($(date +%s%N) - r0) / 1000)) >>"$dir/readers.lat"
+    done) &
     pids+=($!)
   done
   sleep 1
@@ -61,12 +67,15 @@ one_run() {
       printf "readers %2d: %4d writes  p50 %8.1f ms  p99 %8.1f ms  max %8.1f ms\n",
         n, NR, p50 / 1000, p99 / 1000, v[NR] / 1000
     }'
+  [ -s "$dir/readers.lat" ] && sort -n "$dir/readers.lat" | awk '
+    { v[NR] = $1 }
+    END { printf "            reads %d: p50 %.1f ms, max %.1f ms\n", NR, v[int((NR - 1) / 2) + 1] / 1000, v[NR] / 1000 }'
   sed 's/\x1b\[[0-9;]*m//g' "$dir/serve.log" |
-    awk '/not returned in time/ { t++ } /holder unreachable/ { u++ }
+    awk '/revoked: not returned in time/ { t++ } /revoked: holder unreachable/ { u++ }
          /delegation counters/ { sub(/.*delegation counters /, ""); c = $0 }
          END { printf "            revoked: timeout %d, unreachable %d%s\n", t, u,
                c ? "\n            counters: " c : "" }'
-  rm -rf "$dir"
+  if [ "${KEEP:-0}" = 1 ]; then echo "            kept $dir"; else rm -rf "$dir"; fi
 }
 
 for n in "${READERS[@]}"; do
