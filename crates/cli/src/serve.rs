@@ -226,14 +226,37 @@ pub fn run(a: ServeArgs) -> Result<()> {
             }
             tracing::info!("shutting down");
         };
-        let r = txnfs_server::run(server, listener, shutdown)
+        let r = txnfs_server::run(server.clone(), listener, shutdown)
             .await
             .context("server failed");
+        log_delegation_counters(&server);
         if let Some(reg) = registered {
             rpcbind::unregister(reg).await;
         }
         r
     })
+}
+
+/// At a clean stop: what the delegations did, and how each recall ended.
+fn log_delegation_counters(server: &Server) {
+    let Ok(core) = server.core() else { return };
+    let s = core.delegations().stats();
+    drop(core);
+    tracing::info!(
+        granted = s.granted,
+        recalled = s.recalled,
+        returned = s.returned,
+        recall_returns = s.recall_returns,
+        revoked_unreachable = s.revoked_unreachable,
+        revoked_timeout = s.revoked_timeout,
+        released = s.released,
+        recall_latency_max_ms = s.recall_latency_us_max / 1000,
+        held_returned = s.held_returned,
+        held_unreachable = s.held_unreachable,
+        held_timeout = s.held_timeout,
+        held_max_ms = s.held_us_max / 1000,
+        "delegation counters"
+    );
 }
 
 /// Registration with the host's portmapper: best effort, never a reason not to serve.

@@ -50,9 +50,16 @@ pub enum CallbackFailure {
     /// The CB_COMPOUND reply could not be decoded.
     #[error("malformed CB_COMPOUND reply: {0}")]
     Decode(#[from] XdrError),
-    /// The client answered the CB_COMPOUND with an error status.
+    /// The client answered an operation of the CB_COMPOUND after CB_SEQUENCE with an
+    /// error status: the path works.
     #[error("CB_COMPOUND failed: {0:?}")]
     Status(nfsstat4),
+    /// The client refused the CB_COMPOUND itself: its CB_SEQUENCE failed (e.g.
+    /// NFS4ERR_BADSESSION: it does not know the session, or not in this minor
+    /// version), or the whole CB_COMPOUND did. See [`session_level`] for which of
+    /// these mean the back channel cannot deliver.
+    #[error("CB_SEQUENCE failed: {0:?}")]
+    Sequence(nfsstat4),
     /// The CB_SEQUENCE result does not match what was sent (session, slot, sequence).
     #[error("CB_SEQUENCE reply does not match the request")]
     Mismatch,
@@ -81,6 +88,11 @@ struct Inner {
     /// Connections bound for the back channel, oldest first.
     conns: Vec<BackChannel>,
     path: PathState,
+    /// A recall cannot be delivered on this session: its back-channel connections
+    /// closed, or the last callback failed otherwise than by a timeout (connection
+    /// closed, refused at the RPC or session level). A timeout alone marks the path
+    /// down but not this: the client may be slow, not gone.
+    unreachable: bool,
     /// Incremented by every probe, so a late result of an older probe cannot overwrite
     /// a newer one.
     generation: u64,
@@ -162,17 +174,22 @@ impl Callbacks {
 
     /// Connection `conn` closed: sessions whose last back connection it was go down
     /// (SEQUENCE on another connection then reports it, and the client binds a new one).
-    pub fn connection_closed(&self, conn: u64) {
+    /// Returns whether any did (their clients' delegations may now be unreachable).
+    pub fn connection_closed(&self, conn: u64) -> bool {
         self.conns().remove(&conn);
+        let mut down = false;
         for s in self.sessions().values() {
             let mut g = s.lock();
             let before = g.conns.len();
             g.conns.retain(|c| c.conn_id() != conn && !c.is_closed());
             if before > 0 && g.conns.is_empty() {
                 g.path = PathState::Down;
+                g.unreachable = true;
                 g.generation += 1;
+                down = true;
             }
         }
+        down
     }
 
     /// Bind connection `conn` to the back channel of `session` (CREATE_SESSION with
@@ -202,6 +219,7 @@ impl Callbacks {
                         minor,
                         conns: Vec::new(),
                         path: PathState::Probing,
+                        unreachable: false,
                         generation: 0,
                     }),
                     // RFC 8881 §2.10.6.1: a slot's first request carries sequence id 1.
@@ -217,6 +235,8 @@ impl Callbacks {
                 if !g.conns.iter().any(|c| c.conn_id() == conn) {
                     g.conns.push(bc);
                 }
+                // A fresh connection: reachable until a callback on it says otherwise.
+                g.unreachable = false;
             }
         }
         probe(s, timeout);
@@ -254,6 +274,18 @@ impl Callbacks {
             .cloned()
     }
 
+    /// Whether a recall could reach `client`: some session of it has a back channel
+    /// not known to be unable to deliver. False for a client whose back-channel
+    /// connections all closed, whose last callback failed at the transport or session
+    /// level (a timeout aside: a slow client is waited for), or that has no session
+    /// with a back channel left: a recall it holds is revoked at once rather than
+    /// waited for.
+    pub fn client_reachable(&self, client: ClientId) -> bool {
+        self.sessions()
+            .values()
+            .any(|s| s.client == client && !s.lock().unreachable)
+    }
+
     /// Whether some session of `client` has a back channel that answered (no
     /// delegation is granted otherwise).
     pub fn client_up(&self, client: ClientId) -> bool {
@@ -276,6 +308,7 @@ impl Callbacks {
         let mut g = s.lock();
         g.generation += 1;
         g.path = if up { PathState::Up } else { PathState::Down };
+        g.unreachable = !up;
         true
     }
 
@@ -332,6 +365,9 @@ fn probe(s: Arc<SessionCallback>, timeout: Duration) {
             Ok(()) => PathState::Up,
             Err(_) => PathState::Down,
         };
+        g.unreachable = result
+            .as_ref()
+            .is_err_and(CallbackFailure::proves_unreachable);
         drop(g);
         match result {
             Ok(()) => tracing::debug!(session = ?s.id, "back channel up"),
@@ -392,9 +428,9 @@ pub async fn cb_compound(
             *slot = seqid.wrapping_add(1);
         }
         Some(nfs_cb_resop4::OP_CB_SEQUENCE(CB_SEQUENCE4res::default(st))) => {
-            return Err(CallbackFailure::Status(st));
+            return Err(CallbackFailure::Sequence(st));
         }
-        _ => return Err(CallbackFailure::Status(res.status)),
+        _ => return Err(CallbackFailure::Sequence(res.status)),
     }
     if res.status != nfsstat4::NFS4_OK {
         return Err(CallbackFailure::Status(res.status));
@@ -402,19 +438,68 @@ pub async fn cb_compound(
     Ok(results.collect())
 }
 
+impl CallbackFailure {
+    /// Whether this failure shows that callbacks cannot reach the client on this
+    /// session (as opposed to a slow client, or a refusal of one request): no
+    /// connection, a closed connection or a refusal at the RPC level, a CB_COMPOUND
+    /// refused at the session level ([`session_level`]).
+    pub fn proves_unreachable(&self) -> bool {
+        match self {
+            CallbackFailure::NoBackChannel => true,
+            CallbackFailure::Rpc(e) => !matches!(
+                e,
+                CallbackError::Timeout | CallbackError::TooManyOutstanding { .. }
+            ),
+            CallbackFailure::Sequence(st) => session_level(*st),
+            CallbackFailure::Decode(_) | CallbackFailure::Status(_) | CallbackFailure::Mismatch => {
+                false
+            }
+        }
+    }
+}
+
+/// Whether a CB_COMPOUND refused with `status` (its CB_SEQUENCE, or the compound as
+/// a whole) means this session's back channel cannot deliver callbacks — the client
+/// does not know the session, the connection is not bound to it, the slot or minor
+/// version is wrong — rather than that the client is busy (NFS4ERR_DELAY) or refused
+/// one request (knfsd marks its callback path faulty on the same errors).
+pub fn session_level(status: nfsstat4) -> bool {
+    !matches!(status, nfsstat4::NFS4_OK | nfsstat4::NFS4ERR_DELAY)
+}
+
 impl SessionCallback {
     /// Record what a callback found out about the path: an answer proves it works, a
-    /// transport failure that it does not. A client's NFS error says nothing about the
-    /// path and leaves the state as it was.
-    pub(crate) fn observe(&self, result: &Result<Vec<nfs_cb_resop4>, CallbackFailure>) {
+    /// transport failure, or a refusal at the session level ([`session_level`]), that
+    /// it does not. A client's NFS error on an operation says nothing about the path.
+    /// Returns whether the session is now known unable to deliver callbacks
+    /// ([`CallbackFailure::proves_unreachable`]).
+    pub(crate) fn observe(&self, result: &Result<Vec<nfs_cb_resop4>, CallbackFailure>) -> bool {
         let path = match result {
             Ok(_) | Err(CallbackFailure::Status(_) | CallbackFailure::Mismatch) => PathState::Up,
-            Err(CallbackFailure::Rpc(_) | CallbackFailure::NoBackChannel) => PathState::Down,
-            Err(CallbackFailure::Decode(_)) => return,
+            Err(CallbackFailure::Sequence(st)) if !session_level(*st) => PathState::Up,
+            Err(
+                CallbackFailure::Rpc(_)
+                | CallbackFailure::NoBackChannel
+                | CallbackFailure::Sequence(_),
+            ) => PathState::Down,
+            Err(CallbackFailure::Decode(_)) => return self.lock().unreachable,
         };
+        let unreachable = result
+            .as_ref()
+            .is_err_and(CallbackFailure::proves_unreachable);
+        if path == PathState::Down {
+            tracing::info!(
+                session = ?self.id,
+                unreachable,
+                "back channel down: {}",
+                result.as_ref().err().map(|e| e.to_string()).unwrap_or_default()
+            );
+        }
         let mut g = self.lock();
         g.generation += 1;
         g.path = path;
+        g.unreachable = unreachable;
+        unreachable
     }
 }
 

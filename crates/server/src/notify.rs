@@ -354,7 +354,7 @@ impl Server {
                 if started {
                     tokio::time::sleep(self.cfg.recall_wait()).await;
                     if let Ok(mut core) = self.core() {
-                        core.revoke_delegations(&[id]);
+                        core.revoke_delegations(&[id], txnfs_state::RevokeReason::Timeout);
                     }
                 }
                 return;

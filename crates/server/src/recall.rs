@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use txnfs_proto::nfs4::*;
-use txnfs_state::{Access, Callback, ClientId, FileId, Stateid};
+use txnfs_state::{Access, Callback, ClientId, FileId, HoldOutcome, RevokeReason, Stateid};
 
 use crate::callback::{cb_compound, CallbackFailure, SessionCallback};
 use crate::server::Server;
@@ -131,10 +131,17 @@ fn blocking<R>(mode: WaitMode, f: impl FnOnce() -> R) -> R {
 impl Server {
     /// Hold the current request until no other client's delegation conflicts with
     /// `access` to `file`: conflicting delegations are recalled (the CB_RECALLs go out
-    /// when the core's guard is dropped) and the request waits for their return. A
-    /// holder that does not return within `Config::recall_wait` loses the delegation
-    /// (revoked) and the request is answered NFS4ERR_DELAY; so is a request that
-    /// cannot be held (see the module documentation).
+    /// when the core's guard is dropped) and the request waits for their return.
+    ///
+    /// Only a holder that can answer is waited for. One that cannot — its back channel
+    /// is down (connection closed, a callback failed at the transport or session
+    /// level), it has no session left, or its lease ran out — loses the delegation at
+    /// once (revoked, [`RevokeReason::Unreachable`]) and the request proceeds; this is
+    /// checked again whenever something changes (a connection closes, a callback
+    /// fails, a session goes). A reachable holder that does not return within
+    /// `Config::recall_wait` loses the delegation too ([`RevokeReason::Timeout`]) and
+    /// the request is answered NFS4ERR_DELAY; so is a request that cannot be held (see
+    /// the module documentation).
     pub fn clear_delegations(
         &self,
         now: std::time::Instant,
@@ -142,7 +149,9 @@ impl Server {
         file: FileId,
         access: Access,
     ) -> Result<(), nfsstat4> {
-        let ids = self.core()?.delegation_conflicts(now, client, file, access);
+        let ids = self
+            .core()?
+            .delegation_conflicts(now, client, file, access, self.unreachable());
         if ids.is_empty() {
             return Ok(());
         }
@@ -156,24 +165,55 @@ impl Server {
             return Err(nfsstat4::NFS4ERR_DELAY);
         }
         let _held = HeldGuard(&waits.held);
-        let deadline = Instant::now() + self.cfg.recall_wait();
+        let start = Instant::now();
+        let deadline = start + self.cfg.recall_wait();
+        let mut revoked_some = false;
         blocking(mode, || loop {
             let seen = waits.generation();
-            if !self.core()?.delegations_held(&ids) {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                self.core()?.revoke_delegations(&ids);
-                return Err(nfsstat4::NFS4ERR_DELAY);
+            {
+                let mut core = self.core()?;
+                revoked_some |= core.revoke_unreachable(self.clock.now(), &ids, self.unreachable());
+                if !core.delegations_held(&ids) {
+                    let outcome = if revoked_some {
+                        HoldOutcome::Unreachable
+                    } else {
+                        HoldOutcome::Returned
+                    };
+                    core.note_hold(outcome, start.elapsed());
+                    return Ok(());
+                }
+                if Instant::now() >= deadline {
+                    core.revoke_delegations(&ids, RevokeReason::Timeout);
+                    core.note_hold(HoldOutcome::Timeout, start.elapsed());
+                    return Err(nfsstat4::NFS4ERR_DELAY);
+                }
             }
             waits.wait(seen, deadline);
         })
     }
 
+    /// Whether a recall cannot reach a client (see [`Callbacks::client_reachable`]).
+    /// Called under the core's lock: the callback registry's locks are taken after it,
+    /// never before.
+    ///
+    /// [`Callbacks::client_reachable`]: crate::callback::Callbacks::client_reachable
+    pub(crate) fn unreachable(&self) -> impl Fn(ClientId) -> bool + '_ {
+        move |c| !self.callbacks.client_reachable(c)
+    }
+
+    /// The back channel of some client may have gone: requests held for recalls look
+    /// again (a holder that cannot be reached any more loses its delegation at once).
+    pub(crate) fn back_channel_lost(&self) {
+        self.recall_waits.notify();
+    }
+
     /// Send a callback the core asked for. CB_RECALL goes to a session of the holder
-    /// with a working back channel; a transport failure is retried (the client may be
-    /// reconnecting) until the delegation is gone or the recall wait is over, after
-    /// which the waiting request revokes it anyway.
+    /// with a working back channel. When the recall cannot be delivered — no back
+    /// channel, a transport failure, a refusal at the session level — the session's
+    /// path is marked down and the requests held for the delegation are woken: they
+    /// revoke it at once if the holder has no other way to be reached. A transport
+    /// failure is retried (the client may be reconnecting) until the delegation is
+    /// gone or the recall wait is over.
     pub(crate) fn send_callback(self: &std::sync::Arc<Self>, client: ClientId, call: Callback) {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             // The simulation: no sockets; the recall is recorded for it to deliver.
@@ -211,7 +251,10 @@ impl Server {
                             client = format_args!("{client:#x}"),
                             "CB_RECALL failed: {e}"
                         );
-                        if matches!(e, CallbackFailure::Status(_)) {
+                        if e.proves_unreachable() {
+                            srv.back_channel_lost();
+                        }
+                        if matches!(e, CallbackFailure::Status(_) | CallbackFailure::Sequence(_)) {
                             return;
                         }
                     }

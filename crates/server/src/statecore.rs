@@ -130,11 +130,22 @@ impl Server {
                     Some(me) => me.send_callback(client, call),
                     None => tracing::warn!("callback dropped: the server is shutting down"),
                 },
-                Effect::Revoke { client, stateid } => tracing::info!(
-                    client = format_args!("{client:#x}"),
-                    ?stateid,
-                    "delegation revoked: not returned in time"
-                ),
+                Effect::Revoke {
+                    client,
+                    stateid,
+                    reason,
+                } => match reason {
+                    txnfs_state::RevokeReason::Timeout => tracing::info!(
+                        client = format_args!("{client:#x}"),
+                        ?stateid,
+                        "delegation revoked: not returned in time"
+                    ),
+                    txnfs_state::RevokeReason::Unreachable => tracing::info!(
+                        client = format_args!("{client:#x}"),
+                        ?stateid,
+                        "delegation revoked: holder unreachable (no back channel)"
+                    ),
+                },
                 Effect::DelegationsReleased => self.recall_waits.notify(),
                 Effect::NotifyDue { client, id, after } => match self.arc() {
                     Some(me) => me.schedule_notify(client, id, after),
@@ -231,11 +242,15 @@ impl Server {
         }
     }
 
-    /// A transport connection closed: unbind it from every session.
+    /// A transport connection closed: unbind it from every session. A back channel it
+    /// was the last connection of is down: requests held for recalls look again (its
+    /// client's delegations are revoked at once if it cannot be reached otherwise).
     pub fn connection_closed(&self, conn: u64) {
         self.core_for_housekeeping("connection close")
             .connection_closed(conn);
-        self.callbacks.connection_closed(conn);
+        if self.callbacks.connection_closed(conn) {
+            self.back_channel_lost();
+        }
     }
 
     /// Complete the slot a COMPOUND's SEQUENCE opened (`reply`: the reply to cache, or
@@ -272,7 +287,7 @@ impl Server {
         {
             let mut core = self.core()?;
             if core
-                .delegation_conflicts(now, client, file, access)
+                .delegation_conflicts(now, client, file, access, self.unreachable())
                 .is_empty()
             {
                 return check(&core);

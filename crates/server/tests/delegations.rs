@@ -252,6 +252,11 @@ async fn each_conflict_is_held_until_delegreturn_then_answered() {
     assert_eq!((s.recalled, s.returned, s.revoked), (5, 5, 0));
     assert_eq!(s.recall_returns, 5);
     assert!(s.recall_latency_us_sum >= 5 * 300_000, "{s:?}");
+    assert_eq!(
+        (s.held_returned, s.held_unreachable, s.held_timeout),
+        (5, 0, 0)
+    );
+    assert!(s.held_us_max >= 300_000, "{s:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -495,4 +500,238 @@ async fn recalls_carry_the_minor_version_of_the_holders_session() {
         let s = srv.server.core().unwrap().delegations().stats();
         assert_eq!((s.recalled, s.returned, s.revoked), (1, 1, 0), "4.{minor}");
     }
+}
+
+// ---- holders that cannot answer (issue 22) -------------------------------------------
+//
+// A recall wait of 10 s: a request answered within a second was not held for it.
+
+const LONG_WAIT_MS: u32 = 10_000;
+
+/// The other client's conflicting OPEN of "f" for writing, started now: its result and
+/// how long it took, from a task (the caller meanwhile acts as the holder).
+fn conflicting_open(mut o: Session) -> tokio::task::JoinHandle<(Session, COMPOUND4res, Duration)> {
+    tokio::spawn(async move {
+        let t0 = Instant::now();
+        let r = o
+            .run(vec![nfs_argop4::OP_PUTROOTFH, open_plain("f", BOTH, b"o2")])
+            .await;
+        (o, r, t0.elapsed())
+    })
+}
+
+fn recall_outcomes(srv: &TestServer) -> (u64, u64, u64, u64) {
+    let s = srv.server.core().unwrap().delegations().stats();
+    (
+        s.recall_returns,
+        s.revoked_unreachable,
+        s.revoked_timeout,
+        s.released,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_whose_connection_closed_is_revoked_at_once() {
+    let (srv, mut o, a, _, _, _) = holder_of_f(LONG_WAIT_MS, READ).await;
+    drop(a);
+    // The server notices the close in the background.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let t0 = Instant::now();
+    let r = o
+        .run(vec![nfs_argop4::OP_PUTROOTFH, open_plain("f", BOTH, b"o2")])
+        .await;
+    let took = t0.elapsed();
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    assert!(
+        took < Duration::from_secs(1),
+        "held {took:?} for a gone holder"
+    );
+    assert_eq!(recall_outcomes(&srv), (0, 1, 0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_held_for_a_holder_wakes_when_its_connection_closes() {
+    let (srv, o, mut a, _, _, _) = holder_of_f(LONG_WAIT_MS, READ).await;
+    // The holder reads nothing from now on: the recall goes unanswered ...
+    a.p.answer = false;
+    let held = conflicting_open(o);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!held.is_finished(), "held while the holder is connected");
+    // ... until its process dies: its connection closes.
+    let closed = Instant::now();
+    drop(a);
+    let (_o, r, _) = held.await.unwrap();
+    let after_close = closed.elapsed();
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    assert!(
+        after_close < Duration::from_secs(1),
+        "answered {after_close:?} after the holder's connection closed"
+    );
+    assert_eq!(recall_outcomes(&srv), (0, 1, 0, 0));
+    let s = srv.server.core().unwrap().delegations().stats();
+    assert_eq!(s.recalled, 1);
+    assert_eq!(
+        (s.held_returned, s.held_unreachable, s.held_timeout),
+        (0, 1, 0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_refusing_the_callback_session_is_revoked_at_once() {
+    let (srv, o, mut a, _, dsid, _) = holder_of_f(LONG_WAIT_MS, READ).await;
+    // Its callback service no longer knows the session: CB_SEQUENCE answers
+    // NFS4ERR_BADSESSION (the peer refuses a minor version it does not speak).
+    a.p.minor = 2;
+    let held = conflicting_open(o);
+    let recall = tokio::spawn(async move {
+        let call = a.p.next_call(T).await;
+        (a, call)
+    });
+    let (_o, r, took) = held.await.unwrap();
+    let (mut a, call) = recall.await.unwrap();
+    assert!(
+        call.is_some_and(|c| cb_recall_of(&c).is_some()),
+        "a CB_RECALL was sent"
+    );
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    assert!(
+        took < Duration::from_secs(1),
+        "held {took:?} for a BADSESSION holder"
+    );
+    assert_eq!(recall_outcomes(&srv), (0, 1, 0, 0));
+    // Its back channel just failed: no new delegation for it, and it learns of the
+    // revocation.
+    a.p.minor = 1;
+    a.p.answer = false;
+    let (_, d, _) = a.open("f", READ).await;
+    assert!(
+        !matches!(
+            d,
+            open_delegation4::OPEN_DELEGATE_READ(_) | open_delegation4::OPEN_DELEGATE_WRITE(_)
+        ),
+        "{d:?}"
+    );
+    assert_eq!(a.test_stateid(&dsid).await, nfsstat4::NFS4ERR_DELEG_REVOKED);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_departing_holder_releases_its_delegations_at_destroy() {
+    // Without returning its delegation first (a client that skips DELEGRETURN): its
+    // DESTROY_SESSION makes it unreachable, its DESTROY_CLIENTID releases what it held.
+    let (srv, o, mut a, osid, _, fh) = holder_of_f(LONG_WAIT_MS, READ).await;
+    let clientid = srv
+        .server
+        .core()
+        .unwrap()
+        .sessions()
+        .session(&a.sid)
+        .map(|s| s.client)
+        .expect("the holder's session");
+    a.run_ok(vec![
+        putfh(&fh),
+        nfs_argop4::OP_CLOSE(CLOSE4args {
+            seqid: 0,
+            open_stateid: osid,
+        }),
+    ])
+    .await;
+    a.p.answer = false;
+    let held = conflicting_open(o);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!held.is_finished(), "held while the holder has its session");
+    let destroyed = Instant::now();
+    let r =
+        a.p.compound(vec![nfs_argop4::OP_DESTROY_SESSION(DESTROY_SESSION4args {
+            dsa_sessionid: a.sid,
+        })])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    let r =
+        a.p.compound(vec![nfs_argop4::OP_DESTROY_CLIENTID(
+            DESTROY_CLIENTID4args {
+                dca_clientid: clientid,
+            },
+        )])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    let (mut o, r, _) = held.await.unwrap();
+    let after = destroyed.elapsed();
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    assert!(
+        after < Duration::from_secs(1),
+        "answered {after:?} after the DESTROY"
+    );
+    let (returned, unreachable, timeout, released) = recall_outcomes(&srv);
+    assert_eq!((returned, timeout), (0, 0));
+    assert_eq!(unreachable + released, 1, "{:?}", recall_outcomes(&srv));
+    assert_eq!(
+        srv.server.core().unwrap().delegations().stats().outstanding,
+        0
+    );
+    // A later conflicting open finds nothing in its way.
+    let t0 = Instant::now();
+    o.run_ok(vec![nfs_argop4::OP_PUTROOTFH, open_plain("f", BOTH, b"o3")])
+        .await;
+    assert!(t0.elapsed() < Duration::from_secs(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn destroy_clientid_releases_delegations_the_holder_kept() {
+    let (srv, mut o, mut a, osid, _, fh) = holder_of_f(LONG_WAIT_MS, READ).await;
+    let clientid = srv
+        .server
+        .core()
+        .unwrap()
+        .sessions()
+        .session(&a.sid)
+        .map(|s| s.client)
+        .expect("the holder's session");
+    a.run_ok(vec![
+        putfh(&fh),
+        nfs_argop4::OP_CLOSE(CLOSE4args {
+            seqid: 0,
+            open_stateid: osid,
+        }),
+    ])
+    .await;
+    for op in [
+        nfs_argop4::OP_DESTROY_SESSION(DESTROY_SESSION4args {
+            dsa_sessionid: a.sid,
+        }),
+        nfs_argop4::OP_DESTROY_CLIENTID(DESTROY_CLIENTID4args {
+            dca_clientid: clientid,
+        }),
+    ] {
+        let r = a.p.compound(vec![op]).await;
+        assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    }
+    let s = srv.server.core().unwrap().delegations().stats();
+    assert_eq!((s.released, s.revoked, s.outstanding), (1, 0, 0), "{s:?}");
+    let t0 = Instant::now();
+    o.run_ok(vec![nfs_argop4::OP_PUTROOTFH, open_plain("f", BOTH, b"o2")])
+        .await;
+    assert!(t0.elapsed() < Duration::from_secs(1));
+    assert_eq!(srv.server.core().unwrap().delegations().stats().recalled, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connected_silent_holder_gets_the_whole_recall_wait() {
+    // Reachable (its connection is open) but it never answers: the recall times out
+    // again and again, and only the recall wait ends it.
+    let (srv, o, mut a, _, _, _) = holder_of_f(2500, READ).await;
+    a.p.answer = false;
+    let (_o, r, took) = conflicting_open(o).await.unwrap();
+    assert_eq!(r.status, nfsstat4::NFS4ERR_DELAY, "{:?}", r.resarray);
+    assert!(
+        took >= Duration::from_millis(2500),
+        "answered after {took:?}"
+    );
+    assert_eq!(recall_outcomes(&srv), (0, 0, 1, 0));
+    let s = srv.server.core().unwrap().delegations().stats();
+    assert_eq!(
+        (s.held_returned, s.held_unreachable, s.held_timeout),
+        (0, 0, 1)
+    );
+    assert!(s.held_us_max >= 2_500_000, "{s:?}");
+    drop(a);
 }

@@ -56,7 +56,7 @@ fn main() -> ExitCode {
 const DID: usize = 25;
 
 /// The counters the summary sums over all seeds, (name, value) in the order printed.
-fn counters(s: &txnfs_sim::Stats) -> [(&'static str, u64); 39] {
+fn counters(s: &txnfs_sim::Stats) -> [(&'static str, u64); 40] {
     [
         ("compounds", s.compounds),
         ("retransmissions", s.retransmissions),
@@ -74,6 +74,7 @@ fn counters(s: &txnfs_sim::Stats) -> [(&'static str, u64); 39] {
         ("recalls_delivered", s.recalls_delivered),
         ("deleg_returns", s.deleg_returns),
         ("deleg_revoked", s.deleg_revoked),
+        ("deleg_revoked_unreachable", s.deleg_revoked_unreachable),
         ("deleg_freed", s.deleg_freed),
         ("txn_committed", s.txn_committed),
         ("txn_aborted", s.txn_aborted),

@@ -244,6 +244,23 @@ impl SimServer {
             .collect()
     }
 
+    /// Whether the delegation `sid` of client id `client` is revoked (false when live
+    /// or unknown): resolves what the model cannot predict, whether a request that
+    /// failed on an injected fault got as far as revoking an unreachable holder's
+    /// delegation.
+    pub fn deleg_revoked(&self, client: u64, sid: &stateid4) -> bool {
+        let sid = txnfs_state::Stateid {
+            seqid: sid.seqid,
+            other: sid.other,
+        };
+        match self.srv.core() {
+            Ok(core) => {
+                core.delegations().test(client, &sid) == Err(txnfs_state::StateError::DelegRevoked)
+            }
+            Err(_) => false,
+        }
+    }
+
     /// The server's delegation counters: (granted, recalled, returned, revoked).
     pub fn deleg_counts(&self) -> (u64, u64, u64, u64) {
         match self.srv.core() {

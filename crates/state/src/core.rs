@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::deleg::{
     Access, AttrTarget, DelegLimits, DelegTable, DelegType, DirGranted, DirParams, EntryUpdate,
-    GrantRequest, Granted, NoDeleg, Notice, NoticeBatch, NotifyTarget, Recall,
+    GrantRequest, Granted, NoDeleg, Notice, NoticeBatch, NotifyTarget, Recall, RevokeReason,
 };
 use crate::effect::{Callback, ClientList, Effect, ReleaseReason};
 use crate::grace::{Grace, GraceEnd};
@@ -184,16 +184,25 @@ impl StateCore {
     /// [`SessionError::ClientIdBusy`] while the client has sessions, opens or locks.
     /// The checks and the removal are one step: no session or OPEN can appear between
     /// them.
+    ///
+    /// Delegations do not make it busy (RFC 8881 §18.50.3 would refuse; knfsd too):
+    /// they are released with the client, and requests held for their recall proceed
+    /// ([`Effect::DelegationsReleased`]). Its sessions are gone already, so it could
+    /// not have been called back, and a departing client that failed to return one
+    /// would otherwise leave it to hold other clients up until its lease ran out.
     pub fn destroy_client(&mut self, id: ClientId) -> Result<Vec<Effect>, SessionError> {
         let confirmed = self
             .sessions
             .client(id)
             .ok_or(SessionError::StaleClientId)?
             .confirmed;
-        if self.table.client_has_state(id) || self.delegs.client_has_delegations(id) {
+        if self.table.client_has_state(id) {
             return Err(SessionError::ClientIdBusy);
         }
         self.sessions.destroy_client(id)?;
+        if !self.delegs.expire_client(id).is_empty() {
+            self.pending.push(Effect::DelegationsReleased);
+        }
         let mut effects = vec![Effect::ClientReleased {
             client: id,
             reason: ReleaseReason::Destroyed,
@@ -531,25 +540,26 @@ impl StateCore {
     /// Another client's (or an anonymous) request that would do `access` to `file`:
     /// the delegations it must wait for. Those not yet recalled are recalled now
     /// ([`Effect::Callback`] with CB_RECALL, taken with [`StateCore::take_effects`]);
-    /// those of a client whose lease ran out are revoked at once. Empty: go ahead.
+    /// those of a holder that cannot answer a recall — its lease ran out, or
+    /// `unreachable` says it has no working back channel — are revoked at once
+    /// ([`RevokeReason::Unreachable`]). Empty: go ahead.
     pub fn delegation_conflicts(
         &mut self,
         now: Instant,
         client: Option<ClientId>,
         file: FileId,
         access: Access,
+        unreachable: impl Fn(ClientId) -> bool,
     ) -> Vec<u64> {
         if self.delegs.is_empty() {
             return Vec::new();
         }
         let (sessions, lease) = (&self.sessions, self.lease);
         let found = self.delegs.conflicts(now, client, file, access, |c| {
-            Self::courtesy(sessions, lease, c, now)
+            Self::courtesy(sessions, lease, c, now) || unreachable(c)
         });
         self.push_recalls(found.recalls);
-        if found.revoked > 0 {
-            self.pending.push(Effect::DelegationsReleased);
-        }
+        self.revoked(found.revoked, RevokeReason::Unreachable);
         found.waiting
     }
 
@@ -559,18 +569,49 @@ impl StateCore {
         self.delegs.any_live(ids)
     }
 
-    /// The holders of `ids` did not return them in time: revoke those still held.
-    pub fn revoke_delegations(&mut self, ids: &[u64]) {
-        let revoked = self.delegs.revoke_ids(ids);
-        self.revoked(revoked);
+    /// Revoke those of `ids` still held, for `reason`: their holders did not return
+    /// them in time ([`RevokeReason::Timeout`]), or cannot be reached any more.
+    pub fn revoke_delegations(&mut self, ids: &[u64], reason: RevokeReason) {
+        let revoked = self.delegs.revoke_ids(ids, reason);
+        self.revoked(revoked, reason);
     }
 
-    fn revoked(&mut self, revoked: Vec<(ClientId, Stateid, FileId)>) {
+    /// A request held for recalls stopped waiting after `waited` ([`DelegStats`]).
+    ///
+    /// [`DelegStats`]: crate::DelegStats
+    pub fn note_hold(&mut self, outcome: crate::deleg::HoldOutcome, waited: Duration) {
+        self.delegs.note_hold(outcome, waited);
+    }
+
+    /// Revoke those of `ids` still held whose holder `unreachable` says cannot answer
+    /// a recall (or whose lease ran out): true if any was.
+    pub fn revoke_unreachable(
+        &mut self,
+        now: Instant,
+        ids: &[u64],
+        unreachable: impl Fn(ClientId) -> bool,
+    ) -> bool {
+        let (sessions, lease) = (&self.sessions, self.lease);
+        let gone = self.delegs.unreachable_of(ids, |c| {
+            Self::courtesy(sessions, lease, c, now) || unreachable(c)
+        });
+        if gone.is_empty() {
+            return false;
+        }
+        self.revoke_delegations(&gone, RevokeReason::Unreachable);
+        true
+    }
+
+    fn revoked(&mut self, revoked: Vec<(ClientId, Stateid, FileId)>, reason: RevokeReason) {
         if revoked.is_empty() {
             return;
         }
         for (client, stateid, _) in revoked {
-            self.pending.push(Effect::Revoke { client, stateid });
+            self.pending.push(Effect::Revoke {
+                client,
+                stateid,
+                reason,
+            });
         }
         self.pending.push(Effect::DelegationsReleased);
     }
@@ -772,7 +813,7 @@ impl StateCore {
         // A recall nobody waited for (the conflicting request got DELAY at once) still
         // ends: a holder that has not returned the delegation within a lease loses it.
         let overdue = self.delegs.revoke_overdue(now, self.lease);
-        self.revoked(overdue);
+        self.revoked(overdue, RevokeReason::Timeout);
         effects.extend(self.take_effects());
         effects
     }

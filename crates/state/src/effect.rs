@@ -34,13 +34,15 @@ pub enum Effect {
         /// The call.
         call: Callback,
     },
-    /// A delegation was revoked (its holder did not return it in time, or its lease
-    /// had run out when another client needed the file).
+    /// A delegation was revoked (its holder did not return it in time, or could not
+    /// be reached when another client needed the file).
     Revoke {
         /// The holder.
         client: ClientId,
         /// The revoked delegation.
         stateid: Stateid,
+        /// Why.
+        reason: crate::deleg::RevokeReason,
     },
     /// Delegations went away (returned, revoked, or with their client): requests held
     /// for them may proceed.

@@ -34,7 +34,9 @@ pub mod table;
 mod types;
 
 pub use crate::core::{CoreConfig, StateCore};
-pub use deleg::{Access, DelegLimits, DelegStats, DelegType, NoDeleg, Want};
+pub use deleg::{
+    Access, DelegLimits, DelegStats, DelegType, HoldOutcome, NoDeleg, RevokeReason, Want,
+};
 pub use effect::{Callback, ClientList, Effect, ReleaseReason};
 pub use grace::{Grace, GraceEnd};
 pub use table::StateTable;

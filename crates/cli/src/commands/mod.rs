@@ -269,8 +269,42 @@ pub fn stats_text(key: &ServerKey, client: &Client) -> String {
     out
 }
 
+/// The signals a file command leaves on in good order (SIGINT, SIGTERM, SIGHUP):
+/// it stops the command, flushes what it buffered, returns its delegations and ends
+/// its sessions, so that no other client waits for a recall it would never answer.
+struct Departure {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Departure {
+    fn listen() -> std::io::Result<Departure> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Departure {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    /// The next of them: its number.
+    async fn recv(&mut self) -> i32 {
+        tokio::select! {
+            _ = self.int.recv() => 2,
+            _ = self.term.recv() => 15,
+            _ = self.hup.recv() => 1,
+        }
+    }
+}
+
+/// How long a command stopped by a signal may take to leave (flush, return its
+/// delegations, end its sessions); a second signal ends it at once.
+const DEPART_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Run a file command: 0 on success, 1 if any item failed (or a fatal error), 2 for
-/// usage errors.
+/// usage errors, 128 + the signal's number when stopped by SIGINT, SIGTERM or SIGHUP.
+/// However it ends, its sessions are closed first ([`Ctx::finish`]).
 pub fn run(global: GlobalArgs, cmd: FileCmd) -> ExitCode {
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -284,16 +318,58 @@ pub fn run(global: GlobalArgs, cmd: FileCmd) -> ExitCode {
         }
     };
     rt.block_on(async move {
+        let mut signals = match Departure::listen() {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!("cannot handle signals ({e}): a signal ends the command abruptly");
+                None
+            }
+        };
         let mut ctx = Ctx::new(global);
-        let r = match cmd {
-            FileCmd::Ls(a) => ls::run(&mut ctx, a).await,
-            FileCmd::Stat(a) => stat::run(&mut ctx, a).await,
-            FileCmd::Cat(a) => cat::run(&mut ctx, a).await,
-            FileCmd::Cp(a) => cp::run(&mut ctx, a).await,
-            FileCmd::Mkdir(a) => mkdir::run(&mut ctx, a).await,
-            FileCmd::Rm(a) => rm::run(&mut ctx, a).await,
-            FileCmd::Mv(a) => mv::run(&mut ctx, a).await,
-            FileCmd::Ln(a) => ln::run(&mut ctx, a).await,
+        let stopped_by = {
+            let work = async {
+                match cmd {
+                    FileCmd::Ls(a) => ls::run(&mut ctx, a).await,
+                    FileCmd::Stat(a) => stat::run(&mut ctx, a).await,
+                    FileCmd::Cat(a) => cat::run(&mut ctx, a).await,
+                    FileCmd::Cp(a) => cp::run(&mut ctx, a).await,
+                    FileCmd::Mkdir(a) => mkdir::run(&mut ctx, a).await,
+                    FileCmd::Rm(a) => rm::run(&mut ctx, a).await,
+                    FileCmd::Mv(a) => mv::run(&mut ctx, a).await,
+                    FileCmd::Ln(a) => ln::run(&mut ctx, a).await,
+                }
+            };
+            let signal = async {
+                match signals.as_mut() {
+                    Some(s) => s.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                r = work => Ok(r),
+                sig = signal => Err(sig),
+            }
+        };
+        let r = match stopped_by {
+            Ok(r) => r,
+            Err(sig) => {
+                // The command is dropped where it stood; what it wrote so far is
+                // flushed and its delegations returned, within a bound.
+                let again = async {
+                    match signals.as_mut() {
+                        Some(s) => s.recv().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    _ = ctx.finish() => {}
+                    _ = again => {}
+                    _ = tokio::time::sleep(DEPART_WITHIN) => {
+                        eprintln!("txnfs: could not close the sessions in time");
+                    }
+                }
+                return ExitCode::from(128 + sig as u8);
+            }
         };
         ctx.finish().await;
         match r {

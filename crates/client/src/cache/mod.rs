@@ -32,7 +32,7 @@ use crate::callback::CallbackOps;
 use crate::Client;
 use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::{Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use txnfs_proto::nfs4::*;
 
 /// Default byte budget of cached data and listings.
@@ -131,6 +131,32 @@ pub(crate) struct DelegCache {
     misses: std::sync::atomic::AtomicU32,
     /// A check for revoked delegations is running.
     checking: std::sync::atomic::AtomicBool,
+    /// Returns running in their own tasks (after a CB_RECALL, CB_RECALL_ANY, or a
+    /// grant that arrived after its recall): [`DelegCache::return_all`] waits for them,
+    /// so a closing client does not leave with a DELEGRETURN still unsent.
+    background_returns: std::sync::atomic::AtomicUsize,
+    returns_done: tokio::sync::Notify,
+}
+
+/// Counts one background return while it lives.
+pub(super) struct BackgroundReturn(Arc<DelegCache>);
+
+impl BackgroundReturn {
+    pub(super) fn start(cache: Arc<DelegCache>) -> Self {
+        cache
+            .background_returns
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        BackgroundReturn(cache)
+    }
+}
+
+impl Drop for BackgroundReturn {
+    fn drop(&mut self) {
+        self.0
+            .background_returns
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        self.0.returns_done.notify_waiters();
+    }
 }
 
 fn path_key(path: &str) -> String {
@@ -149,6 +175,8 @@ impl DelegCache {
             returns: tokio::sync::Mutex::new(()),
             misses: Default::default(),
             checking: Default::default(),
+            background_returns: Default::default(),
+            returns_done: tokio::sync::Notify::new(),
         }
     }
 

@@ -2,7 +2,7 @@
 //! serialised by one async lock; CB_RECALL and CB_RECALL_ANY; delegations the server
 //! revoked (found with TEST_STATEID) and their FREE_STATEID.
 
-use super::{path_key, DelegCache, FileDeleg, State, EARLY_RECALLS};
+use super::{path_key, BackgroundReturn, DelegCache, FileDeleg, State, EARLY_RECALLS};
 use crate::compound::Compound;
 use crate::{Client, ClientError};
 use bytes::Bytes;
@@ -142,7 +142,9 @@ impl DelegCache {
     /// Return a delegation we never recorded (its grant came after its recall).
     pub(super) fn spawn_return_stateid(&self, fh: Bytes, sid: stateid4) {
         let Some(c) = self.client() else { return };
+        let running = BackgroundReturn::start(c.cache().clone());
         tokio::spawn(async move {
+            let _running = running;
             let cache = c.cache().clone();
             cache.delegreturn(&c, &fh, sid).await;
         });
@@ -150,7 +152,9 @@ impl DelegCache {
 
     fn spawn_return(&self, fh: Bytes, dir: bool) {
         let Some(c) = self.client() else { return };
+        let running = BackgroundReturn::start(c.cache().clone());
         tokio::spawn(async move {
+            let _running = running;
             let cache = c.cache().clone();
             if dir {
                 cache.return_dir(&fh).await;
@@ -251,13 +255,28 @@ impl DelegCache {
         Ok(())
     }
 
-    /// Return every delegation (Client::close).
+    /// Return every delegation (Client::close), and wait for the returns running in
+    /// the background (recalls being answered, grants that came after their recall).
     pub(crate) async fn return_all(&self) {
         let fhs: Vec<Bytes> = {
             let g = self.lock();
             g.files.keys().chain(g.dirs.keys()).cloned().collect()
         };
         self.return_many(&fhs, true).await;
+        loop {
+            let done = self.returns_done.notified();
+            tokio::pin!(done);
+            // Registered before the count is read: a return ending in between wakes us.
+            done.as_mut().enable();
+            if self
+                .background_returns
+                .load(std::sync::atomic::Ordering::Acquire)
+                == 0
+            {
+                return;
+            }
+            done.await;
+        }
     }
 
     /// CB_RECALL: return the delegation, or remember the recall when its grant has not
@@ -309,7 +328,9 @@ impl DelegCache {
         let n = held.len().saturating_sub(keep as usize);
         let fhs: Vec<Bytes> = held.into_iter().take(n).map(|(_, fh, _)| fh).collect();
         if let (Some(c), false) = (self.client(), fhs.is_empty()) {
+            let running = BackgroundReturn::start(c.cache().clone());
             tokio::spawn(async move {
+                let _running = running;
                 let cache = c.cache().clone();
                 cache.return_many(&fhs, true).await;
             });

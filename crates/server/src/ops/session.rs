@@ -321,6 +321,10 @@ pub fn destroy_session(c: &mut Compound, a: &DESTROY_SESSION4args) -> OpResult {
     c.srv.core()?.destroy_session(&a.dsa_sessionid)?;
     c.srv.callbacks.forget(&a.dsa_sessionid);
     c.srv.forget_durable(Some(&a.dsa_sessionid), None);
+    // Its delegations stay (RFC 8881 §18.37.3), but if this was the client's last
+    // session with a back channel, a recall can no longer reach it: requests held
+    // for one revoke at once instead of waiting out the recall wait.
+    c.srv.back_channel_lost();
     Ok(nfs_resop4::OP_DESTROY_SESSION(DESTROY_SESSION4res {
         dsr_status: nfsstat4::NFS4_OK,
     }))

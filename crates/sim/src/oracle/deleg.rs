@@ -23,12 +23,40 @@ pub(super) fn delegation_rule(
 ) -> Result<bool, Violation> {
     let regular = sim.model.obj(file).is_some_and(|o| !o.is_dir);
     let me = (ci, sim.clients[ci].incarnation);
-    let conflicts = if regular {
+    let mut conflicts = if regular {
         sim.model.deleg_conflicts(file, me, access)
     } else {
         Vec::new()
     };
+    // A holder whose back channel is down cannot answer a recall: the server revokes
+    // its delegation at once and the request goes ahead (issue 22). The holder learns
+    // of it from SEQUENCE (RECALLABLE_STATE_REVOKED).
+    // A request that failed on an injected fault may have failed before the check or
+    // after it: the server's state says which.
     let s = st(res, i);
+    let uncertain = faulted && matches!(s, Some(NFS4ERR_IO | NFS4ERR_NOSPC));
+    let now = sim.call_now;
+    let server = sim.server.as_ref();
+    conflicts.retain(|&k| {
+        let d = &sim.model.delegs[k];
+        let holder = d.holder;
+        let c = &sim.clients[holder.0];
+        let mut unreachable =
+            c.incarnation == holder.1 && !c.expect_dead && c.path == crate::client::CbPath::Down;
+        if unreachable && uncertain {
+            unreachable = match (server, c.session.as_ref()) {
+                (Some(srv), Some(sess)) => srv.deleg_revoked(sess.clientid, &d.sid),
+                _ => false,
+            };
+        }
+        if unreachable {
+            sim.model.delegs[k].phase = DelegPhase::Revoked;
+            sim.model.last_conflict.insert((file.clone(), holder), now);
+            sim.stats.deleg_revoked += 1;
+            sim.stats.deleg_revoked_unreachable += 1;
+        }
+        !unreachable
+    });
     if conflicts.is_empty() {
         if s == Some(NFS4ERR_DELAY) {
             return Err(Violation::new(

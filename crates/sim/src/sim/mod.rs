@@ -136,8 +136,12 @@ pub struct Stats {
     pub recalls_delivered: u64,
     /// DELEGRETURNs that returned a delegation.
     pub deleg_returns: u64,
-    /// Recalled delegations the lease timer revoked (the model predicted each).
+    /// Delegations revoked (the model predicted each): recalled ones the lease timer
+    /// revoked, and those revoked at once for a conflict because their holder's back
+    /// channel was down.
     pub deleg_revoked: u64,
+    /// Of those, the ones revoked at once (the holder could not be reached).
+    pub deleg_revoked_unreachable: u64,
     /// DELEGRETURNs answered DELEG_REVOKED, and revoked delegations freed.
     pub deleg_revoked_seen: u64,
     pub deleg_freed: u64,

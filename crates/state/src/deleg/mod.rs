@@ -124,9 +124,20 @@ pub struct DelegStats {
     pub recalled: u64,
     /// DELEGRETURNs.
     pub returned: u64,
-    /// Delegations revoked (not returned in time, or their client expired while a
-    /// recall was needed).
+    /// Delegations revoked, for any reason (the sum of `revoked_unreachable` and
+    /// `revoked_timeout`).
     pub revoked: u64,
+    /// Recalls that ended with the delegation revoked at once because its holder
+    /// could not be reached: no back channel left (its connections closed, its sessions
+    /// destroyed), a CB_COMPOUND that failed at the transport or session level, or a
+    /// lease that had run out. The conflicting request proceeds without waiting.
+    pub revoked_unreachable: u64,
+    /// Recalls that ended with the delegation revoked because a reachable holder did
+    /// not return it within the recall wait (or, when nobody waited, within a lease).
+    pub revoked_timeout: u64,
+    /// Delegations that went with their client (DESTROY_CLIENTID, lease expiry, a new
+    /// incarnation) rather than being returned or revoked.
+    pub released: u64,
     /// Returns of recalled delegations, and the sum and maximum of their recall
     /// latency (recall asked → DELEGRETURN), in microseconds.
     pub recall_returns: u64,
@@ -136,6 +147,15 @@ pub struct DelegStats {
     pub recall_latency_us_max: u64,
     /// Delegations held now (active or recalling).
     pub outstanding: u64,
+    /// Requests the server held for recalls (recall-and-wait), by how the wait ended:
+    /// the delegations came back (returned, or released with their client) ...
+    pub held_returned: u64,
+    /// ... a holder could not be reached and lost its delegation at once ...
+    pub held_unreachable: u64,
+    /// ... or the recall wait ran out (the request is answered NFS4ERR_DELAY).
+    pub held_timeout: u64,
+    /// The longest a request was held (µs).
+    pub held_us_max: u64,
 }
 
 impl DelegStats {
@@ -156,6 +176,26 @@ pub struct Recall {
     pub stateid: Stateid,
     /// The file's wire filehandle.
     pub fh: Bytes,
+}
+
+/// Why a delegation was revoked (counted in [`DelegStats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RevokeReason {
+    /// Its holder cannot be reached: the recall could never be answered.
+    Unreachable,
+    /// Its holder was reachable but did not return it in time.
+    Timeout,
+}
+
+/// How a request held for recalls stopped waiting (counted in [`DelegStats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldOutcome {
+    /// The delegations were returned (or went with their client).
+    Returned,
+    /// A holder could not be reached: its delegation was revoked at once.
+    Unreachable,
+    /// The recall wait ran out.
+    Timeout,
 }
 
 /// A delegation granted by [`DelegTable::grant`].
@@ -380,16 +420,17 @@ impl DelegTable {
 
     /// The delegations of other clients than `client` on `file` that `access`
     /// conflicts with, split into those to recall now (they were active: now they
-    /// are recalling) and whether any recall is already under way. `expired` says
-    /// whether a holder's lease has run out: such a delegation is revoked at once
-    /// (nobody would answer the recall).
+    /// are recalling) and whether any recall is already under way. `unreachable` says
+    /// whether a holder cannot answer a recall (its lease ran out, it has no back
+    /// channel left): such a delegation is revoked at once
+    /// ([`RevokeReason::Unreachable`]).
     pub fn conflicts(
         &mut self,
         now: Instant,
         client: Option<ClientId>,
         file: FileId,
         access: Access,
-        expired: impl Fn(ClientId) -> bool,
+        unreachable: impl Fn(ClientId) -> bool,
     ) -> Conflicts {
         let mut out = Conflicts::default();
         let ids: Vec<u64> = self
@@ -409,9 +450,10 @@ impl DelegTable {
             let (holder, active, fh, seqid) =
                 (d.client, d.phase == Phase::Active, d.fh.clone(), d.seqid);
             self.note_conflict(now, file, holder);
-            if expired(holder) {
-                self.revoke(id);
-                out.revoked += 1;
+            if unreachable(holder) {
+                let sid = self.stateid(id, seqid);
+                self.revoke(id, RevokeReason::Unreachable);
+                out.revoked.push((holder, sid, file));
                 continue;
             }
             out.waiting.push(id);
@@ -460,14 +502,19 @@ impl DelegTable {
         })
     }
 
-    /// Revoke those of `ids` still live; returns their holders and stateids.
-    pub fn revoke_ids(&mut self, ids: &[u64]) -> Vec<(ClientId, Stateid, FileId)> {
+    /// Revoke those of `ids` still live, for `reason`; returns their holders and
+    /// stateids.
+    pub fn revoke_ids(
+        &mut self,
+        ids: &[u64],
+        reason: RevokeReason,
+    ) -> Vec<(ClientId, Stateid, FileId)> {
         let mut out = Vec::new();
         for &id in ids {
             if let Some(d) = self.delegs.get(&id) {
                 if d.phase != Phase::Revoked {
                     let r = (d.client, self.stateid(id, d.seqid), d.file);
-                    self.revoke(id);
+                    self.revoke(id, reason);
                     out.push(r);
                 }
             }
@@ -490,10 +537,23 @@ impl DelegTable {
             })
             .map(|(id, _)| *id)
             .collect();
-        self.revoke_ids(&overdue)
+        self.revoke_ids(&overdue, RevokeReason::Timeout)
     }
 
-    fn revoke(&mut self, id: u64) {
+    /// Those of `ids` still live whose holder `unreachable` says cannot answer a
+    /// recall.
+    pub fn unreachable_of(&self, ids: &[u64], unreachable: impl Fn(ClientId) -> bool) -> Vec<u64> {
+        ids.iter()
+            .copied()
+            .filter(|id| {
+                self.delegs
+                    .get(id)
+                    .is_some_and(|d| d.phase != Phase::Revoked && unreachable(d.client))
+            })
+            .collect()
+    }
+
+    fn revoke(&mut self, id: u64, reason: RevokeReason) {
         let Some(d) = self.delegs.get_mut(&id) else {
             return;
         };
@@ -512,6 +572,10 @@ impl DelegTable {
         self.unlink_file(id, file);
         self.count(client, |s| {
             s.revoked += 1;
+            match reason {
+                RevokeReason::Unreachable => s.revoked_unreachable += 1,
+                RevokeReason::Timeout => s.revoked_timeout += 1,
+            }
             s.outstanding = s.outstanding.saturating_sub(1);
         });
     }
@@ -689,12 +753,27 @@ impl DelegTable {
             if let Some(d) = self.remove(id) {
                 if d.phase != Phase::Revoked {
                     files.push(d.file);
-                    self.count(client, |s| s.outstanding = s.outstanding.saturating_sub(1));
+                    self.count(client, |s| {
+                        s.released += 1;
+                        s.outstanding = s.outstanding.saturating_sub(1);
+                    });
                 }
             }
         }
         self.per_client.remove(&client);
         files
+    }
+
+    /// A request held for recalls stopped waiting after `waited`.
+    pub fn note_hold(&mut self, outcome: HoldOutcome, waited: Duration) {
+        let s = &mut self.total;
+        match outcome {
+            HoldOutcome::Returned => s.held_returned += 1,
+            HoldOutcome::Unreachable => s.held_unreachable += 1,
+            HoldOutcome::Timeout => s.held_timeout += 1,
+        }
+        let us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        s.held_us_max = s.held_us_max.max(us);
     }
 
     /// Server-wide counters.
@@ -725,8 +804,8 @@ pub struct Conflicts {
     pub waiting: Vec<u64>,
     /// Recalls to send now.
     pub recalls: Vec<Recall>,
-    /// Delegations of expired holders revoked at once.
-    pub revoked: usize,
+    /// Delegations of unreachable holders revoked at once: (holder, stateid, file).
+    pub revoked: Vec<(ClientId, Stateid, FileId)>,
 }
 
 #[cfg(test)]

@@ -86,7 +86,11 @@ fn write_delegation_is_exclusive_and_revocation_is_reported() {
     t.free(C1, &g.stateid).unwrap();
     assert!(!t.has_revoked(C1));
     assert_eq!(t.test(C1, &g.stateid), Err(StateError::BadStateid));
-    assert_eq!(t.stats().revoked, 1);
+    let s = t.stats();
+    assert_eq!(
+        (s.revoked, s.revoked_unreachable, s.revoked_timeout),
+        (1, 0, 1)
+    );
 }
 
 #[test]
@@ -96,7 +100,12 @@ fn expired_holder_is_revoked_without_a_recall() {
     let g = t.grant(t0, C1, F, req(1)).unwrap();
     let c = t.conflicts(t0, None, F, Access::Namespace, |c| c == C1);
     assert!(c.recalls.is_empty() && c.waiting.is_empty());
-    assert_eq!(c.revoked, 1);
+    assert_eq!(c.revoked, vec![(C1, g.stateid, F)]);
+    let s = t.stats();
+    assert_eq!(
+        (s.revoked, s.revoked_unreachable, s.revoked_timeout),
+        (1, 1, 0)
+    );
     assert_eq!(t.check(C1, &g.stateid, F), Err(StateError::DelegRevoked));
     // A live delegation cannot be freed; a stale epoch is stale.
     let g2 = t.grant(t0 + policy::COOL_DOWN, C2, F, req(1)).unwrap();
@@ -303,7 +312,7 @@ mod directories {
         assert!(targets.is_empty());
         assert!(t.recall_id(t0, id).is_none());
         // Revoked: gone from every list.
-        assert_eq!(t.revoke_ids(&[id]).len(), 1);
+        assert_eq!(t.revoke_ids(&[id], RevokeReason::Timeout).len(), 1);
         assert!(!t.dir_live(id));
     }
 
@@ -400,4 +409,49 @@ fn the_revoked_count_follows_revocation_free_and_expiry() {
     t.expire_client(C1);
     assert!(!t.has_revoked(C1), "gone with its client");
     assert_eq!(t.test(C1, &b.stateid), Err(StateError::BadStateid));
+}
+
+#[test]
+fn a_recall_ends_in_one_counted_outcome() {
+    let t0 = Instant::now();
+    let mut t = DelegTable::new(5, DelegLimits::default());
+    const C3: ClientId = 3;
+    // Returned after a recall; revoked because the holder cannot be reached (found
+    // while waiting); revoked after the wait; released with its client.
+    let files = [F, F + 1, F + 2, F + 3];
+    let holders = [C1, C2, C3, C1];
+    let g: Vec<Granted> = files
+        .iter()
+        .zip(holders)
+        .map(|(&f, c)| t.grant(t0, c, f, req(1)).unwrap())
+        .collect();
+    let waits: Vec<Vec<u64>> = files
+        .iter()
+        .map(|&f| t.conflicts(t0, None, f, Access::Modify, |_| false).waiting)
+        .collect();
+    assert!(waits.iter().all(|w| w.len() == 1), "{waits:?}");
+    t.delegreturn(t0, C1, &g[0].stateid, F).unwrap();
+    assert!(
+        t.unreachable_of(&waits[0], |_| true).is_empty(),
+        "returned already"
+    );
+    let gone = t.unreachable_of(&waits[1], |c| c == C2);
+    assert_eq!(gone, waits[1]);
+    assert!(t.unreachable_of(&waits[2], |c| c == C2).is_empty());
+    t.revoke_ids(&gone, RevokeReason::Unreachable);
+    t.revoke_ids(&waits[2], RevokeReason::Timeout);
+    assert_eq!(t.expire_client(C1), vec![F + 3]);
+    let s = t.stats();
+    assert_eq!(
+        (
+            s.recalled,
+            s.recall_returns,
+            s.revoked_unreachable,
+            s.revoked_timeout
+        ),
+        (4, 1, 1, 1)
+    );
+    assert_eq!((s.revoked, s.released, s.outstanding), (2, 1, 0));
+    assert_eq!(t.client_stats(C2).revoked_unreachable, 1);
+    assert_eq!(t.client_stats(C3).revoked_timeout, 1);
 }
