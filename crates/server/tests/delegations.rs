@@ -615,9 +615,9 @@ async fn a_holder_refusing_the_callback_session_is_revoked_at_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_departing_holder_releases_its_delegations_at_destroy() {
+async fn a_holder_that_destroyed_its_session_is_revoked_at_once() {
     // Without returning its delegation first (a client that skips DELEGRETURN): its
-    // DESTROY_SESSION makes it unreachable, its DESTROY_CLIENTID releases what it held.
+    // DESTROY_SESSION makes it unreachable, and the held request proceeds at once.
     let (srv, o, mut a, osid, _, fh) = holder_of_f(LONG_WAIT_MS, READ).await;
     let clientid = srv
         .server
@@ -646,14 +646,7 @@ async fn a_departing_holder_releases_its_delegations_at_destroy() {
         })])
         .await;
     assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
-    let r =
-        a.p.compound(vec![nfs_argop4::OP_DESTROY_CLIENTID(
-            DESTROY_CLIENTID4args {
-                dca_clientid: clientid,
-            },
-        )])
-        .await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    let _ = clientid;
     let (mut o, r, _) = held.await.unwrap();
     let after = destroyed.elapsed();
     assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
@@ -663,7 +656,12 @@ async fn a_departing_holder_releases_its_delegations_at_destroy() {
     );
     let (returned, unreachable, timeout, released) = recall_outcomes(&srv);
     assert_eq!((returned, timeout), (0, 0));
-    assert_eq!(unreachable + released, 1, "{:?}", recall_outcomes(&srv));
+    assert_eq!(
+        (unreachable, released),
+        (1, 0),
+        "{:?}",
+        recall_outcomes(&srv)
+    );
     assert_eq!(
         srv.server.core().unwrap().delegations().stats().outstanding,
         0
@@ -676,7 +674,7 @@ async fn a_departing_holder_releases_its_delegations_at_destroy() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn destroy_clientid_releases_delegations_the_holder_kept() {
+async fn destroy_clientid_with_a_delegation_is_busy_and_a_conflict_revokes_it_at_once() {
     let (srv, mut o, mut a, osid, _, fh) = holder_of_f(LONG_WAIT_MS, READ).await;
     let clientid = srv
         .server
@@ -694,24 +692,36 @@ async fn destroy_clientid_releases_delegations_the_holder_kept() {
         }),
     ])
     .await;
-    for op in [
-        nfs_argop4::OP_DESTROY_SESSION(DESTROY_SESSION4args {
+    let r =
+        a.p.compound(vec![nfs_argop4::OP_DESTROY_SESSION(DESTROY_SESSION4args {
             dsa_sessionid: a.sid,
-        }),
-        nfs_argop4::OP_DESTROY_CLIENTID(DESTROY_CLIENTID4args {
-            dca_clientid: clientid,
-        }),
-    ] {
-        let r = a.p.compound(vec![op]).await;
-        assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
-    }
+        })])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    // RFC 8881 §18.50.3: a client ID with delegations is busy.
+    let r =
+        a.p.compound(vec![nfs_argop4::OP_DESTROY_CLIENTID(
+            DESTROY_CLIENTID4args {
+                dca_clientid: clientid,
+            },
+        )])
+        .await;
+    assert_eq!(
+        r.status,
+        nfsstat4::NFS4ERR_CLIENTID_BUSY,
+        "{:?}",
+        r.resarray
+    );
     let s = srv.server.core().unwrap().delegations().stats();
-    assert_eq!((s.released, s.revoked, s.outstanding), (1, 0, 0), "{s:?}");
+    assert_eq!((s.released, s.revoked, s.outstanding), (0, 0, 1), "{s:?}");
+    // Its holder has no session left to be called back on: the first conflict
+    // revokes the delegation at once.
     let t0 = Instant::now();
     o.run_ok(vec![nfs_argop4::OP_PUTROOTFH, open_plain("f", BOTH, b"o2")])
         .await;
     assert!(t0.elapsed() < Duration::from_secs(1));
-    assert_eq!(srv.server.core().unwrap().delegations().stats().recalled, 0);
+    let s = srv.server.core().unwrap().delegations().stats();
+    assert_eq!((s.revoked_unreachable, s.outstanding), (1, 0), "{s:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

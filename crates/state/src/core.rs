@@ -181,28 +181,23 @@ impl StateCore {
     }
 
     /// DESTROY_CLIENTID (RFC 8881 §18.50): refused with
-    /// [`SessionError::ClientIdBusy`] while the client has sessions, opens or locks.
+    /// [`SessionError::ClientIdBusy`] while the client has sessions, opens, locks or
+    /// delegations.
     /// The checks and the removal are one step: no session or OPEN can appear between
     /// them.
-    ///
-    /// Delegations do not make it busy (RFC 8881 §18.50.3 would refuse; knfsd too):
-    /// they are released with the client, and requests held for their recall proceed
-    /// ([`Effect::DelegationsReleased`]). Its sessions are gone already, so it could
-    /// not have been called back, and a departing client that failed to return one
-    /// would otherwise leave it to hold other clients up until its lease ran out.
+    /// Delegations make it busy too (RFC 8881 §18.50.3, as knfsd): a client that
+    /// destroyed its last session without returning them is unreachable, so the
+    /// first conflicting request revokes them at once instead of waiting.
     pub fn destroy_client(&mut self, id: ClientId) -> Result<Vec<Effect>, SessionError> {
         let confirmed = self
             .sessions
             .client(id)
             .ok_or(SessionError::StaleClientId)?
             .confirmed;
-        if self.table.client_has_state(id) {
+        if self.table.client_has_state(id) || self.delegs.client_has_delegations(id) {
             return Err(SessionError::ClientIdBusy);
         }
         self.sessions.destroy_client(id)?;
-        if !self.delegs.expire_client(id).is_empty() {
-            self.pending.push(Effect::DelegationsReleased);
-        }
         let mut effects = vec![Effect::ClientReleased {
             client: id,
             reason: ReleaseReason::Destroyed,
