@@ -220,6 +220,22 @@ pub fn check_name(name: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// The largest extended-attribute value a backend takes (Linux's `XATTR_SIZE_MAX`).
+pub const XATTR_SIZE_MAX: usize = 64 << 10;
+
+/// Checks an extended-attribute name as RFC 8276 sends it (without `user.`) the way
+/// every backend does: empty or containing NUL gives `Inval`; longer than Linux's
+/// 255 bytes with the `user.` prefix gives `NameTooLong`.
+pub fn check_xattr_name(name: &[u8]) -> Result<()> {
+    if name.is_empty() || name.contains(&0) {
+        return Err(BackendError::Inval);
+    }
+    if name.len() > 255 - b"user.".len() {
+        return Err(BackendError::NameTooLong);
+    }
+    Ok(())
+}
+
 /// Caller identity for ownership of new objects and permission checks.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Creds {

@@ -13,27 +13,18 @@ use super::attrs::ftype_of;
 use super::descriptors::proc_path;
 use super::errors::{map_errno, retry};
 use super::LocalBackend;
-use crate::{Attrs, BackendError, DirChange, FileKey, FileType, Result, SeekWhat, XattrSet};
+use crate::{
+    check_xattr_name, Attrs, BackendError, DirChange, FileKey, FileType, Result, SeekWhat,
+    XattrSet, XATTR_SIZE_MAX,
+};
 
 /// The namespace RFC 8276 extended attributes live in; the protocol names them without
 /// it (knfsd adds the same prefix).
 const USER: &[u8] = b"user.";
 
-/// The largest value Linux stores (`XATTR_SIZE_MAX`).
-const XATTR_SIZE_MAX: usize = 64 << 10;
-
-/// The longest name after the prefix (`XATTR_NAME_MAX` is 255 with it).
-const XATTR_NAME_MAX: usize = 255 - USER.len();
-
-/// The full `user.` name of a protocol name: UTF-8 is not checked (the kernel does
-/// not either), but an empty name, NUL, or one too long is refused.
+/// The full `user.` name of a protocol name (checked by `check_xattr_name`).
 fn user_name(name: &[u8]) -> Result<Vec<u8>> {
-    if name.is_empty() || name.contains(&0) {
-        return Err(BackendError::Inval);
-    }
-    if name.len() > XATTR_NAME_MAX {
-        return Err(BackendError::NameTooLong);
-    }
+    check_xattr_name(name)?;
     let mut full = USER.to_vec();
     full.extend_from_slice(name);
     Ok(full)
@@ -163,19 +154,7 @@ impl LocalBackend {
             XattrSet::Create => XattrFlags::CREATE,
             XattrSet::Replace => XattrFlags::REPLACE,
         };
-        let fd = self.xattr_fd(key)?;
-        let before = self
-            .attrs(&rfs::fstat(&*fd).map_err(map_errno)?, false)
-            .change;
-        retry(|| rfs::fsetxattr(&*fd, full.as_slice(), value, flags)).map_err(map_xattr_errno)?;
-        let after = self
-            .attrs(&rfs::fstat(&*fd).map_err(map_errno)?, true)
-            .change;
-        Ok(DirChange {
-            before,
-            after,
-            atomic: false,
-        })
+        self.xattr_change(key, |fd| rfs::fsetxattr(fd, full.as_slice(), value, flags))
     }
 
     pub(super) fn list_xattrs(&self, key: &FileKey) -> Result<Vec<Bytes>> {
@@ -204,14 +183,25 @@ impl LocalBackend {
 
     pub(super) fn remove_xattr(&self, key: &FileKey, name: &[u8]) -> Result<DirChange> {
         let full = user_name(name)?;
+        self.xattr_change(key, |fd| rfs::fremovexattr(fd, full.as_slice()))
+    }
+
+    /// Runs `change` on the object's xattr descriptor: the object's change before and
+    /// after (not atomic: another process may change the file in between).
+    fn xattr_change(
+        &self,
+        key: &FileKey,
+        change: impl Fn(&OwnedFd) -> rustix::io::Result<()>,
+    ) -> Result<DirChange> {
         let fd = self.xattr_fd(key)?;
-        let before = self
-            .attrs(&rfs::fstat(&*fd).map_err(map_errno)?, false)
-            .change;
-        retry(|| rfs::fremovexattr(&*fd, full.as_slice())).map_err(map_xattr_errno)?;
-        let after = self
-            .attrs(&rfs::fstat(&*fd).map_err(map_errno)?, true)
-            .change;
+        let change_of = |mutated| -> Result<u64> {
+            Ok(self
+                .attrs(&rfs::fstat(&*fd).map_err(map_errno)?, mutated)
+                .change)
+        };
+        let before = change_of(false)?;
+        retry(|| change(&fd)).map_err(map_xattr_errno)?;
+        let after = change_of(true)?;
         Ok(DirChange {
             before,
             after,

@@ -7,21 +7,10 @@ use bytes::Bytes;
 
 use super::table::{ino_of, now, Content, Inner};
 use super::MemoryBackend;
-use crate::{Attrs, BackendError, DirChange, FileKey, FileType, Result, SeekWhat, XattrSet};
-
-/// Linux's `XATTR_SIZE_MAX`, and the longest name without the `user.` prefix.
-const XATTR_SIZE_MAX: usize = 64 << 10;
-const XATTR_NAME_MAX: usize = 255 - 5;
-
-fn check_xattr_name(name: &[u8]) -> Result<()> {
-    if name.is_empty() || name.contains(&0) {
-        return Err(BackendError::Inval);
-    }
-    if name.len() > XATTR_NAME_MAX {
-        return Err(BackendError::NameTooLong);
-    }
-    Ok(())
-}
+use crate::{
+    check_xattr_name, Attrs, BackendError, DirChange, FileKey, FileType, Result, SeekWhat,
+    XattrSet, XATTR_SIZE_MAX,
+};
 
 /// The size of regular file `ino` (`IsDir` / `Inval` for other objects).
 fn file_size(inner: &Inner, ino: u64) -> Result<u64> {

@@ -174,52 +174,54 @@ pub fn io_advise(c: &mut Compound, a: &IO_ADVISE4args) -> OpResult {
     )))
 }
 
-/// Source (saved filehandle) and destination (current) of COPY and CLONE, checked:
-/// same export, regular files, the stateids allow reading and writing. Returns them
-/// with the number of bytes to copy (`count` 0: to the source's end of file).
-fn copy_ends(
-    c: &mut Compound,
-    src_sid: &stateid4,
-    dst_sid: &stateid4,
+/// The arguments COPY and CLONE share: source (saved filehandle) and destination
+/// (current) stateids, offsets, and the count (0: to the source's end of file).
+struct RangeCopy<'a> {
+    src_sid: &'a stateid4,
+    dst_sid: &'a stateid4,
     src_off: u64,
+    dst_off: u64,
     count: u64,
-) -> Result<(ObjFh, ObjFh, u64), OpError> {
+}
+
+/// Copies the range of COPY or CLONE through the backend's `clone_range` after the
+/// checks both share: same export, regular files, stateids that allow reading the
+/// source and writing the destination, a source range within its end of file (RFC
+/// 7862 §15.2.3: an error, not a short copy) and no overlap within one file
+/// (§15.2.3, §15.13.3). Returns the bytes copied.
+fn copy_range(c: &mut Compound, r: RangeCopy<'_>) -> Result<u64, OpError> {
+    end_of(r.dst_off, r.count)?;
     let sfh = c.sfh.clone().ok_or(nfsstat4::NFS4ERR_NOFILEHANDLE)?;
     let dfh = c.cfh()?.clone();
-    let (src, sattrs) = io_file(c, &sfh, src_sid, false)?;
-    let (dst, _) = io_file(c, &dfh, dst_sid, true)?;
+    let (src, sattrs) = io_file(c, &sfh, r.src_sid, false)?;
+    let (dst, _) = io_file(c, &dfh, r.dst_sid, true)?;
     if src.export.id != dst.export.id {
         return Err(nfsstat4::NFS4ERR_XDEV.into());
     }
-    // RFC 7862 §15.2.3: a source range past the end of file is an error, not a
-    // short copy; count 0 copies to the end of file.
-    let n = if count == 0 {
+    let n = if r.count == 0 {
         sattrs
             .size
-            .checked_sub(src_off)
+            .checked_sub(r.src_off)
             .ok_or(nfsstat4::NFS4ERR_INVAL)?
     } else {
-        count
+        r.count
     };
-    if end_of(src_off, n)? > sattrs.size {
+    if end_of(r.src_off, n)? > sattrs.size {
         return Err(nfsstat4::NFS4ERR_INVAL.into());
     }
-    Ok((src, dst, n))
-}
-
-/// RFC 7862 §15.2.3, §15.13.3: within one file the two ranges must not overlap.
-fn check_overlap(
-    src: &ObjFh,
-    dst: &ObjFh,
-    src_off: u64,
-    dst_off: u64,
-    n: u64,
-) -> Result<(), nfsstat4> {
-    let overlap = src_off < dst_off.saturating_add(n) && dst_off < src_off.saturating_add(n);
+    let overlap =
+        r.src_off < r.dst_off.saturating_add(n) && r.dst_off < r.src_off.saturating_add(n);
     if src.key == dst.key && n > 0 && overlap {
-        return Err(nfsstat4::NFS4ERR_INVAL);
+        return Err(nfsstat4::NFS4ERR_INVAL.into());
     }
-    Ok(())
+    if n > 0 {
+        let cx = c.scope.ctx_for(&dst.export, &c.creds, c.client)?;
+        dst.export
+            .backend
+            .clone_range(cx, &src.key, r.src_off, &dst.key, r.dst_off, n)?;
+        crate::notify::attrs_changed(c, &dst.export, &dst.key);
+    }
+    Ok(n)
 }
 
 /// COPY within this server: the backend's `clone_range` (a reflink where the file
@@ -229,27 +231,16 @@ pub fn copy(c: &mut Compound, a: &COPY4args) -> OpResult {
     if !a.ca_source_server.is_empty() {
         return Err(nfsstat4::NFS4ERR_NOTSUPP.into());
     }
-    end_of(a.ca_dst_offset, a.ca_count)?;
-    let (src, dst, n) = copy_ends(
+    let n = copy_range(
         c,
-        &a.ca_src_stateid,
-        &a.ca_dst_stateid,
-        a.ca_src_offset,
-        a.ca_count,
+        RangeCopy {
+            src_sid: &a.ca_src_stateid,
+            dst_sid: &a.ca_dst_stateid,
+            src_off: a.ca_src_offset,
+            dst_off: a.ca_dst_offset,
+            count: a.ca_count,
+        },
     )?;
-    check_overlap(&src, &dst, a.ca_src_offset, a.ca_dst_offset, n)?;
-    if n > 0 {
-        let cx = c.scope.ctx_for(&dst.export, &c.creds, c.client)?;
-        dst.export.backend.clone_range(
-            cx,
-            &src.key,
-            a.ca_src_offset,
-            &dst.key,
-            a.ca_dst_offset,
-            n,
-        )?;
-        crate::notify::attrs_changed(c, &dst.export, &dst.key);
-    }
     Ok(nfs_resop4::OP_COPY(COPY4res::NFS4_OK(COPY4resok {
         cr_response: write_response4 {
             wr_callback_id: Vec::new(),
@@ -273,27 +264,16 @@ pub fn clone(c: &mut Compound, a: &CLONE4args) -> OpResult {
     if o.export.backend.clone_method() != CloneMethod::Reflink {
         return Err(nfsstat4::NFS4ERR_NOTSUPP.into());
     }
-    end_of(a.cl_dst_offset, a.cl_count)?;
-    let (src, dst, n) = copy_ends(
+    copy_range(
         c,
-        &a.cl_src_stateid,
-        &a.cl_dst_stateid,
-        a.cl_src_offset,
-        a.cl_count,
+        RangeCopy {
+            src_sid: &a.cl_src_stateid,
+            dst_sid: &a.cl_dst_stateid,
+            src_off: a.cl_src_offset,
+            dst_off: a.cl_dst_offset,
+            count: a.cl_count,
+        },
     )?;
-    check_overlap(&src, &dst, a.cl_src_offset, a.cl_dst_offset, n)?;
-    if n > 0 {
-        let cx = c.scope.ctx_for(&dst.export, &c.creds, c.client)?;
-        dst.export.backend.clone_range(
-            cx,
-            &src.key,
-            a.cl_src_offset,
-            &dst.key,
-            a.cl_dst_offset,
-            n,
-        )?;
-        crate::notify::attrs_changed(c, &dst.export, &dst.key);
-    }
     Ok(nfs_resop4::OP_CLONE(CLONE4res {
         cl_status: nfsstat4::NFS4_OK,
     }))
