@@ -200,6 +200,14 @@ pub fn run(a: ServeArgs) -> Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     rt.block_on(async move {
+        // The signal handlers first: a SIGTERM or SIGINT that arrives while the server
+        // starts (binding, registering with rpcbind) must stop it cleanly too, not kill
+        // it. SIGHUP is caught and ignored (there is no live reload yet): by default it
+        // would end the process without a clean stop.
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).context("cannot catch SIGTERM")?;
+        let mut int = signal(SignalKind::interrupt()).context("cannot catch SIGINT")?;
+        let mut hup = signal(SignalKind::hangup()).context("cannot catch SIGHUP")?;
         let server = Server::new(cfg).context("cannot start the server")?;
         let listener = tokio::net::TcpListener::bind(listen)
             .await
@@ -207,22 +215,22 @@ pub fn run(a: ServeArgs) -> Result<()> {
         for e in server.exports.exports.values() {
             tracing::info!(export = %e.name, "exporting");
         }
-        tracing::info!(%listen, "txnfs serving NFSv4.1");
+        tracing::info!(%listen, "txnfs serving NFSv4.1 and NFSv4.2");
         let registered = if a.no_rpcbind {
             None
         } else {
             let addr = listener.local_addr().unwrap_or(listen);
             rpcbind::register(addr).await
         };
-        let shutdown = async {
-            let mut term =
-                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                    Ok(s) => s,
-                    Err(_) => return std::future::pending().await,
-                };
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {},
-                _ = term.recv() => {},
+        let shutdown = async move {
+            loop {
+                tokio::select! {
+                    _ = int.recv() => break,
+                    _ = term.recv() => break,
+                    _ = hup.recv() => {
+                        tracing::info!("SIGHUP ignored: there is no live reload yet");
+                    }
+                }
             }
             tracing::info!("shutting down");
         };
