@@ -39,43 +39,43 @@ fn map_xattr_errno(e: Errno) -> BackendError {
 }
 
 impl LocalBackend {
-    /// `fallocate(mode)` on a regular file, then its attributes.
+    /// `fallocate(mode)` on the regular file `key`, whose I/O descriptor is `fd`, then
+    /// its attributes.
     fn fallocate(
         &self,
-        key: &FileKey,
+        fd: &OwnedFd,
         flags: FallocateFlags,
         offset: u64,
         len: u64,
     ) -> Result<Attrs> {
         let end = offset.checked_add(len).ok_or(BackendError::FileTooBig)?;
-        if len == 0 || end > i64::MAX as u64 {
-            return Err(if len == 0 {
-                BackendError::Inval
-            } else {
-                BackendError::FileTooBig
-            });
+        if len == 0 {
+            return Err(BackendError::Inval);
         }
-        let (fd, _) = self.io_fd(key, true)?;
-        retry(|| rfs::fallocate(&*fd, flags, offset, len)).map_err(map_errno)?;
-        let st = rfs::fstat(&*fd).map_err(map_errno)?;
+        if end > i64::MAX as u64 {
+            return Err(BackendError::FileTooBig);
+        }
+        retry(|| rfs::fallocate(fd, flags, offset, len)).map_err(map_errno)?;
+        let st = rfs::fstat(fd).map_err(map_errno)?;
         Ok(self.attrs(&st, true))
     }
 
     pub(super) fn allocate_range(&self, key: &FileKey, offset: u64, len: u64) -> Result<Attrs> {
-        self.fallocate(key, FallocateFlags::empty(), offset, len)
+        let (fd, _) = self.io_fd(key, true)?;
+        self.fallocate(&fd, FallocateFlags::empty(), offset, len)
     }
 
     pub(super) fn deallocate_range(&self, key: &FileKey, offset: u64, len: u64) -> Result<Attrs> {
-        let (_, st) = self.io_fd(key, true)?;
+        let (fd, st) = self.io_fd(key, true)?;
         let size = u64::try_from(st.st_size).unwrap_or(0);
         // Nothing to punch at or past the end of file (fallocate would accept it and
         // change nothing); a range crossing it is cut there.
         if offset >= size || len == 0 {
-            return self.getattr_of(key);
+            return Ok(self.attrs(&st, false));
         }
         let len = len.min(size - offset);
         self.fallocate(
-            key,
+            &fd,
             FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
             offset,
             len,
@@ -97,12 +97,6 @@ impl LocalBackend {
             Err(Errno::NXIO) => Err(BackendError::Nxio),
             Err(e) => Err(map_errno(e)),
         }
-    }
-
-    fn getattr_of(&self, key: &FileKey) -> Result<Attrs> {
-        let pfd = self.resolve(key)?;
-        let st = self.stat_live(key, &pfd)?;
-        Ok(self.attrs(&st, false))
     }
 
     /// A descriptor whose `f*xattr` calls reach the object: regular files and

@@ -54,27 +54,40 @@ fn end_of(offset: u64, len: u64) -> Result<u64, nfsstat4> {
     offset.checked_add(len).ok_or(nfsstat4::NFS4ERR_INVAL)
 }
 
-pub fn allocate(c: &mut Compound, a: &ALLOCATE4args) -> OpResult {
-    end_of(a.aa_offset, a.aa_length)?;
-    let (o, _) = current_file(c, &a.aa_stateid, true)?;
+/// ALLOCATE and DEALLOCATE: a change of `len` bytes at `offset` of the current file,
+/// with the checks and the notification of a WRITE.
+fn change_range(
+    c: &mut Compound,
+    stateid: &stateid4,
+    offset: u64,
+    len: u64,
+    change: impl FnOnce(
+        &dyn txnfs_backend::Backend,
+        &txnfs_backend::OpCtx,
+        &txnfs_backend::FileKey,
+    ) -> txnfs_backend::Result<Attrs>,
+) -> Result<(), OpError> {
+    end_of(offset, len)?;
+    let (o, _) = current_file(c, stateid, true)?;
     let cx = c.scope.ctx_for(&o.export, &c.creds, c.client)?;
-    o.export
-        .backend
-        .allocate(cx, &o.key, a.aa_offset, a.aa_length)?;
+    change(&*o.export.backend, cx, &o.key)?;
     crate::notify::attrs_changed(c, &o.export, &o.key);
+    Ok(())
+}
+
+pub fn allocate(c: &mut Compound, a: &ALLOCATE4args) -> OpResult {
+    change_range(c, &a.aa_stateid, a.aa_offset, a.aa_length, |be, cx, key| {
+        be.allocate(cx, key, a.aa_offset, a.aa_length)
+    })?;
     Ok(nfs_resop4::OP_ALLOCATE(ALLOCATE4res {
         ar_status: nfsstat4::NFS4_OK,
     }))
 }
 
 pub fn deallocate(c: &mut Compound, a: &DEALLOCATE4args) -> OpResult {
-    end_of(a.da_offset, a.da_length)?;
-    let (o, _) = current_file(c, &a.da_stateid, true)?;
-    let cx = c.scope.ctx_for(&o.export, &c.creds, c.client)?;
-    o.export
-        .backend
-        .deallocate(cx, &o.key, a.da_offset, a.da_length)?;
-    crate::notify::attrs_changed(c, &o.export, &o.key);
+    change_range(c, &a.da_stateid, a.da_offset, a.da_length, |be, cx, key| {
+        be.deallocate(cx, key, a.da_offset, a.da_length)
+    })?;
     Ok(nfs_resop4::OP_DEALLOCATE(DEALLOCATE4res {
         dr_status: nfsstat4::NFS4_OK,
     }))
