@@ -65,6 +65,57 @@ pub(crate) fn copy_range(
     Ok(())
 }
 
+/// [`copy_range`] that keeps the source's holes: only the data segments (found with
+/// SEEK_DATA / SEEK_HOLE) are copied; a hole over existing bytes of the destination is
+/// punched (or, where punching is refused, written as zeros), and the destination
+/// reaches `dst_off + len` even when the range ends in a hole. An in-kernel copy
+/// (`copy_file_range`) fills holes on ext4 and tmpfs; this is how a sparse file stays
+/// sparse in a server-side COPY there.
+pub(crate) fn copy_range_sparse(
+    src: &OwnedFd,
+    src_off: u64,
+    dst: &OwnedFd,
+    dst_off: u64,
+    len: u64,
+) -> Result<()> {
+    use rustix::fs::{FallocateFlags, SeekFrom};
+    let end = src_off + len;
+    let dst_size = u64::try_from(rfs::fstat(dst).map_err(map_errno)?.st_size).unwrap_or(0);
+    let to_dst = |at: u64| dst_off + (at - src_off);
+    let mut pos = src_off;
+    while pos < end {
+        let data = match retry(|| rfs::seek(src, SeekFrom::Data(pos))) {
+            Ok(d) => d.min(end),
+            Err(Errno::NXIO) => end, // only a hole is left
+            // No hole information here: copy the rest as it reads.
+            Err(_) => return copy_range(src, pos, dst, to_dst(pos), end - pos),
+        };
+        if data > pos && to_dst(pos) < dst_size {
+            // A hole over bytes the destination has: they must read as zeros.
+            let at = to_dst(pos);
+            let n = (data - pos).min(dst_size - at);
+            let punch = FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE;
+            if retry(|| rfs::fallocate(dst, punch, at, n)).is_err() {
+                copy_range(src, pos, dst, at, n)?;
+            }
+        }
+        if data >= end {
+            break;
+        }
+        let hole = match retry(|| rfs::seek(src, SeekFrom::Hole(data))) {
+            Ok(h) => h.min(end),
+            Err(e) => return Err(map_errno(e)),
+        };
+        copy_range(src, data, dst, to_dst(data), hole - data)?;
+        pos = hole;
+    }
+    let want = dst_off + len;
+    if want > u64::try_from(rfs::fstat(dst).map_err(map_errno)?.st_size).unwrap_or(0) {
+        retry(|| rfs::ftruncate(dst, want)).map_err(map_errno)?;
+    }
+    Ok(())
+}
+
 /// pread/pwrite in 1 MiB pieces.
 fn copy_by_hand(src: &OwnedFd, src_off: u64, dst: &OwnedFd, dst_off: u64, len: u64) -> Result<()> {
     const CHUNK: u64 = 1 << 20;

@@ -120,6 +120,8 @@ impl CbSlots {
 
 struct SessionCb {
     id: sessionid4,
+    /// The minor version of the session: the server's callbacks carry it too.
+    minor: u32,
     slots: CbSlots,
     max_ops: u32,
 }
@@ -141,6 +143,9 @@ pub(crate) struct CallbackService {
     session: Mutex<Option<SessionCb>>,
     ops: Arc<dyn CallbackOps>,
     stats: Mutex<CallbackStats>,
+    /// Outcomes of background COPYs the server reported with CB_OFFLOAD, by the
+    /// `other` field of the copy's stateid: the status and the bytes copied.
+    offloads: Mutex<std::collections::HashMap<[u8; 12], (nfsstat4, u64)>>,
 }
 
 pub(crate) fn cb_op_name(op: u32) -> &'static str {
@@ -215,13 +220,23 @@ impl CallbackService {
             session: Mutex::new(None),
             ops,
             stats: Mutex::new(CallbackStats::default()),
+            offloads: Mutex::default(),
         }
     }
 
+    /// The outcome CB_OFFLOAD reported for the background copy `id`, taken.
+    pub(crate) fn take_offload(&self, id: &stateid4) -> Option<(nfsstat4, u64)> {
+        self.offloads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id.other)
+    }
+
     /// A new session's back channel: fresh slots (`attrs` as the server granted them).
-    pub(crate) fn set_session(&self, id: sessionid4, attrs: &channel_attrs4) {
+    pub(crate) fn set_session(&self, id: sessionid4, minor: u32, attrs: &channel_attrs4) {
         *self.session.lock().unwrap_or_else(|e| e.into_inner()) = Some(SessionCb {
             id,
+            minor,
             slots: CbSlots::new(attrs.ca_maxrequests),
             max_ops: attrs.ca_maxoperations.max(1),
         });
@@ -270,7 +285,19 @@ impl CallbackService {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .cb_compound += 1;
-        if minorversion != 1 {
+        // The server calls back in the minor version of our session (RFC 8881 §20,
+        // RFC 7862 §1); another one is not a session of ours.
+        let session_minor = self
+            .session
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|s| s.minor);
+        let known = match session_minor {
+            Some(m) => minorversion == m,
+            None => crate::client::MINOR_VERSIONS.contains(&minorversion),
+        };
+        if !known {
             return Some(encode_res(
                 nfsstat4::NFS4ERR_MINOR_VERS_MISMATCH,
                 &tag,
@@ -376,6 +403,22 @@ impl CallbackService {
             A::OP_CB_RECALL_SLOT(_) => R::OP_CB_RECALL_SLOT(CB_RECALL_SLOT4res {
                 rsr_status: nfsstat4::NFS4_OK,
             }),
+            // A background COPY finished (RFC 7862 §16.1): kept for the copier, which
+            // also asks OFFLOAD_STATUS in case this notice never comes.
+            A::OP_CB_OFFLOAD(a) => {
+                let outcome = match &a.coa_offload_info {
+                    offload_info4::NFS4_OK(w) => (nfsstat4::NFS4_OK, w.wr_count),
+                    offload_info4::default(s, n) => (*s, *n),
+                };
+                let mut known = self.offloads.lock().unwrap_or_else(|e| e.into_inner());
+                // A bound on what a server can make us keep.
+                if known.len() < 4096 {
+                    known.insert(a.coa_stateid.other, outcome);
+                }
+                R::OP_CB_OFFLOAD(CB_OFFLOAD4res {
+                    cor_status: nfsstat4::NFS4_OK,
+                })
+            }
             A::OP_CB_ILLEGAL => status_result(10044, nfsstat4::NFS4ERR_OP_ILLEGAL),
             other => status_result(other.discriminant(), nfsstat4::NFS4ERR_NOTSUPP),
         }
@@ -470,7 +513,7 @@ mod tests {
     fn service() -> (Arc<Fake>, CallbackService) {
         let fake = Arc::new(Fake::default());
         let s = CallbackService::new(fake.clone());
-        s.set_session(SID, &back_channel_attrs());
+        s.set_session(SID, 1, &back_channel_attrs());
         (fake, s)
     }
 
@@ -612,6 +655,35 @@ mod tests {
         assert_eq!(r.status, nfsstat4::NFS4ERR_BADHANDLE);
         // A garbage header is GARBAGE_ARGS at the RPC level.
         assert!(s.compound(Bytes::from_static(&[0, 0])).is_none());
+        // A 4.2 session takes callbacks in 4.2 only (RFC 8881 §20), and CB_OFFLOAD's
+        // outcome is kept for the copier.
+        s.set_session(SID, 2, &back_channel_attrs());
+        let mismatch = s
+            .compound(encode_cb_compound(b"", 1, &[seq(0, 1)]))
+            .expect("reply");
+        let r = CB_COMPOUND4res::from_bytes(mismatch).expect("decodes");
+        assert_eq!(r.status, nfsstat4::NFS4ERR_MINOR_VERS_MISMATCH);
+        let copy = stateid4 {
+            seqid: 1,
+            other: [7; 12],
+        };
+        let offload = nfs_cb_argop4::OP_CB_OFFLOAD(CB_OFFLOAD4args {
+            coa_fh: Bytes::from_static(b"fh"),
+            coa_stateid: copy.clone(),
+            coa_offload_info: offload_info4::NFS4_OK(write_response4 {
+                wr_callback_id: vec![],
+                wr_count: 42,
+                wr_committed: stable_how4::FILE_SYNC4,
+                wr_writeverf: [0; 8],
+            }),
+        });
+        let b = s
+            .compound(encode_cb_compound(b"", 2, &[seq(0, 1), offload]))
+            .expect("reply");
+        let r = CB_COMPOUND4res::from_bytes(b).expect("decodes");
+        assert_eq!(r.status, nfsstat4::NFS4_OK);
+        assert_eq!(s.take_offload(&copy), Some((nfsstat4::NFS4_OK, 42)));
+        assert_eq!(s.take_offload(&copy), None);
     }
 
     #[test]

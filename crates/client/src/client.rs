@@ -38,6 +38,10 @@ pub struct ClientConfig {
     pub delegations: bool,
     /// Byte budget of the delegation cache (file data and directory listings).
     pub cache_bytes: usize,
+    /// NFSv4 minor version to speak: `None` negotiates the highest both sides know
+    /// (2, else 1), as the Linux client does without `vers=`; `Some(1)` or `Some(2)`
+    /// insists on that one.
+    pub minor: Option<u32>,
 }
 
 impl ClientConfig {
@@ -53,6 +57,7 @@ impl ClientConfig {
             call_timeout: Duration::from_secs(60),
             delegations: true,
             cache_bytes: DEFAULT_CACHE_BYTES,
+            minor: None,
         }
     }
 }
@@ -105,6 +110,8 @@ impl Stats {
 }
 
 struct SessionState {
+    /// The minor version every COMPOUND of this session carries.
+    minor: u32,
     clientid: u64,
     sessionid: sessionid4,
     /// The server bound our connection for callbacks (CREATE_SESSION4_FLAG_CONN_BACK_CHAN
@@ -190,10 +197,13 @@ pub struct Client {
     pub(crate) inner: Arc<Inner>,
 }
 
-fn encode(ops: &[nfs_argop4]) -> Bytes {
+/// The minor versions this client speaks, newest first.
+pub const MINOR_VERSIONS: [u32; 2] = [2, 1];
+
+fn encode(minor: u32, ops: &[nfs_argop4]) -> Bytes {
     let mut out = bytes::BytesMut::with_capacity(256);
     txnfs_xdr::put_opaque(&mut out, b"txnfs");
-    txnfs_xdr::put_u32(&mut out, 1);
+    txnfs_xdr::put_u32(&mut out, minor);
     txnfs_xdr::put_array(&mut out, ops);
     out.freeze()
 }
@@ -283,6 +293,16 @@ impl Client {
         }
         spawn_renewer(Arc::downgrade(&c.inner));
         Ok(c)
+    }
+
+    /// What CB_OFFLOAD reported for the background copy `id` (status, bytes), taken.
+    pub(crate) fn take_offload(&self, id: &stateid4) -> Option<(nfsstat4, u64)> {
+        self.inner.callbacks.take_offload(id)
+    }
+
+    /// The NFSv4 minor version this session speaks (negotiated at connect).
+    pub fn minor_version(&self) -> u32 {
+        self.state().minor
     }
 
     pub fn limits(&self) -> Limits {
@@ -384,7 +404,7 @@ impl Client {
             bctsa_use_conn_in_rdma_mode: false,
         });
         self.inner.binds.fetch_add(1, Ordering::Relaxed);
-        let r = solo(&self.inner.transport, "BIND_CONN_TO_SESSION", op).await;
+        let r = solo(&self.inner.transport, st.minor, "BIND_CONN_TO_SESSION", op).await;
         // Whatever the answer, do not try again on this connection for this reason.
         self.inner
             .bound_generation
@@ -503,7 +523,12 @@ impl Client {
             if counted {
                 self.count(&c.ops);
             }
-            let (bytes, resent) = match self.inner.transport.call(proc_num, encode(&all)).await {
+            let (bytes, resent) = match self
+                .inner
+                .transport
+                .call(proc_num, encode(st.minor, &all))
+                .await
+            {
                 Ok(a) => (a.reply, a.resent),
                 Err(ClientError::Rpc(txnfs_rpc::RpcError::ProcUnavail)) if txn => {
                     // Not a transactional server: it ran nothing, not even SEQUENCE.
@@ -701,11 +726,11 @@ impl Client {
         let session = nfs_argop4::OP_DESTROY_SESSION(DESTROY_SESSION4args {
             dsa_sessionid: st.sessionid,
         });
-        solo(t, "DESTROY_SESSION", session).await?;
+        solo(t, st.minor, "DESTROY_SESSION", session).await?;
         let clientid = nfs_argop4::OP_DESTROY_CLIENTID(DESTROY_CLIENTID4args {
             dca_clientid: st.clientid,
         });
-        solo(t, "DESTROY_CLIENTID", clientid).await?;
+        solo(t, st.minor, "DESTROY_CLIENTID", clientid).await?;
         Ok(())
     }
 }
@@ -724,8 +749,13 @@ fn channel(max_requests: u32) -> channel_attrs4 {
 
 /// A COMPOUND of `op` alone (no SEQUENCE), which must succeed; `name` names it in the
 /// error.
-async fn solo(t: &Transport, name: &'static str, op: nfs_argop4) -> Result<(), ClientError> {
-    let r = decode_reply(t.compound(encode(&[op])).await?)?;
+async fn solo(
+    t: &Transport,
+    minor: u32,
+    name: &'static str,
+    op: nfs_argop4,
+) -> Result<(), ClientError> {
+    let r = decode_reply(t.compound(encode(minor, &[op])).await?)?;
     if r.status != nfsstat4::NFS4_OK {
         return Err(ClientError::nfs(name, 0, r.status));
     }
@@ -741,32 +771,57 @@ async fn establish(
     epoch: u64,
     callbacks: &CallbackService,
 ) -> Result<(SessionState, ()), ClientError> {
-    let r = decode_reply(
-        t.compound(encode(&[nfs_argop4::OP_EXCHANGE_ID(EXCHANGE_ID4args {
-            eia_clientowner: client_owner4 {
-                co_verifier: verifier,
-                co_ownerid: owner.clone(),
+    let exchange_id = nfs_argop4::OP_EXCHANGE_ID(EXCHANGE_ID4args {
+        eia_clientowner: client_owner4 {
+            co_verifier: verifier,
+            co_ownerid: owner.clone(),
+        },
+        eia_flags: EXCHGID4_FLAG_SUPP_MOVED_REFER | EXCHGID4_FLAG_SUPP_MOVED_MIGR,
+        eia_state_protect: state_protect4_a::SP4_NONE,
+        eia_client_impl_id: vec![nfs_impl_id4 {
+            nii_domain: Bytes::from_static(b"txnfs.dev"),
+            nii_name: Bytes::from(format!("txnfs-client {}", env!("CARGO_PKG_VERSION"))),
+            nii_date: nfstime4 {
+                seconds: 0,
+                nseconds: 0,
             },
-            eia_flags: EXCHGID4_FLAG_SUPP_MOVED_REFER | EXCHGID4_FLAG_SUPP_MOVED_MIGR,
-            eia_state_protect: state_protect4_a::SP4_NONE,
-            eia_client_impl_id: vec![nfs_impl_id4 {
-                nii_domain: Bytes::from_static(b"txnfs.dev"),
-                nii_name: Bytes::from(format!("txnfs-client {}", env!("CARGO_PKG_VERSION"))),
-                nii_date: nfstime4 {
-                    seconds: 0,
-                    nseconds: 0,
-                },
-            }],
-        })]))
-        .await?,
-    )?;
-    let eid = match r.resarray.first() {
-        Some(nfs_resop4::OP_EXCHANGE_ID(EXCHANGE_ID4res::NFS4_OK(e))) => e.clone(),
-        _ => return Err(ClientError::nfs("EXCHANGE_ID", 0, r.status)),
+        }],
+    });
+    // The highest minor version the server accepts (RFC 8881 §2.7: a server answers
+    // a minor version it does not know with NFS4ERR_MINOR_VERS_MISMATCH).
+    let wanted: &[u32] = match &cfg.minor {
+        Some(m) => std::slice::from_ref(m),
+        None => &MINOR_VERSIONS,
+    };
+    let mut answer = None;
+    for &minor in wanted {
+        let r = decode_reply(
+            t.compound(encode(minor, std::slice::from_ref(&exchange_id)))
+                .await?,
+        )?;
+        if r.status == nfsstat4::NFS4ERR_MINOR_VERS_MISMATCH {
+            answer = Some(Err(r.status));
+            continue;
+        }
+        answer = Some(match r.resarray.first() {
+            Some(nfs_resop4::OP_EXCHANGE_ID(EXCHANGE_ID4res::NFS4_OK(e))) => Ok((minor, e.clone())),
+            _ => Err(r.status),
+        });
+        break;
+    }
+    let (minor, eid) = match answer {
+        Some(Ok(found)) => found,
+        Some(Err(status)) => return Err(ClientError::nfs("EXCHANGE_ID", 0, status)),
+        None => {
+            return Err(ClientError::Protocol(
+                "no NFSv4 minor version to try".into(),
+            ))
+        }
     };
     let r = decode_reply(
-        t.compound(encode(&[nfs_argop4::OP_CREATE_SESSION(
-            CREATE_SESSION4args {
+        t.compound(encode(
+            minor,
+            &[nfs_argop4::OP_CREATE_SESSION(CREATE_SESSION4args {
                 csa_clientid: eid.eir_clientid,
                 csa_sequence: eid.eir_sequenceid,
                 // Callbacks ride this connection (RFC 8881 §2.10.3.1). PERSIST: a server
@@ -778,8 +833,8 @@ async fn establish(
                 csa_back_chan_attrs: back_channel_attrs(),
                 csa_cb_program: CB_PROGRAM,
                 csa_sec_parms: vec![callback_sec_parms4::AUTH_NONE],
-            },
-        )]))
+            })],
+        ))
         .await?,
     )?;
     let cs = match r.resarray.first() {
@@ -787,8 +842,9 @@ async fn establish(
         _ => return Err(ClientError::nfs("CREATE_SESSION", 0, r.status)),
     };
     let fore = &cs.csr_fore_chan_attrs;
-    callbacks.set_session(cs.csr_sessionid, &cs.csr_back_chan_attrs);
+    callbacks.set_session(cs.csr_sessionid, minor, &cs.csr_back_chan_attrs);
     let st = SessionState {
+        minor,
         clientid: eid.eir_clientid,
         sessionid: cs.csr_sessionid,
         back_channel: cs.csr_flags & CREATE_SESSION4_FLAG_CONN_BACK_CHAN != 0,
@@ -815,7 +871,7 @@ async fn establish(
         rca_one_fs: false,
     }));
     let slot = st.slots.acquire().await.map_or(0, |(s, _, _)| s);
-    let r = decode_reply(t.compound(encode(&ops)).await?)?;
+    let r = decode_reply(t.compound(encode(minor, &ops)).await?)?;
     st.slots.release(slot, true, None);
     if r.status != nfsstat4::NFS4_OK && r.status != nfsstat4::NFS4ERR_COMPLETE_ALREADY {
         return Err(ClientError::nfs("RECLAIM_COMPLETE", 0, r.status));

@@ -281,7 +281,7 @@ pub struct Reply {
     pub sent: usize,
 }
 
-fn status_of(r: &nfs_resop4) -> nfsstat4 {
+pub(crate) fn status_of(r: &nfs_resop4) -> nfsstat4 {
     use txnfs_xdr::Encode;
     // Every result begins with its status after the opnum.
     let b = r.to_bytes();

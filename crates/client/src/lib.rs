@@ -52,4 +52,4 @@ pub use client::{Client, ClientConfig, Limits, Stats};
 pub use compound::{Compound, CreateHow, Reply};
 pub use error::{message, ClientError};
 pub use txn::{StepResult, Transaction};
-pub use vector::{DirEntry, Fs};
+pub use vector::{is_copy_unsupported, DirEntry, Fs, Xattrs};

@@ -422,3 +422,67 @@ async fn thousands_of_files_in_one_directory() {
         assert!(!env.server.export_dir().join("many").exists(), "{kind:?}");
     }
 }
+
+/// The client negotiates the highest minor version (4.2 with both servers, which offer
+/// 1 and 2), speaks 4.1 when told to, and `vcopy` gives the same files either way:
+/// with COPY where the server copies (txnfs on 4.2: no READ or WRITE sent), through the
+/// client elsewhere (4.1; Ganesha, whose COPY the probe finds unusable).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn minor_version_negotiated_and_vcopy_the_same_on_each() {
+    let _g = SERIAL.lock().await;
+    for kind in kinds() {
+        for forced in [None, Some(1)] {
+            let env = Env::new(kind).await;
+            let mut cfg = ClientConfig::new(
+                format!("127.0.0.1:{}", env.server.port())
+                    .parse()
+                    .expect("addr"),
+            );
+            cfg.uid = 0;
+            cfg.gid = 0;
+            cfg.minor = forced;
+            let fs = Fs::new(Client::connect(cfg).await.expect("connect"));
+            let want = forced.unwrap_or(2);
+            assert_eq!(fs.client().minor_version(), want, "{kind:?} {forced:?}");
+            let (dir, files) = env
+                .dir_with_files(
+                    "src",
+                    (0..5).map(|i| (format!("f{i}"), content(i, 3000 + i * 70_000))),
+                    true,
+                )
+                .await;
+            let pairs: Vec<(String, String)> = files
+                .iter()
+                .map(|(p, _)| (p.clone(), p.replace(&dir, &env.p("dst"))))
+                .collect();
+            all_ok("mkdir", fs.vmkdir(&[env.p("dst")], 0o755, true).await);
+            let before = fs.client().stats();
+            all_ok("vcopy", fs.vcopy(&pairs).await);
+            let after = fs.client().stats();
+            let sent = |op: &str| {
+                after.ops.get(op).copied().unwrap_or(0) - before.ops.get(op).copied().unwrap_or(0)
+            };
+            let server_side = kind == ServerKind::Txnfs && want == 2;
+            eprintln!(
+                "{kind:?} 4.{want}: COPY {} READ {} WRITE {}",
+                sent("COPY"),
+                sent("READ"),
+                sent("WRITE")
+            );
+            if server_side {
+                assert_eq!(sent("COPY"), 5 + 1, "one COPY per file and the probe");
+                assert_eq!((sent("READ"), sent("WRITE")), (0, 0));
+            } else {
+                assert!(sent("READ") >= 5 && sent("WRITE") >= 5);
+            }
+            let got = all_ok(
+                "vread",
+                fs.vread(&pairs.iter().map(|(_, d)| d.clone()).collect::<Vec<_>>())
+                    .await,
+            );
+            for ((_, data), g) in files.iter().zip(got) {
+                assert_eq!(&g, data, "{kind:?} 4.{want}");
+            }
+        }
+    }
+}

@@ -15,7 +15,7 @@ use super::errors::{map_errno, map_errno_dir, retry};
 use super::handles::name_to_handle;
 use super::{lock, LocalBackend};
 use crate::memory::check_symlink_target;
-use crate::reflink::{copy_range, ficlonerange};
+use crate::reflink::{copy_range_sparse, ficlonerange};
 use crate::{
     Attrs, Backend, BackendError, CloneMethod, CreateMode, Created, DirChange, DirEntry, FileKey,
     FileType, FsStats, Linked, Made, NodeKind, OpCtx, RenameChange, Result, SeekWhat, SetAttrs,
@@ -465,7 +465,7 @@ impl Backend for LocalBackend {
             CloneMethod::Reflink
         } else {
             // Unaligned ranges (EINVAL), another file system, or no reflink support.
-            copy_range(&sfd, src_off, &dfd, dst_off, len)?;
+            copy_range_sparse(&sfd, src_off, &dfd, dst_off, len)?;
             CloneMethod::Copy
         };
         let st = rfs::fstat(&*dfd).map_err(map_errno)?;

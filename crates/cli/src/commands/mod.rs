@@ -6,6 +6,7 @@ pub mod atomic;
 pub mod cat;
 pub mod cp;
 mod cp_atomic;
+mod cp_xattrs;
 pub mod format;
 pub mod ln;
 pub mod ls;
@@ -42,6 +43,22 @@ pub struct GlobalArgs {
     /// server delegates: reads, attributes, directory listings).
     #[arg(long, global = true)]
     pub no_delegations: bool,
+    /// NFS version to speak: 4.2 or 4.1 (default: the highest the server accepts, as
+    /// the Linux client's mount without vers=). On 4.1 copies on one server go
+    /// through the client and sparse files are copied with their holes filled.
+    #[arg(long, global = true, value_name = "VERSION", value_parser = parse_vers)]
+    pub vers: Option<u32>,
+}
+
+/// `4.1` / `4.2` to a minor version.
+fn parse_vers(s: &str) -> Result<u32, String> {
+    match s {
+        "4.2" => Ok(2),
+        "4.1" => Ok(1),
+        _ => Err(format!(
+            "'{s}': txnfs speaks NFS 4.2 and 4.1 (leave --vers out for the highest)"
+        )),
+    }
 }
 
 /// One file command with its arguments.
@@ -125,6 +142,7 @@ impl Ctx {
         }
         cfg.max_attempts = 3;
         cfg.delegations = !self.global.no_delegations;
+        cfg.minor = self.global.vers;
         let client = Client::connect(cfg)
             .await
             .map_err(|e| anyhow::anyhow!("cannot connect to {key}: {}", describe(&e)))?;

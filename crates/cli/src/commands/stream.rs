@@ -224,6 +224,8 @@ pub struct RemoteWriter {
     per: usize,
     buf: BytesMut,
     inflight: VecDeque<JoinHandle<Result<(), ClientError>>>,
+    /// The last thing written was a hole: the size must be set at the end.
+    holes_at_end: bool,
 }
 
 impl RemoteWriter {
@@ -262,10 +264,12 @@ impl RemoteWriter {
             per,
             buf: BytesMut::new(),
             inflight: VecDeque::new(),
+            holes_at_end: false,
         })
     }
 
     fn send(&mut self, data: Bytes) {
+        self.holes_at_end = false;
         let mut c = Compound::new();
         c.putfh(&self.fh);
         let mut writes = Vec::new();
@@ -319,6 +323,19 @@ impl RemoteWriter {
         Ok(())
     }
 
+    /// Leave a hole of `n` bytes: what is buffered goes first, the next write lands
+    /// after the hole (a file ending in one gets its size in [`RemoteWriter::finish`]).
+    pub async fn skip(&mut self, n: u64) -> Result<(), ClientError> {
+        if !self.buf.is_empty() {
+            let b = self.buf.split().freeze();
+            self.send(b);
+            self.drain_to(DEPTH).await?;
+        }
+        self.off += n;
+        self.holes_at_end = true;
+        Ok(())
+    }
+
     /// Send what is buffered, wait for every WRITE, COMMIT and CLOSE.
     pub async fn finish(mut self) -> Result<(), ClientError> {
         if !self.buf.is_empty() {
@@ -328,6 +345,14 @@ impl RemoteWriter {
         let r = self.drain_to(0).await;
         let mut c = Compound::new();
         c.putfh(&self.fh);
+        if self.holes_at_end {
+            // The file ends in a hole: no WRITE reached its end.
+            let set = SetAttributes {
+                size: Some(self.off),
+                ..Default::default()
+            };
+            c.setattr(self.sid.clone(), &set);
+        }
         let k = c.commit();
         let cl = c.close(self.sid.clone());
         let rep = self.client.compound(&c).await;

@@ -1,4 +1,4 @@
-//! Vectorized data calls: vopen, vclose, vread, vwrite, vcopy.
+//! Vectorized data calls: vopen, vclose, vread, vwrite (vcopy: `copy.rs`).
 //!
 //! Whole small files go in one item each (OPEN + READ/WRITE + CLOSE with the current
 //! stateid, so no round trip in between); large files continue in further items that
@@ -24,14 +24,14 @@ fn find<T>(v: &[nfs_resop4], f: impl Fn(&nfs_resop4) -> Option<T>) -> Option<T> 
     v.iter().find_map(f)
 }
 
-fn getfh(v: &[nfs_resop4]) -> Option<Bytes> {
+pub(super) fn getfh(v: &[nfs_resop4]) -> Option<Bytes> {
     find(v, |r| match r {
         nfs_resop4::OP_GETFH(GETFH4res::NFS4_OK(f)) => Some(f.object.clone()),
         _ => None,
     })
 }
 
-fn open_sid(v: &[nfs_resop4]) -> Option<stateid4> {
+pub(super) fn open_sid(v: &[nfs_resop4]) -> Option<stateid4> {
     find(v, |r| match r {
         nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(o)) => Some(o.stateid.clone()),
         _ => None,
@@ -143,15 +143,30 @@ impl Fs {
         access: u32,
         create: Option<&SetAttributes>,
     ) -> Result<Vec<nfs_argop4>, ClientError> {
+        self.open_ops_wanting(path, access, create, self.client.delegations_enabled())
+    }
+
+    /// [`Fs::open_ops`] asking for no delegation (a file opened only to be copied on
+    /// the server is not worth caching).
+    pub(super) fn open_ops_nodeleg(
+        &self,
+        path: &str,
+        access: u32,
+        create: Option<&SetAttributes>,
+    ) -> Result<Vec<nfs_argop4>, ClientError> {
+        self.open_ops_wanting(path, access, create, false)
+    }
+
+    fn open_ops_wanting(
+        &self,
+        path: &str,
+        access: u32,
+        create: Option<&SetAttributes>,
+        want_deleg: bool,
+    ) -> Result<Vec<nfs_argop4>, ClientError> {
         let (parent, leaf) = split_parent(path)?;
         let mut ops = self.resolve(&parent)?;
-        ops.push(open_args(
-            self,
-            &leaf,
-            access,
-            create,
-            self.client.delegations_enabled(),
-        ));
+        ops.push(open_args(self, &leaf, access, create, want_deleg));
         ops.push(nfs_argop4::OP_GETFH);
         Ok(ops)
     }
@@ -494,9 +509,9 @@ impl Fs {
         out
     }
 
-    /// Copy files on the server (read + write through the client: the servers we target
-    /// speak v4.1, which has no COPY).
-    pub async fn vcopy<S: AsRef<str>, T: AsRef<str>>(
+    /// Copy files by reading them into the client and writing them back (where the
+    /// server cannot copy: NFSv4.1, or COPY refused).
+    pub(super) async fn vcopy_through<S: AsRef<str>, T: AsRef<str>>(
         &self,
         pairs: &[(S, T)],
     ) -> Vec<Result<(), ClientError>> {

@@ -9,11 +9,15 @@
 //! per item, in input order.
 
 mod atomic;
+mod copy;
 mod data;
 mod meta;
+mod xattr;
 
+pub use copy::is_copy_unsupported;
 pub use data::OpenFile;
 pub use meta::DirEntry;
+pub use xattr::Xattrs;
 
 use crate::compound::Compound;
 use crate::{Client, ClientError};
@@ -99,6 +103,8 @@ pub struct Fs {
     pub(crate) gdd_unsupported: Arc<std::sync::atomic::AtomicBool>,
     /// GET_DIR_DELEGATION answered GDD4_UNAVAIL this many times in a row.
     pub(crate) gdd_unavail: Arc<std::sync::atomic::AtomicU32>,
+    /// Whether the server copies (`copy::COPY_*`), learnt on the first copy.
+    pub(crate) copy_support: Arc<std::sync::atomic::AtomicU8>,
 }
 
 /// Learns how many ops per COMPOUND a server really accepts. It starts at the
@@ -143,6 +149,7 @@ impl Fs {
             })),
             gdd_unsupported: Arc::default(),
             gdd_unavail: Arc::default(),
+            copy_support: Arc::new(std::sync::atomic::AtomicU8::new(copy::COPY_UNKNOWN)),
         }
     }
 
