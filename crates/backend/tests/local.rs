@@ -338,6 +338,50 @@ fn clone_range_copies_without_reflink_support() {
     );
 }
 
+/// A copy without reflinks keeps the source's holes (copy_file_range would fill them on
+/// tmpfs and ext4): only the data is copied, a hole over older destination bytes reads
+/// as zeros, and a range ending in a hole still gives the destination its full size.
+#[test]
+fn clone_range_keeps_holes_without_reflink_support() {
+    let dir = tempfile::tempdir().unwrap();
+    let _tmpfs = Mounted::new(&["-t", "tmpfs", "txnfs-test"], dir.path());
+    let b = LocalBackend::open(dir.path()).unwrap();
+    let cx = OpCtx::default();
+    // 8 MiB: 64 KiB of data at 1 MiB and at 5 MiB, holes elsewhere (the end too).
+    let island = pattern(64 << 10);
+    let src = file_with(&b, "src", b"");
+    b.write(&cx, &src, 1 << 20, &island, false).unwrap();
+    b.write(&cx, &src, 5 << 20, &island, false).unwrap();
+    b.setattr(
+        &cx,
+        &src,
+        &SetAttrs {
+            size: Some(8 << 20),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut want = vec![0u8; 8 << 20];
+    want[1 << 20..(1 << 20) + island.len()].copy_from_slice(&island);
+    want[5 << 20..(5 << 20) + island.len()].copy_from_slice(&island);
+    // Into an empty file, and over a file full of other bytes.
+    let fresh = file_with(&b, "fresh", b"");
+    let full = file_with(&b, "full", &vec![0xee; 8 << 20]);
+    for dst in [&fresh, &full] {
+        b.clone_range(&cx, &src, 0, dst, 0, 0).unwrap();
+        let mut got = Vec::new();
+        while got.len() < want.len() {
+            let (d, _) = b.read(&user(), dst, got.len() as u64, 1 << 20).unwrap();
+            assert!(!d.is_empty(), "short file at {}", got.len());
+            got.extend_from_slice(&d);
+        }
+        assert!(got == want, "copied bytes differ");
+        assert_eq!(b.getattr(&user(), dst).unwrap().size, 8 << 20);
+    }
+    let used = b.getattr(&user(), &fresh).unwrap().space_used;
+    assert!(used < 1 << 20, "holes filled: {used} bytes allocated");
+}
+
 fn reflink_on(mkfs: &str, size: &str) {
     let fs = LoopFs::new(mkfs, size);
     let b = LocalBackend::open(fs.mnt.path()).unwrap();
