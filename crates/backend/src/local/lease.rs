@@ -39,9 +39,20 @@ use super::{lock, LocalBackend};
 use crate::{BackendError, FileKey, Result, Watch, WatchHandle, WatchKind};
 
 /// The leases the backend holds, by key (weak: the [`Watch`]es own them).
-#[derive(Default)]
 pub(super) struct Leases {
     map: Mutex<HashMap<FileKey, Weak<Lease>>>,
+    /// At most this many (each is an open descriptor): the size of the key cache,
+    /// which is fitted to the process's descriptor limit.
+    cap: usize,
+}
+
+impl Leases {
+    pub(super) fn new(cap: usize) -> Self {
+        Leases {
+            map: Mutex::new(HashMap::new()),
+            cap,
+        }
+    }
 }
 
 /// One kernel lease, on its own open file description.
@@ -133,6 +144,13 @@ impl LocalBackend {
                 return Ok(Some(Watch::new(kind, Box::new(h))));
             }
             return Err(BackendError::Conflict);
+        }
+        if map.len() >= self.leases.cap {
+            map.retain(|_, w| w.strong_count() > 0);
+            if map.len() >= self.leases.cap {
+                // Out of descriptors to spend on leases: no delegation (WND4_RESOURCE).
+                return Err(BackendError::NoSpace);
+            }
         }
         // The backend's own cached read-write descriptor would make the lease fail: the
         // lease's descriptor serves the file's I/O from now on. (One still in use by a

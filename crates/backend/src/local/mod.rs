@@ -164,7 +164,7 @@ impl LocalBackend {
             rw: Mutex::new(FdCache::new(rw_cap)),
             changes: Mutex::new(ChangeTable::default()),
             held: Mutex::new(HashMap::new()),
-            leases: Arc::default(),
+            leases: Arc::new(lease::Leases::new(path_cap)),
         })
     }
 }
