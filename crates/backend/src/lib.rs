@@ -22,6 +22,9 @@ pub mod local;
 pub mod memory;
 mod reflink;
 pub mod txn;
+mod watch;
+
+pub use watch::{Watch, WatchHandle, WatchKind};
 
 /// Opaque, restart-stable identity of an object inside one backend (at most
 /// [`MAX_KEY_LEN`] bytes).
@@ -555,6 +558,20 @@ macro_rules! with_backend_methods {
                 fn contains(&self, key: &FileKey) -> Result<bool> {
                     let _ = key;
                     Ok(true)
+                }
+                /// Watch the regular file `key` for accesses from outside the server that
+                /// conflict with a delegation of `kind` (ADR 0027), for as long as the
+                /// returned [`Watch`] lives. The server asks when it grants a delegation
+                /// and drops the watch when the file's last delegation ends.
+                ///
+                /// `Ok(None)`: nothing but the server can reach this backend's files (the
+                /// memory backend), no watch is needed and the delegation stands.
+                /// `Err(Conflict)`: the file is open outside in a way the delegation could
+                /// not be protected from (open for writing, or for a write delegation open
+                /// at all): grant none. Any other error: grant none either.
+                fn watch_file(&self, cx: &OpCtx, key: &FileKey, kind: WatchKind) -> Result<Option<Watch>> {
+                    let _ = (cx, key, kind);
+                    Ok(None)
                 }
             }
         }

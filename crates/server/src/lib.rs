@@ -20,6 +20,7 @@ pub mod session;
 pub mod statecore;
 pub mod statedir;
 pub mod txnspan;
+pub mod watches;
 
 pub use txnfs_proto::nfs4 as nfs;
 

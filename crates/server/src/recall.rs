@@ -40,7 +40,7 @@ pub fn on_blocking_pool<R>(f: impl FnOnce() -> R) -> R {
 
 /// How the current thread may wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum WaitMode {
+pub(crate) enum WaitMode {
     /// A blocking-pool thread: block.
     Plain,
     /// A multi-threaded runtime's worker: block inside `block_in_place`.
@@ -166,14 +166,27 @@ impl Server {
         }
         let _held = HeldGuard(&waits.held);
         let start = Instant::now();
-        let deadline = start + self.cfg.recall_wait();
+        self.wait_for_return(&ids, mode, start, start + self.cfg.recall_wait())
+    }
+
+    /// Wait (as `mode` allows, never with [`WaitMode::Never`]) until none of the
+    /// delegations `ids` is held any more; revoke a holder that cannot be reached at
+    /// once, and at `deadline` the rest (then NFS4ERR_DELAY).
+    pub(crate) fn wait_for_return(
+        &self,
+        ids: &[u64],
+        mode: WaitMode,
+        start: Instant,
+        deadline: Instant,
+    ) -> Result<(), nfsstat4> {
+        let waits = &self.recall_waits;
         let mut revoked_some = false;
         blocking(mode, || loop {
             let seen = waits.generation();
             {
                 let mut core = self.core()?;
-                revoked_some |= core.revoke_unreachable(self.clock.now(), &ids, self.unreachable());
-                if !core.delegations_held(&ids) {
+                revoked_some |= core.revoke_unreachable(self.clock.now(), ids, self.unreachable());
+                if !core.delegations_held(ids) {
                     let outcome = if revoked_some {
                         HoldOutcome::Unreachable
                     } else {
@@ -183,7 +196,7 @@ impl Server {
                     return Ok(());
                 }
                 if Instant::now() >= deadline {
-                    core.revoke_delegations(&ids, RevokeReason::Timeout);
+                    core.revoke_delegations(ids, RevokeReason::Timeout);
                     core.note_hold(HoldOutcome::Timeout, start.elapsed());
                     return Err(nfsstat4::NFS4ERR_DELAY);
                 }

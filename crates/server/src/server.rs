@@ -137,6 +137,8 @@ pub struct Server {
     boot_time: Timestamp,
     /// Requests held for recalled delegations wait here (`crate::recall`).
     pub recall_waits: crate::recall::RecallWaits,
+    /// Delegated files watched for access from outside the server (`crate::watches`).
+    pub watches: crate::watches::FileWatches,
     /// Transactions of several COMPOUNDs that are open (`crate::txnspan`).
     pub txns: crate::txnspan::OpenTxns,
     /// Callbacks the core asked for while no runtime could send them (the
@@ -245,6 +247,7 @@ impl Server {
         Ok(Arc::new_cyclic(|me| Server {
             me: me.clone(),
             recall_waits: Default::default(),
+            watches: Default::default(),
             txns: Default::default(),
             undelivered_callbacks: Mutex::new(Vec::new()),
             exports,

@@ -131,6 +131,7 @@ pub async fn run(
             }
         })
     };
+    let lease_breaks = watch_lease_breaks(&server);
     let cfg = txnfs_rpc::ServerConfig {
         max_record_size: server.cfg.max_record_size,
         max_connections: server.cfg.max_connections,
@@ -140,6 +141,34 @@ pub async fn run(
     let svc = Arc::new(NfsService::new(server.clone()));
     let r = txnfs_rpc::serve(listener, svc, cfg, shutdown).await;
     ticker.abort();
+    if let Some(t) = lease_breaks {
+        t.abort();
+    }
     server.persist_clients();
     r
+}
+
+/// Handle SIGIO, the kernel's lease-break signal, before any lease can be taken (the
+/// local backend takes none while SIGIO would end the process): each one makes the
+/// server look for broken watches (ADR 0027). Once installed the handler stays for the
+/// life of the process, so a late SIGIO never ends it.
+fn watch_lease_breaks(server: &Arc<Server>) -> Option<tokio::task::JoinHandle<()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::io()) {
+        Ok(mut sigio) => {
+            let server = server.clone();
+            Some(tokio::spawn(async move {
+                while sigio.recv().await.is_some() {
+                    server.lease_breaks();
+                }
+            }))
+        }
+        Err(e) => {
+            tracing::warn!(
+                "cannot handle SIGIO ({e}): local exports grant no delegations \
+                 (they could not be recalled for local writers)"
+            );
+            None
+        }
+    }
 }

@@ -146,7 +146,11 @@ impl Server {
                         "delegation revoked: holder unreachable (no back channel)"
                     ),
                 },
-                Effect::DelegationsReleased => self.recall_waits.notify(),
+                Effect::DelegationsReleased => {
+                    // Watches first: a woken request may open the file.
+                    self.unwatch_released();
+                    self.recall_waits.notify();
+                }
                 Effect::NotifyDue { client, id, after } => match self.arc() {
                     Some(me) => me.schedule_notify(client, id, after),
                     None => tracing::warn!("notification dropped: the server is shutting down"),
@@ -207,6 +211,10 @@ impl Server {
             effects
         };
         self.apply(effects);
+        // A backstop for a lost SIGIO (ADR 0027).
+        if let Some(me) = self.arc() {
+            me.lease_breaks();
+        }
         self.reap_transactions(now);
     }
 

@@ -532,6 +532,17 @@ impl StateCore {
         self.delegs.grant(now, client, file, req)
     }
 
+    /// Take back a delegation [`StateCore::grant_delegation`] just granted, before the
+    /// reply carrying it went out ([`DelegTable::withdraw`]). Requests held for the
+    /// file look again.
+    pub fn withdraw_delegation(&mut self, client: ClientId, sid: &Stateid, file: FileId) -> bool {
+        let done = self.delegs.withdraw(client, sid, file);
+        if done {
+            self.pending.push(Effect::DelegationsReleased);
+        }
+        done
+    }
+
     /// Another client's (or an anonymous) request that would do `access` to `file`:
     /// the delegations it must wait for. Those not yet recalled are recalled now
     /// ([`Effect::Callback`] with CB_RECALL, taken with [`StateCore::take_effects`]);

@@ -19,7 +19,7 @@ use crate::reflink::{copy_range_sparse, ficlonerange};
 use crate::{
     Attrs, Backend, BackendError, CloneMethod, CreateMode, Created, DirChange, DirEntry, FileKey,
     FileType, FsStats, Linked, Made, NodeKind, OpCtx, RenameChange, Result, SeekWhat, SetAttrs,
-    XattrChange, XattrSet,
+    Watch, WatchKind, XattrChange, XattrSet,
 };
 
 /// Largest read answered in one call (a shorter read is not end of file).
@@ -545,6 +545,10 @@ impl Backend for LocalBackend {
             // An unlinked object is freed once its last descriptor closes: the caches'.
             self.forget_if_unlinked(key);
         }
+    }
+
+    fn watch_file(&self, _cx: &OpCtx, key: &FileKey, kind: WatchKind) -> Result<Option<Watch>> {
+        self.watch(key, kind)
     }
 
     fn allocate(&self, _cx: &OpCtx, key: &FileKey, offset: u64, len: u64) -> Result<Attrs> {

@@ -130,9 +130,10 @@ impl LocalBackend {
         })();
         match result {
             Ok((key, st)) => {
-                let fd = Arc::new(fd);
-                lock(&self.rw).insert(key.clone(), fd.clone());
-                lock(&self.paths).insert(key.clone(), fd);
+                // Only the I/O cache: the key cache holds `O_PATH` descriptors alone, which
+                // never stand in the way of a lease (`Backend::hold` keeps one of those for
+                // as long as the file is open; a read-write one would refuse every lease).
+                lock(&self.rw).insert(key.clone(), Arc::new(fd));
                 let _ = self.dir_mutated(dfd);
                 Ok((key, self.attrs(&st, true), true))
             }

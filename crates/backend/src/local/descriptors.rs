@@ -135,11 +135,24 @@ impl LocalBackend {
                 Mode::empty(),
             )
         })
-        .map_err(map_errno)
+        .map_err(|e| match e {
+            // With O_NONBLOCK, a regular file's open fails so only when a lease (ours
+            // or another process's) is being broken for it: retry later.
+            Errno::AGAIN => BackendError::Conflict,
+            other => map_errno(other),
+        })
     }
 
     /// A descriptor of `key` open for I/O (read-write when possible), with its stat.
+    ///
+    /// A leased file's I/O goes through the lease's descriptor (`lease.rs`), so the
+    /// server never breaks its own lease; and no open here ever waits for a lease (the
+    /// opens are non-blocking: a lease being broken answers `Conflict`, retry later).
     pub(super) fn io_fd(&self, key: &FileKey, need_write: bool) -> Result<(Arc<OwnedFd>, Stat)> {
+        if let Some(fd) = self.leased_fd(key, need_write) {
+            let st = self.stat_live(key, &fd)?;
+            return Ok((fd, st));
+        }
         // (bound first: the guard must not live through the block, which may lock again)
         let cached = lock(&self.rw).get(key);
         if let Some(fd) = cached {
@@ -153,12 +166,12 @@ impl LocalBackend {
         }
         let pfd = self.resolve(key)?;
         let st = self.stat_live(key, &pfd)?;
-        let fd = match self.reopen_file(&pfd, &st, OFlags::RDWR) {
+        let fd = match self.reopen_file(&pfd, &st, OFlags::RDWR | OFlags::NONBLOCK) {
             Ok(fd) => fd,
             Err(BackendError::ReadOnly | BackendError::Access | BackendError::Perm)
                 if !need_write =>
             {
-                self.reopen_file(&pfd, &st, OFlags::RDONLY)?
+                self.reopen_file(&pfd, &st, OFlags::RDONLY | OFlags::NONBLOCK)?
             }
             Err(e) => return Err(e),
         };

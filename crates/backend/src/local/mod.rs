@@ -17,6 +17,9 @@
 //!   be mounted.
 //! * Bounded caches keep `O_PATH` descriptors (4096) and read-write descriptors of
 //!   regular files (128) so that hot keys are not reopened on every call.
+//! * Delegated files are watched with kernel leases (`lease.rs`, ADR 0027): a process
+//!   on the host opening one in a conflicting way waits while the server recalls the
+//!   delegation. While a lease lives, the file's I/O goes through the lease's descriptor.
 //! * `change` is the ctime in nanoseconds, bumped by an in-memory per-file counter so that
 //!   two mutations within one ctime tick still differ and it never goes back during a run.
 //! * Directory mutations report their directory's change before and after (not atomic:
@@ -44,6 +47,7 @@ mod descriptors;
 mod errors;
 mod fd_cache;
 mod handles;
+mod lease;
 mod readdir;
 mod v42;
 
@@ -62,6 +66,7 @@ use fd_cache::{cache_caps, FdCache};
 use handles::{map_handle_errno, name_to_handle, open_handle};
 
 pub(crate) use errors::{map_errno, retry};
+pub use lease::{lease_break_time, sigio_handled};
 
 /// A [`Backend`](crate::Backend) serving one directory tree of the local file system.
 pub struct LocalBackend {
@@ -79,6 +84,8 @@ pub struct LocalBackend {
     /// Objects a client has open (`Backend::hold`), with the descriptor that keeps each
     /// alive after its last name is gone and the number of holds.
     held: Mutex<HashMap<FileKey, (Arc<OwnedFd>, usize)>>,
+    /// Kernel leases behind delegations (`Backend::watch_file`, ADR 0027).
+    leases: Arc<lease::Leases>,
     /// What `clone_range` does here (probed once at open).
     clone: CloneMethod,
     /// Whether the file system keeps `user.` extended attributes (probed once at open).
@@ -157,6 +164,7 @@ impl LocalBackend {
             rw: Mutex::new(FdCache::new(rw_cap)),
             changes: Mutex::new(ChangeTable::default()),
             held: Mutex::new(HashMap::new()),
+            leases: Arc::new(lease::Leases::new(path_cap)),
         })
     }
 }

@@ -8,6 +8,7 @@ use crate::compound::{Compound, Fh, ObjFh, OpResult};
 use crate::errors::state_status;
 use crate::nfs::*;
 use crate::statecore::{stateid_from_wire, stateid_to_wire};
+use crate::watches::WatchRefused;
 use txnfs_backend::{Attrs, FileType};
 use txnfs_state::deleg::dir::{notify_type, MAX_CHILDREN};
 use txnfs_state::deleg::DirParams;
@@ -60,7 +61,8 @@ pub(crate) fn grant(
     }
     let file = c.srv.state_file_id(&o.export, attrs.fileid);
     let callback_up = c.srv.callbacks.client_up(client);
-    let granted = c.srv.core()?.grant_delegation(
+    let mut core = c.srv.core()?;
+    let granted = core.grant_delegation(
         c.now,
         client,
         file,
@@ -71,6 +73,27 @@ pub(crate) fn grant(
         o.wire.clone(),
         attrs.change,
     );
+    // A delegation the backend cannot protect from access outside the server (a
+    // local file open for writing elsewhere) is taken back before anyone saw it
+    // (ADR 0027).
+    let granted = match granted {
+        Ok(g) => match c
+            .srv
+            .watch_delegated(&core, c.scope.ctx(), &o.export, &o.key, file, g.kind)
+        {
+            Ok(()) => Ok(g),
+            Err(why) => {
+                tracing::debug!(file = format_args!("{file:#x}"), "no delegation: {why}");
+                core.withdraw_delegation(client, &g.stateid, file);
+                Err(match why {
+                    WatchRefused::Contention => NoDeleg::Contention,
+                    WatchRefused::Backend(_) => NoDeleg::Resource,
+                })
+            }
+        },
+        Err(why) => Err(why),
+    };
+    drop(core);
     Ok(match granted {
         Ok(g) => {
             let stateid = stateid_to_wire(&g.stateid);

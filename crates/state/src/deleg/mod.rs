@@ -639,6 +639,21 @@ impl DelegTable {
         Ok(())
     }
 
+    /// Take back the delegation `sid` just granted to `client` on `file`, before its
+    /// holder learnt of it (the server could not protect it: ADR 0027). It counts as
+    /// never granted. False when there is no such live delegation.
+    pub fn withdraw(&mut self, client: ClientId, sid: &Stateid, file: FileId) -> bool {
+        let Ok((id, _)) = self.live(client, sid, file) else {
+            return false;
+        };
+        self.remove(id);
+        self.count(client, |s| {
+            s.granted = s.granted.saturating_sub(1);
+            s.outstanding = s.outstanding.saturating_sub(1);
+        });
+        true
+    }
+
     /// The type of `client`'s live delegation `sid` on `file` (an OPEN with
     /// CLAIM_DELEG_CUR_FH, I/O with a delegation stateid): revoked ones are
     /// [`StateError::DelegRevoked`].

@@ -1,0 +1,62 @@
+//! Watches: how a backend tells the server that something outside the server (a
+//! process on the host writing the exported directory) is about to change a file the
+//! server has delegated, so the delegation can be recalled first (issue 22 item 3,
+//! `docs/adr/0027-local-writers-recall-delegations.md`).
+//!
+//! The server asks for a watch when it grants a delegation ([`crate::Backend::watch_file`])
+//! and drops it when the last delegation of the file ends. While the watch lives, an
+//! outside access that conflicts with it waits (the local backend's kernel lease makes
+//! the opener block) and [`Watch::broken`] turns true; the server finds it when the
+//! backend rings ([`crate::local::lease`]: SIGIO), recalls the delegation and drops the
+//! watch, which lets the outside access proceed.
+
+use std::fmt;
+
+/// What a watch protects, after the delegation it backs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WatchKind {
+    /// A read delegation: outside opens for writing (and truncates) must wait.
+    Read,
+    /// A write delegation: every outside open must wait.
+    Write,
+}
+
+/// What a backend keeps for one watch; dropping it ends the watch.
+pub trait WatchHandle: Send + Sync {
+    /// Whether an outside access conflicts with the watch now (it waits for the watch
+    /// to be dropped), or the watch no longer protects anything.
+    fn broken(&self) -> bool;
+}
+
+/// A live watch of one file ([`crate::Backend::watch_file`]). Dropping it releases
+/// whatever the backend holds (the local backend's kernel lease), so an outside access
+/// waiting for it proceeds.
+pub struct Watch {
+    kind: WatchKind,
+    handle: Box<dyn WatchHandle>,
+}
+
+impl Watch {
+    /// A watch of `kind` kept by `handle`.
+    pub fn new(kind: WatchKind, handle: Box<dyn WatchHandle>) -> Self {
+        Watch { kind, handle }
+    }
+
+    /// What the watch protects.
+    pub fn kind(&self) -> WatchKind {
+        self.kind
+    }
+
+    /// See [`WatchHandle::broken`].
+    pub fn broken(&self) -> bool {
+        self.handle.broken()
+    }
+}
+
+impl fmt::Debug for Watch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Watch")
+            .field("kind", &self.kind)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,223 @@
+//! Delegated files watched for access from outside the server (issue 22 item 3; ADR
+//! 0027): a process on the host writing a file of a local export recalls the NFS
+//! clients' delegations of it, as a conflicting NFS client does.
+//!
+//! When a file delegation is granted, the export's backend is asked to watch the file
+//! (`Backend::watch_file`; the local backend takes a kernel lease). A file the backend
+//! cannot protect gets no delegation (the grant is withdrawn before the reply goes
+//! out). One watch serves every delegation of a file, and it is dropped when the last
+//! of them ends (returned, revoked, or gone with its client) *before* requests held
+//! for the delegation are woken, so the server's own I/O for them never meets its own
+//! lease.
+//!
+//! An outside access that conflicts with a watch waits in the kernel and rings SIGIO;
+//! the service then looks for broken watches ([`Server::lease_breaks`]; the tick does
+//! too, in case a signal was missed) and recalls the file's delegations on a
+//! blocking-pool thread, waiting at most `recall_wait`, but never longer than the
+//! kernel lets the outside opener wait (`lease-break-time`, less a second): then the
+//! delegations are revoked. Either way the watch is dropped and the opener proceeds.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use txnfs_backend::{BackendError, FileKey, OpCtx, Watch, WatchKind};
+use txnfs_state::{Access, DelegType, FileId};
+
+use crate::export::Export;
+use crate::recall::WaitMode;
+use crate::server::Server;
+use crate::statecore::CoreGuard;
+
+/// The watches of delegated files, by file.
+#[derive(Debug, Default)]
+pub struct FileWatches {
+    map: Mutex<HashMap<FileId, Entry>>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    watch: Watch,
+    /// A recall for a broken watch is under way.
+    recalling: bool,
+}
+
+impl FileWatches {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<FileId, Entry>> {
+        // Entries hold no invariant a panic could break half-way.
+        self.map.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Files watched now.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no file is watched.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+}
+
+/// Why a delegation could not be protected.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WatchRefused {
+    /// The file is open elsewhere in a way that conflicts, or a break of its watch is
+    /// under way.
+    #[error("the file is in use outside the server")]
+    Contention,
+    /// The backend cannot watch it (no SIGIO handler, no lease permission, an error).
+    #[error("the file cannot be watched: {0}")]
+    Backend(BackendError),
+}
+
+impl Server {
+    /// Watch `key` of `export` (the state core's `file`) for a delegation of `kind`
+    /// just granted. Called under the core's lock (`_core`), so that no delegation of
+    /// the file ends meanwhile ([`Server::unwatch_released`] takes the same lock first).
+    pub(crate) fn watch_delegated(
+        &self,
+        _core: &CoreGuard<'_>,
+        cx: &OpCtx,
+        export: &Export,
+        key: &FileKey,
+        file: FileId,
+        kind: DelegType,
+    ) -> Result<(), WatchRefused> {
+        let kind = match kind {
+            DelegType::Read => WatchKind::Read,
+            DelegType::Write => WatchKind::Write,
+            DelegType::Directory => return Ok(()),
+        };
+        let mut map = self.watches.lock();
+        if let Some(e) = map.get(&file) {
+            // Another client's read delegation: the same lease serves both.
+            if e.recalling || e.watch.kind() != kind || e.watch.broken() {
+                return Err(WatchRefused::Contention);
+            }
+            return Ok(());
+        }
+        match export.backend.watch_file(cx, key, kind) {
+            Ok(Some(watch)) => {
+                map.insert(
+                    file,
+                    Entry {
+                        watch,
+                        recalling: false,
+                    },
+                );
+                Ok(())
+            }
+            // Nothing but the server reaches this backend's files.
+            Ok(None) => Ok(()),
+            Err(BackendError::Conflict) => Err(WatchRefused::Contention),
+            Err(e) => Err(WatchRefused::Backend(e)),
+        }
+    }
+
+    /// Drop the watches of files with no delegation left. Called when delegations went
+    /// away, before the requests held for them are woken: those may open the file.
+    pub(crate) fn unwatch_released(&self) {
+        if self.watches.is_empty() {
+            return;
+        }
+        let dropped: Vec<Entry> = {
+            // Only gives watches back: a poisoned core was reported by whoever made
+            // the effect.
+            let core = self.core.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut map = self.watches.lock();
+            let gone: Vec<FileId> = map
+                .keys()
+                .filter(|f| core.delegations().on_file(**f).is_empty())
+                .copied()
+                .collect();
+            gone.iter().filter_map(|f| map.remove(f)).collect()
+        };
+        // Releasing a lease is a syscall: after the locks.
+        drop(dropped);
+    }
+
+    /// Look for watches an outside access broke (on SIGIO, and on every tick) and
+    /// recall their files' delegations, each on a blocking-pool thread.
+    pub fn lease_breaks(self: &Arc<Self>) {
+        if self.watches.is_empty() {
+            return;
+        }
+        let broken: Vec<FileId> = {
+            let mut map = self.watches.lock();
+            map.iter_mut()
+                .filter(|(_, e)| !e.recalling && e.watch.broken())
+                .map(|(f, e)| {
+                    e.recalling = true;
+                    *f
+                })
+                .collect()
+        };
+        if broken.is_empty() {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            // No runtime (no SIGIO stream either): recall here without waiting.
+            for file in broken {
+                self.recall_for_outside(file, WaitMode::Never);
+            }
+            return;
+        };
+        for file in broken {
+            let srv = self.clone();
+            rt.spawn_blocking(move || {
+                crate::recall::on_blocking_pool(|| srv.recall_for_outside(file, WaitMode::Plain))
+            });
+        }
+    }
+
+    /// Recall every delegation of `file` for an outside access waiting on its broken
+    /// watch, wait for their return (see the module documentation for the bound),
+    /// revoke the rest, and drop the watch.
+    fn recall_for_outside(&self, file: FileId, mode: WaitMode) {
+        tracing::info!(
+            file = format_args!("{file:#x}"),
+            "a process outside the server wants a delegated file: recalling"
+        );
+        let wait = self.outside_recall_wait();
+        let now = self.clock.now();
+        let ids = match self.core() {
+            Ok(mut core) => {
+                core.delegation_conflicts(now, None, file, Access::Modify, self.unreachable())
+            }
+            Err(_) => Vec::new(),
+        };
+        if mode == WaitMode::Never {
+            // The recalls went out; the watch goes with the last delegation.
+            return;
+        }
+        if !ids.is_empty() {
+            let start = Instant::now();
+            if self
+                .wait_for_return(&ids, mode, start, start + wait)
+                .is_err()
+            {
+                tracing::info!(
+                    file = format_args!("{file:#x}"),
+                    "delegation revoked: not returned before the outside access"
+                );
+            }
+        }
+        // Normally gone already with the last delegation.
+        let entry = {
+            let _core = self.core.lock().unwrap_or_else(PoisonError::into_inner);
+            self.watches.lock().remove(&file)
+        };
+        drop(entry);
+    }
+
+    /// How long a recall for an outside access may take: `recall_wait`, but at least a
+    /// second less than the kernel lets the outside opener wait.
+    fn outside_recall_wait(&self) -> Duration {
+        let wait = self.cfg.recall_wait();
+        match txnfs_backend::local::lease_break_time() {
+            Some(kernel) => wait.min(kernel.saturating_sub(Duration::from_secs(1))),
+            None => wait,
+        }
+    }
+}
