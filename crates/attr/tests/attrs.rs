@@ -531,10 +531,13 @@ fn exclcreat_and_writable() {
             fattr::OWNER,
             fattr::OWNER_GROUP,
             fattr::TIME_ACCESS_SET,
-            fattr::TIME_MODIFY_SET
+            fattr::TIME_MODIFY_SET,
+            fattr::TIME_DELEG_ACCESS,
+            fattr::TIME_DELEG_MODIFY
         ])
     );
-    let sup = supported_attrs();
+    // The delegated times are NFSv4.2 attributes (RFC 9754).
+    let sup = supported_attrs_in(2);
     for bit in 0..96 {
         if bitmap_isset(&w, bit) || bitmap_isset(&suppattr_exclcreat(), bit) {
             assert!(bitmap_isset(&sup, bit), "{bit}");

@@ -18,6 +18,7 @@ use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use txnfs_backend::Timestamp;
 use txnfs_proto::nfs4::*;
 use txnfs_state::{Access, Callback, ClientId, FileId, HoldOutcome, RevokeReason, Stateid};
 
@@ -287,10 +288,16 @@ impl Server {
             .unwrap_or(false)
     }
 
-    /// CB_GETATTR (RFC 8881 §20.1) of size and change to the write-delegation holder
-    /// `client` of the file `fh`, waiting at most the callback timeout. `None` when the
-    /// answer did not come (the caller recalls instead) or the thread may not wait.
-    pub fn cb_getattr(&self, client: ClientId, fh: &Bytes) -> Option<(u64, u64)> {
+    /// CB_GETATTR (RFC 8881 §20.1) of size and change (and, with `timestamps`, the
+    /// delegated times) to the write-delegation holder `client` of the file `fh`,
+    /// waiting at most the callback timeout. `None` when the answer did not come (the
+    /// caller recalls instead) or the thread may not wait.
+    pub fn cb_getattr(
+        &self,
+        client: ClientId,
+        fh: &Bytes,
+        timestamps: bool,
+    ) -> Option<HolderAttrs> {
         let mode = wait_mode();
         if mode == WaitMode::Never {
             return None;
@@ -303,7 +310,15 @@ impl Server {
         rt.spawn(async move {
             let op = nfs_cb_argop4::OP_CB_GETATTR(CB_GETATTR4args {
                 fh,
-                attr_request: vec![(1 << FATTR4_SIZE) | (1 << FATTR4_CHANGE)],
+                attr_request: if timestamps {
+                    vec![
+                        (1 << FATTR4_SIZE) | (1 << FATTR4_CHANGE),
+                        0,
+                        DELEG_TIMES_WORD2,
+                    ]
+                } else {
+                    vec![(1 << FATTR4_SIZE) | (1 << FATTR4_CHANGE)]
+                },
             });
             let r = cb_compound(&s, vec![op], timeout).await;
             s.observe(&r);
@@ -318,7 +333,7 @@ impl Server {
         else {
             return None;
         };
-        size_and_change(&ok.obj_attributes)
+        holder_attrs(&ok.obj_attributes)
     }
 }
 
@@ -347,20 +362,59 @@ async fn recall(
     }
 }
 
-/// The size and change attributes of a CB_GETATTR reply (RFC 8881 §20.1.3: the client
-/// returns what it has of the requested ones, in bit order: change (3), then size (4)).
-fn size_and_change(f: &fattr4) -> Option<(u64, u64)> {
-    let want = (1u32 << FATTR4_CHANGE) | (1u32 << FATTR4_SIZE);
-    if f.attrmask.first().copied().unwrap_or(0) != want
-        || f.attrmask.iter().skip(1).any(|w| *w != 0)
+/// What a write-delegation holder told CB_GETATTR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HolderAttrs {
+    pub size: u64,
+    pub change: u64,
+    /// With delegated timestamps (RFC 9754): the holder's access and modify times.
+    pub atime: Option<Timestamp>,
+    pub mtime: Option<Timestamp>,
+}
+
+/// `time_deleg_access` and `time_deleg_modify` in the third bitmap word (84, 85).
+const DELEG_TIMES_WORD2: u32 =
+    (1 << (FATTR4_TIME_DELEG_ACCESS - 64)) | (1 << (FATTR4_TIME_DELEG_MODIFY - 64));
+
+/// The attributes of a CB_GETATTR reply (RFC 8881 §20.1.3: the client returns what it
+/// has of the requested ones, in bit order: change (3), size (4), then the delegated
+/// times (84, 85) when asked). Size and change must both be there.
+fn holder_attrs(f: &fattr4) -> Option<HolderAttrs> {
+    let want0 = (1u32 << FATTR4_CHANGE) | (1u32 << FATTR4_SIZE);
+    let m = &f.attrmask;
+    if m.first().copied().unwrap_or(0) != want0
+        || m.get(1).copied().unwrap_or(0) != 0
+        || m.get(2).copied().unwrap_or(0) & !DELEG_TIMES_WORD2 != 0
+        || m.iter().skip(3).any(|w| *w != 0)
     {
         return None;
     }
-    let v = &f.attr_vals;
-    if v.len() != 16 {
+    let mut v = f.attr_vals.clone();
+    let change = txnfs_xdr::get_u64(&mut v).ok()?;
+    let size = txnfs_xdr::get_u64(&mut v).ok()?;
+    let time = |v: &mut Bytes| -> Option<Timestamp> {
+        let sec = txnfs_xdr::get_i64(v).ok()?;
+        let nsec = txnfs_xdr::get_u32(v).ok()?;
+        (nsec < 1_000_000_000).then_some(Timestamp { sec, nsec })
+    };
+    let word2 = m.get(2).copied().unwrap_or(0);
+    let atime = if word2 & (1 << (FATTR4_TIME_DELEG_ACCESS - 64)) != 0 {
+        Some(time(&mut v)?)
+    } else {
+        None
+    };
+    let mtime = if word2 & (1 << (FATTR4_TIME_DELEG_MODIFY - 64)) != 0 {
+        Some(time(&mut v)?)
+    } else {
+        None
+    };
+    if !v.is_empty() {
         return None;
     }
-    let change = u64::from_be_bytes(v[..8].try_into().ok()?);
-    let size = u64::from_be_bytes(v[8..].try_into().ok()?);
-    Some((size, change))
+    Some(HolderAttrs {
+        size,
+        change,
+        atime,
+        mtime,
+    })
 }

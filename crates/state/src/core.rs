@@ -519,8 +519,10 @@ impl StateCore {
         reclaim: bool,
         fh: Bytes,
         change: u64,
+        timestamps: bool,
     ) -> Result<Granted, NoDeleg> {
         let req = GrantRequest {
+            timestamps,
             access,
             want,
             callback_up,

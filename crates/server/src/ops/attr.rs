@@ -76,9 +76,12 @@ pub fn getattr(c: &mut Compound, a: &GETATTR4args) -> OpResult {
 /// it was granted at; if it does not answer, the delegation is recalled instead and
 /// this GETATTR waits for the flushed data. `None`: our own attributes are right.
 fn delegated_attrs(c: &Compound, fh: &Fh, request: &[u32]) -> Result<Option<Attrs>, OpError> {
-    let wanted = request
-        .first()
-        .is_some_and(|w| w & ((1 << FATTR4_SIZE) | (1 << FATTR4_CHANGE)) != 0);
+    let times = (1u64 << FATTR4_TIME_ACCESS)
+        | (1u64 << FATTR4_TIME_MODIFY)
+        | (1u64 << FATTR4_TIME_METADATA);
+    let word01 = u64::from(request.first().copied().unwrap_or(0))
+        | u64::from(request.get(1).copied().unwrap_or(0)) << 32;
+    let wanted = word01 & ((1 << FATTR4_SIZE) | (1 << FATTR4_CHANGE) | times) != 0;
     let Fh::Obj(o) = fh else {
         return Ok(None);
     };
@@ -97,10 +100,17 @@ fn delegated_attrs(c: &Compound, fh: &Fh, request: &[u32]) -> Result<Option<Attr
     let Some(h) = holder else {
         return Ok(None);
     };
-    if let Some((size, change)) = c.srv.cb_getattr(h.client, &h.fh) {
-        if change != h.change {
-            attrs.size = size;
+    if let Some(held) = c.srv.cb_getattr(h.client, &h.fh, h.timestamps) {
+        if held.change != h.change {
+            attrs.size = held.size;
             attrs.change = attrs.change.max(h.change) + 1;
+        }
+        // The holder of delegated timestamps keeps the file's times (RFC 9754 §5).
+        if let Some(t) = held.mtime {
+            attrs.mtime = attrs.mtime.max(t);
+        }
+        if let Some(t) = held.atime {
+            attrs.atime = attrs.atime.max(t);
         }
         return Ok(Some(attrs));
     }
@@ -117,7 +127,7 @@ pub fn setattr(c: &mut Compound, a: &SETATTR4args) -> OpResult {
     if o.export.read_only {
         return Err(nfsstat4::NFS4ERR_ROFS.into());
     }
-    let (set, attrsset) = txnfs_attr::decode_setattrs_in(
+    let (mut set, attrsset) = txnfs_attr::decode_setattrs_in(
         &a.obj_attributes.attrmask,
         &a.obj_attributes.attr_vals,
         c.minor,
@@ -128,6 +138,8 @@ pub fn setattr(c: &mut Compound, a: &SETATTR4args) -> OpResult {
         return Err(nfsstat4::NFS4ERR_INVAL.into());
     }
     let cur = o.export.backend.getattr(c.scope.ctx(), &o.key)?;
+    // Checked first: a stateid that does not allow them recalls nothing.
+    let delegated_times = delegated_times(c, o, &cur, &a.stateid, &attrsset, &mut set)?;
     // Another client's delegation caches these attributes (and, for size, the data).
     crate::ops::deleg::clear(c, o, &cur, txnfs_state::Access::Modify)?;
     if set.size.is_some() {
@@ -151,7 +163,7 @@ pub fn setattr(c: &mut Compound, a: &SETATTR4args) -> OpResult {
             return Err(nfsstat4::NFS4ERR_PERM.into());
         }
     }
-    if (set.atime.is_some() || set.mtime.is_some()) && !owner_or_root {
+    if (set.atime.is_some() || set.mtime.is_some()) && !owner_or_root && !delegated_times {
         // Setting times to "now" needs only write permission (utimes(NULL) rules).
         let only_now = [set.atime, set.mtime]
             .iter()
@@ -169,6 +181,52 @@ pub fn setattr(c: &mut Compound, a: &SETATTR4args) -> OpResult {
         status: nfsstat4::NFS4_OK,
         attrsset,
     }))
+}
+
+/// SETATTR of `time_deleg_access` / `time_deleg_modify` (RFC 9754 §5): only the holder
+/// of a delegation with delegated timestamps on this file sets them, with that
+/// delegation's stateid (else BAD_STATEID), a read one the access time only (else
+/// INVAL). A time older than the file's is dropped, as knfsd drops it: the holder's
+/// clock never moves the file's times back. Returns whether such times were given
+/// (the holder needs no ownership to set them: the delegation is its right).
+fn delegated_times(
+    c: &Compound,
+    o: &crate::compound::ObjFh,
+    cur: &Attrs,
+    stateid: &stateid4,
+    attrsset: &[u32],
+    set: &mut txnfs_backend::SetAttrs,
+) -> Result<bool, OpError> {
+    use txnfs_attr::{bitmap_isset, fattr};
+    use txnfs_backend::SetTime;
+    let access = bitmap_isset(attrsset, fattr::TIME_DELEG_ACCESS);
+    let modify = bitmap_isset(attrsset, fattr::TIME_DELEG_MODIFY);
+    if !access && !modify {
+        return Ok(false);
+    }
+    let client = c.client()?;
+    let sid = crate::statecore::stateid_from_wire(&c.resolve_sid(stateid)?);
+    let file = c.srv.state_file_id(&o.export, cur.fileid);
+    let kind = c
+        .srv
+        .core()?
+        .delegations()
+        .timestamps_holder(client, &sid, file)
+        .map_err(|e| crate::errors::state_status(&e))?;
+    if modify && kind != txnfs_state::DelegType::Write {
+        return Err(nfsstat4::NFS4ERR_INVAL.into());
+    }
+    let newer = |t: Option<SetTime>, now: txnfs_backend::Timestamp| match t {
+        Some(SetTime::Client(t)) if t > now => Some(SetTime::Client(t)),
+        _ => None,
+    };
+    if access {
+        set.atime = newer(set.atime, cur.atime);
+    }
+    if modify {
+        set.mtime = newer(set.mtime, cur.mtime);
+    }
+    Ok(true)
 }
 
 fn compare(c: &mut Compound, f: &fattr4) -> Result<bool, OpError> {

@@ -43,8 +43,15 @@ fn refusal(want: Want, why: NoDeleg) -> open_delegation4 {
     open_delegation4::OPEN_DELEGATE_NONE_EXT(why)
 }
 
+/// Does an OPEN's share access (or WANT_DELEGATION's want) ask for delegated
+/// timestamps (RFC 9754 §3)? Only NFSv4.2 has them.
+pub(crate) fn wants_timestamps(c: &Compound, share_access: u32) -> bool {
+    c.minor >= 2 && share_access & OPEN4_SHARE_ACCESS_WANT_DELEG_TIMESTAMPS != 0
+}
+
 /// The delegation to put in an OPEN (or WANT_DELEGATION) reply for `o`, whose
-/// attributes are `attrs`, opened with share access `access`.
+/// attributes are `attrs`, opened with share access `access`; `timestamps`: the
+/// client asked for delegated timestamps ([`wants_timestamps`]).
 pub(crate) fn grant(
     c: &Compound,
     o: &ObjFh,
@@ -52,6 +59,7 @@ pub(crate) fn grant(
     access: u32,
     want: Want,
     reclaim: bool,
+    timestamps: bool,
 ) -> Result<open_delegation4, nfsstat4> {
     let client = c.client()?;
     if c.scope.ctx().txn {
@@ -72,6 +80,7 @@ pub(crate) fn grant(
         reclaim,
         o.wire.clone(),
         attrs.change,
+        timestamps,
     );
     // A delegation the backend cannot protect from access outside the server (a
     // local file open for writing elsewhere) is taken back before anyone saw it
@@ -98,22 +107,34 @@ pub(crate) fn grant(
         Ok(g) => {
             let stateid = stateid_to_wire(&g.stateid);
             match g.kind {
-                DelegType::Read => open_delegation4::OPEN_DELEGATE_READ(open_read_delegation4 {
-                    stateid,
-                    recall: false,
-                    permissions: no_permissions(),
-                }),
+                DelegType::Read => {
+                    let read = open_read_delegation4 {
+                        stateid,
+                        recall: false,
+                        permissions: no_permissions(),
+                    };
+                    if g.timestamps {
+                        open_delegation4::OPEN_DELEGATE_READ_ATTRS_DELEG(read)
+                    } else {
+                        open_delegation4::OPEN_DELEGATE_READ(read)
+                    }
+                }
                 // `grant_delegation` never grants a directory delegation.
                 DelegType::Directory => open_delegation4::OPEN_DELEGATE_NONE,
                 DelegType::Write => {
-                    open_delegation4::OPEN_DELEGATE_WRITE(open_write_delegation4 {
+                    let write = open_write_delegation4 {
                         stateid,
                         recall: false,
                         // No space limit: the client may write as far as it likes
                         // before it must flush on close.
                         space_limit: nfs_space_limit4::NFS_LIMIT_SIZE(u64::MAX),
                         permissions: no_permissions(),
-                    })
+                    };
+                    if g.timestamps {
+                        open_delegation4::OPEN_DELEGATE_WRITE_ATTRS_DELEG(write)
+                    } else {
+                        open_delegation4::OPEN_DELEGATE_WRITE(write)
+                    }
                 }
             }
         }
@@ -240,7 +261,8 @@ pub fn want_delegation(c: &mut Compound, a: &WANT_DELEGATION4args) -> OpResult {
         Want::Write | Want::Any => OPEN4_SHARE_ACCESS_BOTH,
         _ => OPEN4_SHARE_ACCESS_READ,
     };
-    let d = grant(c, &o, &attrs, access, want, false)?;
+    let timestamps = wants_timestamps(c, a.wda_want);
+    let d = grant(c, &o, &attrs, access, want, false, timestamps)?;
     Ok(nfs_resop4::OP_WANT_DELEGATION(
         WANT_DELEGATION4res::NFS4_OK(d),
     ))

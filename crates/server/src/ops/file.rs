@@ -279,7 +279,10 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
     let sid = stateid_to_wire(&sid);
     let delegation = match under_delegation {
         Some(_) => open_delegation4::OPEN_DELEGATE_NONE,
-        None => crate::ops::deleg::grant(c, &target, &attrs, access, want, reclaim)?,
+        None => {
+            let timestamps = crate::ops::deleg::wants_timestamps(c, a.share_access);
+            crate::ops::deleg::grant(c, &target, &attrs, access, want, reclaim, timestamps)?
+        }
     };
     c.cfh = Some(Fh::Obj(target));
     Ok(nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(OPEN4resok {

@@ -37,6 +37,9 @@ pub struct Peer {
     xid: u32,
     /// The answer to CB_GETATTR: (size, change); `None` answers NFS4ERR_BADHANDLE.
     pub getattr_answer: Option<(u64, u64)>,
+    /// With delegated timestamps (RFC 9754): the modify time CB_GETATTR also reports
+    /// when the server asks `time_deleg_modify`.
+    pub getattr_mtime: Option<(i64, u32)>,
     /// Answer the server's CALLs (CB_NULL, CB_COMPOUND with CB_SEQUENCE) or stay silent.
     pub answer: bool,
     /// The status CB_NOTIFY is answered with.
@@ -60,6 +63,7 @@ impl Peer {
             minor: 1,
             notify_status: nfsstat4::NFS4_OK,
             getattr_answer: None,
+            getattr_mtime: None,
             calls: Vec::new(),
             unseen: VecDeque::new(),
         }
@@ -139,15 +143,25 @@ impl Peer {
                                 status: nfsstat4::NFS4_OK,
                             }))
                         }
-                        nfs_cb_argop4::OP_CB_GETATTR(_) => {
+                        nfs_cb_argop4::OP_CB_GETATTR(ga) => {
+                            // time_deleg_modify (85) asked and known: reported too.
+                            let mtime = self.getattr_mtime.filter(|_| {
+                                ga.attr_request.get(2).is_some_and(|w| w & (1 << 21) != 0)
+                            });
                             resarray.push(nfs_cb_resop4::OP_CB_GETATTR(match self.getattr_answer {
                                 Some((size, change)) => {
                                     let mut v = BytesMut::new();
                                     v.put_u64(change);
                                     v.put_u64(size);
+                                    let mut attrmask = vec![(1 << 3) | (1 << 4)];
+                                    if let Some((sec, nsec)) = mtime {
+                                        v.put_i64(sec);
+                                        v.put_u32(nsec);
+                                        attrmask.extend([0, 1 << 21]);
+                                    }
                                     CB_GETATTR4res::NFS4_OK(CB_GETATTR4resok {
                                         obj_attributes: fattr4 {
-                                            attrmask: vec![(1 << 3) | (1 << 4)],
+                                            attrmask,
                                             attr_vals: v.freeze(),
                                         },
                                     })

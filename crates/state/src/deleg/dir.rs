@@ -310,6 +310,7 @@ impl super::DelegTable {
                 seqid: 1,
                 fh,
                 change: 0,
+                timestamps: false,
                 phase: super::Phase::Active,
                 dir: Some(Box::new(state)),
             },

@@ -97,6 +97,10 @@ struct Delegation {
     fh: Bytes,
     /// The file's change attribute when granted (CB_GETATTR compares with it).
     change: u64,
+    /// Granted with delegated timestamps (RFC 9754, `OPEN_DELEGATE_*_ATTRS_DELEG`): the
+    /// holder keeps the file's access time (and, writing, its modify time) and sets
+    /// them with SETATTR of `time_deleg_*` on this stateid.
+    timestamps: bool,
     phase: Phase,
     /// A directory delegation's notification state.
     dir: Option<Box<dir::DirState>>,
@@ -205,6 +209,8 @@ pub struct Granted {
     pub stateid: Stateid,
     /// Its type.
     pub kind: DelegType,
+    /// With delegated timestamps (asked for, and the server grants them).
+    pub timestamps: bool,
 }
 
 /// A write delegation another client holds, for CB_GETATTR.
@@ -216,6 +222,8 @@ pub struct WriteHolder {
     pub fh: Bytes,
     /// The change attribute when it was granted.
     pub change: u64,
+    /// The holder keeps the file's times (CB_GETATTR asks for them too).
+    pub timestamps: bool,
 }
 
 /// Bounds of the delegation table.
@@ -282,6 +290,9 @@ pub struct GrantRequest {
     pub fh: Bytes,
     /// The change attribute now.
     pub change: u64,
+    /// The client asked for delegated timestamps (OPEN4_SHARE_ACCESS_WANT_DELEG_TIMESTAMPS
+    /// on a 4.2 session, RFC 9754).
+    pub timestamps: bool,
 }
 
 impl DelegTable {
@@ -397,6 +408,7 @@ impl DelegTable {
                 seqid: 1,
                 fh: req.fh,
                 change: req.change,
+                timestamps: req.timestamps,
                 phase: Phase::Active,
                 dir: None,
             },
@@ -410,6 +422,7 @@ impl DelegTable {
         Ok(Granted {
             stateid: self.stateid(id, 1),
             kind,
+            timestamps: req.timestamps,
         })
     }
 
@@ -697,6 +710,22 @@ impl DelegTable {
         Ok((id, d))
     }
 
+    /// The type of `client`'s live delegation `sid` on `file` if it carries delegated
+    /// timestamps (RFC 9754: only its holder sets `time_deleg_*`, with its stateid).
+    pub fn timestamps_holder(
+        &self,
+        client: ClientId,
+        sid: &Stateid,
+        file: FileId,
+    ) -> Result<DelegType, StateError> {
+        let id = self.resolve(client, sid)?;
+        match self.delegs.get(&id) {
+            Some(d) if d.file == file && d.timestamps && d.phase != Phase::Revoked => Ok(d.kind),
+            Some(d) if d.phase == Phase::Revoked => Err(StateError::DelegRevoked),
+            _ => Err(StateError::BadStateid),
+        }
+    }
+
     /// TEST_STATEID of a delegation stateid.
     pub fn test(&self, client: ClientId, sid: &Stateid) -> Result<(), StateError> {
         let id = self.resolve(client, sid)?;
@@ -735,6 +764,7 @@ impl DelegTable {
                 client: d.client,
                 fh: d.fh.clone(),
                 change: d.change,
+                timestamps: d.timestamps,
             })
     }
 

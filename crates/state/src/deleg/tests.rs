@@ -13,6 +13,7 @@ fn req(access: u32) -> GrantRequest {
         others: crate::table::OthersUse::default(),
         fh: Bytes::from_static(b"fh"),
         change: 10,
+        timestamps: false,
     }
 }
 
