@@ -140,6 +140,14 @@ pub async fn run(
     let svc = Arc::new(NfsService::new(server.clone()));
     let r = txnfs_rpc::serve(listener, svc, cfg, shutdown).await;
     ticker.abort();
+    // Running copies stop before their next step; none keeps the process up.
+    let left = server.offloads.stop(Duration::from_secs(5)).await;
+    if left > 0 {
+        tracing::warn!(
+            copies = left,
+            "asynchronous copies still running at shutdown"
+        );
+    }
     server.persist_clients();
     r
 }
