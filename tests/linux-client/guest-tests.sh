@@ -415,6 +415,16 @@ eq "lseek SEEK_DATA at end of file" "$(guest-tool seek $V/sparse-src 1056768 dat
 eq "copy_file_range of the whole file (COPY)" "$(guest-tool cfr $V/sparse-src $V/sparse-copy)" 1056768
 dropcaches
 eq "  the copy has the source's bytes" "$(md5 $V/sparse-copy)" "$(md5 /tmp/sparse)"
+# a large copy (big.bin, $MB MiB): one COPY the server may run asynchronously (CB_OFFLOAD,
+# ADR 0026); the host checks that no READ or WRITE of the bytes crossed the wire between
+# the marks i-cp0 and i-cp1
+sync
+hostreq i-cp0 mark
+eq "copy_file_range of big.bin (COPY, asynchronous)" "$(guest-tool cfr $M/big.bin $V/big-copy)" $((MB * 1048576))
+hostreq i-cp1 mark
+dropcaches
+eq "  the copy of big.bin has its bytes" "$(md5 $V/big-copy)" "$SRC"
+rm -f $V/big-copy
 check "setxattr user.color (SETXATTR)" guest-tool setxattr $V/alloc user.color blue
 dropcaches
 eq "getxattr user.color (GETXATTR)" "$(guest-tool getxattr $V/alloc user.color)" blue

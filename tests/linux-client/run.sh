@@ -410,6 +410,24 @@ if [ "$SERVER" = txnfs ] && [ "${VERS:-4.2}" = 4.2 ] && [ -s "$W"/cap.pcapng ]; 
     if [ "$nc" -gt 0 ] && [ "$nw" -le 20 ]; then hpass "NFSv4.2 on the wire: copy_file_range as $nc COPY/CLONE ($nw WRITEs in the whole step)"
     else hfail "NFSv4.2 on the wire: copy_file_range gave $nc COPY/CLONE and $nw WRITEs"; fi
   fi
+  # the large copy (ADR 0026): COPY calls, no READ (25) or WRITE (38) of its bytes, and the
+  # CB_OFFLOAD (callback op 15) of an asynchronous copy when the client asked for one
+  wc=$(window i-cp0 i-cp1)
+  if [ -z "$wc" ]; then
+    hfail "NFSv4.2 large copy: the guest did not reach it"
+  else
+    cflt="frame.time_epoch >= ${wc% *} && frame.time_epoch <= ${wc#* }"
+    "${TS[@]}" -Y "$cflt && tcp.dstport == $PORT" -T fields -E occurrence=a -E aggregator=, \
+      -e nfs.opcode 2> /dev/null | tr ',' '\n' > "$W"/v42-copy-ops.txt || true
+    cpn() { grep -cx "$1" "$W"/v42-copy-ops.txt || true; }
+    ncb=$("${TS[@]}" -Y "$cflt && tcp.srcport == $PORT && nfs.cb.operation == 15" 2> /dev/null | wc -l)
+    ncp=$(cpn 60); nrd=$(cpn 25); nwr=$(cpn 38)
+    if [ "$ncp" -gt 0 ] && [ "$nrd" -le 4 ] && [ "$nwr" -le 4 ]; then
+      hpass "NFSv4.2 large copy: $ncp COPY, $nrd READ, $nwr WRITE on the wire, $ncb CB_OFFLOAD"
+    else hfail "NFSv4.2 large copy: $ncp COPY, $nrd READ, $nwr WRITE on the wire ($ncb CB_OFFLOAD)"; fi
+    if [ "$ncb" -gt 0 ]; then hpass "NFSv4.2 large copy: ran asynchronously (CB_OFFLOAD)"
+    else log "NFSv4.2 large copy: no CB_OFFLOAD (the client asked for a synchronous copy, or it ran synchronously)"; fi
+  fi
   got=$(python3 -c 'import os,sys; sys.stdout.write(os.getxattr(sys.argv[1], "user.color").decode())' "$EXPORT"/v42/alloc 2>&1)
   if [ "$got" = blue ]; then hpass "NFSv4.2: user.color of v42/alloc on the host disk is the guest's"
   else hfail "NFSv4.2: user.color of v42/alloc on the host disk: $got"; fi

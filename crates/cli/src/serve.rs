@@ -24,6 +24,8 @@ use txnfs_server::{BackendKind, Config, ExportConfig, Server};
     recall_wait_ms = 15000         # hold a conflicting request this long for a recall\n  \
     txn = true                     # transactional COMPOUNDs (the txn layer on top)\n  \
     persistent_sessions = false    # grant CREATE_SESSION4_FLAG_PERSIST (ADR 0022)\n  \
+    async_copy_threshold = 16777216  # bytes from which COPY may run in the background (ADR 0026)\n  \
+    async_copy_chunk = 8388608     # bytes per step of a background copy\n  \
     [[exports]]\n  \
     name = \"/data\"\n  \
     path = \"/srv/data\"\n  \

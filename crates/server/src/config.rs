@@ -166,6 +166,19 @@ pub struct Config {
     /// shared fdatasync per group of replies). Off by default: the Linux client asks
     /// for it on every session (see the ADR for the measured cost).
     pub persistent_sessions: bool,
+    /// Bytes from which a COPY the client lets run asynchronously (`ca_synchronous`
+    /// false) is answered at once and runs in the background, reported by CB_OFFLOAD
+    /// (RFC 7862 §15.2.3, ADR 0026); smaller copies run within their COMPOUND.
+    /// `u64::MAX` keeps every copy synchronous.
+    pub async_copy_threshold: u64,
+    /// Bytes an asynchronous copy moves per step: OFFLOAD_STATUS reports progress and
+    /// OFFLOAD_CANCEL stops a copy between steps. Rounded up to 4 KiB.
+    pub async_copy_chunk: u64,
+    /// Tests only: a pause after every step of an asynchronous copy, so that one can be
+    /// watched and cancelled while it runs. Not configurable from TOML.
+    #[serde(skip)]
+    #[doc(hidden)]
+    pub async_copy_pause: Option<std::time::Duration>,
     /// Deliberate defects for proving that the tests and the simulation can fail.
     /// Never set outside tests; not configurable from TOML.
     #[serde(skip)]
@@ -207,6 +220,9 @@ impl Default for Config {
             max_txn_compounds: 4096,
             txn_timeout: None,
             persistent_sessions: false,
+            async_copy_threshold: 16 << 20,
+            async_copy_chunk: 8 << 20,
+            async_copy_pause: None,
             mutations: Mutations::default(),
         }
     }

@@ -11,6 +11,7 @@ pub mod export;
 pub mod handle;
 pub mod held;
 pub mod notify;
+pub mod offload;
 pub mod ops;
 pub mod placement;
 pub mod recall;

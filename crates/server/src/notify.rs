@@ -114,51 +114,70 @@ fn queue(
 /// entry of, CHANGE_DIR_ATTRS for their delegations of it, each with the attributes
 /// the holder asked for. A queued notice of the same object and name is replaced.
 pub(crate) fn attrs_changed(c: &Compound, export: &Arc<Export>, key: &FileKey) {
-    if !any(c) {
-        return;
-    }
-    let Ok(attrs) = export.backend.getattr(c.scope.ctx(), key) else {
-        return;
-    };
-    let file = c.srv.state_file_id(export, attrs.fileid);
-    let targets = match c.srv.core() {
-        Ok(core) => core.dir_attr_targets(c.client, file),
-        Err(_) => return,
-    };
-    if targets.is_empty() {
-        return;
-    }
-    let fh = c.srv.obj_fh(export, key.clone());
-    let notices = targets
-        .into_iter()
-        .map(|t| {
-            let ne_attrs = if t.attrs.is_empty() {
-                None
-            } else {
-                c.srv
-                    .fattr(c.scope.ctx(), &fh, &t.attrs, Some(&attrs), 1)
-                    .ok()
-            };
-            let body = notify_attr4 {
-                na_changed_entry: notify_entry4 {
-                    ne_file: t.name.clone(),
-                    ne_attrs: ne_attrs.unwrap_or_else(no_attrs),
-                },
-            }
-            .to_bytes();
-            let coalesce = Some((file, t.name));
-            (
-                t.id,
-                Notice {
-                    kind: t.kind,
-                    body,
-                    coalesce,
-                },
-            )
-        })
-        .collect();
-    if let Ok(mut core) = c.srv.core() {
-        core.queue_dir_notices(c.now, notices);
+    c.srv
+        .attrs_changed_by(c.scope.ctx(), c.client, c.now, export, key);
+}
+
+impl Server {
+    /// [`attrs_changed`] for a change `client` made outside a COMPOUND's own ops (an
+    /// asynchronous COPY that finished, `crate::offload`): `cx` reads the attributes,
+    /// `now` dates the notices.
+    pub(crate) fn attrs_changed_by(
+        &self,
+        cx: &txnfs_backend::OpCtx,
+        client: Option<ClientId>,
+        now: std::time::Instant,
+        export: &Arc<Export>,
+        key: &FileKey,
+    ) {
+        let any = self
+            .core()
+            .map(|core| !core.delegations().is_empty())
+            .unwrap_or(false);
+        if !any {
+            return;
+        }
+        let Ok(attrs) = export.backend.getattr(cx, key) else {
+            return;
+        };
+        let file = self.state_file_id(export, attrs.fileid);
+        let targets = match self.core() {
+            Ok(core) => core.dir_attr_targets(client, file),
+            Err(_) => return,
+        };
+        if targets.is_empty() {
+            return;
+        }
+        let fh = self.obj_fh(export, key.clone());
+        let notices = targets
+            .into_iter()
+            .map(|t| {
+                let ne_attrs = if t.attrs.is_empty() {
+                    None
+                } else {
+                    self.fattr(cx, &fh, &t.attrs, Some(&attrs), 1).ok()
+                };
+                let body = notify_attr4 {
+                    na_changed_entry: notify_entry4 {
+                        ne_file: t.name.clone(),
+                        ne_attrs: ne_attrs.unwrap_or_else(no_attrs),
+                    },
+                }
+                .to_bytes();
+                let coalesce = Some((file, t.name));
+                (
+                    t.id,
+                    Notice {
+                        kind: t.kind,
+                        body,
+                        coalesce,
+                    },
+                )
+            })
+            .collect();
+        if let Ok(mut core) = self.core() {
+            core.queue_dir_notices(now, notices);
+        }
     }
 }
 

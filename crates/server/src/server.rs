@@ -141,6 +141,8 @@ pub struct Server {
     pub watches: crate::watches::FileWatches,
     /// Transactions of several COMPOUNDs that are open (`crate::txnspan`).
     pub txns: crate::txnspan::OpenTxns,
+    /// Asynchronous COPYs, running and recently finished (`crate::offload`, ADR 0026).
+    pub offloads: crate::offload::Offloads,
     /// Callbacks the core asked for while no runtime could send them (the
     /// simulation delivers them itself): see [`Server::take_undelivered_callbacks`].
     pub(crate) undelivered_callbacks: Mutex<Vec<(txnfs_state::ClientId, txnfs_state::Callback)>>,
@@ -249,6 +251,7 @@ impl Server {
             recall_waits: Default::default(),
             watches: Default::default(),
             txns: Default::default(),
+            offloads: Default::default(),
             undelivered_callbacks: Mutex::new(Vec::new()),
             exports,
             handles: HandleCodec::new(&secret),

@@ -144,6 +144,14 @@ pub async fn run(
     if let Some(t) = lease_breaks {
         t.abort();
     }
+    // Running copies stop before their next step; none keeps the process up.
+    let left = server.offloads.stop(Duration::from_secs(5)).await;
+    if left > 0 {
+        tracing::warn!(
+            copies = left,
+            "asynchronous copies still running at shutdown"
+        );
+    }
     server.persist_clients();
     r
 }

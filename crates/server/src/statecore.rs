@@ -118,6 +118,8 @@ impl Server {
                     states,
                 } => {
                     released_clients = true;
+                    // Its asynchronous copies stop with it (ADR 0026).
+                    self.offloads.cancel_client(client);
                     tracing::info!(
                         client = format_args!("{client:#x}"),
                         ?reason,
@@ -216,6 +218,9 @@ impl Server {
             me.lease_breaks();
         }
         self.reap_transactions(now);
+        // Finished copies are reported for two leases (OFFLOAD_STATUS), then forgotten.
+        let lease = std::time::Duration::from_secs(u64::from(self.cfg.lease_time.max(1)));
+        self.offloads.reap(now, 2 * lease);
     }
 
     /// Rolls back the transactions of several COMPOUNDs whose session is gone or that

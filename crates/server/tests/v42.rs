@@ -418,7 +418,7 @@ async fn copy_within_the_server_and_its_errors() {
     )
     .await;
     assert_eq!(last_status(&r), nfsstat4::NFS4ERR_NOTSUPP);
-    // No copy is left running: OFFLOAD_STATUS and OFFLOAD_CANCEL know no stateid.
+    // A synchronous copy leaves nothing running, and an open stateid names no copy.
     for op in [
         nfs_argop4::OP_OFFLOAD_STATUS(OFFLOAD_STATUS4args {
             osa_stateid: b_sid.clone(),

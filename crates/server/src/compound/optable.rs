@@ -521,8 +521,8 @@ static TABLE: [OpEntry; 73] = [
     e(OP_COPY)
         .run(handler!(OP_COPY(a) => |c, a| v42::copy(c, &a)))
         .blocks(Always)
-        // write_response4 (no callback id), copy_requirements4.
-        .reply(STATUS + 4 + 8 + 4 + 8 + 8),
+        // write_response4 (with a callback id: a copy stateid), copy_requirements4.
+        .reply(STATUS + 4 + 16 + 8 + 4 + 8 + 8),
     // Inter-server copy is not offered (ADR 0025): NOTSUPP.
     e(OP_COPY_NOTIFY),
     e(OP_DEALLOCATE)
@@ -535,7 +535,10 @@ static TABLE: [OpEntry; 73] = [
     e(OP_LAYOUTERROR),
     e(OP_LAYOUTSTATS),
     e(OP_OFFLOAD_CANCEL).run(handler!(OP_OFFLOAD_CANCEL(a) => |c, a| v42::offload_cancel(c, &a))),
-    e(OP_OFFLOAD_STATUS).run(handler!(OP_OFFLOAD_STATUS(a) => |c, a| v42::offload_status(c, &a))),
+    e(OP_OFFLOAD_STATUS)
+        .run(handler!(OP_OFFLOAD_STATUS(a) => |c, a| v42::offload_status(c, &a)))
+        // osr_count, osr_complete<1>.
+        .reply(STATUS + 8 + 4 + 4),
     e(OP_READ_PLUS)
         .run(handler!(OP_READ_PLUS(a) => |c, a| v42::read_plus(c, &a)))
         .blocks(Always)

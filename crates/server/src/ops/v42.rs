@@ -1,7 +1,13 @@
 //! The NFSv4.2 operations of a server without pNFS (RFC 7862, RFC 8276): ALLOCATE,
-//! DEALLOCATE, SEEK, READ_PLUS, IO_ADVISE, COPY (intra-server, synchronous), CLONE,
-//! OFFLOAD_STATUS / OFFLOAD_CANCEL (no copy is ever left running, so no stateid names
-//! one), and the extended-attribute operations.
+//! DEALLOCATE, SEEK, READ_PLUS, IO_ADVISE, COPY (intra-server; ADR 0025), CLONE,
+//! OFFLOAD_STATUS / OFFLOAD_CANCEL, and the extended-attribute operations.
+//!
+//! COPY runs within its COMPOUND unless the client lets it run asynchronously and it
+//! is large (`Config::async_copy_threshold`), the COMPOUND is no transaction and the
+//! session's back channel is up: then the reply carries a copy stateid
+//! (`wr_callback_id`, `cr_synchronous` false), the bytes move on a thread of their own
+//! in steps, and CB_OFFLOAD reports the outcome (`crate::offload`, ADR 0026).
+//! OFFLOAD_STATUS and OFFLOAD_CANCEL name such a copy by its stateid and destination.
 
 use crate::compound::{Compound, Fh, ObjFh, OpError, OpResult};
 use crate::nfs::*;
@@ -197,17 +203,28 @@ struct RangeCopy<'a> {
     count: u64,
 }
 
-/// Copies the range of COPY or CLONE through the backend's `clone_range` after the
-/// checks both share: same export, regular files, stateids that allow reading the
-/// source and writing the destination, a source range within its end of file (RFC
-/// 7862 §15.2.3: an error, not a short copy) and no overlap within one file
-/// (§15.2.3, §15.13.3). Returns the bytes copied.
-fn copy_range(c: &mut Compound, r: RangeCopy<'_>) -> Result<u64, OpError> {
+/// A range of COPY or CLONE after the checks: the files and the bytes to copy.
+struct CheckedCopy {
+    src: ObjFh,
+    dst: ObjFh,
+    /// The destination's attributes before the copy.
+    dattrs: Attrs,
+    src_off: u64,
+    dst_off: u64,
+    /// Bytes to copy (the count, or what the source holds after `src_off` for 0).
+    n: u64,
+}
+
+/// The checks COPY and CLONE share: same export, regular files, stateids that allow
+/// reading the source and writing the destination (other clients' conflicting
+/// delegations recalled), a source range within its end of file (RFC 7862 §15.2.3:
+/// an error, not a short copy) and no overlap within one file (§15.2.3, §15.13.3).
+fn check_copy(c: &mut Compound, r: RangeCopy<'_>) -> Result<CheckedCopy, OpError> {
     end_of(r.dst_off, r.count)?;
     let sfh = c.sfh.clone().ok_or(nfsstat4::NFS4ERR_NOFILEHANDLE)?;
     let dfh = c.cfh()?.clone();
     let (src, sattrs) = io_file(c, &sfh, r.src_sid, false)?;
-    let (dst, _) = io_file(c, &dfh, r.dst_sid, true)?;
+    let (dst, dattrs) = io_file(c, &dfh, r.dst_sid, true)?;
     if src.export.id != dst.export.id {
         return Err(nfsstat4::NFS4ERR_XDEV.into());
     }
@@ -222,29 +239,90 @@ fn copy_range(c: &mut Compound, r: RangeCopy<'_>) -> Result<u64, OpError> {
     if end_of(r.src_off, n)? > sattrs.size {
         return Err(nfsstat4::NFS4ERR_INVAL.into());
     }
+    end_of(r.dst_off, n)?;
     let overlap =
         r.src_off < r.dst_off.saturating_add(n) && r.dst_off < r.src_off.saturating_add(n);
     if src.key == dst.key && n > 0 && overlap {
         return Err(nfsstat4::NFS4ERR_INVAL.into());
     }
-    if n > 0 {
-        let cx = c.scope.ctx_for(&dst.export, &c.creds, c.client)?;
-        dst.export
-            .backend
-            .clone_range(cx, &src.key, r.src_off, &dst.key, r.dst_off, n)?;
-        crate::notify::attrs_changed(c, &dst.export, &dst.key);
-    }
-    Ok(n)
+    Ok(CheckedCopy {
+        src,
+        dst,
+        dattrs,
+        src_off: r.src_off,
+        dst_off: r.dst_off,
+        n,
+    })
 }
 
-/// COPY within this server: the backend's `clone_range` (a reflink where the file
-/// system shares blocks, else an in-kernel copy), always synchronous. Inter-server
-/// copies (a source server given) are not offered (ADR 0025).
+/// Copies a checked range within this COMPOUND through the backend's `clone_range`.
+/// Returns the bytes copied.
+fn copy_now(c: &mut Compound, k: &CheckedCopy) -> Result<u64, OpError> {
+    if k.n > 0 {
+        let cx = c.scope.ctx_for(&k.dst.export, &c.creds, c.client)?;
+        k.dst
+            .export
+            .backend
+            .clone_range(cx, &k.src.key, k.src_off, &k.dst.key, k.dst_off, k.n)?;
+        crate::notify::attrs_changed(c, &k.dst.export, &k.dst.key);
+    }
+    Ok(k.n)
+}
+
+/// Starts the checked copy `k` in the background when it may run asynchronously
+/// (ADR 0026): the client allowed it, it is at least `Config::async_copy_threshold`
+/// bytes, the COMPOUND is no transaction (its changes must be undoable and end with
+/// it), and the session's back channel works (CB_OFFLOAD needs it). The copy
+/// stateid, or `None` to copy synchronously.
+fn start_async(c: &Compound, a: &COPY4args, k: &CheckedCopy) -> Option<stateid4> {
+    if a.ca_synchronous || k.n == 0 || k.n < c.srv.cfg.async_copy_threshold {
+        return None;
+    }
+    if c.scope.ctx().txn {
+        return None;
+    }
+    let client = c.client?;
+    let session = c.session.as_ref()?;
+    let cb = c.srv.callbacks.session(&session.id)?;
+    if cb.path() != crate::callback::PathState::Up {
+        return None;
+    }
+    let srv = c.srv.arc()?;
+    let cx = txnfs_backend::OpCtx {
+        creds: c.creds.clone(),
+        client: Some(client),
+        // Outside any COMPOUND: the copy outlives this one.
+        compound: 0,
+        txn: false,
+        span: Default::default(),
+    };
+    srv.offloads.start(
+        &srv,
+        crate::offload::CopyRequest {
+            client,
+            export: k.dst.export.clone(),
+            src: k.src.key.clone(),
+            dst: k.dst.key.clone(),
+            dst_fh: k.dst.wire.clone(),
+            dst_file: c.srv.state_file_id(&k.dst.export, k.dattrs.fileid),
+            src_off: k.src_off,
+            dst_off: k.dst_off,
+            len: k.n,
+            cx,
+        },
+    )
+}
+
+/// COPY within this server through the backend's `clone_range` (a reflink where the
+/// file system shares blocks, else an in-kernel copy): synchronously, or in the
+/// background with CB_OFFLOAD when the client allows it and the copy is large
+/// (`start_async`, `crate::offload`). Inter-server copies (a source server given)
+/// are not offered (ADR 0025).
 pub fn copy(c: &mut Compound, a: &COPY4args) -> OpResult {
     if !a.ca_source_server.is_empty() {
         return Err(nfsstat4::NFS4ERR_NOTSUPP.into());
     }
-    let n = copy_range(
+    let k = check_copy(
         c,
         RangeCopy {
             src_sid: &a.ca_src_stateid,
@@ -254,9 +332,15 @@ pub fn copy(c: &mut Compound, a: &COPY4args) -> OpResult {
             count: a.ca_count,
         },
     )?;
+    let (callback, n) = match start_async(c, a, &k) {
+        // The bytes follow in CB_OFFLOAD (RFC 7862 §15.2.3).
+        Some(sid) => (vec![sid], 0),
+        None => (Vec::new(), copy_now(c, &k)?),
+    };
+    let synchronous = callback.is_empty();
     Ok(nfs_resop4::OP_COPY(COPY4res::NFS4_OK(COPY4resok {
         cr_response: write_response4 {
-            wr_callback_id: Vec::new(),
+            wr_callback_id: callback,
             wr_count: n,
             // The copied bytes may still be in the page cache: the client COMMITs.
             wr_committed: stable_how4::UNSTABLE4,
@@ -264,7 +348,7 @@ pub fn copy(c: &mut Compound, a: &COPY4args) -> OpResult {
         },
         cr_requirements: copy_requirements4 {
             cr_consecutive: true,
-            cr_synchronous: true,
+            cr_synchronous: synchronous,
         },
     })))
 }
@@ -277,7 +361,7 @@ pub fn clone(c: &mut Compound, a: &CLONE4args) -> OpResult {
     if o.export.backend.clone_method() != CloneMethod::Reflink {
         return Err(nfsstat4::NFS4ERR_NOTSUPP.into());
     }
-    copy_range(
+    let k = check_copy(
         c,
         RangeCopy {
             src_sid: &a.cl_src_stateid,
@@ -287,19 +371,52 @@ pub fn clone(c: &mut Compound, a: &CLONE4args) -> OpResult {
             count: a.cl_count,
         },
     )?;
+    copy_now(c, &k)?;
     Ok(nfs_resop4::OP_CLONE(CLONE4res {
         cl_status: nfsstat4::NFS4_OK,
     }))
 }
 
-/// No copy outlives its COMPOUND here, so no stateid names a running copy.
-pub fn offload_status(_c: &mut Compound, _a: &OFFLOAD_STATUS4args) -> OpResult {
-    Err(nfsstat4::NFS4ERR_BAD_STATEID.into())
+/// The client and destination an OFFLOAD_STATUS or OFFLOAD_CANCEL names a copy by:
+/// the copy stateid is looked up for the current filehandle (RFC 7862 §15.8.3,
+/// §15.9.3); a filehandle that is no file of an export names no copy.
+fn offload_target(c: &Compound) -> Result<(u64, txnfs_backend::FileKey), nfsstat4> {
+    let client = c.client()?;
+    match c.cfh()? {
+        Fh::Obj(o) => Ok((client, o.key.clone())),
+        Fh::Pseudo(_) => Err(nfsstat4::NFS4ERR_BAD_STATEID),
+    }
 }
 
-/// As [`offload_status`]: a finished (or never started) copy cannot be cancelled.
-pub fn offload_cancel(_c: &mut Compound, _a: &OFFLOAD_CANCEL4args) -> OpResult {
-    Err(nfsstat4::NFS4ERR_BAD_STATEID.into())
+/// OFFLOAD_STATUS: the bytes an asynchronous copy has copied, and its status once it
+/// finished (kept two leases after that, `crate::offload`).
+pub fn offload_status(c: &mut Compound, a: &OFFLOAD_STATUS4args) -> OpResult {
+    let (client, dst) = offload_target(c)?;
+    let sid = c.resolve_sid(&a.osa_stateid)?;
+    let st = c
+        .srv
+        .offloads
+        .status(c.srv.boot_epoch, client, &sid, &dst)?;
+    Ok(nfs_resop4::OP_OFFLOAD_STATUS(OFFLOAD_STATUS4res::NFS4_OK(
+        OFFLOAD_STATUS4resok {
+            osr_count: st.copied,
+            osr_complete: st.done.into_iter().collect(),
+        },
+    )))
+}
+
+/// OFFLOAD_CANCEL: a running copy stops before its next step and sends no CB_OFFLOAD
+/// (the client that cancelled knows); a finished one is forgotten. The stateid is
+/// gone afterwards (as knfsd).
+pub fn offload_cancel(c: &mut Compound, a: &OFFLOAD_CANCEL4args) -> OpResult {
+    let (client, dst) = offload_target(c)?;
+    let sid = c.resolve_sid(&a.oca_stateid)?;
+    c.srv
+        .offloads
+        .cancel(c.srv.boot_epoch, client, &sid, &dst)?;
+    Ok(nfs_resop4::OP_OFFLOAD_CANCEL(OFFLOAD_CANCEL4res {
+        ocr_status: nfsstat4::NFS4_OK,
+    }))
 }
 
 // ---- Extended attributes (RFC 8276) ---------------------------------------------------

@@ -2,7 +2,9 @@
 //! and its own slot-0 sequence) and its requests, the op builders they send, and a
 //! server whose recalls wait `recall_wait_ms`.
 
-use super::peer::{cb_notify_of, cb_recall_of, new_session, wait_path, Peer, ServerCall, T};
+use super::peer::{
+    cb_notify_of, cb_offload_of, cb_recall_of, new_session, wait_path, Peer, ServerCall, T,
+};
 use super::*;
 use std::time::{Duration, Instant};
 use txnfs_server::callback::PathState;
@@ -79,6 +81,14 @@ impl Holder {
         self.p.compound(all).await
     }
 
+    /// Like `run`, as RPC procedure `proc` (e.g. `txnfs_proto::PROC_TXN_COMPOUND`).
+    pub async fn run_proc(&mut self, proc: u32, ops: Vec<nfs_argop4>) -> COMPOUND4res {
+        self.seq += 1;
+        let mut all = vec![sequence(self.sid, 0, self.seq, false)];
+        all.extend(ops);
+        self.p.compound_proc(proc, all).await
+    }
+
     /// Runs `ops`, which must all succeed.
     pub async fn run_ok(&mut self, ops: Vec<nfs_argop4>) -> COMPOUND4res {
         let r = self.run(ops).await;
@@ -125,6 +135,11 @@ impl Holder {
     /// The next CB_RECALL (the peer has answered it, unless told not to).
     pub async fn next_recall(&mut self, wait: Duration) -> Option<CB_RECALL4args> {
         self.next_of(wait, cb_recall_of).await
+    }
+
+    /// The next CB_OFFLOAD (the peer has answered it, unless told not to).
+    pub async fn next_offload(&mut self, wait: Duration) -> Option<CB_OFFLOAD4args> {
+        self.next_of(wait, cb_offload_of).await
     }
 
     /// The next CB_NOTIFY (the peer has answered it, unless told not to).

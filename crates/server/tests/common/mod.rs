@@ -19,7 +19,8 @@ pub struct TestServer {
     pub addr: SocketAddr,
     pub server: Arc<Server>,
     pub state_dir: std::path::PathBuf,
-    task: tokio::task::JoinHandle<()>,
+    /// The serving task (`txnfs_server::run`).
+    pub task: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for TestServer {
@@ -36,6 +37,14 @@ pub async fn start_memory_server() -> TestServer {
 /// Serves the configuration `config` builds around a fresh state directory on a free
 /// port of 127.0.0.1.
 pub async fn start_server(config: impl FnOnce(&std::path::Path) -> Config) -> TestServer {
+    start_server_until(config, std::future::pending()).await
+}
+
+/// As [`start_server`], serving until `shutdown` resolves.
+pub async fn start_server_until(
+    config: impl FnOnce(&std::path::Path) -> Config,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> TestServer {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let state_dir = std::env::temp_dir().join(format!(
         "txnfs-test-{}-{}",
@@ -47,7 +56,7 @@ pub async fn start_server(config: impl FnOnce(&std::path::Path) -> Config) -> Te
     let addr = listener.local_addr().unwrap();
     let s2 = server.clone();
     let task = tokio::spawn(async move {
-        let _ = txnfs_server::run(s2, listener, std::future::pending()).await;
+        let _ = txnfs_server::run(s2, listener, shutdown).await;
     });
     TestServer {
         addr,

@@ -174,6 +174,11 @@ impl Peer {
                                 cnr_status: self.notify_status,
                             }))
                         }
+                        nfs_cb_argop4::OP_CB_OFFLOAD(_) => {
+                            resarray.push(nfs_cb_resop4::OP_CB_OFFLOAD(CB_OFFLOAD4res {
+                                cor_status: nfsstat4::NFS4_OK,
+                            }))
+                        }
                         other => panic!("unexpected callback op {other:?}"),
                     }
                 }
@@ -204,10 +209,16 @@ impl Peer {
 
     /// A COMPOUND; CALLs from the server arriving meanwhile are handled.
     pub async fn compound(&mut self, ops: Vec<nfs_argop4>) -> COMPOUND4res {
+        self.compound_proc(1, ops).await
+    }
+
+    /// A COMPOUND sent as RPC procedure `proc` (1, or a transactional procedure such
+    /// as `txnfs_proto::PROC_TXN_COMPOUND`).
+    pub async fn compound_proc(&mut self, proc: u32, ops: Vec<nfs_argop4>) -> COMPOUND4res {
         let xid = self.xid;
         self.xid += 1;
         let args = encode_compound_minor(ops, self.minor);
-        let msg = encode_call(xid, 100003, 4, 1, &root_cred(), &args);
+        let msg = encode_call(xid, 100003, 4, proc, &root_cred(), &args);
         self.s.write_all(&record(&msg)).await.expect("write call");
         loop {
             match self.read(T).await {
@@ -355,6 +366,18 @@ pub fn cb_recall_of(c: &ServerCall) -> Option<CB_RECALL4args> {
     let a = CB_COMPOUND4args::from_bytes(c.args.clone()).expect("CB_COMPOUND args");
     a.argarray.into_iter().find_map(|op| match op {
         nfs_cb_argop4::OP_CB_RECALL(r) => Some(r),
+        _ => None,
+    })
+}
+
+/// The CB_OFFLOAD of a CB_COMPOUND call, if it carries one.
+pub fn cb_offload_of(c: &ServerCall) -> Option<CB_OFFLOAD4args> {
+    if c.proc_num != 1 {
+        return None;
+    }
+    let a = CB_COMPOUND4args::from_bytes(c.args.clone()).expect("CB_COMPOUND args");
+    a.argarray.into_iter().find_map(|op| match op {
+        nfs_cb_argop4::OP_CB_OFFLOAD(o) => Some(o),
         _ => None,
     })
 }
