@@ -5,6 +5,7 @@ pub mod common;
 pub mod create;
 pub mod deleg;
 pub mod filebench;
+pub mod filecopy;
 pub mod getattr;
 pub mod listing;
 pub mod locked;
@@ -127,6 +128,7 @@ pub const NAMES: &[&str] = &[
     "tree-cp",
     "tree-rm",
     "getattr",
+    "filecopy",
 ];
 
 /// The workload called `name` with these parameters.
@@ -160,6 +162,7 @@ pub fn by_name(name: &str, p: &Params) -> anyhow::Result<Arc<dyn Workload>> {
         "tree-cp" => Arc::new(tree::Tree::new(tree::TreeOp::Cp, p)?),
         "tree-rm" => Arc::new(tree::Tree::new(tree::TreeOp::Rm, p)?),
         "getattr" => Arc::new(getattr::Getattr::new(p)),
+        "filecopy" => Arc::new(filecopy::FileCopy::new(p)),
         other => bail!("unknown workload {other:?}; known: {}", NAMES.join(", ")),
     };
     if p.txn && !w.supports_txn() {
