@@ -1,8 +1,10 @@
 //! Test-only fault injection (cargo feature `fault-injection`, never in a production
 //! build): make the next handler of a given op panic while it holds the state core's
-//! lock, to show that a panicking request leaves the server serving (ADR 0029).
+//! lock, to show that a panicking request leaves the server serving; make every
+//! COMPOUND slow, to fill the transport's in-flight budget (ADR 0029).
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
 
 use crate::nfs::nfs_opnum4;
 use crate::server::Server;
@@ -14,12 +16,15 @@ const NONE: u32 = u32::MAX;
 pub struct FaultInjection {
     /// The opnum whose next execution panics under the core's lock, or `NONE`.
     panic_in: AtomicU32,
+    /// Every COMPOUND sleeps this long before it runs (0: not at all).
+    compound_delay_us: AtomicU64,
 }
 
 impl Default for FaultInjection {
     fn default() -> Self {
         FaultInjection {
             panic_in: AtomicU32::new(NONE),
+            compound_delay_us: AtomicU64::new(0),
         }
     }
 }
@@ -29,6 +34,20 @@ impl FaultInjection {
     /// core's lock instead (once).
     pub fn panic_once_under_core_lock(&self, op: nfs_opnum4) {
         self.panic_in.store(op as u32, Ordering::Release);
+    }
+
+    /// Every COMPOUND from now on sleeps `d` before it runs.
+    pub fn delay_compounds(&self, d: Duration) {
+        let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        self.compound_delay_us.store(us, Ordering::Release);
+    }
+
+    /// Called by the executor before a COMPOUND.
+    pub(crate) fn before_compound(&self) {
+        let us = self.compound_delay_us.load(Ordering::Acquire);
+        if us > 0 {
+            std::thread::sleep(Duration::from_micros(us));
+        }
     }
 
     /// Called by the executor right before an op's handler.

@@ -36,15 +36,18 @@ pub struct Stats {
     pub replays: AtomicU64,
     /// Requests whose handler panicked: answered NFS4ERR_SERVERFAULT (ADR 0029).
     pub panics: AtomicU64,
+    /// The transport's budget of bytes in flight (ADR 0029): its gauge and peak.
+    pub in_flight: Arc<txnfs_rpc::InFlightBudget>,
 }
 
 impl Stats {
-    fn new() -> Self {
+    fn new(in_flight_bytes: usize) -> Self {
         Stats {
             ops: (0..80).map(|_| AtomicU64::new(0)).collect(),
             compounds: AtomicU64::new(0),
             replays: AtomicU64::new(0),
             panics: AtomicU64::new(0),
+            in_flight: txnfs_rpc::InFlightBudget::new(in_flight_bytes),
         }
     }
 
@@ -71,6 +74,8 @@ impl Stats {
             compounds: self.compounds.load(Ordering::Relaxed),
             replays: self.replays.load(Ordering::Relaxed),
             panics: self.panics.load(Ordering::Relaxed),
+            in_flight_bytes: self.in_flight.in_use(),
+            in_flight_peak: self.in_flight.peak(),
             ops,
         }
     }
@@ -83,6 +88,10 @@ pub struct StatsSnapshot {
     pub replays: u64,
     /// Requests whose handler panicked (answered NFS4ERR_SERVERFAULT).
     pub panics: u64,
+    /// Bytes of requests and replies in flight now, and the most ever (never above
+    /// `Config::max_in_flight_bytes`).
+    pub in_flight_bytes: usize,
+    pub in_flight_peak: usize,
     /// (op name, times the executor reached it), in opnum order; ops never seen are
     /// left out.
     pub ops: Vec<(&'static str, u64)>,
@@ -275,7 +284,7 @@ impl Server {
             boot_epoch,
             server_owner,
             limits,
-            stats: Stats::new(),
+            stats: Stats::new(cfg.max_in_flight_bytes),
             held: Default::default(),
             callbacks: Default::default(),
             clock,

@@ -167,6 +167,8 @@ pub fn execute_proc(
     proc: TxnProc,
 ) -> Result<Bytes, CompoundError> {
     let request = args.clone();
+    #[cfg(feature = "fault-injection")]
+    srv.faults.before_compound();
     crate::panics::catch(srv, "COMPOUND", || {
         execute_unguarded(srv, creds, conn, args, proc)
     })
