@@ -20,6 +20,7 @@ use txnfs_server::{BackendKind, Config, ExportConfig, Server};
     lease_time = 60\n  \
     max_connections = 4096         # at the limit the longest idle one is closed\n  \
     idle_timeout = 180             # seconds; default 3 x lease_time, 0 = never\n  \
+    max_in_flight_bytes = 268435456  # requests + replies in flight; at it, sockets wait\n  \
     delegations = true             # read/write delegations to clients with a back channel\n  \
     recall_wait_ms = 15000         # hold a conflicting request this long for a recall\n  \
     txn = true                     # transactional COMPOUNDs (the txn layer on top)\n  \

@@ -195,6 +195,7 @@ impl BackChannel {
                     head,
                     body,
                     permit: None,
+                    charge: None,
                 })
                 .is_err()
             {

@@ -81,6 +81,7 @@
 //! ```
 
 mod backchannel;
+mod budget;
 mod client;
 pub mod msg;
 pub mod portmap;
@@ -88,6 +89,7 @@ mod record;
 mod server;
 
 pub use backchannel::{BackChannel, CallbackError, DEFAULT_MAX_CALLBACKS_PER_CONN};
+pub use budget::{InFlightBudget, BUDGET_UNIT, DEFAULT_IN_FLIGHT_BYTES};
 pub use client::{
     decode_reply, CallFuture, CallHandler, CallReply, ClientConfig, IncomingCall, RpcClient,
 };

@@ -1,11 +1,15 @@
 //! Record marking (RFC 5531 §11): reading records made of fragments, and gathered writes.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::sync::Arc;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use crate::budget::{Charge, InFlightBudget};
 use crate::msg::LAST_FRAGMENT;
 
 /// How much buffer space is reserved at most per read, whatever a fragment header declares.
@@ -36,16 +40,29 @@ impl std::fmt::Display for RecordError {
     }
 }
 
+/// A wait for budget, kept across cancellations so that it keeps its place in line.
+type Reserving = Pin<Box<dyn Future<Output = Option<Charge>> + Send>>;
+
 /// Reads whole records from a byte stream.
 ///
-/// [`RecordReader::next_record`] is cancel-safe: all progress is kept in `self`, and the only
-/// await point is a `read_buf` into the internal buffer.
+/// [`RecordReader::next_record`] is cancel-safe: all progress is kept in `self`, and the
+/// await points are a `read_buf` into the internal buffer and, with a budget, the wait
+/// for the record's bytes (kept in `self` too).
 pub(crate) struct RecordReader<R> {
     io: R,
     buf: BytesMut,
     /// Fragments of the current record received so far (only for multi-fragment records).
     partial: BytesMut,
     max: usize,
+    /// The server's in-flight budget (ADR 0029): a record's bytes are reserved when its
+    /// first record mark is seen, before its body is read.
+    budget: Option<Arc<InFlightBudget>>,
+    /// What the record being read holds of the budget (its size, or `max` for a record
+    /// of several fragments, whose size is known only at its end).
+    charge: Option<Charge>,
+    /// The record being read has its reservation (`charge`, unless the budget closed).
+    reserved: bool,
+    reserving: Option<Reserving>,
 }
 
 impl<R: AsyncRead + Unpin> RecordReader<R> {
@@ -55,11 +72,30 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
             buf: BytesMut::new(),
             partial: BytesMut::new(),
             max,
+            budget: None,
+            charge: None,
+            reserved: false,
+            reserving: None,
         }
+    }
+
+    /// Reserve every record's bytes in `budget` before reading its body; while the
+    /// budget is used up, nothing more is read from the stream.
+    pub(crate) fn with_budget(mut self, budget: Arc<InFlightBudget>) -> Self {
+        self.budget = Some(budget);
+        self
     }
 
     /// The next complete record, or `None` on a clean EOF between records.
     pub(crate) async fn next_record(&mut self) -> Result<Option<Bytes>, RecordError> {
+        Ok(self.next_charged().await?.map(|(rec, _)| rec))
+    }
+
+    /// The next complete record with its reservation in the budget (`None` without
+    /// one), or `None` on a clean EOF between records.
+    pub(crate) async fn next_charged(
+        &mut self,
+    ) -> Result<Option<(Bytes, Option<Charge>)>, RecordError> {
         loop {
             if self.buf.len() < 4 {
                 if !self.fill(4).await? {
@@ -81,6 +117,24 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
                     max: self.max,
                 });
             }
+            if !self.reserved {
+                if let Some(budget) = &self.budget {
+                    // A single fragment is the whole record; the size of a record of
+                    // several is known only at its end: reserve the most it may be.
+                    let want = if last && self.partial.is_empty() {
+                        len
+                    } else {
+                        self.max
+                    };
+                    let budget = budget.clone();
+                    let wait = self
+                        .reserving
+                        .get_or_insert_with(|| Box::pin(budget.reserve(want)));
+                    self.charge = wait.as_mut().await;
+                    self.reserving = None;
+                }
+                self.reserved = true;
+            }
             if self.buf.len() < 4 + len {
                 if !self.fill(4 + len).await? {
                     return Err(RecordError::Truncated);
@@ -90,11 +144,18 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
             self.buf.advance(4);
             let frag = self.buf.split_to(len);
             if last {
-                if self.partial.is_empty() {
-                    return Ok(Some(frag.freeze()));
-                }
-                self.partial.extend_from_slice(&frag);
-                return Ok(Some(self.partial.split().freeze()));
+                let rec = if self.partial.is_empty() {
+                    frag.freeze()
+                } else {
+                    self.partial.extend_from_slice(&frag);
+                    self.partial.split().freeze()
+                };
+                self.reserved = false;
+                let charge = match (self.charge.take(), &self.budget) {
+                    (Some(c), Some(b)) => b.resize(c, rec.len()),
+                    (c, _) => c,
+                };
+                return Ok(Some((rec, charge)));
             }
             self.partial.extend_from_slice(&frag);
         }

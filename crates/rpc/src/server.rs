@@ -19,6 +19,7 @@ use tracing::{debug, error, info, warn};
 use txnfs_xdr::{get_opaque, get_u32, Decode, XdrError};
 
 use crate::backchannel::{BackChannel, DEFAULT_MAX_CALLBACKS_PER_CONN};
+use crate::budget::{Charge, InFlightBudget, DEFAULT_IN_FLIGHT_BYTES};
 use crate::msg::*;
 use crate::record::{write_all_vectored, RecordError, RecordReader};
 
@@ -97,6 +98,14 @@ pub struct ServerConfig {
     /// Callbacks ([`BackChannel::call`]) of one connection waiting for their replies at the
     /// same time; one more fails with `TooManyOutstanding`.
     pub max_callbacks_per_conn: usize,
+    /// Bytes in flight over all connections: request records read and not yet
+    /// answered plus replies not yet written (ADR 0029). When it is used up,
+    /// connections stop reading their sockets until bytes are given back; nothing is
+    /// dropped or failed for it. Shared with whoever watches it (its `in_use` and
+    /// `peak`). Not charged: each connection's read-ahead (at most 64 KiB), replies the
+    /// transport makes itself (a few dozen bytes, bounded by the per-connection call
+    /// limit) and callbacks (bounded by `max_callbacks_per_conn`).
+    pub in_flight_budget: Arc<InFlightBudget>,
 }
 
 pub const DEFAULT_MAX_RECORD_SIZE: usize = 4 * 1024 * 1024 + 64 * 1024;
@@ -110,6 +119,7 @@ impl Default for ServerConfig {
             idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
             shutdown_grace: SHUTDOWN_GRACE,
             max_callbacks_per_conn: DEFAULT_MAX_CALLBACKS_PER_CONN,
+            in_flight_budget: InFlightBudget::new(DEFAULT_IN_FLIGHT_BYTES),
         }
     }
 }
@@ -142,6 +152,7 @@ pub async fn serve<S: RpcService>(
         max_callbacks: cfg.max_callbacks_per_conn.max(1),
         epoch: Instant::now(),
         live: AtomicUsize::new(0),
+        budget: cfg.in_flight_budget.clone(),
     });
     let max_connections = cfg.max_connections.max(1);
     let (sd_tx, sd_rx) = watch::channel(false);
@@ -309,6 +320,8 @@ struct Shared {
     /// Connections that count against `max_connections`: accepted and neither asked to
     /// close nor finished.
     live: AtomicUsize,
+    /// Bytes in flight over all connections ([`ServerConfig::in_flight_budget`]).
+    budget: Arc<InFlightBudget>,
 }
 
 impl Shared {
@@ -415,6 +428,8 @@ pub(crate) struct Outgoing {
     /// The rest of the same record; may be empty.
     pub(crate) body: Bytes,
     pub(crate) permit: Option<OwnedSemaphorePermit>,
+    /// The reply's bytes in the in-flight budget, given back once written.
+    pub(crate) charge: Option<Charge>,
 }
 
 /// Calls `connection_closed` and stops the writer however the connection task ends
@@ -460,8 +475,40 @@ impl ReplySender {
                 head,
                 body,
                 permit: Some(permit),
+                charge: None,
             });
         }
+    }
+
+    /// Send a service's reply with its bytes charged to `budget` (ADR 0029): the
+    /// request's `charge` becomes the reply's if it is large enough or can grow at
+    /// once; otherwise it is given back first and the reply waits for its bytes,
+    /// holding no other reservation (so waits cannot form a cycle).
+    async fn send_charged(
+        &mut self,
+        body: ReplyBody,
+        charge: Option<Charge>,
+        budget: &Arc<InFlightBudget>,
+    ) {
+        let Some((head, body)) = encode_reply(self.xid, Reply::Body(body)) else {
+            // No reply (Drop): the call's slot is free again.
+            self.permit = None;
+            return;
+        };
+        let len = head.len() + body.len();
+        let charge = match charge.and_then(|c| budget.resize(c, len)) {
+            Some(c) => Some(c),
+            None => budget.clone().reserve(len).await,
+        };
+        let Some(permit) = self.permit.take() else {
+            return;
+        };
+        let _ = self.tx.send(Outgoing {
+            head,
+            body,
+            permit: Some(permit),
+            charge,
+        });
     }
 }
 
@@ -710,7 +757,8 @@ impl<S: RpcService> Connection<S> {
             state: state.clone(),
             shared: self.shared.clone(),
         };
-        let mut reader = RecordReader::new(rd, self.shared.max_record_size);
+        let mut reader = RecordReader::new(rd, self.shared.max_record_size)
+            .with_budget(self.shared.budget.clone());
         let mut calls = JoinSet::new();
 
         loop {
@@ -722,7 +770,7 @@ impl<S: RpcService> Connection<S> {
                 }
                 _ = write_failed.notified() => break,
                 Some(_) = calls.join_next(), if !calls.is_empty() => continue,
-                r = reader.next_record() => r,
+                r = reader.next_charged() => r,
                 // After the reader: a record already received is taken (and makes the
                 // connection busy) before a close request is looked at.
                 _ = state.close.notified() => {
@@ -743,7 +791,7 @@ impl<S: RpcService> Connection<S> {
                     break;
                 }
             };
-            let rec = match rec {
+            let (rec, charge) = match rec {
                 Ok(Some(r)) => r,
                 Ok(None) => {
                     debug!(%peer, conn_id, "connection closed by peer");
@@ -797,10 +845,12 @@ impl<S: RpcService> Connection<S> {
                     debug!(%peer, conn_id, xid, prog = info.prog, vers = info.vers,
                         proc_num = info.proc_num, "RPC call");
                     let svc = self.svc.clone();
+                    let budget = self.shared.budget.clone();
                     calls.spawn(async move {
                         let mut sender = sender;
+                        // The request's bytes stay charged until it is answered.
                         let reply = svc.call(info, args).await;
-                        sender.send(reply);
+                        sender.send_charged(reply, charge, &budget).await;
                     });
                 }
             }
@@ -845,7 +895,7 @@ async fn writer_loop(
             if !m.body.is_empty() {
                 segs.push_back(m.body);
             }
-            permits.push(m.permit);
+            permits.push((m.permit, m.charge));
             bytes
         };
         let mut total = push(first, &mut segs, &mut permits);

@@ -130,6 +130,11 @@ pub struct Config {
     /// Open TCP connections. At the limit a new connection makes the server close the
     /// longest idle one (nothing in progress on it), so idle sockets cannot lock clients out.
     pub max_connections: usize,
+    /// Bytes of requests read and not yet answered plus replies not yet written, over
+    /// all connections (ADR 0029; default 256 MiB). At the limit connections stop
+    /// reading their sockets until bytes are released; a request larger than it is
+    /// still served, alone.
+    pub max_in_flight_bytes: usize,
     /// Seconds a connection may stay silent with nothing in progress before the server
     /// closes it; 0 keeps idle connections. Unset: three lease periods (the method
     /// `Config::idle_timeout()` resolves this and says why).
@@ -211,6 +216,7 @@ impl Default for Config {
             max_sessions_per_client: 16,
             max_reply_cache_bytes: 512 << 20,
             max_connections: 4096,
+            max_in_flight_bytes: txnfs_rpc::DEFAULT_IN_FLIGHT_BYTES,
             idle_timeout: None,
             callback_timeout_ms: None,
             delegations: true,

@@ -6,6 +6,7 @@
 //! says no open of it is left: after a CLOSE, and in a sweep after clients are released
 //! (lease expiry, courtesy conflicts, DESTROY_CLIENTID).
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -24,17 +25,41 @@ impl HeldFiles {
     /// `file` (of `export`, named by `key`) has an open now: hold it unless it is held.
     /// A failure means the object went away between the OPEN's decision and now (a
     /// concurrent REMOVE): the open stands, unprotected, as before this existed.
-    pub fn hold(&self, cx: &OpCtx, file: FileId, export: &Arc<Export>, key: &FileKey) {
-        let mut files = self.files.lock().unwrap_or_else(PoisonError::into_inner);
-        if files.contains_key(&file) {
-            return;
+    ///
+    /// The backend is asked with no lock held (ADR 0004, ADR 0029): the map is checked,
+    /// the hold taken, and the map checked again; if another OPEN of the file held it
+    /// meanwhile, this hold is given back. True when this call added the file: the
+    /// caller then asks [`HeldFiles::release_closed`] once more under the core's lock,
+    /// in case the file's last CLOSE ran between its OPEN and this.
+    #[must_use = "a new hold must be checked against a CLOSE that raced with it"]
+    pub fn hold(&self, cx: &OpCtx, file: FileId, export: &Arc<Export>, key: &FileKey) -> bool {
+        if self.lock().contains_key(&file) {
+            return false;
         }
-        match export.backend.hold(cx, key) {
-            Ok(()) => {
-                files.insert(file, (export.clone(), key.clone()));
+        if let Err(e) = export.backend.hold(cx, key) {
+            tracing::debug!(?file, "cannot hold a file just opened: {e}");
+            return false;
+        }
+        let added = {
+            let mut files = self.lock();
+            match files.entry(file) {
+                Entry::Occupied(_) => false,
+                Entry::Vacant(v) => {
+                    v.insert((export.clone(), key.clone()));
+                    true
+                }
             }
-            Err(e) => tracing::debug!(?file, "cannot hold a file just opened: {e}"),
+        };
+        if !added {
+            // Another OPEN of the file won the race: one hold per file.
+            export.backend.release(cx, key);
         }
+        added
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<FileId, (Arc<Export>, FileKey)>> {
+        // The map is updated in single statements: a poisoned guard is still whole.
+        self.files.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Take out the holds of the files in `which` (all held files when `None`) that
@@ -44,7 +69,7 @@ impl HeldFiles {
     /// is held across a backend call (ADR 0004).
     #[must_use = "the holds are given back when this is dropped"]
     pub fn release_closed(&self, core: &StateCore, which: Option<FileId>, cx: &OpCtx) -> Released {
-        let mut files = self.files.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut files = self.lock();
         let closed: Vec<FileId> = match which {
             Some(f) => vec![f],
             None => files.keys().copied().collect(),
@@ -61,10 +86,7 @@ impl HeldFiles {
 
     /// How many files are held now.
     pub fn len(&self) -> usize {
-        self.files
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.lock().len()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -8,11 +8,14 @@ pub mod compound;
 pub mod config;
 pub mod errors;
 pub mod export;
+#[cfg(feature = "fault-injection")]
+pub mod faultinject;
 pub mod handle;
 pub mod held;
 pub mod notify;
 pub mod offload;
 pub mod ops;
+pub mod panics;
 pub mod placement;
 pub mod recall;
 pub mod server;

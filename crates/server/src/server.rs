@@ -34,14 +34,20 @@ pub struct Stats {
     pub ops: Vec<AtomicU64>,
     pub compounds: AtomicU64,
     pub replays: AtomicU64,
+    /// Requests whose handler panicked: answered NFS4ERR_SERVERFAULT (ADR 0029).
+    pub panics: AtomicU64,
+    /// The transport's budget of bytes in flight (ADR 0029): its gauge and peak.
+    pub in_flight: Arc<txnfs_rpc::InFlightBudget>,
 }
 
 impl Stats {
-    fn new() -> Self {
+    fn new(in_flight_bytes: usize) -> Self {
         Stats {
             ops: (0..80).map(|_| AtomicU64::new(0)).collect(),
             compounds: AtomicU64::new(0),
             replays: AtomicU64::new(0),
+            panics: AtomicU64::new(0),
+            in_flight: txnfs_rpc::InFlightBudget::new(in_flight_bytes),
         }
     }
 
@@ -67,6 +73,9 @@ impl Stats {
         StatsSnapshot {
             compounds: self.compounds.load(Ordering::Relaxed),
             replays: self.replays.load(Ordering::Relaxed),
+            panics: self.panics.load(Ordering::Relaxed),
+            in_flight_bytes: self.in_flight.in_use(),
+            in_flight_peak: self.in_flight.peak(),
             ops,
         }
     }
@@ -77,6 +86,12 @@ impl Stats {
 pub struct StatsSnapshot {
     pub compounds: u64,
     pub replays: u64,
+    /// Requests whose handler panicked (answered NFS4ERR_SERVERFAULT).
+    pub panics: u64,
+    /// Bytes of requests and replies in flight now, and the most ever (never above
+    /// `Config::max_in_flight_bytes`).
+    pub in_flight_bytes: usize,
+    pub in_flight_peak: usize,
     /// (op name, times the executor reached it), in opnum order; ops never seen are
     /// left out.
     pub ops: Vec<(&'static str, u64)>,
@@ -113,8 +128,15 @@ pub struct Server {
     /// for bookkeeping, never across storage calls; reach it through
     /// [`Server::core`], which reports a poisoned lock.
     pub(crate) core: Mutex<StateCore>,
-    /// Times a request or housekeeping found the state core's lock poisoned.
+    /// Times the state core's lock was found poisoned (a thread panicked holding it)
+    /// and the core was rechecked and taken back into service (ADR 0029).
     pub core_faults: AtomicU64,
+    /// Of those, the times the recheck found a broken invariant (logged at error
+    /// level; the server serves on, and should be restarted soon).
+    pub core_invariant_failures: AtomicU64,
+    /// Test-only fault injection (ADR 0029).
+    #[cfg(feature = "fault-injection")]
+    pub faults: crate::faultinject::FaultInjection,
     /// Generation of the last client list written to the state directory (also
     /// serialises those writes).
     pub(crate) persisted: Mutex<u64>,
@@ -257,12 +279,15 @@ impl Server {
             handles: HandleCodec::new(&secret),
             core: Mutex::new(core),
             core_faults: AtomicU64::new(0),
+            core_invariant_failures: AtomicU64::new(0),
+            #[cfg(feature = "fault-injection")]
+            faults: Default::default(),
             persisted: Mutex::new(0),
             write_verf,
             boot_epoch,
             server_owner,
             limits,
-            stats: Stats::new(),
+            stats: Stats::new(cfg.max_in_flight_bytes),
             held: Default::default(),
             callbacks: Default::default(),
             clock,

@@ -136,6 +136,7 @@ pub async fn run(
         max_record_size: server.cfg.max_record_size,
         max_connections: server.cfg.max_connections,
         idle_timeout: server.cfg.idle_timeout(),
+        in_flight_budget: server.stats.in_flight.clone(),
         ..Default::default()
     };
     let svc = Arc::new(NfsService::new(server.clone()));

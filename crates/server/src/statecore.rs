@@ -1,5 +1,5 @@
 //! The server's side of the state core (ADR 0008): taking its lock (a poisoned lock
-//! is a reported server fault, never silently skipped), executing the effects the
+//! is reported, rechecked and taken back into service, ADR 0029), executing the effects the
 //! core returns, housekeeping on the injected clock, and the one pair of stateid
 //! conversions between the wire and the core.
 
@@ -69,41 +69,66 @@ impl Drop for CoreGuard<'_> {
 
 impl Server {
     /// The state core, for one decision. A poisoned lock (a thread panicked while
-    /// holding it, so the core may be half-updated) is logged at error level, counted
-    /// in [`Server::core_faults`] and answered with `NFS4ERR_SERVERFAULT`: every
-    /// request keeps failing loudly rather than acting on possibly broken state.
+    /// holding it) is taken back into service after the core's invariants are
+    /// rechecked ([`Server::lock_core`], ADR 0029): one panicking request must not
+    /// turn every later request into `NFS4ERR_SERVERFAULT`. (The `Result` stays for
+    /// the callers' `?`; this no longer fails.)
     ///
     /// Effects a decision leaves in the core ([`StateCore::take_effects`]: a courtesy
     /// client released by a conflicting OPEN or LOCK) are executed when the guard is
     /// dropped, after the lock is released.
     pub fn core(&self) -> Result<CoreGuard<'_>, nfsstat4> {
-        let guard = self.core.lock().map_err(|_| {
-            self.report_fault("a request");
-            nfsstat4::NFS4ERR_SERVERFAULT
-        })?;
         Ok(CoreGuard {
             srv: self,
-            guard: Some(guard),
+            guard: Some(self.lock_core("a request")),
         })
     }
 
-    /// The core for housekeeping: after reporting a poisoned lock it carries on with
-    /// the state as it is, because housekeeping only removes state (expired clients,
-    /// the end of grace) and stopping it would let dead clients hold locks forever.
+    /// The core's lock. When it is poisoned, the core is rechecked
+    /// (`StateCore::check_invariants`), the fault logged and counted in
+    /// [`Server::core_faults`], and the poison cleared; a broken invariant is logged
+    /// at error level and counted in [`Server::core_invariant_failures`], and the
+    /// server still goes on (refusing every request would not repair the state;
+    /// housekeeping keeps expiring leases either way). `who` names the finder.
+    pub(crate) fn lock_core(&self, who: &str) -> MutexGuard<'_, StateCore> {
+        match self.core.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => {
+                let guard = poisoned.into_inner();
+                self.recover_core(&guard, who);
+                self.core.clear_poison();
+                guard
+            }
+        }
+    }
+
+    /// The housekeeping name of [`Server::lock_core`].
     fn core_for_housekeeping(&self, what: &str) -> MutexGuard<'_, StateCore> {
-        self.core.lock().unwrap_or_else(|poisoned| {
-            self.report_fault(what);
-            poisoned.into_inner()
-        })
+        self.lock_core(what)
     }
 
-    fn report_fault(&self, during: &str) {
+    fn recover_core(&self, core: &StateCore, found_by: &str) {
         let n = self.core_faults.fetch_add(1, Ordering::Relaxed) + 1;
-        tracing::error!(
-            faults = n,
-            "state core lock poisoned (a thread panicked while holding it), seen by {during}: \
-             answering NFS4ERR_SERVERFAULT; restart the server"
-        );
+        match core.check_invariants() {
+            Ok(()) => tracing::error!(
+                faults = n,
+                found_by,
+                "state core lock poisoned (a thread panicked while holding it): \
+                 invariants rechecked and hold; serving on"
+            ),
+            Err(violation) => {
+                let m = self.core_invariant_failures.fetch_add(1, Ordering::Relaxed) + 1;
+                tracing::error!(
+                    faults = n,
+                    invariant_failures = m,
+                    found_by,
+                    %violation,
+                    "STATE CORE INCONSISTENT after a panic while holding its lock: serving \
+                     on with the state as it is; clients may see wrong open, lock or \
+                     delegation state until the server is restarted"
+                );
+            }
+        }
     }
 
     /// Execute what the core asked for. Call after the core's lock is released.
@@ -161,10 +186,8 @@ impl Server {
         }
         if released_clients {
             // Their opens are gone: so are the holds that kept those files alive.
-            // A poisoned lock was reported by whoever produced these effects; this
-            // only gives holds back, so it goes on with the state as it is.
             let released = {
-                let core = self.core.lock().unwrap_or_else(PoisonError::into_inner);
+                let core = self.lock_core("releasing holds");
                 // No COMPOUND gives them back: a context outside any.
                 let cx = txnfs_backend::OpCtx::default();
                 self.held.release_closed(&core, None, &cx)
@@ -231,10 +254,7 @@ impl Server {
         }
         let expired = {
             // (Reading which sessions exist: a poisoned core was reported by `tick`.)
-            let core = self
-                .core
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let core = self.lock_core("transaction reaping");
             self.txns.expired(now, self.cfg.txn_timeout(), |s| {
                 core.sessions().session(s).is_some()
             })
@@ -269,10 +289,8 @@ impl Server {
     /// Complete the slot a COMPOUND's SEQUENCE opened (`reply`: the reply to cache, or
     /// `None` when it is not cached).
     pub fn finish_slot(&self, session: &Session, slot: u32, reply: Option<Bytes>) {
-        // A poisoned core answers every later SEQUENCE with SERVERFAULT anyway.
-        if let Ok(mut core) = self.core() {
-            core.finish_slot(&session.id, slot, reply);
-        }
+        self.lock_core("completing a slot")
+            .finish_slot(&session.id, slot, reply);
     }
 
     /// Validate the stateid of a READ, WRITE or SETATTR(size) of `file`, after another

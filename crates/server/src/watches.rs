@@ -122,9 +122,7 @@ impl Server {
             return;
         }
         let dropped: Vec<Entry> = {
-            // Only gives watches back: a poisoned core was reported by whoever made
-            // the effect.
-            let core = self.core.lock().unwrap_or_else(PoisonError::into_inner);
+            let core = self.lock_core("releasing watches");
             let mut map = self.watches.lock();
             let gone: Vec<FileId> = map
                 .keys()
@@ -205,7 +203,7 @@ impl Server {
         }
         // Normally gone already with the last delegation.
         let entry = {
-            let _core = self.core.lock().unwrap_or_else(PoisonError::into_inner);
+            let _core = self.lock_core("dropping a watch");
             self.watches.lock().remove(&file)
         };
         drop(entry);

@@ -18,6 +18,7 @@
 //! | [`deleg`]     | delegations: grant policy, recalls, revocation, counters    |
 //! | [`effect`]    | [`Effect`] and the callbacks the server sends               |
 //! | [`clock`]     | [`clock::Clock`], `SystemClock`, `ManualClock`              |
+//! | `invariants`  | [`StateCore::check_invariants`]: rechecked after a panic     |
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -27,6 +28,7 @@ pub mod core;
 pub mod deleg;
 pub mod effect;
 pub mod grace;
+mod invariants;
 mod range;
 pub mod session;
 pub mod slots;
@@ -39,5 +41,6 @@ pub use deleg::{
 };
 pub use effect::{Callback, ClientList, Effect, ReleaseReason};
 pub use grace::{Grace, GraceEnd};
+pub use invariants::InvariantViolation;
 pub use table::StateTable;
 pub use types::*;

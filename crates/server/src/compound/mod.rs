@@ -153,7 +153,58 @@ pub fn execute_as(
 
 /// Execute one COMPOUND of RPC procedure `proc` (plain, a transaction, or a part of
 /// one: `crate::txnspan`) and return the encoded COMPOUND4res.
+///
+/// A panicking handler fails its op with NFS4ERR_SERVERFAULT and the COMPOUND ends
+/// there as after any failing op (`crate::panics`, ADR 0029). A panic elsewhere in the
+/// executor (SEQUENCE, the end of the COMPOUND) is caught here as a backstop: the
+/// answer is a COMPOUND4res of status NFS4ERR_SERVERFAULT with no results, and the
+/// slot its SEQUENCE opened is completed without a cached reply ([`OpenSlot`]).
 pub fn execute_proc(
+    srv: &Server,
+    creds: Creds,
+    conn: u64,
+    args: Bytes,
+    proc: TxnProc,
+) -> Result<Bytes, CompoundError> {
+    let request = args.clone();
+    #[cfg(feature = "fault-injection")]
+    srv.faults.before_compound();
+    crate::panics::catch(srv, "COMPOUND", || {
+        execute_unguarded(srv, creds, conn, args, proc)
+    })
+    .unwrap_or_else(|crate::panics::Panicked| serverfault_reply(&request))
+}
+
+/// A COMPOUND4res of status NFS4ERR_SERVERFAULT, with the request's tag and no
+/// results (the executor's backstop after a panic outside any handler).
+fn serverfault_reply(args: &Bytes) -> Result<Bytes, CompoundError> {
+    let mut src = args.clone();
+    let tag = txnfs_xdr::get_opaque(&mut src, MAX_TAG)?;
+    let mut out = BytesMut::with_capacity(16 + tag.len());
+    out.put_i32(nfsstat4::NFS4ERR_SERVERFAULT as i32);
+    txnfs_xdr::put_opaque(&mut out, &tag);
+    out.put_u32(0);
+    Ok(out.freeze())
+}
+
+/// The slot a COMPOUND's SEQUENCE opened, until the executor completes it with the
+/// reply. If the executor unwinds first (a panic outside any handler), the slot is
+/// completed without a cached reply, so the session's client can go on using it (a
+/// retransmission gets NFS4ERR_RETRY_UNCACHED_REP, the next sequence id runs).
+struct OpenSlot<'a> {
+    srv: &'a Server,
+    slot: Option<(Arc<Session>, u32)>,
+}
+
+impl Drop for OpenSlot<'_> {
+    fn drop(&mut self) {
+        if let Some((s, slotid)) = self.slot.take() {
+            self.srv.finish_slot(&s, slotid, None);
+        }
+    }
+}
+
+fn execute_unguarded(
     srv: &Server,
     creds: Creds,
     conn: u64,
@@ -197,7 +248,7 @@ pub fn execute_proc(
     let mut status = nfsstat4::NFS4_OK;
     let mut done: u32 = 0;
     // (session, slot) whose reply cache entry we must complete.
-    let mut slot: Option<(Arc<Session>, u32)> = None;
+    let mut slot = OpenSlot { srv, slot: None };
     let mut cache_limit = usize::MAX;
     let mut cachethis = false;
     // A persistent session's (sequence id, request hash): its reply is made durable
@@ -276,7 +327,7 @@ pub fn execute_proc(
                         durable = s.persistent.then_some((sa.sa_sequenceid, hash));
                         cache_limit = s.fore.max_response_cached as usize;
                         c.reply_left = s.fore.max_response as usize;
-                        slot = Some((s, sa.sa_slotid));
+                        slot.slot = Some((s, sa.sa_slotid));
                         nfs_resop4::OP_SEQUENCE(crate::nfs::SEQUENCE4res::NFS4_OK(res))
                             .encode(&mut out);
                         done += 1;
@@ -321,7 +372,13 @@ pub fn execute_proc(
 
         let result = match pre {
             Err(s) => Err(OpError::Status(s)),
-            Ok(handler) => handler(&mut c, arg),
+            // A panic fails this op with SERVERFAULT (`crate::panics`, ADR 0029).
+            Ok(handler) => crate::panics::catch(srv, info.name(), || {
+                #[cfg(feature = "fault-injection")]
+                srv.faults.before_op(srv, opnum);
+                handler(&mut c, arg)
+            })
+            .unwrap_or(Err(OpError::Status(nfsstat4::NFS4ERR_SERVERFAULT))),
         };
         let st = match result {
             Ok(res) => {
@@ -398,7 +455,7 @@ pub fn execute_proc(
     // commit.
     let mut stored = None;
     if let (true, true, TxnSpan::Whole, Some((s, slotid)), Some((seqid, hash))) =
-        (txn, commit, span, &slot, durable)
+        (txn, commit, span, &slot.slot, durable)
     {
         let mut pre = out.clone();
         pre[..4].copy_from_slice(&(status as i32).to_be_bytes());
@@ -440,7 +497,7 @@ pub fn execute_proc(
     out[..4].copy_from_slice(&(status as i32).to_be_bytes());
     out[count_at..count_at + 4].copy_from_slice(&done.to_be_bytes());
     let reply = out.freeze();
-    if let Some((s, slotid)) = slot {
+    if let Some((s, slotid)) = slot.slot.take() {
         let keep = reply.len() <= s.fore.max_response_cached as usize;
         let cached = keep.then(|| reply.clone());
         if let Some((seqid, hash)) = durable {

@@ -273,9 +273,18 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
         c.txn_opens.push((sid, file));
     }
     // The open keeps the file alive through a REMOVE or RENAME over it (`crate::held`).
-    c.srv
+    if c.srv
         .held
-        .hold(c.scope.ctx(), file, &target.export, &target.key);
+        .hold(c.scope.ctx(), file, &target.export, &target.key)
+    {
+        // A CLOSE between the OPEN above and the new hold found nothing to give back:
+        // look again, under the core's lock, and give the hold back after it.
+        let released = {
+            let core = c.srv.core()?;
+            c.srv.held.release_closed(&core, Some(file), c.scope.ctx())
+        };
+        drop(released);
+    }
     let sid = stateid_to_wire(&sid);
     let delegation = match under_delegation {
         Some(_) => open_delegation4::OPEN_DELEGATE_NONE,

@@ -8,6 +8,7 @@
 //! the two). Delegation stateids share the open table's `other` layout (boot epoch +
 //! counter) with the top bit of the counter set, so the two id spaces never meet.
 
+mod check;
 pub mod dir;
 pub mod policy;
 

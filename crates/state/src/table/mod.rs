@@ -47,6 +47,7 @@
 //! The grace period (reclaims) is the core's business ([`crate::StateCore`]),
 //! not this table's.
 
+mod check;
 mod locks;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
