@@ -42,7 +42,8 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
 }
 
 /// Opens `path` from another thread (`write`: for writing, else reading), writing
-/// `data` if for writing; the receiver gets the time the open took once it is done.
+/// `data` if for writing; the receiver gets the time the open took once the file is
+/// closed again.
 fn open_elsewhere(
     path: std::path::PathBuf,
     write: bool,
@@ -60,6 +61,9 @@ fn open_elsewhere(
         if write {
             f.write_all(data).expect("write elsewhere");
         }
+        // Closed before the caller hears of it: a file still open for writing here
+        // would refuse the caller's next lease.
+        drop(f);
         let _ = tx.send(took);
     });
     rx

@@ -108,6 +108,10 @@ pub struct RunArgs {
     /// Session slots each client asks for.
     #[arg(long, default_value_t = 64)]
     pub slots: u32,
+    /// The NFSv4 minor version the clients speak (the binary's global `--vers`; None:
+    /// the highest the server accepts).
+    #[arg(skip)]
+    pub minor: Option<u32>,
     /// Run the workload's changes as transactional COMPOUNDs (ADR 0021):
     /// writefiles, readfiles, tree-cp, tree-rm. Needs a txnfs server with
     /// transactions; any other server makes the run fail (never run plainly).
@@ -175,6 +179,7 @@ impl RunArgs {
             server_pid: self.server_pid,
             server_label: self.server.clone(),
             slots: self.slots,
+            minor: self.minor,
             verbose: !self.quiet,
             driver: self.driver,
         })

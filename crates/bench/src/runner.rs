@@ -88,6 +88,8 @@ pub struct RunConfig {
     pub server_label: Option<String>,
     /// Session slots each client asks for.
     pub slots: u32,
+    /// NFSv4 minor version (None: negotiated, the highest).
+    pub minor: Option<u32>,
     /// Print progress to stderr.
     pub verbose: bool,
     /// The client library of the timed part.
@@ -106,6 +108,7 @@ impl RunConfig {
             server_pid: None,
             server_label: None,
             slots: 64,
+            minor: None,
             verbose: false,
             driver: Driver::Txnfs,
         }
@@ -114,9 +117,15 @@ impl RunConfig {
 
 static CLIENT_SEQ: AtomicU64 = AtomicU64::new(0);
 
-async fn connect(addr: SocketAddr, slots: u32, what: &str) -> anyhow::Result<Client> {
+async fn connect(
+    addr: SocketAddr,
+    slots: u32,
+    minor: Option<u32>,
+    what: &str,
+) -> anyhow::Result<Client> {
     let mut cfg = ClientConfig::new(addr);
     cfg.slots = slots;
+    cfg.minor = minor;
     let n = CLIENT_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -229,7 +238,7 @@ async fn run_once(
     cfg: &RunConfig,
     worker_addr: SocketAddr,
 ) -> anyhow::Result<Repeat> {
-    let setup_client = connect(cfg.target.addr, cfg.slots, "setup").await?;
+    let setup_client = connect(cfg.target.addr, cfg.slots, cfg.minor, "setup").await?;
     let parent = nfs::lookup_path(&setup_client, &cfg.target.path)
         .await
         .with_context(|| format!("target directory {:?}", cfg.target.path))?;
@@ -288,7 +297,7 @@ async fn timed_part(
     }
     let mut clients = Vec::new();
     for c in 0..cfg.clients {
-        clients.push(connect(worker_addr, cfg.slots, &format!("client{c}")).await?);
+        clients.push(connect(worker_addr, cfg.slots, cfg.minor, &format!("client{c}")).await?);
     }
     let mut mounts = Vec::new();
     if cfg.driver == Driver::NfsRs {

@@ -86,7 +86,8 @@ enum BenchCmd {
     Compare(Box<txnfs_benchreport::cli::CompareArgs>),
 }
 
-fn bench(a: BenchArgs) -> anyhow::Result<()> {
+/// `txnfs bench`; `vers`: the global `--vers` (the runner's clients speak it).
+fn bench(a: BenchArgs, vers: Option<u32>) -> anyhow::Result<()> {
     let run = |cmd| -> anyhow::Result<()> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -94,7 +95,10 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
         rt.block_on(txnfs_bench::cli::main(txnfs_bench::cli::BenchArgs { cmd }))
     };
     match a.cmd {
-        BenchCmd::Run(r) => run(txnfs_bench::cli::BenchCmd::Run(r)),
+        BenchCmd::Run(mut r) => {
+            r.minor = vers;
+            run(txnfs_bench::cli::BenchCmd::Run(r))
+        }
         BenchCmd::List => run(txnfs_bench::cli::BenchCmd::List),
         BenchCmd::GaneshaConf(g) => run(txnfs_bench::cli::BenchCmd::GaneshaConf(g)),
         BenchCmd::Compare(mut c) => {
@@ -147,7 +151,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Mv(a) => FileCmd::Mv(a),
         Cmd::Ln(a) => FileCmd::Ln(a),
         Cmd::Bench(a) => {
-            return match bench(a) {
+            return match bench(a, cli.global.vers) {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("txnfs: {e:#}");

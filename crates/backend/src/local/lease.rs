@@ -96,8 +96,13 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         // Explicitly: the descriptor may outlive the lease in a running read or write.
-        if let Err(e) = set_lease(self.fd.as_fd(), libc::F_UNLCK) {
-            tracing::warn!("cannot release a file lease: {e}");
+        // EAGAIN is the kernel's "no lease here": given up already, or removed by the
+        // kernel when a break outlasted lease-break-time.
+        if !self.surrendered.load(Ordering::Acquire) {
+            match set_lease(self.fd.as_fd(), libc::F_UNLCK) {
+                Ok(()) | Err(Errno::AGAIN) => {}
+                Err(e) => tracing::warn!("cannot release a file lease: {e}"),
+            }
         }
         if let Some(table) = self.table.upgrade() {
             let mut map = lock(&table.map);

@@ -2,9 +2,9 @@
 //! §15.2) and no byte of the files crosses the network; on NFSv4.1, or where the server
 //! answers COPY with NFS4ERR_NOTSUPP (NFS-Ganesha), the client reads and writes.
 //!
-//! A batch takes three rounds whatever its size: OPEN of every source (its stateid and
-//! size), then per file [PUTFH source, SAVEFH, OPEN destination, COPY], then COMMIT and
-//! CLOSE of both. A server that copies less than asked (RFC 7862 §15.2.3 allows a
+//! Each part of up to 256 files takes three rounds: OPEN of every source (its stateid
+//! and size), then per file [PUTFH source, SAVEFH, OPEN destination, COPY], then COMMIT
+//! and CLOSE of both. A server that copies less than asked (RFC 7862 §15.2.3 allows a
 //! short copy) gets the rest in further COPYs; one that copies asynchronously is asked
 //! with OFFLOAD_STATUS until it is done.
 
@@ -22,6 +22,9 @@ use txnfs_proto::nfs4::*;
 pub(super) const COPY_UNKNOWN: u8 = 0;
 const COPY_YES: u8 = 1;
 const COPY_NO: u8 = 2;
+
+/// Pairs copied together: their sources and destinations are all open at once.
+const OPEN_AT_ONCE: usize = 256;
 
 /// One source opened for reading.
 struct Source {
@@ -176,17 +179,23 @@ impl Fs {
         paths.extend(pairs.iter().map(|(_, d)| d.as_ref()));
         self.client.cache().forget_paths(&paths, true).await;
 
-        let mut out: Vec<Result<(), ClientError>> = pairs.iter().map(|_| Ok(())).collect();
-        let sources: Vec<Option<Source>> = self
-            .open_sources(pairs)
-            .await
-            .into_iter()
-            .zip(out.iter_mut())
-            .map(|(r, o)| r.map_err(|e| *o = Err(e)).ok())
-            .collect();
-        let mut targets = self.open_targets(pairs, &sources, &mut out).await;
-        self.finish_copies(&sources, &mut targets, &mut out).await;
-        self.close_copies(&sources, &targets, &mut out).await;
+        let mut out: Vec<Result<(), ClientError>> = Vec::with_capacity(pairs.len());
+        // A part at a time: every file of a part is open on the server (a descriptor
+        // each there) until the part is done.
+        for part in pairs.chunks(OPEN_AT_ONCE) {
+            let mut done: Vec<Result<(), ClientError>> = part.iter().map(|_| Ok(())).collect();
+            let sources: Vec<Option<Source>> = self
+                .open_sources(part)
+                .await
+                .into_iter()
+                .zip(done.iter_mut())
+                .map(|(r, o)| r.map_err(|e| *o = Err(e)).ok())
+                .collect();
+            let mut targets = self.open_targets(part, &sources, &mut done).await;
+            self.finish_copies(&sources, &mut targets, &mut done).await;
+            self.close_copies(&sources, &targets, &mut done).await;
+            out.extend(done);
+        }
         out
     }
 
