@@ -36,26 +36,6 @@ async fn make_file(o: &mut Session, name: &str) {
     .await;
 }
 
-/// OPEN of `name` by the holder: (open stateid, delegation, handle).
-async fn open(
-    h: &mut Holder,
-    name: &str,
-    share_access: u32,
-) -> (stateid4, open_delegation4, Bytes) {
-    let r = h
-        .run_ok(vec![
-            nfs_argop4::OP_PUTROOTFH,
-            open_plain(name, share_access, h.owner),
-            nfs_argop4::OP_GETFH,
-        ])
-        .await;
-    let (sid, fh) = opened_stateid_and_fh(&r);
-    let nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(ok)) = &r.resarray[2] else {
-        unreachable!()
-    };
-    (sid, ok.delegation.clone(), fh)
-}
-
 fn set_time(bit: u32, sec: i64, nsec: u32) -> fattr4 {
     let mut v = BytesMut::new();
     v.put_i64(sec);
@@ -151,14 +131,14 @@ async fn the_holder_of_delegated_timestamps_keeps_the_files_times() {
     // Over 4.1 the want is ignored: a plain write delegation.
     let mut h41 = Holder::new(&srv, b"holder-41").await;
     let want_write = OPEN4_SHARE_ACCESS_BOTH | OPEN4_SHARE_ACCESS_WANT_WRITE_DELEG;
-    let (_, d, _) = open(&mut h41, "g", want_write | WANT_TIMESTAMPS).await;
+    let (_, d, _) = h41.open("g", want_write | WANT_TIMESTAMPS).await;
     assert!(
         matches!(d, open_delegation4::OPEN_DELEGATE_WRITE(_)),
         "4.1: {d:?}"
     );
 
     let mut h = Holder::with_minor(&srv, b"holder", 2).await;
-    let (osid, d, fh) = open(&mut h, "f", want_write | WANT_TIMESTAMPS).await;
+    let (osid, d, fh) = h.open("f", want_write | WANT_TIMESTAMPS).await;
     let open_delegation4::OPEN_DELEGATE_WRITE_ATTRS_DELEG(w) = &d else {
         panic!("4.2 with WANT_DELEG_TIMESTAMPS: {d:?}")
     };
@@ -221,7 +201,7 @@ async fn the_holder_of_delegated_timestamps_keeps_the_files_times() {
 
     // A read delegation with delegated timestamps: the access time only.
     let want_read = OPEN4_SHARE_ACCESS_READ | OPEN4_SHARE_ACCESS_WANT_READ_DELEG;
-    let (_, d, rfh) = open(&mut h, "r", want_read | WANT_TIMESTAMPS).await;
+    let (_, d, rfh) = h.open("r", want_read | WANT_TIMESTAMPS).await;
     let open_delegation4::OPEN_DELEGATE_READ_ATTRS_DELEG(rd) = &d else {
         panic!("read with WANT_DELEG_TIMESTAMPS: {d:?}")
     };

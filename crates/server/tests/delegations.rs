@@ -18,25 +18,6 @@ use std::time::{Duration, Instant};
 use txnfs_server::nfs::*;
 use txnfs_xdr::Decode;
 
-impl Holder {
-    /// OPEN `name` (no create) with `share_access` (want bits included): the open
-    /// stateid, the delegation and the file handle.
-    async fn open(&mut self, name: &str, share_access: u32) -> (stateid4, open_delegation4, Bytes) {
-        let r = self
-            .run(vec![
-                nfs_argop4::OP_PUTROOTFH,
-                open_plain(name, share_access, self.owner),
-                nfs_argop4::OP_GETFH,
-            ])
-            .await;
-        let (sid, fh) = opened_stateid_and_fh(&r);
-        let nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(ok)) = &r.resarray[2] else {
-            unreachable!()
-        };
-        (sid, ok.delegation.clone(), fh)
-    }
-}
-
 fn deleg_stateid(d: &open_delegation4) -> stateid4 {
     match d {
         open_delegation4::OPEN_DELEGATE_READ(r) => r.stateid.clone(),

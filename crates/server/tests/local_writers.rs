@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use txnfs_server::nfs::*;
-use txnfs_server::{BackendKind, Config, ExportConfig};
+use txnfs_server::Config;
 
 const READ: u32 = OPEN4_SHARE_ACCESS_READ;
 const BOTH: u32 = OPEN4_SHARE_ACCESS_BOTH;
@@ -29,18 +29,9 @@ async fn local_deleg_server(tag: &str, recall_wait_ms: u32) -> (TestServer, Path
     std::fs::write(dir.join("f"), b"x").expect("f");
     let export = dir.clone();
     let srv = start_server(move |state_dir| Config {
-        exports: vec![ExportConfig {
-            name: "/".into(),
-            path: export,
-            backend: BackendKind::Local,
-            read_only: false,
-            prebuilt: None,
-        }],
-        state_dir: Some(state_dir.to_path_buf()),
-        grace: false,
         recall_wait_ms: Some(recall_wait_ms),
         callback_timeout_ms: Some(1000),
-        ..Config::default()
+        ..local_config(export, state_dir)
     })
     .await;
     (srv, dir)

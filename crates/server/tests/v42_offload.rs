@@ -17,7 +17,7 @@ use common::*;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use txnfs_server::nfs::*;
-use txnfs_server::{BackendKind, Config, ExportConfig};
+use txnfs_server::Config;
 use txnfs_xdr::Decode;
 
 const MIB: u64 = 1 << 20;
@@ -46,19 +46,10 @@ async fn offload_server_until(
     let srv = start_server_until(
         move |state_dir| {
             let mut c = Config {
-                exports: vec![ExportConfig {
-                    name: "/".into(),
-                    path: export,
-                    backend: BackendKind::Local,
-                    read_only: false,
-                    prebuilt: None,
-                }],
-                state_dir: Some(state_dir.to_path_buf()),
-                grace: false,
                 callback_timeout_ms: Some(1000),
                 async_copy_chunk: STEP,
                 async_copy_pause: Some(pause),
-                ..Config::default()
+                ..local_config(export, state_dir)
             };
             tweak(&mut c);
             c

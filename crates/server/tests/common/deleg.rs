@@ -105,6 +105,27 @@ impl Holder {
         ok.sr_status_flags
     }
 
+    /// OPEN `name` (no create) with `share_access` (want bits included): the open
+    /// stateid, the delegation and the file handle.
+    pub async fn open(
+        &mut self,
+        name: &str,
+        share_access: u32,
+    ) -> (stateid4, open_delegation4, Bytes) {
+        let r = self
+            .run(vec![
+                nfs_argop4::OP_PUTROOTFH,
+                open_plain(name, share_access, self.owner),
+                nfs_argop4::OP_GETFH,
+            ])
+            .await;
+        let (sid, fh) = opened_stateid_and_fh(&r);
+        let nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(ok)) = &r.resarray[2] else {
+            panic!("OPEN {:?}", r.resarray)
+        };
+        (sid, ok.delegation.clone(), fh)
+    }
+
     pub async fn delegreturn(&mut self, fh: &Bytes, d: &stateid4) -> nfsstat4 {
         self.run(vec![putfh(fh), delegreturn_op(d)]).await.status
     }

@@ -73,7 +73,14 @@ pub async fn start_local_server(tag: &str) -> (TestServer, std::path::PathBuf) {
     let dir = std::env::temp_dir().join(format!("txnfs-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("export dir");
     let export = dir.clone();
-    let srv = start_server(move |state_dir| Config {
+    let srv = start_server(move |state_dir| local_config(export, state_dir)).await;
+    (srv, dir)
+}
+
+/// The configuration of one read-write local export `/` of `export`, state in
+/// `state_dir`, no grace period; tests change what else they need.
+pub fn local_config(export: std::path::PathBuf, state_dir: &std::path::Path) -> Config {
+    Config {
         exports: vec![ExportConfig {
             name: "/".into(),
             path: export,
@@ -84,9 +91,7 @@ pub async fn start_local_server(tag: &str) -> (TestServer, std::path::PathBuf) {
         state_dir: Some(state_dir.to_path_buf()),
         grace: false,
         ..Config::default()
-    })
-    .await;
-    (srv, dir)
+    }
 }
 
 /// A memory server and one session on it.
