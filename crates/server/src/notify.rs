@@ -53,6 +53,7 @@ pub(crate) fn before(c: &Compound, dir: &ObjFh, dattrs: &Attrs, kind: u32) -> Re
         c.client,
         dir_id(c, dir, dattrs),
         Access::DirChange(kind),
+        c.waited,
     )
 }
 

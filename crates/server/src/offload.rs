@@ -367,7 +367,13 @@ fn steps(srv: &Server, job: &CopyJob) -> End {
         }
         // A delegation granted to another client on the destination since the last
         // step (its holder would cache stale data) is recalled first.
-        match srv.clear_delegations(srv.clock.now(), Some(r.client), r.dst_file, Access::Modify) {
+        match srv.clear_delegations(
+            srv.clock.now(),
+            Some(r.client),
+            r.dst_file,
+            Access::Modify,
+            &crate::placement::WaitClock::default(),
+        ) {
             Ok(()) => {}
             // Revoked after the recall wait, or no thread to hold: look again.
             Err(nfsstat4::NFS4ERR_DELAY) => {

@@ -1,5 +1,14 @@
-//! Where a COMPOUND runs (ADR 0004, ADR 0013): inline on the transport thread that
-//! decoded it (no handoff), or on the blocking pool (one handoff).
+//! Where a COMPOUND runs (ADR 0004, ADR 0013, ADR 0033): inline on the transport thread
+//! that decoded it (no handoff), or on the blocking pool (one handoff).
+//!
+//! A COMPOUND that may wait for someone else runs on the pool, never inline: a
+//! transaction (its commit syncs files and waits for the journal's group commit, and it
+//! may wait for another's locks), and any request while a transaction is running or
+//! open (it may wait up to the `txn` layer's lock wait for it). A wait that happens
+//! inline all the same — a recall, or a transaction that began after the request was
+//! placed — is made through `tokio::task::block_in_place`, so the runtime moves its
+//! other work to another thread first. Waits are timed ([`WaitClock`]) and left out of
+//! the pace below: only execution time says whether the file system is slow.
 //!
 //! Ops that never wait on storage run inline. Large I/O, COMMIT and truncation always go
 //! to the pool. Namespace changes (OPEN with create, CREATE, REMOVE, RENAME, LINK) are in
@@ -13,7 +22,7 @@
 //! back inline as soon as the file system is quick again.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How a COMPOUND may wait on storage: the most of its ops' answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -24,6 +33,43 @@ pub enum Blocking {
     Metadata,
     /// May wait on the disk (fsync, large I/O, truncation) or is rare and heavy.
     Yes,
+}
+
+/// Where a COMPOUND runs, given how its ops may wait on storage (`ops`), whether it is
+/// a transaction (`txn`), and whether any transaction is running or open
+/// (`transactions`): see the module documentation.
+pub fn needs_pool(ops: Blocking, txn: bool, transactions: bool) -> Blocking {
+    if txn || transactions {
+        Blocking::Yes
+    } else {
+        ops
+    }
+}
+
+/// The time one COMPOUND spent waiting for others (recalls, transactions' locks), to
+/// leave out of its execution time.
+#[derive(Debug, Default)]
+pub struct WaitClock(AtomicU64);
+
+impl WaitClock {
+    /// Runs `f`, a wait, where the thread may block (on a runtime worker, inside
+    /// `block_in_place`), and adds the time it took.
+    pub fn wait<R>(&self, f: impl FnOnce() -> R) -> R {
+        let started = Instant::now();
+        let r = crate::recall::may_block(f);
+        self.add(started.elapsed());
+        r
+    }
+
+    pub fn add(&self, d: Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.0.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// The time waited so far.
+    pub fn total(&self) -> Duration {
+        Duration::from_nanos(self.0.load(Ordering::Relaxed))
+    }
 }
 
 /// A moving average of how long COMPOUNDs with namespace changes took to execute.
@@ -91,6 +137,30 @@ mod tests {
     use super::*;
 
     const US: Duration = Duration::from_micros(1);
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn transactions_and_their_neighbours_run_on_the_pool() {
+        assert_eq!(needs_pool(Blocking::No, false, false), Blocking::No);
+        assert_eq!(
+            needs_pool(Blocking::Metadata, false, false),
+            Blocking::Metadata
+        );
+        assert_eq!(needs_pool(Blocking::No, true, false), Blocking::Yes);
+        assert_eq!(needs_pool(Blocking::No, false, true), Blocking::Yes);
+    }
+
+    #[test]
+    fn waits_add_up() {
+        let w = WaitClock::default();
+        w.add(3 * US);
+        let r = w.wait(|| {
+            std::thread::sleep(2 * MS);
+            7
+        });
+        assert_eq!(r, 7);
+        assert!(w.total() >= 2 * MS + 3 * US);
+    }
 
     #[test]
     fn quick_and_heavy_compounds_ignore_the_pace() {

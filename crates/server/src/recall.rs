@@ -23,6 +23,7 @@ use txnfs_proto::nfs4::*;
 use txnfs_state::{Access, Callback, ClientId, FileId, HoldOutcome, RevokeReason, Stateid};
 
 use crate::callback::{cb_compound, CallbackFailure, SessionCallback};
+use crate::placement::WaitClock;
 use crate::server::Server;
 use crate::statecore::stateid_to_wire;
 
@@ -121,6 +122,11 @@ impl Drop for HeldGuard<'_> {
     }
 }
 
+/// Run `f`, which may block for a while, where the current thread may block.
+pub(crate) fn may_block<R>(f: impl FnOnce() -> R) -> R {
+    blocking(wait_mode(), f)
+}
+
 /// Run `f` where the thread may block for a while (see [`WaitMode`]).
 fn blocking<R>(mode: WaitMode, f: impl FnOnce() -> R) -> R {
     match mode {
@@ -143,12 +149,14 @@ impl Server {
     /// `Config::recall_wait` loses the delegation too ([`RevokeReason::Timeout`]) and
     /// the request is answered NFS4ERR_DELAY; so is a request that cannot be held (see
     /// the module documentation).
+    /// The time spent waiting is added to `waited`.
     pub fn clear_delegations(
         &self,
         now: std::time::Instant,
         client: Option<ClientId>,
         file: FileId,
         access: Access,
+        waited: &WaitClock,
     ) -> Result<(), nfsstat4> {
         let ids = self
             .core()?
@@ -167,7 +175,9 @@ impl Server {
         }
         let _held = HeldGuard(&waits.held);
         let start = Instant::now();
-        self.wait_for_return(&ids, mode, start, start + self.cfg.recall_wait())
+        let r = self.wait_for_return(&ids, mode, start, start + self.cfg.recall_wait());
+        waited.add(start.elapsed());
+        r
     }
 
     /// Wait (as `mode` allows, never with [`WaitMode::Never`]) until none of the
@@ -297,6 +307,7 @@ impl Server {
         client: ClientId,
         fh: &Bytes,
         timestamps: bool,
+        waited: &WaitClock,
     ) -> Option<HolderAttrs> {
         let mode = wait_mode();
         if mode == WaitMode::Never {
@@ -324,9 +335,11 @@ impl Server {
             s.observe(&r);
             let _ = tx.send(r);
         });
+        let asked = Instant::now();
         let r = blocking(mode, || {
             rx.recv_timeout(timeout + Duration::from_millis(100))
         });
+        waited.add(asked.elapsed());
         let results = r.ok()?.ok()?;
         let Some(nfs_cb_resop4::OP_CB_GETATTR(CB_GETATTR4res::NFS4_OK(ok))) =
             results.into_iter().next()

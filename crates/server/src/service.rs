@@ -1,13 +1,14 @@
 //! The NFS RPC program (100003, version 4): NULL and COMPOUND. A COMPOUND runs to
 //! completion either inline on the transport thread (no handoff) or on one
 //! blocking-pool thread (the single handoff), as `crate::placement` decides from how it
-//! may wait on storage, so the transport threads never wait on the disk.
+//! may wait on storage or on others, so the transport threads never wait.
 
-use crate::placement::MetadataPace;
+use crate::placement::{MetadataPace, WaitClock};
 use crate::server::Server;
 use crate::txnspan::TxnProc;
 use bytes::Bytes;
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use txnfs_backend::Creds;
@@ -38,6 +39,25 @@ pub struct NfsService {
     pub server: Arc<Server>,
     /// How quick namespace changes are lately: where they run (`crate::placement`).
     pub pace: Arc<MetadataPace>,
+    /// Transactional COMPOUNDs running now: while there are any, every request may wait
+    /// for their locks, so all run on the blocking pool (`crate::placement`).
+    transactions: Arc<AtomicUsize>,
+}
+
+/// One running transactional COMPOUND, counted in [`NfsService`] until dropped.
+struct TxnRunning(Arc<AtomicUsize>);
+
+impl TxnRunning {
+    fn start(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        TxnRunning(count.clone())
+    }
+}
+
+impl Drop for TxnRunning {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl NfsService {
@@ -45,6 +65,7 @@ impl NfsService {
         NfsService {
             server,
             pace: Arc::default(),
+            transactions: Arc::default(),
         }
     }
 }
@@ -68,16 +89,22 @@ impl RpcService for NfsService {
                     }
                     let creds = creds(&info.cred);
                     let conn = info.conn_id;
-                    server
-                        .stats
-                        .compounds
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let blocking = crate::compound::blocking(&args);
+                    server.stats.compounds.fetch_add(1, Ordering::Relaxed);
+                    let blocking = crate::placement::needs_pool(
+                        crate::compound::blocking(&args),
+                        txn,
+                        self.transactions.load(Ordering::Relaxed) > 0 || !server.txns.is_empty(),
+                    );
                     let pace = self.pace.clone();
+                    let running = txn.then(|| TxnRunning::start(&self.transactions));
                     let run = move || {
                         let started = Instant::now();
-                        let reply = crate::compound::execute_proc(&server, creds, conn, args, proc);
-                        pace.record(blocking, started.elapsed());
+                        let waited = WaitClock::default();
+                        let reply = crate::compound::execute_timed(
+                            &server, creds, conn, args, proc, &waited,
+                        );
+                        pace.record(blocking, started.elapsed().saturating_sub(waited.total()));
+                        drop(running);
                         reply
                     };
                     let result = if self.pace.inline(blocking) {

@@ -304,6 +304,7 @@ impl Server {
         sid: &stateid4,
         file: FileId,
         write: bool,
+        waited: &crate::placement::WaitClock,
     ) -> Result<(), nfsstat4> {
         let access = if write {
             txnfs_state::Access::Modify
@@ -324,7 +325,7 @@ impl Server {
                 return check(&core);
             }
         }
-        self.clear_delegations(now, client, file, access)?;
+        self.clear_delegations(now, client, file, access, waited)?;
         let core = self.core()?;
         check(&core)
     }

@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::locks::{Kind, LockId, Mode, Owner};
+use super::locks::{self, Kind, LockId, Mode, Owner};
 use super::{Txn, TxnLayer};
 use crate::{BackendError, OpCtx, Result};
 
@@ -228,18 +228,22 @@ impl TxnLayer {
     /// wait at all, see `locks`.)
     pub(super) fn retrying<R>(&self, owner: Owner, mut f: impl FnMut() -> Result<R>) -> Result<R> {
         let deadline = std::time::Instant::now() + self.settings.lock_wait;
-        loop {
+        let may_wait = || {
+            !owner.is_txn()
+                && !self.compound_holds(owner.id)
+                && std::time::Instant::now() < deadline
+        };
+        match f() {
+            Err(BackendError::Conflict) if may_wait() => {}
+            r => return r,
+        }
+        locks::waiting(|| loop {
+            std::thread::sleep(Duration::from_millis(1));
             match f() {
-                Err(BackendError::Conflict)
-                    if !owner.is_txn()
-                        && !self.compound_holds(owner.id)
-                        && std::time::Instant::now() < deadline =>
-                {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
+                Err(BackendError::Conflict) if may_wait() => {}
                 r => return r,
             }
-        }
+        })
     }
 }
 

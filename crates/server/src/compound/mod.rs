@@ -14,7 +14,7 @@ pub mod optable;
 
 use crate::export::Export;
 use crate::nfs::{nfs_argop4, nfs_opnum4, nfs_resop4, nfsstat4, stateid4};
-use crate::placement::Blocking;
+use crate::placement::{Blocking, WaitClock};
 use crate::server::Server;
 use crate::session::{ClientId, Session};
 use crate::txnspan::TxnProc;
@@ -81,6 +81,8 @@ pub struct Compound<'a> {
     pub scope: crate::export::CompoundScope,
     /// Opens this transactional COMPOUND created: closed if the transaction rolls back.
     pub txn_opens: Vec<(txnfs_state::Stateid, txnfs_state::FileId)>,
+    /// Time spent waiting for others (recalls): not execution time (`crate::placement`).
+    pub waited: &'a crate::placement::WaitClock,
 }
 
 impl Compound<'_> {
@@ -166,11 +168,23 @@ pub fn execute_proc(
     args: Bytes,
     proc: TxnProc,
 ) -> Result<Bytes, CompoundError> {
+    execute_timed(srv, creds, conn, args, proc, &WaitClock::default())
+}
+
+/// [`execute_proc`], adding the time the COMPOUND spent waiting for others to `waited`.
+pub fn execute_timed(
+    srv: &Server,
+    creds: Creds,
+    conn: u64,
+    args: Bytes,
+    proc: TxnProc,
+    waited: &WaitClock,
+) -> Result<Bytes, CompoundError> {
     let request = args.clone();
     #[cfg(feature = "fault-injection")]
     srv.faults.before_compound();
     crate::panics::catch(srv, "COMPOUND", || {
-        execute_unguarded(srv, creds, conn, args, proc)
+        execute_unguarded(srv, creds, conn, args, proc, waited)
     })
     .unwrap_or_else(|crate::panics::Panicked| serverfault_reply(&request))
 }
@@ -210,6 +224,7 @@ fn execute_unguarded(
     conn: u64,
     args: Bytes,
     proc: TxnProc,
+    waited: &WaitClock,
 ) -> Result<Bytes, CompoundError> {
     let txn = proc.is_txn();
     let mut src = args.clone();
@@ -244,6 +259,7 @@ fn execute_unguarded(
         now: srv.clock.now(),
         scope: crate::export::CompoundScope::with_txn(&srv.exports, txn),
         txn_opens: Vec::new(),
+        waited,
     };
     let mut status = nfsstat4::NFS4_OK;
     let mut done: u32 = 0;

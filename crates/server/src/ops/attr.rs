@@ -100,7 +100,7 @@ fn delegated_attrs(c: &Compound, fh: &Fh, request: &[u32]) -> Result<Option<Attr
     let Some(h) = holder else {
         return Ok(None);
     };
-    if let Some(held) = c.srv.cb_getattr(h.client, &h.fh, h.timestamps) {
+    if let Some(held) = c.srv.cb_getattr(h.client, &h.fh, h.timestamps, c.waited) {
         if held.change != h.change {
             attrs.size = held.size;
             attrs.change = attrs.change.max(h.change) + 1;
@@ -115,7 +115,7 @@ fn delegated_attrs(c: &Compound, fh: &Fh, request: &[u32]) -> Result<Option<Attr
         return Ok(Some(attrs));
     }
     c.srv
-        .clear_delegations(c.now, c.client, file, txnfs_state::Access::Read)?;
+        .clear_delegations(c.now, c.client, file, txnfs_state::Access::Read, c.waited)?;
     Ok(None)
 }
 

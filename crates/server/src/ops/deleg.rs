@@ -160,7 +160,8 @@ pub(crate) fn clear(
         return Ok(());
     }
     let file = c.srv.state_file_id(&o.export, attrs.fileid);
-    c.srv.clear_delegations(c.now, c.client, file, access)
+    c.srv
+        .clear_delegations(c.now, c.client, file, access, c.waited)
 }
 
 /// [`clear`] for the object named `name` in the directory `dir`, if it exists (REMOVE,
@@ -189,7 +190,8 @@ pub(crate) fn clear_name(
         return Ok(());
     }
     let file: FileId = c.srv.state_file_id(&dir.export, attrs.fileid);
-    c.srv.clear_delegations(c.now, c.client, file, access)
+    c.srv
+        .clear_delegations(c.now, c.client, file, access, c.waited)
 }
 
 /// DELEGRETURN (RFC 8881 §18.6) of a file or directory delegation.

@@ -51,7 +51,8 @@ pub(crate) fn check_io_access(
     write: bool,
 ) -> Result<(), nfsstat4> {
     let file = c.srv.state_file_id(&o.export, attrs.fileid);
-    c.srv.check_io(c.now, c.client, sid, file, write)?;
+    c.srv
+        .check_io(c.now, c.client, sid, file, write, c.waited)?;
     if stateid_from_wire(sid).is_special() {
         require(attrs, &c.creds, if write { W } else { R })?;
     }

@@ -1,0 +1,96 @@
+//! Where COMPOUNDs run (ADR 0004, ADR 0033): a request that may wait — a transaction,
+//! or a plain request while transactions hold locks — never waits on one of the
+//! runtime's worker threads, so requests that need no waiting are answered promptly
+//! however many others are waiting.
+
+mod common;
+
+use common::*;
+use std::time::{Duration, Instant};
+use txnfs_server::nfs::*;
+
+/// The current stateid (RFC 8881 §16.2.3.1.2).
+fn current_sid() -> stateid4 {
+    stateid4 {
+        seqid: 1,
+        other: [0; 12],
+    }
+}
+
+fn getattr_size() -> nfs_argop4 {
+    nfs_argop4::OP_GETATTR(GETATTR4args {
+        attr_request: vec![1 << FATTR4_SIZE],
+    })
+}
+
+/// Six clients keep sending transactions that wait for a lock another transaction
+/// holds (each waits the layer's lock wait, 200 ms, then answers DELAY); the runtime
+/// has two workers. A plain GETATTR of another file is still answered within a few
+/// milliseconds every time: the waits are on the blocking pool, not on the workers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_transactions_leave_the_workers_free() {
+    let (srv, mut s) = start_with_session(b"placement-holder").await;
+    let (_, other_fh) = s.open_new_file("other").await;
+    // An open transaction holds the entry "held" of the root and the new file.
+    let r = s
+        .run_proc(
+            txnfs_proto::PROC_TXN_BEGIN,
+            vec![
+                nfs_argop4::OP_PUTROOTFH,
+                open_new("held"),
+                write(&current_sid(), 0, b"uncommitted"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+
+    let stop = Instant::now() + Duration::from_millis(1500);
+    let mut waiters = Vec::new();
+    for i in 0..6 {
+        let addr = srv.addr;
+        waiters.push(tokio::spawn(async move {
+            let mut w = Session::new(addr, format!("placement-waiter-{i}").as_bytes()).await;
+            let mut delays = 0;
+            while Instant::now() < stop {
+                let r = w
+                    .run_txn(vec![nfs_argop4::OP_PUTROOTFH, lookup("held")])
+                    .await
+                    .expect("procedure served");
+                assert_eq!(r.status, nfsstat4::NFS4ERR_DELAY, "{:?}", r.resarray);
+                delays += 1;
+            }
+            delays
+        }));
+    }
+    // Let the waiters start waiting.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut worst = Duration::ZERO;
+    let mut n = 0;
+    while Instant::now() + Duration::from_millis(250) < stop {
+        let t = Instant::now();
+        let r = s
+            .run(vec![
+                nfs_argop4::OP_PUTFH(PUTFH4args {
+                    object: other_fh.clone(),
+                }),
+                getattr_size(),
+            ])
+            .await;
+        worst = worst.max(t.elapsed());
+        assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+        n += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut delays = 0;
+    for w in waiters {
+        delays += w.await.expect("waiter");
+    }
+    assert!(delays >= 6, "the waiters really waited: {delays} DELAYs");
+    assert!(n >= 10, "only {n} GETATTRs");
+    assert!(
+        worst < Duration::from_millis(50),
+        "a GETATTR took {worst:?} while transactions waited"
+    );
+    let r = s.run_proc(txnfs_proto::PROC_TXN_ABORT, vec![]).await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK);
+}
