@@ -1,4 +1,4 @@
-//! txnfs-client: an async NFSv4.1 client with a vectorized API.
+//! txnfs-client: an async NFSv4.1 and NFSv4.2 client with a vectorized API (ADR 0028).
 //!
 //! Three layers:
 //! - [`Client`]: the session (EXCHANGE_ID, CREATE_SESSION, slots, SEQUENCE, lease

@@ -1,4 +1,5 @@
-//! The server instance: configuration, exports, handles, the session and state tables,
+//! The server instance: configuration, exports, handles, the state core (ADR 0008), the
+//! durable session store, callbacks, held requests, watches, transactions and copies,
 //! and the helpers ops share (handle resolution, attribute encoding, stateid checks).
 
 use crate::compound::{Fh, ObjFh, OpError};
