@@ -1,4 +1,4 @@
-//! The NFSv4.1 attribute layer (RFC 8881 §5).
+//! The NFSv4.1 and NFSv4.2 attribute layer (RFC 8881 §5, RFC 7862 §12, RFC 8276, RFC 9754).
 //!
 //! * [`encode`] builds the `fattr4` of a GETATTR or READDIR reply from backend [`Attrs`].
 //! * [`decode_setattrs`] turns the `fattr4` of SETATTR / CREATE / OPEN createattrs into

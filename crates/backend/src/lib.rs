@@ -265,7 +265,7 @@ pub struct OpCtx {
     /// [`Backend::begin_compound`] with `NotSupp`, so it never runs non-atomically.
     pub txn: bool,
     /// Where a transactional COMPOUND stands in its transaction (one COMPOUND, or one of
-    /// several: issue 10 item 5).
+    /// several; ADR 0021).
     pub span: TxnSpan,
 }
 

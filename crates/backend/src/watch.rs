@@ -1,6 +1,6 @@
 //! Watches: how a backend tells the server that something outside the server (a
 //! process on the host writing the exported directory) is about to change a file the
-//! server has delegated, so the delegation can be recalled first (issue 22 item 3,
+//! server has delegated, so the delegation can be recalled first (ADR 0027,
 //! `docs/adr/0027-local-writers-recall-delegations.md`).
 //!
 //! The server asks for a watch when it grants a delegation ([`crate::Backend::watch_file`])

@@ -3,11 +3,10 @@
 //! * `txnfs` (default): our `txnfs-client`, COMPOUNDs built by the workload
 //!   (op counts are exact) or the vectorized [`txnfs_client::Fs`].
 //! * `nfs-rs`: the third-party `nfs-rs` crate, one call at a time, the way a
-//!   simple program uses a client library (what the retired `opsloop` and
-//!   `treeops` tools measured). nfs-rs composes its own COMPOUNDs, so each
-//!   call is recorded as one request with the ops nfs-rs sends for it
-//!   ([`NfsRsCall`]); behind `--delay-ms` the proxy's `proxy_rpc_calls`
-//!   counter shows the real number of RPCs.
+//!   simple program uses a client library (ADR 0012). nfs-rs composes its own
+//!   COMPOUNDs, so each call is recorded as one request with the ops nfs-rs
+//!   sends for it ([`NfsRsCall`]); behind `--delay-ms` the proxy's
+//!   `proxy_rpc_calls` counter shows the real number of RPCs.
 //!
 //! Set-up and clean-up always use our client: file handles are the server's,
 //! so an nfs-rs worker uses the handles the set-up client found.

@@ -1,4 +1,4 @@
-//! `txnfs`: the one binary. `txnfs serve DIR` exports DIR over NFSv4.1; `ls`, `stat`,
+//! `txnfs`: the one binary. `txnfs serve DIR` exports DIR over NFSv4.1 and 4.2; `ls`, `stat`,
 //! `cat`, `cp`, `mkdir`, `rm`, `mv` and `ln` work on nfs://host[:port]/path URLs through
 //! the vectorized client.
 

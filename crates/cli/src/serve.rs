@@ -205,7 +205,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     rt.block_on(async move {
         // The signal handlers first: a SIGTERM or SIGINT that arrives while the server
         // starts (binding, registering with rpcbind) must stop it cleanly too, not kill
-        // it. SIGHUP is caught and ignored (there is no live reload yet): by default it
+        // it. SIGHUP is caught and ignored (there is no live reload): by default it
         // would end the process without a clean stop.
         use tokio::signal::unix::{signal, SignalKind};
         let mut term = signal(SignalKind::terminate()).context("cannot catch SIGTERM")?;

@@ -476,7 +476,7 @@ impl Client {
     }
 
     /// [`Client::send`], as a transaction in [`Mode::Txn`] (procedure
-    /// PROC_TXN_COMPOUND, ADR 0020). A transaction whose fate is unknown (no reply, a
+    /// PROC_TXN_COMPOUND, ADR 0021). A transaction whose fate is unknown (no reply, a
     /// retransmission the server kept no reply for) is never re-sent as a new request,
     /// which could run it twice: it fails with [`ClientError::TxnOutcomeUnknown`].
     /// NFS4ERR_DELAY is left to the caller (`Client::compound_txn`), which retries the

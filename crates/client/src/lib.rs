@@ -1,4 +1,4 @@
-//! txnfs-client: an async NFSv4.1 client with a vectorized API.
+//! txnfs-client: an async NFSv4.1 and NFSv4.2 client with a vectorized API (ADR 0028).
 //!
 //! Three layers:
 //! - [`Client`]: the session (EXCHANGE_ID, CREATE_SESSION, slots, SEQUENCE, lease
@@ -8,7 +8,7 @@
 //! - [`Fs`]: the vectorized API (vNFS style): every call takes many items and packs as
 //!   many of them per COMPOUND as the negotiated limits allow.
 //!
-//! Transactions ([`txn`], ADR 0020): [`Client::compound_txn`] sends a COMPOUND that a
+//! Transactions ([`txn`], ADR 0021): [`Client::compound_txn`] sends a COMPOUND that a
 //! txnfs server runs all-or-nothing, [`Client::transaction`] builds one from path-based
 //! steps, and `Fs::v*_atomic` are the vectorized calls as one transaction.
 //!

@@ -1,5 +1,5 @@
 //! Registration with the host's portmapper (rpcbind; RFC 1833, XDR in
-//! `shared/spec/portmap.x`).
+//! `crates/proto/spec/portmap.x`).
 //!
 //! NFSv4 clients do not need the portmapper, but clients built on libtirpc/libntirpc
 //! (nfs4fs, some Ganesha tools) ask it for the NFS port anyway. A server therefore

@@ -505,8 +505,8 @@ impl SessionCallback {
 
 impl crate::server::Server {
     /// A CB_COMPOUND of CB_SEQUENCE alone on `session`'s back channel, with the
-    /// configured timeout: what a recall will be built on, and the tests' way to drive
-    /// the back-channel slot. Updates the session's path state.
+    /// configured timeout: the tests' way to drive the back-channel slot. Updates the
+    /// session's path state.
     pub async fn callback_sequence(
         &self,
         session: &SessionId,

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 /// An export's backend as a stack of layers, top first: requests enter the first layer
-/// and the last one stores the data, e.g. `["local"]`, `["memory"]`, later
+/// and the last one stores the data, e.g. `["local"]`, `["memory"]`,
 /// `["txn", "local"]`. A layer may carry parameters after a colon
 /// (`"memory:max_file_size=1G,max_bytes=4G"`). Names are resolved by
 /// [`txnfs_backend::layer::LayerRegistry`]; an unknown name is an error at startup that

@@ -1,4 +1,4 @@
-//! Open files outlive their names (issue 8, item 3): while a client has a file open,
+//! Open files outlive their names (ADR 0015): while a client has a file open,
 //! a REMOVE or a RENAME over it by anyone must not make the client's later READ, WRITE
 //! or CLOSE fail with NFS4ERR_STALE — the open state keeps the object alive, as an open
 //! descriptor does in POSIX. The server asks the backend to hold each file that has

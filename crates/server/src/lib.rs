@@ -1,7 +1,9 @@
 //! txnfs server core. The data path, top to bottom:
 //! `service` (RPC program dispatch) → `compound` (executor + op table) → `ops` (one file
 //! per op family) → the state core (`txnfs-state`, via `statecore`) → backends (`txnfs-backend`).
-//! Everything below `service` is synchronous and socket-free (sans-IO).
+//! Everything below `service` is synchronous and socket-free; the state core is sans-IO
+//! (ADR 0008), while the server around it reads the clock (recall and copy deadlines),
+//! writes the state directory and sends callbacks through the transport.
 
 pub mod callback;
 pub mod compound;

@@ -31,7 +31,7 @@ use crate::server::Server;
 use crate::statecore::stateid_to_wire;
 
 /// Encoded bytes of the `notify4` list of one CB_NOTIFY at most. The negotiated
-/// back-channel request size is not recorded yet (ADR 0016), so this stays well
+/// back-channel request size is not recorded (ADR 0016), so this stays well
 /// inside the smallest a client asks for: the Linux client's is one page, and the RPC
 /// and CB_SEQUENCE headers, the stateid and the file handle take under 400 bytes.
 const MAX_CB_NOTIFY_BYTES: usize = 2 << 10;

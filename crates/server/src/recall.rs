@@ -1,4 +1,4 @@
-//! Recall-and-wait (issue 9 item 3; ADR 0017): a request that conflicts with another
+//! Recall-and-wait (ADR 0017): a request that conflicts with another
 //! client's delegation is held in the server while the holder is asked to give it back
 //! (CB_RECALL), and answered as soon as the delegation is returned, not with
 //! NFS4ERR_DELAY for the client to poll. Only a holder that stays silent for

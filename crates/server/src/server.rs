@@ -1,4 +1,5 @@
-//! The server instance: configuration, exports, handles, the session and state tables,
+//! The server instance: configuration, exports, handles, the state core (ADR 0008), the
+//! durable session store, callbacks, held requests, watches, transactions and copies,
 //! and the helpers ops share (handle resolution, attribute encoding, stateid checks).
 
 use crate::compound::{Fh, ObjFh, OpError};
@@ -113,11 +114,10 @@ fn wait_durable(store: &SessionStore, t: sessionstore::Ticket) -> std::io::Resul
 }
 
 /// Whether sessions offer a back channel (CREATE_SESSION's CONN_BACK_CHAN,
-/// BIND_CONN_TO_SESSION's BACK/BOTH). The server sends no callbacks yet, and since it
-/// grants no delegations or layouts it needs none; but nfs-rs 0.8.8 (the e2e client)
-/// refuses every NFSv4.1 mount unless BIND_CONN_TO_SESSION confirms the back channel.
-/// So it stays on until the callback path lands (ADR 0008, D11); switching it off
-/// makes the answers exact (fore channel only).
+/// BIND_CONN_TO_SESSION's BACK/BOTH; ADR 0016). Callbacks (CB_RECALL, CB_GETATTR,
+/// CB_NOTIFY, CB_OFFLOAD) travel on it, and nfs-rs 0.8.8 (the e2e client) refuses every
+/// NFSv4.1 mount unless BIND_CONN_TO_SESSION confirms it. Switched off, sessions get
+/// the fore channel only, and no client is reachable for a callback.
 pub const OFFER_BACK_CHANNEL: bool = true;
 
 pub struct Server {

@@ -72,7 +72,7 @@ impl Server {
     /// holding it) is taken back into service after the core's invariants are
     /// rechecked ([`Server::lock_core`], ADR 0029): one panicking request must not
     /// turn every later request into `NFS4ERR_SERVERFAULT`. (The `Result` stays for
-    /// the callers' `?`; this no longer fails.)
+    /// the callers' `?`; it is always `Ok`.)
     ///
     /// Effects a decision leaves in the core ([`StateCore::take_effects`]: a courtesy
     /// client released by a conflicting OPEN or LOCK) are executed when the guard is

@@ -1,4 +1,4 @@
-//! Transactions that span several COMPOUNDs of one session (issue 10 item 5, ADR 0021).
+//! Transactions that span several COMPOUNDs of one session (ADR 0021).
 //!
 //! The procedure number says what a transactional COMPOUND does
 //! ([`txnfs_proto::PROC_TXN_BEGIN`] and friends); this registry knows which session has

@@ -1,6 +1,6 @@
-//! Delegated files watched for access from outside the server (issue 22 item 3; ADR
-//! 0027): a process on the host writing a file of a local export recalls the NFS
-//! clients' delegations of it, as a conflicting NFS client does.
+//! Delegated files watched for access from outside the server (ADR 0027): a process
+//! on the host writing a file of a local export recalls the NFS clients' delegations
+//! of it, as a conflicting NFS client does.
 //!
 //! When a file delegation is granted, the export's backend is asked to watch the file
 //! (`Backend::watch_file`; the local backend takes a kernel lease). A file the backend

@@ -352,7 +352,7 @@ pub struct OthersOpen {
 /// A file's live delegations: (holder, type, how the other clients have it open).
 pub type FileDelegs = (FileId, Vec<(ClientId, DelegType, OthersOpen)>);
 
-/// The delegation invariant (issue 9): on every file, a write delegation is the only
+/// The delegation invariant (ADR 0017): on every file, a write delegation is the only
 /// delegation, no client holds two, and no delegation coexists with another client's
 /// open it conflicts with (a read delegation with a write open, a write delegation
 /// with any open).

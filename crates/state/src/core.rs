@@ -1,10 +1,10 @@
 //! The state core: clients, sessions (with their slots and reply caches), leases,
-//! the grace period, opens and locks, owned by one value so that every decision that
-//! spans them is one critical section.
+//! the grace period, opens, locks and delegations, owned by one value so that every
+//! decision that spans them is one critical section.
 //!
 //! Sans-IO (ADR 0008): methods take an injected `now` and return results plus
 //! [`Effect`]s for the server to execute (persisting the client list, logging a
-//! released client, and reserved callbacks, revocations and wake-ups). The core never
+//! released client, callbacks, revocations, wake-ups, due notifications). The core never
 //! reads a clock, never touches a file and never logs; the server holds it in one
 //! mutex, only for bookkeeping, never across storage calls.
 

@@ -133,9 +133,9 @@ mod tests {
     }
 
     /// The collapse seen in `bench compare create` (ADR 0013): with every entry bumped
-    /// past its ctime the old trim could drop nothing and rescanned the whole table on
-    /// every new file. Now the table stays within its capacity and a forgotten file
-    /// still never goes back.
+    /// past its ctime, a trim that only drops unbumped entries drops nothing and
+    /// rescans the whole table on every new file. The table stays within its capacity
+    /// and a forgotten file still never goes back.
     #[test]
     fn bounded_when_every_entry_is_bumped() {
         let mut t = ChangeTable::with_capacity(1024);

@@ -510,7 +510,7 @@ impl TxnLayer {
         r
     }
 
-    /// A change of an extended attribute: locked like a write; not undoable yet, so a
+    /// A change of an extended attribute: locked like a write; not undoable (ADR 0025), so a
     /// transaction may not make one (NotSupp, and the server refuses the op in a
     /// transactional COMPOUND before it gets here).
     fn change_xattr(

@@ -1,4 +1,4 @@
-//! `cp big big.copy` within one server (issue 16): one file of `--file-size` (default
+//! `cp big big.copy` within one server (ADR 0028): one file of `--file-size` (default
 //! 1 GiB × --scale) copied per iteration with `Fs::vcopy`. Over NFSv4.2 against a
 //! server with COPY no byte of it crosses the network (the server copies, reflinking
 //! where its file system can); over 4.1 (`--vers 4.1`), or against a server without a

@@ -1,10 +1,8 @@
-//! GETATTR of one file in a loop (what the retired `opsloop` tool measured
-//! with nfs-rs): each iteration is one GETATTR request, so ops/s is the
-//! server's per-request turnaround and the server CPU µs and context
-//! switches per request are its fixed cost per COMPOUND. Runs with either
-//! driver (`--driver txnfs|nfs-rs`). The file is `--file-size` bytes
-//! (default 1 MiB, as opsloop used); 20,000 iterations by default (times
-//! `--scale`).
+//! GETATTR of one file in a loop (ADR 0012): each iteration is one GETATTR
+//! request, so ops/s is the server's per-request turnaround and the server CPU
+//! µs and context switches per request are its fixed cost per COMPOUND. Runs
+//! with either driver (`--driver txnfs|nfs-rs`). The file is `--file-size`
+//! bytes (default 1 MiB); 20,000 iterations by default (times `--scale`).
 
 use crate::driver::{self, Driver};
 

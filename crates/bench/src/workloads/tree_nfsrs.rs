@@ -1,7 +1,6 @@
 //! The tree workloads with `--driver nfs-rs`: `ls -lR`, `cp -R` and `rm -r`
 //! through the third-party nfs-rs client one call at a time, the way a
-//! simple program would (what the retired `treeops` tool compared with the
-//! vectorized client):
+//! simple program would, to compare with the vectorized client (ADR 0012):
 //!
 //! * ls: READDIR pages of every directory plus a GETATTR of every entry (what
 //!   `ls -l` stats);

@@ -1,5 +1,5 @@
 //! `--atomic` for cp, rm, mv and mkdir: the whole command is ONE transaction on the
-//! server (ADR 0020) — it happens entirely or not at all. The commands plan as usual
+//! server (ADR 0021) — it happens entirely or not at all. The commands plan as usual
 //! (stat, list, read the sources), then hand their changes to the client's
 //! [`txnfs_client::Transaction`]. A failure prints one line naming the step that
 //! failed and saying that nothing was changed; the exit code is 1. There is no

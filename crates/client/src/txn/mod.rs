@@ -1,4 +1,4 @@
-//! Transactions (ADR 0020): a COMPOUND sent as RPC procedure `PROC_TXN_COMPOUND` runs
+//! Transactions (ADR 0021): a COMPOUND sent as RPC procedure `PROC_TXN_COMPOUND` runs
 //! all-or-nothing on a txnfs server. Either every op succeeds and every change is
 //! durable when the reply arrives, or the COMPOUND stops at its first failing op and
 //! nothing an earlier op changed remains.

@@ -1,6 +1,7 @@
-//! Delegations on the wire (RFC 8881 §10.4, §18.6, §18.5, §18.49): the delegation an
-//! OPEN grants, DELEGRETURN, DELEGPURGE, WANT_DELEGATION, and the conflict checks the
-//! other ops call before they change or read a file another client may have delegated.
+//! Delegations on the wire (RFC 8881 §10.4, §18.6, §18.5, §18.39, §18.49): the
+//! delegation an OPEN grants, DELEGRETURN, DELEGPURGE, WANT_DELEGATION,
+//! GET_DIR_DELEGATION, and the conflict checks the other ops call before they change or
+//! read a file another client may have delegated.
 //! The decision is the state core's (`txnfs_state::deleg::policy`); holding a
 //! conflicting request while the delegation is recalled is `crate::recall`'s.
 

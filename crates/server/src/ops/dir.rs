@@ -348,7 +348,7 @@ mod tests {
             atomic: true,
         });
         assert_eq!((exact.before, exact.after, exact.atomic), (7, 9, true));
-        // A layer that could not read the directory afterwards (old code: after = 0).
+        // A layer that could not read the directory afterwards (after = 0).
         let lost = change_info(DirChange {
             before: 7,
             after: 0,

@@ -29,7 +29,7 @@ pub(super) fn delegation_rule(
         Vec::new()
     };
     // A holder whose back channel is down cannot answer a recall: the server revokes
-    // its delegation at once and the request goes ahead (issue 22). The holder learns
+    // its delegation at once and the request goes ahead (ADR 0017). The holder learns
     // of it from SEQUENCE (RECALLABLE_STATE_REVOKED).
     // A request that failed on an injected fault may have failed before the check or
     // after it: the server's state says which.

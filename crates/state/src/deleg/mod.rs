@@ -120,7 +120,7 @@ impl Delegation {
     }
 }
 
-/// Per-client or server-wide delegation counters (issue 9 item 5).
+/// Per-client or server-wide delegation counters (ADR 0017).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DelegStats {
     /// Delegations granted.
