@@ -1,4 +1,5 @@
-//! The NFS RPC program (100003, version 4): NULL and COMPOUND. A COMPOUND runs to
+//! The NFS RPC program (100003, version 4): NULL, COMPOUND and the transactional
+//! COMPOUND procedures (`txnfs_proto::PROC_TXN_*`, ADR 0021). A COMPOUND runs to
 //! completion either inline on the transport thread (no handoff) or on one
 //! blocking-pool thread (the single handoff), as `crate::placement` decides from how it
 //! may wait on storage or on others, so the transport threads never wait.
