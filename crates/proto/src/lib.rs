@@ -62,3 +62,4 @@ pub const PROC_TXN_ABORT: u32 = 0x8000_0005;
 
 /// Per-operation protocol facts (names, flags) shared by client and server (ADR 0007).
 pub mod ops;
+pub mod reply_bound;

@@ -38,6 +38,12 @@ pub struct OpInfo {
     /// Fails with NFS4ERR_NOFILEHANDLE when there is no current filehandle.
     pub needs_fh: bool,
     pub minors: Minors,
+    /// A transactional COMPOUND (ADR 0021) may hold it: its effects live in the backend,
+    /// where the `txn` layer can undo them, or it only reads or moves filehandles.
+    /// Anything else (locks, delegations, session and client management) changes server
+    /// state that an abort could not take back: the server answers NFS4ERR_NOTSUPP, and
+    /// the client refuses to send it.
+    pub in_txn: bool,
 }
 
 impl OpInfo {
@@ -49,6 +55,7 @@ impl OpInfo {
             sessionless: false,
             needs_fh: false,
             minors,
+            in_txn: false,
         }
     }
     const fn fh(mut self) -> Self {
@@ -63,6 +70,10 @@ impl OpInfo {
     const fn once(mut self) -> Self {
         self.modifies = true;
         self.cache_reply = true;
+        self
+    }
+    const fn txn(mut self) -> Self {
+        self.in_txn = true;
         self
     }
     const fn sessionless(mut self) -> Self {
@@ -98,49 +109,9 @@ pub fn op_name(op: nfs_opnum4) -> &'static str {
     n.strip_prefix("OP_").unwrap_or(n)
 }
 
-/// Ops a transactional COMPOUND may hold (ADR 0021): those whose effects live in the
-/// backend, where the `txn` layer can undo them, plus the ones that only read or move
-/// filehandles. Anything else (locks, delegations, session and client management)
-/// changes server state that an abort could not take back: the server answers
-/// NFS4ERR_NOTSUPP, and the client refuses to send them.
+/// Whether a transactional COMPOUND may hold `op` ([`OpInfo::in_txn`]).
 pub fn allowed_in_txn(op: nfs_opnum4) -> bool {
-    use nfs_opnum4::*;
-    matches!(
-        op,
-        OP_SEQUENCE
-            | OP_PUTFH
-            | OP_PUTPUBFH
-            | OP_PUTROOTFH
-            | OP_GETFH
-            | OP_SAVEFH
-            | OP_RESTOREFH
-            | OP_LOOKUP
-            | OP_LOOKUPP
-            | OP_GETATTR
-            | OP_ACCESS
-            | OP_VERIFY
-            | OP_NVERIFY
-            | OP_READ
-            | OP_READDIR
-            | OP_READLINK
-            | OP_SECINFO_NO_NAME
-            | OP_WRITE
-            | OP_OPEN
-            | OP_CLOSE
-            | OP_CREATE
-            | OP_REMOVE
-            | OP_RENAME
-            | OP_LINK
-            | OP_SETATTR
-            | OP_COMMIT
-            // NFSv4.2: changes of a byte range, undone like a WRITE; and reads.
-            | OP_ALLOCATE
-            | OP_DEALLOCATE
-            | OP_COPY
-            | OP_CLONE
-            | OP_SEEK
-            | OP_READ_PLUS
-    )
+    info(op).in_txn
 }
 
 /// The protocol facts about `op`.
@@ -152,42 +123,42 @@ pub fn info(op: nfs_opnum4) -> OpInfo {
     let v2 = Since(2);
     let i = |minors| OpInfo::new(op, minors);
     match op {
-        OP_ACCESS => i(v0).fh(),
-        OP_CLOSE => i(v0).fh().once(),
-        OP_COMMIT => i(v0).fh().modifies(),
-        OP_CREATE => i(v0).fh().once(),
+        OP_ACCESS => i(v0).fh().txn(),
+        OP_CLOSE => i(v0).fh().once().txn(),
+        OP_COMMIT => i(v0).fh().modifies().txn(),
+        OP_CREATE => i(v0).fh().once().txn(),
         OP_DELEGPURGE => i(v0).once(),
         OP_DELEGRETURN => i(v0).fh().once(),
-        OP_GETATTR => i(v0).fh(),
-        OP_GETFH => i(v0).fh(),
-        OP_LINK => i(v0).fh().once(),
+        OP_GETATTR => i(v0).fh().txn(),
+        OP_GETFH => i(v0).fh().txn(),
+        OP_LINK => i(v0).fh().once().txn(),
         OP_LOCK => i(v0).fh().once(),
         OP_LOCKT => i(v0).fh(),
         OP_LOCKU => i(v0).fh().once(),
-        OP_LOOKUP => i(v0).fh(),
-        OP_LOOKUPP => i(v0).fh(),
-        OP_NVERIFY => i(v0).fh(),
-        OP_OPEN => i(v0).fh().once(),
+        OP_LOOKUP => i(v0).fh().txn(),
+        OP_LOOKUPP => i(v0).fh().txn(),
+        OP_NVERIFY => i(v0).fh().txn(),
+        OP_OPEN => i(v0).fh().once().txn(),
         OP_OPENATTR => i(v0).fh(),
         OP_OPEN_CONFIRM => i(Only0).fh().once(),
         OP_OPEN_DOWNGRADE => i(v0).fh().once(),
-        OP_PUTFH => i(v0),
-        OP_PUTPUBFH => i(v0),
-        OP_PUTROOTFH => i(v0),
-        OP_READ => i(v0).fh(),
-        OP_READDIR => i(v0).fh(),
-        OP_READLINK => i(v0).fh(),
-        OP_REMOVE => i(v0).fh().once(),
-        OP_RENAME => i(v0).fh().once(),
+        OP_PUTFH => i(v0).txn(),
+        OP_PUTPUBFH => i(v0).txn(),
+        OP_PUTROOTFH => i(v0).txn(),
+        OP_READ => i(v0).fh().txn(),
+        OP_READDIR => i(v0).fh().txn(),
+        OP_READLINK => i(v0).fh().txn(),
+        OP_REMOVE => i(v0).fh().once().txn(),
+        OP_RENAME => i(v0).fh().once().txn(),
         OP_RENEW => i(Only0).modifies(),
-        OP_RESTOREFH => i(v0),
-        OP_SAVEFH => i(v0).fh(),
+        OP_RESTOREFH => i(v0).txn(),
+        OP_SAVEFH => i(v0).fh().txn(),
         OP_SECINFO => i(v0).fh(),
-        OP_SETATTR => i(v0).fh().once(),
+        OP_SETATTR => i(v0).fh().once().txn(),
         OP_SETCLIENTID => i(Only0).once(),
         OP_SETCLIENTID_CONFIRM => i(Only0).once(),
-        OP_VERIFY => i(v0).fh(),
-        OP_WRITE => i(v0).fh().modifies(),
+        OP_VERIFY => i(v0).fh().txn(),
+        OP_WRITE => i(v0).fh().modifies().txn(),
         OP_RELEASE_LOCKOWNER => i(Only0).once(),
         OP_BACKCHANNEL_CTL => i(v1).modifies(),
         OP_BIND_CONN_TO_SESSION => i(v1).modifies().sessionless(),
@@ -201,26 +172,26 @@ pub fn info(op: nfs_opnum4) -> OpInfo {
         OP_LAYOUTCOMMIT => i(v1).fh().modifies(),
         OP_LAYOUTGET => i(v1).fh().modifies(),
         OP_LAYOUTRETURN => i(v1).fh().once(),
-        OP_SECINFO_NO_NAME => i(v1).fh(),
-        OP_SEQUENCE => i(v1),
+        OP_SECINFO_NO_NAME => i(v1).fh().txn(),
+        OP_SEQUENCE => i(v1).txn(),
         OP_SET_SSV => i(v1).modifies(),
         OP_TEST_STATEID => i(v1),
         OP_WANT_DELEGATION => i(v1).modifies(),
         OP_DESTROY_CLIENTID => i(v1).modifies().sessionless(),
         OP_RECLAIM_COMPLETE => i(v1).once(),
-        OP_ALLOCATE => i(v2).fh().modifies(),
-        OP_COPY => i(v2).fh().modifies(),
+        OP_ALLOCATE => i(v2).fh().modifies().txn(),
+        OP_COPY => i(v2).fh().modifies().txn(),
         OP_COPY_NOTIFY => i(v2).fh().modifies(),
-        OP_DEALLOCATE => i(v2).fh().modifies(),
+        OP_DEALLOCATE => i(v2).fh().modifies().txn(),
         OP_IO_ADVISE => i(v2).fh(),
         OP_LAYOUTERROR => i(v2).fh().modifies(),
         OP_LAYOUTSTATS => i(v2).fh().modifies(),
         OP_OFFLOAD_CANCEL => i(v2).fh().modifies(),
         OP_OFFLOAD_STATUS => i(v2).fh(),
-        OP_READ_PLUS => i(v2).fh(),
-        OP_SEEK => i(v2).fh(),
+        OP_READ_PLUS => i(v2).fh().txn(),
+        OP_SEEK => i(v2).fh().txn(),
         OP_WRITE_SAME => i(v2).fh().modifies(),
-        OP_CLONE => i(v2).fh().modifies(),
+        OP_CLONE => i(v2).fh().modifies().txn(),
         OP_GETXATTR => i(v2).fh(),
         OP_SETXATTR => i(v2).fh().once(),
         OP_LISTXATTRS => i(v2).fh(),

@@ -75,23 +75,9 @@ fn reply_estimate(c: &Compound) -> usize {
     REPLY_OVERHEAD + c.ops.iter().map(op_reply_estimate).sum::<usize>()
 }
 
-/// [`reply_estimate`] of one op.
+/// [`reply_estimate`] of one op: the bound a txnfs server checks it against.
 fn op_reply_estimate(op: &nfs_argop4) -> usize {
-    {
-        8 + match op {
-            nfs_argop4::OP_OPEN(_) => 160,
-            nfs_argop4::OP_CREATE(_) | nfs_argop4::OP_RENAME(_) => 112,
-            nfs_argop4::OP_REMOVE(_) | nfs_argop4::OP_LINK(_) => 56,
-            nfs_argop4::OP_WRITE(_) => 48,
-            nfs_argop4::OP_CLOSE(_) | nfs_argop4::OP_SETATTR(_) => 40,
-            nfs_argop4::OP_GETFH => 136,
-            nfs_argop4::OP_GETATTR(_) => 512,
-            nfs_argop4::OP_READ(r) => 16 + r.count as usize,
-            nfs_argop4::OP_READDIR(r) => 16 + r.maxcount as usize,
-            nfs_argop4::OP_READLINK => 4200,
-            _ => 8,
-        }
-    }
+    txnfs_proto::reply_bound::reply_bound(op)
 }
 
 /// Refuse, before sending, a transaction the server could not run in one COMPOUND.

@@ -363,9 +363,7 @@ fn execute_unguarded(
             Err(e)
         } else if matches!(arg, nfs_argop4::OP_SEQUENCE(_)) {
             Err(nfsstat4::NFS4ERR_SEQUENCE_POS)
-        } else if txn
-            && !nfs_opnum4::from_i32(opnum as i32).is_some_and(txnfs_proto::ops::allowed_in_txn)
-        {
+        } else if txn && !entry.info().in_txn {
             Err(nfsstat4::NFS4ERR_NOTSUPP)
         } else {
             runnable(entry, &c)
