@@ -24,7 +24,6 @@ pub enum Mode {
 /// A position in the log: everything appended up to it. Positions grow for the life of
 /// a [`Log`] (they are not file offsets: a restart or replacement does not reset them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-#[must_use]
 pub struct Lsn(pub(crate) u64);
 
 impl Lsn {
