@@ -295,6 +295,49 @@ fn a_replacement_stands_for_earlier_records_and_later_ones_follow_it() {
     assert_eq!(r.tail, Tail::Clean);
 }
 
+/// The session store's use: records applied to a model and appended under one lock,
+/// the model written as the replacement now and then, while others append and wait.
+/// The file ends up holding exactly the model's records.
+#[test]
+fn replacements_under_concurrent_appends_lose_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("log");
+    let log = Arc::new(Log::create(&p, HEAD, Mode::Buffered).unwrap());
+    let model = Arc::new(std::sync::Mutex::new(Vec::<Vec<u8>>::new()));
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let (log, model) = (log.clone(), model.clone());
+            std::thread::spawn(move || {
+                for i in 0..200 {
+                    let rec = format!("{t}:{i}").into_bytes();
+                    let lsn = {
+                        let mut m = model.lock().unwrap();
+                        m.push(rec.clone());
+                        let lsn = log.append(&rec).unwrap();
+                        if i % 37 == t {
+                            let mut snap = HEAD.to_vec();
+                            for r in m.iter() {
+                                frame(&mut snap, r);
+                            }
+                            log.replace(snap);
+                        }
+                        lsn
+                    };
+                    log.wait(lsn).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(log.stats().rewrites.load(Ordering::Relaxed) > 0);
+    drop(log);
+    let (got, r) = records(&fs::read(&p).unwrap(), HEAD.len());
+    assert_eq!(r.tail, Tail::Clean);
+    assert_eq!(got, *model.lock().unwrap());
+}
+
 #[test]
 fn a_restart_writes_the_header_and_appends_after_it() {
     let d = tempfile::tempdir().unwrap();
