@@ -19,7 +19,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The durable session store lives in the state directory too (ADR 0022).
-#[path = "sessionstore.rs"]
 pub mod sessionstore;
 
 pub struct StateDir {

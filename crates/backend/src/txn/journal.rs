@@ -7,25 +7,23 @@
 //! those fsyncs (group commit: one `fdatasync` covers every record written before it).
 //!
 //! Layout: a header (magic, generation, the identity of the export it protects) and
-//! records `[len u32][checksum u64][payload]`,
+//! records framed by the durable log (`txnfs_wal`: `[len u32][checksum u64][payload]`),
 //! payload = `[generation u64][txid u64][kind u8][entry]`. Reading stops at the first
-//! record that is torn, fails its checksum, or carries another generation: when no
-//! transaction is open the journal is rewound (the header rewritten with the next
-//! generation and appends restart after it), and the older records that remain past
-//! the new end are ignored that way.
+//! record that is torn, fails its checksum, or carries another generation, and the
+//! file is cut there. When no transaction is open the journal is rewound (the header
+//! rewritten with the next generation and appends restart after it), and the older
+//! records that remain past the new end are ignored that way.
 //!
 //! The header names the export the journal protects (`[len u32][identity]` after the
 //! generation; ADR 0023): a journal whose identity is not the opener's is refused, never
 //! applied. Journals of the first format (`TXNFSJ01`, no identity) are accepted only when
 //! they hold no unfinished transaction.
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read};
-use std::os::unix::fs::FileExt;
+use std::io;
 use std::path::Path;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard};
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use txnfs_wal::{Dec, Enc, Log, Lsn, Mode};
 
 use super::undo::Undo;
 
@@ -130,44 +128,24 @@ pub fn inspect(path: &Path) -> io::Result<JournalSummary> {
     })
 }
 
-fn checksum(b: &[u8]) -> u64 {
-    // FNV-1a: detects torn and stale records; not a defence against an adversary (the
-    // journal lives in the server's private state directory).
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &x in b {
-        h ^= u64::from(x);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
-
 struct Inner {
     /// The header: magic, generation placeholder, identity (rewritten on every rewind).
     head: Vec<u8>,
-    /// `None`: a journal in memory (exports without a state directory), which needs no
-    /// durability because nothing it protects survives the process either.
-    file: Option<Arc<File>>,
     generation: u64,
-    /// Where the next record goes.
-    end: u64,
     /// Transactions that wrote a record and have not yet synced their last one.
     open: usize,
     /// Where the journal stood when a wait for the open transactions to end gave up.
     drain_gave_up_at: u64,
 }
 
-struct Sync {
-    /// Everything before this offset is on stable storage.
-    durable: u64,
-    running: bool,
-}
-
 pub struct Journal {
     inner: Mutex<Inner>,
     /// Notified when the last open transaction ends.
     drained: Condvar,
-    sync: Mutex<Sync>,
-    synced: Condvar,
+    /// The records, written through (in the page cache before the change they undo);
+    /// in memory for exports without a state directory, which need no durability
+    /// because nothing they protect survives the process either.
+    log: Log,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -178,26 +156,20 @@ impl Journal {
     /// A journal that lives in memory only.
     pub fn in_memory() -> Self {
         let head = header_bytes(b"");
-        let end = head.len() as u64;
-        Self::with(None, head, 1, end)
+        let log = Log::in_memory(head.len() as u64);
+        Self::with(log, head, 1)
     }
 
-    fn with(file: Option<Arc<File>>, head: Vec<u8>, generation: u64, end: u64) -> Self {
+    fn with(log: Log, head: Vec<u8>, generation: u64) -> Self {
         Journal {
             inner: Mutex::new(Inner {
                 head,
-                file,
                 generation,
-                end,
                 open: 0,
                 drain_gave_up_at: 0,
             }),
             drained: Condvar::new(),
-            sync: Mutex::new(Sync {
-                durable: end,
-                running: false,
-            }),
-            synced: Condvar::new(),
+            log,
         }
     }
 
@@ -214,15 +186,11 @@ impl Journal {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(io_err)?;
         }
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(io_err)?;
-        let mut buf = Vec::new();
-        file.read_to_end(&mut buf).map_err(io_err)?;
+        let buf = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(io_err(e)),
+        };
         let h = header(&buf);
         let (generation, mut found, mut end) = parse(&buf, &h);
         match &h.identity {
@@ -252,10 +220,15 @@ impl Journal {
             // New (or of the first format): records go after our header.
             end = head.len() as u64;
         }
-        Ok((
-            Journal::with(Some(Arc::new(file)), head, generation, end),
-            found,
-        ))
+        // A torn or stale tail of our own format is cut off; a file of another format
+        // is left whole until the rewind writes our header over it.
+        let log = Log::open(path, end, h.identity.is_some(), Mode::WriteThrough).map_err(|e| {
+            JournalError::Io {
+                path: path.to_path_buf(),
+                err: e.into(),
+            }
+        })?;
+        Ok((Journal::with(log, head, generation), found))
     }
 
     /// Starts a new generation at the head of the file (durably): the records before
@@ -270,84 +243,49 @@ impl Journal {
         inner.generation += 1;
         let generation = inner.generation.to_be_bytes();
         inner.head[8..16].copy_from_slice(&generation);
-        let len = inner.head.len() as u64;
-        if let Some(f) = &inner.file {
-            f.write_all_at(&inner.head, 0)?;
-            f.sync_data()?;
-        }
-        inner.end = len;
-        lock(&self.sync).durable = len;
+        self.log.restart(&inner.head)?;
         Ok(())
     }
 
     /// Appends one record of `txid` (`first`: its first record, which opens it) and
-    /// returns the offset its durability must reach.
-    pub fn append(&self, txid: u64, rec: &Record, first: bool) -> io::Result<u64> {
+    /// returns the position its durability must reach.
+    pub fn append(&self, txid: u64, rec: &Record, first: bool) -> io::Result<Lsn> {
         let mut inner = lock(&self.inner);
-        if first && inner.end >= REWIND_AT.max(inner.drain_gave_up_at + REWIND_AT) {
+        if first && self.log.len() >= REWIND_AT.max(inner.drain_gave_up_at + REWIND_AT) {
             inner = self.drain(inner)?;
         }
-        let mut payload = BytesMut::with_capacity(64);
-        payload.put_u64(inner.generation);
-        payload.put_u64(txid);
+        let mut e = Enc::new();
+        e.u64(inner.generation).u64(txid);
         match rec {
             Record::Undo(u) => {
-                payload.put_u8(0);
-                u.encode(&mut payload);
+                e.u8(0);
+                u.encode(&mut e);
             }
-            Record::Commit => payload.put_u8(1),
-            Record::Aborted => payload.put_u8(2),
-            Record::Undone => payload.put_u8(3),
+            Record::Commit => {
+                e.u8(1);
+            }
+            Record::Aborted => {
+                e.u8(2);
+            }
+            Record::Undone => {
+                e.u8(3);
+            }
             Record::Begin { compound } => {
-                payload.put_u8(4);
-                payload.put_u64(*compound);
+                e.u8(4).u64(*compound);
             }
         }
-        let mut out = BytesMut::with_capacity(payload.len() + 12);
-        out.put_u32(payload.len() as u32);
-        out.put_u64(checksum(&payload));
-        out.put_slice(&payload);
-        if let Some(f) = &inner.file {
-            f.write_all_at(&out, inner.end)?;
-        }
-        inner.end += out.len() as u64;
+        let lsn = self.log.append(e.as_slice())?;
         if first {
             inner.open += 1;
         }
-        Ok(inner.end)
+        Ok(lsn)
     }
 
-    /// Waits until everything before `offset` is on stable storage; one caller at a
-    /// time runs the fdatasync, the others wait for it and usually find their records
-    /// covered.
-    pub fn sync_to(&self, offset: u64) -> io::Result<()> {
-        let mut s = lock(&self.sync);
-        loop {
-            if s.durable >= offset {
-                return Ok(());
-            }
-            if !s.running {
-                s.running = true;
-                drop(s);
-                let (file, end) = {
-                    let inner = lock(&self.inner);
-                    (inner.file.clone(), inner.end)
-                };
-                let r = match file {
-                    Some(f) => f.sync_data(),
-                    None => Ok(()),
-                };
-                s = lock(&self.sync);
-                s.running = false;
-                if r.is_ok() {
-                    s.durable = s.durable.max(end);
-                }
-                self.synced.notify_all();
-                r?;
-            } else {
-                s = self.synced.wait(s).unwrap_or_else(|p| p.into_inner());
-            }
-        }
+    /// Waits until the record at `lsn` and every earlier one is on stable storage; one
+    /// caller at a time runs the fdatasync, the others wait for it and usually find
+    /// their records covered (group commit).
+    pub fn sync_to(&self, lsn: Lsn) -> io::Result<()> {
+        Ok(self.log.wait(lsn)?)
     }
 
     /// A transaction's last record is durable: it is no longer open. Rewinds the
@@ -356,7 +294,7 @@ impl Journal {
         let mut inner = lock(&self.inner);
         inner.open = inner.open.saturating_sub(1);
         if inner.open == 0 {
-            if inner.end >= REWIND_AT {
+            if self.log.len() >= REWIND_AT {
                 if let Err(e) = self.rewind_locked(&mut inner) {
                     tracing::warn!("txn journal: rewind failed ({e}); it keeps growing");
                 }
@@ -371,15 +309,15 @@ impl Journal {
     /// wait cannot deadlock; the bound covers what ends only later.
     fn drain<'a>(&self, mut inner: MutexGuard<'a, Inner>) -> io::Result<MutexGuard<'a, Inner>> {
         let deadline = std::time::Instant::now() + DRAIN_WAIT;
-        while inner.open > 0 && inner.end >= REWIND_AT {
+        while inner.open > 0 && self.log.len() >= REWIND_AT {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() {
                 tracing::info!(
                     open = inner.open,
-                    bytes = inner.end,
+                    bytes = self.log.len(),
                     "txn journal: transactions stay open; not rewound yet"
                 );
-                inner.drain_gave_up_at = inner.end;
+                inner.drain_gave_up_at = self.log.len();
                 return Ok(inner);
             }
             inner = self
@@ -388,7 +326,7 @@ impl Journal {
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
-        if inner.open == 0 && inner.end >= REWIND_AT {
+        if inner.open == 0 && self.log.len() >= REWIND_AT {
             self.rewind_locked(&mut inner)?;
         }
         inner.drain_gave_up_at = 0;
@@ -457,53 +395,48 @@ fn parse(buf: &[u8], h: &Header) -> (u64, Vec<Found>, u64) {
     if h.len == 0 {
         return (0, Vec::new(), 0);
     }
-    let generation = h.generation;
     let mut found: Vec<Found> = Vec::new();
-    let mut at = h.len as usize;
-    while let Some(head) = buf.get(at..at + 12) {
-        let len = u32::from_be_bytes(head[..4].try_into().unwrap_or_default()) as usize;
-        let sum = u64::from_be_bytes(head[4..12].try_into().unwrap_or_default());
-        let Some(payload) = buf.get(at + 12..at + 12 + len) else {
-            break;
-        };
-        if checksum(payload) != sum {
-            break;
-        }
-        let mut p = Bytes::copy_from_slice(payload);
-        if p.remaining() < 17 || p.get_u64() != generation {
-            break;
-        }
-        let txid = p.get_u64();
-        let kind = p.get_u8();
-        let i = match found.iter().position(|f| f.txid == txid) {
-            Some(i) => i,
-            None => {
-                found.push(Found {
-                    txid,
-                    ..Found::default()
-                });
-                found.len() - 1
-            }
-        };
-        match kind {
-            0 => match Undo::decode(&mut p) {
-                Some(u) => found[i].undo.push(u),
-                None => break,
-            },
-            1 => found[i].committed = true,
-            2 => found[i].aborted = true,
-            3 => found[i].undone += 1,
-            4 if p.remaining() >= 8 => found[i].compound = p.get_u64(),
-            _ => break,
-        }
-        at += 12 + len;
+    let scan = txnfs_wal::scan(buf, h.len as usize, |payload| {
+        note(&mut found, h.generation, payload).is_some()
+    });
+    (h.generation, found, scan.end)
+}
+
+/// Adds the record `payload` to the transactions in `found`; `None` ends the valid
+/// records (a record of another generation, or one that does not decode).
+fn note(found: &mut Vec<Found>, generation: u64, payload: &[u8]) -> Option<()> {
+    let mut d = Dec::copy_from(payload);
+    if d.u64().ok()? != generation {
+        return None;
     }
-    (generation, found, at as u64)
+    let txid = d.u64().ok()?;
+    let kind = d.u8().ok()?;
+    let i = match found.iter().position(|f| f.txid == txid) {
+        Some(i) => i,
+        None => {
+            found.push(Found {
+                txid,
+                ..Found::default()
+            });
+            found.len() - 1
+        }
+    };
+    match kind {
+        0 => found[i].undo.push(Undo::decode(&mut d).ok()?),
+        1 => found[i].committed = true,
+        2 => found[i].aborted = true,
+        3 => found[i].undone += 1,
+        4 => found[i].compound = d.u64().ok()?,
+        _ => return None,
+    }
+    Some(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
+    use std::sync::Arc;
 
     fn undo(n: u8) -> Undo {
         Undo::Unlink {
@@ -522,7 +455,7 @@ mod tests {
             atime: Default::default(),
             mtime: Default::default(),
         };
-        while lock(&j.inner).end < REWIND_AT {
+        while j.log.len() < REWIND_AT {
             j.append(txid, &Record::Undo(big.clone()), false).unwrap();
         }
     }
@@ -543,10 +476,11 @@ mod tests {
         let end = j.append(1, &Record::Commit, false).unwrap();
         j.sync_to(end).unwrap();
         j.close_txn();
-        let at = waiter.join().unwrap().unwrap();
+        waiter.join().unwrap().unwrap();
+        let len = j.log.len();
         assert!(
-            at < 1024,
-            "rewound before the new transaction's first record: {at}"
+            len < 1024,
+            "rewound before the new transaction's first record: {len}"
         );
         assert_eq!(lock(&j.inner).open, 1);
     }
@@ -565,10 +499,7 @@ mod tests {
             t.elapsed() < DRAIN_WAIT / 2,
             "no second wait until the journal has grown by another REWIND_AT"
         );
-        assert!(
-            lock(&j.inner).end >= REWIND_AT,
-            "not rewound: 1 is still open"
-        );
+        assert!(j.log.len() >= REWIND_AT, "not rewound: 1 is still open");
     }
 
     #[test]
@@ -666,5 +597,79 @@ mod tests {
         j.rewind().unwrap();
         drop(j);
         assert_eq!(inspect(&p).unwrap().identity, Some(b"A".to_vec()));
+    }
+
+    /// The bytes of a hex string (golden files in tests).
+    fn unhex(h: &str) -> Vec<u8> {
+        (0..h.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// A journal written by the code before the shared durable log (made by an
+    /// independent encoder of the format): two transactions, a record of an older
+    /// generation, a torn record. It reads the same, and the file is cut where its
+    /// valid records end.
+    const GOLDEN_J02: &str = concat!(
+        "54584e46534a30320000000000000003000000066578706f72740000001968225e5e547cfb0e0000",
+        "000000000003000000000000000504000000000000004d0000001c628ec040cc4dcb2d0000000000",
+        "000003000000000000000500020000000164000000016e000000465a4597361744d6dc0000000000",
+        "00000300000000000000060005000000016b0000000000000004000000036f6c6400000000000000",
+        "07fffffffffffffffd00000007000000000000000100000002000000110400b6f547fe8596000000",
+        "0000000003000000000000000501000000111cc7d5f8cb6b8adf0000000000000002000000000000",
+        "000901000000280102",
+    );
+
+    #[test]
+    fn a_journal_of_the_same_format_written_before_reads_the_same() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("j");
+        std::fs::write(&p, unhex(GOLDEN_J02)).unwrap();
+        let (j, found) = Journal::open(&p, b"export").unwrap();
+        assert_eq!(found.len(), 2);
+        assert_eq!(
+            (found[0].txid, found[0].compound, found[0].committed),
+            (5, 77, true)
+        );
+        assert_eq!(
+            found[0].undo,
+            vec![Undo::Unlink {
+                dir: Bytes::from_static(b"d"),
+                name: Bytes::from_static(b"n"),
+            }]
+        );
+        assert_eq!((found[1].txid, found[1].committed), (6, false));
+        assert_eq!(
+            found[1].undo,
+            vec![Undo::Data {
+                key: Bytes::from_static(b"k"),
+                offset: 4,
+                saved: super::super::undo::Saved::Inline(Bytes::from_static(b"old")),
+                old_size: 7,
+                atime: crate::Timestamp { sec: -3, nsec: 7 },
+                mtime: crate::Timestamp { sec: 1, nsec: 2 },
+            }]
+        );
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), 214, "tail cut");
+        // Appends follow the valid records.
+        let end = j.append(6, &Record::Aborted, false).unwrap();
+        j.sync_to(end).unwrap();
+        drop(j);
+        let (_, found) = Journal::open(&p, b"export").unwrap();
+        assert!(found[1].aborted);
+    }
+
+    #[test]
+    fn a_foreign_journal_is_left_untouched() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("j");
+        let golden = unhex(GOLDEN_J02);
+        std::fs::write(&p, &golden).unwrap();
+        assert!(matches!(
+            Journal::open(&p, b"other"),
+            Err(JournalError::Foreign { .. })
+        ));
+        assert_eq!(std::fs::read(&p).unwrap(), golden, "not cut, not changed");
     }
 }

@@ -8,7 +8,8 @@
 //! recovery itself. It relies on the transaction's locks: nobody else changed the
 //! objects and names an entry concerns while the transaction was open.
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::Bytes;
+use txnfs_wal::{Dec, DecodeError, Enc};
 
 use crate::{Backend, BackendError, FileKey, OpCtx, SetAttrs, SetTime, Timestamp};
 
@@ -74,36 +75,15 @@ pub enum Undo {
     },
 }
 
-fn put_bytes(b: &mut BytesMut, v: &[u8]) {
-    b.put_u32(v.len() as u32);
-    b.put_slice(v);
+fn put_time(e: &mut Enc, t: Timestamp) {
+    e.i64(t.sec).u32(t.nsec);
 }
 
-fn get_bytes(b: &mut Bytes) -> Option<Bytes> {
-    if b.remaining() < 4 {
-        return None;
-    }
-    let n = b.get_u32() as usize;
-    (b.remaining() >= n).then(|| b.split_to(n))
-}
-
-fn get_u64(b: &mut Bytes) -> Option<u64> {
-    (b.remaining() >= 8).then(|| b.get_u64())
-}
-
-fn get_u32(b: &mut Bytes) -> Option<u32> {
-    (b.remaining() >= 4).then(|| b.get_u32())
-}
-
-fn put_time(b: &mut BytesMut, t: Timestamp) {
-    b.put_i64(t.sec);
-    b.put_u32(t.nsec);
-}
-
-fn get_time(b: &mut Bytes) -> Option<Timestamp> {
-    let sec = get_u64(b)? as i64;
-    let nsec = get_u32(b)?;
-    Some(Timestamp { sec, nsec })
+fn get_time(d: &mut Dec) -> Result<Timestamp, DecodeError> {
+    Ok(Timestamp {
+        sec: d.i64()?,
+        nsec: d.u32()?,
+    })
 }
 
 /// A missing object or name means the change this entry undoes never happened (or was
@@ -116,7 +96,8 @@ fn tolerate(r: crate::Result<()>) -> crate::Result<()> {
 }
 
 impl Undo {
-    pub fn encode(&self, b: &mut BytesMut) {
+    /// Writes the entry (its journal record's body).
+    pub fn encode(&self, e: &mut Enc) {
         match self {
             Undo::Data {
                 key,
@@ -129,22 +110,15 @@ impl Undo {
                 // Tag 0: saved in a backup file, 5: inline.
                 match saved {
                     Saved::Backup { name, len } => {
-                        b.put_u8(0);
-                        put_bytes(b, key);
-                        b.put_u64(*offset);
-                        b.put_u64(*len);
-                        put_bytes(b, name);
+                        e.u8(0).bytes(key).u64(*offset).u64(*len).bytes(name);
                     }
                     Saved::Inline(data) => {
-                        b.put_u8(5);
-                        put_bytes(b, key);
-                        b.put_u64(*offset);
-                        put_bytes(b, data);
+                        e.u8(5).bytes(key).u64(*offset).bytes(data);
                     }
                 }
-                b.put_u64(*old_size);
-                put_time(b, *atime);
-                put_time(b, *mtime);
+                e.u64(*old_size);
+                put_time(e, *atime);
+                put_time(e, *mtime);
             }
             Undo::Attrs {
                 key,
@@ -154,18 +128,12 @@ impl Undo {
                 atime,
                 mtime,
             } => {
-                b.put_u8(1);
-                put_bytes(b, key);
-                b.put_u32(*mode);
-                b.put_u32(*uid);
-                b.put_u32(*gid);
-                put_time(b, *atime);
-                put_time(b, *mtime);
+                e.u8(1).bytes(key).u32(*mode).u32(*uid).u32(*gid);
+                put_time(e, *atime);
+                put_time(e, *mtime);
             }
             Undo::Unlink { dir, name } => {
-                b.put_u8(2);
-                put_bytes(b, dir);
-                put_bytes(b, name);
+                e.u8(2).bytes(dir).bytes(name);
             }
             Undo::Unrename {
                 from_dir,
@@ -173,71 +141,62 @@ impl Undo {
                 to_dir,
                 to,
             } => {
-                b.put_u8(3);
-                put_bytes(b, from_dir);
-                put_bytes(b, from);
-                put_bytes(b, to_dir);
-                put_bytes(b, to);
+                e.u8(3).bytes(from_dir).bytes(from).bytes(to_dir).bytes(to);
             }
             Undo::Restore { dir, name, backup } => {
-                b.put_u8(4);
-                put_bytes(b, dir);
-                put_bytes(b, name);
-                put_bytes(b, backup);
+                e.u8(4).bytes(dir).bytes(name).bytes(backup);
             }
         }
     }
 
-    pub fn decode(b: &mut Bytes) -> Option<Undo> {
-        if !b.has_remaining() {
-            return None;
-        }
-        Some(match b.get_u8() {
+    /// Reads an entry written by [`Undo::encode`].
+    pub fn decode(d: &mut Dec) -> Result<Undo, DecodeError> {
+        Ok(match d.u8()? {
             tag @ (0 | 5) => {
-                let key = get_bytes(b)?;
-                let offset = get_u64(b)?;
+                let key = d.bytes()?;
+                let offset = d.u64()?;
                 let saved = if tag == 0 {
-                    let len = get_u64(b)?;
+                    let len = d.u64()?;
                     Saved::Backup {
                         len,
-                        name: get_bytes(b)?,
+                        name: d.bytes()?,
                     }
                 } else {
-                    Saved::Inline(get_bytes(b)?)
+                    Saved::Inline(d.bytes()?)
                 };
                 Undo::Data {
                     key,
                     offset,
                     saved,
-                    old_size: get_u64(b)?,
-                    atime: get_time(b)?,
-                    mtime: get_time(b)?,
+                    old_size: d.u64()?,
+                    atime: get_time(d)?,
+                    mtime: get_time(d)?,
                 }
             }
             1 => Undo::Attrs {
-                key: get_bytes(b)?,
-                mode: get_u32(b)?,
-                uid: get_u32(b)?,
-                gid: get_u32(b)?,
-                atime: get_time(b)?,
-                mtime: get_time(b)?,
+                key: d.bytes()?,
+                mode: d.u32()?,
+                uid: d.u32()?,
+                gid: d.u32()?,
+                atime: get_time(d)?,
+                mtime: get_time(d)?,
             },
             2 => Undo::Unlink {
-                dir: get_bytes(b)?,
-                name: get_bytes(b)?,
+                dir: d.bytes()?,
+                name: d.bytes()?,
             },
             3 => Undo::Unrename {
-                from_dir: get_bytes(b)?,
-                from: get_bytes(b)?,
-                to_dir: get_bytes(b)?,
-                to: get_bytes(b)?,
+                from_dir: d.bytes()?,
+                from: d.bytes()?,
+                to_dir: d.bytes()?,
+                to: d.bytes()?,
             },
             4 => Undo::Restore {
-                dir: get_bytes(b)?,
-                name: get_bytes(b)?,
-                backup: get_bytes(b)?,
+                dir: d.bytes()?,
+                name: d.bytes()?,
+                backup: d.bytes()?,
             },
-            _ => return None,
+            tag => return Err(DecodeError::Tag { what: "undo", tag }),
         })
     }
 
@@ -404,11 +363,11 @@ mod tests {
             },
         ];
         for u in all {
-            let mut b = BytesMut::new();
-            u.encode(&mut b);
-            let mut bytes = b.freeze();
-            assert_eq!(Undo::decode(&mut bytes), Some(u));
-            assert!(bytes.is_empty());
+            let mut e = Enc::new();
+            u.encode(&mut e);
+            let mut d = Dec::copy_from(e.as_slice());
+            assert_eq!(Undo::decode(&mut d), Ok(u));
+            assert_eq!(d.remaining(), 0);
         }
     }
 }

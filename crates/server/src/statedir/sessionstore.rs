@@ -4,17 +4,17 @@
 //! session after a restart gets the original reply instead of a second execution.
 //!
 //! One append-only file, `<state_dir>/sessions.log`: a header (magic) and records
-//! `[len u32][checksum u64][payload]`. A record is appended to a buffer under a mutex
-//! and gets a ticket; [`SessionStore::wait`] returns once the ticket is durable. The
-//! first waiter to find nothing being flushed becomes the leader: it writes the
-//! buffer and `fdatasync`s it while the others wait on a condition variable, so
-//! concurrent requests share one sync (group commit). A torn or corrupt tail is
-//! ignored when the file is read (the records before it stand).
+//! framed by the durable log (`txnfs_wal`, [`Mode::Buffered`]). A record is appended
+//! to the log's buffer and gets a ticket; [`SessionStore::wait`] returns once the
+//! ticket is durable, concurrent requests sharing one `fdatasync` (the log's group
+//! commit). A torn or corrupt tail is ignored when the file is read (the records
+//! before it stand).
 //!
 //! The store keeps the live records in memory (a reply is the same `Bytes` the slot's
 //! cache holds, so that costs no copy). When the file has grown to twice its size at
-//! the last compaction (at least [`COMPACT_MIN`]), the leader rewrites it with the
-//! live records only (temporary file, fsync, rename, fsync of the directory).
+//! the last compaction (at least [`COMPACT_MIN`]), the live records replace it (the
+//! log writes them as a new file at its next group commit: temporary file, fsync,
+//! rename, fsync of the directory).
 //!
 //! Transactions: a transactional COMPOUND's reply is stored, tagged with its COMPOUND
 //! id, before the transaction commits. The slot's previous record is kept beside it
@@ -23,19 +23,17 @@
 //! recovery rolled back are skipped: that slot is back at its previous record and the
 //! client's retry executes (the transaction never happened).
 
-use bytes::{BufMut, Bytes, BytesMut};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fs::{self, File};
-use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::fs;
+use std::io;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use txnfs_state::session::{
     CallbackParams, CallbackSec, ChannelAttrs, CreateSessionOutcome, DurableClient, DurableSession,
     DurableSlot, Principal, SessionId,
 };
 use txnfs_state::ClientId;
+use txnfs_wal::{frame, Dec, DecodeError, Enc, Log, LogStats, Lsn, Mode};
 
 const MAGIC: &[u8; 8] = b"TXNFSS01";
 /// Smallest file size at which a compaction is considered.
@@ -52,13 +50,9 @@ pub struct Restored {
     pub rolled_back: usize,
 }
 
-/// Counters (for the ADR's measurements and tests).
-#[derive(Debug, Default)]
-pub struct StoreStats {
-    pub records: AtomicU64,
-    pub syncs: AtomicU64,
-    pub compactions: AtomicU64,
-}
+/// Counters (for the ADR's measurements and tests): records appended, syncs, and
+/// compactions (`rewrites`).
+pub type StoreStats = LogStats;
 
 #[derive(Debug, Clone)]
 struct SlotRec {
@@ -171,35 +165,24 @@ impl Live {
 }
 
 struct Inner {
-    file: File,
     live: Live,
-    /// Framed records appended and not yet written.
-    buf: Vec<u8>,
-    /// Ticket of the last record appended.
-    appended: u64,
-    /// Every ticket up to this one is durable.
-    durable: u64,
-    /// A leader is writing and syncing.
-    flushing: bool,
-    /// Bytes in the file plus `buf`.
-    size: u64,
+    /// Compact once the file is this long.
     compact_at: u64,
-    /// A write or sync failed: nothing later can be promised durable.
-    failed: Option<String>,
 }
 
 /// The durable session store (see the module documentation).
 pub struct SessionStore {
-    path: PathBuf,
+    log: Log,
+    /// Taken before the log's own lock: a record is applied to `live` and appended in
+    /// one step, so a snapshot stands for exactly the records appended before it.
     inner: Mutex<Inner>,
-    flushed: Condvar,
-    pub stats: StoreStats,
+    pub stats: Arc<StoreStats>,
 }
 
 /// A record's position in the log; [`SessionStore::wait`] until it is durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 #[must_use]
-pub struct Ticket(u64);
+pub struct Ticket(Lsn);
 
 impl SessionStore {
     /// Whether `dir` holds a session store (a previous instance granted persistence).
@@ -226,15 +209,16 @@ impl SessionStore {
                         ),
                     ));
                 }
-                let mut at = MAGIC.len();
-                while let Some((payload, next)) = unframe(&data, at) {
-                    // A record that frames but does not decode: the tail is unreadable.
-                    let Some(r) = decode(payload) else { break };
-                    if !live.apply(r, rolled_back) {
-                        dropped += 1;
+                // A record that frames but does not decode: the tail is unreadable.
+                txnfs_wal::scan(&data, MAGIC.len(), |payload| match decode(payload) {
+                    Ok(r) => {
+                        if !live.apply(r, rolled_back) {
+                            dropped += 1;
+                        }
+                        true
                     }
-                    at = next;
-                }
+                    Err(_) => false,
+                });
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
@@ -248,7 +232,7 @@ impl SessionStore {
             }
         }
         let snapshot = live.snapshot();
-        let file = rewrite(&path, &snapshot)?;
+        let log = Log::create(&path, &snapshot, Mode::Buffered)?;
         let restored = Restored {
             clients: live.clients.values().cloned().collect(),
             sessions: live
@@ -266,20 +250,12 @@ impl SessionStore {
         let size = snapshot.len() as u64;
         Ok((
             SessionStore {
-                path,
+                stats: log.stats().clone(),
+                log,
                 inner: Mutex::new(Inner {
-                    file,
                     live,
-                    buf: Vec::new(),
-                    appended: 0,
-                    durable: 0,
-                    flushing: false,
-                    size,
                     compact_at: COMPACT_MIN.max(2 * size),
-                    failed: None,
                 }),
-                flushed: Condvar::new(),
-                stats: StoreStats::default(),
             },
             restored,
         ))
@@ -292,14 +268,15 @@ impl SessionStore {
     fn append(&self, r: Record) -> Ticket {
         let payload = encode(&r);
         let mut g = self.lock();
-        let skip = HashSet::new();
-        g.live.apply(r, &skip);
-        let before = g.buf.len();
-        frame(&mut g.buf, &payload);
-        g.size += (g.buf.len() - before) as u64;
-        g.appended += 1;
-        self.stats.records.fetch_add(1, Ordering::Relaxed);
-        Ticket(g.appended)
+        g.live.apply(r, &HashSet::new());
+        // A log that failed refuses the record; waiting for it reports the failure.
+        let lsn = self.log.append(&payload).unwrap_or(Lsn::NEVER);
+        if self.log.len() >= g.compact_at {
+            let snapshot = g.live.snapshot();
+            g.compact_at = COMPACT_MIN.max(2 * snapshot.len() as u64);
+            self.log.replace(snapshot);
+        }
+        Ticket(lsn)
     }
 
     /// A client that holds a persistent session (again after each CREATE_SESSION, for
@@ -366,171 +343,59 @@ impl SessionStore {
     /// Returns once the record of `t` (and every earlier one) is durable: leads a
     /// group commit if none is running, else waits for the running one.
     pub fn wait(&self, t: Ticket) -> io::Result<()> {
-        let mut g = self.lock();
-        loop {
-            if let Some(e) = &g.failed {
-                return Err(io::Error::other(format!(
-                    "session store failed earlier: {e}"
-                )));
-            }
-            if g.durable >= t.0 {
-                return Ok(());
-            }
-            if g.flushing {
-                g = self.flushed.wait(g).unwrap_or_else(PoisonError::into_inner);
-                continue;
-            }
-            g.flushing = true;
-            let upto = g.appended;
-            let buf = std::mem::take(&mut g.buf);
-            let compact = g.size >= g.compact_at;
-            let snapshot = compact.then(|| g.live.snapshot());
-            let file = g.file.try_clone();
-            drop(g);
-            let result = match (snapshot, file) {
-                (Some(s), _) => rewrite(&self.path, &s).map(|f| Some((f, s.len() as u64))),
-                (None, Ok(mut f)) => f
-                    .write_all(&buf)
-                    .and_then(|()| f.sync_data())
-                    .map(|()| None),
-                (None, Err(e)) => Err(e),
-            };
-            self.stats.syncs.fetch_add(1, Ordering::Relaxed);
-            g = self.lock();
-            g.flushing = false;
-            match result {
-                Ok(Some((f, size))) => {
-                    self.stats.compactions.fetch_add(1, Ordering::Relaxed);
-                    g.file = f;
-                    // Records appended meanwhile are in `buf`, after the snapshot.
-                    g.size = size + g.buf.len() as u64;
-                    g.compact_at = COMPACT_MIN.max(2 * size);
-                    g.durable = upto;
-                }
-                Ok(None) => g.durable = upto,
-                Err(e) => {
-                    tracing::error!(
-                        "session store {}: {e}: persistent sessions lose their replies",
-                        self.path.display()
-                    );
-                    g.failed = Some(e.to_string());
-                }
-            }
-            self.flushed.notify_all();
-        }
+        Ok(self.log.wait(t.0)?)
     }
-}
-
-/// Writes `data` as the whole file at `path` (temporary file, fsync, rename, fsync of
-/// the directory) and returns it opened for appending.
-fn rewrite(path: &Path, data: &[u8]) -> io::Result<File> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    {
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(data)?;
-        f.sync_all()?;
-    }
-    fs::rename(&tmp, path)?;
-    if let Some(parent) = path.parent() {
-        File::open(parent)?.sync_all()?;
-    }
-    fs::OpenOptions::new().append(true).open(path)
-}
-
-fn checksum(b: &[u8]) -> u64 {
-    // FNV-1a, as the txn journal: detects torn and corrupt records.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &x in b {
-        h ^= u64::from(x);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
-
-fn frame(out: &mut Vec<u8>, payload: &[u8]) {
-    out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-    out.extend_from_slice(&checksum(payload).to_be_bytes());
-    out.extend_from_slice(payload);
-}
-
-/// The record at `at`: its payload and where the next starts; `None` at the end or at
-/// a torn or corrupt record.
-fn unframe(data: &[u8], at: usize) -> Option<(&[u8], usize)> {
-    let head = data.get(at..at + 12)?;
-    let len = u32::from_be_bytes(head[..4].try_into().ok()?) as usize;
-    let sum = u64::from_be_bytes(head[4..].try_into().ok()?);
-    let payload = data.get(at + 12..at + 12 + len)?;
-    (checksum(payload) == sum).then_some((payload, at + 12 + len))
 }
 
 // ---- encoding ------------------------------------------------------------------------
 
-fn put_bytes(b: &mut BytesMut, v: &[u8]) {
-    b.put_u32(v.len() as u32);
-    b.put_slice(v);
+fn put_attrs(e: &mut Enc, a: &ChannelAttrs) {
+    e.u32(a.max_request)
+        .u32(a.max_response)
+        .u32(a.max_response_cached)
+        .u32(a.max_ops)
+        .u32(a.max_requests);
 }
 
-fn put_attrs(b: &mut BytesMut, a: &ChannelAttrs) {
-    for v in [
-        a.max_request,
-        a.max_response,
-        a.max_response_cached,
-        a.max_ops,
-        a.max_requests,
-    ] {
-        b.put_u32(v);
-    }
-}
-
-fn put_gids(b: &mut BytesMut, gids: &[u32]) {
-    b.put_u32(gids.len() as u32);
-    for g in gids {
-        b.put_u32(*g);
-    }
+fn get_attrs(d: &mut Dec) -> Result<ChannelAttrs, DecodeError> {
+    Ok(ChannelAttrs {
+        max_request: d.u32()?,
+        max_response: d.u32()?,
+        max_response_cached: d.u32()?,
+        max_ops: d.u32()?,
+        max_requests: d.u32()?,
+    })
 }
 
 fn encode(r: &Record) -> Vec<u8> {
-    let mut b = BytesMut::with_capacity(64);
+    let mut e = Enc::new();
     match r {
         Record::Client(c) => {
-            b.put_u8(1);
-            b.put_u64(c.id);
-            put_bytes(&mut b, &c.owner);
-            b.put_slice(&c.verifier);
-            b.put_u32(c.principal.uid);
-            b.put_u32(c.principal.gid);
-            put_gids(&mut b, &c.principal.gids);
-            b.put_u32(c.create_seq);
+            e.u8(1).u64(c.id).bytes(&c.owner).fixed(&c.verifier);
+            e.u32(c.principal.uid)
+                .u32(c.principal.gid)
+                .u32s(&c.principal.gids);
+            e.u32(c.create_seq);
             match &c.last_create {
-                None => b.put_u8(0),
+                None => {
+                    e.u8(0);
+                }
                 Some((seq, o)) => {
-                    b.put_u8(1);
-                    b.put_u32(*seq);
-                    b.put_slice(&o.id);
-                    b.put_u32(o.seq);
-                    b.put_u32(o.flags);
-                    put_attrs(&mut b, &o.fore);
-                    put_attrs(&mut b, &o.back);
+                    e.u8(1).u32(*seq).fixed(&o.id).u32(o.seq).u32(o.flags);
+                    put_attrs(&mut e, &o.fore);
+                    put_attrs(&mut e, &o.back);
                 }
             }
         }
         Record::Session(s) => {
-            b.put_u8(2);
-            b.put_slice(&s.id);
-            b.put_u64(s.client);
-            b.put_u32(s.flags);
-            put_attrs(&mut b, &s.fore);
-            put_attrs(&mut b, &s.back);
-            b.put_u32(s.callback.program);
+            e.u8(2).fixed(&s.id).u64(s.client).u32(s.flags);
+            put_attrs(&mut e, &s.fore);
+            put_attrs(&mut e, &s.back);
+            e.u32(s.callback.program);
             match &s.callback.sec {
-                CallbackSec::None => b.put_u8(0),
+                CallbackSec::None => {
+                    e.u8(0);
+                }
                 CallbackSec::Sys {
                     stamp,
                     machine,
@@ -538,110 +403,63 @@ fn encode(r: &Record) -> Vec<u8> {
                     gid,
                     gids,
                 } => {
-                    b.put_u8(1);
-                    b.put_u32(*stamp);
-                    put_bytes(&mut b, machine);
-                    b.put_u32(*uid);
-                    b.put_u32(*gid);
-                    put_gids(&mut b, gids);
+                    e.u8(1)
+                        .u32(*stamp)
+                        .bytes(machine)
+                        .u32(*uid)
+                        .u32(*gid)
+                        .u32s(gids);
                 }
             }
         }
         Record::Slot(sid, rec) => {
-            b.put_u8(3);
-            b.put_slice(sid);
-            b.put_u32(rec.d.slot);
-            b.put_u32(rec.d.seqid);
-            b.put_u64(rec.d.request_hash);
-            b.put_u64(rec.txn);
+            e.u8(3).fixed(sid);
+            e.u32(rec.d.slot)
+                .u32(rec.d.seqid)
+                .u64(rec.d.request_hash)
+                .u64(rec.txn);
             match &rec.d.reply {
-                None => b.put_u8(0),
+                None => {
+                    e.u8(0);
+                }
                 Some(r) => {
-                    b.put_u8(1);
-                    put_bytes(&mut b, r);
+                    e.u8(1).bytes(r);
                 }
             }
         }
         Record::DropSession(id) => {
-            b.put_u8(4);
-            b.put_slice(id);
+            e.u8(4).fixed(id);
         }
         Record::DropClient(id) => {
-            b.put_u8(5);
-            b.put_u64(*id);
+            e.u8(5).u64(*id);
         }
     }
-    b.to_vec()
+    e.into_vec()
 }
 
-struct Cur<'a>(&'a [u8]);
-
-impl Cur<'_> {
-    fn take(&mut self, n: usize) -> Option<&[u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (h, t) = self.0.split_at(n);
-        self.0 = t;
-        Some(h)
-    }
-    fn u8(&mut self) -> Option<u8> {
-        Some(self.take(1)?[0])
-    }
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_be_bytes(self.take(4)?.try_into().ok()?))
-    }
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_be_bytes(self.take(8)?.try_into().ok()?))
-    }
-    fn arr<const N: usize>(&mut self) -> Option<[u8; N]> {
-        self.take(N)?.try_into().ok()
-    }
-    fn bytes(&mut self) -> Option<Bytes> {
-        let n = self.u32()? as usize;
-        Some(Bytes::copy_from_slice(self.take(n)?))
-    }
-    fn gids(&mut self) -> Option<Vec<u32>> {
-        let n = self.u32()? as usize;
-        if n > self.0.len() / 4 {
-            return None;
-        }
-        (0..n).map(|_| self.u32()).collect()
-    }
-    fn attrs(&mut self) -> Option<ChannelAttrs> {
-        Some(ChannelAttrs {
-            max_request: self.u32()?,
-            max_response: self.u32()?,
-            max_response_cached: self.u32()?,
-            max_ops: self.u32()?,
-            max_requests: self.u32()?,
-        })
-    }
-}
-
-fn decode(p: &[u8]) -> Option<Record> {
-    let mut c = Cur(p);
-    let r = match c.u8()? {
+fn decode(p: &[u8]) -> Result<Record, DecodeError> {
+    let mut d = Dec::copy_from(p);
+    let r = match d.u8()? {
         1 => {
-            let id = c.u64()?;
-            let owner = c.bytes()?;
-            let verifier = c.arr::<8>()?;
+            let id = d.u64()?;
+            let owner = d.bytes()?;
+            let verifier = d.fixed::<8>()?;
             let principal = Principal {
-                uid: c.u32()?,
-                gid: c.u32()?,
-                gids: c.gids()?,
+                uid: d.u32()?,
+                gid: d.u32()?,
+                gids: d.u32s()?,
             };
-            let create_seq = c.u32()?;
-            let last_create = match c.u8()? {
+            let create_seq = d.u32()?;
+            let last_create = match d.u8()? {
                 0 => None,
                 _ => Some((
-                    c.u32()?,
+                    d.u32()?,
                     CreateSessionOutcome {
-                        id: c.arr::<16>()?,
-                        seq: c.u32()?,
-                        flags: c.u32()?,
-                        fore: c.attrs()?,
-                        back: c.attrs()?,
+                        id: d.fixed::<16>()?,
+                        seq: d.u32()?,
+                        flags: d.u32()?,
+                        fore: get_attrs(&mut d)?,
+                        back: get_attrs(&mut d)?,
                     },
                 )),
             };
@@ -655,20 +473,20 @@ fn decode(p: &[u8]) -> Option<Record> {
             })
         }
         2 => {
-            let id = c.arr::<16>()?;
-            let client = c.u64()?;
-            let flags = c.u32()?;
-            let fore = c.attrs()?;
-            let back = c.attrs()?;
-            let program = c.u32()?;
-            let sec = match c.u8()? {
+            let id = d.fixed::<16>()?;
+            let client = d.u64()?;
+            let flags = d.u32()?;
+            let fore = get_attrs(&mut d)?;
+            let back = get_attrs(&mut d)?;
+            let program = d.u32()?;
+            let sec = match d.u8()? {
                 0 => CallbackSec::None,
                 _ => CallbackSec::Sys {
-                    stamp: c.u32()?,
-                    machine: c.bytes()?,
-                    uid: c.u32()?,
-                    gid: c.u32()?,
-                    gids: c.gids()?,
+                    stamp: d.u32()?,
+                    machine: d.bytes()?,
+                    uid: d.u32()?,
+                    gid: d.u32()?,
+                    gids: d.u32s()?,
                 },
             };
             Record::Session(DurableSession {
@@ -681,14 +499,14 @@ fn decode(p: &[u8]) -> Option<Record> {
             })
         }
         3 => {
-            let sid = c.arr::<16>()?;
-            let slot = c.u32()?;
-            let seqid = c.u32()?;
-            let request_hash = c.u64()?;
-            let txn = c.u64()?;
-            let reply = match c.u8()? {
+            let sid = d.fixed::<16>()?;
+            let slot = d.u32()?;
+            let seqid = d.u32()?;
+            let request_hash = d.u64()?;
+            let txn = d.u64()?;
+            let reply = match d.u8()? {
                 0 => None,
-                _ => Some(c.bytes()?),
+                _ => Some(d.bytes()?),
             };
             Record::Slot(
                 sid,
@@ -703,16 +521,24 @@ fn decode(p: &[u8]) -> Option<Record> {
                 },
             )
         }
-        4 => Record::DropSession(c.arr::<16>()?),
-        5 => Record::DropClient(c.u64()?),
-        _ => return None,
+        4 => Record::DropSession(d.fixed::<16>()?),
+        5 => Record::DropClient(d.u64()?),
+        tag => {
+            return Err(DecodeError::Tag {
+                what: "session store record",
+                tag,
+            })
+        }
     };
-    Some(r)
+    Ok(r)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
+    use std::path::PathBuf;
+    use std::sync::atomic::Ordering;
 
     fn dir(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("txnfs-sstore-{name}-{}", std::process::id()));
@@ -870,15 +696,12 @@ mod tests {
             let _ = s.put_slot([1; 16], slot(0, 1, b"plain"), 0);
             let _ = s.put_slot([1; 16], slot(1, 1, b"committed"), 41);
             s.settle(&[1; 16], 1);
-            let t = s.put_slot([1; 16], slot(0, 2, b"txn"), 42);
             if compact {
                 s.lock().compact_at = 0;
             }
+            let t = s.put_slot([1; 16], slot(0, 2, b"txn"), 42);
             s.wait(t).unwrap();
-            assert_eq!(
-                s.stats.compactions.load(Ordering::Relaxed),
-                u64::from(compact)
-            );
+            assert_eq!(s.stats.rewrites.load(Ordering::Relaxed), u64::from(compact));
             drop(s);
             let r = reopen(&d, &[42]);
             assert_eq!(
@@ -924,6 +747,40 @@ mod tests {
         let r = reopen(&d, &[]);
         assert_eq!(r.sessions.len(), 8);
         assert!(r.sessions.iter().all(|(_, sl)| sl[0].seqid == 50));
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// The bytes of a hex string (golden files in tests).
+    fn unhex(h: &str) -> Vec<u8> {
+        (0..h.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// A store written by the code before the shared durable log (made by an
+    /// independent encoder of the format): a client, its session, two records of slot 0
+    /// and a torn record.
+    const GOLDEN_S01: &str = concat!(
+        "54584e46535330310000007987ecd36d3fb76088010000000000000001000000076f776e65722d31",
+        "07070707070707070000000100000002000000020000000300000004000000020100000001090909",
+        "09090909090909090909090909000000010000000300100000001000000001000000000064000000",
+        "08001000000010000000010000000000640000000100000063f2b239200c126c5f02010101010101",
+        "01010101010101010101000000000000000100000003001000000010000000010000000000640000",
+        "00080010000000100000000100000000006400000001400000000100000005000000016d00000000",
+        "00000000000000010000000a000000318832370cfb8a569603010101010101010101010101010101",
+        "010000000000000001000000000000001f000000000000000001000000036f6e65000000314726c2",
+        "3012ddcc1e03010101010101010101010101010101010000000000000002000000000000003e0000",
+        "000000000000010000000374776f0000001000",
+    );
+
+    #[test]
+    fn a_store_of_the_same_format_written_before_reads_the_same() {
+        let d = dir("golden");
+        fs::write(d.join(FILE_NAME), unhex(GOLDEN_S01)).unwrap();
+        let r = reopen(&d, &[]);
+        assert_eq!(r.clients, vec![client(1)]);
+        assert_eq!(r.sessions, vec![(session(1, 1), vec![slot(0, 2, b"two")])]);
         fs::remove_dir_all(&d).unwrap();
     }
 }
