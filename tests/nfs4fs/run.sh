@@ -129,7 +129,7 @@ if [ "$WHICH" != txnfs ]; then
     log "SKIPPED: the Ganesha run (ganesha.nfsd not installed: apt-get install nfs-ganesha nfs-ganesha-vfs)"
   else
     # Ganesha uses fixed paths (/var/run/ganesha): one instance at a time across all
-    # txnfs tools (crates/e2e/src/ganesha.rs, LOCK_PATH)
+    # txnfs tools (crates/testbed/src/ganesha.rs, LOCK_PATH)
     exec 9> /tmp/txnfs-ganesha.lock
     flock -w 300 9 || die "another Ganesha run held /tmp/txnfs-ganesha.lock for 5 minutes"
     PORT=$(free_port)
