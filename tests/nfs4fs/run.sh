@@ -126,6 +126,9 @@ fi
 if [ "$WHICH" != txnfs ]; then
   if ! command -v ganesha.nfsd > /dev/null; then
     if [ "$WHICH" = ganesha ]; then die "ganesha.nfsd not installed"; fi
+    case "${CI:-}" in
+      1 | [Tt][Rr][Uu][Ee]) die "ganesha.nfsd not installed and CI=$CI: the Ganesha run cannot be skipped (apt-get install nfs-ganesha nfs-ganesha-vfs)" ;;
+    esac
     log "SKIPPED: the Ganesha run (ganesha.nfsd not installed: apt-get install nfs-ganesha nfs-ganesha-vfs)"
   else
     # Ganesha uses fixed paths (/var/run/ganesha): one instance at a time across all
