@@ -5,6 +5,7 @@
 //! CI is an environment with `CI` set to `true` or `1` (`.ci/run` sets it; so do most CI
 //! services).
 
+use std::io::Write;
 use std::path::PathBuf;
 
 /// `CI` is `true` or `1` (any case): a missing peer is a failure.
@@ -18,8 +19,8 @@ pub fn in_ci() -> bool {
 }
 
 /// `found` when the peer is there. When it is not (`None`): in CI a panic naming the
-/// peer and how to get it; elsewhere a `SKIPPED:` line on stderr, and `None`, on which
-/// the test returns at once.
+/// peer and how to get it; elsewhere a `SKIPPED:` line on stderr (not captured by the
+/// test harness), and `None`, on which the test returns at once.
 ///
 /// `what` names the peer ("NFS-Ganesha (ganesha.nfsd)"), `hint` how to get it.
 pub fn require<T>(what: &str, found: Option<T>, hint: &str) -> Option<T> {
@@ -36,7 +37,12 @@ pub fn require<T>(what: &str, found: Option<T>, hint: &str) -> Option<T> {
              of passing without it ({hint})"
         );
     }
-    eprintln!("SKIPPED: {test}: {what} is missing ({hint}); set CI=true to make this fail");
+    // Straight to the stderr file: the test harness captures `eprintln!` of a passing
+    // test, which would make the skip silent.
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED: {test}: {what} is missing ({hint}); set CI=true to make this fail"
+    );
     None
 }
 
