@@ -12,6 +12,8 @@
 #   5. the real Linux kernel NFSv4 client in a QEMU guest against `txnfs serve`, once with
 #      the default mount (4.2) and once with vers=4.1, with a tshark check of the traffic.
 # Set TXNFS_SKIP_VM=1 to skip step 5 (it needs ~4 minutes per mount under TCG emulation).
+# With CI=true (.ci/run sets it) nothing that needs a peer is skipped: a missing NFS-Ganesha
+# fails the tests that use it (txnfs_e2e::peer), and TXNFS_SKIP_VM=1 is refused.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
@@ -19,6 +21,14 @@ export CARGO_TERM_COLOR=never
 step() { printf '\n=== %s (%s)\n' "$*" "$(date +%H:%M:%S)"; }
 
 step "dependencies"
+case "${CI:-}" in
+  1 | [Tt][Rr][Uu][Ee]) in_ci=1 ;;
+  *) in_ci=0 ;;
+esac
+if [ "$in_ci" = 1 ] && [ "${TXNFS_SKIP_VM:-0}" = 1 ]; then
+  echo "CI=$CI: the Linux-client VM step cannot be skipped (unset TXNFS_SKIP_VM)" >&2
+  exit 1
+fi
 if ! command -v cargo >/dev/null; then
   echo "cargo not found: install Rust (https://rustup.rs) first" >&2
   exit 1
@@ -31,8 +41,12 @@ if [ "$(id -u)" = 0 ] && ! { command -v mkfs.btrfs && command -v mkfs.xfs; } >/d
   apt-get update -qq >/dev/null && apt-get install -y -qq btrfs-progs xfsprogs >/dev/null
 fi
 # rpcbind (+ rpcinfo): the portmapper registration test (crates/cli/tests/rpcbind.rs)
-# and the nfs4fs step; python3-venv: the nfs4fs step's virtual environment.
+# and the nfs4fs step; python3-venv: the nfs4fs step's virtual environment;
+# nfs-ganesha(-vfs): the reference server of the Ganesha tests (also without the VM step).
 missing=
+for p in nfs-ganesha nfs-ganesha-vfs; do
+  dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing="$missing $p"
+done
 dpkg-query -W -f='${Status}\n' rpcbind 2>/dev/null | grep -q '^install ok installed$' || missing="$missing rpcbind"
 python3 -c 'import ensurepip, venv' 2>/dev/null || missing="$missing python3-venv"
 if [ -n "$missing" ]; then

@@ -99,7 +99,7 @@ PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 if [ "$SERVER" = ganesha ]; then
   EXPORT_PATH=/export
   mkdir -p "$W"/recov
-  # the one Ganesha configuration of all txnfs tools (crates/e2e/src/ganesha.rs)
+  # the one Ganesha configuration of all txnfs tools (crates/testbed/src/ganesha.rs)
   "$BIN" bench ganesha-conf --port "$PORT" --export "$EXPORT" --recovery-root "$W"/recov \
     > "$W"/ganesha.conf
   SERVER_CMD=(ganesha.nfsd -F -L "$W"/ganesha.log -f "$W"/ganesha.conf -p "$W"/ganesha.pid)

@@ -126,10 +126,13 @@ fi
 if [ "$WHICH" != txnfs ]; then
   if ! command -v ganesha.nfsd > /dev/null; then
     if [ "$WHICH" = ganesha ]; then die "ganesha.nfsd not installed"; fi
+    case "${CI:-}" in
+      1 | [Tt][Rr][Uu][Ee]) die "ganesha.nfsd not installed and CI=$CI: the Ganesha run cannot be skipped (apt-get install nfs-ganesha nfs-ganesha-vfs)" ;;
+    esac
     log "SKIPPED: the Ganesha run (ganesha.nfsd not installed: apt-get install nfs-ganesha nfs-ganesha-vfs)"
   else
     # Ganesha uses fixed paths (/var/run/ganesha): one instance at a time across all
-    # txnfs tools (crates/e2e/src/ganesha.rs, LOCK_PATH)
+    # txnfs tools (crates/testbed/src/ganesha.rs, LOCK_PATH)
     exec 9> /tmp/txnfs-ganesha.lock
     flock -w 300 9 || die "another Ganesha run held /tmp/txnfs-ganesha.lock for 5 minutes"
     PORT=$(free_port)

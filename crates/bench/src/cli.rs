@@ -284,7 +284,8 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
         BenchCmd::GaneshaConf(a) => {
             print!(
                 "{}",
-                txnfs_e2e::ganesha::Config::single(a.port, &a.export, &a.recovery_root).render()
+                txnfs_testbed::ganesha::Config::single(a.port, &a.export, &a.recovery_root)
+                    .render()
             );
             Ok(())
         }

@@ -4,9 +4,9 @@
 //! The Benchmaster-style framework: [`workload::Workload`]s (one file per
 //! family in [`workloads`]) run by [`runner`] on N clients × T threads, with
 //! [`recorder`] per-op counts and latency histograms, [`stats`] (mean ± 95%
-//! CI), [`results`] (the JSON schema) and [`cli`] (`txnfs bench`). The
-//! nfs-rs load generators live in `src/bin/`. [`proxy`] is a user-space TCP delay proxy (latency without
-//! netem) that also counts ONC RPC records.
+//! CI), [`results`] (the JSON schema) and [`cli`] (`txnfs bench run`, `list`,
+//! `ganesha-conf`; the `txnfs-bench` binary of crates/benchreport). [`proxy`] is a
+//! user-space TCP delay proxy (latency without netem) that also counts ONC RPC records.
 
 pub mod cli;
 pub mod driver;
@@ -20,8 +20,8 @@ pub mod workload;
 pub mod workloads;
 
 pub use proxy::{DelayProxy, ProxyStats, RecordCounter};
-/// The shared deterministic data helpers (one copy, in txnfs-e2e).
-pub use txnfs_e2e::data::{pattern, XorShift};
+/// The shared deterministic data helpers (one copy, in txnfs-testbed).
+pub use txnfs_testbed::data::{pattern, XorShift};
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -200,8 +200,7 @@ async fn txn_mode_fails_clearly_without_transactions() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn txn_mode_fails_clearly_against_ganesha() {
-    if txnfs_e2e::ganesha::find_bin().is_none() {
-        eprintln!("ganesha.nfsd not installed: skipped");
+    if txnfs_e2e::peer::ganesha().is_none() {
         return;
     }
     let server = ServerGuard::start(ServerKind::Ganesha);

@@ -28,7 +28,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 mkdir -p "$OUT"
 
 if [ -z "${TXNFS:-}" ]; then
-  cargo build --release -q -p txnfs-cli --manifest-path "$ROOT/Cargo.toml"
+  cargo build --release -q --bin txnfs --bin txnfs-bench --manifest-path "$ROOT/Cargo.toml"
   TXNFS="$CARGO_TARGET_DIR/release/txnfs"
 fi
 

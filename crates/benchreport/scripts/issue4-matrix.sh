@@ -9,7 +9,7 @@ DUR="${DUR:-4}"
 REPEAT="${REPEAT:-3}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
-  cargo build --release -q -p txnfs-cli -p txnfs-bench --manifest-path "$ROOT/Cargo.toml"
+  cargo build --release -q --bin txnfs --bin txnfs-bench --manifest-path "$ROOT/Cargo.toml"
 fi
 TXNFS="$CARGO_TARGET_DIR/release/txnfs"
 export TXNFS_BIN="$TXNFS" TXNFS_BENCH_BIN="$CARGO_TARGET_DIR/release/txnfs-bench"

@@ -20,7 +20,7 @@ WORK_FS="${WORK_FS:-xfs}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 mkdir -p "$OUT"
 
-cargo build --release -q -p txnfs-cli --manifest-path "$ROOT/Cargo.toml"
+cargo build --release -q --bin txnfs --bin txnfs-bench --manifest-path "$ROOT/Cargo.toml"
 TXNFS="$CARGO_TARGET_DIR/release/txnfs"
 
 # The server as it was before the redesign, built once in its own worktree.

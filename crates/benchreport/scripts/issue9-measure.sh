@@ -21,7 +21,7 @@ DELAYS="${DELAYS:-0,10}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 mkdir -p "$OUT"
 
-cargo build --release -q -p txnfs-cli --manifest-path "$ROOT/Cargo.toml"
+cargo build --release -q --bin txnfs --bin txnfs-bench --manifest-path "$ROOT/Cargo.toml"
 TXNFS="$CARGO_TARGET_DIR/release/txnfs"
 
 part() { # part NAME WORKLOAD BENCH-ARGS...

@@ -1,4 +1,5 @@
-//! `txnfs bench compare` / `txnfs-compare`: the command line.
+//! The `txnfs-bench` command line: `run`, `list` and `ganesha-conf` (crates/bench) and
+//! `compare`. `txnfs bench ARGS` runs this binary with ARGS (ADR 0031).
 
 use std::path::PathBuf;
 
@@ -25,11 +26,12 @@ use crate::servers::ServerOpts;
 Workloads are those of `txnfs bench list`; arguments after `--` go to every
 `txnfs bench run` (e.g. --driver nfs-rs, --duration, --clients, --threads).
 Servers run on 127.0.0.1 on free ports with fresh exports in temporary
-directories: txnfs (this binary, or $TXNFS_BIN) and NFS-Ganesha (ganesha.nfsd,
-the shared configuration of `txnfs bench ganesha-conf`: FSAL VFS, NFSv4.1,
-graceless, pNFS off). The runner is `txnfs bench run` (this binary, or
-$TXNFS_BENCH_BIN). TXNFS_COMPARE_KEEP=1 (or --keep) keeps the servers'
-directories and logs.")]
+directories: txnfs (--txnfs-bin, else $TXNFS_BIN, which `txnfs bench` sets
+to itself, else the txnfs beside this binary or in target/) and NFS-Ganesha
+(ganesha.nfsd, the shared configuration of `txnfs bench ganesha-conf`: FSAL
+VFS, NFSv4.1, graceless, pNFS off). The runner is this binary's `run` (or
+--bench-bin, or $TXNFS_BENCH_BIN). TXNFS_COMPARE_KEEP=1 (or --keep) keeps
+the servers' directories and logs.")]
 pub struct CompareArgs {
     /// Workloads to run (see `txnfs bench list`).
     #[arg(value_name = "WORKLOAD", required_unless_present = "from_results")]
@@ -71,18 +73,13 @@ pub struct CompareArgs {
     #[arg(long)]
     pub baseline: Option<String>,
 
-    /// The runner binary (`txnfs`, called as `txnfs bench run`).
+    /// The runner binary, called as `BIN run ...` (default: this binary).
     #[arg(long, value_name = "PATH")]
     pub bench_bin: Option<PathBuf>,
 
     /// The txnfs binary.
     #[arg(long, value_name = "PATH")]
     pub txnfs_bin: Option<PathBuf>,
-
-    /// Arguments put before `run` when calling the runner (set by `txnfs bench compare`,
-    /// whose runner is `txnfs bench`).
-    #[arg(skip)]
-    pub bench_prefix: Vec<String>,
 
     /// An extra argument for `txnfs serve` (repeatable), e.g. `--txnfs-arg=--no-delegations`.
     #[arg(long = "txnfs-arg", value_name = "ARG", allow_hyphen_values = true)]
@@ -142,7 +139,7 @@ pub fn main(args: CompareArgs) -> Result<()> {
             extra_args: args.bench_args.clone(),
             out: out.clone(),
             bench_bin: args.bench_bin.clone(),
-            bench_prefix: args.bench_prefix.clone(),
+            bench_prefix: Vec::new(),
             server_opts: ServerOpts {
                 txnfs_bin: args.txnfs_bin.clone(),
                 txnfs_args: args.txnfs_args.clone(),
@@ -181,4 +178,81 @@ pub fn main(args: CompareArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The `txnfs-bench` binary's arguments.
+#[derive(clap::Parser, Debug)]
+#[command(
+    name = "txnfs-bench",
+    version,
+    about = "Benchmarks of NFSv4 servers: run a workload, or compare txnfs with NFS-Ganesha",
+    long_about = "Benchmarks of NFSv4 servers: run a workload against a server, list the \
+                  workloads, or start txnfs and NFS-Ganesha on loopback and compare them. \
+                  `txnfs bench ARGS` runs this binary with ARGS."
+)]
+pub struct ToolArgs {
+    /// NFS version the runner's clients speak: 4.2 or 4.1 (default: the highest the
+    /// server accepts).
+    #[arg(long, global = true, value_name = "VERSION", value_parser = parse_vers)]
+    pub vers: Option<u32>,
+    #[command(subcommand)]
+    pub cmd: ToolCmd,
+}
+
+/// The subcommands of `txnfs-bench`.
+#[derive(clap::Subcommand, Debug)]
+pub enum ToolCmd {
+    /// Run a workload against an NFSv4.1 server: ops/s, MB/s, per-op counts and
+    /// latencies, server CPU and context switches per op (mean ± 95% CI over repeats).
+    Run(Box<txnfs_bench::cli::RunArgs>),
+    /// List the workloads (and the client libraries each runs with).
+    List,
+    /// Print the NFS-Ganesha configuration every txnfs tool uses.
+    GaneshaConf(txnfs_bench::cli::GaneshaConfArgs),
+    /// Start txnfs and NFS-Ganesha on loopback, run the same workloads against both and
+    /// write ratios, JSON, SVG plots and a Markdown report.
+    Compare(Box<CompareArgs>),
+}
+
+/// `4.1` / `4.2` to a minor version.
+fn parse_vers(s: &str) -> std::result::Result<u32, String> {
+    match s {
+        "4.2" => Ok(2),
+        "4.1" => Ok(1),
+        _ => Err(format!(
+            "'{s}': the runner speaks NFS 4.2 and 4.1 (leave --vers out for the highest)"
+        )),
+    }
+}
+
+/// Run one `txnfs-bench` command.
+pub fn tool_main(args: ToolArgs) -> Result<()> {
+    let bench = |cmd| -> Result<()> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(txnfs_bench::cli::main(txnfs_bench::cli::BenchArgs { cmd }))
+    };
+    match args.cmd {
+        ToolCmd::Run(mut r) => {
+            r.minor = args.vers;
+            bench(txnfs_bench::cli::BenchCmd::Run(r))
+        }
+        ToolCmd::List => bench(txnfs_bench::cli::BenchCmd::List),
+        ToolCmd::GaneshaConf(g) => bench(txnfs_bench::cli::BenchCmd::GaneshaConf(g)),
+        ToolCmd::Compare(mut c) => {
+            let me = std::env::current_exe().context("locating this binary")?;
+            if c.bench_bin.is_none() && std::env::var_os("TXNFS_BENCH_BIN").is_none() {
+                c.bench_bin = Some(me.clone());
+            }
+            if c.txnfs_bin.is_none() && std::env::var_os("TXNFS_BIN").is_none() {
+                c.txnfs_bin = me.parent().map(|d| d.join("txnfs")).filter(|p| p.is_file());
+            }
+            if let Some(v) = args.vers {
+                c.bench_args.push("--vers".into());
+                c.bench_args.push(format!("4.{v}"));
+            }
+            main(*c)
+        }
+    }
 }

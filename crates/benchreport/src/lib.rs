@@ -7,8 +7,9 @@
 //! * [`compare`]: the server × delay × workload matrix driver and ratios.
 //! * [`plots`] and [`report`]: SVG plots (plotters, SVG backend only),
 //!   `compare.json` and `report.md`.
-//! * [`cli`]: the `clap` arguments and `main`, used by the `txnfs-compare`
-//!   binary and the `txnfs` CLI.
+//! * [`cli`]: the `clap` arguments and `main` of the `txnfs-bench` binary (`run`,
+//!   `list`, `ganesha-conf` from crates/bench, and `compare`), which `txnfs bench`
+//!   runs (ADR 0031).
 
 pub mod cli;
 pub mod compare;
@@ -18,4 +19,4 @@ pub mod results;
 pub mod servers;
 pub use txnfs_bench::stats;
 
-pub use cli::{main, CompareArgs};
+pub use cli::{main, tool_main, CompareArgs, ToolArgs};

@@ -162,7 +162,7 @@ pub fn markdown(cmp: &Comparison, written: &Written, out: &Path) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "# Benchmark comparison: {}\n", servers.join(" vs "));
     if let Some(date) = &cmp.machine.date {
-        let _ = writeln!(md, "Generated {date} by `txnfs-compare`.\n");
+        let _ = writeln!(md, "Generated {date} by `txnfs bench compare`.\n");
     }
 
     md.push_str("## Settings\n\n");

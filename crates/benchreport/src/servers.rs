@@ -5,7 +5,7 @@
 //!   EXPORTDIR`, exported as `/`. The binary is `$TXNFS_BIN`, else
 //!   `<target>/release/txnfs`, else `<target>/debug/txnfs`.
 //! * NFS-Ganesha: the shared configuration and launcher of
-//!   [`txnfs_e2e::ganesha`] (FSAL VFS, NFSv4.1, graceless, pNFS off),
+//!   [`txnfs_testbed::ganesha`] (FSAL VFS, NFSv4.1, graceless, pNFS off),
 //!   exported as `/export`.
 //!
 //! A server counts as up once it answers an ONC RPC NULL call for NFSv4
@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
-use txnfs_e2e::ganesha;
 use txnfs_rpc::{Credential, RpcClient};
+use txnfs_testbed::ganesha;
 
 /// How long a server may take to answer the NULL probe.
 pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -114,7 +114,7 @@ impl Default for ServerOpts {
 }
 
 /// The workspace root (one definition, in txnfs-e2e).
-pub use txnfs_e2e::workspace_root;
+pub use txnfs_testbed::workspace_root;
 
 /// The cargo target directory: `$CARGO_TARGET_DIR`, else `<workspace>/target`.
 pub fn target_dir() -> PathBuf {

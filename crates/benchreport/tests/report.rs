@@ -140,7 +140,7 @@ fn cli_from_results_writes_the_report() {
         args: txnfs_benchreport::CompareArgs,
     }
     let cli = Cli::try_parse_from([
-        "txnfs-compare".as_ref(),
+        "txnfs-bench".as_ref(),
         "--out".as_ref(),
         out.as_os_str(),
         "--from-results".as_ref(),
@@ -165,7 +165,7 @@ fn cli_parses_the_matrix_arguments() {
         args: txnfs_benchreport::CompareArgs,
     }
     let cli = Cli::try_parse_from([
-        "txnfs-compare",
+        "txnfs-bench",
         "smallfile-read",
         "seqread",
         "--delay-ms",
@@ -183,5 +183,5 @@ fn cli_parses_the_matrix_arguments() {
     assert_eq!(a.delay_ms, vec![0.0, 10.0]);
     assert_eq!(a.repeat, Some(3));
     assert_eq!(a.bench_args, vec!["--threads", "4"]);
-    assert!(Cli::try_parse_from(["txnfs-compare"]).is_err());
+    assert!(Cli::try_parse_from(["txnfs-bench"]).is_err());
 }

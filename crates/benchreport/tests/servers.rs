@@ -1,8 +1,9 @@
 //! Starting and stopping the real servers (txnfs from this workspace,
 //! NFS-Ganesha from the system), and the matrix driver against them with a
-//! fake `txnfs-bench`. Skipped (with a note) when a binary is missing:
-//! build txnfs with `cargo build -p txnfs-cli`; Ganesha comes from
-//! `apt-get install nfs-ganesha nfs-ganesha-vfs`.
+//! fake `txnfs-bench`. A missing binary fails the test in CI and skips it (with a
+//! `SKIPPED:` line) elsewhere (`txnfs_e2e::peer`): build txnfs with
+//! `cargo build -p txnfs-cli`; Ganesha comes from `apt-get install nfs-ganesha
+//! nfs-ganesha-vfs`.
 
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::fs::PermissionsExt;
@@ -13,20 +14,17 @@ use bytes::Bytes;
 use txnfs_benchreport::compare::{run_matrix, MatrixOpts};
 use txnfs_benchreport::results::Metric;
 use txnfs_benchreport::servers::{self, RunningServer, ServerKind, ServerOpts};
+use txnfs_e2e::peer;
 use txnfs_rpc::{Credential, RpcClient};
 
 fn available() -> Vec<ServerKind> {
     let mut kinds = Vec::new();
-    match servers::find_txnfs_bin() {
-        Ok(_) => kinds.push(ServerKind::Txnfs),
-        Err(e) => eprintln!("SKIP txnfs: {e}"),
+    let txnfs = servers::find_txnfs_bin().ok();
+    if peer::require("the txnfs binary", txnfs, "cargo build -p txnfs-cli").is_some() {
+        kinds.push(ServerKind::Txnfs);
     }
-    if servers::which("ganesha.nfsd").is_some() {
+    if peer::ganesha().is_some() {
         kinds.push(ServerKind::Ganesha);
-    } else {
-        eprintln!(
-            "SKIP ganesha: ganesha.nfsd not found (apt-get install nfs-ganesha nfs-ganesha-vfs)"
-        );
     }
     kinds
 }

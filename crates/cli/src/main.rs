@@ -2,6 +2,7 @@
 //! `cat`, `cp`, `mkdir`, `rm`, `mv` and `ln` work on nfs://host[:port]/path URLs through
 //! the vectorized client.
 
+mod bench;
 mod commands;
 mod serve;
 
@@ -62,60 +63,9 @@ enum Cmd {
     Mv(commands::mv::MvArgs),
     /// Make hard or symbolic links.
     Ln(commands::ln::LnArgs),
-    /// Benchmarks: run a workload, or compare servers side by side.
-    Bench(BenchArgs),
-}
-
-#[derive(clap::Args)]
-struct BenchArgs {
-    #[command(subcommand)]
-    cmd: BenchCmd,
-}
-
-#[derive(Subcommand)]
-enum BenchCmd {
-    /// Run a workload against an NFSv4.1 server: ops/s, MB/s, per-op counts and
-    /// latencies, server CPU and context switches per op (mean ± 95% CI over repeats).
-    Run(Box<txnfs_bench::cli::RunArgs>),
-    /// List the workloads (and the client libraries each runs with).
-    List,
-    /// Print the NFS-Ganesha configuration every txnfs tool uses.
-    GaneshaConf(txnfs_bench::cli::GaneshaConfArgs),
-    /// Start txnfs and NFS-Ganesha on loopback, run the same workloads against both and
-    /// write ratios, JSON, SVG plots and a Markdown report.
-    Compare(Box<txnfs_benchreport::cli::CompareArgs>),
-}
-
-/// `txnfs bench`; `vers`: the global `--vers` (the runner's clients speak it).
-fn bench(a: BenchArgs, vers: Option<u32>) -> anyhow::Result<()> {
-    let run = |cmd| -> anyhow::Result<()> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()?;
-        rt.block_on(txnfs_bench::cli::main(txnfs_bench::cli::BenchArgs { cmd }))
-    };
-    match a.cmd {
-        BenchCmd::Run(mut r) => {
-            r.minor = vers;
-            run(txnfs_bench::cli::BenchCmd::Run(r))
-        }
-        BenchCmd::List => run(txnfs_bench::cli::BenchCmd::List),
-        BenchCmd::GaneshaConf(g) => run(txnfs_bench::cli::BenchCmd::GaneshaConf(g)),
-        BenchCmd::Compare(mut c) => {
-            // This binary is both the txnfs server and the runner (`txnfs bench run`),
-            // unless told otherwise.
-            if let Ok(me) = std::env::current_exe() {
-                if c.bench_bin.is_none() && std::env::var_os("TXNFS_BENCH_BIN").is_none() {
-                    c.bench_bin = Some(me.clone());
-                    c.bench_prefix = vec!["bench".into()];
-                }
-                if c.txnfs_bin.is_none() && std::env::var_os("TXNFS_BIN").is_none() {
-                    c.txnfs_bin = Some(me);
-                }
-            }
-            txnfs_benchreport::cli::main(*c)
-        }
-    }
+    /// Benchmarks: run a workload, or compare servers side by side (runs the separate
+    /// txnfs-bench binary: `txnfs bench --help`).
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -151,13 +101,9 @@ fn main() -> std::process::ExitCode {
         Cmd::Mv(a) => FileCmd::Mv(a),
         Cmd::Ln(a) => FileCmd::Ln(a),
         Cmd::Bench(a) => {
-            return match bench(a, cli.global.vers) {
-                Ok(()) => std::process::ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("txnfs: {e:#}");
-                    std::process::ExitCode::FAILURE
-                }
-            };
+            let e = bench::exec(a, cli.global.vers);
+            eprintln!("txnfs: {e}");
+            return std::process::ExitCode::FAILURE;
         }
     };
     commands::run(cli.global, file_cmd)

@@ -365,13 +365,7 @@ fn walk(root: &Path) -> Vec<String> {
 
 #[test]
 fn atomic_commands_fail_clearly_on_ganesha() {
-    let have = Command::new("sh")
-        .args(["-c", "command -v ganesha.nfsd"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !have || std::env::var_os("TXNFS_CLI_SKIP_GANESHA").is_some() {
-        eprintln!("ganesha.nfsd not used: skipping the Ganesha --atomic test");
+    if txnfs_e2e::peer::ganesha().is_none() {
         return;
     }
     let s = ServerGuard::start(ServerKind::Ganesha);

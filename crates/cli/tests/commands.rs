@@ -18,15 +18,8 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 fn kinds() -> Vec<ServerKind> {
     let mut k = vec![ServerKind::Txnfs];
-    let have_ganesha = Command::new("sh")
-        .args(["-c", "command -v ganesha.nfsd"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if have_ganesha && std::env::var_os("TXNFS_CLI_SKIP_GANESHA").is_none() {
+    if txnfs_e2e::peer::ganesha().is_some() {
         k.push(ServerKind::Ganesha);
-    } else {
-        eprintln!("ganesha.nfsd not used: testing txnfs only");
     }
     k
 }

@@ -9,15 +9,8 @@ use txnfs_e2e::{ServerGuard, ServerKind};
 
 fn kinds() -> Vec<ServerKind> {
     let mut k = vec![ServerKind::Txnfs];
-    if std::process::Command::new("sh")
-        .args(["-c", "command -v ganesha.nfsd"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-    {
+    if txnfs_e2e::peer::ganesha().is_some() {
         k.push(ServerKind::Ganesha);
-    } else {
-        eprintln!("ganesha.nfsd not installed: testing txnfs only");
     }
     k
 }

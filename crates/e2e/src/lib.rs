@@ -6,10 +6,8 @@
 //! `ganesha`). The txnfs binary is `$TXNFS_BIN` or
 //! `<workspace>/target/debug/txnfs`.
 
-pub mod data;
-pub mod ganesha;
-
-pub use data::{pattern, TreeShape, XorShift};
+pub use txnfs_testbed::{data, ganesha, workspace_root};
+pub use txnfs_testbed::{pattern, TreeShape, XorShift};
 
 use std::fs::File;
 use std::io::Read;
@@ -19,6 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub mod fixtures;
+pub mod peer;
 pub use nfs_rs;
 
 /// How long a server gets to start accepting connections.
@@ -78,15 +77,6 @@ pub struct ServerOpts {
 /// Host directory name for a named export ("/x/y" -> "x_y").
 fn export_slug(name: &str) -> String {
     name.trim_matches('/').replace('/', "_")
-}
-
-/// The workspace root (two levels above this crate's manifest).
-pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .expect("crate lives at <workspace>/crates/e2e")
-        .to_path_buf()
 }
 
 /// The txnfs binary to run.

@@ -4,6 +4,8 @@
 //!
 //! nfs-rs takes file handles as raw `Bytes`, so a handle obtained from a
 //! mount before the crash can be passed verbatim to a new mount afterwards.
+//! A client that stays live across the crash is ours (txnfs-client), which
+//! re-creates its session and reclaims.
 
 use bytes::Bytes;
 use nfs_rs::{Mount, NfsError};
@@ -191,57 +193,87 @@ async fn restart_twice_and_create_after() {
     assert_eq!(names, vec!["file.bin", "new-0", "new-1"]);
 }
 
-/// The mount that was live during the crash: after the restart its next
-/// calls should either work (the client re-establishes its clientid and
-/// session) or fail with a session/clientid error — never STALE for a file
-/// handle. This checks that the server's errors let nfs-rs recover.
+/// A client that was live during the crash recovers on its own: its next call after
+/// `kill -9` and a restart (with a grace period) reconnects, finds its session and client
+/// id gone (NFS4ERR_BADSESSION / STALE_CLIENTID), creates new ones and says
+/// RECLAIM_COMPLETE (it held no state to reclaim). The bytes written before the crash read
+/// back through it, never STALE; and on txnfs its RECLAIM_COMPLETE ends the grace period
+/// early (it was the only client before the crash), so a new file is created long before
+/// the lease-long grace would have ended.
+///
+/// The live client is ours: nfs-rs 0.8.8 only re-binds its old session after a reconnect
+/// (BIND_CONN_TO_SESSION) and leaves the mount 'not ready' on NFS4ERR_BADSESSION.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "nfs-rs 0.8.8 limitation: after a reconnect it only re-binds the connection to its \
-            old session (BIND_CONN_TO_SESSION); both Ganesha and txnfs rightly answer \
-            NFS4ERR_BADSESSION after a restart, and nfs-rs then leaves the mount permanently \
-            'not ready' instead of creating a new client/session. Run with --ignored."]
-async fn live_mount_recovers_after_restart() {
-    let mut server = ServerGuard::start_default();
-    let m = server.mount().await;
-    let before = populate(&server, &*m).await;
+async fn live_client_recovers_and_reclaims_after_restart() {
+    use std::time::{Duration, Instant};
+    use txnfs_client::{Client, ClientConfig, Fs};
+    const LEASE: u32 = 20;
+    let mut server = txnfs_e2e::ServerGuard::start_default_with(txnfs_e2e::ServerOpts {
+        lease_time: Some(LEASE),
+        grace: true,
+        ..txnfs_e2e::ServerOpts::default()
+    });
+    let mut cfg = ClientConfig::new(([127, 0, 0, 1], server.port()).into());
+    cfg.uid = 0;
+    cfg.gid = 0;
+    cfg.delegations = false;
+    let client = Client::connect(cfg).await.expect("connect");
+    let fs = Fs::new(client.clone());
+    let base = server.export_path().trim_matches('/').to_string();
+    let path = |name: &str| {
+        if base.is_empty() {
+            name.to_string()
+        } else {
+            format!("{base}/{name}")
+        }
+    };
+    let data = Bytes::from(pattern(5, 200_000));
+    for r in fs.vwrite(&[(path("before"), data.clone())], true).await {
+        r.expect("write before the crash");
+    }
+    assert!(
+        host_file(&server, "before") == data[..],
+        "stable write not on disk"
+    );
+    let recoveries = client.stats().session_recoveries;
 
     server.kill9();
     server.restart();
+    let restarted = Instant::now();
 
-    // nfs-rs reconnects and re-creates its session on its own; give it a
-    // few attempts (the first call may see the dropped connection).
-    let mut last = None;
-    for _ in 0..5 {
-        match timed("getattr", m.getattr(before.file.clone())).await {
-            Ok(attr) => {
-                assert_eq!(attr.filesize, before.data.len() as u64);
-                last = None;
-                break;
-            }
-            Err(e) => {
-                assert!(
-                    !matches!(&e, NfsError::Nfs4(c) if c.to_string().contains("stale")),
-                    "old handle reported STALE after restart: {e:?}\n{}",
-                    server.log_tail(30)
-                );
-                last = Some(e);
-                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-            }
-        }
+    let back = tokio::time::timeout(Duration::from_secs(60), fs.vread(&[path("before")]))
+        .await
+        .expect("the live client answers after the restart")
+        .pop()
+        .expect("one result")
+        .unwrap_or_else(|e| panic!("read after restart: {e}\n{}", server.log_tail(30)));
+    assert!(back == data, "bytes changed across the restart");
+    let stats = client.stats();
+    assert!(stats.reconnects >= 1, "no reconnect: {stats:?}");
+    assert_eq!(
+        stats.session_recoveries,
+        recoveries + 1,
+        "the lost session is re-created once: {stats:?}"
+    );
+
+    // A new file: an OPEN that is not a reclaim, refused (NFS4ERR_GRACE, retried by the
+    // client) while the server's grace period lasts.
+    for r in fs
+        .vwrite(&[(path("after"), Bytes::from_static(b"after"))], true)
+        .await
+    {
+        r.unwrap_or_else(|e| panic!("create after restart: {e}\n{}", server.log_tail(30)));
     }
-    if let Some(e) = last {
-        panic!(
-            "the mount that was live across the restart did not recover: {e} ({e:?})\n\
-             server log tail:\n{}",
+    assert_eq!(host_file(&server, "after"), b"after");
+    if server.kind() == txnfs_e2e::ServerKind::Txnfs {
+        assert!(
+            restarted.elapsed() < Duration::from_secs(u64::from(LEASE) / 2),
+            "the new file waited {:?}: the grace period did not end when the only previous \
+             client had reclaimed (RECLAIM_COMPLETE)\n{}",
+            restarted.elapsed(),
             server.log_tail(30)
         );
     }
-    let back = ok(
-        &server,
-        "read after recovery",
-        read_exact(&*m, before.file.clone(), 0, 1000).await,
-    );
-    assert_eq!(&back[..], &before.data[..1000]);
 }
 
 /// The write verifier must change when the server restarts, so a client

@@ -31,8 +31,8 @@ use bytes::Bytes;
 use std::time::Instant;
 use txnfs_client::compound::CURRENT_STATEID;
 use txnfs_client::{ClientError, Compound};
-use txnfs_e2e::data::join;
 use txnfs_proto::nfs4::OPEN4_SHARE_ACCESS_READ;
+use txnfs_testbed::data::join;
 
 pub struct TcNfs {
     pub write: bool,

@@ -24,7 +24,7 @@ pub enum TreeOp {
 }
 
 /// The shared tree generator.
-pub use txnfs_e2e::data::TreeShape as Shape;
+pub use txnfs_testbed::data::TreeShape as Shape;
 
 pub struct Tree {
     pub op: TreeOp,
@@ -55,7 +55,7 @@ impl Tree {
     }
 }
 
-use txnfs_e2e::data::join;
+use txnfs_testbed::data::join;
 
 async fn build(s: &Setup, root: &str, shape: &Shape) -> anyhow::Result<()> {
     let dirs: Vec<String> = shape.dirs.iter().map(|d| join(&s.path(root), d)).collect();

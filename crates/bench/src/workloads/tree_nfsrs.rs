@@ -14,7 +14,7 @@ use crate::workload::Worker;
 use anyhow::{anyhow, Context};
 use bytes::Bytes;
 use std::collections::HashMap;
-use txnfs_e2e::data::join;
+use txnfs_testbed::data::join;
 
 /// NFSv4 file type of a directory (`nfs_ftype4::NF4DIR`), as nfs-rs reports it.
 const NF4DIR: u32 = 2;

@@ -70,8 +70,8 @@ impl Config {
             .map(|l| format!("    Lease_Lifetime = {l};\n    Grace_Period = {l};\n"))
             .unwrap_or_default();
         let mut conf = format!(
-            r#"# NFS-Ganesha (FSAL VFS) as txnfs's reference server; rendered by txnfs-e2e's
-# ganesha module (crates/e2e/src/ganesha.rs). NFSv4.1 only, TCP only, 127.0.0.1 only.
+            r#"# NFS-Ganesha (FSAL VFS) as txnfs's reference server; rendered by txnfs-testbed's
+# ganesha module (crates/testbed/src/ganesha.rs). NFSv4.1 only, TCP only, 127.0.0.1 only.
 NFS_CORE_PARAM {{
     Bind_addr = 127.0.0.1;
     NFS_Port = {port};
