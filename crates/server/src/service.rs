@@ -91,8 +91,16 @@ impl RpcService for NfsService {
                     let creds = creds(&info.cred);
                     let conn = info.conn_id;
                     server.stats.compounds.fetch_add(1, Ordering::Relaxed);
+                    // Decoded once: placement reads the ops, the executor runs them.
+                    let req = match crate::compound::Request::decode(args) {
+                        Ok(req) => req,
+                        Err(e) => {
+                            tracing::warn!(peer = %info.peer, "{e}");
+                            return ReplyBody::GarbageArgs;
+                        }
+                    };
                     let blocking = crate::placement::needs_pool(
-                        crate::compound::blocking(&args),
+                        req.blocking(),
                         txn,
                         self.transactions.load(Ordering::Relaxed) > 0 || !server.txns.is_empty(),
                     );
@@ -101,8 +109,8 @@ impl RpcService for NfsService {
                     let run = move || {
                         let started = Instant::now();
                         let waited = WaitClock::default();
-                        let reply = crate::compound::execute_timed(
-                            &server, creds, conn, args, proc, &waited,
+                        let reply = crate::compound::execute_request(
+                            &server, creds, conn, req, proc, &waited,
                         );
                         pace.record(blocking, started.elapsed().saturating_sub(waited.total()));
                         drop(running);
@@ -115,11 +123,7 @@ impl RpcService for NfsService {
                         tokio::task::spawn_blocking(|| crate::recall::on_blocking_pool(run)).await
                     };
                     match result {
-                        Ok(Ok(reply)) => ReplyBody::Success(reply),
-                        Ok(Err(e)) => {
-                            tracing::warn!(peer = %info.peer, "{e}");
-                            ReplyBody::GarbageArgs
-                        }
+                        Ok(reply) => ReplyBody::Success(reply),
                         Err(e) => {
                             tracing::error!(peer = %info.peer, "COMPOUND task failed: {e}");
                             ReplyBody::SystemErr
