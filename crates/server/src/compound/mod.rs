@@ -1,7 +1,8 @@
 //! The COMPOUND executor (RFC 8881 §2.10.6, §15.2, §16.2): a loop over the op table
 //! (`optable`, ADR 0007).
 //!
-//! Per op: decode, check the table's rules (SEQUENCE first, session-less ops alone,
+//! The request is decoded once ([`Request`], which placement reads too). Per op
+//! (`exec.rs`, one named step each): check the table's rules (SEQUENCE first, session-less ops alone,
 //! NOTSUPP, NOFILEHANDLE), and for an op that modifies state check *before* running it
 //! that its reply bound fits what is left of the reply (REP_TOO_BIG) and, when the
 //! client asked for caching, of the reply cache (REP_TOO_BIG_TO_CACHE): an op that
