@@ -197,6 +197,10 @@ pub struct Client {
     pub(crate) inner: Arc<Inner>,
 }
 
+/// How long a new connection's NULL call may take before the peer is taken for
+/// something other than an NFS server.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// The minor versions this client speaks, newest first.
 pub const MINOR_VERSIONS: [u32; 2] = [2, 1];
 
@@ -242,6 +246,9 @@ impl Client {
             Some(handler),
         )
         .await?;
+        // Is it NFSv4 at all? Ask before anything waits on the call timeout: a peer
+        // that is not an NFS server fails here at once, with what it did.
+        transport.probe(PROBE_TIMEOUT).await?;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();

@@ -16,6 +16,11 @@ pub enum ClientError {
     Rpc(#[from] txnfs_rpc::RpcError),
     #[error("cannot reach {addr}: {msg}")]
     Unreachable { addr: String, msg: String },
+    /// Something answers at the address, but not as an NFSv4 server: it closed the
+    /// connection, sent what is not an RPC reply, refused the program or said nothing
+    /// within [`crate::client::PROBE_TIMEOUT`].
+    #[error("not an NFS server at {addr}: {why}")]
+    NotNfsServer { addr: String, why: String },
     #[error("the server broke the protocol: {0}")]
     Protocol(String),
     #[error("no reply within {0:?}")]

@@ -98,6 +98,24 @@ impl Transport {
         })
     }
 
+    /// The NFS NULL procedure (program 100003, version 4) on the current connection,
+    /// answered within `within`: anything else means the peer is not an NFSv4 server.
+    pub(crate) async fn probe(&self, within: Duration) -> Result<(), ClientError> {
+        let (_, conn) = self.current().await?;
+        let not_nfs = |why: String| ClientError::NotNfsServer {
+            addr: self.addr.to_string(),
+            why,
+        };
+        match tokio::time::timeout(within, conn.call(NFS_PROGRAM, 4, 0, Bytes::new())).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(RpcError::Disconnected)) => Err(not_nfs(
+                "it closed the connection or sent something that is not an RPC reply".into(),
+            )),
+            Ok(Err(e)) => Err(not_nfs(e.to_string())),
+            Err(_) => Err(not_nfs(format!("no RPC reply within {within:?}"))),
+        }
+    }
+
     async fn drop_conn(&self, gen: u64) {
         let mut g = self.conn.lock().await;
         if g.as_ref().is_some_and(|(cur, _)| *cur == gen) {

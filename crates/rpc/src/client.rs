@@ -403,7 +403,9 @@ async fn client_reader(
                 break;
             }
             Err(e) => {
-                warn!(error = %e, "bad record from RPC server; dropping connection");
+                // The callers see the connection fail (`RpcError::Disconnected`) and say
+                // what it means to them (e.g. "not an NFS server").
+                debug!(error = %e, "bad record from RPC server; dropping connection");
                 break;
             }
         };
