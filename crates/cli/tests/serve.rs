@@ -24,7 +24,9 @@ fn help_explains_the_common_cases() {
 
 #[test]
 fn clear_errors_for_bad_configuration() {
-    let cases: [(&[&str], &str); 4] = [
+    let state = std::env::temp_dir().join(format!("txnfs-overlap-{}", std::process::id()));
+    let state = state.to_str().unwrap();
+    let cases: [(&[&str], &str); 6] = [
         (
             &["serve", "/definitely/not/here"],
             "cannot export /definitely/not/here",
@@ -34,6 +36,36 @@ fn clear_errors_for_bad_configuration() {
         (
             &["serve", "--config", "/nope.toml", "/tmp"],
             "cannot read config file /nope.toml",
+        ),
+        (
+            &[
+                "serve",
+                "--state-dir",
+                state,
+                "--no-rpcbind",
+                "--listen",
+                "127.0.0.1:0",
+                "--export",
+                "/a=/tmp",
+                "--export",
+                "/b=/tmp",
+            ],
+            "exports \"/a\" (/tmp) and \"/b\" (/tmp) overlap: the same directory",
+        ),
+        (
+            &[
+                "serve",
+                "--state-dir",
+                state,
+                "--no-rpcbind",
+                "--listen",
+                "127.0.0.1:0",
+                "--export",
+                "/a=/tmp",
+                "--export",
+                "/b=/tmp/..",
+            ],
+            "one directory is inside the other",
         ),
     ];
     for (args, want) in cases {
@@ -45,6 +77,7 @@ fn clear_errors_for_bad_configuration() {
             "{args:?}: stderr {err:?} lacks {want:?}"
         );
     }
+    let _ = std::fs::remove_dir_all(state);
 }
 
 #[test]

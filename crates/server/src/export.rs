@@ -64,6 +64,19 @@ pub enum ExportError {
     RootWithOthers,
     #[error("export {0:?} lies inside export {1:?}")]
     Nested(String, String),
+    /// Two exports of one directory, or of a directory and one inside it: two `txn`
+    /// layers (and two handle spaces) over the same files.
+    #[error(
+        "exports {a:?} ({a_path}) and {b:?} ({b_path}) overlap: {how}; \
+         export each directory once"
+    )]
+    Overlapping {
+        a: String,
+        a_path: String,
+        b: String,
+        b_path: String,
+        how: &'static str,
+    },
     #[error("export names {0:?} and {1:?} hash to the same id; rename one")]
     IdCollision(String, String),
     #[error("export {name:?}: {err}")]
@@ -128,6 +141,36 @@ pub fn export_identity(c: &ExportConfig) -> Vec<u8> {
         Err(_) => id.extend_from_slice(c.path.as_os_str().as_bytes()),
     }
     id
+}
+
+/// Refuses local exports of the same directory, or of a directory and one inside it
+/// (compared canonical: symbolic links resolved). A path that does not resolve is left
+/// for opening the export to report.
+fn overlapping_paths(cfgs: &[ExportConfig]) -> Result<(), ExportError> {
+    let local: Vec<(&ExportConfig, std::path::PathBuf)> = cfgs
+        .iter()
+        .filter(|c| c.prebuilt.is_none() && c.backend.bottom() == Some("local"))
+        .filter_map(|c| Some((c, std::fs::canonicalize(&c.path).ok()?)))
+        .collect();
+    for (i, (a, pa)) in local.iter().enumerate() {
+        for (b, pb) in &local[i + 1..] {
+            let how = if pa == pb {
+                "the same directory"
+            } else if pb.starts_with(pa) || pa.starts_with(pb) {
+                "one directory is inside the other"
+            } else {
+                continue;
+            };
+            return Err(ExportError::Overlapping {
+                a: a.name.clone(),
+                a_path: a.path.display().to_string(),
+                b: b.name.clone(),
+                b_path: b.path.display().to_string(),
+                how,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// `<state_dir>/layers/<hash of the export's identity>/`: where its layers keep their
@@ -297,6 +340,7 @@ impl Exports {
             }
             all.push((comps, c));
         }
+        overlapping_paths(cfgs)?;
         if all.iter().any(|(p, _)| p.is_empty()) {
             if all.len() > 1 {
                 return Err(ExportError::RootWithOthers);
@@ -565,6 +609,53 @@ mod tests {
         ));
         let r = Exports::build(&[mem("/")]).unwrap();
         assert!(r.root_export.is_some());
+    }
+
+    #[test]
+    fn overlapping_directories_are_refused() {
+        let top = tempfile::tempdir().unwrap();
+        let inner = top.path().join("inner");
+        let other = top.path().join("other");
+        std::fs::create_dir_all(&inner).unwrap();
+        std::fs::create_dir_all(&other).unwrap();
+        std::os::unix::fs::symlink(&inner, top.path().join("link")).unwrap();
+        let local = |name: &str, path: &std::path::Path| ExportConfig {
+            name: name.into(),
+            path: path.to_path_buf(),
+            backend: BackendKind::Local,
+            read_only: false,
+            prebuilt: None,
+        };
+        let refused = |cfgs: &[ExportConfig]| match overlapping_paths(cfgs) {
+            Err(ExportError::Overlapping { how, .. }) => how,
+            r => panic!("not refused: {r:?}"),
+        };
+        assert_eq!(
+            refused(&[local("/a", &inner), local("/b", &inner)]),
+            "the same directory"
+        );
+        assert_eq!(
+            refused(&[local("/a", &inner), local("/b", &top.path().join("link"))]),
+            "the same directory"
+        );
+        assert_eq!(
+            refused(&[local("/a", top.path()), local("/b", &inner)]),
+            "one directory is inside the other"
+        );
+        assert_eq!(
+            refused(&[local("/b", &inner), local("/a", top.path())]),
+            "one directory is inside the other"
+        );
+        overlapping_paths(&[local("/a", &inner), local("/b", &other), mem("/m")]).unwrap();
+        let msg = ExportError::Overlapping {
+            a: "/a".into(),
+            a_path: "/x".into(),
+            b: "/b".into(),
+            b_path: "/x".into(),
+            how: "the same directory",
+        }
+        .to_string();
+        assert!(msg.contains("\"/a\" (/x) and \"/b\" (/x) overlap"), "{msg}");
     }
 
     #[test]
