@@ -8,10 +8,12 @@
 pub mod callback;
 pub mod compound;
 pub mod config;
+pub mod cstate;
 pub mod errors;
 pub mod export;
 #[cfg(feature = "fault-injection")]
 pub mod faultinject;
+pub mod fh;
 pub mod handle;
 pub mod held;
 pub mod notify;
@@ -26,6 +28,7 @@ pub mod session;
 pub mod statecore;
 pub mod statedir;
 pub mod txnspan;
+pub mod waitmode;
 pub mod watches;
 
 pub use txnfs_proto::nfs4 as nfs;

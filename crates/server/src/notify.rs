@@ -24,8 +24,9 @@ use txnfs_state::{Access, ClientId, FileId};
 use txnfs_xdr::Encode;
 
 use crate::callback::{cb_compound, CallbackFailure};
-use crate::compound::{Compound, ObjFh};
+use crate::cstate::Compound;
 use crate::export::Export;
+use crate::fh::ObjFh;
 use crate::nfs::*;
 use crate::server::Server;
 use crate::statecore::stateid_to_wire;
@@ -306,7 +307,7 @@ pub(crate) fn renamed(
 /// for the directory delegations that follow it ([`attrs_changed`]). The op table
 /// runs this for SETATTR, so that the attribute ops need not know about directory
 /// delegations.
-pub fn setattr(c: &mut Compound, a: &SETATTR4args) -> crate::compound::OpResult {
+pub fn setattr(c: &mut Compound, a: &SETATTR4args) -> crate::errors::OpResult {
     let r = crate::ops::attr::setattr(c, a)?;
     if let Ok(o) = c.cobj() {
         let o = o.clone();

@@ -330,7 +330,7 @@ fn release(job: &CopyJob) {
 /// The job's thread: the steps, then the destination's notifications and CB_OFFLOAD.
 fn run(srv: &Arc<Server>, job: &Arc<CopyJob>, rt: &tokio::runtime::Handle) {
     // Recalls between steps wait on this thread, as on a blocking-pool thread.
-    let end = crate::recall::on_blocking_pool(|| steps(srv, job));
+    let end = crate::waitmode::on_blocking_pool(|| steps(srv, job));
     release(job);
     let copied = job.copied.load(Ordering::Acquire);
     if copied > 0 {

@@ -12,7 +12,6 @@
 //! the client's retry finds the delegation gone. At most `Config::max_held_requests`
 //! requests are held at once.
 
-use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -26,43 +25,8 @@ use crate::callback::{cb_compound, CallbackFailure, SessionCallback};
 use crate::placement::WaitClock;
 use crate::server::Server;
 use crate::statecore::stateid_to_wire;
-
-thread_local! {
-    /// Set while a COMPOUND runs on a blocking-pool thread, where waiting is plain.
-    static ON_BLOCKING_POOL: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Run `f` marked as running on the blocking pool (the service's handoff).
-pub fn on_blocking_pool<R>(f: impl FnOnce() -> R) -> R {
-    ON_BLOCKING_POOL.with(|b| b.set(true));
-    let r = f();
-    ON_BLOCKING_POOL.with(|b| b.set(false));
-    r
-}
-
-/// How the current thread may wait.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WaitMode {
-    /// A blocking-pool thread: block.
-    Plain,
-    /// A multi-threaded runtime's worker: block inside `block_in_place`.
-    InPlace,
-    /// No way to block without stalling the runtime (or no runtime at all).
-    Never,
-}
-
-fn wait_mode() -> WaitMode {
-    let Ok(handle) = tokio::runtime::Handle::try_current() else {
-        return WaitMode::Never;
-    };
-    if ON_BLOCKING_POOL.with(|b| b.get()) {
-        return WaitMode::Plain;
-    }
-    match handle.runtime_flavor() {
-        tokio::runtime::RuntimeFlavor::MultiThread => WaitMode::InPlace,
-        _ => WaitMode::Never,
-    }
-}
+pub use crate::waitmode::on_blocking_pool;
+use crate::waitmode::{blocking, wait_mode, WaitMode};
 
 /// Wakes requests held for recalls when delegations go away.
 #[derive(Debug, Default)]
@@ -119,19 +83,6 @@ struct HeldGuard<'a>(&'a AtomicUsize);
 impl Drop for HeldGuard<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// Run `f`, which may block for a while, where the current thread may block.
-pub(crate) fn may_block<R>(f: impl FnOnce() -> R) -> R {
-    blocking(wait_mode(), f)
-}
-
-/// Run `f` where the thread may block for a while (see [`WaitMode`]).
-fn blocking<R>(mode: WaitMode, f: impl FnOnce() -> R) -> R {
-    match mode {
-        WaitMode::InPlace => tokio::task::block_in_place(f),
-        _ => f(),
     }
 }
 

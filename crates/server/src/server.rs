@@ -2,9 +2,10 @@
 //! durable session store, callbacks, held requests, watches, transactions and copies,
 //! and the helpers ops share (handle resolution, attribute encoding, stateid checks).
 
-use crate::compound::{Fh, ObjFh, OpError};
 use crate::config::Config;
+use crate::errors::OpError;
 use crate::export::{Export, ExportError, Exports, PseudoNode, PSEUDO_FSID};
+use crate::fh::{Fh, ObjFh};
 use crate::handle::{HandleCodec, HandleError, HandleTarget};
 use crate::nfs::{fattr4, nfsstat4};
 use crate::statedir::sessionstore::{self, SessionStore};

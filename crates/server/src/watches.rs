@@ -25,9 +25,9 @@ use txnfs_backend::{BackendError, FileKey, OpCtx, Watch, WatchKind};
 use txnfs_state::{Access, DelegType, FileId};
 
 use crate::export::Export;
-use crate::recall::WaitMode;
 use crate::server::Server;
 use crate::statecore::CoreGuard;
+use crate::waitmode::WaitMode;
 
 /// The watches of delegated files, by file.
 #[derive(Debug, Default)]
@@ -164,7 +164,7 @@ impl Server {
         for file in broken {
             let srv = self.clone();
             rt.spawn_blocking(move || {
-                crate::recall::on_blocking_pool(|| srv.recall_for_outside(file, WaitMode::Plain))
+                crate::waitmode::on_blocking_pool(|| srv.recall_for_outside(file, WaitMode::Plain))
             });
         }
     }

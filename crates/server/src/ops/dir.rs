@@ -1,8 +1,10 @@
 //! Directory operations: CREATE, REMOVE, RENAME, LINK, READLINK, READDIR.
 
-use crate::compound::{Compound, Fh, ObjFh, OpError, OpResult};
+use crate::cstate::Compound;
 use crate::errors::status_from_u32;
+use crate::errors::{OpError, OpResult};
 use crate::export::PseudoChild;
+use crate::fh::{Fh, ObjFh};
 use crate::nfs::*;
 use crate::notify;
 use crate::ops::attr::{require, W, X};

@@ -1,7 +1,9 @@
 //! Open files and their data: OPEN, OPEN_DOWNGRADE, CLOSE, READ, WRITE, COMMIT.
 
-use crate::compound::{Compound, Fh, ObjFh, OpResult};
+use crate::cstate::Compound;
 use crate::errors::status_from_u32;
+use crate::errors::OpResult;
+use crate::fh::{Fh, ObjFh};
 use crate::nfs::*;
 use crate::ops::attr::{require, R, W, X};
 use crate::ops::dir::change_info;

@@ -9,7 +9,9 @@
 //! in steps, and CB_OFFLOAD reports the outcome (`crate::offload`, ADR 0026).
 //! OFFLOAD_STATUS and OFFLOAD_CANCEL name such a copy by its stateid and destination.
 
-use crate::compound::{Compound, Fh, ObjFh, OpError, OpResult};
+use crate::cstate::Compound;
+use crate::errors::{OpError, OpResult};
+use crate::fh::{Fh, ObjFh};
 use crate::nfs::*;
 use crate::ops::attr::{require, R, W};
 use crate::ops::deleg;

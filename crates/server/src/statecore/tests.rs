@@ -241,7 +241,7 @@ fn a_restart_waits_for_persisted_clients_and_refuses_a_corrupt_list() {
 #[test]
 fn without_a_runtime_a_due_notification_recalls_the_directory_delegation() {
     let f = fixture("dirdeleg");
-    let crate::compound::Fh::Obj(root) = f.srv.root_fh() else {
+    let crate::fh::Fh::Obj(root) = f.srv.root_fh() else {
         panic!("the memory export is the root")
     };
     let fileid = root
