@@ -4,11 +4,37 @@
 //! Everything below `service` is synchronous and socket-free; the state core is sans-IO
 //! (ADR 0008), while the server around it reads the clock (recall and copy deadlines),
 //! writes the state directory and sends callbacks through the transport.
+//!
+//! `server::Server` is the one place that owns the server's parts and carries out the
+//! state core's effects, each through the part it concerns; the parts never name the
+//! server (they reach the core through `statecore::CoreAccess`, recall-and-wait
+//! through `recall::Recall`, a copy's server through `offload::CopyHost`). Module
+//! dependencies (who uses whom; `nfs`, the protocol types, is used by all) form a DAG,
+//! from the top:
+//!
+//! ```text
+//! service    → compound, server, placement, recall, txnspan
+//! compound   → ops, cstate, server, panics, placement, txnspan, session, fh, errors
+//! ops        → cstate, dirnotify, offload, watches, statecore, callback, fh, errors, export
+//! cstate     → server, fh, placement, session, export
+//! panics     → server
+//! server     → dirnotify, offload, watches, recall, statecore, callback, statedir, held,
+//!              txnspan, faultinject, handle, placement, waitmode, fh, errors, export, config
+//! offload    → recall, callback, placement, waitmode, errors, export
+//! dirnotify  → recall, statecore, callback, export
+//! watches    → recall, statecore, waitmode, export
+//! recall     → statecore, callback, placement, waitmode, config
+//! faultinject→ statecore
+//! placement  → waitmode
+//! fh, held   → export → config
+//! statecore, callback, statedir, txnspan, session, handle, waitmode, errors: leaves
+//! ```
 
 pub mod callback;
 pub mod compound;
 pub mod config;
 pub mod cstate;
+pub mod dirnotify;
 pub mod errors;
 pub mod export;
 #[cfg(feature = "fault-injection")]
@@ -16,7 +42,6 @@ pub mod faultinject;
 pub mod fh;
 pub mod handle;
 pub mod held;
-pub mod notify;
 pub mod offload;
 pub mod ops;
 pub mod panics;

@@ -1,24 +1,36 @@
-//! The server instance: configuration, exports, handles, the state core (ADR 0008), the
-//! durable session store, callbacks, held requests, watches, transactions and copies,
-//! and the helpers ops share (handle resolution, attribute encoding, stateid checks).
+//! The server instance: the one place that owns the server's parts — configuration,
+//! exports, handles, the state core (ADR 0008), the durable session store, callbacks,
+//! held requests, watches, transactions and copies — and exposes its operations:
+//! housekeeping, the effects the state core asks for (each carried out by the part it
+//! concerns: `recall`, `watches`, `dirnotify`, `offload`, the state directory), and
+//! the helpers ops share (handle resolution, attribute encoding, stateid checks).
 
+use crate::callback::{cb_compound, CallbackFailure};
 use crate::config::Config;
 use crate::errors::OpError;
 use crate::export::{Export, ExportError, Exports, PseudoNode, PSEUDO_FSID};
 use crate::fh::{Fh, ObjFh};
 use crate::handle::{HandleCodec, HandleError, HandleTarget};
-use crate::nfs::{fattr4, nfsstat4};
+use crate::nfs::{fattr4, nfs_cb_resop4, nfsstat4, stateid4};
+use crate::offload::CopyHost;
+use crate::placement::WaitClock;
+use crate::recall::{HolderAttrs, Recall};
+use crate::statecore::{stateid_from_wire, CoreAccess, CoreFaults, CoreGuard};
 use crate::statedir::sessionstore::{self, SessionStore};
 use crate::statedir::StateDir;
+use crate::waitmode::WaitMode;
 use bytes::Bytes;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use txnfs_attr::{AttrSource, FsInfo};
 use txnfs_backend::{Attrs, FileKey, FileType, OpCtx, Timestamp};
 use txnfs_state::clock::{Clock, SystemClock};
 use txnfs_state::session::{ChannelAttrs, DurableSlot, Session, SessionId, SessionLimits};
-use txnfs_state::{CoreConfig, FileId, Grace, StateCore, StateLimits};
+use txnfs_state::{
+    Access, Callback, ClientId, ClientList, CoreConfig, Effect, FileId, Grace, StateCore,
+    StateLimits,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -127,7 +139,7 @@ pub struct Server {
     pub handles: HandleCodec,
     /// Clients, sessions, slots, leases, grace, opens and locks (ADR 0008). Held only
     /// for bookkeeping, never across storage calls; reach it through
-    /// [`Server::core`], which reports a poisoned lock.
+    /// [`Server::core`], which takes a poisoned lock back into service.
     pub(crate) core: Mutex<StateCore>,
     /// Times the state core's lock was found poisoned (a thread panicked holding it)
     /// and the core was rechecked and taken back into service (ADR 0029).
@@ -482,6 +494,369 @@ impl Server {
         )
     }
 
+    // ---- the state core and its effects --------------------------------------------
+
+    /// The state core, for one decision. A poisoned lock (a thread panicked while
+    /// holding it) is taken back into service after the core's invariants are
+    /// rechecked ([`Server::lock_core`], ADR 0029): one panicking request must not
+    /// turn every later request into `NFS4ERR_SERVERFAULT`. (The `Result` stays for
+    /// the callers' `?`; it is always `Ok`.)
+    ///
+    /// Effects a decision leaves in the core ([`StateCore::take_effects`]: a courtesy
+    /// client released by a conflicting OPEN or LOCK) are executed when the guard is
+    /// dropped, after the lock is released.
+    pub fn core(&self) -> Result<CoreGuard<'_>, nfsstat4> {
+        Ok(CoreGuard::new(self))
+    }
+
+    /// The core's lock, taken back into service if it was poisoned
+    /// ([`crate::statecore::lock`]; counted in [`Server::core_faults`] and
+    /// [`Server::core_invariant_failures`]). `who` names the finder.
+    pub(crate) fn lock_core(&self, who: &str) -> MutexGuard<'_, StateCore> {
+        let counts = CoreFaults {
+            faults: &self.core_faults,
+            invariant_failures: &self.core_invariant_failures,
+        };
+        crate::statecore::lock(&self.core, counts, who)
+    }
+
+    /// Execute what the core asked for, each effect by the part it concerns. Call after
+    /// the core's lock is released.
+    pub fn apply(&self, effects: Vec<Effect>) {
+        let mut released_clients = false;
+        for e in effects {
+            match e {
+                Effect::PersistClients(list) => self.persist(list),
+                Effect::ClientReleased {
+                    client,
+                    reason,
+                    states,
+                } => {
+                    released_clients = true;
+                    // Its asynchronous copies stop with it (ADR 0026).
+                    self.offloads.cancel_client(client);
+                    tracing::info!(
+                        client = format_args!("{client:#x}"),
+                        ?reason,
+                        states,
+                        "released client state"
+                    )
+                }
+                Effect::GraceEnded(end) => tracing::info!(?end, "grace period over"),
+                Effect::Callback { client, call } => match self.arc() {
+                    Some(me) => me.send_callback(client, call),
+                    None => tracing::warn!("callback dropped: the server is shutting down"),
+                },
+                Effect::Revoke {
+                    client,
+                    stateid,
+                    reason,
+                } => match reason {
+                    txnfs_state::RevokeReason::Timeout => tracing::info!(
+                        client = format_args!("{client:#x}"),
+                        ?stateid,
+                        "delegation revoked: not returned in time"
+                    ),
+                    txnfs_state::RevokeReason::Unreachable => tracing::info!(
+                        client = format_args!("{client:#x}"),
+                        ?stateid,
+                        "delegation revoked: holder unreachable (no back channel)"
+                    ),
+                },
+                Effect::DelegationsReleased => {
+                    // Watches first: a woken request may open the file.
+                    self.watches.unwatch_released(self);
+                    self.recall_waits.notify();
+                }
+                Effect::NotifyDue { client, id, after } => match self.arc() {
+                    Some(me) => me.schedule_notify(client, id, after),
+                    None => tracing::warn!("notification dropped: the server is shutting down"),
+                },
+            }
+        }
+        if released_clients {
+            // Their opens are gone: so are the holds that kept those files alive.
+            let released = {
+                let core = self.lock_core("releasing holds");
+                // No COMPOUND gives them back: a context outside any.
+                let cx = txnfs_backend::OpCtx::default();
+                self.held.release_closed(&core, None, &cx)
+            };
+            drop(released);
+        }
+    }
+
+    /// Write a client list unless a newer one was written already. Writes are
+    /// serialised, so two snapshots never race on the same file.
+    fn persist(&self, list: ClientList) {
+        let mut last = self
+            .persisted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if list.generation <= *last {
+            return;
+        }
+        match self.statedir.save_clients(&list.owners) {
+            Ok(()) => *last = list.generation,
+            Err(e) => tracing::error!(
+                "cannot record clients in the state directory (a restart would not wait for them to reclaim): {e}"
+            ),
+        }
+    }
+
+    /// Persist the owners of confirmed clients so that after a restart the grace period
+    /// knows whom to wait for.
+    pub fn persist_clients(&self) {
+        let e = self.lock_core("persisting clients").persist_clients();
+        self.apply(vec![e]);
+    }
+
+    /// Periodic housekeeping on the server's clock: expire clients whose lease ran out
+    /// (with their opens and locks), end the grace period when due.
+    pub fn tick(&self) {
+        let now = self.clock.now();
+        let effects = {
+            let mut core = self.lock_core("lease expiry");
+            let effects = core.tick(now);
+            // Back channels of sessions that expired with their client go too.
+            self.callbacks
+                .retain(|id| core.sessions().session(id).is_some());
+            effects
+        };
+        self.apply(effects);
+        // A backstop for a lost SIGIO (ADR 0027).
+        if let Some(me) = self.arc() {
+            me.lease_breaks();
+        }
+        self.reap_transactions(now);
+        // Finished copies are reported for two leases (OFFLOAD_STATUS), then forgotten.
+        let lease = std::time::Duration::from_secs(u64::from(self.cfg.lease_time.max(1)));
+        self.offloads.reap(now, 2 * lease);
+    }
+
+    /// Rolls back the transactions of several COMPOUNDs whose session is gone or that
+    /// stayed open longer than `txn_timeout`.
+    fn reap_transactions(&self, now: Instant) {
+        if self.txns.is_empty() {
+            return;
+        }
+        let expired = {
+            // (Reading which sessions exist: a poisoned core was reported by `tick`.)
+            let core = self.lock_core("transaction reaping");
+            self.txns.expired(now, self.cfg.txn_timeout(), |s| {
+                core.sessions().session(s).is_some()
+            })
+        };
+        for t in expired {
+            let Some(export) = t.export.and_then(|id| self.exports.get(id)).cloned() else {
+                continue;
+            };
+            tracing::info!(txn = t.id, "rolling back an abandoned transaction");
+            let mut scope = crate::export::CompoundScope::with_txn(&self.exports, true);
+            scope.set_span(txnfs_backend::TxnSpan::Abort(t.id), Some(export.id));
+            if scope
+                .enter(&export, &txnfs_backend::Creds::default(), None)
+                .is_ok()
+            {
+                let _ = scope.finish(false);
+            }
+        }
+    }
+
+    /// A transport connection closed: unbind it from every session. A back channel it
+    /// was the last connection of is down: requests held for recalls look again (its
+    /// client's delegations are revoked at once if it cannot be reached otherwise).
+    pub fn connection_closed(&self, conn: u64) {
+        self.lock_core("connection close").connection_closed(conn);
+        if self.callbacks.connection_closed(conn) {
+            self.back_channel_lost();
+        }
+    }
+
+    /// Complete the slot a COMPOUND's SEQUENCE opened (`reply`: the reply to cache, or
+    /// `None` when it is not cached).
+    pub fn finish_slot(&self, session: &Session, slot: u32, reply: Option<Bytes>) {
+        self.lock_core("completing a slot")
+            .finish_slot(&session.id, slot, reply);
+    }
+
+    /// Validate the stateid of a READ, WRITE or SETATTR(size) of `file`, after another
+    /// client's conflicting delegation is recalled and returned (`crate::recall`). One
+    /// acquisition of the core's lock when no delegation is in the way, as before
+    /// delegations existed: this is every READ's and WRITE's path.
+    pub fn check_io(
+        &self,
+        now: Instant,
+        client: Option<ClientId>,
+        sid: &stateid4,
+        file: FileId,
+        write: bool,
+        waited: &WaitClock,
+    ) -> Result<(), nfsstat4> {
+        let access = if write { Access::Modify } else { Access::Read };
+        let sid = stateid_from_wire(sid);
+        let check = |core: &StateCore| {
+            core.check_io(client.unwrap_or(0), &sid, file, write)
+                .map_err(|e| crate::errors::state_status(&e))
+        };
+        {
+            let mut core = self.core()?;
+            if core
+                .delegation_conflicts(now, client, file, access, self.unreachable())
+                .is_empty()
+            {
+                return check(&core);
+            }
+        }
+        self.clear_delegations(now, client, file, access, waited)?;
+        let core = self.core()?;
+        check(&core)
+    }
+
+    // ---- delegations: recalls, watches, notifications ---------------------------------
+
+    /// The server as recall-and-wait sees it (`crate::recall`).
+    pub fn recall(&self) -> Recall<'_> {
+        Recall {
+            core: self,
+            callbacks: &self.callbacks,
+            waits: &self.recall_waits,
+            clock: &*self.clock,
+            cfg: &self.cfg,
+        }
+    }
+
+    /// Hold the current request until no other client's delegation conflicts with
+    /// `access` to `file` ([`Recall::clear_delegations`]).
+    pub fn clear_delegations(
+        &self,
+        now: Instant,
+        client: Option<ClientId>,
+        file: FileId,
+        access: Access,
+        waited: &WaitClock,
+    ) -> Result<(), nfsstat4> {
+        self.recall()
+            .clear_delegations(now, client, file, access, waited)
+    }
+
+    /// CB_GETATTR to the write-delegation holder `client` of `fh`
+    /// ([`Recall::cb_getattr`]).
+    pub fn cb_getattr(
+        &self,
+        client: ClientId,
+        fh: &Bytes,
+        timestamps: bool,
+        waited: &WaitClock,
+    ) -> Option<HolderAttrs> {
+        self.recall().cb_getattr(client, fh, timestamps, waited)
+    }
+
+    /// Whether a recall cannot reach a client ([`Recall::unreachable`]). Called under
+    /// the core's lock: the callback registry's locks are taken after it, never before.
+    pub(crate) fn unreachable(&self) -> impl Fn(ClientId) -> bool + '_ {
+        self.recall().unreachable()
+    }
+
+    /// The back channel of some client may have gone: requests held for recalls look
+    /// again (a holder that cannot be reached any more loses its delegation at once).
+    pub(crate) fn back_channel_lost(&self) {
+        self.recall_waits.notify();
+    }
+
+    /// Send a callback the core asked for ([`Recall::deliver`], on the runtime). Without
+    /// a runtime (the simulation, no sockets) it is recorded for
+    /// [`Server::take_undelivered_callbacks`].
+    fn send_callback(self: &Arc<Self>, client: ClientId, call: Callback) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            self.undelivered_callbacks
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((client, call));
+            return;
+        };
+        let srv = self.clone();
+        rt.spawn(async move { srv.recall().deliver(client, call).await });
+    }
+
+    /// The core queued notifications for directory delegation `id` of `client`: send
+    /// them after `after` (more changes may join the batch meanwhile;
+    /// `crate::dirnotify`). Without a runtime (the simulation) nothing can be sent: the
+    /// delegation is recalled.
+    fn schedule_notify(self: &Arc<Self>, client: ClientId, id: u64, after: Duration) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            crate::dirnotify::cannot_send(&**self, self.clock.now(), id);
+            return;
+        };
+        let srv = self.clone();
+        rt.spawn(async move {
+            tokio::time::sleep(after).await;
+            crate::dirnotify::flush(srv.recall(), client, id).await;
+        });
+    }
+
+    /// The attributes of `key` of `export` changed by `client` (outside a COMPOUND's
+    /// own ops too: an asynchronous COPY that finished): notify the directory
+    /// delegations that follow it (`crate::dirnotify::attrs_changed`). `cx` reads the
+    /// attributes, `now` dates the notices.
+    pub(crate) fn attrs_changed_by(
+        &self,
+        cx: &OpCtx,
+        client: Option<ClientId>,
+        now: Instant,
+        export: &Arc<Export>,
+        key: &FileKey,
+    ) {
+        let encode = |key: &FileKey, mask: &[u32], attrs: &Attrs| {
+            let fh = self.obj_fh(export, key.clone());
+            self.fattr(cx, &fh, mask, Some(attrs), 1).ok()
+        };
+        crate::dirnotify::attrs_changed(self, cx, client, now, export, key, &encode);
+    }
+
+    /// Look for watches an outside access broke (on SIGIO, and on every tick) and
+    /// recall their files' delegations, each on a blocking-pool thread
+    /// (`crate::watches`).
+    pub fn lease_breaks(self: &Arc<Self>) {
+        let broken = self.watches.take_broken();
+        if broken.is_empty() {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            // No runtime (no SIGIO stream either): recall here without waiting.
+            for file in broken {
+                self.watches
+                    .recall_for_outside(self.recall(), file, WaitMode::Never);
+            }
+            return;
+        };
+        for file in broken {
+            let srv = self.clone();
+            rt.spawn_blocking(move || {
+                crate::waitmode::on_blocking_pool(|| {
+                    srv.watches
+                        .recall_for_outside(srv.recall(), file, WaitMode::Plain)
+                })
+            });
+        }
+    }
+
+    /// A CB_COMPOUND of CB_SEQUENCE alone on `session`'s back channel, with the
+    /// configured timeout: the tests' way to drive the back-channel slot. Updates the
+    /// session's path state.
+    pub async fn callback_sequence(
+        &self,
+        session: &SessionId,
+    ) -> Result<Vec<nfs_cb_resop4>, CallbackFailure> {
+        let s = self
+            .callbacks
+            .session(session)
+            .ok_or(CallbackFailure::NoBackChannel)?;
+        let r = cb_compound(&s, Vec::new(), self.cfg.callback_timeout()).await;
+        s.observe(&r);
+        r
+    }
+
     // ---- handles -------------------------------------------------------------------
 
     pub fn root_fh(&self) -> Fh {
@@ -715,3 +1090,49 @@ impl Server {
         }
     }
 }
+
+impl CoreAccess for Server {
+    fn lock_core(&self, who: &str) -> MutexGuard<'_, StateCore> {
+        Server::lock_core(self, who)
+    }
+
+    fn apply(&self, effects: Vec<Effect>) {
+        Server::apply(self, effects)
+    }
+
+    fn core(&self) -> Result<CoreGuard<'_>, nfsstat4> {
+        Server::core(self)
+    }
+}
+
+impl CopyHost for Server {
+    fn offloads(&self) -> &crate::offload::Offloads {
+        &self.offloads
+    }
+
+    fn recall(&self) -> Recall<'_> {
+        Server::recall(self)
+    }
+
+    fn boot_epoch(&self) -> u32 {
+        self.boot_epoch
+    }
+
+    fn write_verf(&self) -> [u8; 8] {
+        self.write_verf
+    }
+
+    fn attrs_changed(
+        &self,
+        cx: &OpCtx,
+        client: Option<ClientId>,
+        now: Instant,
+        export: &Arc<Export>,
+        key: &FileKey,
+    ) {
+        self.attrs_changed_by(cx, client, now, export, key)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -91,7 +91,8 @@ pub(crate) fn grant(
     let granted = match granted {
         Ok(g) => match c
             .srv
-            .watch_delegated(&core, c.scope.ctx(), &o.export, &o.key, file, g.kind)
+            .watches
+            .watch(&core, c.scope.ctx(), &o.export, &o.key, file, g.kind)
         {
             Ok(()) => Ok(g),
             Err(why) => {

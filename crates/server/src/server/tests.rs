@@ -2,7 +2,7 @@
 //! lock poisoning is a reported fault, BIND_CONN_TO_SESSION never claims a back
 //! channel, client lists are persisted newest-first and read back strictly.
 
-use crate::config::{BackendKind, Config, ExportConfig};
+use crate::config::Config;
 use crate::nfs::*;
 use crate::server::{Server, ServerError};
 use bytes::Bytes;
@@ -14,7 +14,6 @@ use txnfs_state::clock::{Clock, ManualClock};
 use txnfs_state::{ClientList, Effect};
 use txnfs_xdr::{Decode, Encode};
 
-#[path = "../../tests/common/args.rs"]
 #[allow(dead_code)]
 mod args;
 use args::*;
