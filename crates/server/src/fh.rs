@@ -8,6 +8,7 @@ use bytes::Bytes;
 use txnfs_backend::FileKey;
 
 use crate::export::Export;
+use crate::handle::{HandleCodec, HandleTarget};
 
 /// A current or saved filehandle, resolved to what it names.
 #[derive(Clone)]
@@ -23,4 +24,14 @@ pub struct ObjFh {
     pub key: FileKey,
     /// The handle as the client sees it.
     pub wire: Bytes,
+}
+
+impl Fh {
+    /// The handle as the client sees it (a pseudo node's is encoded by `handles`).
+    pub fn wire(&self, handles: &HandleCodec) -> Bytes {
+        match self {
+            Fh::Pseudo(n) => handles.encode(&HandleTarget::Pseudo(*n)),
+            Fh::Obj(o) => o.wire.clone(),
+        }
+    }
 }

@@ -5,10 +5,11 @@
 //! concerns: `recall`, `watches`, `dirnotify`, `offload`, the state directory), and
 //! the helpers ops share (handle resolution, attribute encoding, stateid checks).
 
+use crate::attrs::Attributes;
 use crate::callback::{cb_compound, CallbackFailure};
 use crate::config::Config;
 use crate::errors::OpError;
-use crate::export::{Export, ExportError, Exports, PseudoNode, PSEUDO_FSID};
+use crate::export::{Export, ExportError, Exports};
 use crate::fh::{Fh, ObjFh};
 use crate::handle::{HandleCodec, HandleError, HandleTarget};
 use crate::nfs::{fattr4, nfs_cb_resop4, nfsstat4, stateid4};
@@ -23,10 +24,9 @@ use bytes::Bytes;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use txnfs_attr::{AttrSource, FsInfo};
 use txnfs_backend::{Attrs, FileKey, FileType, OpCtx, Timestamp};
 use txnfs_state::clock::{Clock, SystemClock};
-use txnfs_state::session::{ChannelAttrs, DurableSlot, Session, SessionId, SessionLimits};
+use txnfs_state::session::{ChannelAttrs, Session, SessionId, SessionLimits};
 use txnfs_state::{
     Access, Callback, ClientId, ClientList, CoreConfig, Effect, FileId, Grace, StateCore,
     StateLimits,
@@ -109,21 +109,6 @@ pub struct StatsSnapshot {
     /// (op name, times the executor reached it), in opnum order; ops never seen are
     /// left out.
     pub ops: Vec<(&'static str, u64)>,
-}
-
-/// Waits until `t` is durable. On a worker thread of a multi-threaded tokio runtime
-/// (a COMPOUND placed inline, ADR 0004) the worker's other tasks move to another
-/// thread meanwhile (`block_in_place`), so a group commit does not stall the runtime;
-/// elsewhere (blocking pool, no runtime, the simulation) it simply blocks.
-fn wait_durable(store: &SessionStore, t: sessionstore::Ticket) -> std::io::Result<()> {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    let multi =
-        Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
-    if multi {
-        tokio::task::block_in_place(|| store.wait(t))
-    } else {
-        store.wait(t)
-    }
 }
 
 /// Whether sessions offer a back channel (CREATE_SESSION's CONN_BACK_CHAN,
@@ -279,7 +264,7 @@ impl Server {
             grace,
         );
         let session_store =
-            Self::restore_sessions(&cfg, &dir, &exports, &alive, &mut core, &*clock)
+            crate::durable::restore(&cfg, &dir, &exports, &alive, &mut core, &*clock)
                 .map_err(error_at(&dir.join(sessionstore::FILE_NAME)))?;
         Ok(Arc::new_cyclic(|me| Server {
             me: me.clone(),
@@ -314,135 +299,34 @@ impl Server {
         }))
     }
 
-    /// Opens the durable session store when persistence is on or a previous instance
-    /// left one, and restores its clients and sessions into `core` (ADR 0022). Slot
-    /// records of transactions that recovery rolled back are dropped first.
-    fn restore_sessions(
-        cfg: &Config,
-        dir: &std::path::Path,
-        exports: &Exports,
-        alive: &std::collections::HashSet<Bytes>,
-        core: &mut StateCore,
-        clock: &dyn Clock,
-    ) -> std::io::Result<Option<SessionStore>> {
-        if !cfg.persistent_sessions && !SessionStore::exists(dir) {
-            return Ok(None);
-        }
-        let rolled_back = exports.rolled_back_at_start().into_iter().collect();
-        let (store, restored) = SessionStore::open(dir, &rolled_back)?;
-        if !restored.sessions.is_empty() || restored.rolled_back > 0 {
-            tracing::info!(
-                clients = restored.clients.len(),
-                sessions = restored.sessions.len(),
-                dropped_replies = restored.rolled_back,
-                "restored persistent sessions"
-            );
-        }
-        let (clients, gone): (Vec<_>, Vec<_>) = restored
-            .clients
-            .into_iter()
-            .partition(|c| alive.contains(&c.owner));
-        for c in gone {
-            // Expired or destroyed before the restart, after its last record.
-            let _ = store.drop_client(c.id);
-        }
-        let orphans = core.restore(clients, restored.sessions, clock.now());
-        for id in orphans {
-            tracing::warn!(session = ?id, "persistent session without its client: not restored");
-            let _ = store.drop_session(id);
-        }
-        core.set_persistent_sessions(cfg.persistent_sessions);
-        if !cfg.persistent_sessions && core.sessions().counts().1 == 0 {
-            // Persistence is off and nothing was promised any more: no store.
-            drop(store);
-            std::fs::remove_file(dir.join(sessionstore::FILE_NAME))?;
-            return Ok(None);
-        }
-        Ok(Some(store))
-    }
-
     /// After a CREATE_SESSION by `client` that made `session`: a persistent session is
-    /// stored with its client (and a client that holds persistent sessions gets its
-    /// new CREATE_SESSION sequence id stored) before the reply leaves. Clients and
-    /// sessions the core no longer has (expired, destroyed) leave the store here.
-    /// An error: the session could not be made durable and was destroyed.
+    /// stored before the reply leaves ([`crate::durable::persist_session`]). An error:
+    /// the session could not be made durable and was destroyed.
     pub(crate) fn persist_session(&self, client: u64, session: &SessionId) -> Result<(), nfsstat4> {
-        let Some(store) = &self.session_store else {
-            return Ok(());
-        };
-        let (records, client_rec, gone) = {
-            let core = self.core()?;
-            let (sessions, clients) = store.ids();
-            let gone: Vec<_> = sessions
-                .into_iter()
-                .filter(|s| core.sessions().session(s).is_none())
-                .map(Ok)
-                .chain(
-                    clients
-                        .into_iter()
-                        .filter(|c| !core.sessions().client_exists(*c))
-                        .map(Err),
-                )
-                .collect();
-            (core.durable(session), core.durable_client(client), gone)
-        };
-        for g in gone {
-            let _ = match g {
-                Ok(s) => store.drop_session(s),
-                Err(c) => store.drop_client(c),
-            };
+        match &self.session_store {
+            Some(store) => crate::durable::persist_session(store, self, client, session),
+            None => Ok(()),
         }
-        let ticket = match (records, client_rec) {
-            (Some((c, s)), _) => {
-                let _ = store.put_client(c);
-                store.put_session(s)
-            }
-            (None, Some(c)) if store.has_client(client) => store.put_client(c),
-            _ => return Ok(()),
-        };
-        wait_durable(store, ticket).map_err(|e| {
-            tracing::error!("persistent session not stored, destroyed: {e}");
-            if let Ok(mut core) = self.core() {
-                let _ = core.destroy_session(session);
-                // Promise nothing more that cannot be kept.
-                core.set_persistent_sessions(false);
-            }
-            nfsstat4::NFS4ERR_SERVERFAULT
-        })
     }
 
-    /// BACKCHANNEL_CTL changed a persistent session's callback: store it (not waited
-    /// for: a lost update leaves the old callback, which the client corrects with
-    /// BACKCHANNEL_CTL or BIND_CONN_TO_SESSION).
+    /// BACKCHANNEL_CTL changed a persistent session's callback: store it, not waited
+    /// for ([`crate::durable::persist_session_update`]).
     pub(crate) fn persist_session_update(&self, session: &SessionId) {
-        let Some(store) = &self.session_store else {
-            return;
-        };
-        let rec = self.core().ok().and_then(|c| c.durable(session));
-        if let Some((_, s)) = rec {
-            let _ = store.put_session(s);
+        if let Some(store) = &self.session_store {
+            crate::durable::persist_session_update(store, self, session);
         }
     }
 
-    /// DESTROY_SESSION or a client released: forget them in the store. Not waited for:
-    /// a destroyed session that comes back after a crash is never used and expires
-    /// with its client's lease.
+    /// DESTROY_SESSION or a client released: forget them in the store, not waited for
+    /// ([`crate::durable::forget`]).
     pub(crate) fn forget_durable(&self, session: Option<&SessionId>, client: Option<u64>) {
-        let Some(store) = &self.session_store else {
-            return;
-        };
-        if let Some(s) = session.filter(|s| store.has_session(s)) {
-            let _ = store.drop_session(*s);
-        }
-        if let Some(c) = client.filter(|c| store.has_client(*c)) {
-            let _ = store.drop_client(c);
+        if let Some(store) = &self.session_store {
+            crate::durable::forget(store, session, client);
         }
     }
 
     /// Makes the outcome of the request in `slot` of persistent session `s` durable
-    /// (ADR 0022): sequence id `seqid`, request hash `hash`, the reply (`None`: not
-    /// cached), and the transactional COMPOUND it belongs to (`txn`, 0 for none).
-    /// Returns when it is on disk (group commit).
+    /// ([`crate::durable::persist_reply`]); returns when it is on disk.
     pub(crate) fn persist_reply(
         &self,
         s: &Session,
@@ -455,17 +339,7 @@ impl Server {
         let Some(store) = &self.session_store else {
             return Err(std::io::Error::other("no session store"));
         };
-        let t = store.put_slot(
-            s.id,
-            DurableSlot {
-                slot,
-                seqid,
-                request_hash: hash,
-                reply,
-            },
-            txn,
-        );
-        wait_durable(store, t)
+        crate::durable::persist_reply(store, s, slot, seqid, hash, txn, reply)
     }
 
     /// The transaction whose reply [`Server::persist_reply`] stored in `slot` of `s`
@@ -879,10 +753,7 @@ impl Server {
     }
 
     pub fn fh_wire(&self, fh: &Fh) -> Bytes {
-        match fh {
-            Fh::Pseudo(n) => self.handles.encode(&HandleTarget::Pseudo(*n)),
-            Fh::Obj(o) => o.wire.clone(),
-        }
+        fh.wire(&self.handles)
     }
 
     pub fn fh_from_wire(&self, wire: &Bytes) -> Result<Fh, nfsstat4> {
@@ -912,113 +783,23 @@ impl Server {
 
     // ---- attributes ------------------------------------------------------------------
 
-    fn pseudo_attrs(&self, n: u16) -> Attrs {
-        let children = self.exports.node(n).map_or(0, |x| x.children.len());
-        Attrs {
-            ftype: FileType::Directory,
-            mode: 0o555,
-            nlink: 2 + children as u32,
-            uid: 0,
-            gid: 0,
-            size: 4096,
-            space_used: 4096,
-            rdev: (0, 0),
-            fsid: 0,
-            fileid: PseudoNode::fileid(n),
-            atime: self.boot_time,
-            mtime: self.boot_time,
-            ctime: self.boot_time,
-            change: self.boot_epoch as u64,
+    /// The server as the attribute encoding sees it (`crate::attrs`).
+    pub fn attrs(&self) -> Attributes<'_> {
+        Attributes {
+            cfg: &self.cfg,
+            exports: &self.exports,
+            handles: &self.handles,
+            boot_time: self.boot_time,
+            boot_epoch: self.boot_epoch,
         }
     }
 
+    /// The attributes of `fh` ([`Attributes::attrs_of`]).
     pub fn attrs_of(&self, cx: &OpCtx, fh: &Fh) -> Result<Attrs, OpError> {
-        match fh {
-            Fh::Pseudo(n) => Ok(self.pseudo_attrs(*n)),
-            Fh::Obj(o) => Ok(o.export.backend.getattr(cx, &o.key)?),
-        }
+        self.attrs().attrs_of(cx, fh)
     }
 
-    fn fs_info(&self, fh: &Fh, minor: u32) -> FsInfo {
-        let fsid = match fh {
-            Fh::Pseudo(_) => PSEUDO_FSID,
-            Fh::Obj(o) => o.export.fsid(),
-        };
-        let (clone_blksize, xattr_support) = match fh {
-            Fh::Pseudo(_) => (0, false),
-            // CLONE is offered where blocks are shared; FICLONERANGE wants ranges
-            // aligned to the file system block (4 KiB on the file systems that share).
-            Fh::Obj(o) => (
-                if o.export.backend.clone_method() == txnfs_backend::CloneMethod::Reflink {
-                    4096
-                } else {
-                    0
-                },
-                o.export.backend.xattr_support(),
-            ),
-        };
-        FsInfo {
-            fsid,
-            lease_time: self.cfg.lease_time,
-            maxread: self.cfg.max_io_size as u64,
-            maxwrite: self.cfg.max_io_size as u64,
-            maxfilesize: i64::MAX as u64,
-            maxname: 255,
-            maxlink: 65000,
-            time_delta: Timestamp { sec: 0, nsec: 1 },
-            fh_expire_type: 0, // FH4_PERSISTENT
-            link_support: true,
-            symlink_support: true,
-            minor,
-            clone_blksize,
-            xattr_support,
-        }
-    }
-
-    fn mounted_on_fileid(&self, fh: &Fh, attrs: &Attrs) -> u64 {
-        if let Fh::Obj(o) = fh {
-            if o.key == o.export.root_key && o.export.parent_node.is_some() {
-                // The export root as seen from the pseudo directory it is mounted on.
-                return (1u64 << 62) | o.export.id as u64;
-            }
-        }
-        attrs.fileid
-    }
-
-    /// Hands `f` what the attribute layer needs about `fh`, whose attributes are
-    /// `attrs`, to encode or compare `mask` for a COMPOUND of minor version `minor`.
-    fn with_attr_source<R>(
-        &self,
-        cx: &OpCtx,
-        fh: &Fh,
-        attrs: &Attrs,
-        mask: &[u32],
-        minor: u32,
-        f: impl FnOnce(&AttrSource) -> R,
-    ) -> Result<R, OpError> {
-        let stats = if txnfs_attr::needs_fsstats(mask) {
-            match fh {
-                Fh::Obj(o) => Some(o.export.backend.statfs(cx, &o.key)?),
-                Fh::Pseudo(_) => Some(txnfs_backend::FsStats::default()),
-            }
-        } else {
-            None
-        };
-        let fs = self.fs_info(fh, minor);
-        let wire = self.fh_wire(fh);
-        Ok(f(&AttrSource {
-            attrs,
-            fh: &wire,
-            fs: &fs,
-            fsstats: stats.as_ref(),
-            mounted_on_fileid: self.mounted_on_fileid(fh, attrs),
-            rdattr_error: None,
-        }))
-    }
-
-    /// Encode the requested attributes of `fh` as a COMPOUND of minor version `minor`
-    /// sees them; `known` avoids a second stat when the caller (READDIR) already has
-    /// them.
+    /// The attributes `request` asks for of `fh`, encoded ([`Attributes::fattr`]).
     pub fn fattr(
         &self,
         cx: &OpCtx,
@@ -1027,21 +808,11 @@ impl Server {
         known: Option<&Attrs>,
         minor: u32,
     ) -> Result<fattr4, OpError> {
-        let attrs = match known {
-            Some(a) => a.clone(),
-            None => self.attrs_of(cx, fh)?,
-        };
-        let (attrmask, attr_vals) =
-            self.with_attr_source(cx, fh, &attrs, request, minor, |src| {
-                txnfs_attr::encode(request, src)
-            })?;
-        Ok(fattr4 {
-            attrmask,
-            attr_vals,
-        })
+        self.attrs().fattr(cx, fh, request, known, minor)
     }
 
-    /// VERIFY/NVERIFY: whether the client's attributes equal ours.
+    /// VERIFY/NVERIFY: whether the client's attributes equal ours
+    /// ([`Attributes::compare_attrs`]).
     pub fn compare_attrs(
         &self,
         cx: &OpCtx,
@@ -1049,23 +820,12 @@ impl Server {
         f: &fattr4,
         minor: u32,
     ) -> Result<bool, OpError> {
-        let attrs = self.attrs_of(cx, fh)?;
-        self.with_attr_source(cx, fh, &attrs, &f.attrmask, minor, |src| {
-            txnfs_attr::compare(&f.attrmask, &f.attr_vals, src)
-        })?
-        .map_err(|e| OpError::Status(crate::errors::status_from_u32(e.nfsstat())))
+        self.attrs().compare_attrs(cx, fh, f, minor)
     }
 
-    /// READDIR cookie verifier: constant per directory, so cookies stay usable across
-    /// server restarts (our cookies are the file system's own stable offsets).
+    /// READDIR cookie verifier ([`Attributes::cookieverf`]).
     pub fn cookieverf(&self, fh: &Fh) -> [u8; 8] {
-        let id = match fh {
-            Fh::Pseudo(_) => 0u16,
-            Fh::Obj(o) => o.export.id,
-        };
-        let mut v = *b"txnfs\0\0\0";
-        v[6..].copy_from_slice(&id.to_be_bytes());
-        v
+        self.attrs().cookieverf(fh)
     }
 
     // ---- state -----------------------------------------------------------------------
