@@ -502,21 +502,3 @@ impl SessionCallback {
         unreachable
     }
 }
-
-impl crate::server::Server {
-    /// A CB_COMPOUND of CB_SEQUENCE alone on `session`'s back channel, with the
-    /// configured timeout: the tests' way to drive the back-channel slot. Updates the
-    /// session's path state.
-    pub async fn callback_sequence(
-        &self,
-        session: &SessionId,
-    ) -> Result<Vec<nfs_cb_resop4>, CallbackFailure> {
-        let s = self
-            .callbacks
-            .session(session)
-            .ok_or(CallbackFailure::NoBackChannel)?;
-        let r = cb_compound(&s, Vec::new(), self.cfg.callback_timeout()).await;
-        s.observe(&r);
-        r
-    }
-}

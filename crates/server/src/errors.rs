@@ -1,6 +1,6 @@
 //! Mapping of lower-layer failures to the precise NFS4ERR_* (RFC 8881 §15.1).
 
-use crate::nfs::nfsstat4;
+use crate::nfs::{nfs_resop4, nfsstat4};
 use txnfs_backend::BackendError;
 
 pub fn backend_status(e: &BackendError) -> nfsstat4 {
@@ -64,3 +64,24 @@ pub fn state_status(e: &txnfs_state::StateError) -> nfsstat4 {
         S::Delay => NFS4ERR_DELAY,
     }
 }
+
+/// Why an op failed: a status, or a status with a result body (LOCK denied).
+#[derive(Debug)]
+pub enum OpError {
+    Status(nfsstat4),
+    WithBody(nfsstat4, Box<nfs_resop4>),
+}
+
+impl From<nfsstat4> for OpError {
+    fn from(s: nfsstat4) -> Self {
+        OpError::Status(s)
+    }
+}
+
+impl From<BackendError> for OpError {
+    fn from(e: BackendError) -> Self {
+        OpError::Status(backend_status(&e))
+    }
+}
+
+pub type OpResult = Result<nfs_resop4, OpError>;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::nfs::nfs_opnum4;
-use crate::server::Server;
+use crate::statecore::CoreAccess;
 
 /// No op armed.
 const NONE: u32 = u32::MAX;
@@ -51,7 +51,7 @@ impl FaultInjection {
     }
 
     /// Called by the executor right before an op's handler.
-    pub(crate) fn before_op(&self, srv: &Server, op: u32) {
+    pub(crate) fn before_op(&self, srv: &dyn CoreAccess, op: u32) {
         if self
             .panic_in
             .compare_exchange(op, NONE, Ordering::AcqRel, Ordering::Acquire)

@@ -4,17 +4,52 @@
 //! Everything below `service` is synchronous and socket-free; the state core is sans-IO
 //! (ADR 0008), while the server around it reads the clock (recall and copy deadlines),
 //! writes the state directory and sends callbacks through the transport.
+//!
+//! `server::Server` is the one place that owns the server's parts and carries out the
+//! state core's effects, each through the part it concerns; the parts never name the
+//! server (they reach the core through `statecore::CoreAccess`, recall-and-wait
+//! through `recall::Recall`, a copy's server through `offload::CopyHost`, the
+//! attribute encoding through `attrs::Attributes`). Module
+//! dependencies (who uses whom; `nfs`, the protocol types, is used by all) form a DAG,
+//! from the top:
+//!
+//! ```text
+//! service     → compound, server, placement, recall, txnspan
+//! compound    → ops, cstate, server, panics, placement, txnspan, session, fh, errors
+//! ops         → cstate, dirnotify, offload, watches, statecore, callback, fh, errors, export
+//! cstate      → server, fh, placement, session, export
+//! panics      → server
+//! server      → attrs, durable, dirnotify, offload, watches, recall, statecore, callback,
+//!               statedir, held, txnspan, faultinject, handle, placement, waitmode, fh,
+//!               errors, export, config
+//! offload     → recall, callback, placement, waitmode, errors, export
+//! dirnotify   → recall, statecore, callback, export
+//! watches     → recall, statecore, waitmode, export
+//! recall      → statecore, callback, placement, waitmode, config
+//! durable     → statecore, statedir, export, config
+//! attrs       → fh, handle, errors, export, config
+//! faultinject → statecore
+//! placement   → waitmode
+//! fh          → handle, export
+//! held        → export
+//! export      → config
+//! leaves: statecore, callback, statedir, txnspan, session, handle, waitmode, errors, config
+//! ```
 
+pub mod attrs;
 pub mod callback;
 pub mod compound;
 pub mod config;
+pub mod cstate;
+pub mod dirnotify;
+pub mod durable;
 pub mod errors;
 pub mod export;
 #[cfg(feature = "fault-injection")]
 pub mod faultinject;
+pub mod fh;
 pub mod handle;
 pub mod held;
-pub mod notify;
 pub mod offload;
 pub mod ops;
 pub mod panics;
@@ -26,6 +61,7 @@ pub mod session;
 pub mod statecore;
 pub mod statedir;
 pub mod txnspan;
+pub mod waitmode;
 pub mod watches;
 
 pub use txnfs_proto::nfs4 as nfs;

@@ -29,7 +29,7 @@ use txnfs_state::{Access, ClientId, FileId};
 use crate::callback::{cb_compound, CallbackFailure};
 use crate::export::Export;
 use crate::nfs::*;
-use crate::server::Server;
+use crate::recall::Recall;
 
 /// Counter bit of a copy stateid (the delegation table uses `1 << 63`).
 pub const COPY_ID_BIT: u64 = 1 << 62;
@@ -108,6 +108,31 @@ pub struct CopyStatus {
     pub delivered: bool,
 }
 
+/// What a copy job reaches of the server that owns its [`Offloads`] (the server
+/// implements it): recall-and-wait for the destination's delegations, the back
+/// channels, the clock and the configuration ([`Recall`]), and the directory
+/// notifications of the destination's new attributes.
+pub trait CopyHost: Send + Sync + 'static {
+    /// The registry the job belongs to.
+    fn offloads(&self) -> &Offloads;
+    /// The server as recall-and-wait sees it.
+    fn recall(&self) -> Recall<'_>;
+    /// This instance's boot epoch (in copy stateids).
+    fn boot_epoch(&self) -> u32;
+    /// The write verifier (CB_OFFLOAD's `wr_writeverf`).
+    fn write_verf(&self) -> [u8; 8];
+    /// The attributes of `key` changed by `client`'s copy: notify the directory
+    /// delegations that follow it (`crate::dirnotify`).
+    fn attrs_changed(
+        &self,
+        cx: &OpCtx,
+        client: Option<ClientId>,
+        now: Instant,
+        export: &Arc<Export>,
+        key: &FileKey,
+    );
+}
+
 /// The server's asynchronous copies.
 #[derive(Default)]
 pub struct Offloads {
@@ -119,11 +144,11 @@ pub struct Offloads {
 
 /// One of the `MAX_RUNNING` places, given back when a job's thread ends (or when the
 /// job never started).
-struct Running(Arc<Server>);
+struct Running(Arc<dyn CopyHost>);
 
 impl Drop for Running {
     fn drop(&mut self) {
-        self.0.offloads.running.fetch_sub(1, Ordering::AcqRel);
+        self.0.offloads().running.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -185,7 +210,7 @@ impl Offloads {
     /// caller then copies synchronously. The source and destination are held in the
     /// backend (`Backend::hold`) until the copy ends, so a REMOVE meanwhile does not
     /// pull them away.
-    pub fn start(&self, srv: &Arc<Server>, req: CopyRequest) -> Option<stateid4> {
+    pub fn start(&self, srv: Arc<dyn CopyHost>, req: CopyRequest) -> Option<stateid4> {
         let rt = tokio::runtime::Handle::try_current().ok()?;
         if self.stopping.load(Ordering::Acquire) {
             return None;
@@ -214,7 +239,7 @@ impl Offloads {
         let job = Arc::new(CopyJob {
             id,
             client: req.client,
-            stateid: Self::stateid(srv.boot_epoch, id),
+            stateid: Self::stateid(srv.boot_epoch(), id),
             req,
             copied: AtomicU64::new(0),
             cancelled: AtomicBool::new(false),
@@ -328,14 +353,20 @@ fn release(job: &CopyJob) {
 }
 
 /// The job's thread: the steps, then the destination's notifications and CB_OFFLOAD.
-fn run(srv: &Arc<Server>, job: &Arc<CopyJob>, rt: &tokio::runtime::Handle) {
+fn run(srv: &Arc<dyn CopyHost>, job: &Arc<CopyJob>, rt: &tokio::runtime::Handle) {
     // Recalls between steps wait on this thread, as on a blocking-pool thread.
-    let end = crate::recall::on_blocking_pool(|| steps(srv, job));
+    let end = crate::waitmode::on_blocking_pool(|| steps(&**srv, job));
     release(job);
     let copied = job.copied.load(Ordering::Acquire);
     if copied > 0 {
         let r = &job.req;
-        srv.attrs_changed_by(&r.cx, Some(r.client), srv.clock.now(), &r.export, &r.dst);
+        srv.attrs_changed(
+            &r.cx,
+            Some(r.client),
+            srv.recall().clock.now(),
+            &r.export,
+            &r.dst,
+        );
     }
     let status = match end {
         End::Done => nfsstat4::NFS4_OK,
@@ -347,7 +378,7 @@ fn run(srv: &Arc<Server>, job: &Arc<CopyJob>, rt: &tokio::runtime::Handle) {
     };
     {
         let mut st = job.state();
-        st.done = Some((status, srv.clock.now()));
+        st.done = Some((status, srv.recall().clock.now()));
         st.delivering = true;
     }
     tracing::debug!(id = job.id, copied, ?status, "asynchronous copy finished");
@@ -356,9 +387,10 @@ fn run(srv: &Arc<Server>, job: &Arc<CopyJob>, rt: &tokio::runtime::Handle) {
 }
 
 /// Copy step by step until done, failed or cancelled.
-fn steps(srv: &Server, job: &CopyJob) -> End {
+fn steps(srv: &dyn CopyHost, job: &CopyJob) -> End {
     let r = &job.req;
-    let chunk = srv.cfg.async_copy_chunk.max(1).div_ceil(4096) * 4096;
+    let host = srv.recall();
+    let chunk = host.cfg.async_copy_chunk.max(1).div_ceil(4096) * 4096;
     let mut done = 0u64;
     let mut conflict_since: Option<Instant> = None;
     while done < r.len {
@@ -367,8 +399,8 @@ fn steps(srv: &Server, job: &CopyJob) -> End {
         }
         // A delegation granted to another client on the destination since the last
         // step (its holder would cache stale data) is recalled first.
-        match srv.clear_delegations(
-            srv.clock.now(),
+        match host.clear_delegations(
+            host.clock.now(),
             Some(r.client),
             r.dst_file,
             Access::Modify,
@@ -407,7 +439,7 @@ fn steps(srv: &Server, job: &CopyJob) -> End {
             }
             Err(e) => return End::Failed(crate::errors::backend_status(&e)),
         }
-        if let Some(p) = srv.cfg.async_copy_pause {
+        if let Some(p) = host.cfg.async_copy_pause {
             std::thread::sleep(p);
         }
     }
@@ -415,7 +447,7 @@ fn steps(srv: &Server, job: &CopyJob) -> End {
 }
 
 /// The CB_OFFLOAD of a finished copy (RFC 7862 §16.1).
-fn cb_offload(srv: &Server, job: &CopyJob, status: nfsstat4) -> nfs_cb_argop4 {
+fn cb_offload(srv: &dyn CopyHost, job: &CopyJob, status: nfsstat4) -> nfs_cb_argop4 {
     let copied = job.copied.load(Ordering::Acquire);
     let info = match status {
         nfsstat4::NFS4_OK => offload_info4::NFS4_OK(write_response4 {
@@ -424,7 +456,7 @@ fn cb_offload(srv: &Server, job: &CopyJob, status: nfsstat4) -> nfs_cb_argop4 {
             // As the synchronous COPY: the bytes may still be in the page cache, and
             // the client COMMITs (the verifier tells it whether a restart lost them).
             wr_committed: stable_how4::UNSTABLE4,
-            wr_writeverf: srv.write_verf,
+            wr_writeverf: srv.write_verf(),
         }),
         s => offload_info4::default(s, copied),
     };
@@ -437,17 +469,18 @@ fn cb_offload(srv: &Server, job: &CopyJob, status: nfsstat4) -> nfs_cb_argop4 {
 
 /// Send CB_OFFLOAD to a session of the copy's client with a back channel, retrying
 /// while the client reconnects or answers NFS4ERR_DELAY, for at most a lease.
-async fn deliver(srv: &Arc<Server>, job: &Arc<CopyJob>, status: nfsstat4) {
-    let give_up = tokio::time::Instant::now() + Duration::from_secs(srv.cfg.lease_time.into());
+async fn deliver(srv: &Arc<dyn CopyHost>, job: &Arc<CopyJob>, status: nfsstat4) {
+    let host = srv.recall();
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(host.cfg.lease_time.into());
     let mut pause = Duration::from_millis(50);
     let delivered = loop {
         if job.cancelled.load(Ordering::Acquire) {
             break false;
         }
-        let r = match srv.callbacks.session_of(job.client) {
+        let r = match host.callbacks.session_of(job.client) {
             Some(s) => {
-                let op = cb_offload(srv, job, status);
-                let r = cb_compound(&s, vec![op], srv.cfg.callback_timeout()).await;
+                let op = cb_offload(&**srv, job, status);
+                let r = cb_compound(&s, vec![op], host.cfg.callback_timeout()).await;
                 s.observe(&r);
                 r.and_then(|res| match res.into_iter().next() {
                     Some(nfs_cb_resop4::OP_CB_OFFLOAD(CB_OFFLOAD4res { cor_status }))

@@ -56,7 +56,7 @@ impl WaitClock {
     /// `block_in_place`), and adds the time it took.
     pub fn wait<R>(&self, f: impl FnOnce() -> R) -> R {
         let started = Instant::now();
-        let r = crate::recall::may_block(f);
+        let r = crate::waitmode::may_block(f);
         self.add(started.elapsed());
         r
     }

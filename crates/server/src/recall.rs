@@ -12,7 +12,6 @@
 //! the client's retry finds the delegation gone. At most `Config::max_held_requests`
 //! requests are held at once.
 
-use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -20,49 +19,15 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use txnfs_backend::Timestamp;
 use txnfs_proto::nfs4::*;
+use txnfs_state::clock::Clock;
 use txnfs_state::{Access, Callback, ClientId, FileId, HoldOutcome, RevokeReason, Stateid};
 
-use crate::callback::{cb_compound, CallbackFailure, SessionCallback};
+use crate::callback::{cb_compound, CallbackFailure, Callbacks, SessionCallback};
+use crate::config::Config;
 use crate::placement::WaitClock;
-use crate::server::Server;
-use crate::statecore::stateid_to_wire;
-
-thread_local! {
-    /// Set while a COMPOUND runs on a blocking-pool thread, where waiting is plain.
-    static ON_BLOCKING_POOL: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Run `f` marked as running on the blocking pool (the service's handoff).
-pub fn on_blocking_pool<R>(f: impl FnOnce() -> R) -> R {
-    ON_BLOCKING_POOL.with(|b| b.set(true));
-    let r = f();
-    ON_BLOCKING_POOL.with(|b| b.set(false));
-    r
-}
-
-/// How the current thread may wait.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WaitMode {
-    /// A blocking-pool thread: block.
-    Plain,
-    /// A multi-threaded runtime's worker: block inside `block_in_place`.
-    InPlace,
-    /// No way to block without stalling the runtime (or no runtime at all).
-    Never,
-}
-
-fn wait_mode() -> WaitMode {
-    let Ok(handle) = tokio::runtime::Handle::try_current() else {
-        return WaitMode::Never;
-    };
-    if ON_BLOCKING_POOL.with(|b| b.get()) {
-        return WaitMode::Plain;
-    }
-    match handle.runtime_flavor() {
-        tokio::runtime::RuntimeFlavor::MultiThread => WaitMode::InPlace,
-        _ => WaitMode::Never,
-    }
-}
+use crate::statecore::{stateid_to_wire, CoreAccess};
+pub use crate::waitmode::on_blocking_pool;
+use crate::waitmode::{blocking, wait_mode, WaitMode};
 
 /// Wakes requests held for recalls when delegations go away.
 #[derive(Debug, Default)]
@@ -122,20 +87,19 @@ impl Drop for HeldGuard<'_> {
     }
 }
 
-/// Run `f`, which may block for a while, where the current thread may block.
-pub(crate) fn may_block<R>(f: impl FnOnce() -> R) -> R {
-    blocking(wait_mode(), f)
+/// Recall-and-wait as the server's parts reach it: the state core, the back
+/// channels, the held requests' wake-ups, the clock and the configuration. The server
+/// makes one per use (`Server::recall`).
+#[derive(Clone, Copy)]
+pub struct Recall<'a> {
+    pub core: &'a dyn CoreAccess,
+    pub callbacks: &'a Callbacks,
+    pub waits: &'a RecallWaits,
+    pub clock: &'a dyn Clock,
+    pub cfg: &'a Config,
 }
 
-/// Run `f` where the thread may block for a while (see [`WaitMode`]).
-fn blocking<R>(mode: WaitMode, f: impl FnOnce() -> R) -> R {
-    match mode {
-        WaitMode::InPlace => tokio::task::block_in_place(f),
-        _ => f(),
-    }
-}
-
-impl Server {
+impl<'a> Recall<'a> {
     /// Hold the current request until no other client's delegation conflicts with
     /// `access` to `file`: conflicting delegations are recalled (the CB_RECALLs go out
     /// when the core's guard is dropped) and the request waits for their return.
@@ -158,9 +122,10 @@ impl Server {
         access: Access,
         waited: &WaitClock,
     ) -> Result<(), nfsstat4> {
-        let ids = self
-            .core()?
-            .delegation_conflicts(now, client, file, access, self.unreachable());
+        let ids =
+            self.core
+                .core()?
+                .delegation_conflicts(now, client, file, access, self.unreachable());
         if ids.is_empty() {
             return Ok(());
         }
@@ -168,7 +133,7 @@ impl Server {
         if mode == WaitMode::Never {
             return Err(nfsstat4::NFS4ERR_DELAY);
         }
-        let waits = &self.recall_waits;
+        let waits = self.waits;
         if waits.held.fetch_add(1, Ordering::Relaxed) >= self.cfg.max_held_requests {
             waits.held.fetch_sub(1, Ordering::Relaxed);
             return Err(nfsstat4::NFS4ERR_DELAY);
@@ -190,12 +155,12 @@ impl Server {
         start: Instant,
         deadline: Instant,
     ) -> Result<(), nfsstat4> {
-        let waits = &self.recall_waits;
+        let waits = self.waits;
         let mut revoked_some = false;
         blocking(mode, || loop {
             let seen = waits.generation();
             {
-                let mut core = self.core()?;
+                let mut core = self.core.core()?;
                 revoked_some |= core.revoke_unreachable(self.clock.now(), ids, self.unreachable());
                 if !core.delegations_held(ids) {
                     let outcome = if revoked_some {
@@ -221,79 +186,70 @@ impl Server {
     /// never before.
     ///
     /// [`Callbacks::client_reachable`]: crate::callback::Callbacks::client_reachable
-    pub(crate) fn unreachable(&self) -> impl Fn(ClientId) -> bool + '_ {
-        move |c| !self.callbacks.client_reachable(c)
+    pub fn unreachable(&self) -> impl Fn(ClientId) -> bool + 'a {
+        let callbacks = self.callbacks;
+        move |c| !callbacks.client_reachable(c)
     }
 
     /// The back channel of some client may have gone: requests held for recalls look
     /// again (a holder that cannot be reached any more loses its delegation at once).
-    pub(crate) fn back_channel_lost(&self) {
-        self.recall_waits.notify();
+    pub fn back_channel_lost(&self) {
+        self.waits.notify();
     }
 
-    /// Send a callback the core asked for. CB_RECALL goes to a session of the holder
-    /// with a working back channel. When the recall cannot be delivered — no back
-    /// channel, a transport failure, a refusal at the session level — the session's
-    /// path is marked down and the requests held for the delegation are woken: they
-    /// revoke it at once if the holder has no other way to be reached. A transport
-    /// failure is retried (the client may be reconnecting) until the delegation is
-    /// gone or the recall wait is over.
-    pub(crate) fn send_callback(self: &std::sync::Arc<Self>, client: ClientId, call: Callback) {
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            // The simulation: no sockets; the recall is recorded for it to deliver.
-            self.undelivered_callbacks
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push((client, call));
-            return;
-        };
-        let srv = self.clone();
-        rt.spawn(async move {
-            let Callback::Recall {
-                stateid,
-                fh,
-                truncate,
-            } = call;
-            let give_up = tokio::time::Instant::now() + srv.cfg.recall_wait();
-            let mut bad_stateid_retried = false;
-            loop {
-                let r = match srv.callbacks.session_of(client) {
-                    Some(s) => recall(&srv, &s, &stateid, &fh, truncate).await,
-                    None => Err(CallbackFailure::NoBackChannel),
-                };
-                match r {
-                    Ok(()) => return,
-                    // The client may not know the delegation yet (the OPEN reply that
-                    // granted it is still on its way): once more, shortly (as knfsd).
-                    Err(CallbackFailure::Status(nfsstat4::NFS4ERR_BAD_STATEID))
-                        if !bad_stateid_retried =>
-                    {
-                        bad_stateid_retried = true;
-                    }
-                    Err(e) => {
-                        tracing::info!(
-                            client = format_args!("{client:#x}"),
-                            "CB_RECALL failed: {e}"
-                        );
-                        if e.proves_unreachable() {
-                            srv.back_channel_lost();
-                        }
-                        if matches!(e, CallbackFailure::Status(_) | CallbackFailure::Sequence(_)) {
-                            return;
-                        }
-                    }
-                }
-                if tokio::time::Instant::now() >= give_up || !srv.delegation_live(client, &stateid)
+    /// Deliver a callback the core asked for (the server spawns this on its runtime;
+    /// without one the simulation delivers it). CB_RECALL goes to a session of the
+    /// holder with a working back channel. When the recall cannot be delivered — no
+    /// back channel, a transport failure, a refusal at the session level — the
+    /// session's path is marked down and the requests held for the delegation are
+    /// woken: they revoke it at once if the holder has no other way to be reached. A
+    /// transport failure is retried (the client may be reconnecting) until the
+    /// delegation is gone or the recall wait is over.
+    pub async fn deliver(self, client: ClientId, call: Callback) {
+        let Callback::Recall {
+            stateid,
+            fh,
+            truncate,
+        } = call;
+        let give_up = tokio::time::Instant::now() + self.cfg.recall_wait();
+        let mut bad_stateid_retried = false;
+        loop {
+            let r = match self.callbacks.session_of(client) {
+                Some(s) => recall(self.cfg, &s, &stateid, &fh, truncate).await,
+                None => Err(CallbackFailure::NoBackChannel),
+            };
+            match r {
+                Ok(()) => return,
+                // The client may not know the delegation yet (the OPEN reply that
+                // granted it is still on its way): once more, shortly (as knfsd).
+                Err(CallbackFailure::Status(nfsstat4::NFS4ERR_BAD_STATEID))
+                    if !bad_stateid_retried =>
                 {
-                    return;
+                    bad_stateid_retried = true;
                 }
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                Err(e) => {
+                    tracing::info!(
+                        client = format_args!("{client:#x}"),
+                        "CB_RECALL failed: {e}"
+                    );
+                    if e.proves_unreachable() {
+                        self.back_channel_lost();
+                    }
+                    if matches!(e, CallbackFailure::Status(_) | CallbackFailure::Sequence(_)) {
+                        return;
+                    }
+                }
             }
-        });
+            if tokio::time::Instant::now() >= give_up || !self.delegation_live(client, &stateid) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     fn delegation_live(&self, client: ClientId, sid: &Stateid) -> bool {
-        self.core()
+        self.core
+            .core()
             .map(|c| c.delegations().test(client, sid).is_ok())
             .unwrap_or(false)
     }
@@ -352,7 +308,7 @@ impl Server {
 
 /// CB_RECALL of `stateid` on the session `s`.
 async fn recall(
-    srv: &Server,
+    cfg: &Config,
     s: &SessionCallback,
     stateid: &Stateid,
     fh: &Bytes,
@@ -363,7 +319,7 @@ async fn recall(
         truncate,
         fh: fh.clone(),
     });
-    let r = cb_compound(s, vec![op], srv.cfg.callback_timeout()).await;
+    let r = cb_compound(s, vec![op], cfg.callback_timeout()).await;
     s.observe(&r);
     match r?.into_iter().next() {
         Some(nfs_cb_resop4::OP_CB_RECALL(CB_RECALL4res { status }))

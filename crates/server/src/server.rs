@@ -1,23 +1,36 @@
-//! The server instance: configuration, exports, handles, the state core (ADR 0008), the
-//! durable session store, callbacks, held requests, watches, transactions and copies,
-//! and the helpers ops share (handle resolution, attribute encoding, stateid checks).
+//! The server instance: the one place that owns the server's parts — configuration,
+//! exports, handles, the state core (ADR 0008), the durable session store, callbacks,
+//! held requests, watches, transactions and copies — and exposes its operations:
+//! housekeeping, the effects the state core asks for (each carried out by the part it
+//! concerns: `recall`, `watches`, `dirnotify`, `offload`, the state directory), and
+//! the helpers ops share (handle resolution, attribute encoding, stateid checks).
 
-use crate::compound::{Fh, ObjFh, OpError};
+use crate::attrs::Attributes;
+use crate::callback::{cb_compound, CallbackFailure};
 use crate::config::Config;
-use crate::export::{Export, ExportError, Exports, PseudoNode, PSEUDO_FSID};
+use crate::errors::OpError;
+use crate::export::{Export, ExportError, Exports};
+use crate::fh::{Fh, ObjFh};
 use crate::handle::{HandleCodec, HandleError, HandleTarget};
-use crate::nfs::{fattr4, nfsstat4};
+use crate::nfs::{fattr4, nfs_cb_resop4, nfsstat4, stateid4};
+use crate::offload::CopyHost;
+use crate::placement::WaitClock;
+use crate::recall::{HolderAttrs, Recall};
+use crate::statecore::{stateid_from_wire, CoreAccess, CoreFaults, CoreGuard};
 use crate::statedir::sessionstore::{self, SessionStore};
 use crate::statedir::StateDir;
+use crate::waitmode::WaitMode;
 use bytes::Bytes;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use txnfs_attr::{AttrSource, FsInfo};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use txnfs_backend::{Attrs, FileKey, FileType, OpCtx, Timestamp};
 use txnfs_state::clock::{Clock, SystemClock};
-use txnfs_state::session::{ChannelAttrs, DurableSlot, Session, SessionId, SessionLimits};
-use txnfs_state::{CoreConfig, FileId, Grace, StateCore, StateLimits};
+use txnfs_state::session::{ChannelAttrs, Session, SessionId, SessionLimits};
+use txnfs_state::{
+    Access, Callback, ClientId, ClientList, CoreConfig, Effect, FileId, Grace, StateCore,
+    StateLimits,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -98,21 +111,6 @@ pub struct StatsSnapshot {
     pub ops: Vec<(&'static str, u64)>,
 }
 
-/// Waits until `t` is durable. On a worker thread of a multi-threaded tokio runtime
-/// (a COMPOUND placed inline, ADR 0004) the worker's other tasks move to another
-/// thread meanwhile (`block_in_place`), so a group commit does not stall the runtime;
-/// elsewhere (blocking pool, no runtime, the simulation) it simply blocks.
-fn wait_durable(store: &SessionStore, t: sessionstore::Ticket) -> std::io::Result<()> {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    let multi =
-        Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
-    if multi {
-        tokio::task::block_in_place(|| store.wait(t))
-    } else {
-        store.wait(t)
-    }
-}
-
 /// Whether sessions offer a back channel (CREATE_SESSION's CONN_BACK_CHAN,
 /// BIND_CONN_TO_SESSION's BACK/BOTH; ADR 0016). Callbacks (CB_RECALL, CB_GETATTR,
 /// CB_NOTIFY, CB_OFFLOAD) travel on it, and nfs-rs 0.8.8 (the e2e client) refuses every
@@ -126,7 +124,7 @@ pub struct Server {
     pub handles: HandleCodec,
     /// Clients, sessions, slots, leases, grace, opens and locks (ADR 0008). Held only
     /// for bookkeeping, never across storage calls; reach it through
-    /// [`Server::core`], which reports a poisoned lock.
+    /// [`Server::core`], which takes a poisoned lock back into service.
     pub(crate) core: Mutex<StateCore>,
     /// Times the state core's lock was found poisoned (a thread panicked holding it)
     /// and the core was rechecked and taken back into service (ADR 0029).
@@ -266,7 +264,7 @@ impl Server {
             grace,
         );
         let session_store =
-            Self::restore_sessions(&cfg, &dir, &exports, &alive, &mut core, &*clock)
+            crate::durable::restore(&cfg, &dir, &exports, &alive, &mut core, &*clock)
                 .map_err(error_at(&dir.join(sessionstore::FILE_NAME)))?;
         Ok(Arc::new_cyclic(|me| Server {
             me: me.clone(),
@@ -301,135 +299,34 @@ impl Server {
         }))
     }
 
-    /// Opens the durable session store when persistence is on or a previous instance
-    /// left one, and restores its clients and sessions into `core` (ADR 0022). Slot
-    /// records of transactions that recovery rolled back are dropped first.
-    fn restore_sessions(
-        cfg: &Config,
-        dir: &std::path::Path,
-        exports: &Exports,
-        alive: &std::collections::HashSet<Bytes>,
-        core: &mut StateCore,
-        clock: &dyn Clock,
-    ) -> std::io::Result<Option<SessionStore>> {
-        if !cfg.persistent_sessions && !SessionStore::exists(dir) {
-            return Ok(None);
-        }
-        let rolled_back = exports.rolled_back_at_start().into_iter().collect();
-        let (store, restored) = SessionStore::open(dir, &rolled_back)?;
-        if !restored.sessions.is_empty() || restored.rolled_back > 0 {
-            tracing::info!(
-                clients = restored.clients.len(),
-                sessions = restored.sessions.len(),
-                dropped_replies = restored.rolled_back,
-                "restored persistent sessions"
-            );
-        }
-        let (clients, gone): (Vec<_>, Vec<_>) = restored
-            .clients
-            .into_iter()
-            .partition(|c| alive.contains(&c.owner));
-        for c in gone {
-            // Expired or destroyed before the restart, after its last record.
-            let _ = store.drop_client(c.id);
-        }
-        let orphans = core.restore(clients, restored.sessions, clock.now());
-        for id in orphans {
-            tracing::warn!(session = ?id, "persistent session without its client: not restored");
-            let _ = store.drop_session(id);
-        }
-        core.set_persistent_sessions(cfg.persistent_sessions);
-        if !cfg.persistent_sessions && core.sessions().counts().1 == 0 {
-            // Persistence is off and nothing was promised any more: no store.
-            drop(store);
-            std::fs::remove_file(dir.join(sessionstore::FILE_NAME))?;
-            return Ok(None);
-        }
-        Ok(Some(store))
-    }
-
     /// After a CREATE_SESSION by `client` that made `session`: a persistent session is
-    /// stored with its client (and a client that holds persistent sessions gets its
-    /// new CREATE_SESSION sequence id stored) before the reply leaves. Clients and
-    /// sessions the core no longer has (expired, destroyed) leave the store here.
-    /// An error: the session could not be made durable and was destroyed.
+    /// stored before the reply leaves ([`crate::durable::persist_session`]). An error:
+    /// the session could not be made durable and was destroyed.
     pub(crate) fn persist_session(&self, client: u64, session: &SessionId) -> Result<(), nfsstat4> {
-        let Some(store) = &self.session_store else {
-            return Ok(());
-        };
-        let (records, client_rec, gone) = {
-            let core = self.core()?;
-            let (sessions, clients) = store.ids();
-            let gone: Vec<_> = sessions
-                .into_iter()
-                .filter(|s| core.sessions().session(s).is_none())
-                .map(Ok)
-                .chain(
-                    clients
-                        .into_iter()
-                        .filter(|c| !core.sessions().client_exists(*c))
-                        .map(Err),
-                )
-                .collect();
-            (core.durable(session), core.durable_client(client), gone)
-        };
-        for g in gone {
-            let _ = match g {
-                Ok(s) => store.drop_session(s),
-                Err(c) => store.drop_client(c),
-            };
+        match &self.session_store {
+            Some(store) => crate::durable::persist_session(store, self, client, session),
+            None => Ok(()),
         }
-        let ticket = match (records, client_rec) {
-            (Some((c, s)), _) => {
-                let _ = store.put_client(c);
-                store.put_session(s)
-            }
-            (None, Some(c)) if store.has_client(client) => store.put_client(c),
-            _ => return Ok(()),
-        };
-        wait_durable(store, ticket).map_err(|e| {
-            tracing::error!("persistent session not stored, destroyed: {e}");
-            if let Ok(mut core) = self.core() {
-                let _ = core.destroy_session(session);
-                // Promise nothing more that cannot be kept.
-                core.set_persistent_sessions(false);
-            }
-            nfsstat4::NFS4ERR_SERVERFAULT
-        })
     }
 
-    /// BACKCHANNEL_CTL changed a persistent session's callback: store it (not waited
-    /// for: a lost update leaves the old callback, which the client corrects with
-    /// BACKCHANNEL_CTL or BIND_CONN_TO_SESSION).
+    /// BACKCHANNEL_CTL changed a persistent session's callback: store it, not waited
+    /// for ([`crate::durable::persist_session_update`]).
     pub(crate) fn persist_session_update(&self, session: &SessionId) {
-        let Some(store) = &self.session_store else {
-            return;
-        };
-        let rec = self.core().ok().and_then(|c| c.durable(session));
-        if let Some((_, s)) = rec {
-            let _ = store.put_session(s);
+        if let Some(store) = &self.session_store {
+            crate::durable::persist_session_update(store, self, session);
         }
     }
 
-    /// DESTROY_SESSION or a client released: forget them in the store. Not waited for:
-    /// a destroyed session that comes back after a crash is never used and expires
-    /// with its client's lease.
+    /// DESTROY_SESSION or a client released: forget them in the store, not waited for
+    /// ([`crate::durable::forget`]).
     pub(crate) fn forget_durable(&self, session: Option<&SessionId>, client: Option<u64>) {
-        let Some(store) = &self.session_store else {
-            return;
-        };
-        if let Some(s) = session.filter(|s| store.has_session(s)) {
-            let _ = store.drop_session(*s);
-        }
-        if let Some(c) = client.filter(|c| store.has_client(*c)) {
-            let _ = store.drop_client(c);
+        if let Some(store) = &self.session_store {
+            crate::durable::forget(store, session, client);
         }
     }
 
     /// Makes the outcome of the request in `slot` of persistent session `s` durable
-    /// (ADR 0022): sequence id `seqid`, request hash `hash`, the reply (`None`: not
-    /// cached), and the transactional COMPOUND it belongs to (`txn`, 0 for none).
-    /// Returns when it is on disk (group commit).
+    /// ([`crate::durable::persist_reply`]); returns when it is on disk.
     pub(crate) fn persist_reply(
         &self,
         s: &Session,
@@ -442,17 +339,7 @@ impl Server {
         let Some(store) = &self.session_store else {
             return Err(std::io::Error::other("no session store"));
         };
-        let t = store.put_slot(
-            s.id,
-            DurableSlot {
-                slot,
-                seqid,
-                request_hash: hash,
-                reply,
-            },
-            txn,
-        );
-        wait_durable(store, t)
+        crate::durable::persist_reply(store, s, slot, seqid, hash, txn, reply)
     }
 
     /// The transaction whose reply [`Server::persist_reply`] stored in `slot` of `s`
@@ -481,6 +368,369 @@ impl Server {
         )
     }
 
+    // ---- the state core and its effects --------------------------------------------
+
+    /// The state core, for one decision. A poisoned lock (a thread panicked while
+    /// holding it) is taken back into service after the core's invariants are
+    /// rechecked ([`Server::lock_core`], ADR 0029): one panicking request must not
+    /// turn every later request into `NFS4ERR_SERVERFAULT`. (The `Result` stays for
+    /// the callers' `?`; it is always `Ok`.)
+    ///
+    /// Effects a decision leaves in the core ([`StateCore::take_effects`]: a courtesy
+    /// client released by a conflicting OPEN or LOCK) are executed when the guard is
+    /// dropped, after the lock is released.
+    pub fn core(&self) -> Result<CoreGuard<'_>, nfsstat4> {
+        Ok(CoreGuard::new(self))
+    }
+
+    /// The core's lock, taken back into service if it was poisoned
+    /// ([`crate::statecore::lock`]; counted in [`Server::core_faults`] and
+    /// [`Server::core_invariant_failures`]). `who` names the finder.
+    pub(crate) fn lock_core(&self, who: &str) -> MutexGuard<'_, StateCore> {
+        let counts = CoreFaults {
+            faults: &self.core_faults,
+            invariant_failures: &self.core_invariant_failures,
+        };
+        crate::statecore::lock(&self.core, counts, who)
+    }
+
+    /// Execute what the core asked for, each effect by the part it concerns. Call after
+    /// the core's lock is released.
+    pub fn apply(&self, effects: Vec<Effect>) {
+        let mut released_clients = false;
+        for e in effects {
+            match e {
+                Effect::PersistClients(list) => self.persist(list),
+                Effect::ClientReleased {
+                    client,
+                    reason,
+                    states,
+                } => {
+                    released_clients = true;
+                    // Its asynchronous copies stop with it (ADR 0026).
+                    self.offloads.cancel_client(client);
+                    tracing::info!(
+                        client = format_args!("{client:#x}"),
+                        ?reason,
+                        states,
+                        "released client state"
+                    )
+                }
+                Effect::GraceEnded(end) => tracing::info!(?end, "grace period over"),
+                Effect::Callback { client, call } => match self.arc() {
+                    Some(me) => me.send_callback(client, call),
+                    None => tracing::warn!("callback dropped: the server is shutting down"),
+                },
+                Effect::Revoke {
+                    client,
+                    stateid,
+                    reason,
+                } => match reason {
+                    txnfs_state::RevokeReason::Timeout => tracing::info!(
+                        client = format_args!("{client:#x}"),
+                        ?stateid,
+                        "delegation revoked: not returned in time"
+                    ),
+                    txnfs_state::RevokeReason::Unreachable => tracing::info!(
+                        client = format_args!("{client:#x}"),
+                        ?stateid,
+                        "delegation revoked: holder unreachable (no back channel)"
+                    ),
+                },
+                Effect::DelegationsReleased => {
+                    // Watches first: a woken request may open the file.
+                    self.watches.unwatch_released(self);
+                    self.recall_waits.notify();
+                }
+                Effect::NotifyDue { client, id, after } => match self.arc() {
+                    Some(me) => me.schedule_notify(client, id, after),
+                    None => tracing::warn!("notification dropped: the server is shutting down"),
+                },
+            }
+        }
+        if released_clients {
+            // Their opens are gone: so are the holds that kept those files alive.
+            let released = {
+                let core = self.lock_core("releasing holds");
+                // No COMPOUND gives them back: a context outside any.
+                let cx = txnfs_backend::OpCtx::default();
+                self.held.release_closed(&core, None, &cx)
+            };
+            drop(released);
+        }
+    }
+
+    /// Write a client list unless a newer one was written already. Writes are
+    /// serialised, so two snapshots never race on the same file.
+    fn persist(&self, list: ClientList) {
+        let mut last = self
+            .persisted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if list.generation <= *last {
+            return;
+        }
+        match self.statedir.save_clients(&list.owners) {
+            Ok(()) => *last = list.generation,
+            Err(e) => tracing::error!(
+                "cannot record clients in the state directory (a restart would not wait for them to reclaim): {e}"
+            ),
+        }
+    }
+
+    /// Persist the owners of confirmed clients so that after a restart the grace period
+    /// knows whom to wait for.
+    pub fn persist_clients(&self) {
+        let e = self.lock_core("persisting clients").persist_clients();
+        self.apply(vec![e]);
+    }
+
+    /// Periodic housekeeping on the server's clock: expire clients whose lease ran out
+    /// (with their opens and locks), end the grace period when due.
+    pub fn tick(&self) {
+        let now = self.clock.now();
+        let effects = {
+            let mut core = self.lock_core("lease expiry");
+            let effects = core.tick(now);
+            // Back channels of sessions that expired with their client go too.
+            self.callbacks
+                .retain(|id| core.sessions().session(id).is_some());
+            effects
+        };
+        self.apply(effects);
+        // A backstop for a lost SIGIO (ADR 0027).
+        if let Some(me) = self.arc() {
+            me.lease_breaks();
+        }
+        self.reap_transactions(now);
+        // Finished copies are reported for two leases (OFFLOAD_STATUS), then forgotten.
+        let lease = std::time::Duration::from_secs(u64::from(self.cfg.lease_time.max(1)));
+        self.offloads.reap(now, 2 * lease);
+    }
+
+    /// Rolls back the transactions of several COMPOUNDs whose session is gone or that
+    /// stayed open longer than `txn_timeout`.
+    fn reap_transactions(&self, now: Instant) {
+        if self.txns.is_empty() {
+            return;
+        }
+        let expired = {
+            // (Reading which sessions exist: a poisoned core was reported by `tick`.)
+            let core = self.lock_core("transaction reaping");
+            self.txns.expired(now, self.cfg.txn_timeout(), |s| {
+                core.sessions().session(s).is_some()
+            })
+        };
+        for t in expired {
+            let Some(export) = t.export.and_then(|id| self.exports.get(id)).cloned() else {
+                continue;
+            };
+            tracing::info!(txn = t.id, "rolling back an abandoned transaction");
+            let mut scope = crate::export::CompoundScope::with_txn(&self.exports, true);
+            scope.set_span(txnfs_backend::TxnSpan::Abort(t.id), Some(export.id));
+            if scope
+                .enter(&export, &txnfs_backend::Creds::default(), None)
+                .is_ok()
+            {
+                let _ = scope.finish(false);
+            }
+        }
+    }
+
+    /// A transport connection closed: unbind it from every session. A back channel it
+    /// was the last connection of is down: requests held for recalls look again (its
+    /// client's delegations are revoked at once if it cannot be reached otherwise).
+    pub fn connection_closed(&self, conn: u64) {
+        self.lock_core("connection close").connection_closed(conn);
+        if self.callbacks.connection_closed(conn) {
+            self.back_channel_lost();
+        }
+    }
+
+    /// Complete the slot a COMPOUND's SEQUENCE opened (`reply`: the reply to cache, or
+    /// `None` when it is not cached).
+    pub fn finish_slot(&self, session: &Session, slot: u32, reply: Option<Bytes>) {
+        self.lock_core("completing a slot")
+            .finish_slot(&session.id, slot, reply);
+    }
+
+    /// Validate the stateid of a READ, WRITE or SETATTR(size) of `file`, after another
+    /// client's conflicting delegation is recalled and returned (`crate::recall`). One
+    /// acquisition of the core's lock when no delegation is in the way, as before
+    /// delegations existed: this is every READ's and WRITE's path.
+    pub fn check_io(
+        &self,
+        now: Instant,
+        client: Option<ClientId>,
+        sid: &stateid4,
+        file: FileId,
+        write: bool,
+        waited: &WaitClock,
+    ) -> Result<(), nfsstat4> {
+        let access = if write { Access::Modify } else { Access::Read };
+        let sid = stateid_from_wire(sid);
+        let check = |core: &StateCore| {
+            core.check_io(client.unwrap_or(0), &sid, file, write)
+                .map_err(|e| crate::errors::state_status(&e))
+        };
+        {
+            let mut core = self.core()?;
+            if core
+                .delegation_conflicts(now, client, file, access, self.unreachable())
+                .is_empty()
+            {
+                return check(&core);
+            }
+        }
+        self.clear_delegations(now, client, file, access, waited)?;
+        let core = self.core()?;
+        check(&core)
+    }
+
+    // ---- delegations: recalls, watches, notifications ---------------------------------
+
+    /// The server as recall-and-wait sees it (`crate::recall`).
+    pub fn recall(&self) -> Recall<'_> {
+        Recall {
+            core: self,
+            callbacks: &self.callbacks,
+            waits: &self.recall_waits,
+            clock: &*self.clock,
+            cfg: &self.cfg,
+        }
+    }
+
+    /// Hold the current request until no other client's delegation conflicts with
+    /// `access` to `file` ([`Recall::clear_delegations`]).
+    pub fn clear_delegations(
+        &self,
+        now: Instant,
+        client: Option<ClientId>,
+        file: FileId,
+        access: Access,
+        waited: &WaitClock,
+    ) -> Result<(), nfsstat4> {
+        self.recall()
+            .clear_delegations(now, client, file, access, waited)
+    }
+
+    /// CB_GETATTR to the write-delegation holder `client` of `fh`
+    /// ([`Recall::cb_getattr`]).
+    pub fn cb_getattr(
+        &self,
+        client: ClientId,
+        fh: &Bytes,
+        timestamps: bool,
+        waited: &WaitClock,
+    ) -> Option<HolderAttrs> {
+        self.recall().cb_getattr(client, fh, timestamps, waited)
+    }
+
+    /// Whether a recall cannot reach a client ([`Recall::unreachable`]). Called under
+    /// the core's lock: the callback registry's locks are taken after it, never before.
+    pub(crate) fn unreachable(&self) -> impl Fn(ClientId) -> bool + '_ {
+        self.recall().unreachable()
+    }
+
+    /// The back channel of some client may have gone: requests held for recalls look
+    /// again (a holder that cannot be reached any more loses its delegation at once).
+    pub(crate) fn back_channel_lost(&self) {
+        self.recall_waits.notify();
+    }
+
+    /// Send a callback the core asked for ([`Recall::deliver`], on the runtime). Without
+    /// a runtime (the simulation, no sockets) it is recorded for
+    /// [`Server::take_undelivered_callbacks`].
+    fn send_callback(self: &Arc<Self>, client: ClientId, call: Callback) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            self.undelivered_callbacks
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((client, call));
+            return;
+        };
+        let srv = self.clone();
+        rt.spawn(async move { srv.recall().deliver(client, call).await });
+    }
+
+    /// The core queued notifications for directory delegation `id` of `client`: send
+    /// them after `after` (more changes may join the batch meanwhile;
+    /// `crate::dirnotify`). Without a runtime (the simulation) nothing can be sent: the
+    /// delegation is recalled.
+    fn schedule_notify(self: &Arc<Self>, client: ClientId, id: u64, after: Duration) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            crate::dirnotify::cannot_send(&**self, self.clock.now(), id);
+            return;
+        };
+        let srv = self.clone();
+        rt.spawn(async move {
+            tokio::time::sleep(after).await;
+            crate::dirnotify::flush(srv.recall(), client, id).await;
+        });
+    }
+
+    /// The attributes of `key` of `export` changed by `client` (outside a COMPOUND's
+    /// own ops too: an asynchronous COPY that finished): notify the directory
+    /// delegations that follow it (`crate::dirnotify::attrs_changed`). `cx` reads the
+    /// attributes, `now` dates the notices.
+    pub(crate) fn attrs_changed_by(
+        &self,
+        cx: &OpCtx,
+        client: Option<ClientId>,
+        now: Instant,
+        export: &Arc<Export>,
+        key: &FileKey,
+    ) {
+        let encode = |key: &FileKey, mask: &[u32], attrs: &Attrs| {
+            let fh = self.obj_fh(export, key.clone());
+            self.fattr(cx, &fh, mask, Some(attrs), 1).ok()
+        };
+        crate::dirnotify::attrs_changed(self, cx, client, now, export, key, &encode);
+    }
+
+    /// Look for watches an outside access broke (on SIGIO, and on every tick) and
+    /// recall their files' delegations, each on a blocking-pool thread
+    /// (`crate::watches`).
+    pub fn lease_breaks(self: &Arc<Self>) {
+        let broken = self.watches.take_broken();
+        if broken.is_empty() {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            // No runtime (no SIGIO stream either): recall here without waiting.
+            for file in broken {
+                self.watches
+                    .recall_for_outside(self.recall(), file, WaitMode::Never);
+            }
+            return;
+        };
+        for file in broken {
+            let srv = self.clone();
+            rt.spawn_blocking(move || {
+                crate::waitmode::on_blocking_pool(|| {
+                    srv.watches
+                        .recall_for_outside(srv.recall(), file, WaitMode::Plain)
+                })
+            });
+        }
+    }
+
+    /// A CB_COMPOUND of CB_SEQUENCE alone on `session`'s back channel, with the
+    /// configured timeout: the tests' way to drive the back-channel slot. Updates the
+    /// session's path state.
+    pub async fn callback_sequence(
+        &self,
+        session: &SessionId,
+    ) -> Result<Vec<nfs_cb_resop4>, CallbackFailure> {
+        let s = self
+            .callbacks
+            .session(session)
+            .ok_or(CallbackFailure::NoBackChannel)?;
+        let r = cb_compound(&s, Vec::new(), self.cfg.callback_timeout()).await;
+        s.observe(&r);
+        r
+    }
+
     // ---- handles -------------------------------------------------------------------
 
     pub fn root_fh(&self) -> Fh {
@@ -503,10 +753,7 @@ impl Server {
     }
 
     pub fn fh_wire(&self, fh: &Fh) -> Bytes {
-        match fh {
-            Fh::Pseudo(n) => self.handles.encode(&HandleTarget::Pseudo(*n)),
-            Fh::Obj(o) => o.wire.clone(),
-        }
+        fh.wire(&self.handles)
     }
 
     pub fn fh_from_wire(&self, wire: &Bytes) -> Result<Fh, nfsstat4> {
@@ -536,113 +783,23 @@ impl Server {
 
     // ---- attributes ------------------------------------------------------------------
 
-    fn pseudo_attrs(&self, n: u16) -> Attrs {
-        let children = self.exports.node(n).map_or(0, |x| x.children.len());
-        Attrs {
-            ftype: FileType::Directory,
-            mode: 0o555,
-            nlink: 2 + children as u32,
-            uid: 0,
-            gid: 0,
-            size: 4096,
-            space_used: 4096,
-            rdev: (0, 0),
-            fsid: 0,
-            fileid: PseudoNode::fileid(n),
-            atime: self.boot_time,
-            mtime: self.boot_time,
-            ctime: self.boot_time,
-            change: self.boot_epoch as u64,
+    /// The server as the attribute encoding sees it (`crate::attrs`).
+    pub fn attrs(&self) -> Attributes<'_> {
+        Attributes {
+            cfg: &self.cfg,
+            exports: &self.exports,
+            handles: &self.handles,
+            boot_time: self.boot_time,
+            boot_epoch: self.boot_epoch,
         }
     }
 
+    /// The attributes of `fh` ([`Attributes::attrs_of`]).
     pub fn attrs_of(&self, cx: &OpCtx, fh: &Fh) -> Result<Attrs, OpError> {
-        match fh {
-            Fh::Pseudo(n) => Ok(self.pseudo_attrs(*n)),
-            Fh::Obj(o) => Ok(o.export.backend.getattr(cx, &o.key)?),
-        }
+        self.attrs().attrs_of(cx, fh)
     }
 
-    fn fs_info(&self, fh: &Fh, minor: u32) -> FsInfo {
-        let fsid = match fh {
-            Fh::Pseudo(_) => PSEUDO_FSID,
-            Fh::Obj(o) => o.export.fsid(),
-        };
-        let (clone_blksize, xattr_support) = match fh {
-            Fh::Pseudo(_) => (0, false),
-            // CLONE is offered where blocks are shared; FICLONERANGE wants ranges
-            // aligned to the file system block (4 KiB on the file systems that share).
-            Fh::Obj(o) => (
-                if o.export.backend.clone_method() == txnfs_backend::CloneMethod::Reflink {
-                    4096
-                } else {
-                    0
-                },
-                o.export.backend.xattr_support(),
-            ),
-        };
-        FsInfo {
-            fsid,
-            lease_time: self.cfg.lease_time,
-            maxread: self.cfg.max_io_size as u64,
-            maxwrite: self.cfg.max_io_size as u64,
-            maxfilesize: i64::MAX as u64,
-            maxname: 255,
-            maxlink: 65000,
-            time_delta: Timestamp { sec: 0, nsec: 1 },
-            fh_expire_type: 0, // FH4_PERSISTENT
-            link_support: true,
-            symlink_support: true,
-            minor,
-            clone_blksize,
-            xattr_support,
-        }
-    }
-
-    fn mounted_on_fileid(&self, fh: &Fh, attrs: &Attrs) -> u64 {
-        if let Fh::Obj(o) = fh {
-            if o.key == o.export.root_key && o.export.parent_node.is_some() {
-                // The export root as seen from the pseudo directory it is mounted on.
-                return (1u64 << 62) | o.export.id as u64;
-            }
-        }
-        attrs.fileid
-    }
-
-    /// Hands `f` what the attribute layer needs about `fh`, whose attributes are
-    /// `attrs`, to encode or compare `mask` for a COMPOUND of minor version `minor`.
-    fn with_attr_source<R>(
-        &self,
-        cx: &OpCtx,
-        fh: &Fh,
-        attrs: &Attrs,
-        mask: &[u32],
-        minor: u32,
-        f: impl FnOnce(&AttrSource) -> R,
-    ) -> Result<R, OpError> {
-        let stats = if txnfs_attr::needs_fsstats(mask) {
-            match fh {
-                Fh::Obj(o) => Some(o.export.backend.statfs(cx, &o.key)?),
-                Fh::Pseudo(_) => Some(txnfs_backend::FsStats::default()),
-            }
-        } else {
-            None
-        };
-        let fs = self.fs_info(fh, minor);
-        let wire = self.fh_wire(fh);
-        Ok(f(&AttrSource {
-            attrs,
-            fh: &wire,
-            fs: &fs,
-            fsstats: stats.as_ref(),
-            mounted_on_fileid: self.mounted_on_fileid(fh, attrs),
-            rdattr_error: None,
-        }))
-    }
-
-    /// Encode the requested attributes of `fh` as a COMPOUND of minor version `minor`
-    /// sees them; `known` avoids a second stat when the caller (READDIR) already has
-    /// them.
+    /// The attributes `request` asks for of `fh`, encoded ([`Attributes::fattr`]).
     pub fn fattr(
         &self,
         cx: &OpCtx,
@@ -651,21 +808,11 @@ impl Server {
         known: Option<&Attrs>,
         minor: u32,
     ) -> Result<fattr4, OpError> {
-        let attrs = match known {
-            Some(a) => a.clone(),
-            None => self.attrs_of(cx, fh)?,
-        };
-        let (attrmask, attr_vals) =
-            self.with_attr_source(cx, fh, &attrs, request, minor, |src| {
-                txnfs_attr::encode(request, src)
-            })?;
-        Ok(fattr4 {
-            attrmask,
-            attr_vals,
-        })
+        self.attrs().fattr(cx, fh, request, known, minor)
     }
 
-    /// VERIFY/NVERIFY: whether the client's attributes equal ours.
+    /// VERIFY/NVERIFY: whether the client's attributes equal ours
+    /// ([`Attributes::compare_attrs`]).
     pub fn compare_attrs(
         &self,
         cx: &OpCtx,
@@ -673,23 +820,12 @@ impl Server {
         f: &fattr4,
         minor: u32,
     ) -> Result<bool, OpError> {
-        let attrs = self.attrs_of(cx, fh)?;
-        self.with_attr_source(cx, fh, &attrs, &f.attrmask, minor, |src| {
-            txnfs_attr::compare(&f.attrmask, &f.attr_vals, src)
-        })?
-        .map_err(|e| OpError::Status(crate::errors::status_from_u32(e.nfsstat())))
+        self.attrs().compare_attrs(cx, fh, f, minor)
     }
 
-    /// READDIR cookie verifier: constant per directory, so cookies stay usable across
-    /// server restarts (our cookies are the file system's own stable offsets).
+    /// READDIR cookie verifier ([`Attributes::cookieverf`]).
     pub fn cookieverf(&self, fh: &Fh) -> [u8; 8] {
-        let id = match fh {
-            Fh::Pseudo(_) => 0u16,
-            Fh::Obj(o) => o.export.id,
-        };
-        let mut v = *b"txnfs\0\0\0";
-        v[6..].copy_from_slice(&id.to_be_bytes());
-        v
+        self.attrs().cookieverf(fh)
     }
 
     // ---- state -----------------------------------------------------------------------
@@ -714,3 +850,49 @@ impl Server {
         }
     }
 }
+
+impl CoreAccess for Server {
+    fn lock_core(&self, who: &str) -> MutexGuard<'_, StateCore> {
+        Server::lock_core(self, who)
+    }
+
+    fn apply(&self, effects: Vec<Effect>) {
+        Server::apply(self, effects)
+    }
+
+    fn core(&self) -> Result<CoreGuard<'_>, nfsstat4> {
+        Server::core(self)
+    }
+}
+
+impl CopyHost for Server {
+    fn offloads(&self) -> &crate::offload::Offloads {
+        &self.offloads
+    }
+
+    fn recall(&self) -> Recall<'_> {
+        Server::recall(self)
+    }
+
+    fn boot_epoch(&self) -> u32 {
+        self.boot_epoch
+    }
+
+    fn write_verf(&self) -> [u8; 8] {
+        self.write_verf
+    }
+
+    fn attrs_changed(
+        &self,
+        cx: &OpCtx,
+        client: Option<ClientId>,
+        now: Instant,
+        export: &Arc<Export>,
+        key: &FileKey,
+    ) {
+        self.attrs_changed_by(cx, client, now, export, key)
+    }
+}
+
+#[cfg(test)]
+mod tests;

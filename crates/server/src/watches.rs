@@ -11,23 +11,23 @@
 //! lease.
 //!
 //! An outside access that conflicts with a watch waits in the kernel and rings SIGIO;
-//! the service then looks for broken watches ([`Server::lease_breaks`]; the tick does
+//! the service then looks for broken watches (`Server::lease_breaks`; the tick does
 //! too, in case a signal was missed) and recalls the file's delegations on a
 //! blocking-pool thread, waiting at most `recall_wait`, but never longer than the
 //! kernel lets the outside opener wait (`lease-break-time`, less a second): then the
 //! delegations are revoked. Either way the watch is dropped and the opener proceeds.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use txnfs_backend::{BackendError, FileKey, OpCtx, Watch, WatchKind};
 use txnfs_state::{Access, DelegType, FileId};
 
 use crate::export::Export;
-use crate::recall::WaitMode;
-use crate::server::Server;
-use crate::statecore::CoreGuard;
+use crate::recall::Recall;
+use crate::statecore::{CoreAccess, CoreGuard};
+use crate::waitmode::WaitMode;
 
 /// The watches of delegated files, by file.
 #[derive(Debug, Default)]
@@ -57,25 +57,12 @@ impl FileWatches {
     pub fn is_empty(&self) -> bool {
         self.lock().is_empty()
     }
-}
 
-/// Why a delegation could not be protected.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum WatchRefused {
-    /// The file is open elsewhere in a way that conflicts, or a break of its watch is
-    /// under way.
-    #[error("the file is in use outside the server")]
-    Contention,
-    /// The backend cannot watch it (no SIGIO handler, no lease permission, an error).
-    #[error("the file cannot be watched: {0}")]
-    Backend(BackendError),
-}
-
-impl Server {
     /// Watch `key` of `export` (the state core's `file`) for a delegation of `kind`
     /// just granted. Called under the core's lock (`_core`), so that no delegation of
-    /// the file ends meanwhile ([`Server::unwatch_released`] takes the same lock first).
-    pub(crate) fn watch_delegated(
+    /// the file ends meanwhile ([`FileWatches::unwatch_released`] takes the same lock
+    /// first).
+    pub(crate) fn watch(
         &self,
         _core: &CoreGuard<'_>,
         cx: &OpCtx,
@@ -89,7 +76,7 @@ impl Server {
             DelegType::Write => WatchKind::Write,
             DelegType::Directory => return Ok(()),
         };
-        let mut map = self.watches.lock();
+        let mut map = self.lock();
         if let Some(e) = map.get(&file) {
             // Another client's read delegation: the same lease serves both.
             if e.recalling || e.watch.kind() != kind || e.watch.broken() {
@@ -117,13 +104,13 @@ impl Server {
 
     /// Drop the watches of files with no delegation left. Called when delegations went
     /// away, before the requests held for them are woken: those may open the file.
-    pub(crate) fn unwatch_released(&self) {
-        if self.watches.is_empty() {
+    pub fn unwatch_released(&self, core: &dyn CoreAccess) {
+        if self.is_empty() {
             return;
         }
         let dropped: Vec<Entry> = {
-            let core = self.lock_core("releasing watches");
-            let mut map = self.watches.lock();
+            let core = core.lock_core("releasing watches");
+            let mut map = self.lock();
             let gone: Vec<FileId> = map
                 .keys()
                 .filter(|f| core.delegations().on_file(**f).is_empty())
@@ -135,53 +122,36 @@ impl Server {
         drop(dropped);
     }
 
-    /// Look for watches an outside access broke (on SIGIO, and on every tick) and
-    /// recall their files' delegations, each on a blocking-pool thread.
-    pub fn lease_breaks(self: &Arc<Self>) {
-        if self.watches.is_empty() {
-            return;
+    /// Watches an outside access broke (looked for on SIGIO and on every tick), marked
+    /// as being recalled: the server recalls each file's delegations
+    /// ([`FileWatches::recall_for_outside`]) on a blocking-pool thread.
+    pub fn take_broken(&self) -> Vec<FileId> {
+        if self.is_empty() {
+            return Vec::new();
         }
-        let broken: Vec<FileId> = {
-            let mut map = self.watches.lock();
-            map.iter_mut()
-                .filter(|(_, e)| !e.recalling && e.watch.broken())
-                .map(|(f, e)| {
-                    e.recalling = true;
-                    *f
-                })
-                .collect()
-        };
-        if broken.is_empty() {
-            return;
-        }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            // No runtime (no SIGIO stream either): recall here without waiting.
-            for file in broken {
-                self.recall_for_outside(file, WaitMode::Never);
-            }
-            return;
-        };
-        for file in broken {
-            let srv = self.clone();
-            rt.spawn_blocking(move || {
-                crate::recall::on_blocking_pool(|| srv.recall_for_outside(file, WaitMode::Plain))
-            });
-        }
+        let mut map = self.lock();
+        map.iter_mut()
+            .filter(|(_, e)| !e.recalling && e.watch.broken())
+            .map(|(f, e)| {
+                e.recalling = true;
+                *f
+            })
+            .collect()
     }
 
     /// Recall every delegation of `file` for an outside access waiting on its broken
     /// watch, wait for their return (see the module documentation for the bound),
     /// revoke the rest, and drop the watch.
-    fn recall_for_outside(&self, file: FileId, mode: WaitMode) {
+    pub fn recall_for_outside(&self, recall: Recall<'_>, file: FileId, mode: WaitMode) {
         tracing::info!(
             file = format_args!("{file:#x}"),
             "a process outside the server wants a delegated file: recalling"
         );
-        let wait = self.outside_recall_wait();
-        let now = self.clock.now();
-        let ids = match self.core() {
+        let wait = outside_recall_wait(recall.cfg.recall_wait());
+        let now = recall.clock.now();
+        let ids = match recall.core.core() {
             Ok(mut core) => {
-                core.delegation_conflicts(now, None, file, Access::Modify, self.unreachable())
+                core.delegation_conflicts(now, None, file, Access::Modify, recall.unreachable())
             }
             Err(_) => Vec::new(),
         };
@@ -191,7 +161,7 @@ impl Server {
         }
         if !ids.is_empty() {
             let start = Instant::now();
-            if self
+            if recall
                 .wait_for_return(&ids, mode, start, start + wait)
                 .is_err()
             {
@@ -203,19 +173,30 @@ impl Server {
         }
         // Normally gone already with the last delegation.
         let entry = {
-            let _core = self.lock_core("dropping a watch");
-            self.watches.lock().remove(&file)
+            let _core = recall.core.lock_core("dropping a watch");
+            self.lock().remove(&file)
         };
         drop(entry);
     }
+}
 
-    /// How long a recall for an outside access may take: `recall_wait`, but at least a
-    /// second less than the kernel lets the outside opener wait.
-    fn outside_recall_wait(&self) -> Duration {
-        let wait = self.cfg.recall_wait();
-        match txnfs_backend::local::lease_break_time() {
-            Some(kernel) => wait.min(kernel.saturating_sub(Duration::from_secs(1))),
-            None => wait,
-        }
+/// How long a recall for an outside access may take: `recall_wait`, but at least a
+/// second less than the kernel lets the outside opener wait.
+fn outside_recall_wait(wait: Duration) -> Duration {
+    match txnfs_backend::local::lease_break_time() {
+        Some(kernel) => wait.min(kernel.saturating_sub(Duration::from_secs(1))),
+        None => wait,
     }
+}
+
+/// Why a delegation could not be protected.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WatchRefused {
+    /// The file is open elsewhere in a way that conflicts, or a break of its watch is
+    /// under way.
+    #[error("the file is in use outside the server")]
+    Contention,
+    /// The backend cannot watch it (no SIGIO handler, no lease permission, an error).
+    #[error("the file cannot be watched: {0}")]
+    Backend(BackendError),
 }

@@ -305,8 +305,8 @@ static TABLE: [OpEntry; 73] = [
         .sid(Saves),
     e(OP_SECINFO).run(handler!(OP_SECINFO(a) => |c, a| fh::secinfo(c, &a))),
     e(OP_SETATTR)
-        // SETATTR, then CB_NOTIFY of the attribute change (`crate::notify`).
-        .run(handler!(OP_SETATTR(a) => |c, a| crate::notify::setattr(c, &a)))
+        // SETATTR, then CB_NOTIFY of the attribute change (`crate::ops::notify`).
+        .run(handler!(OP_SETATTR(a) => |c, a| crate::ops::notify::setattr(c, &a)))
         .blocks(When(setattr_blocks))
         .on_error(ErrorBody::EmptyBitmap),
     e(OP_SETCLIENTID),

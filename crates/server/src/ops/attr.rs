@@ -1,7 +1,9 @@
 //! Attribute operations: GETATTR, SETATTR, VERIFY, NVERIFY, ACCESS.
 
-use crate::compound::{Compound, Fh, OpError, OpResult};
+use crate::cstate::Compound;
 use crate::errors::status_from_u32;
+use crate::errors::{OpError, OpResult};
+use crate::fh::Fh;
 use crate::nfs::*;
 use txnfs_backend::{Attrs, Creds, FileType};
 
@@ -191,7 +193,7 @@ pub fn setattr(c: &mut Compound, a: &SETATTR4args) -> OpResult {
 /// (the holder needs no ownership to set them: the delegation is its right).
 fn delegated_times(
     c: &Compound,
-    o: &crate::compound::ObjFh,
+    o: &crate::fh::ObjFh,
     cur: &Attrs,
     stateid: &stateid4,
     attrsset: &[u32],

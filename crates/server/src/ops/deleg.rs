@@ -5,8 +5,10 @@
 //! The decision is the state core's (`txnfs_state::deleg::policy`); holding a
 //! conflicting request while the delegation is recalled is `crate::recall`'s.
 
-use crate::compound::{Compound, Fh, ObjFh, OpResult};
+use crate::cstate::Compound;
 use crate::errors::state_status;
+use crate::errors::OpResult;
+use crate::fh::{Fh, ObjFh};
 use crate::nfs::*;
 use crate::statecore::{stateid_from_wire, stateid_to_wire};
 use crate::watches::WatchRefused;
@@ -89,7 +91,8 @@ pub(crate) fn grant(
     let granted = match granted {
         Ok(g) => match c
             .srv
-            .watch_delegated(&core, c.scope.ctx(), &o.export, &o.key, file, g.kind)
+            .watches
+            .watch(&core, c.scope.ctx(), &o.export, &o.key, file, g.kind)
         {
             Ok(()) => Ok(g),
             Err(why) => {

@@ -1,13 +1,15 @@
 //! Directory operations: CREATE, REMOVE, RENAME, LINK, READLINK, READDIR.
 
-use crate::compound::{Compound, Fh, ObjFh, OpError, OpResult};
+use crate::cstate::Compound;
 use crate::errors::status_from_u32;
+use crate::errors::{OpError, OpResult};
 use crate::export::PseudoChild;
+use crate::fh::{Fh, ObjFh};
 use crate::nfs::*;
-use crate::notify;
 use crate::ops::attr::{require, W, X};
 use crate::ops::deleg;
 use crate::ops::fh::check_name;
+use crate::ops::notify;
 use bytes::Bytes;
 use txnfs_backend::{DirChange, FileType, NodeKind};
 use txnfs_state::deleg::dir::notify_type::{ADD_ENTRY, REMOVE_ENTRY, RENAME_ENTRY};

@@ -1,8 +1,10 @@
 //! Filehandle operations: PUTFH, PUTROOTFH, PUTPUBFH, GETFH, SAVEFH, RESTOREFH, LOOKUP,
 //! LOOKUPP, SECINFO, SECINFO_NO_NAME.
 
-use crate::compound::{Compound, Fh, OpResult};
+use crate::cstate::Compound;
+use crate::errors::OpResult;
 use crate::export::PseudoChild;
+use crate::fh::Fh;
 use crate::nfs::*;
 use bytes::Bytes;
 
@@ -22,7 +24,7 @@ pub fn check_name(name: &Bytes) -> Result<(), nfsstat4> {
 
 /// Makes `fh` the current filehandle; the first time this COMPOUND reaches an export,
 /// that export's backend hears `begin_compound` (a refusal fails this op).
-fn set_cfh(c: &mut Compound, fh: Fh) -> Result<(), crate::compound::OpError> {
+fn set_cfh(c: &mut Compound, fh: Fh) -> Result<(), crate::errors::OpError> {
     if let Fh::Obj(o) = &fh {
         c.scope.enter(&o.export, &c.creds, c.client)?;
     }
@@ -75,7 +77,7 @@ pub fn restorefh(c: &mut Compound) -> OpResult {
 }
 
 /// Resolve `name` inside the directory `dir` (pseudo or real).
-pub fn lookup_in(c: &Compound, dir: &Fh, name: &Bytes) -> Result<Fh, crate::compound::OpError> {
+pub fn lookup_in(c: &Compound, dir: &Fh, name: &Bytes) -> Result<Fh, crate::errors::OpError> {
     check_name(name)?;
     match dir {
         Fh::Pseudo(n) => {
@@ -106,7 +108,7 @@ pub fn lookup(c: &mut Compound, a: &LOOKUP4args) -> OpResult {
 }
 
 /// The parent of a directory, crossing from an export root into the pseudo tree.
-pub fn parent_of(c: &Compound, fh: &Fh) -> Result<Fh, crate::compound::OpError> {
+pub fn parent_of(c: &Compound, fh: &Fh) -> Result<Fh, crate::errors::OpError> {
     match fh {
         Fh::Pseudo(0) => Err(nfsstat4::NFS4ERR_NOENT.into()),
         Fh::Pseudo(n) => {

@@ -1,7 +1,9 @@
 //! Open files and their data: OPEN, OPEN_DOWNGRADE, CLOSE, READ, WRITE, COMMIT.
 
-use crate::compound::{Compound, Fh, ObjFh, OpResult};
+use crate::cstate::Compound;
 use crate::errors::status_from_u32;
+use crate::errors::OpResult;
+use crate::fh::{Fh, ObjFh};
 use crate::nfs::*;
 use crate::ops::attr::{require, R, W, X};
 use crate::ops::dir::change_info;
@@ -138,16 +140,16 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
                         require(&dattrs, &c.creds, W | X)?;
                         // Another client's directory delegation on `dir` hears of
                         // the new entry, or is recalled first.
-                        crate::notify::before(c, dir, &dattrs, ADD_ENTRY)?;
+                        crate::ops::notify::before(c, dir, &dattrs, ADD_ENTRY)?;
                     }
                     let cx = c.scope.ctx_for(&dir.export, &c.creds, c.client)?;
                     let made = be.create_file(cx, &dir.key, name, mode, &set)?;
                     if made.created {
                         let obj = Some((&made.key, &made.attrs));
-                        crate::notify::added(c, dir, &dattrs, name, obj, false);
+                        crate::ops::notify::added(c, dir, &dattrs, name, obj, false);
                     } else if !set.is_empty() {
                         // An UNCHECKED create of an existing file set its attributes.
-                        crate::notify::attrs_changed(c, &dir.export, &made.key);
+                        crate::ops::notify::attrs_changed(c, &dir.export, &made.key);
                     }
                     type_check(made.attrs.ftype)?;
                     created = made.created;
@@ -383,7 +385,7 @@ pub fn write(c: &mut Compound, a: WRITE4args) -> OpResult {
     let cx = c.scope.ctx_for(&o.export, &c.creds, c.client)?;
     o.export.backend.write(cx, &o.key, a.offset, &data, sync)?;
     // Size, times and change moved: delegated directories naming the file hear.
-    crate::notify::attrs_changed(c, &o.export, &o.key);
+    crate::ops::notify::attrs_changed(c, &o.export, &o.key);
     Ok(nfs_resop4::OP_WRITE(WRITE4res::NFS4_OK(WRITE4resok {
         count: data.len() as u32,
         committed: a.stable,

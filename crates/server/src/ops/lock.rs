@@ -1,8 +1,9 @@
 //! Byte-range locks and stateid housekeeping: LOCK, LOCKT, LOCKU, TEST_STATEID,
 //! FREE_STATEID (RFC 8881 §18.10-18.12, §18.38, §18.48).
 
-use crate::compound::{Compound, OpError, OpResult};
+use crate::cstate::Compound;
 use crate::errors::state_status;
+use crate::errors::{OpError, OpResult};
 use crate::nfs::*;
 use crate::statecore::{stateid_from_wire, stateid_to_wire};
 use txnfs_state::{LockDenied, LockRequest, LockType, Locker, LocktRequest, StateError};

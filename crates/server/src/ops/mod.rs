@@ -7,5 +7,6 @@ pub mod dir;
 pub mod fh;
 pub mod file;
 pub mod lock;
+pub mod notify;
 pub mod session;
 pub mod v42;

@@ -2,7 +2,8 @@
 //! DESTROY_CLIENTID, BIND_CONN_TO_SESSION, BACKCHANNEL_CTL, SET_SSV,
 //! RECLAIM_COMPLETE (RFC 8881 §18.33-18.51).
 
-use crate::compound::{Compound, OpResult};
+use crate::cstate::Compound;
+use crate::errors::OpResult;
 use crate::nfs::*;
 use bytes::Bytes;
 use std::sync::Arc;
@@ -44,9 +45,9 @@ fn forget_released(c: &Compound, effects: &[txnfs_state::Effect]) {
     }
 }
 
-impl From<SessionError> for crate::compound::OpError {
+impl From<SessionError> for crate::errors::OpError {
     fn from(e: SessionError) -> Self {
-        crate::compound::OpError::Status(session_status(e))
+        crate::errors::OpError::Status(session_status(e))
     }
 }
 

@@ -9,7 +9,9 @@
 //! in steps, and CB_OFFLOAD reports the outcome (`crate::offload`, ADR 0026).
 //! OFFLOAD_STATUS and OFFLOAD_CANCEL name such a copy by its stateid and destination.
 
-use crate::compound::{Compound, Fh, ObjFh, OpError, OpResult};
+use crate::cstate::Compound;
+use crate::errors::{OpError, OpResult};
+use crate::fh::{Fh, ObjFh};
 use crate::nfs::*;
 use crate::ops::attr::{require, R, W};
 use crate::ops::deleg;
@@ -77,7 +79,7 @@ fn change_range(
     let (o, _) = current_file(c, stateid, true)?;
     let cx = c.scope.ctx_for(&o.export, &c.creds, c.client)?;
     change(&*o.export.backend, cx, &o.key)?;
-    crate::notify::attrs_changed(c, &o.export, &o.key);
+    crate::ops::notify::attrs_changed(c, &o.export, &o.key);
     Ok(())
 }
 
@@ -264,7 +266,7 @@ fn copy_now(c: &mut Compound, k: &CheckedCopy) -> Result<u64, OpError> {
             .export
             .backend
             .clone_range(cx, &k.src.key, k.src_off, &k.dst.key, k.dst_off, k.n)?;
-        crate::notify::attrs_changed(c, &k.dst.export, &k.dst.key);
+        crate::ops::notify::attrs_changed(c, &k.dst.export, &k.dst.key);
     }
     Ok(k.n)
 }
@@ -297,7 +299,7 @@ fn start_async(c: &Compound, a: &COPY4args, k: &CheckedCopy) -> Option<stateid4>
         span: Default::default(),
     };
     srv.offloads.start(
-        &srv,
+        srv.clone(),
         crate::offload::CopyRequest {
             client,
             export: k.dst.export.clone(),
@@ -484,7 +486,7 @@ pub fn setxattr(c: &mut Compound, a: &SETXATTR4args) -> OpResult {
         .export
         .backend
         .setxattr(cx, &o.key, name, &a.sxa_value, how)?;
-    crate::notify::attrs_changed(c, &o.export, &o.key);
+    crate::ops::notify::attrs_changed(c, &o.export, &o.key);
     Ok(nfs_resop4::OP_SETXATTR(SETXATTR4res::NFS4_OK(change_info(
         ch,
     ))))
@@ -495,7 +497,7 @@ pub fn removexattr(c: &mut Compound, a: &REMOVEXATTR4args) -> OpResult {
     let (o, _) = xattr_object(c, W)?;
     let cx = c.scope.ctx_for(&o.export, &c.creds, c.client)?;
     let ch = o.export.backend.removexattr(cx, &o.key, name)?;
-    crate::notify::attrs_changed(c, &o.export, &o.key);
+    crate::ops::notify::attrs_changed(c, &o.export, &o.key);
     Ok(nfs_resop4::OP_REMOVEXATTR(REMOVEXATTR4res::NFS4_OK(
         change_info(ch),
     )))

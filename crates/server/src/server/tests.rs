@@ -2,7 +2,7 @@
 //! lock poisoning is a reported fault, BIND_CONN_TO_SESSION never claims a back
 //! channel, client lists are persisted newest-first and read back strictly.
 
-use crate::config::{BackendKind, Config, ExportConfig};
+use crate::config::Config;
 use crate::nfs::*;
 use crate::server::{Server, ServerError};
 use bytes::Bytes;
@@ -14,7 +14,6 @@ use txnfs_state::clock::{Clock, ManualClock};
 use txnfs_state::{ClientList, Effect};
 use txnfs_xdr::{Decode, Encode};
 
-#[path = "../../tests/common/args.rs"]
 #[allow(dead_code)]
 mod args;
 use args::*;
@@ -241,7 +240,7 @@ fn a_restart_waits_for_persisted_clients_and_refuses_a_corrupt_list() {
 #[test]
 fn without_a_runtime_a_due_notification_recalls_the_directory_delegation() {
     let f = fixture("dirdeleg");
-    let crate::compound::Fh::Obj(root) = f.srv.root_fh() else {
+    let crate::fh::Fh::Obj(root) = f.srv.root_fh() else {
         panic!("the memory export is the root")
     };
     let fileid = root

@@ -11,30 +11,22 @@
 //! also report the directory's attribute change. Changes of an object's attributes
 //! (WRITE, SETATTR, a link count) call [`attrs_changed`]: CHANGE_CHILD_ATTRS for the
 //! delegated directories it is an entry of, CHANGE_DIR_ATTRS if it is a delegated
-//! directory itself.
+//! directory itself. Sending the batches is `crate::dirnotify`'s.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use txnfs_backend::{Attrs, FileKey};
 use txnfs_state::deleg::dir::notify_type;
-use txnfs_state::deleg::{EntryUpdate, Notice, NoticeBatch, NotifyTarget};
-use txnfs_state::{Access, ClientId, FileId};
+use txnfs_state::deleg::{EntryUpdate, Notice, NotifyTarget};
+use txnfs_state::{Access, FileId};
 use txnfs_xdr::Encode;
 
-use crate::callback::{cb_compound, CallbackFailure};
-use crate::compound::{Compound, ObjFh};
+use crate::cstate::Compound;
+use crate::dirnotify::no_attrs;
 use crate::export::Export;
+use crate::fh::ObjFh;
 use crate::nfs::*;
-use crate::server::Server;
-use crate::statecore::stateid_to_wire;
-
-/// Encoded bytes of the `notify4` list of one CB_NOTIFY at most. The negotiated
-/// back-channel request size is not recorded (ADR 0016), so this stays well
-/// inside the smallest a client asks for: the Linux client's is one page, and the RPC
-/// and CB_SEQUENCE headers, the stateid and the file handle take under 400 bytes.
-const MAX_CB_NOTIFY_BYTES: usize = 2 << 10;
 
 /// The state id of the directory `dir` (attributes `dattrs`).
 fn dir_id(c: &Compound, dir: &ObjFh, dattrs: &Attrs) -> FileId {
@@ -117,76 +109,6 @@ fn queue(
 pub(crate) fn attrs_changed(c: &Compound, export: &Arc<Export>, key: &FileKey) {
     c.srv
         .attrs_changed_by(c.scope.ctx(), c.client, c.now, export, key);
-}
-
-impl Server {
-    /// [`attrs_changed`] for a change `client` made outside a COMPOUND's own ops (an
-    /// asynchronous COPY that finished, `crate::offload`): `cx` reads the attributes,
-    /// `now` dates the notices.
-    pub(crate) fn attrs_changed_by(
-        &self,
-        cx: &txnfs_backend::OpCtx,
-        client: Option<ClientId>,
-        now: std::time::Instant,
-        export: &Arc<Export>,
-        key: &FileKey,
-    ) {
-        let any = self
-            .core()
-            .map(|core| !core.delegations().is_empty())
-            .unwrap_or(false);
-        if !any {
-            return;
-        }
-        let Ok(attrs) = export.backend.getattr(cx, key) else {
-            return;
-        };
-        let file = self.state_file_id(export, attrs.fileid);
-        let targets = match self.core() {
-            Ok(core) => core.dir_attr_targets(client, file),
-            Err(_) => return,
-        };
-        if targets.is_empty() {
-            return;
-        }
-        let fh = self.obj_fh(export, key.clone());
-        let notices = targets
-            .into_iter()
-            .map(|t| {
-                let ne_attrs = if t.attrs.is_empty() {
-                    None
-                } else {
-                    self.fattr(cx, &fh, &t.attrs, Some(&attrs), 1).ok()
-                };
-                let body = notify_attr4 {
-                    na_changed_entry: notify_entry4 {
-                        ne_file: t.name.clone(),
-                        ne_attrs: ne_attrs.unwrap_or_else(no_attrs),
-                    },
-                }
-                .to_bytes();
-                let coalesce = Some((file, t.name));
-                (
-                    t.id,
-                    Notice {
-                        kind: t.kind,
-                        body,
-                        coalesce,
-                    },
-                )
-            })
-            .collect();
-        if let Ok(mut core) = self.core() {
-            core.queue_dir_notices(now, notices);
-        }
-    }
-}
-
-fn no_attrs() -> fattr4 {
-    fattr4 {
-        attrmask: Vec::new(),
-        attr_vals: Bytes::new(),
-    }
 }
 
 /// An object named in a notification: its key and attributes (`None`: unknown).
@@ -306,104 +228,11 @@ pub(crate) fn renamed(
 /// for the directory delegations that follow it ([`attrs_changed`]). The op table
 /// runs this for SETATTR, so that the attribute ops need not know about directory
 /// delegations.
-pub fn setattr(c: &mut Compound, a: &SETATTR4args) -> crate::compound::OpResult {
+pub fn setattr(c: &mut Compound, a: &SETATTR4args) -> crate::errors::OpResult {
     let r = crate::ops::attr::setattr(c, a)?;
     if let Ok(o) = c.cobj() {
         let o = o.clone();
         attrs_changed(c, &o.export, &o.key);
     }
     Ok(r)
-}
-
-/// The `notify4` list of a batch: one `notify4` per notification, its mask the one
-/// type bit, its value the encoded `notify_*4` (RFC 8881 §20.4.1).
-pub fn notify4_list(notices: &[Notice]) -> Vec<notify4> {
-    notices
-        .iter()
-        .map(|n| {
-            let mut mask = vec![0u32; (n.kind / 32 + 1) as usize];
-            mask[(n.kind / 32) as usize] = 1 << (n.kind % 32);
-            notify4 {
-                notify_mask: mask,
-                notify_vals: n.body.clone(),
-            }
-        })
-        .collect()
-}
-
-impl Server {
-    /// The core queued notifications for directory delegation `id` of `client`: send
-    /// them after `after` (more changes may join the batch meanwhile). Without a
-    /// runtime (the simulation) nothing can be sent: the delegation is recalled.
-    pub(crate) fn schedule_notify(self: &Arc<Self>, client: ClientId, id: u64, after: Duration) {
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            if let Ok(mut core) = self.core() {
-                core.recall_dir_delegation(self.clock.now(), id);
-            }
-            return;
-        };
-        let srv = self.clone();
-        rt.spawn(async move {
-            tokio::time::sleep(after).await;
-            srv.flush_notices(client, id).await;
-        });
-    }
-
-    /// Send directory delegation `id`'s queue, batch after batch. On the first
-    /// failure the delegation is recalled; if it is not back after the recall wait, it
-    /// is revoked.
-    async fn flush_notices(&self, client: ClientId, id: u64) {
-        loop {
-            let batch = match self.core() {
-                Ok(mut core) => core.take_dir_notices(id, MAX_CB_NOTIFY_BYTES),
-                Err(_) => return,
-            };
-            let Some(batch) = batch else {
-                return;
-            };
-            let more = batch.more;
-            if let Err(e) = self.send_notify(&batch).await {
-                tracing::info!(
-                    client = format_args!("{client:#x}"),
-                    "CB_NOTIFY failed ({e}): recalling the directory delegation"
-                );
-                let started = match self.core() {
-                    Ok(mut core) => core.recall_dir_delegation(self.clock.now(), id),
-                    Err(_) => false,
-                };
-                if started {
-                    tokio::time::sleep(self.cfg.recall_wait()).await;
-                    if let Ok(mut core) = self.core() {
-                        core.revoke_delegations(&[id], txnfs_state::RevokeReason::Timeout);
-                    }
-                }
-                return;
-            }
-            if !more {
-                return;
-            }
-        }
-    }
-
-    async fn send_notify(&self, b: &NoticeBatch) -> Result<(), CallbackFailure> {
-        let s = self
-            .callbacks
-            .session_of(b.client)
-            .ok_or(CallbackFailure::NoBackChannel)?;
-        let op = nfs_cb_argop4::OP_CB_NOTIFY(CB_NOTIFY4args {
-            cna_stateid: stateid_to_wire(&b.stateid),
-            cna_fh: b.fh.clone(),
-            cna_changes: notify4_list(&b.notices),
-        });
-        let r = cb_compound(&s, vec![op], self.cfg.callback_timeout()).await;
-        s.observe(&r);
-        match r?.into_iter().next() {
-            Some(nfs_cb_resop4::OP_CB_NOTIFY(CB_NOTIFY4res { cnr_status }))
-                if cnr_status != nfsstat4::NFS4_OK =>
-            {
-                Err(CallbackFailure::Status(cnr_status))
-            }
-            _ => Ok(()),
-        }
-    }
 }

@@ -1,0 +1,67 @@
+//! The state of one COMPOUND while it executes (Linux: `nfsd4_compound_state`): the
+//! current and saved filehandles and stateids, the session and client of its
+//! SEQUENCE, what is left of the reply, and the backend scope. Every op handler
+//! (`crate::ops`) takes it; the executor (`crate::compound`) makes it.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use txnfs_backend::Creds;
+
+use crate::fh::{Fh, ObjFh};
+use crate::nfs::{nfsstat4, stateid4};
+use crate::server::Server;
+use crate::session::{ClientId, Session};
+
+/// Per-request execution state.
+pub struct Compound<'a> {
+    pub srv: &'a Server,
+    pub creds: Creds,
+    pub conn: u64,
+    pub cfh: Option<Fh>,
+    pub sfh: Option<Fh>,
+    pub cur_sid: Option<stateid4>,
+    pub saved_sid: Option<stateid4>,
+    pub session: Option<Arc<Session>>,
+    pub client: Option<ClientId>,
+    pub minor: u32,
+    /// Bytes still available in the reply (for sizing READ and READDIR).
+    pub reply_left: usize,
+    pub now: Instant,
+    /// The backend side: OpCtx and begin/end_compound per touched export.
+    pub scope: crate::export::CompoundScope,
+    /// Opens this transactional COMPOUND created: closed if the transaction rolls back.
+    pub txn_opens: Vec<(txnfs_state::Stateid, txnfs_state::FileId)>,
+    /// Time spent waiting for others (recalls): not execution time (`crate::placement`).
+    pub waited: &'a crate::placement::WaitClock,
+}
+
+impl Compound<'_> {
+    pub fn cfh(&self) -> Result<&Fh, nfsstat4> {
+        self.cfh.as_ref().ok_or(nfsstat4::NFS4ERR_NOFILEHANDLE)
+    }
+
+    /// The current filehandle as an object inside an export.
+    pub fn cobj(&self) -> Result<&ObjFh, nfsstat4> {
+        match self.cfh()? {
+            Fh::Obj(o) => Ok(o),
+            // Pseudo directories are read-only directories; callers that want an
+            // object treat them as such.
+            Fh::Pseudo(_) => Err(nfsstat4::NFS4ERR_ROFS),
+        }
+    }
+
+    pub fn client(&self) -> Result<ClientId, nfsstat4> {
+        self.client.ok_or(nfsstat4::NFS4ERR_OP_NOT_IN_SESSION)
+    }
+
+    /// Resolve the "current stateid" special value (seqid 1, other all zero; RFC 8881
+    /// §16.2.3.1.2).
+    pub fn resolve_sid(&self, sid: &stateid4) -> Result<stateid4, nfsstat4> {
+        if sid.seqid == 1 && sid.other == [0u8; 12] {
+            self.cur_sid.clone().ok_or(nfsstat4::NFS4ERR_BAD_STATEID)
+        } else {
+            Ok(sid.clone())
+        }
+    }
+}
