@@ -9,15 +9,17 @@ pub fn decode(reply: &Bytes) -> Option<COMPOUND4res> {
     COMPOUND4res::from_bytes(reply.clone()).ok()
 }
 
-/// The status of one op result (every result starts with its status); SERVERFAULT
-/// if it names none.
-pub fn status_of(r: &nfs_resop4) -> nfsstat4 {
+/// The status of one op result (every result starts with its status), if it is one
+/// this protocol knows.
+pub fn status(r: &nfs_resop4) -> Option<nfsstat4> {
     let b = r.to_bytes();
-    if b.len() < 8 {
-        return nfsstat4::NFS4ERR_SERVERFAULT;
-    }
-    let v = i32::from_be_bytes([b[4], b[5], b[6], b[7]]);
-    nfsstat4::from_i32(v).unwrap_or(nfsstat4::NFS4ERR_SERVERFAULT)
+    let v = i32::from_be_bytes(b.get(4..8)?.try_into().ok()?);
+    nfsstat4::from_i32(v)
+}
+
+/// The status of one op result; SERVERFAULT if it names none.
+pub fn status_of(r: &nfs_resop4) -> nfsstat4 {
+    status(r).unwrap_or(nfsstat4::NFS4ERR_SERVERFAULT)
 }
 
 /// The open stateid and the file handle of the first OPEN and the GETFH after it, if
