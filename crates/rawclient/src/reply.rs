@@ -71,3 +71,27 @@ pub fn granted_delegation(d: &open_delegation4) -> Option<(stateid4, bool)> {
         open_delegation4::OPEN_DELEGATE_NONE | open_delegation4::OPEN_DELEGATE_NONE_EXT(_) => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_and_opens() {
+        let open = nfs_resop4::OP_OPEN(OPEN4res::default(nfsstat4::NFS4ERR_EXIST));
+        assert_eq!(status(&open), Some(nfsstat4::NFS4ERR_EXIST));
+        assert_eq!(
+            status_of(&nfs_resop4::OP_PUTROOTFH(PUTROOTFH4res {
+                status: nfsstat4::NFS4_OK
+            })),
+            nfsstat4::NFS4_OK
+        );
+        let r = COMPOUND4res {
+            status: nfsstat4::NFS4ERR_EXIST,
+            tag: Bytes::new(),
+            resarray: vec![open],
+        };
+        assert_eq!(opened(&r), None);
+        assert!(read_results(&r).is_empty());
+    }
+}

@@ -218,3 +218,56 @@ pub fn sequence_ok(r: &COMPOUND4res) -> Option<&SEQUENCE4resok> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use txnfs_xdr::Decode;
+
+    fn seq_of(b: Bytes) -> SEQUENCE4args {
+        let a = COMPOUND4args::from_bytes(b).expect("args decode");
+        match a.argarray.first() {
+            Some(nfs_argop4::OP_SEQUENCE(s)) => s.clone(),
+            other => panic!("SEQUENCE first: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn take_moves_the_slot_frame_does_not() {
+        let mut s = Slots::new([7; 16], 4);
+        let a = seq_of(s.frame(b"t", 2, vec![]));
+        assert_eq!(
+            (a.sa_slotid, a.sa_sequenceid, a.sa_highest_slotid),
+            (2, 1, 3)
+        );
+        assert!(a.sa_cachethis);
+        assert_eq!(seq_of(s.frame(b"t", 2, vec![])), a, "a retransmission");
+        assert_eq!(seq_of(s.take(b"t", 2, vec![])).sa_sequenceid, 1);
+        assert_eq!(seq_of(s.take(b"t", 2, vec![])).sa_sequenceid, 2);
+        assert_eq!(s.next_seq(0), 1);
+    }
+
+    #[test]
+    fn confirm_follows_the_reply() {
+        let mut s = Slots::new([7; 16], 2);
+        let reply = |slot, seq| COMPOUND4res {
+            status: nfsstat4::NFS4_OK,
+            tag: Bytes::new(),
+            resarray: vec![nfs_resop4::OP_SEQUENCE(SEQUENCE4res::NFS4_OK(
+                SEQUENCE4resok {
+                    sr_sessionid: [7; 16],
+                    sr_sequenceid: seq,
+                    sr_slotid: slot,
+                    sr_highest_slotid: 1,
+                    sr_target_highest_slotid: 1,
+                    sr_status_flags: 0,
+                },
+            ))],
+        };
+        s.confirm(&reply(1, 5));
+        assert_eq!((s.next_seq(0), s.next_seq(1)), (1, 6));
+        s.confirm(&reply(9, 5));
+        assert_eq!(s.len(), 2, "a slot out of the table is ignored");
+        assert!(sequence_ok(&reply(1, 5)).is_some());
+    }
+}

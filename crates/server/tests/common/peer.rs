@@ -15,7 +15,7 @@ use txnfs_rpc::msg::{
 };
 use txnfs_rpc::{decode_reply, encode_call, read_record, record, AuthSys};
 use txnfs_server::callback::PathState;
-use txnfs_xdr::get_u32;
+use txnfs_xdr::{get_u32, Encode};
 
 pub const CB_PROG: u32 = 0x4000_0123;
 pub const T: Duration = Duration::from_secs(10);
@@ -284,7 +284,7 @@ pub async fn new_session(p: &mut Peer, owner: &[u8], back_chan: bool) -> (sessio
     let r = p
         .compound(vec![
             sequence(sid, 1, 1, false),
-            nfs_argop4::OP_RECLAIM_COMPLETE(RECLAIM_COMPLETE4args { rca_one_fs: false }),
+            txnfs_rawclient::reclaim_complete(),
         ])
         .await;
     assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
