@@ -10,6 +10,8 @@
 //! caller sends them: the simulation hands them to the server's executor in process;
 //! with the `tcp` feature, [`tcp`] sends them over `txnfs_rpc::RpcClient`.
 
+#![forbid(unsafe_code)]
+
 pub mod ops;
 pub mod reply;
 pub mod session;
