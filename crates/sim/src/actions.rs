@@ -241,7 +241,7 @@ fn open_ops(
 ) -> Vec<nfs_argop4> {
     vec![
         wire::putfh(dir),
-        wire::open(name, owner, access, deny, create),
+        wire::open(name, owner, access, deny, wire::openhow(create)),
         then,
     ]
 }
@@ -316,7 +316,7 @@ fn write(sim: &mut Sim, ci: usize, file: Fh) -> Result<(), Violation> {
     };
     let mut ops = vec![
         wire::putfh(&file),
-        wire::write(&sid, offset, stable, data.clone()),
+        wire::write_with(&sid, offset, stable, data.clone()),
     ];
     if commit {
         ops.push(nfs_argop4::OP_COMMIT(COMMIT4args {
@@ -636,7 +636,7 @@ fn stale_write(sim: &mut Sim, ci: usize, file: Fh, sid: stateid4) -> Result<(), 
     let data = payload(sim, n);
     let ops = vec![
         wire::putfh(&file),
-        wire::write(&sid, 0, stable_how4::FILE_SYNC4, data.clone()),
+        wire::write_with(&sid, 0, stable_how4::FILE_SYNC4, data.clone()),
     ];
     let after_restart = sim.clients[ci].dead_by_restart;
     let intent = Intent::StaleWrite {

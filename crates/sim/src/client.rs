@@ -189,8 +189,8 @@ impl Intent {
 pub struct Session {
     pub clientid: u64,
     pub sid: sessionid4,
-    /// Last sequence id used per slot.
-    pub slots: Vec<u32>,
+    /// Last sequence id used per slot (moved by the replies).
+    pub slots: txnfs_rawclient::Slots,
 }
 
 /// A request whose reply the client never saw: it must retransmit it (same slot,

@@ -608,9 +608,9 @@ fn step_ops(m: &TxModel, s: &Step, owner: &Bytes) -> Vec<nfs_argop4> {
                 owner,
                 OPEN4_SHARE_ACCESS_BOTH,
                 OPEN4_SHARE_DENY_NONE,
-                true,
+                wire::openhow(true),
             ));
-            ops.push(wire::write(
+            ops.push(wire::write_with(
                 &CURRENT,
                 *offset,
                 stable_how4::FILE_SYNC4,
@@ -637,7 +637,7 @@ fn step_ops(m: &TxModel, s: &Step, owner: &Bytes) -> Vec<nfs_argop4> {
             } else {
                 stable_how4::UNSTABLE4
             };
-            ops.push(wire::write(&ANON, *offset, how, data.clone()));
+            ops.push(wire::write_with(&ANON, *offset, how, data.clone()));
             if !*stable {
                 ops.push(nfs_argop4::OP_COMMIT(COMMIT4args {
                     offset: 0,

@@ -99,13 +99,17 @@ fn file(i: usize) -> String {
 fn read_all_ops(k: usize) -> Vec<nfs_argop4> {
     let mut ops = Vec::new();
     for i in 0..k {
-        ops.extend([nfs_argop4::OP_PUTROOTFH, lookup(&file(i)), read(0, 4096)]);
+        ops.extend([
+            nfs_argop4::OP_PUTROOTFH,
+            lookup(&file(i)),
+            read(&ANON, 0, 4096),
+        ]);
     }
     ops
 }
 
 async fn writer(addr: SocketAddr, id: usize, cfg: IsoConfig, st: Arc<IsoStats>) {
-    let mut s = match Session::new(addr, format!("iso-writer-{id}").as_bytes()).await {
+    let mut s = match session(addr, format!("iso-writer-{id}").as_bytes()).await {
         Ok(s) => s,
         Err(e) => return st.note(format!("writer {id}: {e}")),
     };
@@ -123,7 +127,7 @@ async fn writer(addr: SocketAddr, id: usize, cfg: IsoConfig, st: Arc<IsoStats>) 
             ops.extend([
                 nfs_argop4::OP_PUTROOTFH,
                 lookup(&file(i)),
-                write(anon(), 0, rec.clone()),
+                write(&ANON, 0, rec.clone()),
             ]);
         }
         let mut backoff = 1;
@@ -150,7 +154,7 @@ async fn writer(addr: SocketAddr, id: usize, cfg: IsoConfig, st: Arc<IsoStats>) 
 
 async fn reader(addr: SocketAddr, id: usize, txn: bool, cfg: IsoConfig, st: Arc<IsoStats>) {
     let kind = if txn { "txn" } else { "plain" };
-    let mut s = match Session::new(addr, format!("iso-{kind}-reader-{id}").as_bytes()).await {
+    let mut s = match session(addr, format!("iso-{kind}-reader-{id}").as_bytes()).await {
         Ok(s) => s,
         Err(e) => return st.note(format!("{kind} reader {id}: {e}")),
     };
@@ -193,13 +197,13 @@ async fn reader(addr: SocketAddr, id: usize, txn: bool, cfg: IsoConfig, st: Arc<
 /// Creates the K files, then runs writers and readers concurrently for the duration.
 pub async fn run_isolation(addr: SocketAddr, cfg: IsoConfig) -> Arc<IsoStats> {
     let st = Arc::new(IsoStats::default());
-    let mut s = Session::new(addr, b"iso-setup").await.expect("session");
+    let mut s = session(addr, b"iso-setup").await.expect("session");
     for i in 0..cfg.files {
         let r = s
             .plain(vec![
                 nfs_argop4::OP_PUTROOTFH,
                 open_create(&file(i)),
-                write(current_sid(), 0, record(99, 0)),
+                write(&CURRENT, 0, record(99, 0)),
                 close_current(),
             ])
             .await

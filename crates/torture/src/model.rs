@@ -281,11 +281,11 @@ impl ClientModel {
         }
     }
 
-    fn write_ops(key: u64, sid: fn() -> txnfs_proto::nfs4::stateid4) -> Vec<nfs_argop4> {
+    fn write_ops(key: u64, sid: txnfs_proto::nfs4::stateid4) -> Vec<nfs_argop4> {
         let c = content(key);
         c.chunks(CHUNK)
             .enumerate()
-            .map(|(i, ch)| write(sid(), (i * CHUNK) as u64, Bytes::copy_from_slice(ch)))
+            .map(|(i, ch)| write(&sid, (i * CHUNK) as u64, Bytes::copy_from_slice(ch)))
             .collect()
     }
 
@@ -317,7 +317,7 @@ impl ClientModel {
                     lookup(&shared_file(i)),
                     truncate(0),
                 ]);
-                p.ops.extend(Self::write_ops(k, anon));
+                p.ops.extend(Self::write_ops(k, ANON));
             }
             if !fail {
                 // A transaction planned to fail must never show its key.
@@ -380,7 +380,7 @@ impl ClientModel {
                 Node::Dir => ops.push(mkdir(name)),
                 Node::File(k) => {
                     ops.push(open_create(name));
-                    ops.extend(Self::write_ops(*k, current_sid));
+                    ops.extend(Self::write_ops(*k, CURRENT));
                     ops.push(close_current());
                 }
             }
@@ -493,9 +493,9 @@ impl ClientModel {
             ops.push(lookup(name));
             if rng.chance(50) {
                 ops.push(truncate(0));
-                ops.extend(Self::write_ops(k, anon));
+                ops.extend(Self::write_ops(k, ANON));
             } else {
-                ops.extend(Self::write_ops(k, anon));
+                ops.extend(Self::write_ops(k, ANON));
                 ops.push(truncate(content(k).len() as u64));
             }
             post.insert(f, Node::File(k));

@@ -14,7 +14,7 @@ use txnfs_proto::nfs4::nfsstat4;
 use crate::model::{
     content, diff, key_of, shared_file, snapshot, ClientModel, Plan, Rng, Tree, SHARED_DIR,
 };
-use crate::nfs::{status_of, CallError, Session};
+use crate::nfs::{session, status_of, CallError};
 use crate::server::{signal_of, ServeSpec, ServerProc, Started};
 
 /// The fault points of the txn layer (crates/backend/src/txn/mod.rs).
@@ -229,7 +229,7 @@ async fn client_run(cx: ClientCtx, mut model: ClientModel, mut rng: Rng) -> Clie
     };
     let mut counts = Counts::default();
     let mut violations = Vec::new();
-    let Ok(mut s) = Session::new(addr, owner.as_bytes()).await else {
+    let Ok(mut s) = session(addr, owner.as_bytes()).await else {
         // The server died before we got a session: nothing was sent.
         return end(model, None, counts, violations);
     };

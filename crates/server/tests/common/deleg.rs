@@ -7,6 +7,8 @@ use super::peer::{
 };
 use super::*;
 use std::time::{Duration, Instant};
+#[allow(unused_imports)] // each test uses some
+pub use txnfs_rawclient::{delegreturn as delegreturn_op, open_plain, putfh};
 use txnfs_server::callback::PathState;
 
 /// A server on memory whose conflicting requests wait up to `recall_wait_ms` for a
@@ -19,31 +21,6 @@ pub async fn deleg_server(recall_wait_ms: u32) -> TestServer {
         c
     })
     .await
-}
-
-pub fn putfh(fh: &Bytes) -> nfs_argop4 {
-    nfs_argop4::OP_PUTFH(PUTFH4args { object: fh.clone() })
-}
-
-pub fn delegreturn_op(d: &stateid4) -> nfs_argop4 {
-    nfs_argop4::OP_DELEGRETURN(DELEGRETURN4args {
-        deleg_stateid: d.clone(),
-    })
-}
-
-/// OPEN `name` (no create) with `share_access` for the open owner `owner`.
-pub fn open_plain(name: &str, share_access: u32, owner: &'static [u8]) -> nfs_argop4 {
-    nfs_argop4::OP_OPEN(OPEN4args {
-        seqid: 0,
-        share_access,
-        share_deny: OPEN4_SHARE_DENY_NONE,
-        owner: open_owner4 {
-            clientid: 0,
-            owner: Bytes::from_static(owner),
-        },
-        openhow: openflag4::default(opentype4::OPEN4_NOCREATE),
-        claim: open_claim4::CLAIM_NULL(Bytes::copy_from_slice(name.as_bytes())),
-    })
 }
 
 /// A holder: a peer with a working back channel and its own slot-0 sequence.

@@ -1,14 +1,21 @@
 //! A raw NFSv4.1 session over real TCP for protocol-level tests: every byte of every
-//! COMPOUND is under the test's control (slots, sequence ids, retransmissions).
+//! COMPOUND is under the test's control (slots, sequence ids, retransmissions). The
+//! framing, builders and transport are the shared raw client's (`txnfs_rawclient`,
+//! ADR 0034); this module adds the servers the tests start and assertions.
 #![allow(dead_code)]
 
 use bytes::Bytes;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use txnfs_rpc::{AuthSys, Credential, RpcClient};
+use txnfs_rawclient::tcp::{self, CallError, Options};
+#[allow(unused_imports)] // each test uses some
+pub use txnfs_rawclient::{
+    empty_fattr, lookup, mkdir, open_create, open_new, remove, rename, write,
+};
+use txnfs_rpc::{Credential, RpcClient};
 use txnfs_server::nfs::*;
 use txnfs_server::{BackendKind, Config, ExportConfig, Server};
-use txnfs_xdr::{Decode, Encode};
+use txnfs_xdr::Decode;
 
 mod args;
 pub use args::*;
@@ -107,26 +114,18 @@ pub fn root_cred() -> Credential {
 
 /// AUTH_SYS credentials of the user `uid` in the group `gid`, from the machine "test".
 pub fn sys_cred(uid: u32, gid: u32) -> Credential {
-    Credential::Sys(AuthSys {
-        stamp: 1,
-        machinename: Bytes::from_static(b"test"),
-        uid,
-        gid,
-        gids: vec![],
-    })
+    tcp::auth_sys(b"test", uid, gid)
 }
+
+/// The COMPOUND tag of the tests' requests.
+pub const TAG: &[u8] = b"t";
 
 pub fn encode_compound(ops: Vec<nfs_argop4>) -> Bytes {
     encode_compound_minor(ops, 1)
 }
 
 pub fn encode_compound_minor(ops: Vec<nfs_argop4>, minorversion: u32) -> Bytes {
-    COMPOUND4args {
-        tag: Bytes::from_static(b"t"),
-        minorversion,
-        argarray: ops,
-    }
-    .to_bytes()
+    txnfs_rawclient::compound(TAG, minorversion, ops)
 }
 
 pub async fn call_raw(cl: &RpcClient, args: Bytes) -> Bytes {
@@ -153,7 +152,7 @@ pub async fn reclaim_complete(cl: &RpcClient, sid: sessionid4) {
         cl,
         vec![
             sequence(sid, 1, 1, false),
-            nfs_argop4::OP_RECLAIM_COMPLETE(RECLAIM_COMPLETE4args { rca_one_fs: false }),
+            txnfs_rawclient::reclaim_complete(),
         ],
     )
     .await;
@@ -259,8 +258,11 @@ impl Session {
         proc: u32,
         args: Bytes,
     ) -> Result<COMPOUND4res, txnfs_rpc::RpcError> {
-        let b = self.cl.call(100003, 4, proc, args).await?;
-        Ok(COMPOUND4res::from_bytes(b).expect("reply decodes"))
+        match tcp::call_proc(&self.cl, proc, args, None).await {
+            Ok(r) => Ok(r),
+            Err(CallError::Rpc(e)) => Err(e),
+            Err(e) => panic!("reply decodes: {e}"),
+        }
     }
 
     /// Like `run`, but SEQUENCE asks the server not to cache the reply.
@@ -278,97 +280,30 @@ async fn new_session(
     owner: &[u8],
     fore: channel_attrs4,
 ) -> (clientid4, CREATE_SESSION4resok) {
-    let r = call(cl, vec![exchange_id(owner)]).await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK);
-    let nfs_resop4::OP_EXCHANGE_ID(EXCHANGE_ID4res::NFS4_OK(e)) = &r.resarray[0] else {
-        panic!("EXCHANGE_ID result {:?}", r.resarray)
+    let opts = Options {
+        tag: TAG,
+        cred: root_cred(),
+        timeout: None,
+        fore,
+        back: channel(1000, 1),
     };
-    let r = call(cl, vec![create_session(e, fore, channel(1000, 1))]).await;
-    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
-    let nfs_resop4::OP_CREATE_SESSION(CREATE_SESSION4res::NFS4_OK(s)) = &r.resarray[0] else {
-        panic!("CREATE_SESSION result {:?}", r.resarray)
-    };
-    (e.eir_clientid, s.clone())
-}
-
-pub fn empty_fattr() -> fattr4 {
-    fattr4 {
-        attrmask: vec![],
-        attr_vals: Bytes::new(),
-    }
-}
-
-pub fn open_create(name: &str, how: createhow4) -> nfs_argop4 {
-    nfs_argop4::OP_OPEN(OPEN4args {
-        seqid: 0,
-        share_access: OPEN4_SHARE_ACCESS_BOTH,
-        share_deny: OPEN4_SHARE_DENY_NONE,
-        owner: open_owner4 {
-            clientid: 0,
-            owner: Bytes::from_static(b"owner1"),
-        },
-        openhow: openflag4::OPEN4_CREATE(how),
-        claim: open_claim4::CLAIM_NULL(Bytes::copy_from_slice(name.as_bytes())),
-    })
-}
-
-/// OPEN that creates `name` (UNCHECKED4, no attributes) for reading and writing.
-pub fn open_new(name: &str) -> nfs_argop4 {
-    open_create(name, createhow4::UNCHECKED4(empty_fattr()))
-}
-
-pub fn mkdir(name: &str) -> nfs_argop4 {
-    nfs_argop4::OP_CREATE(CREATE4args {
-        objtype: createtype4::NF4DIR,
-        objname: Bytes::copy_from_slice(name.as_bytes()),
-        createattrs: empty_fattr(),
-    })
-}
-
-pub fn rename(from: &str, to: &str) -> nfs_argop4 {
-    nfs_argop4::OP_RENAME(RENAME4args {
-        oldname: Bytes::copy_from_slice(from.as_bytes()),
-        newname: Bytes::copy_from_slice(to.as_bytes()),
-    })
-}
-
-pub fn remove(name: &str) -> nfs_argop4 {
-    nfs_argop4::OP_REMOVE(REMOVE4args {
-        target: Bytes::copy_from_slice(name.as_bytes()),
-    })
-}
-
-/// WRITE `data` at `offset` with `sid`, FILE_SYNC4.
-pub fn write(sid: &stateid4, offset: u64, data: &'static [u8]) -> nfs_argop4 {
-    nfs_argop4::OP_WRITE(WRITE4args {
-        stateid: sid.clone(),
-        offset,
-        stable: stable_how4::FILE_SYNC4,
-        data: Bytes::from_static(data),
-    })
-}
-
-pub fn lookup(name: &str) -> nfs_argop4 {
-    nfs_argop4::OP_LOOKUP(LOOKUP4args {
-        objname: Bytes::copy_from_slice(name.as_bytes()),
-    })
+    tcp::establish(cl, owner, &opts)
+        .await
+        .unwrap_or_else(|e| panic!("session setup: {e}"))
 }
 
 /// The open stateid and the file handle in the reply to SEQUENCE, PUTROOTFH, OPEN, GETFH.
 pub fn opened_stateid_and_fh(r: &COMPOUND4res) -> (stateid4, Bytes) {
     assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
-    let nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(open)) = &r.resarray[2] else {
-        panic!("OPEN result {:?}", r.resarray)
-    };
-    let nfs_resop4::OP_GETFH(GETFH4res::NFS4_OK(fh)) = &r.resarray[3] else {
-        panic!("GETFH result {:?}", r.resarray)
-    };
-    (open.stateid.clone(), fh.object.clone())
+    assert!(
+        matches!(r.resarray.get(2), Some(nfs_resop4::OP_OPEN(_))),
+        "OPEN third: {:?}",
+        r.resarray
+    );
+    txnfs_rawclient::opened(r).unwrap_or_else(|| panic!("OPEN, GETFH results {:?}", r.resarray))
 }
 
+/// The status of one op result (panics if it is none this protocol knows).
 pub fn status_of(r: &nfs_resop4) -> nfsstat4 {
-    // Every result starts with its status: re-encode and read it back.
-    let b = r.to_bytes();
-    let v = i32::from_be_bytes([b[4], b[5], b[6], b[7]]);
-    nfsstat4::from_i32(v).expect("status")
+    txnfs_rawclient::status(r).expect("status")
 }

@@ -10,12 +10,13 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+use txnfs_rawclient::{create_session_for, sequence_ok};
 use txnfs_rpc::msg::{
     encode_reply_header, AcceptedStatus, OpaqueAuth, ReplyHeader, AUTH_SYS, MSG_CALL, MSG_REPLY,
 };
 use txnfs_rpc::{decode_reply, encode_call, read_record, record, AuthSys};
 use txnfs_server::callback::PathState;
-use txnfs_xdr::get_u32;
+use txnfs_xdr::{get_u32, Encode};
 
 pub const CB_PROG: u32 = 0x4000_0123;
 pub const T: Duration = Duration::from_secs(10);
@@ -269,11 +270,15 @@ pub async fn new_session(p: &mut Peer, owner: &[u8], back_chan: bool) -> (sessio
     let nfs_resop4::OP_EXCHANGE_ID(EXCHANGE_ID4res::NFS4_OK(e)) = &r.resarray[0] else {
         panic!("EXCHANGE_ID {:?}", r.resarray)
     };
-    let nfs_argop4::OP_CREATE_SESSION(mut cs) = create_session(e, channel(64, 4), channel(8, 1))
-    else {
+    let nfs_argop4::OP_CREATE_SESSION(mut cs) = create_session_for(
+        e.eir_clientid,
+        e.eir_sequenceid,
+        channel(64, 4),
+        channel(8, 1),
+        back_chan,
+    ) else {
         unreachable!()
     };
-    cs.csa_flags = if back_chan { 0x2 } else { 0 };
     cs.csa_cb_program = CB_PROG;
     cs.csa_sec_parms = vec![cb_sys()];
     let r = p.compound(vec![nfs_argop4::OP_CREATE_SESSION(cs)]).await;
@@ -284,7 +289,7 @@ pub async fn new_session(p: &mut Peer, owner: &[u8], back_chan: bool) -> (sessio
     let r = p
         .compound(vec![
             sequence(sid, 1, 1, false),
-            nfs_argop4::OP_RECLAIM_COMPLETE(RECLAIM_COMPLETE4args { rca_one_fs: false }),
+            txnfs_rawclient::reclaim_complete(),
         ])
         .await;
     assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
@@ -294,7 +299,7 @@ pub async fn new_session(p: &mut Peer, owner: &[u8], back_chan: bool) -> (sessio
 /// SEQUENCE alone on slot 0: its sr_status_flags.
 pub async fn seq_flags(p: &mut Peer, sid: sessionid4, seqid: u32) -> u32 {
     let r = p.compound(vec![sequence(sid, 0, seqid, false)]).await;
-    let nfs_resop4::OP_SEQUENCE(SEQUENCE4res::NFS4_OK(ok)) = &r.resarray[0] else {
+    let Some(ok) = sequence_ok(&r) else {
         panic!("SEQUENCE {:?}", r.resarray)
     };
     ok.sr_status_flags

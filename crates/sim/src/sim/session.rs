@@ -35,10 +35,7 @@ impl Sim {
             .session
             .as_ref()
             .ok_or_else(|| Violation::new(ViolationKind::Harness, "no session"))?;
-        let seq = s.slots[slot as usize].wrapping_add(1);
-        let mut all = vec![wire::sequence(s.sid, slot, seq, SLOTS - 1)];
-        all.extend(ops);
-        Ok((wire::compound(all), slot))
+        Ok((s.slots.frame(wire::TAG, slot, ops), slot))
     }
 
     /// Judge the SEQUENCE result: a new request on a live session must pass; a dead
@@ -57,10 +54,8 @@ impl Sim {
                     format!("client {ci}: its session still works after lease expiry or restart"),
                 ));
             }
-            if let (Some(s), Some(nfs_resop4::OP_SEQUENCE(SEQUENCE4res::NFS4_OK(ok)))) =
-                (c.session.as_mut(), res.resarray.first())
-            {
-                s.slots[ok.sr_slotid as usize] = ok.sr_sequenceid;
+            if let Some(s) = c.session.as_mut() {
+                s.slots.confirm(res);
             }
             // CB_PATH_DOWN_SESSION and CB_PATH_DOWN exactly while the (only) session's
             // back channel is down.
@@ -274,7 +269,7 @@ impl Sim {
         let c = &self.clients[ci];
         let (_, res) = self.call(
             ci,
-            wire::compound(vec![wire::exchange_id(&c.owner, c.verifier)]),
+            wire::compound(vec![wire::exchange_id_verf(&c.owner, c.verifier)]),
         )?;
         let Some(nfs_resop4::OP_EXCHANGE_ID(EXCHANGE_ID4res::NFS4_OK(e))) = res.resarray.first()
         else {
@@ -332,7 +327,7 @@ impl Sim {
         c.session = Some(Session {
             clientid,
             sid,
-            slots: vec![0; SLOTS as usize],
+            slots: wire::Slots::new(sid, SLOTS),
         });
         c.incarnation += 1;
         c.expect_dead = false;

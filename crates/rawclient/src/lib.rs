@@ -1,0 +1,23 @@
+//! A raw NFSv4.1 client for tests: every byte of every COMPOUND is the caller's
+//! (slots, sequence ids, retransmissions of the same bytes). The server's protocol
+//! tests, the transaction torture and the deterministic simulation all speak through
+//! it (ADR 0034).
+//!
+//! The core is sans-IO: [`session`] frames COMPOUNDs (SEQUENCE on a slot of a
+//! [`Slots`] table) and builds and reads the session setup (EXCHANGE_ID,
+//! CREATE_SESSION); [`ops`] builds the other operations; [`reply`] decodes replies and
+//! takes statuses, stateids and file handles out of them. The bytes go wherever the
+//! caller sends them: the simulation hands them to the server's executor in process;
+//! with the `tcp` feature, [`tcp`] sends them over `txnfs_rpc::RpcClient`.
+
+#![forbid(unsafe_code)]
+
+pub mod ops;
+pub mod reply;
+pub mod session;
+#[cfg(feature = "tcp")]
+pub mod tcp;
+
+pub use ops::*;
+pub use reply::*;
+pub use session::*;
