@@ -1,9 +1,6 @@
 //! The session-setup arguments (the shared raw client's, ADR 0034) and the memory
-//! export that both the integration tests (through `common`) and the server's own unit
-//! tests (through `#[path]`) build: an integration test cannot see `#[cfg(test)]` code
-//! of the library, nor it theirs, so the one copy lives in this file. Both parents
-//! import `BackendKind`, `Config` and `ExportConfig` from the server crate under those
-//! names.
+//! export of the integration tests. (The server's unit tests have their own five-line
+//! `memory_config`: an integration test cannot see the library's `#[cfg(test)]` code.)
 
 use super::{BackendKind, Config, ExportConfig};
 #[allow(unused_imports)] // each test uses some
