@@ -48,21 +48,61 @@ enum Cmd {
     /// Serve directories over NFSv4.1 (listens on 127.0.0.1:2049 by default).
     Serve(serve::ServeArgs),
     /// List directory contents.
-    Ls(commands::ls::LsArgs),
+    Ls {
+        #[command(flatten)]
+        args: commands::ls::LsArgs,
+        #[command(flatten)]
+        client: GlobalArgs,
+    },
     /// Show file attributes.
-    Stat(commands::stat::StatArgs),
+    Stat {
+        #[command(flatten)]
+        args: commands::stat::StatArgs,
+        #[command(flatten)]
+        client: GlobalArgs,
+    },
     /// Print files to stdout.
-    Cat(commands::cat::CatArgs),
+    Cat {
+        #[command(flatten)]
+        args: commands::cat::CatArgs,
+        #[command(flatten)]
+        client: GlobalArgs,
+    },
     /// Copy files and trees between local paths and NFS URLs.
-    Cp(commands::cp::CpArgs),
+    Cp {
+        #[command(flatten)]
+        args: commands::cp::CpArgs,
+        #[command(flatten)]
+        client: GlobalArgs,
+    },
     /// Create directories.
-    Mkdir(commands::mkdir::MkdirArgs),
+    Mkdir {
+        #[command(flatten)]
+        args: commands::mkdir::MkdirArgs,
+        #[command(flatten)]
+        client: GlobalArgs,
+    },
     /// Remove files or trees.
-    Rm(commands::rm::RmArgs),
+    Rm {
+        #[command(flatten)]
+        args: commands::rm::RmArgs,
+        #[command(flatten)]
+        client: GlobalArgs,
+    },
     /// Rename or move files.
-    Mv(commands::mv::MvArgs),
+    Mv {
+        #[command(flatten)]
+        args: commands::mv::MvArgs,
+        #[command(flatten)]
+        client: GlobalArgs,
+    },
     /// Make hard or symbolic links.
-    Ln(commands::ln::LnArgs),
+    Ln {
+        #[command(flatten)]
+        args: commands::ln::LnArgs,
+        #[command(flatten)]
+        client: GlobalArgs,
+    },
     /// Benchmarks: run a workload, or compare servers side by side (runs the separate
     /// txnfs-bench binary: `txnfs bench --help`).
     Bench(bench::BenchArgs),
@@ -82,7 +122,25 @@ fn main() -> std::process::ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let file_cmd = match cli.cmd {
+    // The client options belong to the file commands: given before `serve` or
+    // `bench` (where they did nothing) they are refused (`--vers` is the runner's for
+    // `bench`).
+    let given = cli.global.given();
+    let misplaced: Vec<&str> = match &cli.cmd {
+        Cmd::Serve(_) => given,
+        Cmd::Bench(_) => given.into_iter().filter(|f| *f != "--vers").collect(),
+        _ => Vec::new(),
+    };
+    if !misplaced.is_empty() {
+        eprintln!(
+            "txnfs: {} {} an option of the file commands (ls, stat, cat, cp, mkdir, rm, mv, \
+             ln), not of this command",
+            misplaced.join(", "),
+            if misplaced.len() == 1 { "is" } else { "are" }
+        );
+        return std::process::ExitCode::from(2);
+    }
+    let (file_cmd, client) = match cli.cmd {
         Cmd::Serve(a) => {
             return match serve::run(a) {
                 Ok(()) => std::process::ExitCode::SUCCESS,
@@ -92,19 +150,19 @@ fn main() -> std::process::ExitCode {
                 }
             }
         }
-        Cmd::Ls(a) => FileCmd::Ls(a),
-        Cmd::Stat(a) => FileCmd::Stat(a),
-        Cmd::Cat(a) => FileCmd::Cat(a),
-        Cmd::Cp(a) => FileCmd::Cp(a),
-        Cmd::Mkdir(a) => FileCmd::Mkdir(a),
-        Cmd::Rm(a) => FileCmd::Rm(a),
-        Cmd::Mv(a) => FileCmd::Mv(a),
-        Cmd::Ln(a) => FileCmd::Ln(a),
+        Cmd::Ls { args, client } => (FileCmd::Ls(args), client),
+        Cmd::Stat { args, client } => (FileCmd::Stat(args), client),
+        Cmd::Cat { args, client } => (FileCmd::Cat(args), client),
+        Cmd::Cp { args, client } => (FileCmd::Cp(args), client),
+        Cmd::Mkdir { args, client } => (FileCmd::Mkdir(args), client),
+        Cmd::Rm { args, client } => (FileCmd::Rm(args), client),
+        Cmd::Mv { args, client } => (FileCmd::Mv(args), client),
+        Cmd::Ln { args, client } => (FileCmd::Ln(args), client),
         Cmd::Bench(a) => {
             let e = bench::exec(a, cli.global.vers);
             eprintln!("txnfs: {e}");
             return std::process::ExitCode::FAILURE;
         }
     };
-    commands::run(cli.global, file_cmd)
+    commands::run(cli.global.or(client), file_cmd)
 }

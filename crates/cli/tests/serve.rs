@@ -80,6 +80,32 @@ fn clear_errors_for_bad_configuration() {
     let _ = std::fs::remove_dir_all(state);
 }
 
+/// The client options belong to the file commands: `serve` does not list them and
+/// refuses them before or after its name, saying whose they are.
+#[test]
+fn client_options_are_not_serve_options() {
+    let out = serve_help();
+    let text = String::from_utf8_lossy(&out.stdout);
+    for flag in ["--uid", "--gid", "--stats", "--vers"] {
+        assert!(!text.contains(flag), "serve --help lists {flag}:\n{text}");
+    }
+    let out = Command::new(bin())
+        .args(["--stats", "serve", "/tmp"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--stats is an option of the file commands"),
+        "{err}"
+    );
+    let out = Command::new(bin())
+        .args(["serve", "--uid", "7", "/tmp"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
 #[test]
 fn sigterm_shuts_down_cleanly() {
     let dir = tempfile::tempdir().unwrap();

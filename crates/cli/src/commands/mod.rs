@@ -28,26 +28,63 @@ use url::{NfsUrl, ServerKey};
 
 /// Flags every file command takes.
 #[derive(Args, Debug, Clone, Default)]
+#[command(next_help_heading = "Client options (file commands; before or after the command)")]
 pub struct GlobalArgs {
     /// Uid to send in AUTH_SYS credentials (default: the calling user's).
-    #[arg(long, global = true, value_name = "UID")]
+    #[arg(long, value_name = "UID")]
     pub uid: Option<u32>,
     /// Gid to send in AUTH_SYS credentials (default: the calling user's).
-    #[arg(long, global = true, value_name = "GID")]
+    #[arg(long, value_name = "GID")]
     pub gid: Option<u32>,
     /// After the command, print to stderr the number of COMPOUNDs and of ops per op
     /// type sent to each server.
-    #[arg(long, global = true)]
+    #[arg(long)]
     pub stats: bool,
     /// Ask for no delegations and cache nothing (by default the client caches what the
     /// server delegates: reads, attributes, directory listings).
-    #[arg(long, global = true)]
+    #[arg(long)]
     pub no_delegations: bool,
     /// NFS version to speak: 4.2 or 4.1 (default: the highest the server accepts, as
     /// the Linux client's mount without vers=). On 4.1 copies on one server go
     /// through the client and sparse files are copied with their holes filled.
-    #[arg(long, global = true, value_name = "VERSION", value_parser = parse_vers)]
+    #[arg(long, value_name = "VERSION", value_parser = parse_vers)]
     pub vers: Option<u32>,
+}
+
+impl GlobalArgs {
+    /// These options given before the command (`txnfs --stats cp ...`), completed by
+    /// those given after it (`txnfs cp --stats ...`).
+    pub fn or(self, after: GlobalArgs) -> GlobalArgs {
+        GlobalArgs {
+            uid: after.uid.or(self.uid),
+            gid: after.gid.or(self.gid),
+            stats: self.stats || after.stats,
+            no_delegations: self.no_delegations || after.no_delegations,
+            vers: after.vers.or(self.vers),
+        }
+    }
+
+    /// The client options given, by flag name (a command that is not a file command
+    /// refuses them).
+    pub fn given(&self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        if self.uid.is_some() {
+            v.push("--uid");
+        }
+        if self.gid.is_some() {
+            v.push("--gid");
+        }
+        if self.stats {
+            v.push("--stats");
+        }
+        if self.no_delegations {
+            v.push("--no-delegations");
+        }
+        if self.vers.is_some() {
+            v.push("--vers");
+        }
+        v
+    }
 }
 
 /// `4.1` / `4.2` to a minor version.
