@@ -22,6 +22,7 @@ fn cx(compound: u64, txn: bool) -> OpCtx {
         compound,
         txn,
         span: TxnSpan::Whole,
+        waited: Default::default(),
     }
 }
 

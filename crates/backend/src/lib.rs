@@ -22,8 +22,10 @@ pub mod local;
 pub mod memory;
 mod reflink;
 pub mod txn;
+mod waitclock;
 mod watch;
 
+pub use waitclock::WaitClock;
 pub use watch::{Watch, WatchHandle, WatchKind};
 
 /// Opaque, restart-stable identity of an object inside one backend (at most
@@ -267,6 +269,9 @@ pub struct OpCtx {
     /// Where a transactional COMPOUND stands in its transaction (one COMPOUND, or one of
     /// several; ADR 0021).
     pub span: TxnSpan,
+    /// Where the COMPOUND's waits for others (a transaction's locks) are counted, so the
+    /// server can leave them out of its execution time.
+    pub waited: WaitClock,
 }
 
 /// The part a transactional COMPOUND plays in its transaction. A transaction of
@@ -317,6 +322,7 @@ impl OpCtx {
             compound: 0,
             txn: false,
             span: TxnSpan::Whole,
+            waited: WaitClock::default(),
         }
     }
 }

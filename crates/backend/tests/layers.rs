@@ -51,6 +51,7 @@ fn ctx(compound: u64) -> OpCtx {
         compound,
         txn: false,
         span: Default::default(),
+        waited: Default::default(),
     }
 }
 

@@ -106,6 +106,7 @@ fn txn_cx(compound: u64) -> OpCtx {
         compound,
         txn: true,
         span: Default::default(),
+        waited: Default::default(),
     }
 }
 
@@ -579,6 +580,40 @@ fn an_open_transaction_is_isolated() {
         .unwrap();
     assert_eq!(&got[..], b"half");
     assert_eq!(t.held_locks(), 0);
+}
+
+/// A plain read that waits for a transaction's lock counts the wait in its context's
+/// clock (the server leaves it out of its execution time); one that does not wait
+/// counts next to nothing.
+#[test]
+fn lock_waits_are_counted_in_the_callers_clock() {
+    let lower = memory();
+    setup(&*lower);
+    let t = Arc::new(layer(lower, None));
+    let f = at(&*t, &root_cx(), "f");
+    let quick = root_cx();
+    t.read(&quick, &f, 0, 4).unwrap();
+    let cx = txn_cx(1);
+    t.begin_compound(&cx).unwrap();
+    t.write(&cx, &f, 0, b"half", false).unwrap();
+    let blocked = root_cx();
+    let (t2, f2, b2) = (t.clone(), f.clone(), blocked.clone());
+    let r = std::thread::spawn(move || t2.read(&b2, &f2, 0, 4).map(|r| r.0))
+        .join()
+        .unwrap();
+    assert_eq!(r, Err(BackendError::Conflict));
+    t.end_compound(&cx, false).unwrap();
+    // The layer's lock wait is 50 ms.
+    assert!(
+        blocked.waited.total() >= Duration::from_millis(45),
+        "waited {:?}",
+        blocked.waited.total()
+    );
+    assert!(
+        quick.waited.total() < Duration::from_millis(45),
+        "waited {:?}",
+        quick.waited.total()
+    );
 }
 
 /// The hidden backup directory is neither listed nor reachable nor creatable.

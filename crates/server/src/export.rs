@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use txnfs_backend::layer::{LayerRegistry, StackError};
-use txnfs_backend::{Backend, BackendError, Creds, FileKey, OpCtx};
+use txnfs_backend::{Backend, BackendError, Creds, FileKey, OpCtx, WaitClock};
 
 /// One exported directory.
 pub struct Export {
@@ -461,11 +461,12 @@ pub struct CompoundScope {
 impl CompoundScope {
     /// A plain COMPOUND's scope.
     pub fn new(exports: &Exports) -> Self {
-        Self::with_txn(exports, false)
+        Self::with_txn(exports, false, WaitClock::default())
     }
 
-    /// The scope of a COMPOUND that is a transaction (`txn`) or plain.
-    pub fn with_txn(exports: &Exports, txn: bool) -> Self {
+    /// The scope of a COMPOUND that is a transaction (`txn`) or plain, whose waits in
+    /// the backends are counted in `waited`.
+    pub fn with_txn(exports: &Exports, txn: bool, waited: WaitClock) -> Self {
         CompoundScope {
             ctx: OpCtx {
                 creds: Creds::default(),
@@ -473,6 +474,7 @@ impl CompoundScope {
                 compound: exports.next_compound_id(),
                 txn,
                 span: txnfs_backend::TxnSpan::Whole,
+                waited,
             },
             entered: Vec::new(),
             finished: false,

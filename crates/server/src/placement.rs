@@ -22,7 +22,7 @@
 //! back inline as soon as the file system is quick again.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How a COMPOUND may wait on storage: the most of its ops' answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -46,31 +46,9 @@ pub fn needs_pool(ops: Blocking, txn: bool, transactions: bool) -> Blocking {
     }
 }
 
-/// The time one COMPOUND spent waiting for others (recalls, transactions' locks), to
-/// leave out of its execution time.
-#[derive(Debug, Default)]
-pub struct WaitClock(AtomicU64);
-
-impl WaitClock {
-    /// Runs `f`, a wait, where the thread may block (on a runtime worker, inside
-    /// `block_in_place`), and adds the time it took.
-    pub fn wait<R>(&self, f: impl FnOnce() -> R) -> R {
-        let started = Instant::now();
-        let r = crate::waitmode::may_block(f);
-        self.add(started.elapsed());
-        r
-    }
-
-    pub fn add(&self, d: Duration) {
-        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        self.0.fetch_add(ns, Ordering::Relaxed);
-    }
-
-    /// The time waited so far.
-    pub fn total(&self) -> Duration {
-        Duration::from_nanos(self.0.load(Ordering::Relaxed))
-    }
-}
+/// The time one COMPOUND spent waiting for others: the server's recall waits and the
+/// `txn` layer's lock waits add to it through the COMPOUND's `OpCtx`.
+pub use txnfs_backend::WaitClock;
 
 /// A moving average of how long COMPOUNDs with namespace changes took to execute.
 #[derive(Debug)]
@@ -137,7 +115,6 @@ mod tests {
     use super::*;
 
     const US: Duration = Duration::from_micros(1);
-    const MS: Duration = Duration::from_millis(1);
 
     #[test]
     fn transactions_and_their_neighbours_run_on_the_pool() {
@@ -148,18 +125,6 @@ mod tests {
         );
         assert_eq!(needs_pool(Blocking::No, true, false), Blocking::Yes);
         assert_eq!(needs_pool(Blocking::No, false, true), Blocking::Yes);
-    }
-
-    #[test]
-    fn waits_add_up() {
-        let w = WaitClock::default();
-        w.add(3 * US);
-        let r = w.wait(|| {
-            std::thread::sleep(2 * MS);
-            7
-        });
-        assert_eq!(r, 7);
-        assert!(w.total() >= 2 * MS + 3 * US);
     }
 
     #[test]

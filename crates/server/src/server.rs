@@ -526,7 +526,8 @@ impl Server {
                 continue;
             };
             tracing::info!(txn = t.id, "rolling back an abandoned transaction");
-            let mut scope = crate::export::CompoundScope::with_txn(&self.exports, true);
+            let mut scope =
+                crate::export::CompoundScope::with_txn(&self.exports, true, WaitClock::default());
             scope.set_span(txnfs_backend::TxnSpan::Abort(t.id), Some(export.id));
             if scope
                 .enter(&export, &txnfs_backend::Creds::default(), None)

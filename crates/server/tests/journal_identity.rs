@@ -88,6 +88,7 @@ fn crash_in_a_transaction(d: &Dirs) {
         compound: 7,
         txn: true,
         span: Default::default(),
+        waited: Default::default(),
     };
     backend.begin_compound(&cx).unwrap();
     let root = backend.root().unwrap();

@@ -997,6 +997,7 @@ impl Sim {
             compound: DIRECT_COMPOUND + self.next_direct,
             txn: true,
             span: Default::default(),
+            waited: Default::default(),
         };
         let b: &dyn Backend = &**layer;
         if b.begin_compound(&cx).is_err() {
@@ -1403,6 +1404,7 @@ impl Sim {
             compound: DIRECT_COMPOUND + self.next_direct,
             txn,
             span: Default::default(),
+            waited: Default::default(),
         };
         let b: &dyn Backend = &**layer;
         if b.begin_compound(&cx).is_err() {

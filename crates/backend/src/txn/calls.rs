@@ -91,7 +91,11 @@ impl Layer for TxnLayer {
     }
 
     fn getattr(&self, cx: &OpCtx, key: &FileKey) -> Result<Attrs> {
-        let _g = self.lock(Self::reader(cx), &[(locks::object(key), Mode::Stat)])?;
+        let _g = self.lock(
+            &cx.waited,
+            Self::reader(cx),
+            &[(locks::object(key), Mode::Stat)],
+        )?;
         self.lower.getattr(cx, key)
     }
 
@@ -99,22 +103,38 @@ impl Layer for TxnLayer {
         if self.is_hidden(dir, name) {
             return Err(BackendError::NotFound);
         }
-        let _g = self.lock(Self::reader(cx), &[(locks::entry(dir, name), Mode::Shared)])?;
+        let _g = self.lock(
+            &cx.waited,
+            Self::reader(cx),
+            &[(locks::entry(dir, name), Mode::Shared)],
+        )?;
         self.lower.lookup(cx, dir, name)
     }
 
     fn lookup_parent(&self, cx: &OpCtx, dir: &FileKey) -> Result<(FileKey, Attrs)> {
-        let _g = self.lock(Self::reader(cx), &[(locks::object(dir), Mode::Shared)])?;
+        let _g = self.lock(
+            &cx.waited,
+            Self::reader(cx),
+            &[(locks::object(dir), Mode::Shared)],
+        )?;
         self.lower.lookup_parent(cx, dir)
     }
 
     fn read(&self, cx: &OpCtx, key: &FileKey, offset: u64, count: u32) -> Result<(Bytes, bool)> {
-        let _g = self.lock(Self::reader(cx), &[(locks::object(key), Mode::Shared)])?;
+        let _g = self.lock(
+            &cx.waited,
+            Self::reader(cx),
+            &[(locks::object(key), Mode::Shared)],
+        )?;
         self.lower.read(cx, key, offset, count)
     }
 
     fn readlink(&self, cx: &OpCtx, key: &FileKey) -> Result<Bytes> {
-        let _g = self.lock(Self::reader(cx), &[(locks::object(key), Mode::Shared)])?;
+        let _g = self.lock(
+            &cx.waited,
+            Self::reader(cx),
+            &[(locks::object(key), Mode::Shared)],
+        )?;
         self.lower.readlink(cx, key)
     }
 
@@ -125,7 +145,11 @@ impl Layer for TxnLayer {
         cookie: u64,
         max_entries: usize,
     ) -> Result<(Vec<DirEntry>, bool)> {
-        let _g = self.lock(Self::reader(cx), &[(locks::object(dir), Mode::Shared)])?;
+        let _g = self.lock(
+            &cx.waited,
+            Self::reader(cx),
+            &[(locks::object(dir), Mode::Shared)],
+        )?;
         if *dir != self.root {
             return self.lower.readdir(cx, dir, cookie, max_entries);
         }
@@ -145,7 +169,7 @@ impl Layer for TxnLayer {
 
     fn setattr(&self, cx: &OpCtx, key: &FileKey, attrs: &SetAttrs) -> Result<Attrs> {
         let owner = Self::owner_of(cx);
-        let _g = self.lock(owner, &[(locks::object(key), Mode::Exclusive)])?;
+        let _g = self.lock(&cx.waited, owner, &[(locks::object(key), Mode::Exclusive)])?;
         if owner.is_txn() {
             let old = self.lower.getattr(cx, key)?;
             if let Some(size) = attrs.size {
@@ -189,7 +213,7 @@ impl Layer for TxnLayer {
         sync: bool,
     ) -> Result<Attrs> {
         let owner = Self::owner_of(cx);
-        let _g = self.lock(owner, &[(locks::object(key), Mode::Exclusive)])?;
+        let _g = self.lock(&cx.waited, owner, &[(locks::object(key), Mode::Exclusive)])?;
         if owner.is_txn() {
             self.save_range(owner, key, offset, data.len().max(1) as u64)?;
         }
@@ -208,8 +232,9 @@ impl Layer for TxnLayer {
     ) -> Result<Created> {
         self.refuse_hidden(dir, name)?;
         let owner = Self::owner_of(cx);
-        self.retrying(owner, || {
+        self.retrying(&cx.waited, owner, || {
             let mut g = self.lock(
+                &cx.waited,
                 owner,
                 &[
                     (locks::object(dir), Mode::Intent),
@@ -222,7 +247,12 @@ impl Layer for TxnLayer {
                 Err(e) => return Err(e),
             };
             if let Some(k) = &existing {
-                self.lock_more(&mut g, owner, &[(locks::object(k), Mode::Exclusive)])?;
+                self.lock_more(
+                    &mut g,
+                    &cx.waited,
+                    owner,
+                    &[(locks::object(k), Mode::Exclusive)],
+                )?;
             }
             if owner.is_txn() {
                 match (&existing, attrs.size) {
@@ -251,7 +281,11 @@ impl Layer for TxnLayer {
                     }
                 });
                 if c.created {
-                    self.lock(owner, &[(locks::object(&c.key), Mode::Exclusive)])?;
+                    self.lock(
+                        &cx.waited,
+                        owner,
+                        &[(locks::object(&c.key), Mode::Exclusive)],
+                    )?;
                 }
             }
             self.mutated(owner);
@@ -270,6 +304,7 @@ impl Layer for TxnLayer {
         self.refuse_hidden(dir, name)?;
         let owner = Self::owner_of(cx);
         let _g = self.lock(
+            &cx.waited,
             owner,
             &[
                 (locks::object(dir), Mode::Intent),
@@ -289,7 +324,11 @@ impl Layer for TxnLayer {
                 }
                 t.created.insert(m.key.clone());
             });
-            self.lock(owner, &[(locks::object(&m.key), Mode::Exclusive)])?;
+            self.lock(
+                &cx.waited,
+                owner,
+                &[(locks::object(&m.key), Mode::Exclusive)],
+            )?;
         }
         self.mutated(owner);
         Ok(m)
@@ -298,8 +337,9 @@ impl Layer for TxnLayer {
     fn remove(&self, cx: &OpCtx, dir: &FileKey, name: &[u8]) -> Result<crate::DirChange> {
         self.refuse_hidden(dir, name)?;
         let owner = Self::owner_of(cx);
-        self.retrying(owner, || {
+        self.retrying(&cx.waited, owner, || {
             let mut g = self.lock(
+                &cx.waited,
                 owner,
                 &[
                     (locks::object(dir), Mode::Intent),
@@ -307,7 +347,12 @@ impl Layer for TxnLayer {
                 ],
             )?;
             let (victim, vattrs) = self.lower.lookup(cx, dir, name)?;
-            self.lock_more(&mut g, owner, &[(locks::object(&victim), Mode::Exclusive)])?;
+            self.lock_more(
+                &mut g,
+                &cx.waited,
+                owner,
+                &[(locks::object(&victim), Mode::Exclusive)],
+            )?;
             if !owner.is_txn() {
                 return self.lower.remove(cx, dir, name);
             }
@@ -331,8 +376,9 @@ impl Layer for TxnLayer {
         self.refuse_hidden(from_dir, from)?;
         self.refuse_hidden(to_dir, to)?;
         let owner = Self::owner_of(cx);
-        self.retrying(owner, || {
+        self.retrying(&cx.waited, owner, || {
             let mut g = self.lock(
+                &cx.waited,
                 owner,
                 &[
                     (locks::object(from_dir), Mode::Intent),
@@ -351,7 +397,7 @@ impl Layer for TxnLayer {
             if let Some((v, _)) = &victim {
                 objs.push((locks::object(v), Mode::Exclusive));
             }
-            self.lock_more(&mut g, owner, &objs)?;
+            self.lock_more(&mut g, &cx.waited, owner, &objs)?;
             if !owner.is_txn() {
                 return self.lower.rename(cx, from_dir, from, to_dir, to);
             }
@@ -399,6 +445,7 @@ impl Layer for TxnLayer {
         self.refuse_hidden(dir, name)?;
         let owner = Self::owner_of(cx);
         let _g = self.lock(
+            &cx.waited,
             owner,
             &[
                 (locks::object(dir), Mode::Intent),
@@ -426,6 +473,7 @@ impl Layer for TxnLayer {
     ) -> Result<CloneMethod> {
         let owner = Self::owner_of(cx);
         let _g = self.lock(
+            &cx.waited,
             owner,
             &[
                 (locks::object(src), Mode::Shared),
@@ -458,17 +506,29 @@ impl Layer for TxnLayer {
     }
 
     fn seek(&self, cx: &OpCtx, key: &FileKey, offset: u64, what: SeekWhat) -> Result<u64> {
-        let _g = self.lock(Self::reader(cx), &[(locks::object(key), Mode::Shared)])?;
+        let _g = self.lock(
+            &cx.waited,
+            Self::reader(cx),
+            &[(locks::object(key), Mode::Shared)],
+        )?;
         self.lower.seek(cx, key, offset, what)
     }
 
     fn getxattr(&self, cx: &OpCtx, key: &FileKey, name: &[u8]) -> Result<Bytes> {
-        let _g = self.lock(Self::reader(cx), &[(locks::object(key), Mode::Shared)])?;
+        let _g = self.lock(
+            &cx.waited,
+            Self::reader(cx),
+            &[(locks::object(key), Mode::Shared)],
+        )?;
         self.lower.getxattr(cx, key, name)
     }
 
     fn listxattrs(&self, cx: &OpCtx, key: &FileKey) -> Result<Vec<Bytes>> {
-        let _g = self.lock(Self::reader(cx), &[(locks::object(key), Mode::Shared)])?;
+        let _g = self.lock(
+            &cx.waited,
+            Self::reader(cx),
+            &[(locks::object(key), Mode::Shared)],
+        )?;
         self.lower.listxattrs(cx, key)
     }
 
@@ -501,7 +561,7 @@ impl TxnLayer {
         change: impl FnOnce(&OpCtx) -> Result<R>,
     ) -> Result<R> {
         let owner = Self::owner_of(cx);
-        let _g = self.lock(owner, &[(locks::object(key), Mode::Exclusive)])?;
+        let _g = self.lock(&cx.waited, owner, &[(locks::object(key), Mode::Exclusive)])?;
         if owner.is_txn() {
             self.save_range(owner, key, offset, len.max(1))?;
         }
@@ -523,7 +583,7 @@ impl TxnLayer {
         if owner.is_txn() {
             return Err(BackendError::NotSupp);
         }
-        let _g = self.lock(owner, &[(locks::object(key), Mode::Exclusive)])?;
+        let _g = self.lock(&cx.waited, owner, &[(locks::object(key), Mode::Exclusive)])?;
         change(cx)
     }
 }

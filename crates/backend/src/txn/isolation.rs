@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use super::locks::{self, Kind, LockId, Mode, Owner};
 use super::{Txn, TxnLayer};
-use crate::{BackendError, OpCtx, Result};
+use crate::{BackendError, OpCtx, Result, WaitClock};
 
 const SHARDS: usize = 16;
 
@@ -118,7 +118,12 @@ impl TxnLayer {
 
     /// Takes `set` for `owner`: a transaction keeps it until its end, so does a plain
     /// COMPOUND its read locks; a plain call gets a guard that gives them back.
-    pub(super) fn lock(&self, owner: Owner, set: &[(LockId, Mode)]) -> Result<LockGuard<'_>> {
+    pub(super) fn lock(
+        &self,
+        waited: &WaitClock,
+        owner: Owner,
+        set: &[(LockId, Mode)],
+    ) -> Result<LockGuard<'_>> {
         let in_txn = self.with_txn(owner, |t| {
             let todo: Vec<_> = set
                 .iter()
@@ -129,8 +134,8 @@ impl TxnLayer {
         });
         if let Some((todo, holding)) = in_txn {
             if !todo.is_empty() {
-                self.locks
-                    .acquire(owner, &todo, holding)
+                waited
+                    .timed(|| self.locks.acquire(owner, &todo, holding))
                     .map_err(|_| BackendError::Conflict)?;
                 self.with_txn(owner, |t| {
                     for l in todo {
@@ -161,8 +166,8 @@ impl TxnLayer {
         if let Some(todo) = todo {
             if !todo.is_empty() {
                 let holding = self.compound_holds(owner.id);
-                self.locks
-                    .acquire(owner, &todo, holding)
+                waited
+                    .timed(|| self.locks.acquire(owner, &todo, holding))
                     .map_err(|_| BackendError::Conflict)?;
                 for l in todo {
                     // Taken twice (two calls of the COMPOUND at once) or after its end:
@@ -174,8 +179,11 @@ impl TxnLayer {
             }
             return Ok(LockGuard::none(self));
         }
-        self.locks
-            .acquire(owner, set, self.compound_holds(owner.id))
+        waited
+            .timed(|| {
+                self.locks
+                    .acquire(owner, set, self.compound_holds(owner.id))
+            })
             .map_err(|_| BackendError::Conflict)?;
         Ok(LockGuard {
             table: self,
@@ -207,12 +215,13 @@ impl TxnLayer {
     pub(super) fn lock_more(
         &self,
         guard: &mut LockGuard<'_>,
+        waited: &WaitClock,
         owner: Owner,
         set: &[(LockId, Mode)],
     ) -> Result<()> {
         if owner.is_txn() {
             // A transaction's locks live in the transaction, not in the guard.
-            self.lock(owner, set)?;
+            self.lock(waited, owner, set)?;
             return Ok(());
         }
         if !self.locks.try_acquire(owner, set) {
@@ -226,7 +235,12 @@ impl TxnLayer {
     /// under them) until it gets every lock without waiting while holding one, or the
     /// lock wait runs out. (Not when its COMPOUND holds read locks: that one must not
     /// wait at all, see `locks`.)
-    pub(super) fn retrying<R>(&self, owner: Owner, mut f: impl FnMut() -> Result<R>) -> Result<R> {
+    pub(super) fn retrying<R>(
+        &self,
+        waited: &WaitClock,
+        owner: Owner,
+        mut f: impl FnMut() -> Result<R>,
+    ) -> Result<R> {
         let deadline = std::time::Instant::now() + self.settings.lock_wait;
         let may_wait = || {
             !owner.is_txn()
@@ -237,12 +251,14 @@ impl TxnLayer {
             Err(BackendError::Conflict) if may_wait() => {}
             r => return r,
         }
-        locks::waiting(|| loop {
-            std::thread::sleep(Duration::from_millis(1));
-            match f() {
-                Err(BackendError::Conflict) if may_wait() => {}
-                r => return r,
-            }
+        waited.timed(|| {
+            locks::waiting(|| loop {
+                std::thread::sleep(Duration::from_millis(1));
+                match f() {
+                    Err(BackendError::Conflict) if may_wait() => {}
+                    r => return r,
+                }
+            })
         })
     }
 }

@@ -159,7 +159,7 @@ pub(super) fn run(
             minor: req.minor,
             reply_left: srv.limits.max_response as usize,
             now: srv.clock.now(),
-            scope: crate::export::CompoundScope::with_txn(&srv.exports, txn),
+            scope: crate::export::CompoundScope::with_txn(&srv.exports, txn, waited.clone()),
             txn_opens: Vec::new(),
             waited,
         },

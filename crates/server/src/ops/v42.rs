@@ -297,6 +297,7 @@ fn start_async(c: &Compound, a: &COPY4args, k: &CheckedCopy) -> Option<stateid4>
         compound: 0,
         txn: false,
         span: Default::default(),
+        waited: Default::default(),
     };
     srv.offloads.start(
         srv.clone(),
