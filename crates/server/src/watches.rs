@@ -26,7 +26,7 @@ use txnfs_state::{Access, DelegType, FileId};
 
 use crate::export::Export;
 use crate::recall::Recall;
-use crate::statecore::{CoreAccess, CoreGuard};
+use crate::statecore::CoreAccess;
 use crate::waitmode::WaitMode;
 
 /// The watches of delegated files, by file.
@@ -40,6 +40,17 @@ struct Entry {
     watch: Watch,
     /// A recall for a broken watch is under way.
     recalling: bool,
+}
+
+impl Entry {
+    /// Whether this watch also protects another delegation of `kind` (another
+    /// client's read delegation: the same lease serves both).
+    fn serves(&self, kind: WatchKind) -> Result<(), WatchRefused> {
+        if self.recalling || self.watch.kind() != kind || self.watch.broken() {
+            return Err(WatchRefused::Contention);
+        }
+        Ok(())
+    }
 }
 
 impl FileWatches {
@@ -59,12 +70,14 @@ impl FileWatches {
     }
 
     /// Watch `key` of `export` (the state core's `file`) for a delegation of `kind`
-    /// just granted. Called under the core's lock (`_core`), so that no delegation of
-    /// the file ends meanwhile ([`FileWatches::unwatch_released`] takes the same lock
-    /// first).
+    /// just granted. Called without the core's lock: taking a kernel lease is a
+    /// syscall, made with no lock held (ADR 0029). Two grants of one file may race
+    /// here; the first watch recorded serves both, and a watch taken for a delegation
+    /// that ended meanwhile is let go at once (checked under the core's lock, which
+    /// [`FileWatches::unwatch_released`] takes first too).
     pub(crate) fn watch(
         &self,
-        _core: &CoreGuard<'_>,
+        core: &dyn CoreAccess,
         cx: &OpCtx,
         export: &Export,
         key: &FileKey,
@@ -76,30 +89,34 @@ impl FileWatches {
             DelegType::Write => WatchKind::Write,
             DelegType::Directory => return Ok(()),
         };
-        let mut map = self.lock();
-        if let Some(e) = map.get(&file) {
-            // Another client's read delegation: the same lease serves both.
-            if e.recalling || e.watch.kind() != kind || e.watch.broken() {
-                return Err(WatchRefused::Contention);
-            }
-            return Ok(());
+        if let Some(shared) = self.lock().get(&file).map(|e| e.serves(kind)) {
+            return shared;
         }
-        match export.backend.watch_file(cx, key, kind) {
-            Ok(Some(watch)) => {
-                map.insert(
-                    file,
-                    Entry {
-                        watch,
-                        recalling: false,
-                    },
-                );
-                Ok(())
-            }
+        let watch = match export.backend.watch_file(cx, key, kind) {
+            Ok(Some(watch)) => watch,
             // Nothing but the server reaches this backend's files.
-            Ok(None) => Ok(()),
-            Err(BackendError::Conflict) => Err(WatchRefused::Contention),
-            Err(e) => Err(WatchRefused::Backend(e)),
-        }
+            Ok(None) => return Ok(()),
+            Err(BackendError::Conflict) => return Err(WatchRefused::Contention),
+            Err(e) => return Err(WatchRefused::Backend(e)),
+        };
+        let (unused, result) = {
+            let core = core.lock_core("watching a delegated file");
+            let mut map = self.lock();
+            if let Some(e) = map.get(&file) {
+                // Another grant of the file watched it first.
+                (Some(watch), e.serves(kind))
+            } else if core.delegations().on_file(file).is_empty() {
+                // The delegation ended (withdrawn) before its watch was recorded.
+                (Some(watch), Ok(()))
+            } else {
+                let recalling = false;
+                map.insert(file, Entry { watch, recalling });
+                (None, Ok(()))
+            }
+        };
+        // Releasing a lease is a syscall: after the locks.
+        drop(unused);
+        result
     }
 
     /// Drop the watches of files with no delegation left. Called when delegations went

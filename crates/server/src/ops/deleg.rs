@@ -85,19 +85,20 @@ pub(crate) fn grant(
         attrs.change,
         timestamps,
     );
+    drop(core);
     // A delegation the backend cannot protect from access outside the server (a
     // local file open for writing elsewhere) is taken back before anyone saw it
-    // (ADR 0027).
+    // (ADR 0027). The watch is taken without the core's lock (ADR 0029).
     let granted = match granted {
         Ok(g) => match c
             .srv
             .watches
-            .watch(&core, c.scope.ctx(), &o.export, &o.key, file, g.kind)
+            .watch(c.srv, c.scope.ctx(), &o.export, &o.key, file, g.kind)
         {
             Ok(()) => Ok(g),
             Err(why) => {
                 tracing::debug!(file = format_args!("{file:#x}"), "no delegation: {why}");
-                core.withdraw_delegation(client, &g.stateid, file);
+                c.srv.core()?.withdraw_delegation(client, &g.stateid, file);
                 Err(match why {
                     WatchRefused::Contention => NoDeleg::Contention,
                     WatchRefused::Backend(_) => NoDeleg::Resource,
@@ -106,7 +107,6 @@ pub(crate) fn grant(
         },
         Err(why) => Err(why),
     };
-    drop(core);
     Ok(match granted {
         Ok(g) => {
             let stateid = stateid_to_wire(&g.stateid);
