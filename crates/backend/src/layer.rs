@@ -14,9 +14,9 @@ use bytes::Bytes;
 use crate::local::LocalBackend;
 use crate::memory::{MemoryBackend, MemoryLimits};
 use crate::{
-    Attrs, Backend, BackendError, CloneMethod, CreateMode, Created, DirChange, DirEntry, FileKey,
-    FsStats, Linked, Made, NodeKind, OpCtx, RenameChange, Result, SeekWhat, SetAttrs, Watch,
-    WatchKind, XattrChange, XattrSet,
+    Advice, Attrs, Backend, BackendError, CloneMethod, CreateMode, Created, DirChange, DirEntry,
+    FileKey, FsStats, Linked, Made, NodeKind, OpCtx, RenameChange, Result, SeekWhat, SetAttrs,
+    Watch, WatchKind, XattrChange, XattrSet,
 };
 
 /// Writes the [`Layer`] trait and the blanket `impl<L: Layer> Backend for L` from the

@@ -387,6 +387,18 @@ pub enum SeekWhat {
     Hole,
 }
 
+/// A hint about how a range of a file will be used ([`Backend::advise`]; NFSv4.2
+/// IO_ADVISE, `posix_fadvise`). Only the hints that act on the file's cached pages,
+/// the same for every reader: the per-descriptor ones (sequential, random) would
+/// steer one shared descriptor for every client at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Advice {
+    /// The range will be read soon: start reading it into the cache.
+    WillNeed,
+    /// The range will not be read again soon: its clean cached pages may go.
+    DontNeed,
+}
+
 /// How [`Backend::setxattr`] treats an existing attribute (RFC 8276 `setxattr_option4`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum XattrSet {
@@ -530,6 +542,12 @@ macro_rules! with_backend_methods {
                 fn seek(&self, cx: &OpCtx, key: &FileKey, offset: u64, what: SeekWhat) -> Result<u64> {
                     let _ = (cx, key, offset, what);
                     Err(BackendError::NotSupp)
+                }
+                /// Acts on `advice` for `len` bytes at `offset` (0: to the end of file) if
+                /// this backend can; whether it did. Never changes what is read back.
+                fn advise(&self, cx: &OpCtx, key: &FileKey, offset: u64, len: u64, advice: Advice) -> Result<bool> {
+                    let _ = (cx, key, offset, len, advice);
+                    Ok(false)
                 }
                 /// Whether this backend stores extended attributes ([`Backend::getxattr`] and
                 /// the rest; NFSv4.2 `xattr_support`). Names are those of the user namespace

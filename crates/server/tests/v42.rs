@@ -174,6 +174,79 @@ async fn seek_finds_data_and_holes_as_the_file_system_does_and_nxio_past_eof() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+fn io_advise(sid: &stateid4, hints: &[IO_ADVISE_type4]) -> nfs_argop4 {
+    let mut bitmap = Vec::new();
+    for h in hints {
+        txnfs_attr::bitmap_set(&mut bitmap, *h as u32);
+    }
+    nfs_argop4::OP_IO_ADVISE(IO_ADVISE4args {
+        iaa_stateid: sid.clone(),
+        iaa_offset: 0,
+        iaa_count: 0,
+        iaa_hints: bitmap,
+    })
+}
+
+/// IO_ADVISE (RFC 7862 §15.5): every hint is accepted; the reply names those followed.
+/// A local export follows WILLNEED (also the opportunistic one) and DONTNEED
+/// (`posix_fadvise`), not both at once, and no per-descriptor hint; the memory
+/// backend follows none. A directory is not a file.
+#[tokio::test]
+async fn io_advise_follows_the_page_cache_hints_on_a_local_export() {
+    use IO_ADVISE_type4::*;
+    let (srv, _dir) = start_local_server("v42-advise").await;
+    let mut s = Session::new(srv.addr, b"adviser").await;
+    let (sid, fh) = file_with(&mut s, "f", &[(0, &[7; 65536])]).await;
+    let cases: [(&[IO_ADVISE_type4], &[IO_ADVISE_type4]); 6] = [
+        (&[IO_ADVISE4_WILLNEED], &[IO_ADVISE4_WILLNEED]),
+        (
+            &[IO_ADVISE4_WILLNEED_OPPORTUNISTIC, IO_ADVISE4_READ],
+            &[IO_ADVISE4_WILLNEED_OPPORTUNISTIC],
+        ),
+        (&[IO_ADVISE4_DONTNEED], &[IO_ADVISE4_DONTNEED]),
+        (&[IO_ADVISE4_WILLNEED, IO_ADVISE4_DONTNEED], &[]),
+        (&[IO_ADVISE4_SEQUENTIAL, IO_ADVISE4_NOREUSE], &[]),
+        (&[IO_ADVISE4_INIT_PROXIMITY], &[]),
+    ];
+    for (asked, followed) in cases {
+        let r = run42(&mut s, vec![putfh(&fh), io_advise(&sid, asked)]).await;
+        let nfs_resop4::OP_IO_ADVISE(IO_ADVISE4res::NFS4_OK(ok)) = &r.resarray[2] else {
+            panic!("IO_ADVISE {asked:?}: {:?}", r.resarray);
+        };
+        let mut want = Vec::new();
+        for h in followed {
+            txnfs_attr::bitmap_set(&mut want, *h as u32);
+        }
+        assert_eq!(ok.ior_hints, want, "IO_ADVISE {asked:?}");
+    }
+    let r = run42(
+        &mut s,
+        vec![
+            nfs_argop4::OP_PUTROOTFH,
+            io_advise(&sid, &[IO_ADVISE4_WILLNEED]),
+        ],
+    )
+    .await;
+    assert_eq!(last_status(&r), nfsstat4::NFS4ERR_ISDIR);
+    drop(srv);
+
+    let srv = start_memory_server().await;
+    let mut s = Session::new(srv.addr, b"adviser").await;
+    let (sid, fh) = file_with(&mut s, "f", &[(0, &[7; 4096])]).await;
+    let r = run42(
+        &mut s,
+        vec![putfh(&fh), io_advise(&sid, &[IO_ADVISE4_WILLNEED])],
+    )
+    .await;
+    let nfs_resop4::OP_IO_ADVISE(IO_ADVISE4res::NFS4_OK(ok)) = &r.resarray[2] else {
+        panic!("IO_ADVISE on memory: {:?}", r.resarray);
+    };
+    assert!(
+        ok.ior_hints.iter().all(|w| *w == 0),
+        "memory follows no hint"
+    );
+}
+
 #[tokio::test]
 async fn read_plus_returns_the_bytes_read_returns_with_holes_as_segments() {
     let (srv, dir) = start_local_server("v42-readplus").await;

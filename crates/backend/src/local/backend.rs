@@ -17,9 +17,9 @@ use super::{lock, LocalBackend};
 use crate::memory::check_symlink_target;
 use crate::reflink::{copy_range_sparse, ficlonerange};
 use crate::{
-    Attrs, Backend, BackendError, CloneMethod, CreateMode, Created, DirChange, DirEntry, FileKey,
-    FileType, FsStats, Linked, Made, NodeKind, OpCtx, RenameChange, Result, SeekWhat, SetAttrs,
-    Watch, WatchKind, XattrChange, XattrSet,
+    Advice, Attrs, Backend, BackendError, CloneMethod, CreateMode, Created, DirChange, DirEntry,
+    FileKey, FileType, FsStats, Linked, Made, NodeKind, OpCtx, RenameChange, Result, SeekWhat,
+    SetAttrs, Watch, WatchKind, XattrChange, XattrSet,
 };
 
 /// Largest read answered in one call (a shorter read is not end of file).
@@ -561,6 +561,17 @@ impl Backend for LocalBackend {
 
     fn seek(&self, _cx: &OpCtx, key: &FileKey, offset: u64, what: SeekWhat) -> Result<u64> {
         self.seek_in(key, offset, what)
+    }
+
+    fn advise(
+        &self,
+        _cx: &OpCtx,
+        key: &FileKey,
+        offset: u64,
+        len: u64,
+        advice: Advice,
+    ) -> Result<bool> {
+        self.advise_range(key, offset, len, advice)
     }
 
     fn xattr_support(&self) -> bool {

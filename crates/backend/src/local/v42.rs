@@ -14,7 +14,7 @@ use super::descriptors::proc_path;
 use super::errors::{map_errno, retry};
 use super::LocalBackend;
 use crate::{
-    check_xattr_name, Attrs, BackendError, DirChange, FileKey, FileType, Result, SeekWhat,
+    check_xattr_name, Advice, Attrs, BackendError, DirChange, FileKey, FileType, Result, SeekWhat,
     XattrSet, XATTR_SIZE_MAX,
 };
 
@@ -97,6 +97,23 @@ impl LocalBackend {
             Err(Errno::NXIO) => Err(BackendError::Nxio),
             Err(e) => Err(map_errno(e)),
         }
+    }
+
+    pub(super) fn advise_range(
+        &self,
+        key: &FileKey,
+        offset: u64,
+        len: u64,
+        advice: Advice,
+    ) -> Result<bool> {
+        let (fd, _) = self.io_fd(key, false)?;
+        let advice = match advice {
+            Advice::WillNeed => rfs::Advice::WillNeed,
+            Advice::DontNeed => rfs::Advice::DontNeed,
+        };
+        retry(|| rfs::fadvise(&*fd, offset, std::num::NonZeroU64::new(len), advice))
+            .map_err(map_errno)?;
+        Ok(true)
     }
 
     /// A descriptor whose `f*xattr` calls reach the object: regular files and

@@ -18,7 +18,8 @@ use crate::ops::deleg;
 use crate::ops::dir::change_info;
 use crate::ops::file::{check_io_access, type_check};
 use bytes::Bytes;
-use txnfs_backend::{Attrs, BackendError, CloneMethod, FileType, SeekWhat, XattrSet};
+use txnfs_attr::{bitmap_isset, bitmap_set};
+use txnfs_backend::{Advice, Attrs, BackendError, CloneMethod, FileType, SeekWhat, XattrSet};
 use txnfs_state::Access;
 
 /// RFC 8276 §8.4.3: the ACCESS bits of extended attributes.
@@ -183,14 +184,52 @@ pub fn read_plus(c: &mut Compound, a: &READ_PLUS4args) -> OpResult {
     )))
 }
 
-/// IO_ADVISE: the hints are accepted and none is promised (an empty reply bitmap says
-/// the server acts on none of them, RFC 7862 §15.5.3); the stateid and file are
-/// checked as for READ.
+/// IO_ADVISE: every hint is accepted (RFC 7862 §15.5.3: a server must not fail for
+/// advice it does not follow); the reply's bitmap names those acted on. The server
+/// acts on WILLNEED (and WILLNEED_OPPORTUNISTIC) and DONTNEED, which move the file's
+/// cached pages for every reader alike (`posix_fadvise`); not on both at once, which
+/// contradict each other. The stateid and file are checked as for READ.
 pub fn io_advise(c: &mut Compound, a: &IO_ADVISE4args) -> OpResult {
-    current_file(c, &a.iaa_stateid, false)?;
+    let (o, _) = current_file(c, &a.iaa_stateid, false)?;
+    let asked = |hint: IO_ADVISE_type4| bitmap_isset(&a.iaa_hints, hint as u32);
+    let willneed = asked(IO_ADVISE_type4::IO_ADVISE4_WILLNEED);
+    let opportunistic = asked(IO_ADVISE_type4::IO_ADVISE4_WILLNEED_OPPORTUNISTIC);
+    let dontneed = asked(IO_ADVISE_type4::IO_ADVISE4_DONTNEED);
+    let (advice, followed) = match (willneed || opportunistic, dontneed) {
+        (true, false) => {
+            let mut f = Vec::new();
+            for (hint, on) in [
+                (IO_ADVISE_type4::IO_ADVISE4_WILLNEED, willneed),
+                (
+                    IO_ADVISE_type4::IO_ADVISE4_WILLNEED_OPPORTUNISTIC,
+                    opportunistic,
+                ),
+            ] {
+                if on {
+                    bitmap_set(&mut f, hint as u32);
+                }
+            }
+            (Some(Advice::WillNeed), f)
+        }
+        (false, true) => {
+            let mut f = Vec::new();
+            bitmap_set(&mut f, IO_ADVISE_type4::IO_ADVISE4_DONTNEED as u32);
+            (Some(Advice::DontNeed), f)
+        }
+        _ => (None, Vec::new()),
+    };
+    let acted = match advice {
+        // A hint that could not be followed is still no error.
+        Some(advice) => o
+            .export
+            .backend
+            .advise(c.scope.ctx(), &o.key, a.iaa_offset, a.iaa_count, advice)
+            .unwrap_or(false),
+        None => false,
+    };
     Ok(nfs_resop4::OP_IO_ADVISE(IO_ADVISE4res::NFS4_OK(
         IO_ADVISE4resok {
-            ior_hints: Vec::new(),
+            ior_hints: if acted { followed } else { Vec::new() },
         },
     )))
 }
