@@ -151,6 +151,9 @@ pub(crate) struct Inner {
     verifier: [u8; 8],
     owner: Bytes,
     lease: AtomicU64,
+    /// The server refused a READ_PLUS (NFS-Ganesha and others without it): read sparse
+    /// files with READ from now on.
+    read_plus_refused: std::sync::atomic::AtomicBool,
 }
 
 /// How [`Client::send_as`] sends a COMPOUND.
@@ -284,6 +287,7 @@ impl Client {
             verifier,
             owner,
             lease: AtomicU64::new(60),
+            read_plus_refused: Default::default(),
         });
         cache.attach(Arc::downgrade(&inner));
         let c = Client { inner };
@@ -310,6 +314,17 @@ impl Client {
     /// The NFSv4 minor version this session speaks (negotiated at connect).
     pub fn minor_version(&self) -> u32 {
         self.state().minor
+    }
+
+    /// Whether to read sparse files with READ_PLUS (holes cross the wire as their
+    /// length): an NFSv4.2 session whose server has not refused it.
+    pub fn uses_read_plus(&self) -> bool {
+        self.minor_version() >= 2 && !self.inner.read_plus_refused.load(Ordering::Relaxed)
+    }
+
+    /// The server refused a READ_PLUS: read with READ from now on.
+    pub fn read_plus_refused(&self) {
+        self.inner.read_plus_refused.store(true, Ordering::Relaxed);
     }
 
     pub fn limits(&self) -> Limits {

@@ -181,6 +181,14 @@ impl Compound {
             count,
         }))
     }
+    /// NFSv4.2 READ_PLUS: like [`Compound::read`], with holes sent as their length.
+    pub fn read_plus(&mut self, stateid: stateid4, offset: u64, count: u32) -> usize {
+        self.op(nfs_argop4::OP_READ_PLUS(READ_PLUS4args {
+            rpa_stateid: stateid,
+            rpa_offset: offset,
+            rpa_count: count,
+        }))
+    }
     pub fn write(&mut self, stateid: stateid4, offset: u64, data: Bytes, stable: bool) -> usize {
         self.op(nfs_argop4::OP_WRITE(WRITE4args {
             stateid,
@@ -308,6 +316,58 @@ macro_rules! typed_results {
     };
 }
 
+/// The bytes a READ_PLUS reply covers from `offset` (where it was asked), holes as
+/// zeros: one data segment at `offset` as it came, anything else assembled. A reply
+/// that does not describe the range from `offset` on (segments out of order, data
+/// before `offset`, empty data, nothing and no end of file) is refused: NFS-Ganesha
+/// 4.3 answers every READ_PLUS with one empty data segment at offset 0.
+fn plus_bytes(r: &read_plus_res4, offset: u64) -> Result<Bytes, ClientError> {
+    let bad = |why: &str| ClientError::BadReadPlus(why.to_string());
+    match r.rpr_contents.as_slice() {
+        [] if r.rpr_eof => return Ok(Bytes::new()),
+        [] => return Err(bad("no data, and not the end of file")),
+        [read_plus_content::NFS4_CONTENT_DATA(d)]
+            if d.d_offset == offset && !d.d_data.is_empty() =>
+        {
+            return Ok(d.d_data.clone())
+        }
+        _ => {}
+    }
+    let mut end = offset;
+    for (i, c) in r.rpr_contents.iter().enumerate() {
+        let (off, len) = match c {
+            read_plus_content::NFS4_CONTENT_DATA(d) => (d.d_offset, d.d_data.len() as u64),
+            read_plus_content::NFS4_CONTENT_HOLE(h) => (h.di_offset, h.di_length),
+            read_plus_content::default(_) => return Err(bad("unknown segment type")),
+        };
+        // Only a first hole may start before the asked offset (it covers it).
+        let hole_first = i == 0 && matches!(c, read_plus_content::NFS4_CONTENT_HOLE(_));
+        if len == 0 || off > end || (off != end && !hole_first) {
+            return Err(bad("segments do not cover the range in order"));
+        }
+        end = off
+            .checked_add(len)
+            .ok_or_else(|| bad("segment past 2^64"))?;
+        if end <= offset {
+            return Err(bad("a segment ends before the asked offset"));
+        }
+    }
+    // A hole's length is the server's word: bound what it makes us allocate.
+    let total = usize::try_from(end - offset)
+        .ok()
+        .filter(|n| *n <= 1 << 30)
+        .ok_or_else(|| bad("more than 1 GiB"))?;
+    let mut out = bytes::BytesMut::zeroed(total);
+    for c in &r.rpr_contents {
+        if let read_plus_content::NFS4_CONTENT_DATA(d) = c {
+            // (data never starts before `offset`: checked above)
+            let at = (d.d_offset - offset) as usize;
+            out[at..at + d.d_data.len()].copy_from_slice(&d.d_data);
+        }
+    }
+    Ok(out.freeze())
+}
+
 impl Reply {
     /// (index, status) of the op that failed, if one did.
     pub fn failed(&self) -> Option<(usize, nfsstat4)> {
@@ -354,6 +414,17 @@ impl Reply {
         self.get(i).map(|_| ())
     }
 
+    /// The bytes from `offset` (where op `i`, a READ_PLUS, was asked) and the EOF
+    /// flag, with its holes as zeros (writers store zeros as holes).
+    pub fn read_plus(&self, i: usize, offset: u64) -> Result<(Bytes, bool), ClientError> {
+        match self.get(i)? {
+            nfs_resop4::OP_READ_PLUS(READ_PLUS4res::NFS4_OK(r)) => {
+                Ok((plus_bytes(r, offset)?, r.rpr_eof))
+            }
+            _ => Err(Self::unexpected(i)),
+        }
+    }
+
     typed_results! {
         /// The file handle of op `i`, a GETFH.
         fh: Bytes = OP_GETFH(GETFH4res) |r| Ok(r.object.clone());
@@ -380,4 +451,64 @@ impl Reply {
 
 pub(crate) fn compound_ops(ops: &[nfs_argop4]) -> impl Iterator<Item = nfs_opnum4> + '_ {
     ops.iter().map(opnum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(off: u64, b: &[u8]) -> read_plus_content {
+        read_plus_content::NFS4_CONTENT_DATA(data4 {
+            d_offset: off,
+            d_data: Bytes::copy_from_slice(b),
+        })
+    }
+
+    fn hole(off: u64, len: u64) -> read_plus_content {
+        read_plus_content::NFS4_CONTENT_HOLE(data_info4 {
+            di_offset: off,
+            di_length: len,
+        })
+    }
+
+    fn res(contents: Vec<read_plus_content>) -> read_plus_res4 {
+        read_plus_res4 {
+            rpr_eof: false,
+            rpr_contents: contents,
+        }
+    }
+
+    #[test]
+    fn read_plus_segments_become_the_bytes_from_the_asked_offset() {
+        let one = res(vec![data(100, b"abc")]);
+        assert_eq!(&plus_bytes(&one, 100).unwrap()[..], b"abc");
+        let mixed = res(vec![hole(100, 4), data(104, b"xy"), hole(106, 2)]);
+        assert_eq!(&plus_bytes(&mixed, 100).unwrap()[..], b"\0\0\0\0xy\0\0");
+        // A hole reported from before the asked offset, then data.
+        let early = res(vec![hole(90, 12), data(102, b"z")]);
+        assert_eq!(&plus_bytes(&early, 100).unwrap()[..], b"\0\0z");
+        let end = read_plus_res4 {
+            rpr_eof: true,
+            rpr_contents: vec![],
+        };
+        assert!(plus_bytes(&end, 5).unwrap().is_empty());
+    }
+
+    #[test]
+    fn read_plus_replies_that_do_not_cover_the_range_are_refused() {
+        let refused = |r: read_plus_res4, off: u64| {
+            matches!(plus_bytes(&r, off), Err(ClientError::BadReadPlus(_)))
+        };
+        // NFS-Ganesha 4.3's answer to a READ_PLUS at 1 MiB.
+        assert!(refused(res(vec![data(0, b"")]), 1 << 20));
+        assert!(refused(res(vec![]), 5), "nothing, not at the end");
+        assert!(refused(res(vec![data(90, b"0123456789AB")]), 100));
+        assert!(refused(res(vec![data(100, b"a"), data(105, b"b")]), 100));
+        assert!(refused(res(vec![data(101, b"a")]), 100));
+        assert!(refused(res(vec![hole(10, 5)]), 100));
+        let huge = res(vec![hole(0, u64::MAX / 2)]);
+        assert!(plus_bytes(&huge, 0).is_err());
+        let wraps = res(vec![hole(10, u64::MAX)]);
+        assert!(plus_bytes(&wraps, 10).is_err());
+    }
 }

@@ -23,6 +23,10 @@ pub enum ClientError {
     NotNfsServer { addr: String, why: String },
     #[error("the server broke the protocol: {0}")]
     Protocol(String),
+    /// A READ_PLUS reply that does not describe the range asked for (the reader falls
+    /// back to READ).
+    #[error("the server's READ_PLUS reply is malformed: {0}")]
+    BadReadPlus(String),
     #[error("no reply within {0:?}")]
     Timeout(std::time::Duration),
     #[error("invalid path {0:?}")]

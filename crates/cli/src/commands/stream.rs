@@ -10,11 +10,11 @@
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 use tokio::task::JoinHandle;
-use txnfs_client::attrs::{bitmap, SIZE};
+use txnfs_client::attrs::{bitmap, SIZE, SPACE_USED};
 use txnfs_client::compound::CURRENT_STATEID;
 use txnfs_client::vector::{components, split_parent};
 use txnfs_client::{Client, ClientError, Compound, CreateHow, SetAttributes};
-use txnfs_proto::nfs4::{stateid4, OPEN4_SHARE_ACCESS_READ, OPEN4_SHARE_ACCESS_WRITE};
+use txnfs_proto::nfs4::{nfsstat4, stateid4, OPEN4_SHARE_ACCESS_READ, OPEN4_SHARE_ACCESS_WRITE};
 
 /// COMPOUNDs kept in flight per stream.
 const DEPTH: usize = 4;
@@ -47,6 +47,76 @@ async fn close(client: &Client, fh: &Bytes, sid: &stateid4) -> Result<(), Client
 
 type ReadResult = Result<Vec<(u64, u32, Bytes, bool)>, ClientError>;
 
+/// One COMPOUND of reads of a [`RemoteReader`]'s pipeline.
+struct Batch {
+    client: Client,
+    fh: Bytes,
+    sid: stateid4,
+    chunk: u32,
+    offsets: Vec<u64>,
+}
+
+impl Batch {
+    /// READ_PLUS (`plus`) or READ of `chunk` bytes at each offset, in one COMPOUND. A
+    /// server that refuses READ_PLUS gets READs, now and for the rest of the session.
+    async fn read(self, plus: bool) -> ReadResult {
+        if plus {
+            match self.send(true).await {
+                Err(e) if refuses_read_plus(&e) => self.client.read_plus_refused(),
+                r => return r,
+            }
+        }
+        self.send(false).await
+    }
+
+    async fn send(&self, plus: bool) -> ReadResult {
+        let mut c = Compound::new();
+        c.putfh(&self.fh);
+        let ops: Vec<(usize, u64)> = self
+            .offsets
+            .iter()
+            .map(|&off| {
+                let sid = self.sid.clone();
+                let i = match plus {
+                    true => c.read_plus(sid, off, self.chunk),
+                    false => c.read(sid, off, self.chunk),
+                };
+                (i, off)
+            })
+            .collect();
+        let rep = self.client.compound(&c).await?;
+        let mut out = Vec::new();
+        for (i, off) in ops {
+            let (d, eof) = match plus {
+                true => rep.read_plus(i, off)?,
+                false => rep.read(i)?,
+            };
+            out.push((off, self.chunk, d, eof));
+        }
+        Ok(out)
+    }
+}
+
+/// The server has no usable READ_PLUS: the op refused, the whole COMPOUND not
+/// decoded, or a reply that does not describe the range asked for.
+fn refuses_read_plus(e: &ClientError) -> bool {
+    match e {
+        ClientError::BadReadPlus(_) => {
+            tracing::debug!("{e}: reading with READ from now on");
+            true
+        }
+        ClientError::Nfs { op, status, .. } => {
+            matches!(*op, "READ_PLUS" | "ILLEGAL")
+                && matches!(
+                    status,
+                    nfsstat4::NFS4ERR_NOTSUPP | nfsstat4::NFS4ERR_OP_ILLEGAL
+                )
+        }
+        ClientError::Rpc(txnfs_rpc::RpcError::GarbageArgs) => true,
+        _ => false,
+    }
+}
+
 /// Reads one remote file front to back, in order.
 pub struct RemoteReader {
     client: Client,
@@ -54,6 +124,9 @@ pub struct RemoteReader {
     sid: stateid4,
     /// Size when opened.
     pub size: u64,
+    /// The file takes less space than its size: read it with READ_PLUS where the
+    /// server has it, so its holes cross the wire as their length.
+    sparse: bool,
     chunk: u32,
     per: usize,
     next_off: u64,
@@ -73,7 +146,7 @@ impl RemoteReader {
         walk(&mut c, &parent)?;
         let o = c.open(leaf.as_bytes(), OPEN4_SHARE_ACCESS_READ, &owner(), None);
         let g = c.getfh();
-        let at = c.getattr(bitmap(&[SIZE]));
+        let at = c.getattr(bitmap(&[SIZE, SPACE_USED]));
         let rd = c.read(CURRENT_STATEID, 0, chunk);
         let rep = client.compound(&c).await?;
         let sid = rep.open(o)?.stateid;
@@ -83,6 +156,7 @@ impl RemoteReader {
             fh,
             sid,
             size: 0,
+            sparse: false,
             chunk,
             per,
             next_off: chunk as u64,
@@ -95,6 +169,7 @@ impl RemoteReader {
             .attrs(at)
             .and_then(|a| {
                 r.size = a.size.unwrap_or(0);
+                r.sparse = a.space_used.is_some_and(|used| used < r.size);
                 rep.read(rd)
             })
             .map(|(d, eof)| vec![(0, chunk, d, eof)]);
@@ -115,28 +190,23 @@ impl RemoteReader {
             && self.inflight.len() < DEPTH
             && (self.next_off < self.size || self.inflight.is_empty())
         {
-            let mut c = Compound::new();
-            c.putfh(&self.fh);
-            let mut reads = Vec::new();
+            let mut offsets = Vec::new();
             for _ in 0..self.per {
-                let i = c.read(self.sid.clone(), self.next_off, self.chunk);
-                reads.push((i, self.next_off));
+                offsets.push(self.next_off);
                 self.next_off += self.chunk as u64;
                 if self.next_off >= self.size {
                     break;
                 }
             }
-            let client = self.client.clone();
-            let chunk = self.chunk;
-            self.inflight.push_back(tokio::spawn(async move {
-                let rep = client.compound(&c).await?;
-                let mut out = Vec::new();
-                for (i, off) in reads {
-                    let (d, eof) = rep.read(i)?;
-                    out.push((off, chunk, d, eof));
-                }
-                Ok(out)
-            }));
+            let plus = self.sparse && self.client.uses_read_plus();
+            let batch = Batch {
+                client: self.client.clone(),
+                fh: self.fh.clone(),
+                sid: self.sid.clone(),
+                chunk: self.chunk,
+                offsets,
+            };
+            self.inflight.push_back(tokio::spawn(batch.read(plus)));
         }
     }
 
