@@ -17,6 +17,7 @@
 
 use bytes::Bytes;
 
+mod blocking;
 pub mod layer;
 pub mod local;
 pub mod memory;
@@ -433,7 +434,10 @@ macro_rules! with_backend_methods {
                 /// itself decides what is above an export).
                 fn lookup_parent(&self, cx: &OpCtx, dir: &FileKey) -> Result<(FileKey, Attrs)>;
                 fn setattr(&self, cx: &OpCtx, key: &FileKey, attrs: &SetAttrs) -> Result<Attrs>;
-                /// Read up to `count` bytes at `offset`; the flag is true at end of file.
+                /// Read up to `count` bytes at `offset`; the flag is true at end of file. The
+                /// server calls it inline on a runtime worker at any size: a backend whose
+                /// read must wait for a device does that part through `blocking::may_block`
+                /// (the local backend: what the page cache lacks, ADR 0040).
                 fn read(&self, cx: &OpCtx, key: &FileKey, offset: u64, count: u32) -> Result<(Bytes, bool)>;
                 /// Write `data` at `offset`; with `sync` the data (and the size) are on stable
                 /// storage before this returns. Returns the post-write attributes.

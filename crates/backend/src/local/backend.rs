@@ -115,15 +115,7 @@ impl Backend for LocalBackend {
         // want <= MAX_READ (16 MiB), fits in usize.
         let want = want as usize;
         let mut buf = vec![0u8; want];
-        let mut got = 0usize;
-        while got < buf.len() {
-            let pos = offset + got as u64;
-            match retry(|| rustix::io::pread(&*fd, &mut buf[got..], pos)) {
-                Ok(0) => break,
-                Ok(n) => got += n,
-                Err(e) => return Err(map_errno(e)),
-            }
-        }
+        let got = self.read_into(&fd, &mut buf, offset)?;
         buf.truncate(got);
         // A short read means the file shrank meanwhile: that is end of file too.
         let eof = got < want || offset + got as u64 >= size;

@@ -47,6 +47,7 @@ mod descriptors;
 mod errors;
 mod fd_cache;
 mod handles;
+mod io;
 mod lease;
 mod readdir;
 mod v42;
@@ -90,6 +91,9 @@ pub struct LocalBackend {
     clone: CloneMethod,
     /// Whether the file system keeps `user.` extended attributes (probed once at open).
     xattrs: bool,
+    /// Whether reads may ask for the page cache only (`RWF_NOWAIT`); cleared the first
+    /// time the file system refuses it.
+    nowait_reads: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for LocalBackend {
@@ -154,6 +158,7 @@ impl LocalBackend {
         Ok(LocalBackend {
             clone,
             xattrs,
+            nowait_reads: std::sync::atomic::AtomicBool::new(true),
             root_key,
             root_dev: st.st_dev as u64,
             root_ino: st.st_ino as u64,

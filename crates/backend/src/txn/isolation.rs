@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::locks::{self, Kind, LockId, Mode, Owner};
+use super::locks::{Kind, LockId, Mode, Owner};
 use super::{Txn, TxnLayer};
 use crate::{BackendError, OpCtx, Result, WaitClock};
 
@@ -252,7 +252,7 @@ impl TxnLayer {
             r => return r,
         }
         waited.timed(|| {
-            locks::waiting(|| loop {
+            crate::blocking::may_block(|| loop {
                 std::thread::sleep(Duration::from_millis(1));
                 match f() {
                     Err(BackendError::Conflict) if may_wait() => {}

@@ -44,18 +44,6 @@ impl Mode {
     }
 }
 
-/// Runs `f`, which waits for other holders, where the thread may block: on a worker of
-/// a multi-threaded tokio runtime inside `block_in_place` (the runtime moves its other
-/// work to another thread first), anywhere else (the blocking pool, no runtime) as is.
-/// The server runs every request that may wait here on the blocking pool already; this
-/// covers one placed just before a transaction began.
-pub(crate) fn waiting<R>(f: impl FnOnce() -> R) -> R {
-    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
-        _ => f(),
-    }
-}
-
 /// What a lock protects, hashed.
 pub type LockId = u64;
 
@@ -249,7 +237,7 @@ impl LockTable {
         if self.try_acquire(owner, set) {
             return Ok(());
         }
-        waiting(|| loop {
+        crate::blocking::may_block(|| loop {
             let mut taken = 0;
             let mut blocked_on = None;
             for &(id, mode) in set {
