@@ -10,7 +10,7 @@ use common::mounts::{LoopFs, Mounted};
 use common::*;
 use txnfs_backend::local::LocalBackend;
 use txnfs_backend::{
-    Backend, BackendError, CloneMethod, CreateMode, FileType, NodeKind, OpCtx, SetAttrs,
+    Advice, Backend, BackendError, CloneMethod, CreateMode, FileType, NodeKind, OpCtx, SetAttrs,
     MAX_KEY_LEN,
 };
 
@@ -422,4 +422,51 @@ fn clone_range_reflinks_on_btrfs() {
 #[ignore = "needs root, loop devices and mkfs.xfs (Debian xfsprogs); run with --ignored"]
 fn clone_range_reflinks_on_xfs() {
     reflink_on("mkfs.xfs", "320M");
+}
+
+/// Reads on a runtime worker (where the server runs READs at any size, ADR 0040): the
+/// cached part without blocking, the rest off the worker. The same bytes either way,
+/// from a file whose pages were dropped from the cache (DONTNEED) and once cached.
+#[test]
+fn reads_on_a_runtime_worker_cached_or_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = pattern(4 << 20);
+    std::fs::write(dir.path().join("f"), &data).unwrap();
+    let b = std::sync::Arc::new(LocalBackend::open(dir.path()).unwrap());
+    let root = b.root().unwrap();
+    let (f, _) = b.lookup(&user(), &root, b"f").unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    for round in ["dropped", "cached"] {
+        if round == "dropped" {
+            // Written pages must reach the disk before they can be dropped.
+            std::fs::File::open(dir.path().join("f"))
+                .unwrap()
+                .sync_all()
+                .unwrap();
+            b.advise(&user(), &f, 0, 0, Advice::DontNeed).unwrap();
+        }
+        let (b2, f2) = (b.clone(), f.clone());
+        let got = rt.block_on(async move {
+            tokio::spawn(async move {
+                let mut out = Vec::new();
+                let mut off = 0u64;
+                loop {
+                    let (d, eof) = b2.read(&user(), &f2, off, 1 << 20).unwrap();
+                    off += d.len() as u64;
+                    out.extend_from_slice(&d);
+                    if eof {
+                        break;
+                    }
+                }
+                out
+            })
+            .await
+            .unwrap()
+        });
+        assert_eq!(got.len(), data.len(), "{round}");
+        assert!(got == data, "{round}: bytes differ");
+    }
 }
