@@ -4,6 +4,7 @@
 # txnfs-bench. Prints per case and binary the median of ops/s, server CPU µs/op,
 # context switches/op and the p99 latency (µs) of the busiest request kind.
 #   scripts/placement-measure.sh OLD_TXNFS NEW_TXNFS TXNFS_BENCH [ROUNDS] [SECONDS]
+# MEASURE_CASES (lines of "name|bench run arguments") replaces the default cases.
 set -euo pipefail
 OLD=$1 NEW=$2 BENCH=$3 ROUNDS=${4:-3} SECS=${5:-5}
 WORK=$(mktemp -d /tmp/placement-measure.XXXXXX)
@@ -16,6 +17,9 @@ CASES=(
   "randread16|randread --threads 16"
   "create256-10ms|create --threads 256 --delay-ms 10"
 )
+if [ -n "${MEASURE_CASES:-}" ]; then
+  mapfile -t CASES <<<"$MEASURE_CASES"
+fi
 port=$((20000 + RANDOM % 20000))
 for round in $(seq 1 "$ROUNDS"); do
   for which in old new; do

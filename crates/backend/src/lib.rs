@@ -435,7 +435,7 @@ macro_rules! with_backend_methods {
                 fn lookup_parent(&self, cx: &OpCtx, dir: &FileKey) -> Result<(FileKey, Attrs)>;
                 fn setattr(&self, cx: &OpCtx, key: &FileKey, attrs: &SetAttrs) -> Result<Attrs>;
                 /// Read up to `count` bytes at `offset`; the flag is true at end of file. The
-                /// server calls it inline on a runtime worker at any size: a backend whose
+                /// server calls it inline on a runtime worker (small reads): a backend whose
                 /// read must wait for a device does that part through `blocking::may_block`
                 /// (the local backend: what the page cache lacks, ADR 0040).
                 fn read(&self, cx: &OpCtx, key: &FileKey, offset: u64, count: u32) -> Result<(Bytes, bool)>;

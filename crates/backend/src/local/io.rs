@@ -1,6 +1,6 @@
 //! Reads run to completion where the data is cached (seed 004, Tyche): the server
-//! runs a READ on the thread that received it, and only a read that would wait for the
-//! disk moves off it.
+//! runs a small READ on the thread that received it (ADR 0040), and only a read that
+//! would wait for the disk moves off it.
 //!
 //! A read first takes what the page cache holds without blocking (`preadv2` with
 //! `RWF_NOWAIT`); what is left comes from the disk where the thread may block
