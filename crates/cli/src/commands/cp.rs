@@ -7,6 +7,7 @@
 //! COMPOUND), files over 32 MiB streamed, and one vsetattrs for modes that differ from
 //! the creation defaults.
 
+use super::follow::{self, Unresolved};
 use super::progress::Progress;
 use super::stream::{RemoteReader, RemoteWriter};
 use super::url::{Location, NfsUrl, ServerKey};
@@ -64,9 +65,14 @@ pub struct CpArgs {
     /// GETXATTR/SETXATTR on remote ends).
     #[arg(long)]
     pub xattrs: bool,
-    /// Archive: -R and --xattrs (modes are kept as without it; owners and times are not).
+    /// Archive: -R, -P and --xattrs (modes are kept as without it; owners and times
+    /// are not).
     #[arg(short = 'a', long)]
     pub archive: bool,
+    /// Copy symbolic links as links (the default with -R and -a); without it, a
+    /// source that is a link is copied from what it points to, as cp(1) does.
+    #[arg(short = 'P', long = "no-dereference")]
+    pub no_dereference: bool,
     /// Sources, then the destination.
     #[arg(required = true, num_args = 2.., value_name = "PATH")]
     pub paths: Vec<String>,
@@ -309,22 +315,39 @@ pub async fn run(ctx: &mut Ctx, mut a: CpArgs) -> anyhow::Result<()> {
     }
     umask_cache(umask());
 
-    // Is DEST an existing directory?
-    let dest_dir = match &dest {
-        End::Local(p) => Some(std::fs::metadata(p).map(|m| m.is_dir()).unwrap_or(false)),
-        End::Remote(u) => ctx.existing_dir(u).await?,
-    };
-    let Some(dest_dir) = dest_dir else {
-        return Ok(());
+    // Is DEST an existing directory (through symbolic links, as locally)?
+    let (dest, dest_dir) = match dest {
+        End::Local(p) => {
+            let is_dir = std::fs::metadata(&p).map(|m| m.is_dir()).unwrap_or(false);
+            (End::Local(p), is_dir)
+        }
+        End::Remote(u) => match follow::resolve(ctx, &[&u], true).await?.pop() {
+            Some(Ok(r)) => {
+                let is_dir = r.attrs.is_dir();
+                (End::Remote(r.url), is_dir)
+            }
+            Some(Err(Unresolved::Nfs(e))) if e.status() == Some(nfsstat4::NFS4ERR_NOENT) => {
+                (End::Remote(u), false)
+            }
+            Some(Err(e)) => {
+                ctx.fail(format!("cannot stat '{}'", u.display), e);
+                return Ok(());
+            }
+            None => (End::Remote(u), false),
+        },
     };
     if srcs.len() > 1 && !dest_dir {
         ctx.fail_msg(format!("target '{}' is not a directory", dest.display()));
         return Ok(());
     }
 
-    // The operands themselves.
+    // The operands themselves: links on their paths followed, and a link operand
+    // too unless links are copied as links (-P, -R, -a), as cp(1) does.
+    let keep_links = a.recursive || a.no_dereference;
     let remote_srcs: Vec<&NfsUrl> = srcs.iter().filter_map(End::remote).collect();
-    let mut remote_attrs = ctx.getattrs(&remote_srcs).await?.into_iter();
+    let mut remote_attrs = follow::resolve(ctx, &remote_srcs, !keep_links)
+        .await?
+        .into_iter();
     let mut items: Vec<Item> = Vec::new();
     let mut remote_trees: Vec<(End, End)> = Vec::new();
     let mut local_trees: Vec<(PathBuf, End, End)> = Vec::new();
@@ -337,9 +360,10 @@ pub async fn run(ctx: &mut Ctx, mut a: CpArgs) -> anyhow::Result<()> {
         } else {
             dest.clone()
         };
+        let mut src = s.clone();
         let (kind, size, sparse, mode, target) = match s {
             End::Local(p) => {
-                let m = if a.recursive {
+                let m = if keep_links {
                     std::fs::symlink_metadata(p)
                 } else {
                     std::fs::metadata(p)
@@ -365,7 +389,9 @@ pub async fn run(ctx: &mut Ctx, mut a: CpArgs) -> anyhow::Result<()> {
                 (k, m.len(), local_sparse(&m), m.mode() & 0o7777, target)
             }
             End::Remote(u) => match remote_attrs.next() {
-                Some(Ok(at)) => {
+                Some(Ok(r)) => {
+                    let at = r.attrs;
+                    src = End::Remote(r.url);
                     let Some(k) = kind_of(&at) else {
                         ctx.fail_msg(format!("cannot copy '{}': not a regular file", u.display));
                         continue;
@@ -379,7 +405,7 @@ pub async fn run(ctx: &mut Ctx, mut a: CpArgs) -> anyhow::Result<()> {
                     )
                 }
                 Some(Err(e)) => {
-                    ctx.fail_nfs(format!("cannot stat '{}'", u.display), &e);
+                    ctx.fail(format!("cannot stat '{}'", u.display), e);
                     continue;
                 }
                 None => continue,
@@ -393,14 +419,14 @@ pub async fn run(ctx: &mut Ctx, mut a: CpArgs) -> anyhow::Result<()> {
             continue;
         }
         if kind == Kind::Dir {
-            match s {
-                End::Local(p) => local_trees.push((p.clone(), s.clone(), dst.clone())),
-                End::Remote(_) => remote_trees.push((s.clone(), dst.clone())),
+            match &src {
+                End::Local(p) => local_trees.push((p.clone(), src.clone(), dst.clone())),
+                End::Remote(_) => remote_trees.push((src.clone(), dst.clone())),
             }
         }
         items.push(Item {
             kind,
-            src: s.clone(),
+            src,
             dst,
             size: if kind == Kind::File { size } else { 0 },
             sparse: kind == Kind::File && sparse,

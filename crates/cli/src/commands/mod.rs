@@ -7,6 +7,7 @@ pub mod cat;
 pub mod cp;
 mod cp_atomic;
 mod cp_xattrs;
+pub mod follow;
 pub mod format;
 pub mod ln;
 pub mod ls;
