@@ -50,7 +50,7 @@ pub async fn run(ctx: &mut Ctx, a: CatArgs) -> anyhow::Result<()> {
                 ctx.fail(format!("cannot read '{}'", u.display), "Is a directory")
             }
             Ok(r) => plan.push((r.url, r.attrs.size.unwrap_or(0))),
-            Err(e) => ctx.fail(format!("cannot open '{}' for reading", u.display), e),
+            Err(e) => ctx.fail_unresolved(format!("cannot open '{}' for reading", u.display), e),
         }
     }
     let mut i = 0;

@@ -330,7 +330,7 @@ pub async fn run(ctx: &mut Ctx, mut a: CpArgs) -> anyhow::Result<()> {
                 (End::Remote(u), false)
             }
             Some(Err(e)) => {
-                ctx.fail(format!("cannot stat '{}'", u.display), e);
+                ctx.fail_unresolved(format!("cannot stat '{}'", u.display), e);
                 return Ok(());
             }
             None => (End::Remote(u), false),
@@ -405,7 +405,7 @@ pub async fn run(ctx: &mut Ctx, mut a: CpArgs) -> anyhow::Result<()> {
                     )
                 }
                 Some(Err(e)) => {
-                    ctx.fail(format!("cannot stat '{}'", u.display), e);
+                    ctx.fail_unresolved(format!("cannot stat '{}'", u.display), e);
                     continue;
                 }
                 None => continue,
@@ -520,12 +520,11 @@ pub async fn run(ctx: &mut Ctx, mut a: CpArgs) -> anyhow::Result<()> {
     if a.atomic {
         return super::cp_atomic::run(ctx, &items).await;
     }
+    let files = items.iter().filter(|i| i.kind == Kind::File).count() as u64;
     let mut cp = Copier {
         failed_dirs: Vec::new(),
-        progress: Progress::new(
-            items.iter().map(|i| i.size).sum(),
-            items.iter().filter(|i| i.kind == Kind::File).count() as u64,
-        ),
+        progress: Progress::new(items.iter().map(|i| i.size).sum(), files)
+            .counting(ctx.tally(files, "files")),
         done: Vec::new(),
     };
     cp.dirs(ctx, &items).await?;

@@ -10,6 +10,7 @@ mod cp_xattrs;
 pub mod follow;
 pub mod format;
 pub mod ln;
+pub mod lost;
 pub mod ls;
 pub mod mkdir;
 pub mod mv;
@@ -111,6 +112,22 @@ pub enum FileCmd {
     Ln(ln::LnArgs),
 }
 
+impl FileCmd {
+    /// The command's name, as typed.
+    fn name(&self) -> &'static str {
+        match self {
+            FileCmd::Ls(_) => "ls",
+            FileCmd::Stat(_) => "stat",
+            FileCmd::Cat(_) => "cat",
+            FileCmd::Cp(_) => "cp",
+            FileCmd::Mkdir(_) => "mkdir",
+            FileCmd::Rm(_) => "rm",
+            FileCmd::Mv(_) => "mv",
+            FileCmd::Ln(_) => "ln",
+        }
+    }
+}
+
 /// A usage error found after parsing (bad URL, missing operand): exit code 2.
 #[derive(Debug)]
 pub struct UsageError(pub String);
@@ -134,6 +151,13 @@ pub struct Ctx {
     pub global: GlobalArgs,
     conns: BTreeMap<ServerKey, Fs>,
     failures: usize,
+    /// "cp", "rm", ...: how the one line of a lost connection names the command.
+    command: &'static str,
+    /// Set at the first lost connection (reported once): the command ends at its next
+    /// request, and no later failure is reported.
+    lost: bool,
+    /// How far the command got, for that line.
+    tally: Option<lost::Tally>,
 }
 
 /// "No such file or directory (NFS4ERR_NOENT)" for NFS errors; the error's text
@@ -155,16 +179,31 @@ pub fn describe_io(e: &std::io::Error) -> String {
 }
 
 impl Ctx {
-    pub fn new(global: GlobalArgs) -> Ctx {
+    pub fn new(global: GlobalArgs, command: &'static str) -> Ctx {
         Ctx {
             global,
             conns: BTreeMap::new(),
             failures: 0,
+            command,
+            lost: false,
+            tally: None,
         }
     }
 
-    /// The session to `key`'s server (connected on first use).
+    /// Count `total` items (`noun`: "files") for the line a lost connection prints; the
+    /// command adds to the returned tally as items are done.
+    pub fn tally(&mut self, total: u64, noun: &'static str) -> lost::Tally {
+        let t = lost::Tally::new(total, noun);
+        self.tally = Some(t.clone());
+        t
+    }
+
+    /// The session to `key`'s server (connected on first use); after a lost connection,
+    /// the error that ends the command.
     pub async fn fs(&mut self, key: &ServerKey) -> anyhow::Result<Fs> {
+        if self.lost {
+            return Err(lost::ConnectionLost.into());
+        }
         if let Some(fs) = self.conns.get(key) {
             return Ok(fs.clone());
         }
@@ -189,15 +228,42 @@ impl Ctx {
         Ok(fs)
     }
 
-    /// Report one failed item: `txnfs: <what>: <why>`.
+    /// Report one failed item: `txnfs: <what>: <why>` (nothing once the connection
+    /// was lost: the failures that follow are its).
     pub fn fail(&mut self, what: impl std::fmt::Display, why: impl std::fmt::Display) {
-        eprintln!("txnfs: {what}: {why}");
         self.failures += 1;
+        if !self.lost {
+            eprintln!("txnfs: {what}: {why}");
+        }
     }
 
-    /// Report a failed NFS item.
+    /// Report a failed NFS item; a lost connection ends the command with one line.
     pub fn fail_nfs(&mut self, what: impl std::fmt::Display, e: &ClientError) {
-        self.fail(what, describe(e));
+        match lost::connection_loss(e) {
+            Some(_) if self.lost => self.failures += 1,
+            Some(loss) => {
+                let server = match (&loss.addr, self.conns.keys().next()) {
+                    (Some(a), _) => a.clone(),
+                    (None, Some(k)) if self.conns.len() == 1 => k.to_string(),
+                    _ => "the server".into(),
+                };
+                eprintln!(
+                    "{}",
+                    lost::summary(self.command, &server, &loss, self.tally.as_ref())
+                );
+                self.lost = true;
+                self.failures += 1;
+            }
+            None => self.fail(what, describe(e)),
+        }
+    }
+
+    /// Report an operand whose symbolic links could not be resolved.
+    pub fn fail_unresolved(&mut self, what: impl std::fmt::Display, e: follow::Unresolved) {
+        match e {
+            follow::Unresolved::Nfs(e) => self.fail_nfs(what, &e),
+            looped => self.fail(what, looped),
+        }
     }
 
     /// Report a failed local item.
@@ -284,12 +350,16 @@ impl Ctx {
         })
     }
 
-    /// Print `--stats` and close the sessions.
+    /// Print `--stats` and close the sessions (after a lost connection, no flush
+    /// or close is tried: they would wait for the server in vain).
     async fn finish(&mut self) {
         let conns = std::mem::take(&mut self.conns);
         for (key, fs) in conns {
             if self.global.stats {
                 eprint!("{}", stats_text(&key, fs.client()));
+            }
+            if self.lost {
+                continue;
             }
             // Writes kept under write delegations reach the server before we go: a
             // failure here is a failed command, not a silent loss.
@@ -381,7 +451,7 @@ pub fn run(global: GlobalArgs, cmd: FileCmd) -> ExitCode {
                 None
             }
         };
-        let mut ctx = Ctx::new(global);
+        let mut ctx = Ctx::new(global, cmd.name());
         let stopped_by = {
             let work = async {
                 match cmd {
@@ -429,6 +499,8 @@ pub fn run(global: GlobalArgs, cmd: FileCmd) -> ExitCode {
         };
         ctx.finish().await;
         match r {
+            // Its one line is out already.
+            Err(e) if e.downcast_ref::<lost::ConnectionLost>().is_some() => ExitCode::FAILURE,
             Err(e) if e.downcast_ref::<UsageError>().is_some() => {
                 eprintln!("txnfs: {e}\nTry 'txnfs --help' for more information.");
                 ExitCode::from(2)
