@@ -383,14 +383,36 @@ pub fn stats_text(key: &ServerKey, client: &Client) -> String {
         s.total_ops(),
         s.ops_excluding_sequence()
     );
-    for (op, n) in &s.ops {
-        out.push_str(&format!("  {op:<16} {n:>8}\n"));
-    }
+    out.push_str(&ops_table(&s.ops));
     if s.reconnects > 0 || s.session_recoveries > 0 {
         out.push_str(&format!(
             "  (reconnects {}, session recoveries {})\n",
             s.reconnects, s.session_recoveries
         ));
+    }
+    out
+}
+
+/// The ops sent, one per line, names left-aligned and counts right-aligned under an
+/// "OP COUNT" header, the columns as wide as their widest cell.
+pub fn ops_table(ops: &BTreeMap<&'static str, u64>) -> String {
+    const NAME: &str = "OP";
+    const COUNT: &str = "COUNT";
+    let name_w = ops
+        .keys()
+        .map(|k| k.len())
+        .chain([NAME.len()])
+        .max()
+        .unwrap_or(0);
+    let count_w = ops
+        .values()
+        .map(|n| n.to_string().len())
+        .chain([COUNT.len()])
+        .max()
+        .unwrap_or(0);
+    let mut out = format!("  {NAME:<name_w$}  {COUNT:>count_w$}\n");
+    for (op, n) in ops {
+        out.push_str(&format!("  {op:<name_w$}  {n:>count_w$}\n"));
     }
     out
 }
@@ -602,4 +624,46 @@ pub fn umask() -> u32 {
                 .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
         })
         .unwrap_or(0o022)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every row of the table has the count's last digit in one column and the name
+    /// at one indent, whatever the widths of names and numbers.
+    #[test]
+    fn the_stats_table_is_aligned_for_any_widths() {
+        let ops: BTreeMap<&'static str, u64> = [
+            ("SEQUENCE", 7),
+            ("BIND_CONN_TO_SESSION", 1),
+            ("GETATTR", 12_345_678_901),
+            ("RM", 0),
+        ]
+        .into_iter()
+        .collect();
+        let table = ops_table(&ops);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 5, "{table}");
+        assert!(lines[0].trim_start().starts_with("OP"), "{table}");
+        let width = lines[0].len();
+        for l in &lines {
+            assert_eq!(l.len(), width, "ragged row {l:?} in\n{table}");
+            assert!(l.starts_with("  ") && !l.starts_with("   "), "{l:?}");
+            assert!(l.ends_with(|c: char| c.is_ascii_alphanumeric()), "{l:?}");
+        }
+        // Names start in one column; counts are right-aligned (their ends line up).
+        assert!(lines.iter().any(|l| l.trim_end().ends_with(" 12345678901")));
+        let counts_start = width - "12345678901".len();
+        for l in &lines[1..] {
+            let (name, count) = l.split_at(counts_start);
+            assert!(
+                name.trim()
+                    .chars()
+                    .all(|c| c.is_ascii_uppercase() || c == '_'),
+                "{l:?}"
+            );
+            assert!(count.trim().parse::<u64>().is_ok(), "{l:?}");
+        }
+    }
 }
