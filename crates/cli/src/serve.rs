@@ -215,10 +215,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .with_context(|| format!("cannot listen on {listen}"))?;
-        for e in server.exports.exports.values() {
-            tracing::info!(export = %e.name, "exporting");
-        }
-        tracing::info!(%listen, "txnfs serving NFSv4.1 and NFSv4.2");
+        let bound = listener.local_addr().unwrap_or(listen);
+        tracing::info!("{}", crate::startup::summary(&server.cfg, bound));
         let registered = if a.no_rpcbind {
             None
         } else {

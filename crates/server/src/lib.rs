@@ -26,14 +26,15 @@
 //! dirnotify   → recall, statecore, callback, export
 //! watches     → recall, statecore, waitmode, export
 //! recall      → statecore, callback, placement, waitmode, config
-//! durable     → statecore, statedir, export, config
+//! durable     → statecore, statedir, session, export, config
 //! attrs       → fh, handle, errors, export, config
 //! faultinject → statecore
+//! callback    → session
 //! placement   → waitmode
 //! fh          → handle, export
 //! held        → export
 //! export      → config
-//! leaves: statecore, callback, statedir, txnspan, session, handle, waitmode, errors, config
+//! leaves: statecore, statedir, txnspan, session, handle, waitmode, errors, config
 //! ```
 
 pub mod attrs;
