@@ -15,7 +15,9 @@ const BATCH: u64 = 16 << 20;
 #[derive(Args, Debug)]
 #[command(after_help = "EXAMPLES:\n  \
     txnfs cat nfs://server/etc/motd\n  \
-    txnfs cat nfs://server/logs/a nfs://server/logs/b > both.txt")]
+    txnfs cat nfs://server/logs/a nfs://server/logs/b > both.txt\n\n\
+    Symbolic links are read through, as cat(1) does (a link's absolute target starts\n\
+    at the server's NFS root); more than 40 links on one path is an error.")]
 pub struct CatArgs {
     /// Files to print, in order.
     #[arg(required = true, value_name = "URL")]

@@ -38,11 +38,14 @@ const DIR_MODE: u32 = 0o755;
     txnfs cp nfs://server/data/a.txt .                   remote -> local\n  \
     txnfs cp -R nfs://server/data nfs://server/data.bak  remote -> remote (by the server)\n  \
     txnfs cp -a ./project nfs://server/backup/project    -R, keeping user xattrs\n  \
+    txnfs cp -P nfs://server/data/latest ./latest        the symlink, not its target\n  \
     txnfs --stats cp -R ./tree nfs://127.0.0.1:2050/t    show the COMPOUNDs sent\n  \
     txnfs cp -R --atomic ./site nfs://server/www/site    all of it, or nothing\n\n\
     At least one side must be an nfs:// URL. If DEST is an existing directory, each SRC\n\
-    is copied into it; with several SRCs it must be one. Modes are copied (minus the\n\
-    umask), owners and times are not. A progress line is shown on a terminal for copies\n\
+    is copied into it; with several SRCs it must be one. A SRC that is a symbolic link\n\
+    is copied from what it points to (a link's absolute target starts at the server's\n\
+    NFS root), unless -P, -R or -a. Modes are copied (minus the umask), owners and\n\
+    times are not. A progress line is shown on a terminal for copies\n\
     over 1 MiB. Over NFSv4.2 a copy within one server is done by the server (COPY),\n\
     and sparse files keep their holes either way.\n\n\
     With --atomic the whole copy is ONE transaction (txnfs servers only; DEST on one\n\
