@@ -1,4 +1,4 @@
-//! Symbolic links in remote operands, resolved as the kernel resolves a path for
+//! Symbolic links in remote operands (ADR 0037), resolved as the kernel resolves a path for
 //! coreutils: a link anywhere in the path is replaced by its target (relative to the
 //! link's directory, or, when absolute, to the server's NFS root: the URL's root is the
 //! only root a client of the export has), the last component only when asked, and more
