@@ -201,10 +201,24 @@ fn spawn_logging(
     flags: &[&str],
     log: &str,
 ) -> std::process::Child {
+    spawn_logging_at(dir, port, flags, log, None)
+}
+
+/// [`spawn_logging`] with `TXNFS_LOG` set to `level` (unset for `None`).
+fn spawn_logging_at(
+    dir: &std::path::Path,
+    port: u16,
+    flags: &[&str],
+    log: &str,
+    level: Option<&str>,
+) -> std::process::Child {
     std::fs::create_dir_all(dir.join("export")).unwrap();
     let file = std::fs::File::create(dir.join(log)).unwrap();
-    Command::new(bin())
-        .arg("serve")
+    let mut cmd = Command::new(bin());
+    if let Some(l) = level {
+        cmd.env("TXNFS_LOG", l);
+    }
+    cmd.arg("serve")
         .args(flags)
         .args([
             "--no-rpcbind",
@@ -214,7 +228,6 @@ fn spawn_logging(
         ])
         .arg(dir.join("state"))
         .arg(dir.join("export"))
-        .env_remove("TXNFS_LOG")
         .stdout(std::process::Stdio::null())
         .stderr(file)
         .spawn()
@@ -296,4 +309,34 @@ fn the_log_is_an_administrators_log() {
     let second = std::fs::read_to_string(dir.path().join("second.log")).unwrap();
     assert!(!second.contains("WARN"), "{second}");
     assert!(!second.contains("not restored"), "{second}");
+
+    // At DEBUG: the peer of each connection, the goodbyes, session ids in hex.
+    let mut server = spawn_logging_at(dir.path(), port, &[], "debug.log", Some("debug"));
+    wait_listening(port);
+    let out = Command::new(bin())
+        .args(["ls", &format!("{url}/")])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let (exit, _) = terminate(&mut server);
+    assert!(exit.success());
+    let debug = std::fs::read_to_string(dir.path().join("debug.log")).unwrap();
+    assert!(
+        debug
+            .lines()
+            .any(|l| l.contains("accepted connection") && l.contains("peer=127.0.0.1:")),
+        "{debug}"
+    );
+    assert!(
+        debug.contains("released client state: Destroyed"),
+        "{debug}"
+    );
+    let hex_session = debug
+        .lines()
+        .filter_map(|l| l.split("session=").nth(1))
+        .any(|rest| {
+            let id: String = rest.chars().take_while(|c| !c.is_whitespace()).collect();
+            id.len() == 32 && id.chars().all(|c| c.is_ascii_hexdigit())
+        });
+    assert!(hex_session, "no session id in hex:\n{debug}");
 }
