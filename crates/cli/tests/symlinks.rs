@@ -135,6 +135,23 @@ fn cp_follows_links_and_cp_p_keeps_them() {
     symlink("d/f", out.join("local-link")).unwrap();
     ok(&["cp", "-a", &o("local-link"), &s.url("from-local-a")]);
     assert!(is_link_to(&export.join("from-local-a"), "d/f"));
+    // A DEST through a link to a directory: into that directory, new name or not.
+    ok(&["cp", &o("from-rel"), &s.url("dirlink/new")]);
+    assert_eq!(
+        std::fs::read(export.join("d/new")).unwrap(),
+        b"target bytes\n"
+    );
+    ok(&["cp", &o("from-abs"), &s.url("dirlink")]);
+    assert_eq!(
+        std::fs::read(export.join("d/from-abs")).unwrap(),
+        b"target bytes\n"
+    );
+    // A missing operand is still "No such file or directory".
+    let r = txnfs(&["cat", &s.url("dirlink/none")]);
+    assert!(
+        String::from_utf8_lossy(&r.stderr).contains("No such file or directory"),
+        "{r:?}"
+    );
     // A loop is an error naming the operand.
     let r = txnfs(&["cp", &s.url("loop-b"), &o("never")]);
     assert_eq!(r.status.code(), Some(1));

@@ -329,9 +329,7 @@ pub async fn run(ctx: &mut Ctx, mut a: CpArgs) -> anyhow::Result<()> {
                 let is_dir = r.attrs.is_dir();
                 (End::Remote(r.url), is_dir)
             }
-            Some(Err(Unresolved::Nfs(e))) if e.status() == Some(nfsstat4::NFS4ERR_NOENT) => {
-                (End::Remote(u), false)
-            }
+            Some(Err(Unresolved::Absent(at))) => (End::Remote(at), false),
             Some(Err(e)) => {
                 ctx.fail_unresolved(format!("cannot stat '{}'", u.display), e);
                 return Ok(());

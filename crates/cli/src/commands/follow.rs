@@ -24,6 +24,10 @@ pub enum Unresolved {
     Nfs(ClientError),
     /// More than [`MAX_LINKS`] links: a loop, most likely.
     Loop,
+    /// Nothing is there (NFS4ERR_NOENT): the URL is the path with the links before the
+    /// missing name resolved, where a command that creates it (`cp` to a new DEST
+    /// through a link to a directory) creates it.
+    Absent(NfsUrl),
 }
 
 impl std::fmt::Display for Unresolved {
@@ -31,6 +35,11 @@ impl std::fmt::Display for Unresolved {
         match self {
             Unresolved::Nfs(e) => f.write_str(&super::describe(e)),
             Unresolved::Loop => f.write_str("Too many levels of symbolic links"),
+            Unresolved::Absent(_) => f.write_str(&super::describe(&ClientError::nfs(
+                "LOOKUP",
+                0,
+                nfsstat4::NFS4ERR_NOENT,
+            ))),
         }
     }
 }
@@ -133,6 +142,9 @@ pub async fn resolve(
                     ) && components(&p.url.path).len() > 1 =>
                 {
                     inner.push((p, e))
+                }
+                Err(e) if e.status() == Some(nfsstat4::NFS4ERR_NOENT) => {
+                    out[p.at] = Some(Err(Unresolved::Absent(p.url)))
                 }
                 Err(e) => out[p.at] = Some(Err(Unresolved::Nfs(e))),
             }

@@ -262,7 +262,7 @@ impl Ctx {
     pub fn fail_unresolved(&mut self, what: impl std::fmt::Display, e: follow::Unresolved) {
         match e {
             follow::Unresolved::Nfs(e) => self.fail_nfs(what, &e),
-            looped => self.fail(what, looped),
+            other => self.fail(what, other),
         }
     }
 
