@@ -1,6 +1,6 @@
 //! What `txnfs serve` tells its administrator when it starts: ONE summary line with
-//! the version, the listen address, the state directory, grace, and every export with
-//! its path, layers, read-only and transactions.
+//! the version, the listen address, the state directory, grace, rpcbind, and every
+//! export with its path, layers, read-only and transactions.
 
 use txnfs_server::{Config, ExportConfig};
 
@@ -59,12 +59,13 @@ fn on(b: bool) -> &'static str {
     }
 }
 
-/// The start-up summary of a server listening on `listen` with `cfg`.
-pub fn summary(cfg: &Config, listen: std::net::SocketAddr) -> String {
+/// The start-up summary of a server listening on `listen` with `cfg`, `rpcbind`
+/// saying whether it registered with the portmapper.
+pub fn summary(cfg: &Config, listen: std::net::SocketAddr, rpcbind: &str) -> String {
     let exports: Vec<String> = cfg.exports.iter().map(|e| export_summary(cfg, e)).collect();
     format!(
         "txnfs {} serving NFSv4.1 and NFSv4.2 on {listen}; state directory {}; grace {} \
-         (lease {} s); delegations {}; persistent sessions {}; exports: {}",
+         (lease {} s); delegations {}; persistent sessions {}; rpcbind {rpcbind}; exports: {}",
         env!("CARGO_PKG_VERSION"),
         absolute(&cfg.state_dir()),
         on(cfg.grace),
@@ -100,7 +101,7 @@ mod tests {
             read_only: true,
             prebuilt: None,
         });
-        let s = summary(&cfg, "127.0.0.1:2049".parse().unwrap());
+        let s = summary(&cfg, "127.0.0.1:2049".parse().unwrap(), "off");
         for want in [
             "serving NFSv4.1 and NFSv4.2 on 127.0.0.1:2049",
             "state directory /tmp/st",
@@ -111,7 +112,7 @@ mod tests {
             assert!(s.contains(want), "{want:?} missing from {s}");
         }
         cfg.txn = false;
-        let s = summary(&cfg, "127.0.0.1:2049".parse().unwrap());
+        let s = summary(&cfg, "127.0.0.1:2049".parse().unwrap(), "off");
         assert!(
             s.contains("(layers local; read-write; no transactions)"),
             "{s}"

@@ -284,6 +284,7 @@ fn the_log_is_an_administrators_log() {
         ),
         "delegations on".to_string(),
         "persistent sessions on".to_string(),
+        "rpcbind off (--no-rpcbind)".to_string(),
         concat!("txnfs ", env!("CARGO_PKG_VERSION")).to_string(),
     ] {
         assert!(
