@@ -302,14 +302,23 @@ fn the_log_is_an_administrators_log() {
         .collect();
     assert_eq!(before_stop.len(), 1, "{first}");
 
-    // A clean restart: nothing to warn about.
-    let mut server = spawn_logging(dir.path(), port, &["--persistent-sessions"], "second.log");
+    // A clean restart: nothing to warn about, and nothing of the clients that said
+    // goodbye left in the session store (the stop made their goodbyes durable).
+    let mut server = spawn_logging_at(
+        dir.path(),
+        port,
+        &["--persistent-sessions"],
+        "second.log",
+        Some("debug"),
+    );
     wait_listening(port);
     let (exit, _) = terminate(&mut server);
     assert!(exit.success());
     let second = std::fs::read_to_string(dir.path().join("second.log")).unwrap();
     assert!(!second.contains("WARN"), "{second}");
     assert!(!second.contains("not restored"), "{second}");
+    assert!(!second.contains("left before the restart"), "{second}");
+    assert!(!second.contains("restored persistent sessions"), "{second}");
 
     // At DEBUG: the peer of each connection, the goodbyes, session ids in hex.
     let mut server = spawn_logging_at(dir.path(), port, &[], "debug.log", Some("debug"));

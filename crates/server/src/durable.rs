@@ -25,13 +25,27 @@ use crate::statedir::sessionstore::{self, SessionStore};
 /// thread meanwhile (`block_in_place`), so a group commit does not stall the runtime;
 /// elsewhere (blocking pool, no runtime, the simulation) it simply blocks.
 fn wait_durable(store: &SessionStore, t: sessionstore::Ticket) -> std::io::Result<()> {
+    off_the_worker(|| store.wait(t))
+}
+
+/// Runs the blocking `f` as [`wait_durable`] waits.
+fn off_the_worker<T>(f: impl FnOnce() -> T) -> T {
     use tokio::runtime::{Handle, RuntimeFlavor};
     let multi =
         Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
     if multi {
-        tokio::task::block_in_place(|| store.wait(t))
+        tokio::task::block_in_place(f)
     } else {
-        store.wait(t)
+        f()
+    }
+}
+
+/// At a clean stop: the sessions and clients forgotten without waiting
+/// ([`forget`]) are made durable, so a clean restart finds the store as the clients
+/// left it (not sessions of clients that said goodbye).
+pub fn sync_at_stop(store: &SessionStore) {
+    if let Err(e) = off_the_worker(|| store.sync()) {
+        tracing::warn!("durable session store not synced at shutdown: {e}");
     }
 }
 

@@ -14,7 +14,7 @@
 //! from the top:
 //!
 //! ```text
-//! service     → compound, server, placement, recall, txnspan
+//! service     → compound, server, durable, placement, recall, txnspan
 //! compound    → ops, cstate, server, panics, placement, txnspan, session, fh, errors
 //! ops         → cstate, dirnotify, offload, watches, statecore, callback, fh, errors, export
 //! cstate      → server, fh, placement, session, export
