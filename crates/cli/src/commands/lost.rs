@@ -44,7 +44,7 @@ pub fn connection_loss(e: &ClientError) -> Option<Loss> {
         }),
         ClientError::Rpc(RpcError::Disconnected) => Some(Loss {
             addr: None,
-            why: "Connection reset by peer".into(),
+            why: "the server closed the connection".into(),
         }),
         ClientError::Timeout(d) => Some(Loss {
             addr: None,
