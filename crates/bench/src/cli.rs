@@ -43,10 +43,10 @@ pub struct GaneshaConfArgs {
 #[derive(clap::Args, Debug, Clone)]
 #[command(after_help = "EXAMPLES:
   txnfs bench run randread --target nfs://127.0.0.1:2049/ --duration 5
-  txnfs bench run getattr --target nfs://127.0.0.1:2049/ --driver nfs-rs --server-pid 1234
+  txnfs bench run getattr --target nfs://127.0.0.1:2049/ --driver nfs-rs --server-pid \"$(pidof -s txnfs)\"
   txnfs bench run randread --target nfs://127.0.0.1:2049/export --driver nfs-rs --file-size 4k
-  txnfs bench run tree-cp --target nfs://127.0.0.1:2049/ --scale 0.05 --delay-ms 10
-  txnfs bench run smallfiles --target nfs://127.0.0.1:2049/ --clients 4 --threads 2 --repeat 3
+  txnfs bench run tree-cp --target nfs://127.0.0.1:2049/ --scale 0.01 --delay-ms 10
+  txnfs bench run smallfiles --target nfs://127.0.0.1:2049/ --clients 4 --threads 2 --repeat 2 --duration 2
   txnfs bench run writefiles --target nfs://127.0.0.1:2049/ --txn --files-per-txn 16 --file-size 4k
   txnfs bench run writefiles --target nfs://127.0.0.1:2049/ --files-per-txn 16 --clients 8 --sharing 100
 

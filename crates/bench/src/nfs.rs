@@ -89,6 +89,46 @@ pub async fn lookup_path(client: &Client, path: &str) -> anyhow::Result<Bytes> {
     r.fh(i).with_context(|| format!("look up {path:?}"))
 }
 
+/// The handle of the directory `path`, created with its missing parents (mode 0755)
+/// when it does not exist yet: `--target nfs://HOST/bench` works on a fresh export.
+/// A directory that cannot be created (in the server's pseudo-root, on a read-only
+/// export) is an error that says what to do.
+pub async fn lookup_or_create_dir(client: &Client, path: &str) -> anyhow::Result<Bytes> {
+    if let Ok(fh) = lookup_path(client, path).await {
+        return Ok(fh);
+    }
+    let mut c = Compound::new();
+    c.putrootfh();
+    let i = c.getfh();
+    let mut fh = client
+        .compound(&c)
+        .await?
+        .fh(i)
+        .context("the root handle")?;
+    let mut walked = String::new();
+    for comp in path.split('/').filter(|s| !s.is_empty()) {
+        walked.push('/');
+        walked.push_str(comp);
+        let mut c = Compound::new();
+        c.putfh(&fh);
+        c.lookup(comp.as_bytes());
+        let i = c.getfh();
+        let r = client.compound(&c).await?;
+        fh = match r.failed() {
+            None => r.fh(i).with_context(|| format!("look up {walked:?}"))?,
+            Some((_, nfsstat4::NFS4ERR_NOENT)) => {
+                mkdir(client, &fh, comp).await.with_context(|| {
+                    format!(
+                        "target directory {walked:?} does not exist and could not be                          created there: create it on the server (txnfs mkdir -p                          nfs://HOST{walked}) or name a directory of an export"
+                    )
+                })?
+            }
+            Some((_, s)) => anyhow::bail!("target directory {walked:?}: {s:?}"),
+        };
+    }
+    Ok(fh)
+}
+
 /// CREATE a directory `name` in `dir` and return its handle.
 pub async fn mkdir(client: &Client, dir: &Bytes, name: &str) -> anyhow::Result<Bytes> {
     let mut c = Compound::new();

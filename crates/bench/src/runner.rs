@@ -239,7 +239,7 @@ async fn run_once(
     worker_addr: SocketAddr,
 ) -> anyhow::Result<Repeat> {
     let setup_client = connect(cfg.target.addr, cfg.slots, cfg.minor, "setup").await?;
-    let parent = nfs::lookup_path(&setup_client, &cfg.target.path)
+    let parent = nfs::lookup_or_create_dir(&setup_client, &cfg.target.path)
         .await
         .with_context(|| format!("target directory {:?}", cfg.target.path))?;
     let name = format!(

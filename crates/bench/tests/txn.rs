@@ -206,3 +206,18 @@ async fn txn_mode_fails_clearly_against_ganesha() {
     let server = ServerGuard::start(ServerKind::Ganesha);
     refused(&target(server.port(), server.export_path()), "NFS-Ganesha").await;
 }
+
+/// `--target nfs://HOST/dir` where `dir` does not exist yet (a fresh export): the run
+/// creates it, with its parents, and works in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_directory_that_does_not_exist_yet_is_created() {
+    let server = ServerGuard::start(ServerKind::Txnfs);
+    let base = server.export_path().trim_end_matches('/');
+    let t = target(server.port(), &format!("{base}/bench/new"));
+    assert!(!server.export_dir().join("bench").exists());
+    let r = run(&t, "writefiles", &params(false, 4, 0.0), 1, 4)
+        .await
+        .expect("a run into a directory that did not exist");
+    assert!(r.repeats[0].ops > 0);
+    assert!(server.export_dir().join("bench/new").is_dir());
+}

@@ -118,3 +118,50 @@ fn ganesha_conf_renders_the_shared_configuration() {
         assert!(conf.contains(needle), "{needle} missing:\n{conf}");
     }
 }
+
+/// Every `txnfs bench run --help` example runs as written against a txnfs server
+/// (only the address changes: 127.0.0.1:2049 becomes the test server's), through
+/// `sh -c` with `txnfs` on the PATH, as a user would paste it. The `compare` examples
+/// start txnfs and NFS-Ganesha and run whole matrices: their workloads are checked
+/// above, not run here.
+#[test]
+fn every_run_example_runs_as_written() {
+    let help = txnfs(&["bench", "run", "--help"]);
+    let ex = examples(&help);
+    assert!(ex.len() >= 5, "{help}");
+    let server = txnfs_e2e::ServerGuard::start(txnfs_e2e::ServerKind::Txnfs);
+    assert_eq!(
+        server.export_path(),
+        "/",
+        "the examples' targets name the root"
+    );
+    let bin_dir = tempfile::tempdir().expect("tempdir");
+    std::os::unix::fs::symlink(txnfs_e2e::txnfs_bin(), bin_dir.path().join("txnfs"))
+        .expect("symlink txnfs");
+    let path = format!(
+        "{}:{}",
+        bin_dir.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let addr = format!("127.0.0.1:{}", server.port());
+    let mut failed = Vec::new();
+    for e in &ex {
+        let run = e.replace("127.0.0.1:2049", &addr);
+        let t = std::time::Instant::now();
+        let out = Command::new("sh")
+            .args(["-c", &run])
+            .env("PATH", &path)
+            .env("TXNFS_BENCH_BIN", env!("CARGO_BIN_EXE_txnfs-bench"))
+            .output()
+            .expect("sh");
+        eprintln!("{:.1} s: {run}", t.elapsed().as_secs_f64());
+        if !out.status.success() {
+            failed.push(format!(
+                "{e:?} (run as {run:?}): {:?}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}

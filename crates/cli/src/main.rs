@@ -5,6 +5,7 @@
 mod bench;
 mod commands;
 mod serve;
+mod startup;
 
 use clap::{Parser, Subcommand};
 use commands::{FileCmd, GlobalArgs};
@@ -121,6 +122,11 @@ fn main() -> std::process::ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log)),
         )
         .with_writer(std::io::stderr)
+        // Colour codes are for a terminal; in a log file or journal they are noise.
+        .with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr())
+                && std::env::var_os("NO_COLOR").is_none(),
+        )
         .init();
     // The client options belong to the file commands: given before `serve` or
     // `bench` (where they did nothing) they are refused (`--vers` is the runner's for

@@ -215,16 +215,16 @@ pub fn run(a: ServeArgs) -> Result<()> {
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .with_context(|| format!("cannot listen on {listen}"))?;
-        for e in server.exports.exports.values() {
-            tracing::info!(export = %e.name, "exporting");
-        }
-        tracing::info!(%listen, "txnfs serving NFSv4.1 and NFSv4.2");
-        let registered = if a.no_rpcbind {
-            None
+        let bound = listener.local_addr().unwrap_or(listen);
+        let (registered, rpcbind_status) = if a.no_rpcbind {
+            (None, "off (--no-rpcbind)".to_string())
         } else {
-            let addr = listener.local_addr().unwrap_or(listen);
-            rpcbind::register(addr).await
+            rpcbind::register(bound).await
         };
+        tracing::info!(
+            "{}",
+            crate::startup::summary(&server.cfg, bound, &rpcbind_status)
+        );
         let shutdown = async move {
             loop {
                 tokio::select! {
@@ -290,15 +290,16 @@ mod rpcbind {
     }
 
     /// Registers with the first portmapper that takes it; returns where, for the
-    /// unregistration at a clean stop.
-    pub async fn register(addr: SocketAddr) -> Option<(Portmapper, Registration)> {
+    /// unregistration at a clean stop, and what happened, for the start-up summary
+    /// (a failure other than "none runs" is also a warning of its own).
+    pub async fn register(addr: SocketAddr) -> (Option<(Portmapper, Registration)>, String) {
         let reg = nfs4(addr);
         let mut errors = Vec::new();
         for pm in local_portmappers() {
             match pm.set(&reg, TIMEOUT).await {
                 Ok(()) => {
-                    tracing::info!(portmapper = %pm, port = addr.port(), "registered NFS v4 with rpcbind");
-                    return Some((pm, reg));
+                    let status = format!("registered NFS v4 with rpcbind at {pm}");
+                    return (Some((pm, reg)), status);
                 }
                 Err(e) => errors.push(e),
             }
@@ -307,12 +308,12 @@ mod rpcbind {
             .iter()
             .all(|e| matches!(e, PortmapError::NotRunning(_)))
         {
-            tracing::info!("no rpcbind running: not registered with a portmapper");
+            (None, "none running (not registered)".into())
         } else {
             let why: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
             tracing::warn!(errors = %why.join("; "), "could not register with rpcbind");
+            (None, "not registered (see the warning)".into())
         }
-        None
     }
 
     pub async fn unregister((pm, reg): (Portmapper, Registration)) {

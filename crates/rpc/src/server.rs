@@ -170,7 +170,7 @@ pub async fn serve<S: RpcService>(
     let mut last_limit_warning: Option<Instant> = None;
     tokio::pin!(shutdown);
     if let Ok(addr) = listener.local_addr() {
-        info!(%addr, "RPC server listening");
+        debug!(%addr, "RPC server listening");
     }
     loop {
         tokio::select! {

@@ -19,6 +19,8 @@ use txnfs_state::session::{CallbackParams, CallbackSec, SessionId};
 use txnfs_state::ClientId;
 use txnfs_xdr::{Decode, Encode, XdrError};
 
+use crate::session::Hex;
+
 /// Version of the callback program NFSv4.1 clients serve (RFC 8881 §20: `NFS4_CALLBACK`
 /// version 1; knfsd calls version 1 too).
 pub const CB_VERSION: u32 = 1;
@@ -370,8 +372,8 @@ fn probe(s: Arc<SessionCallback>, timeout: Duration) {
             .is_err_and(CallbackFailure::proves_unreachable);
         drop(g);
         match result {
-            Ok(()) => tracing::debug!(session = ?s.id, "back channel up"),
-            Err(e) => tracing::info!(session = ?s.id, "back channel down: {e}"),
+            Ok(()) => tracing::debug!(session = %Hex(&s.id), "back channel up"),
+            Err(e) => tracing::info!(session = %Hex(&s.id), "back channel down: {e}"),
         }
     });
 }
@@ -489,7 +491,7 @@ impl SessionCallback {
             .is_err_and(CallbackFailure::proves_unreachable);
         if path == PathState::Down {
             tracing::info!(
-                session = ?self.id,
+                session = %Hex(&self.id),
                 unreachable,
                 "back channel down: {}",
                 result.as_ref().err().map(|e| e.to_string()).unwrap_or_default()

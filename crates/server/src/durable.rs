@@ -10,6 +10,8 @@ use std::path::Path;
 use bytes::Bytes;
 use txnfs_state::clock::Clock;
 use txnfs_state::session::{DurableSlot, Session, SessionId};
+
+use crate::session::Hex;
 use txnfs_state::StateCore;
 
 use crate::config::Config;
@@ -23,13 +25,27 @@ use crate::statedir::sessionstore::{self, SessionStore};
 /// thread meanwhile (`block_in_place`), so a group commit does not stall the runtime;
 /// elsewhere (blocking pool, no runtime, the simulation) it simply blocks.
 fn wait_durable(store: &SessionStore, t: sessionstore::Ticket) -> std::io::Result<()> {
+    off_the_worker(|| store.wait(t))
+}
+
+/// Runs the blocking `f` as [`wait_durable`] waits.
+fn off_the_worker<T>(f: impl FnOnce() -> T) -> T {
     use tokio::runtime::{Handle, RuntimeFlavor};
     let multi =
         Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
     if multi {
-        tokio::task::block_in_place(|| store.wait(t))
+        tokio::task::block_in_place(f)
     } else {
-        store.wait(t)
+        f()
+    }
+}
+
+/// At a clean stop: the sessions and clients forgotten without waiting
+/// ([`forget`]) are made durable, so a clean restart finds the store as the clients
+/// left it (not sessions of clients that said goodbye).
+pub fn sync_at_stop(store: &SessionStore) {
+    if let Err(e) = off_the_worker(|| store.sync()) {
+        tracing::warn!("durable session store not synced at shutdown: {e}");
     }
 }
 
@@ -49,25 +65,42 @@ pub fn restore(
     }
     let rolled_back = exports.rolled_back_at_start().into_iter().collect();
     let (store, restored) = SessionStore::open(dir, &rolled_back)?;
-    if !restored.sessions.is_empty() || restored.rolled_back > 0 {
-        tracing::info!(
-            clients = restored.clients.len(),
-            sessions = restored.sessions.len(),
-            dropped_replies = restored.rolled_back,
-            "restored persistent sessions"
-        );
-    }
     let (clients, gone): (Vec<_>, Vec<_>) = restored
         .clients
         .into_iter()
         .partition(|c| alive.contains(&c.owner));
-    for c in gone {
-        // Expired or destroyed before the restart, after its last record.
-        let _ = store.drop_client(c.id);
+    // A client destroyed or expired before the restart stays in the store until the
+    // next CREATE_SESSION tidies it: it and its sessions leave quietly here (a clean
+    // restart after clients left is nothing to warn about).
+    let gone: HashSet<_> = gone.into_iter().map(|c| c.id).collect();
+    for &c in &gone {
+        let _ = store.drop_client(c);
     }
-    let orphans = core.restore(clients, restored.sessions, clock.now());
+    let (sessions, left): (Vec<_>, Vec<_>) = restored
+        .sessions
+        .into_iter()
+        .partition(|(s, _)| !gone.contains(&s.client));
+    for (s, _) in left {
+        tracing::debug!(
+            session = %Hex(&s.id),
+            client = format_args!("{:#x}", s.client),
+            "persistent session of a client that left before the restart: dropped"
+        );
+        let _ = store.drop_session(s.id);
+    }
+    if !sessions.is_empty() || restored.rolled_back > 0 {
+        tracing::info!(
+            clients = clients.len(),
+            sessions = sessions.len(),
+            dropped_replies = restored.rolled_back,
+            "restored persistent sessions"
+        );
+    }
+    let orphans = core.restore(clients, sessions, clock.now());
     for id in orphans {
-        tracing::warn!(session = ?id, "persistent session without its client: not restored");
+        // The store holds a session whose client it has no record of: damage, not
+        // a client that left.
+        tracing::warn!(session = %Hex(&id), "persistent session without its client: not restored");
         let _ = store.drop_session(id);
     }
     core.set_persistent_sessions(cfg.persistent_sessions);

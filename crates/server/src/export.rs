@@ -216,8 +216,9 @@ fn legacy_journal(state_dir: &std::path::Path, id: u16, name: &str) -> Result<()
 }
 
 /// `c` with the `txn` layer on top, when its stack stores data locally or in memory
-/// and has no `txn` layer yet (prebuilt backends are the embedder's business).
-fn with_txn_layer(c: &ExportConfig) -> ExportConfig {
+/// and has no `txn` layer yet (prebuilt backends are the embedder's business): the
+/// stack a server with transactions on runs (and its start-up summary shows).
+pub fn with_txn_layer(c: &ExportConfig) -> ExportConfig {
     let mut c = c.clone();
     let names = c.backend.names();
     let has_txn = names

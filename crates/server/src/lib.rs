@@ -14,7 +14,7 @@
 //! from the top:
 //!
 //! ```text
-//! service     → compound, server, placement, recall, txnspan
+//! service     → compound, server, durable, placement, recall, txnspan
 //! compound    → ops, cstate, server, panics, placement, txnspan, session, fh, errors
 //! ops         → cstate, dirnotify, offload, watches, statecore, callback, fh, errors, export
 //! cstate      → server, fh, placement, session, export
@@ -26,14 +26,15 @@
 //! dirnotify   → recall, statecore, callback, export
 //! watches     → recall, statecore, waitmode, export
 //! recall      → statecore, callback, placement, waitmode, config
-//! durable     → statecore, statedir, export, config
+//! durable     → statecore, statedir, session, export, config
 //! attrs       → fh, handle, errors, export, config
 //! faultinject → statecore
+//! callback    → session
 //! placement   → waitmode
 //! fh          → handle, export
 //! held        → export
 //! export      → config
-//! leaves: statecore, callback, statedir, txnspan, session, handle, waitmode, errors, config
+//! leaves: statecore, statedir, txnspan, session, handle, waitmode, errors, config
 //! ```
 
 pub mod attrs;

@@ -409,12 +409,23 @@ impl Server {
                     released_clients = true;
                     // Its asynchronous copies stop with it (ADR 0026).
                     self.offloads.cancel_client(client);
-                    tracing::info!(
-                        client = format_args!("{client:#x}"),
-                        ?reason,
-                        states,
-                        "released client state"
-                    )
+                    // A client that said goodbye (DESTROY_CLIENTID) is routine: every
+                    // CLI command ends so. An expiry or a replacement is the
+                    // administrator's business.
+                    if reason == txnfs_state::ReleaseReason::Destroyed {
+                        tracing::debug!(
+                            client = format_args!("{client:#x}"),
+                            states,
+                            "released client state: Destroyed"
+                        )
+                    } else {
+                        tracing::info!(
+                            client = format_args!("{client:#x}"),
+                            ?reason,
+                            states,
+                            "released client state"
+                        )
+                    }
                 }
                 Effect::GraceEnded(end) => tracing::info!(?end, "grace period over"),
                 Effect::Callback { client, call } => match self.arc() {

@@ -186,6 +186,11 @@ pub async fn run(
         );
     }
     server.persist_clients();
+    // The forgotten sessions and clients were appended without waiting: made durable
+    // now, a clean restart finds the store as the clients left it.
+    if let Some(store) = &server.session_store {
+        crate::durable::sync_at_stop(store);
+    }
     r
 }
 

@@ -192,6 +192,12 @@ impl Log {
         self.lock().len
     }
 
+    /// The position after the last record appended: [`Log::wait`] on it makes
+    /// everything appended so far durable.
+    pub fn end(&self) -> Lsn {
+        Lsn(self.lock().lsn)
+    }
+
     /// Whether nothing at all is in the file (not even a header).
     pub fn is_empty(&self) -> bool {
         self.len() == 0

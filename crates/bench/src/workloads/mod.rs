@@ -223,3 +223,20 @@ mod tests {
         assert!(by_name("writefiles", &bad).is_err());
     }
 }
+
+#[cfg(test)]
+mod doc_tests {
+    /// docs/architecture.md counts the workloads: the count is this list's length.
+    #[test]
+    fn the_architecture_document_counts_every_workload() {
+        let doc = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/architecture.md"),
+        )
+        .expect("docs/architecture.md");
+        let want = format!("{} workloads", super::NAMES.len());
+        assert!(
+            doc.contains(&want),
+            "docs/architecture.md does not say {want:?}"
+        );
+    }
+}

@@ -3,7 +3,7 @@
 
 use super::stream::RemoteReader;
 use super::url::NfsUrl;
-use super::{parse_urls, Ctx};
+use super::{follow, parse_urls, Ctx};
 use clap::Args;
 use std::io::Write;
 
@@ -15,7 +15,9 @@ const BATCH: u64 = 16 << 20;
 #[derive(Args, Debug)]
 #[command(after_help = "EXAMPLES:\n  \
     txnfs cat nfs://server/etc/motd\n  \
-    txnfs cat nfs://server/logs/a nfs://server/logs/b > both.txt")]
+    txnfs cat nfs://server/logs/a nfs://server/logs/b > both.txt\n\n\
+    Symbolic links are read through, as cat(1) does (a link's absolute target starts\n\
+    at the server's NFS root); more than 40 links on one path is an error.")]
 pub struct CatArgs {
     /// Files to print, in order.
     #[arg(required = true, value_name = "URL")]
@@ -40,21 +42,22 @@ fn emit(data: &[u8]) -> Result<Emit, std::io::Error> {
 pub async fn run(ctx: &mut Ctx, a: CatArgs) -> anyhow::Result<()> {
     let urls = parse_urls(&a.urls)?;
     let refs: Vec<&NfsUrl> = urls.iter().collect();
-    let attrs = ctx.getattrs(&refs).await?;
-    // (url, size) of readable operands in order; None marks a failed one.
-    let mut plan: Vec<(&NfsUrl, u64)> = Vec::new();
-    for (u, r) in urls.iter().zip(attrs) {
+    // Symbolic links are read through, as cat(1) does.
+    let resolved = follow::resolve(ctx, &refs, true).await?;
+    // (url to read, size) of the readable operands, in order.
+    let mut plan: Vec<(NfsUrl, u64)> = Vec::new();
+    for (u, r) in urls.iter().zip(resolved) {
         match r {
-            Ok(at) if at.is_dir() => {
+            Ok(r) if r.attrs.is_dir() => {
                 ctx.fail(format!("cannot read '{}'", u.display), "Is a directory")
             }
-            Ok(at) => plan.push((u, at.size.unwrap_or(0))),
-            Err(e) => ctx.fail_nfs(format!("cannot open '{}' for reading", u.display), &e),
+            Ok(r) => plan.push((r.url, r.attrs.size.unwrap_or(0))),
+            Err(e) => ctx.fail_unresolved(format!("cannot open '{}' for reading", u.display), e),
         }
     }
     let mut i = 0;
     while i < plan.len() {
-        let (u, size) = plan[i];
+        let (u, size) = (&plan[i].0, plan[i].1);
         let fs = ctx.fs(&u.server()).await?;
         if size > SMALL {
             let mut r = match RemoteReader::open(fs.client(), &u.path).await {

@@ -7,6 +7,7 @@
 //! COMPOUND), files over 32 MiB streamed, and one vsetattrs for modes that differ from
 //! the creation defaults.
 
+use super::follow::{self, Unresolved};
 use super::progress::Progress;
 use super::stream::{RemoteReader, RemoteWriter};
 use super::url::{Location, NfsUrl, ServerKey};
@@ -37,11 +38,14 @@ const DIR_MODE: u32 = 0o755;
     txnfs cp nfs://server/data/a.txt .                   remote -> local\n  \
     txnfs cp -R nfs://server/data nfs://server/data.bak  remote -> remote (by the server)\n  \
     txnfs cp -a ./project nfs://server/backup/project    -R, keeping user xattrs\n  \
+    txnfs cp -P nfs://server/data/latest ./latest        the symlink, not its target\n  \
     txnfs --stats cp -R ./tree nfs://127.0.0.1:2050/t    show the COMPOUNDs sent\n  \
     txnfs cp -R --atomic ./site nfs://server/www/site    all of it, or nothing\n\n\
     At least one side must be an nfs:// URL. If DEST is an existing directory, each SRC\n\
-    is copied into it; with several SRCs it must be one. Modes are copied (minus the\n\
-    umask), owners and times are not. A progress line is shown on a terminal for copies\n\
+    is copied into it; with several SRCs it must be one. A SRC that is a symbolic link\n\
+    is copied from what it points to (a link's absolute target starts at the server's\n\
+    NFS root), unless -P, -R or -a. Modes are copied (minus the umask), owners and\n\
+    times are not. A progress line is shown on a terminal for copies\n\
     over 1 MiB. Over NFSv4.2 a copy within one server is done by the server (COPY),\n\
     and sparse files keep their holes either way.\n\n\
     With --atomic the whole copy is ONE transaction (txnfs servers only; DEST on one\n\
@@ -64,9 +68,14 @@ pub struct CpArgs {
     /// GETXATTR/SETXATTR on remote ends).
     #[arg(long)]
     pub xattrs: bool,
-    /// Archive: -R and --xattrs (modes are kept as without it; owners and times are not).
+    /// Archive: -R, -P and --xattrs (modes are kept as without it; owners and times
+    /// are not).
     #[arg(short = 'a', long)]
     pub archive: bool,
+    /// Copy symbolic links as links (the default with -R and -a); without it, a
+    /// source that is a link is copied from what it points to, as cp(1) does.
+    #[arg(short = 'P', long = "no-dereference")]
+    pub no_dereference: bool,
     /// Sources, then the destination.
     #[arg(required = true, num_args = 2.., value_name = "PATH")]
     pub paths: Vec<String>,
@@ -309,22 +318,37 @@ pub async fn run(ctx: &mut Ctx, mut a: CpArgs) -> anyhow::Result<()> {
     }
     umask_cache(umask());
 
-    // Is DEST an existing directory?
-    let dest_dir = match &dest {
-        End::Local(p) => Some(std::fs::metadata(p).map(|m| m.is_dir()).unwrap_or(false)),
-        End::Remote(u) => ctx.existing_dir(u).await?,
-    };
-    let Some(dest_dir) = dest_dir else {
-        return Ok(());
+    // Is DEST an existing directory (through symbolic links, as locally)?
+    let (dest, dest_dir) = match dest {
+        End::Local(p) => {
+            let is_dir = std::fs::metadata(&p).map(|m| m.is_dir()).unwrap_or(false);
+            (End::Local(p), is_dir)
+        }
+        End::Remote(u) => match follow::resolve(ctx, &[&u], true).await?.pop() {
+            Some(Ok(r)) => {
+                let is_dir = r.attrs.is_dir();
+                (End::Remote(r.url), is_dir)
+            }
+            Some(Err(Unresolved::Absent(at))) => (End::Remote(at), false),
+            Some(Err(e)) => {
+                ctx.fail_unresolved(format!("cannot stat '{}'", u.display), e);
+                return Ok(());
+            }
+            None => (End::Remote(u), false),
+        },
     };
     if srcs.len() > 1 && !dest_dir {
         ctx.fail_msg(format!("target '{}' is not a directory", dest.display()));
         return Ok(());
     }
 
-    // The operands themselves.
+    // The operands themselves: links on their paths followed, and a link operand
+    // too unless links are copied as links (-P, -R, -a), as cp(1) does.
+    let keep_links = a.recursive || a.no_dereference;
     let remote_srcs: Vec<&NfsUrl> = srcs.iter().filter_map(End::remote).collect();
-    let mut remote_attrs = ctx.getattrs(&remote_srcs).await?.into_iter();
+    let mut remote_attrs = follow::resolve(ctx, &remote_srcs, !keep_links)
+        .await?
+        .into_iter();
     let mut items: Vec<Item> = Vec::new();
     let mut remote_trees: Vec<(End, End)> = Vec::new();
     let mut local_trees: Vec<(PathBuf, End, End)> = Vec::new();
@@ -337,9 +361,10 @@ pub async fn run(ctx: &mut Ctx, mut a: CpArgs) -> anyhow::Result<()> {
         } else {
             dest.clone()
         };
+        let mut src = s.clone();
         let (kind, size, sparse, mode, target) = match s {
             End::Local(p) => {
-                let m = if a.recursive {
+                let m = if keep_links {
                     std::fs::symlink_metadata(p)
                 } else {
                     std::fs::metadata(p)
@@ -365,7 +390,9 @@ pub async fn run(ctx: &mut Ctx, mut a: CpArgs) -> anyhow::Result<()> {
                 (k, m.len(), local_sparse(&m), m.mode() & 0o7777, target)
             }
             End::Remote(u) => match remote_attrs.next() {
-                Some(Ok(at)) => {
+                Some(Ok(r)) => {
+                    let at = r.attrs;
+                    src = End::Remote(r.url);
                     let Some(k) = kind_of(&at) else {
                         ctx.fail_msg(format!("cannot copy '{}': not a regular file", u.display));
                         continue;
@@ -379,7 +406,7 @@ pub async fn run(ctx: &mut Ctx, mut a: CpArgs) -> anyhow::Result<()> {
                     )
                 }
                 Some(Err(e)) => {
-                    ctx.fail_nfs(format!("cannot stat '{}'", u.display), &e);
+                    ctx.fail_unresolved(format!("cannot stat '{}'", u.display), e);
                     continue;
                 }
                 None => continue,
@@ -393,14 +420,14 @@ pub async fn run(ctx: &mut Ctx, mut a: CpArgs) -> anyhow::Result<()> {
             continue;
         }
         if kind == Kind::Dir {
-            match s {
-                End::Local(p) => local_trees.push((p.clone(), s.clone(), dst.clone())),
-                End::Remote(_) => remote_trees.push((s.clone(), dst.clone())),
+            match &src {
+                End::Local(p) => local_trees.push((p.clone(), src.clone(), dst.clone())),
+                End::Remote(_) => remote_trees.push((src.clone(), dst.clone())),
             }
         }
         items.push(Item {
             kind,
-            src: s.clone(),
+            src,
             dst,
             size: if kind == Kind::File { size } else { 0 },
             sparse: kind == Kind::File && sparse,
@@ -494,12 +521,11 @@ pub async fn run(ctx: &mut Ctx, mut a: CpArgs) -> anyhow::Result<()> {
     if a.atomic {
         return super::cp_atomic::run(ctx, &items).await;
     }
+    let files = items.iter().filter(|i| i.kind == Kind::File).count() as u64;
     let mut cp = Copier {
         failed_dirs: Vec::new(),
-        progress: Progress::new(
-            items.iter().map(|i| i.size).sum(),
-            items.iter().filter(|i| i.kind == Kind::File).count() as u64,
-        ),
+        progress: Progress::new(items.iter().map(|i| i.size).sum(), files)
+            .counting(ctx.tally(files, "files")),
         done: Vec::new(),
     };
     cp.dirs(ctx, &items).await?;

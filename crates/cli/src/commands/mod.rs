@@ -7,8 +7,10 @@ pub mod cat;
 pub mod cp;
 mod cp_atomic;
 mod cp_xattrs;
+pub mod follow;
 pub mod format;
 pub mod ln;
+pub mod lost;
 pub mod ls;
 pub mod mkdir;
 pub mod mv;
@@ -110,6 +112,22 @@ pub enum FileCmd {
     Ln(ln::LnArgs),
 }
 
+impl FileCmd {
+    /// The command's name, as typed.
+    fn name(&self) -> &'static str {
+        match self {
+            FileCmd::Ls(_) => "ls",
+            FileCmd::Stat(_) => "stat",
+            FileCmd::Cat(_) => "cat",
+            FileCmd::Cp(_) => "cp",
+            FileCmd::Mkdir(_) => "mkdir",
+            FileCmd::Rm(_) => "rm",
+            FileCmd::Mv(_) => "mv",
+            FileCmd::Ln(_) => "ln",
+        }
+    }
+}
+
 /// A usage error found after parsing (bad URL, missing operand): exit code 2.
 #[derive(Debug)]
 pub struct UsageError(pub String);
@@ -133,6 +151,13 @@ pub struct Ctx {
     pub global: GlobalArgs,
     conns: BTreeMap<ServerKey, Fs>,
     failures: usize,
+    /// "cp", "rm", ...: how the one line of a lost connection names the command.
+    command: &'static str,
+    /// Set at the first lost connection (reported once): the command ends at its next
+    /// request, and no later failure is reported.
+    lost: bool,
+    /// How far the command got, for that line.
+    tally: Option<lost::Tally>,
 }
 
 /// "No such file or directory (NFS4ERR_NOENT)" for NFS errors; the error's text
@@ -154,16 +179,31 @@ pub fn describe_io(e: &std::io::Error) -> String {
 }
 
 impl Ctx {
-    pub fn new(global: GlobalArgs) -> Ctx {
+    pub fn new(global: GlobalArgs, command: &'static str) -> Ctx {
         Ctx {
             global,
             conns: BTreeMap::new(),
             failures: 0,
+            command,
+            lost: false,
+            tally: None,
         }
     }
 
-    /// The session to `key`'s server (connected on first use).
+    /// Count `total` items (`noun`: "files") for the line a lost connection prints; the
+    /// command adds to the returned tally as items are done.
+    pub fn tally(&mut self, total: u64, noun: &'static str) -> lost::Tally {
+        let t = lost::Tally::new(total, noun);
+        self.tally = Some(t.clone());
+        t
+    }
+
+    /// The session to `key`'s server (connected on first use); after a lost connection,
+    /// the error that ends the command.
     pub async fn fs(&mut self, key: &ServerKey) -> anyhow::Result<Fs> {
+        if self.lost {
+            return Err(lost::ConnectionLost.into());
+        }
         if let Some(fs) = self.conns.get(key) {
             return Ok(fs.clone());
         }
@@ -188,15 +228,42 @@ impl Ctx {
         Ok(fs)
     }
 
-    /// Report one failed item: `txnfs: <what>: <why>`.
+    /// Report one failed item: `txnfs: <what>: <why>` (nothing once the connection
+    /// was lost: the failures that follow are its).
     pub fn fail(&mut self, what: impl std::fmt::Display, why: impl std::fmt::Display) {
-        eprintln!("txnfs: {what}: {why}");
         self.failures += 1;
+        if !self.lost {
+            eprintln!("txnfs: {what}: {why}");
+        }
     }
 
-    /// Report a failed NFS item.
+    /// Report a failed NFS item; a lost connection ends the command with one line.
     pub fn fail_nfs(&mut self, what: impl std::fmt::Display, e: &ClientError) {
-        self.fail(what, describe(e));
+        match lost::connection_loss(e) {
+            Some(_) if self.lost => self.failures += 1,
+            Some(loss) => {
+                let server = match (&loss.addr, self.conns.keys().next()) {
+                    (Some(a), _) => a.clone(),
+                    (None, Some(k)) if self.conns.len() == 1 => k.to_string(),
+                    _ => "the server".into(),
+                };
+                eprintln!(
+                    "{}",
+                    lost::summary(self.command, &server, &loss, self.tally.as_ref())
+                );
+                self.lost = true;
+                self.failures += 1;
+            }
+            None => self.fail(what, describe(e)),
+        }
+    }
+
+    /// Report an operand whose symbolic links could not be resolved.
+    pub fn fail_unresolved(&mut self, what: impl std::fmt::Display, e: follow::Unresolved) {
+        match e {
+            follow::Unresolved::Nfs(e) => self.fail_nfs(what, &e),
+            other => self.fail(what, other),
+        }
     }
 
     /// Report a failed local item.
@@ -283,12 +350,16 @@ impl Ctx {
         })
     }
 
-    /// Print `--stats` and close the sessions.
+    /// Print `--stats` and close the sessions (after a lost connection, no flush
+    /// or close is tried: they would wait for the server in vain).
     async fn finish(&mut self) {
         let conns = std::mem::take(&mut self.conns);
         for (key, fs) in conns {
             if self.global.stats {
                 eprint!("{}", stats_text(&key, fs.client()));
+            }
+            if self.lost {
+                continue;
             }
             // Writes kept under write delegations reach the server before we go: a
             // failure here is a failed command, not a silent loss.
@@ -312,14 +383,36 @@ pub fn stats_text(key: &ServerKey, client: &Client) -> String {
         s.total_ops(),
         s.ops_excluding_sequence()
     );
-    for (op, n) in &s.ops {
-        out.push_str(&format!("  {op:<16} {n:>8}\n"));
-    }
+    out.push_str(&ops_table(&s.ops));
     if s.reconnects > 0 || s.session_recoveries > 0 {
         out.push_str(&format!(
             "  (reconnects {}, session recoveries {})\n",
             s.reconnects, s.session_recoveries
         ));
+    }
+    out
+}
+
+/// The ops sent, one per line, names left-aligned and counts right-aligned under an
+/// "OP COUNT" header, the columns as wide as their widest cell.
+pub fn ops_table(ops: &BTreeMap<&'static str, u64>) -> String {
+    const NAME: &str = "OP";
+    const COUNT: &str = "COUNT";
+    let name_w = ops
+        .keys()
+        .map(|k| k.len())
+        .chain([NAME.len()])
+        .max()
+        .unwrap_or(0);
+    let count_w = ops
+        .values()
+        .map(|n| n.to_string().len())
+        .chain([COUNT.len()])
+        .max()
+        .unwrap_or(0);
+    let mut out = format!("  {NAME:<name_w$}  {COUNT:>count_w$}\n");
+    for (op, n) in ops {
+        out.push_str(&format!("  {op:<name_w$}  {n:>count_w$}\n"));
     }
     out
 }
@@ -380,7 +473,7 @@ pub fn run(global: GlobalArgs, cmd: FileCmd) -> ExitCode {
                 None
             }
         };
-        let mut ctx = Ctx::new(global);
+        let mut ctx = Ctx::new(global, cmd.name());
         let stopped_by = {
             let work = async {
                 match cmd {
@@ -428,6 +521,8 @@ pub fn run(global: GlobalArgs, cmd: FileCmd) -> ExitCode {
         };
         ctx.finish().await;
         match r {
+            // Its one line is out already.
+            Err(e) if e.downcast_ref::<lost::ConnectionLost>().is_some() => ExitCode::FAILURE,
             Err(e) if e.downcast_ref::<UsageError>().is_some() => {
                 eprintln!("txnfs: {e}\nTry 'txnfs --help' for more information.");
                 ExitCode::from(2)
@@ -529,4 +624,46 @@ pub fn umask() -> u32 {
                 .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
         })
         .unwrap_or(0o022)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every row of the table has the count's last digit in one column and the name
+    /// at one indent, whatever the widths of names and numbers.
+    #[test]
+    fn the_stats_table_is_aligned_for_any_widths() {
+        let ops: BTreeMap<&'static str, u64> = [
+            ("SEQUENCE", 7),
+            ("BIND_CONN_TO_SESSION", 1),
+            ("GETATTR", 12_345_678_901),
+            ("RM", 0),
+        ]
+        .into_iter()
+        .collect();
+        let table = ops_table(&ops);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 5, "{table}");
+        assert!(lines[0].trim_start().starts_with("OP"), "{table}");
+        let width = lines[0].len();
+        for l in &lines {
+            assert_eq!(l.len(), width, "ragged row {l:?} in\n{table}");
+            assert!(l.starts_with("  ") && !l.starts_with("   "), "{l:?}");
+            assert!(l.ends_with(|c: char| c.is_ascii_alphanumeric()), "{l:?}");
+        }
+        // Names start in one column; counts are right-aligned (their ends line up).
+        assert!(lines.iter().any(|l| l.trim_end().ends_with(" 12345678901")));
+        let counts_start = width - "12345678901".len();
+        for l in &lines[1..] {
+            let (name, count) = l.split_at(counts_start);
+            assert!(
+                name.trim()
+                    .chars()
+                    .all(|c| c.is_ascii_uppercase() || c == '_'),
+                "{l:?}"
+            );
+            assert!(count.trim().parse::<u64>().is_ok(), "{l:?}");
+        }
+    }
 }

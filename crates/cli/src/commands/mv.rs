@@ -10,7 +10,7 @@ use clap::Args;
     override_usage = "txnfs mv SRC... DEST",
     after_help = "EXAMPLES:\n  \
     txnfs mv nfs://server/a.txt nfs://server/b.txt\n  \
-    txnfs mv nfs://server/x nfs://server/y nfs://server/dir/   (into dir)\n\n\
+    txnfs mv nfs://server/x nfs://server/y nfs://server/dir/   (into dir)\n  \
     txnfs mv --atomic nfs://server/a nfs://server/b nfs://server/dir/   (both or neither)\n\n\
     SRC and DEST must be on the same server (NFS RENAME). With --atomic all renames are\n\
     ONE transaction (txnfs servers only): all of them happen, or none does."

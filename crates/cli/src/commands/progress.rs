@@ -17,6 +17,8 @@ pub struct Progress {
     start: Instant,
     last: Option<Instant>,
     drawn: bool,
+    /// The files done, for the line a lost connection prints.
+    tally: Option<super::lost::Tally>,
 }
 
 fn mib(b: u64) -> f64 {
@@ -39,7 +41,14 @@ impl Progress {
             start: Instant::now(),
             last: None,
             drawn: false,
+            tally: None,
         }
+    }
+
+    /// Count the files done in `tally` too.
+    pub fn counting(mut self, tally: super::lost::Tally) -> Progress {
+        self.tally = Some(tally);
+        self
     }
 
     /// Count bytes copied so far (of files still in progress).
@@ -51,6 +60,9 @@ impl Progress {
     /// Count finished files.
     pub fn add_files(&mut self, n: u64) {
         self.files += n;
+        if let Some(t) = &self.tally {
+            t.add(n);
+        }
         self.draw(false);
     }
 

@@ -403,6 +403,9 @@ impl Fs {
     }
 }
 
+/// One failure for each item it ended: NFS statuses and the connection's failures
+/// keep their kind (a command tells "this file failed" from "the server is gone" by
+/// it); anything else becomes its text.
 fn e_clone(e: &ClientError, msg: &str) -> ClientError {
     match e {
         ClientError::Nfs { op, index, status } => ClientError::Nfs {
@@ -410,6 +413,21 @@ fn e_clone(e: &ClientError, msg: &str) -> ClientError {
             index: *index,
             status: *status,
         },
+        ClientError::Unreachable { addr, msg } => ClientError::Unreachable {
+            addr: addr.clone(),
+            msg: msg.clone(),
+        },
+        ClientError::NotNfsServer { addr, why } => ClientError::NotNfsServer {
+            addr: addr.clone(),
+            why: why.clone(),
+        },
+        ClientError::Timeout(d) => ClientError::Timeout(*d),
+        ClientError::Rpc(txnfs_rpc::RpcError::Disconnected) => {
+            ClientError::Rpc(txnfs_rpc::RpcError::Disconnected)
+        }
+        ClientError::Rpc(txnfs_rpc::RpcError::Io(io)) => ClientError::Rpc(txnfs_rpc::RpcError::Io(
+            std::io::Error::new(io.kind(), io.to_string()),
+        )),
         _ => ClientError::Local(msg.to_string()),
     }
 }

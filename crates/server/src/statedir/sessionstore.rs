@@ -340,6 +340,13 @@ impl SessionStore {
         self.append(Record::DropClient(id))
     }
 
+    /// Makes every record appended so far durable: at a clean stop, so that the
+    /// sessions and clients forgotten without waiting (DESTROY_SESSION,
+    /// DESTROY_CLIENTID) stay forgotten after the restart.
+    pub fn sync(&self) -> io::Result<()> {
+        Ok(self.log.wait(self.log.end())?)
+    }
+
     /// Returns once the record of `t` (and every earlier one) is durable: leads a
     /// group commit if none is running, else waits for the running one.
     pub fn wait(&self, t: Ticket) -> io::Result<()> {

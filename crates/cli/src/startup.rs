@@ -1,0 +1,121 @@
+//! What `txnfs serve` tells its administrator when it starts: ONE summary line with
+//! the version, the listen address, the state directory, grace, rpcbind, and every
+//! export with its path, layers, read-only and transactions.
+
+use txnfs_server::{Config, ExportConfig};
+
+/// "/ = /srv/data (layers txn,local; read-write; transactions)"
+fn export_summary(cfg: &Config, e: &ExportConfig) -> String {
+    // The stack as it runs: with transactions on, the server puts `txn` on top.
+    let e = if cfg.txn {
+        txnfs_server::export::with_txn_layer(e)
+    } else {
+        e.clone()
+    };
+    let layers: Vec<&str> = e.backend.names().iter().map(|n| n.as_ref()).collect();
+    let txn = layers
+        .iter()
+        .any(|n| n.split(':').next().unwrap_or(n).trim() == "txn");
+    let path = match e.backend.bottom() {
+        Some("local") => absolute(&e.path),
+        Some(other) => format!("({other})"),
+        None => "(prebuilt)".into(),
+    };
+    format!(
+        "{} = {path} (layers {}; {}; {})",
+        e.name,
+        if layers.is_empty() {
+            "prebuilt".into()
+        } else {
+            layers.join(",")
+        },
+        if e.read_only {
+            "read-only"
+        } else {
+            "read-write"
+        },
+        if txn {
+            "transactions"
+        } else {
+            "no transactions"
+        }
+    )
+}
+
+/// `p` made absolute (symbolic links resolved) when it exists: the log says which
+/// directory, whatever the server's working directory was.
+fn absolute(p: &std::path::Path) -> String {
+    std::fs::canonicalize(p)
+        .unwrap_or_else(|_| p.to_path_buf())
+        .display()
+        .to_string()
+}
+
+fn on(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+/// The start-up summary of a server listening on `listen` with `cfg`, `rpcbind`
+/// saying whether it registered with the portmapper.
+pub fn summary(cfg: &Config, listen: std::net::SocketAddr, rpcbind: &str) -> String {
+    let exports: Vec<String> = cfg.exports.iter().map(|e| export_summary(cfg, e)).collect();
+    format!(
+        "txnfs {} serving NFSv4.1 and NFSv4.2 on {listen}; state directory {}; grace {} \
+         (lease {} s); delegations {}; persistent sessions {}; rpcbind {rpcbind}; exports: {}",
+        env!("CARGO_PKG_VERSION"),
+        absolute(&cfg.state_dir()),
+        on(cfg.grace),
+        cfg.lease_time,
+        on(cfg.delegations),
+        on(cfg.persistent_sessions),
+        exports.join("; ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use txnfs_server::BackendKind;
+
+    #[test]
+    fn the_summary_names_every_export_with_its_stack() {
+        let mut cfg = Config {
+            state_dir: Some("/tmp/st".into()),
+            ..Config::default()
+        };
+        cfg.exports.push(ExportConfig {
+            name: "/data".into(),
+            path: "/srv/data".into(),
+            backend: BackendKind::Local,
+            read_only: false,
+            prebuilt: None,
+        });
+        cfg.exports.push(ExportConfig {
+            name: "/ro".into(),
+            path: "/srv/ro".into(),
+            backend: BackendKind::Local,
+            read_only: true,
+            prebuilt: None,
+        });
+        let s = summary(&cfg, "127.0.0.1:2049".parse().unwrap(), "off");
+        for want in [
+            "serving NFSv4.1 and NFSv4.2 on 127.0.0.1:2049",
+            "state directory /tmp/st",
+            "grace on",
+            "/data = /srv/data (layers txn,local; read-write; transactions)",
+            "/ro = /srv/ro (layers txn,local; read-only; transactions)",
+        ] {
+            assert!(s.contains(want), "{want:?} missing from {s}");
+        }
+        cfg.txn = false;
+        let s = summary(&cfg, "127.0.0.1:2049".parse().unwrap(), "off");
+        assert!(
+            s.contains("(layers local; read-write; no transactions)"),
+            "{s}"
+        );
+    }
+}
