@@ -17,6 +17,8 @@ pub mod reply;
 pub mod session;
 #[cfg(feature = "tcp")]
 pub mod tcp;
+#[cfg(feature = "tcp")]
+pub mod v3;
 
 pub use ops::*;
 pub use reply::*;

@@ -156,25 +156,7 @@ pub fn setattr(c: &mut Compound, a: &SETATTR4args) -> OpResult {
         // Truncation needs write permission whatever the stateid.
         require(&cur, &c.creds, W)?;
     }
-    let owner_or_root = c.creds.uid == 0 || c.creds.uid == cur.uid;
-    if (set.mode.is_some() || set.gid.is_some()) && !owner_or_root {
-        return Err(nfsstat4::NFS4ERR_PERM.into());
-    }
-    if let Some(uid) = set.uid {
-        if c.creds.uid != 0 && uid != cur.uid {
-            return Err(nfsstat4::NFS4ERR_PERM.into());
-        }
-    }
-    if (set.atime.is_some() || set.mtime.is_some()) && !owner_or_root && !delegated_times {
-        // Setting times to "now" needs only write permission (utimes(NULL) rules).
-        let only_now = [set.atime, set.mtime]
-            .iter()
-            .all(|t| !matches!(t, Some(txnfs_backend::SetTime::Client(_))));
-        if !only_now {
-            return Err(nfsstat4::NFS4ERR_PERM.into());
-        }
-        require(&cur, &c.creds, W)?;
-    }
+    check_owner_changes(&cur, &set, &c.creds, delegated_times)?;
     if !set.is_empty() {
         let cx = c.scope.ctx_for(&o.export, &c.creds, c.client)?;
         o.export.backend.setattr(cx, &o.key, &set)?;
@@ -183,6 +165,37 @@ pub fn setattr(c: &mut Compound, a: &SETATTR4args) -> OpResult {
         status: nfsstat4::NFS4_OK,
         attrsset,
     }))
+}
+
+/// Whether `creds` may make the changes of `set` other than the size to an object
+/// whose attributes are `cur` (chmod, chown, chgrp and utimes rules; NFSv3 SETATTR
+/// asks the same). `delegated_times`: the times are a delegation holder's, its right.
+pub fn check_owner_changes(
+    cur: &Attrs,
+    set: &txnfs_backend::SetAttrs,
+    creds: &Creds,
+    delegated_times: bool,
+) -> Result<(), nfsstat4> {
+    let owner_or_root = creds.uid == 0 || creds.uid == cur.uid;
+    if (set.mode.is_some() || set.gid.is_some()) && !owner_or_root {
+        return Err(nfsstat4::NFS4ERR_PERM);
+    }
+    if let Some(uid) = set.uid {
+        if creds.uid != 0 && uid != cur.uid {
+            return Err(nfsstat4::NFS4ERR_PERM);
+        }
+    }
+    if (set.atime.is_some() || set.mtime.is_some()) && !owner_or_root && !delegated_times {
+        // Setting times to "now" needs only write permission (utimes(NULL) rules).
+        let only_now = [set.atime, set.mtime]
+            .iter()
+            .all(|t| !matches!(t, Some(txnfs_backend::SetTime::Client(_))));
+        if !only_now {
+            return Err(nfsstat4::NFS4ERR_PERM);
+        }
+        require(cur, creds, W)?;
+    }
+    Ok(())
 }
 
 /// SETATTR of `time_deleg_access` / `time_deleg_modify` (RFC 9754 §5): only the holder
