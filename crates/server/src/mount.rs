@@ -160,7 +160,9 @@ fn export_of<'p>(server: &Server, path: &'p [u8]) -> Option<(Arc<Export>, Vec<&'
 /// MNT: the handle of the directory `path` names.
 fn mnt(server: &Server, path: &Bytes) -> mountres3 {
     use mountstat3::*;
-    if !path.starts_with(b"/") {
+    // An empty path is the root: clients that trim a trailing '/' (nfs-rs) send "/"
+    // so. Any other path must be absolute.
+    if !path.is_empty() && !path.starts_with(b"/") {
         return mountres3::default(MNT3ERR_NOENT);
     }
     let Some((export, rest)) = export_of(server, path) else {
