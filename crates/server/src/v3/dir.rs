@@ -5,7 +5,7 @@
 //! v4 REMOVE, RENAME or LINK of another client would.
 
 use bytes::Bytes;
-use txnfs_backend::{BackendError, FileType};
+use txnfs_backend::{Attrs, BackendError, FileType};
 use txnfs_proto::nfs3::*;
 use txnfs_state::deleg::dir::notify_type::{ADD_ENTRY, REMOVE_ENTRY, RENAME_ENTRY};
 use txnfs_state::Access;
@@ -18,10 +18,11 @@ use crate::v3::common::{
 };
 
 pub fn lookup3(c: &mut Compound, a: LOOKUP3args) -> LOOKUP3res {
-    let mut dir: Option<ObjFh> = None;
+    let mut dir: Option<(ObjFh, Attrs)> = None;
     let r = lookup_in(c, &a.what, &mut dir);
+    // A lookup changes nothing: the directory's attributes read for it are current.
     let dir_attributes = match &dir {
-        Some(d) => post_op_now(c, d),
+        Some((d, attrs)) => post_op(&d.export, Some(attrs)),
         None => post_op_attr::FALSE,
     };
     match r {
@@ -37,10 +38,10 @@ pub fn lookup3(c: &mut Compound, a: LOOKUP3args) -> LOOKUP3res {
 fn lookup_in(
     c: &mut Compound,
     what: &diropargs3,
-    seen: &mut Option<ObjFh>,
+    seen: &mut Option<(ObjFh, Attrs)>,
 ) -> R<(nfs_fh3, post_op_attr)> {
     let (d, dattrs) = dir_of(c, what)?;
-    *seen = Some(d.clone());
+    *seen = Some((d.clone(), dattrs.clone()));
     if dattrs.ftype != FileType::Directory {
         return Err(nfsstat3::NFS3ERR_NOTDIR);
     }
