@@ -783,3 +783,205 @@ async fn bad_handles_stale_handles_garbage_and_read_only_exports() {
         nfsstat3::NFS3_OK
     );
 }
+
+/// Hostile input: every procedure's arguments cut short at every length up to a real
+/// call's, and random bytes, get GARBAGE_ARGS or a well-formed reply — never a panic,
+/// a dropped call or a closed connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn truncated_and_random_arguments_never_break_the_server() {
+    use txnfs_rawclient::tcp::CallError;
+    use txnfs_rpc::RpcError;
+    use txnfs_xdr::Encode;
+    let srv = start_memory_server().await;
+    let c = client(&srv).await;
+    let root = c.root("/").await;
+    let f = create_ok(&c, &root, "f").await;
+    // A well-formed call of each kind; its prefixes are the malformed ones.
+    let calls: Vec<(u32, Bytes)> = vec![
+        (
+            proc3::SETATTR,
+            SETATTR3args {
+                object: f.clone(),
+                new_attributes: sattr_mode(0o600),
+                guard: sattrguard3::FALSE,
+            }
+            .to_bytes(),
+        ),
+        (
+            proc3::LOOKUP,
+            LOOKUP3args {
+                what: dirop(&root, "f"),
+            }
+            .to_bytes(),
+        ),
+        (
+            proc3::WRITE,
+            WRITE3args {
+                file: f.clone(),
+                offset: 0,
+                count: 3,
+                stable: stable_how::UNSTABLE,
+                data: Bytes::from_static(b"abc"),
+            }
+            .to_bytes(),
+        ),
+        (
+            proc3::CREATE,
+            CREATE3args {
+                r#where: dirop(&root, "g"),
+                how: createhow3::EXCLUSIVE(*b"12345678"),
+            }
+            .to_bytes(),
+        ),
+        (
+            proc3::SYMLINK,
+            SYMLINK3args {
+                r#where: dirop(&root, "l"),
+                symlink: symlinkdata3 {
+                    symlink_attributes: sattr_none(),
+                    symlink_data: Bytes::from_static(b"t"),
+                },
+            }
+            .to_bytes(),
+        ),
+        (
+            proc3::MKNOD,
+            MKNOD3args {
+                r#where: dirop(&root, "n"),
+                what: mknoddata3::NF3FIFO(sattr_none()),
+            }
+            .to_bytes(),
+        ),
+        (
+            proc3::RENAME,
+            RENAME3args {
+                fromfile: dirop(&root, "x"),
+                tofile: dirop(&root, "y"),
+            }
+            .to_bytes(),
+        ),
+        (
+            proc3::LINK,
+            LINK3args {
+                file: f.clone(),
+                link: dirop(&root, "k"),
+            }
+            .to_bytes(),
+        ),
+        (
+            proc3::READDIRPLUS,
+            READDIRPLUS3args {
+                dir: root.clone(),
+                cookie: 0,
+                cookieverf: [0; 8],
+                dircount: 100,
+                maxcount: 1000,
+            }
+            .to_bytes(),
+        ),
+    ];
+    let mut garbage = 0;
+    for (proc_num, full) in &calls {
+        for len in 0..full.len() {
+            match c
+                .call_raw(c.rpc.next_xid(), 100003, 3, *proc_num, &full[..len])
+                .await
+            {
+                Err(CallError::Rpc(RpcError::GarbageArgs)) => garbage += 1,
+                // A prefix that happens to decode (an opaque cut at its end) is a call.
+                Ok(_) => {}
+                Err(e) => panic!(
+                    "procedure {proc_num} with {len} of {} bytes: {e}",
+                    full.len()
+                ),
+            }
+        }
+    }
+    assert!(garbage > 100, "{garbage} malformed calls refused");
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    for i in 0..200u32 {
+        let bytes: Vec<u8> = (0..(i % 97))
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed as u8
+            })
+            .collect();
+        let proc_num = 1 + i % 21;
+        match c
+            .call_raw(c.rpc.next_xid(), 100003, 3, proc_num, &bytes)
+            .await
+        {
+            Ok(_) | Err(CallError::Rpc(RpcError::GarbageArgs)) => {}
+            Err(e) => panic!("procedure {proc_num} with random bytes: {e}"),
+        }
+    }
+    assert_eq!(srv.server.stats.snapshot().panics, 0);
+    assert_eq!(
+        status_of_getattr(&getattr(&c, &root).await),
+        nfsstat3::NFS3_OK
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_sync_writes_are_answered_file_sync() {
+    let srv = start_memory_server().await;
+    let c = client(&srv).await;
+    let root = c.root("/").await;
+    let f = create_ok(&c, &root, "f").await;
+    match write(&c, &f, 0, b"abc", stable_how::DATA_SYNC).await {
+        WRITE3res::NFS3_OK(ok) => assert_eq!((ok.count, ok.committed), (3, stable_how::FILE_SYNC)),
+        other => panic!("WRITE DATA_SYNC: {other:?}"),
+    }
+    // More data than `count` says: only `count` bytes are written; less is INVAL.
+    let r: WRITE3res = c
+        .nfs(
+            proc3::WRITE,
+            &WRITE3args {
+                file: f.clone(),
+                offset: 0,
+                count: 5,
+                stable: stable_how::FILE_SYNC,
+                data: Bytes::from_static(b"abc"),
+            },
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(r, WRITE3res::default(nfsstat3::NFS3ERR_INVAL, _)),
+        "{r:?}"
+    );
+    let r: WRITE3res = c
+        .nfs(
+            proc3::WRITE,
+            &WRITE3args {
+                file: f.clone(),
+                offset: 0,
+                count: 1,
+                stable: stable_how::FILE_SYNC,
+                data: Bytes::from_static(b"XYZ"),
+            },
+        )
+        .await
+        .unwrap();
+    match r {
+        WRITE3res::NFS3_OK(ok) => assert_eq!(attrs_of(&ok.file_wcc.after).size, 3),
+        other => panic!("WRITE: {other:?}"),
+    }
+    let r: READ3res = c
+        .nfs(
+            proc3::READ,
+            &READ3args {
+                file: f,
+                offset: 0,
+                count: 10,
+            },
+        )
+        .await
+        .unwrap();
+    match r {
+        READ3res::NFS3_OK(ok) => assert_eq!(&ok.data[..], b"Xbc"),
+        other => panic!("READ: {other:?}"),
+    }
+}
