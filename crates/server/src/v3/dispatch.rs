@@ -55,39 +55,21 @@ pub async fn call(
     let Some(proc) = proc3(info.proc_num) else {
         return ReplyBody::ProcUnavail;
     };
-    let key = proc.cached.then(|| {
-        DrcKey::new(
-            info.xid,
-            info.peer.ip(),
-            info.prog,
-            info.vers,
-            info.proc_num,
-            &args,
-        )
-    });
-    if let Some(key) = key {
-        match v3.drc.begin(key, Instant::now()) {
-            Begin::New => {}
-            Begin::InProgress => {
-                tracing::debug!(peer = %info.peer, xid = info.xid, "v3 retransmission of a running call dropped");
-                return ReplyBody::Drop;
-            }
-            Begin::Replay(reply) => {
-                tracing::debug!(peer = %info.peer, xid = info.xid, "v3 retransmission answered from the reply cache");
-                return ReplyBody::Success(reply);
-            }
-        }
-    }
+    let key = match admit(v3, proc, &info, &args) {
+        Ok(key) => key,
+        Err(answer) => return answer,
+    };
     // Forgets the cache entry unless the call is answered (a panic, a cancelled task).
     let mut pending = Pending { v3, key };
-    let blocking = crate::placement::needs_pool(proc.blocking, false, transactions);
+    let blocking = crate::placement::needs_pool((proc.blocking)(&args), false, transactions);
     let run = {
         let server = server.clone();
         let pace = pace.clone();
+        let conn = info.conn_id;
         move || {
             let started = Instant::now();
             let waited = WaitClock::default();
-            let r = execute(&server, creds, info.conn_id, proc, args, &waited);
+            let r = execute(&server, creds, conn, proc, args, &waited);
             pace.record(blocking, started.elapsed().saturating_sub(waited.total()));
             r
         }
@@ -97,20 +79,54 @@ pub async fn call(
     } else {
         tokio::task::spawn_blocking(|| crate::waitmode::on_blocking_pool(run)).await
     };
-    let reply = match result {
-        Ok(Ok(Ok(reply))) => reply,
+    match result {
+        Ok(Ok(Ok(reply))) => {
+            pending.answered(reply.clone());
+            ReplyBody::Success(reply)
+        }
         Ok(Ok(Err(e))) => {
             tracing::debug!(peer = %info.peer, procedure = proc.name, "{e}");
-            return ReplyBody::GarbageArgs;
+            ReplyBody::GarbageArgs
         }
-        Ok(Err(crate::panics::Panicked)) => return ReplyBody::SystemErr,
+        Ok(Err(crate::panics::Panicked)) => ReplyBody::SystemErr,
         Err(e) => {
             tracing::error!(peer = %info.peer, "v3 task failed: {e}");
-            return ReplyBody::SystemErr;
+            ReplyBody::SystemErr
         }
-    };
-    pending.answered(reply.clone());
-    ReplyBody::Success(reply)
+    }
+}
+
+/// The reply cache's say on a call (ADR 0039): run it (with its cache key when its
+/// reply is to be kept), or answer it now — from the cache, or not at all while its
+/// first transmission runs.
+fn admit(
+    v3: &V3,
+    proc: &Proc3,
+    info: &CallInfo,
+    args: &Bytes,
+) -> Result<Option<DrcKey>, ReplyBody> {
+    if !proc.cached {
+        return Ok(None);
+    }
+    let key = DrcKey::new(
+        info.xid,
+        info.peer.ip(),
+        info.prog,
+        info.vers,
+        info.proc_num,
+        args,
+    );
+    match v3.drc.begin(key, Instant::now()) {
+        Begin::New => Ok(Some(key)),
+        Begin::InProgress => {
+            tracing::debug!(peer = %info.peer, xid = info.xid, "v3 retransmission of a running call dropped");
+            Err(ReplyBody::Drop)
+        }
+        Begin::Replay(reply) => {
+            tracing::debug!(peer = %info.peer, xid = info.xid, "v3 retransmission answered from the reply cache");
+            Err(ReplyBody::Success(reply))
+        }
+    }
 }
 
 /// A cached procedure's entry until its reply is known.

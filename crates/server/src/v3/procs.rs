@@ -9,7 +9,7 @@ use txnfs_proto::nfs3::*;
 use txnfs_xdr::{Decode, Encode, XdrError};
 
 use crate::cstate::Compound;
-use crate::placement::Blocking;
+use crate::placement::{Blocking, INLINE_IO_BYTES};
 use crate::v3::{attr, create, dir, file, fs, readdir};
 
 /// A procedure run on its encoded arguments: the encoded result and its status, or
@@ -21,7 +21,43 @@ pub struct Proc3 {
     pub run: Handler,
     /// Not idempotent: a retransmission must get the first reply (ADR 0039).
     pub cached: bool,
-    pub blocking: Blocking,
+    /// How the call with these (encoded) arguments may wait on storage, as the v4 op
+    /// table answers for the same op: small READs and unstable WRITEs and SETATTRs
+    /// without a size do not.
+    pub blocking: fn(&Bytes) -> Blocking,
+}
+
+fn blocks_if(b: bool) -> Blocking {
+    if b {
+        Blocking::Yes
+    } else {
+        Blocking::No
+    }
+}
+
+/// A peek at the arguments for placement; arguments that do not decode are refused
+/// wherever the call runs, so they may as well run inline.
+fn peek<A: Decode>(args: &Bytes) -> Option<A> {
+    A::from_bytes(args.clone()).ok()
+}
+
+fn read_blocks(args: &Bytes) -> Blocking {
+    blocks_if(peek::<READ3args>(args).is_some_and(|r| r.count as usize > INLINE_IO_BYTES))
+}
+
+fn write_blocks(args: &Bytes) -> Blocking {
+    blocks_if(
+        peek::<WRITE3args>(args)
+            .is_some_and(|w| w.stable != stable_how::UNSTABLE || w.data.len() > INLINE_IO_BYTES),
+    )
+}
+
+/// Truncating can free many blocks; other attribute changes are quick.
+fn setattr_blocks(args: &Bytes) -> Blocking {
+    blocks_if(
+        peek::<SETATTR3args>(args)
+            .is_some_and(|s| matches!(s.new_attributes.size, set_size3::TRUE(_))),
+    )
 }
 
 /// The status of a v3 result.
@@ -78,12 +114,20 @@ fn run<A: Decode, Res: Encode + Status3>(
 }
 
 macro_rules! row {
+    ($name:literal, $f:path, cached: $cached:expr, by $blocking:path) => {
+        Proc3 {
+            name: $name,
+            run: |c, args| run(c, args, $f),
+            cached: $cached,
+            blocking: $blocking,
+        }
+    };
     ($name:literal, $f:path, cached: $cached:expr, $blocking:ident) => {
         Proc3 {
             name: $name,
             run: |c, args| run(c, args, $f),
             cached: $cached,
-            blocking: Blocking::$blocking,
+            blocking: |_| Blocking::$blocking,
         }
     };
 }
@@ -94,16 +138,15 @@ pub static PROCS: [Proc3; 22] = [
         name: "NULL",
         run: |_, _| Ok((Bytes::new(), nfsstat3::NFS3_OK)),
         cached: false,
-        blocking: Blocking::No,
+        blocking: |_| Blocking::No,
     },
     row!("GETATTR", attr::getattr3, cached: false, No),
-    // A size change truncates: storage work.
-    row!("SETATTR", attr::setattr3, cached: true, Yes),
+    row!("SETATTR", attr::setattr3, cached: true, by setattr_blocks),
     row!("LOOKUP", dir::lookup3, cached: false, No),
     row!("ACCESS", attr::access3, cached: false, No),
     row!("READLINK", dir::readlink3, cached: false, No),
-    row!("READ", file::read3, cached: false, Yes),
-    row!("WRITE", file::write3, cached: true, Yes),
+    row!("READ", file::read3, cached: false, by read_blocks),
+    row!("WRITE", file::write3, cached: true, by write_blocks),
     row!("CREATE", create::create3, cached: true, Metadata),
     row!("MKDIR", create::mkdir3, cached: true, Metadata),
     row!("SYMLINK", create::symlink3, cached: true, Metadata),
@@ -157,5 +200,54 @@ mod tests {
             assert_eq!(row.name, name, "row {n}");
         }
         assert!(proc3(22).is_none());
+    }
+
+    #[test]
+    fn placement_depends_on_the_arguments_as_for_v4() {
+        use txnfs_xdr::Encode;
+        let fh = nfs_fh3::default();
+        let read = |count| {
+            READ3args {
+                file: fh.clone(),
+                offset: 0,
+                count,
+            }
+            .to_bytes()
+        };
+        let write = |stable, len| {
+            WRITE3args {
+                file: fh.clone(),
+                offset: 0,
+                count: len as u32,
+                stable,
+                data: Bytes::from(vec![0u8; len]),
+            }
+            .to_bytes()
+        };
+        let setattr = |size| {
+            SETATTR3args {
+                object: fh.clone(),
+                new_attributes: sattr3 {
+                    mode: set_mode3::default(false),
+                    uid: set_uid3::default(false),
+                    gid: set_gid3::default(false),
+                    size,
+                    atime: set_atime::default(time_how::DONT_CHANGE),
+                    mtime: set_mtime::default(time_how::DONT_CHANGE),
+                },
+                guard: sattrguard3::FALSE,
+            }
+            .to_bytes()
+        };
+        let at = |n: u32, args: Bytes| (PROCS[n as usize].blocking)(&args);
+        assert_eq!(at(6, read(4096)), Blocking::No);
+        assert_eq!(at(6, read(1 << 20)), Blocking::Yes);
+        assert_eq!(at(7, write(stable_how::UNSTABLE, 4096)), Blocking::No);
+        assert_eq!(at(7, write(stable_how::FILE_SYNC, 4096)), Blocking::Yes);
+        assert_eq!(at(7, write(stable_how::UNSTABLE, 128 << 10)), Blocking::Yes);
+        assert_eq!(at(2, setattr(set_size3::default(false))), Blocking::No);
+        assert_eq!(at(2, setattr(set_size3::TRUE(0))), Blocking::Yes);
+        assert_eq!(at(12, Bytes::new()), Blocking::Metadata);
+        assert_eq!(at(1, Bytes::new()), Blocking::No);
     }
 }
