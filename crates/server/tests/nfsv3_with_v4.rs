@@ -259,3 +259,62 @@ async fn v3_namespace_changes_recall_v4_delegations_a_v3_read_does_not() {
     let s = srv.server.core().unwrap().delegations().stats();
     assert_eq!((s.recalled, s.returned), (2, 2));
 }
+
+/// The reply cache's in-progress rule (ADR 0039): a v3 REMOVE held while the v4
+/// delegation of its file is recalled is still running when the client retransmits
+/// it, so the retransmission gets no reply; once the first is answered, a further
+/// retransmission gets that reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retransmission_of_a_running_call_is_dropped() {
+    use txnfs_rawclient::tcp::CallError;
+    use txnfs_xdr::Encode;
+    let srv = deleg_server(10_000).await;
+    let c = std::sync::Arc::new(V3Client::connect(srv.addr, root_cred()).await.unwrap());
+    let root = c.root("/").await;
+    let r: CREATE3res = c
+        .nfs(
+            proc3::CREATE,
+            &CREATE3args {
+                r#where: dirop(&root, "f"),
+                how: createhow3::GUARDED(sattr_none()),
+            },
+        )
+        .await
+        .unwrap();
+    assert!(matches!(r, CREATE3res::NFS3_OK(_)), "{r:?}");
+    let mut a = Holder::new(&srv, b"holder-c").await;
+    let (_, d, fh) = a.open("f", OPEN4_SHARE_ACCESS_READ).await;
+    deleg_stateid(&d);
+
+    let args = REMOVE3args {
+        object: dirop(&root, "f"),
+    }
+    .to_bytes();
+    let xid = 0x0dd0_0001;
+    let first = {
+        let (c, args) = (c.clone(), args.clone());
+        tokio::spawn(async move { c.call_raw(xid, 100003, 3, proc3::REMOVE, &args).await })
+    };
+    // The REMOVE is held: the holder has the recall.
+    let recall = a.next_recall(T).await.expect("CB_RECALL");
+    // Retransmitted (from a second connection, as after a reconnect) while it runs.
+    let mut again = V3Client::connect(srv.addr, root_cred()).await.unwrap();
+    again.timeout = Duration::from_millis(500);
+    let dropped = again.call_raw(xid, 100003, 3, proc3::REMOVE, &args).await;
+    assert!(
+        matches!(dropped, Err(CallError::Timeout(_))),
+        "a retransmission of a running call gets no reply: {dropped:?}"
+    );
+    assert_eq!(a.delegreturn(&fh, &recall.stateid).await, nfsstat4::NFS4_OK);
+    let first = first.await.unwrap().unwrap();
+    assert_eq!(
+        txnfs_rawclient::v3::status3(&first),
+        Some(nfsstat3::NFS3_OK)
+    );
+    again.timeout = Duration::from_secs(10);
+    let replayed = again
+        .call_raw(xid, 100003, 3, proc3::REMOVE, &args)
+        .await
+        .unwrap();
+    assert_eq!(replayed, first, "the first reply, not NOENT");
+}
