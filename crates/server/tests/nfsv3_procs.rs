@@ -333,6 +333,28 @@ async fn exclusive_create_is_exactly_once() {
         CREATE3res::default(s, _) => assert_eq!(s, nfsstat3::NFS3ERR_EXIST),
         other => panic!("EXCLUSIVE with another verifier: {other:?}"),
     }
+    // A name that is a directory: EXIST in every mode.
+    let r: MKDIR3res = c
+        .nfs(
+            proc3::MKDIR,
+            &MKDIR3args {
+                r#where: dirop(&root, "dir"),
+                attributes: sattr_none(),
+            },
+        )
+        .await
+        .unwrap();
+    assert!(matches!(r, MKDIR3res::NFS3_OK(_)), "{r:?}");
+    for how in [
+        createhow3::UNCHECKED(sattr_none()),
+        createhow3::GUARDED(sattr_none()),
+        createhow3::EXCLUSIVE(verf),
+    ] {
+        match create(&c, &root, "dir", how).await {
+            CREATE3res::default(s, _) => assert_eq!(s, nfsstat3::NFS3ERR_EXIST),
+            other => panic!("CREATE over a directory: {other:?}"),
+        }
+    }
     // UNCHECKED over it opens it.
     match create(&c, &root, "x", createhow3::UNCHECKED(sattr_none())).await {
         CREATE3res::NFS3_OK(ok) => assert_eq!(fh_of(&ok.obj), first),

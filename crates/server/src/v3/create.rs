@@ -5,7 +5,7 @@
 //! verifier finds the file and answers it as created, another verifier EXIST. The
 //! client sets the real attributes with a SETATTR afterwards (§3.3.8).
 
-use txnfs_backend::{Attrs, CreateMode, NodeKind, SetAttrs};
+use txnfs_backend::{Attrs, BackendError, CreateMode, NodeKind, SetAttrs};
 use txnfs_proto::nfs3::*;
 use txnfs_state::deleg::dir::notify_type::ADD_ENTRY;
 use txnfs_state::Access;
@@ -13,6 +13,7 @@ use txnfs_state::Access;
 use std::sync::Arc;
 
 use crate::cstate::Compound;
+use crate::errors::backend_status3;
 use crate::export::Export;
 use crate::ops::{deleg, notify};
 use crate::v3::common::{
@@ -49,7 +50,14 @@ fn make(c: &mut Compound, at: &diropargs3, what: Making, wcc: &mut Wcc) -> R<Mad
     let cx = be(c.scope.ctx_for(&d.export, &c.creds, None))?;
     let (key, attrs, change, created) = match &what {
         Making::File(mode, set) => {
-            let made = be(be_.create_file(cx, &d.key, &at.name, *mode, set))?;
+            // §3.3.8: a name that exists as anything but a regular file is EXIST,
+            // whatever the mode (knfsd answers so too).
+            let made = be_
+                .create_file(cx, &d.key, &at.name, *mode, set)
+                .map_err(|e| match e {
+                    BackendError::IsDir | BackendError::SymlinkLoop => nfsstat3::NFS3ERR_EXIST,
+                    e => backend_status3(&e),
+                })?;
             (made.key, made.attrs, made.dir, made.created)
         }
         Making::Node(kind, set) => {
