@@ -165,3 +165,11 @@ pub fn v3_status_of_v4(s: nfsstat4) -> nfsstat3 {
         }
     }
 }
+
+/// The NFSv3 status of a shared helper's `OpError` (its status; a v4 result body has
+/// no v3 meaning).
+pub fn op_status3(e: OpError) -> nfsstat3 {
+    match e {
+        OpError::Status(s) | OpError::WithBody(s, _) => v3_status_of_v4(s),
+    }
+}

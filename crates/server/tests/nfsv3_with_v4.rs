@@ -318,3 +318,57 @@ async fn a_retransmission_of_a_running_call_is_dropped() {
         .unwrap();
     assert_eq!(replayed, first, "the first reply, not NOENT");
 }
+
+/// A v3 GETATTR of a file a v4 client holds a write delegation on asks the holder
+/// (CB_GETATTR, RFC 8881 §10.4.3) and reports the size the holder wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_v3_getattr_of_a_write_delegated_file_asks_the_holder() {
+    use txnfs_xdr::Decode;
+    let srv = deleg_server(10_000).await;
+    let c = V3Client::connect(srv.addr, root_cred()).await.unwrap();
+    let root = c.root("/").await;
+    let r: CREATE3res = c
+        .nfs(
+            proc3::CREATE,
+            &CREATE3args {
+                r#where: dirop(&root, "w"),
+                how: createhow3::GUARDED(sattr_none()),
+            },
+        )
+        .await
+        .unwrap();
+    let CREATE3res::NFS3_OK(ok) = r else {
+        panic!("CREATE: {r:?}")
+    };
+    let post_op_fh3::TRUE(f) = ok.obj else {
+        panic!("no handle")
+    };
+    let mut a = Holder::new(&srv, b"holder-w").await;
+    let (_, d, _) = a.open("w", OPEN4_SHARE_ACCESS_BOTH).await;
+    assert!(
+        matches!(d, open_delegation4::OPEN_DELEGATE_WRITE(_)),
+        "{d:?}"
+    );
+    a.p.getattr_answer = Some((12_345, u64::MAX));
+    let holder = tokio::spawn(async move {
+        let call = a.p.next_call(T).await.expect("a CB_COMPOUND");
+        (a, call)
+    });
+    let r: GETATTR3res = c
+        .nfs(proc3::GETATTR, &GETATTR3args { object: f })
+        .await
+        .unwrap();
+    let (_a, call) = holder.await.unwrap();
+    let cb = CB_COMPOUND4args::from_bytes(call.args).expect("CB args");
+    assert!(
+        matches!(cb.argarray.get(1), Some(nfs_cb_argop4::OP_CB_GETATTR(_))),
+        "{:?}",
+        cb.argarray
+    );
+    match r {
+        GETATTR3res::NFS3_OK(ok) => assert_eq!(ok.obj_attributes.size, 12_345),
+        other => panic!("GETATTR: {other:?}"),
+    }
+    let s = srv.server.core().unwrap().delegations().stats();
+    assert_eq!((s.recalled, s.outstanding), (0, 1), "no recall needed");
+}

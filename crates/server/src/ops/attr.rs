@@ -93,7 +93,18 @@ fn delegated_attrs(c: &Compound, fh: &Fh, request: &[u32]) -> Result<Option<Attr
     if c.srv.core()?.delegations().is_empty() {
         return Ok(None);
     }
-    let mut attrs = o.export.backend.getattr(c.scope.ctx(), &o.key)?;
+    let attrs = o.export.backend.getattr(c.scope.ctx(), &o.key)?;
+    held_attrs(c, o, attrs)
+}
+
+/// The attributes `attrs` of the file `o` as another client's write delegation may
+/// have changed them ([`delegated_attrs`]; NFSv3 GETATTR asks the same): `None` when
+/// no other client holds one, or the holder did not answer and returned it instead.
+pub(crate) fn held_attrs(
+    c: &Compound,
+    o: &crate::fh::ObjFh,
+    mut attrs: Attrs,
+) -> Result<Option<Attrs>, OpError> {
     if attrs.ftype != FileType::Regular {
         return Ok(None);
     }

@@ -5,13 +5,28 @@ use txnfs_proto::nfs3::*;
 use txnfs_state::Access;
 
 use crate::cstate::Compound;
+use crate::errors::{op_status3, v3_status_of_v4};
 use crate::ops::attr::{perms, require, R as READ, W, X};
 use crate::v3::common::{be, fattr3_of, getattr, obj, post_op, set_attrs, time3, v4, Wcc, R};
 
 pub fn getattr3(c: &mut Compound, a: GETATTR3args) -> GETATTR3res {
     let run = |c: &mut Compound| -> R<fattr3> {
         let o = obj(c, &a.object)?;
-        let attrs = getattr(c, &o)?;
+        let mut attrs = getattr(c, &o)?;
+        // A v4 client's write delegation may hold writes the server has not seen: its
+        // holder is asked (CB_GETATTR), as for a v4 GETATTR (RFC 8881 §10.4.3).
+        if !c
+            .srv
+            .core()
+            .map_err(v3_status_of_v4)?
+            .delegations()
+            .is_empty()
+        {
+            let held = crate::ops::attr::held_attrs(c, &o, attrs.clone());
+            if let Some(h) = held.map_err(op_status3)? {
+                attrs = h;
+            }
+        }
         Ok(fattr3_of(&o.export, &attrs))
     };
     match run(c) {
