@@ -64,7 +64,7 @@ fn setattr_in(c: &mut Compound, a: &SETATTR3args, wcc: &mut Wcc) -> R<()> {
         }
     }
     let set = set_attrs(&a.new_attributes);
-    if let Some(_size) = set.size {
+    if set.size.is_some() {
         match cur.ftype {
             FileType::Regular => {}
             FileType::Directory => return Err(nfsstat3::NFS3ERR_ISDIR),
