@@ -1,5 +1,5 @@
-//! A raw NFS client for tests (NFSv4.1; NFSv3 in [`v3`]): every byte of every COMPOUND is the caller's
-//! (slots, sequence ids, retransmissions of the same bytes). The server's protocol
+//! A raw NFS client for tests (NFSv4.1; NFSv3 in [`v3`]): every byte of every
+//! COMPOUND is the caller's (slots, sequence ids, retransmissions of the same bytes). The server's protocol
 //! tests, the transaction torture and the deterministic simulation all speak through
 //! it (ADR 0034).
 //!
