@@ -1,7 +1,7 @@
 //! MOUNT v3 (RFC 1813 appendix I) on the NFS port, the NFSv3 duplicate request cache
 //! (a retransmission with the same xid gets the first reply, ADR 0039), and the write
 //! verifier, which changes when the server restarts (RFC 1813 §3.3.7) while handles
-//! do not.
+//! and READDIR cookies with their verifier do not.
 
 mod common;
 
@@ -284,6 +284,40 @@ async fn commit_verf(c: &V3Client, fh: &nfs_fh3) -> [u8; 8] {
     }
 }
 
+/// One READDIR page of `dir` after `cookie`: the names, the cookie to go on from
+/// (`None` at the end), the verifier.
+async fn readdir_page(
+    c: &V3Client,
+    dir: &nfs_fh3,
+    cookie: u64,
+    cookieverf: [u8; 8],
+) -> (Vec<String>, Option<u64>, [u8; 8]) {
+    let r: READDIR3res = c
+        .nfs(
+            proc3::READDIR,
+            &READDIR3args {
+                dir: dir.clone(),
+                cookie,
+                cookieverf,
+                count: 400,
+            },
+        )
+        .await
+        .unwrap();
+    let READDIR3res::NFS3_OK(ok) = r else {
+        panic!("READDIR after {cookie}: {r:?}")
+    };
+    let names = ok
+        .reply
+        .entries
+        .iter()
+        .map(|e| String::from_utf8(e.name.to_vec()).unwrap())
+        .collect();
+    let last = ok.reply.entries.last().map(|e| e.cookie);
+    let next = if ok.reply.eof { None } else { last };
+    (names, next, ok.cookieverf)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_write_verifier_changes_on_restart_and_handles_stay() {
     let base = std::env::temp_dir().join(format!("txnfs-v3-restart-{}", std::process::id()));
@@ -311,6 +345,12 @@ async fn the_write_verifier_changes_on_restart_and_handles_stay() {
     };
     let before = write_verf(&c, &f).await;
     assert_eq!(commit_verf(&c, &f).await, before);
+    // A listing begun before the restart: its first page.
+    for i in 0..30 {
+        std::fs::write(export.join(format!("n{i:02}")), b"").unwrap();
+    }
+    let (mut names, mut cookie, verf) = readdir_page(&c, &root, 0, [0; 8]).await;
+    assert!(cookie.is_some(), "more than one page");
     drop(c);
 
     // A clean stop, then a new server on the same state directory.
@@ -333,6 +373,19 @@ async fn the_write_verifier_changes_on_restart_and_handles_stay() {
         .await
         .unwrap();
     assert!(matches!(r, GETATTR3res::NFS3_OK(_)), "{r:?}");
+    // The listing goes on with the cookie and verifier from before the restart: the
+    // cookies are the file system's offsets and the verifier is the export's.
+    while let Some(at) = cookie {
+        let (more, next, again) = readdir_page(&c, &root, at, verf).await;
+        assert_eq!(again, verf);
+        names.extend(more);
+        cookie = next;
+    }
+    names.sort();
+    let mut want: Vec<String> = (0..30).map(|i| format!("n{i:02}")).collect();
+    want.extend(["f".to_string(), ".".to_string(), "..".to_string()]);
+    want.sort();
+    assert_eq!(names, want);
     // The verifier is another: a client must resend its uncommitted writes.
     let after = commit_verf(&c, &f).await;
     assert_ne!(after, before, "COMMIT's verifier after a restart");
