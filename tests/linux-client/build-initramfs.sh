@@ -1,6 +1,6 @@
 #!/bin/sh
 # Build the guest for the Linux-client tests (cached):
-#   $WORK/initramfs-<key>.cpio.gz  busybox-static + virtio/9p/nfsv4 modules of the installed
+#   $WORK/initramfs-<key>.cpio.gz  busybox-static + virtio/9p/nfsv4 and nfsv3 modules of the installed
 #                                  Debian kernel + mount.nfs (from the nfs-common .deb, extracted,
 #                                  never installed) + guest-tool (static C helper: flock/fcntl
 #                                  locks, rename(2)) + guest-init as /init
@@ -48,7 +48,7 @@ if [ -s "$OUT" ]; then
   echo "INITRAMFS=$OUT"; echo "VMLINUX=$VMLINUX"; echo "HOSTFWD=$HOSTFWD"; exit 0
 fi
 
-MODS="virtio_pci virtio_net 9pnet_virtio 9p nfsv4"   # insmod-ed by /init, in dependency order
+MODS="virtio_pci virtio_net 9pnet_virtio 9p nfsv4 nfsv3"   # insmod-ed by /init, in dependency order
 R=$(mktemp -d "$W/rootfs.XXXXXX")
 trap 'rm -rf "$R"' EXIT
 mkdir -p "$R"/bin "$R"/sbin "$R"/usr/bin "$R"/usr/sbin "$R"/etc "$R"/proc "$R"/sys \

@@ -61,8 +61,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECONDS")]
     pub lease_time: Option<u32>,
     /// Do not register with the host's portmapper. By default, when an rpcbind runs,
-    /// txnfs registers NFS (program 100003) version 4 over TCP at its port on start and
-    /// removes the entry on a clean stop (SIGINT/SIGTERM): clients built on
+    /// txnfs registers NFS (program 100003) versions 3 and 4 and MOUNT (100005)
+    /// version 3 over TCP at its port on start and removes the entries on a clean stop
+    /// (SIGINT/SIGTERM): NFSv3 clients find MOUNT there, and clients built on
     /// libtirpc/libntirpc ask the portmapper for the NFS port even for NFSv4.
     #[arg(long)]
     pub no_rpcbind: bool,
@@ -280,29 +281,37 @@ mod rpcbind {
     /// one and start-up stays quick when none runs (connects are refused at once).
     const TIMEOUT: Duration = Duration::from_millis(500);
 
-    /// NFS version 4 over TCP at `addr`.
-    fn nfs4(addr: SocketAddr) -> Registration {
-        Registration {
-            prog: 100003,
-            versions: vec![4],
-            addr,
-        }
+    /// NFS versions 3 and 4, and MOUNT version 3, over TCP at `addr`.
+    fn programs(addr: SocketAddr) -> Vec<Registration> {
+        vec![
+            Registration {
+                prog: 100003,
+                versions: vec![3, 4],
+                addr,
+            },
+            Registration {
+                prog: 100005,
+                versions: vec![3],
+                addr,
+            },
+        ]
     }
 
-    /// Registers with the first portmapper that takes it; returns where, for the
-    /// unregistration at a clean stop, and what happened, for the start-up summary
-    /// (a failure other than "none runs" is also a warning of its own).
-    pub async fn register(addr: SocketAddr) -> (Option<(Portmapper, Registration)>, String) {
-        let reg = nfs4(addr);
+    /// Registers every program with the first portmapper that takes them all; returns
+    /// where, for the unregistration at a clean stop, and what happened, for the
+    /// start-up summary (a failure other than "none runs" is also a warning of its own).
+    pub async fn register(addr: SocketAddr) -> (Option<(Portmapper, Vec<Registration>)>, String) {
+        let regs = programs(addr);
         let mut errors = Vec::new();
-        for pm in local_portmappers() {
-            match pm.set(&reg, TIMEOUT).await {
-                Ok(()) => {
-                    let status = format!("registered NFS v4 with rpcbind at {pm}");
-                    return (Some((pm, reg)), status);
+        'portmappers: for pm in local_portmappers() {
+            for reg in &regs {
+                if let Err(e) = pm.set(reg, TIMEOUT).await {
+                    errors.push(e);
+                    continue 'portmappers;
                 }
-                Err(e) => errors.push(e),
             }
+            let status = format!("registered NFS v3 and v4 and MOUNT v3 with rpcbind at {pm}");
+            return (Some((pm, regs)), status);
         }
         if errors
             .iter()
@@ -316,10 +325,16 @@ mod rpcbind {
         }
     }
 
-    pub async fn unregister((pm, reg): (Portmapper, Registration)) {
-        match pm.unset(&reg, TIMEOUT).await {
-            Ok(()) => tracing::info!(portmapper = %pm, "unregistered from rpcbind"),
-            Err(e) => tracing::warn!(error = %e, "could not unregister from rpcbind"),
+    pub async fn unregister((pm, regs): (Portmapper, Vec<Registration>)) {
+        for reg in regs {
+            match pm.unset(&reg, TIMEOUT).await {
+                Ok(()) => {
+                    tracing::info!(portmapper = %pm, program = reg.prog, "unregistered from rpcbind")
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, program = reg.prog, "could not unregister from rpcbind")
+                }
+            }
         }
     }
 }

@@ -94,13 +94,17 @@ fn spawn_rpcbind(extra: &[&str]) -> Rpcbind {
 }
 
 fn getport(rt: &tokio::runtime::Runtime) -> u32 {
+    getport_of(rt, NFS_PROG, 4)
+}
+
+fn getport_of(rt: &tokio::runtime::Runtime, prog: u32, vers: u32) -> u32 {
     let pm = Portmapper::Tcp(std::net::SocketAddr::from(([127, 0, 0, 1], PMAP_PORT)));
-    rt.block_on(pm.getport(NFS_PROG, 4, IPPROTO_TCP, Duration::from_secs(2)))
+    rt.block_on(pm.getport(prog, vers, IPPROTO_TCP, Duration::from_secs(2)))
         .expect("GETPORT answered")
 }
 
-/// The `rpcinfo -p` lines for program 100003 as "program version proto port" (the
-/// service name rpcinfo appends is left out).
+/// The `rpcinfo -p` lines for programs 100003 (NFS) and 100005 (MOUNT) as "program
+/// version proto port" (the service name rpcinfo appends is left out).
 fn rpcinfo_nfs_lines() -> Vec<String> {
     let out = Command::new("rpcinfo")
         .args(["-p", "127.0.0.1"])
@@ -109,7 +113,7 @@ fn rpcinfo_nfs_lines() -> Vec<String> {
     assert!(out.status.success(), "rpcinfo -p failed: {out:?}");
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .filter(|l| l.split_whitespace().next() == Some("100003"))
+        .filter(|l| matches!(l.split_whitespace().next(), Some("100003" | "100005")))
         .map(|l| l.split_whitespace().take(4).collect::<Vec<_>>().join(" "))
         .collect()
 }
@@ -142,7 +146,8 @@ fn serve_registers_with_rpcbind_and_unregisters_on_sigterm() {
     let mut serve = Stopped(Some(child));
     let child = serve.0.as_mut().expect("just spawned");
     let deadline = Instant::now() + Duration::from_secs(10);
-    while getport(&rt) != u32::from(port) {
+    // MOUNT is registered last.
+    while getport_of(&rt, 100005, 3) != u32::from(port) {
         if let Ok(Some(st)) = child.try_wait() {
             panic!("txnfs serve exited: {st}");
         }
@@ -151,15 +156,17 @@ fn serve_registers_with_rpcbind_and_unregisters_on_sigterm() {
     }
     eprintln!("registered {:?} after start", t0.elapsed());
     let lines = rpcinfo_nfs_lines();
-    assert!(
-        lines.contains(&format!("100003 4 tcp {port}")),
-        "rpcinfo -p lacks 100003 4 tcp {port}: {lines:?}"
-    );
+    for entry in ["100003 4", "100003 3", "100005 3"] {
+        assert!(
+            lines.contains(&format!("{entry} tcp {port}")),
+            "rpcinfo -p lacks {entry} tcp {port}: {lines:?}"
+        );
+    }
 
     let (status, log) = terminate(child);
     assert!(status.success(), "exit {status}; log:\n{log}");
     assert!(
-        log.contains("registered NFS v4 with rpcbind"),
+        log.contains("registered NFS v3 and v4 and MOUNT v3 with rpcbind"),
         "log:\n{log}"
     );
     assert_eq!(

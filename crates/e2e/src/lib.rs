@@ -431,6 +431,21 @@ impl ServerGuard {
         self.mount_url(&self.url_with(query)).await
     }
 
+    /// `nfs://` URL for nfs-rs speaking NFSv3, MOUNT on the NFS port (no portmapper
+    /// needed), as uid 0 / gid 0. txnfs only: the Ganesha configuration serves v4.
+    pub fn url_v3(&self) -> String {
+        format!(
+            "nfs://127.0.0.1:{port}{}?version=3&noresvport=true&nfsport={port}&mountport={port}&uid=0&gid=0",
+            self.export_path(),
+            port = self.port,
+        )
+    }
+
+    /// Mount the export with nfs-rs over NFSv3 (see [`ServerGuard::url_v3`]).
+    pub async fn mount_v3(&self) -> Box<dyn nfs_rs::Mount> {
+        self.mount_url(&self.url_v3()).await
+    }
+
     async fn mount_url(&self, url: &str) -> Box<dyn nfs_rs::Mount> {
         let url = url.to_string();
         match tokio::time::timeout(OP_TIMEOUT, nfs_rs::parse_url_and_mount(&url)).await {

@@ -14,7 +14,9 @@
 //! from the top:
 //!
 //! ```text
-//! service     → compound, server, durable, placement, recall, txnspan
+//! service     → compound, v3, mount, server, durable, placement, recall, txnspan
+//! v3          → ops, cstate, server, panics, placement, waitmode, fh, errors, export
+//! mount       → server, export
 //! compound    → ops, cstate, server, panics, placement, txnspan, session, fh, errors
 //! ops         → cstate, dirnotify, offload, watches, statecore, callback, fh, errors, export
 //! cstate      → server, fh, placement, session, export
@@ -51,6 +53,7 @@ pub mod faultinject;
 pub mod fh;
 pub mod handle;
 pub mod held;
+pub mod mount;
 pub mod offload;
 pub mod ops;
 pub mod panics;
@@ -62,6 +65,7 @@ pub mod session;
 pub mod statecore;
 pub mod statedir;
 pub mod txnspan;
+pub mod v3;
 pub mod waitmode;
 pub mod watches;
 

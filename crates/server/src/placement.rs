@@ -24,6 +24,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+/// READs and unstable WRITEs up to this many bytes do not wait on the disk (the page
+/// cache takes them): they run inline, in NFSv4 COMPOUNDs and NFSv3 calls alike.
+pub const INLINE_IO_BYTES: usize = 64 << 10;
+
 /// How a COMPOUND may wait on storage: the most of its ops' answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Blocking {

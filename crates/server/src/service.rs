@@ -1,8 +1,10 @@
-//! The NFS RPC program (100003, version 4): NULL, COMPOUND and the transactional
-//! COMPOUND procedures (`txnfs_proto::PROC_TXN_*`, ADR 0021). A COMPOUND runs to
-//! completion either inline on the transport thread (no handoff) or on one
-//! blocking-pool thread (the single handoff), as `crate::placement` decides from how it
-//! may wait on storage or on others, so the transport threads never wait.
+//! The RPC programs of the NFS port: NFS version 4 (NULL, COMPOUND and the
+//! transactional COMPOUND procedures, `txnfs_proto::PROC_TXN_*`, ADR 0021), NFS
+//! version 3 (`crate::v3`, ADR 0038) and MOUNT version 3 (`crate::mount`). A COMPOUND
+//! or a v3 procedure runs to completion either inline on the transport thread (no
+//! handoff) or on one blocking-pool thread (the single handoff), as `crate::placement`
+//! decides from how it may wait on storage or on others, so the transport threads
+//! never wait.
 
 use crate::placement::{MetadataPace, WaitClock};
 use crate::server::Server;
@@ -43,6 +45,10 @@ pub struct NfsService {
     /// Transactional COMPOUNDs running now: while there are any, every request may wait
     /// for their locks, so all run on the blocking pool (`crate::placement`).
     transactions: Arc<AtomicUsize>,
+    /// The NFSv3 front end's own state: its duplicate request cache.
+    pub v3: Arc<crate::v3::V3>,
+    /// MOUNT's list of mounts (DUMP).
+    pub mounts: Arc<crate::mount::Mounts>,
 }
 
 /// One running transactional COMPOUND, counted in [`NfsService`] until dropped.
@@ -67,18 +73,46 @@ impl NfsService {
             server,
             pace: Arc::default(),
             transactions: Arc::default(),
+            v3: Arc::default(),
+            mounts: Arc::default(),
         }
     }
 }
 
 impl RpcService for NfsService {
     fn programs(&self) -> Vec<(u32, u32, u32)> {
-        vec![(NFS_PROGRAM, NFS_V4, NFS_V4)]
+        vec![
+            (NFS_PROGRAM, crate::v3::NFS_V3, NFS_V4),
+            (
+                crate::mount::MOUNT_PROGRAM,
+                crate::mount::MOUNT_V3,
+                crate::mount::MOUNT_V3,
+            ),
+        ]
     }
 
     fn call(&self, info: CallInfo, args: Bytes) -> impl Future<Output = ReplyBody> + Send {
         let server = self.server.clone();
         async move {
+            if info.prog == crate::mount::MOUNT_PROGRAM {
+                return crate::mount::call(&server, &self.mounts, info.peer, info.proc_num, args)
+                    .await;
+            }
+            if info.vers == crate::v3::NFS_V3 {
+                let transactions =
+                    self.transactions.load(Ordering::Relaxed) > 0 || !server.txns.is_empty();
+                let creds = creds(&info.cred);
+                return crate::v3::dispatch::call(
+                    &self.v3,
+                    &server,
+                    &self.pace,
+                    transactions,
+                    creds,
+                    info,
+                    args,
+                )
+                .await;
+            }
             match info.proc_num {
                 PROC_NULL => ReplyBody::Success(Bytes::new()),
                 p if p == PROC_COMPOUND || TxnProc::of_procedure(p).is_some() => {

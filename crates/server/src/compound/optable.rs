@@ -129,7 +129,7 @@ pub fn encode_status(out: &mut BytesMut, op: u32, status: nfsstat4) {
 }
 
 /// READs and unstable WRITEs up to this size run inline (`crate::placement`).
-const MAX_IO: usize = 64 << 10;
+const MAX_IO: usize = crate::placement::INLINE_IO_BYTES;
 
 /// Builds a handler from a pattern on the decoded arguments. A mismatch (the table and
 /// the decoder disagree) is a server bug: SERVERFAULT, never a panic.

@@ -93,7 +93,18 @@ fn delegated_attrs(c: &Compound, fh: &Fh, request: &[u32]) -> Result<Option<Attr
     if c.srv.core()?.delegations().is_empty() {
         return Ok(None);
     }
-    let mut attrs = o.export.backend.getattr(c.scope.ctx(), &o.key)?;
+    let attrs = o.export.backend.getattr(c.scope.ctx(), &o.key)?;
+    held_attrs(c, o, attrs)
+}
+
+/// The attributes `attrs` of the file `o` as another client's write delegation may
+/// have changed them ([`delegated_attrs`]; NFSv3 GETATTR asks the same): `None` when
+/// no other client holds one, or the holder did not answer and returned it instead.
+pub(crate) fn held_attrs(
+    c: &Compound,
+    o: &crate::fh::ObjFh,
+    mut attrs: Attrs,
+) -> Result<Option<Attrs>, OpError> {
     if attrs.ftype != FileType::Regular {
         return Ok(None);
     }
@@ -156,25 +167,7 @@ pub fn setattr(c: &mut Compound, a: &SETATTR4args) -> OpResult {
         // Truncation needs write permission whatever the stateid.
         require(&cur, &c.creds, W)?;
     }
-    let owner_or_root = c.creds.uid == 0 || c.creds.uid == cur.uid;
-    if (set.mode.is_some() || set.gid.is_some()) && !owner_or_root {
-        return Err(nfsstat4::NFS4ERR_PERM.into());
-    }
-    if let Some(uid) = set.uid {
-        if c.creds.uid != 0 && uid != cur.uid {
-            return Err(nfsstat4::NFS4ERR_PERM.into());
-        }
-    }
-    if (set.atime.is_some() || set.mtime.is_some()) && !owner_or_root && !delegated_times {
-        // Setting times to "now" needs only write permission (utimes(NULL) rules).
-        let only_now = [set.atime, set.mtime]
-            .iter()
-            .all(|t| !matches!(t, Some(txnfs_backend::SetTime::Client(_))));
-        if !only_now {
-            return Err(nfsstat4::NFS4ERR_PERM.into());
-        }
-        require(&cur, &c.creds, W)?;
-    }
+    check_owner_changes(&cur, &set, &c.creds, delegated_times)?;
     if !set.is_empty() {
         let cx = c.scope.ctx_for(&o.export, &c.creds, c.client)?;
         o.export.backend.setattr(cx, &o.key, &set)?;
@@ -183,6 +176,37 @@ pub fn setattr(c: &mut Compound, a: &SETATTR4args) -> OpResult {
         status: nfsstat4::NFS4_OK,
         attrsset,
     }))
+}
+
+/// Whether `creds` may make the changes of `set` other than the size to an object
+/// whose attributes are `cur` (chmod, chown, chgrp and utimes rules; NFSv3 SETATTR
+/// asks the same). `delegated_times`: the times are a delegation holder's, its right.
+pub fn check_owner_changes(
+    cur: &Attrs,
+    set: &txnfs_backend::SetAttrs,
+    creds: &Creds,
+    delegated_times: bool,
+) -> Result<(), nfsstat4> {
+    let owner_or_root = creds.uid == 0 || creds.uid == cur.uid;
+    if (set.mode.is_some() || set.gid.is_some()) && !owner_or_root {
+        return Err(nfsstat4::NFS4ERR_PERM);
+    }
+    if let Some(uid) = set.uid {
+        if creds.uid != 0 && uid != cur.uid {
+            return Err(nfsstat4::NFS4ERR_PERM);
+        }
+    }
+    if (set.atime.is_some() || set.mtime.is_some()) && !owner_or_root && !delegated_times {
+        // Setting times to "now" needs only write permission (utimes(NULL) rules).
+        let only_now = [set.atime, set.mtime]
+            .iter()
+            .all(|t| !matches!(t, Some(txnfs_backend::SetTime::Client(_))));
+        if !only_now {
+            return Err(nfsstat4::NFS4ERR_PERM);
+        }
+        require(cur, creds, W)?;
+    }
+    Ok(())
 }
 
 /// SETATTR of `time_deleg_access` / `time_deleg_modify` (RFC 9754 §5): only the holder
