@@ -521,11 +521,19 @@ impl Server {
                 core.sessions().session(s).is_some()
             })
         };
-        for t in expired {
+        self.roll_back(
+            expired,
+            "abandoned (its session is gone or it ran out of time)",
+        );
+    }
+
+    /// Rolls back transactions taken out of `self.txns` (`why`: for the log).
+    pub fn roll_back(&self, txns: Vec<crate::txnspan::Expired>, why: &str) {
+        for t in txns {
             let Some(export) = t.export.and_then(|id| self.exports.get(id)).cloned() else {
                 continue;
             };
-            tracing::info!(txn = t.id, "rolling back an abandoned transaction");
+            tracing::info!(txn = t.id, "rolling back a transaction: {why}");
             let mut scope = crate::export::CompoundScope::with_txn(&self.exports, true);
             scope.set_span(txnfs_backend::TxnSpan::Abort(t.id), Some(export.id));
             if scope
@@ -540,10 +548,29 @@ impl Server {
     /// A transport connection closed: unbind it from every session. A back channel it
     /// was the last connection of is down: requests held for recalls look again (its
     /// client's delegations are revoked at once if it cannot be reached otherwise).
+    ///
+    /// A transaction of several COMPOUNDs open on a session whose last connection this
+    /// was is rolled back at once (ADR 0036): nobody is left to commit it, and its
+    /// locks would hold every other client off until `txn_timeout`. On a runtime the
+    /// rollback (disk work) runs on the blocking pool, not on the transport's task.
     pub fn connection_closed(&self, conn: u64) {
-        self.lock_core("connection close").connection_closed(conn);
+        let orphaned = self.lock_core("connection close").connection_closed(conn);
         if self.callbacks.connection_closed(conn) {
             self.back_channel_lost();
+        }
+        if orphaned.is_empty() || self.txns.is_empty() {
+            return;
+        }
+        let txns = self.txns.orphaned(&orphaned);
+        if txns.is_empty() {
+            return;
+        }
+        const WHY: &str = "its session's last connection closed";
+        match (tokio::runtime::Handle::try_current(), self.arc()) {
+            (Ok(rt), Some(me)) => {
+                rt.spawn_blocking(move || me.roll_back(txns, WHY));
+            }
+            _ => self.roll_back(txns, WHY),
         }
     }
 

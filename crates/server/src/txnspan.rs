@@ -5,7 +5,10 @@
 //! a transaction open, in which export, since when, and whether one of its COMPOUNDs is
 //! running. One open transaction per session, one COMPOUND of it at a time, at most
 //! `max_txn_compounds` COMPOUNDs and `txn_timeout` long; a transaction whose session
-//! is gone or that ran out of time is rolled back by the housekeeping tick.
+//! is gone or that ran out of time is rolled back by the housekeeping tick, and one
+//! whose session lost its last connection is rolled back at once (ADR 0036): the
+//! client that could finish it is gone, and its locks would make every other client
+//! wait for the timeout.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -56,6 +59,9 @@ struct Open {
     compounds: u32,
     /// A COMPOUND of the transaction is running.
     busy: bool,
+    /// The session's last connection closed while that COMPOUND ran: roll it back when
+    /// the COMPOUND is over.
+    orphaned: bool,
 }
 
 /// A transaction to roll back (housekeeping): its id and export.
@@ -114,6 +120,7 @@ impl OpenTxns {
                         started: now,
                         compounds: 1,
                         busy: true,
+                        orphaned: false,
                     },
                 );
                 Ok(Started {
@@ -146,10 +153,18 @@ impl OpenTxns {
 
     /// The COMPOUND of `span` on `session` is over (`ok`: all its ops succeeded;
     /// `export`: the export the transaction is in now). A transaction that ended
-    /// (committed, aborted, or failed) is forgotten.
-    pub fn finish(&self, session: &SessionId, span: TxnSpan, ok: bool, export: Option<u16>) {
+    /// (committed, aborted, or failed) is forgotten. A transaction still open whose
+    /// session lost its last connection meanwhile is returned, removed, for the caller
+    /// to roll back.
+    pub fn finish(
+        &self,
+        session: &SessionId,
+        span: TxnSpan,
+        ok: bool,
+        export: Option<u16>,
+    ) -> Option<Expired> {
         if span == TxnSpan::Whole {
-            return;
+            return None;
         }
         let mut open = self.lock();
         let ends = span.ends() || !ok;
@@ -158,10 +173,44 @@ impl OpenTxns {
                 open.remove(session);
                 self.count.fetch_sub(1, Ordering::Relaxed);
             }
-        } else if let Some(o) = open.get_mut(session) {
-            o.busy = false;
-            o.export = o.export.or(export);
+            return None;
         }
+        let o = open.get_mut(session)?;
+        o.busy = false;
+        o.export = o.export.or(export);
+        if !o.orphaned {
+            return None;
+        }
+        let o = open.remove(session)?;
+        self.count.fetch_sub(1, Ordering::Relaxed);
+        Some(Expired {
+            id: o.id,
+            export: o.export,
+        })
+    }
+
+    /// `sessions` lost their last connection: their transactions that are not running
+    /// are removed and returned, for the caller to roll back now; a running one is
+    /// rolled back when its COMPOUND is over ([`OpenTxns::finish`]).
+    pub fn orphaned(&self, sessions: &[SessionId]) -> Vec<Expired> {
+        let mut open = self.lock();
+        let mut idle = Vec::new();
+        for s in sessions {
+            match open.get_mut(s) {
+                Some(o) if o.busy => o.orphaned = true,
+                Some(_) => {
+                    if let Some(o) = open.remove(s) {
+                        self.count.fetch_sub(1, Ordering::Relaxed);
+                        idle.push(Expired {
+                            id: o.id,
+                            export: o.export,
+                        });
+                    }
+                }
+                None => {}
+            }
+        }
+        idle
     }
 
     /// Transactions that are not running and whose session is gone (`alive` says) or

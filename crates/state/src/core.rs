@@ -228,9 +228,10 @@ impl StateCore {
         Ok(self.poll_grace(now).into_iter().collect())
     }
 
-    /// A transport connection closed: unbind it from every session.
-    pub fn connection_closed(&mut self, conn: u64) {
-        self.sessions.connection_closed(conn);
+    /// A transport connection closed: unbind it from every session. Returns the
+    /// sessions it was the last connection of.
+    pub fn connection_closed(&mut self, conn: u64) -> Vec<SessionId> {
+        self.sessions.connection_closed(conn)
     }
 
     /// The client and session table (diagnostics, tests).
