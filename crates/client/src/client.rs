@@ -42,6 +42,12 @@ pub struct ClientConfig {
     /// (2, else 1), as the Linux client does without `vers=`; `Some(1)` or `Some(2)`
     /// insists on that one.
     pub minor: Option<u32>,
+    /// How long a request the server answers NFS4ERR_DELAY or NFS4ERR_GRACE is tried
+    /// again before it fails with that status ([`crate::busy`]).
+    pub busy_wait: Duration,
+    /// Told once per kind when the client starts waiting out DELAY or GRACE (the CLI
+    /// prints one line); `None`: logged at INFO.
+    pub on_busy: Option<crate::busy::BusyNotice>,
 }
 
 impl ClientConfig {
@@ -58,6 +64,8 @@ impl ClientConfig {
             delegations: true,
             cache_bytes: DEFAULT_CACHE_BYTES,
             minor: None,
+            busy_wait: DEFAULT_BUSY_WAIT,
+            on_busy: None,
         }
     }
 }
@@ -148,6 +156,12 @@ pub(crate) struct Inner {
     recoveries: AtomicU64,
     /// A RECLAIM_COMPLETE for a restored session is on its way.
     reclaiming: std::sync::atomic::AtomicBool,
+    /// The kinds of waiting ([`crate::busy::Busy`]) told already.
+    told_busy: crate::busy::Told,
+    /// Where this client's transaction stands ([`crate::txn::TxnPhase`]): left as it
+    /// was when the future running it is dropped (an interrupted command), so that
+    /// [`Client::interrupt_txn`] knows what to do.
+    pub(crate) txn_phase: Mutex<crate::txn::TxnPhase>,
     verifier: [u8; 8],
     owner: Bytes,
     lease: AtomicU64,
@@ -199,6 +213,10 @@ pub struct Client {
 
 /// How long a new connection's NULL call may take before the peer is taken for
 /// something other than an NFS server.
+/// [`ClientConfig::busy_wait`] by default: longer than a grace period (a lease) and a
+/// transaction's default timeout (a lease), well past what a person waits for.
+pub const DEFAULT_BUSY_WAIT: Duration = Duration::from_secs(300);
+
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The minor versions this client speaks, newest first.
@@ -281,6 +299,8 @@ impl Client {
             txn_span: tokio::sync::Mutex::new(()),
             recoveries: AtomicU64::new(0),
             reclaiming: Default::default(),
+            told_busy: Default::default(),
+            txn_phase: Mutex::new(crate::txn::TxnPhase::Idle),
             verifier,
             owner,
             lease: AtomicU64::new(60),
@@ -510,7 +530,7 @@ impl Client {
             Mode::Txn { part, .. } => part.procedure(),
             Mode::Plain => PROC_COMPOUND,
         };
-        let mut delay_tries = 0u32;
+        let mut busy = crate::busy::BusyWait::new(self.inner.cfg.busy_wait);
         loop {
             let st = self.state();
             let Some((slot, seq, highest)) = st.slots.acquire().await else {
@@ -581,15 +601,15 @@ impl Client {
                     if ok.sr_status_flags & SEQ4_STATUS_RESTART_RECLAIM_NEEDED != 0 {
                         self.spawn_reclaim_complete();
                     }
-                    if !txn
-                        && res.status == nfsstat4::NFS4ERR_DELAY
-                        && results.len() == 1
-                        && delay_tries < 30
+                    if let (false, Some(b), 1) =
+                        (txn, crate::busy::Busy::of(res.status), results.len())
                     {
                         // The first op asked us to come back later; nothing ran.
-                        delay_tries += 1;
-                        tokio::time::sleep(Duration::from_millis(100 << delay_tries.min(4))).await;
-                        continue;
+                        if let Some(pause) = busy.next_pause() {
+                            self.told_busy(b);
+                            tokio::time::sleep(pause).await;
+                            continue;
+                        }
                     }
                     if res.status == nfsstat4::NFS4ERR_RETRY_UNCACHED_REP && results.len() == 1 {
                         if txn {
@@ -613,11 +633,10 @@ impl Client {
                 nfs_resop4::OP_SEQUENCE(SEQUENCE4res::default(s)) => {
                     st.slots.release(slot, false, None);
                     match s {
-                        nfsstat4::NFS4ERR_DELAY if delay_tries < 30 => {
-                            delay_tries += 1;
-                            tokio::time::sleep(Duration::from_millis(100 << delay_tries.min(4)))
-                                .await;
-                        }
+                        nfsstat4::NFS4ERR_DELAY => match busy.next_pause() {
+                            Some(pause) => tokio::time::sleep(pause).await,
+                            None => return Err(ClientError::nfs("SEQUENCE", 0, s)),
+                        },
                         nfsstat4::NFS4ERR_RETRY_UNCACHED_REP => {
                             // Our retransmission of a request whose reply the server did
                             // not keep: the sequence id is used up; send it again as a new
@@ -682,6 +701,18 @@ impl Client {
             }
             c.inner.reclaiming.store(false, Ordering::Release);
         });
+    }
+
+    /// Tell (once per kind) that a request waits out DELAY or GRACE.
+    pub(crate) fn told_busy(&self, b: crate::busy::Busy) {
+        self.inner
+            .told_busy
+            .tell(b, self.inner.cfg.on_busy.as_ref());
+    }
+
+    /// [`ClientConfig::busy_wait`].
+    pub(crate) fn busy_wait(&self) -> Duration {
+        self.inner.cfg.busy_wait
     }
 
     /// Does the session survive a server restart (PERSIST granted)?

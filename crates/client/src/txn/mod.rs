@@ -31,7 +31,10 @@
 //! # Ok(()) }
 //! ```
 
+mod interrupt;
 mod steps;
+
+pub use interrupt::{Interrupted, TxnPhase};
 
 use crate::attrs::SetAttributes;
 use crate::client::{Mode, TxnPart};
@@ -63,6 +66,12 @@ pub const FILE_PIECE: usize = 960 << 10;
 /// Lost replies in the middle of a transaction of several COMPOUNDs (each one aborted,
 /// so known not to have committed) after which it is not started again.
 const MAX_LOST: u32 = 2;
+/// ABORTs tried while a COMPOUND of the transaction still runs (DELAY) after a lost
+/// reply (a few seconds of backoff).
+const LOST_ABORT_TRIES: u32 = 10;
+/// And after an interrupted command ([`Client::interrupt_txn`]): the COMPOUND it
+/// dropped may carry a MiB of writes.
+pub(crate) const TXN_ABORT_TRIES: u32 = 20;
 
 /// The ops a transaction may hold (the server's list: `txnfs_proto::ops`); others are
 /// refused before sending, saving a round trip.
@@ -150,6 +159,16 @@ impl Client {
     /// before sending), [`ClientError::TxnConflict`] (NFS4ERR_DELAY on every try),
     /// [`ClientError::TxnOutcomeUnknown`] (no reply; all or nothing happened).
     pub async fn compound_txn(&self, c: &Compound) -> Result<Reply, ClientError> {
+        self.set_txn_phase(TxnPhase::Committing);
+        let r = self.compound_txn_once(c).await;
+        // (Not reached when this future is dropped: the phase then stays for
+        // `interrupt_txn`.)
+        self.set_txn_phase(TxnPhase::Idle);
+        r
+    }
+
+    /// [`Client::compound_txn`] without the phase.
+    async fn compound_txn_once(&self, c: &Compound) -> Result<Reply, ClientError> {
         let limits = self.limits();
         check_fits(c, limits)?;
         // The server keeps the reply for a retransmission when it fits its reply cache;
@@ -217,6 +236,21 @@ impl Client {
                 None => Ok(Vec::new()),
             };
         }
+        let r = self.compounds_txn_spanning(cs).await;
+        // (Not reached when this future is dropped: see `compound_txn`.)
+        self.set_txn_phase(TxnPhase::Idle);
+        r
+    }
+
+    /// [`Client::compounds_txn`] of two or more COMPOUNDs, keeping
+    /// [`Client::txn_phase`].
+    async fn compounds_txn_spanning(&self, cs: &[Compound]) -> Result<Vec<Reply>, ClientError> {
+        if cs.len() <= 1 {
+            return match cs.first() {
+                Some(c) => Ok(vec![self.compound_txn(c).await?]),
+                None => Ok(Vec::new()),
+            };
+        }
         let limits = self.limits();
         for c in cs {
             check_fits(c, limits)?;
@@ -251,6 +285,11 @@ impl Client {
                     cache: cache[i],
                     part,
                 };
+                self.set_txn_phase(if part == TxnPart::Commit {
+                    TxnPhase::Committing
+                } else {
+                    TxnPhase::Open
+                });
                 let reply = match self.send_as(c, true, mode).await {
                     Ok(r) => r,
                     Err(ClientError::TxnOutcomeUnknown(e)) => {
@@ -296,7 +335,17 @@ impl Client {
                         tries -= 1;
                     }
                     nfsstat4::NFS4ERR_INVAL if refused && i > 0 => {
-                        return Err(ClientError::TxnClosed { compound: i });
+                        // Rolled back by the server (its session lost its connection
+                        // a moment, or it ran out of time): nothing of it committed,
+                        // so it may start again, as after a lost reply.
+                        lost += 1;
+                        if lost > MAX_LOST {
+                            return Err(ClientError::TxnClosed { compound: i });
+                        }
+                        tracing::debug!(
+                            compound = i,
+                            "transaction closed by the server; restarting"
+                        );
                     }
                     nfsstat4::NFS4ERR_TOO_MANY_OPS if refused && i > 0 => {
                         // The server's max_txn_compounds is lower than ours; what ran is
@@ -343,11 +392,17 @@ impl Client {
     /// open and is rolled back now; false when none was open (it ended already) or the
     /// ABORT got no answer.
     async fn abort_txn(&self) -> bool {
+        self.abort_txn_tries(LOST_ABORT_TRIES).await
+    }
+
+    /// [`Client::abort_txn`], trying at most `tries` times while a COMPOUND of the
+    /// transaction still runs.
+    pub(crate) async fn abort_txn_tries(&self, tries: u32) -> bool {
         let mode = Mode::Txn {
             cache: false,
             part: TxnPart::Abort,
         };
-        for n in 1..=10 {
+        for n in 1..=tries {
             match self.send_as(&Compound::new(), true, mode).await {
                 Ok(r) => match r.status {
                     nfsstat4::NFS4_OK => return true,
