@@ -376,7 +376,7 @@ async fn a_transaction_whose_connection_drops_is_rolled_back_at_once() {
     let cut = std::time::Instant::now();
     s.cl.abort();
     // The rollback runs as the server sees the socket close; poll briefly for it.
-    while srv.server.txns.len() > 0 && cut.elapsed() < std::time::Duration::from_secs(2) {
+    while !srv.server.txns.is_empty() && cut.elapsed() < std::time::Duration::from_secs(2) {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
     assert_eq!(
