@@ -196,8 +196,8 @@ impl Server {
         let boot_epoch = statedir.next_boot_epoch().map_err(error_at(&dir))?;
         // An unreadable client list would silently skip the grace period and let new
         // clients take locks the old ones still hold: refuse to start instead.
-        let previous_clients = statedir
-            .load_clients()
+        let saved_clients = statedir
+            .load_client_list()
             .map_err(error_at(&dir.join("clients")))?;
         let exports = Exports::open(
             &cfg.exports,
@@ -228,9 +228,17 @@ impl Server {
         };
         let grace_len = Duration::from_secs(cfg.lease_time as u64);
         // Persistent sessions are restored only for clients the previous instance still
-        // counted as confirmed: the client list is written (durably) whenever one is
-        // confirmed, expires or is destroyed, so it is the authority on who was alive.
-        let alive: std::collections::HashSet<Bytes> = previous_clients.iter().cloned().collect();
+        // counted as confirmed: the client list is written (durably) whenever a client
+        // with a persistent session is confirmed, one first holds state, expires or is
+        // destroyed, so it is the authority on who was alive.
+        let alive: std::collections::HashSet<Bytes> = saved_clients
+            .held_state
+            .iter()
+            .chain(&saved_clients.sessions_only)
+            .cloned()
+            .collect();
+        // Only the clients that held state are waited for (ADR 0036).
+        let previous_clients = saved_clients.held_state;
         let grace = if cfg.grace && !previous_clients.is_empty() {
             tracing::info!(
                 clients = previous_clients.len(),
@@ -470,7 +478,10 @@ impl Server {
         if list.generation <= *last {
             return;
         }
-        match self.statedir.save_clients(&list.owners) {
+        match self
+            .statedir
+            .save_client_list(&list.owners, &list.sessions_only)
+        {
             Ok(()) => *last = list.generation,
             Err(e) => tracing::error!(
                 "cannot record clients in the state directory (a restart would not wait for them to reclaim): {e}"

@@ -127,21 +127,19 @@ impl StateCore {
             self.sessions.remove_client(args.clientid);
             return Err(SessionError::StaleClientId);
         }
-        let was_confirmed = self
-            .sessions
-            .client(args.clientid)
-            .is_some_and(|c| c.confirmed);
         let (out, replaced) = self
             .sessions
             .create_session(principal, args, callback, now)?;
         let mut effects = Vec::new();
-        // A client is recorded when it first holds state, not when it is confirmed
-        // (ADR 0036); the incarnation it replaced may have been recorded.
+        // A client is recorded as waited for when it first holds state, not when it
+        // is confirmed (ADR 0036); one with a persistent session is recorded as alive
+        // now; the incarnation it replaced may have been recorded.
+        let persistent = self.sessions.has_persistent_session(args.clientid);
         if let Some(old) = replaced {
             effects.push(self.release(old, ReleaseReason::Replaced));
-            if !was_confirmed {
-                effects.push(self.snapshot());
-            }
+        }
+        if replaced.is_some() || persistent {
+            effects.push(self.snapshot());
         }
         Ok((out, effects))
     }
@@ -882,8 +880,9 @@ impl StateCore {
     }
 
     /// A snapshot of the clients a restarted server must wait for: the confirmed
-    /// clients plus, during grace, the previous instance's clients not yet reclaimed
-    /// (so a second restart in grace still waits for them).
+    /// clients that hold state plus, during grace, the previous instance's clients not
+    /// yet reclaimed (so a second restart in grace still waits for them); and of the
+    /// other clients with persistent sessions, which a restart restores.
     pub fn persist_clients(&mut self) -> Effect {
         self.snapshot()
     }
@@ -902,9 +901,19 @@ impl StateCore {
         owners.extend(self.grace.waiting().cloned());
         owners.sort_unstable();
         owners.dedup();
+        // The durable session store restores only clients this list names (as alive).
+        let mut sessions_only: Vec<Bytes> = sessions
+            .with_persistent_sessions()
+            .into_iter()
+            .filter(|(c, o)| !self.stateful.contains(c) && owners.binary_search(o).is_err())
+            .map(|(_, o)| o)
+            .collect();
+        sessions_only.sort_unstable();
+        sessions_only.dedup();
         Effect::PersistClients(ClientList {
             generation: self.persist_generation,
             owners,
+            sessions_only,
         })
     }
 

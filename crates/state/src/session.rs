@@ -1028,6 +1028,15 @@ impl SessionTable {
         })
     }
 
+    /// Confirmed clients that hold a persistent session, with their owners.
+    pub fn with_persistent_sessions(&self) -> Vec<(ClientId, Bytes)> {
+        self.clients
+            .iter()
+            .filter(|(id, r)| r.confirmed && self.has_persistent_session(**id))
+            .map(|(id, r)| (*id, r.owner.clone()))
+            .collect()
+    }
+
     /// Whether client `id` has a persistent session.
     pub fn has_persistent_session(&self, id: ClientId) -> bool {
         self.clients.get(&id).is_some_and(|r| {

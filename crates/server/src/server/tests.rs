@@ -170,6 +170,7 @@ fn an_outdated_client_list_is_not_written_over_a_newer_one() {
         Effect::PersistClients(ClientList {
             generation,
             owners: vec![Bytes::from_static(owner)],
+            sessions_only: Vec::new(),
         })
     };
     f.srv.apply(vec![list(100, b"newest")]);
