@@ -198,3 +198,56 @@ fn a_restart_after_a_killed_read_only_command_has_no_grace_wait() {
     );
     eprintln!("cp after the restart took {took:?}");
 }
+
+/// A client that held an open when the server died is waited for (it may reclaim):
+/// `txnfs cp` right after the restart waits the grace period out, saying so in one
+/// line, and succeeds, instead of failing with NFS4ERR_GRACE.
+#[test]
+fn cp_waits_out_a_grace_period_with_one_line() {
+    std::env::set_var("TXNFS_BIN", bin());
+    const LEASE: u32 = 5;
+    let mut s = ServerGuard::start_with(
+        ServerKind::Txnfs,
+        ServerOpts {
+            lease_time: Some(LEASE),
+            grace: true,
+            ..ServerOpts::default()
+        },
+    );
+    std::fs::write(s.export_dir().join("big"), vec![7u8; 64 << 20]).unwrap();
+    // `cat` holds an open of "big" while it reads: the server records its client.
+    let mut cat = spawn(&["cat", &url(&s, "big")]);
+    let mut out = cat.stdout.take().unwrap();
+    let mut first = [0u8; 4096];
+    out.read_exact(&mut first).unwrap();
+    assert!(cat.try_wait().unwrap().is_none(), "cat already finished");
+    s.kill9();
+    let _ = cat.kill();
+    let _ = cat.wait();
+    s.restart();
+
+    let tmp = tempfile::tempdir().unwrap();
+    let local = tmp.path().join("in-grace");
+    std::fs::write(&local, b"waited for the grace period").unwrap();
+    let started = Instant::now();
+    let cp = txnfs_cmd(&["cp", local.to_str().unwrap(), &url(&s, "in-grace")])
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let err = stderr(&cp);
+    assert!(cp.status.success(), "{err}");
+    assert!(
+        took < Duration::from_secs(u64::from(LEASE) * 3),
+        "cp took {took:?} (grace {LEASE} s)"
+    );
+    assert_eq!(
+        err.matches("grace period").count(),
+        1,
+        "one progress line:\n{err}"
+    );
+    assert_eq!(
+        std::fs::read(s.export_dir().join("in-grace")).unwrap(),
+        b"waited for the grace period"
+    );
+    eprintln!("cp in grace took {took:?}; said: {err}");
+}

@@ -36,10 +36,7 @@ impl Busy {
     pub fn message(self) -> &'static str {
         match self {
             Busy::Locked => "locked by an uncommitted transaction; retrying",
-            Busy::Grace => {
-                "server restarted and is waiting for its clients to reclaim (grace period); \
-                 waiting"
-            }
+            Busy::Grace => "server restarted: grace period while its clients reclaim; waiting",
         }
     }
 
