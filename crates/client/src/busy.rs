@@ -79,7 +79,7 @@ impl Told {
 
 /// Longest pause between two tries: short enough that a request goes on well within
 /// a second of the lock's release or the end of grace.
-const MAX_PAUSE: Duration = Duration::from_millis(400);
+const MAX_PAUSE: Duration = Duration::from_millis(250);
 
 /// The retries of one request that the server keeps answering "not now".
 #[derive(Debug)]

@@ -5,7 +5,7 @@
 //! through, closing the connection does the same: the server rolls back a transaction
 //! whose session's last connection closes.
 
-use super::TXN_ABORT_TRIES;
+use super::{INTERRUPT_ABORT_PAUSE, TXN_ABORT_TRIES};
 use crate::Client;
 use std::sync::PoisonError;
 
@@ -77,13 +77,18 @@ impl Client {
                 // Found open and rolled back, or never begun on the server (BEGIN
                 // not arrived): nothing committed either way. Without an answer the
                 // connection's close rolls it back.
-                let _ = self.abort_txn_tries(TXN_ABORT_TRIES).await;
+                let _ = self
+                    .abort_txn_tries(TXN_ABORT_TRIES, INTERRUPT_ABORT_PAUSE)
+                    .await;
                 Interrupted::Aborted
             }
             TxnPhase::Committing => {
                 // An ABORT that still finds it open was in time (the COMMIT had not
                 // arrived); otherwise the COMMIT ran, with whatever outcome.
-                if self.abort_txn_tries(TXN_ABORT_TRIES).await {
+                if self
+                    .abort_txn_tries(TXN_ABORT_TRIES, INTERRUPT_ABORT_PAUSE)
+                    .await
+                {
                     Interrupted::Aborted
                 } else {
                     Interrupted::CommitUnknown

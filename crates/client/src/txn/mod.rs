@@ -69,9 +69,11 @@ const MAX_LOST: u32 = 2;
 /// ABORTs tried while a COMPOUND of the transaction still runs (DELAY) after a lost
 /// reply (a few seconds of backoff).
 const LOST_ABORT_TRIES: u32 = 10;
-/// And after an interrupted command ([`Client::interrupt_txn`]): the COMPOUND it
-/// dropped may carry a MiB of writes.
-pub(crate) const TXN_ABORT_TRIES: u32 = 20;
+/// And after an interrupted command ([`Client::interrupt_txn`]), at most
+/// [`INTERRUPT_ABORT_PAUSE`] apart: the COMPOUND it dropped may carry a MiB of writes
+/// (about 5 s in all), and the ABORT should follow its end closely (others wait).
+pub(crate) const TXN_ABORT_TRIES: u32 = 100;
+pub(crate) const INTERRUPT_ABORT_PAUSE: Duration = Duration::from_millis(50);
 
 /// The ops a transaction may hold (the server's list: `txnfs_proto::ops`); others are
 /// refused before sending, saving a round trip.
@@ -392,12 +394,12 @@ impl Client {
     /// open and is rolled back now; false when none was open (it ended already) or the
     /// ABORT got no answer.
     async fn abort_txn(&self) -> bool {
-        self.abort_txn_tries(LOST_ABORT_TRIES).await
+        self.abort_txn_tries(LOST_ABORT_TRIES, Duration::MAX).await
     }
 
-    /// [`Client::abort_txn`], trying at most `tries` times while a COMPOUND of the
-    /// transaction still runs.
-    pub(crate) async fn abort_txn_tries(&self, tries: u32) -> bool {
+    /// [`Client::abort_txn`], trying at most `tries` times, at most `max_pause` apart,
+    /// while a COMPOUND of the transaction still runs.
+    pub(crate) async fn abort_txn_tries(&self, tries: u32, max_pause: Duration) -> bool {
         let mode = Mode::Txn {
             cache: false,
             part: TxnPart::Abort,
@@ -407,7 +409,7 @@ impl Client {
                 Ok(r) => match r.status {
                     nfsstat4::NFS4_OK => return true,
                     // A COMPOUND of it is still running (its reply was lost).
-                    nfsstat4::NFS4ERR_DELAY => tokio::time::sleep(backoff(n)).await,
+                    nfsstat4::NFS4ERR_DELAY => tokio::time::sleep(backoff(n).min(max_pause)).await,
                     _ => return false,
                 },
                 Err(e) => {

@@ -393,8 +393,8 @@ impl Fs {
             next_pending.sort_unstable();
             if next_pending.iter().any(|&i| delays[i] > 0) {
                 let d = next_pending.iter().map(|&i| delays[i]).max().unwrap_or(0);
-                // 100 ms doubling to 400 ms: on well within a second of the release.
-                tokio::time::sleep(std::time::Duration::from_millis(50 << d.clamp(1, 3))).await;
+                // 100 ms, then 200 ms: on well within a second of the release.
+                tokio::time::sleep(std::time::Duration::from_millis(50 << d.clamp(1, 2))).await;
             }
             pending = next_pending;
         }
