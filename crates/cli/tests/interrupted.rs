@@ -79,8 +79,10 @@ fn make_files(root: &Path, count: usize, size: usize) {
     }
 }
 
-#[test]
-fn sigint_mid_cp_r_atomic_aborts_and_frees_the_tree_at_once() {
+/// `cp -R --atomic` of 600 files stopped by `sig` while its transaction is open and
+/// another client waits on its lock: the other client goes on within a second, having
+/// said once why it waited, and nothing of the copy remains. The stopped cp's output.
+fn stop_cp_r_atomic_mid_transaction(sig: &str) -> Output {
     std::env::set_var("TXNFS_BIN", bin());
     let s = ServerGuard::start(ServerKind::Txnfs);
     let tmp = tempfile::tempdir().unwrap();
@@ -88,7 +90,7 @@ fn sigint_mid_cp_r_atomic_aborts_and_frees_the_tree_at_once() {
     // 600 files of 64 KiB: about 40 COMPOUNDs of one transaction, each synced.
     make_files(&src, 600, 64 << 10);
     let copy = s.export_dir().join("copy");
-    let cp = spawn(&[
+    let mut cp = spawn(&[
         "cp",
         "-R",
         "--atomic",
@@ -105,16 +107,15 @@ fn sigint_mid_cp_r_atomic_aborts_and_frees_the_tree_at_once() {
     // Another client wants the name the transaction holds: it waits on the lock.
     let other = spawn(&["mkdir", &url(&s, "copy")]);
     std::thread::sleep(Duration::from_millis(300));
-    let mut cp = cp;
     assert!(
         cp.try_wait().unwrap().is_none(),
-        "the copy ended before it could be interrupted: make it larger"
+        "the copy ended before it could be stopped: make it larger"
     );
-    let interrupted = Instant::now();
-    signal(&cp, "-INT");
+    let stopped = Instant::now();
+    signal(&cp, sig);
 
     let other = wait_for(other, Duration::from_secs(10), "the other client's mkdir");
-    let freed_after = interrupted.elapsed();
+    let freed_after = stopped.elapsed();
     let other_err = stderr(&other);
     assert!(
         other.status.success(),
@@ -122,7 +123,7 @@ fn sigint_mid_cp_r_atomic_aborts_and_frees_the_tree_at_once() {
     );
     assert!(
         freed_after < Duration::from_secs(1),
-        "the other client went on {freed_after:?} after the interrupt"
+        "the other client went on {freed_after:?} after {sig}"
     );
     assert_eq!(
         other_err
@@ -131,19 +132,33 @@ fn sigint_mid_cp_r_atomic_aborts_and_frees_the_tree_at_once() {
         1,
         "the waiting client says once why it waits:\n{other_err}"
     );
+    let cp = wait_for(cp, Duration::from_secs(10), "the stopped cp");
+    // Nothing of the copy: `copy` is the other client's new, empty directory.
+    assert!(copy.is_dir());
+    assert_eq!(entries(&copy), Vec::<String>::new());
+    assert_eq!(entries(&s.export_dir()), vec!["copy".to_string()]);
+    eprintln!("other client went on {freed_after:?} after {sig}");
+    cp
+}
 
-    let cp = wait_for(cp, Duration::from_secs(10), "the interrupted cp");
+/// SIGINT: the command aborts its transaction and says so; exit 130.
+#[test]
+fn sigint_mid_cp_r_atomic_aborts_and_frees_the_tree_at_once() {
+    let cp = stop_cp_r_atomic_mid_transaction("-INT");
     let cp_err = stderr(&cp);
     assert_eq!(cp.status.code(), Some(130), "{cp_err}");
     assert!(
         cp_err.contains("interrupted: transaction aborted, nothing was changed"),
         "{cp_err}"
     );
-    // Nothing of the copy: `copy` is the other client's new, empty directory.
-    assert!(copy.is_dir());
-    assert_eq!(entries(&copy), Vec::<String>::new());
-    assert_eq!(entries(&s.export_dir()), vec!["copy".to_string()]);
-    eprintln!("other client went on {freed_after:?} after SIGINT");
+}
+
+/// SIGKILL: no ABORT is sent; the server rolls the transaction back as the command's
+/// connection closes (its session's last).
+#[test]
+fn kill9_mid_cp_r_atomic_is_rolled_back_as_its_connection_closes() {
+    let cp = stop_cp_r_atomic_mid_transaction("-KILL");
+    assert_eq!(cp.status.code(), None, "killed by the signal");
 }
 
 #[test]
