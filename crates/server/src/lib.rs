@@ -30,10 +30,11 @@
 //! attrs       → fh, handle, errors, export, config
 //! faultinject → statecore
 //! placement   → waitmode
+//! txnspan     → export
 //! fh          → handle, export
 //! held        → export
 //! export      → config
-//! leaves: statecore, callback, statedir, txnspan, session, handle, waitmode, errors, config
+//! leaves: statecore, callback, statedir, session, handle, waitmode, errors, config
 //! ```
 
 pub mod attrs;

@@ -540,20 +540,7 @@ impl Server {
 
     /// Rolls back transactions taken out of `self.txns` (`why`: for the log).
     pub fn roll_back(&self, txns: Vec<crate::txnspan::Expired>, why: &str) {
-        for t in txns {
-            let Some(export) = t.export.and_then(|id| self.exports.get(id)).cloned() else {
-                continue;
-            };
-            tracing::info!(txn = t.id, "rolling back a transaction: {why}");
-            let mut scope = crate::export::CompoundScope::with_txn(&self.exports, true);
-            scope.set_span(txnfs_backend::TxnSpan::Abort(t.id), Some(export.id));
-            if scope
-                .enter(&export, &txnfs_backend::Creds::default(), None)
-                .is_ok()
-            {
-                let _ = scope.finish(false);
-            }
-        }
+        crate::txnspan::roll_back(&self.exports, txns, why);
     }
 
     /// A transport connection closed: unbind it from every session. A back channel it

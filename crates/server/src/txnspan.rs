@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use txnfs_backend::TxnSpan;
 use txnfs_state::session::SessionId;
 
+use crate::export::{CompoundScope, Exports};
 use crate::nfs::nfsstat4;
 
 /// What a transactional RPC procedure asks of the session's transaction.
@@ -245,5 +246,24 @@ impl OpenTxns {
     /// Whether no transaction of several COMPOUNDs is open (without the lock).
     pub fn is_empty(&self) -> bool {
         self.count.load(Ordering::Relaxed) == 0
+    }
+}
+
+/// Rolls back `txns`, taken out of [`OpenTxns`], each in its export (`why`: for the
+/// log). One that never touched an export changed nothing.
+pub fn roll_back(exports: &Exports, txns: Vec<Expired>, why: &str) {
+    for t in txns {
+        let Some(export) = t.export.and_then(|id| exports.get(id)).cloned() else {
+            continue;
+        };
+        tracing::info!(txn = t.id, "rolling back a transaction: {why}");
+        let mut scope = CompoundScope::with_txn(exports, true);
+        scope.set_span(TxnSpan::Abort(t.id), Some(export.id));
+        if scope
+            .enter(&export, &txnfs_backend::Creds::default(), None)
+            .is_ok()
+        {
+            let _ = scope.finish(false);
+        }
     }
 }

@@ -66,15 +66,6 @@ pub const FILE_PIECE: usize = 960 << 10;
 /// Lost replies in the middle of a transaction of several COMPOUNDs (each one aborted,
 /// so known not to have committed) after which it is not started again.
 const MAX_LOST: u32 = 2;
-/// ABORTs tried while a COMPOUND of the transaction still runs (DELAY) after a lost
-/// reply (a few seconds of backoff).
-const LOST_ABORT_TRIES: u32 = 10;
-/// And after an interrupted command ([`Client::interrupt_txn`]), at most
-/// [`INTERRUPT_ABORT_PAUSE`] apart: the COMPOUND it dropped may carry a MiB of writes
-/// (about 5 s in all), and the ABORT should follow its end closely (others wait).
-pub(crate) const TXN_ABORT_TRIES: u32 = 100;
-pub(crate) const INTERRUPT_ABORT_PAUSE: Duration = Duration::from_millis(50);
-
 /// The ops a transaction may hold (the server's list: `txnfs_proto::ops`); others are
 /// refused before sending, saving a round trip.
 pub use txnfs_proto::ops::allowed_in_txn;
@@ -388,37 +379,6 @@ impl Client {
             }
             return Ok(replies);
         }
-    }
-
-    /// Roll back this session's open transaction (PROC_TXN_ABORT). True when one was
-    /// open and is rolled back now; false when none was open (it ended already) or the
-    /// ABORT got no answer.
-    async fn abort_txn(&self) -> bool {
-        self.abort_txn_tries(LOST_ABORT_TRIES, Duration::MAX).await
-    }
-
-    /// [`Client::abort_txn`], trying at most `tries` times, at most `max_pause` apart,
-    /// while a COMPOUND of the transaction still runs.
-    pub(crate) async fn abort_txn_tries(&self, tries: u32, max_pause: Duration) -> bool {
-        let mode = Mode::Txn {
-            cache: false,
-            part: TxnPart::Abort,
-        };
-        for n in 1..=tries {
-            match self.send_as(&Compound::new(), true, mode).await {
-                Ok(r) => match r.status {
-                    nfsstat4::NFS4_OK => return true,
-                    // A COMPOUND of it is still running (its reply was lost).
-                    nfsstat4::NFS4ERR_DELAY => tokio::time::sleep(backoff(n).min(max_pause)).await,
-                    _ => return false,
-                },
-                Err(e) => {
-                    tracing::debug!("PROC_TXN_ABORT: {e}");
-                    return false;
-                }
-            }
-        }
-        false
     }
 
     /// A new, empty transaction on this session. Beside an [`crate::Fs`] of this
