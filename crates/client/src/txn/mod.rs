@@ -238,12 +238,6 @@ impl Client {
     /// [`Client::compounds_txn`] of two or more COMPOUNDs, keeping
     /// [`Client::txn_phase`].
     async fn compounds_txn_spanning(&self, cs: &[Compound]) -> Result<Vec<Reply>, ClientError> {
-        if cs.len() <= 1 {
-            return match cs.first() {
-                Some(c) => Ok(vec![self.compound_txn(c).await?]),
-                None => Ok(Vec::new()),
-            };
-        }
         let limits = self.limits();
         for c in cs {
             check_fits(c, limits)?;
