@@ -1,6 +1,7 @@
 //! Waiting out a server that says "not now" (ADR 0036): NFS4ERR_DELAY and
-//! NFS4ERR_GRACE. On txnfs a DELAY to a plain request almost always means that it
-//! met an object or name locked by another client's uncommitted transaction (the
+//! NFS4ERR_GRACE. On txnfs (known by its EXCHANGE_ID implementation name) a DELAY to a
+//! plain request almost always means that it met an object or name locked by another
+//! client's uncommitted transaction (the
 //! holder commits or is rolled back: at once when its connection closes, else after
 //! `txn_timeout`); GRACE means a restarted server waits for the clients that held state
 //! to reclaim it (at most a lease). Both end by themselves, so the client keeps
@@ -16,17 +17,22 @@ use txnfs_proto::nfs4::nfsstat4;
 /// What the server is busy with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Busy {
-    /// NFS4ERR_DELAY: on txnfs, an uncommitted transaction holds what the request needs.
+    /// NFS4ERR_DELAY from txnfs: an uncommitted transaction holds what the request
+    /// needs (or, less often, a delegation is being recalled).
     Locked,
+    /// NFS4ERR_DELAY from another server.
+    Delayed,
     /// NFS4ERR_GRACE: the server restarted and waits for its clients to reclaim.
     Grace,
 }
 
 impl Busy {
-    /// The status's meaning, if it asks to come back later.
-    pub fn of(status: nfsstat4) -> Option<Busy> {
+    /// The status's meaning, if it asks to come back later (`txnfs`: the server is
+    /// txnfs).
+    pub fn of(status: nfsstat4, txnfs: bool) -> Option<Busy> {
         match status {
-            nfsstat4::NFS4ERR_DELAY => Some(Busy::Locked),
+            nfsstat4::NFS4ERR_DELAY if txnfs => Some(Busy::Locked),
+            nfsstat4::NFS4ERR_DELAY => Some(Busy::Delayed),
             nfsstat4::NFS4ERR_GRACE => Some(Busy::Grace),
             _ => None,
         }
@@ -36,6 +42,7 @@ impl Busy {
     pub fn message(self) -> &'static str {
         match self {
             Busy::Locked => "locked by an uncommitted transaction; retrying",
+            Busy::Delayed => "server busy (NFS4ERR_DELAY); retrying",
             Busy::Grace => "server restarted: grace period while its clients reclaim; waiting",
         }
     }
@@ -44,6 +51,7 @@ impl Busy {
         match self {
             Busy::Locked => 1,
             Busy::Grace => 2,
+            Busy::Delayed => 4,
         }
     }
 }

@@ -128,6 +128,9 @@ struct SessionState {
     /// The server granted CREATE_SESSION4_FLAG_PERSIST: it keeps the session and its
     /// replies across a restart (ADR 0022).
     persistent: bool,
+    /// The server is txnfs (its EXCHANGE_ID implementation name): a DELAY is most
+    /// likely a transaction's lock ([`crate::busy::Busy::Locked`]).
+    txnfs: bool,
     limits: Limits,
     slots: SlotTable,
     /// Bumped on every re-establishment so concurrent callers recover only once.
@@ -601,9 +604,11 @@ impl Client {
                     if ok.sr_status_flags & SEQ4_STATUS_RESTART_RECLAIM_NEEDED != 0 {
                         self.spawn_reclaim_complete();
                     }
-                    if let (false, Some(b), 1) =
-                        (txn, crate::busy::Busy::of(res.status), results.len())
-                    {
+                    if let (false, Some(b), 1) = (
+                        txn,
+                        crate::busy::Busy::of(res.status, st.txnfs),
+                        results.len(),
+                    ) {
                         // The first op asked us to come back later; nothing ran.
                         if let Some(pause) = busy.next_pause() {
                             self.told_busy(b);
@@ -708,6 +713,11 @@ impl Client {
         self.inner
             .told_busy
             .tell(b, self.inner.cfg.on_busy.as_ref());
+    }
+
+    /// What `status` asks the client to wait for, if anything.
+    pub(crate) fn busy_kind(&self, status: nfsstat4) -> Option<crate::busy::Busy> {
+        crate::busy::Busy::of(status, self.state().txnfs)
     }
 
     /// [`ClientConfig::busy_wait`].
@@ -887,6 +897,10 @@ async fn establish(
         sessionid: cs.csr_sessionid,
         back_channel: cs.csr_flags & CREATE_SESSION4_FLAG_CONN_BACK_CHAN != 0,
         persistent: cs.csr_flags & CREATE_SESSION4_FLAG_PERSIST != 0,
+        txnfs: eid
+            .eir_server_impl_id
+            .first()
+            .is_some_and(|i| i.nii_name.starts_with(b"txnfs ")),
         limits: Limits {
             max_ops: fore.ca_maxoperations,
             max_request: fore.ca_maxrequestsize,

@@ -357,7 +357,7 @@ impl Fs {
                                             }));
                                             continue;
                                         }
-                                        let busy = crate::busy::Busy::of(status).filter(|_| {
+                                        let busy = self.client.busy_kind(status).filter(|_| {
                                             started.elapsed() < self.client.busy_wait()
                                         });
                                         if let Some(b) = busy {
