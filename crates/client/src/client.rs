@@ -42,6 +42,12 @@ pub struct ClientConfig {
     /// (2, else 1), as the Linux client does without `vers=`; `Some(1)` or `Some(2)`
     /// insists on that one.
     pub minor: Option<u32>,
+    /// How long a request the server answers NFS4ERR_DELAY or NFS4ERR_GRACE is tried
+    /// again before it fails with that status ([`crate::busy`]).
+    pub busy_wait: Duration,
+    /// Told once per kind when the client starts waiting out DELAY or GRACE (the CLI
+    /// prints one line); `None`: logged at INFO.
+    pub on_busy: Option<crate::busy::BusyNotice>,
 }
 
 impl ClientConfig {
@@ -58,6 +64,8 @@ impl ClientConfig {
             delegations: true,
             cache_bytes: DEFAULT_CACHE_BYTES,
             minor: None,
+            busy_wait: DEFAULT_BUSY_WAIT,
+            on_busy: None,
         }
     }
 }
@@ -120,6 +128,9 @@ struct SessionState {
     /// The server granted CREATE_SESSION4_FLAG_PERSIST: it keeps the session and its
     /// replies across a restart (ADR 0022).
     persistent: bool,
+    /// The server is txnfs (its EXCHANGE_ID implementation name): a DELAY is most
+    /// likely a transaction's lock ([`crate::busy::Busy::Locked`]).
+    txnfs: bool,
     limits: Limits,
     slots: SlotTable,
     /// Bumped on every re-establishment so concurrent callers recover only once.
@@ -148,6 +159,12 @@ pub(crate) struct Inner {
     recoveries: AtomicU64,
     /// A RECLAIM_COMPLETE for a restored session is on its way.
     reclaiming: std::sync::atomic::AtomicBool,
+    /// The kinds of waiting ([`crate::busy::Busy`]) told already.
+    told_busy: crate::busy::Told,
+    /// Where this client's transaction stands ([`crate::txn::TxnPhase`]): left as it
+    /// was when the future running it is dropped (an interrupted command), so that
+    /// [`Client::interrupt_txn`] knows what to do.
+    pub(crate) txn_phase: Mutex<crate::txn::TxnPhase>,
     verifier: [u8; 8],
     owner: Bytes,
     lease: AtomicU64,
@@ -202,6 +219,10 @@ pub struct Client {
 
 /// How long a new connection's NULL call may take before the peer is taken for
 /// something other than an NFS server.
+/// [`ClientConfig::busy_wait`] by default: longer than a grace period (a lease) and a
+/// transaction's default timeout (a lease), well past what a person waits for.
+pub const DEFAULT_BUSY_WAIT: Duration = Duration::from_secs(300);
+
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The minor versions this client speaks, newest first.
@@ -284,6 +305,8 @@ impl Client {
             txn_span: tokio::sync::Mutex::new(()),
             recoveries: AtomicU64::new(0),
             reclaiming: Default::default(),
+            told_busy: Default::default(),
+            txn_phase: Mutex::new(crate::txn::TxnPhase::Idle),
             verifier,
             owner,
             lease: AtomicU64::new(60),
@@ -525,7 +548,7 @@ impl Client {
             Mode::Txn { part, .. } => part.procedure(),
             Mode::Plain => PROC_COMPOUND,
         };
-        let mut delay_tries = 0u32;
+        let mut busy = crate::busy::BusyWait::new(self.inner.cfg.busy_wait);
         loop {
             let st = self.state();
             let Some((slot, seq, highest)) = st.slots.acquire().await else {
@@ -596,15 +619,17 @@ impl Client {
                     if ok.sr_status_flags & SEQ4_STATUS_RESTART_RECLAIM_NEEDED != 0 {
                         self.spawn_reclaim_complete();
                     }
-                    if !txn
-                        && res.status == nfsstat4::NFS4ERR_DELAY
-                        && results.len() == 1
-                        && delay_tries < 30
-                    {
+                    if let (false, Some(b), 1) = (
+                        txn,
+                        crate::busy::Busy::of(res.status, st.txnfs),
+                        results.len(),
+                    ) {
                         // The first op asked us to come back later; nothing ran.
-                        delay_tries += 1;
-                        tokio::time::sleep(Duration::from_millis(100 << delay_tries.min(4))).await;
-                        continue;
+                        if let Some(pause) = busy.next_pause() {
+                            self.told_busy(b);
+                            tokio::time::sleep(pause).await;
+                            continue;
+                        }
                     }
                     if res.status == nfsstat4::NFS4ERR_RETRY_UNCACHED_REP && results.len() == 1 {
                         if txn {
@@ -628,11 +653,10 @@ impl Client {
                 nfs_resop4::OP_SEQUENCE(SEQUENCE4res::default(s)) => {
                     st.slots.release(slot, false, None);
                     match s {
-                        nfsstat4::NFS4ERR_DELAY if delay_tries < 30 => {
-                            delay_tries += 1;
-                            tokio::time::sleep(Duration::from_millis(100 << delay_tries.min(4)))
-                                .await;
-                        }
+                        nfsstat4::NFS4ERR_DELAY => match busy.next_pause() {
+                            Some(pause) => tokio::time::sleep(pause).await,
+                            None => return Err(ClientError::nfs("SEQUENCE", 0, s)),
+                        },
                         nfsstat4::NFS4ERR_RETRY_UNCACHED_REP => {
                             // Our retransmission of a request whose reply the server did
                             // not keep: the sequence id is used up; send it again as a new
@@ -697,6 +721,23 @@ impl Client {
             }
             c.inner.reclaiming.store(false, Ordering::Release);
         });
+    }
+
+    /// Tell (once per kind) that a request waits out DELAY or GRACE.
+    pub(crate) fn told_busy(&self, b: crate::busy::Busy) {
+        self.inner
+            .told_busy
+            .tell(b, self.inner.cfg.on_busy.as_ref());
+    }
+
+    /// What `status` asks the client to wait for, if anything.
+    pub(crate) fn busy_kind(&self, status: nfsstat4) -> Option<crate::busy::Busy> {
+        crate::busy::Busy::of(status, self.state().txnfs)
+    }
+
+    /// [`ClientConfig::busy_wait`].
+    pub(crate) fn busy_wait(&self) -> Duration {
+        self.inner.cfg.busy_wait
     }
 
     /// Does the session survive a server restart (PERSIST granted)?
@@ -871,6 +912,10 @@ async fn establish(
         sessionid: cs.csr_sessionid,
         back_channel: cs.csr_flags & CREATE_SESSION4_FLAG_CONN_BACK_CHAN != 0,
         persistent: cs.csr_flags & CREATE_SESSION4_FLAG_PERSIST != 0,
+        txnfs: eid
+            .eir_server_impl_id
+            .first()
+            .is_some_and(|i| i.nii_name.starts_with(b"txnfs ")),
         limits: Limits {
             max_ops: fore.ca_maxoperations,
             max_request: fore.ca_maxrequestsize,

@@ -74,11 +74,13 @@ pub enum ClientError {
         unit: &'static str,
     },
     /// The server no longer had the transaction of several COMPOUNDs open when its
-    /// next COMPOUND came (it stayed open longer than the lease, or the session was
-    /// lost): it was rolled back.
+    /// next COMPOUND came (it stayed open longer than the lease, the session was lost,
+    /// or its connection closed, ADR 0036): it was rolled back, each time it was
+    /// started again.
     #[error(
         "the server rolled the transaction back before its COMPOUND {compound} (open \
-         longer than the lease, or its session was lost); nothing was changed"
+         longer than the lease, its session lost, or its connection broken); nothing was \
+         changed"
     )]
     TxnClosed { compound: usize },
     /// A COMPOUND of a transaction of several got no usable reply, and it was not the

@@ -35,6 +35,7 @@
 
 pub mod attrs;
 pub mod blocking;
+pub mod busy;
 mod cache;
 pub mod callback;
 mod client;
@@ -46,6 +47,7 @@ pub mod txn;
 pub mod vector;
 
 pub use attrs::{Attributes, FileKind, SetAttributes, Time};
+pub use busy::{Busy, BusyNotice};
 pub use cache::{CacheStats, DEFAULT_CACHE_BYTES};
 pub use callback::CallbackStats;
 pub use client::{Client, ClientConfig, Limits, Stats};

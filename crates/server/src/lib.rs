@@ -33,10 +33,11 @@
 //! faultinject → statecore
 //! callback    → session
 //! placement   → waitmode
+//! txnspan     → export
 //! fh          → handle, export
 //! held        → export
 //! export      → config
-//! leaves: statecore, statedir, txnspan, session, handle, waitmode, errors, config
+//! leaves: statecore, statedir, session, handle, waitmode, errors, config
 //! ```
 
 pub mod attrs;

@@ -196,8 +196,8 @@ impl Server {
         let boot_epoch = statedir.next_boot_epoch().map_err(error_at(&dir))?;
         // An unreadable client list would silently skip the grace period and let new
         // clients take locks the old ones still hold: refuse to start instead.
-        let previous_clients = statedir
-            .load_clients()
+        let saved_clients = statedir
+            .load_client_list()
             .map_err(error_at(&dir.join("clients")))?;
         let exports = Exports::open(
             &cfg.exports,
@@ -228,9 +228,17 @@ impl Server {
         };
         let grace_len = Duration::from_secs(cfg.lease_time as u64);
         // Persistent sessions are restored only for clients the previous instance still
-        // counted as confirmed: the client list is written (durably) whenever one is
-        // confirmed, expires or is destroyed, so it is the authority on who was alive.
-        let alive: std::collections::HashSet<Bytes> = previous_clients.iter().cloned().collect();
+        // counted as confirmed: the client list is written (durably) whenever a client
+        // with a persistent session is confirmed, one first holds state, expires or is
+        // destroyed, so it is the authority on who was alive.
+        let alive: std::collections::HashSet<Bytes> = saved_clients
+            .held_state
+            .iter()
+            .chain(&saved_clients.sessions_only)
+            .cloned()
+            .collect();
+        // Only the clients that held state are waited for (ADR 0036).
+        let previous_clients = saved_clients.held_state;
         let grace = if cfg.grace && !previous_clients.is_empty() {
             tracing::info!(
                 clients = previous_clients.len(),
@@ -481,7 +489,10 @@ impl Server {
         if list.generation <= *last {
             return;
         }
-        match self.statedir.save_clients(&list.owners) {
+        match self
+            .statedir
+            .save_client_list(&list.owners, &list.sessions_only)
+        {
             Ok(()) => *last = list.generation,
             Err(e) => tracing::error!(
                 "cannot record clients in the state directory (a restart would not wait for them to reclaim): {e}"
@@ -532,30 +543,43 @@ impl Server {
                 core.sessions().session(s).is_some()
             })
         };
-        for t in expired {
-            let Some(export) = t.export.and_then(|id| self.exports.get(id)).cloned() else {
-                continue;
-            };
-            tracing::info!(txn = t.id, "rolling back an abandoned transaction");
-            let mut scope =
-                crate::export::CompoundScope::with_txn(&self.exports, true, WaitClock::default());
-            scope.set_span(txnfs_backend::TxnSpan::Abort(t.id), Some(export.id));
-            if scope
-                .enter(&export, &txnfs_backend::Creds::default(), None)
-                .is_ok()
-            {
-                let _ = scope.finish(false);
-            }
-        }
+        self.roll_back(
+            expired,
+            "abandoned (its session is gone or it ran out of time)",
+        );
+    }
+
+    /// Rolls back transactions taken out of `self.txns` (`why`: for the log).
+    pub fn roll_back(&self, txns: Vec<crate::txnspan::Expired>, why: &str) {
+        crate::txnspan::roll_back(&self.exports, txns, why);
     }
 
     /// A transport connection closed: unbind it from every session. A back channel it
     /// was the last connection of is down: requests held for recalls look again (its
     /// client's delegations are revoked at once if it cannot be reached otherwise).
+    ///
+    /// A transaction of several COMPOUNDs open on a session whose last connection this
+    /// was is rolled back at once (ADR 0036): nobody is left to commit it, and its
+    /// locks would hold every other client off until `txn_timeout`. On a runtime the
+    /// rollback (disk work) runs on the blocking pool, not on the transport's task.
     pub fn connection_closed(&self, conn: u64) {
-        self.lock_core("connection close").connection_closed(conn);
+        let orphaned = self.lock_core("connection close").connection_closed(conn);
         if self.callbacks.connection_closed(conn) {
             self.back_channel_lost();
+        }
+        if orphaned.is_empty() || self.txns.is_empty() {
+            return;
+        }
+        let txns = self.txns.orphaned(&orphaned);
+        if txns.is_empty() {
+            return;
+        }
+        const WHY: &str = "its session's last connection closed";
+        match (tokio::runtime::Handle::try_current(), self.arc()) {
+            (Ok(rt), Some(me)) => {
+                rt.spawn_blocking(move || me.roll_back(txns, WHY));
+            }
+            _ => self.roll_back(txns, WHY),
         }
     }
 

@@ -206,38 +206,79 @@ impl StateDir {
         Ok(next)
     }
 
-    /// The client owners saved by the previous instance: none if it never saved any;
-    /// an unreadable or corrupt file is an error.
+    /// The owners of the clients that held state, saved by the previous instance (see
+    /// [`StateDir::load_client_list`]).
     pub fn load_clients(&self) -> io::Result<Vec<Bytes>> {
+        Ok(self.load_client_list()?.held_state)
+    }
+
+    /// The clients saved by the previous instance: none if it never saved any; an
+    /// unreadable or corrupt file is an error. One line per client: its owner in hex,
+    /// followed by ` session` for a client that held no state but a persistent session
+    /// (ADR 0036; a line without it, as all lines before, held state).
+    pub fn load_client_list(&self) -> io::Result<SavedClients> {
         let p = self.dir.join("clients");
         let text = match fs::read_to_string(&p) {
             Ok(t) => t,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(SavedClients::default()),
             Err(e) => return Err(e),
         };
-        text.lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .map(|l| {
-                unhex(l).map(Bytes::from).ok_or_else(|| {
-                    invalid(format!(
-                        "{} has a line that is not hex ({l:?}); fix or remove it \
-                         (removing it skips the grace period for those clients)",
-                        p.display()
-                    ))
-                })
-            })
-            .collect()
+        let mut saved = SavedClients::default();
+        for l in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            let (owner, list) = match l.split_once(' ') {
+                Some((o, SESSION_ONLY)) => (o, &mut saved.sessions_only),
+                Some(_) => (l, &mut saved.held_state),
+                None => (l, &mut saved.held_state),
+            };
+            let owner = unhex(owner).map(Bytes::from).ok_or_else(|| {
+                invalid(format!(
+                    "{} has a line that is not a hex owner ({l:?}); fix or remove it \
+                     (removing it skips the grace period for those clients)",
+                    p.display()
+                ))
+            })?;
+            list.push(owner);
+        }
+        Ok(saved)
     }
 
+    /// Save the owners of the clients that hold state (a restart waits for them).
     pub fn save_clients(&self, owners: &[Bytes]) -> io::Result<()> {
+        self.save_client_list(owners, &[])
+    }
+
+    /// Save the owners of the clients that hold state and of those that hold only a
+    /// persistent session (restored after a restart, not waited for).
+    pub fn save_client_list(
+        &self,
+        held_state: &[Bytes],
+        sessions_only: &[Bytes],
+    ) -> io::Result<()> {
         let mut s = String::new();
-        for o in owners {
+        for o in held_state {
             s.push_str(&hex(o));
+            s.push('\n');
+        }
+        for o in sessions_only {
+            s.push_str(&hex(o));
+            s.push(' ');
+            s.push_str(SESSION_ONLY);
             s.push('\n');
         }
         write_atomic(&self.dir.join("clients"), s.as_bytes())
     }
+}
+
+/// The mark of a client-list line whose client held only a persistent session.
+const SESSION_ONLY: &str = "session";
+
+/// The clients a previous instance saved.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SavedClients {
+    /// Held opens, locks or delegations: the grace period waits for them to reclaim.
+    pub held_state: Vec<Bytes>,
+    /// Held only a persistent session: restored, not waited for.
+    pub sessions_only: Vec<Bytes>,
 }
 
 #[cfg(test)]
@@ -263,6 +304,16 @@ mod tests {
         ];
         s.save_clients(&owners).unwrap();
         assert_eq!(s.load_clients().unwrap(), owners);
+        let sessions_only = vec![Bytes::from_static(b"persistent, no state")];
+        s.save_client_list(&owners[..1], &sessions_only).unwrap();
+        assert_eq!(
+            s.load_client_list().unwrap(),
+            SavedClients {
+                held_state: owners[..1].to_vec(),
+                sessions_only
+            }
+        );
+        assert_eq!(s.load_clients().unwrap(), owners[..1].to_vec());
         fs::remove_dir_all(&d).unwrap();
     }
 

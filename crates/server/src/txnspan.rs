@@ -5,7 +5,10 @@
 //! a transaction open, in which export, since when, and whether one of its COMPOUNDs is
 //! running. One open transaction per session, one COMPOUND of it at a time, at most
 //! `max_txn_compounds` COMPOUNDs and `txn_timeout` long; a transaction whose session
-//! is gone or that ran out of time is rolled back by the housekeeping tick.
+//! is gone or that ran out of time is rolled back by the housekeeping tick, and one
+//! whose session lost its last connection is rolled back at once (ADR 0036): the
+//! client that could finish it is gone, and its locks would make every other client
+//! wait for the timeout.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,6 +18,7 @@ use std::time::{Duration, Instant};
 use txnfs_backend::TxnSpan;
 use txnfs_state::session::SessionId;
 
+use crate::export::{CompoundScope, Exports};
 use crate::nfs::nfsstat4;
 
 /// What a transactional RPC procedure asks of the session's transaction.
@@ -56,6 +60,9 @@ struct Open {
     compounds: u32,
     /// A COMPOUND of the transaction is running.
     busy: bool,
+    /// The session's last connection closed while that COMPOUND ran: roll it back when
+    /// the COMPOUND is over.
+    orphaned: bool,
 }
 
 /// A transaction to roll back (housekeeping): its id and export.
@@ -114,6 +121,7 @@ impl OpenTxns {
                         started: now,
                         compounds: 1,
                         busy: true,
+                        orphaned: false,
                     },
                 );
                 Ok(Started {
@@ -146,10 +154,18 @@ impl OpenTxns {
 
     /// The COMPOUND of `span` on `session` is over (`ok`: all its ops succeeded;
     /// `export`: the export the transaction is in now). A transaction that ended
-    /// (committed, aborted, or failed) is forgotten.
-    pub fn finish(&self, session: &SessionId, span: TxnSpan, ok: bool, export: Option<u16>) {
+    /// (committed, aborted, or failed) is forgotten. A transaction still open whose
+    /// session lost its last connection meanwhile is returned, removed, for the caller
+    /// to roll back.
+    pub fn finish(
+        &self,
+        session: &SessionId,
+        span: TxnSpan,
+        ok: bool,
+        export: Option<u16>,
+    ) -> Option<Expired> {
         if span == TxnSpan::Whole {
-            return;
+            return None;
         }
         let mut open = self.lock();
         let ends = span.ends() || !ok;
@@ -158,10 +174,44 @@ impl OpenTxns {
                 open.remove(session);
                 self.count.fetch_sub(1, Ordering::Relaxed);
             }
-        } else if let Some(o) = open.get_mut(session) {
-            o.busy = false;
-            o.export = o.export.or(export);
+            return None;
         }
+        let o = open.get_mut(session)?;
+        o.busy = false;
+        o.export = o.export.or(export);
+        if !o.orphaned {
+            return None;
+        }
+        let o = open.remove(session)?;
+        self.count.fetch_sub(1, Ordering::Relaxed);
+        Some(Expired {
+            id: o.id,
+            export: o.export,
+        })
+    }
+
+    /// `sessions` lost their last connection: their transactions that are not running
+    /// are removed and returned, for the caller to roll back now; a running one is
+    /// rolled back when its COMPOUND is over ([`OpenTxns::finish`]).
+    pub fn orphaned(&self, sessions: &[SessionId]) -> Vec<Expired> {
+        let mut open = self.lock();
+        let mut idle = Vec::new();
+        for s in sessions {
+            match open.get_mut(s) {
+                Some(o) if o.busy => o.orphaned = true,
+                Some(_) => {
+                    if let Some(o) = open.remove(s) {
+                        self.count.fetch_sub(1, Ordering::Relaxed);
+                        idle.push(Expired {
+                            id: o.id,
+                            export: o.export,
+                        });
+                    }
+                }
+                None => {}
+            }
+        }
+        idle
     }
 
     /// Transactions that are not running and whose session is gone (`alive` says) or
@@ -196,5 +246,24 @@ impl OpenTxns {
     /// Whether no transaction of several COMPOUNDs is open (without the lock).
     pub fn is_empty(&self) -> bool {
         self.count.load(Ordering::Relaxed) == 0
+    }
+}
+
+/// Rolls back `txns`, taken out of [`OpenTxns`], each in its export (`why`: for the
+/// log). One that never touched an export changed nothing.
+pub fn roll_back(exports: &Exports, txns: Vec<Expired>, why: &str) {
+    for t in txns {
+        let Some(export) = t.export.and_then(|id| exports.get(id)).cloned() else {
+            continue;
+        };
+        tracing::info!(txn = t.id, "rolling back a transaction: {why}");
+        let mut scope = CompoundScope::with_txn(exports, true, Default::default());
+        scope.set_span(TxnSpan::Abort(t.id), Some(export.id));
+        if scope
+            .enter(&export, &txnfs_backend::Creds::default(), None)
+            .is_ok()
+        {
+            let _ = scope.finish(false);
+        }
     }
 }

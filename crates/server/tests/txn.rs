@@ -358,6 +358,75 @@ async fn an_abandoned_transaction_is_rolled_back() {
     assert_eq!(r.status, nfsstat4::NFS4ERR_INVAL);
 }
 
+/// A transaction whose session loses its last connection is rolled back at once (ADR
+/// 0036), not after `txn_timeout` or the lease: another client may use the names it
+/// locked right away, with no housekeeping tick in between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_whose_connection_drops_is_rolled_back_at_once() {
+    let (srv, mut other) = start_with_session(b"txn-observer").await;
+    let mut s = Session::new(srv.addr, b"txn-dropped").await;
+    let r = s
+        .run_proc(
+            txnfs_proto::PROC_TXN_BEGIN,
+            vec![nfs_argop4::OP_PUTROOTFH, mkdir("dropped-txn")],
+        )
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK);
+    assert_eq!(srv.server.txns.len(), 1);
+    let cut = std::time::Instant::now();
+    s.cl.abort();
+    // The rollback runs as the server sees the socket close; poll briefly for it.
+    while !srv.server.txns.is_empty() && cut.elapsed() < std::time::Duration::from_secs(2) {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        srv.server.txns.len(),
+        0,
+        "still open {:?} after the cut",
+        cut.elapsed()
+    );
+    // Neither the name nor its lock is left: another client creates it at once.
+    let made = tokio::time::timeout(
+        std::time::Duration::from_secs(1),
+        other.run(vec![nfs_argop4::OP_PUTROOTFH, mkdir("dropped-txn")]),
+    )
+    .await
+    .expect("the name is not locked");
+    assert_eq!(made.status, nfsstat4::NFS4_OK);
+    assert!(
+        cut.elapsed() < std::time::Duration::from_secs(1),
+        "took {:?}",
+        cut.elapsed()
+    );
+}
+
+/// A session with a second connection keeps its transaction when one of them closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_survives_the_close_of_one_of_two_connections() {
+    let (srv, mut s) = start_with_session(b"txn-two-conns").await;
+    let r = s
+        .run_proc(
+            txnfs_proto::PROC_TXN_BEGIN,
+            vec![nfs_argop4::OP_PUTROOTFH, mkdir("kept-txn")],
+        )
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK);
+    // A second connection used by the session (SEQUENCE binds it, SP4_NONE).
+    let second = connect(srv.addr).await;
+    s.seq += 1;
+    let mut ops = vec![s.sequence(0, s.seq)];
+    ops.push(nfs_argop4::OP_PUTROOTFH);
+    let reply = call_raw(&second, encode_compound(ops)).await;
+    let r = <COMPOUND4res as txnfs_proto::Decode>::from_bytes(reply).expect("decodes");
+    assert_eq!(r.status, nfsstat4::NFS4_OK);
+    second.abort();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(srv.server.txns.len(), 1);
+    let r = s.run_proc(txnfs_proto::PROC_TXN_COMMIT, vec![]).await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK);
+    assert!(exists(&mut s, &["kept-txn"]).await);
+}
+
 /// The open an OPEN of a rolled-back transaction created is closed with it: its
 /// stateid is no longer valid (TEST_STATEID), so nothing leaks per retry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

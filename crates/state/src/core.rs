@@ -9,6 +9,7 @@
 //! mutex, only for bookkeeping, never across storage calls.
 
 use bytes::Bytes;
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use crate::deleg::{
@@ -56,6 +57,11 @@ pub struct StateCore {
     lease: Duration,
     /// Generation of the last client-list snapshot.
     persist_generation: u64,
+    /// Clients recorded in the client list as holding state (ADR 0036): added when a
+    /// client is first granted an open, a lock or a file delegation (that snapshot is
+    /// written before the reply), dropped by the tick once it holds none. Only they are
+    /// waited for after a restart; a client that only looked (ls, stat) is not.
+    stateful: BTreeSet<ClientId>,
     /// Effects of events whose results carry none (an OPEN or LOCK that released a
     /// courtesy client); see [`StateCore::take_effects`].
     pending: Vec<Effect>,
@@ -71,6 +77,7 @@ impl StateCore {
             grace,
             lease: cfg.lease,
             persist_generation: 0,
+            stateful: BTreeSet::new(),
             pending: Vec::new(),
         }
     }
@@ -120,18 +127,18 @@ impl StateCore {
             self.sessions.remove_client(args.clientid);
             return Err(SessionError::StaleClientId);
         }
-        let was_confirmed = self
-            .sessions
-            .client(args.clientid)
-            .is_some_and(|c| c.confirmed);
         let (out, replaced) = self
             .sessions
             .create_session(principal, args, callback, now)?;
         let mut effects = Vec::new();
+        // A client is recorded as waited for when it first holds state, not when it
+        // is confirmed (ADR 0036); one with a persistent session is recorded as alive
+        // now; the incarnation it replaced may have been recorded.
+        let persistent = self.sessions.has_persistent_session(args.clientid);
         if let Some(old) = replaced {
             effects.push(self.release(old, ReleaseReason::Replaced));
         }
-        if !was_confirmed {
+        if replaced.is_some() || persistent {
             effects.push(self.snapshot());
         }
         Ok((out, effects))
@@ -197,7 +204,12 @@ impl StateCore {
         if self.table.client_has_state(id) || self.delegs.client_has_delegations(id) {
             return Err(SessionError::ClientIdBusy);
         }
+        let owner = self.sessions.client(id).map(|r| r.owner.clone());
         self.sessions.destroy_client(id)?;
+        // A client that ends its client ID has nothing left to reclaim.
+        if let Some(owner) = owner {
+            self.grace.reclaim_complete(&owner);
+        }
         let mut effects = vec![Effect::ClientReleased {
             client: id,
             reason: ReleaseReason::Destroyed,
@@ -206,6 +218,8 @@ impl StateCore {
         if confirmed {
             effects.push(self.snapshot());
         }
+        // (If that was the last one waited for, grace is over now: `in_grace` says so,
+        // and the next tick reports it.)
         Ok(effects)
     }
 
@@ -228,9 +242,10 @@ impl StateCore {
         Ok(self.poll_grace(now).into_iter().collect())
     }
 
-    /// A transport connection closed: unbind it from every session.
-    pub fn connection_closed(&mut self, conn: u64) {
-        self.sessions.connection_closed(conn);
+    /// A transport connection closed: unbind it from every session. Returns the
+    /// sessions it was the last connection of.
+    pub fn connection_closed(&mut self, conn: u64) -> Vec<SessionId> {
+        self.sessions.connection_closed(conn)
     }
 
     /// The client and session table (diagnostics, tests).
@@ -408,7 +423,7 @@ impl StateCore {
             .table
             .open(client, req.owner, req.file, req.access, req.deny);
         if first != Err(StateError::ShareDenied) {
-            return first;
+            return self.noting_state(client, first);
         }
         let blockers = self
             .table
@@ -423,8 +438,25 @@ impl StateCore {
         for c in blockers {
             self.release_courtesy(c);
         }
-        self.table
-            .open(client, req.owner, req.file, req.access, req.deny)
+        let second = self
+            .table
+            .open(client, req.owner, req.file, req.access, req.deny);
+        self.noting_state(client, second)
+    }
+
+    /// `granted` to `client`: when it is the client's first state, the client list
+    /// records it (an effect in `pending`, carried out before the reply), so that a
+    /// restart waits for it to reclaim.
+    fn noting_state<T>(
+        &mut self,
+        client: ClientId,
+        granted: Result<T, StateError>,
+    ) -> Result<T, StateError> {
+        if granted.is_ok() && self.stateful.insert(client) {
+            let snap = self.snapshot();
+            self.pending.push(snap);
+        }
+        granted
     }
 
     /// LOCK (RFC 8881 §18.10): [`StateCore::check_locking`], then [`StateTable::lock`]. Locks of
@@ -440,6 +472,17 @@ impl StateCore {
         req: LockRequest,
     ) -> Result<Stateid, StateError> {
         self.check_locking(client, reclaim, now)?;
+        let res = self.lock_in_table(now, client, req);
+        self.noting_state(client, res)
+    }
+
+    /// [`StateCore::lock`] past its checks.
+    fn lock_in_table(
+        &mut self,
+        now: Instant,
+        client: ClientId,
+        req: LockRequest,
+    ) -> Result<Stateid, StateError> {
         let mut res = self.table.lock(client, req.clone());
         if !matches!(res, Err(StateError::Denied(_))) {
             return res;
@@ -531,7 +574,12 @@ impl StateCore {
             fh,
             change,
         };
-        self.delegs.grant(now, client, file, req)
+        let granted = self.delegs.grant(now, client, file, req);
+        if granted.is_ok() && self.stateful.insert(client) {
+            let snap = self.snapshot();
+            self.pending.push(snap);
+        }
+        granted
     }
 
     /// Take back a delegation [`StateCore::grant_delegation`] just granted, before the
@@ -814,7 +862,12 @@ impl StateCore {
             confirmed_gone |= confirmed;
             effects.push(self.release(client, ReleaseReason::LeaseExpired));
         }
-        if confirmed_gone {
+        // Clients that hold nothing now are not waited for after a restart.
+        let (table, delegs) = (&self.table, &self.delegs);
+        let before = self.stateful.len();
+        self.stateful
+            .retain(|&c| table.client_has_state(c) || delegs.client_has_file_delegations(c));
+        if confirmed_gone || self.stateful.len() != before {
             effects.push(self.snapshot());
         }
         effects.extend(self.poll_grace(now));
@@ -827,21 +880,40 @@ impl StateCore {
     }
 
     /// A snapshot of the clients a restarted server must wait for: the confirmed
-    /// clients plus, during grace, the previous instance's clients not yet reclaimed
-    /// (so a second restart in grace still waits for them).
+    /// clients that hold state plus, during grace, the previous instance's clients not
+    /// yet reclaimed (so a second restart in grace still waits for them); and of the
+    /// other clients with persistent sessions, which a restart restores.
     pub fn persist_clients(&mut self) -> Effect {
         self.snapshot()
     }
 
     fn snapshot(&mut self) -> Effect {
         self.persist_generation += 1;
-        let mut owners = self.sessions.confirmed_owners();
+        let sessions = &self.sessions;
+        self.stateful.retain(|&c| sessions.client(c).is_some());
+        let mut owners: Vec<Bytes> = self
+            .stateful
+            .iter()
+            .filter_map(|&c| sessions.client(c))
+            .filter(|r| r.confirmed)
+            .map(|r| r.owner.clone())
+            .collect();
         owners.extend(self.grace.waiting().cloned());
         owners.sort_unstable();
         owners.dedup();
+        // The durable session store restores only clients this list names (as alive).
+        let mut sessions_only: Vec<Bytes> = sessions
+            .with_persistent_sessions()
+            .into_iter()
+            .filter(|(c, o)| !self.stateful.contains(c) && owners.binary_search(o).is_err())
+            .map(|(_, o)| o)
+            .collect();
+        sessions_only.sort_unstable();
+        sessions_only.dedup();
         Effect::PersistClients(ClientList {
             generation: self.persist_generation,
             owners,
+            sessions_only,
         })
     }
 

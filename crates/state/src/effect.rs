@@ -66,8 +66,13 @@ pub enum Effect {
 pub struct ClientList {
     /// Increases with every snapshot the core makes.
     pub generation: u64,
-    /// The owners (`co_ownerid`), sorted.
+    /// The owners (`co_ownerid`) of the clients a restart waits for (they hold, or
+    /// held before the last restart and have not reclaimed, opens, locks or file
+    /// delegations; ADR 0036), sorted.
     pub owners: Vec<Bytes>,
+    /// The owners of the other confirmed clients that hold a persistent session
+    /// (restored after a restart, not waited for), sorted.
+    pub sessions_only: Vec<Bytes>,
 }
 
 /// Why a client's state was released.

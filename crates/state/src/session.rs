@@ -965,10 +965,16 @@ impl SessionTable {
     }
 
     /// Connection closed: unbind it from every session.
-    pub fn connection_closed(&mut self, conn: u64) {
-        for s in self.sessions.values_mut() {
-            s.conns.remove(&conn);
+    /// Returns the sessions it was the last connection of (a transaction open on one of
+    /// them has nobody left to finish it: the server rolls it back at once).
+    pub fn connection_closed(&mut self, conn: u64) -> Vec<SessionId> {
+        let mut orphaned = Vec::new();
+        for (id, s) in self.sessions.iter_mut() {
+            if s.conns.remove(&conn) && s.conns.is_empty() {
+                orphaned.push(*id);
+            }
         }
+        orphaned
     }
 
     /// Connections bound to `session` (diagnostics and tests).
@@ -1020,6 +1026,15 @@ impl SessionTable {
             create_seq: r.create_seq,
             last_create: r.last_create.clone(),
         })
+    }
+
+    /// Confirmed clients that hold a persistent session, with their owners.
+    pub fn with_persistent_sessions(&self) -> Vec<(ClientId, Bytes)> {
+        self.clients
+            .iter()
+            .filter(|(id, r)| r.confirmed && self.has_persistent_session(**id))
+            .map(|(id, r)| (*id, r.owner.clone()))
+            .collect()
     }
 
     /// Whether client `id` has a persistent session.

@@ -72,17 +72,53 @@ fn lock_req(file: FileId, open: Stateid) -> LockRequest {
     write_lock(file, open, b"lo", 0)
 }
 
+/// A client is recorded in the client list when it first holds state (an open, a
+/// lock, a file delegation), not when it is confirmed, and dropped once it holds none
+/// (ADR 0036): a restart waits only for clients that may have something to reclaim.
 #[test]
-fn confirming_a_client_persists_the_list() {
+fn a_client_is_recorded_while_it_holds_state() {
     let clock = ManualClock::new();
     let mut c = core(Grace::none());
-    let (_, _, effects) = client(&mut c, &clock, b"host-a", 1);
-    let list = persisted(&effects).expect("a persist effect");
+    let (a, _, effects) = client(&mut c, &clock, b"host-a", 1);
+    assert_eq!(
+        persisted(&effects),
+        None,
+        "a client that only looks is not recorded"
+    );
+    let (b, _, _) = client(&mut c, &clock, b"host-b", 1);
+    let f = file_id(0, 3);
+    let open = open_file(&mut c, &clock, false, a, b"o", f, READ_DENY_NONE).unwrap();
+    let list = persisted(&c.take_effects())
+        .cloned()
+        .expect("the first open records the client");
     assert_eq!(list.owners, vec![Bytes::from_static(b"host-a")]);
-    let (_, _, effects) = client(&mut c, &clock, b"host-b", 1);
-    let list2 = persisted(&effects).unwrap();
+    open_file(
+        &mut c,
+        &clock,
+        false,
+        a,
+        b"o2",
+        file_id(0, 4),
+        READ_DENY_NONE,
+    )
+    .unwrap();
+    assert_eq!(
+        persisted(&c.take_effects()),
+        None,
+        "written once, not per open"
+    );
+    let ob = open_file(&mut c, &clock, false, b, b"o", f, READ_DENY_NONE).unwrap();
+    let list2 = persisted(&c.take_effects()).cloned().unwrap();
     assert!(list2.generation > list.generation, "generations increase");
     assert_eq!(list2.owners.len(), 2);
+    // b closes its only open: the tick drops it from the list.
+    c.table_mut().close(b, &ob, f).unwrap();
+    let _ = open;
+    let list3 = persisted(&c.tick(clock.now()))
+        .cloned()
+        .expect("b no longer holds state");
+    assert_eq!(list3.owners, vec![Bytes::from_static(b"host-a")]);
+    assert_eq!(persisted(&c.tick(clock.now())), None, "nothing changed");
 }
 
 #[test]
@@ -93,6 +129,8 @@ fn lease_expiry_releases_opens_and_locks_and_persists() {
     let open = open_file(&mut c, &clock, false, a, b"oa", f, BOTH_DENY_NONE).unwrap();
     c.lock(clock.now(), false, a, lock_req(f, open)).unwrap();
     assert_eq!(c.table().stats().locks, 1);
+    // (The open recorded a in the client list; the server takes that at once.)
+    assert!(persisted(&c.take_effects()).is_some());
 
     // b keeps renewing; a goes silent. Two leases (one courtesy) must pass.
     for seqid in 1..=4 {
@@ -109,7 +147,7 @@ fn lease_expiry_releases_opens_and_locks_and_persists() {
                 vec![(a, ReleaseReason::LeaseExpired, 2)]
             );
             let list = persisted(&effects).expect("persist after a confirmed client went");
-            assert_eq!(list.owners, vec![Bytes::from_static(b"b")]);
+            assert_eq!(list.owners, Vec::<Bytes>::new(), "b holds nothing");
         }
     }
     assert_eq!(
@@ -173,7 +211,8 @@ fn a_rebooted_client_replaces_its_old_state_in_one_step() {
     assert_eq!(released(&effects), vec![(old, ReleaseReason::Replaced, 1)]);
     assert_eq!(
         persisted(&effects).unwrap().owners,
-        vec![Bytes::from_static(b"host")]
+        Vec::<Bytes>::new(),
+        "the new incarnation holds nothing yet"
     );
     // The old deny-both open is gone: the new incarnation opens the file.
     open_file(&mut c, &clock, false, new, b"o", f, BOTH_DENY_BOTH).unwrap();
@@ -182,9 +221,7 @@ fn a_rebooted_client_replaces_its_old_state_in_one_step() {
 #[test]
 fn grace_ends_when_all_reclaimed() {
     let clock = ManualClock::new();
-    let (mut c, a, effects) = grace_and_a(&clock, &[b"a", b"b"]);
-    // During grace the persisted list still names b, which has not come back yet.
-    assert_eq!(persisted(&effects).unwrap().owners, owners(&[b"a", b"b"]));
+    let (mut c, a, _) = grace_and_a(&clock, &[b"a", b"b"]);
     let (b, _, _) = client(&mut c, &clock, b"b", 1);
     let f = file_id(0, 9);
     assert_eq!(
@@ -192,6 +229,11 @@ fn grace_ends_when_all_reclaimed() {
         Err(StateError::Grace)
     );
     open_file(&mut c, &clock, true, a, b"o", f, READ_DENY_NONE).unwrap();
+    // During grace the persisted list still names b, which has not reclaimed yet.
+    let list = persisted(&c.take_effects())
+        .cloned()
+        .expect("a reclaimed an open");
+    assert_eq!(list.owners, owners(&[b"a", b"b"]));
     assert!(c.reclaim_complete(a, clock.now()).unwrap().is_empty());
     assert_eq!(
         c.reclaim_complete(a, clock.now()),
@@ -206,6 +248,22 @@ fn grace_ends_when_all_reclaimed() {
         Err(StateError::NoGrace)
     );
     open_file(&mut c, &clock, false, b, b"o", f, READ_DENY_NONE).unwrap();
+}
+
+/// A client waited for that ends its client ID (DESTROY_CLIENTID) is known gone: it
+/// has nothing left to reclaim, and grace does not wait for it (ADR 0036).
+#[test]
+fn grace_does_not_wait_for_a_client_that_destroyed_its_id() {
+    let clock = ManualClock::new();
+    let (mut c, a, _) = grace_and_a(&clock, &[b"a", b"b"]);
+    c.reclaim_complete(a, clock.now()).unwrap();
+    let (b, sb, _) = client(&mut c, &clock, b"b", 1);
+    assert!(c.in_grace(clock.now()));
+    c.destroy_session(&sb).unwrap();
+    c.destroy_client(b).unwrap();
+    assert!(!c.in_grace(clock.now()), "nobody left to wait for");
+    let effects = c.tick(clock.now());
+    assert_eq!(effects[0], Effect::GraceEnded(GraceEnd::AllReclaimed));
 }
 
 #[test]
@@ -227,8 +285,8 @@ fn grace_ends_on_time_and_forgets_the_absent() {
     );
     assert_eq!(
         persisted(&effects).unwrap().owners,
-        vec![Bytes::from_static(b"a")],
-        "the client that never came back is no longer waited for"
+        Vec::<Bytes>::new(),
+        "the client that never came back is no longer waited for (and a holds nothing)"
     );
     c.lockt(clock.now(), a, read_lockt(b"o", file_id(0, 1)))
         .unwrap();

@@ -9,6 +9,7 @@ mod cp_atomic;
 mod cp_xattrs;
 pub mod follow;
 pub mod format;
+mod interrupt;
 pub mod ln;
 pub mod lost;
 pub mod ls;
@@ -158,6 +159,8 @@ pub struct Ctx {
     lost: bool,
     /// How far the command got, for that line.
     tally: Option<lost::Tally>,
+    /// The clients of `conns`, as the signal handling sees them.
+    connected: interrupt::Connected,
 }
 
 /// "No such file or directory (NFS4ERR_NOENT)" for NFS errors; the error's text
@@ -187,6 +190,7 @@ impl Ctx {
             command,
             lost: false,
             tally: None,
+            connected: Default::default(),
         }
     }
 
@@ -220,9 +224,11 @@ impl Ctx {
         cfg.max_attempts = 3;
         cfg.delegations = !self.global.no_delegations;
         cfg.minor = self.global.vers;
+        cfg.on_busy = Some(interrupt::busy_notice(key.to_string()));
         let client = Client::connect(cfg)
             .await
             .map_err(|e| anyhow::anyhow!("cannot connect to {key}: {}", describe(&e)))?;
+        self.connected.add(client.clone());
         let fs = Fs::new(client);
         self.conns.insert(key.clone(), fs.clone());
         Ok(fs)
@@ -474,6 +480,7 @@ pub fn run(global: GlobalArgs, cmd: FileCmd) -> ExitCode {
             }
         };
         let mut ctx = Ctx::new(global, cmd.name());
+        let connected = ctx.connected.clone();
         let stopped_by = {
             let work = async {
                 match cmd {
@@ -493,14 +500,28 @@ pub fn run(global: GlobalArgs, cmd: FileCmd) -> ExitCode {
                     None => std::future::pending().await,
                 }
             };
+            tokio::pin!(work);
             tokio::select! {
-                r = work => Ok(r),
-                sig = signal => Err(sig),
+                r = &mut work => Ok(r),
+                sig = signal => {
+                    // A transaction whose commit was sent: its reply says what
+                    // happened, so wait for it (within the departure bound).
+                    let done = if connected.committing() {
+                        tokio::time::timeout(DEPART_WITHIN, &mut work).await.ok()
+                    } else {
+                        None
+                    };
+                    Err((sig, done))
+                }
             }
         };
         let r = match stopped_by {
             Ok(r) => r,
-            Err(sig) => {
+            Err((sig, done)) => {
+                let committed = matches!(done, Some(Ok(()))) && ctx.failures() == 0;
+                if committed {
+                    eprintln!("txnfs: interrupted after the transaction had committed");
+                }
                 // The command is dropped where it stood; what it wrote so far is
                 // flushed and its delegations returned, within a bound.
                 let again = async {
@@ -509,8 +530,17 @@ pub fn run(global: GlobalArgs, cmd: FileCmd) -> ExitCode {
                         None => std::future::pending().await,
                     }
                 };
+                let depart = async {
+                    // What the dropped command left open is rolled back first.
+                    if let Some(outcome) = connected.interrupt().await {
+                        if !committed {
+                            eprintln!("txnfs: {}", outcome.message());
+                        }
+                    }
+                    ctx.finish().await
+                };
                 tokio::select! {
-                    _ = ctx.finish() => {}
+                    _ = depart => {}
                     _ = again => {}
                     _ = tokio::time::sleep(DEPART_WITHIN) => {
                         eprintln!("txnfs: could not close the sessions in time");

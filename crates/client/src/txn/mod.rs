@@ -31,7 +31,10 @@
 //! # Ok(()) }
 //! ```
 
+mod interrupt;
 mod steps;
+
+pub use interrupt::{Interrupted, TxnPhase};
 
 use crate::attrs::SetAttributes;
 use crate::client::{Mode, TxnPart};
@@ -63,7 +66,6 @@ pub const FILE_PIECE: usize = 960 << 10;
 /// Lost replies in the middle of a transaction of several COMPOUNDs (each one aborted,
 /// so known not to have committed) after which it is not started again.
 const MAX_LOST: u32 = 2;
-
 /// The ops a transaction may hold (the server's list: `txnfs_proto::ops`); others are
 /// refused before sending, saving a round trip.
 pub use txnfs_proto::ops::allowed_in_txn;
@@ -150,6 +152,16 @@ impl Client {
     /// before sending), [`ClientError::TxnConflict`] (NFS4ERR_DELAY on every try),
     /// [`ClientError::TxnOutcomeUnknown`] (no reply; all or nothing happened).
     pub async fn compound_txn(&self, c: &Compound) -> Result<Reply, ClientError> {
+        self.set_txn_phase(TxnPhase::Committing);
+        let r = self.compound_txn_once(c).await;
+        // (Not reached when this future is dropped: the phase then stays for
+        // `interrupt_txn`.)
+        self.set_txn_phase(TxnPhase::Idle);
+        r
+    }
+
+    /// [`Client::compound_txn`] without the phase.
+    async fn compound_txn_once(&self, c: &Compound) -> Result<Reply, ClientError> {
         let limits = self.limits();
         check_fits(c, limits)?;
         // The server keeps the reply for a retransmission when it fits its reply cache;
@@ -217,6 +229,15 @@ impl Client {
                 None => Ok(Vec::new()),
             };
         }
+        let r = self.compounds_txn_spanning(cs).await;
+        // (Not reached when this future is dropped: see `compound_txn`.)
+        self.set_txn_phase(TxnPhase::Idle);
+        r
+    }
+
+    /// [`Client::compounds_txn`] of two or more COMPOUNDs, keeping
+    /// [`Client::txn_phase`].
+    async fn compounds_txn_spanning(&self, cs: &[Compound]) -> Result<Vec<Reply>, ClientError> {
         let limits = self.limits();
         for c in cs {
             check_fits(c, limits)?;
@@ -251,6 +272,11 @@ impl Client {
                     cache: cache[i],
                     part,
                 };
+                self.set_txn_phase(if part == TxnPart::Commit {
+                    TxnPhase::Committing
+                } else {
+                    TxnPhase::Open
+                });
                 let reply = match self.send_as(c, true, mode).await {
                     Ok(r) => r,
                     Err(ClientError::TxnOutcomeUnknown(e)) => {
@@ -296,7 +322,17 @@ impl Client {
                         tries -= 1;
                     }
                     nfsstat4::NFS4ERR_INVAL if refused && i > 0 => {
-                        return Err(ClientError::TxnClosed { compound: i });
+                        // Rolled back by the server (its session lost its connection
+                        // a moment, or it ran out of time): nothing of it committed,
+                        // so it may start again, as after a lost reply.
+                        lost += 1;
+                        if lost > MAX_LOST {
+                            return Err(ClientError::TxnClosed { compound: i });
+                        }
+                        tracing::debug!(
+                            compound = i,
+                            "transaction closed by the server; restarting"
+                        );
                     }
                     nfsstat4::NFS4ERR_TOO_MANY_OPS if refused && i > 0 => {
                         // The server's max_txn_compounds is lower than ours; what ran is
@@ -337,31 +373,6 @@ impl Client {
             }
             return Ok(replies);
         }
-    }
-
-    /// Roll back this session's open transaction (PROC_TXN_ABORT). True when one was
-    /// open and is rolled back now; false when none was open (it ended already) or the
-    /// ABORT got no answer.
-    async fn abort_txn(&self) -> bool {
-        let mode = Mode::Txn {
-            cache: false,
-            part: TxnPart::Abort,
-        };
-        for n in 1..=10 {
-            match self.send_as(&Compound::new(), true, mode).await {
-                Ok(r) => match r.status {
-                    nfsstat4::NFS4_OK => return true,
-                    // A COMPOUND of it is still running (its reply was lost).
-                    nfsstat4::NFS4ERR_DELAY => tokio::time::sleep(backoff(n)).await,
-                    _ => return false,
-                },
-                Err(e) => {
-                    tracing::debug!("PROC_TXN_ABORT: {e}");
-                    return false;
-                }
-            }
-        }
-        false
     }
 
     /// A new, empty transaction on this session. Beside an [`crate::Fs`] of this

@@ -215,6 +215,7 @@ impl Fs {
         let mut results: Vec<Option<ItemResult>> = (0..n).map(|_| None).collect();
         let mut pending: Vec<usize> = (0..n).collect();
         let mut delays = vec![0u32; n];
+        let started = std::time::Instant::now();
         // An optional op failed with an error (e.g. a server that answers
         // GET_DIR_DELEGATION with NFS4ERR_DIRDELEG_UNAVAIL): the COMPOUND stopped there,
         // so every later item in it must be sent again, and would stop the next
@@ -356,11 +357,11 @@ impl Fs {
                                             }));
                                             continue;
                                         }
-                                        let retry = matches!(
-                                            status,
-                                            nfsstat4::NFS4ERR_DELAY | nfsstat4::NFS4ERR_GRACE
-                                        ) && delays[i] < 20;
-                                        if retry {
+                                        let busy = self.client.busy_kind(status).filter(|_| {
+                                            started.elapsed() < self.client.busy_wait()
+                                        });
+                                        if let Some(b) = busy {
+                                            self.client.told_busy(b);
                                             delays[i] += 1;
                                             next_pending.push(i);
                                         } else {
@@ -392,7 +393,8 @@ impl Fs {
             next_pending.sort_unstable();
             if next_pending.iter().any(|&i| delays[i] > 0) {
                 let d = next_pending.iter().map(|&i| delays[i]).max().unwrap_or(0);
-                tokio::time::sleep(std::time::Duration::from_millis(50 << d.min(5))).await;
+                // 100 ms, then 200 ms: on well within a second of the release.
+                tokio::time::sleep(std::time::Duration::from_millis(50 << d.clamp(1, 2))).await;
             }
             pending = next_pending;
         }

@@ -507,8 +507,13 @@ impl Exec<'_> {
             close_txn_opens(&mut self.c);
         }
         if let Some(sid) = self.txn_session {
-            srv.txns
-                .finish(&sid, span, self.status == nfsstat4::NFS4_OK, txn_export);
+            let orphaned =
+                srv.txns
+                    .finish(&sid, span, self.status == nfsstat4::NFS4_OK, txn_export);
+            if let Some(t) = orphaned {
+                // Its session lost its last connection while this COMPOUND ran.
+                srv.roll_back(vec![t], "its session's last connection closed");
+            }
         }
     }
 

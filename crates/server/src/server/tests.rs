@@ -170,6 +170,7 @@ fn an_outdated_client_list_is_not_written_over_a_newer_one() {
         Effect::PersistClients(ClientList {
             generation,
             owners: vec![Bytes::from_static(owner)],
+            sessions_only: Vec::new(),
         })
     };
     f.srv.apply(vec![list(100, b"newest")]);
@@ -177,6 +178,77 @@ fn an_outdated_client_list_is_not_written_over_a_newer_one() {
     assert_eq!(
         f.srv.statedir.load_clients().unwrap(),
         vec![Bytes::from_static(b"newest")]
+    );
+}
+
+/// A session of client `owner` that says it reclaims nothing and opens (creates) a
+/// file `owner`: the client holds state.
+fn holds_an_open(srv: &Server, owner: &'static [u8]) -> sessionid4 {
+    let sid = session(srv, owner);
+    let r = run(srv, 1, vec![sequence(sid, 0, 1, false), reclaim_complete()]);
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    let name = std::str::from_utf8(owner).unwrap();
+    let r = run(
+        srv,
+        1,
+        vec![
+            sequence(sid, 0, 2, false),
+            nfs_argop4::OP_PUTROOTFH,
+            open_guarded(name, owner),
+        ],
+    );
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    sid
+}
+
+/// Grace that does not punish everyone (ADR 0036): a restart waits only for the
+/// clients that held state; with none there is no grace period at all; and once every
+/// one of them has reclaimed (RECLAIM_COMPLETE) grace is over, long before its time.
+#[test]
+fn grace_waits_only_for_clients_that_held_state_and_ends_when_they_reclaimed() {
+    let dir = std::env::temp_dir().join(format!("txnfs-core-grace-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    struct RemoveDir(std::path::PathBuf);
+    impl Drop for RemoveDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _rm = RemoveDir(dir.clone());
+    let clock = Arc::new(ManualClock::new());
+    let start = || Server::with_clock(config(&dir, true), clock.clone()).unwrap();
+
+    let srv = start();
+    session(&srv, b"only-looked");
+    drop(srv);
+    let srv = start();
+    assert!(
+        !srv.core().unwrap().in_grace(clock.now()),
+        "no client held state: no grace period"
+    );
+    holds_an_open(&srv, b"held-state");
+    session(&srv, b"only-looked-too");
+    drop(srv);
+
+    let srv = start();
+    assert!(srv.core().unwrap().in_grace(clock.now()));
+    assert_eq!(
+        srv.statedir.load_clients().unwrap(),
+        vec![Bytes::from_static(b"held-state")],
+        "only the client that held state is waited for"
+    );
+    // It comes back and has nothing (more) to reclaim: grace ends at once.
+    let sid = session(&srv, b"held-state");
+    clock.advance(Duration::from_secs(1));
+    let r = run(
+        &srv,
+        1,
+        vec![sequence(sid, 0, 1, false), reclaim_complete()],
+    );
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    assert!(
+        !srv.core().unwrap().in_grace(clock.now()),
+        "grace ends when every client that held state reclaimed (1 s of a 10 s grace)"
     );
 }
 
@@ -192,7 +264,7 @@ fn a_restart_waits_for_persisted_clients_and_refuses_a_corrupt_list() {
     }
     let _rm = RemoveDir(dir.clone());
     let first = Server::with_clock(config(&dir, false), Arc::new(ManualClock::new())).unwrap();
-    session(&first, b"before-restart");
+    holds_an_open(&first, b"before-restart");
     let clock = Arc::new(ManualClock::new());
     // While it runs, the state directory is its own.
     match Server::with_clock(config(&dir, true), clock.clone()) {

@@ -784,6 +784,16 @@ impl DelegTable {
         self.by_client.contains_key(&client)
     }
 
+    /// Whether `client` holds a file delegation, which it could reclaim after a restart
+    /// (directory delegations are not reclaimed: RFC 8881 §10.9 lets the server drop
+    /// them, and a client asks for them again).
+    pub fn client_has_file_delegations(&self, client: ClientId) -> bool {
+        self.by_client.get(&client).is_some_and(|ids| {
+            ids.iter()
+                .any(|id| self.delegs.get(id).is_some_and(|d| d.dir.is_none()))
+        })
+    }
+
     /// The client went (lease expiry, replacement, DESTROY_CLIENTID): its delegations
     /// go with it. Returns the files that had live ones (waiters may proceed).
     pub fn expire_client(&mut self, client: ClientId) -> Vec<FileId> {

@@ -2,7 +2,9 @@
 //! export of the server's unit tests.
 
 use crate::config::{BackendKind, Config, ExportConfig};
-pub use txnfs_rawclient::{channel, create_session, exchange_id, sequence};
+pub use txnfs_rawclient::{
+    channel, create_session, exchange_id, open_guarded, reclaim_complete, sequence,
+};
 
 /// One read-write export `/` of a volatile in-memory file system, no grace period
 /// unless asked for.
