@@ -9,9 +9,10 @@
 #   4. the backend's range-clone and transaction-undo tests on Btrfs and XFS loop images
 #      (reflink on and off; needs root and loop devices, skipped with a loud notice
 #      where there are none),
-#   5. the real Linux kernel NFSv4 client in a QEMU guest against `txnfs serve`, once with
-#      the default mount (4.2) and once with vers=4.1, with a tshark check of the traffic.
-# Set TXNFS_SKIP_VM=1 to skip step 5 (it needs ~4 minutes per mount under TCG emulation).
+#   5. the real Linux kernel NFS client in a QEMU guest against `txnfs serve`, once with
+#      the default mount (4.2), once with vers=4.1 and once with vers=3 (MOUNT on the NFS
+#      port, nolock), with a tshark check of the traffic.
+# Set TXNFS_SKIP_VM=1 to skip step 5 (it needs ~4-6 minutes per mount under TCG emulation).
 # With CI=true (.ci/run sets it) nothing that needs a peer is skipped: a missing NFS-Ganesha
 # fails the tests that use it (txnfs_e2e::peer), and TXNFS_SKIP_VM=1 is refused.
 set -euo pipefail
@@ -102,10 +103,12 @@ else
 fi
 
 if [ "${TXNFS_SKIP_VM:-0}" != 1 ]; then
-  # Twice: the default mount (Linux negotiates NFSv4.2) and an explicit vers=4.1.
+  # Three boots: the default mount (Linux negotiates NFSv4.2), vers=4.1 and vers=3.
   step "Linux NFSv4 client in QEMU against txnfs: default mount (4.2)"
   bash tests/linux-client/run.sh --server txnfs --bin "$PWD/target/debug/txnfs"
   step "Linux NFSv4 client in QEMU against txnfs: vers=4.1"
   bash tests/linux-client/run.sh --server txnfs --vers 4.1 --bin "$PWD/target/debug/txnfs"
+  step "Linux NFSv3 client in QEMU against txnfs: vers=3"
+  bash tests/linux-client/run.sh --server txnfs --vers 3 --bin "$PWD/target/debug/txnfs"
 fi
 step "all tests passed"
