@@ -36,6 +36,38 @@ pub struct Compound<'a> {
     pub waited: &'a crate::placement::WaitClock,
 }
 
+impl<'a> Compound<'a> {
+    /// A COMPOUND of `minor` (a transaction if `txn`; a v3 call runs as a plain one of
+    /// minor 0) before its first op: no filehandles, no session yet, its waits for
+    /// others counted in `waited`, the backends' included.
+    pub fn start(
+        srv: &'a Server,
+        creds: Creds,
+        conn: u64,
+        minor: u32,
+        txn: bool,
+        waited: &'a crate::placement::WaitClock,
+    ) -> Self {
+        Compound {
+            srv,
+            creds,
+            conn,
+            cfh: None,
+            sfh: None,
+            cur_sid: None,
+            saved_sid: None,
+            session: None,
+            client: None,
+            minor,
+            reply_left: srv.limits.max_response as usize,
+            now: srv.clock.now(),
+            scope: crate::export::CompoundScope::with_txn(&srv.exports, txn, waited.clone()),
+            txn_opens: Vec::new(),
+            waited,
+        }
+    }
+}
+
 impl Compound<'_> {
     pub fn cfh(&self) -> Result<&Fh, nfsstat4> {
         self.cfh.as_ref().ok_or(nfsstat4::NFS4ERR_NOFILEHANDLE)

@@ -146,23 +146,7 @@ pub(super) fn run(
     }
     let txn = proc.is_txn();
     let mut x = Exec {
-        c: Compound {
-            srv,
-            creds,
-            conn,
-            cfh: None,
-            sfh: None,
-            cur_sid: None,
-            saved_sid: None,
-            session: None,
-            client: None,
-            minor: req.minor,
-            reply_left: srv.limits.max_response as usize,
-            now: srv.clock.now(),
-            scope: crate::export::CompoundScope::with_txn(&srv.exports, txn, waited.clone()),
-            txn_opens: Vec::new(),
-            waited,
-        },
+        c: Compound::start(srv, creds, conn, req.minor, txn, waited),
         proc,
         out,
         count_at,

@@ -162,23 +162,7 @@ pub fn execute(
     waited: &WaitClock,
 ) -> Result<Result<Bytes, XdrError>, crate::panics::Panicked> {
     crate::panics::catch(srv, proc.name, || {
-        let mut c = Compound {
-            srv,
-            creds,
-            conn,
-            cfh: None,
-            sfh: None,
-            cur_sid: None,
-            saved_sid: None,
-            session: None,
-            client: None,
-            minor: 0,
-            reply_left: srv.limits.max_response as usize,
-            now: srv.clock.now(),
-            scope: crate::export::CompoundScope::new(&srv.exports),
-            txn_opens: Vec::new(),
-            waited,
-        };
+        let mut c = Compound::start(srv, creds, conn, 0, false, waited);
         let r = (proc.run)(&mut c, args);
         let ok = matches!(r, Ok((_, nfsstat3::NFS3_OK)));
         if let Err(e) = c.scope.finish(ok) {
