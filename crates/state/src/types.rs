@@ -188,7 +188,7 @@ pub struct LocktRequest<'a> {
     pub length: u64,
 }
 
-/// A lock held in the table, as reported by [`StateTable::locks`].
+/// A lock held in the table, as reported by [`crate::table::StateTable::locks`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HeldLock {
     /// The holder.
