@@ -110,6 +110,8 @@ pub(crate) struct Inner {
     /// The server refused a READ_PLUS (NFS-Ganesha and others without it): read sparse
     /// files with READ from now on.
     read_plus_refused: std::sync::atomic::AtomicBool,
+    /// Batches independent requests of concurrent callers (`ClientConfig::batch`).
+    batcher: Option<crate::batch::Batcher>,
 }
 
 /// How [`Client::send_as`] sends a COMPOUND.
@@ -228,6 +230,10 @@ impl Client {
         });
         let (state, _) = establish(&transport, &cfg, &owner, verifier, 1, &callbacks).await?;
         let bound = transport.generation();
+        let (batcher, batch_queue) = match crate::batch::Batcher::new(cfg.batch) {
+            Some((b, q)) => (Some(b), Some(q)),
+            None => (None, None),
+        };
         let inner = Arc::new(Inner {
             cfg,
             cache: cache.clone(),
@@ -250,8 +256,12 @@ impl Client {
             owner,
             lease: AtomicU64::new(60),
             read_plus_refused: Default::default(),
+            batcher,
         });
         cache.attach(Arc::downgrade(&inner));
+        if let Some(q) = batch_queue {
+            crate::batch::spawn(Arc::downgrade(&inner), q);
+        }
         let c = Client { inner };
         // Lease time for the renewal task (default 60 s if the server does not say).
         let mut q = Compound::new();
@@ -451,8 +461,27 @@ impl Client {
     /// Retries transparently on a dropped connection (same slot, same bytes: exactly
     /// once), on NFS4ERR_DELAY from SEQUENCE, and re-establishes the session if the
     /// server lost it (restart).
+    /// With batching on (`ClientConfig::batch`), a request that can share a COMPOUND
+    /// with other callers' ([`crate::batch`]) may go out in one with them.
     pub async fn compound(&self, c: &Compound) -> Result<Reply, ClientError> {
+        match self.batcher() {
+            Some(b) if crate::batch::batchable(c) => b.call(self, c).await,
+            _ => self.send(c, true).await,
+        }
+    }
+
+    /// [`Client::compound`] without batching: this COMPOUND alone.
+    pub(crate) async fn send_alone(&self, c: &Compound) -> Result<Reply, ClientError> {
         self.send(c, true).await
+    }
+
+    pub(crate) fn batcher(&self) -> Option<&crate::batch::Batcher> {
+        self.inner.batcher.as_ref()
+    }
+
+    /// What the batcher did (`None` with batching off).
+    pub fn batch_stats(&self) -> Option<crate::batch::BatchStats> {
+        self.batcher().map(|b| b.stats())
     }
 
     async fn send(&self, c: &Compound, counted: bool) -> Result<Reply, ClientError> {

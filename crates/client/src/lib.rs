@@ -34,6 +34,7 @@
 //! ```
 
 pub mod attrs;
+pub mod batch;
 pub mod blocking;
 pub mod busy;
 mod cache;
@@ -47,6 +48,7 @@ pub mod txn;
 pub mod vector;
 
 pub use attrs::{Attributes, FileKind, SetAttributes, Time};
+pub use batch::{BatchConfig, BatchMode, BatchStats};
 pub use busy::{Busy, BusyNotice};
 pub use cache::{CacheStats, DEFAULT_CACHE_BYTES};
 pub use callback::CallbackStats;

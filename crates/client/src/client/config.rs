@@ -38,6 +38,9 @@ pub struct ClientConfig {
     /// Told once per kind when the client starts waiting out DELAY or GRACE (the CLI
     /// prints one line); `None`: logged at INFO.
     pub on_busy: Option<crate::busy::BusyNotice>,
+    /// Batch independent small requests of concurrent callers into shared COMPOUNDs
+    /// (Tyche's adaptive batching, [`crate::batch`]); off by default.
+    pub batch: crate::batch::BatchConfig,
 }
 
 impl ClientConfig {
@@ -56,6 +59,7 @@ impl ClientConfig {
             minor: None,
             busy_wait: DEFAULT_BUSY_WAIT,
             on_busy: None,
+            batch: Default::default(),
         }
     }
 }

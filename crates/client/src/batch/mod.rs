@@ -1,0 +1,589 @@
+//! Adaptive batching of many callers' small requests (Tyche, seed 004 §VI; ADR 0044).
+//!
+//! With [`BatchMode::Static`] or [`BatchMode::Dynamic`], a COMPOUND that
+//! [`batchable`] accepts (a PUTFH and independent READ / WRITE / GETATTR / ACCESS /
+//! COMMIT on it) enters a queue instead of going out alone; one batcher task packs
+//! queued requests of different callers into one COMPOUND (`SEQUENCE, PUTFH a, READ,
+//! PUTFH b, READ, ...`) when the batch level is reached or the first request has
+//! waited `max_delay`, within the session's limits (ops, request and reply size). Each
+//! part begins with its own PUTFH, so no part sees another's current filehandle.
+//!
+//! The reply is cut back into each caller's reply. A COMPOUND stops at its first failed
+//! op: the parts before it get their results, the part holding it gets its own results
+//! up to the failure (what it would have got alone), and the parts after it, which never
+//! ran, are sent again on their own. A batch that fails as a whole (no reply) is sent
+//! again part by part, each caller then getting its own outcome.
+//!
+//! The level is fixed (`static:N`) or moved once per interval by the
+//! [`controller::Controller`] from the measured throughput and the average number of
+//! outstanding requests (`dynamic`). At level 1 a request skips the queue and is sent
+//! by its caller as without batching, so level 1 costs one atomic load and the
+//! throughput accounting.
+
+pub mod controller;
+
+use crate::client::{Client, Inner, Limits};
+use crate::compound::{Compound, Reply, CURRENT_STATEID};
+use crate::ClientError;
+pub use controller::{Controller, ControllerSettings};
+use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, Weak};
+use std::time::Instant;
+use tokio::sync::{mpsc, oneshot};
+use txnfs_proto::nfs4::*;
+
+/// How requests of concurrent callers are batched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BatchMode {
+    /// Every request is its own COMPOUND.
+    #[default]
+    None,
+    /// Batches of this many requests (or fewer after `max_delay`).
+    Static(u32),
+    /// The level follows throughput ([`controller`]).
+    Dynamic,
+}
+
+impl fmt::Display for BatchMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BatchMode::None => f.write_str("none"),
+            BatchMode::Static(n) => write!(f, "static:{n}"),
+            BatchMode::Dynamic => f.write_str("dynamic"),
+        }
+    }
+}
+
+/// A batch mode that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("batch mode {0:?}: expected none, static:N (N from 1 to 1024) or dynamic")]
+pub struct BadBatchMode(String);
+
+impl FromStr for BatchMode {
+    type Err = BadBatchMode;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || BadBatchMode(s.to_string());
+        match s {
+            "none" => Ok(BatchMode::None),
+            "dynamic" => Ok(BatchMode::Dynamic),
+            _ => {
+                let n = s.strip_prefix("static:").ok_or_else(bad)?;
+                let n: u32 = n.parse().map_err(|_| bad())?;
+                if (1..=1024).contains(&n) {
+                    Ok(BatchMode::Static(n))
+                } else {
+                    Err(bad())
+                }
+            }
+        }
+    }
+}
+
+/// [`crate::ClientConfig::batch`]: the mode and the controller's settings (whose
+/// `max_delay` also bounds a static batch's wait).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct BatchConfig {
+    pub mode: BatchMode,
+    pub settings: ControllerSettings,
+}
+
+/// What the batcher did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchStats {
+    /// The batch level now.
+    pub level: u32,
+    /// COMPOUNDs that carried more than one caller's request.
+    pub messages: u64,
+    /// Requests carried in those.
+    pub requests: u64,
+    /// Requests sent again alone because their batch stopped before them.
+    pub resent: u64,
+    /// Times the controller changed the level.
+    pub level_changes: u64,
+}
+
+/// Whether `c` may share a COMPOUND with other callers' requests: it starts with PUTFH,
+/// holds only ops that depend on nothing but their filehandle, and names its stateids
+/// (the current stateid would leak between parts).
+pub(crate) fn batchable(c: &Compound) -> bool {
+    let ops = c.ops();
+    matches!(ops.first(), Some(nfs_argop4::OP_PUTFH(_)))
+        && ops.len() > 1
+        && ops.iter().all(|o| match o {
+            nfs_argop4::OP_PUTFH(_)
+            | nfs_argop4::OP_GETATTR(_)
+            | nfs_argop4::OP_ACCESS(_)
+            | nfs_argop4::OP_COMMIT(_) => true,
+            nfs_argop4::OP_READ(a) => a.stateid != CURRENT_STATEID,
+            nfs_argop4::OP_READ_PLUS(a) => a.rpa_stateid != CURRENT_STATEID,
+            nfs_argop4::OP_WRITE(a) => a.stateid != CURRENT_STATEID,
+            _ => false,
+        })
+}
+
+/// Bytes a request and its reply take at most, roughly (headers per op, the payload).
+fn sizes(c: &Compound) -> (u64, u64) {
+    let (mut req, mut rep) = (0u64, 0u64);
+    for o in c.ops() {
+        req += 32;
+        rep += 32;
+        match o {
+            nfs_argop4::OP_PUTFH(a) => req += a.object.len() as u64,
+            nfs_argop4::OP_WRITE(a) => req += a.data.len() as u64,
+            nfs_argop4::OP_READ(a) => rep += a.count as u64,
+            nfs_argop4::OP_READ_PLUS(a) => rep += a.rpa_count as u64 + 64,
+            nfs_argop4::OP_GETATTR(_) => rep += 512,
+            _ => {}
+        }
+    }
+    (req, rep)
+}
+
+/// Payload bytes a request moved (its WRITE data and its reply's READ data).
+fn payload(c: &Compound, r: &Reply) -> u64 {
+    let w: u64 = c
+        .ops()
+        .iter()
+        .map(|o| match o {
+            nfs_argop4::OP_WRITE(a) => a.data.len() as u64,
+            _ => 0,
+        })
+        .sum();
+    let rd: u64 = r
+        .results
+        .iter()
+        .map(|o| match o {
+            nfs_resop4::OP_READ(READ4res::NFS4_OK(ok)) => ok.data.len() as u64,
+            _ => 0,
+        })
+        .sum();
+    w + rd
+}
+
+struct Pending {
+    ops: Compound,
+    reply: oneshot::Sender<Result<Reply, ClientError>>,
+    since: Instant,
+}
+
+/// The interval being measured for the controller.
+struct Window {
+    controller: Controller,
+    started: Instant,
+    /// Payload bytes plus one per request completed (so a run without data still
+    /// measures something, in the same unit every interval).
+    work: u64,
+    /// Requests outstanding now, and their integral over time since `started`.
+    outstanding: u32,
+    area: f64,
+    last: Instant,
+}
+
+impl Window {
+    fn account(&mut self, now: Instant) {
+        self.area += self.outstanding as f64 * now.duration_since(self.last).as_secs_f64();
+        self.last = now;
+    }
+}
+
+pub(crate) struct Batcher {
+    cfg: BatchConfig,
+    queue: mpsc::UnboundedSender<Pending>,
+    level: AtomicU32,
+    window: Mutex<Window>,
+    messages: AtomicU64,
+    requests: AtomicU64,
+    resent: AtomicU64,
+    level_changes: AtomicU64,
+}
+
+/// The queue's receiving end, for [`spawn`] once the client exists.
+pub(crate) struct BatchQueue(mpsc::UnboundedReceiver<Pending>);
+
+impl Batcher {
+    /// `None` for [`BatchMode::None`].
+    pub(crate) fn new(cfg: BatchConfig) -> Option<(Batcher, BatchQueue)> {
+        let level = match cfg.mode {
+            BatchMode::None => return None,
+            BatchMode::Static(n) => n.max(1),
+            BatchMode::Dynamic => 1,
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        let now = Instant::now();
+        let b = Batcher {
+            cfg,
+            queue: tx,
+            level: AtomicU32::new(level),
+            window: Mutex::new(Window {
+                controller: Controller::new(cfg.settings),
+                started: now,
+                work: 0,
+                outstanding: 0,
+                area: 0.0,
+                last: now,
+            }),
+            messages: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
+            resent: AtomicU64::new(0),
+            level_changes: AtomicU64::new(0),
+        };
+        Some((b, BatchQueue(rx)))
+    }
+
+    fn level(&self) -> u32 {
+        self.level.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn stats(&self) -> BatchStats {
+        BatchStats {
+            level: self.level(),
+            messages: self.messages.load(Ordering::Relaxed),
+            requests: self.requests.load(Ordering::Relaxed),
+            resent: self.resent.load(Ordering::Relaxed),
+            level_changes: self.level_changes.load(Ordering::Relaxed),
+        }
+    }
+
+    fn window(&self) -> std::sync::MutexGuard<'_, Window> {
+        self.window.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Send `c` (batchable) through the batch queue, or alone at level 1.
+    pub(crate) async fn call(&self, client: &Client, c: &Compound) -> Result<Reply, ClientError> {
+        {
+            let mut w = self.window();
+            w.account(Instant::now());
+            w.outstanding += 1;
+        }
+        let r = if self.level() <= 1 {
+            client.send_alone(c).await
+        } else {
+            let (tx, rx) = oneshot::channel();
+            let p = Pending {
+                ops: c.clone(),
+                reply: tx,
+                since: Instant::now(),
+            };
+            match self.queue.send(p) {
+                Ok(()) => rx
+                    .await
+                    .unwrap_or_else(|_| Err(ClientError::Protocol("the batcher stopped".into()))),
+                // The batcher is gone (the client is closing): send it alone.
+                Err(_) => client.send_alone(c).await,
+            }
+        };
+        let mut w = self.window();
+        w.account(Instant::now());
+        w.outstanding = w.outstanding.saturating_sub(1);
+        if let Ok(reply) = &r {
+            w.work += payload(c, reply) + 1;
+        }
+        drop(w);
+        self.revise();
+        r
+    }
+
+    /// At the end of an interval, let the controller set the next level (dynamic only).
+    fn revise(&self) {
+        if self.cfg.mode != BatchMode::Dynamic {
+            return;
+        }
+        let now = Instant::now();
+        let mut w = self.window();
+        let dt = now.duration_since(w.started);
+        if dt < self.cfg.settings.interval {
+            return;
+        }
+        w.account(now);
+        let secs = dt.as_secs_f64();
+        let (work, area) = (w.work as f64, w.area);
+        let level = w.controller.on_interval(work / secs, area / secs);
+        w.started = now;
+        w.work = 0;
+        w.area = 0.0;
+        drop(w);
+        if self.level.swap(level, Ordering::Relaxed) != level {
+            self.level_changes.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!("batch level {level}");
+        }
+    }
+}
+
+/// The batch being filled, within the session's limits.
+struct Filling {
+    parts: Vec<Pending>,
+    ops: u64,
+    request: u64,
+    reply: u64,
+}
+
+impl Filling {
+    /// Room for `p` under `limits` (one op of each COMPOUND is the SEQUENCE; 512 bytes
+    /// of RPC and COMPOUND headers).
+    fn fits(&self, p: &Pending, limits: &Limits) -> bool {
+        let (req, rep) = sizes(&p.ops);
+        self.ops + p.ops.len() as u64 + 1 <= limits.max_ops as u64
+            && self.request + req + 512 <= limits.max_request as u64
+            && self.reply + rep + 512 <= limits.max_response as u64
+    }
+
+    fn push(&mut self, p: Pending) {
+        let (req, rep) = sizes(&p.ops);
+        self.ops += p.ops.len() as u64;
+        self.request += req;
+        self.reply += rep;
+        self.parts.push(p);
+    }
+}
+
+/// The batcher task: fills batches from the queue and sends each in its own task, so
+/// the next batch fills while this one is on the wire. Ends when the client is gone.
+pub(crate) fn spawn(weak: Weak<Inner>, queue: BatchQueue) {
+    let mut rx = queue.0;
+    tokio::spawn(async move {
+        let mut held: Option<Pending> = None;
+        loop {
+            let first = match held.take() {
+                Some(p) => p,
+                None => match rx.recv().await {
+                    Some(p) => p,
+                    None => return,
+                },
+            };
+            let Some(inner) = weak.upgrade() else { return };
+            let client = Client { inner };
+            let Some(b) = client.batcher() else { return };
+            let level = b.level() as usize;
+            let limits = client.limits();
+            let deadline = tokio::time::Instant::from_std(first.since + b.cfg.settings.max_delay);
+            let mut fill = Filling {
+                parts: Vec::with_capacity(level),
+                ops: 0,
+                request: 0,
+                reply: 0,
+            };
+            fill.push(first);
+            while fill.parts.len() < level {
+                let next = match rx.try_recv() {
+                    Ok(p) => p,
+                    Err(mpsc::error::TryRecvError::Disconnected) => break,
+                    Err(mpsc::error::TryRecvError::Empty) => {
+                        match tokio::time::timeout_at(deadline, rx.recv()).await {
+                            Ok(Some(p)) => p,
+                            Ok(None) | Err(_) => break,
+                        }
+                    }
+                };
+                if !fill.fits(&next, &limits) {
+                    held = Some(next);
+                    break;
+                }
+                fill.push(next);
+            }
+            tokio::spawn(send_batch(client, fill.parts));
+        }
+    });
+}
+
+/// The reply of the part at `at..at + n` of a batch's reply `r`; `None` if that part
+/// did not run (an earlier part failed, or the reply is short).
+fn part_reply(r: &Reply, at: usize, n: usize) -> Option<Reply> {
+    let end = at + n;
+    let ok = |results: &[_]| Reply {
+        status: nfsstat4::NFS4_OK,
+        results: results.to_vec(),
+        sent: n,
+    };
+    match r.failed() {
+        None => (r.results.len() >= end).then(|| ok(&r.results[at..end])),
+        Some((f, _)) if f >= end => Some(ok(&r.results[at..end])),
+        Some((f, s)) if f >= at => Some(Reply {
+            status: s,
+            results: r.results[at..=f].to_vec(),
+            sent: n,
+        }),
+        Some(_) => None,
+    }
+}
+
+async fn send_batch(client: Client, parts: Vec<Pending>) {
+    if parts.len() == 1 {
+        for p in parts {
+            let r = client.send_alone(&p.ops).await;
+            let _ = p.reply.send(r);
+        }
+        return;
+    }
+    let mut all = Compound::new();
+    for p in &parts {
+        for o in p.ops.ops() {
+            all.op(o.clone());
+        }
+    }
+    if let Some(b) = client.batcher() {
+        b.messages.fetch_add(1, Ordering::Relaxed);
+        b.requests.fetch_add(parts.len() as u64, Ordering::Relaxed);
+    }
+    let reply = client.send_alone(&all).await.ok();
+    let mut at = 0;
+    for p in parts {
+        let n = p.ops.len();
+        match reply.as_ref().and_then(|r| part_reply(r, at, n)) {
+            Some(r) => {
+                let _ = p.reply.send(Ok(r));
+            }
+            None => {
+                if let Some(b) = client.batcher() {
+                    b.resent.fetch_add(1, Ordering::Relaxed);
+                }
+                let c = client.clone();
+                tokio::spawn(async move {
+                    let r = c.send_alone(&p.ops).await;
+                    let _ = p.reply.send(r);
+                });
+            }
+        }
+        at += n;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    #[test]
+    fn modes_parse_and_print() {
+        for s in ["none", "dynamic", "static:1", "static:64"] {
+            assert_eq!(s.parse::<BatchMode>().unwrap().to_string(), s);
+        }
+        for s in [
+            "",
+            "static",
+            "static:0",
+            "static:x",
+            "static:5000",
+            "Dynamic",
+        ] {
+            assert!(s.parse::<BatchMode>().is_err(), "{s:?} parsed");
+        }
+    }
+
+    fn fh(n: u8) -> Bytes {
+        Bytes::from(vec![n; 16])
+    }
+
+    #[test]
+    fn only_independent_requests_are_batchable() {
+        let sid = stateid4 {
+            seqid: 3,
+            other: [7; 12],
+        };
+        let mut read = Compound::new();
+        read.putfh(&fh(1));
+        read.read(sid.clone(), 0, 4096);
+        assert!(batchable(&read));
+        let mut cur = Compound::new();
+        cur.putfh(&fh(1));
+        cur.read(CURRENT_STATEID, 0, 4096);
+        assert!(!batchable(&cur), "the current stateid leaks between parts");
+        let mut open = Compound::new();
+        open.putfh(&fh(1));
+        open.open(b"x", 1, b"o", None);
+        assert!(!batchable(&open));
+        let mut bare = Compound::new();
+        bare.getattr(vec![1]);
+        assert!(!batchable(&bare), "no PUTFH of its own");
+    }
+
+    fn res_read(ok: bool) -> nfs_resop4 {
+        if ok {
+            nfs_resop4::OP_READ(READ4res::NFS4_OK(READ4resok {
+                eof: false,
+                data: Bytes::from_static(b"abcd"),
+            }))
+        } else {
+            nfs_resop4::OP_READ(READ4res::default(nfsstat4::NFS4ERR_BAD_STATEID))
+        }
+    }
+
+    fn res_putfh() -> nfs_resop4 {
+        nfs_resop4::OP_PUTFH(PUTFH4res {
+            status: nfsstat4::NFS4_OK,
+        })
+    }
+
+    #[test]
+    fn a_failed_part_gets_its_error_earlier_parts_their_results_later_parts_none() {
+        // Three parts of PUTFH + READ; the second READ fails.
+        let r = Reply {
+            status: nfsstat4::NFS4ERR_BAD_STATEID,
+            results: vec![res_putfh(), res_read(true), res_putfh(), res_read(false)],
+            sent: 6,
+        };
+        let first = part_reply(&r, 0, 2).unwrap();
+        assert_eq!(first.status, nfsstat4::NFS4_OK);
+        assert_eq!(first.read(1).unwrap().0, Bytes::from_static(b"abcd"));
+        let second = part_reply(&r, 2, 2).unwrap();
+        assert_eq!(second.failed(), Some((1, nfsstat4::NFS4ERR_BAD_STATEID)));
+        assert!(part_reply(&r, 4, 2).is_none(), "never ran: sent again");
+        let all_ok = Reply {
+            status: nfsstat4::NFS4_OK,
+            results: vec![res_putfh(), res_read(true), res_putfh(), res_read(true)],
+            sent: 4,
+        };
+        assert!(part_reply(&all_ok, 2, 2).unwrap().read(1).is_ok());
+        assert!(part_reply(&all_ok, 4, 2).is_none(), "short reply");
+    }
+
+    #[test]
+    fn a_batch_stays_within_the_session_limits() {
+        let limits = Limits {
+            max_ops: 8,
+            max_request: 1 << 20,
+            max_response: 16 << 10,
+            max_response_cached: 4096,
+            slots: 8,
+        };
+        let sid = stateid4 {
+            seqid: 1,
+            other: [1; 12],
+        };
+        let pending = |count: u32| {
+            let mut c = Compound::new();
+            c.putfh(&fh(2));
+            c.read(sid.clone(), 0, count);
+            Pending {
+                ops: c,
+                reply: oneshot::channel().0,
+                since: Instant::now(),
+            }
+        };
+        let mut f = Filling {
+            parts: Vec::new(),
+            ops: 0,
+            request: 0,
+            reply: 0,
+        };
+        for _ in 0..3 {
+            let p = pending(1024);
+            assert!(f.fits(&p, &limits));
+            f.push(p);
+        }
+        // 6 ops + SEQUENCE: a fourth part would make 9 > 8.
+        assert!(!f.fits(&pending(1024), &limits));
+        let mut g = Filling {
+            parts: Vec::new(),
+            ops: 0,
+            request: 0,
+            reply: 0,
+        };
+        g.push(pending(12 << 10));
+        assert!(
+            !g.fits(&pending(4096), &limits),
+            "reply would exceed 16 KiB"
+        );
+    }
+}
