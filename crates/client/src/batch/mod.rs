@@ -324,7 +324,8 @@ impl Filling {
     /// of RPC and COMPOUND headers).
     fn fits(&self, p: &Pending, limits: &Limits) -> bool {
         let (req, rep) = sizes(&p.ops);
-        self.ops + p.ops.len() as u64 + 1 <= limits.max_ops as u64
+        // (+ 1: the SEQUENCE)
+        self.ops + (p.ops.len() as u64) < u64::from(limits.max_ops)
             && self.request + req + 512 <= limits.max_request as u64
             && self.reply + rep + 512 <= limits.max_response as u64
     }
