@@ -49,6 +49,7 @@ pub struct GaneshaConfArgs {
   txnfs bench run smallfiles --target nfs://127.0.0.1:2049/ --clients 4 --threads 2 --repeat 2 --duration 2
   txnfs bench run writefiles --target nfs://127.0.0.1:2049/ --txn --files-per-txn 16 --file-size 4k
   txnfs bench run writefiles --target nfs://127.0.0.1:2049/ --files-per-txn 16 --clients 8 --sharing 100
+  txnfs bench run randread --target nfs://127.0.0.1:2049/ --threads 32 --batch dynamic --duration 5
 
 Workloads: `txnfs bench list` (with the client libraries each runs with).
 --driver nfs-rs runs the timed part through the third-party nfs-rs client,
@@ -132,6 +133,11 @@ pub struct RunArgs {
     /// third-party crate, one call at a time; see `bench list`).
     #[arg(long, value_enum, default_value_t = Driver::Txnfs)]
     pub driver: Driver,
+    /// Batch the requests of each client's threads into shared COMPOUNDs (Tyche's
+    /// adaptive batching, ADR 0044): none, static:N (N requests per COMPOUND, or fewer
+    /// after 5 ms) or dynamic (the level follows measured throughput).
+    #[arg(long, default_value = "none", value_name = "MODE")]
+    pub batch: txnfs_client::BatchMode,
     /// Fail (exit status 2) when a per-op count check fails.
     #[arg(long)]
     pub strict: bool,
@@ -182,6 +188,7 @@ impl RunArgs {
             minor: self.minor,
             verbose: !self.quiet,
             driver: self.driver,
+            batch: self.batch,
         })
     }
 }
@@ -241,6 +248,17 @@ pub fn report(res: &crate::results::Results) -> String {
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         s.push_str(&format!("  ops: {}\n", ops.join(" ")));
+        if let Some(sent) = last.rpc_messages {
+            let per = last.compounds as f64 / sent.max(1) as f64;
+            let level = last
+                .batch_level
+                .map(|l| format!(", batch level {l} at the end"))
+                .unwrap_or_default();
+            s.push_str(&format!(
+                "  on the wire: {sent} COMPOUNDs for {} requests ({per:.2} per COMPOUND; batch {}{level})\n",
+                last.compounds, res.batch
+            ));
+        }
     }
     for r in &res.repeats {
         for c in &r.checks {

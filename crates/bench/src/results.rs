@@ -41,6 +41,8 @@ pub struct Results {
     pub threads: usize,
     /// The client library of the timed part (txnfs or nfs-rs).
     pub driver: crate::driver::Driver,
+    /// How the clients batched concurrent requests: none, static:N, dynamic.
+    pub batch: String,
     pub params: serde_json::Value,
     pub repeats: Vec<Repeat>,
     pub summary: SummaryBlock,
@@ -88,6 +90,11 @@ pub struct Repeat {
     pub checks: Vec<Expectation>,
     /// COMPOUNDs sent in the timed part.
     pub compounds: u64,
+    /// COMPOUNDs our clients put on the wire in the timed part (fewer than `compounds`
+    /// when batching packed several requests into one); `None` with nfs-rs.
+    pub rpc_messages: Option<u64>,
+    /// The highest batch level of the clients at the end (with batching on).
+    pub batch_level: Option<u32>,
     /// Workload-specific counters.
     pub counters: BTreeMap<String, u64>,
     /// Failed ops per "REQUEST:STATUS".
@@ -157,6 +164,8 @@ impl Repeat {
             server,
             checks,
             compounds: rec.compounds,
+            rpc_messages: None,
+            batch_level: None,
             counters: rec.counters.clone(),
             errors: rec.errors.clone(),
         }

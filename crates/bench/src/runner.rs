@@ -16,7 +16,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use txnfs_client::{Client, ClientConfig, Fs};
+use txnfs_client::{BatchMode, Client, ClientConfig, Fs};
 
 /// `nfs://host[:port]/path`: the server and the directory (relative to the
 /// pseudo root) under which the workload makes its own directory.
@@ -94,6 +94,8 @@ pub struct RunConfig {
     pub verbose: bool,
     /// The client library of the timed part.
     pub driver: Driver,
+    /// How the workers' clients batch concurrent requests (ADR 0044).
+    pub batch: BatchMode,
 }
 
 impl RunConfig {
@@ -111,6 +113,7 @@ impl RunConfig {
             minor: None,
             verbose: false,
             driver: Driver::Txnfs,
+            batch: BatchMode::None,
         }
     }
 }
@@ -121,11 +124,13 @@ async fn connect(
     addr: SocketAddr,
     slots: u32,
     minor: Option<u32>,
+    batch: BatchMode,
     what: &str,
 ) -> anyhow::Result<Client> {
     let mut cfg = ClientConfig::new(addr);
     cfg.slots = slots;
     cfg.minor = minor;
+    cfg.batch.mode = batch;
     let n = CLIENT_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -227,6 +232,7 @@ pub async fn run(w: Arc<dyn Workload>, cfg: &RunConfig) -> anyhow::Result<Result
         clients: cfg.clients,
         threads: cfg.threads,
         driver: cfg.driver,
+        batch: cfg.batch.to_string(),
         params: w.params(),
         summary: SummaryBlock::of(&repeats),
         repeats,
@@ -238,7 +244,14 @@ async fn run_once(
     cfg: &RunConfig,
     worker_addr: SocketAddr,
 ) -> anyhow::Result<Repeat> {
-    let setup_client = connect(cfg.target.addr, cfg.slots, cfg.minor, "setup").await?;
+    let setup_client = connect(
+        cfg.target.addr,
+        cfg.slots,
+        cfg.minor,
+        BatchMode::None,
+        "setup",
+    )
+    .await?;
     let parent = nfs::lookup_or_create_dir(&setup_client, &cfg.target.path)
         .await
         .with_context(|| format!("target directory {:?}", cfg.target.path))?;
@@ -297,7 +310,16 @@ async fn timed_part(
     }
     let mut clients = Vec::new();
     for c in 0..cfg.clients {
-        clients.push(connect(worker_addr, cfg.slots, cfg.minor, &format!("client{c}")).await?);
+        clients.push(
+            connect(
+                worker_addr,
+                cfg.slots,
+                cfg.minor,
+                cfg.batch,
+                &format!("client{c}"),
+            )
+            .await?,
+        );
     }
     let mut mounts = Vec::new();
     if cfg.driver == Driver::NfsRs {
@@ -337,6 +359,7 @@ async fn timed_part(
     }
     shared.barrier.wait().await;
     let t0 = Instant::now();
+    let sent_before: u64 = clients.iter().map(|c| c.stats().compounds).sum();
     let proc_before = cfg
         .server_pid
         .map(|p| ProcSample::read(Proc::Pid(p)))
@@ -363,6 +386,14 @@ async fn timed_part(
         }
     }
     let duration = t0.elapsed();
+    // COMPOUNDs on the wire in the timed part (and the workers' untimed last steps):
+    // fewer than requests when batching packs several into one.
+    let sent: u64 = clients.iter().map(|c| c.stats().compounds).sum::<u64>() - sent_before;
+    let batch_level = clients
+        .iter()
+        .filter_map(|c| c.batch_stats())
+        .map(|b| b.level)
+        .max();
     let proc_after = cfg
         .server_pid
         .map(|p| ProcSample::read(Proc::Pid(p)))
@@ -401,12 +432,12 @@ async fn timed_part(
             k,
         ));
     }
-    Ok(Repeat::from_recorder(
-        &stats.rec,
-        duration.as_secs_f64(),
-        server,
-        checks,
-    ))
+    let mut rep = Repeat::from_recorder(&stats.rec, duration.as_secs_f64(), server, checks);
+    if cfg.driver == Driver::Txnfs {
+        rep.rpc_messages = Some(sent);
+    }
+    rep.batch_level = batch_level;
+    Ok(rep)
 }
 
 #[cfg(test)]
