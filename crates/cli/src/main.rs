@@ -6,6 +6,7 @@ mod bench;
 mod commands;
 mod serve;
 mod startup;
+mod stats;
 
 use clap::{Parser, Subcommand};
 use commands::{FileCmd, GlobalArgs};
@@ -104,6 +105,9 @@ enum Cmd {
         #[command(flatten)]
         client: GlobalArgs,
     },
+    /// A running server's counters: ops, latencies, errors, bytes, clients,
+    /// delegations (read from its state directory's control socket).
+    Stats(stats::StatsArgs),
     /// Benchmarks: run a workload, or compare servers side by side (runs the separate
     /// txnfs-bench binary: `txnfs bench --help`).
     Bench(bench::BenchArgs),
@@ -133,7 +137,7 @@ fn main() -> std::process::ExitCode {
     // `bench`).
     let given = cli.global.given();
     let misplaced: Vec<&str> = match &cli.cmd {
-        Cmd::Serve(_) => given,
+        Cmd::Serve(_) | Cmd::Stats(_) => given,
         Cmd::Bench(_) => given.into_iter().filter(|f| *f != "--vers").collect(),
         _ => Vec::new(),
     };
@@ -149,6 +153,15 @@ fn main() -> std::process::ExitCode {
     let (file_cmd, client) = match cli.cmd {
         Cmd::Serve(a) => {
             return match serve::run(a) {
+                Ok(()) => std::process::ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("txnfs: {e:#}");
+                    std::process::ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::Stats(a) => {
+            return match stats::run(a) {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("txnfs: {e:#}");

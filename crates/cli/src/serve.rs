@@ -89,6 +89,10 @@ pub struct ServeArgs {
     /// not run twice. Costs a shared fdatasync per group of replies (ADR 0022).
     #[arg(long)]
     pub persistent_sessions: bool,
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics (off by default; e.g.
+    /// 127.0.0.1:9464). `txnfs stats` reads the same counters without it.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<SocketAddr>,
 }
 
 fn parse_export(s: &str) -> Result<(String, PathBuf)> {
@@ -115,6 +119,9 @@ pub fn build_config(a: &ServeArgs) -> Result<Config> {
     };
     if let Some(l) = a.listen {
         cfg.listen = l;
+    }
+    if let Some(m) = a.metrics {
+        cfg.metrics = Some(m);
     }
     if a.no_grace {
         cfg.grace = false;

@@ -299,3 +299,34 @@ fn every_serve_example_starts_a_server() {
         assert!(status.success(), "{e:?}: {status:?}\n{log}");
     }
 }
+
+#[test]
+fn every_stats_example_reads_a_running_server() {
+    let scratch = tempfile::tempdir().unwrap();
+    let state = scratch.path().join("state");
+    let port = free_port();
+    let _server = serve(&scratch.path().join("export"), &state, port);
+    let ex = examples(&help(&["stats"]));
+    assert!(ex.len() >= 3, "{ex:?}");
+    for e in &ex {
+        // The state directory an example names (or the default) becomes the test
+        // server's.
+        let mut args: Vec<String> = Vec::new();
+        let mut words = e.split_whitespace().skip(1);
+        while let Some(w) = words.next() {
+            if w == "--state-dir" {
+                words.next();
+            } else {
+                args.push(w.to_string());
+            }
+        }
+        let out = Command::new(bin())
+            .args(&args)
+            .arg("--state-dir")
+            .arg(&state)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{e:?}: {out:?}");
+        assert!(!out.stdout.is_empty(), "{e:?} printed nothing");
+    }
+}

@@ -179,6 +179,9 @@ pub struct Config {
     /// Bytes an asynchronous copy moves per step: OFFLOAD_STATUS reports progress and
     /// OFFLOAD_CANCEL stops a copy between steps. Rounded up to 4 KiB.
     pub async_copy_chunk: u64,
+    /// Where to serve Prometheus metrics over HTTP (`GET /metrics`, ADR 0045); off
+    /// when unset. The same counters reach `txnfs stats` through the control socket.
+    pub metrics: Option<SocketAddr>,
     /// Tests only: a pause after every step of an asynchronous copy, so that one can be
     /// watched and cancelled while it runs. Not configurable from TOML.
     #[serde(skip)]
@@ -228,6 +231,7 @@ impl Default for Config {
             persistent_sessions: false,
             async_copy_threshold: 16 << 20,
             async_copy_chunk: 8 << 20,
+            metrics: None,
             async_copy_pause: None,
             mutations: Mutations::default(),
         }

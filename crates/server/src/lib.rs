@@ -14,7 +14,8 @@
 //! from the top:
 //!
 //! ```text
-//! service     → compound, v3, mount, server, durable, placement, recall, txnspan
+//! service     → compound, v3, mount, report, server, durable, placement, recall, txnspan
+//! report      → v3, server, metrics, statecore
 //! v3          → ops, cstate, server, panics, placement, waitmode, fh, errors, export
 //! mount       → server, export
 //! compound    → ops, cstate, server, panics, placement, txnspan, session, fh, errors
@@ -23,7 +24,7 @@
 //! panics      → server
 //! server      → attrs, durable, dirnotify, offload, watches, recall, statecore, callback,
 //!               statedir, held, txnspan, faultinject, handle, placement, waitmode, fh,
-//!               errors, export, config
+//!               errors, export, config, metrics
 //! offload     → recall, callback, placement, waitmode, errors, export
 //! dirnotify   → recall, statecore, callback, export
 //! watches     → recall, statecore, waitmode, export
@@ -37,7 +38,7 @@
 //! fh          → handle, export
 //! held        → export
 //! export      → config
-//! leaves: statecore, statedir, session, handle, waitmode, errors, config
+//! leaves: statecore, statedir, session, handle, waitmode, errors, config, metrics
 //! ```
 
 pub mod attrs;
@@ -54,12 +55,14 @@ pub mod faultinject;
 pub mod fh;
 pub mod handle;
 pub mod held;
+pub mod metrics;
 pub mod mount;
 pub mod offload;
 pub mod ops;
 pub mod panics;
 pub mod placement;
 pub mod recall;
+pub mod report;
 pub mod server;
 pub mod service;
 pub mod session;

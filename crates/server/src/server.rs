@@ -80,6 +80,8 @@ pub struct Server {
     /// Fore-channel maxima we offer.
     pub limits: ChannelAttrs,
     pub stats: Stats,
+    /// Latencies, failures, bytes and connections for the administrator (ADR 0045).
+    pub metrics: crate::metrics::Metrics,
     /// Files kept alive for their opens (`crate::held`).
     pub held: crate::held::HeldFiles,
     /// Sessions' back channels and every open connection's callback handle (ADR 0016).
@@ -210,6 +212,7 @@ impl Server {
         let session_store =
             crate::durable::restore(&cfg, &dir, &exports, &alive, &mut core, &*clock)
                 .map_err(error_at(&dir.join(sessionstore::FILE_NAME)))?;
+        let metrics = crate::metrics::Metrics::new(exports.exports.keys().copied());
         Ok(Arc::new_cyclic(|me| Server {
             me: me.clone(),
             recall_waits: Default::default(),
@@ -230,6 +233,7 @@ impl Server {
             server_owner,
             limits,
             stats: Stats::new(cfg.max_in_flight_bytes),
+            metrics,
             held: Default::default(),
             callbacks: Default::default(),
             clock,

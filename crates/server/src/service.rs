@@ -95,6 +95,7 @@ impl RpcService for NfsService {
         let server = self.server.clone();
         async move {
             if info.prog == crate::mount::MOUNT_PROGRAM {
+                server.metrics.mount_calls.fetch_add(1, Ordering::Relaxed);
                 return crate::mount::call(&server, &self.mounts, info.peer, info.proc_num, args)
                     .await;
             }
@@ -146,6 +147,13 @@ impl RpcService for NfsService {
                         let reply = crate::compound::execute_request(
                             &server, creds, conn, req, proc, &waited,
                         );
+                        if txn {
+                            // The COMPOUND's status word: NFS4_OK when it committed.
+                            let status = reply
+                                .get(..4)
+                                .map_or(-1, |b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+                            server.metrics.transaction(status);
+                        }
                         pace.record(blocking, started.elapsed().saturating_sub(waited.total()));
                         drop(running);
                         reply
@@ -170,12 +178,14 @@ impl RpcService for NfsService {
     }
 
     fn connection_opened(&self, conn_id: u64, back_channel: &txnfs_rpc::BackChannel) {
+        self.server.metrics.connection_opened();
         self.server
             .callbacks
             .connection_opened(conn_id, back_channel);
     }
 
     fn connection_closed(&self, conn_id: u64) {
+        self.server.metrics.connection_closed();
         self.server.connection_closed(conn_id);
     }
 }
@@ -206,7 +216,29 @@ pub async fn run(
         ..Default::default()
     };
     let svc = Arc::new(NfsService::new(server.clone()));
+    let reports = Arc::new(crate::report::Reports {
+        server: server.clone(),
+        v3: svc.v3.clone(),
+    });
+    let mut report_tasks = Vec::new();
+    let state_dir = server.cfg.state_dir();
+    match crate::report::control::spawn(&state_dir, reports.clone()) {
+        Ok(t) => report_tasks.push(t),
+        // Never a reason not to serve: `txnfs stats` then says it finds no server.
+        Err(e) => tracing::warn!(
+            "no control socket in {} ({e}): `txnfs stats` cannot reach this server",
+            state_dir.display()
+        ),
+    }
+    if let Some(addr) = server.cfg.metrics {
+        let (bound, t) = crate::report::http::spawn(addr, reports).await?;
+        tracing::info!("Prometheus metrics on http://{bound}/metrics");
+        report_tasks.push(t);
+    }
     let r = txnfs_rpc::serve(listener, svc, cfg, shutdown).await;
+    for t in report_tasks {
+        t.abort();
+    }
     ticker.abort();
     if let Some(t) = lease_breaks {
         t.abort();

@@ -18,12 +18,14 @@ mod args;
 mod create_session;
 mod durable;
 mod exchange_id;
+mod summary;
 
 pub use args::{
     ConnDir, ConnDirRequest, CreateSessionArgs, CreateSessionOutcome, ExchangeIdOk, SequenceArgs,
     SequenceOk, SessionError,
 };
 pub use durable::{DurableClient, DurableSession, DurableSlot};
+pub use summary::ClientSummary;
 
 /// A session id (RFC 8881 §18.36: `sessionid4`): client id, boot epoch, counter.
 pub type SessionId = [u8; 16];

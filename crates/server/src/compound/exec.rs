@@ -323,6 +323,7 @@ impl Exec<'_> {
         srv.stats.count(opnum);
         let info = entry.info();
         let before = self.out.len();
+        let started = std::time::Instant::now();
         let result = match self.admit(i, nops, entry, &arg) {
             Err(s) => Err(OpError::Status(s)),
             // A panic fails this op with SERVERFAULT (`crate::panics`, ADR 0029).
@@ -351,6 +352,7 @@ impl Exec<'_> {
                 s
             }
         };
+        srv.metrics.v4_op(opnum, started.elapsed(), st as i32);
         self.done += 1;
         self.last_op = Some((before, entry));
         if !self.reply_fits(before, entry, st) {

@@ -354,6 +354,7 @@ pub fn read(c: &mut Compound, a: &READ4args) -> OpResult {
         .export
         .backend
         .read(c.scope.ctx(), &o.key, a.offset, count)?;
+    c.srv.metrics.read(o.export.id, data.len());
     Ok(nfs_resop4::OP_READ(READ4res::NFS4_OK(READ4resok {
         eof,
         data,
@@ -384,6 +385,7 @@ pub fn write(c: &mut Compound, a: WRITE4args) -> OpResult {
     let sync = a.stable != stable_how4::UNSTABLE4;
     let cx = c.scope.ctx_for(&o.export, &c.creds, c.client)?;
     o.export.backend.write(cx, &o.key, a.offset, &data, sync)?;
+    c.srv.metrics.wrote(o.export.id, data.len());
     // Size, times and change moved: delegated directories naming the file hear.
     crate::ops::notify::attrs_changed(c, &o.export, &o.key);
     Ok(nfs_resop4::OP_WRITE(WRITE4res::NFS4_OK(WRITE4resok {

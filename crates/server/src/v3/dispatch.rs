@@ -66,11 +66,21 @@ pub async fn call(
         let server = server.clone();
         let pace = pace.clone();
         let conn = info.conn_id;
+        let proc_num = info.proc_num;
         move || {
             let started = Instant::now();
             let waited = WaitClock::default();
             let r = execute(&server, creds, conn, proc, args, &waited);
-            pace.record(blocking, started.elapsed().saturating_sub(waited.total()));
+            let took = started.elapsed();
+            pace.record(blocking, took.saturating_sub(waited.total()));
+            // Every v3 result begins with its nfsstat3 (NULL's is empty: OK).
+            let status = match &r {
+                Ok(Ok(reply)) => reply
+                    .get(..4)
+                    .map_or(0, |b| i32::from_be_bytes([b[0], b[1], b[2], b[3]])),
+                _ => nfsstat3::NFS3ERR_SERVERFAULT as i32,
+            };
+            server.metrics.v3_proc(proc_num, took, status);
             r
         }
     };

@@ -67,9 +67,12 @@ fn read_in(
     let count = a.count.min(c.srv.cfg.max_io_size);
     // The attributes read before answer for after: a read changes none but the
     // access time, and a second stat on every READ is not worth that.
-    be(o.export
+    let (data, eof) = be(o
+        .export
         .backend
-        .read(c.scope.ctx(), &o.key, a.offset, count))
+        .read(c.scope.ctx(), &o.key, a.offset, count))?;
+    c.srv.metrics.read(o.export.id, data.len());
+    Ok((data, eof))
 }
 
 pub fn write3(c: &mut Compound, a: WRITE3args) -> WRITE3res {
@@ -116,6 +119,7 @@ fn write_in(c: &mut Compound, a: &WRITE3args, wcc: &mut Wcc) -> R<(u32, stable_h
     let sync = a.stable != stable_how::UNSTABLE;
     let cx = be(c.scope.ctx_for(&o.export, &c.creds, None))?;
     let after = be(o.export.backend.write(cx, &o.key, a.offset, &data, sync))?;
+    c.srv.metrics.wrote(o.export.id, data.len());
     wcc.changed_to(after);
     crate::ops::notify::attrs_changed(c, &o.export, &o.key);
     let committed = if sync {
