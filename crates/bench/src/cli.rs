@@ -45,6 +45,7 @@ pub struct GaneshaConfArgs {
   txnfs bench run randread --target nfs://127.0.0.1:2049/ --duration 5
   txnfs bench run getattr --target nfs://127.0.0.1:2049/ --driver nfs-rs --server-pid \"$(pidof -s txnfs)\"
   txnfs bench run randread --target nfs://127.0.0.1:2049/export --driver nfs-rs --file-size 4k
+  txnfs bench run getattr --target nfs://127.0.0.1:2049/ --driver nfs-rs --nfs-version 3
   txnfs bench run tree-cp --target nfs://127.0.0.1:2049/ --scale 0.01 --delay-ms 10
   txnfs bench run smallfiles --target nfs://127.0.0.1:2049/ --clients 4 --threads 2 --repeat 2 --duration 2
   txnfs bench run writefiles --target nfs://127.0.0.1:2049/ --txn --files-per-txn 16 --file-size 4k
@@ -133,6 +134,10 @@ pub struct RunArgs {
     /// third-party crate, one call at a time; see `bench list`).
     #[arg(long, value_enum, default_value_t = Driver::Txnfs)]
     pub driver: Driver,
+    /// The NFS version `--driver nfs-rs` speaks: 3 (MOUNT on the target's port, or
+    /// at `nfs://HOST:PORT/PATH?mountport=N`), 4.0 or 4.1.
+    #[arg(long, default_value = "4.1", value_name = "VERSION")]
+    pub nfs_version: crate::driver::NfsVersion,
     /// Batch the requests of each client's threads into shared COMPOUNDs (Tyche's
     /// adaptive batching, ADR 0044): none, static:N (N requests per COMPOUND, or fewer
     /// after 5 ms) or dynamic (the level follows measured throughput).
@@ -169,6 +174,9 @@ impl RunArgs {
 
     pub fn config(&self) -> anyhow::Result<RunConfig> {
         let target: Target = self.target.parse()?;
+        if self.nfs_version != crate::driver::NfsVersion::V41 && self.driver != Driver::NfsRs {
+            bail!("--nfs-version chooses the version of --driver nfs-rs (our client speaks 4.2 or 4.1: --vers)");
+        }
         let stop = match (self.duration, self.ops) {
             (Some(d), _) if d > 0.0 => Some(StopAt::Duration(Duration::from_secs_f64(d))),
             (Some(_), _) => bail!("--duration must be positive"),
@@ -189,6 +197,7 @@ impl RunArgs {
             verbose: !self.quiet,
             driver: self.driver,
             batch: self.batch,
+            nfs_version: self.nfs_version,
         })
     }
 }
@@ -223,7 +232,15 @@ pub fn report(res: &crate::results::Results) -> String {
     };
     s.push_str(&format!(
         "{} on {} with {} ({} clients × {} threads, delay {} ms)\n",
-        res.workload, res.target, res.driver, res.clients, res.threads, res.delay_ms
+        res.workload,
+        res.target,
+        match &res.nfs_version {
+            Some(v) => format!("{} (NFSv{v})", res.driver),
+            None => res.driver.to_string(),
+        },
+        res.clients,
+        res.threads,
+        res.delay_ms
     ));
     s.push_str(&format!("  ops/s      {}\n", fmt(&res.summary.ops_per_s)));
     s.push_str(&format!("  MB/s       {}\n", fmt(&res.summary.mb_per_s)));

@@ -52,6 +52,8 @@ pub struct Recorder {
     pub counters: BTreeMap<String, u64>,
     /// Op failures per "OP:STATUS".
     pub errors: BTreeMap<String, u64>,
+    /// Requests carry no SEQUENCE (NFSv3 procedures, NFSv4.0 COMPOUNDs).
+    pub sessionless: bool,
 }
 
 impl Recorder {
@@ -66,12 +68,15 @@ impl Recorder {
             per_second: Vec::new(),
             counters: BTreeMap::new(),
             errors: BTreeMap::new(),
+            sessionless: false,
         }
     }
 
     /// Restart the clock (the timed part begins) and forget everything so far.
     pub fn reset(&mut self, start: Instant) {
+        let sessionless = self.sessionless;
         *self = Recorder::new(start);
+        self.sessionless = sessionless;
     }
 
     pub fn start(&self) -> Instant {
@@ -95,7 +100,9 @@ impl Recorder {
         bytes: u64,
     ) {
         self.compounds += 1;
-        *self.op_counts.entry("SEQUENCE".into()).or_default() += 1;
+        if !self.sessionless {
+            *self.op_counts.entry("SEQUENCE".into()).or_default() += 1;
+        }
         for op in ops {
             *self.op_counts.entry(op.to_string()).or_default() += 1;
         }

@@ -43,6 +43,9 @@ pub struct Results {
     pub driver: crate::driver::Driver,
     /// How the clients batched concurrent requests: none, static:N, dynamic.
     pub batch: String,
+    /// The NFS version the nfs-rs driver spoke ("3", "4.0", "4.1"); `None` with our
+    /// client (which negotiates 4.2 or 4.1).
+    pub nfs_version: Option<String>,
     pub params: serde_json::Value,
     pub repeats: Vec<Repeat>,
     pub summary: SummaryBlock,

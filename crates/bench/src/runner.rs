@@ -3,7 +3,7 @@
 //! repeated R times, with the server process's CPU time and context switches
 //! sampled from /proc around the timed part.
 
-use crate::driver::{self, Driver};
+use crate::driver::{self, Driver, NfsVersion};
 use crate::nfs;
 use crate::proxy::DelayProxy;
 use crate::recorder::Recorder;
@@ -25,6 +25,8 @@ pub struct Target {
     pub addr: SocketAddr,
     pub path: String,
     pub url: String,
+    /// `?mountport=N`: where an NFSv3 client finds MOUNT (default: the NFS port).
+    pub mount_port: Option<u16>,
 }
 
 impl std::str::FromStr for Target {
@@ -34,6 +36,20 @@ impl std::str::FromStr for Target {
         let rest = url
             .strip_prefix("nfs://")
             .ok_or_else(|| anyhow!("target {url:?} must start with nfs://"))?;
+        let mut mount_port = None;
+        if let Some((_, query)) = rest.split_once('?') {
+            for kv in query.split('&') {
+                match kv.split_once('=') {
+                    Some(("mountport", v)) => {
+                        mount_port = Some(
+                            v.parse()
+                                .map_err(|_| anyhow!("target {url:?}: bad mountport {v:?}"))?,
+                        )
+                    }
+                    _ => bail!("target {url:?}: unknown query {kv:?} (only mountport=N)"),
+                }
+            }
+        }
         let rest = rest.split('?').next().unwrap_or("");
         let (hostport, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
@@ -67,6 +83,7 @@ impl std::str::FromStr for Target {
             addr,
             path,
             url: url.to_string(),
+            mount_port,
         })
     }
 }
@@ -96,6 +113,8 @@ pub struct RunConfig {
     pub driver: Driver,
     /// How the workers' clients batch concurrent requests (ADR 0044).
     pub batch: BatchMode,
+    /// The protocol version of the nfs-rs driver.
+    pub nfs_version: NfsVersion,
 }
 
 impl RunConfig {
@@ -114,6 +133,7 @@ impl RunConfig {
             verbose: false,
             driver: Driver::Txnfs,
             batch: BatchMode::None,
+            nfs_version: NfsVersion::V41,
         }
     }
 }
@@ -233,6 +253,7 @@ pub async fn run(w: Arc<dyn Workload>, cfg: &RunConfig) -> anyhow::Result<Result
         threads: cfg.threads,
         driver: cfg.driver,
         batch: cfg.batch.to_string(),
+        nfs_version: (cfg.driver == Driver::NfsRs).then(|| cfg.nfs_version.to_string()),
         params: w.params(),
         summary: SummaryBlock::of(&repeats),
         repeats,
@@ -325,8 +346,16 @@ async fn timed_part(
     if cfg.driver == Driver::NfsRs {
         let ids = ClientConfig::new(worker_addr);
         for _ in 0..cfg.clients {
-            mounts
-                .push(driver::mount_nfsrs(worker_addr, &cfg.target.path, ids.uid, ids.gid).await?);
+            mounts.push(
+                driver::mount_nfsrs(
+                    worker_addr,
+                    &cfg.target.path,
+                    (ids.uid, ids.gid),
+                    cfg.nfs_version,
+                    cfg.target.mount_port,
+                )
+                .await?,
+            );
         }
     }
     let stop = cfg.stop.unwrap_or(StopAt::Ops(w.default_ops()));
@@ -336,6 +365,24 @@ async fn timed_part(
         stop,
         barrier: tokio::sync::Barrier::new(nworkers + 1),
     });
+    // NFSv3 handles need not be NFSv4's (NFS-Ganesha's differ): an NFSv3 worker gets
+    // the working directory's handle through its own MOUNT and LOOKUPs.
+    let mut v3_bases = Vec::new();
+    if cfg.driver == Driver::NfsRs && cfg.nfs_version == NfsVersion::V3 {
+        let rel = setup
+            .base
+            .strip_prefix(cfg.target.path.as_str())
+            .unwrap_or(&setup.base)
+            .trim_start_matches('/');
+        for m in &mounts {
+            let fh = m
+                .lookup_path(rel)
+                .await
+                .map_err(|e| anyhow!("NFSv3 LOOKUP of {rel:?}: {e}"))?
+                .fh;
+            v3_bases.push(fh);
+        }
+    }
     let mut tasks = Vec::new();
     for (ci, client) in clients.iter().enumerate() {
         for ti in 0..cfg.threads {
@@ -348,6 +395,11 @@ async fn timed_part(
             );
             wk.driver = cfg.driver;
             wk.nfsrs_mount = mounts.get(ci).cloned();
+            wk.nfs_version = cfg.nfs_version;
+            if let Some(fh) = v3_bases.get(ci) {
+                wk.base_fh = fh.clone();
+            }
+            wk.rec.sessionless = cfg.driver == Driver::NfsRs && cfg.nfs_version != NfsVersion::V41;
             let w = w.clone();
             tasks.push(tokio::spawn(async move {
                 let r = w.run(&mut wk).await;
@@ -446,9 +498,16 @@ mod tests {
 
     #[test]
     fn targets() {
-        let t: Target = "nfs://127.0.0.1:2050/export/dir?x=1".parse().unwrap();
+        let t: Target = "nfs://127.0.0.1:2050/export/dir?mountport=2051"
+            .parse()
+            .unwrap();
         assert_eq!(t.addr, "127.0.0.1:2050".parse().unwrap());
         assert_eq!(t.path, "export/dir");
+        assert_eq!(t.mount_port, Some(2051));
+        assert!("nfs://127.0.0.1:2050/export?x=1".parse::<Target>().is_err());
+        assert!("nfs://127.0.0.1:2050/export?mountport=x"
+            .parse::<Target>()
+            .is_err());
         let t: Target = "nfs://127.0.0.1".parse().unwrap();
         assert_eq!(t.addr.port(), 2049);
         assert_eq!(t.path, "");

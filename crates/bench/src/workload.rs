@@ -179,6 +179,8 @@ pub struct Worker {
     pub driver: crate::driver::Driver,
     /// This worker's client's nfs-rs mount (with the nfs-rs driver).
     pub(crate) nfsrs_mount: Option<crate::driver::NfsRsMount>,
+    /// The protocol version of that mount.
+    pub nfs_version: crate::driver::NfsVersion,
     pub(crate) shared: Arc<Shared>,
     pub(crate) timed: bool,
     recording: bool,
@@ -210,6 +212,7 @@ impl Worker {
             rec: Recorder::new(Instant::now()),
             driver: crate::driver::Driver::Txnfs,
             nfsrs_mount: None,
+            nfs_version: Default::default(),
             shared,
             timed: false,
             recording: true,

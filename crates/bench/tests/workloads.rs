@@ -6,11 +6,12 @@
 //! Ganesha: `ganesha.nfsd` must be installed.
 
 use std::time::Instant;
-use txnfs_bench::driver::Driver;
+use txnfs_bench::driver::{Driver, NfsVersion};
 use txnfs_bench::results::Results;
 use txnfs_bench::runner::{self, RunConfig, Target};
 use txnfs_bench::workload::StopAt;
 use txnfs_bench::workloads::{self, Params};
+use txnfs_client::BatchMode;
 use txnfs_e2e::{ServerGuard, ServerKind};
 
 struct Case {
@@ -23,6 +24,10 @@ struct Case {
     repeat: usize,
     sample_self: bool,
     driver: Driver,
+    /// The nfs-rs driver's protocol version (NFSv3 cases run against txnfs only: the
+    /// harness's Ganesha serves NFSv4).
+    nfs_version: NfsVersion,
+    batch: BatchMode,
 }
 
 fn case(name: &'static str) -> Case {
@@ -40,6 +45,8 @@ fn case(name: &'static str) -> Case {
         repeat: 1,
         sample_self: false,
         driver: Driver::Txnfs,
+        nfs_version: NfsVersion::V41,
+        batch: BatchMode::None,
     }
 }
 
@@ -144,6 +151,25 @@ fn cases() -> Vec<Case> {
         c.driver = driver;
         v.push(c);
     }
+    // The same loops over NFSv3 (seed 001's v3 vs v4.1, through one client library).
+    for name in ["getattr", "randread"] {
+        let mut c = case(name);
+        c.ops = Some(50);
+        c.params.file_size = Some(256 << 10);
+        c.driver = Driver::NfsRs;
+        c.nfs_version = NfsVersion::V3;
+        v.push(c);
+    }
+    // 4 KiB reads of 8 threads batched by our client (ADR 0044): the per-op rules
+    // hold whatever shares a COMPOUND.
+    for batch in [BatchMode::Static(4), BatchMode::Dynamic] {
+        let mut c = case("randread");
+        c.ops = Some(200);
+        c.threads = 8;
+        c.params.file_size = Some(256 << 10);
+        c.batch = batch;
+        v.push(c);
+    }
     v
 }
 
@@ -194,8 +220,10 @@ fn check_schema(v: &serde_json::Value, what: &str) {
             r["ops"].as_u64(),
             "{what}: per-second ops add up"
         );
+        // (NFSv3 procedures carry no SEQUENCE.)
         assert!(
-            r["op_counts"]["SEQUENCE"].as_u64() > Some(0),
+            r["compounds"].as_u64() > Some(0)
+                && (r["op_counts"]["SEQUENCE"].as_u64() > Some(0) || v["nfs_version"] == "3"),
             "{what}: counted COMPOUNDs"
         );
     }
@@ -216,11 +244,16 @@ async fn run_all(kind: ServerKind) {
         .expect("target");
     let mut failures = Vec::new();
     for c in cases() {
+        if c.nfs_version == NfsVersion::V3 && kind != ServerKind::Txnfs {
+            continue;
+        }
         let t = Instant::now();
         let what = format!(
-            "{kind:?} {} with {} {:?}",
+            "{kind:?} {} with {} (NFSv{}, batch {}) {:?}",
             c.name,
             c.driver,
+            c.nfs_version,
+            c.batch,
             (c.params.file_size, c.params.sync)
         );
         let w = workloads::by_name(c.name, &c.params).expect("workload");
@@ -231,6 +264,8 @@ async fn run_all(kind: ServerKind) {
         cfg.delay_ms = c.delay_ms;
         cfg.repeat = c.repeat;
         cfg.driver = c.driver;
+        cfg.nfs_version = c.nfs_version;
+        cfg.batch = c.batch;
         cfg.server_label = Some(format!("{kind:?}").to_lowercase());
         if c.sample_self {
             cfg.server_pid = Some(std::process::id());
@@ -270,6 +305,23 @@ async fn run_all(kind: ServerKind) {
             );
         }
         assert_eq!(res.driver, c.driver, "{what}: driver recorded");
+        if c.nfs_version == NfsVersion::V3 {
+            assert_eq!(res.nfs_version.as_deref(), Some("3"), "{what}");
+            let ops = &res.repeats[0].op_counts;
+            assert!(
+                !ops.contains_key("SEQUENCE") && !ops.contains_key("PUTFH"),
+                "{what}: {ops:?}"
+            );
+        }
+        if let BatchMode::Static(_) = c.batch {
+            let r = &res.repeats[0];
+            let sent = r.rpc_messages.expect("our client counts its COMPOUNDs");
+            assert!(
+                sent < r.compounds,
+                "{what}: {sent} COMPOUNDs for {} requests: nothing batched",
+                r.compounds
+            );
+        }
         if kind == ServerKind::Txnfs {
             delegations_used(&res, c.name, &what, &mut failures);
         }

@@ -20,6 +20,7 @@ use crate::servers::ServerOpts;
   txnfs bench compare getattr randread -- --driver nfs-rs --duration 5
   txnfs bench compare tree-ls tree-cp tree-rm -- --scale 0.05
   txnfs bench compare smallfiles --servers txnfs,ganesha --out /tmp/cmp -- --threads 4
+  txnfs bench compare getattr randread --versions 3,4.1 -- --duration 5
   txnfs bench compare writefiles --servers txnfs-txn=txnfs,txnfs,ganesha --run-arg txnfs-txn=--txn -- --files-per-txn 16
   txnfs bench compare --from-results txnfs.json ganesha.json --out /tmp/report
 
@@ -56,6 +57,12 @@ pub struct CompareArgs {
         allow_hyphen_values = true
     )]
     pub server_args: Vec<String>,
+
+    /// Run every server once per NFS version, comma-separated (3, 4.0, 4.1), through
+    /// the nfs-rs driver (the same client library for each version); the results name
+    /// the configurations LABEL-v3, LABEL-v4.1 ... NFS-Ganesha then serves NFSv3 too.
+    #[arg(long, value_delimiter = ',', value_name = "VERSIONS")]
+    pub versions: Vec<txnfs_bench::driver::NfsVersion>,
 
     /// Added network delay in milliseconds, comma-separated list.
     #[arg(long = "delay-ms", value_delimiter = ',', default_value = "0")]
@@ -130,7 +137,10 @@ pub fn main(args: CompareArgs) -> Result<()> {
         }
         Comparison::from_results(results)
     } else {
-        let servers = compare::server_specs(&args.servers, &args.run_args, &args.server_args)?;
+        let servers = compare::per_version(
+            compare::server_specs(&args.servers, &args.run_args, &args.server_args)?,
+            &args.versions,
+        );
         let opts = MatrixOpts {
             workloads: args.workloads.clone(),
             servers,
@@ -144,6 +154,7 @@ pub fn main(args: CompareArgs) -> Result<()> {
                 txnfs_bin: args.txnfs_bin.clone(),
                 txnfs_args: args.txnfs_args.clone(),
                 ganesha_delegations: args.ganesha_delegations,
+                ganesha_nfsv3: args.versions.contains(&txnfs_bench::driver::NfsVersion::V3),
                 keep: args.keep,
                 start_timeout: std::time::Duration::from_secs(args.start_timeout),
                 ..ServerOpts::default()

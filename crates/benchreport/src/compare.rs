@@ -6,6 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
+use txnfs_bench::driver::NfsVersion;
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -492,6 +493,26 @@ pub fn server_specs(
         }
     }
     Ok(specs)
+}
+
+/// `--versions`: every configuration once per NFS version, as `LABEL-vVERSION`, each
+/// run through the nfs-rs driver speaking that version (seed 001's v3 vs v4.1: one
+/// client library, two protocols). Arguments already given stay.
+pub fn per_version(specs: Vec<ServerSpec>, versions: &[NfsVersion]) -> Vec<ServerSpec> {
+    if versions.is_empty() {
+        return specs;
+    }
+    let mut out = Vec::new();
+    for spec in specs {
+        for v in versions {
+            let mut s = spec.clone();
+            s.label = format!("{}-v{v}", spec.label);
+            s.run_args
+                .extend(["--driver=nfs-rs".to_string(), format!("--nfs-version={v}")]);
+            out.push(s);
+        }
+    }
+    out
 }
 
 /// How to run the matrix.

@@ -97,6 +97,8 @@ pub struct ServerOpts {
     pub txnfs_args: Vec<String>,
     /// Ganesha with delegations on.
     pub ganesha_delegations: bool,
+    /// Ganesha serves NFSv3 too (MOUNT on a port of its own, in the target URL).
+    pub ganesha_nfsv3: bool,
 }
 
 impl Default for ServerOpts {
@@ -109,6 +111,7 @@ impl Default for ServerOpts {
             keep: false,
             txnfs_args: Vec::new(),
             ganesha_delegations: false,
+            ganesha_nfsv3: false,
         }
     }
 }
@@ -194,6 +197,10 @@ pub struct RunningServer {
     pub log_path: PathBuf,
     /// One line naming the server's version, if it could be found.
     pub version: Option<String>,
+    /// Where NFSv3 clients find MOUNT when it is not the NFS port.
+    pub mount_port: Option<u16>,
+    /// An rpcbind started for this server (Ganesha must register NFSv3 with one).
+    rpcbind: Option<Child>,
     keep: bool,
     child: Option<Child>,
     work: Option<tempfile::TempDir>,
@@ -227,7 +234,11 @@ impl RunningServer {
 
     /// `nfs://127.0.0.1:PORT/` or `nfs://127.0.0.1:PORT/export`.
     pub fn url(&self) -> String {
-        format!("nfs://127.0.0.1:{}{}", self.port, self.export_path)
+        let mount = self
+            .mount_port
+            .map(|p| format!("?mountport={p}"))
+            .unwrap_or_default();
+        format!("nfs://127.0.0.1:{}{}{mount}", self.port, self.export_path)
     }
 
     /// The temporary directory holding export, state and logs.
@@ -274,6 +285,10 @@ impl RunningServer {
             }
         }
         self._lock = None;
+        if let Some(mut pm) = self.rpcbind.take() {
+            let _ = pm.kill();
+            let _ = pm.wait();
+        }
         result
     }
 
@@ -429,6 +444,8 @@ impl Staged {
             export_dir: self.export_dir,
             log_path: self.log_path,
             version,
+            mount_port: None,
+            rpcbind: None,
             keep: opts.keep,
             child: Some(child),
             work: Some(self.work),
@@ -476,9 +493,53 @@ fn start_ganesha(opts: &ServerOpts) -> Result<RunningServer> {
     let staged = Staged::new(ServerKind::Ganesha, opts)?;
     let mut conf = ganesha::Config::single(staged.port, &staged.export_dir, &staged.state_dir());
     conf.delegations = opts.ganesha_delegations;
+    let rpcbind = if opts.ganesha_nfsv3 {
+        conf.nfsv3_mount_port = Some(free_port()?);
+        ensure_portmapper()?
+    } else {
+        None
+    };
     let child = ganesha::spawn(&bin, &conf, staged.work.path(), &staged.log_path)
         .with_context(|| format!("starting {}", bin.display()))?;
-    staged.started(child, version_line(&bin, "-v"), Some(lock), opts)
+    let mut server = staged.started(child, version_line(&bin, "-v"), Some(lock), opts)?;
+    server.mount_port = conf.nfsv3_mount_port;
+    server.rpcbind = rpcbind;
+    Ok(server)
+}
+
+/// Ganesha will not serve NFSv3 unless it can register it with a portmapper: use the
+/// host's, or start `rpcbind -f` (stopped with the server) when none answers.
+fn ensure_portmapper() -> Result<Option<Child>> {
+    let pm = SocketAddr::from(([127, 0, 0, 1], 111));
+    let answers = || TcpStream::connect_timeout(&pm, Duration::from_millis(200)).is_ok();
+    if answers() {
+        return Ok(None);
+    }
+    let bin = ["/usr/sbin/rpcbind", "/sbin/rpcbind"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            anyhow!(
+                "NFS-Ganesha serves NFSv3 only with a portmapper to register with, and no \
+                 rpcbind runs or is installed (apt-get install rpcbind), or leave 3 out of \
+                 --versions"
+            )
+        })?;
+    let child = Command::new(&bin)
+        .arg("-f")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !answers() {
+        if Instant::now() > deadline {
+            bail!("{} did not start listening on 127.0.0.1:111", bin.display());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(Some(child))
 }
 
 /// Wait until the server answers the NULL probe; on failure stop it and return

@@ -41,6 +41,9 @@ pub struct Config {
     pub lease_time: Option<u32>,
     /// Grant delegations (Ganesha's default is off).
     pub delegations: bool,
+    /// Serve NFSv3 too, with MOUNT on this port (Ganesha's MOUNT has a port of its own;
+    /// exports are mounted by their pseudo path). `None`: NFSv4 only.
+    pub nfsv3_mount_port: Option<u16>,
 }
 
 /// The pseudo path of the single export of [`Config::single`].
@@ -60,6 +63,7 @@ impl Config {
             graceless: true,
             lease_time: None,
             delegations: false,
+            nfsv3_mount_port: None,
         }
     }
 
@@ -69,17 +73,24 @@ impl Config {
             .lease_time
             .map(|l| format!("    Lease_Lifetime = {l};\n    Grace_Period = {l};\n"))
             .unwrap_or_default();
+        let (protocols, v3) = match self.nfsv3_mount_port {
+            Some(p) => (
+                "3, 4",
+                format!("    MNT_Port = {p};\n    Mount_Path_Pseudo = true;\n"),
+            ),
+            None => ("4", String::new()),
+        };
         let mut conf = format!(
             r#"# NFS-Ganesha (FSAL VFS) as txnfs's reference server; rendered by txnfs-testbed's
 # ganesha module (crates/testbed/src/ganesha.rs). NFSv4.1 only, TCP only, 127.0.0.1 only.
 NFS_CORE_PARAM {{
     Bind_addr = 127.0.0.1;
     NFS_Port = {port};
-    Protocols = 4;
+    Protocols = {protocols};
     Enable_NLM = false;
     Enable_RQUOTA = false;
     Enable_UDP = false;
-}}
+{v3}}}
 NFSv4 {{
     Graceless = {graceless};
     # Ganesha advertises a pNFS MDS by default although FSAL VFS serves no
@@ -94,6 +105,8 @@ NFSv4 {{
 NFS_KRB5 {{ Active_krb5 = false; }}
 "#,
             port = self.port,
+            protocols = protocols,
+            v3 = v3,
             graceless = self.graceless,
             delegations = self.delegations,
             state = self.recovery_root.display()
@@ -106,7 +119,7 @@ NFS_KRB5 {{ Active_krb5 = false; }}
     Pseudo = {pseudo};
     Access_Type = {access};
     Squash = No_Root_Squash;
-    Protocols = 4;
+    Protocols = {protocols};
     Transports = TCP;
     SecType = sys;
     Delegations = {deleg};
@@ -114,6 +127,7 @@ NFS_KRB5 {{ Active_krb5 = false; }}
 }}
 "#,
                 id = i + 1,
+                protocols = protocols,
                 path = e.path.display(),
                 pseudo = e.pseudo,
                 access = if e.read_only { "RO" } else { "RW" },

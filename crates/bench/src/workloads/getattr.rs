@@ -66,6 +66,7 @@ impl Workload for Getattr {
                     }
                 }
                 Driver::NfsRs => {
+                    let fh = w.nfsrs_fh(FILE, fh).await?;
                     let m = w.nfsrs()?;
                     w.ready().await;
                     while w.next_iter().is_some() {

@@ -142,6 +142,7 @@ impl Workload for BlockIo {
         Box::pin(async move {
             let fh = self.file.handle()?;
             if w.driver == Driver::NfsRs {
+                let fh = w.nfsrs_fh(FILE, fh).await?;
                 return self.run_nfsrs(w, fh).await;
             }
             // Untimed: open the file once.
