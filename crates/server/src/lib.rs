@@ -14,7 +14,8 @@
 //! from the top:
 //!
 //! ```text
-//! service     → compound, v3, mount, server, durable, placement, recall, txnspan
+//! service     → compound, v3, mount, nlm, server, durable, placement, recall, txnspan
+//! nlm         → v3, ops, cstate, server, panics, placement, waitmode, statedir
 //! v3          → ops, cstate, server, panics, placement, waitmode, fh, errors, export
 //! mount       → server, export
 //! compound    → ops, cstate, server, panics, placement, txnspan, session, fh, errors
@@ -55,6 +56,7 @@ pub mod fh;
 pub mod handle;
 pub mod held;
 pub mod mount;
+pub mod nlm;
 pub mod offload;
 pub mod ops;
 pub mod panics;
