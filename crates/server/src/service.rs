@@ -216,7 +216,7 @@ pub async fn run(
     };
     let lease_breaks = watch_lease_breaks(&server);
     let nlm_waiters = tokio::spawn(crate::nlm::blocked::run(server.clone()));
-    crate::nlm::nsm::notify_all(&server);
+    let notifications = crate::nlm::nsm::notify_all(&server);
     let cfg = txnfs_rpc::ServerConfig {
         max_record_size: server.cfg.max_record_size,
         max_connections: server.cfg.max_connections,
@@ -228,6 +228,7 @@ pub async fn run(
     let r = txnfs_rpc::serve(listener, svc, cfg, shutdown).await;
     ticker.abort();
     nlm_waiters.abort();
+    notifications.iter().for_each(|t| t.abort());
     if let Some(t) = lease_breaks {
         t.abort();
     }

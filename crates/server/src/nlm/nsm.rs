@@ -39,9 +39,16 @@ const SM_UNMON_ALL: u32 = 4;
 const SM_SIMU_CRASH: u32 = 5;
 const SM_NOTIFY: u32 = 6;
 
-/// SM_NOTIFY attempts per host after a restart, and the pause between them.
-const NOTIFY_ATTEMPTS: u32 = 3;
-const NOTIFY_PAUSE: Duration = Duration::from_secs(5);
+/// The pauses before each SM_NOTIFY attempt to one host after a restart: the first
+/// lets the server register with rpcbind before the host's lockd looks it up to
+/// reclaim; later ones give a client that restarted with the server time to run its
+/// statd.
+const NOTIFY_PAUSES: [Duration; 4] = [
+    Duration::from_secs(1),
+    Duration::from_secs(1),
+    Duration::from_secs(5),
+    Duration::from_secs(20),
+];
 
 #[derive(Default)]
 struct Lists {
@@ -247,20 +254,23 @@ pub fn call(srv: &Arc<Server>, peer: IpAddr, proc_num: u32, args: Bytes) -> Repl
 
 /// After a restart: SM_NOTIFY to every host of the previous instance, each in a task
 /// of its own (a few attempts; a host that cannot be reached finds out when its next
-/// request is refused).
-pub fn notify_all(srv: &Arc<Server>) {
+/// request is refused). The tasks, for the server to stop when it stops.
+pub fn notify_all(srv: &Arc<Server>) -> Vec<tokio::task::JoinHandle<()>> {
     let hosts = srv.nlm.nsm.to_notify();
     if hosts.is_empty() {
-        return;
+        return Vec::new();
     }
     tracing::info!(
         hosts = hosts.len(),
         "telling the NFSv3 clients that held locks of the restart (SM_NOTIFY)"
     );
-    for (name, addr) in hosts {
-        let srv = srv.clone();
-        tokio::spawn(async move { notify(&srv, name, addr).await });
-    }
+    hosts
+        .into_iter()
+        .map(|(name, addr)| {
+            let srv = srv.clone();
+            tokio::spawn(async move { notify(&srv, name, addr).await })
+        })
+        .collect()
 }
 
 async fn notify(srv: &Server, name: Bytes, addr: IpAddr) {
@@ -272,11 +282,11 @@ async fn notify(srv: &Server, name: Bytes, addr: IpAddr) {
         state: srv.nlm.nsm.state,
     }
     .to_bytes();
-    let port = srv.nlm.client_rpcbind_port();
-    for attempt in 1..=NOTIFY_ATTEMPTS {
+    for (attempt, pause) in NOTIFY_PAUSES.into_iter().enumerate() {
+        tokio::time::sleep(pause).await;
         let r = super::callback::call(
             addr,
-            port,
+            srv.nlm.client_rpcbind_port(),
             super::NSM_PROGRAM,
             super::NSM_V1,
             SM_NOTIFY,
@@ -288,12 +298,12 @@ async fn notify(srv: &Server, name: Bytes, addr: IpAddr) {
                 tracing::debug!(host = %String::from_utf8_lossy(&name), %addr, "SM_NOTIFY sent");
                 break;
             }
-            Err(e) if attempt == NOTIFY_ATTEMPTS => tracing::warn!(
+            Err(e) if attempt + 1 == NOTIFY_PAUSES.len() => tracing::warn!(
                 host = %String::from_utf8_lossy(&name),
                 %addr,
                 "cannot tell an NFSv3 client of the restart (SM_NOTIFY): {e}"
             ),
-            Err(_) => tokio::time::sleep(NOTIFY_PAUSE).await,
+            Err(e) => tracing::debug!(%addr, "SM_NOTIFY attempt failed: {e}"),
         }
     }
     srv.nlm.nsm.notified(&name);
