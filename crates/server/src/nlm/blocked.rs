@@ -89,6 +89,11 @@ impl Blocked {
         super::lock(&self.list).retain(|w| w.req.host != host);
     }
 
+    /// Whether a lock of `host` waits.
+    pub fn waits(&self, host: ClientId) -> bool {
+        super::lock(&self.list).iter().any(|w| w.req.host == host)
+    }
+
     pub fn len(&self) -> usize {
         super::lock(&self.list).len()
     }

@@ -96,16 +96,25 @@ impl Nlm {
         self.rpcbind_port.load(Ordering::Relaxed)
     }
 
-    /// The host called `name`, calling from `addr`, made known if new; `None` when
-    /// [`MAX_HOSTS`] are known already.
-    pub fn host(&self, name: &Bytes, addr: IpAddr) -> Option<Host> {
+    /// The host called `name`, calling from `addr`, made known if new. At
+    /// [`MAX_HOSTS`] the hosts for which `idle` is true (they hold nothing) are
+    /// forgotten first; `None` when none is.
+    pub fn host(
+        &self,
+        name: &Bytes,
+        addr: IpAddr,
+        idle: impl Fn(ClientId) -> bool,
+    ) -> Option<Host> {
         let mut hosts = lock(&self.hosts);
         if let Some(h) = hosts.by_name.get_mut(name) {
             h.addr = addr;
             return Some(*h);
         }
         if hosts.by_name.len() >= MAX_HOSTS {
-            return None;
+            hosts.by_name.retain(|_, h| !idle(h.id));
+            if hosts.by_name.len() >= MAX_HOSTS {
+                return None;
+            }
         }
         let n = hosts.next;
         hosts.next = hosts.next.checked_add(1)?;
@@ -182,14 +191,28 @@ mod tests {
     fn hosts_are_bounded_and_forgotten() {
         let nlm = Nlm::new(nsm::Nsm::empty(1));
         let ip: IpAddr = "10.0.0.1".parse().unwrap();
-        let a = nlm.host(&Bytes::from_static(b"a"), ip).unwrap();
-        let a2 = nlm.host(&Bytes::from_static(b"a"), ip).unwrap();
+        let busy = |_| false;
+        let a = nlm.host(&Bytes::from_static(b"a"), ip, busy).unwrap();
+        let a2 = nlm.host(&Bytes::from_static(b"a"), ip, busy).unwrap();
         assert_eq!(a.id, a2.id);
-        let b = nlm.host(&Bytes::from_static(b"b"), ip).unwrap();
+        let b = nlm.host(&Bytes::from_static(b"b"), ip, busy).unwrap();
         assert_ne!(a.id, b.id);
         assert!(txnfs_state::is_nlm_client(a.id));
         let gone = nlm.forget_hosts(b"zzz", Some(ip));
         assert_eq!(gone.len(), 2, "both call from that address");
         assert!(nlm.known_host(&Bytes::from_static(b"a")).is_none());
+        for i in 0..MAX_HOSTS {
+            assert!(nlm.host(&Bytes::from(i.to_string()), ip, busy).is_some());
+        }
+        assert!(nlm
+            .host(&Bytes::from_static(b"one more"), ip, busy)
+            .is_none());
+        let first = nlm.known_host(&Bytes::from_static(b"0")).unwrap().id;
+        assert!(
+            nlm.host(&Bytes::from_static(b"one more"), ip, |id| id == first)
+                .is_some(),
+            "an idle host makes room"
+        );
+        assert!(nlm.known_host(&Bytes::from_static(b"0")).is_none());
     }
 }

@@ -262,11 +262,20 @@ fn test(srv: &Server, a: &nlm4_testargs) -> nlm4_testres {
     })
 }
 
+/// Whether host `id` holds no lock, share reservation or waiter (it may be forgotten).
+fn idle(srv: &Server, id: txnfs_state::ClientId) -> bool {
+    let locks = srv
+        .core()
+        .map(|c| c.table().client_has_state(id))
+        .unwrap_or(true);
+    !locks && !srv.nlm.shares.holds(id) && !srv.nlm.blocked.waits(id)
+}
+
 /// NLM4_LOCK (`monitor`: the host is recorded for SM_NOTIFY after a restart) and
 /// NLM4_NM_LOCK (not recorded).
 fn lock(srv: &Server, peer: IpAddr, a: &nlm4_lockargs, monitor: bool) -> nlm4_res {
     use nlm4_stats::*;
-    let Some(host) = srv.nlm.host(&a.alock.caller_name, peer) else {
+    let Some(host) = srv.nlm.host(&a.alock.caller_name, peer, |id| idle(srv, id)) else {
         tracing::warn!(
             limit = super::MAX_HOSTS,
             "too many NLM hosts: a LOCK is refused"
@@ -382,7 +391,7 @@ fn share(srv: &Server, peer: IpAddr, a: &nlm4_shareargs, on: bool) -> nlm4_share
         sequence: 0,
     };
     let s = &a.share;
-    let Some(host) = srv.nlm.host(&s.caller_name, peer) else {
+    let Some(host) = srv.nlm.host(&s.caller_name, peer, |id| idle(srv, id)) else {
         return answer(NLM4_DENIED_NOLOCKS);
     };
     let (file, _) = match file_of(srv, &s.fh, false) {

@@ -78,6 +78,13 @@ impl Shares {
         }
     }
 
+    /// Whether `host` holds a reservation.
+    pub fn holds(&self, host: ClientId) -> bool {
+        super::lock(&self.files)
+            .values()
+            .any(|list| list.iter().any(|s| s.host == host))
+    }
+
     /// Every reservation of `host` goes (FREE_ALL, a reboot).
     pub fn release_host(&self, host: ClientId) {
         let mut files = super::lock(&self.files);
