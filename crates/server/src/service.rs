@@ -113,7 +113,7 @@ impl RpcService for NfsService {
                 return crate::nlm::procs::call(&server, info, args).await;
             }
             if info.prog == crate::nlm::NSM_PROGRAM {
-                return crate::nlm::nsm::call(&server, info.peer.ip(), info.proc_num, args);
+                return crate::nlm::nsm::call(&server, info.peer.ip(), info.proc_num, args).await;
             }
             if info.vers == crate::v3::NFS_V3 {
                 let transactions =

@@ -203,7 +203,7 @@ fn parse(text: &str) -> Option<BTreeMap<Bytes, IpAddr>> {
 }
 
 /// Runs one NSM call from `peer`.
-pub fn call(srv: &Arc<Server>, peer: IpAddr, proc_num: u32, args: Bytes) -> ReplyBody {
+pub async fn call(srv: &Arc<Server>, peer: IpAddr, proc_num: u32, args: Bytes) -> ReplyBody {
     let nsm = &srv.nlm.nsm;
     let stat_res = |res_stat| {
         ReplyBody::Success(
@@ -245,8 +245,19 @@ pub fn call(srv: &Arc<Server>, peer: IpAddr, proc_num: u32, args: Bytes) -> Repl
                 state = a.state,
                 "an NFSv3 client rebooted (SM_NOTIFY): its locks are released"
             );
-            super::procs::release_hosts(srv, &a.mon_name, Some(peer));
-            ReplyBody::Success(Bytes::new())
+            // The NSM list is rewritten (fsync): off the transport thread.
+            let s = srv.clone();
+            let released = tokio::task::spawn_blocking(move || {
+                super::procs::release_hosts(&s, &a.mon_name, Some(peer))
+            })
+            .await;
+            match released {
+                Ok(_) => ReplyBody::Success(Bytes::new()),
+                Err(e) => {
+                    tracing::error!(%peer, "SM_NOTIFY task failed: {e}");
+                    ReplyBody::SystemErr
+                }
+            }
         }
         _ => ReplyBody::ProcUnavail,
     }
