@@ -7,6 +7,8 @@ const SPECS: &[(&str, &str)] = &[
     ("spec/nfs4.x", "nfs4.rs"),
     ("spec/nfs3.x", "nfs3.rs"),
     ("spec/mnt3.x", "mnt3.rs"),
+    ("spec/nlm4.x", "nlm4.rs"),
+    ("spec/sm.x", "sm.rs"),
     // Only included by tests/codegen.rs: covers mappings nfs4.x does not use.
     ("tests/xdrgen_test.x", "xdrgen_test.rs"),
 ];

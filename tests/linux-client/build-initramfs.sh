@@ -2,7 +2,8 @@
 # Build the guest for the Linux-client tests (cached):
 #   $WORK/initramfs-<key>.cpio.gz  busybox-static + virtio/9p/nfsv4 and nfsv3 modules of the installed
 #                                  Debian kernel + mount.nfs (from the nfs-common .deb, extracted,
-#                                  never installed) + guest-tool (static C helper: flock/fcntl
+#                                  never installed) + rpc.statd (same .deb) and the host's rpcbind,
+#                                  for NLM locks over NFSv3 + guest-tool (static C helper: flock/fcntl
 #                                  locks, rename(2)) + guest-init as /init
 #   $WORK/vmlinux-$KVER            uncompressed ELF kernel (QEMU boots it through its PVH entry)
 #   $WORK/hostfwd-<key>            host-side guestfwd forwarder (hostfwd.c: why not socat)
@@ -90,23 +91,35 @@ fi
 LP=$D/lib/x86_64-linux-gnu:$D/usr/lib/x86_64-linux-gnu
 cp "$D"/sbin/mount.nfs "$R"/sbin/mount.nfs
 ln -sf mount.nfs "$R"/sbin/mount.nfs4
-LD_LIBRARY_PATH=$LP ldd "$D"/sbin/mount.nfs |
-  awk '/=>/ && $3 ~ /^\// {print $3}' | sort -u | while read -r lib; do
+# NFSv3 locks (NLM) need the guest's statd (the kernel's lockd asks it to monitor the server)
+# and an rpcbind for statd and lockd to register with: rpc.statd from the same .deb, rpcbind
+# from the host (scripts/test.sh installs it for the rpcbind tests).
+cp "$D"/sbin/rpc.statd "$R"/sbin/rpc.statd
+RPCBIND=$(command -v rpcbind || ls /usr/sbin/rpcbind /sbin/rpcbind 2> /dev/null | head -1 || true)
+[ -n "$RPCBIND" ] && cp -L "$RPCBIND" "$R"/sbin/rpcbind
+for b in "$R"/sbin/mount.nfs "$R"/sbin/rpc.statd ${RPCBIND:+"$R"/sbin/rpcbind}; do
+  LD_LIBRARY_PATH=$LP ldd "$b" | awk '/=>/ && $3 ~ /^\// {print $3}'
+done | sort -u | while read -r lib; do
     cp -L "$lib" "$R/lib/x86_64-linux-gnu/"
   done
 cp -L /lib64/ld-linux-x86-64.so.2 "$R"/lib64/
-if LD_LIBRARY_PATH=$R/lib/x86_64-linux-gnu ldd "$R"/sbin/mount.nfs | grep -q 'not found'; then
-  echo "mount.nfs: unresolved libraries" >&2; exit 1
-fi
+for b in "$R"/sbin/mount.nfs "$R"/sbin/rpc.statd ${RPCBIND:+"$R"/sbin/rpcbind}; do
+  if LD_LIBRARY_PATH=$R/lib/x86_64-linux-gnu ldd "$b" | grep -q 'not found'; then
+    echo "$b: unresolved libraries" >&2; exit 1
+  fi
+done
+mkdir -p "$R"/var/lib/nfs/sm "$R"/var/lib/nfs/sm.bak "$R"/run/rpcbind
+ln -sfn /run "$R"/var/run   # the kernel finds rpcbind at /var/run/rpcbind.sock
 cp "$D"/etc/netconfig "$R"/etc/ 2>/dev/null || true
-printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' > "$R"/etc/passwd
+printf 'root:x:0:0:root:/root:/bin/sh\n_rpc:x:0:0:rpcbind:/run/rpcbind:/bin/false\nstatd:x:0:0:statd:/var/lib/nfs:/bin/false\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' > "$R"/etc/passwd
 printf 'root:x:0:\nnogroup:x:65534:\n' > "$R"/etc/group
 printf 'passwd: files\ngroup: files\nhosts: files\n' > "$R"/etc/nsswitch.conf
 printf '127.0.0.1 localhost\n10.0.2.15 guest\n' > "$R"/etc/hosts
-printf 'nfs 2049/tcp\nsunrpc 111/tcp\nsunrpc 111/udp\n' > "$R"/etc/services
+# rpcbind looks its port up as "sunrpc" and fails without the aliases
+printf 'nfs 2049/tcp\nsunrpc 111/tcp portmapper rpcbind\nsunrpc 111/udp portmapper rpcbind\n' > "$R"/etc/services
 # mount.nfs fails without it ("Failed to find 'tcp' protocol")
 printf 'ip 0 IP\nicmp 1 ICMP\ntcp 6 TCP\nudp 17 UDP\nipv6 41 IPv6\n' > "$R"/etc/protocols
-printf 'nfs 100003 nfs\nportmapper 100000 sunrpc\n' > "$R"/etc/rpc
+printf 'nfs 100003 nfs\nportmapper 100000 sunrpc rpcbind\nmountd 100005 mount\nnlockmgr 100021\nstatus 100024\n' > "$R"/etc/rpc
 : > "$R"/etc/fstab
 ln -sf /proc/self/mounts "$R"/etc/mtab
 

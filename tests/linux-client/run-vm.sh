@@ -8,9 +8,10 @@
 #        SHARE     host dir exported to the guest over 9p (tag "share", mounted on /share; required)
 #        WORK      cache dir of build-initramfs.sh (default /tmp/txnfs-vm)
 #        MEM=1536 SMP=1 TIMEOUT=600 (seconds, whole VM) GHOST=vm$$ (guest hostname)
-# Network: slirp user-mode networking with restrict=on (the guest reaches nothing) and a
-# single guestfwd: guest 10.0.2.100:2049 -> hostfwd (one per connection; see hostfwd.c for why
-# not socat) -> 127.0.0.1:$NFSPORT.
+# Network: slirp user-mode networking with restrict=on (the guest reaches nothing) and two
+# guestfwds: guest 10.0.2.100:2049 -> hostfwd (one per connection; see hostfwd.c for why
+# not socat) -> 127.0.0.1:$NFSPORT; guest 10.0.2.100:111 -> portmap-stub.py (the server's
+# portmapper as the guest sees it: NFS, MOUNT, NLM and NSM at 2049).
 # /dev/kvm on these machines does not boot a stock kernel (PVM), so TCG it is.
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -30,6 +31,7 @@ if [ "${FWD:-hostfwd}" = socat ]; then   # FWD=socat: the reference recipe (~40 
 else
   NETDEV="$NETDEV,guestfwd=tcp:10.0.2.100:2049-cmd:$HOSTFWD 127.0.0.1 $NFSPORT"
 fi
+NETDEV="$NETDEV,guestfwd=tcp:10.0.2.100:111-cmd:python3 $HERE/portmap-stub.py"
 
 T0=$(date +%s.%N)
 QPID=

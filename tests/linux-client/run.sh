@@ -4,7 +4,8 @@
 #
 # usage: tests/linux-client/run.sh --server txnfs|ganesha [--vers 3|4.1|4.2] [--bin PATH_TO_txnfs] [--keep]
 #   --vers V          mount with vers=V (default: no vers= option, the client negotiates 4.2);
-#                     3: MOUNT on the NFS port, nolock (no NLM yet): steps e (locks), f
+#                     3: MOUNT on the NFS port, locks through NLM (txnfs; the guest runs
+#                     rpcbind and rpc.statd; Ganesha: nolock, step e skipped); steps f
 #                     (delegations) and g (restart with delegations held) are skipped
 #   --server txnfs    $BIN serve --listen 127.0.0.1:$PORT --no-grace --state-dir $W/state $EXPORT
 #                     (default BIN: <repo>/target/debug/txnfs), guest mounts 10.0.2.100:/
@@ -115,8 +116,9 @@ else
 fi
 # the txnfs binary the host's own NFS client commands run (step f: txnfs cp/cat as a second client)
 CLI=$BIN; [ "$SERVER" = txnfs ] && CLI=$W/txnfs
-# NFSv3: no locks without NLM, no delegations; step g holds delegations across the restart.
-[ "$VERS" = 3 ] && SKIP_STEPS="${SKIP_STEPS:-} e f g"
+# NFSv3: no delegations, and step g holds delegations across the restart; locks (step e) go
+# through NLM against txnfs (Ganesha: nolock, the guest skips e).
+[ "$VERS" = 3 ] && SKIP_STEPS="${SKIP_STEPS:-} f g"
 printf 'EXPORT_PATH=%s\nSERVER_KIND=%s\nMOUNT_VERS=%s\nSKIP_STEPS="%s"\n' "$EXPORT_PATH" "$SERVER" "$VERS" "${SKIP_STEPS:-}" > "$SHARE"/params.sh
 
 # Files for the delegation steps (f, g): first versions in the export, written here before the

@@ -288,7 +288,8 @@ mod rpcbind {
     /// one and start-up stays quick when none runs (connects are refused at once).
     const TIMEOUT: Duration = Duration::from_millis(500);
 
-    /// NFS versions 3 and 4, and MOUNT version 3, over TCP at `addr`.
+    /// NFS versions 3 and 4, MOUNT version 3, NLM version 4 and NSM version 1, over
+    /// TCP at `addr`.
     fn programs(addr: SocketAddr) -> Vec<Registration> {
         vec![
             Registration {
@@ -299,6 +300,16 @@ mod rpcbind {
             Registration {
                 prog: 100005,
                 versions: vec![3],
+                addr,
+            },
+            Registration {
+                prog: 100021,
+                versions: vec![4],
+                addr,
+            },
+            Registration {
+                prog: 100024,
+                versions: vec![1],
                 addr,
             },
         ]
@@ -317,7 +328,9 @@ mod rpcbind {
                     continue 'portmappers;
                 }
             }
-            let status = format!("registered NFS v3 and v4 and MOUNT v3 with rpcbind at {pm}");
+            let status = format!(
+                "registered NFS v3 and v4, MOUNT v3, NLM v4 and NSM v1 with rpcbind at {pm}"
+            );
             return (Some((pm, regs)), status);
         }
         if errors

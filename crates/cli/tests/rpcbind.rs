@@ -1,5 +1,5 @@
-//! `txnfs serve` registers NFS v4 with the host's rpcbind on start and removes the
-//! entry on SIGTERM (issue 8, item 10).
+//! `txnfs serve` registers NFS v3 and v4, MOUNT v3, NLM v4 and NSM v1 with the host's
+//! rpcbind on start and removes the entries on SIGTERM (issue 8, item 10; issue 18).
 //!
 //! The one test of this file runs Debian's `rpcbind` in the foreground as its child (or
 //! uses one the host already runs). rpcbind is host-wide (port 111, /run/rpcbind.sock),
@@ -103,8 +103,9 @@ fn getport_of(rt: &tokio::runtime::Runtime, prog: u32, vers: u32) -> u32 {
         .expect("GETPORT answered")
 }
 
-/// The `rpcinfo -p` lines for programs 100003 (NFS) and 100005 (MOUNT) as "program
-/// version proto port" (the service name rpcinfo appends is left out).
+/// The `rpcinfo -p` lines for programs 100003 (NFS), 100005 (MOUNT), 100021 (NLM) and
+/// 100024 (NSM) as "program version proto port" (the service name rpcinfo appends is
+/// left out).
 fn rpcinfo_nfs_lines() -> Vec<String> {
     let out = Command::new("rpcinfo")
         .args(["-p", "127.0.0.1"])
@@ -113,7 +114,12 @@ fn rpcinfo_nfs_lines() -> Vec<String> {
     assert!(out.status.success(), "rpcinfo -p failed: {out:?}");
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .filter(|l| matches!(l.split_whitespace().next(), Some("100003" | "100005")))
+        .filter(|l| {
+            matches!(
+                l.split_whitespace().next(),
+                Some("100003" | "100005" | "100021" | "100024")
+            )
+        })
         .map(|l| l.split_whitespace().take(4).collect::<Vec<_>>().join(" "))
         .collect()
 }
@@ -146,8 +152,8 @@ fn serve_registers_with_rpcbind_and_unregisters_on_sigterm() {
     let mut serve = Stopped(Some(child));
     let child = serve.0.as_mut().expect("just spawned");
     let deadline = Instant::now() + Duration::from_secs(10);
-    // MOUNT is registered last.
-    while getport_of(&rt, 100005, 3) != u32::from(port) {
+    // NSM is registered last.
+    while getport_of(&rt, 100024, 1) != u32::from(port) {
         if let Ok(Some(st)) = child.try_wait() {
             panic!("txnfs serve exited: {st}");
         }
@@ -156,7 +162,7 @@ fn serve_registers_with_rpcbind_and_unregisters_on_sigterm() {
     }
     eprintln!("registered {:?} after start", t0.elapsed());
     let lines = rpcinfo_nfs_lines();
-    for entry in ["100003 4", "100003 3", "100005 3"] {
+    for entry in ["100003 4", "100003 3", "100005 3", "100021 4", "100024 1"] {
         assert!(
             lines.contains(&format!("{entry} tcp {port}")),
             "rpcinfo -p lacks {entry} tcp {port}: {lines:?}"
@@ -166,7 +172,7 @@ fn serve_registers_with_rpcbind_and_unregisters_on_sigterm() {
     let (status, log) = terminate(child);
     assert!(status.success(), "exit {status}; log:\n{log}");
     assert!(
-        log.contains("registered NFS v3 and v4 and MOUNT v3 with rpcbind"),
+        log.contains("registered NFS v3 and v4, MOUNT v3, NLM v4 and NSM v1 with rpcbind"),
         "log:\n{log}"
     );
     assert_eq!(

@@ -46,6 +46,16 @@ include_generated! {
     pub mod mnt3 = "mnt3.rs"
 }
 
+include_generated! {
+    /// NLM version 4 (X/Open XNFS chapter 10), from `spec/nlm4.x`.
+    pub mod nlm4 = "nlm4.rs"
+}
+
+include_generated! {
+    /// NSM version 1 (X/Open XNFS chapter 11), from `spec/sm.x`.
+    pub mod sm = "sm.rs"
+}
+
 /// The RPC procedure number of a transactional COMPOUND (ADR 0021): COMPOUND's own
 /// number (1) with the top bit set, carrying COMPOUND4args and answering COMPOUND4res.
 /// Standard clients never send it; servers that do not run transactions answer

@@ -10,12 +10,15 @@
 //! server (they reach the core through `statecore::CoreAccess`, recall-and-wait
 //! through `recall::Recall`, a copy's server through `offload::CopyHost`, the
 //! attribute encoding through `attrs::Attributes`). Module
-//! dependencies (who uses whom; `nfs`, the protocol types, is used by all) form a DAG,
+//! dependencies (who uses whom; `nfs`, the protocol types, is used by all) form a DAG but
+//! for `server` ↔ `nlm`,
 //! from the top:
 //!
 //! ```text
-//! service     → compound, v3, mount, report, server, durable, placement, recall, txnspan
+//! service     → compound, v3, mount, nlm, report, server, durable, placement, recall,
+//!               txnspan
 //! report      → v3, server, metrics, statecore
+//! nlm         → v3, ops, cstate, server, panics, placement, waitmode, statedir
 //! v3          → ops, cstate, server, panics, placement, waitmode, fh, errors, export
 //! mount       → server, export
 //! compound    → ops, cstate, server, panics, placement, txnspan, session, fh, errors
@@ -24,7 +27,8 @@
 //! panics      → server
 //! server      → attrs, durable, dirnotify, offload, watches, recall, statecore, callback,
 //!               statedir, held, txnspan, faultinject, handle, placement, waitmode, fh,
-//!               errors, export, config, metrics
+//!               errors, export, config, metrics, nlm (its state: the one edge back up,
+//!               `nlm`'s procedures use the server; ADR 0041)
 //! offload     → recall, callback, placement, waitmode, errors, export
 //! dirnotify   → recall, statecore, callback, export
 //! watches     → recall, statecore, waitmode, export
@@ -57,6 +61,7 @@ pub mod handle;
 pub mod held;
 pub mod metrics;
 pub mod mount;
+pub mod nlm;
 pub mod offload;
 pub mod ops;
 pub mod panics;

@@ -106,6 +106,8 @@ pub struct Server {
     pub(crate) undelivered_callbacks: Mutex<Vec<(txnfs_state::ClientId, txnfs_state::Callback)>>,
     /// This server, for the tasks that send callbacks.
     me: std::sync::Weak<Server>,
+    /// NFSv3's lock manager and status monitor besides the lock table (`crate::nlm`).
+    pub nlm: crate::nlm::Nlm,
 }
 
 impl Server {
@@ -176,7 +178,11 @@ impl Server {
             .cloned()
             .collect();
         // Only the clients that held state are waited for (ADR 0036).
-        let previous_clients = saved_clients.held_state;
+        let mut previous_clients = saved_clients.held_state;
+        // The NFSv3 hosts that held NLM locks reclaim them in the same grace period.
+        let nsm = crate::nlm::nsm::Nsm::open(&dir, boot_epoch)
+            .map_err(error_at(&dir.join(crate::nlm::nsm::FILE_NAME)))?;
+        previous_clients.extend(nsm.grace_owners());
         let grace = if cfg.grace && !previous_clients.is_empty() {
             tracing::info!(
                 clients = previous_clients.len(),
@@ -215,6 +221,7 @@ impl Server {
         let metrics = crate::metrics::Metrics::new(exports.exports.keys().copied());
         Ok(Arc::new_cyclic(|me| Server {
             me: me.clone(),
+            nlm: crate::nlm::Nlm::new(nsm),
             recall_waits: Default::default(),
             watches: Default::default(),
             txns: Default::default(),

@@ -1,6 +1,7 @@
 //! The RPC programs of the NFS port: NFS version 4 (NULL, COMPOUND and the
 //! transactional COMPOUND procedures, `txnfs_proto::PROC_TXN_*`, ADR 0021), NFS
-//! version 3 (`crate::v3`, ADR 0038) and MOUNT version 3 (`crate::mount`). A COMPOUND
+//! version 3 (`crate::v3`, ADR 0038), MOUNT version 3 (`crate::mount`), and NLM
+//! version 4 with NSM version 1 (`crate::nlm`, ADR 0041). A COMPOUND
 //! or a v3 procedure runs to completion either inline on the transport thread (no
 //! handoff) or on one blocking-pool thread (the single handoff), as `crate::placement`
 //! decides from how it may wait on storage or on others, so the transport threads
@@ -88,6 +89,16 @@ impl RpcService for NfsService {
                 crate::mount::MOUNT_V3,
                 crate::mount::MOUNT_V3,
             ),
+            (
+                crate::nlm::NLM_PROGRAM,
+                crate::nlm::NLM_V4,
+                crate::nlm::NLM_V4,
+            ),
+            (
+                crate::nlm::NSM_PROGRAM,
+                crate::nlm::NSM_V1,
+                crate::nlm::NSM_V1,
+            ),
         ]
     }
 
@@ -98,6 +109,12 @@ impl RpcService for NfsService {
                 server.metrics.mount_calls.fetch_add(1, Ordering::Relaxed);
                 return crate::mount::call(&server, &self.mounts, info.peer, info.proc_num, args)
                     .await;
+            }
+            if info.prog == crate::nlm::NLM_PROGRAM {
+                return crate::nlm::procs::call(&server, info, args).await;
+            }
+            if info.prog == crate::nlm::NSM_PROGRAM {
+                return crate::nlm::nsm::call(&server, info.peer.ip(), info.proc_num, args).await;
             }
             if info.vers == crate::v3::NFS_V3 {
                 let transactions =
@@ -208,6 +225,8 @@ pub async fn run(
         })
     };
     let lease_breaks = watch_lease_breaks(&server);
+    let nlm_waiters = tokio::spawn(crate::nlm::blocked::run(server.clone()));
+    let notifications = crate::nlm::nsm::notify_all(&server);
     let cfg = txnfs_rpc::ServerConfig {
         max_record_size: server.cfg.max_record_size,
         max_connections: server.cfg.max_connections,
@@ -240,6 +259,8 @@ pub async fn run(
         t.abort();
     }
     ticker.abort();
+    nlm_waiters.abort();
+    notifications.iter().for_each(|t| t.abort());
     if let Some(t) = lease_breaks {
         t.abort();
     }

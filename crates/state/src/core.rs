@@ -26,6 +26,9 @@ use crate::types::{
 };
 
 mod delegations;
+mod nlm;
+
+pub use nlm::NlmLock;
 
 /// How to build a [`StateCore`].
 #[derive(Debug, Clone, Copy)]

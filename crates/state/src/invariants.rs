@@ -25,7 +25,7 @@ impl StateCore {
         if let Some(c) = self
             .table()
             .clients_with_state()
-            .find(|c| !sessions.client_exists(*c))
+            .find(|c| !sessions.client_exists(*c) && !crate::table::is_nlm_client(*c))
         {
             return Err(InvariantViolation(format!(
                 "client {c} holds opens or locks but is not a known client"

@@ -35,12 +35,12 @@ pub mod slots;
 pub mod table;
 mod types;
 
-pub use crate::core::{CoreConfig, StateCore};
+pub use crate::core::{CoreConfig, NlmLock, StateCore};
 pub use deleg::{
     Access, DelegLimits, DelegStats, DelegType, HoldOutcome, NoDeleg, RevokeReason, Want,
 };
 pub use effect::{Callback, ClientList, Effect, ReleaseReason};
 pub use grace::{Grace, GraceEnd};
 pub use invariants::InvariantViolation;
-pub use table::StateTable;
+pub use table::{is_nlm_client, nlm_client, StateTable};
 pub use types::*;

@@ -49,6 +49,9 @@
 
 mod check;
 mod locks;
+mod nlm;
+
+pub use nlm::{is_nlm_client, nlm_client};
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
