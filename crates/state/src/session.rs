@@ -18,12 +18,14 @@ mod args;
 mod create_session;
 mod durable;
 mod exchange_id;
+mod setclientid;
 
 pub use args::{
     ConnDir, ConnDirRequest, CreateSessionArgs, CreateSessionOutcome, ExchangeIdOk, SequenceArgs,
     SequenceOk, SessionError,
 };
 pub use durable::{DurableClient, DurableSession, DurableSlot};
+pub use setclientid::{ConfirmOk, SetClientIdOk, V40Callback};
 
 /// A session id (RFC 8881 §18.36: `sessionid4`): client id, boot epoch, counter.
 pub type SessionId = [u8; 16];
@@ -165,6 +167,8 @@ pub(crate) struct ClientRecord {
     /// Restored from the durable session store after a restart: until its global
     /// RECLAIM_COMPLETE, SEQUENCE says SEQ4_STATUS_RESTART_RECLAIM_NEEDED.
     restored: bool,
+    /// A v4.0 client (SETCLIENTID): its callback address and confirm verifier.
+    pub(crate) v40: Option<setclientid::V40Client>,
 }
 
 impl ClientRecord {
@@ -541,3 +545,5 @@ impl SessionTable {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod v40_tests;

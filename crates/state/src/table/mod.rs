@@ -49,6 +49,7 @@
 
 mod check;
 mod locks;
+mod v40;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
