@@ -879,9 +879,16 @@ mod tests {
     #[test]
     fn nfsv40_sees_no_41_attributes() {
         let v0 = supported_attrs_in(0);
-        assert_eq!(v0.len(), 2, "RFC 7530 defines attributes 0..=55 only: {v0:?}");
+        assert_eq!(
+            v0.len(),
+            2,
+            "RFC 7530 defines attributes 0..=55 only: {v0:?}"
+        );
         assert!(!bitmap_isset(&v0, fattr::SUPPATTR_EXCLCREAT));
-        assert!(bitmap_isset(&supported_attrs_in(1), fattr::SUPPATTR_EXCLCREAT));
+        assert!(bitmap_isset(
+            &supported_attrs_in(1),
+            fattr::SUPPATTR_EXCLCREAT
+        ));
         assert!(!is_supported_in(fattr::SUPPATTR_EXCLCREAT, 0));
         assert!(is_supported_in(fattr::MOUNTED_ON_FILEID, 0));
     }

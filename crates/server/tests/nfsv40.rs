@@ -379,6 +379,60 @@ async fn a_wrong_seqid_is_bad_seqid_and_does_not_step_the_sequence() {
 }
 
 #[tokio::test]
+async fn a_retransmitted_close_or_lock_gets_its_first_reply() {
+    let srv = start_memory_server().await;
+    let mut c = V40::new(srv.addr, b"reclose", &uaddr(dead_address().await)).await;
+    let (sid, fh, _) = c.open("f", OPEN4_SHARE_ACCESS_BOTH, create()).await;
+    // LOCK of a new lock-owner, sent twice: one lock, the same stateid.
+    let lock = nfs_argop4::OP_LOCK(LOCK4args {
+        locktype: nfs_lock_type4::WRITE_LT,
+        reclaim: false,
+        offset: 0,
+        length: 10,
+        locker: locker4::TRUE(open_to_lock_owner4 {
+            open_seqid: c.next_seq(),
+            open_stateid: sid.clone(),
+            lock_seqid: 7,
+            lock_owner: lock_owner4 {
+                clientid: c.clientid,
+                owner: Bytes::from_static(b"pid-9"),
+            },
+        }),
+    });
+    let args = encode_compound_minor(vec![putfh(&fh), lock], 0);
+    let first = call_raw(&c.cl, args.clone()).await;
+    assert_eq!(first, call_raw(&c.cl, args).await);
+    let lsid = lock_result(&COMPOUND4res::from_bytes(first).unwrap()).expect("locked");
+    assert_eq!(lsid.seqid, 1);
+    let unlock = nfs_argop4::OP_LOCKU(LOCKU4args {
+        locktype: nfs_lock_type4::WRITE_LT,
+        seqid: 8,
+        lock_stateid: lsid,
+        offset: 0,
+        length: 10,
+    });
+    assert_eq!(
+        c.run(vec![putfh(&fh), unlock]).await.status,
+        nfsstat4::NFS4_OK
+    );
+    // CLOSE sent twice: the open is gone after the first, the second is answered from
+    // the owner's cache all the same.
+    let close = c.close_op(&sid);
+    let args = encode_compound_minor(vec![putfh(&fh), close], 0);
+    let first = call_raw(&c.cl, args.clone()).await;
+    assert_eq!(first, call_raw(&c.cl, args).await);
+    assert_eq!(
+        COMPOUND4res::from_bytes(first).unwrap().status,
+        nfsstat4::NFS4_OK
+    );
+    let close = c.close_op(&sid);
+    assert_eq!(
+        c.run(vec![putfh(&fh), close]).await.status,
+        nfsstat4::NFS4ERR_BAD_STATEID
+    );
+}
+
+#[tokio::test]
 async fn renew_of_an_unknown_or_expired_client_is_stale_clientid() {
     let srv = start_server(|dir| {
         let mut c = memory_config(dir, false);

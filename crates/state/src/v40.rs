@@ -72,12 +72,17 @@ struct OwnerSeq {
     reply: Option<CachedReply>,
     /// Use counter at the last request (least recently used eviction).
     used: u64,
+    /// The open stateid this owner last closed.
+    closed: Option<[u8; 12]>,
 }
 
 /// The sequence ids of every v4.0 owner.
 #[derive(Debug, Default)]
 pub struct OwnerSeqids {
     owners: HashMap<OwnerKey, OwnerSeq>,
+    /// The stateid (`other`) each open-owner last closed, so that a retransmitted
+    /// CLOSE still finds its owner and gets the cached reply (§9.10.1).
+    closed: HashMap<[u8; 12], OwnerKey>,
     per_client: HashMap<ClientId, usize>,
     clock: u64,
 }
@@ -125,6 +130,7 @@ impl OwnerSeqids {
                 confirmed: key.kind == OwnerKind::Lock,
                 reply: Some(reply),
                 used,
+                closed: None,
             },
         );
         if full {
@@ -139,6 +145,23 @@ impl OwnerSeqids {
         }
     }
 
+    /// The open-owner `key` closed the open stateid `other` (remembered until its next
+    /// CLOSE or until it is forgotten).
+    pub fn closed(&mut self, key: &OwnerKey, other: [u8; 12]) {
+        let Some(o) = self.owners.get_mut(key) else {
+            return;
+        };
+        if let Some(old) = o.closed.replace(other) {
+            self.closed.remove(&old);
+        }
+        self.closed.insert(other, key.clone());
+    }
+
+    /// The owner that last closed the open stateid `other`.
+    pub fn closed_by(&self, other: &[u8; 12]) -> Option<&OwnerKey> {
+        self.closed.get(other)
+    }
+
     /// Whether the open-owner `key` still waits for its OPEN_CONFIRM.
     pub fn unconfirmed(&self, key: &OwnerKey) -> bool {
         self.owners.get(key).is_some_and(|o| !o.confirmed)
@@ -146,7 +169,10 @@ impl OwnerSeqids {
 
     /// Forgets owner `key` (RELEASE_LOCKOWNER).
     pub fn forget(&mut self, key: &OwnerKey) {
-        if self.owners.remove(key).is_some() {
+        if let Some(o) = self.owners.remove(key) {
+            if let Some(c) = o.closed {
+                self.closed.remove(&c);
+            }
             self.uncount(key.client);
         }
     }
@@ -155,6 +181,7 @@ impl OwnerSeqids {
     pub fn forget_client(&mut self, client: ClientId) {
         if self.per_client.remove(&client).is_some() {
             self.owners.retain(|k, _| k.client != client);
+            self.closed.retain(|_, k| k.client != client);
         }
     }
 
@@ -259,5 +286,19 @@ mod tests {
         );
         t.forget_client(7);
         assert!(t.is_empty());
+        assert!(t.closed.is_empty());
+    }
+
+    #[test]
+    fn a_closed_stateid_still_names_its_owner() {
+        let mut t = OwnerSeqids::default();
+        let k = key(OwnerKind::Open, b"o");
+        t.record(&k, 1, reply(b"close"));
+        t.closed(&k, [1; 12]);
+        assert_eq!(t.closed_by(&[1; 12]), Some(&k));
+        t.closed(&k, [2; 12]);
+        assert_eq!(t.closed_by(&[1; 12]), None);
+        t.forget(&k);
+        assert_eq!(t.closed_by(&[2; 12]), None);
     }
 }

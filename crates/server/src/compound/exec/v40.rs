@@ -72,6 +72,8 @@ struct SeqUse {
     verdict: SeqidVerdict,
     /// LOCK of a new lock-owner: that owner's sequence starts at this seqid too.
     new_lock_owner: Option<(OwnerKey, u32)>,
+    /// CLOSE: the open stateid it closes.
+    closing: Option<[u8; 12]>,
 }
 
 /// Statuses that leave an owner's seqid where it was (RFC 7530 §9.1.7).
@@ -206,6 +208,9 @@ impl Exec<'_> {
         }
         let confirmed = s.key.kind == OwnerKind::Open && !opening && st == nfsstat4::NFS4_OK;
         seqids.record(&s.key, s.seqid, reply);
+        if let (Some(other), nfsstat4::NFS4_OK) = (s.closing, st) {
+            seqids.closed(&s.key, other);
+        }
         if confirmed {
             // OPEN_CONFIRM, or any later op of the owner: it is confirmed now.
             seqids.confirm(&s.key);
@@ -259,6 +264,12 @@ fn by_owner_of(
             OwnerKind::Lock => core.table().lock_owner_of(&sid),
         }
     };
+    // A CLOSE retransmitted after its open went: the owner that closed it.
+    let found = found.or_else(|| {
+        let core = c.srv.core().ok()?;
+        let k = core.owner_seqids().closed_by(&sid.other)?;
+        (k.kind == kind).then(|| (k.client, k.owner.clone()))
+    });
     let (client, owner) = found.ok_or_else(|| unknown_stateid(c, &sid))?;
     c.srv.core()?.renew_implicitly(client, c.now);
     c.client = Some(client);
@@ -281,6 +292,7 @@ fn judge(c: &Compound, key: OwnerKey, seqid: u32, opening: bool) -> Result<SeqUs
         seqid,
         verdict,
         new_lock_owner: None,
+        closing: None,
     })
 }
 
@@ -300,7 +312,11 @@ fn identify(c: &mut Compound, arg: &nfs_argop4) -> Result<Option<SeqUse>, nfssta
         }
         A::OP_OPEN_CONFIRM(a) => by_owner_of(c, OwnerKind::Open, &a.open_stateid, a.seqid)?,
         A::OP_OPEN_DOWNGRADE(a) => by_owner_of(c, OwnerKind::Open, &a.open_stateid, a.seqid)?,
-        A::OP_CLOSE(a) => by_owner_of(c, OwnerKind::Open, &a.open_stateid, a.seqid)?,
+        A::OP_CLOSE(a) => {
+            let mut s = by_owner_of(c, OwnerKind::Open, &a.open_stateid, a.seqid)?;
+            s.closing = Some(a.open_stateid.other);
+            s
+        }
         A::OP_LOCK(a) => match &a.locker {
             locker4::TRUE(o) => {
                 let mut s = by_owner_of(c, OwnerKind::Open, &o.open_stateid, o.open_seqid)?;
