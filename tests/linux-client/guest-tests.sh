@@ -525,6 +525,48 @@ rm -f $M/after-restart
 end
 fi
 
+# ---------------------------------------------------------------- j: a second mount, NFSv4.0
+# ALSO_V40 (run.sh --also-v40): another version's boot checks NFSv4.0 too, on a mount of its
+# own. The server cannot reach the guest's callback address (user-mode network), so the 4.0
+# client gets no delegations: its opens, reads, writes and locks all go to the server.
+if [ "${ALSO_V40:-0}" = 1 ]; then
+begin j-v40 120
+M4=/mnt/nfs40
+mkdir -p $M4
+if mount.nfs "$SRV:$EXPORT_PATH" $M4 -o vers=4.0; then
+  pass "mount $SRV:$EXPORT_PATH -o vers=4.0 (second mount)"
+  check "second mount is NFSv4.0" grep -q " $M4 nfs4 .*vers=4.0" /proc/mounts
+  V4=$M4/v40
+  mkdir -p $V4
+  dd if=/dev/urandom of=/tmp/v40 bs=1k count=3000 2>/dev/null
+  W4=$(md5 /tmp/v40)
+  check "v4.0: cp of a 3000 KiB file" cp /tmp/v40 $V4/f
+  dropcaches
+  eq "v4.0: md5 read back (caches dropped)" "$(md5 $V4/f)" "$W4"
+  eq "v4.0: the same file through the vers=$WANT_VERS mount (md5)" "$(md5 $M/v40/f)" "$W4"
+  check "v4.0: rename" mv $V4/f $V4/g
+  eq "v4.0: renamed file (md5)" "$(md5 $V4/g)" "$W4"
+  echo tail >> $V4/g
+  dropcaches
+  eq "v4.0: size after append" "$(stat -c %s $V4/g)" $((3000 * 1024 + 5))
+  guest-tool fcntl $V4/g w 0 100 /tmp/rel.v40 > /tmp/v40.out 2>&1 &
+  A=$!
+  if waitfile /tmp/v40.out locked 30; then pass "v4.0: fcntl write lock [0,100) by A"; else fail "v4.0: fcntl lock by A: $(cat /tmp/v40.out)"; fi
+  eq "v4.0: fcntl write [50,150) by B while A holds [0,100)" "$(guest-tool fcntl $V4/g w 50 100 0)" conflict
+  touch /tmp/rel.v40; wait $A
+  eq "v4.0: A released its lock" "$(tail -1 /tmp/v40.out)" released
+  eq "v4.0: fcntl write [50,150) by B after A released" "$(guest-tool fcntl $V4/g w 50 100 0 | head -1)" locked
+  check "v4.0: rm" rm $V4/g
+  check "v4.0: the file is gone" sh -c "! ls $V4/g 2>/dev/null"
+  check "v4.0: rmdir" rmdir $V4
+  check "v4.0: umount" umount $M4
+else
+  fail "mount $SRV:$EXPORT_PATH -o vers=4.0 (second mount) failed"
+  dmesg | tail -20
+fi
+end
+fi
+
 # ---------------------------------------------------------------- h: umount
 begin h-umount 60
 echo "--- per-op counts (mountstats)"

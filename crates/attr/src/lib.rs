@@ -368,8 +368,13 @@ fn is_supported(bit: u32) -> bool {
 }
 
 fn is_supported_in(bit: u32, minor: u32) -> bool {
-    is_supported(bit) || (minor >= 2 && SUPPORTED_42.contains(&bit))
+    (is_supported(bit) && (minor >= 1 || !ONLY_41.contains(&bit)))
+        || (minor >= 2 && SUPPORTED_42.contains(&bit))
 }
+
+/// What [`SUPPORTED`] has that NFSv4.0 does not define (RFC 7530 §5 ends at 55):
+/// neither reported to nor accepted from a 4.0 COMPOUND.
+const ONLY_41: &[u32] = &[fattr::SUPPATTR_EXCLCREAT];
 
 /// The bitmap of every NFSv4.1 attribute we support (the FATTR4_SUPPORTED_ATTRS value
 /// of a 4.1 COMPOUND).
@@ -379,6 +384,14 @@ pub fn supported_attrs() -> Vec<u32> {
 
 /// The FATTR4_SUPPORTED_ATTRS value for a COMPOUND of minor version `minor`.
 pub fn supported_attrs_in(minor: u32) -> Vec<u32> {
+    if minor == 0 {
+        let v0: Vec<u32> = SUPPORTED
+            .iter()
+            .copied()
+            .filter(|b| !ONLY_41.contains(b))
+            .collect();
+        return bitmap_of(&v0);
+    }
     let mut v = supported_attrs();
     if minor >= 2 {
         for &b in SUPPORTED_42 {
@@ -744,7 +757,10 @@ pub fn encode(request: &[u32], src: &AttrSource) -> (Vec<u32>, Bytes) {
     let failed = matches!(src.rdattr_error, Some(e) if e != 0);
     let v42: &[u32] = if src.fs.minor >= 2 { SUPPORTED_42 } else { &[] };
     for &bit in SUPPORTED.iter().chain(v42) {
-        if !bitmap_isset(request, bit) || (failed && bit != fattr::RDATTR_ERROR) {
+        if !bitmap_isset(request, bit)
+            || (failed && bit != fattr::RDATTR_ERROR)
+            || (src.fs.minor == 0 && ONLY_41.contains(&bit))
+        {
             continue;
         }
         if let Some(v) = our_value(bit, src) {
@@ -858,6 +874,23 @@ mod tests {
         for b in WRITABLE.iter().chain(EXCLCREAT).chain(FSSTATS) {
             assert!(is_supported_in(*b, 2));
         }
+    }
+
+    #[test]
+    fn nfsv40_sees_no_41_attributes() {
+        let v0 = supported_attrs_in(0);
+        assert_eq!(
+            v0.len(),
+            2,
+            "RFC 7530 defines attributes 0..=55 only: {v0:?}"
+        );
+        assert!(!bitmap_isset(&v0, fattr::SUPPATTR_EXCLCREAT));
+        assert!(bitmap_isset(
+            &supported_attrs_in(1),
+            fattr::SUPPATTR_EXCLCREAT
+        ));
+        assert!(!is_supported_in(fattr::SUPPATTR_EXCLCREAT, 0));
+        assert!(is_supported_in(fattr::MOUNTED_ON_FILEID, 0));
     }
 
     #[test]

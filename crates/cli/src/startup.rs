@@ -64,7 +64,7 @@ fn on(b: bool) -> &'static str {
 pub fn summary(cfg: &Config, listen: std::net::SocketAddr, rpcbind: &str) -> String {
     let exports: Vec<String> = cfg.exports.iter().map(|e| export_summary(cfg, e)).collect();
     format!(
-        "txnfs {} serving NFSv3 (with MOUNT), NFSv4.1 and NFSv4.2 on {listen}; state directory {}; grace {} \
+        "txnfs {} serving NFSv3 (with MOUNT), NFSv4.0, NFSv4.1 and NFSv4.2 on {listen}; state directory {}; grace {} \
          (lease {} s); delegations {}; persistent sessions {}; rpcbind {rpcbind}; exports: {}",
         env!("CARGO_PKG_VERSION"),
         absolute(&cfg.state_dir()),
@@ -103,7 +103,7 @@ mod tests {
         });
         let s = summary(&cfg, "127.0.0.1:2049".parse().unwrap(), "off");
         for want in [
-            "serving NFSv3 (with MOUNT), NFSv4.1 and NFSv4.2 on 127.0.0.1:2049",
+            "serving NFSv3 (with MOUNT), NFSv4.0, NFSv4.1 and NFSv4.2 on 127.0.0.1:2049",
             "state directory /tmp/st",
             "grace on",
             "/data = /srv/data (layers txn,local; read-write; transactions)",

@@ -269,7 +269,7 @@ fn the_log_is_an_administrators_log() {
     let first = String::from_utf8(first).unwrap();
     let summaries: Vec<&str> = first
         .lines()
-        .filter(|l| l.contains("serving NFSv3 (with MOUNT), NFSv4.1 and NFSv4.2"))
+        .filter(|l| l.contains("serving NFSv3 (with MOUNT), NFSv4.0, NFSv4.1 and NFSv4.2"))
         .collect();
     assert_eq!(summaries.len(), 1, "{first}");
     let export = std::fs::canonicalize(dir.path().join("export")).unwrap();

@@ -152,6 +152,8 @@ pub struct Callbacks {
     /// Read by every SEQUENCE (its status flags), written only when a back channel is
     /// bound or forgotten: a read-write lock keeps SEQUENCEs from queueing on each other.
     sessions: RwLock<HashMap<SessionId, Arc<SessionCallback>>>,
+    /// NFSv4.0 clients' callback paths (a separate connection each, `crate::callback40`).
+    pub v40: crate::callback40::V40Callbacks,
 }
 
 impl Callbacks {
@@ -283,17 +285,21 @@ impl Callbacks {
     /// with a back channel left: a recall it holds is revoked at once rather than
     /// waited for.
     pub fn client_reachable(&self, client: ClientId) -> bool {
-        self.sessions()
-            .values()
-            .any(|s| s.client == client && !s.lock().unreachable)
+        self.v40.reachable(client)
+            || self
+                .sessions()
+                .values()
+                .any(|s| s.client == client && !s.lock().unreachable)
     }
 
     /// Whether some session of `client` has a back channel that answered (no
     /// delegation is granted otherwise).
     pub fn client_up(&self, client: ClientId) -> bool {
-        self.sessions()
-            .values()
-            .any(|s| s.client == client && s.path() == PathState::Up)
+        self.v40.up(client)
+            || self
+                .sessions()
+                .values()
+                .any(|s| s.client == client && s.path() == PathState::Up)
     }
 
     /// The simulation only: set the path state of `session`'s back channel (bound by

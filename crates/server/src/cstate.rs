@@ -84,13 +84,18 @@ impl Compound<'_> {
     }
 
     pub fn client(&self) -> Result<ClientId, nfsstat4> {
-        self.client.ok_or(nfsstat4::NFS4ERR_OP_NOT_IN_SESSION)
+        // A v4.0 op names its client by a client id or stateid (`compound::exec::v40`).
+        self.client.ok_or(if self.minor == 0 {
+            nfsstat4::NFS4ERR_STALE_CLIENTID
+        } else {
+            nfsstat4::NFS4ERR_OP_NOT_IN_SESSION
+        })
     }
 
     /// Resolve the "current stateid" special value (seqid 1, other all zero; RFC 8881
-    /// §16.2.3.1.2).
+    /// §16.2.3.1.2; v4.1 and later only).
     pub fn resolve_sid(&self, sid: &stateid4) -> Result<stateid4, nfsstat4> {
-        if sid.seqid == 1 && sid.other == [0u8; 12] {
+        if self.minor >= 1 && sid.seqid == 1 && sid.other == [0u8; 12] {
             self.cur_sid.clone().ok_or(nfsstat4::NFS4ERR_BAD_STATEID)
         } else {
             Ok(sid.clone())

@@ -47,6 +47,7 @@
 
 pub mod attrs;
 pub mod callback;
+pub mod callback40;
 pub mod compound;
 pub mod config;
 pub mod cstate;

@@ -216,7 +216,15 @@ impl<'a> Recall<'a> {
         loop {
             let r = match self.callbacks.session_of(client) {
                 Some(s) => recall(self.cfg, &s, &stateid, &fh, truncate).await,
-                None => Err(CallbackFailure::NoBackChannel),
+                // A v4.0 holder: over its own callback connection.
+                None => match self.callbacks.v40.get(client) {
+                    Some(t) => {
+                        let sid = stateid_to_wire(&stateid);
+                        let timeout = self.cfg.callback_timeout();
+                        crate::callback40::recall(&t, sid, fh.clone(), truncate, timeout).await
+                    }
+                    None => Err(CallbackFailure::NoBackChannel),
+                },
             };
             match r {
                 Ok(()) => return,

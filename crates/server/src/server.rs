@@ -464,6 +464,9 @@ impl Server {
             // Back channels of sessions that expired with their client go too.
             self.callbacks
                 .retain(|id| core.sessions().session(id).is_some());
+            self.callbacks
+                .v40
+                .retain(|c| core.sessions().client_exists(c));
             effects
         };
         self.apply(effects);

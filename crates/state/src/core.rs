@@ -29,6 +29,7 @@ mod delegations;
 mod nlm;
 
 pub use nlm::NlmLock;
+mod v40;
 
 /// How to build a [`StateCore`].
 #[derive(Debug, Clone, Copy)]
@@ -66,6 +67,8 @@ pub struct StateCore {
     /// Effects of events whose results carry none (an OPEN or LOCK that released a
     /// courtesy client); see [`StateCore::take_effects`].
     pending: Vec<Effect>,
+    /// The v4.0 owners' sequence ids and replay cache (`crate::v40`).
+    owners40: crate::v40::OwnerSeqids,
 }
 
 impl StateCore {
@@ -80,6 +83,7 @@ impl StateCore {
             persist_generation: 0,
             stateful: BTreeSet::new(),
             pending: Vec::new(),
+            owners40: crate::v40::OwnerSeqids::default(),
         }
     }
 
@@ -353,6 +357,10 @@ impl StateCore {
             .sessions
             .client(client)
             .ok_or(StateError::StaleClientId)?;
+        if rec.v40.is_some() {
+            // v4.0 has no RECLAIM_COMPLETE: the grace period alone decides (RFC 7530 §9.6.2).
+            return Ok(());
+        }
         match (reclaim, rec.reclaim_complete) {
             (false, false) => Err(StateError::Grace),
             (true, true) => Err(StateError::NoGrace),
@@ -623,6 +631,7 @@ impl StateCore {
             self.pending.push(Effect::DelegationsReleased);
         }
         let states = self.table.expire_client(client);
+        self.owners40.forget_client(client);
         Effect::ClientReleased {
             client,
             reason,

@@ -18,6 +18,7 @@
 //! | [`deleg`]     | delegations: grant policy, recalls, revocation, counters    |
 //! | [`effect`]    | [`Effect`] and the callbacks the server sends               |
 //! | [`clock`]     | [`clock::Clock`], `SystemClock`, `ManualClock`              |
+//! | [`v40`]       | NFSv4.0 open/lock-owner sequence ids and their replay cache |
 //! | `invariants`  | [`StateCore::check_invariants`]: rechecked after a panic     |
 
 #![forbid(unsafe_code)]
@@ -34,6 +35,7 @@ pub mod session;
 pub mod slots;
 pub mod table;
 mod types;
+pub mod v40;
 
 pub use crate::core::{CoreConfig, NlmLock, StateCore};
 pub use deleg::{

@@ -19,6 +19,7 @@ mod create_session;
 mod durable;
 mod exchange_id;
 mod summary;
+mod setclientid;
 
 pub use args::{
     ConnDir, ConnDirRequest, CreateSessionArgs, CreateSessionOutcome, ExchangeIdOk, SequenceArgs,
@@ -26,6 +27,7 @@ pub use args::{
 };
 pub use durable::{DurableClient, DurableSession, DurableSlot};
 pub use summary::ClientSummary;
+pub use setclientid::{ConfirmOk, SetClientIdOk, V40Callback};
 
 /// A session id (RFC 8881 §18.36: `sessionid4`): client id, boot epoch, counter.
 pub type SessionId = [u8; 16];
@@ -167,6 +169,8 @@ pub(crate) struct ClientRecord {
     /// Restored from the durable session store after a restart: until its global
     /// RECLAIM_COMPLETE, SEQUENCE says SEQ4_STATUS_RESTART_RECLAIM_NEEDED.
     restored: bool,
+    /// A v4.0 client (SETCLIENTID): its callback address and confirm verifier.
+    pub(crate) v40: Option<setclientid::V40Client>,
 }
 
 impl ClientRecord {
@@ -543,3 +547,5 @@ impl SessionTable {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod v40_tests;

@@ -17,6 +17,8 @@ use txnfs_backend::{Creds, TxnSpan};
 use txnfs_state::session::SessionId;
 use txnfs_xdr::{Decode, Encode};
 
+mod v40;
+
 /// A COMPOUND's arguments, decoded once: placement reads them, the executor runs them.
 pub struct Request {
     /// The request as received (the reply cache hashes it).
@@ -140,6 +142,10 @@ pub(super) fn run(
     txnfs_xdr::put_opaque(&mut out, &req.tag);
     let count_at = out.len();
     out.put_u32(0); // result count, patched at the end
+    if req.minor == 0 && proc == TxnProc::Plain {
+        // NFSv4.0: no sessions, per-owner sequence ids (`v40`).
+        return v40::run(srv, creds, conn, req, waited);
+    }
     if req.minor == 0 || req.minor > 2 {
         out[..4].copy_from_slice(&(nfsstat4::NFS4ERR_MINOR_VERS_MISMATCH as i32).to_be_bytes());
         return out.freeze();

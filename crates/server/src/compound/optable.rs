@@ -9,7 +9,7 @@
 
 use super::{Compound, OpError, OpResult};
 use crate::nfs::{nfs_argop4 as A, nfs_opnum4, nfs_resop4 as R, nfsstat4, stateid4};
-use crate::ops::{attr, deleg, dir, fh, file, lock, session, v42};
+use crate::ops::{attr, deleg, dir, fh, file, lock, session, v40, v42};
 use crate::placement::Blocking;
 use bytes::{BufMut, BytesMut};
 use txnfs_proto::ops::OpInfo;
@@ -272,7 +272,7 @@ static TABLE: [OpEntry; 73] = [
         .blocks(When(open_blocks))
         .sid(Sets(open_sid)),
     e(OP_OPENATTR).sid(Clears),
-    e(OP_OPEN_CONFIRM),
+    e(OP_OPEN_CONFIRM).run(handler!(OP_OPEN_CONFIRM(a) => |c, a| v40::open_confirm(c, &a))),
     e(OP_OPEN_DOWNGRADE)
         .run(handler!(OP_OPEN_DOWNGRADE(a) => |c, a| file::open_downgrade(c, &a)))
         .sid(Sets(open_downgrade_sid)),
@@ -299,7 +299,7 @@ static TABLE: [OpEntry; 73] = [
     e(OP_RENAME)
         .run(handler!(OP_RENAME(a) => |c, a| dir::rename(c, &a)))
         .blocks(Metadata),
-    e(OP_RENEW),
+    e(OP_RENEW).run(handler!(OP_RENEW(a) => |c, a| v40::renew(c, &a))),
     e(OP_RESTOREFH)
         .run(handler!(OP_RESTOREFH => fh::restorefh))
         .sid(Restores),
@@ -312,13 +312,18 @@ static TABLE: [OpEntry; 73] = [
         .run(handler!(OP_SETATTR(a) => |c, a| crate::ops::notify::setattr(c, &a)))
         .blocks(When(setattr_blocks))
         .on_error(ErrorBody::EmptyBitmap),
-    e(OP_SETCLIENTID),
-    e(OP_SETCLIENTID_CONFIRM),
+    e(OP_SETCLIENTID)
+        .run(handler!(OP_SETCLIENTID(a) => |c, a| v40::setclientid(c, &a)))
+        .blocks(Always),
+    e(OP_SETCLIENTID_CONFIRM)
+        .run(handler!(OP_SETCLIENTID_CONFIRM(a) => |c, a| v40::setclientid_confirm(c, &a)))
+        .blocks(Always),
     e(OP_VERIFY).run(handler!(OP_VERIFY(a) => |c, a| attr::verify(c, &a))),
     e(OP_WRITE)
         .run(handler!(OP_WRITE(a) => file::write))
         .blocks(When(write_blocks)),
-    e(OP_RELEASE_LOCKOWNER),
+    e(OP_RELEASE_LOCKOWNER)
+        .run(handler!(OP_RELEASE_LOCKOWNER(a) => |c, a| v40::release_lockowner(c, &a))),
     e(OP_BACKCHANNEL_CTL)
         .run(handler!(OP_BACKCHANNEL_CTL(a) => |c, a| session::backchannel_ctl(c, &a))),
     e(OP_BIND_CONN_TO_SESSION)

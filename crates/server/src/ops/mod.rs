@@ -9,4 +9,5 @@ pub mod file;
 pub mod lock;
 pub mod notify;
 pub mod session;
+pub mod v40;
 pub mod v42;

@@ -52,7 +52,7 @@ impl From<SessionError> for crate::errors::OpError {
 }
 
 /// The principal of the request, as client records compare it.
-fn principal(c: &Compound) -> Principal {
+pub(crate) fn principal(c: &Compound) -> Principal {
     Principal {
         uid: c.creds.uid,
         gid: c.creds.gid,

@@ -137,6 +137,7 @@ impl SessionTable {
                 sessions: Vec::new(),
                 reclaim_complete: false,
                 restored: true,
+                v40: None,
             },
         );
     }

@@ -93,6 +93,7 @@ impl SessionTable {
                 sessions: Vec::new(),
                 reclaim_complete: false,
                 restored: false,
+                v40: None,
             },
         );
         let conf = conf.filter(|c| Some(*c) != removed);

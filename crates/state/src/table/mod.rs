@@ -52,6 +52,7 @@ mod locks;
 mod nlm;
 
 pub use nlm::{is_nlm_client, nlm_client};
+mod v40;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
