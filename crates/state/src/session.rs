@@ -18,16 +18,16 @@ mod args;
 mod create_session;
 mod durable;
 mod exchange_id;
-mod summary;
 mod setclientid;
+mod summary;
 
 pub use args::{
     ConnDir, ConnDirRequest, CreateSessionArgs, CreateSessionOutcome, ExchangeIdOk, SequenceArgs,
     SequenceOk, SessionError,
 };
 pub use durable::{DurableClient, DurableSession, DurableSlot};
-pub use summary::ClientSummary;
 pub use setclientid::{ConfirmOk, SetClientIdOk, V40Callback};
+pub use summary::ClientSummary;
 
 /// A session id (RFC 8881 §18.36: `sessionid4`): client id, boot epoch, counter.
 pub type SessionId = [u8; 16];
