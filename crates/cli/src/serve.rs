@@ -3,13 +3,16 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use txnfs_server::exportrules::parse_rule;
 use txnfs_server::{BackendKind, Config, ExportConfig, Server};
 
 #[derive(Args, Debug)]
 #[command(after_help = "EXAMPLES:\n  \
     txnfs serve /srv/data                      export /srv/data as / on 127.0.0.1:2049\n  \
-    txnfs serve --listen 0.0.0.0:2049 /srv     listen on every interface\n  \
+    txnfs serve --listen 0.0.0.0:2049 /srv     listen on every interface (still only this host may mount)\n  \
+    txnfs serve --listen 0.0.0.0:2049 --client '10.0.0.0/8(rw)' /srv/data   let a network mount it\n  \
+    txnfs serve --listen 0.0.0.0:2049 --exports /etc/txnfs.exports   exports and clients as /etc/exports lines\n  \
     txnfs serve --export /home=/home --export /scratch=/mnt/scratch\n  \
     txnfs serve --config /etc/txnfs.toml\n  \
     txnfs serve --no-txn /srv/data             no transactional COMPOUNDs (plain NFSv4.1 only)\n\n\
@@ -33,7 +36,14 @@ use txnfs_server::{BackendKind, Config, ExportConfig, Server};
     layers = [\"local\"]            # the backend stack, top first (txn is added on top\n  \
     #                               unless txn = false); or [\"memory\"],\n  \
     #                               [\"memory:max_file_size=1G,max_bytes=4G\"]\n  \
-    read_only = false\n\n\
+    read_only = false\n  \
+    clients = [\"127.0.0.1(rw,no_root_squash)\", \"10.0.0.0/8(rw)\", \"*(ro,all_squash)\"]\n\n\
+    EXPORTS FILE (--exports; exports(5) lines: PATH CLIENT(OPTIONS) ..., first match wins):\n  \
+    /srv/data  127.0.0.1(rw,no_root_squash) 10.0.0.0/8(rw) *(ro,all_squash,anonuid=1000)\n\n\
+    CLIENTS: an address, a network (10.0.0.0/8), a host name, a wildcard (*.example.com) or *;\n\
+    options ro (default) or rw, root_squash (default), no_root_squash, all_squash, anonuid=N,\n\
+    anongid=N, sec=sys. An export without client rules serves this host only (127.0.0.0/8\n\
+    and ::1), read-write, root as root.\n\n\
     Clients mount with: mount -t nfs -o vers=4.1,port=PORT HOST:/ /mnt\n\
     Logs go to stderr; set TXNFS_LOG=debug for more.")]
 pub struct ServeArgs {
@@ -45,6 +55,15 @@ pub struct ServeArgs {
     /// Export PATH under the pseudo-root as NAME (repeatable), e.g. --export /data=/srv/data.
     #[arg(long = "export", value_name = "NAME=PATH")]
     pub exports: Vec<String>,
+    /// Exports and their clients from a file of /etc/exports lines
+    /// (`/srv/data 10.0.0.0/8(rw) *(ro)`): each exports its path under the same name.
+    #[arg(long = "exports", value_name = "FILE")]
+    pub exports_file: Option<PathBuf>,
+    /// A client rule for the exports given as DIR or --export (repeatable, first match
+    /// wins): `10.0.0.0/8(rw)`, `*.lan(ro,all_squash)`. Without any, only this host may
+    /// mount them (read-write, root as root).
+    #[arg(long = "client", value_name = "SPEC")]
+    pub clients: Vec<String>,
     /// TOML configuration file (flags given on the command line override it).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -103,6 +122,26 @@ fn parse_export(s: &str) -> Result<(String, PathBuf)> {
     Ok((name, PathBuf::from(path)))
 }
 
+/// The exports of an /etc/exports-style file: each line's path, exported under its own
+/// name, with the line's client rules.
+fn exports_file(f: &Path, backend: &BackendKind) -> Result<Vec<ExportConfig>> {
+    let text = std::fs::read_to_string(f)
+        .with_context(|| format!("cannot read exports file {}", f.display()))?;
+    let lines = txnfs_server::exportrules::exports_file::parse(&text)
+        .with_context(|| format!("invalid exports file {}", f.display()))?;
+    Ok(lines
+        .into_iter()
+        .map(|l| ExportConfig {
+            name: l.path.clone(),
+            path: PathBuf::from(&l.path),
+            backend: backend.clone(),
+            read_only: false,
+            clients: l.rules,
+            prebuilt: None,
+        })
+        .collect())
+}
+
 pub fn build_config(a: &ServeArgs) -> Result<Config> {
     let mut cfg = match &a.config {
         Some(p) => {
@@ -151,12 +190,19 @@ pub fn build_config(a: &ServeArgs) -> Result<Config> {
     } else {
         BackendKind::Local
     };
+    let clients = a
+        .clients
+        .iter()
+        .map(|s| parse_rule(s).with_context(|| format!("--client {s:?}")))
+        .collect::<Result<Vec<_>>>()?;
+    let from_flags = cfg.exports.len();
     if let Some(d) = &a.dir {
         cfg.exports.push(ExportConfig {
             name: "/".into(),
             path: d.clone(),
             backend: backend.clone(),
             read_only: false,
+            clients: Vec::new(),
             prebuilt: None,
         });
     } else if a.memory && a.exports.is_empty() && cfg.exports.is_empty() {
@@ -165,6 +211,7 @@ pub fn build_config(a: &ServeArgs) -> Result<Config> {
             path: PathBuf::new(),
             backend: backend.clone(),
             read_only: false,
+            clients: Vec::new(),
             prebuilt: None,
         });
     }
@@ -175,11 +222,24 @@ pub fn build_config(a: &ServeArgs) -> Result<Config> {
             path,
             backend: backend.clone(),
             read_only: false,
+            clients: Vec::new(),
             prebuilt: None,
         });
     }
+    if !clients.is_empty() && cfg.exports.len() == from_flags {
+        bail!("--client applies to the exports given as DIR or --export; give one (or put clients = [...] in the config file)");
+    }
+    for e in &mut cfg.exports[from_flags..] {
+        e.clients = clients.clone();
+    }
+    if let Some(f) = &a.exports_file {
+        cfg.exports.extend(exports_file(f, &backend)?);
+    }
     if cfg.exports.is_empty() {
-        bail!("nothing to export: give a directory (txnfs serve /srv/data) or --export NAME=PATH");
+        bail!(
+            "nothing to export: give a directory (txnfs serve /srv/data), --export NAME=PATH \
+             or --exports FILE"
+        );
     }
     for e in &cfg.exports {
         e.backend

@@ -92,6 +92,7 @@ mod tests {
             path: "/srv/data".into(),
             backend: BackendKind::Local,
             read_only: false,
+            clients: Vec::new(),
             prebuilt: None,
         });
         cfg.exports.push(ExportConfig {
@@ -99,6 +100,7 @@ mod tests {
             path: "/srv/ro".into(),
             backend: BackendKind::Local,
             read_only: true,
+            clients: Vec::new(),
             prebuilt: None,
         });
         let s = summary(&cfg, "127.0.0.1:2049".parse().unwrap(), "off");

@@ -14,12 +14,14 @@
 //! from the top:
 //!
 //! ```text
-//! service     → compound, v3, mount, server, durable, placement, recall, txnspan
-//! v3          → ops, cstate, server, panics, placement, waitmode, fh, errors, export
-//! mount       → server, export
+//! service     → compound, v3, mount, access, server, durable, placement, recall, txnspan
+//! v3          → ops, access, cstate, server, panics, placement, waitmode, fh, errors, export
+//! mount       → access, server, export, exportrules
 //! compound    → ops, cstate, server, panics, placement, txnspan, session, fh, errors
-//! ops         → cstate, dirnotify, offload, watches, statecore, callback, fh, errors, export
-//! cstate      → server, fh, placement, session, export
+//! ops         → access, cstate, dirnotify, offload, watches, statecore, callback, fh,
+//!               errors, export
+//! cstate      → server, fh, placement, session, export, exportrules
+//! access      → cstate, server, export, exportrules
 //! panics      → server
 //! server      → attrs, durable, dirnotify, offload, watches, recall, statecore, callback,
 //!               statedir, held, txnspan, faultinject, handle, placement, waitmode, fh,
@@ -36,10 +38,12 @@
 //! txnspan     → export
 //! fh          → handle, export
 //! held        → export
-//! export      → config
-//! leaves: statecore, statedir, session, handle, waitmode, errors, config
+//! export      → exportrules, config
+//! config      → exportrules
+//! leaves: statecore, statedir, session, handle, waitmode, errors, exportrules
 //! ```
 
+pub mod access;
 pub mod attrs;
 pub mod callback;
 pub mod compound;
@@ -49,6 +53,7 @@ pub mod dirnotify;
 pub mod durable;
 pub mod errors;
 pub mod export;
+pub mod exportrules;
 #[cfg(feature = "fault-injection")]
 pub mod faultinject;
 pub mod fh;

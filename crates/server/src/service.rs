@@ -94,9 +94,18 @@ impl RpcService for NfsService {
     fn call(&self, info: CallInfo, args: Bytes) -> impl Future<Output = ReplyBody> + Send {
         let server = self.server.clone();
         async move {
+            // Who is calling, for the export rules (ADR 0043).
+            let caller = crate::access::caller_of(&server, &info).await;
             if info.prog == crate::mount::MOUNT_PROGRAM {
-                return crate::mount::call(&server, &self.mounts, info.peer, info.proc_num, args)
-                    .await;
+                return crate::mount::call(
+                    &server,
+                    &self.mounts,
+                    caller,
+                    info.peer,
+                    info.proc_num,
+                    args,
+                )
+                .await;
             }
             if info.vers == crate::v3::NFS_V3 {
                 let transactions =
@@ -107,6 +116,7 @@ impl RpcService for NfsService {
                     &server,
                     &self.pace,
                     transactions,
+                    caller,
                     creds,
                     info,
                     args,
@@ -143,8 +153,8 @@ impl RpcService for NfsService {
                     let run = move || {
                         let started = Instant::now();
                         let waited = WaitClock::default();
-                        let reply = crate::compound::execute_request(
-                            &server, creds, conn, req, proc, &waited,
+                        let reply = crate::compound::execute_request_from(
+                            &server, caller, creds, conn, req, proc, &waited,
                         );
                         pace.record(blocking, started.elapsed().saturating_sub(waited.total()));
                         drop(running);
