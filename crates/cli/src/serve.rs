@@ -286,6 +286,9 @@ pub fn run(a: ServeArgs) -> Result<()> {
             "{}",
             crate::startup::summary(&server.cfg, bound, &rpcbind_status)
         );
+        if let Some(w) = crate::startup::local_only_warning(&server.cfg, bound) {
+            tracing::warn!("{w}");
+        }
         let shutdown = async move {
             loop {
                 tokio::select! {
@@ -464,6 +467,81 @@ mod tests {
         assert_eq!(cfg.max_connections, 7);
         assert_eq!(cfg.idle_timeout(), Some(std::time::Duration::from_secs(30)));
         assert!(build_config(&args(&["--memory", "--max-connections", "0"])).is_err());
+    }
+
+    #[test]
+    fn client_rules_from_the_exports_file_the_flag_and_toml() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        let f = config_file(&format!(
+            "# two exports\n{d}  127.0.0.1(rw,no_root_squash) *(ro,all_squash,anonuid=1000)\n"
+        ));
+        let cfg = build_config(&args(&["--exports", f.path().to_str().unwrap()])).unwrap();
+        assert_eq!(cfg.exports.len(), 1);
+        let e = &cfg.exports[0];
+        assert_eq!(
+            (e.name.as_str(), e.path.as_path()),
+            (&*d.to_string(), dir.path())
+        );
+        let specs: Vec<String> = e.clients.iter().map(|r| r.describe()).collect();
+        assert_eq!(
+            specs,
+            [
+                "127.0.0.1(rw,no_root_squash)",
+                "*(ro,all_squash,anonuid=1000,anongid=65534)"
+            ]
+        );
+        // An error names the file, the line and the column.
+        let bad = config_file(&format!("{d} 127.0.0.1(rw)\n{d}2  10.0.0.1(rw,bogus)\n"));
+        let err = build_config(&args(&["--exports", bad.path().to_str().unwrap()])).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.contains("invalid exports file"), "{msg}");
+        assert!(msg.contains("line 2, column "), "{msg}");
+        assert!(msg.contains("unknown option \"bogus\""), "{msg}");
+        // --client applies to DIR and --export, and only there.
+        let cfg = build_config(&args(&[
+            "--client",
+            "10.0.0.0/8(rw)",
+            "--client",
+            "*",
+            dir.path().to_str().unwrap(),
+        ]))
+        .unwrap();
+        let specs: Vec<String> = cfg.exports[0]
+            .clients
+            .iter()
+            .map(|r| r.describe())
+            .collect();
+        assert_eq!(specs, ["10.0.0.0/8(rw,root_squash)", "*(ro,root_squash)"]);
+        assert!(build_config(&args(&[
+            "--client",
+            "*",
+            "--exports",
+            f.path().to_str().unwrap()
+        ]))
+        .is_err());
+        let err =
+            build_config(&args(&["--client", "10.0.0.0/8(rw,sec=krb5p)", "--memory"])).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("sec=krb5p: not supported yet"),
+            "{err:#}"
+        );
+        // TOML: the same specs in `clients`.
+        let toml = config_file(
+            "[[exports]]\nname = \"/m\"\nbackend = \"memory\"\nclients = [\"10.1.0.0/16(rw,no_root_squash)\"]\n",
+        );
+        let cfg = build_config(&args(&["--config", toml.path().to_str().unwrap()])).unwrap();
+        assert_eq!(
+            cfg.exports[0].clients[0].describe(),
+            "10.1.0.0/16(rw,no_root_squash)"
+        );
+        let toml = config_file("[[exports]]\nname = \"/m\"\nbackend = \"memory\"\nclients = [\"10.1.0.0/16(rw,nope)\"]\n");
+        let err = build_config(&args(&["--config", toml.path().to_str().unwrap()])).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(
+            msg.contains("client \"10.1.0.0/16(rw,nope)\": unknown option \"nope\""),
+            "{msg}"
+        );
     }
 
     #[test]

@@ -122,6 +122,31 @@ impl ClientRule {
     }
 }
 
+impl ClientRule {
+    /// The rule as an exports(5) spec with every option spelled out:
+    /// `10.0.0.0/8(rw,root_squash)`, `*(ro,all_squash,anonuid=1000,anongid=65534)`.
+    pub fn describe(&self) -> String {
+        let mut opts: Vec<String> = vec![
+            if self.read_only { "ro" } else { "rw" }.into(),
+            match self.squash {
+                Squash::Root => "root_squash",
+                Squash::None => "no_root_squash",
+                Squash::All => "all_squash",
+            }
+            .into(),
+        ];
+        if self.squash != Squash::None && (self.anonuid != ANON_ID || self.anongid != ANON_ID) {
+            opts.push(format!("anonuid={}", self.anonuid));
+            opts.push(format!("anongid={}", self.anongid));
+        }
+        if self.sec != [Flavor::Sys] {
+            let sec: Vec<&str> = self.sec.iter().map(|f| f.name()).collect();
+            opts.push(format!("sec={}", sec.join(":")));
+        }
+        format!("{}({})", self.text, opts.join(","))
+    }
+}
+
 /// How a request authenticated itself, as the rules see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CallFlavor {
@@ -436,6 +461,25 @@ mod tests {
             squash(&r, CallFlavor::Sys, &sys(7, 8, &[9])),
             sys(1000, 100, &[])
         );
+    }
+
+    #[test]
+    fn rules_describe_themselves_as_specs() {
+        let d: Vec<String> = ClientRules::local_only()
+            .rules()
+            .iter()
+            .map(ClientRule::describe)
+            .collect();
+        assert_eq!(
+            d,
+            ["127.0.0.0/8(rw,no_root_squash)", "::1(rw,no_root_squash)"]
+        );
+        let r = ClientRule {
+            squash: Squash::All,
+            anonuid: 1000,
+            ..ClientRule::new(ClientSpec::Any, "*")
+        };
+        assert_eq!(r.describe(), "*(ro,all_squash,anonuid=1000,anongid=65534)");
     }
 
     #[test]
