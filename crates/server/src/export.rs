@@ -556,7 +556,9 @@ impl CompoundScope {
         Ok(())
     }
 
-    /// The context for a call on `export`'s backend, entering the export first.
+    /// The context for a call on `export`'s backend, entering the export first. Its
+    /// identity is `creds`: the caller's as that export's rules squash it (ADR 0043),
+    /// which may differ between the exports of one COMPOUND.
     pub fn ctx_for(
         &mut self,
         export: &Arc<Export>,
@@ -564,6 +566,9 @@ impl CompoundScope {
         client: Option<u64>,
     ) -> Result<&OpCtx, BackendError> {
         self.enter(export, creds, client)?;
+        if self.ctx.creds != *creds {
+            self.ctx.creds = creds.clone();
+        }
         Ok(&self.ctx)
     }
 

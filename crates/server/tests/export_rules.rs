@@ -341,6 +341,23 @@ async fn root_is_squashed_and_all_squash_uses_anonuid() {
         let m = std::fs::metadata(dirs.path(&format!("all/{name}"))).unwrap();
         assert_eq!((m.uid(), m.gid()), (1000, 1000), "{name}");
     }
+    // One COMPOUND through two exports acts as each one's rules say, in turn.
+    let r = here
+        .run(vec![
+            nfs_argop4::OP_PUTROOTFH,
+            lookup("all"),
+            open_new("both-all"),
+            nfs_argop4::OP_PUTROOTFH,
+            lookup("data"),
+            open_new("both-data"),
+        ])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    let owner = |p: &str| std::fs::metadata(dirs.path(p)).unwrap().uid();
+    assert_eq!(
+        (owner("all/both-all"), owner("data/both-data")),
+        (1000, 65534)
+    );
     let v3 = v3_from(OTHER, srv.addr, 4242).await;
     let root = v3.root("/all").await;
     let r: MKDIR3res = v3
@@ -508,4 +525,33 @@ async fn a_read_only_rule_refuses_every_change_with_rofs() {
         0
     );
     assert_eq!(std::fs::read(dirs.path("ro/file")).unwrap(), b"read me");
+}
+
+#[tokio::test]
+async fn a_root_export_refuses_a_client_outside_its_rules_at_putrootfh() {
+    let dirs = Dirs::new();
+    let data = dirs.path("data");
+    let srv = start_server(move |state| Config {
+        exports: vec![export("/", &data, &["127.0.0.1(rw,no_root_squash)"])],
+        state_dir: Some(state.to_path_buf()),
+        grace: false,
+        ..Config::default()
+    })
+    .await;
+    let mut other = session_from(OTHER, srv.addr, b"other").await;
+    let r = other
+        .run(vec![nfs_argop4::OP_PUTROOTFH, nfs_argop4::OP_GETFH])
+        .await;
+    assert_eq!(last(&r), (2, nfsstat4::NFS4ERR_ACCESS));
+    let v3 = v3_from(OTHER, srv.addr, 0).await;
+    assert_eq!(
+        mnt_status(&v3.mnt("/").await.unwrap()),
+        mountstat3::MNT3ERR_ACCES
+    );
+    let mut here = session_from(HERE, srv.addr, b"here").await;
+    let r = here
+        .run(vec![nfs_argop4::OP_PUTROOTFH, open_new("mine")])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    assert_eq!(std::fs::metadata(dirs.path("data/mine")).unwrap().uid(), 0);
 }
