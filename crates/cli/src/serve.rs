@@ -3,13 +3,16 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use txnfs_server::exportrules::parse_rule;
 use txnfs_server::{BackendKind, Config, ExportConfig, Server};
 
 #[derive(Args, Debug)]
 #[command(after_help = "EXAMPLES:\n  \
     txnfs serve /srv/data                      export /srv/data as / on 127.0.0.1:2049\n  \
-    txnfs serve --listen 0.0.0.0:2049 /srv     listen on every interface\n  \
+    txnfs serve --listen 0.0.0.0:2049 /srv     listen on every interface (still only this host may mount)\n  \
+    txnfs serve --listen 0.0.0.0:2049 --client '10.0.0.0/8(rw)' /srv/data   let a network mount it\n  \
+    txnfs serve --listen 0.0.0.0:2049 --exports /etc/txnfs.exports   exports and clients as /etc/exports lines\n  \
     txnfs serve --export /home=/home --export /scratch=/mnt/scratch\n  \
     txnfs serve --config /etc/txnfs.toml\n  \
     txnfs serve --no-txn /srv/data             no transactional COMPOUNDs (plain NFSv4.1 only)\n\n\
@@ -33,7 +36,14 @@ use txnfs_server::{BackendKind, Config, ExportConfig, Server};
     layers = [\"local\"]            # the backend stack, top first (txn is added on top\n  \
     #                               unless txn = false); or [\"memory\"],\n  \
     #                               [\"memory:max_file_size=1G,max_bytes=4G\"]\n  \
-    read_only = false\n\n\
+    read_only = false\n  \
+    clients = [\"127.0.0.1(rw,no_root_squash)\", \"10.0.0.0/8(rw)\", \"*(ro,all_squash)\"]\n\n\
+    EXPORTS FILE (--exports; exports(5) lines: PATH CLIENT(OPTIONS) ..., first match wins):\n  \
+    /srv/data  127.0.0.1(rw,no_root_squash) 10.0.0.0/8(rw) *(ro,all_squash,anonuid=1000)\n\n\
+    CLIENTS: an address, a network (10.0.0.0/8), a host name, a wildcard (*.example.com) or *;\n\
+    options ro (default) or rw, root_squash (default), no_root_squash, all_squash, anonuid=N,\n\
+    anongid=N, sec=sys. An export without client rules serves this host only (127.0.0.0/8\n\
+    and ::1), read-write, root as root.\n\n\
     Clients mount with: mount -t nfs -o vers=4.1,port=PORT HOST:/ /mnt\n\
     Logs go to stderr; set TXNFS_LOG=debug for more.")]
 pub struct ServeArgs {
@@ -45,6 +55,15 @@ pub struct ServeArgs {
     /// Export PATH under the pseudo-root as NAME (repeatable), e.g. --export /data=/srv/data.
     #[arg(long = "export", value_name = "NAME=PATH")]
     pub exports: Vec<String>,
+    /// Exports and their clients from a file of /etc/exports lines
+    /// (`/srv/data 10.0.0.0/8(rw) *(ro)`): each exports its path under the same name.
+    #[arg(long = "exports", value_name = "FILE")]
+    pub exports_file: Option<PathBuf>,
+    /// A client rule for the exports given as DIR or --export (repeatable, first match
+    /// wins): `10.0.0.0/8(rw)`, `*.lan(ro,all_squash)`. Without any, only this host may
+    /// mount them (read-write, root as root).
+    #[arg(long = "client", value_name = "SPEC")]
+    pub clients: Vec<String>,
     /// TOML configuration file (flags given on the command line override it).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -107,6 +126,26 @@ fn parse_export(s: &str) -> Result<(String, PathBuf)> {
     Ok((name, PathBuf::from(path)))
 }
 
+/// The exports of an /etc/exports-style file: each line's path, exported under its own
+/// name, with the line's client rules.
+fn exports_file(f: &Path, backend: &BackendKind) -> Result<Vec<ExportConfig>> {
+    let text = std::fs::read_to_string(f)
+        .with_context(|| format!("cannot read exports file {}", f.display()))?;
+    let lines = txnfs_server::exportrules::exports_file::parse(&text)
+        .with_context(|| format!("invalid exports file {}", f.display()))?;
+    Ok(lines
+        .into_iter()
+        .map(|l| ExportConfig {
+            name: l.path.clone(),
+            path: PathBuf::from(&l.path),
+            backend: backend.clone(),
+            read_only: false,
+            clients: l.rules,
+            prebuilt: None,
+        })
+        .collect())
+}
+
 pub fn build_config(a: &ServeArgs) -> Result<Config> {
     let mut cfg = match &a.config {
         Some(p) => {
@@ -158,12 +197,19 @@ pub fn build_config(a: &ServeArgs) -> Result<Config> {
     } else {
         BackendKind::Local
     };
+    let clients = a
+        .clients
+        .iter()
+        .map(|s| parse_rule(s).with_context(|| format!("--client {s:?}")))
+        .collect::<Result<Vec<_>>>()?;
+    let from_flags = cfg.exports.len();
     if let Some(d) = &a.dir {
         cfg.exports.push(ExportConfig {
             name: "/".into(),
             path: d.clone(),
             backend: backend.clone(),
             read_only: false,
+            clients: Vec::new(),
             prebuilt: None,
         });
     } else if a.memory && a.exports.is_empty() && cfg.exports.is_empty() {
@@ -172,6 +218,7 @@ pub fn build_config(a: &ServeArgs) -> Result<Config> {
             path: PathBuf::new(),
             backend: backend.clone(),
             read_only: false,
+            clients: Vec::new(),
             prebuilt: None,
         });
     }
@@ -182,11 +229,24 @@ pub fn build_config(a: &ServeArgs) -> Result<Config> {
             path,
             backend: backend.clone(),
             read_only: false,
+            clients: Vec::new(),
             prebuilt: None,
         });
     }
+    if !clients.is_empty() && cfg.exports.len() == from_flags {
+        bail!("--client applies to the exports given as DIR or --export; give one (or put clients = [...] in the config file)");
+    }
+    for e in &mut cfg.exports[from_flags..] {
+        e.clients = clients.clone();
+    }
+    if let Some(f) = &a.exports_file {
+        cfg.exports.extend(exports_file(f, &backend)?);
+    }
     if cfg.exports.is_empty() {
-        bail!("nothing to export: give a directory (txnfs serve /srv/data) or --export NAME=PATH");
+        bail!(
+            "nothing to export: give a directory (txnfs serve /srv/data), --export NAME=PATH \
+             or --exports FILE"
+        );
     }
     for e in &cfg.exports {
         e.backend
@@ -233,6 +293,9 @@ pub fn run(a: ServeArgs) -> Result<()> {
             "{}",
             crate::startup::summary(&server.cfg, bound, &rpcbind_status)
         );
+        if let Some(w) = crate::startup::local_only_warning(&server.cfg, bound) {
+            tracing::warn!("{w}");
+        }
         let shutdown = async move {
             loop {
                 tokio::select! {
@@ -424,6 +487,81 @@ mod tests {
         assert_eq!(cfg.max_connections, 7);
         assert_eq!(cfg.idle_timeout(), Some(std::time::Duration::from_secs(30)));
         assert!(build_config(&args(&["--memory", "--max-connections", "0"])).is_err());
+    }
+
+    #[test]
+    fn client_rules_from_the_exports_file_the_flag_and_toml() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        let f = config_file(&format!(
+            "# two exports\n{d}  127.0.0.1(rw,no_root_squash) *(ro,all_squash,anonuid=1000)\n"
+        ));
+        let cfg = build_config(&args(&["--exports", f.path().to_str().unwrap()])).unwrap();
+        assert_eq!(cfg.exports.len(), 1);
+        let e = &cfg.exports[0];
+        assert_eq!(
+            (e.name.as_str(), e.path.as_path()),
+            (&*d.to_string(), dir.path())
+        );
+        let specs: Vec<String> = e.clients.iter().map(|r| r.describe()).collect();
+        assert_eq!(
+            specs,
+            [
+                "127.0.0.1(rw,no_root_squash)",
+                "*(ro,all_squash,anonuid=1000,anongid=65534)"
+            ]
+        );
+        // An error names the file, the line and the column.
+        let bad = config_file(&format!("{d} 127.0.0.1(rw)\n{d}2  10.0.0.1(rw,bogus)\n"));
+        let err = build_config(&args(&["--exports", bad.path().to_str().unwrap()])).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.contains("invalid exports file"), "{msg}");
+        assert!(msg.contains("line 2, column "), "{msg}");
+        assert!(msg.contains("unknown option \"bogus\""), "{msg}");
+        // --client applies to DIR and --export, and only there.
+        let cfg = build_config(&args(&[
+            "--client",
+            "10.0.0.0/8(rw)",
+            "--client",
+            "*",
+            dir.path().to_str().unwrap(),
+        ]))
+        .unwrap();
+        let specs: Vec<String> = cfg.exports[0]
+            .clients
+            .iter()
+            .map(|r| r.describe())
+            .collect();
+        assert_eq!(specs, ["10.0.0.0/8(rw,root_squash)", "*(ro,root_squash)"]);
+        assert!(build_config(&args(&[
+            "--client",
+            "*",
+            "--exports",
+            f.path().to_str().unwrap()
+        ]))
+        .is_err());
+        let err =
+            build_config(&args(&["--client", "10.0.0.0/8(rw,sec=krb5p)", "--memory"])).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("sec=krb5p: not supported yet"),
+            "{err:#}"
+        );
+        // TOML: the same specs in `clients`.
+        let toml = config_file(
+            "[[exports]]\nname = \"/m\"\nbackend = \"memory\"\nclients = [\"10.1.0.0/16(rw,no_root_squash)\"]\n",
+        );
+        let cfg = build_config(&args(&["--config", toml.path().to_str().unwrap()])).unwrap();
+        assert_eq!(
+            cfg.exports[0].clients[0].describe(),
+            "10.1.0.0/16(rw,no_root_squash)"
+        );
+        let toml = config_file("[[exports]]\nname = \"/m\"\nbackend = \"memory\"\nclients = [\"10.1.0.0/16(rw,nope)\"]\n");
+        let err = build_config(&args(&["--config", toml.path().to_str().unwrap()])).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(
+            msg.contains("client \"10.1.0.0/16(rw,nope)\": unknown option \"nope\""),
+            "{msg}"
+        );
     }
 
     #[test]

@@ -1,11 +1,18 @@
 //! What `txnfs serve` tells its administrator when it starts: ONE summary line with
 //! the version, the listen address, the state directory, grace, rpcbind, and every
-//! export with its path, layers, read-only and transactions.
+//! export with its path, layers, read-only, transactions and clients; and a warning
+//! when the server listens beyond this host while an export has no client rules.
 
 use txnfs_server::{Config, ExportConfig};
 
-/// "/ = /srv/data (layers txn,local; read-write; transactions)"
+/// "/ = /srv/data (layers txn,local; read-write; transactions) for 10.0.0.0/8(rw,root_squash)"
 fn export_summary(cfg: &Config, e: &ExportConfig) -> String {
+    let clients = if e.clients.is_empty() {
+        "this host only".to_string()
+    } else {
+        let specs: Vec<String> = e.clients.iter().map(|r| r.describe()).collect();
+        specs.join(" ")
+    };
     // The stack as it runs: with transactions on, the server puts `txn` on top.
     let e = if cfg.txn {
         txnfs_server::export::with_txn_layer(e)
@@ -22,7 +29,7 @@ fn export_summary(cfg: &Config, e: &ExportConfig) -> String {
         None => "(prebuilt)".into(),
     };
     format!(
-        "{} = {path} (layers {}; {}; {})",
+        "{} = {path} (layers {}; {}; {}) for {clients}",
         e.name,
         if layers.is_empty() {
             "prebuilt".into()
@@ -76,6 +83,28 @@ pub fn summary(cfg: &Config, listen: std::net::SocketAddr, rpcbind: &str) -> Str
     )
 }
 
+/// The warning for a server listening on `listen`, beyond the loopback interface,
+/// whose exports without client rules other hosts cannot mount (ADR 0043).
+pub fn local_only_warning(cfg: &Config, listen: std::net::SocketAddr) -> Option<String> {
+    if listen.ip().to_canonical().is_loopback() {
+        return None;
+    }
+    let local: Vec<&str> = cfg
+        .exports
+        .iter()
+        .filter(|e| e.clients.is_empty())
+        .map(|e| e.name.as_str())
+        .collect();
+    (!local.is_empty()).then(|| {
+        format!(
+            "listening on {listen}, but export(s) {} have no client rules: only this host may \
+             mount them; give --client SPEC, --exports FILE or clients = [...] in the \
+             configuration (e.g. 10.0.0.0/8(rw))",
+            local.join(", ")
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,6 +121,7 @@ mod tests {
             path: "/srv/data".into(),
             backend: BackendKind::Local,
             read_only: false,
+            clients: Vec::new(),
             prebuilt: None,
         });
         cfg.exports.push(ExportConfig {
@@ -99,6 +129,7 @@ mod tests {
             path: "/srv/ro".into(),
             backend: BackendKind::Local,
             read_only: true,
+            clients: Vec::new(),
             prebuilt: None,
         });
         let s = summary(&cfg, "127.0.0.1:2049".parse().unwrap(), "off");
@@ -106,7 +137,7 @@ mod tests {
             "serving NFSv3 (with MOUNT), NFSv4.0, NFSv4.1 and NFSv4.2 on 127.0.0.1:2049",
             "state directory /tmp/st",
             "grace on",
-            "/data = /srv/data (layers txn,local; read-write; transactions)",
+            "/data = /srv/data (layers txn,local; read-write; transactions) for this host only",
             "/ro = /srv/ro (layers txn,local; read-only; transactions)",
         ] {
             assert!(s.contains(want), "{want:?} missing from {s}");
@@ -117,5 +148,38 @@ mod tests {
             s.contains("(layers local; read-write; no transactions)"),
             "{s}"
         );
+        cfg.exports[1].clients =
+            vec![txnfs_server::exportrules::parse_rule("10.0.0.0/8(rw)").unwrap()];
+        let s = summary(&cfg, "127.0.0.1:2049".parse().unwrap(), "off");
+        assert!(
+            s.contains("no transactions) for 10.0.0.0/8(rw,root_squash)"),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn listening_beyond_this_host_without_rules_is_warned_about() {
+        let mut cfg = Config::default();
+        cfg.exports.push(ExportConfig {
+            name: "/data".into(),
+            path: "/srv/data".into(),
+            backend: BackendKind::Local,
+            read_only: false,
+            clients: Vec::new(),
+            prebuilt: None,
+        });
+        let any = "0.0.0.0:2049".parse().unwrap();
+        assert_eq!(
+            local_only_warning(&cfg, "127.0.0.1:2049".parse().unwrap()),
+            None
+        );
+        assert_eq!(
+            local_only_warning(&cfg, "[::1]:2049".parse().unwrap()),
+            None
+        );
+        let w = local_only_warning(&cfg, any).unwrap();
+        assert!(w.contains("/data have no client rules"), "{w}");
+        cfg.exports[0].clients = vec![txnfs_server::exportrules::parse_rule("*").unwrap()];
+        assert_eq!(local_only_warning(&cfg, any), None);
     }
 }

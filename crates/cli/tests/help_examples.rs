@@ -5,7 +5,9 @@
 //! What the test changes in an example, and only that: the host (`server`,
 //! `server:2050`, `127.0.0.1:2050`, `127.0.0.1`) becomes the test server, absolute
 //! local paths (`/tmp/`, `/srv/data`, `/etc/txnfs.toml` ...) become directories of a
-//! scratch directory, and a server's address becomes 127.0.0.1 with a free port. Each
+//! scratch directory, and a server's address becomes 127.0.0.1 with a free port (a
+//! shell's single quotes around a word of a `txnfs serve` example are removed, as
+//! the shell would). Each
 //! example starts from the same files (examples are alternatives, not a sequence),
 //! and runs under `sh -c` in a scratch working directory with `txnfs` on the PATH, so
 //! that a redirection (`> both.txt`) works as in a shell.
@@ -49,6 +51,17 @@ fn config_sample(help: &str) -> String {
         .skip(1)
         .take_while(|l| !l.trim().is_empty())
         .map(|l| format!("{}\n", l.strip_prefix("  ").unwrap_or(l)))
+        .collect()
+}
+
+/// The lines of the help's sample exports file (after "EXPORTS FILE", up to the first
+/// blank line), unindented.
+fn exports_sample(help: &str) -> String {
+    help.lines()
+        .skip_while(|l| !l.starts_with("EXPORTS FILE"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| format!("{}\n", l.trim()))
         .collect()
 }
 
@@ -246,6 +259,10 @@ fn every_serve_example_starts_a_server() {
     assert!(config.contains("[[exports]]"), "{config}");
     std::fs::create_dir_all(local("etc")).unwrap();
     std::fs::write(local("/etc/txnfs.toml"), &config).unwrap();
+    let exports =
+        exports_sample(&text).replace("/srv/data ", &format!("{} ", local("/srv/data").display()));
+    assert!(exports.contains("(rw"), "{exports}");
+    std::fs::write(local("/etc/txnfs.exports"), &exports).unwrap();
     for e in &ex {
         let port = free_port();
         let listen = format!("127.0.0.1:{port}");
@@ -253,6 +270,7 @@ fn every_serve_example_starts_a_server() {
         let mut words = e.split_whitespace().skip(1); // txnfs
         let mut has_listen = false;
         while let Some(w) = words.next() {
+            let w = w.trim_matches('\'');
             if w == "--listen" {
                 words.next();
                 has_listen = true;

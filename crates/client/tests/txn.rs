@@ -262,6 +262,7 @@ async fn an_export_without_the_txn_layer_refuses_with_notsupp() {
             path: Default::default(),
             backend: BackendKind::Memory,
             read_only: false,
+            clients: Vec::new(),
             prebuilt: Some(PrebuiltBackend(Arc::new(
                 txnfs_backend::memory::MemoryBackend::new(),
             ))),

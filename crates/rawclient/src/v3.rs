@@ -69,6 +69,19 @@ impl V3Client {
         })
     }
 
+    /// As [`V3Client::connect`], from the local address `local` (another loopback
+    /// address plays another host).
+    pub async fn connect_from(
+        local: std::net::IpAddr,
+        addr: SocketAddr,
+        cred: Credential,
+    ) -> Result<Self, RpcError> {
+        Ok(V3Client {
+            rpc: RpcClient::connect_from(local, addr, cred).await?,
+            timeout: Duration::from_secs(10),
+        })
+    }
+
     /// Encoded `args` to `prog`/`vers`/`proc_num` with transaction id `xid`: the
     /// encoded results.
     pub async fn call_raw(

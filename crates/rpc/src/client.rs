@@ -140,6 +140,23 @@ impl RpcClient {
         Self::connect_with_handler(addr, cred, cfg, None).await
     }
 
+    /// Connect to `addr` from the local address `local` (e.g. another loopback address,
+    /// 127.0.0.2, as a second host would); every call carries `cred`.
+    pub async fn connect_from(
+        local: std::net::IpAddr,
+        addr: SocketAddr,
+        cred: Credential,
+    ) -> Result<Self, RpcError> {
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.bind(SocketAddr::new(local, 0))?;
+        let stream = socket.connect(addr).await?;
+        Self::on_stream(stream, addr, cred, ClientConfig::default(), None)
+    }
+
     /// Connect with a handler for the CALLs the peer sends on this connection (the back
     /// channel); their REPLYs go back on the same connection.
     pub async fn connect_with_handler(
@@ -149,6 +166,17 @@ impl RpcClient {
         handler: Option<CallHandler>,
     ) -> Result<Self, RpcError> {
         let stream = TcpStream::connect(addr).await?;
+        Self::on_stream(stream, addr, cred, cfg, handler)
+    }
+
+    /// A client on the connected `stream` to `addr`.
+    fn on_stream(
+        stream: TcpStream,
+        addr: SocketAddr,
+        cred: Credential,
+        cfg: ClientConfig,
+        handler: Option<CallHandler>,
+    ) -> Result<Self, RpcError> {
         let _ = stream.set_nodelay(true);
         let (rd, wr) = stream.into_split();
         let pending: SharedPending = Arc::default();

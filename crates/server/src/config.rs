@@ -84,6 +84,12 @@ pub struct ExportConfig {
     pub backend: LayerStack,
     #[serde(default)]
     pub read_only: bool,
+    /// Which clients may use the export, and how: exports(5) specs, the first that
+    /// matches a client applies (`clients = ["127.0.0.1(rw,no_root_squash)",
+    /// "10.0.0.0/8(ro)"]`). Empty: this host only (127.0.0.0/8, ::1), read-write,
+    /// identities as sent (ADR 0043).
+    #[serde(default, deserialize_with = "crate::exportrules::deserialize_clients")]
+    pub clients: Vec<crate::exportrules::ClientRule>,
     /// A backend built by the embedding program (tests, the simulation); when set it is
     /// used instead of `backend`/`path` (wrap it in layers yourself, see
     /// `txnfs_backend::layer`). Not configurable from TOML.

@@ -16,7 +16,13 @@ use crate::session::{ClientId, Session};
 /// Per-request execution state.
 pub struct Compound<'a> {
     pub srv: &'a Server,
+    /// The identity ops act as: the caller's, squashed by the rules of the export of
+    /// the current filehandle (`crate::access`).
     pub creds: Creds,
+    /// The identity the request claimed (before any squashing).
+    pub rpc_creds: Creds,
+    /// Who sent the request, for the export rules (in-process callers: loopback).
+    pub caller: crate::exportrules::Caller,
     pub conn: u64,
     pub cfh: Option<Fh>,
     pub sfh: Option<Fh>,
@@ -50,6 +56,8 @@ impl<'a> Compound<'a> {
     ) -> Self {
         Compound {
             srv,
+            rpc_creds: creds.clone(),
+            caller: crate::exportrules::Caller::local(),
             creds,
             conn,
             cfh: None,

@@ -4,6 +4,8 @@
 //! read-only synthetic directory tree whose leaves are the exports' roots.
 
 use crate::config::ExportConfig;
+use crate::exportrules::hostnames::HostNames;
+use crate::exportrules::ClientRules;
 use bytes::Bytes;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,6 +22,8 @@ pub struct Export {
     pub read_only: bool,
     /// The pseudo directory this export hangs under (its mounted-on node).
     pub parent_node: Option<u16>,
+    /// Which clients may use it, and how (ADR 0043).
+    pub clients: ClientRules,
 }
 
 impl Export {
@@ -102,6 +106,10 @@ pub struct Exports {
     pub root_export: Option<u16>,
     /// Source of COMPOUND ids ([`OpCtx::compound`]); the first is 1.
     compounds: AtomicU64,
+    /// Whether some export's rules name hosts (callers' names are then looked up).
+    pub needs_names: bool,
+    /// Verified host names of callers, when `needs_names`.
+    pub hostnames: HostNames,
 }
 
 /// Stable 16-bit export id from the export's name (FNV-1a folded), never 0.
@@ -330,6 +338,11 @@ impl Exports {
                     root_key,
                     read_only: c.read_only,
                     parent_node: parent,
+                    clients: if c.clients.is_empty() {
+                        ClientRules::local_only()
+                    } else {
+                        ClientRules::new(c.clients.clone())
+                    },
                 })
             };
 
@@ -355,6 +368,10 @@ impl Exports {
                 exports,
                 root_export: Some(id),
                 compounds: AtomicU64::new(0),
+                needs_names: cfgs
+                    .iter()
+                    .any(|c| ClientRules::new(c.clients.clone()).needs_names()),
+                hostnames: HostNames::default(),
             });
         }
         for (a, ca) in &all {
@@ -408,6 +425,10 @@ impl Exports {
             exports,
             root_export: None,
             compounds: AtomicU64::new(0),
+            needs_names: cfgs
+                .iter()
+                .any(|c| ClientRules::new(c.clients.clone()).needs_names()),
+            hostnames: HostNames::default(),
         })
     }
 
@@ -535,7 +556,9 @@ impl CompoundScope {
         Ok(())
     }
 
-    /// The context for a call on `export`'s backend, entering the export first.
+    /// The context for a call on `export`'s backend, entering the export first. Its
+    /// identity is `creds`: the caller's as that export's rules squash it (ADR 0043),
+    /// which may differ between the exports of one COMPOUND.
     pub fn ctx_for(
         &mut self,
         export: &Arc<Export>,
@@ -543,6 +566,9 @@ impl CompoundScope {
         client: Option<u64>,
     ) -> Result<&OpCtx, BackendError> {
         self.enter(export, creds, client)?;
+        if self.ctx.creds != *creds {
+            self.ctx.creds = creds.clone();
+        }
         Ok(&self.ctx)
     }
 
@@ -582,6 +608,7 @@ mod tests {
             path: Default::default(),
             backend: BackendKind::Memory,
             read_only: false,
+            clients: Vec::new(),
             prebuilt: None,
         }
     }
@@ -627,6 +654,7 @@ mod tests {
             path: path.to_path_buf(),
             backend: BackendKind::Local,
             read_only: false,
+            clients: Vec::new(),
             prebuilt: None,
         };
         let refused = |cfgs: &[ExportConfig]| match overlapping_paths(cfgs) {

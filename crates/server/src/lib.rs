@@ -15,15 +15,17 @@
 //! from the top:
 //!
 //! ```text
-//! service     → compound, v3, mount, nlm, report, server, durable, placement, recall,
-//!               txnspan
+//! service     → compound, v3, mount, nlm, report, access, server, durable, placement,
+//!               recall, txnspan
 //! report      → v3, server, metrics, statecore
 //! nlm         → v3, ops, cstate, server, panics, placement, waitmode, statedir
-//! v3          → ops, cstate, server, panics, placement, waitmode, fh, errors, export
-//! mount       → server, export
+//! v3          → ops, access, cstate, server, panics, placement, waitmode, fh, errors, export
+//! mount       → access, server, export, exportrules
 //! compound    → ops, cstate, server, panics, placement, txnspan, session, fh, errors
-//! ops         → cstate, dirnotify, offload, watches, statecore, callback, fh, errors, export
-//! cstate      → server, fh, placement, session, export
+//! ops         → access, cstate, dirnotify, offload, watches, statecore, callback, fh,
+//!               errors, export
+//! cstate      → server, fh, placement, session, export, exportrules
+//! access      → cstate, server, export, exportrules
 //! panics      → server
 //! server      → attrs, durable, dirnotify, offload, watches, recall, statecore, callback,
 //!               statedir, held, txnspan, faultinject, handle, placement, waitmode, fh,
@@ -41,10 +43,12 @@
 //! txnspan     → export
 //! fh          → handle, export
 //! held        → export
-//! export      → config
-//! leaves: statecore, statedir, session, handle, waitmode, errors, config, metrics
+//! export      → exportrules, config
+//! config      → exportrules
+//! leaves: statecore, statedir, session, handle, waitmode, errors, exportrules, metrics
 //! ```
 
+pub mod access;
 pub mod attrs;
 pub mod callback;
 pub mod callback40;
@@ -55,6 +59,7 @@ pub mod dirnotify;
 pub mod durable;
 pub mod errors;
 pub mod export;
+pub mod exportrules;
 #[cfg(feature = "fault-injection")]
 pub mod faultinject;
 pub mod fh;

@@ -1,9 +1,10 @@
 //! MOUNT version 3 (RFC 1813 appendix I), program 100005 on the NFS port: how an
 //! NFSv3 client gets its first file handle. MNT resolves a path to an export's root,
 //! or to a directory below it (as knfsd lets a client mount any directory of an
-//! export), and answers its handle with the export's auth flavours (AUTH_SYS); DUMP,
-//! UMNT and UMNTALL keep the advisory list of who mounted what; EXPORT lists the
-//! exports. The handle is the one NFSv4 gives the same object.
+//! export), for a client the export's rules admit (else MNT3ERR_ACCES, ADR 0043), and
+//! answers its handle with the flavours the client's rule allows; DUMP, UMNT and
+//! UMNTALL keep the advisory list of who mounted what; EXPORT lists the exports with
+//! their client specs as groups. The handle is the one NFSv4 gives the same object.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -16,6 +17,7 @@ use txnfs_rpc::ReplyBody;
 use txnfs_xdr::{Decode, Encode};
 
 use crate::export::{CompoundScope, Export};
+use crate::exportrules::{Caller, Decision, Flavor};
 use crate::server::Server;
 
 pub const MOUNT_PROGRAM: u32 = 100005;
@@ -28,7 +30,7 @@ const MOUNTPROC3_UMNT: u32 = 3;
 const MOUNTPROC3_UMNTALL: u32 = 4;
 const MOUNTPROC3_EXPORT: u32 = 5;
 
-/// AUTH_SYS (RFC 5531), the flavour every export takes.
+/// AUTH_SYS (RFC 5531), the one flavour served so far.
 const AUTH_SYS: i32 = 1;
 
 /// Entries of the mount list kept at most; past it MNT still answers but is not
@@ -53,6 +55,7 @@ impl Mounts {
 pub async fn call(
     server: &Arc<Server>,
     mounts: &Arc<Mounts>,
+    caller: Caller,
     peer: SocketAddr,
     proc_num: u32,
     args: Bytes,
@@ -67,7 +70,7 @@ pub async fn call(
             let (server, mounts) = (server.clone(), mounts.clone());
             // Lookups on the backend: off the transport thread.
             let res = tokio::task::spawn_blocking(move || {
-                let res = mnt(&server, &path);
+                let res = mnt(&server, &caller, &path);
                 if matches!(res, mountres3::MNT3_OK(_)) {
                     let mut list = mounts.lock();
                     if list.len() < MAX_MOUNTS {
@@ -112,7 +115,7 @@ pub async fn call(
     }
 }
 
-/// EXPORT: every export, open to every host (no groups).
+/// EXPORT: every export, with its client specs as groups (`showmount -e`).
 fn export_list(server: &Server) -> exports {
     exports(
         server
@@ -121,7 +124,15 @@ fn export_list(server: &Server) -> exports {
             .values()
             .map(|e| exportnode {
                 ex_dir: Bytes::copy_from_slice(e.name.as_bytes()),
-                ex_groups: groups::default(),
+                ex_groups: groups(
+                    e.clients
+                        .rules()
+                        .iter()
+                        .map(|r| groupnode {
+                            gr_name: Bytes::copy_from_slice(r.text.as_bytes()),
+                        })
+                        .collect(),
+                ),
             })
             .collect(),
     )
@@ -157,8 +168,8 @@ fn export_of<'p>(server: &Server, path: &'p [u8]) -> Option<(Arc<Export>, Vec<&'
         .max_by_key(|(_, rest)| std::cmp::Reverse(rest.len()))
 }
 
-/// MNT: the handle of the directory `path` names.
-fn mnt(server: &Server, path: &Bytes) -> mountres3 {
+/// MNT: the handle of the directory `path` names, for a client the export admits.
+fn mnt(server: &Server, caller: &Caller, path: &Bytes) -> mountres3 {
     use mountstat3::*;
     // An empty path is the root: clients that trim a trailing '/' (nfs-rs) send "/"
     // so. Any other path must be absolute.
@@ -167,6 +178,17 @@ fn mnt(server: &Server, path: &Bytes) -> mountres3 {
     }
     let Some((export, rest)) = export_of(server, path) else {
         return mountres3::default(MNT3ERR_NOENT);
+    };
+    let flavors = match export.clients.decide(caller, &Creds::default()) {
+        Decision::Allow { .. } | Decision::WrongSec(_) => export
+            .clients
+            .rule_for(caller)
+            .map(|r| r.sec.clone())
+            .unwrap_or_default(),
+        Decision::Denied => {
+            tracing::info!(client = %caller.addr, export = %export.name, "MNT refused: no export rule matches the client");
+            return mountres3::default(MNT3ERR_ACCES);
+        }
     };
     let mut scope = CompoundScope::new(&server.exports);
     let resolved = (|| {
@@ -198,7 +220,11 @@ fn mnt(server: &Server, path: &Bytes) -> mountres3 {
     }
     mountres3::MNT3_OK(mountres3_ok {
         fhandle,
-        auth_flavors: vec![AUTH_SYS],
+        auth_flavors: flavors
+            .iter()
+            .filter(|f| **f == Flavor::Sys)
+            .map(|_| AUTH_SYS)
+            .collect(),
     })
 }
 

@@ -105,10 +105,19 @@ impl RpcService for NfsService {
     fn call(&self, info: CallInfo, args: Bytes) -> impl Future<Output = ReplyBody> + Send {
         let server = self.server.clone();
         async move {
+            // Who is calling, for the export rules (ADR 0043).
+            let caller = crate::access::caller_of(&server, &info).await;
             if info.prog == crate::mount::MOUNT_PROGRAM {
                 server.metrics.mount_calls.fetch_add(1, Ordering::Relaxed);
-                return crate::mount::call(&server, &self.mounts, info.peer, info.proc_num, args)
-                    .await;
+                return crate::mount::call(
+                    &server,
+                    &self.mounts,
+                    caller,
+                    info.peer,
+                    info.proc_num,
+                    args,
+                )
+                .await;
             }
             if info.prog == crate::nlm::NLM_PROGRAM {
                 return crate::nlm::procs::call(&server, info, args).await;
@@ -125,6 +134,7 @@ impl RpcService for NfsService {
                     &server,
                     &self.pace,
                     transactions,
+                    caller,
                     creds,
                     info,
                     args,
@@ -161,8 +171,8 @@ impl RpcService for NfsService {
                     let run = move || {
                         let started = Instant::now();
                         let waited = WaitClock::default();
-                        let reply = crate::compound::execute_request(
-                            &server, creds, conn, req, proc, &waited,
+                        let reply = crate::compound::execute_request_from(
+                            &server, caller, creds, conn, req, proc, &waited,
                         );
                         if txn {
                             // The COMPOUND's status word: NFS4_OK when it committed.

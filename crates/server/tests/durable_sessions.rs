@@ -41,6 +41,7 @@ fn child_server() {
             path: PathBuf::from(parts[0]),
             backend: BackendKind::Local,
             read_only: false,
+            clients: Vec::new(),
             prebuilt: None,
         }],
         state_dir: Some(PathBuf::from(parts[1])),

@@ -16,6 +16,7 @@ fn export(path: &Path) -> ExportConfig {
         path: path.to_path_buf(),
         backend: BackendKind::Local,
         read_only: false,
+        clients: Vec::new(),
         prebuilt: None,
     }
 }

@@ -108,13 +108,16 @@ async fn mount_resolves_exports_and_their_directories() {
     c.mount_raw(mountproc3::UMNTALL, &[]).await.unwrap();
     assert!(dump(&c).await.is_empty());
 
-    // EXPORT: both exports, open to every host.
+    // EXPORT: both exports, with their client specs: without rules, this host only.
     let reply = c.mount_raw(mountproc3::EXPORT, &[]).await.unwrap();
     let list = mnt3::exports::from_bytes(reply).unwrap();
     let mut dirs: Vec<&[u8]> = list.0.iter().map(|e| &e.ex_dir[..]).collect();
     dirs.sort();
     assert_eq!(dirs, vec![&b"/data"[..], b"/other/b"]);
-    assert!(list.0.iter().all(|e| e.ex_groups.0.is_empty()));
+    for e in &list.0 {
+        let groups: Vec<&[u8]> = e.ex_groups.0.iter().map(|g| &g.gr_name[..]).collect();
+        assert_eq!(groups, vec![&b"127.0.0.0/8"[..], b"::1"]);
+    }
     drop(srv);
     let _ = std::fs::remove_dir_all(&a);
     let _ = std::fs::remove_dir_all(&b);

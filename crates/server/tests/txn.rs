@@ -243,6 +243,7 @@ async fn an_export_without_the_layer_refuses_a_transaction() {
             path: Default::default(),
             backend: BackendKind::Memory,
             read_only: false,
+            clients: Vec::new(),
             prebuilt: Some(txnfs_server::PrebuiltBackend(std::sync::Arc::new(
                 txnfs_backend::memory::MemoryBackend::new(),
             ))),

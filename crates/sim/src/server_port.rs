@@ -175,6 +175,7 @@ impl SimServer {
                 path: PathBuf::new(),
                 backend: BackendKind::Memory,
                 read_only: false,
+                clients: Vec::new(),
                 prebuilt: Some(PrebuiltBackend(top)),
             }],
             state_dir: Some(setup.state_dir.clone()),

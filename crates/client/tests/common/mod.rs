@@ -38,6 +38,7 @@ pub async fn start_memory_server_with(tweak: impl FnOnce(&mut Config)) -> TestSe
             path: Default::default(),
             backend: BackendKind::Memory,
             read_only: false,
+            clients: Vec::new(),
             prebuilt: None,
         }],
         state_dir: Some(state_dir.clone()),

@@ -131,6 +131,7 @@ fn request_hash(args: &Bytes) -> u64 {
 /// Runs `req` as procedure `proc` and returns the encoded COMPOUND4res.
 pub(super) fn run(
     srv: &Server,
+    caller: crate::exportrules::Caller,
     creds: Creds,
     conn: u64,
     req: Request,
@@ -167,6 +168,7 @@ pub(super) fn run(
         refused: None,
         stored: None,
     };
+    x.c.caller = caller;
     let nops = req.nops;
     let (args, tail) = (req.args, req.tail);
     let mut ops = req.ops.into_iter();

@@ -91,10 +91,24 @@ pub fn execute_timed(
     ))
 }
 
-/// Runs a decoded COMPOUND ([`Request::decode`]) of procedure `proc`: see
-/// [`execute_proc`].
+/// Runs a decoded COMPOUND ([`Request::decode`]) of procedure `proc` from a caller in
+/// this process (as one on the loopback interface): see [`execute_proc`].
 pub fn execute_request(
     srv: &Server,
+    creds: Creds,
+    conn: u64,
+    req: Request,
+    proc: TxnProc,
+    waited: &WaitClock,
+) -> Bytes {
+    let caller = crate::exportrules::Caller::local();
+    execute_request_from(srv, caller, creds, conn, req, proc, waited)
+}
+
+/// [`execute_request`] for `caller`, whom the export rules judge (ADR 0043).
+pub fn execute_request_from(
+    srv: &Server,
+    caller: crate::exportrules::Caller,
     creds: Creds,
     conn: u64,
     req: Request,
@@ -105,7 +119,7 @@ pub fn execute_request(
     #[cfg(feature = "fault-injection")]
     srv.faults.before_compound();
     crate::panics::catch(srv, "COMPOUND", || {
-        exec::run(srv, creds, conn, req, proc, waited)
+        exec::run(srv, caller, creds, conn, req, proc, waited)
     })
     .unwrap_or_else(|crate::panics::Panicked| serverfault_reply(&tag))
 }

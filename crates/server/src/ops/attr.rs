@@ -137,7 +137,7 @@ pub fn setattr(c: &mut Compound, a: &SETATTR4args) -> OpResult {
     let Fh::Obj(o) = &fh else {
         return Err(nfsstat4::NFS4ERR_ROFS.into());
     };
-    if o.export.read_only {
+    if c.read_only(&o.export) {
         return Err(nfsstat4::NFS4ERR_ROFS.into());
     }
     let (mut set, attrsset) = txnfs_attr::decode_setattrs_in(
@@ -284,7 +284,7 @@ pub fn access(c: &mut Compound, a: &ACCESS4args) -> OpResult {
     let p = perms(&attrs, &c.creds);
     let ro = match &fh {
         Fh::Pseudo(_) => true,
-        Fh::Obj(o) => o.export.read_only,
+        Fh::Obj(o) => c.read_only(&o.export),
     };
     let dir = attrs.ftype == FileType::Directory;
     let mut granted = 0;

@@ -32,7 +32,7 @@ fn writable_dir(c: &Compound, fh: &Fh) -> Result<(ObjFh, txnfs_backend::Attrs), 
     let Fh::Obj(o) = fh else {
         return Err(nfsstat4::NFS4ERR_ROFS.into());
     };
-    if o.export.read_only {
+    if c.read_only(&o.export) {
         return Err(nfsstat4::NFS4ERR_ROFS.into());
     }
     let attrs = o.export.backend.getattr(c.scope.ctx(), &o.key)?;
@@ -258,6 +258,10 @@ pub fn readdir(c: &mut Compound, a: &READDIR4args) -> OpResult {
                 .collect();
             eof = true;
             for (i, (name, child)) in children.iter().enumerate().skip(start as usize) {
+                // Exports the caller may not use are not listed (ADR 0043).
+                if !c.may_see(child) {
+                    continue;
+                }
                 let cfh = match child {
                     PseudoChild::Node(m) => Fh::Pseudo(*m),
                     PseudoChild::Export(id) => {

@@ -22,10 +22,13 @@ pub fn check_name(name: &Bytes) -> Result<(), nfsstat4> {
     Ok(())
 }
 
-/// Makes `fh` the current filehandle; the first time this COMPOUND reaches an export,
-/// that export's backend hears `begin_compound` (a refusal fails this op).
+/// Makes `fh` the current filehandle: the export's rules admit the caller (or refuse
+/// it: NFS4ERR_ACCESS, NFS4ERR_WRONGSEC; ADR 0043) and set the identity it acts as;
+/// the first time this COMPOUND reaches an export, that export's backend hears
+/// `begin_compound` (a refusal fails this op).
 fn set_cfh(c: &mut Compound, fh: Fh) -> Result<(), crate::errors::OpError> {
     if let Fh::Obj(o) = &fh {
+        c.admit(&o.export)?;
         c.scope.enter(&o.export, &c.creds, c.client)?;
     }
     c.cfh = Some(fh);
@@ -82,7 +85,8 @@ pub fn lookup_in(c: &Compound, dir: &Fh, name: &Bytes) -> Result<Fh, crate::erro
     match dir {
         Fh::Pseudo(n) => {
             let node = c.srv.exports.node(*n).ok_or(nfsstat4::NFS4ERR_STALE)?;
-            match node.children.get(name) {
+            // Exports the caller may not use are not there for it (ADR 0043).
+            match node.children.get(name).filter(|child| c.may_see(child)) {
                 Some(PseudoChild::Node(m)) => Ok(Fh::Pseudo(*m)),
                 Some(PseudoChild::Export(id)) => {
                     let e = c.srv.exports.get(*id).ok_or(nfsstat4::NFS4ERR_STALE)?;
@@ -148,26 +152,38 @@ pub fn lookupp(c: &mut Compound) -> OpResult {
     }))
 }
 
-/// We offer AUTH_SYS (and AUTH_NONE is accepted by the transport).
-fn flavors() -> SECINFO4resok {
-    vec![secinfo4::default(AUTH_SYS)]
+/// The flavours the caller may use on `fh`: its export rule's (ADR 0043), AUTH_SYS on
+/// the pseudo file system (AUTH_NONE is accepted where AUTH_SYS is, as nobody). Only
+/// AUTH_SYS is served so far, and loading refuses rules naming other flavours.
+fn flavors(c: &Compound, fh: &Fh) -> SECINFO4resok {
+    let allowed = match fh {
+        Fh::Obj(o) => c.flavors(&o.export),
+        Fh::Pseudo(_) => vec![crate::exportrules::Flavor::Sys],
+    };
+    allowed
+        .into_iter()
+        .filter(|f| *f == crate::exportrules::Flavor::Sys)
+        .map(|_| secinfo4::default(AUTH_SYS))
+        .collect()
 }
 
 pub fn secinfo(c: &mut Compound, a: &SECINFO4args) -> OpResult {
     let dir = c.cfh()?.clone();
-    lookup_in(c, &dir, &a.name)?;
+    let fh = lookup_in(c, &dir, &a.name)?;
     // SECINFO consumes the current filehandle (RFC 8881 §2.6.3.1.1.8).
     c.cfh = None;
-    Ok(nfs_resop4::OP_SECINFO(SECINFO4res::NFS4_OK(flavors())))
+    Ok(nfs_resop4::OP_SECINFO(SECINFO4res::NFS4_OK(flavors(
+        c, &fh,
+    ))))
 }
 
 pub fn secinfo_no_name(c: &mut Compound, a: &SECINFO_NO_NAME4args) -> OpResult {
-    let fh = c.cfh()?.clone();
+    let mut fh = c.cfh()?.clone();
     if *a == secinfo_style4::SECINFO_STYLE4_PARENT {
-        parent_of(c, &fh)?;
+        fh = parent_of(c, &fh)?;
     }
     c.cfh = None;
     Ok(nfs_resop4::OP_SECINFO_NO_NAME(SECINFO4res::NFS4_OK(
-        flavors(),
+        flavors(c, &fh),
     )))
 }

@@ -107,7 +107,7 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
             }
             match create {
                 Some(how) => {
-                    if dir.export.read_only {
+                    if c.read_only(&dir.export) {
                         return Err(nfsstat4::NFS4ERR_ROFS.into());
                     }
                     let (mode, fattr) = match how {
@@ -233,7 +233,7 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
             want |= R;
         }
         if access & OPEN4_SHARE_ACCESS_WRITE != 0 {
-            if target.export.read_only {
+            if c.read_only(&target.export) {
                 return Err(nfsstat4::NFS4ERR_ROFS.into());
             }
             want |= W;
@@ -363,7 +363,7 @@ pub fn read(c: &mut Compound, a: &READ4args) -> OpResult {
 
 pub fn write(c: &mut Compound, a: WRITE4args) -> OpResult {
     let o = c.cobj()?.clone();
-    if o.export.read_only {
+    if c.read_only(&o.export) {
         return Err(nfsstat4::NFS4ERR_ROFS.into());
     }
     // A WRITE larger than the maxwrite we advertise is written up to maxwrite and

@@ -39,7 +39,7 @@ fn io_file(
     let Fh::Obj(o) = fh else {
         return Err(nfsstat4::NFS4ERR_ISDIR.into());
     };
-    if write && o.export.read_only {
+    if write && c.read_only(&o.export) {
         return Err(nfsstat4::NFS4ERR_ROFS.into());
     }
     let attrs = o.export.backend.getattr(c.scope.ctx(), &o.key)?;
@@ -474,7 +474,7 @@ fn xattr_object(c: &mut Compound, want: u32) -> Result<(ObjFh, Attrs), OpError> 
     if !o.export.backend.xattr_support() {
         return Err(nfsstat4::NFS4ERR_NOTSUPP.into());
     }
-    if want == W && o.export.read_only {
+    if want == W && c.read_only(&o.export) {
         return Err(nfsstat4::NFS4ERR_ROFS.into());
     }
     let attrs = o.export.backend.getattr(c.scope.ctx(), &o.key)?;

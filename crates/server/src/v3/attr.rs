@@ -54,7 +54,7 @@ fn setattr_in(c: &mut Compound, a: &SETATTR3args, wcc: &mut Wcc) -> R<()> {
     let o = obj(c, &a.object)?;
     let cur = getattr(c, &o)?;
     *wcc = Wcc::file(&o, &cur);
-    if o.export.read_only {
+    if c.read_only(&o.export) {
         return Err(nfsstat3::NFS3ERR_ROFS);
     }
     // §3.3.2: the guard is the ctime the client last saw; another is NOT_SYNC.
@@ -92,7 +92,7 @@ pub fn access3(c: &mut Compound, a: ACCESS3args) -> ACCESS3res {
     let mut run = |c: &mut Compound| -> R<u32> {
         let o = obj(c, &a.object)?;
         let attrs = getattr(c, &o)?;
-        let granted = granted(&attrs, &c.creds, o.export.read_only);
+        let granted = granted(&attrs, &c.creds, c.read_only(&o.export));
         seen = Some((o, attrs));
         Ok(granted & a.access)
     };

@@ -33,6 +33,8 @@ pub fn obj(c: &mut Compound, fh: &nfs_fh3) -> R<ObjFh> {
     let Fh::Obj(o) = resolved else {
         return Err(nfsstat3::NFS3ERR_BADHANDLE);
     };
+    // The export's rules admit the caller and set whom it acts as (ADR 0043).
+    c.admit(&o.export)?;
     be(c.scope.enter(&o.export, &c.creds, None))?;
     Ok(o)
 }
@@ -261,7 +263,7 @@ pub fn check_new_name(name: &Bytes) -> R<()> {
 /// The directory `o` as one a request may change: a writable export, a directory,
 /// and write and search permission for the caller.
 pub fn writable_dir(c: &Compound, o: &ObjFh) -> R<Attrs> {
-    if o.export.read_only {
+    if c.read_only(&o.export) {
         return Err(nfsstat3::NFS3ERR_ROFS);
     }
     let attrs = getattr(c, o)?;

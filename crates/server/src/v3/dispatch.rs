@@ -42,12 +42,15 @@ impl Default for V3 {
 }
 
 /// Runs one v3 call. `transactions`: whether a transaction is running or open, so
-/// the call may meet its locks (ADR 0033).
+/// the call may meet its locks (ADR 0033). `caller` and `creds`: who calls, as the
+/// export rules judge it (ADR 0043), and the identity it claims.
+#[allow(clippy::too_many_arguments)]
 pub async fn call(
     v3: &Arc<V3>,
     server: &Arc<Server>,
     pace: &Arc<MetadataPace>,
     transactions: bool,
+    caller: crate::exportrules::Caller,
     creds: Creds,
     info: CallInfo,
     args: Bytes,
@@ -70,7 +73,7 @@ pub async fn call(
         move || {
             let started = Instant::now();
             let waited = WaitClock::default();
-            let r = execute(&server, creds, conn, proc, args, &waited);
+            let r = execute_from(&server, caller, creds, conn, proc, args, &waited);
             let took = started.elapsed();
             pace.record(blocking, took.saturating_sub(waited.total()));
             // Every v3 result begins with its nfsstat3 (NULL's is empty: OK).
@@ -171,8 +174,23 @@ pub fn execute(
     args: Bytes,
     waited: &WaitClock,
 ) -> Result<Result<Bytes, XdrError>, crate::panics::Panicked> {
+    let caller = crate::exportrules::Caller::local();
+    execute_from(srv, caller, creds, conn, proc, args, waited)
+}
+
+/// [`execute`] for `caller`, whom the export rules judge (ADR 0043).
+pub fn execute_from(
+    srv: &Server,
+    caller: crate::exportrules::Caller,
+    creds: Creds,
+    conn: u64,
+    proc: &Proc3,
+    args: Bytes,
+    waited: &WaitClock,
+) -> Result<Result<Bytes, XdrError>, crate::panics::Panicked> {
     crate::panics::catch(srv, proc.name, || {
         let mut c = Compound::start(srv, creds, conn, 0, false, waited);
+        c.caller = caller;
         let r = (proc.run)(&mut c, args);
         let ok = matches!(r, Ok((_, nfsstat3::NFS3_OK)));
         if let Err(e) = c.scope.finish(ok) {

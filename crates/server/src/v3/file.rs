@@ -97,7 +97,7 @@ fn write_in(c: &mut Compound, a: &WRITE3args, wcc: &mut Wcc) -> R<(u32, stable_h
     let o = obj(c, &a.file)?;
     let attrs = getattr(c, &o)?;
     *wcc = Wcc::file(&o, &attrs);
-    if o.export.read_only {
+    if c.read_only(&o.export) {
         return Err(nfsstat3::NFS3ERR_ROFS);
     }
     regular(&attrs)?;

@@ -93,6 +93,7 @@ pub fn local_config(export: std::path::PathBuf, state_dir: &std::path::Path) -> 
             path: export,
             backend: BackendKind::Local,
             read_only: false,
+            clients: Vec::new(),
             prebuilt: None,
         }],
         state_dir: Some(state_dir.to_path_buf()),
@@ -167,7 +168,12 @@ pub async fn connect(addr: SocketAddr) -> RpcClient {
 
 impl Session {
     pub async fn new(addr: SocketAddr, owner: &[u8]) -> Session {
-        let cl = connect(addr).await;
+        Session::on(connect(addr).await, owner).await
+    }
+
+    /// A session of the client `owner` on the connection `cl` (made as the test needs
+    /// it: from another local address, with other credentials).
+    pub async fn on(cl: RpcClient, owner: &[u8]) -> Session {
         let (clientid, s) = new_session(&cl, owner, channel(1000, 64)).await;
         reclaim_complete(&cl, s.csr_sessionid).await;
         Session {

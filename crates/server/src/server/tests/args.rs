@@ -15,6 +15,7 @@ pub fn memory_config(state_dir: &std::path::Path, grace: bool) -> Config {
             path: Default::default(),
             backend: BackendKind::Memory,
             read_only: false,
+            clients: Vec::new(),
             prebuilt: None,
         }],
         state_dir: Some(state_dir.to_path_buf()),
