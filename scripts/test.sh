@@ -50,6 +50,8 @@ for p in nfs-ganesha nfs-ganesha-vfs; do
   dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing="$missing $p"
 done
 dpkg-query -W -f='${Status}\n' rpcbind 2>/dev/null | grep -q '^install ok installed$' || missing="$missing rpcbind"
+# libnfs-utils: nfs-cp/nfs-ls/nfs-cat, a third-party NFSv3 client (crates/cli/tests/rpcbind.rs)
+dpkg-query -W -f='${Status}\n' libnfs-utils 2>/dev/null | grep -q '^install ok installed$' || missing="$missing libnfs-utils"
 python3 -c 'import ensurepip, venv' 2>/dev/null || missing="$missing python3-venv"
 if [ -n "$missing" ]; then
   if [ "$(id -u)" = 0 ]; then

@@ -243,3 +243,59 @@ fn pmap_v2_over_tcp() {
     rt.block_on(pm.unset(&reg, t)).expect("UNSET over TCP");
     assert_eq!(getport(&rt), 0);
 }
+
+/// Debian's libnfs-utils (`nfs-cp`, `nfs-ls`, `nfs-cat`: libnfs, a client we did not
+/// write) over NFSv3 against `txnfs serve`, finding MOUNT and NFS through rpcbind as
+/// libnfs does by default: the bytes copied are on the export's disk and read back.
+#[test]
+fn libnfs_utils_copy_list_and_read_over_nfsv3() {
+    let (rt, _one, _rpcbind) = with_rpcbind();
+    for tool in ["nfs-cp", "nfs-ls", "nfs-cat"] {
+        assert!(
+            Command::new("sh")
+                .args(["-c", &format!("command -v {tool}")])
+                .output()
+                .is_ok_and(|o| o.status.success()),
+            "{tool} is not installed (apt-get install libnfs-utils; scripts/test.sh does)"
+        );
+    }
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let child = spawn_serve(dir.path(), port, &[], false);
+    let mut serve = Stopped(Some(child));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while getport_of(&rt, 100005, 3) != u32::from(port) {
+        assert!(Instant::now() < deadline, "txnfs did not register MOUNT");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let src = dir.path().join("src.bin");
+    std::fs::write(&src, &data).unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        out.stdout
+    };
+    // libnfs asks the portmapper for the ports; the URL names no port (as users write it).
+    // Its URL is nfs://SERVER/EXPORT/FILE: `//f` is f in the export "/", `/d/f` is f in
+    // a MOUNT of the subdirectory /d.
+    std::fs::create_dir(dir.path().join("export/d")).unwrap();
+    for (url, path) in [
+        ("nfs://127.0.0.1//copied.bin", "export/copied.bin"),
+        ("nfs://127.0.0.1/d/copied.bin", "export/d/copied.bin"),
+    ] {
+        run(&["nfs-cp", src.to_str().unwrap(), url]);
+        let on_disk = std::fs::read(dir.path().join(path)).expect("on the export");
+        assert!(
+            on_disk == data,
+            "{url}: nfs-cp wrote {} bytes",
+            on_disk.len()
+        );
+        let back = run(&["nfs-cat", url]);
+        assert!(back == data, "{url}: nfs-cat read {} bytes", back.len());
+    }
+    let listing = String::from_utf8(run(&["nfs-ls", "nfs://127.0.0.1/d"])).unwrap();
+    assert!(listing.contains("copied.bin"), "nfs-ls:\n{listing}");
+    let (status, _) = terminate(serve.0.as_mut().expect("running"));
+    assert!(status.success());
+}
