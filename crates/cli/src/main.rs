@@ -151,24 +151,8 @@ fn main() -> std::process::ExitCode {
         return std::process::ExitCode::from(2);
     }
     let (file_cmd, client) = match cli.cmd {
-        Cmd::Serve(a) => {
-            return match serve::run(a) {
-                Ok(()) => std::process::ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("txnfs: {e:#}");
-                    std::process::ExitCode::FAILURE
-                }
-            }
-        }
-        Cmd::Stats(a) => {
-            return match stats::run(a) {
-                Ok(()) => std::process::ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("txnfs: {e:#}");
-                    std::process::ExitCode::FAILURE
-                }
-            }
-        }
+        Cmd::Serve(a) => return exit_code(serve::run(a)),
+        Cmd::Stats(a) => return exit_code(stats::run(a)),
         Cmd::Ls { args, client } => (FileCmd::Ls(args), client),
         Cmd::Stat { args, client } => (FileCmd::Stat(args), client),
         Cmd::Cat { args, client } => (FileCmd::Cat(args), client),
@@ -184,4 +168,15 @@ fn main() -> std::process::ExitCode {
         }
     };
     commands::run(cli.global.or(client), file_cmd)
+}
+
+/// The exit status of a command that is not a file command: its error on stderr.
+fn exit_code(r: anyhow::Result<()>) -> std::process::ExitCode {
+    match r {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("txnfs: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

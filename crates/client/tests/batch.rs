@@ -31,6 +31,19 @@ async fn batching_client(srv: &TestServer, mode: BatchMode, max_delay: Duration)
     Client::connect(cfg).await.expect("connect")
 }
 
+/// A client batching up to all FILES reads (waiting up to 200 ms for them), and its
+/// opened files.
+async fn static_batching(srv: &TestServer) -> (Client, Vec<OpenFile>) {
+    let client = batching_client(
+        srv,
+        BatchMode::Static(FILES as u32),
+        Duration::from_millis(200),
+    )
+    .await;
+    let files = open_files(&client).await;
+    (client, files)
+}
+
 fn content(i: usize) -> Bytes {
     Bytes::from(format!("file {i} ").repeat(100 + i))
 }
@@ -85,13 +98,7 @@ async fn read_all(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn callers_share_compounds_and_each_gets_its_own_bytes() {
     let srv = start_memory_server().await;
-    let client = batching_client(
-        &srv,
-        BatchMode::Static(FILES as u32),
-        Duration::from_millis(200),
-    )
-    .await;
-    let files = open_files(&client).await;
+    let (client, files) = static_batching(&srv).await;
     let before = client.stats().compounds;
     let got = read_all(&client, &files, false).await;
     for (i, r) in got.into_iter().enumerate() {
@@ -114,13 +121,7 @@ async fn callers_share_compounds_and_each_gets_its_own_bytes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_callers_failure_leaves_the_others_their_results() {
     let srv = start_memory_server().await;
-    let client = batching_client(
-        &srv,
-        BatchMode::Static(FILES as u32),
-        Duration::from_millis(200),
-    )
-    .await;
-    let files = open_files(&client).await;
+    let (client, files) = static_batching(&srv).await;
     for round in 0..3 {
         let got = read_all(&client, &files, true).await;
         for (i, r) in got.into_iter().enumerate() {
