@@ -5,6 +5,13 @@ use crate::nfs::{nfs_resop4, nfsstat4};
 use txnfs_backend::BackendError;
 use txnfs_proto::nfs3::nfsstat3;
 
+/// The XDR status word at `at` in an encoded reply (a COMPOUND4res or a v3 result
+/// begins with one; an op's result has one after its opnum), if the reply is that long.
+pub fn status_word(reply: &[u8], at: usize) -> Option<i32> {
+    let b = reply.get(at..at + 4)?;
+    Some(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+}
+
 pub fn backend_status(e: &BackendError) -> nfsstat4 {
     use nfsstat4::*;
     match e {

@@ -16,7 +16,7 @@
 //!
 //! ```text
 //! service     → compound, v3, mount, nlm, report, access, server, durable, placement,
-//!               recall, txnspan
+//!               recall, txnspan, errors
 //! report      → v3, server, metrics, statecore
 //! nlm         → v3, ops, cstate, server, panics, placement, waitmode, statedir
 //! v3          → ops, access, cstate, server, panics, placement, waitmode, fh, errors, export

@@ -176,9 +176,7 @@ impl RpcService for NfsService {
                         );
                         if txn {
                             // The COMPOUND's status word: NFS4_OK when it committed.
-                            let status = reply
-                                .get(..4)
-                                .map_or(-1, |b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+                            let status = crate::errors::status_word(&reply, 0).unwrap_or(-1);
                             server.metrics.transaction(status);
                         }
                         pace.record(blocking, started.elapsed().saturating_sub(waited.total()));

@@ -78,9 +78,7 @@ pub async fn call(
             pace.record(blocking, took.saturating_sub(waited.total()));
             // Every v3 result begins with its nfsstat3 (NULL's is empty: OK).
             let status = match &r {
-                Ok(Ok(reply)) => reply
-                    .get(..4)
-                    .map_or(0, |b| i32::from_be_bytes([b[0], b[1], b[2], b[3]])),
+                Ok(Ok(reply)) => crate::errors::status_word(reply, 0).unwrap_or(0),
                 _ => nfsstat3::NFS3ERR_SERVERFAULT as i32,
             };
             server.metrics.v3_proc(proc_num, took, status);

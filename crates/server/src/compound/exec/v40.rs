@@ -166,10 +166,7 @@ impl Exec<'_> {
     fn replay(&mut self, cached: CachedReply) -> bool {
         self.out.extend_from_slice(&cached.result);
         self.done += 1;
-        let st = cached
-            .result
-            .get(4..8)
-            .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        let st = crate::errors::status_word(&cached.result, 4)
             .and_then(nfsstat4::from_i32)
             .unwrap_or(nfsstat4::NFS4ERR_SERVERFAULT);
         if let Some(fh) = cached.fh {
