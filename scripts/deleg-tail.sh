@@ -10,12 +10,15 @@
 #   e.g. scripts/deleg-tail.sh target/release/txnfs 0 3 16
 #
 # Environment: SECONDS_PER_RUN (default 40), MAX_WRITES (default 200), KEEP=1 keeps the
-# scratch directories (server log, latencies).
+# scratch directories (server log, latencies). SERVER=ganesha runs the same loops (the
+# same txnfs client) against NFS-Ganesha with delegations on (`txnfs bench ganesha-conf
+# --delegations`; its recall wait is its own), for the comparison issue 22 asks for.
 set -euo pipefail
 BIN=$(realpath "${1:-target/release/txnfs}")
 shift || true
 if [ $# -gt 0 ]; then READERS=("$@"); else READERS=(0 3 16); fi
 RUN=${SECONDS_PER_RUN:-40}
+SERVER=${SERVER:-txnfs}
 MAX=${MAX_WRITES:-200}
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -24,15 +27,28 @@ one_run() {
   local n=$1 dir port url srv pids=() lat
   dir=$(mktemp -d)
   port=$(free_port)
-  mkdir -p "$dir/export"
-  TXNFS_LOG=info "$BIN" serve --listen "127.0.0.1:$port" --no-grace --no-rpcbind \
-    --state-dir "$dir/state" "$dir/export" 2>"$dir/serve.log" >/dev/null &
-  srv=$!
+  mkdir -p "$dir/export" "$dir/state"
+  if [ "$SERVER" = ganesha ]; then
+    "$BIN" bench ganesha-conf --port "$port" --export "$dir/export" \
+      --recovery-root "$dir/state" --delegations >"$dir/ganesha.conf"
+    # Ganesha uses fixed paths (/var/run/ganesha): one at a time on this machine
+    exec 9>/tmp/txnfs-ganesha.lock
+    flock 9
+    ganesha.nfsd -F -L "$dir/serve.log" -f "$dir/ganesha.conf" -p "$dir/ganesha.pid" \
+      >>"$dir/serve.log" 2>&1 &
+    srv=$!
+    url="nfs://127.0.0.1:$port/export/f"
+  else
+    TXNFS_LOG=info "$BIN" serve --listen "127.0.0.1:$port" --no-grace --no-rpcbind \
+      --state-dir "$dir/state" "$dir/export" 2>"$dir/serve.log" >/dev/null &
+    srv=$!
+    url="nfs://127.0.0.1:$port/f"
+  fi
   for _ in $(seq 100); do
     (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
     sleep 0.05
   done
-  url="nfs://127.0.0.1:$port/f"
+  sleep 1
   head -c 6000 /dev/zero | tr '\0' x >"$dir/src"
   "$BIN" cp "$dir/src" "$url"
   for _ in $(seq "$n"); do
@@ -60,12 +76,13 @@ one_run() {
   sleep 0.5
   kill -TERM "$srv"
   wait "$srv" 2>/dev/null || true
-  sort -n "$lat" | awk -v n="$n" '
+  [ "$SERVER" = ganesha ] && exec 9>&-
+  sort -n "$lat" | awk -v n="$n" -v server="$SERVER" '
     { v[NR] = $1 }
     END {
       p50 = v[int((NR - 1) * 0.50) + 1]; p99 = v[int((NR - 1) * 0.99) + 1];
-      printf "readers %2d: %4d writes  p50 %8.1f ms  p99 %8.1f ms  max %8.1f ms\n",
-        n, NR, p50 / 1000, p99 / 1000, v[NR] / 1000
+      printf "%s readers %2d: %4d writes  p50 %8.1f ms  p99 %8.1f ms  max %8.1f ms\n",
+        server, n, NR, p50 / 1000, p99 / 1000, v[NR] / 1000
     }'
   [ -s "$dir/readers.lat" ] && sort -n "$dir/readers.lat" | awk '
     { v[NR] = $1 }

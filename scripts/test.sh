@@ -80,6 +80,8 @@ cargo clippy --workspace --all-targets -- -D warnings
 
 step "build"
 cargo build --workspace --all-targets
+# the host's NFSv4 lock holder of the Linux-guest lock checks (step e), beside target/debug/txnfs
+cargo build -p txnfs-rawclient --features tcp --example nfs4_lock
 
 step "cargo test"
 TXNFS_BIN="$PWD/target/debug/txnfs" cargo test --workspace -- --test-threads=2

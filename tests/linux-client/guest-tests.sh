@@ -300,7 +300,7 @@ end
 
 # ---------------------------------------------------------------- e: locks
 if want e; then
-begin e-locks 90
+begin e-locks 120
 L=$M/locks
 mkdir -p $L
 # the files are created by guest-tool (O_DIRECT: no delegation, see guest-tool.c), so the
@@ -344,6 +344,24 @@ waitfile /tmp/d.out locked 30 || true
 eq "fcntl read [500,600) by B while A holds a read lock there" "$(guest-tool fcntl $L/fc r 550 100 0 | head -1)" locked
 eq "fcntl write [550,560) by B while A holds a read lock" "$(guest-tool fcntl $L/fc w 550 10 0)" conflict
 touch /tmp/rel.d; wait $A
+# A lock held by another client on the host (an NFSv4.1 client, run.sh's v4-lock-* actions)
+# conflicts with the guest's (NLM on vers=3, LOCK on v4), both ways.  guest-tool creates the
+# file (O_DIRECT: no delegation that would keep the guest's locks local).
+rm -f $L/v4; guest-tool fcntl $L/v4 w 0 1 0 > /dev/null 2>&1
+hostreq e-v4-hold v4-lock-hold locks/v4
+eq "the host's NFSv4 client holds a write lock of locks/v4" "$?" 0
+eq "fcntl write [0,100) by the guest while the host's v4 client holds [0,EOF)" "$(guest-tool fcntl $L/v4 w 0 100 0)" conflict
+eq "flock -n -s by the guest while the host's v4 client holds [0,EOF)" "$(guest-tool flock $L/v4 s 0)" conflict
+hostreq e-v4-release v4-lock-release
+eq "the host's v4 client released its lock" "$?" 0
+guest-tool fcntl $L/v4 w 10 10 /tmp/rel.e > /tmp/e.out 2>&1 &
+A=$!
+if waitfile /tmp/e.out locked 30; then pass "fcntl write [10,20) by the guest after the host released"; else fail "fcntl lock after the host released: $(cat /tmp/e.out)"; fi
+hostreq e-v4-try v4-lock-try locks/v4
+eq "the host's v4 LOCK of [0,EOF) while the guest holds [10,20): DENIED (status 3)" "$?" 3
+touch /tmp/rel.e; wait $A
+hostreq e-v4-try2 v4-lock-try locks/v4
+eq "the host's v4 LOCK of [0,EOF) after the guest released: granted" "$?" 0
 if [ "$WANT_VERS" = 3 ]; then
   # NLM calls are not in mountstats; the kernel's lockd asked statd to monitor the server
   # before its first NLM LOCK

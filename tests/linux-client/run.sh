@@ -82,6 +82,7 @@ cleanup() {
   stop_pid "$TAIL_PID" TERM; TAIL_PID=
   stop_pid "$SERVER_PID" TERM; SERVER_PID=
   stop_pid "$TSHARK_PID" TERM; TSHARK_PID=
+  stop_pid "${LOCKHOLD_PID:-}" TERM; LOCKHOLD_PID=
   if [ "$rc" -eq 0 ] && [ "$KEEP" = 0 ]; then
     rm -rf "$EXPORT" "$W/hostref" "$W/cap.pcapng" "$SHARE/tree.tar" "$STATE" "$W/txnfs"
     log "logs kept in $W"
@@ -201,7 +202,36 @@ do_restart() {
 #   mark              nothing: a time stamp (the guest brackets its own steps with two marks)
 #   nfs-cp SRC DEST   $CLI cp $SHARE/SRC nfs://127.0.0.1:$PORT$EXPORT_PATH/DEST  (a second client)
 #   nfs-cat SRC OUT   $CLI cat nfs://127.0.0.1:$PORT$EXPORT_PATH/SRC > $SHARE/OUT
+#   v4-lock-hold P    an NFSv4.1 client on the host takes a whole-file write lock of P and
+#                     keeps it (status 0 once held) until v4-lock-release (status 0 once
+#                     released); v4-lock-try P: once, status 0 if granted (then unlocked),
+#                     3 if DENIED.  The tool is crates/rawclient/examples/nfs4_lock.rs
+#                     ($LOCKTOOL; scripts/test.sh builds it beside the txnfs binary).
 : > "$W"/actions.txt
+LOCKTOOL=${LOCKTOOL:-$(dirname "$BIN")/examples/nfs4_lock}
+LOCKHOLD_PID=
+lock_path() { echo "${EXPORT_PATH#/}/$1" | sed 's#^/##'; }
+v4_lock_hold() {
+  rm -f "$W"/lockhold.in "$W"/lockhold.out
+  mkfifo "$W"/lockhold.in
+  "$LOCKTOOL" "127.0.0.1:$PORT" "$(lock_path "$1")" hold < "$W"/lockhold.in > "$W"/lockhold.out 2>&1 &
+  LOCKHOLD_PID=$!
+  exec 7> "$W"/lockhold.in   # the tool holds the lock until fd 7 closes
+  for _ in $(seq 300); do
+    grep -q '^locked' "$W"/lockhold.out 2> /dev/null && return 0
+    kill -0 "$LOCKHOLD_PID" 2> /dev/null || break
+    sleep 0.1
+  done
+  cat "$W"/lockhold.out >&2
+  return 1
+}
+v4_lock_release() {
+  [ -n "$LOCKHOLD_PID" ] || return 1
+  exec 7>&-
+  timeout 30 tail --pid="$LOCKHOLD_PID" -f /dev/null || return 1
+  LOCKHOLD_PID=
+  grep -q '^released' "$W"/lockhold.out
+}
 NFSURL=nfs://127.0.0.1:$PORT${EXPORT_PATH%/}
 do_action() {
   local id label action a1 a2 t0 t1 st=0
@@ -212,6 +242,9 @@ do_action() {
     mark) ;;
     nfs-cp) timeout 60 "$CLI" cp "$SHARE/$a1" "$NFSURL/$a2" > "$W/action-$label.log" 2>&1 || st=$? ;;
     nfs-cat) timeout 60 "$CLI" cat "$NFSURL/$a1" > "$SHARE/$a2" 2> "$W/action-$label.log" || st=$? ;;
+    v4-lock-hold) v4_lock_hold "$a1" 2> "$W/action-$label.log" || st=$? ;;
+    v4-lock-release) v4_lock_release 2> "$W/action-$label.log" || st=$? ;;
+    v4-lock-try) timeout 60 "$LOCKTOOL" "127.0.0.1:$PORT" "$(lock_path "$a1")" try > "$W/action-$label.log" 2>&1 || st=$? ;;
     *) echo "unknown action '$action'" > "$W/action-$label.log"; st=127 ;;
   esac
   t1=$(date +%s.%N)

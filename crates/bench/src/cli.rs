@@ -38,6 +38,10 @@ pub struct GaneshaConfArgs {
     /// Ganesha's recovery (state) directory.
     #[arg(long)]
     pub recovery_root: PathBuf,
+    /// Grant read and write delegations (Ganesha's default is none), e.g. for
+    /// scripts/deleg-tail.sh's writer-latency comparison.
+    #[arg(long)]
+    pub delegations: bool,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -317,11 +321,10 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
             Ok(())
         }
         BenchCmd::GaneshaConf(a) => {
-            print!(
-                "{}",
-                txnfs_testbed::ganesha::Config::single(a.port, &a.export, &a.recovery_root)
-                    .render()
-            );
+            let mut conf =
+                txnfs_testbed::ganesha::Config::single(a.port, &a.export, &a.recovery_root);
+            conf.delegations = a.delegations;
+            print!("{}", conf.render());
             Ok(())
         }
         BenchCmd::Run(a) => {
