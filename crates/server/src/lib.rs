@@ -29,8 +29,8 @@
 //! panics      → server
 //! server      → attrs, durable, dirnotify, offload, watches, recall, statecore, callback,
 //!               statedir, held, txnspan, faultinject, handle, placement, waitmode, fh,
-//!               errors, export, config, metrics, nlm (its state: the one edge back up,
-//!               `nlm`'s procedures use the server; ADR 0041)
+//!               errors, export, config, metrics, filechange, nlm (its state: the one
+//!               edge back up, `nlm`'s procedures use the server; ADR 0041)
 //! offload     → recall, callback, placement, waitmode, errors, export
 //! dirnotify   → recall, statecore, callback, export
 //! watches     → recall, statecore, waitmode, export
@@ -45,7 +45,8 @@
 //! held        → export
 //! export      → exportrules, config
 //! config      → exportrules
-//! leaves: statecore, statedir, session, handle, waitmode, errors, exportrules, metrics
+//! leaves: statecore, statedir, session, handle, waitmode, errors, exportrules, metrics,
+//!         filechange
 //! ```
 
 pub mod access;
@@ -63,6 +64,7 @@ pub mod exportrules;
 #[cfg(feature = "fault-injection")]
 pub mod faultinject;
 pub mod fh;
+pub mod filechange;
 pub mod handle;
 pub mod held;
 pub mod metrics;

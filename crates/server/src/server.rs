@@ -97,6 +97,8 @@ pub struct Server {
     pub recall_waits: crate::recall::RecallWaits,
     /// Delegated files watched for access from outside the server (`crate::watches`).
     pub watches: crate::watches::FileWatches,
+    /// NFS changes of one file, one at a time (NFSv3's exact pre-op attributes).
+    pub file_changes: crate::filechange::FileChangeLocks,
     /// Transactions of several COMPOUNDs that are open (`crate::txnspan`).
     pub txns: crate::txnspan::OpenTxns,
     /// Asynchronous COPYs, running and recently finished (`crate::offload`, ADR 0026).
@@ -224,6 +226,7 @@ impl Server {
             nlm: crate::nlm::Nlm::new(nsm),
             recall_waits: Default::default(),
             watches: Default::default(),
+            file_changes: Default::default(),
             txns: Default::default(),
             offloads: Default::default(),
             undelivered_callbacks: Mutex::new(Vec::new()),

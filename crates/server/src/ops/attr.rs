@@ -170,6 +170,7 @@ pub fn setattr(c: &mut Compound, a: &SETATTR4args) -> OpResult {
     check_owner_changes(&cur, &set, &c.creds, delegated_times)?;
     if !set.is_empty() {
         let cx = c.scope.ctx_for(&o.export, &c.creds, c.client)?;
+        let _one_change = c.srv.file_changes.lock(o.export.id, &o.key);
         o.export.backend.setattr(cx, &o.key, &set)?;
     }
     Ok(nfs_resop4::OP_SETATTR(SETATTR4res {

@@ -384,7 +384,10 @@ pub fn write(c: &mut Compound, a: WRITE4args) -> OpResult {
     check_io_access(c, &o, &sid, &attrs, true)?;
     let sync = a.stable != stable_how4::UNSTABLE4;
     let cx = c.scope.ctx_for(&o.export, &c.creds, c.client)?;
-    o.export.backend.write(cx, &o.key, a.offset, &data, sync)?;
+    {
+        let _one_change = c.srv.file_changes.lock(o.export.id, &o.key);
+        o.export.backend.write(cx, &o.key, a.offset, &data, sync)?;
+    }
     c.srv.metrics.wrote(o.export.id, data.len());
     // Size, times and change moved: delegated directories naming the file hear.
     crate::ops::notify::attrs_changed(c, &o.export, &o.key);

@@ -79,7 +79,10 @@ fn change_range(
     end_of(offset, len)?;
     let (o, _) = current_file(c, stateid, true)?;
     let cx = c.scope.ctx_for(&o.export, &c.creds, c.client)?;
-    change(&*o.export.backend, cx, &o.key)?;
+    {
+        let _one_change = c.srv.file_changes.lock(o.export.id, &o.key);
+        change(&*o.export.backend, cx, &o.key)?;
+    }
     crate::ops::notify::attrs_changed(c, &o.export, &o.key);
     Ok(())
 }

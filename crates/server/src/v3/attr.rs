@@ -57,12 +57,6 @@ fn setattr_in(c: &mut Compound, a: &SETATTR3args, wcc: &mut Wcc) -> R<()> {
     if c.read_only(&o.export) {
         return Err(nfsstat3::NFS3ERR_ROFS);
     }
-    // §3.3.2: the guard is the ctime the client last saw; another is NOT_SYNC.
-    if let sattrguard3::TRUE(ctime) = &a.guard {
-        if *ctime != time3(cur.ctime) {
-            return Err(nfsstat3::NFS3ERR_NOT_SYNC);
-        }
-    }
     let set = set_attrs(&a.new_attributes);
     if set.size.is_some() {
         match cur.ftype {
@@ -77,6 +71,18 @@ fn setattr_in(c: &mut Compound, a: &SETATTR3args, wcc: &mut Wcc) -> R<()> {
     ))?;
     // A v4 client's delegation caches these attributes (and, for size, the data).
     v4(crate::ops::deleg::clear(c, &o, &cur, Access::Modify))?;
+    // Pre-op attributes read again under the file's change lock (crate::filechange).
+    // §3.3.2: the guard is the ctime the client last saw; another is NOT_SYNC (checked
+    // against these attributes, so no NFS change slips between check and change).
+    let srv = c.srv;
+    let _one_change = srv.file_changes.lock(o.export.id, &o.key);
+    let cur = getattr(c, &o)?;
+    *wcc = Wcc::file(&o, &cur);
+    if let sattrguard3::TRUE(ctime) = &a.guard {
+        if *ctime != time3(cur.ctime) {
+            return Err(nfsstat3::NFS3ERR_NOT_SYNC);
+        }
+    }
     if set.is_empty() {
         return Ok(());
     }

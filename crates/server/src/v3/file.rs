@@ -117,6 +117,11 @@ fn write_in(c: &mut Compound, a: &WRITE3args, wcc: &mut Wcc) -> R<(u32, stable_h
     // The backend's `sync` puts the data and the size on stable storage: FILE_SYNC,
     // which also answers a DATA_SYNC request (§3.3.7 allows more than was asked).
     let sync = a.stable != stable_how::UNSTABLE;
+    // The pre-op attributes are read again under the file's change lock, held to the
+    // end of the write: no NFS change of the file comes between (crate::filechange).
+    let srv = c.srv;
+    let _one_change = srv.file_changes.lock(o.export.id, &o.key);
+    *wcc = Wcc::file(&o, &getattr(c, &o)?);
     let cx = be(c.scope.ctx_for(&o.export, &c.creds, None))?;
     let after = be(o.export.backend.write(cx, &o.key, a.offset, &data, sync))?;
     c.srv.metrics.wrote(o.export.id, data.len());
