@@ -8,7 +8,8 @@
 //! Outcomes asserted: who may mount (MOUNT's MNT, NFSv4 PUTROOTFH/LOOKUP/PUTFH, the
 //! pseudo root's listing) and read (NFSv3 and NFSv4 on the handles), the owners of the
 //! files created on disk (root squash, all squash with anonuid), and ROFS for every
-//! change on the read-only export (NFSv4 and NFSv3), with ACCESS granting no write.
+//! change on the read-only export (NFSv4 and NFSv3), with ACCESS granting no write;
+//! NLM locks on a handle are admitted by the same rules.
 
 mod common;
 
@@ -19,13 +20,14 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use txnfs_proto::mnt3::{self, mountres3, mountstat3};
 use txnfs_proto::nfs3::*;
+use txnfs_proto::nlm4::{nlm4_lock, nlm4_lockargs, nlm4_res, nlm4_stats};
 use txnfs_rawclient::v3::{dirop, mountproc3, proc3, sattr_none, V3Client};
 use txnfs_rawclient::{open_plain, size_fattr};
 use txnfs_rpc::RpcClient;
 use txnfs_server::exportrules::parse_rule;
 use txnfs_server::nfs::*;
 use txnfs_server::{BackendKind, Config, ExportConfig};
-use txnfs_xdr::Decode;
+use txnfs_xdr::{Decode, Encode};
 
 const HERE: [u8; 4] = [127, 0, 0, 1];
 const OTHER: [u8; 4] = [127, 0, 0, 2];
@@ -259,6 +261,47 @@ async fn a_client_outside_the_rules_cannot_mount_or_read() {
         .await
         .unwrap();
     assert!(matches!(r, GETATTR3res::default(nfsstat3::NFS3ERR_ACCES)));
+
+    // NLM (v3 locks, same port) on the file's handle: refused from 127.0.0.2, granted
+    // from 127.0.0.1.
+    assert_eq!(
+        nlm_lock_from(OTHER, srv.addr, &ok.object.data).await,
+        nlm4_stats::NLM4_FAILED
+    );
+    assert_eq!(
+        nlm_lock_from(HERE, srv.addr, &ok.object.data).await,
+        nlm4_stats::NLM4_GRANTED
+    );
+}
+
+/// A non-blocking NLM4 LOCK of the whole file `fh` from `local`: its status.
+async fn nlm_lock_from(local: [u8; 4], addr: SocketAddr, fh: &Bytes) -> nlm4_stats {
+    let cl = RpcClient::connect_from(IpAddr::from(local), addr, sys_cred(0, 0))
+        .await
+        .unwrap();
+    let host = format!("host-{}", local[3]);
+    let args = nlm4_lockargs {
+        cookie: Bytes::from_static(b"c"),
+        block: false,
+        exclusive: true,
+        alock: nlm4_lock {
+            caller_name: Bytes::from(host.clone()),
+            fh: fh.clone(),
+            oh: Bytes::from(format!("1@{host}")),
+            svid: 1,
+            l_offset: 0,
+            l_len: 0,
+        },
+        reclaim: false,
+        state: 1,
+    };
+    const NLM_PROGRAM: u32 = 100021;
+    const NLM4_LOCK: u32 = 2;
+    let reply = cl
+        .call(NLM_PROGRAM, 4, NLM4_LOCK, args.to_bytes())
+        .await
+        .unwrap();
+    nlm4_res::from_bytes(reply).unwrap().stat.stat
 }
 
 #[tokio::test]

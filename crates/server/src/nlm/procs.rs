@@ -24,6 +24,7 @@ use txnfs_xdr::{Decode, Encode, XdrError};
 use super::blocked::Waiter;
 use super::{nlm_len, owner_bytes, table_range};
 use crate::cstate::Compound;
+use crate::exportrules::Caller;
 use crate::placement::WaitClock;
 use crate::server::Server;
 
@@ -66,10 +67,12 @@ pub async fn call(srv: &Arc<Server>, info: CallInfo, args: Bytes) -> ReplyBody {
         return ReplyBody::ProcUnavail;
     }
     let peer = info.peer.ip();
+    // The export rules admit NLM callers as they admit NFSv3 ones (ADR 0043).
+    let caller = crate::access::caller_of(srv, &info).await;
     let s = srv.clone();
     let run = move || {
         crate::panics::catch(&s, "an NLM procedure", || {
-            crate::waitmode::on_blocking_pool(|| execute(&s, peer, p, args))
+            crate::waitmode::on_blocking_pool(|| execute(&s, &caller, peer, p, args))
         })
     };
     match tokio::task::spawn_blocking(run).await {
@@ -104,24 +107,34 @@ pub async fn call(srv: &Arc<Server>, info: CallInfo, args: Bytes) -> ReplyBody {
     }
 }
 
-fn execute(srv: &Server, peer: IpAddr, p: u32, args: Bytes) -> Result<Answer, XdrError> {
+fn execute(
+    srv: &Server,
+    caller: &Caller,
+    peer: IpAddr,
+    p: u32,
+    args: Bytes,
+) -> Result<Answer, XdrError> {
     let reply = |b: Bytes| Ok(Answer::Reply(b));
     match p {
-        NLM4_TEST => reply(test(srv, &nlm4_testargs::from_bytes(args)?).to_bytes()),
-        NLM4_LOCK => reply(lock(srv, peer, &nlm4_lockargs::from_bytes(args)?, true).to_bytes()),
-        NLM4_NM_LOCK => reply(lock(srv, peer, &nlm4_lockargs::from_bytes(args)?, false).to_bytes()),
-        NLM4_CANCEL => reply(cancel(srv, &nlm4_cancargs::from_bytes(args)?).to_bytes()),
-        NLM4_UNLOCK => reply(unlock(srv, &nlm4_unlockargs::from_bytes(args)?).to_bytes()),
+        NLM4_TEST => reply(test(srv, caller, &nlm4_testargs::from_bytes(args)?).to_bytes()),
+        NLM4_LOCK => {
+            reply(lock(srv, caller, peer, &nlm4_lockargs::from_bytes(args)?, true).to_bytes())
+        }
+        NLM4_NM_LOCK => {
+            reply(lock(srv, caller, peer, &nlm4_lockargs::from_bytes(args)?, false).to_bytes())
+        }
+        NLM4_CANCEL => reply(cancel(srv, caller, &nlm4_cancargs::from_bytes(args)?).to_bytes()),
+        NLM4_UNLOCK => reply(unlock(srv, caller, &nlm4_unlockargs::from_bytes(args)?).to_bytes()),
         NLM4_GRANTED => reply(not_a_client(nlm4_testargs::from_bytes(args)?.cookie).to_bytes()),
         NLM4_TEST_MSG => {
-            let res = test(srv, &nlm4_testargs::from_bytes(args)?);
+            let res = test(srv, caller, &nlm4_testargs::from_bytes(args)?);
             Ok(Answer::Message(NLM4_TEST_RES, res.to_bytes()))
         }
         NLM4_LOCK_MSG | NLM4_CANCEL_MSG | NLM4_UNLOCK_MSG | NLM4_GRANTED_MSG => {
             let res = match p {
-                NLM4_LOCK_MSG => lock(srv, peer, &nlm4_lockargs::from_bytes(args)?, true),
-                NLM4_CANCEL_MSG => cancel(srv, &nlm4_cancargs::from_bytes(args)?),
-                NLM4_UNLOCK_MSG => unlock(srv, &nlm4_unlockargs::from_bytes(args)?),
+                NLM4_LOCK_MSG => lock(srv, caller, peer, &nlm4_lockargs::from_bytes(args)?, true),
+                NLM4_CANCEL_MSG => cancel(srv, caller, &nlm4_cancargs::from_bytes(args)?),
+                NLM4_UNLOCK_MSG => unlock(srv, caller, &nlm4_unlockargs::from_bytes(args)?),
                 _ => not_a_client(nlm4_testargs::from_bytes(args)?.cookie),
             };
             Ok(Answer::Message(p + MSG_TO_RES, res.to_bytes()))
@@ -130,7 +143,7 @@ fn execute(srv: &Server, peer: IpAddr, p: u32, args: Bytes) -> Result<Answer, Xd
         NLM4_TEST_RES..=NLM4_GRANTED_RES => reply(Bytes::new()),
         NLM4_SHARE | NLM4_UNSHARE => {
             let a = nlm4_shareargs::from_bytes(args)?;
-            reply(share(srv, peer, &a, p == NLM4_SHARE).to_bytes())
+            reply(share(srv, caller, peer, &a, p == NLM4_SHARE).to_bytes())
         }
         NLM4_FREE_ALL => {
             let a = nlm4_notify::from_bytes(args)?;
@@ -154,9 +167,15 @@ fn not_a_client(cookie: Bytes) -> nlm4_res {
 
 /// The lock table's file of a v3 handle; with `recall`, after the v4 delegations of
 /// it were recalled (an `Err` of `Ok` file: the recall did not end in time).
-fn file_of(srv: &Server, fh: &Bytes, recall: bool) -> Result<(FileId, bool), nlm4_stats> {
+fn file_of(
+    srv: &Server,
+    caller: &Caller,
+    fh: &Bytes,
+    recall: bool,
+) -> Result<(FileId, bool), nlm4_stats> {
     let waited = WaitClock::default();
     let mut c = Compound::start(srv, Creds::default(), 0, 0, false, &waited);
+    c.caller = caller.clone();
     let r = resolve(&mut c, fh, recall);
     let _ = c.scope.finish(r.is_ok());
     r
@@ -235,12 +254,12 @@ fn status_of(e: &StateError) -> nlm4_stats {
 }
 
 /// NLM4_TEST: would the lock be granted; if not, one lock in the way.
-fn test(srv: &Server, a: &nlm4_testargs) -> nlm4_testres {
+fn test(srv: &Server, caller: &Caller, a: &nlm4_testargs) -> nlm4_testres {
     let answer = |stat| nlm4_testres {
         cookie: a.cookie.clone(),
         stat,
     };
-    let (file, _) = match file_of(srv, &a.alock.fh, false) {
+    let (file, _) = match file_of(srv, caller, &a.alock.fh, false) {
         Ok(f) => f,
         Err(s) => return answer(nlm4_testrply::default(s)),
     };
@@ -273,7 +292,7 @@ fn idle(srv: &Server, id: txnfs_state::ClientId) -> bool {
 
 /// NLM4_LOCK (`monitor`: the host is recorded for SM_NOTIFY after a restart) and
 /// NLM4_NM_LOCK (not recorded).
-fn lock(srv: &Server, peer: IpAddr, a: &nlm4_lockargs, monitor: bool) -> nlm4_res {
+fn lock(srv: &Server, caller: &Caller, peer: IpAddr, a: &nlm4_lockargs, monitor: bool) -> nlm4_res {
     use nlm4_stats::*;
     let Some(host) = srv.nlm.host(&a.alock.caller_name, peer, |id| idle(srv, id)) else {
         tracing::warn!(
@@ -282,7 +301,7 @@ fn lock(srv: &Server, peer: IpAddr, a: &nlm4_lockargs, monitor: bool) -> nlm4_re
         );
         return res(&a.cookie, NLM4_DENIED_NOLOCKS);
     };
-    let (file, cleared) = match file_of(srv, &a.alock.fh, true) {
+    let (file, cleared) = match file_of(srv, caller, &a.alock.fh, true) {
         Ok(f) => f,
         Err(s) => return res(&a.cookie, s),
     };
@@ -339,11 +358,11 @@ fn granted_lock(l: &nlm4_lock) -> nlm4_lock {
 }
 
 /// NLM4_CANCEL: a blocked LOCK is no longer wanted.
-fn cancel(srv: &Server, a: &nlm4_cancargs) -> nlm4_res {
+fn cancel(srv: &Server, caller: &Caller, a: &nlm4_cancargs) -> nlm4_res {
     let Some(host) = srv.nlm.known_host(&a.alock.caller_name) else {
         return res(&a.cookie, nlm4_stats::NLM4_GRANTED);
     };
-    let (file, _) = match file_of(srv, &a.alock.fh, false) {
+    let (file, _) = match file_of(srv, caller, &a.alock.fh, false) {
         Ok(f) => f,
         Err(s) => return res(&a.cookie, s),
     };
@@ -355,11 +374,11 @@ fn cancel(srv: &Server, a: &nlm4_cancargs) -> nlm4_res {
 
 /// NLM4_UNLOCK: the range is unlocked (nothing locked there is no error); the
 /// blocked locks are tried at once.
-fn unlock(srv: &Server, a: &nlm4_unlockargs) -> nlm4_res {
+fn unlock(srv: &Server, caller: &Caller, a: &nlm4_unlockargs) -> nlm4_res {
     let Some(host) = srv.nlm.known_host(&a.alock.caller_name) else {
         return res(&a.cookie, nlm4_stats::NLM4_GRANTED);
     };
-    let (file, _) = match file_of(srv, &a.alock.fh, false) {
+    let (file, _) = match file_of(srv, caller, &a.alock.fh, false) {
         Ok(f) => f,
         Err(s) => return res(&a.cookie, s),
     };
@@ -383,7 +402,13 @@ fn unlock(srv: &Server, a: &nlm4_unlockargs) -> nlm4_res {
 }
 
 /// NLM4_SHARE (`on`) and NLM4_UNSHARE.
-fn share(srv: &Server, peer: IpAddr, a: &nlm4_shareargs, on: bool) -> nlm4_shareres {
+fn share(
+    srv: &Server,
+    caller: &Caller,
+    peer: IpAddr,
+    a: &nlm4_shareargs,
+    on: bool,
+) -> nlm4_shareres {
     use nlm4_stats::*;
     let answer = |stat| nlm4_shareres {
         cookie: a.cookie.clone(),
@@ -394,7 +419,7 @@ fn share(srv: &Server, peer: IpAddr, a: &nlm4_shareargs, on: bool) -> nlm4_share
     let Some(host) = srv.nlm.host(&s.caller_name, peer, |id| idle(srv, id)) else {
         return answer(NLM4_DENIED_NOLOCKS);
     };
-    let (file, _) = match file_of(srv, &s.fh, false) {
+    let (file, _) = match file_of(srv, caller, &s.fh, false) {
         Ok(f) => f,
         Err(st) => return answer(st),
     };
