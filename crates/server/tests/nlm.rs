@@ -324,7 +324,7 @@ async fn a_blocked_lock_is_granted_by_callback_when_the_holder_unlocks() {
     assert!(srv.server.nlm.blocked.is_empty());
     assert_eq!(unlock(&cl, waiter.clone()).await, nlm4_stats::NLM4_GRANTED);
 
-    // v4 holder, NLM waiter: a v4 LOCKU lets the waiter in (found by the poll).
+    // v4 holder, NLM waiter: a v4 LOCKU wakes the waiter too (not the 1 s poll).
     let lsid = v4_lock(&mut s, &fh, &osid, b"v4-owner", 0, 100)
         .await
         .unwrap();
@@ -333,9 +333,16 @@ async fn a_blocked_lock_is_granted_by_callback_when_the_holder_unlocks() {
         lock(&cl, third.clone(), true, false).await,
         nlm4_stats::NLM4_BLOCKED
     );
+    let t0 = Instant::now();
     v4_locku(&mut s, &fh, &lsid, 0, 100).await;
     let g = next_granted(&mut calls).await;
+    let took = t0.elapsed();
     assert_eq!((g.alock.svid, &g.cookie[..]), (3, &b"cookie-3"[..]));
+    // Without the wake-up the 1 s poll finds it after 0-1 s: 400 ms fails most runs.
+    assert!(
+        took < Duration::from_millis(400),
+        "granted after {took:?}: a v4 LOCKU wakes the waiters"
+    );
 
     // CANCEL: a waiter that gave up is never granted.
     let fourth = alock("host-d", &fh, 4, 0, 1);

@@ -1,7 +1,8 @@
 //! Blocking NLM locks (`block` set in NLM4_LOCK; X/Open XNFS §10.14.2): a lock that
 //! conflicts is answered NLM4_BLOCKED and waits here. Whenever a lock may have gone
-//! (an NLM UNLOCK, a released host: a wake-up) and once a second anyway (a v4 LOCKU,
-//! CLOSE or lease expiry, which this module does not hear of), the waiters are tried
+//! (an NLM UNLOCK, a released host, a v4 LOCKU: a wake-up) and once a second anyway
+//! (a v4 lock-owner released, or a lease expiry, which this module does not hear of),
+//! the waiters are tried
 //! in arrival order; one that gets its range is told with NLM4_GRANTED at its host's
 //! lockd. A host that answers anything but NLM4_GRANTED no longer waits, and the lock
 //! is released; a host that cannot be reached keeps the lock, and finds it at its next

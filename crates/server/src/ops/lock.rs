@@ -106,6 +106,10 @@ pub fn locku(c: &mut Compound, a: &LOCKU4args) -> OpResult {
         .table_mut()
         .locku(client, &sid, file, a.offset, a.length)
         .map_err(|e| state_status(&e))?;
+    // NLM locks blocked behind this one are tried now, not at their next poll.
+    if !c.srv.nlm.blocked.is_empty() {
+        c.srv.nlm.blocked.wake();
+    }
     let new = stateid_to_wire(&new);
     Ok(nfs_resop4::OP_LOCKU(LOCKU4res::NFS4_OK(new)))
 }
