@@ -140,6 +140,47 @@ impl V3Client {
             other => panic!("MNT {path}: {other:?}"),
         }
     }
+
+    /// LOOKUP of `name` in `dir`.
+    pub async fn lookup(&self, dir: &nfs_fh3, name: &str) -> Result<LOOKUP3res, CallError> {
+        let what = dirop(dir, name);
+        self.nfs(proc3::LOOKUP, &LOOKUP3args { what }).await
+    }
+
+    /// GETATTR of `fh`.
+    pub async fn getattr(&self, fh: &nfs_fh3) -> Result<GETATTR3res, CallError> {
+        let object = fh.clone();
+        self.nfs(proc3::GETATTR, &GETATTR3args { object }).await
+    }
+
+    /// READ of up to `count` bytes of `fh` at `offset`.
+    pub async fn read(&self, fh: &nfs_fh3, offset: u64, count: u32) -> Result<READ3res, CallError> {
+        let file = fh.clone();
+        let args = READ3args {
+            file,
+            offset,
+            count,
+        };
+        self.nfs(proc3::READ, &args).await
+    }
+
+    /// WRITE of all of `data` to `fh` at `offset`, as `stable`.
+    pub async fn write(
+        &self,
+        fh: &nfs_fh3,
+        offset: u64,
+        data: &[u8],
+        stable: stable_how,
+    ) -> Result<WRITE3res, CallError> {
+        let args = WRITE3args {
+            file: fh.clone(),
+            offset,
+            count: data.len() as u32,
+            stable,
+            data: Bytes::copy_from_slice(data),
+        };
+        self.nfs(proc3::WRITE, &args).await
+    }
 }
 
 /// `sattr3` that sets nothing.

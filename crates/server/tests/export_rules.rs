@@ -138,10 +138,6 @@ fn getfh(r: &COMPOUND4res) -> Bytes {
     }
 }
 
-async fn lookup3(c: &V3Client, dir: &nfs_fh3, name: &str) -> LOOKUP3res {
-    c.nfs(proc3::LOOKUP, &dirop(dir, name)).await.unwrap()
-}
-
 fn mnt_status(r: &mountres3) -> mountstat3 {
     match r {
         mountres3::MNT3_OK(_) => mountstat3::MNT3_OK,
@@ -231,7 +227,7 @@ async fn a_client_outside_the_rules_cannot_mount_or_read() {
     assert_eq!(&data.ex_groups.0[0].gr_name[..], b"127.0.0.1");
 
     // NFSv3 on the handle: read from 127.0.0.1, refused from 127.0.0.2.
-    let LOOKUP3res::NFS3_OK(ok) = lookup3(&v3_here, &root, "hello").await else {
+    let LOOKUP3res::NFS3_OK(ok) = v3_here.lookup(&root, "hello").await.unwrap() else {
         panic!("LOOKUP from 127.0.0.1")
     };
     let read = READ3args {
@@ -248,7 +244,7 @@ async fn a_client_outside_the_rules_cannot_mount_or_read() {
         other => panic!("READ from 127.0.0.1: {other:?}"),
     }
     assert!(matches!(
-        lookup3(&v3_other, &root, "hello").await,
+        v3_other.lookup(&root, "hello").await.unwrap(),
         LOOKUP3res::default(nfsstat3::NFS3ERR_ACCES, _)
     ));
     let r: READ3res = v3_other.nfs(proc3::READ, &read).await.unwrap();

@@ -29,17 +29,6 @@ fn attrs_of(a: &post_op_attr) -> fattr3 {
     }
 }
 
-async fn lookup(c: &V3Client, dir: &nfs_fh3, name: &str) -> LOOKUP3res {
-    c.nfs(
-        proc3::LOOKUP,
-        &LOOKUP3args {
-            what: dirop(dir, name),
-        },
-    )
-    .await
-    .unwrap()
-}
-
 async fn create(c: &V3Client, dir: &nfs_fh3, name: &str, how: createhow3) -> CREATE3res {
     c.nfs(
         proc3::CREATE,
@@ -59,33 +48,6 @@ async fn create_ok(c: &V3Client, dir: &nfs_fh3, name: &str) -> nfs_fh3 {
     }
 }
 
-async fn write(
-    c: &V3Client,
-    fh: &nfs_fh3,
-    offset: u64,
-    data: &[u8],
-    stable: stable_how,
-) -> WRITE3res {
-    c.nfs(
-        proc3::WRITE,
-        &WRITE3args {
-            file: fh.clone(),
-            offset,
-            count: data.len() as u32,
-            stable,
-            data: Bytes::copy_from_slice(data),
-        },
-    )
-    .await
-    .unwrap()
-}
-
-async fn getattr(c: &V3Client, fh: &nfs_fh3) -> GETATTR3res {
-    c.nfs(proc3::GETATTR, &GETATTR3args { object: fh.clone() })
-        .await
-        .unwrap()
-}
-
 fn status_of_getattr(r: &GETATTR3res) -> nfsstat3 {
     match r {
         GETATTR3res::NFS3_OK(_) => nfsstat3::NFS3_OK,
@@ -100,13 +62,13 @@ async fn files_read_write_commit_and_attributes() {
     let root = c.root("/").await;
 
     // GETATTR of the root: a directory.
-    let GETATTR3res::NFS3_OK(r) = getattr(&c, &root).await else {
+    let GETATTR3res::NFS3_OK(r) = c.getattr(&root).await.unwrap() else {
         panic!("GETATTR root")
     };
     assert_eq!(r.obj_attributes.r#type, ftype3::NF3DIR);
 
     // LOOKUP of a missing name: NOENT, with the directory's attributes.
-    match lookup(&c, &root, "missing").await {
+    match c.lookup(&root, "missing").await.unwrap() {
         LOOKUP3res::default(s, fail) => {
             assert_eq!(s, nfsstat3::NFS3ERR_NOENT);
             assert!(matches!(fail.dir_attributes, post_op_attr::TRUE(_)));
@@ -132,14 +94,18 @@ async fn files_read_write_commit_and_attributes() {
         other => panic!("GUARDED over an existing file: {other:?}"),
     }
     // LOOKUP finds the same handle.
-    let LOOKUP3res::NFS3_OK(l) = lookup(&c, &root, "f").await else {
+    let LOOKUP3res::NFS3_OK(l) = c.lookup(&root, "f").await.unwrap() else {
         panic!("LOOKUP f")
     };
     assert_eq!(l.object, f);
 
     // WRITE: FILE_SYNC is answered FILE_SYNC, UNSTABLE UNSTABLE; both with the
     // server's verifier, which COMMIT repeats.
-    let verf = match write(&c, &f, 0, b"hello ", stable_how::FILE_SYNC).await {
+    let verf = match c
+        .write(&f, 0, b"hello ", stable_how::FILE_SYNC)
+        .await
+        .unwrap()
+    {
         WRITE3res::NFS3_OK(ok) => {
             assert_eq!((ok.count, ok.committed), (6, stable_how::FILE_SYNC));
             assert!(matches!(ok.file_wcc.before, pre_op_attr::TRUE(_)));
@@ -148,7 +114,11 @@ async fn files_read_write_commit_and_attributes() {
         }
         other => panic!("WRITE: {other:?}"),
     };
-    match write(&c, &f, 6, b"world", stable_how::UNSTABLE).await {
+    match c
+        .write(&f, 6, b"world", stable_how::UNSTABLE)
+        .await
+        .unwrap()
+    {
         WRITE3res::NFS3_OK(ok) => {
             assert_eq!(
                 (ok.count, ok.committed, ok.verf),
@@ -197,7 +167,7 @@ async fn files_read_write_commit_and_attributes() {
     }
 
     // SETATTR with a stale guard: NOT_SYNC, nothing changed; with the right one, done.
-    let GETATTR3res::NFS3_OK(now) = getattr(&c, &f).await else {
+    let GETATTR3res::NFS3_OK(now) = c.getattr(&f).await.unwrap() else {
         panic!("GETATTR f")
     };
     let mut truncate = sattr_none();
@@ -541,15 +511,15 @@ async fn directories_links_and_names() {
     let r: REMOVE3res = c.nfs(proc3::REMOVE, &remove("g")).await.unwrap();
     assert!(matches!(r, REMOVE3res::NFS3_OK(_)), "{r:?}");
     assert!(matches!(
-        lookup(&c, &root, "g").await,
+        c.lookup(&root, "g").await.unwrap(),
         LOOKUP3res::default(nfsstat3::NFS3ERR_NOENT, _)
     ));
     // LOOKUP of "." and "..": the directory itself, and at the export's root the root.
-    let LOOKUP3res::NFS3_OK(dot) = lookup(&c, &d, "..").await else {
+    let LOOKUP3res::NFS3_OK(dot) = c.lookup(&d, "..").await.unwrap() else {
         panic!("LOOKUP ..")
     };
     assert_eq!(dot.object, root);
-    let LOOKUP3res::NFS3_OK(up) = lookup(&c, &root, "..").await else {
+    let LOOKUP3res::NFS3_OK(up) = c.lookup(&root, "..").await.unwrap() else {
         panic!("LOOKUP .. of the root")
     };
     assert_eq!(up.object, root);
@@ -662,7 +632,7 @@ async fn readdir_and_readdirplus_with_cookie_verifiers() {
         .filter(|e| e.name.starts_with(b"file-"))
     {
         let name = std::str::from_utf8(&e.name).unwrap();
-        let LOOKUP3res::NFS3_OK(l) = lookup(&c, &root, name).await else {
+        let LOOKUP3res::NFS3_OK(l) = c.lookup(&root, name).await.unwrap() else {
             panic!("LOOKUP {name}")
         };
         assert_eq!(fh_of(&e.name_handle), l.object, "{name}");
@@ -702,14 +672,14 @@ async fn bad_handles_stale_handles_garbage_and_read_only_exports() {
         data: Bytes::from(forged),
     };
     assert_eq!(
-        status_of_getattr(&getattr(&c, &forged).await),
+        status_of_getattr(&c.getattr(&forged).await.unwrap()),
         nfsstat3::NFS3ERR_BADHANDLE
     );
     let short = nfs_fh3 {
         data: Bytes::from_static(b"short"),
     };
     assert_eq!(
-        status_of_getattr(&getattr(&c, &short).await),
+        status_of_getattr(&c.getattr(&short).await.unwrap()),
         nfsstat3::NFS3ERR_BADHANDLE
     );
 
@@ -725,7 +695,7 @@ async fn bad_handles_stale_handles_garbage_and_read_only_exports() {
         .unwrap();
     assert!(matches!(r, REMOVE3res::NFS3_OK(_)));
     assert_eq!(
-        status_of_getattr(&getattr(&c, &f).await),
+        status_of_getattr(&c.getattr(&f).await.unwrap()),
         nfsstat3::NFS3ERR_STALE
     );
 
@@ -754,7 +724,7 @@ async fn bad_handles_stale_handles_garbage_and_read_only_exports() {
         "{unknown:?}"
     );
     assert_eq!(
-        status_of_getattr(&getattr(&c, &root).await),
+        status_of_getattr(&c.getattr(&root).await.unwrap()),
         nfsstat3::NFS3_OK
     );
 
@@ -801,7 +771,7 @@ async fn bad_handles_stale_handles_garbage_and_read_only_exports() {
         "{r:?}"
     );
     assert_eq!(
-        status_of_getattr(&getattr(&c, &root).await),
+        status_of_getattr(&c.getattr(&root).await.unwrap()),
         nfsstat3::NFS3_OK
     );
 }
@@ -941,7 +911,7 @@ async fn truncated_and_random_arguments_never_break_the_server() {
     }
     assert_eq!(srv.server.stats.snapshot().panics, 0);
     assert_eq!(
-        status_of_getattr(&getattr(&c, &root).await),
+        status_of_getattr(&c.getattr(&root).await.unwrap()),
         nfsstat3::NFS3_OK
     );
 }
@@ -952,7 +922,7 @@ async fn data_sync_writes_are_answered_file_sync() {
     let c = client(&srv).await;
     let root = c.root("/").await;
     let f = create_ok(&c, &root, "f").await;
-    match write(&c, &f, 0, b"abc", stable_how::DATA_SYNC).await {
+    match c.write(&f, 0, b"abc", stable_how::DATA_SYNC).await.unwrap() {
         WRITE3res::NFS3_OK(ok) => assert_eq!((ok.count, ok.committed), (3, stable_how::FILE_SYNC)),
         other => panic!("WRITE DATA_SYNC: {other:?}"),
     }

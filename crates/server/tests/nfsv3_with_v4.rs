@@ -27,49 +27,14 @@ fn deleg_stateid(d: &open_delegation4) -> stateid4 {
 }
 
 async fn v3_lookup(c: &V3Client, dir: &nfs_fh3, name: &str) -> nfs_fh3 {
-    match c
-        .nfs(
-            proc3::LOOKUP,
-            &LOOKUP3args {
-                what: dirop(dir, name),
-            },
-        )
-        .await
-        .unwrap()
-    {
+    match c.lookup(dir, name).await.unwrap() {
         LOOKUP3res::NFS3_OK(ok) => ok.object,
         other => panic!("LOOKUP {name}: {other:?}"),
     }
 }
 
-async fn v3_write(c: &V3Client, fh: &nfs_fh3, offset: u64, data: &[u8]) -> WRITE3res {
-    c.nfs(
-        proc3::WRITE,
-        &WRITE3args {
-            file: fh.clone(),
-            offset,
-            count: data.len() as u32,
-            stable: stable_how::FILE_SYNC,
-            data: Bytes::copy_from_slice(data),
-        },
-    )
-    .await
-    .unwrap()
-}
-
 async fn v3_read(c: &V3Client, fh: &nfs_fh3) -> Bytes {
-    match c
-        .nfs(
-            proc3::READ,
-            &READ3args {
-                file: fh.clone(),
-                offset: 0,
-                count: 4096,
-            },
-        )
-        .await
-        .unwrap()
-    {
+    match c.read(fh, 0, 4096).await.unwrap() {
         READ3res::NFS3_OK(ok) => ok.data,
         other => panic!("READ: {other:?}"),
     }
@@ -116,7 +81,9 @@ async fn one_file_through_v3_and_v4() {
     let f = v3_lookup(&c, &root, "from-v4").await;
     assert_eq!(f.data, v4_fh, "one object, one handle");
     assert!(matches!(
-        v3_write(&c, &f, 0, b"written by v3").await,
+        c.write(&f, 0, b"written by v3", stable_how::FILE_SYNC)
+            .await
+            .unwrap(),
         WRITE3res::NFS3_OK(_)
     ));
     assert_eq!(&v4_read(&mut s, "from-v4").await[..], b"written by v3");
@@ -182,7 +149,10 @@ async fn a_v3_write_recalls_a_v4_read_delegation_and_waits_for_its_return() {
         (recall, st)
     });
     let t0 = Instant::now();
-    let w = v3_write(&c, &f, 0, b"v3 data").await;
+    let w = c
+        .write(&f, 0, b"v3 data", stable_how::FILE_SYNC)
+        .await
+        .unwrap();
     let held_for = t0.elapsed();
     let (recall, st) = holder.await.unwrap();
     assert_eq!(recall.stateid, dsid, "the recalled delegation");
