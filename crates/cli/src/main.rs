@@ -1,6 +1,6 @@
-//! `txnfs`: the one binary. `txnfs serve DIR` exports DIR over NFSv4.1 and 4.2; `ls`, `stat`,
-//! `cat`, `cp`, `mkdir`, `rm`, `mv` and `ln` work on nfs://host[:port]/path URLs through
-//! the vectorized client.
+//! `txnfs`: the one binary. `txnfs serve DIR` exports DIR over NFSv3, 4.0, 4.1 and
+//! 4.2; `ls`, `stat`, `cat`, `cp`, `mkdir`, `rm`, `mv` and `ln` work on
+//! nfs://host[:port]/path URLs through the vectorized client.
 
 mod bench;
 mod commands;
@@ -15,11 +15,11 @@ use commands::{FileCmd, GlobalArgs};
 #[command(
     name = "txnfs",
     version,
-    about = "A user-space NFSv4.1 server, and file commands that talk NFSv4.1",
-    long_about = "txnfs is a user-space NFSv4.1 server, with coreutils-like file commands \
+    about = "A user-space NFS server (NFSv3, 4.0, 4.1, 4.2), and file commands that talk NFSv4.2",
+    long_about = "txnfs is a user-space NFS server (NFSv3, 4.0, 4.1 and 4.2), with coreutils-like file commands \
                   on nfs://host[:port]/path URLs that pack many operations per COMPOUND.\n\n\
                   Quick start:  txnfs serve /srv/data\n\
-                  then, on a Linux client:  mount -t nfs -o vers=4.1 SERVER:/ /mnt\n\
+                  then, on a Linux client:  mount -t nfs SERVER:/ /mnt\n\
                   or without mounting:      txnfs ls -l nfs://SERVER/",
     after_help = "EXAMPLES:\n  \
     txnfs serve --listen 127.0.0.1:2050 /srv/data\n  \
@@ -47,7 +47,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Serve directories over NFSv4.1 (listens on 127.0.0.1:2049 by default).
+    /// Serve directories over NFSv3, 4.0, 4.1 and 4.2 (listens on 127.0.0.1:2049 by default).
     Serve(serve::ServeArgs),
     /// List directory contents.
     Ls {
