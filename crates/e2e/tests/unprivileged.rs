@@ -27,6 +27,8 @@ struct UserServer {
     switch_user: bool,
     uid: u32,
     port: u16,
+    /// Options given to `txnfs serve` before the directory.
+    serve_args: Vec<String>,
     child: Option<Child>,
     starts: u32,
 }
@@ -45,7 +47,12 @@ impl UserServer {
     /// The scratch tree: the binary (copied where the user can run it), the export and
     /// the user's XDG state home, owned by the user. `None`: skipped (see module doc).
     fn prepare() -> Option<UserServer> {
-        let switch_user = euid() == 0;
+        Self::prepare_as(euid() == 0)
+    }
+
+    /// As [`UserServer::prepare`]; `switch_user` false runs the server as the test's
+    /// own user (root's server, when the test runs as root).
+    fn prepare_as(switch_user: bool) -> Option<UserServer> {
         if switch_user {
             let setpriv = Command::new("setpriv")
                 .arg("--version")
@@ -87,6 +94,7 @@ impl UserServer {
             switch_user,
             uid,
             port,
+            serve_args: Vec::new(),
             child: None,
             starts: 0,
         })
@@ -124,6 +132,7 @@ impl UserServer {
         };
         cmd.args(["serve", "--no-grace", "--no-rpcbind", "--listen"])
             .arg(format!("127.0.0.1:{}", self.port))
+            .args(&self.serve_args)
             .arg(self.export())
             .env("XDG_STATE_HOME", self.tmp.path().join("xdg"))
             .env("HOME", self.tmp.path().join("home"))
@@ -242,7 +251,7 @@ async fn a_normal_users_server_keeps_handles_across_restarts_and_renames() {
         mode_lines[0]
     );
     assert!(
-        mode_lines[0].contains("CAP_DAC_READ_SEARCH"),
+        mode_lines[0].contains("EPERM, this process lacks CAP_DAC_READ_SEARCH"),
         "{}",
         mode_lines[0]
     );
@@ -318,5 +327,72 @@ async fn a_normal_users_server_keeps_handles_across_restarts_and_renames() {
         s.log().matches("file handles: handle table").count(),
         4,
         "the INFO line once per start"
+    );
+}
+
+#[test]
+fn a_normal_user_cannot_force_kernel_handles() {
+    let Some(s) = UserServer::prepare() else {
+        return;
+    };
+    let mut cmd = Command::new(if s.switch_user { "setpriv" } else { "env" });
+    if s.switch_user {
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
+    }
+    let out = cmd
+        .arg(&s.bin)
+        .args(["serve", "--no-rpcbind", "--handles", "kernel", "--listen"])
+        .arg(format!("127.0.0.1:{}", s.port))
+        .arg(s.export())
+        .env("XDG_STATE_HOME", s.tmp.path().join("xdg"))
+        .env("HOME", s.tmp.path().join("home"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "started with kernel handles: {err}");
+    assert!(
+        err.contains("EPERM, this process lacks CAP_DAC_READ_SEARCH"),
+        "the error says why: {err}"
+    );
+}
+
+/// Root keeps kernel handles by default, and may ask for the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn root_keeps_kernel_handles_and_may_force_the_table() {
+    if euid() != 0 {
+        eprintln!("SKIPPED: root_keeps_kernel_handles_and_may_force_the_table: needs root");
+        return;
+    }
+    let Some(mut s) = UserServer::prepare_as(false) else {
+        return;
+    };
+    s.start();
+    let log = s.log();
+    assert!(
+        log.contains("file handles: kernel handles (open_by_handle_at works)"),
+        "root's default: {log}"
+    );
+    s.stop();
+    s.serve_args = vec!["--handles".into(), "table".into()];
+    s.start();
+    let log = s.log();
+    assert!(
+        log.contains("file handles: handle table") && log.contains("table mode asked for"),
+        "forced table: {log}"
+    );
+    let src = s.tmp.path().join("f.txt");
+    std::fs::write(&src, b"root in table mode").unwrap();
+    s.txnfs_cp(&[src.to_str().unwrap(), &s.url("/f.txt")]);
+    let m = s.mount().await;
+    let fh = match timed("lookup", m.lookup_path("/f.txt")).await {
+        Ok(r) => r.fh,
+        Err(e) => panic!("lookup: {e:?}; log:\n{}", s.log()),
+    };
+    drop(m);
+    s.restart();
+    let m = s.mount().await;
+    assert_eq!(
+        read_all(&s, &*m, &fh, "read after restart").await,
+        b"root in table mode"
     );
 }

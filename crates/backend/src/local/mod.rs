@@ -183,9 +183,11 @@ impl LocalBackend {
         let st = rfs::fstat(&root_fd).map_err(map_errno)?;
         let kernel = match mode {
             HandleMode::Table => Err("table mode asked for".to_string()),
-            _ => match Self::probe_kernel_handles(&root_fd, path) {
+            _ => match Self::probe_kernel_handles(&root_fd) {
                 Ok(k) => Ok(k),
-                Err(e) if mode == HandleMode::Kernel => return Err(e),
+                Err(e) if mode == HandleMode::Kernel => {
+                    return Err(BackendError::Io(format!("export {}: {e}", path.display())))
+                }
                 Err(e) => Err(e.to_string()),
             },
         };
@@ -241,20 +243,14 @@ impl LocalBackend {
 
     /// The export root's kernel handle and mount id, once `open_by_handle_at` has
     /// proved it can open them (rather than on the first client request).
-    fn probe_kernel_handles(root_fd: &OwnedFd, path: &Path) -> Result<(FileKey, i32)> {
+    fn probe_kernel_handles(root_fd: &OwnedFd) -> std::result::Result<(FileKey, i32), String> {
         let (root_key, mount_id) = name_to_handle(root_fd.as_fd(), c"", libc::AT_EMPTY_PATH)
-            .map_err(|e| {
-                BackendError::Io(format!(
-                    "export {}: cannot get a file handle: {e}",
-                    path.display()
-                ))
-            })?;
-        open_handle(root_fd.as_fd(), &root_key).map_err(|e| match map_handle_errno(e) {
-            BackendError::Io(m) => BackendError::Io(m),
-            other => BackendError::Io(format!(
-                "export {}: open_by_handle_at failed: {other}",
-                path.display()
-            )),
+            .map_err(|e| format!("cannot get a file handle: {e}"))?;
+        open_handle(root_fd.as_fd(), &root_key).map_err(|e| match e {
+            Errno::PERM => "open_by_handle_at: EPERM, this process lacks CAP_DAC_READ_SEARCH \
+                            (root has it)"
+                .to_string(),
+            e => format!("open_by_handle_at failed: {}", map_handle_errno(e)),
         })?;
         Ok((root_key, mount_id))
     }
