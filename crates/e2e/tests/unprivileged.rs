@@ -29,6 +29,8 @@ struct UserServer {
     port: u16,
     /// Options given to `txnfs serve` before the directory.
     serve_args: Vec<String>,
+    /// `TXNFS_LOG` of the server.
+    log_level: &'static str,
     child: Option<Child>,
     starts: u32,
 }
@@ -95,6 +97,7 @@ impl UserServer {
             uid,
             port,
             serve_args: Vec::new(),
+            log_level: "info",
             child: None,
             starts: 0,
         })
@@ -136,7 +139,7 @@ impl UserServer {
             .arg(self.export())
             .env("XDG_STATE_HOME", self.tmp.path().join("xdg"))
             .env("HOME", self.tmp.path().join("home"))
-            .env("TXNFS_LOG", "info")
+            .env("TXNFS_LOG", self.log_level)
             .current_dir(self.tmp.path())
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -356,7 +359,8 @@ fn a_normal_user_cannot_force_kernel_handles() {
     );
 }
 
-/// Root keeps kernel handles by default, and may ask for the table.
+/// Root keeps kernel handles by default (said at DEBUG: nothing to act on), and may
+/// ask for the table.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn root_keeps_kernel_handles_and_may_force_the_table() {
     if euid() != 0 {
@@ -366,13 +370,18 @@ async fn root_keeps_kernel_handles_and_may_force_the_table() {
     let Some(mut s) = UserServer::prepare_as(false) else {
         return;
     };
+    s.log_level = "debug";
     s.start();
     let log = s.log();
     assert!(
-        log.contains("file handles: kernel handles (open_by_handle_at works)"),
+        log.contains("DEBUG")
+            && log.contains("file handles: kernel handles (open_by_handle_at works)"),
         "root's default: {log}"
     );
+    assert!(!log.contains("file handles: handle table"), "{log}");
     s.stop();
+    s.log_level = "info";
+    std::fs::remove_file(s.log_path()).unwrap();
     s.serve_args = vec!["--handles".into(), "table".into()];
     s.start();
     let log = s.log();

@@ -164,7 +164,9 @@ impl LocalBackend {
     /// file system cannot produce file handles or this process may not open them
     /// (`CAP_DAC_READ_SEARCH`). `state` is the export's layer state directory, where
     /// table mode keeps [`HANDLE_TABLE_FILE`]; without one the table lives in memory.
-    /// Logs one INFO line saying which mode serves the export and why.
+    /// Logs which mode serves the export and why: one INFO line for the handle table
+    /// (whose file in the state directory the administrator must keep), DEBUG for
+    /// kernel handles.
     ///
     /// Raises the process's soft `RLIMIT_NOFILE` to its hard limit, and sizes the
     /// descriptor caches to the result.
@@ -193,7 +195,9 @@ impl LocalBackend {
         };
         let (root_key, mount_id, table) = match kernel {
             Ok((key, mount_id)) => {
-                tracing::info!(
+                // The default of a root server: nothing for the administrator to act
+                // on, and `txnfs serve` starts with one summary line.
+                tracing::debug!(
                     export = %path.display(),
                     "file handles: kernel handles (open_by_handle_at works)"
                 );
