@@ -206,3 +206,31 @@ fn keys_of_the_other_mode_are_stale() {
         BackendError::Stale
     );
 }
+
+#[test]
+fn mount_points_are_xdev_in_table_mode_too() {
+    let d = dirs();
+    let mnt = d.export.join("mnt");
+    let bind = d.export.join("bind");
+    let plain = d.export.join("plain");
+    for p in [&mnt, &bind, &plain] {
+        std::fs::create_dir(p).unwrap();
+    }
+    let _tmpfs = common::mounts::Mounted::new(&["-t", "tmpfs", "txnfs-test"], &mnt);
+    let _bound = common::mounts::Mounted::new(&["--bind", plain.to_str().unwrap()], &bind);
+    let b = open_table(&d);
+    let root = b.root().unwrap();
+    assert_eq!(
+        b.lookup(&user(), &root, b"mnt").unwrap_err(),
+        BackendError::XDev
+    );
+    // Same device, other mount: refused too (a bind mount could show anything).
+    assert_eq!(
+        b.lookup(&user(), &root, b"bind").unwrap_err(),
+        BackendError::XDev
+    );
+    let (ents, _) = b.readdir(&user(), &root, 0, 100).unwrap();
+    let mut names: Vec<_> = ents.iter().map(|e| e.name.to_vec()).collect();
+    names.sort();
+    assert_eq!(names, [b"plain".to_vec()]);
+}

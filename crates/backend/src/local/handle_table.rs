@@ -236,7 +236,8 @@ impl HandleTable {
     /// The write half of `ids_for`: one transaction for every sighting.
     fn write_sightings(&self, seen: &[Sighting<'_>], relink: bool) -> Result<Vec<u64>> {
         let mut ids = Vec::with_capacity(seen.len());
-        let w = self.db.begin_write().map_err(db_err)?;
+        let mut w = self.db.begin_write().map_err(db_err)?;
+        let mut assigned = false;
         {
             let mut objects = w.open_table(OBJECTS).map_err(db_err)?;
             let mut inodes = w.open_table(INODES).map_err(db_err)?;
@@ -268,11 +269,13 @@ impl HandleTable {
                     Some((id, _)) => {
                         // The inode number was reused: the old object is gone.
                         objects.remove(id).map_err(db_err)?;
+                        assigned = true;
                         let id = next;
                         next += 1;
                         id
                     }
                     None => {
+                        assigned = true;
                         let id = next;
                         next += 1;
                         id
@@ -290,6 +293,10 @@ impl HandleTable {
                 ids.push(id);
             }
             meta.insert("next", next).map_err(db_err)?;
+        }
+        if !assigned {
+            // Only links moved: see `relink`.
+            w.set_durability(Durability::Eventual);
         }
         w.commit().map_err(db_err)?;
         Ok(ids)

@@ -204,7 +204,7 @@ impl LocalBackend {
                 (key, mount_id, None)
             }
             Err(why) => {
-                let root = table_mode::identity_at(root_fd.as_fd(), c"")?;
+                let (root, root_mnt) = table_mode::statx_at(root_fd.as_fd(), c"")?;
                 let file = Self::table_file(state)?;
                 let table = HandleTable::open(file.as_deref(), root)?;
                 let place = file
@@ -216,7 +216,9 @@ impl LocalBackend {
                     export = %path.display(),
                     "file handles: handle table {place} (kernel handles unusable: {why})"
                 );
-                (key_of(ROOT_ID), 0, Some(table))
+                // Mount ids are small numbers; 0 (none reported) makes no check.
+                let mount_id = root_mnt.and_then(|m| i32::try_from(m).ok()).unwrap_or(0);
+                (key_of(ROOT_ID), mount_id, Some(table))
             }
         };
         let (path_cap, rw_cap) = cache_caps();

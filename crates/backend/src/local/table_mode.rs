@@ -43,16 +43,17 @@ fn identity_of(st: &rfs::Statx) -> Identity {
 }
 
 /// The identity of the object `name` in `dirfd` (`name` empty: `dirfd` itself), never
-/// following a symlink.
-pub(super) fn identity_at(dirfd: BorrowedFd<'_>, name: &CStr) -> Result<Identity> {
+/// following a symlink, and its mount id when the kernel reports one.
+pub(super) fn statx_at(dirfd: BorrowedFd<'_>, name: &CStr) -> Result<(Identity, Option<u64>)> {
     let flags = if name.is_empty() {
         AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW
     } else {
         AtFlags::SYMLINK_NOFOLLOW
     };
-    let st =
-        rfs::statx(dirfd, name, flags, StatxFlags::INO | StatxFlags::BTIME).map_err(map_errno)?;
-    Ok(identity_of(&st))
+    let want = StatxFlags::INO | StatxFlags::BTIME | StatxFlags::MNT_ID;
+    let st = rfs::statx(dirfd, name, flags, want).map_err(map_errno)?;
+    let mnt = (st.stx_mask & StatxFlags::MNT_ID.bits() != 0).then_some(st.stx_mnt_id);
+    Ok((identity_of(&st), mnt))
 }
 
 /// A directory (relative to the export root) opened for reading, never leaving the
@@ -84,6 +85,17 @@ impl LocalBackend {
         self.table
             .as_ref()
             .ok_or_else(|| BackendError::Io("handle table used in kernel-handle mode".into()))
+    }
+
+    /// The identity of `name` in `dirfd` (empty: `dirfd` itself), which must be on the
+    /// export's mount (`XDev` otherwise, as kernel mode answers for another mount).
+    pub(super) fn seen_at(&self, dirfd: BorrowedFd<'_>, name: &CStr) -> Result<Identity> {
+        let (identity, mnt) = statx_at(dirfd, name)?;
+        let other_mount = self.mount_id != 0 && mnt.is_some_and(|m| m != self.mount_id as u64);
+        if identity.dev != self.root_dev || other_mount {
+            return Err(BackendError::XDev);
+        }
+        Ok(identity)
     }
 
     /// An `O_PATH` descriptor of the object a table key names.
@@ -140,7 +152,7 @@ impl LocalBackend {
             }
             Err(e) => return Err(e),
         };
-        match identity_at(fd.as_fd(), c"") {
+        match self.seen_at(fd.as_fd(), c"") {
             Ok(seen) if want.same_object(&seen) => Ok(Some(fd)),
             _ => Ok(None),
         }
@@ -269,7 +281,10 @@ impl LocalBackend {
             *budget -= 1;
             if ent.ino() == want.ino {
                 if let Ok(fd) = self.open_child(&dupd, name) {
-                    if identity_at(fd.as_fd(), c"").is_ok_and(|seen| want.same_object(&seen)) {
+                    if self
+                        .seen_at(fd.as_fd(), c"")
+                        .is_ok_and(|seen| want.same_object(&seen))
+                    {
                         return Ok(Some((fd, bytes.to_vec())));
                     }
                 }
@@ -301,7 +316,7 @@ impl LocalBackend {
             }
             at.extend_from_slice(comp);
             let fd = open_beneath(self.root_fd.as_fd(), &at)?;
-            let identity = identity_at(fd.as_fd(), c"")?;
+            let identity = self.seen_at(fd.as_fd(), c"")?;
             parent = table.ids_for(
                 &[Sighting {
                     identity,
@@ -319,7 +334,7 @@ impl LocalBackend {
     pub(super) fn table_key_at(&self, fd: &OwnedFd, dir: &FileKey, name: &CStr) -> Result<FileKey> {
         let table = self.table()?;
         let parent = id_of_key(dir).ok_or(BackendError::Stale)?;
-        let identity = identity_at(fd.as_fd(), c"")?;
+        let identity = self.seen_at(fd.as_fd(), c"")?;
         let id = table.ids_for(
             &[Sighting {
                 identity,
@@ -348,14 +363,14 @@ impl LocalBackend {
             })
             .map_err(map_errno)?;
         let top = loop {
-            let identity = identity_at(cur.as_fd(), c"")?;
+            let identity = self.seen_at(cur.as_fd(), c"")?;
             if identity.dev == self.root_dev && identity.ino == self.root_ino {
                 break ROOT_ID;
             }
             if let Some(id) = table.id_of(&identity)? {
                 break id;
             }
-            if chain.len() >= MAX_DEPTH || identity.dev != self.root_dev {
+            if chain.len() >= MAX_DEPTH {
                 return Err(BackendError::XDev);
             }
             let up = self
@@ -399,7 +414,7 @@ impl LocalBackend {
         let mut seen = Vec::with_capacity(names.len());
         let mut at = Vec::with_capacity(names.len());
         for (i, name) in names.iter().enumerate() {
-            if let Ok(identity) = identity_at(dirfd.as_fd(), name) {
+            if let Ok(identity) = self.seen_at(dirfd.as_fd(), name) {
                 seen.push(Sighting {
                     identity,
                     parent,
@@ -419,7 +434,7 @@ impl LocalBackend {
     /// The key of `name` in `dirfd` if the table knows the object (before a remove or
     /// a rename, to update the table after it).
     pub(super) fn table_key_known(&self, dirfd: &OwnedFd, name: &CStr) -> Option<FileKey> {
-        let identity = identity_at(dirfd.as_fd(), name).ok()?;
+        let identity = self.seen_at(dirfd.as_fd(), name).ok()?;
         let id = self.table.as_ref()?.id_of(&identity).ok()??;
         Some(key_of(id))
     }
