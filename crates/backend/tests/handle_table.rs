@@ -234,3 +234,21 @@ fn mount_points_are_xdev_in_table_mode_too() {
     names.sort();
     assert_eq!(names, [b"plain".to_vec()]);
 }
+
+#[test]
+fn two_backends_on_one_export_share_its_table() {
+    // As a reload that opens an export again while the old backend still serves.
+    let d = dirs();
+    let old = open_table(&d);
+    let root = old.root().unwrap();
+    let file = create(&old, &root, "f");
+    write(&old, &file, b"shared");
+    let new = open_table(&d);
+    assert_eq!(read_all(&new, &file), b"shared");
+    let other = create(&new, &root, "g");
+    assert_eq!(old.lookup(&user(), &root, b"g").unwrap().0, other);
+    drop(old);
+    drop(new);
+    let again = open_table(&d);
+    assert_eq!(again.lookup(&user(), &root, b"g").unwrap().0, other);
+}

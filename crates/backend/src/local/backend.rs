@@ -29,6 +29,15 @@ impl Backend for LocalBackend {
         Ok(self.root_key.clone())
     }
 
+    /// Table mode: the ids the COMPOUND handed out are made durable before its reply
+    /// leaves (ADR 0050).
+    fn end_compound(&self, _cx: &OpCtx, _ok: bool) -> Result<()> {
+        match &self.table {
+            Some(t) => t.flush(),
+            None => Ok(()),
+        }
+    }
+
     fn getattr(&self, _cx: &OpCtx, key: &FileKey) -> Result<Attrs> {
         let fd = self.resolve(key)?;
         let st = self.stat_live(key, &fd)?;

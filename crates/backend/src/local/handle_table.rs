@@ -13,11 +13,14 @@
 //! where the file system has none) tells a reused inode number from the object that
 //! had it. A key is [`KEY_TAG`] then the id big-endian: no kernel handle starts so.
 //!
-//! New ids are committed durably before they are returned (a client may keep a handle
-//! from then on); link updates are committed without a sync, since a lost one only
-//! costs a search when the object is next resolved.
+//! New ids are committed without a sync and made durable by [`HandleTable::flush`],
+//! which the backend calls at the end of every COMPOUND (before its reply can carry
+//! them): one sync per COMPOUND, not per new object. Link updates are never synced on
+//! their own, since a lost one only costs a search when the object is next resolved.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
 use redb::{Database, Durability, ReadableTable, ReadableTableMetadata, TableDefinition};
@@ -110,6 +113,31 @@ pub(super) struct Sighting<'a> {
     pub name: &'a [u8],
 }
 
+/// Tables open in this process, by file: a second backend on the same export (a reload
+/// that opens it again while the old one still serves) shares the first one's
+/// database, which redb refuses to open twice.
+static OPEN_TABLES: Mutex<Vec<(PathBuf, Weak<HandleTable>)>> = Mutex::new(Vec::new());
+
+/// [`HandleTable::open`], sharing a table this process already has open at `path`.
+pub(super) fn open_shared(path: Option<&Path>, root: Identity) -> Result<Arc<HandleTable>> {
+    let Some(path) = path else {
+        return Ok(Arc::new(HandleTable::open(None, root)?));
+    };
+    // The list holds no invariant a panic could break half-way.
+    let mut open = OPEN_TABLES.lock().unwrap_or_else(|e| e.into_inner());
+    open.retain(|(_, t)| t.strong_count() > 0);
+    if let Some(t) = open
+        .iter()
+        .find(|(p, _)| p == path)
+        .and_then(|(_, t)| t.upgrade())
+    {
+        return Ok(t);
+    }
+    let table = Arc::new(HandleTable::open(Some(path), root)?);
+    open.push((path.to_path_buf(), Arc::downgrade(&table)));
+    Ok(table)
+}
+
 fn db_err(e: impl std::fmt::Display) -> BackendError {
     BackendError::Io(format!("handle table: {e}"))
 }
@@ -117,6 +145,11 @@ fn db_err(e: impl std::fmt::Display) -> BackendError {
 /// The table of one export.
 pub(super) struct HandleTable {
     db: Database,
+    /// Commits of new ids so far (counted after each commit returns).
+    assigned: AtomicU64,
+    /// How many of those a sync has made durable; held while syncing, so a flush that
+    /// waits here sees the work of the one before.
+    synced: Mutex<u64>,
 }
 
 impl std::fmt::Debug for HandleTable {
@@ -137,7 +170,11 @@ impl HandleTable {
                 .create_with_backend(redb::backends::InMemoryBackend::new())
                 .map_err(db_err)?,
         };
-        let table = HandleTable { db };
+        let table = HandleTable {
+            db,
+            assigned: AtomicU64::new(0),
+            synced: Mutex::new(0),
+        };
         let root_obj = Object {
             identity: root,
             parent: ROOT_ID,
@@ -294,12 +331,28 @@ impl HandleTable {
             }
             meta.insert("next", next).map_err(db_err)?;
         }
-        if !assigned {
-            // Only links moved: see `relink`.
-            w.set_durability(Durability::Eventual);
-        }
+        // Synced by `flush` (new ids) or never (only links moved: see `relink`).
+        w.set_durability(Durability::Eventual);
         w.commit().map_err(db_err)?;
+        if assigned {
+            self.assigned.fetch_add(1, Ordering::SeqCst);
+        }
         Ok(ids)
+    }
+
+    /// Makes every id assigned so far durable (one sync for all of them; nothing when
+    /// none is new since the last flush).
+    pub(super) fn flush(&self) -> Result<()> {
+        let target = self.assigned.load(Ordering::SeqCst);
+        let mut synced = self.synced.lock().unwrap_or_else(|e| e.into_inner());
+        if *synced >= target {
+            return Ok(());
+        }
+        // An Immediate commit makes the Eventual ones before it durable too.
+        let w = self.db.begin_write().map_err(db_err)?;
+        w.commit().map_err(db_err)?;
+        *synced = target;
+        Ok(())
     }
 
     /// Records that object `id` is now `name` in directory `parent` (a rename through
@@ -354,6 +407,14 @@ impl HandleTable {
         let r = self.db.begin_read().map_err(db_err)?;
         let objects = r.open_table(OBJECTS).map_err(db_err)?;
         objects.len().map_err(db_err)
+    }
+}
+
+impl Drop for HandleTable {
+    fn drop(&mut self) {
+        if let Err(e) = self.flush() {
+            tracing::warn!(error = %e, "handle table: new ids not synced at close");
+        }
     }
 }
 

@@ -102,7 +102,7 @@ pub struct LocalBackend {
     /// time the file system refuses it.
     nowait_reads: std::sync::atomic::AtomicBool,
     /// The handle table when keys are its ids (table mode); `None`: kernel handles.
-    table: Option<HandleTable>,
+    table: Option<Arc<HandleTable>>,
 }
 
 /// Where the local backend's keys come from (ADR 0050).
@@ -206,7 +206,7 @@ impl LocalBackend {
             Err(why) => {
                 let (root, root_mnt) = table_mode::statx_at(root_fd.as_fd(), c"")?;
                 let file = Self::table_file(state)?;
-                let table = HandleTable::open(file.as_deref(), root)?;
+                let table = handle_table::open_shared(file.as_deref(), root)?;
                 let place = file
                     .as_ref()
                     .map_or("in memory (not kept across restarts)".to_string(), |f| {

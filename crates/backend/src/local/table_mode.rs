@@ -83,7 +83,7 @@ impl LocalBackend {
     /// The handle table (table mode only).
     fn table(&self) -> Result<&HandleTable> {
         self.table
-            .as_ref()
+            .as_deref()
             .ok_or_else(|| BackendError::Io("handle table used in kernel-handle mode".into()))
     }
 
