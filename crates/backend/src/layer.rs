@@ -161,14 +161,23 @@ impl LayerRegistry {
         }
     }
 
-    /// The layers every server knows: `local` (a directory, the export's `path`),
+    /// The layers every server knows: `local` (a directory, the export's `path`;
+    /// parameter `handles=auto|kernel|table`, ADR 0050),
     /// `memory` (volatile; parameters `max_file_size` and `max_bytes`) and `txn`
     /// (transactional COMPOUNDs, ADR 0021; parameters `lock_wait_ms`, `sync_undo=on|off`,
     /// `journal=disk|memory`).
     pub fn builtin() -> Self {
         let mut r = Self::empty();
         r.register_base("local", |a: &LayerArgs| {
-            Ok(Arc::new(LocalBackend::open(&a.path)?) as Arc<dyn Backend>)
+            let mut mode = crate::local::HandleMode::Auto;
+            for (k, v) in &a.params {
+                match k.as_str() {
+                    "handles" => mode = v.parse()?,
+                    _ => return Err(BackendError::Inval),
+                }
+            }
+            let local = LocalBackend::open_with(&a.path, mode, a.state.as_deref())?;
+            Ok(Arc::new(local) as Arc<dyn Backend>)
         });
         r.register_layer("txn", |lower, a: &LayerArgs| {
             let mut settings = crate::txn::TxnSettings::default();

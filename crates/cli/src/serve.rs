@@ -15,7 +15,8 @@ use txnfs_server::{BackendKind, Config, ExportConfig, Server};
     txnfs serve --listen 0.0.0.0:2049 --exports /etc/txnfs.exports   exports and clients as /etc/exports lines\n  \
     txnfs serve --export /home=/home --export /scratch=/mnt/scratch\n  \
     txnfs serve --config /etc/txnfs.toml\n  \
-    txnfs serve --no-txn /srv/data             no transactional COMPOUNDs (plain NFSv4.1 only)\n\n\
+    txnfs serve --no-txn /srv/data             no transactional COMPOUNDs (plain NFSv4.1 only)\n  \
+    txnfs serve --handles table /srv/data      handles from a table in the state directory (as a normal user: the default)\n\n\
     CONFIG FILE (TOML, same settings as the flags):\n  \
     listen = \"127.0.0.1:2049\"\n  \
     state_dir = \"/var/lib/txnfs\"\n  \
@@ -30,6 +31,7 @@ use txnfs_server::{BackendKind, Config, ExportConfig, Server};
     persistent_sessions = false    # grant CREATE_SESSION4_FLAG_PERSIST (ADR 0022)\n  \
     async_copy_threshold = 16777216  # bytes from which COPY may run in the background (ADR 0026)\n  \
     async_copy_chunk = 8388608     # bytes per step of a background copy\n  \
+    handles = \"auto\"              # file handles: auto, kernel (root) or table (ADR 0050)\n  \
     [[exports]]\n  \
     name = \"/data\"\n  \
     path = \"/srv/data\"\n  \
@@ -70,7 +72,8 @@ pub struct ServeArgs {
     /// Skip the grace period after a restart (clients cannot reclaim opens and locks).
     #[arg(long)]
     pub no_grace: bool,
-    /// Where the handle secret and client list live (default /var/lib/txnfs for root).
+    /// Where the handle secret and client list live (default /var/lib/txnfs for root,
+    /// else $XDG_STATE_HOME/txnfs or ~/.local/state/txnfs).
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
     /// Serve a volatile in-memory file system instead of a directory (tests, benchmarks).
@@ -112,6 +115,12 @@ pub struct ServeArgs {
     /// 127.0.0.1:9464). `txnfs stats` reads the same counters without it.
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics: Option<SocketAddr>,
+    /// Where file handles of local exports come from: `kernel` (open_by_handle_at;
+    /// needs CAP_DAC_READ_SEARCH, i.e. root), `table` (a persistent handle table in the
+    /// state directory, for a server run as a normal user), or `auto` (the default:
+    /// kernel when it works, else table; the log says which and why).
+    #[arg(long, value_name = "auto|kernel|table")]
+    pub handles: Option<txnfs_server::config::HandleChoice>,
 }
 
 fn parse_export(s: &str) -> Result<(String, PathBuf)> {
@@ -191,6 +200,9 @@ pub fn build_config(a: &ServeArgs) -> Result<Config> {
     }
     if a.persistent_sessions {
         cfg.persistent_sessions = true;
+    }
+    if let Some(h) = a.handles {
+        cfg.handles = h;
     }
     let backend = if a.memory {
         BackendKind::Memory

@@ -188,6 +188,11 @@ pub struct Config {
     /// Where to serve Prometheus metrics over HTTP (`GET /metrics`, ADR 0045); off
     /// when unset. The same counters reach `txnfs stats` through the control socket.
     pub metrics: Option<SocketAddr>,
+    /// Where local exports' file handles come from (ADR 0050): `auto` (kernel handles
+    /// when the server may open them, i.e. has `CAP_DAC_READ_SEARCH`, else the handle
+    /// table), `kernel` or `table`. An export whose `local` layer names `handles=`
+    /// itself keeps that.
+    pub handles: HandleChoice,
     /// Tests only: a pause after every step of an asynchronous copy, so that one can be
     /// watched and cancelled while it runs. Not configurable from TOML.
     #[serde(skip)]
@@ -198,6 +203,70 @@ pub struct Config {
     #[serde(skip)]
     #[doc(hidden)]
     pub mutations: Mutations,
+}
+
+/// Where local exports' file handles come from (`Config::handles`, ADR 0050).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HandleChoice {
+    /// Kernel handles when the server may open them, else the handle table.
+    #[default]
+    Auto,
+    /// Kernel file handles (needs CAP_DAC_READ_SEARCH, i.e. root).
+    Kernel,
+    /// The persistent handle table in the state directory.
+    Table,
+}
+
+impl std::str::FromStr for HandleChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(HandleChoice::Auto),
+            "kernel" => Ok(HandleChoice::Kernel),
+            "table" => Ok(HandleChoice::Table),
+            other => Err(format!("{other:?}: want auto, kernel or table")),
+        }
+    }
+}
+
+impl HandleChoice {
+    /// The `local` layer's parameter for it (`handles=table`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HandleChoice::Auto => "auto",
+            HandleChoice::Kernel => "kernel",
+            HandleChoice::Table => "table",
+        }
+    }
+
+    /// `stack` with its `local` bottom layer told this choice, unless it is `auto` or
+    /// the layer already names one.
+    pub fn apply(self, stack: &LayerStack) -> LayerStack {
+        let names = stack.names();
+        let Some(last) = names.last() else {
+            return stack.clone();
+        };
+        let (name, params) = last.split_once(':').unwrap_or((last, ""));
+        if self == HandleChoice::Auto
+            || name.trim() != "local"
+            || params.split(',').any(|p| p.trim().starts_with("handles="))
+        {
+            return stack.clone();
+        }
+        let bottom = if params.trim().is_empty() {
+            format!("local:handles={}", self.as_str())
+        } else {
+            format!("local:{params},handles={}", self.as_str())
+        };
+        let mut v: Vec<String> = names[..names.len() - 1]
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        v.push(bottom);
+        LayerStack::of(v)
+    }
 }
 
 /// Deliberate defects a test can switch on to check that it catches them.
@@ -238,6 +307,7 @@ impl Default for Config {
             async_copy_threshold: 16 << 20,
             async_copy_chunk: 8 << 20,
             metrics: None,
+            handles: HandleChoice::Auto,
             async_copy_pause: None,
             mutations: Mutations::default(),
         }
@@ -289,9 +359,9 @@ impl Config {
         if let Some(d) = &self.state_dir {
             return d.clone();
         }
-        if std::env::var_os("USER").is_some_and(|u| u == "root")
-            || std::env::var_os("HOME").is_some_and(|h| h == "/root")
-        {
+        // By the effective user, not $USER or $HOME: a server started through
+        // setpriv/runuser keeps the environment of whoever started it.
+        if rustix::process::geteuid().is_root() {
             return PathBuf::from("/var/lib/txnfs");
         }
         if let Some(x) = std::env::var_os("XDG_STATE_HOME") {

@@ -7,7 +7,7 @@
 
 use crate::attrs::Attributes;
 use crate::callback::{cb_compound, CallbackFailure};
-use crate::config::Config;
+use crate::config::{Config, ExportConfig};
 use crate::errors::OpError;
 use crate::export::{Export, ExportError, Exports};
 use crate::fh::{Fh, ObjFh};
@@ -141,8 +141,17 @@ impl Server {
         let saved_clients = statedir
             .load_client_list()
             .map_err(error_at(&dir.join("clients")))?;
+        // `handles` (ADR 0050) is a parameter of each export's `local` layer.
+        let export_cfgs: Vec<ExportConfig> = cfg
+            .exports
+            .iter()
+            .map(|e| ExportConfig {
+                backend: cfg.handles.apply(&e.backend),
+                ..e.clone()
+            })
+            .collect();
         let exports = Exports::open(
-            &cfg.exports,
+            &export_cfgs,
             &txnfs_backend::layer::LayerRegistry::builtin(),
             Some(&dir),
             cfg.txn,

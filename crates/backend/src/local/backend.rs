@@ -12,7 +12,6 @@ use rustix::io::Errno;
 use super::attrs::ftype_of;
 use super::descriptors::cname;
 use super::errors::{map_errno, map_errno_dir, retry};
-use super::handles::name_to_handle;
 use super::{lock, LocalBackend};
 use crate::memory::check_symlink_target;
 use crate::reflink::{copy_range_sparse, ficlonerange};
@@ -30,6 +29,15 @@ impl Backend for LocalBackend {
         Ok(self.root_key.clone())
     }
 
+    /// Table mode: the ids the COMPOUND handed out are made durable before its reply
+    /// leaves (ADR 0050).
+    fn end_compound(&self, _cx: &OpCtx, _ok: bool) -> Result<()> {
+        match &self.table {
+            Some(t) => t.flush(),
+            None => Ok(()),
+        }
+    }
+
     fn getattr(&self, _cx: &OpCtx, key: &FileKey) -> Result<Attrs> {
         let fd = self.resolve(key)?;
         let st = self.stat_live(key, &fd)?;
@@ -43,7 +51,7 @@ impl Backend for LocalBackend {
             .open_child(&dfd, &name)
             .map_err(|e| self.enoent_in(dir, &dfd, e))?;
         let st = rfs::fstat(&fd).map_err(map_errno)?;
-        let key = self.key_in_export(&fd, &st)?;
+        let key = self.key_in_export(&fd, &st, Some((dir, &name)))?;
         lock(&self.paths).insert(key.clone(), Arc::new(fd));
         Ok((key, self.attrs(&st, false)))
     }
@@ -64,7 +72,7 @@ impl Backend for LocalBackend {
             })
             .map_err(map_errno)?;
         let pst = rfs::fstat(&fd).map_err(map_errno)?;
-        let key = self.key_in_export(&fd, &pst)?;
+        let key = self.key_in_export(&fd, &pst, None)?;
         lock(&self.paths).insert(key.clone(), Arc::new(fd));
         Ok((key, self.attrs(&pst, false)))
     }
@@ -187,7 +195,8 @@ impl Backend for LocalBackend {
         let name = cname(name)?;
         let (dfd, dst) = self.dir_fd(dir)?;
         let before = self.attrs(&dst, false).change;
-        let (key, attrs, created) = self.create_inner(&dfd, &dst, &name, mode, attrs, &cx.creds)?;
+        let (key, attrs, created) =
+            self.create_inner(dir, &dfd, &dst, &name, mode, attrs, &cx.creds)?;
         // `finish_created` recorded the mutation: read the value it left. Opening an
         // existing file changed nothing.
         let after = if created {
@@ -268,7 +277,7 @@ impl Backend for LocalBackend {
         let result = (|| {
             let fd = self.open_child(&dfd, &name)?;
             let st = self.init_new(&fd, &dst, owner, attrs, default_mode, true)?;
-            let key = self.key_in_export(&fd, &st)?;
+            let key = self.key_in_export(&fd, &st, Some((dir, &name)))?;
             Ok((fd, st, key))
         })();
         match result {
@@ -297,15 +306,15 @@ impl Backend for LocalBackend {
         let name = cname(name)?;
         let dfd = self.resolve(dir)?;
         let before = self.dir_before(&dfd);
-        let victim = name_to_handle(dfd.as_fd(), &name, 0).ok().map(|(k, _)| k);
+        let victim = self.key_before_change(&dfd, &name);
         match retry(|| rfs::unlinkat(&*dfd, &*name, AtFlags::empty())) {
             Ok(()) => {}
             Err(Errno::ISDIR) => retry(|| rfs::unlinkat(&*dfd, &*name, AtFlags::REMOVEDIR))
                 .map_err(|e| self.enoent_in(dir, &dfd, map_errno_dir(e)))?,
             Err(e) => return Err(self.enoent_in(dir, &dfd, map_errno(e))),
         }
-        if let Some(k) = victim {
-            self.forget_if_unlinked(&k);
+        if let Some((k, fd)) = victim {
+            self.after_unlink(&k, fd.as_ref());
         }
         Ok(self.dir_change(&dfd, before))
     }
@@ -323,13 +332,13 @@ impl Backend for LocalBackend {
         let ffd = self.resolve(from_dir)?;
         let tfd = self.resolve(to_dir)?;
         let (from_before, to_before) = (self.dir_before(&ffd), self.dir_before(&tfd));
-        let victim = name_to_handle(tfd.as_fd(), &to, 0).ok().map(|(k, _)| k);
-        let moved = name_to_handle(ffd.as_fd(), &from, 0).ok().map(|(k, _)| k);
+        let victim = self.key_before_change(&tfd, &to);
+        let moved = self.key_before_change(&ffd, &from).map(|(k, _)| k);
         retry(|| rfs::renameat(&*ffd, &*from, &*tfd, &*to)).map_err(|e| {
             let e = self.enoent_in(from_dir, &ffd, map_errno_dir(e));
             self.enoent_in(to_dir, &tfd, e)
         })?;
-        if moved.is_some() && victim == moved {
+        if moved.is_some() && victim.as_ref().map(|(k, _)| k) == moved.as_ref() {
             // Source and target are one object (the same name, or two links to one
             // file): renameat did nothing, and RFC 8881 §18.26.3 wants NFS4_OK with
             // nothing changed. dir_change would bump the change values as after any
@@ -344,9 +353,14 @@ impl Backend for LocalBackend {
                 to: unchanged(to_before),
             });
         }
-        if let Some(k) = victim {
+        if let Some((k, fd)) = victim {
             if Some(&k) != moved.as_ref() {
-                self.forget_if_unlinked(&k);
+                self.after_unlink(&k, fd.as_ref());
+            }
+        }
+        if let Some(k) = &moved {
+            if let Err(e) = self.table_moved(k, to_dir, &to) {
+                tracing::warn!(error = %e, "handle table: cannot record a rename");
             }
         }
         let from_change = self.dir_change(&ffd, from_before);
@@ -408,7 +422,7 @@ impl Backend for LocalBackend {
         max_entries: usize,
     ) -> Result<(Vec<DirEntry>, bool)> {
         let (dfd, _) = self.dir_fd(dir)?;
-        self.readdir_inner(&dfd, cookie, max_entries)
+        self.readdir_inner(dir, &dfd, cookie, max_entries)
     }
 
     fn statfs(&self, _cx: &OpCtx, key: &FileKey) -> Result<FsStats> {
@@ -484,7 +498,7 @@ impl Backend for LocalBackend {
     fn contains(&self, key: &FileKey) -> Result<bool> {
         let fd = self.resolve(key)?;
         let st = rfs::fstat(&*fd).map_err(map_errno)?;
-        if self.key_in_export(&fd, &st).is_err() {
+        if !self.on_export_mount(&fd, &st) {
             return Ok(false);
         }
         if ftype_of(&st) != FileType::Directory {

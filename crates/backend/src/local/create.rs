@@ -15,9 +15,12 @@ use crate::memory::verifier_times;
 use crate::{Attrs, BackendError, CreateMode, Creds, FileKey, FileType, Result, SetAttrs};
 
 impl LocalBackend {
-    /// Creates or opens `name` in `dfd` as `mode` says; the flag is true when the file is new.
+    /// Creates or opens `name` in `dfd` (directory `dir`) as `mode` says; the flag is
+    /// true when the file is new.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn create_inner(
         &self,
+        dir: &FileKey,
         dfd: &OwnedFd,
         dst: &Stat,
         name: &CStr,
@@ -41,7 +44,7 @@ impl LocalBackend {
                 )
             });
             match created {
-                Ok(fd) => return self.finish_created(dfd, dst, name, fd, mode, attrs, owner),
+                Ok(fd) => return self.finish_created(dir, dfd, dst, name, fd, mode, attrs, owner),
                 Err(Errno::EXIST) => {}
                 Err(e) => return Err(map_errno(e)),
             }
@@ -59,7 +62,7 @@ impl LocalBackend {
                 }
                 _ => return Err(BackendError::Exists),
             }
-            let key = self.key_in_export(&pfd, &st)?;
+            let key = self.key_in_export(&pfd, &st, Some((dir, name)))?;
             match mode {
                 CreateMode::Guarded => return Err(BackendError::Exists),
                 CreateMode::Exclusive(verf) => {
@@ -91,6 +94,7 @@ impl LocalBackend {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn finish_created(
         &self,
+        dir: &FileKey,
         dfd: &OwnedFd,
         dst: &Stat,
         name: &CStr,
@@ -125,7 +129,7 @@ impl LocalBackend {
             } else {
                 st
             };
-            let key = self.key_in_export(&fd, &st)?;
+            let key = self.key_in_export(&fd, &st, Some((dir, name)))?;
             Ok((key, st))
         })();
         match result {

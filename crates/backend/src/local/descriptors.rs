@@ -40,9 +40,12 @@ impl LocalBackend {
         if key.len() > MAX_KEY_LEN {
             return Err(BackendError::Stale);
         }
-        let fd = self
-            .fds(|| open_handle(self.root_fd.as_fd(), key))
-            .map_err(map_handle_errno)?;
+        let fd = if self.table.is_some() {
+            self.open_table_key(key)?
+        } else {
+            self.fds(|| open_handle(self.root_fd.as_fd(), key))
+                .map_err(map_handle_errno)?
+        };
         let fd = Arc::new(fd);
         lock(&self.paths).insert(key.clone(), fd.clone());
         Ok(fd)
@@ -94,16 +97,66 @@ impl LocalBackend {
         Ok(st)
     }
 
-    /// Checks that an object opened by name belongs to the export's mount, and gets its key.
-    pub(super) fn key_in_export(&self, fd: &OwnedFd, st: &Stat) -> Result<FileKey> {
+    /// Checks that an object opened by name belongs to the export's mount, and gets its
+    /// key. `at` is the directory and name it was reached by (table mode records that
+    /// link; `None` for a directory reached by `..`).
+    pub(super) fn key_in_export(
+        &self,
+        fd: &OwnedFd,
+        st: &Stat,
+        at: Option<(&FileKey, &CStr)>,
+    ) -> Result<FileKey> {
         if st.st_dev as u64 != self.root_dev {
             return Err(BackendError::XDev);
+        }
+        if self.table.is_some() {
+            return match at {
+                Some((dir, name)) => self.table_key_at(fd, dir, name),
+                None => self.table_key_of_dir(fd),
+            };
         }
         let (key, mount_id) = name_to_handle(fd.as_fd(), c"", libc::AT_EMPTY_PATH)?;
         if mount_id != self.mount_id {
             return Err(BackendError::XDev);
         }
         Ok(key)
+    }
+
+    /// Whether an object opened from a key is on the export's mount (kernel mode: its
+    /// handle's mount; table mode: its device, which resolution already checked).
+    pub(super) fn on_export_mount(&self, fd: &OwnedFd, st: &Stat) -> bool {
+        if self.table.is_some() {
+            return st.st_dev as u64 == self.root_dev;
+        }
+        self.key_in_export(fd, st, None).is_ok()
+    }
+
+    /// The key of `name` in `dirfd` before a remove or a rename changes it, with (table
+    /// mode) a descriptor that tells afterwards whether the object lost its last link.
+    pub(super) fn key_before_change(
+        &self,
+        dirfd: &OwnedFd,
+        name: &CStr,
+    ) -> Option<(FileKey, Option<OwnedFd>)> {
+        if self.table.is_none() {
+            return name_to_handle(dirfd.as_fd(), name, 0)
+                .ok()
+                .map(|(k, _)| (k, None));
+        }
+        let key = self.table_key_known(dirfd, name)?;
+        let fd = self.open_child(dirfd, name).ok();
+        Some((key, fd))
+    }
+
+    /// After a remove or a rename over it: forgets what the server kept of an object
+    /// that has no link left (cached descriptors; table mode: its id).
+    pub(super) fn after_unlink(&self, key: &FileKey, fd: Option<&OwnedFd>) {
+        self.forget_if_unlinked(key);
+        if let Some(fd) = fd {
+            if let Err(e) = self.table_unlinked(key, fd) {
+                tracing::warn!(error = %e, "handle table: cannot drop a removed object");
+            }
+        }
     }
 
     /// Opens `name` in `dirfd` as `O_PATH`, never following a symlink.

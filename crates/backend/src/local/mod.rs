@@ -6,6 +6,10 @@
 //!   restart-stable, no database, and `ESTALE` once the object is gone. Keys are turned
 //!   back into file descriptors with `open_by_handle_at(root, handle, O_PATH)`, which
 //!   needs `CAP_DAC_READ_SEARCH` (the server runs as root).
+//! * Without that capability (or when asked, [`HandleMode::Table`]), keys are ids of a
+//!   persistent handle table instead (`handle_table.rs`, `table_mode.rs`, ADR 0050),
+//!   resolved by the recorded name from the export root and found again by a bounded
+//!   search when moved by someone else.
 //! * Every operation works relative to file descriptors with the `*at` system calls and
 //!   single-component names, never following a symlink (`O_NOFOLLOW`,
 //!   `AT_SYMLINK_NOFOLLOW`, `AT_EMPTY_PATH`): a symlink in the export is always returned
@@ -46,15 +50,17 @@ mod create;
 mod descriptors;
 mod errors;
 mod fd_cache;
+mod handle_table;
 mod handles;
 mod io;
 mod lease;
 mod readdir;
+mod table_mode;
 mod v42;
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rustix::fs::{self as rfs, Mode, OFlags};
@@ -64,6 +70,7 @@ use crate::reflink::probe_reflink;
 use crate::{BackendError, CloneMethod, FileKey, Result};
 use change::ChangeTable;
 use fd_cache::{cache_caps, FdCache};
+use handle_table::{key_of, HandleTable, ROOT_ID};
 use handles::{map_handle_errno, name_to_handle, open_handle};
 
 pub(crate) use errors::{map_errno, retry};
@@ -94,7 +101,39 @@ pub struct LocalBackend {
     /// Whether reads may ask for the page cache only (`RWF_NOWAIT`); cleared the first
     /// time the file system refuses it.
     nowait_reads: std::sync::atomic::AtomicBool,
+    /// The handle table when keys are its ids (table mode); `None`: kernel handles.
+    table: Option<Arc<HandleTable>>,
 }
+
+/// Where the local backend's keys come from (ADR 0050).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HandleMode {
+    /// Kernel handles when this process may open them (`CAP_DAC_READ_SEARCH`), else
+    /// the handle table.
+    #[default]
+    Auto,
+    /// Kernel file handles (`name_to_handle_at`/`open_by_handle_at`); fails to open
+    /// without the capability.
+    Kernel,
+    /// Ids of the persistent handle table in the state directory.
+    Table,
+}
+
+impl std::str::FromStr for HandleMode {
+    type Err = BackendError;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "auto" => Ok(HandleMode::Auto),
+            "kernel" => Ok(HandleMode::Kernel),
+            "table" => Ok(HandleMode::Table),
+            _ => Err(BackendError::Inval),
+        }
+    }
+}
+
+/// The name of the handle table's file in an export's layer state directory.
+pub const HANDLE_TABLE_FILE: &str = "handles.redb";
 
 impl std::fmt::Debug for LocalBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -103,6 +142,7 @@ impl std::fmt::Debug for LocalBackend {
             .field("root_dev", &self.root_dev)
             .field("root_ino", &self.root_ino)
             .field("mount_id", &self.mount_id)
+            .field("table", &self.table.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -113,14 +153,24 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl LocalBackend {
+    /// Serves the directory at `path` with kernel handles when this process may open
+    /// them, else with a handle table in memory (see [`LocalBackend::open_with`]).
+    pub fn open(path: &Path) -> Result<Self> {
+        Self::open_with(path, HandleMode::Auto, None)
+    }
+
     /// Serves the directory at `path` (symlinks in `path` itself are followed: it comes
-    /// from the administrator). Fails if it is not a directory, if its file system cannot
-    /// produce file handles, or if this process may not open handles
-    /// (`CAP_DAC_READ_SEARCH`).
+    /// from the administrator). Fails if it is not a directory, or in kernel mode if its
+    /// file system cannot produce file handles or this process may not open them
+    /// (`CAP_DAC_READ_SEARCH`). `state` is the export's layer state directory, where
+    /// table mode keeps [`HANDLE_TABLE_FILE`]; without one the table lives in memory.
+    /// Logs which mode serves the export and why: one INFO line for the handle table
+    /// (whose file in the state directory the administrator must keep), DEBUG for
+    /// kernel handles.
     ///
     /// Raises the process's soft `RLIMIT_NOFILE` to its hard limit, and sizes the
     /// descriptor caches to the result.
-    pub fn open(path: &Path) -> Result<Self> {
+    pub fn open_with(path: &Path, mode: HandleMode, state: Option<&Path>) -> Result<Self> {
         let root_fd = retry(|| {
             rfs::open(
                 path,
@@ -133,21 +183,44 @@ impl LocalBackend {
             other => BackendError::Io(format!("cannot open export {}: {other}", path.display())),
         })?;
         let st = rfs::fstat(&root_fd).map_err(map_errno)?;
-        let (root_key, mount_id) = name_to_handle(root_fd.as_fd(), c"", libc::AT_EMPTY_PATH)
-            .map_err(|e| {
-                BackendError::Io(format!(
-                    "export {}: cannot get a file handle: {e}",
-                    path.display()
-                ))
-            })?;
-        // Prove that handles can be opened now rather than on the first client request.
-        open_handle(root_fd.as_fd(), &root_key).map_err(|e| match map_handle_errno(e) {
-            BackendError::Io(m) => BackendError::Io(m),
-            other => BackendError::Io(format!(
-                "export {}: open_by_handle_at failed: {other}",
-                path.display()
-            )),
-        })?;
+        let kernel = match mode {
+            HandleMode::Table => Err("table mode asked for".to_string()),
+            _ => match Self::probe_kernel_handles(&root_fd) {
+                Ok(k) => Ok(k),
+                Err(e) if mode == HandleMode::Kernel => {
+                    return Err(BackendError::Io(format!("export {}: {e}", path.display())))
+                }
+                Err(e) => Err(e.to_string()),
+            },
+        };
+        let (root_key, mount_id, table) = match kernel {
+            Ok((key, mount_id)) => {
+                // The default of a root server: nothing for the administrator to act
+                // on, and `txnfs serve` starts with one summary line.
+                tracing::debug!(
+                    export = %path.display(),
+                    "file handles: kernel handles (open_by_handle_at works)"
+                );
+                (key, mount_id, None)
+            }
+            Err(why) => {
+                let (root, root_mnt) = table_mode::statx_at(root_fd.as_fd(), c"")?;
+                let file = Self::table_file(state)?;
+                let table = handle_table::open_shared(file.as_deref(), root)?;
+                let place = file
+                    .as_ref()
+                    .map_or("in memory (not kept across restarts)".to_string(), |f| {
+                        f.display().to_string()
+                    });
+                tracing::info!(
+                    export = %path.display(),
+                    "file handles: handle table {place} (kernel handles unusable: {why})"
+                );
+                // Mount ids are small numbers; 0 (none reported) makes no check.
+                let mount_id = root_mnt.and_then(|m| i32::try_from(m).ok()).unwrap_or(0);
+                (key_of(ROOT_ID), mount_id, Some(table))
+            }
+        };
         let (path_cap, rw_cap) = cache_caps();
         let fsid = match rfs::fstatvfs(&root_fd) {
             Ok(v) if v.f_fsid != 0 => v.f_fsid,
@@ -170,6 +243,49 @@ impl LocalBackend {
             changes: Mutex::new(ChangeTable::default()),
             held: Mutex::new(HashMap::new()),
             leases: Arc::new(lease::Leases::new(path_cap)),
+            table,
         })
+    }
+
+    /// The export root's kernel handle and mount id, once `open_by_handle_at` has
+    /// proved it can open them (rather than on the first client request).
+    fn probe_kernel_handles(root_fd: &OwnedFd) -> std::result::Result<(FileKey, i32), String> {
+        let (root_key, mount_id) = name_to_handle(root_fd.as_fd(), c"", libc::AT_EMPTY_PATH)
+            .map_err(|e| format!("cannot get a file handle: {e}"))?;
+        open_handle(root_fd.as_fd(), &root_key).map_err(|e| match e {
+            Errno::PERM => "open_by_handle_at: EPERM, this process lacks CAP_DAC_READ_SEARCH \
+                            (root has it)"
+                .to_string(),
+            e => format!("open_by_handle_at failed: {}", map_handle_errno(e)),
+        })?;
+        Ok((root_key, mount_id))
+    }
+
+    /// Where table mode keeps its table: in `state`, created if missing.
+    fn table_file(state: Option<&Path>) -> Result<Option<PathBuf>> {
+        let Some(dir) = state else {
+            return Ok(None);
+        };
+        std::fs::create_dir_all(dir).map_err(|e| {
+            BackendError::Io(format!(
+                "handle table: cannot create {}: {e}",
+                dir.display()
+            ))
+        })?;
+        Ok(Some(dir.join(HANDLE_TABLE_FILE)))
+    }
+
+    /// Which kind of keys this backend hands out.
+    pub fn handle_mode(&self) -> HandleMode {
+        if self.table.is_some() {
+            HandleMode::Table
+        } else {
+            HandleMode::Kernel
+        }
+    }
+
+    /// Objects recorded in the handle table (0 in kernel mode).
+    pub fn handle_table_len(&self) -> Result<u64> {
+        self.table.as_ref().map_or(Ok(0), |t| t.len())
     }
 }

@@ -1,7 +1,7 @@
 //! Reading directories: `d_off` cookies, or ordinal ones where the file system hands out
 //! `d_off` values that cannot be passed back to `lseek`.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::os::fd::{AsFd, OwnedFd};
 
 use bytes::Bytes;
@@ -10,7 +10,7 @@ use rustix::fs::{self as rfs, AtFlags, Dir, Mode, OFlags};
 use super::errors::map_errno;
 use super::handles::name_to_handle;
 use super::LocalBackend;
-use crate::{BackendError, DirEntry, Result};
+use crate::{BackendError, DirEntry, FileKey, Result};
 
 /// Flag bit of an ordinal readdir cookie.
 const ORDINAL_COOKIE: u64 = 1 << 63;
@@ -19,6 +19,7 @@ impl LocalBackend {
     /// Reads directory entries starting after `cookie`.
     pub(super) fn readdir_inner(
         &self,
+        dir_key: &FileKey,
         dfd: &OwnedFd,
         cookie: u64,
         max_entries: usize,
@@ -94,12 +95,18 @@ impl LocalBackend {
             if st.st_dev as u64 != self.root_dev {
                 continue;
             }
-            let Ok((key, mount_id)) = name_to_handle(dirfd.as_fd(), name, 0) else {
-                continue;
+            let key = if self.table.is_some() {
+                // Keys come after the loop, in one table transaction.
+                FileKey::new()
+            } else {
+                let Ok((key, mount_id)) = name_to_handle(dirfd.as_fd(), name, 0) else {
+                    continue;
+                };
+                if mount_id != self.mount_id {
+                    continue;
+                }
+                key
             };
-            if mount_id != self.mount_id {
-                continue;
-            }
             out.push(DirEntry {
                 name: Bytes::copy_from_slice(bytes),
                 cookie: entry_cookie,
@@ -107,7 +114,34 @@ impl LocalBackend {
                 attrs: self.attrs(&st, false),
             });
         }
+        if self.table.is_some() {
+            out = self.with_table_keys(dir_key, dirfd, out)?;
+        }
         Ok((out, eof))
+    }
+
+    /// Table mode: the entries' keys, from the handle table in one transaction; an
+    /// entry removed meanwhile is left out.
+    fn with_table_keys(
+        &self,
+        dir_key: &FileKey,
+        dirfd: &OwnedFd,
+        entries: Vec<DirEntry>,
+    ) -> Result<Vec<DirEntry>> {
+        let names: Vec<CString> = entries
+            .iter()
+            .map(|e| CString::new(e.name.to_vec()).map_err(|_| BackendError::BadName))
+            .collect::<Result<_>>()?;
+        let refs: Vec<&CStr> = names.iter().map(CString::as_c_str).collect();
+        let keys = self.table_keys_in(dir_key, dirfd, &refs)?;
+        Ok(entries
+            .into_iter()
+            .zip(keys)
+            .filter_map(|(mut e, k)| {
+                e.key = k?;
+                Some(e)
+            })
+            .collect())
     }
 
     /// Counts raw entries from the start of the directory up to and including the entry

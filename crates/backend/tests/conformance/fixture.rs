@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use txnfs_backend::layer::Layer;
-use txnfs_backend::local::LocalBackend;
+use txnfs_backend::local::{HandleMode, LocalBackend};
 use txnfs_backend::memory::MemoryBackend;
 use txnfs_backend::Backend;
 
@@ -23,6 +23,19 @@ pub fn memory() -> Fixture<MemoryBackend> {
 pub fn local() -> Fixture<LocalBackend> {
     let dir = tempfile::tempdir().expect("temp dir");
     let b = LocalBackend::open(dir.path()).expect("open local backend");
+    Fixture { b, _dir: Some(dir) }
+}
+
+/// The local backend with keys from its handle table (ADR 0050), kept in the temp
+/// dir's `.state` beside the export.
+pub fn local_table() -> Fixture<LocalBackend> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let export = dir.path().join("export");
+    std::fs::create_dir(&export).expect("export dir");
+    let state = dir.path().join("state");
+    let b = LocalBackend::open_with(&export, HandleMode::Table, Some(&state))
+        .expect("open local backend in table mode");
+    assert_eq!(b.handle_mode(), HandleMode::Table);
     Fixture { b, _dir: Some(dir) }
 }
 

@@ -11,7 +11,7 @@ mod rename_self;
 
 use dirs::*;
 use files::*;
-use fixture::{layered, local, memory};
+use fixture::{layered, local, local_table, memory};
 use namespace::*;
 use rename_self::*;
 
@@ -58,3 +58,4 @@ macro_rules! conformance {
 conformance!(memory_backend, memory);
 conformance!(local_backend, local);
 conformance!(layered_backend, layered);
+conformance!(local_table_backend, local_table);
