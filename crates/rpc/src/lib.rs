@@ -87,6 +87,9 @@ pub mod msg;
 pub mod portmap;
 mod record;
 mod server;
+mod starttls;
+mod tls;
+mod x509name;
 
 pub use backchannel::{BackChannel, CallbackError, DEFAULT_MAX_CALLBACKS_PER_CONN};
 pub use budget::{InFlightBudget, BUDGET_UNIT, DEFAULT_IN_FLIGHT_BYTES};
@@ -99,8 +102,12 @@ pub use server::{
     serve, CallInfo, ReplyBody, RpcService, ServerConfig, DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_RECORD_SIZE, SHUTDOWN_GRACE,
 };
+pub use starttls::{HANDSHAKE_TIMEOUT, STARTTLS};
+pub use tls::{ClientTls, ServerTls, TlsConfigError, TlsPeer, ALPN_SUNRPC};
 
 pub use txnfs_xdr::XdrError;
+
+use std::net::SocketAddr;
 
 /// Why a client call failed.
 #[derive(Debug, thiserror::Error)]
@@ -127,6 +134,12 @@ pub enum RpcError {
     SystemErr,
     #[error("connection lost")]
     Disconnected,
+    /// The server does not offer RPC-with-TLS (it refused the AUTH_TLS probe).
+    #[error("{addr} refused TLS: {why}")]
+    TlsRefused { addr: SocketAddr, why: String },
+    /// The TLS handshake failed: an untrusted or mismatched certificate, mostly.
+    #[error("TLS handshake with {addr} failed: {why}")]
+    TlsHandshake { addr: SocketAddr, why: String },
     #[error("record of {size} bytes exceeds the limit {max}")]
     RecordTooLarge { size: usize, max: usize },
 }
