@@ -5,7 +5,7 @@ use clap::Args;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use txnfs_server::exportrules::parse_rule;
-use txnfs_server::{BackendKind, Config, ExportConfig, Server};
+use txnfs_server::{BackendKind, Config, ExportConfig, Server, TlsFiles};
 
 #[derive(Args, Debug)]
 #[command(after_help = "EXAMPLES:\n  \
@@ -44,6 +44,13 @@ use txnfs_server::{BackendKind, Config, ExportConfig, Server};
     options ro (default) or rw, root_squash (default), no_root_squash, all_squash, anonuid=N,\n\
     anongid=N, sec=sys. An export without client rules serves this host only (127.0.0.0/8\n\
     and ::1), read-write, root as root.\n\n\
+    RPC-WITH-TLS (RFC 9289): --tls-cert FILE --tls-key FILE (PEM) make the server answer the\n\
+    AUTH_TLS probe with STARTTLS and run the connection inside TLS 1.3; --tls-client-ca FILE\n\
+    verifies client certificates. In the config file: tls = { cert = \"FILE\", key = \"FILE\",\n\
+    client_ca = \"FILE\" } before [[exports]]. Export rules: sec=tls serves only TLS\n\
+    connections, sec=mtls only those with a verified client certificate (identities stay\n\
+    the AUTH_SYS ones, squashed as usual); sec=sys serves both. Clients: txnfs cp --tls\n\
+    --tls-ca CA.pem ..., or the Linux client's mount -o xprtsec=tls.\n\n\
     Clients mount with: mount -t nfs -o vers=4.1,port=PORT HOST:/ /mnt\n\
     Logs go to stderr; set TXNFS_LOG=debug for more.")]
 pub struct ServeArgs {
@@ -112,6 +119,17 @@ pub struct ServeArgs {
     /// 127.0.0.1:9464). `txnfs stats` reads the same counters without it.
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics: Option<SocketAddr>,
+    /// Offer RPC-with-TLS (RFC 9289) with this certificate chain (PEM, leaf first);
+    /// with --tls-key. Without it the AUTH_TLS probe is refused.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Verify client certificates against these CAs (PEM): clients that present one
+    /// signed by them may use sec=mtls exports.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
 }
 
 fn parse_export(s: &str) -> Result<(String, PathBuf)> {
@@ -191,6 +209,17 @@ pub fn build_config(a: &ServeArgs) -> Result<Config> {
     }
     if a.persistent_sessions {
         cfg.persistent_sessions = true;
+    }
+    if let (Some(cert), Some(key)) = (&a.tls_cert, &a.tls_key) {
+        cfg.tls = Some(TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: a.tls_client_ca.clone(),
+        });
+    }
+    if let Some(tls) = &cfg.tls {
+        // Checked now, so that a bad file stops the start with its name and problem.
+        tls.load().context("RPC-with-TLS")?;
     }
     let backend = if a.memory {
         BackendKind::Memory

@@ -188,6 +188,9 @@ pub struct Config {
     /// Where to serve Prometheus metrics over HTTP (`GET /metrics`, ADR 0045); off
     /// when unset. The same counters reach `txnfs stats` through the control socket.
     pub metrics: Option<SocketAddr>,
+    /// RPC-with-TLS (RFC 9289, ADR 0049): TOML `[tls]` with `cert`, `key` and
+    /// optionally `client_ca`. Unset: the AUTH_TLS probe is refused.
+    pub tls: Option<TlsFiles>,
     /// Tests only: a pause after every step of an asynchronous copy, so that one can be
     /// watched and cancelled while it runs. Not configurable from TOML.
     #[serde(skip)]
@@ -198,6 +201,24 @@ pub struct Config {
     #[serde(skip)]
     #[doc(hidden)]
     pub mutations: Mutations,
+}
+
+/// The PEM files of RPC-with-TLS: the server's certificate chain (leaf first) and
+/// key, and the CAs whose client certificates it verifies (mTLS, `sec=mtls`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    #[serde(default)]
+    pub client_ca: Option<PathBuf>,
+}
+
+impl TlsFiles {
+    /// Read and check the files (a certificate present, the key its own).
+    pub fn load(&self) -> Result<txnfs_rpc::ServerTls, txnfs_rpc::TlsConfigError> {
+        txnfs_rpc::ServerTls::from_pem_files(&self.cert, &self.key, self.client_ca.as_deref())
+    }
 }
 
 /// Deliberate defects a test can switch on to check that it catches them.
@@ -238,6 +259,7 @@ impl Default for Config {
             async_copy_threshold: 16 << 20,
             async_copy_chunk: 8 << 20,
             metrics: None,
+            tls: None,
             async_copy_pause: None,
             mutations: Mutations::default(),
         }

@@ -54,7 +54,7 @@ pub enum RuleError {
     Trailing(String),
     #[error("unknown security flavour {0:?} (known: sys, krb5, krb5i, krb5p, tls, mtls)")]
     UnknownFlavor(String),
-    #[error("sec={0}: not supported yet (this server serves only sec=sys)")]
+    #[error("sec={0}: not supported yet (this server serves sec=sys, tls and mtls)")]
     Unsupported(&'static str),
     #[error("option \"secure\" is not supported: txnfs does not check client source ports (write insecure, or leave it out)")]
     Secure,
