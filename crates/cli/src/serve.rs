@@ -594,6 +594,49 @@ mod tests {
     }
 
     #[test]
+    fn tls_files_from_toml_and_flags_are_checked_at_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = txnfs_testbed::certs::TestCa::new(dir.path(), "t");
+        let a_cert = ca.server(dir.path(), "a");
+        let b_cert = ca.server(dir.path(), "b");
+        let f = config_file(&format!(
+            "tls = {{ cert = {:?}, key = {:?}, client_ca = {:?} }}\n[[exports]]\nname = \"/m\"\nbackend = \"memory\"\n",
+            a_cert.cert, a_cert.key, ca.cert_pem
+        ));
+        let path = f.path().to_str().unwrap();
+        let cfg = build_config(&args(&["--config", path])).unwrap();
+        let tls = cfg.tls.expect("tls from TOML");
+        assert_eq!(
+            (tls.cert, tls.client_ca),
+            (a_cert.cert.clone(), Some(ca.cert_pem.clone()))
+        );
+        // The flags win over the file.
+        let cfg = build_config(&args(&[
+            "--config",
+            path,
+            "--tls-cert",
+            b_cert.cert.to_str().unwrap(),
+            "--tls-key",
+            b_cert.key.to_str().unwrap(),
+        ]))
+        .unwrap();
+        let tls = cfg.tls.expect("tls from flags");
+        assert_eq!((tls.key, tls.client_ca), (b_cert.key.clone(), None));
+        // A key that is not the certificate's stops the load, naming both files.
+        let err = build_config(&args(&[
+            "--memory",
+            "--tls-cert",
+            a_cert.cert.to_str().unwrap(),
+            "--tls-key",
+            b_cert.key.to_str().unwrap(),
+        ]))
+        .unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.starts_with("RPC-with-TLS: the TLS key"), "{msg}");
+        assert!(msg.contains("b-key.pem") && msg.contains("a.pem"), "{msg}");
+    }
+
+    #[test]
     fn unknown_layer_lists_the_known_ones() {
         let f = config_file("[[exports]]\nname = \"/m\"\nlayers = [\"zip\", \"memory\"]\n");
         let err = build_config(&args(&["--config", f.path().to_str().unwrap()])).unwrap_err();

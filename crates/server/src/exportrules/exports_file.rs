@@ -467,6 +467,11 @@ mod tests {
             parse_rule("::ffff:10.0.0.1").unwrap().spec,
             ClientSpec::Addr("10.0.0.1".parse().unwrap())
         );
-        assert!(parse_rule("*(rw,sec=tls)").is_err());
+        // RPC-with-TLS flavours are served (ADR 0049); Kerberos is not yet.
+        assert_eq!(
+            parse_rule("*(rw,sec=mtls:tls)").unwrap().sec,
+            vec![Flavor::Mtls, Flavor::Tls]
+        );
+        assert!(parse_rule("*(rw,sec=krb5i)").is_err());
     }
 }
