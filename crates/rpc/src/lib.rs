@@ -80,6 +80,16 @@
 //! }
 //! ```
 
+//!
+//! # RPC-with-TLS (RFC 9289)
+//!
+//! With [`ServerConfig::tls`] (a [`ServerTls`] from PEM files) a connection whose first
+//! call is the AUTH_TLS probe is answered STARTTLS and continues inside TLS 1.3; each
+//! call's [`CallInfo::tls`] says so and names a verified client certificate. A client
+//! with [`ClientConfig::tls`] (a [`ClientTls`]) sends the probe and verifies the
+//! server's certificate; [`RpcError::TlsRefused`] and [`RpcError::TlsHandshake`] say
+//! why not.
+
 mod backchannel;
 mod budget;
 mod client;
