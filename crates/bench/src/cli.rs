@@ -147,6 +147,14 @@ pub struct RunArgs {
     /// after 5 ms) or dynamic (the level follows measured throughput).
     #[arg(long, default_value = "none", value_name = "MODE")]
     pub batch: txnfs_client::BatchMode,
+    /// Our client speaks RPC-with-TLS (RFC 9289) to the server, to measure what TLS
+    /// costs; the server's certificate must be signed by --tls-ca and carry the
+    /// target's IP address.
+    #[arg(long, requires = "tls_ca")]
+    pub tls: bool,
+    /// The CA (PEM) that signed the server's certificate (with --tls).
+    #[arg(long, value_name = "FILE", requires = "tls")]
+    pub tls_ca: Option<PathBuf>,
     /// Fail (exit status 2) when a per-op count check fails.
     #[arg(long)]
     pub strict: bool,
@@ -202,7 +210,23 @@ impl RunArgs {
             driver: self.driver,
             batch: self.batch,
             nfs_version: self.nfs_version,
+            tls: self.tls_config()?,
         })
+    }
+}
+
+impl RunArgs {
+    /// The TLS configuration of `--tls --tls-ca FILE` (our client only).
+    fn tls_config(&self) -> anyhow::Result<Option<txnfs_rpc::ClientTls>> {
+        let (true, Some(ca)) = (self.tls, &self.tls_ca) else {
+            return Ok(None);
+        };
+        if self.driver != Driver::Txnfs {
+            bail!("--tls is for our client (--driver txnfs); nfs-rs speaks no TLS");
+        }
+        Ok(Some(
+            txnfs_rpc::ClientTls::from_pem_files(ca, None).context("--tls-ca")?,
+        ))
     }
 }
 

@@ -115,6 +115,9 @@ pub struct RunConfig {
     pub batch: BatchMode,
     /// The protocol version of the nfs-rs driver.
     pub nfs_version: NfsVersion,
+    /// RPC-with-TLS for our client's connections (ADR 0049); the server's certificate
+    /// is checked against the IP address connected to.
+    pub tls: Option<txnfs_rpc::ClientTls>,
 }
 
 impl RunConfig {
@@ -134,6 +137,7 @@ impl RunConfig {
             driver: Driver::Txnfs,
             batch: BatchMode::None,
             nfs_version: NfsVersion::V41,
+            tls: None,
         }
     }
 }
@@ -145,9 +149,11 @@ async fn connect(
     slots: u32,
     minor: Option<u32>,
     batch: BatchMode,
+    tls: Option<txnfs_rpc::ClientTls>,
     what: &str,
 ) -> anyhow::Result<Client> {
     let mut cfg = ClientConfig::new(addr);
+    cfg.tls = tls;
     cfg.slots = slots;
     cfg.minor = minor;
     cfg.batch.mode = batch;
@@ -270,6 +276,7 @@ async fn run_once(
         cfg.slots,
         cfg.minor,
         BatchMode::None,
+        cfg.tls.clone(),
         "setup",
     )
     .await?;
@@ -337,6 +344,7 @@ async fn timed_part(
                 cfg.slots,
                 cfg.minor,
                 cfg.batch,
+                cfg.tls.clone(),
                 &format!("client{c}"),
             )
             .await?,

@@ -5,7 +5,7 @@ use clap::Args;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use txnfs_server::exportrules::parse_rule;
-use txnfs_server::{BackendKind, Config, ExportConfig, Server};
+use txnfs_server::{BackendKind, Config, ExportConfig, Server, TlsFiles};
 
 #[derive(Args, Debug)]
 #[command(after_help = "EXAMPLES:\n  \
@@ -46,6 +46,13 @@ use txnfs_server::{BackendKind, Config, ExportConfig, Server};
     options ro (default) or rw, root_squash (default), no_root_squash, all_squash, anonuid=N,\n\
     anongid=N, sec=sys. An export without client rules serves this host only (127.0.0.0/8\n\
     and ::1), read-write, root as root.\n\n\
+    RPC-WITH-TLS (RFC 9289): --tls-cert FILE --tls-key FILE (PEM) make the server answer the\n\
+    AUTH_TLS probe with STARTTLS and run the connection inside TLS 1.3; --tls-client-ca FILE\n\
+    verifies client certificates. In the config file: tls = { cert = \"FILE\", key = \"FILE\",\n\
+    client_ca = \"FILE\" } before [[exports]]. Export rules: sec=tls serves only TLS\n\
+    connections, sec=mtls only those with a verified client certificate (identities stay\n\
+    the AUTH_SYS ones, squashed as usual); sec=sys serves both. Clients: txnfs cp --tls\n\
+    --tls-ca CA.pem ..., or the Linux client's mount -o xprtsec=tls.\n\n\
     Clients mount with: mount -t nfs -o vers=4.1,port=PORT HOST:/ /mnt\n\
     Logs go to stderr; set TXNFS_LOG=debug for more.")]
 pub struct ServeArgs {
@@ -121,6 +128,17 @@ pub struct ServeArgs {
     /// kernel when it works, else table; the log says which and why).
     #[arg(long, value_name = "auto|kernel|table")]
     pub handles: Option<txnfs_server::config::HandleChoice>,
+    /// Offer RPC-with-TLS (RFC 9289) with this certificate chain (PEM, leaf first);
+    /// with --tls-key. Without it the AUTH_TLS probe is refused.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Verify client certificates against these CAs (PEM): clients that present one
+    /// signed by them may use sec=mtls exports.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
 }
 
 fn parse_export(s: &str) -> Result<(String, PathBuf)> {
@@ -203,6 +221,17 @@ pub fn build_config(a: &ServeArgs) -> Result<Config> {
     }
     if let Some(h) = a.handles {
         cfg.handles = h;
+    }
+    if let (Some(cert), Some(key)) = (&a.tls_cert, &a.tls_key) {
+        cfg.tls = Some(TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: a.tls_client_ca.clone(),
+        });
+    }
+    if let Some(tls) = &cfg.tls {
+        // Checked now, so that a bad file stops the start with its name and problem.
+        tls.load().context("RPC-with-TLS")?;
     }
     let backend = if a.memory {
         BackendKind::Memory
@@ -574,6 +603,49 @@ mod tests {
             msg.contains("client \"10.1.0.0/16(rw,nope)\": unknown option \"nope\""),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn tls_files_from_toml_and_flags_are_checked_at_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = txnfs_testbed::certs::TestCa::new(dir.path(), "t");
+        let a_cert = ca.server(dir.path(), "a");
+        let b_cert = ca.server(dir.path(), "b");
+        let f = config_file(&format!(
+            "tls = {{ cert = {:?}, key = {:?}, client_ca = {:?} }}\n[[exports]]\nname = \"/m\"\nbackend = \"memory\"\n",
+            a_cert.cert, a_cert.key, ca.cert_pem
+        ));
+        let path = f.path().to_str().unwrap();
+        let cfg = build_config(&args(&["--config", path])).unwrap();
+        let tls = cfg.tls.expect("tls from TOML");
+        assert_eq!(
+            (tls.cert, tls.client_ca),
+            (a_cert.cert.clone(), Some(ca.cert_pem.clone()))
+        );
+        // The flags win over the file.
+        let cfg = build_config(&args(&[
+            "--config",
+            path,
+            "--tls-cert",
+            b_cert.cert.to_str().unwrap(),
+            "--tls-key",
+            b_cert.key.to_str().unwrap(),
+        ]))
+        .unwrap();
+        let tls = cfg.tls.expect("tls from flags");
+        assert_eq!((tls.key, tls.client_ca), (b_cert.key.clone(), None));
+        // A key that is not the certificate's stops the load, naming both files.
+        let err = build_config(&args(&[
+            "--memory",
+            "--tls-cert",
+            a_cert.cert.to_str().unwrap(),
+            "--tls-key",
+            b_cert.key.to_str().unwrap(),
+        ]))
+        .unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.starts_with("RPC-with-TLS: the TLS key"), "{msg}");
+        assert!(msg.contains("b-key.pem") && msg.contains("a.pem"), "{msg}");
     }
 
     #[test]

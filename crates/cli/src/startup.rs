@@ -72,13 +72,18 @@ pub fn summary(cfg: &Config, listen: std::net::SocketAddr, rpcbind: &str) -> Str
     let exports: Vec<String> = cfg.exports.iter().map(|e| export_summary(cfg, e)).collect();
     format!(
         "txnfs {} serving NFSv3 (with MOUNT), NFSv4.0, NFSv4.1 and NFSv4.2 on {listen}; state directory {}; grace {} \
-         (lease {} s); delegations {}; persistent sessions {}; rpcbind {rpcbind}; exports: {}",
+         (lease {} s); delegations {}; persistent sessions {}; RPC-with-TLS {}; rpcbind {rpcbind}; exports: {}",
         env!("CARGO_PKG_VERSION"),
         absolute(&cfg.state_dir()),
         on(cfg.grace),
         cfg.lease_time,
         on(cfg.delegations),
         on(cfg.persistent_sessions),
+        match &cfg.tls {
+            None => "off".to_string(),
+            Some(t) if t.client_ca.is_some() => format!("on ({}, client certificates verified)", t.cert.display()),
+            Some(t) => format!("on ({})", t.cert.display()),
+        },
         exports.join("; ")
     )
 }

@@ -209,6 +209,7 @@ impl Client {
             cfg.max_attempts,
             cfg.call_timeout,
             Some(handler),
+            cfg.tls.clone(),
         )
         .await?;
         // Is it NFSv4 at all? Ask before anything waits on the call timeout: a peer

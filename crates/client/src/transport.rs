@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Mutex;
-use txnfs_rpc::{CallHandler, ClientConfig as RpcConfig, Credential, RpcClient, RpcError};
+use txnfs_rpc::{
+    CallHandler, ClientConfig as RpcConfig, ClientTls, Credential, RpcClient, RpcError,
+};
 
 const NFS_PROGRAM: u32 = 100003;
 const NFS_V4: u32 = 4;
@@ -34,6 +36,8 @@ pub(crate) struct Transport {
     /// request they cannot decode without answering (Ganesha 4.3 for more than 1,024
     /// ops): without a bound the call would wait forever.
     timeout: Duration,
+    /// RPC-with-TLS on every connection (ADR 0049).
+    tls: Option<ClientTls>,
 }
 
 fn backoff(attempt: u32) -> Duration {
@@ -47,6 +51,7 @@ impl Transport {
         max_attempts: u32,
         timeout: Duration,
         handler: Option<CallHandler>,
+        tls: Option<ClientTls>,
     ) -> Result<Self, ClientError> {
         let t = Transport {
             addr,
@@ -57,6 +62,7 @@ impl Transport {
             reconnects: AtomicU64::new(0),
             max_attempts,
             timeout,
+            tls,
         };
         t.current().await?;
         Ok(t)
@@ -72,7 +78,10 @@ impl Transport {
             let conn = RpcClient::connect_with_handler(
                 self.addr,
                 self.cred.clone(),
-                RpcConfig::default(),
+                RpcConfig {
+                    tls: self.tls.clone(),
+                    ..RpcConfig::default()
+                },
                 self.handler.clone(),
             );
             match conn.await {
@@ -85,6 +94,10 @@ impl Transport {
                     let c = (gen, Arc::new(c));
                     *g = Some(c.clone());
                     return Ok(c);
+                }
+                // A refused probe or an untrusted certificate stays so: say it now.
+                Err(e @ (RpcError::TlsRefused { .. } | RpcError::TlsHandshake { .. })) => {
+                    return Err(e.into());
                 }
                 Err(e) => {
                     last = e.to_string();

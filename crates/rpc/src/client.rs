@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::JoinHandle;
@@ -17,6 +17,7 @@ use tracing::{debug, warn};
 use crate::msg::*;
 use crate::record::{write_all_vectored, RecordError, RecordReader};
 use crate::server::DEFAULT_MAX_RECORD_SIZE;
+use crate::tls::ClientTls;
 use crate::RpcError;
 use txnfs_xdr::{get_u32, Decode};
 
@@ -61,12 +62,15 @@ const MAX_INCOMING_CALLS: usize = 32;
 pub struct ClientConfig {
     /// Largest reply record accepted; a bigger one drops the connection.
     pub max_record_size: usize,
+    /// RPC-with-TLS (RFC 9289): probe with AUTH_TLS, then run every call inside TLS.
+    pub tls: Option<ClientTls>,
 }
 
 impl Default for ClientConfig {
     fn default() -> Self {
         ClientConfig {
             max_record_size: DEFAULT_MAX_RECORD_SIZE,
+            tls: None,
         }
     }
 }
@@ -166,7 +170,24 @@ impl RpcClient {
         handler: Option<CallHandler>,
     ) -> Result<Self, RpcError> {
         let stream = TcpStream::connect(addr).await?;
-        Self::on_stream(stream, addr, cred, cfg, handler)
+        match cfg.tls.clone() {
+            None => Self::on_stream(stream, addr, cred, cfg, handler),
+            Some(tls) => {
+                let _ = stream.set_nodelay(true);
+                let xid = initial_xid();
+                let stream = crate::starttls::connect(stream, &tls, addr, xid).await?;
+                let (rd, wr) = tokio::io::split(stream);
+                Ok(Self::on_io(
+                    rd,
+                    wr,
+                    addr,
+                    cred,
+                    cfg,
+                    handler,
+                    xid.wrapping_add(1),
+                ))
+            }
+        }
     }
 
     /// A client on the connected `stream` to `addr`.
@@ -179,6 +200,24 @@ impl RpcClient {
     ) -> Result<Self, RpcError> {
         let _ = stream.set_nodelay(true);
         let (rd, wr) = stream.into_split();
+        Ok(Self::on_io(rd, wr, addr, cred, cfg, handler, initial_xid()))
+    }
+
+    /// A client reading replies from `rd` and writing calls to `wr` (the halves of a
+    /// TCP or a TLS stream).
+    fn on_io<R, W>(
+        rd: R,
+        wr: W,
+        addr: SocketAddr,
+        cred: Credential,
+        cfg: ClientConfig,
+        handler: Option<CallHandler>,
+        first_xid: u32,
+    ) -> Self
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
         let pending: SharedPending = Arc::default();
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(client_writer(wr, rx, pending.clone()));
@@ -193,14 +232,14 @@ impl RpcClient {
             cfg.max_record_size,
             incoming,
         ));
-        Ok(RpcClient {
+        RpcClient {
             tx,
             pending,
-            next_xid: AtomicU32::new(initial_xid()),
+            next_xid: AtomicU32::new(first_xid),
             cred,
             peer: addr,
             reader,
-        })
+        }
     }
 
     pub fn peer(&self) -> SocketAddr {
@@ -284,8 +323,8 @@ fn initial_xid() -> u32 {
     (mixed >> 32) as u32
 }
 
-async fn client_writer(
-    mut wr: OwnedWriteHalf,
+async fn client_writer<W: AsyncWrite + Unpin>(
+    mut wr: W,
     mut rx: mpsc::UnboundedReceiver<Bytes>,
     pending: SharedPending,
 ) {
@@ -293,7 +332,7 @@ async fn client_writer(
     while let Some(first) = rx.recv().await {
         if first.is_empty() {
             // `abort()`: close our side of the connection.
-            let _ = tokio::io::AsyncWriteExt::shutdown(&mut wr).await;
+            let _ = wr.shutdown().await;
             fail_all(&pending);
             return;
         }
@@ -304,7 +343,12 @@ async fn client_writer(
                 Err(_) => break,
             }
         }
-        if let Err(e) = write_all_vectored(&mut wr, &mut segs).await {
+        // `flush` is free on TCP; TLS may hold the last record back until it.
+        let written = match write_all_vectored(&mut wr, &mut segs).await {
+            Ok(()) => wr.flush().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
             debug!(error = %e, "RPC client write failed");
             fail_all(&pending);
             return;
@@ -412,8 +456,8 @@ async fn dispatch_incoming(inc: &Incoming, rec: Bytes) {
     });
 }
 
-async fn client_reader(
-    rd: OwnedReadHalf,
+async fn client_reader<R: AsyncRead + Unpin>(
+    rd: R,
     pending: SharedPending,
     max: usize,
     incoming: Option<Incoming>,

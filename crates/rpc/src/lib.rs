@@ -80,6 +80,16 @@
 //! }
 //! ```
 
+//!
+//! # RPC-with-TLS (RFC 9289)
+//!
+//! With [`ServerConfig::tls`] (a [`ServerTls`] from PEM files) a connection whose first
+//! call is the AUTH_TLS probe is answered STARTTLS and continues inside TLS 1.3; each
+//! call's [`CallInfo::tls`] says so and names a verified client certificate. A client
+//! with [`ClientConfig::tls`] (a [`ClientTls`]) sends the probe and verifies the
+//! server's certificate; [`RpcError::TlsRefused`] and [`RpcError::TlsHandshake`] say
+//! why not.
+
 mod backchannel;
 mod budget;
 mod client;
@@ -87,6 +97,9 @@ pub mod msg;
 pub mod portmap;
 mod record;
 mod server;
+mod starttls;
+mod tls;
+mod x509name;
 
 pub use backchannel::{BackChannel, CallbackError, DEFAULT_MAX_CALLBACKS_PER_CONN};
 pub use budget::{InFlightBudget, BUDGET_UNIT, DEFAULT_IN_FLIGHT_BYTES};
@@ -99,8 +112,12 @@ pub use server::{
     serve, CallInfo, ReplyBody, RpcService, ServerConfig, DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_RECORD_SIZE, SHUTDOWN_GRACE,
 };
+pub use starttls::{HANDSHAKE_TIMEOUT, STARTTLS};
+pub use tls::{ClientTls, ServerTls, TlsConfigError, TlsPeer, ALPN_SUNRPC};
 
 pub use txnfs_xdr::XdrError;
+
+use std::net::SocketAddr;
 
 /// Why a client call failed.
 #[derive(Debug, thiserror::Error)]
@@ -127,6 +144,12 @@ pub enum RpcError {
     SystemErr,
     #[error("connection lost")]
     Disconnected,
+    /// The server does not offer RPC-with-TLS (it refused the AUTH_TLS probe).
+    #[error("{addr} refused TLS: {why}")]
+    TlsRefused { addr: SocketAddr, why: String },
+    /// The TLS handshake failed: an untrusted or mismatched certificate, mostly.
+    #[error("TLS handshake with {addr} failed: {why}")]
+    TlsHandshake { addr: SocketAddr, why: String },
     #[error("record of {size} bytes exceeds the limit {max}")]
     RecordTooLarge { size: usize, max: usize },
 }

@@ -35,6 +35,8 @@ pub const AUTH_SYS: u32 = 1;
 pub const AUTH_SHORT: u32 = 2;
 pub const AUTH_DH: u32 = 3;
 pub const RPCSEC_GSS: u32 = 6;
+/// RFC 9289 §4.1: the credential flavour of the probe that asks for TLS.
+pub const AUTH_TLS: u32 = 7;
 
 /// Maximum length of an `opaque_auth` body (RFC 5531 §8.2).
 pub const MAX_AUTH_BYTES: usize = 400;

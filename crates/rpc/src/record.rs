@@ -79,6 +79,17 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
         }
     }
 
+    /// Parse `prefix` (bytes already read from the stream) before reading any more.
+    pub(crate) fn with_prefix(mut self, prefix: &[u8]) -> Self {
+        self.buf.extend_from_slice(prefix);
+        self
+    }
+
+    /// Bytes read from the stream and not yet part of a returned record.
+    pub(crate) fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
     /// Reserve every record's bytes in `budget` before reading its body; while the
     /// budget is used up, nothing more is read from the stream.
     pub(crate) fn with_budget(mut self, budget: Arc<InFlightBudget>) -> Self {

@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use std::pin::Pin;
-use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::{AbortHandle, JoinSet};
@@ -22,6 +21,8 @@ use crate::backchannel::{BackChannel, DEFAULT_MAX_CALLBACKS_PER_CONN};
 use crate::budget::{Charge, InFlightBudget, DEFAULT_IN_FLIGHT_BYTES};
 use crate::msg::*;
 use crate::record::{write_all_vectored, RecordError, RecordReader};
+use crate::starttls::Negotiated;
+use crate::tls::{ServerTls, TlsPeer};
 
 /// What the transport tells a service about one call.
 #[derive(Debug, Clone)]
@@ -36,6 +37,8 @@ pub struct CallInfo {
     pub peer: SocketAddr,
     /// Sends callbacks (CALLs from the server) to the client over this same connection.
     pub back_channel: BackChannel,
+    /// The connection runs inside TLS (RFC 9289): what is known of the client.
+    pub tls: Option<Arc<TlsPeer>>,
 }
 
 /// What a service answers to a call.
@@ -106,6 +109,10 @@ pub struct ServerConfig {
     /// transport makes itself (a few dozen bytes, bounded by the per-connection call
     /// limit) and callbacks (bounded by `max_callbacks_per_conn`).
     pub in_flight_budget: Arc<InFlightBudget>,
+    /// RPC-with-TLS (RFC 9289): with it, a connection whose first call is the AUTH_TLS
+    /// probe is answered STARTTLS and upgraded; without it the probe is refused as an
+    /// unknown flavour.
+    pub tls: Option<Arc<ServerTls>>,
 }
 
 pub const DEFAULT_MAX_RECORD_SIZE: usize = 4 * 1024 * 1024 + 64 * 1024;
@@ -120,6 +127,7 @@ impl Default for ServerConfig {
             shutdown_grace: SHUTDOWN_GRACE,
             max_callbacks_per_conn: DEFAULT_MAX_CALLBACKS_PER_CONN,
             in_flight_budget: InFlightBudget::new(DEFAULT_IN_FLIGHT_BYTES),
+            tls: None,
         }
     }
 }
@@ -153,6 +161,7 @@ pub async fn serve<S: RpcService>(
         epoch: Instant::now(),
         live: AtomicUsize::new(0),
         budget: cfg.in_flight_budget.clone(),
+        tls: cfg.tls.clone(),
     });
     let max_connections = cfg.max_connections.max(1);
     let (sd_tx, sd_rx) = watch::channel(false);
@@ -322,6 +331,7 @@ struct Shared {
     live: AtomicUsize,
     /// Bytes in flight over all connections ([`ServerConfig::in_flight_budget`]).
     budget: Arc<InFlightBudget>,
+    tls: Option<Arc<ServerTls>>,
 }
 
 impl Shared {
@@ -599,6 +609,7 @@ fn parse_call(
     conn_id: u64,
     peer: SocketAddr,
     back_channel: &BackChannel,
+    tls: &Option<Arc<TlsPeer>>,
 ) -> Parsed {
     // A REPLY (msg_type at offset 4) answers one of our callbacks: hand over the whole record.
     if rec.get(4..8) == Some(&MSG_REPLY.to_be_bytes()[..]) {
@@ -691,6 +702,7 @@ fn parse_call(
         conn_id,
         peer,
         back_channel: back_channel.clone(),
+        tls: tls.clone(),
     };
     Parsed::Call(info, rec)
 }
@@ -723,12 +735,58 @@ enum Work {
 }
 
 impl<S: RpcService> Connection<S> {
+    /// Serve the connection: over TCP as it is, or, when the server speaks TLS and the
+    /// client's first call is the AUTH_TLS probe, inside TLS. Each is its own
+    /// instance of [`Connection::serve`]: the plain path reads and writes the TCP
+    /// halves directly, with no TLS branch per record.
     async fn run(
-        mut self,
+        self,
         stream: TcpStream,
         tx: mpsc::UnboundedSender<Outgoing>,
         rx: mpsc::UnboundedReceiver<Outgoing>,
     ) {
+        let _ = stream.set_nodelay(true);
+        let Some(tls) = self.shared.tls.clone() else {
+            let (rd, wr) = stream.into_split();
+            return self.serve(rd, wr, &[], None, tx, rx).await;
+        };
+        let mut shutdown = self.shutdown.clone();
+        let negotiated = tokio::select! {
+            n = crate::starttls::accept(stream, &tls, self.peer) => n,
+            _ = shutdown.wait_for(|s| *s) => Negotiated::Closed,
+            _ = self.state.close.notified() => Negotiated::Closed,
+        };
+        match negotiated {
+            Negotiated::Plain(stream, head) => {
+                let (rd, wr) = stream.into_split();
+                self.serve(rd, wr, &head, None, tx, rx).await
+            }
+            Negotiated::Tls(stream, peer) => {
+                let (rd, wr) = tokio::io::split(*stream);
+                self.serve(rd, wr, &[], Some(Arc::new(peer)), tx, rx).await
+            }
+            Negotiated::Closed => {
+                // The service never saw the connection: only the transport's books.
+                self.state.mark_closing(&self.shared);
+                self.state.back_channel.close();
+            }
+        }
+    }
+
+    /// Read records from `rd` (after the bytes `head` already read), run their calls,
+    /// write the replies to `wr`.
+    async fn serve<R, W>(
+        mut self,
+        rd: R,
+        wr: W,
+        head: &[u8],
+        tls: Option<Arc<TlsPeer>>,
+        tx: mpsc::UnboundedSender<Outgoing>,
+        rx: mpsc::UnboundedReceiver<Outgoing>,
+    ) where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
         let (conn_id, peer) = (self.conn_id, self.peer);
         let state = self.state.clone();
         let back_channel = state.back_channel.clone();
@@ -738,8 +796,6 @@ impl<S: RpcService> Connection<S> {
             writer: None,
             back_channel: Some(back_channel.clone()),
         };
-        let _ = stream.set_nodelay(true);
-        let (rd, wr) = stream.into_split();
         let write_failed = Arc::new(Notify::new());
         let writer = tokio::spawn(writer_loop(
             wr,
@@ -758,6 +814,7 @@ impl<S: RpcService> Connection<S> {
             shared: self.shared.clone(),
         };
         let mut reader = RecordReader::new(rd, self.shared.max_record_size)
+            .with_prefix(head)
             .with_budget(self.shared.budget.clone());
         let mut calls = JoinSet::new();
 
@@ -806,7 +863,7 @@ impl<S: RpcService> Connection<S> {
                     break;
                 }
             };
-            let (xid, work) = match parse_call(rec, conn_id, peer, &back_channel) {
+            let (xid, work) = match parse_call(rec, conn_id, peer, &back_channel, &tls) {
                 Parsed::Close => break,
                 Parsed::BackReply(rec) => {
                     back_channel.deliver(rec);
@@ -872,8 +929,8 @@ impl<S: RpcService> Connection<S> {
 const MAX_BATCH_BYTES: usize = 1024 * 1024;
 const MAX_BATCH_RECORDS: usize = 256;
 
-async fn writer_loop(
-    mut wr: OwnedWriteHalf,
+async fn writer_loop<W: AsyncWrite + Unpin>(
+    mut wr: W,
     mut rx: mpsc::UnboundedReceiver<Outgoing>,
     failed: Arc<Notify>,
     peer: SocketAddr,
@@ -905,7 +962,12 @@ async fn writer_loop(
                 Err(_) => break,
             }
         }
-        if let Err(e) = write_all_vectored(&mut wr, &mut segs).await {
+        // `flush` is free on TCP; TLS may hold the last record back until it.
+        let written = match write_all_vectored(&mut wr, &mut segs).await {
+            Ok(()) => wr.flush().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
             debug!(%peer, error = %e, "write failed; closing connection");
             ok = false;
             segs.clear();

@@ -540,6 +540,7 @@ async fn large_records_both_ways() {
         Credential::None,
         txnfs_rpc::ClientConfig {
             max_record_size: 1000,
+            ..Default::default()
         },
     )
     .await

@@ -8,7 +8,7 @@
 
 use crate::cstate::Compound;
 use crate::export::{Export, PseudoChild};
-use crate::exportrules::{CallFlavor, Caller, Decision, Flavor};
+use crate::exportrules::{CallFlavor, CallTransport, Caller, Decision, Flavor};
 use crate::nfs::nfsstat4;
 use txnfs_proto::nfs3::nfsstat3;
 use txnfs_rpc::{CallInfo, Credential};
@@ -51,6 +51,13 @@ pub async fn caller_of(srv: &crate::server::Server, info: &CallInfo) -> Caller {
     if matches!(info.cred, Credential::None) {
         caller.flavor = CallFlavor::None;
     }
+    // RPC-with-TLS (ADR 0049): the certificate gates `mtls` exports; the identity
+    // the request acts as is still its AUTH_SYS one, squashed by the rule.
+    caller.transport = match &info.tls {
+        None => CallTransport::Plain,
+        Some(t) if t.mutual() => CallTransport::MutualTls,
+        Some(_) => CallTransport::Tls,
+    };
     if srv.exports.needs_names {
         caller.name = srv.exports.hostnames.name_of(caller.addr).await;
     }

@@ -154,7 +154,11 @@ fn rpc_failure(e: RpcError) -> CallbackError {
         RpcError::SystemErr => CallbackError::SystemErr,
         RpcError::Xdr(x) => CallbackError::MalformedReply(x),
         RpcError::RecordTooLarge { size, max } => CallbackError::ArgsTooLarge { size, max },
-        RpcError::Io(_) | RpcError::Disconnected => CallbackError::ConnectionClosed,
+        // v4.0 callback connections are plain TCP (the server never asks for TLS).
+        RpcError::Io(_)
+        | RpcError::Disconnected
+        | RpcError::TlsRefused { .. }
+        | RpcError::TlsHandshake { .. } => CallbackError::ConnectionClosed,
     }
 }
 

@@ -193,6 +193,9 @@ pub struct Config {
     /// table), `kernel` or `table`. An export whose `local` layer names `handles=`
     /// itself keeps that.
     pub handles: HandleChoice,
+    /// RPC-with-TLS (RFC 9289, ADR 0049): TOML `[tls]` with `cert`, `key` and
+    /// optionally `client_ca`. Unset: the AUTH_TLS probe is refused.
+    pub tls: Option<TlsFiles>,
     /// Tests only: a pause after every step of an asynchronous copy, so that one can be
     /// watched and cancelled while it runs. Not configurable from TOML.
     #[serde(skip)]
@@ -269,6 +272,24 @@ impl HandleChoice {
     }
 }
 
+/// The PEM files of RPC-with-TLS: the server's certificate chain (leaf first) and
+/// key, and the CAs whose client certificates it verifies (mTLS, `sec=mtls`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    #[serde(default)]
+    pub client_ca: Option<PathBuf>,
+}
+
+impl TlsFiles {
+    /// Read and check the files (a certificate present, the key its own).
+    pub fn load(&self) -> Result<txnfs_rpc::ServerTls, txnfs_rpc::TlsConfigError> {
+        txnfs_rpc::ServerTls::from_pem_files(&self.cert, &self.key, self.client_ca.as_deref())
+    }
+}
+
 /// Deliberate defects a test can switch on to check that it catches them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[doc(hidden)]
@@ -308,6 +329,7 @@ impl Default for Config {
             async_copy_chunk: 8 << 20,
             metrics: None,
             handles: HandleChoice::Auto,
+            tls: None,
             async_copy_pause: None,
             mutations: Mutations::default(),
         }

@@ -88,6 +88,8 @@ pub mod watches;
 
 pub use txnfs_proto::nfs4 as nfs;
 
-pub use config::{BackendKind, Config, ExportConfig, LayerStack, Mutations, PrebuiltBackend};
+pub use config::{
+    BackendKind, Config, ExportConfig, LayerStack, Mutations, PrebuiltBackend, TlsFiles,
+};
 pub use server::Server;
 pub use service::{run, NfsService};

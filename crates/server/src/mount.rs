@@ -180,11 +180,18 @@ fn mnt(server: &Server, caller: &Caller, path: &Bytes) -> mountres3 {
         return mountres3::default(MNT3ERR_NOENT);
     };
     let flavors = match export.clients.decide(caller, &Creds::default()) {
-        Decision::Allow { .. } | Decision::WrongSec(_) => export
+        Decision::Allow { .. } => export
             .clients
             .rule_for(caller)
             .map(|r| r.sec.clone())
             .unwrap_or_default(),
+        // `sec=tls` / `mtls` over a connection without (m)TLS: no flavour the client
+        // could switch to would help, so the mount is refused (ADR 0049).
+        Decision::WrongSec(allowed) => {
+            tracing::info!(client = %caller.addr, export = %export.name, ?allowed, transport = ?caller.transport,
+                "MNT refused: the export wants another security flavour or TLS");
+            return mountres3::default(MNT3ERR_ACCES);
+        }
         Decision::Denied => {
             tracing::info!(client = %caller.addr, export = %export.name, "MNT refused: no export rule matches the client");
             return mountres3::default(MNT3ERR_ACCES);
@@ -222,8 +229,9 @@ fn mnt(server: &Server, caller: &Caller, path: &Bytes) -> mountres3 {
         fhandle,
         auth_flavors: flavors
             .iter()
-            .filter(|f| **f == Flavor::Sys)
-            .map(|_| AUTH_SYS)
+            .any(|f| matches!(f, Flavor::Sys | Flavor::Tls | Flavor::Mtls))
+            .then_some(AUTH_SYS)
+            .into_iter()
             .collect(),
     })
 }

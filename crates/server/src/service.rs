@@ -221,6 +221,14 @@ pub async fn run(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
+    // RPC-with-TLS (ADR 0049): `txnfs serve` has checked the files already; a
+    // server started otherwise learns of a bad one here, before it serves.
+    let tls = match &server.cfg.tls {
+        None => None,
+        Some(files) => Some(Arc::new(files.load().map_err(|e| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string())
+        })?)),
+    };
     let ticker = {
         let server = server.clone();
         tokio::spawn(async move {
@@ -240,6 +248,7 @@ pub async fn run(
         max_connections: server.cfg.max_connections,
         idle_timeout: server.cfg.idle_timeout(),
         in_flight_budget: server.stats.in_flight.clone(),
+        tls,
         ..Default::default()
     };
     let svc = Arc::new(NfsService::new(server.clone()));

@@ -4,12 +4,15 @@
 //! * [`ganesha`]: NFS-Ganesha as the reference server, its one configuration and the
 //!   one way to start it;
 //! * [`data`]: deterministic file contents and directory trees;
+//! * `certs` (feature `certs`, tests only): certificates for the RPC-with-TLS tests;
 //! * [`workspace_root`]: where the workspace (and its `target/`) is.
 //!
 //! The `txnfs` product binary links none of this (ADR 0031).
 
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "certs")]
+pub mod certs;
 pub mod data;
 pub mod ganesha;
 

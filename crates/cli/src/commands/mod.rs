@@ -19,6 +19,7 @@ pub mod progress;
 pub mod rm;
 pub mod stat;
 pub mod stream;
+mod tls;
 pub mod url;
 
 use clap::Args;
@@ -52,6 +53,22 @@ pub struct GlobalArgs {
     /// through the client and sparse files are copied with their holes filled.
     #[arg(long, value_name = "VERSION", value_parser = parse_vers)]
     pub vers: Option<u32>,
+    /// Speak RPC-with-TLS (RFC 9289): probe with AUTH_TLS, then every call inside
+    /// TLS 1.3; the server's certificate must be signed by a CA of --tls-ca and name
+    /// the host of the URL.
+    #[arg(long)]
+    pub tls: bool,
+    /// The CAs (PEM) that vouch for the server's certificate (with --tls; default:
+    /// the system's, /etc/ssl/certs/ca-certificates.crt).
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// A client certificate (PEM) to present when the server asks (mTLS, exports
+    /// with sec=mtls); with --tls-key.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The key (PEM) of --tls-cert.
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<std::path::PathBuf>,
 }
 
 impl GlobalArgs {
@@ -64,6 +81,10 @@ impl GlobalArgs {
             stats: self.stats || after.stats,
             no_delegations: self.no_delegations || after.no_delegations,
             vers: after.vers.or(self.vers),
+            tls: self.tls || after.tls,
+            tls_ca: after.tls_ca.or(self.tls_ca),
+            tls_cert: after.tls_cert.or(self.tls_cert),
+            tls_key: after.tls_key.or(self.tls_key),
         }
     }
 
@@ -85,6 +106,16 @@ impl GlobalArgs {
         }
         if self.vers.is_some() {
             v.push("--vers");
+        }
+        for (given, flag) in [
+            (self.tls, "--tls"),
+            (self.tls_ca.is_some(), "--tls-ca"),
+            (self.tls_cert.is_some(), "--tls-cert"),
+            (self.tls_key.is_some(), "--tls-key"),
+        ] {
+            if given {
+                v.push(flag);
+            }
         }
         v
     }
@@ -225,6 +256,7 @@ impl Ctx {
         cfg.delegations = !self.global.no_delegations;
         cfg.minor = self.global.vers;
         cfg.on_busy = Some(interrupt::busy_notice(key.to_string()));
+        cfg.tls = tls::client_tls(&self.global, &key.host)?;
         let client = Client::connect(cfg)
             .await
             .map_err(|e| anyhow::anyhow!("cannot connect to {key}: {}", describe(&e)))?;

@@ -41,6 +41,10 @@ pub struct ClientConfig {
     /// Batch independent small requests of concurrent callers into shared COMPOUNDs
     /// (Tyche's adaptive batching, [`crate::batch`]); off by default.
     pub batch: crate::batch::BatchConfig,
+    /// RPC-with-TLS (RFC 9289): every connection starts with the AUTH_TLS probe and
+    /// runs inside TLS; a server that refuses it, or a certificate the CAs here do
+    /// not vouch for, fails the connect at once (no retries). `None`: plain TCP.
+    pub tls: Option<txnfs_rpc::ClientTls>,
 }
 
 impl ClientConfig {
@@ -60,6 +64,7 @@ impl ClientConfig {
             busy_wait: DEFAULT_BUSY_WAIT,
             on_busy: None,
             batch: Default::default(),
+            tls: None,
         }
     }
 }

@@ -24,6 +24,8 @@ pub const PROG: u32 = 400000;
 pub struct Toy {
     pub closed: AtomicUsize,
     pub calls: AtomicUsize,
+    /// The back channel of every connection opened, in order.
+    pub back_channels: std::sync::Mutex<Vec<txnfs_rpc::BackChannel>>,
 }
 
 impl RpcService for Toy {
@@ -66,7 +68,30 @@ impl RpcService for Toy {
                 out.put_u64(info.conn_id);
                 ReplyBody::Success(out.freeze())
             }
+            6 => {
+                // the connection's TLS: 0 plain, 1 TLS, 2 TLS with a client certificate
+                // (then its identity)
+                let mut out = bytes::BytesMut::new();
+                use bytes::BufMut;
+                match &info.tls {
+                    None => out.put_u32(0),
+                    Some(t) => match &t.client_identity {
+                        None => out.put_u32(1),
+                        Some(id) => {
+                            out.put_u32(2);
+                            out.extend_from_slice(id.as_bytes());
+                        }
+                    },
+                }
+                ReplyBody::Success(out.freeze())
+            }
             _ => ReplyBody::ProcUnavail,
+        }
+    }
+
+    fn connection_opened(&self, _conn_id: u64, back_channel: &txnfs_rpc::BackChannel) {
+        if let Ok(mut all) = self.back_channels.lock() {
+            all.push(back_channel.clone());
         }
     }
 

@@ -54,7 +54,7 @@ pub enum RuleError {
     Trailing(String),
     #[error("unknown security flavour {0:?} (known: sys, krb5, krb5i, krb5p, tls, mtls)")]
     UnknownFlavor(String),
-    #[error("sec={0}: not supported yet (this server serves only sec=sys)")]
+    #[error("sec={0}: not supported yet (this server serves sec=sys, tls and mtls)")]
     Unsupported(&'static str),
     #[error("option \"secure\" is not supported: txnfs does not check client source ports (write insecure, or leave it out)")]
     Secure,
@@ -467,6 +467,11 @@ mod tests {
             parse_rule("::ffff:10.0.0.1").unwrap().spec,
             ClientSpec::Addr("10.0.0.1".parse().unwrap())
         );
-        assert!(parse_rule("*(rw,sec=tls)").is_err());
+        // RPC-with-TLS flavours are served (ADR 0049); Kerberos is not yet.
+        assert_eq!(
+            parse_rule("*(rw,sec=mtls:tls)").unwrap().sec,
+            vec![Flavor::Mtls, Flavor::Tls]
+        );
+        assert!(parse_rule("*(rw,sec=krb5i)").is_err());
     }
 }

@@ -50,8 +50,10 @@ pub enum Squash {
     All,
 }
 
-/// A security flavour a rule allows (`sec=`). Only [`Flavor::Sys`] is served so far;
-/// the others parse, and loading refuses them (`RuleError::Unsupported`).
+/// A security flavour a rule allows (`sec=`). `sys` is AUTH_SYS (or AUTH_NONE) over
+/// any connection; `tls` the same over RPC-with-TLS only, `mtls` over TLS with a
+/// client certificate the server verified (RFC 9289; ADR 0049). The Kerberos flavours
+/// parse, and loading refuses them (`RuleError::Unsupported`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Flavor {
     Sys,
@@ -88,7 +90,19 @@ impl Flavor {
 
     /// Whether this server can serve requests of the flavour yet.
     pub fn supported(self) -> bool {
-        self == Flavor::Sys
+        matches!(self, Flavor::Sys | Flavor::Tls | Flavor::Mtls)
+    }
+
+    /// Whether a request (AUTH_SYS or AUTH_NONE) over `transport` is of this flavour:
+    /// `sys` over any connection, `tls` over TLS, `mtls` over TLS with a verified
+    /// client certificate. No request is of a Kerberos flavour yet.
+    pub fn admits(self, transport: CallTransport) -> bool {
+        match self {
+            Flavor::Sys => true,
+            Flavor::Tls => transport != CallTransport::Plain,
+            Flavor::Mtls => transport == CallTransport::MutualTls,
+            Flavor::Krb5 | Flavor::Krb5i | Flavor::Krb5p => false,
+        }
     }
 }
 
@@ -156,13 +170,25 @@ pub enum CallFlavor {
     None,
 }
 
+/// The connection a request arrived on (RFC 9289).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallTransport {
+    /// Plain TCP.
+    Plain,
+    /// TLS, the client presented no certificate (or the server verifies none).
+    Tls,
+    /// TLS with a client certificate the server verified against its client CA.
+    MutualTls,
+}
+
 /// The caller of one request: its address (IPv4-mapped IPv6 addresses as IPv4), its
-/// verified host name when a rule needs one, and how it authenticated.
+/// verified host name when a rule needs one, how it authenticated, and over what.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
     pub addr: IpAddr,
     pub name: Option<Arc<str>>,
     pub flavor: CallFlavor,
+    pub transport: CallTransport,
 }
 
 impl Caller {
@@ -172,6 +198,7 @@ impl Caller {
             addr: addr.to_canonical(),
             name: None,
             flavor: CallFlavor::Sys,
+            transport: CallTransport::Plain,
         }
     }
 
@@ -247,8 +274,9 @@ impl ClientRules {
         let Some(rule) = self.rule_for(caller) else {
             return Decision::Denied;
         };
-        // AUTH_NONE rides on `sys` (as nobody): both are "no authentication".
-        if !rule.sec.contains(&Flavor::Sys) {
+        // AUTH_NONE rides on `sys` (as nobody): both are "no authentication"; `tls`
+        // and `mtls` ask the same of the connection they arrive on.
+        if !rule.sec.iter().any(|f| f.admits(caller.transport)) {
             return Decision::WrongSec(rule.sec.clone());
         }
         Decision::Allow {
@@ -492,6 +520,62 @@ mod tests {
         assert_eq!(
             rules.decide(&at("10.0.0.1"), &sys(1, 1, &[])),
             Decision::WrongSec(vec![Flavor::Krb5p, Flavor::Krb5])
+        );
+    }
+
+    #[test]
+    fn tls_flavours_ask_the_connection() {
+        let rule = |sec: Vec<Flavor>| {
+            ClientRules::new(vec![ClientRule {
+                read_only: false,
+                sec,
+                ..ClientRule::new(ClientSpec::Any, "*")
+            }])
+        };
+        let over = |transport| Caller {
+            transport,
+            ..at("10.0.0.1")
+        };
+        let me = sys(1000, 100, &[]);
+        let allowed = |rules: &ClientRules, t| matches!(rules.decide(&over(t), &me), Decision::Allow { ref creds, .. } if *creds == me);
+        let tls = rule(vec![Flavor::Tls]);
+        assert_eq!(
+            tls.decide(&over(CallTransport::Plain), &me),
+            Decision::WrongSec(vec![Flavor::Tls])
+        );
+        assert!(allowed(&tls, CallTransport::Tls));
+        assert!(allowed(&tls, CallTransport::MutualTls));
+        let mtls = rule(vec![Flavor::Mtls]);
+        for t in [CallTransport::Plain, CallTransport::Tls] {
+            assert_eq!(
+                mtls.decide(&over(t), &me),
+                Decision::WrongSec(vec![Flavor::Mtls])
+            );
+        }
+        assert!(allowed(&mtls, CallTransport::MutualTls));
+        // `sys` takes every connection; a list takes what any of its flavours takes.
+        let sys_rule = rule(vec![Flavor::Sys]);
+        for t in [
+            CallTransport::Plain,
+            CallTransport::Tls,
+            CallTransport::MutualTls,
+        ] {
+            assert!(allowed(&sys_rule, t));
+        }
+        let either = rule(vec![Flavor::Mtls, Flavor::Tls]);
+        assert!(allowed(&either, CallTransport::Tls));
+        assert!(!allowed(&either, CallTransport::Plain));
+        // Squashing applies over TLS as over TCP (the certificate gates, ADR 0049).
+        let squashed = ClientRules::new(vec![ClientRule {
+            sec: vec![Flavor::Tls],
+            ..ClientRule::new(ClientSpec::Any, "*")
+        }]);
+        assert_eq!(
+            squashed.decide(&over(CallTransport::Tls), &sys(0, 0, &[])),
+            Decision::Allow {
+                creds: sys(ANON_ID, ANON_ID, &[]),
+                read_only: true
+            }
         );
     }
 }

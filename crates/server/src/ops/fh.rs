@@ -153,17 +153,20 @@ pub fn lookupp(c: &mut Compound) -> OpResult {
 }
 
 /// The flavours the caller may use on `fh`: its export rule's (ADR 0043), AUTH_SYS on
-/// the pseudo file system (AUTH_NONE is accepted where AUTH_SYS is, as nobody). Only
-/// AUTH_SYS is served so far, and loading refuses rules naming other flavours.
+/// the pseudo file system (AUTH_NONE is accepted where AUTH_SYS is, as nobody). `tls`
+/// and `mtls` are AUTH_SYS over a TLS connection (RFC 9289 has no SECINFO entry of
+/// its own for them): listed as AUTH_SYS once. Loading refuses Kerberos rules.
 fn flavors(c: &Compound, fh: &Fh) -> SECINFO4resok {
     let allowed = match fh {
         Fh::Obj(o) => c.flavors(&o.export),
         Fh::Pseudo(_) => vec![crate::exportrules::Flavor::Sys],
     };
+    use crate::exportrules::Flavor;
     allowed
         .into_iter()
-        .filter(|f| *f == crate::exportrules::Flavor::Sys)
-        .map(|_| secinfo4::default(AUTH_SYS))
+        .any(|f| matches!(f, Flavor::Sys | Flavor::Tls | Flavor::Mtls))
+        .then(|| secinfo4::default(AUTH_SYS))
+        .into_iter()
         .collect()
 }
 
