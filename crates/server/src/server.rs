@@ -57,6 +57,9 @@ pub const OFFER_BACK_CHANNEL: bool = true;
 pub struct Server {
     pub cfg: Config,
     pub exports: Exports,
+    /// Where a reload reads the exports again (set once by the embedding program;
+    /// without it a reload is refused; ADR 0048).
+    pub config_source: std::sync::OnceLock<crate::reload::ConfigSource>,
     pub handles: HandleCodec,
     /// Clients, sessions, slots, leases, grace, opens and locks (ADR 0008). Held only
     /// for bookkeeping, never across storage calls; reach it through
@@ -218,7 +221,7 @@ impl Server {
         let session_store =
             crate::durable::restore(&cfg, &dir, &exports, &alive, &mut core, &*clock)
                 .map_err(error_at(&dir.join(sessionstore::FILE_NAME)))?;
-        let metrics = crate::metrics::Metrics::new(exports.exports.keys().copied());
+        let metrics = crate::metrics::Metrics::new(exports.snapshot().exports.keys().copied());
         Ok(Arc::new_cyclic(|me| Server {
             me: me.clone(),
             nlm: crate::nlm::Nlm::new(nsm),
@@ -228,6 +231,7 @@ impl Server {
             offloads: Default::default(),
             undelivered_callbacks: Mutex::new(Vec::new()),
             exports,
+            config_source: std::sync::OnceLock::new(),
             handles: HandleCodec::new(&secret),
             core: Mutex::new(core),
             core_faults: AtomicU64::new(0),
@@ -720,7 +724,8 @@ impl Server {
     // ---- handles -------------------------------------------------------------------
 
     pub fn root_fh(&self) -> Fh {
-        match self.exports.root_export.and_then(|id| self.exports.get(id)) {
+        let set = self.exports.snapshot();
+        match set.root_export.and_then(|id| set.get(id)) {
             Some(e) => self.obj_fh(e, e.root_key.clone()),
             None => Fh::Pseudo(0),
         }
@@ -745,7 +750,7 @@ impl Server {
     pub fn fh_from_wire(&self, wire: &Bytes) -> Result<Fh, nfsstat4> {
         match self.handles.decode(wire) {
             Ok(HandleTarget::Pseudo(n)) => {
-                if self.exports.node(n).is_some() {
+                if self.exports.snapshot().node(n).is_some() {
                     Ok(Fh::Pseudo(n))
                 } else {
                     Err(nfsstat4::NFS4ERR_STALE)
@@ -754,7 +759,7 @@ impl Server {
             Ok(HandleTarget::Object { export, key }) => {
                 let e = self.exports.get(export).ok_or(nfsstat4::NFS4ERR_STALE)?;
                 Ok(Fh::Obj(ObjFh {
-                    export: e.clone(),
+                    export: e,
                     key,
                     wire: wire.clone(),
                 }))

@@ -15,8 +15,8 @@ use tokio::net::UnixListener;
 /// The control socket's file name in the state directory.
 pub const SOCKET_NAME: &str = "control.sock";
 
-/// The commands, as `txnfs stats` sends them.
-pub const COMMANDS: [&str; 3] = ["stats", "clients", "metrics"];
+/// The commands, as `txnfs stats` and `txnfs reload` send them.
+pub const COMMANDS: [&str; 4] = ["stats", "clients", "metrics", "reload"];
 
 /// Longest request line read.
 const MAX_LINE: u64 = 256;
