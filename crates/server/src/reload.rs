@@ -42,6 +42,9 @@ pub fn reload(server: &Server) -> Result<ReloadDiff, ReloadError> {
 pub fn apply(server: &Server, cfgs: &[ExportConfig]) -> Result<ReloadDiff, ReloadError> {
     let layers = txnfs_backend::layer::LayerRegistry::builtin();
     let diff = server.exports.reload(cfgs, &layers)?;
+    for name in &diff.added {
+        server.metrics.add_export(crate::export::export_id(name));
+    }
     for line in diff.lines() {
         tracing::info!("{line}");
     }
