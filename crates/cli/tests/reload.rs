@@ -12,7 +12,10 @@ use common::{bin, free_port, terminate, wait_listening};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use txnfs_proto::mnt3::mountres3;
+use txnfs_proto::nfs3::{nfsstat3, GETATTR3args, GETATTR3res};
 use txnfs_rawclient::tcp::{auth_sys, Options, Session};
+use txnfs_rawclient::v3::{proc3, V3Client};
 use txnfs_rawclient::{channel, lookup, open_plain, opened, putfh, read, read_results, write};
 use txnfs_server::nfs::*;
 
@@ -332,6 +335,10 @@ fn a_removed_export_answers_stale() {
         let mut s = t.session(b"remover").await;
         let (sid_a, fh_a) = open(&mut s, "a", "f").await;
         let (sid_b, fh_b) = open(&mut s, "b", "g").await;
+        let v3 = V3Client::connect(([127, 0, 0, 1], t.port).into(), auth_sys(b"v3", 0, 0))
+            .await
+            .unwrap();
+        let root3 = v3.root("/b").await;
 
         t.write_config(&[("/a", "a", LOCAL_RW)]);
         let (ok, out, err) = t.reload();
@@ -344,6 +351,17 @@ fn a_removed_export_answers_stale() {
         assert_eq!(root_names(&mut s).await, ["a"]);
         let r = run(&mut s, vec![nfs_argop4::OP_PUTROOTFH, lookup("b")]).await;
         assert_eq!(r.status, nfsstat4::NFS4ERR_NOENT);
+        // NFSv3: the handle MOUNT gave is stale, and MOUNT no longer knows the path.
+        let r: GETATTR3res = v3
+            .nfs(proc3::GETATTR, &GETATTR3args { object: root3 })
+            .await
+            .unwrap();
+        assert!(
+            matches!(r, GETATTR3res::default(nfsstat3::NFS3ERR_STALE)),
+            "{r:?}"
+        );
+        let r = v3.mnt("/b").await.unwrap();
+        assert!(!matches!(r, mountres3::MNT3_OK(_)), "{r:?}");
         // The export that stayed is untouched.
         assert_eq!(read_fh(&mut s, &fh_a, &sid_a).await.1, &b"alpha"[..]);
     });
