@@ -4,6 +4,7 @@
 
 mod bench;
 mod commands;
+mod reload;
 mod serve;
 mod startup;
 mod stats;
@@ -108,6 +109,9 @@ enum Cmd {
     /// A running server's counters: ops, latencies, errors, bytes, clients,
     /// delegations (read from its state directory's control socket).
     Stats(stats::StatsArgs),
+    /// Make a running server read its configuration again and apply the export
+    /// changes (through its state directory's control socket; SIGHUP does the same).
+    Reload(reload::ReloadArgs),
     /// Benchmarks: run a workload, or compare servers side by side (runs the separate
     /// txnfs-bench binary: `txnfs bench --help`).
     Bench(bench::BenchArgs),
@@ -137,7 +141,7 @@ fn main() -> std::process::ExitCode {
     // `bench`).
     let given = cli.global.given();
     let misplaced: Vec<&str> = match &cli.cmd {
-        Cmd::Serve(_) | Cmd::Stats(_) => given,
+        Cmd::Serve(_) | Cmd::Stats(_) | Cmd::Reload(_) => given,
         Cmd::Bench(_) => given.into_iter().filter(|f| *f != "--vers").collect(),
         _ => Vec::new(),
     };
@@ -153,6 +157,7 @@ fn main() -> std::process::ExitCode {
     let (file_cmd, client) = match cli.cmd {
         Cmd::Serve(a) => return exit_code(serve::run(a)),
         Cmd::Stats(a) => return exit_code(stats::run(a)),
+        Cmd::Reload(a) => return exit_code(reload::run(a)),
         Cmd::Ls { args, client } => (FileCmd::Ls(args), client),
         Cmd::Stat { args, client } => (FileCmd::Stat(args), client),
         Cmd::Cat { args, client } => (FileCmd::Cat(args), client),

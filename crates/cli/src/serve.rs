@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use txnfs_server::exportrules::parse_rule;
 use txnfs_server::{BackendKind, Config, ExportConfig, Server, TlsFiles};
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 #[command(after_help = "EXAMPLES:\n  \
     txnfs serve /srv/data                      export /srv/data as / on 127.0.0.1:2049\n  \
     txnfs serve --listen 0.0.0.0:2049 /srv     listen on every interface (still only this host may mount)\n  \
@@ -16,7 +16,11 @@ use txnfs_server::{BackendKind, Config, ExportConfig, Server, TlsFiles};
     txnfs serve --export /home=/home --export /scratch=/mnt/scratch\n  \
     txnfs serve --config /etc/txnfs.toml\n  \
     txnfs serve --no-txn /srv/data             no transactional COMPOUNDs (plain NFSv4.1 only)\n  \
-    txnfs serve --handles table /srv/data      handles from a table in the state directory (as a normal user: the default)\n\n\
+    txnfs serve --handles table /srv/data      handles from a table in the state directory (as a normal user: the default)\n  \
+    txnfs serve --check --config /etc/txnfs.toml   check a configuration, serve nothing\n\n\
+    RELOAD: SIGHUP or `txnfs reload` reads the configuration again (the --config and\n\
+    --exports files, and the flags the server was started with) and applies export\n\
+    additions, removals and rule changes without a restart; other settings need one.\n\n\
     CONFIG FILE (TOML, same settings as the flags):\n  \
     listen = \"127.0.0.1:2049\"\n  \
     state_dir = \"/var/lib/txnfs\"\n  \
@@ -139,6 +143,11 @@ pub struct ServeArgs {
     /// signed by them may use sec=mtls exports.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Check the configuration (files parse, paths exist, exports do not overlap) and
+    /// exit: 0 with a summary, else 1 with the reason. Binds no port and leaves the
+    /// state directory alone.
+    #[arg(long)]
+    pub check: bool,
 }
 
 fn parse_export(s: &str) -> Result<(String, PathBuf)> {
@@ -304,7 +313,29 @@ pub fn build_config(a: &ServeArgs) -> Result<Config> {
     Ok(cfg)
 }
 
+/// `txnfs serve --check`: every check `serve` makes of its configuration before it
+/// opens anything.
+fn check(a: &ServeArgs) -> Result<()> {
+    let cfg = build_config(a)?;
+    txnfs_server::export::Exports::check(&cfg.exports, cfg.txn)?;
+    print!("{}", crate::startup::check_summary(&cfg));
+    Ok(())
+}
+
+/// How a reload reads the exports again: the same flags, the files read anew.
+fn config_source(a: &ServeArgs) -> txnfs_server::reload::ConfigSource {
+    let a = a.clone();
+    Box::new(move || {
+        build_config(&a)
+            .map(|cfg| cfg.exports)
+            .map_err(|e| format!("{e:#}"))
+    })
+}
+
 pub fn run(a: ServeArgs) -> Result<()> {
+    if a.check {
+        return check(&a);
+    }
     let cfg = build_config(&a)?;
     let listen = cfg.listen;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -314,13 +345,13 @@ pub fn run(a: ServeArgs) -> Result<()> {
     rt.block_on(async move {
         // The signal handlers first: a SIGTERM or SIGINT that arrives while the server
         // starts (binding, registering with rpcbind) must stop it cleanly too, not kill
-        // it. SIGHUP is caught and ignored (there is no live reload): by default it
-        // would end the process without a clean stop.
+        // it. SIGHUP reloads the exports (ADR 0048).
         use tokio::signal::unix::{signal, SignalKind};
         let mut term = signal(SignalKind::terminate()).context("cannot catch SIGTERM")?;
         let mut int = signal(SignalKind::interrupt()).context("cannot catch SIGINT")?;
         let mut hup = signal(SignalKind::hangup()).context("cannot catch SIGHUP")?;
         let server = Server::new(cfg).context("cannot start the server")?;
+        let _ = server.config_source.set(config_source(&a));
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .with_context(|| format!("cannot listen on {listen}"))?;
@@ -337,13 +368,20 @@ pub fn run(a: ServeArgs) -> Result<()> {
         if let Some(w) = crate::startup::local_only_warning(&server.cfg, bound) {
             tracing::warn!("{w}");
         }
+        let reloading = server.clone();
         let shutdown = async move {
             loop {
                 tokio::select! {
                     _ = int.recv() => break,
                     _ = term.recv() => break,
                     _ = hup.recv() => {
-                        tracing::info!("SIGHUP ignored: there is no live reload yet");
+                        tracing::info!("SIGHUP: reloading the configuration");
+                        let s = reloading.clone();
+                        // Logged by the reload, success or refusal.
+                        let _ = tokio::task::spawn_blocking(move || {
+                            txnfs_server::reload::reload(&s)
+                        })
+                        .await;
                     }
                 }
             }

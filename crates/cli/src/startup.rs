@@ -88,6 +88,21 @@ pub fn summary(cfg: &Config, listen: std::net::SocketAddr, rpcbind: &str) -> Str
     )
 }
 
+/// What `txnfs serve --check` prints for a configuration that passed every check: one
+/// line per export, as the start-up summary names them.
+pub fn check_summary(cfg: &Config) -> String {
+    let mut s = format!(
+        "configuration OK: would listen on {}; state directory {}; {} export(s):\n",
+        cfg.listen,
+        absolute(&cfg.state_dir()),
+        cfg.exports.len()
+    );
+    for e in &cfg.exports {
+        s.push_str(&format!("  {}\n", export_summary(cfg, e)));
+    }
+    s
+}
+
 /// The warning for a server listening on `listen`, beyond the loopback interface,
 /// whose exports without client rules other hosts cannot mount (ADR 0043).
 pub fn local_only_warning(cfg: &Config, listen: std::net::SocketAddr) -> Option<String> {

@@ -30,12 +30,6 @@ pub struct StatsArgs {
 }
 
 pub fn run(a: StatsArgs) -> Result<()> {
-    let dir = Config {
-        state_dir: a.state_dir.clone(),
-        ..Config::default()
-    }
-    .state_dir();
-    let path = socket_path(&dir);
     let command = if a.clients {
         "clients"
     } else if a.prometheus {
@@ -43,6 +37,19 @@ pub fn run(a: StatsArgs) -> Result<()> {
     } else {
         "stats"
     };
+    print!("{}", ask(a.state_dir, command)?);
+    Ok(())
+}
+
+/// Sends `command` to the control socket of the server of `state_dir` (or the default
+/// state directory) and returns its answer.
+pub fn ask(state_dir: Option<PathBuf>, command: &str) -> Result<String> {
+    let dir = Config {
+        state_dir,
+        ..Config::default()
+    }
+    .state_dir();
+    let path = socket_path(&dir);
     let mut s = match UnixStream::connect(&path) {
         Ok(s) => s,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
@@ -65,6 +72,5 @@ pub fn run(a: StatsArgs) -> Result<()> {
     let mut out = String::new();
     s.read_to_string(&mut out)
         .with_context(|| format!("no answer from {}", path.display()))?;
-    print!("{out}");
-    Ok(())
+    Ok(out)
 }

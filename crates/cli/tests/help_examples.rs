@@ -295,6 +295,18 @@ fn every_serve_example_starts_a_server() {
             "--state-dir".to_string(),
         ]);
         args.push(state.display().to_string());
+        if args.iter().any(|a| a == "--check") {
+            // Checks and exits: binds nothing, leaves the state directory alone.
+            let out = Command::new(bin()).args(&args).output().unwrap();
+            assert!(
+                out.status.success(),
+                "{e:?} (run as txnfs {args:?}): {out:?}"
+            );
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(text.starts_with("configuration OK"), "{e:?}: {text}");
+            assert!(!state.exists(), "{e:?} made its state directory");
+            continue;
+        }
         let mut child = Command::new(bin())
             .args(&args)
             .stdout(Stdio::null())
@@ -346,5 +358,39 @@ fn every_stats_example_reads_a_running_server() {
             .unwrap();
         assert!(out.status.success(), "{e:?}: {out:?}");
         assert!(!out.stdout.is_empty(), "{e:?} printed nothing");
+    }
+}
+
+#[test]
+fn every_reload_example_reloads_a_running_server() {
+    let scratch = tempfile::tempdir().unwrap();
+    let state = scratch.path().join("state");
+    let port = free_port();
+    let _server = serve(&scratch.path().join("export"), &state, port);
+    let ex = examples(&help(&["reload"]));
+    assert!(ex.len() >= 2, "{ex:?}");
+    for e in &ex {
+        // As for stats: the state directory becomes the test server's.
+        let mut args: Vec<String> = Vec::new();
+        let mut words = e.split_whitespace().skip(1);
+        while let Some(w) = words.next() {
+            if w == "--state-dir" {
+                words.next();
+            } else {
+                args.push(w.to_string());
+            }
+        }
+        let out = Command::new(bin())
+            .args(&args)
+            .arg("--state-dir")
+            .arg(&state)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{e:?}: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("1 export(s) unchanged; nothing to apply"),
+            "{e:?}: {text}"
+        );
     }
 }

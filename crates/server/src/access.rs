@@ -58,7 +58,7 @@ pub async fn caller_of(srv: &crate::server::Server, info: &CallInfo) -> Caller {
         Some(t) if t.mutual() => CallTransport::MutualTls,
         Some(_) => CallTransport::Tls,
     };
-    if srv.exports.needs_names {
+    if srv.exports.needs_names() {
         caller.name = srv.exports.hostnames.name_of(caller.addr).await;
     }
     caller
@@ -105,12 +105,12 @@ impl Compound<'_> {
     /// Whether this caller sees `child` of a pseudo directory: an export it may use,
     /// or a pseudo directory leading to one.
     pub fn may_see(&self, child: &PseudoChild) -> bool {
-        visible(&self.srv.exports, &self.caller, child, 0)
+        visible(&self.srv.exports.snapshot(), &self.caller, child, 0)
     }
 }
 
 fn visible(
-    exports: &crate::export::Exports,
+    exports: &crate::export::ExportSet,
     caller: &Caller,
     child: &PseudoChild,
     depth: usize,

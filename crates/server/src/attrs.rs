@@ -28,7 +28,11 @@ pub struct Attributes<'a> {
 
 impl Attributes<'_> {
     fn pseudo_attrs(&self, n: u16) -> Attrs {
-        let children = self.exports.node(n).map_or(0, |x| x.children.len());
+        let children = self
+            .exports
+            .snapshot()
+            .node(n)
+            .map_or(0, |x| x.children.len());
         Attrs {
             ftype: FileType::Directory,
             mode: 0o555,

@@ -244,6 +244,18 @@ impl HandleChoice {
         }
     }
 
+    /// `exports` with each one's `local` layer told this choice ([`Self::apply`]): at
+    /// start and at every reload, so a reload compares like with like.
+    pub fn apply_to(self, exports: &[ExportConfig]) -> Vec<ExportConfig> {
+        exports
+            .iter()
+            .map(|e| ExportConfig {
+                backend: self.apply(&e.backend),
+                ..e.clone()
+            })
+            .collect()
+    }
+
     /// `stack` with its `local` bottom layer told this choice, unless it is `auto` or
     /// the layer already names one.
     pub fn apply(self, stack: &LayerStack) -> LayerStack {

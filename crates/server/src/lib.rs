@@ -17,7 +17,8 @@
 //! ```text
 //! service     → compound, v3, mount, nlm, report, access, server, durable, placement,
 //!               recall, txnspan, errors
-//! report      → v3, server, metrics, statecore
+//! report      → v3, server, metrics, statecore, reload
+//! reload      → server, export, config, metrics
 //! nlm         → v3, ops, cstate, server, panics, placement, waitmode, statedir
 //! v3          → ops, access, cstate, server, panics, placement, waitmode, fh, errors, export
 //! mount       → access, server, export, exportrules
@@ -75,6 +76,7 @@ pub mod ops;
 pub mod panics;
 pub mod placement;
 pub mod recall;
+pub mod reload;
 pub mod report;
 pub mod server;
 pub mod service;

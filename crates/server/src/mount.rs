@@ -120,6 +120,7 @@ fn export_list(server: &Server) -> exports {
     exports(
         server
             .exports
+            .snapshot()
             .exports
             .values()
             .map(|e| exportnode {
@@ -157,6 +158,7 @@ fn export_of<'p>(server: &Server, path: &'p [u8]) -> Option<(Arc<Export>, Vec<&'
     let parts = components(path)?;
     server
         .exports
+        .snapshot()
         .exports
         .values()
         .filter_map(|e| {

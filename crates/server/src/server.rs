@@ -57,6 +57,9 @@ pub const OFFER_BACK_CHANNEL: bool = true;
 pub struct Server {
     pub cfg: Config,
     pub exports: Exports,
+    /// Where a reload reads the exports again (set once by the embedding program;
+    /// without it a reload is refused; ADR 0048).
+    pub config_source: std::sync::OnceLock<crate::reload::ConfigSource>,
     pub handles: HandleCodec,
     /// Clients, sessions, slots, leases, grace, opens and locks (ADR 0008). Held only
     /// for bookkeeping, never across storage calls; reach it through
@@ -142,14 +145,7 @@ impl Server {
             .load_client_list()
             .map_err(error_at(&dir.join("clients")))?;
         // `handles` (ADR 0050) is a parameter of each export's `local` layer.
-        let export_cfgs: Vec<ExportConfig> = cfg
-            .exports
-            .iter()
-            .map(|e| ExportConfig {
-                backend: cfg.handles.apply(&e.backend),
-                ..e.clone()
-            })
-            .collect();
+        let export_cfgs = cfg.handles.apply_to(&cfg.exports);
         let exports = Exports::open(
             &export_cfgs,
             &txnfs_backend::layer::LayerRegistry::builtin(),
@@ -229,7 +225,7 @@ impl Server {
         let session_store =
             crate::durable::restore(&cfg, &dir, &exports, &alive, &mut core, &*clock)
                 .map_err(error_at(&dir.join(sessionstore::FILE_NAME)))?;
-        let metrics = crate::metrics::Metrics::new(exports.exports.keys().copied());
+        let metrics = crate::metrics::Metrics::new(exports.snapshot().exports.keys().copied());
         Ok(Arc::new_cyclic(|me| Server {
             me: me.clone(),
             nlm: crate::nlm::Nlm::new(nsm),
@@ -240,6 +236,7 @@ impl Server {
             offloads: Default::default(),
             undelivered_callbacks: Mutex::new(Vec::new()),
             exports,
+            config_source: std::sync::OnceLock::new(),
             handles: HandleCodec::new(&secret),
             core: Mutex::new(core),
             core_faults: AtomicU64::new(0),
@@ -732,7 +729,8 @@ impl Server {
     // ---- handles -------------------------------------------------------------------
 
     pub fn root_fh(&self) -> Fh {
-        match self.exports.root_export.and_then(|id| self.exports.get(id)) {
+        let set = self.exports.snapshot();
+        match set.root_export.and_then(|id| set.get(id)) {
             Some(e) => self.obj_fh(e, e.root_key.clone()),
             None => Fh::Pseudo(0),
         }
@@ -757,7 +755,7 @@ impl Server {
     pub fn fh_from_wire(&self, wire: &Bytes) -> Result<Fh, nfsstat4> {
         match self.handles.decode(wire) {
             Ok(HandleTarget::Pseudo(n)) => {
-                if self.exports.node(n).is_some() {
+                if self.exports.snapshot().node(n).is_some() {
                     Ok(Fh::Pseudo(n))
                 } else {
                     Err(nfsstat4::NFS4ERR_STALE)
@@ -766,7 +764,7 @@ impl Server {
             Ok(HandleTarget::Object { export, key }) => {
                 let e = self.exports.get(export).ok_or(nfsstat4::NFS4ERR_STALE)?;
                 Ok(Fh::Obj(ObjFh {
-                    export: e.clone(),
+                    export: e,
                     key,
                     wire: wire.clone(),
                 }))

@@ -253,7 +253,7 @@ impl OpenTxns {
 /// log). One that never touched an export changed nothing.
 pub fn roll_back(exports: &Exports, txns: Vec<Expired>, why: &str) {
     for t in txns {
-        let Some(export) = t.export.and_then(|id| exports.get(id)).cloned() else {
+        let Some(export) = t.export.and_then(|id| exports.get(id)) else {
             continue;
         };
         tracing::info!(txn = t.id, "rolling back a transaction: {why}");

@@ -81,7 +81,7 @@ fn crash_in_a_transaction(d: &Dirs) {
         true,
     )
     .unwrap();
-    let id = exports.root_export.unwrap();
+    let id = exports.root_export().unwrap();
     let backend: Arc<dyn Backend> = exports.get(id).unwrap().backend.clone();
     let cx = OpCtx {
         creds: Creds::default(),

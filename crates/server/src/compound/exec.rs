@@ -473,7 +473,7 @@ impl Exec<'_> {
             // it there, whether or not its own ops touched the export.
             let c = &mut self.c;
             if let Some(id) = c.scope.txn_export().filter(|id| !c.scope.entered(*id)) {
-                if let Some(e) = srv.exports.get(id).cloned() {
+                if let Some(e) = srv.exports.get(id) {
                     let (creds, client) = (c.creds.clone(), c.client);
                     let _ = c.scope.enter(&e, &creds, client);
                 }

@@ -113,8 +113,9 @@ pub struct Metrics {
     v3: Vec<OpMetrics>,
     /// (version, op or procedure, status) → failures, for the rare path.
     statuses: Mutex<BTreeMap<(u8, u32, i32), u64>>,
-    /// By export id (the exports of the configuration the server started with).
-    exports: BTreeMap<u16, ExportIo>,
+    /// By export id: the exports the server started with and those a reload added
+    /// (ADR 0048; a removed export's counters stay, and go on if it comes back).
+    exports: std::sync::RwLock<BTreeMap<u16, std::sync::Arc<ExportIo>>>,
     pub connections_open: AtomicU64,
     pub connections_accepted: AtomicU64,
     pub txn_committed: AtomicU64,
@@ -129,10 +130,12 @@ impl Metrics {
             v4: (0..V4_OPS).map(|_| OpMetrics::default()).collect(),
             v3: (0..V3_PROCS).map(|_| OpMetrics::default()).collect(),
             statuses: Mutex::default(),
-            exports: exports
-                .into_iter()
-                .map(|id| (id, ExportIo::default()))
-                .collect(),
+            exports: std::sync::RwLock::new(
+                exports
+                    .into_iter()
+                    .map(|id| (id, Default::default()))
+                    .collect(),
+            ),
             connections_open: AtomicU64::new(0),
             connections_accepted: AtomicU64::new(0),
             txn_committed: AtomicU64::new(0),
@@ -168,15 +171,24 @@ impl Metrics {
         self.op(3, proc_num, took, status);
     }
 
+    /// Counters for an export a reload added (none when it has them already).
+    pub fn add_export(&self, id: u16) {
+        self.exports
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(id)
+            .or_default();
+    }
+
     pub fn read(&self, export: u16, bytes: usize) {
-        if let Some(e) = self.exports.get(&export) {
+        if let Some(e) = self.export_io(export) {
             e.reads.fetch_add(1, Ordering::Relaxed);
             e.read_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
         }
     }
 
     pub fn wrote(&self, export: u16, bytes: usize) {
-        if let Some(e) = self.exports.get(&export) {
+        if let Some(e) = self.export_io(export) {
             e.writes.fetch_add(1, Ordering::Relaxed);
             e.write_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
         }
@@ -211,8 +223,12 @@ impl Metrics {
         &self.v3
     }
 
-    pub(crate) fn export_io(&self, id: u16) -> Option<&ExportIo> {
-        self.exports.get(&id)
+    pub(crate) fn export_io(&self, id: u16) -> Option<std::sync::Arc<ExportIo>> {
+        self.exports
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+            .cloned()
     }
 
     /// Failures by (version, op or procedure, status).

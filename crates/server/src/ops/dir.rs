@@ -249,7 +249,8 @@ pub fn readdir(c: &mut Compound, a: &READDIR4args) -> OpResult {
 
     match &fh {
         Fh::Pseudo(n) => {
-            let node = c.srv.exports.node(*n).ok_or(nfsstat4::NFS4ERR_STALE)?;
+            let set = c.srv.exports.snapshot();
+            let node = set.node(*n).ok_or(nfsstat4::NFS4ERR_STALE)?;
             let start = a.cookie.saturating_sub(COOKIE_SHIFT);
             let children: Vec<(Bytes, PseudoChild)> = node
                 .children
@@ -265,7 +266,7 @@ pub fn readdir(c: &mut Compound, a: &READDIR4args) -> OpResult {
                 let cfh = match child {
                     PseudoChild::Node(m) => Fh::Pseudo(*m),
                     PseudoChild::Export(id) => {
-                        let e = c.srv.exports.get(*id).ok_or(nfsstat4::NFS4ERR_STALE)?;
+                        let e = set.get(*id).ok_or(nfsstat4::NFS4ERR_STALE)?;
                         c.srv.obj_fh(e, e.root_key.clone())
                     }
                 };

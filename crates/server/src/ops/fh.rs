@@ -84,12 +84,13 @@ pub fn lookup_in(c: &Compound, dir: &Fh, name: &Bytes) -> Result<Fh, crate::erro
     check_name(name)?;
     match dir {
         Fh::Pseudo(n) => {
-            let node = c.srv.exports.node(*n).ok_or(nfsstat4::NFS4ERR_STALE)?;
+            let set = c.srv.exports.snapshot();
+            let node = set.node(*n).ok_or(nfsstat4::NFS4ERR_STALE)?;
             // Exports the caller may not use are not there for it (ADR 0043).
             match node.children.get(name).filter(|child| c.may_see(child)) {
                 Some(PseudoChild::Node(m)) => Ok(Fh::Pseudo(*m)),
                 Some(PseudoChild::Export(id)) => {
-                    let e = c.srv.exports.get(*id).ok_or(nfsstat4::NFS4ERR_STALE)?;
+                    let e = set.get(*id).ok_or(nfsstat4::NFS4ERR_STALE)?;
                     Ok(c.srv.obj_fh(e, e.root_key.clone()))
                 }
                 None => Err(nfsstat4::NFS4ERR_NOENT.into()),
@@ -116,7 +117,8 @@ pub fn parent_of(c: &Compound, fh: &Fh) -> Result<Fh, crate::errors::OpError> {
     match fh {
         Fh::Pseudo(0) => Err(nfsstat4::NFS4ERR_NOENT.into()),
         Fh::Pseudo(n) => {
-            let node = c.srv.exports.node(*n).ok_or(nfsstat4::NFS4ERR_STALE)?;
+            let set = c.srv.exports.snapshot();
+            let node = set.node(*n).ok_or(nfsstat4::NFS4ERR_STALE)?;
             Ok(Fh::Pseudo(node.parent))
         }
         Fh::Obj(o) => {

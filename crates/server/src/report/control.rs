@@ -1,6 +1,7 @@
 //! The control socket: a Unix socket in the state directory (`control.sock`, mode
 //! 0600, so only the server's user and root reach it) through which `txnfs stats`
-//! asks a running server for its reports. One request line, one text answer, then the
+//! asks a running server for its reports and `txnfs reload` makes it re-read its
+//! configuration (ADR 0048). One request line, one text answer, then the
 //! connection closes. The state directory's lock (ADR 0034) makes the server the only
 //! one using the directory, so a socket file left by a killed server is replaced.
 
@@ -15,8 +16,8 @@ use tokio::net::UnixListener;
 /// The control socket's file name in the state directory.
 pub const SOCKET_NAME: &str = "control.sock";
 
-/// The commands, as `txnfs stats` sends them.
-pub const COMMANDS: [&str; 3] = ["stats", "clients", "metrics"];
+/// The commands, as `txnfs stats` and `txnfs reload` send them.
+pub const COMMANDS: [&str; 4] = ["stats", "clients", "metrics", "reload"];
 
 /// Longest request line read.
 const MAX_LINE: u64 = 256;

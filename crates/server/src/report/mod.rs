@@ -29,6 +29,7 @@ impl Reports {
             "stats" => render::summary(&srv, drc),
             "clients" => render::clients(&srv),
             "metrics" => render::prometheus(&srv, drc),
+            "reload" => crate::reload::answer(&srv),
             other => format!(
                 "unknown command {other:?}; one of: {}\n",
                 control::COMMANDS.join(", ")

@@ -130,7 +130,7 @@ pub fn prometheus(srv: &Server, drc: Option<crate::v3::drc::DrcStats>) -> String
         "READ and WRITE payload bytes, per export.",
     );
     let mut reqs = String::new();
-    for e in srv.exports.exports.values() {
+    for e in srv.exports.snapshot().exports.values() {
         let Some(io) = m.export_io(e.id) else {
             continue;
         };
@@ -419,7 +419,7 @@ pub fn summary(srv: &Server, drc: Option<crate::v3::drc::DrcStats>) -> String {
             d.entries, d.bytes, d.replays
         );
     }
-    for e in srv.exports.exports.values() {
+    for e in srv.exports.snapshot().exports.values() {
         if let Some(io) = m.export_io(e.id) {
             let _ = writeln!(
                 s,
