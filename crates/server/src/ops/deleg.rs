@@ -358,6 +358,20 @@ pub fn get_dir_delegation(c: &mut Compound, a: &GET_DIR_DELEGATION4args) -> OpRe
     let Ok(mut g) = granted else {
         return unavail();
     };
+    // A directory the backend cannot watch for changes from outside the server gets
+    // no delegation (ADR 0047). The watch is taken without the core's lock.
+    if let Err(why) = c
+        .srv
+        .dir_watches
+        .watch(c.srv, c.scope.ctx(), &o.export, &o.key, dir)
+    {
+        tracing::debug!(
+            dir = format_args!("{dir:#x}"),
+            "no directory delegation: {why}"
+        );
+        c.srv.core()?.withdraw_delegation(client, &g.stateid, dir);
+        return unavail();
+    }
     if g.types & (1 << notify_type::CHANGE_CHILD_ATTRS) != 0 {
         // CHANGE_CHILD_ATTRS: which objects are entries here, so that a change of one
         // finds this delegation.
