@@ -207,21 +207,14 @@ impl DirWatches {
         match ev {
             DirEvent::Added(name) => {
                 let updates = [self.add_update(cx, c, name)];
-                self.notify(
-                    recall,
-                    now,
-                    c,
-                    notify_type::ADD_ENTRY,
-                    &updates,
-                    recalled,
-                    |t| add_entry(entry(name, &t.child_attrs)).to_bytes(),
-                );
+                self.notify(recall, c, notify_type::ADD_ENTRY, &updates, recalled, |t| {
+                    add_entry(entry(name, &t.child_attrs)).to_bytes()
+                });
             }
             DirEvent::Removed(name) => {
                 let updates = [EntryUpdate::Remove(name.clone())];
                 self.notify(
                     recall,
-                    now,
                     c,
                     notify_type::REMOVE_ENTRY,
                     &updates,
@@ -236,7 +229,6 @@ impl DirWatches {
                 ];
                 self.notify(
                     recall,
-                    now,
                     c,
                     notify_type::RENAME_ENTRY,
                     &updates,
@@ -281,13 +273,13 @@ impl DirWatches {
     fn notify(
         &self,
         recall: Recall<'_>,
-        now: Instant,
         c: &Changed,
         kind: u32,
         updates: &[EntryUpdate],
         recalled: &mut Vec<u64>,
         build: impl Fn(&NotifyTarget) -> Bytes,
     ) {
+        let now = recall.clock.now();
         self.recall_uncovered(recall, now, c.dir, kind, recalled);
         let targets = match recall.core.core() {
             Ok(mut core) => core.dir_notify_targets(now, None, c.dir, kind, updates),
