@@ -323,7 +323,7 @@ impl DirWatches {
         kind: u32,
         recalled: &mut Vec<u64>,
     ) {
-        let (ids, fresh) = match recall.core.core() {
+        let ids = match recall.core.core() {
             Ok(mut core) => {
                 let before = core.delegations().stats().recalled;
                 let ids = core.delegation_conflicts(
@@ -333,11 +333,13 @@ impl DirWatches {
                     Access::DirChange(kind),
                     recall.unreachable(),
                 );
-                (ids, core.delegations().stats().recalled - before)
+                // Counted before the guard goes and sends the CB_RECALLs.
+                let fresh = core.delegations().stats().recalled - before;
+                self.stats.recalled.fetch_add(fresh, Ordering::Relaxed);
+                ids
             }
             Err(_) => return,
         };
-        self.stats.recalled.fetch_add(fresh, Ordering::Relaxed);
         recalled.extend(ids);
     }
 }

@@ -208,6 +208,15 @@ async fn a_local_change_the_holder_did_not_ask_to_hear_of_recalls() {
     assert_eq!(st.changes.load(Ordering::Relaxed), 1);
     assert_eq!(st.notified.load(Ordering::Relaxed), 0);
     assert_eq!(st.recalled.load(Ordering::Relaxed), 1);
+    // The administrator sees the same counts.
+    let text = txnfs_server::report::render::prometheus(&srv.server, None);
+    for line in [
+        "txnfs_outside_dir_changes_total{event=\"seen\"} 1",
+        "txnfs_outside_dir_changes_total{event=\"notified\"} 0",
+        "txnfs_outside_dir_changes_total{event=\"recalled\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing");
+    }
     // Not returned: revoked after the recall wait; the watch goes with it.
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
