@@ -100,27 +100,34 @@ impl DirWatches {
         lock(&self.map).is_empty()
     }
 
-    /// Watch the directory `key` of `export` (the state core's `dir`) for the
-    /// directory delegation just granted. Called without the core's lock (adding a
-    /// watch is a syscall); a watch taken for a delegation that ended meanwhile is let
-    /// go at once (checked under the core's lock, which
-    /// [`DirWatches::unwatch_released`] takes first too). An error: the directory
-    /// cannot be watched, and the delegation must be withdrawn.
-    pub(crate) fn watch(
+    /// Before a directory delegation of `key` of `export` is granted: a watch of the
+    /// directory, so that no outside change between the grant and the reply goes
+    /// unseen. Called without the core's lock (adding a watch is a syscall).
+    /// `Ok(None)`: the backend needs none. An error: the directory cannot be
+    /// watched, and gets no delegation.
+    pub(crate) fn prepare(
         &self,
-        core: &dyn CoreAccess,
         cx: &OpCtx,
         export: &Arc<Export>,
         key: &FileKey,
+    ) -> Result<Option<DirWatch>, BackendError> {
+        export.backend.watch_dir(cx, key)
+    }
+
+    /// The delegation of `key` of `export` (the state core's `dir`) was granted: keep
+    /// `watch` (from [`DirWatches::prepare`]) for it, unless the directory is watched
+    /// already (the backend shares one watch between the two, so nothing is missed
+    /// meanwhile) or the delegation ended already (checked under the core's lock,
+    /// which [`DirWatches::unwatch_released`] takes first too).
+    pub(crate) fn adopt(
+        &self,
+        core: &dyn CoreAccess,
+        export: &Arc<Export>,
+        key: &FileKey,
         dir: FileId,
-    ) -> Result<(), BackendError> {
-        if lock(&self.map).contains_key(&dir) {
-            return Ok(());
-        }
-        let Some(watch) = export.backend.watch_dir(cx, key)? else {
-            // Nothing but the server changes this backend's directories.
-            return Ok(());
-        };
+        watch: Option<DirWatch>,
+    ) {
+        let Some(watch) = watch else { return };
         let unused = {
             let core = core.lock_core("watching a delegated directory");
             let mut map = lock(&self.map);
@@ -134,7 +141,6 @@ impl DirWatches {
         };
         // Removing a watch is a syscall: after the locks.
         drop(unused);
-        Ok(())
     }
 
     /// Drop the watches of directories with no delegation left.
