@@ -27,7 +27,7 @@ mod waitclock;
 mod watch;
 
 pub use waitclock::WaitClock;
-pub use watch::{Watch, WatchHandle, WatchKind};
+pub use watch::{DirEvent, DirWatch, DirWatchHandle, Watch, WatchHandle, WatchKind};
 
 /// Opaque, restart-stable identity of an object inside one backend (at most
 /// [`MAX_KEY_LEN`] bytes).
@@ -599,6 +599,18 @@ macro_rules! with_backend_methods {
                 /// at all): grant none. Any other error: grant none either.
                 fn watch_file(&self, cx: &OpCtx, key: &FileKey, kind: WatchKind) -> Result<Option<Watch>> {
                     let _ = (cx, key, kind);
+                    Ok(None)
+                }
+                /// Watch the directory `key` for entries created, removed or renamed from
+                /// outside the server (ADR 0047), for as long as the returned [`DirWatch`]
+                /// lives; the server's own changes through this backend are left out. The
+                /// server asks when it grants a directory delegation and drops the watch
+                /// when the directory's last one ends.
+                ///
+                /// `Ok(None)`: nothing but the server can reach this backend's files (the
+                /// memory backend). Any error: grant no directory delegation.
+                fn watch_dir(&self, cx: &OpCtx, key: &FileKey) -> Result<Option<DirWatch>> {
+                    let _ = (cx, key);
                     Ok(None)
                 }
             }

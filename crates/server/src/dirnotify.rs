@@ -93,6 +93,19 @@ pub fn attrs_changed(
     }
 }
 
+/// The `notify_remove4` of `name`. Its READDIR cookie is not known without reading
+/// the directory, so it is 0 (never a cookie READDIR returns): holders find the entry
+/// by name.
+pub(crate) fn remove_entry(name: &[u8]) -> notify_remove4 {
+    notify_remove4 {
+        nrm_old_entry: notify_entry4 {
+            ne_file: Bytes::copy_from_slice(name),
+            ne_attrs: no_attrs(),
+        },
+        nrm_old_entry_cookie: 0,
+    }
+}
+
 pub(crate) fn no_attrs() -> fattr4 {
     fattr4 {
         attrmask: Vec::new(),

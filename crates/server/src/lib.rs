@@ -23,17 +23,19 @@
 //! v3          → ops, access, cstate, server, panics, placement, waitmode, fh, errors, export
 //! mount       → access, server, export, exportrules
 //! compound    → ops, cstate, server, panics, placement, txnspan, session, fh, errors
-//! ops         → access, cstate, dirnotify, offload, watches, statecore, callback, fh,
-//!               errors, export
+//! ops         → access, cstate, dirnotify, dirwatches, offload, watches, statecore,
+//!               callback, fh, errors, export
 //! cstate      → server, fh, placement, session, export, exportrules
 //! access      → cstate, server, export, exportrules
 //! panics      → server
-//! server      → attrs, durable, dirnotify, offload, watches, recall, statecore, callback,
-//!               statedir, held, txnspan, faultinject, handle, placement, waitmode, fh,
-//!               errors, export, config, metrics, filechange, nlm (its state: the one
-//!               edge back up, `nlm`'s procedures use the server; ADR 0041)
+//! server      → attrs, durable, dirnotify, dirwatches, offload, watches, recall,
+//!               statecore, callback, statedir, held, txnspan, faultinject, handle,
+//!               placement, waitmode, fh, errors, export, config, metrics, filechange,
+//!               nlm (its state: the one edge back up, `nlm`'s procedures use the
+//!               server; ADR 0041)
 //! offload     → recall, callback, placement, waitmode, errors, export
 //! dirnotify   → recall, statecore, callback, export
+//! dirwatches  → dirnotify, recall, statecore, export
 //! watches     → recall, statecore, waitmode, export
 //! recall      → statecore, callback, placement, waitmode, config
 //! durable     → statecore, statedir, session, export, config
@@ -58,6 +60,7 @@ pub mod compound;
 pub mod config;
 pub mod cstate;
 pub mod dirnotify;
+pub mod dirwatches;
 pub mod durable;
 pub mod errors;
 pub mod export;

@@ -7,7 +7,7 @@
 
 use crate::attrs::Attributes;
 use crate::callback::{cb_compound, CallbackFailure};
-use crate::config::{Config, ExportConfig};
+use crate::config::Config;
 use crate::errors::OpError;
 use crate::export::{Export, ExportError, Exports};
 use crate::fh::{Fh, ObjFh};
@@ -102,6 +102,9 @@ pub struct Server {
     pub watches: crate::watches::FileWatches,
     /// NFS changes of one file, one at a time (NFSv3's exact pre-op attributes).
     pub file_changes: crate::filechange::FileChangeLocks,
+    /// Delegated directories watched for changes from outside the server
+    /// (`crate::dirwatches`, ADR 0047).
+    pub dir_watches: crate::dirwatches::DirWatches,
     /// Transactions of several COMPOUNDs that are open (`crate::txnspan`).
     pub txns: crate::txnspan::OpenTxns,
     /// Asynchronous COPYs, running and recently finished (`crate::offload`, ADR 0026).
@@ -232,6 +235,7 @@ impl Server {
             recall_waits: Default::default(),
             watches: Default::default(),
             file_changes: Default::default(),
+            dir_watches: Default::default(),
             txns: Default::default(),
             offloads: Default::default(),
             undelivered_callbacks: Mutex::new(Vec::new()),
@@ -415,6 +419,7 @@ impl Server {
                 Effect::DelegationsReleased => {
                     // Watches first: a woken request may open the file.
                     self.watches.unwatch_released(self);
+                    self.dir_watches.unwatch_released(self);
                     self.recall_waits.notify();
                 }
                 Effect::NotifyDue { client, id, after } => match self.arc() {
@@ -687,6 +692,7 @@ impl Server {
     /// recall their files' delegations, each on a blocking-pool thread
     /// (`crate::watches`).
     pub fn lease_breaks(self: &Arc<Self>) {
+        self.outside_dir_changes();
         let broken = self.watches.take_broken();
         if broken.is_empty() {
             return;
@@ -707,6 +713,44 @@ impl Server {
                         .recall_for_outside(srv.recall(), file, WaitMode::Plain)
                 })
             });
+        }
+    }
+
+    /// Look for changes made outside the server in delegated directories (on SIGIO
+    /// and every tick) and notify or recall their holders on a blocking-pool thread;
+    /// the recalled delegations not returned within `recall_wait` are revoked
+    /// (`crate::dirwatches`).
+    fn outside_dir_changes(self: &Arc<Self>) {
+        if !self.dir_watches.schedule() {
+            return;
+        }
+        let srv = self.clone();
+        let look = move || {
+            // Outside any COMPOUND.
+            let cx = OpCtx::default();
+            let encode = |export: &Arc<Export>, key: &FileKey, mask: &[u32], attrs: &Attrs| {
+                let fh = srv.obj_fh(export, key.clone());
+                srv.fattr(&cx, &fh, mask, Some(attrs), 1).ok()
+            };
+            let recalled = srv.dir_watches.look(srv.recall(), &cx, &encode);
+            if recalled.is_empty() {
+                return;
+            }
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                let wait = srv.cfg.recall_wait();
+                let srv = srv.clone();
+                rt.spawn(async move {
+                    tokio::time::sleep(wait).await;
+                    if let Ok(mut core) = srv.core() {
+                        core.revoke_delegations(&recalled, txnfs_state::RevokeReason::Timeout);
+                    }
+                });
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(look)),
+            // No runtime: look here (the tick revokes overdue recalls).
+            Err(_) => look(),
         }
     }
 

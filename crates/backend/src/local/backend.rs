@@ -20,6 +20,12 @@ use crate::{
     FileKey, FileType, FsStats, Linked, Made, NodeKind, OpCtx, RenameChange, Result, SeekWhat,
     SetAttrs, Watch, WatchKind, XattrChange, XattrSet,
 };
+use crate::{DirEvent, DirWatch};
+
+/// The event of `name` being added, as the server's own change (ADR 0047).
+fn added(name: &std::ffi::CStr) -> DirEvent {
+    DirEvent::Added(Bytes::copy_from_slice(name.to_bytes()))
+}
 
 /// Largest read answered in one call (a shorter read is not end of file).
 const MAX_READ: u32 = 16 << 20;
@@ -195,8 +201,12 @@ impl Backend for LocalBackend {
         let name = cname(name)?;
         let (dfd, dst) = self.dir_fd(dir)?;
         let before = self.attrs(&dst, false).change;
+        let expect = self.dirs.expect(&[(dir, &name)]);
         let (key, attrs, created) =
             self.create_inner(dir, &dfd, &dst, &name, mode, attrs, &cx.creds)?;
+        if created {
+            expect.made(&[(dir.clone(), added(&name))]);
+        }
         // `finish_created` recorded the mutation: read the value it left. Opening an
         // existing file changed nothing.
         let after = if created {
@@ -233,6 +243,7 @@ impl Backend for LocalBackend {
         let (dfd, dst) = self.dir_fd(dir)?;
         let before = self.attrs(&dst, false).change;
         let private = Mode::from_raw_mode(0o600);
+        let expect = self.dirs.expect(&[(dir, &name)]);
         let (made, default_mode) = match kind {
             NodeKind::Directory => (
                 rfs::mkdirat(&*dfd, &*name, Mode::from_raw_mode(0o700)),
@@ -282,6 +293,7 @@ impl Backend for LocalBackend {
         })();
         match result {
             Ok((fd, st, key)) => {
+                expect.made(&[(dir.clone(), added(&name))]);
                 lock(&self.paths).insert(key.clone(), Arc::new(fd));
                 let dir = self.dir_change(&dfd, before);
                 Ok(Made {
@@ -307,12 +319,17 @@ impl Backend for LocalBackend {
         let dfd = self.resolve(dir)?;
         let before = self.dir_before(&dfd);
         let victim = self.key_before_change(&dfd, &name);
+        let expect = self.dirs.expect(&[(dir, &name)]);
         match retry(|| rfs::unlinkat(&*dfd, &*name, AtFlags::empty())) {
             Ok(()) => {}
             Err(Errno::ISDIR) => retry(|| rfs::unlinkat(&*dfd, &*name, AtFlags::REMOVEDIR))
                 .map_err(|e| self.enoent_in(dir, &dfd, map_errno_dir(e)))?,
             Err(e) => return Err(self.enoent_in(dir, &dfd, map_errno(e))),
         }
+        expect.made(&[(
+            dir.clone(),
+            DirEvent::Removed(Bytes::copy_from_slice(name.to_bytes())),
+        )]);
         if let Some((k, fd)) = victim {
             self.after_unlink(&k, fd.as_ref());
         }
@@ -334,11 +351,34 @@ impl Backend for LocalBackend {
         let (from_before, to_before) = (self.dir_before(&ffd), self.dir_before(&tfd));
         let victim = self.key_before_change(&tfd, &to);
         let moved = self.key_before_change(&ffd, &from).map(|(k, _)| k);
+        let expect = self.dirs.expect(&[(from_dir, &from), (to_dir, &to)]);
         retry(|| rfs::renameat(&*ffd, &*from, &*tfd, &*to)).map_err(|e| {
             let e = self.enoent_in(from_dir, &ffd, map_errno_dir(e));
             self.enoent_in(to_dir, &tfd, e)
         })?;
-        if moved.is_some() && victim.as_ref().map(|(k, _)| k) == moved.as_ref() {
+        let (from_name, to_name) = (
+            Bytes::copy_from_slice(from.to_bytes()),
+            Bytes::copy_from_slice(to.to_bytes()),
+        );
+        let one_object = moved.is_some() && victim.as_ref().map(|(k, _)| k) == moved.as_ref();
+        if one_object {
+            // (renameat made no event either.)
+            expect.made(&[]);
+        } else if from_dir == to_dir {
+            expect.made(&[(
+                from_dir.clone(),
+                DirEvent::Renamed {
+                    from: from_name,
+                    to: to_name,
+                },
+            )]);
+        } else {
+            expect.made(&[
+                (from_dir.clone(), DirEvent::Removed(from_name)),
+                (to_dir.clone(), DirEvent::Added(to_name)),
+            ]);
+        }
+        if one_object {
             // Source and target are one object (the same name, or two links to one
             // file): renameat did nothing, and RFC 8881 §18.26.3 wants NFS4_OK with
             // nothing changed. dir_change would bump the change values as after any
@@ -392,10 +432,12 @@ impl Backend for LocalBackend {
         }
         let dfd = self.resolve(dir)?;
         let before = self.dir_before(&dfd);
+        let expect = self.dirs.expect(&[(dir, &name)]);
         retry(|| rfs::linkat(&*fd, c"", &*dfd, &*name, AtFlags::EMPTY_PATH)).map_err(|e| {
             let e = self.enoent_in(file, &fd, map_errno(e));
             self.enoent_in(dir, &dfd, e)
         })?;
+        expect.made(&[(dir.clone(), added(&name))]);
         let dir = self.dir_change(&dfd, before);
         let st = rfs::fstat(&*fd).map_err(map_errno)?;
         Ok(Linked {
@@ -555,6 +597,10 @@ impl Backend for LocalBackend {
 
     fn watch_file(&self, _cx: &OpCtx, key: &FileKey, kind: WatchKind) -> Result<Option<Watch>> {
         self.watch(key, kind)
+    }
+
+    fn watch_dir(&self, _cx: &OpCtx, key: &FileKey) -> Result<Option<DirWatch>> {
+        self.watch_directory(key)
     }
 
     fn allocate(&self, _cx: &OpCtx, key: &FileKey, offset: u64, len: u64) -> Result<Attrs> {

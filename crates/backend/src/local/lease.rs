@@ -241,7 +241,7 @@ pub fn sigio_handled() -> bool {
 
 /// Send SIGIO to this process, as a lease break does: the server then scans its
 /// watches. Only called once a lease was taken, so SIGIO is handled.
-fn ring() {
+pub(super) fn ring() {
     // SAFETY: `kill` takes two integers and touches no memory of ours; SIGIO is
     // handled (checked before any lease was taken), so it cannot end the process.
     let rc = unsafe { libc::kill(libc::getpid(), libc::SIGIO) };

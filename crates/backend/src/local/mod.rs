@@ -24,6 +24,9 @@
 //! * Delegated files are watched with kernel leases (`lease.rs`, ADR 0027): a process
 //!   on the host opening one in a conflicting way waits while the server recalls the
 //!   delegation. While a lease lives, the file's I/O goes through the lease's descriptor.
+//! * Directories with directory delegations are watched with inotify (`dirwatch.rs`,
+//!   ADR 0047): entries created, removed or renamed outside the server are reported;
+//!   the backend's own entry changes are told apart and left out.
 //! * `change` is the ctime in nanoseconds, bumped by an in-memory per-file counter so that
 //!   two mutations within one ctime tick still differ and it never goes back during a run.
 //! * Directory mutations report their directory's change before and after (not atomic:
@@ -48,6 +51,7 @@ mod backend;
 mod change;
 mod create;
 mod descriptors;
+mod dirwatch;
 mod errors;
 mod fd_cache;
 mod handle_table;
@@ -94,6 +98,8 @@ pub struct LocalBackend {
     held: Mutex<HashMap<FileKey, (Arc<OwnedFd>, usize)>>,
     /// Kernel leases behind delegations (`Backend::watch_file`, ADR 0027).
     leases: Arc<lease::Leases>,
+    /// inotify watches of delegated directories (`Backend::watch_dir`, ADR 0047).
+    dirs: Arc<dirwatch::DirWatches>,
     /// What `clone_range` does here (probed once at open).
     clone: CloneMethod,
     /// Whether the file system keeps `user.` extended attributes (probed once at open).
@@ -244,6 +250,7 @@ impl LocalBackend {
             held: Mutex::new(HashMap::new()),
             leases: Arc::new(lease::Leases::new(path_cap)),
             table,
+            dirs: Arc::default(),
         })
     }
 

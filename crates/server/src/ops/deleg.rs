@@ -350,6 +350,19 @@ pub fn get_dir_delegation(c: &mut Compound, a: &GET_DIR_DELEGATION4args) -> OpRe
         delay: delay_of(&a.gdda_child_attr_delay).max(delay_of(&a.gdda_dir_attr_delay)),
     };
     let dir = c.srv.state_file_id(&o.export, attrs.fileid);
+    // A directory the backend cannot watch for changes from outside the server gets
+    // no delegation; the watch starts before the grant, without the core's lock
+    // (ADR 0047).
+    let watch = match c.srv.dir_watches.prepare(c.scope.ctx(), &o.export, &o.key) {
+        Ok(w) => w,
+        Err(why) => {
+            tracing::debug!(
+                dir = format_args!("{dir:#x}"),
+                "no directory delegation: {why}"
+            );
+            return unavail();
+        }
+    };
     let callback_up = c.srv.callbacks.client_up(client);
     let granted =
         c.srv
@@ -358,6 +371,9 @@ pub fn get_dir_delegation(c: &mut Compound, a: &GET_DIR_DELEGATION4args) -> OpRe
     let Ok(mut g) = granted else {
         return unavail();
     };
+    c.srv
+        .dir_watches
+        .adopt(c.srv, &o.export, &o.key, dir, watch);
     if g.types & (1 << notify_type::CHANGE_CHILD_ATTRS) != 0 {
         // CHANGE_CHILD_ATTRS: which objects are entries here, so that a change of one
         // finds this delegation.

@@ -23,7 +23,7 @@ use txnfs_state::{Access, FileId};
 use txnfs_xdr::Encode;
 
 use crate::cstate::Compound;
-use crate::dirnotify::no_attrs;
+use crate::dirnotify::{no_attrs, remove_entry};
 use crate::export::Export;
 use crate::fh::ObjFh;
 use crate::nfs::*;
@@ -138,19 +138,6 @@ fn add_update(c: &Compound, dir: &ObjFh, name: &[u8], obj: Obj) -> EntryUpdate {
         Some((_, a)) => EntryUpdate::Add(name, c.srv.state_file_id(&dir.export, a.fileid)),
         // Unknown object: at least the old name's object is no longer there.
         None => EntryUpdate::Remove(name),
-    }
-}
-
-/// The `notify_remove4` of `name`. Its READDIR cookie is not known without reading
-/// the directory, so it is 0 (never a cookie READDIR returns): holders find the entry
-/// by name.
-fn remove_entry(name: &[u8]) -> notify_remove4 {
-    notify_remove4 {
-        nrm_old_entry: notify_entry4 {
-            ne_file: Bytes::copy_from_slice(name),
-            ne_attrs: no_attrs(),
-        },
-        nrm_old_entry_cookie: 0,
     }
 }
 

@@ -340,6 +340,22 @@ pub fn prometheus(srv: &Server, drc: Option<crate::v3::drc::DrcStats>) -> String
             d.recall_latency_us_max as f64 / 1e6,
         );
     }
+    // Changes made outside the server in delegated directories (ADR 0047).
+    family(
+        &mut s,
+        "txnfs_outside_dir_changes_total",
+        "counter",
+        "Entry changes made outside the server in delegated directories, and what they caused.",
+    );
+    let o = &srv.dir_watches.stats;
+    for (ev, v) in [
+        ("seen", &o.changes),
+        ("notified", &o.notified),
+        ("recalled", &o.recalled),
+    ] {
+        let v = v.load(Ordering::Relaxed);
+        let _ = writeln!(s, "txnfs_outside_dir_changes_total{{event=\"{ev}\"}} {v}");
+    }
     s
 }
 

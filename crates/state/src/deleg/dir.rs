@@ -46,6 +46,12 @@ pub const SUPPORTED_NOTIFICATIONS: u32 = (1 << notify_type::ADD_ENTRY)
     | (1 << notify_type::CHANGE_CHILD_ATTRS)
     | (1 << notify_type::CHANGE_DIR_ATTRS);
 
+/// Not a `notify_type4`: a change of a directory that cannot be described to any
+/// holder (a change made outside the server that was seen only in part, ADR 0047).
+/// No delegation covers it, so [`crate::Access::DirChange`] of it recalls every
+/// directory delegation of the directory.
+pub const UNDESCRIBED_CHANGE: u32 = 32;
+
 /// Children a directory delegation with CHANGE_CHILD_ATTRS tracks at most (its
 /// entries' names and objects, to know which directory a changed file is in). A
 /// larger directory is granted without CHANGE_CHILD_ATTRS; one that grows past it is
