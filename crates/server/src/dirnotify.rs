@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use txnfs_backend::{Attrs, FileKey, OpCtx};
-use txnfs_state::deleg::{Notice, NoticeBatch};
+use txnfs_state::deleg::{Notice, NoticeBatch, NotifyTarget};
 use txnfs_state::ClientId;
 use txnfs_xdr::Encode;
 
@@ -194,4 +194,26 @@ async fn send(srv: Recall<'_>, b: &NoticeBatch) -> Result<(), CallbackFailure> {
         }
         _ => Ok(()),
     }
+}
+
+/// One notice of `kind` per target, each encoded by `build` for that target (its
+/// attribute masks): what an NFS change (`crate::ops::notify`) and an outside change
+/// (`crate::dirwatches`) queue. Encoding reads attributes: call it outside the core's
+/// lock.
+pub fn notices_for(
+    targets: &[NotifyTarget],
+    kind: u32,
+    build: impl Fn(&NotifyTarget) -> Bytes,
+) -> Vec<(u64, Notice)> {
+    targets
+        .iter()
+        .map(|t| {
+            let notice = Notice {
+                kind,
+                body: build(t),
+                coalesce: None,
+            };
+            (t.id, notice)
+        })
+        .collect()
 }

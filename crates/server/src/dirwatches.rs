@@ -295,21 +295,7 @@ impl DirWatches {
             return;
         }
         // Encoding reads attributes: not under the core's lock.
-        let notices: Vec<(u64, Notice)> = targets
-            .iter()
-            .map(|t| {
-                let body = build(t);
-                let coalesce = None;
-                (
-                    t.id,
-                    Notice {
-                        kind,
-                        body,
-                        coalesce,
-                    },
-                )
-            })
-            .collect();
+        let notices: Vec<(u64, Notice)> = crate::dirnotify::notices_for(&targets, kind, build);
         self.stats
             .notified
             .fetch_add(notices.len() as u64, Ordering::Relaxed);

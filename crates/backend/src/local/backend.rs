@@ -174,16 +174,7 @@ impl Backend for LocalBackend {
                 retry(|| rfs::fsync(&*fd)).map_err(map_errno)
             }
             FileType::Directory => {
-                let fd = self
-                    .fds(|| {
-                        rfs::openat(
-                            &*pfd,
-                            c".",
-                            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                            Mode::empty(),
-                        )
-                    })
-                    .map_err(map_errno)?;
+                let fd = self.open_dir_for_reading(pfd.as_fd())?;
                 retry(|| rfs::fsync(&fd)).map_err(map_errno)
             }
             _ => Err(BackendError::Inval),

@@ -57,6 +57,20 @@ impl LocalBackend {
         lock(&self.rw).remove(key);
     }
 
+    /// A readable descriptor of the directory `dir` names (usually an `O_PATH` one):
+    /// for reading its entries or syncing it.
+    pub(super) fn open_dir_for_reading(&self, dir: BorrowedFd<'_>) -> Result<OwnedFd> {
+        self.fds(|| {
+            rfs::openat(
+                dir,
+                c".",
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+        })
+        .map_err(map_errno)
+    }
+
     /// Runs a descriptor-allocating call, retrying on `EINTR`, and once more after
     /// shrinking the caches when the process is out of descriptors.
     pub(super) fn fds<T>(

@@ -5,7 +5,7 @@ use std::ffi::{CStr, CString};
 use std::os::fd::{AsFd, OwnedFd};
 
 use bytes::Bytes;
-use rustix::fs::{self as rfs, AtFlags, Dir, Mode, OFlags};
+use rustix::fs::{self as rfs, AtFlags, Dir};
 
 use super::errors::map_errno;
 use super::handles::name_to_handle;
@@ -25,16 +25,7 @@ impl LocalBackend {
         max_entries: usize,
     ) -> Result<(Vec<DirEntry>, bool)> {
         let open_dir = || -> Result<Dir> {
-            let fd = self
-                .fds(|| {
-                    rfs::openat(
-                        dfd,
-                        c".",
-                        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                        Mode::empty(),
-                    )
-                })
-                .map_err(map_errno)?;
+            let fd = self.open_dir_for_reading(dfd.as_fd())?;
             Dir::new(fd).map_err(map_errno)
         };
         let mut dir = open_dir()?;

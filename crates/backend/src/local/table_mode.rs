@@ -181,16 +181,7 @@ impl LocalBackend {
         let table = self.table()?;
         // Renamed within its directory: the cheap case.
         if let Some(pfd) = self.parent_fd(old_parent, 0)? {
-            let dir = self
-                .fds(|| {
-                    rfs::openat(
-                        &*pfd,
-                        c".",
-                        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                        Mode::empty(),
-                    )
-                })
-                .map_err(map_errno)?;
+            let dir = self.open_dir_for_reading(pfd.as_fd())?;
             let mut budget = SEARCH_LIMIT;
             if let Some((fd, name)) = self.scan_dir(dir, want, &mut budget, &mut |_| {})? {
                 table.relink(id, old_parent, &name)?;

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use txnfs_backend::{Attrs, FileKey};
 use txnfs_state::deleg::dir::notify_type;
-use txnfs_state::deleg::{EntryUpdate, Notice, NotifyTarget};
+use txnfs_state::deleg::{EntryUpdate, NotifyTarget};
 use txnfs_state::{Access, FileId};
 use txnfs_xdr::Encode;
 
@@ -80,21 +80,7 @@ fn queue(
     // Encoding reads attributes: not under the core's lock.
     drop(core);
     if !targets.is_empty() {
-        let notices = targets
-            .iter()
-            .map(|t| {
-                let body = build(t);
-                let coalesce = None;
-                (
-                    t.id,
-                    Notice {
-                        kind,
-                        body,
-                        coalesce,
-                    },
-                )
-            })
-            .collect();
+        let notices = crate::dirnotify::notices_for(&targets, kind, build);
         if let Ok(mut core) = c.srv.core() {
             core.queue_dir_notices(c.now, notices);
         }
