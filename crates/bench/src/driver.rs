@@ -152,6 +152,7 @@ pub const MKDIR: NfsRsCall = NfsRsCall::new(
 pub const OPEN_CREATE: NfsRsCall =
     NfsRsCall::new("OPEN", &["PUTFH", "OPEN", "GETFH", "GETATTR"], &["CREATE"]);
 pub const WRITE: NfsRsCall = NfsRsCall::new("WRITE", &["PUTFH", "WRITE"], &["WRITE"]);
+pub const COMMIT: NfsRsCall = NfsRsCall::new("COMMIT", &["PUTFH", "COMMIT"], &["COMMIT"]);
 pub const CLOSE: NfsRsCall = NfsRsCall::new("CLOSE", &["PUTFH", "CLOSE"], &[]);
 pub const REMOVE: NfsRsCall = NfsRsCall::new("REMOVE", &["PUTFH", "REMOVE"], &["REMOVE"]);
 pub const LOOKUP: NfsRsCall = NfsRsCall::new(

@@ -160,6 +160,19 @@ fn cases() -> Vec<Case> {
         c.nfs_version = NfsVersion::V3;
         v.push(c);
     }
+    // Seed 001's write and metadata workloads through nfs-rs, over NFSv4.1 and NFSv3.
+    for vers in [NfsVersion::V41, NfsVersion::V3] {
+        for name in ["randwrite", "create", "smallfiles"] {
+            let mut c = case(name);
+            c.ops = Some(30);
+            if name == "randwrite" {
+                c.params.file_size = Some(256 << 10);
+            }
+            c.driver = Driver::NfsRs;
+            c.nfs_version = vers;
+            v.push(c);
+        }
+    }
     // 4 KiB reads of 8 threads batched by our client (ADR 0044): the per-op rules
     // hold whatever shares a COMPOUND.
     for batch in [BatchMode::Static(4), BatchMode::Dynamic] {

@@ -3,9 +3,9 @@
 //! aligned offset; `--sync` makes writes FILE_SYNC (like O_SYNC), otherwise
 //! they are UNSTABLE and each worker COMMITs once at the end. The sequential
 //! variants (seqio.rs) use the same engine with a shared cursor.
-//! randread and seqread also run with `--driver nfs-rs` (READ with the
-//! anonymous stateid, one call at a time); `--file-size 4k` reads one block
-//! only, always at offset 0 (opsloop's `read0`).
+//! Both also run with `--driver nfs-rs` (READ or UNSTABLE WRITE with the
+//! anonymous stateid, one call at a time; a writer COMMITs once at the end);
+//! `--file-size 4k` reads one block only, always at offset 0 (opsloop's `read0`).
 
 use crate::driver::{self, Driver};
 
@@ -87,26 +87,51 @@ impl BlockIo {
 }
 
 impl BlockIo {
-    /// The timed READ loop through nfs-rs, one call at a time (reads only).
+    /// The timed loop through nfs-rs, one call at a time: READs, or UNSTABLE WRITEs
+    /// and one COMMIT at the end (as our client's writers do).
     async fn run_nfsrs(&self, w: &mut Worker, fh: Bytes) -> anyhow::Result<()> {
         let m = w.nfsrs()?;
         let mut rng = XorShift::new(w.global_idx() as u64 + 1);
         let io = self.io_size;
+        let data = Bytes::from(crate::pattern(w.global_idx() as u64, io as usize));
         w.ready().await;
         while let Some(i) = w.next_iter() {
             let off = self.offset(&mut rng, i);
-            let d = w
-                .nfsrs_call(
-                    driver::READ,
-                    || format!("READ {io} bytes at {off}"),
-                    m.read(fh.clone(), off, io as u32),
-                    |d| d.len() as u64,
-                )
-                .await?;
-            if d.len() as u64 != io {
-                bail!("short READ: {} of {io} bytes at {off}", d.len());
+            if self.write {
+                let r = w
+                    .nfsrs_call(
+                        driver::WRITE,
+                        || format!("WRITE {io} bytes at {off}"),
+                        m.write(fh.clone(), off, data.clone()),
+                        |r| u64::from(r.count),
+                    )
+                    .await?;
+                if u64::from(r.count) != io {
+                    bail!("short WRITE: {} of {io} bytes at {off}", r.count);
+                }
+            } else {
+                let d = w
+                    .nfsrs_call(
+                        driver::READ,
+                        || format!("READ {io} bytes at {off}"),
+                        m.read(fh.clone(), off, io as u32),
+                        |d| d.len() as u64,
+                    )
+                    .await?;
+                if d.len() as u64 != io {
+                    bail!("short READ: {} of {io} bytes at {off}", d.len());
+                }
             }
             w.done();
+        }
+        if self.write {
+            w.nfsrs_call(
+                driver::COMMIT,
+                || "COMMIT of the whole file".to_string(),
+                m.commit(fh.clone(), 0, 0),
+                |_| 0,
+            )
+            .await?;
         }
         Ok(())
     }
@@ -192,11 +217,7 @@ impl Workload for BlockIo {
     }
 
     fn drivers(&self) -> &'static [Driver] {
-        if self.write {
-            &[Driver::Txnfs]
-        } else {
-            &[Driver::Txnfs, Driver::NfsRs]
-        }
+        &[Driver::Txnfs, Driver::NfsRs]
     }
 
     fn expected_ops(&self, s: &RunStats) -> Vec<Expectation> {
@@ -204,8 +225,15 @@ impl Workload for BlockIo {
         let it = s.iterations();
         let mut v = Vec::new();
         if s.driver == Driver::NfsRs {
-            // nfs-rs READs with the anonymous stateid: no OPEN or CLOSE.
-            v.push(s.once_per_iteration("READ"));
+            // nfs-rs READs and WRITEs with the anonymous stateid: no OPEN or CLOSE.
+            let op = if self.write { "WRITE" } else { "READ" };
+            v.push(s.once_per_iteration(op));
+            let commits = if self.write { workers } else { 0 };
+            v.push(Expectation::eq(
+                "COMMIT == workers for writes (else 0)",
+                s.ops("COMMIT"),
+                commits,
+            ));
             v.push(Expectation::eq(
                 "bytes == iterations × io_size",
                 s.rec.bytes,
