@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Write the tar archive the guest extracts onto the NFS mount (test step b).
 
-usage: make-tree.py OUT.tar [SEED]
+usage: make-tree.py OUT.tar [SEED [FILES_PER_DIR]]
 
-tree/aN/bM/ (5 x 10 = 50 leaf directories, depth 3) with 100 regular files each (5,000 files):
+tree/aN/bM/ (5 x 10 = 50 leaf directories, depth 3) with FILES_PER_DIR (default 100, at least
+12) regular files each (5,000 files by default):
 sizes 0..8 KiB (a few exactly 0, 4096, 8192), random content, modes 0644/0600/0755/0444,
 some owned by 1234:5678, mtimes spread over 2001..2020.  Plus, per leaf directory, two
 relative symlinks to files of a sibling directory; a directory symlink and a hard link per top
@@ -16,6 +17,9 @@ import tarfile
 
 out = sys.argv[1]
 seed = int(sys.argv[2]) if len(sys.argv) > 2 else 1
+per_dir = int(sys.argv[3]) if len(sys.argv) > 3 else 100
+if per_dir < 12:
+    sys.exit("make-tree.py: FILES_PER_DIR must be at least 12 (the links name f005 and f010)")
 rng = random.Random(seed)
 T0, T1 = 978307200, 1600000000  # 2001-01-01 .. 2020-09-13
 
@@ -61,7 +65,7 @@ with tarfile.open(out, "w", format=tarfile.GNU_FORMAT) as tf:
         for b in range(10):
             d = f"tree/a{a}/b{b}"
             add_dir(tf, d)
-            for i in range(100):
+            for i in range(per_dir):
                 r = rng.random()
                 if i == 0:
                     size = 0
@@ -78,7 +82,7 @@ with tarfile.open(out, "w", format=tarfile.GNU_FORMAT) as tf:
             # relative symlinks to files of the sibling directory
             sib = (b + 1) % 10
             add_link(tf, f"{d}/s0", f"../b{sib}/f010")
-            add_link(tf, f"{d}/s1", f"../b{sib}/f{rng.randint(3, 99):03d}")
+            add_link(tf, f"{d}/s1", f"../b{sib}/f{rng.randint(3, per_dir - 1):03d}")
         add_link(tf, f"tree/a{a}/dirlink", "b0")
         add_link(tf, f"tree/a{a}/hardlink", f"tree/a{a}/b1/f005", hard=True)
     add_dir(tf, "tree/names")

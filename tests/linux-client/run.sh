@@ -19,13 +19,14 @@
 # env: WORK (cache + run dirs, default /tmp/txnfs-vm; run dirs older than 3 h are deleted),
 #      TIMEOUT (VM seconds, default 900), TXNFS_LOG (server log filter, default info),
 #      TXNFS_SERVE_ARGS (extra `txnfs serve` options, e.g. --no-delegations: the delegation
-#      checks then fail), SKIP_STEPS (development: "b c" skips the tar and listing steps)
+#      checks then fail), SKIP_STEPS (development: "b c" skips the tar and listing steps),
+#      TREE_FILES_PER_DIR (step b's tar tree: 50 directories of this many files, default 100)
 # Exit status 0 iff every guest check and every host check passed.
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 SERVER=; BIN=$REPO/target/debug/txnfs; KEEP=0; VERS=; ALSO_V40=0
-usage() { sed -n '5,22p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '5,23p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --server) SERVER=${2:-}; shift 2 ;;
@@ -99,7 +100,7 @@ T=$(now)
 "$HERE"/build-initramfs.sh > "$W"/build.log 2>&1 || { cat "$W"/build.log; die "build-initramfs.sh failed"; }
 log "guest image ready ($(since "$T") s)"
 T=$(now)
-python3 "$HERE"/make-tree.py "$SHARE"/tree.tar "${SEED:-1}" > /dev/null
+python3 "$HERE"/make-tree.py "$SHARE"/tree.tar "${SEED:-1}" "${TREE_FILES_PER_DIR:-100}" > /dev/null
 mkdir -p "$W"/hostref
 tar --numeric-owner -xf "$SHARE"/tree.tar -C "$W"/hostref
 log "tree.tar ($(wc -c < "$SHARE"/tree.tar) bytes) made and extracted on the host ($(since "$T") s)"
