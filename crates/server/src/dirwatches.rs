@@ -131,7 +131,7 @@ impl DirWatches {
         let unused = {
             let core = core.lock_core("watching a delegated directory");
             let mut map = lock(&self.map);
-            if map.contains_key(&dir) || core.delegations().on_file(dir).is_empty() {
+            if map.contains_key(&dir) || !core.delegations().is_delegated(dir) {
                 Some(watch)
             } else {
                 let (export, key) = (export.clone(), key.clone());
@@ -143,19 +143,27 @@ impl DirWatches {
         drop(unused);
     }
 
-    /// Drop the watches of directories with no delegation left.
-    pub fn unwatch_released(&self, core: &dyn CoreAccess) {
+    /// Drop the watches of the directories among `released` (every watched one with
+    /// `None`, the tick's sweep) that have no delegation left.
+    pub fn unwatch_released(&self, core: &dyn CoreAccess, released: Option<&[FileId]>) {
         if self.is_empty() {
             return;
         }
         let dropped: Vec<Watched> = {
             let core = core.lock_core("releasing directory watches");
             let mut map = lock(&self.map);
-            let gone: Vec<FileId> = map
-                .keys()
-                .filter(|d| core.delegations().on_file(**d).is_empty())
-                .copied()
-                .collect();
+            let gone: Vec<FileId> = match released {
+                Some(dirs) => dirs
+                    .iter()
+                    .filter(|d| map.contains_key(d) && !core.delegations().is_delegated(**d))
+                    .copied()
+                    .collect(),
+                None => map
+                    .keys()
+                    .filter(|d| !core.delegations().is_delegated(**d))
+                    .copied()
+                    .collect(),
+            };
             gone.iter().filter_map(|d| map.remove(d)).collect()
         };
         drop(dropped);

@@ -416,10 +416,10 @@ impl Server {
                         "delegation revoked: holder unreachable (no back channel)"
                     ),
                 },
-                Effect::DelegationsReleased => {
+                Effect::DelegationsReleased { files } => {
                     // Watches first: a woken request may open the file.
-                    self.watches.unwatch_released(self);
-                    self.dir_watches.unwatch_released(self);
+                    self.watches.unwatch_released(self, Some(&files));
+                    self.dir_watches.unwatch_released(self, Some(&files));
                     self.recall_waits.notify();
                 }
                 Effect::NotifyDue { client, id, after } => match self.arc() {
@@ -484,6 +484,9 @@ impl Server {
             effects
         };
         self.apply(effects);
+        // A backstop for a watch whose delegation left by a path that named no file.
+        self.watches.unwatch_released(self, None);
+        self.dir_watches.unwatch_released(self, None);
         // A backstop for a lost SIGIO (ADR 0027).
         if let Some(me) = self.arc() {
             me.lease_breaks();

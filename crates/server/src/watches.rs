@@ -105,7 +105,7 @@ impl FileWatches {
             if let Some(e) = map.get(&file) {
                 // Another grant of the file watched it first.
                 (Some(watch), e.serves(kind))
-            } else if core.delegations().on_file(file).is_empty() {
+            } else if !core.delegations().is_delegated(file) {
                 // The delegation ended (withdrawn) before its watch was recorded.
                 (Some(watch), Ok(()))
             } else {
@@ -119,20 +119,28 @@ impl FileWatches {
         result
     }
 
-    /// Drop the watches of files with no delegation left. Called when delegations went
-    /// away, before the requests held for them are woken: those may open the file.
-    pub fn unwatch_released(&self, core: &dyn CoreAccess) {
+    /// Drop the watches of `released` (every watched file with `None`, the tick's
+    /// sweep) that have no delegation left. Called when delegations went away, before
+    /// the requests held for them are woken: those may open the file.
+    pub fn unwatch_released(&self, core: &dyn CoreAccess, released: Option<&[FileId]>) {
         if self.is_empty() {
             return;
         }
         let dropped: Vec<Entry> = {
             let core = core.lock_core("releasing watches");
             let mut map = self.lock();
-            let gone: Vec<FileId> = map
-                .keys()
-                .filter(|f| core.delegations().on_file(**f).is_empty())
-                .copied()
-                .collect();
+            let gone: Vec<FileId> = match released {
+                Some(files) => files
+                    .iter()
+                    .filter(|f| map.contains_key(f) && !core.delegations().is_delegated(**f))
+                    .copied()
+                    .collect(),
+                None => map
+                    .keys()
+                    .filter(|f| !core.delegations().is_delegated(**f))
+                    .copied()
+                    .collect(),
+            };
             gone.iter().filter_map(|f| map.remove(f)).collect()
         };
         // Releasing a lease is a syscall: after the locks.

@@ -627,8 +627,11 @@ impl StateCore {
     }
 
     fn release(&mut self, client: ClientId, reason: ReleaseReason) -> Effect {
-        if !self.delegs.expire_client(client).is_empty() {
-            self.pending.push(Effect::DelegationsReleased);
+        // Every file the client held a delegation on, revoked ones too: all are removed.
+        let files = self.delegs.client_files(client);
+        self.delegs.expire_client(client);
+        if !files.is_empty() {
+            self.pending.push(Effect::DelegationsReleased { files });
         }
         let states = self.table.expire_client(client);
         self.owners40.forget_client(client);

@@ -45,8 +45,13 @@ pub enum Effect {
         reason: crate::deleg::RevokeReason,
     },
     /// Delegations went away (returned, revoked, or with their client): requests held
-    /// for them may proceed.
-    DelegationsReleased,
+    /// for them may proceed, and the watches of `files` may go. Only these files: a
+    /// server holding thousands of delegations must not look at all of them each time
+    /// one is returned.
+    DelegationsReleased {
+        /// The files whose delegations went away (a file may still hold others).
+        files: Vec<crate::FileId>,
+    },
     /// Directory notifications were queued for a delegation whose queue was idle:
     /// after `after` (the batching delay), take the queue
     /// ([`crate::StateCore::take_dir_notices`]) and send it as CB_NOTIFY; if it cannot

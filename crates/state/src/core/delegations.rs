@@ -54,7 +54,8 @@ impl StateCore {
     pub fn withdraw_delegation(&mut self, client: ClientId, sid: &Stateid, file: FileId) -> bool {
         let done = self.delegs.withdraw(client, sid, file);
         if done {
-            self.pending.push(Effect::DelegationsReleased);
+            self.pending
+                .push(Effect::DelegationsReleased { files: vec![file] });
         }
         done
     }
@@ -132,14 +133,16 @@ impl StateCore {
         if revoked.is_empty() {
             return;
         }
-        for (client, stateid, _) in revoked {
+        let mut files = Vec::with_capacity(revoked.len());
+        for (client, stateid, file) in revoked {
             self.pending.push(Effect::Revoke {
                 client,
                 stateid,
                 reason,
             });
+            files.push(file);
         }
-        self.pending.push(Effect::DelegationsReleased);
+        self.pending.push(Effect::DelegationsReleased { files });
     }
 
     /// DELEGRETURN (RFC 8881 §18.6).
@@ -151,7 +154,8 @@ impl StateCore {
         file: FileId,
     ) -> Result<(), StateError> {
         self.delegs.delegreturn(now, client, sid, file)?;
-        self.pending.push(Effect::DelegationsReleased);
+        self.pending
+            .push(Effect::DelegationsReleased { files: vec![file] });
         Ok(())
     }
 

@@ -847,6 +847,23 @@ impl DelegTable {
         self.live_on(file).map(|d| (d.client, d.kind)).collect()
     }
 
+    /// Whether `file` has a delegation in the table (what [`DelegTable::on_file`] lists),
+    /// without building the list.
+    pub fn is_delegated(&self, file: FileId) -> bool {
+        self.live_on(file).next().is_some()
+    }
+
+    /// The files `client` holds delegations on (revoked ones too).
+    pub fn client_files(&self, client: ClientId) -> Vec<FileId> {
+        self.by_client
+            .get(&client)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.delegs.get(id))
+            .map(|d| d.file)
+            .collect()
+    }
+
     /// Every file with a live delegation (invariant checks in the simulation).
     pub fn files(&self) -> Vec<FileId> {
         self.by_file.keys().copied().collect()
