@@ -279,6 +279,13 @@ pub fn report(res: &crate::results::Results) -> String {
             fmt(&res.summary.ctx_switches_per_op)
         ));
     }
+    if res.summary.client_cpu_us_per_op.is_some() {
+        s.push_str(&format!(
+            "  client CPU µs/request {}\n  client ctx switches/request {}\n",
+            fmt(&res.summary.client_cpu_us_per_op),
+            fmt(&res.summary.client_ctx_switches_per_op)
+        ));
+    }
     if let Some(last) = res.repeats.last() {
         s.push_str("  requests (last repeat): type count mean/p50/p99 µs\n");
         for (k, l) in &last.latency_us {
@@ -293,6 +300,10 @@ pub fn report(res: &crate::results::Results) -> String {
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         s.push_str(&format!("  ops: {}\n", ops.join(" ")));
+        if let Some(w) = &last.wire {
+            s.push_str(&w.table());
+        }
+        s.push_str(&crate::sysstats::summary_line(&last.system));
         if let Some(sent) = last.rpc_messages {
             let per = last.compounds as f64 / sent.max(1) as f64;
             let level = last

@@ -16,7 +16,9 @@ pub mod recorder;
 pub mod results;
 pub mod runner;
 pub mod stats;
+pub mod sysstats;
 pub mod workload;
+pub mod wire;
 pub mod workloads;
 
 pub use proxy::{DelayProxy, ProxyStats, RecordCounter};

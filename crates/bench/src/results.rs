@@ -6,6 +6,14 @@
 //!                  "per_second": [{"t","ops","bytes"}], "op_counts": {"READ": n, ..},
 //!                  "op_bytes": {..}, "latency_us": {"READ": {"count","mean","p50","p90","p99","max"}},
 //!                  "server": {"cpu_us_per_op","ctx_switches_per_op"} | null,
+//!                  "client": {"cpu_us_per_op","ctx_switches_per_op"} | null,
+//!                  "wire": {"per_type": {"READ": {"requests","messages","bytes_sent",
+//!                           "bytes_received","rtt_us","slot_wait_us","batch_wait_us",
+//!                           "batched","no_reply"}},
+//!                           "transport": {"messages_sent","messages_received",
+//!                           "requests_per_message","on_the_wire"}} | null,
+//!                  "system": [{"t","client": {"user_ms","system_ms","ctx_voluntary",
+//!                              "ctx_involuntary","rss_kib"},"server": {..} | null}],
 //!                  "checks": [{"rule","ok","detail"}] } ],
 //!   "summary": { "ops_per_s": {"mean","ci95","n"}, "mb_per_s": {..},
 //!                "cpu_us_per_op": {..} | null, "ctx_switches_per_op": {..} | null } }
@@ -102,6 +110,12 @@ pub struct Repeat {
     pub counters: BTreeMap<String, u64>,
     /// Failed ops per "REQUEST:STATUS".
     pub errors: BTreeMap<String, u64>,
+    /// What the client process (all its threads) cost per request.
+    pub client: Option<ServerCost>,
+    /// The mountstats view of our clients (`None` with nfs-rs).
+    pub wire: Option<crate::wire::Wire>,
+    /// Once a second: CPU, context switches and memory of client and server.
+    pub system: Vec<crate::sysstats::SysSecond>,
 }
 
 #[derive(Clone, Default, Debug, Serialize, Deserialize)]
@@ -111,6 +125,8 @@ pub struct SummaryBlock {
     pub mb_per_s: Option<Summary>,
     pub cpu_us_per_op: Option<Summary>,
     pub ctx_switches_per_op: Option<Summary>,
+    pub client_cpu_us_per_op: Option<Summary>,
+    pub client_ctx_switches_per_op: Option<Summary>,
 }
 
 impl Repeat {
@@ -171,6 +187,9 @@ impl Repeat {
             batch_level: None,
             counters: rec.counters.clone(),
             errors: rec.errors.clone(),
+            client: None,
+            wire: None,
+            system: Vec::new(),
         }
     }
 }
@@ -186,6 +205,8 @@ impl SummaryBlock {
             mb_per_s: col(&|r| Some(r.mb_per_s)),
             cpu_us_per_op: col(&|r| r.server.map(|s| s.cpu_us_per_op)),
             ctx_switches_per_op: col(&|r| r.server.map(|s| s.ctx_switches_per_op)),
+            client_cpu_us_per_op: col(&|r| r.client.map(|s| s.cpu_us_per_op)),
+            client_ctx_switches_per_op: col(&|r| r.client.map(|s| s.ctx_switches_per_op)),
         }
     }
 }

@@ -9,6 +9,8 @@ use crate::proxy::DelayProxy;
 use crate::recorder::Recorder;
 use crate::results::{Repeat, Results, ServerCost, SummaryBlock};
 use crate::workload::{Expectation, RunStats, Setup, Shared, StopAt, Worker, Workload};
+use crate::sysstats::Sampler;
+use crate::wire::Wire;
 use crate::{Proc, ProcSample};
 use anyhow::{anyhow, bail, Context};
 use bytes::Bytes;
@@ -178,7 +180,8 @@ fn unix_nanos() -> u128 {
         .as_nanos()
 }
 
-fn server_cost(before: &ProcSample, after: &ProcSample, requests: u64) -> ServerCost {
+/// CPU µs and context switches per request of a process (the server, or this client).
+fn cost_per_request(before: &ProcSample, after: &ProcSample, requests: u64) -> ServerCost {
     let d = before.delta_to(after);
     let cpu_us = if d.run_ns > 0 {
         d.run_ns as f64 / 1000.0
@@ -419,6 +422,9 @@ async fn timed_part(
     }
     shared.barrier.wait().await;
     let t0 = Instant::now();
+    let sampler = Sampler::start(cfg.server_pid);
+    let times_before: Vec<_> = clients.iter().map(|c| c.op_times()).collect();
+    let client_before = ProcSample::read(Proc::SelfProc).ok();
     let sent_before: u64 = clients.iter().map(|c| c.stats().compounds).sum();
     let proc_before = cfg
         .server_pid
@@ -446,6 +452,9 @@ async fn timed_part(
         }
     }
     let duration = t0.elapsed();
+    let times_after: Vec<_> = clients.iter().map(|c| c.op_times()).collect();
+    let client_after = ProcSample::read(Proc::SelfProc).ok();
+    let system = sampler.finish();
     // COMPOUNDs on the wire in the timed part (and the workers' untimed last steps):
     // fewer than requests when batching packs several into one.
     let sent: u64 = clients.iter().map(|c| c.stats().compounds).sum::<u64>() - sent_before;
@@ -469,7 +478,7 @@ async fn timed_part(
         return Err(e);
     }
     let server = match (&proc_before, &proc_after) {
-        (Some(b), Some(a)) => Some(server_cost(b, a, merged.compounds)),
+        (Some(b), Some(a)) => Some(cost_per_request(b, a, merged.compounds)),
         _ => None,
     };
     let stats = RunStats {
@@ -495,7 +504,12 @@ async fn timed_part(
     let mut rep = Repeat::from_recorder(&stats.rec, duration.as_secs_f64(), server, checks);
     if cfg.driver == Driver::Txnfs {
         rep.rpc_messages = Some(sent);
+        rep.wire = Some(Wire::of(&times_before, &times_after));
     }
+    if let (Some(b), Some(a)) = (&client_before, &client_after) {
+        rep.client = Some(cost_per_request(b, a, stats.rec.compounds));
+    }
+    rep.system = system;
     rep.batch_level = batch_level;
     Ok(rep)
 }

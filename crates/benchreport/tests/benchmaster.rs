@@ -1,0 +1,77 @@
+//! Benchmaster's measurements against a real txnfs server on 127.0.0.1 (ADR 0053): the
+//! per request type round-trip and queue times with transport counters, the
+//! once-a-second system series, clients in separate processes released together, and
+//! the sweep with its plots. Each test runs for a second or two; it measures nothing
+//! about speed, it checks that every figure is there and adds up.
+//!
+//! Build txnfs first (`cargo build -p txnfs-cli`); without it the tests say SKIPPED.
+
+use txnfs_bench::runner::{self, RunConfig};
+use txnfs_bench::workload::StopAt;
+use txnfs_bench::workloads::{self, Params};
+use txnfs_benchreport::servers::{self, RunningServer, ServerKind, ServerOpts};
+use txnfs_e2e::peer;
+
+fn txnfs() -> Option<RunningServer> {
+    let bin = servers::find_txnfs_bin().ok();
+    peer::require("the txnfs binary", bin, "cargo build -p txnfs-cli")?;
+    Some(RunningServer::start(ServerKind::Txnfs, &ServerOpts::default()).expect("start txnfs"))
+}
+
+#[test]
+fn run_records_wire_times_transport_and_system_series() {
+    let Some(server) = txnfs() else { return };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let params = Params {
+        files: Some(4),
+        file_size: Some(64 * 1024),
+        ..Params::default()
+    };
+    let w = workloads::by_name("randread", &params).unwrap();
+    let mut cfg = RunConfig::new(server.url().parse().unwrap());
+    cfg.clients = 2;
+    cfg.threads = 4;
+    cfg.slots = 2;
+    cfg.batch = "static:4".parse().unwrap();
+    cfg.stop = Some(StopAt::Duration(std::time::Duration::from_millis(1500)));
+    cfg.server_pid = Some(server.pid);
+    cfg.verbose = false;
+    let res = rt.block_on(runner::run(w, &cfg)).expect("bench run");
+    let rep = &res.repeats[0];
+    assert!(rep.ops > 0, "no reads done");
+
+    let wire = rep.wire.as_ref().expect("our client reports wire figures");
+    let read = wire.per_type.get("READ").expect("READ in the per-type table");
+    assert!(read.requests >= rep.ops, "{read:?} for {} reads", rep.ops);
+    assert!(read.messages > 0 && read.messages <= read.requests);
+    assert!(read.rtt_us > 0.0 && read.bytes_received > read.requests * 4096);
+    assert!(read.batched > 0, "static:4 sends reads through the queue");
+    assert!(read.batch_wait_us > 0.0);
+    let t = wire.transport;
+    assert!(t.messages_sent >= read.messages && t.messages_received > 0);
+    assert!(t.requests_per_message > 1.0, "batches carry several: {t:?}");
+    assert!(t.on_the_wire >= 1.0);
+    // Two slots for 4 threads each: some messages wait for a slot, and mean slot wait
+    // is counted per message.
+    assert!(read.slot_wait_us >= 0.0);
+
+    assert!(!rep.system.is_empty(), "a sample at least at the end");
+    assert!(rep.system.iter().all(|s| s.server.is_some()));
+    let server_cpu: f64 = rep
+        .system
+        .iter()
+        .filter_map(|s| s.server)
+        .map(|s| s.user_ms + s.system_ms)
+        .sum();
+    assert!(server_cpu > 0.0, "the server worked: {:?}", rep.system);
+    let client = rep.client.expect("client cost per request");
+    assert!(client.cpu_us_per_op > 0.0 && client.ctx_switches_per_op > 0.0);
+    assert!(res.summary.client_cpu_us_per_op.is_some());
+    let text = txnfs_bench::cli::report(&res);
+    assert!(text.contains("slot wait") && text.contains("on the wire"), "{text}");
+    assert!(text.contains("system ("), "{text}");
+}
