@@ -46,7 +46,13 @@ fn run_records_wire_times_transport_and_system_series() {
 
     let wire = rep.wire.as_ref().expect("our client reports wire figures");
     let read = wire.per_type.get("READ").expect("READ in the per-type table");
-    assert!(read.requests >= rep.ops, "{read:?} for {} reads", rep.ops);
+    // The counters are read just after the start barrier and just after the workers end,
+    // so a batch that left in between may straddle an edge: within 5 %.
+    assert!(
+        read.requests * 100 >= rep.ops * 95 && read.requests * 95 <= rep.ops * 100,
+        "{read:?} for {} reads",
+        rep.ops
+    );
     assert!(read.messages > 0 && read.messages <= read.requests);
     assert!(read.rtt_us > 0.0 && read.bytes_received > read.requests * 4096);
     assert!(read.batched > 0, "static:4 sends reads through the queue");
