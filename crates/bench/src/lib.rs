@@ -17,8 +17,8 @@ pub mod results;
 pub mod runner;
 pub mod stats;
 pub mod sysstats;
-pub mod workload;
 pub mod wire;
+pub mod workload;
 pub mod workloads;
 
 pub use proxy::{DelayProxy, ProxyStats, RecordCounter};

@@ -81,7 +81,10 @@ pub fn summary_line(series: &[SysSecond]) -> String {
         )
     };
     let mut s = format!("  system ({} samples over {secs:.1} s):", series.len());
-    s += &line("client", totals(&series.iter().map(|x| x.client).collect::<Vec<_>>()));
+    s += &line(
+        "client",
+        totals(&series.iter().map(|x| x.client).collect::<Vec<_>>()),
+    );
     let server: Vec<ProcSecond> = series.iter().filter_map(|x| x.server).collect();
     if !server.is_empty() {
         s += ";";
@@ -198,10 +201,7 @@ mod tests {
             ctx_involuntary: 4,
             rss_kib: 100,
         };
-        let b = ProcSecond {
-            rss_kib: 50,
-            ..a
-        };
+        let b = ProcSecond { rss_kib: 50, ..a };
         let t = totals(&[a, b]);
         assert_eq!(t.user_ms, 2.0);
         assert_eq!(t.ctx_voluntary + t.ctx_involuntary, 14);

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use txnfs_client::{OpTiming, OpTimesSnapshot};
+use txnfs_client::{OpTimesSnapshot, OpTiming};
 
 /// One request type's figures over the timed part.
 #[derive(Clone, Default, Copy, Debug, Serialize, Deserialize, PartialEq)]
@@ -162,7 +162,10 @@ mod tests {
         // Client 1: 10 requests in 5 messages before, 30 in 15 after: 20 in 10.
         // Client 2: 0 before, 20 requests in 10 messages after.
         let before = [snap(read(10, 5, 50, 5), 5, 5), OpTimesSnapshot::default()];
-        let after = [snap(read(30, 15, 150, 25), 15, 35), snap(read(20, 10, 100, 0), 10, 20)];
+        let after = [
+            snap(read(30, 15, 150, 25), 15, 35),
+            snap(read(20, 10, 100, 0), 10, 20),
+        ];
         let w = Wire::of(&before, &after);
         let r = w.per_type["READ"];
         assert_eq!((r.requests, r.messages), (40, 20));

@@ -17,6 +17,7 @@ pub mod plots;
 pub mod report;
 pub mod results;
 pub mod servers;
+pub mod wire_report;
 pub use txnfs_bench::stats;
 
 pub use cli::{main, tool_main, CompareArgs, ToolArgs};

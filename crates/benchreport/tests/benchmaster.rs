@@ -45,7 +45,10 @@ fn run_records_wire_times_transport_and_system_series() {
     assert!(rep.ops > 0, "no reads done");
 
     let wire = rep.wire.as_ref().expect("our client reports wire figures");
-    let read = wire.per_type.get("READ").expect("READ in the per-type table");
+    let read = wire
+        .per_type
+        .get("READ")
+        .expect("READ in the per-type table");
     // The counters are read just after the start barrier and just after the workers end,
     // so a batch that left in between may straddle an edge: within 5 %.
     assert!(
@@ -78,6 +81,9 @@ fn run_records_wire_times_transport_and_system_series() {
     assert!(client.cpu_us_per_op > 0.0 && client.ctx_switches_per_op > 0.0);
     assert!(res.summary.client_cpu_us_per_op.is_some());
     let text = txnfs_bench::cli::report(&res);
-    assert!(text.contains("slot wait") && text.contains("on the wire"), "{text}");
+    assert!(
+        text.contains("slot wait") && text.contains("on the wire"),
+        "{text}"
+    );
     assert!(text.contains("system ("), "{text}");
 }
