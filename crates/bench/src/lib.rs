@@ -10,7 +10,9 @@
 
 pub mod cli;
 pub mod driver;
+pub mod gate;
 pub mod nfs;
+pub mod processes;
 pub mod proxy;
 pub mod recorder;
 pub mod results;

@@ -4,6 +4,7 @@
 //! sampled from /proc around the timed part.
 
 use crate::driver::{self, Driver, NfsVersion};
+use crate::gate;
 use crate::nfs;
 use crate::proxy::DelayProxy;
 use crate::recorder::Recorder;
@@ -120,6 +121,9 @@ pub struct RunConfig {
     /// RPC-with-TLS for our client's connections (ADR 0049); the server's certificate
     /// is checked against the IP address connected to.
     pub tls: Option<txnfs_rpc::ClientTls>,
+    /// A client process of `--processes`: wait at the start gate for the parent's
+    /// start instant ([`crate::gate`]).
+    pub gate: bool,
 }
 
 impl RunConfig {
@@ -140,6 +144,7 @@ impl RunConfig {
             batch: BatchMode::None,
             nfs_version: NfsVersion::V41,
             tls: None,
+            gate: false,
         }
     }
 }
@@ -181,7 +186,11 @@ fn unix_nanos() -> u128 {
 }
 
 /// CPU µs and context switches per request of a process (the server, or this client).
-fn cost_per_request(before: &ProcSample, after: &ProcSample, requests: u64) -> ServerCost {
+pub(crate) fn cost_per_request(
+    before: &ProcSample,
+    after: &ProcSample,
+    requests: u64,
+) -> ServerCost {
     let d = before.delta_to(after);
     let cpu_us = if d.run_ns > 0 {
         d.run_ns as f64 / 1000.0
@@ -263,6 +272,7 @@ pub async fn run(w: Arc<dyn Workload>, cfg: &RunConfig) -> anyhow::Result<Result
         driver: cfg.driver,
         batch: cfg.batch.to_string(),
         nfs_version: (cfg.driver == Driver::NfsRs).then(|| cfg.nfs_version.to_string()),
+        processes: None,
         params: w.params(),
         summary: SummaryBlock::of(&repeats),
         repeats,
@@ -420,8 +430,13 @@ async fn timed_part(
             }));
         }
     }
+    let agreed_start = match cfg.gate {
+        true => Some(gate::wait_for_start().await?),
+        false => None,
+    };
     shared.barrier.wait().await;
     let t0 = Instant::now();
+    let started = gate::unix_ns();
     let sampler = Sampler::start(cfg.server_pid);
     let times_before: Vec<_> = clients.iter().map(|c| c.op_times()).collect();
     let client_before = ProcSample::read(Proc::SelfProc).ok();
@@ -452,6 +467,9 @@ async fn timed_part(
         }
     }
     let duration = t0.elapsed();
+    if cfg.gate {
+        gate::say(gate::DONE)?;
+    }
     let times_after: Vec<_> = clients.iter().map(|c| c.op_times()).collect();
     let client_after = ProcSample::read(Proc::SelfProc).ok();
     let system = sampler.finish();
@@ -510,6 +528,8 @@ async fn timed_part(
         rep.client = Some(cost_per_request(b, a, stats.rec.compounds));
     }
     rep.system = system;
+    rep.start_unix_ns = Some(started);
+    rep.agreed_start_unix_ns = agreed_start;
     rep.batch_level = batch_level;
     Ok(rep)
 }

@@ -87,3 +87,72 @@ fn run_records_wire_times_transport_and_system_series() {
     );
     assert!(text.contains("system ("), "{text}");
 }
+
+/// `bench run --out DIR ARGS` through the binary; the one results file it wrote.
+fn bench_run_json(args: &[&str]) -> serde_json::Value {
+    let out = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_txnfs-bench"))
+        .arg("run")
+        .args(args)
+        .arg("--out")
+        .arg(out.path())
+        .status()
+        .expect("run txnfs-bench");
+    assert!(status.success(), "txnfs-bench run {args:?}: {status}");
+    let file = std::fs::read_dir(out.path())
+        .unwrap()
+        .next()
+        .expect("a results file")
+        .unwrap()
+        .path();
+    serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap()
+}
+
+#[test]
+fn processes_start_together_and_add_up() {
+    let Some(server) = txnfs() else { return };
+    let pid = server.pid.to_string();
+    let v = bench_run_json(&[
+        "randread",
+        "--target",
+        &server.url(),
+        "--processes",
+        "2",
+        "--threads",
+        "2",
+        "--files",
+        "4",
+        "--file-size",
+        "64k",
+        "--duration",
+        "1",
+        "--server-pid",
+        &pid,
+    ]);
+    assert_eq!(v["processes"], 2);
+    assert_eq!(v["clients"], 2, "one client in each of two processes");
+    let rep = &v["repeats"][0];
+    let skew = &rep["start_skew"];
+    assert_eq!(skew["processes"], 2, "{skew}");
+    let (mean, max) = (
+        skew["mean_ms"].as_f64().unwrap(),
+        skew["max_ms"].as_f64().unwrap(),
+    );
+    assert!(mean >= 0.0 && max >= mean, "{skew}");
+    assert!(rep["ops"].as_u64().unwrap() > 0);
+    assert!(
+        rep["wire"]["per_type"]["READ"]["requests"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    assert!(
+        rep["server"]["cpu_us_per_op"].as_f64().unwrap() > 0.0,
+        "{rep}"
+    );
+    assert!(rep["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|c| c["ok"] == true));
+}
