@@ -55,7 +55,7 @@ pub struct GaneshaConfArgs {
   txnfs bench run writefiles --target nfs://127.0.0.1:2049/ --txn --files-per-txn 16 --file-size 4k
   txnfs bench run writefiles --target nfs://127.0.0.1:2049/ --files-per-txn 16 --clients 8 --sharing 100
   txnfs bench run randread --target nfs://127.0.0.1:2049/ --threads 32 --batch dynamic --duration 5
-  txnfs bench run randread --target nfs://127.0.0.1:2049/ --processes 4 --threads 8 --duration 3
+  txnfs bench run randread --target nfs://127.0.0.1:2049/ --processes 2 --threads 4 --duration 2
 
 Workloads: `txnfs bench list` (with the client libraries each runs with).
 --driver nfs-rs runs the timed part through the third-party nfs-rs client,

@@ -17,6 +17,8 @@ pub mod plots;
 pub mod report;
 pub mod results;
 pub mod servers;
+pub mod sweep;
+pub mod sweep_plot;
 pub mod wire_report;
 pub use txnfs_bench::stats;
 

@@ -156,3 +156,43 @@ fn processes_start_together_and_add_up() {
         .iter()
         .all(|c| c["ok"] == true));
 }
+
+#[test]
+fn a_tiny_sweep_draws_each_batch_mode_with_error_bars() {
+    let Some(server) = txnfs() else { return };
+    let out = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_txnfs-bench"))
+        .args(["sweep", "randread", "--target", &server.url()])
+        .args(["--server-pid", &server.pid.to_string()])
+        .args([
+            "--threads",
+            "1,2",
+            "--delay-ms",
+            "0",
+            "--batch",
+            "none,static:2",
+        ])
+        .args(["--repeat", "2", "--duration", "0.5", "--out"])
+        .arg(out.path())
+        .args(["--", "--files", "4", "--file-size", "64k"])
+        .status()
+        .expect("run txnfs-bench sweep");
+    assert!(status.success(), "{status}");
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.path().join("sweep.json")).unwrap()).unwrap();
+    let cells = v["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 4, "2 threads × 1 delay × 2 modes");
+    for c in cells {
+        assert!(c["ops_per_s"]["mean"].as_f64().unwrap() > 0.0, "{c}");
+        assert_eq!(c["ops_per_s"]["n"], 2);
+        assert!(c["ops_per_s"]["ci95"].is_number(), "two repeats give a CI");
+        assert!(c["slot_wait_us"]["mean"].is_number());
+    }
+    let svg = std::fs::read_to_string(out.path().join("sweep-ops-0ms.svg")).unwrap();
+    for series in ["batch none", "batch static:2"] {
+        assert!(svg.lines().any(|l| l.trim() == series), "{series} missing");
+    }
+    assert!(out.path().join("sweep-slotwait-0ms.svg").is_file());
+    let md = std::fs::read_to_string(out.path().join("sweep.md")).unwrap();
+    assert!(md.contains("| 0 | static:2 | 2 |"), "{md}");
+}
