@@ -226,6 +226,9 @@ pub enum ToolCmd {
     /// Run one workload over threads × delay × batch mode with repeats: line plots with
     /// 95 % CI error bars (SVG), a table and JSON.
     Sweep(Box<crate::sweep::SweepArgs>),
+    /// Rerun the seeds' figures that can be rerun here (named sweeps) and write the
+    /// published finding beside ours.
+    Seeds(Box<crate::seeds::SeedsArgs>),
 }
 
 /// `4.1` / `4.2` to a minor version.
@@ -261,6 +264,10 @@ pub fn tool_main(args: ToolArgs) -> Result<()> {
             for f in files {
                 eprintln!("wrote {}", f.display());
             }
+            Ok(())
+        }
+        ToolCmd::Seeds(a) => {
+            print!("{}", crate::seeds::main(*a)?);
             Ok(())
         }
         ToolCmd::Compare(mut c) => {

@@ -16,6 +16,7 @@ pub mod compare;
 pub mod plots;
 pub mod report;
 pub mod results;
+pub mod seeds;
 pub mod servers;
 pub mod sweep;
 pub mod sweep_plot;

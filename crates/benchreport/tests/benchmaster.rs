@@ -196,3 +196,36 @@ fn a_tiny_sweep_draws_each_batch_mode_with_error_bars() {
     let md = std::fs::read_to_string(out.path().join("sweep.md")).unwrap();
     assert!(md.contains("| 0 | static:2 | 2 |"), "{md}");
 }
+
+#[test]
+fn the_seeds_preset_puts_the_published_figure_beside_ours() {
+    let Some(server) = txnfs() else { return };
+    let out = tempfile::tempdir().unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_txnfs-bench"))
+        .args([
+            "seeds",
+            "--only",
+            "deleg-locked",
+            "--quick",
+            "--target",
+            &server.url(),
+        ])
+        .args(["--server-pid", &server.pid.to_string(), "--out"])
+        .arg(out.path())
+        .output()
+        .expect("run txnfs-bench seeds");
+    assert!(o.status.success(), "{o:?}");
+    let md = std::fs::read_to_string(out.path().join("seeds.md")).unwrap();
+    let row = md
+        .lines()
+        .find(|l| l.starts_with("| deleg-locked |"))
+        .unwrap_or_else(|| panic!("no deleg-locked row:\n{md}"));
+    assert!(
+        row.contains("seed 001 §5.2, Table 1") && row.contains("3,009"),
+        "{row}"
+    );
+    // Ours: with read delegations the ten locked reads of a file cost one OPEN and one
+    // READ, and no LOCK goes to the server.
+    assert!(row.contains("LOCK 0), delegations on"), "{row}");
+    assert!(out.path().join("deleg-locked/sweep.json").is_file());
+}
