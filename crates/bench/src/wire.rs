@@ -150,7 +150,7 @@ mod tests {
 
     #[test]
     fn differences_summed_over_clients_and_averaged() {
-        let read = |requests, messages, rtt_ms, slot_ms| OpTiming {
+        let read = |requests: u64, messages: u64, rtt_ms: u64, slot_ms: u64| OpTiming {
             requests,
             messages,
             rtt_ns: rtt_ms * 1_000_000,
