@@ -187,7 +187,8 @@ mod tests {
         assert_eq!(series.len(), 2, "one full second and the rest: {series:?}");
         assert!(series[0].t >= 1.0 && series[1].t > series[0].t);
         let c = totals(&series.iter().map(|s| s.client).collect::<Vec<_>>());
-        assert!(c.user_ms > 500.0, "{c:?}");
+        // The machine may be shared: any CPU time at all, not a share of the 1.2 s.
+        assert!(c.user_ms > 0.0, "{c:?}");
         assert!(c.rss_kib > 0);
         assert!(series.iter().all(|s| s.server.is_some()));
     }
