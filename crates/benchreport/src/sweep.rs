@@ -10,6 +10,7 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use serde::{Deserialize, Serialize};
 
+use crate::compare::fmt_delay;
 use crate::servers::{RunningServer, ServerKind, ServerOpts};
 use crate::stats::{fmt_num, Summary};
 use crate::sweep_plot::{ci_line_chart, CiLine};
@@ -260,8 +261,8 @@ fn plots(sweep: &Sweep, a: &SweepArgs, out: &Path) -> Result<Vec<PathBuf>> {
                         .collect(),
                 })
                 .collect();
-            let path = out.join(format!("sweep-{key}-{}ms.svg", fmt_num(d)));
-            let title = format!("{} at {} ms delay: {y_desc}", sweep.workload, fmt_num(d));
+            let path = out.join(format!("sweep-{key}-{}ms.svg", fmt_delay(d)));
+            let title = format!("{} at {} ms delay: {y_desc}", sweep.workload, fmt_delay(d));
             ci_line_chart(&path, &title, "threads", y_desc, &lines)?;
             files.push(path);
         }
@@ -280,7 +281,7 @@ pub fn table(sweep: &Sweep) -> String {
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} | {} | {} | {} |",
-            fmt_num(c.delay_ms),
+            fmt_delay(c.delay_ms),
             c.batch,
             c.threads,
             match &c.error {
