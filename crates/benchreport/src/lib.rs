@@ -7,6 +7,9 @@
 //! * [`compare`]: the server × delay × workload matrix driver and ratios.
 //! * [`plots`] and [`report`]: SVG plots (plotters, SVG backend only),
 //!   `compare.json` and `report.md`.
+//! * [`sweep`], [`sweep_plot`], [`seeds`], [`wire_report`]: threads × delay × batch
+//!   sweeps with CI line plots, the seeds' rerunnable figures, and the report's
+//!   mountstats and process-cost sections (ADR 0053).
 //! * [`cli`]: the `clap` arguments and `main` of the `txnfs-bench` binary (`run`,
 //!   `list`, `ganesha-conf` from crates/bench, and `compare`), which `txnfs bench`
 //!   runs (ADR 0031).
