@@ -55,6 +55,7 @@ pub struct GaneshaConfArgs {
   txnfs bench run writefiles --target nfs://127.0.0.1:2049/ --txn --files-per-txn 16 --file-size 4k
   txnfs bench run writefiles --target nfs://127.0.0.1:2049/ --files-per-txn 16 --clients 8 --sharing 100
   txnfs bench run randread --target nfs://127.0.0.1:2049/ --threads 32 --batch dynamic --duration 5
+  txnfs bench run randread --target nfs://127.0.0.1:2049/ --processes 2 --threads 4 --duration 2
 
 Workloads: `txnfs bench list` (with the client libraries each runs with).
 --driver nfs-rs runs the timed part through the third-party nfs-rs client,
@@ -155,6 +156,14 @@ pub struct RunArgs {
     /// The CA (PEM) that signed the server's certificate (with --tls).
     #[arg(long, value_name = "FILE", requires = "tls")]
     pub tls_ca: Option<PathBuf>,
+    /// Run the clients in N separate processes of this binary (each with --clients and
+    /// --threads of its own and its own data set), released at one agreed instant; the
+    /// results add them up and report how far apart they started.
+    #[arg(long, value_name = "N")]
+    pub processes: Option<usize>,
+    /// A client process of --processes: wait for the parent's start instant.
+    #[arg(long, hide = true)]
+    pub gate: bool,
     /// Fail (exit status 2) when a per-op count check fails.
     #[arg(long)]
     pub strict: bool,
@@ -211,6 +220,7 @@ impl RunArgs {
             batch: self.batch,
             nfs_version: self.nfs_version,
             tls: self.tls_config()?,
+            gate: self.gate,
         })
     }
 }
@@ -234,7 +244,18 @@ impl RunArgs {
 pub async fn run(args: &RunArgs) -> anyhow::Result<crate::results::Results> {
     let w = workloads::by_name(&args.workload, &args.params())?;
     let cfg = args.config()?;
-    let res = runner::run(w, &cfg).await?;
+    let res = match args.processes {
+        Some(n) => {
+            let exe = std::env::current_exe().context("locating this binary")?;
+            let child_args = crate::processes::child_args(std::env::args().skip(1));
+            let (repeat, pid) = (cfg.repeat, cfg.server_pid);
+            tokio::task::spawn_blocking(move || {
+                crate::processes::run(&exe, &child_args, n, repeat, pid)
+            })
+            .await??
+        }
+        None => runner::run(w, &cfg).await?,
+    };
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
         let secs = std::time::SystemTime::now()
@@ -270,6 +291,22 @@ pub fn report(res: &crate::results::Results) -> String {
         res.threads,
         res.delay_ms
     ));
+    if let Some(n) = res.processes {
+        s.push_str(&format!("  in {n} client processes\n"));
+    }
+    for (i, r) in res.repeats.iter().enumerate() {
+        if let Some(k) = r.start_skew {
+            s.push_str(&format!(
+                "  start skew (repeat {}): mean {:.2} ms, max {:.2} ms from the agreed instant; \
+                 spread {:.2} ms over {} processes\n",
+                i + 1,
+                k.mean_ms,
+                k.max_ms,
+                k.spread_ms,
+                k.processes
+            ));
+        }
+    }
     s.push_str(&format!("  ops/s      {}\n", fmt(&res.summary.ops_per_s)));
     s.push_str(&format!("  MB/s       {}\n", fmt(&res.summary.mb_per_s)));
     if res.summary.cpu_us_per_op.is_some() {
@@ -277,6 +314,13 @@ pub fn report(res: &crate::results::Results) -> String {
             "  server CPU µs/request {}\n  server ctx switches/request {}\n",
             fmt(&res.summary.cpu_us_per_op),
             fmt(&res.summary.ctx_switches_per_op)
+        ));
+    }
+    if res.summary.client_cpu_us_per_op.is_some() {
+        s.push_str(&format!(
+            "  client CPU µs/request {}\n  client ctx switches/request {}\n",
+            fmt(&res.summary.client_cpu_us_per_op),
+            fmt(&res.summary.client_ctx_switches_per_op)
         ));
     }
     if let Some(last) = res.repeats.last() {
@@ -293,6 +337,10 @@ pub fn report(res: &crate::results::Results) -> String {
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         s.push_str(&format!("  ops: {}\n", ops.join(" ")));
+        if let Some(w) = &last.wire {
+            s.push_str(&w.table());
+        }
+        s.push_str(&crate::sysstats::summary_line(&last.system));
         if let Some(sent) = last.rpc_messages {
             let per = last.compounds as f64 / sent.max(1) as f64;
             let level = last
@@ -353,6 +401,15 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
         }
         BenchCmd::Run(a) => {
             let res = run(&a).await?;
+            if a.gate {
+                // A client process of --processes: its results go to the parent.
+                crate::gate::say(&format!(
+                    "{} {}",
+                    crate::gate::RESULT,
+                    serde_json::to_string(&res)?
+                ))?;
+                return Ok(());
+            }
             print!("{}", report(&res));
             if a.strict && !res.all_checks_ok() {
                 eprintln!("per-op checks failed: {:?}", res.failed_checks());

@@ -7,15 +7,22 @@
 //! CI), [`results`] (the JSON schema) and [`cli`] (`txnfs bench run`, `list`,
 //! `ganesha-conf`; the `txnfs-bench` binary of crates/benchreport). [`proxy`] is a
 //! user-space TCP delay proxy (latency without netem) that also counts ONC RPC records.
+//! [`wire`] (per request type RTT and queue times, transport counters), [`sysstats`]
+//! (once-a-second CPU, context switches, RSS) and [`processes`] with [`gate`] (clients
+//! in separate processes released together) are ADR 0053's.
 
 pub mod cli;
 pub mod driver;
+pub mod gate;
 pub mod nfs;
+pub mod processes;
 pub mod proxy;
 pub mod recorder;
 pub mod results;
 pub mod runner;
 pub mod stats;
+pub mod sysstats;
+pub mod wire;
 pub mod workload;
 pub mod workloads;
 

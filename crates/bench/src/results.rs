@@ -6,6 +6,14 @@
 //!                  "per_second": [{"t","ops","bytes"}], "op_counts": {"READ": n, ..},
 //!                  "op_bytes": {..}, "latency_us": {"READ": {"count","mean","p50","p90","p99","max"}},
 //!                  "server": {"cpu_us_per_op","ctx_switches_per_op"} | null,
+//!                  "client": {"cpu_us_per_op","ctx_switches_per_op"} | null,
+//!                  "wire": {"per_type": {"READ": {"requests","messages","bytes_sent",
+//!                           "bytes_received","rtt_us","slot_wait_us","batch_wait_us",
+//!                           "batched","no_reply"}},
+//!                           "transport": {"messages_sent","messages_received",
+//!                           "requests_per_message","on_the_wire"}} | null,
+//!                  "system": [{"t","client": {"user_ms","system_ms","ctx_voluntary",
+//!                              "ctx_involuntary","rss_kib"},"server": {..} | null}],
 //!                  "checks": [{"rule","ok","detail"}] } ],
 //!   "summary": { "ops_per_s": {"mean","ci95","n"}, "mb_per_s": {..},
 //!                "cpu_us_per_op": {..} | null, "ctx_switches_per_op": {..} | null } }
@@ -46,6 +54,8 @@ pub struct Results {
     /// The NFS version the nfs-rs driver spoke ("3", "4.0", "4.1"); `None` with our
     /// client (which negotiates 4.2 or 4.1).
     pub nfs_version: Option<String>,
+    /// With `--processes N`: the clients ran in N processes (`clients` counts all).
+    pub processes: Option<usize>,
     pub params: serde_json::Value,
     pub repeats: Vec<Repeat>,
     pub summary: SummaryBlock,
@@ -102,6 +112,48 @@ pub struct Repeat {
     pub counters: BTreeMap<String, u64>,
     /// Failed ops per "REQUEST:STATUS".
     pub errors: BTreeMap<String, u64>,
+    /// What the client process (all its threads) cost per request.
+    pub client: Option<ServerCost>,
+    /// The mountstats view of our clients (`None` with nfs-rs).
+    pub wire: Option<crate::wire::Wire>,
+    /// Once a second: CPU, context switches and memory of client and server.
+    pub system: Vec<crate::sysstats::SysSecond>,
+    /// When the workers were released (Unix ns).
+    pub start_unix_ns: Option<u64>,
+    /// The start instant a `--processes` parent gave (Unix ns).
+    pub agreed_start_unix_ns: Option<u64>,
+    /// With `--processes`: how far the processes' starts were from the agreed instant.
+    pub start_skew: Option<StartSkew>,
+}
+
+/// How far apart client processes started (seed 001 §3 reports mean 235 ms, max 432).
+#[derive(Clone, Default, Copy, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct StartSkew {
+    pub processes: usize,
+    /// Mean and largest |start − agreed instant|, ms.
+    pub mean_ms: f64,
+    pub max_ms: f64,
+    /// Last start − first start, ms.
+    pub spread_ms: f64,
+}
+
+impl StartSkew {
+    /// From the agreed instant and each process's start (Unix ns).
+    pub fn of(agreed_ns: u64, starts_ns: &[u64]) -> Option<StartSkew> {
+        let first = *starts_ns.iter().min()?;
+        let last = *starts_ns.iter().max()?;
+        let off: Vec<f64> = starts_ns
+            .iter()
+            .map(|s| s.abs_diff(agreed_ns) as f64 / 1e6)
+            .collect();
+        Some(StartSkew {
+            processes: starts_ns.len(),
+            mean_ms: off.iter().sum::<f64>() / off.len() as f64,
+            max_ms: off.iter().copied().fold(0.0, f64::max),
+            spread_ms: (last - first) as f64 / 1e6,
+        })
+    }
 }
 
 #[derive(Clone, Default, Debug, Serialize, Deserialize)]
@@ -111,6 +163,8 @@ pub struct SummaryBlock {
     pub mb_per_s: Option<Summary>,
     pub cpu_us_per_op: Option<Summary>,
     pub ctx_switches_per_op: Option<Summary>,
+    pub client_cpu_us_per_op: Option<Summary>,
+    pub client_ctx_switches_per_op: Option<Summary>,
 }
 
 impl Repeat {
@@ -171,6 +225,12 @@ impl Repeat {
             batch_level: None,
             counters: rec.counters.clone(),
             errors: rec.errors.clone(),
+            client: None,
+            wire: None,
+            system: Vec::new(),
+            start_unix_ns: None,
+            agreed_start_unix_ns: None,
+            start_skew: None,
         }
     }
 }
@@ -186,6 +246,8 @@ impl SummaryBlock {
             mb_per_s: col(&|r| Some(r.mb_per_s)),
             cpu_us_per_op: col(&|r| r.server.map(|s| s.cpu_us_per_op)),
             ctx_switches_per_op: col(&|r| r.server.map(|s| s.ctx_switches_per_op)),
+            client_cpu_us_per_op: col(&|r| r.client.map(|s| s.cpu_us_per_op)),
+            client_ctx_switches_per_op: col(&|r| r.client.map(|s| s.ctx_switches_per_op)),
         }
     }
 }
@@ -360,6 +422,18 @@ mod tests {
         assert_eq!(r.failed().len(), 1);
         assert_eq!(r.failed()[0].0, 1);
         assert_eq!(r.failed()[0].1.detail, "mismatch at 4096");
+    }
+
+    #[test]
+    fn start_skew_from_offsets() {
+        let ms = 1_000_000;
+        // Agreed at 1000 ms; started at 1001, 1003 and 999 ms.
+        let s = StartSkew::of(1000 * ms, &[1001 * ms, 1003 * ms, 999 * ms]).unwrap();
+        assert_eq!(s.processes, 3);
+        assert!((s.mean_ms - 5.0 / 3.0).abs() < 1e-9);
+        assert_eq!(s.max_ms, 3.0);
+        assert_eq!(s.spread_ms, 4.0);
+        assert!(StartSkew::of(0, &[]).is_none());
     }
 
     #[test]

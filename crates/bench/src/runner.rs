@@ -4,10 +4,13 @@
 //! sampled from /proc around the timed part.
 
 use crate::driver::{self, Driver, NfsVersion};
+use crate::gate;
 use crate::nfs;
 use crate::proxy::DelayProxy;
 use crate::recorder::Recorder;
 use crate::results::{Repeat, Results, ServerCost, SummaryBlock};
+use crate::sysstats::Sampler;
+use crate::wire::Wire;
 use crate::workload::{Expectation, RunStats, Setup, Shared, StopAt, Worker, Workload};
 use crate::{Proc, ProcSample};
 use anyhow::{anyhow, bail, Context};
@@ -118,6 +121,9 @@ pub struct RunConfig {
     /// RPC-with-TLS for our client's connections (ADR 0049); the server's certificate
     /// is checked against the IP address connected to.
     pub tls: Option<txnfs_rpc::ClientTls>,
+    /// A client process of `--processes`: wait at the start gate for the parent's
+    /// start instant ([`crate::gate`]).
+    pub gate: bool,
 }
 
 impl RunConfig {
@@ -138,6 +144,7 @@ impl RunConfig {
             batch: BatchMode::None,
             nfs_version: NfsVersion::V41,
             tls: None,
+            gate: false,
         }
     }
 }
@@ -178,7 +185,12 @@ fn unix_nanos() -> u128 {
         .as_nanos()
 }
 
-fn server_cost(before: &ProcSample, after: &ProcSample, requests: u64) -> ServerCost {
+/// CPU µs and context switches per request of a process (the server, or this client).
+pub(crate) fn cost_per_request(
+    before: &ProcSample,
+    after: &ProcSample,
+    requests: u64,
+) -> ServerCost {
     let d = before.delta_to(after);
     let cpu_us = if d.run_ns > 0 {
         d.run_ns as f64 / 1000.0
@@ -260,6 +272,7 @@ pub async fn run(w: Arc<dyn Workload>, cfg: &RunConfig) -> anyhow::Result<Result
         driver: cfg.driver,
         batch: cfg.batch.to_string(),
         nfs_version: (cfg.driver == Driver::NfsRs).then(|| cfg.nfs_version.to_string()),
+        processes: None,
         params: w.params(),
         summary: SummaryBlock::of(&repeats),
         repeats,
@@ -417,8 +430,16 @@ async fn timed_part(
             }));
         }
     }
+    let agreed_start = match cfg.gate {
+        true => Some(gate::wait_for_start().await?),
+        false => None,
+    };
     shared.barrier.wait().await;
     let t0 = Instant::now();
+    let started = gate::unix_ns();
+    let sampler = Sampler::start(cfg.server_pid);
+    let times_before: Vec<_> = clients.iter().map(|c| c.op_times()).collect();
+    let client_before = ProcSample::read(Proc::SelfProc).ok();
     let sent_before: u64 = clients.iter().map(|c| c.stats().compounds).sum();
     let proc_before = cfg
         .server_pid
@@ -446,6 +467,12 @@ async fn timed_part(
         }
     }
     let duration = t0.elapsed();
+    if cfg.gate {
+        gate::say(gate::DONE)?;
+    }
+    let times_after: Vec<_> = clients.iter().map(|c| c.op_times()).collect();
+    let client_after = ProcSample::read(Proc::SelfProc).ok();
+    let system = sampler.finish();
     // COMPOUNDs on the wire in the timed part (and the workers' untimed last steps):
     // fewer than requests when batching packs several into one.
     let sent: u64 = clients.iter().map(|c| c.stats().compounds).sum::<u64>() - sent_before;
@@ -469,7 +496,7 @@ async fn timed_part(
         return Err(e);
     }
     let server = match (&proc_before, &proc_after) {
-        (Some(b), Some(a)) => Some(server_cost(b, a, merged.compounds)),
+        (Some(b), Some(a)) => Some(cost_per_request(b, a, merged.compounds)),
         _ => None,
     };
     let stats = RunStats {
@@ -495,7 +522,14 @@ async fn timed_part(
     let mut rep = Repeat::from_recorder(&stats.rec, duration.as_secs_f64(), server, checks);
     if cfg.driver == Driver::Txnfs {
         rep.rpc_messages = Some(sent);
+        rep.wire = Some(Wire::of(&times_before, &times_after));
     }
+    if let (Some(b), Some(a)) = (&client_before, &client_after) {
+        rep.client = Some(cost_per_request(b, a, stats.rec.compounds));
+    }
+    rep.system = system;
+    rep.start_unix_ns = Some(started);
+    rep.agreed_start_unix_ns = agreed_start;
     rep.batch_level = batch_level;
     Ok(rep)
 }

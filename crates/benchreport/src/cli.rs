@@ -223,6 +223,12 @@ pub enum ToolCmd {
     /// Start txnfs and NFS-Ganesha on loopback, run the same workloads against both and
     /// write ratios, JSON, SVG plots and a Markdown report.
     Compare(Box<CompareArgs>),
+    /// Run one workload over threads × delay × batch mode with repeats: line plots with
+    /// 95 % CI error bars (SVG), a table and JSON.
+    Sweep(Box<crate::sweep::SweepArgs>),
+    /// Rerun the seeds' figures that can be rerun here (named sweeps) and write the
+    /// published finding beside ours.
+    Seeds(Box<crate::seeds::SeedsArgs>),
 }
 
 /// `4.1` / `4.2` to a minor version.
@@ -251,6 +257,19 @@ pub fn tool_main(args: ToolArgs) -> Result<()> {
         }
         ToolCmd::List => bench(txnfs_bench::cli::BenchCmd::List),
         ToolCmd::GaneshaConf(g) => bench(txnfs_bench::cli::BenchCmd::GaneshaConf(g)),
+        ToolCmd::Sweep(mut a) => {
+            a.minor = args.vers;
+            let (sweep, files) = crate::sweep::main(*a)?;
+            print!("{}", crate::sweep::table(&sweep));
+            for f in files {
+                eprintln!("wrote {}", f.display());
+            }
+            Ok(())
+        }
+        ToolCmd::Seeds(a) => {
+            print!("{}", crate::seeds::main(*a)?);
+            Ok(())
+        }
         ToolCmd::Compare(mut c) => {
             let me = std::env::current_exe().context("locating this binary")?;
             if c.bench_bin.is_none() && std::env::var_os("TXNFS_BENCH_BIN").is_none() {

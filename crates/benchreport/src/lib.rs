@@ -7,6 +7,9 @@
 //! * [`compare`]: the server × delay × workload matrix driver and ratios.
 //! * [`plots`] and [`report`]: SVG plots (plotters, SVG backend only),
 //!   `compare.json` and `report.md`.
+//! * [`sweep`], [`sweep_plot`], [`seeds`], [`wire_report`]: threads × delay × batch
+//!   sweeps with CI line plots, the seeds' rerunnable figures, and the report's
+//!   mountstats and process-cost sections (ADR 0053).
 //! * [`cli`]: the `clap` arguments and `main` of the `txnfs-bench` binary (`run`,
 //!   `list`, `ganesha-conf` from crates/bench, and `compare`), which `txnfs bench`
 //!   runs (ADR 0031).
@@ -16,7 +19,11 @@ pub mod compare;
 pub mod plots;
 pub mod report;
 pub mod results;
+pub mod seeds;
 pub mod servers;
+pub mod sweep;
+pub mod sweep_plot;
+pub mod wire_report;
 pub use txnfs_bench::stats;
 
 pub use cli::{main, tool_main, CompareArgs, ToolArgs};

@@ -355,6 +355,9 @@ pub fn markdown(cmp: &Comparison, written: &Written, out: &Path) -> String {
             md.push('\n');
         }
 
+        md.push_str(&crate::wire_report::wire_section(cmp, delay));
+        md.push_str(&crate::wire_report::system_section(cmp, delay));
+
         let lines: Vec<&PathBuf> = written
             .line_charts
             .iter()

@@ -67,7 +67,7 @@ fn list_names_getattr_and_the_tree_workloads_with_their_drivers() {
 #[test]
 fn help_examples_name_real_workloads_and_the_real_command() {
     let names = listed();
-    for sub in ["run", "compare"] {
+    for sub in ["run", "compare", "sweep"] {
         let help = txnfs(&["bench", sub, "--help"]);
         let ex = examples(&help);
         assert!(

@@ -18,8 +18,8 @@ pub const BENCH_BIN: &str = "txnfs-bench";
 #[derive(clap::Args, Debug)]
 #[command(disable_help_flag = true)]
 pub struct BenchArgs {
-    /// `run`, `list`, `ganesha-conf` or `compare` and their arguments (`txnfs bench
-    /// --help`); they are those of the txnfs-bench binary.
+    /// `run`, `list`, `ganesha-conf`, `compare`, `sweep` or `seeds` and their arguments
+    /// (`txnfs bench --help`); they are those of the txnfs-bench binary.
     #[arg(
         trailing_var_arg = true,
         allow_hyphen_values = true,

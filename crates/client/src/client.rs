@@ -4,6 +4,7 @@
 use crate::cache::{CacheStats, DelegCache};
 use crate::callback::{CallbackService, CallbackStats};
 use crate::compound::{compound_ops, op_name, Compound, Reply};
+use crate::optimes::{request_type, OpTimesSnapshot};
 use crate::slots::SlotTable;
 use crate::transport::{Transport, PROC_COMPOUND};
 use crate::ClientError;
@@ -112,6 +113,7 @@ pub(crate) struct Inner {
     read_plus_refused: std::sync::atomic::AtomicBool,
     /// Batches independent requests of concurrent callers (`ClientConfig::batch`).
     batcher: Option<crate::batch::Batcher>,
+    pub(crate) op_times: crate::optimes::OpTimes,
 }
 
 /// How [`Client::send_as`] sends a COMPOUND.
@@ -258,6 +260,7 @@ impl Client {
             lease: AtomicU64::new(60),
             read_plus_refused: Default::default(),
             batcher,
+            op_times: Default::default(),
         });
         cache.attach(Arc::downgrade(&inner));
         if let Some(q) = batch_queue {
@@ -480,6 +483,12 @@ impl Client {
         self.inner.batcher.as_ref()
     }
 
+    /// Per request type counts, queue and round-trip times, and transport counters
+    /// since the client started (mountstats' view; [`crate::optimes`]).
+    pub fn op_times(&self) -> OpTimesSnapshot {
+        self.inner.op_times.snapshot()
+    }
+
     /// What the batcher did (`None` with batching off).
     pub fn batch_stats(&self) -> Option<crate::batch::BatchStats> {
         self.batcher().map(|b| b.stats())
@@ -520,6 +529,7 @@ impl Client {
         let mut busy = crate::busy::BusyWait::new(self.inner.cfg.busy_wait);
         loop {
             let st = self.state();
+            let asked = std::time::Instant::now();
             let Some((slot, seq, highest)) = st.slots.acquire().await else {
                 // Every slot was retired: start a fresh session.
                 self.recover(st.epoch).await?;
@@ -537,10 +547,13 @@ impl Client {
             if counted {
                 self.count(&c.ops);
             }
+            let request = encode(st.minor, &all);
+            let (kind, len, waited) = (request_type(&c.ops), request.len(), asked.elapsed());
+            let call = self.inner.transport.call(proc_num, request);
             let (bytes, resent) = match self
                 .inner
-                .transport
-                .call(proc_num, encode(st.minor, &all))
+                .op_times
+                .timed(kind, waited, len, call, |a| a.reply.len())
                 .await
             {
                 Ok(a) => (a.reply, a.resent),

@@ -1,5 +1,5 @@
 //! `txnfs-bench`: the benchmark framework's binary (`run`, `list`, `ganesha-conf`,
-//! `compare`); `txnfs bench ARGS` runs it with ARGS (ADR 0031).
+//! `compare`, `sweep`, `seeds`); `txnfs bench ARGS` runs it with ARGS (ADR 0031).
 
 use clap::Parser;
 

@@ -410,6 +410,13 @@ fn part_reply(r: &Reply, at: usize, n: usize) -> Option<Reply> {
 }
 
 async fn send_batch(client: Client, parts: Vec<Pending>) {
+    // Each part's time in the queue, counted under its own type (mountstats' queue time).
+    let now = Instant::now();
+    let waits: Vec<_> = parts
+        .iter()
+        .map(|p| (crate::optimes::request_type(&p.ops.ops), now - p.since))
+        .collect();
+    client.inner.op_times.batched(&waits);
     if parts.len() == 1 {
         for p in parts {
             let r = client.send_alone(&p.ops).await;
