@@ -1,5 +1,6 @@
 //! A private MIT Kerberos KDC for the RPCSEC_GSS tests: its own realm, database and
-//! configuration in a temporary directory, a service key `nfs/localhost` in a keytab,
+//! configuration in a temporary directory, service keys `nfs/localhost` and
+//! `nfs/127.0.0.1` (for URLs that name the address) in a keytab,
 //! a user `alice` with a ticket in her own credential cache, and `krb5kdc` on a free
 //! loopback port, stopped (by its PID) when the value is dropped.
 //!
@@ -35,7 +36,8 @@ pub struct Kdc {
     /// `krb5kdc`, once started.
     child: Option<Child>,
     pub port: u16,
-    /// The keytab with `nfs/localhost@TXNFS.TEST` (the server's).
+    /// The keytab with `nfs/localhost@TXNFS.TEST` and `nfs/127.0.0.1@TXNFS.TEST`
+    /// (the server's).
     pub service_keytab: PathBuf,
     /// A keytab with a key of the same principal that the KDC does not know (a
     /// server configured with the wrong keytab).
@@ -127,7 +129,10 @@ impl Kdc {
             wrong_keytab: dir.join("wrong.keytab"),
             ccache: dir.join("alice.ccache"),
         };
-        let svc = format!("nfs/localhost@{REALM}");
+        let services = [
+            format!("nfs/localhost@{REALM}"),
+            format!("nfs/127.0.0.1@{REALM}"),
+        ];
         let user = format!("{USER}@{REALM}");
         let user_keytab = dir.join("alice.keytab");
         let (skt, wkt, ukt) = (
@@ -140,10 +145,12 @@ impl Kdc {
             &["-r", REALM, "create", "-s", "-P", "txnfs-test-master"],
         )?;
         let q = |s: String| kdc.run("kadmin.local", &["-r", REALM, "-q", &s]);
-        q(format!("addprinc -randkey {svc}"))?;
-        // The wrong keytab first: its key is replaced by the next ktadd (randkey).
-        q(format!("ktadd -k {wkt} {svc}"))?;
-        q(format!("ktadd -k {skt} {svc}"))?;
+        for svc in &services {
+            q(format!("addprinc -randkey {svc}"))?;
+            // The wrong keytab first: its key is replaced by the next ktadd (randkey).
+            q(format!("ktadd -k {wkt} {svc}"))?;
+            q(format!("ktadd -k {skt} {svc}"))?;
+        }
         q(format!("addprinc -randkey {user}"))?;
         q(format!("ktadd -k {ukt} {user}"))?;
         let mut cmd = Command::new(krb5kdc);

@@ -149,10 +149,12 @@ pub(crate) async fn establish<C: RawCaller + Sync>(
                 return Err(gss_err(
                     peer,
                     format_args!(
-                        "the server could not accept our Kerberos ticket (GSS major {:#x}, minor {}): {}",
+                        "the server could not accept our Kerberos ticket (GSS major {:#x}, minor {}): {}; \
+                         its keytab may lack the current key of {} (its log says more)",
                         res.gss_major,
                         res.gss_minor,
-                        gssapi::describe(res.gss_major, res.gss_minor)
+                        gssapi::describe(res.gss_major, res.gss_minor),
+                        cfg.target
                     ),
                 ));
             }
