@@ -244,7 +244,11 @@ fn kerberos_end_to_end() {
     let url = format!("nfs://127.0.0.1:{}/krb/p.bin", proxy.addr.port());
     let started = Instant::now();
     round_trip(&kdc, "krb5p", &src, &url, &data);
-    eprintln!("krb5p cp + cat of {} bytes: {:?}", data.len(), started.elapsed());
+    eprintln!(
+        "krb5p cp + cat of {} bytes: {:?}",
+        data.len(),
+        started.elapsed()
+    );
     let on_disk = krb_dir.join("export/p.bin");
     assert!(std::fs::read(&on_disk).unwrap() == data);
     assert_eq!(
@@ -252,7 +256,10 @@ fn kerberos_end_to_end() {
         1000,
         "the file belongs to the mapped uid of {USER}@{REALM}"
     );
-    assert!(!proxy.saw(MARKER), "krb5p: the file's bytes crossed in clear");
+    assert!(
+        !proxy.saw(MARKER),
+        "krb5p: the file's bytes crossed in clear"
+    );
 
     // (b) krb5i and krb5: round trips (signed, not sealed).
     for sec in ["krb5i", "krb5"] {
@@ -264,7 +271,10 @@ fn kerberos_end_to_end() {
     let url = format!("nfs://127.0.0.1:{port}/krb/sys.bin");
     let out = txnfs(&kdc, &["cp", s(&src), &url]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "AUTH_SYS cp to a krb5 export succeeded");
+    assert!(
+        !out.status.success(),
+        "AUTH_SYS cp to a krb5 export succeeded"
+    );
     assert!(err.contains("NFS4ERR_WRONGSEC"), "{err}");
     assert!(!krb_dir.join("export/sys.bin").exists());
     let list = secinfo(port, "krb");
@@ -297,7 +307,11 @@ fn kerberos_end_to_end() {
 
     // The same copy with AUTH_SYS on a sec=sys export: the marker is on the wire.
     let sys_dir = dir.path().join("sys");
-    let (mut plain, port) = serve(&kdc, &sys_dir, &["--client", "127.0.0.1(rw,no_root_squash)"]);
+    let (mut plain, port) = serve(
+        &kdc,
+        &sys_dir,
+        &["--client", "127.0.0.1(rw,no_root_squash)"],
+    );
     let proxy = RecordingProxy::start(SocketAddr::from(([127, 0, 0, 1], port)));
     let url = format!("nfs://127.0.0.1:{}/krb/plain.bin", proxy.addr.port());
     let out = txnfs(&kdc, &["cp", s(&src), &url]);
@@ -324,7 +338,10 @@ fn kerberos_end_to_end() {
     terminate(&mut stale);
     let err = String::from_utf8_lossy(&out.stderr);
     eprintln!("stale keytab, after {took:?}: {err}");
-    assert!(!out.status.success(), "cp to a server with a stale key succeeded");
+    assert!(
+        !out.status.success(),
+        "cp to a server with a stale key succeeded"
+    );
     assert!(
         err.contains("could not accept our Kerberos ticket"),
         "unclear error: {err}"

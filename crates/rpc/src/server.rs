@@ -897,7 +897,14 @@ impl<S: RpcService> Connection<S> {
                     break;
                 }
             };
-            let (xid, work) = match parse_call(rec, conn_id, peer, &back_channel, &tls, self.shared.gss.as_deref()) {
+            let (xid, work) = match parse_call(
+                rec,
+                conn_id,
+                peer,
+                &back_channel,
+                &tls,
+                self.shared.gss.as_deref(),
+            ) {
                 Parsed::Close => break,
                 Parsed::BackReply(rec) => {
                     back_channel.deliver(rec);

@@ -76,13 +76,13 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
 
-async fn connect(
-    addr: std::net::SocketAddr,
-    cfg: ClientConfig,
-) -> Result<RpcClient, RpcError> {
-    tokio::time::timeout(T, RpcClient::connect_with_config(addr, Credential::None, cfg))
-        .await
-        .expect("connect (and context creation) in time")
+async fn connect(addr: std::net::SocketAddr, cfg: ClientConfig) -> Result<RpcClient, RpcError> {
+    tokio::time::timeout(
+        T,
+        RpcClient::connect_with_config(addr, Credential::None, cfg),
+    )
+    .await
+    .expect("connect (and context creation) in time")
 }
 
 /// One test, in order: the environment (KRB5_CONFIG) is the process's, so the steps
@@ -124,7 +124,11 @@ fn kerberos_at_the_transport() {
                 .map(|i| {
                     let c = c.clone();
                     tokio::spawn(async move {
-                        (i, c.call(PROG, 1, 1, Bytes::from(i.to_be_bytes().to_vec())).await)
+                        (
+                            i,
+                            c.call(PROG, 1, 1, Bytes::from(i.to_be_bytes().to_vec()))
+                                .await,
+                        )
                     })
                 })
                 .collect();
@@ -137,7 +141,10 @@ fn kerberos_at_the_transport() {
             let clear = contains(&wire, MARKER);
             match service {
                 GssService::Privacy => assert!(!clear, "krb5p: the marker crossed in clear"),
-                _ => assert!(clear, "{service:?}: the marker is expected in clear (signed only)"),
+                _ => assert!(
+                    clear,
+                    "{service:?}: the marker is expected in clear (signed only)"
+                ),
             }
         }
 

@@ -233,14 +233,16 @@ mod tests {
 
     #[test]
     fn map_lines_parse_and_errors_name_the_line() {
-        let m = parse(
-            "# who is who\n\nalice@EX.TEST 1000 1000\nbob@EX.TEST 1001 100 [4,24] # ops\n",
-        )
-        .unwrap();
+        let m =
+            parse("# who is who\n\nalice@EX.TEST 1000 1000\nbob@EX.TEST 1001 100 [4,24] # ops\n")
+                .unwrap();
         assert_eq!(m["alice@EX.TEST"], creds(1000, 1000, &[]));
         assert_eq!(m["bob@EX.TEST"], creds(1001, 100, &[4, 24]));
         assert_eq!(parse("a@X 1\n").unwrap_err().0, 1);
-        assert_eq!(parse("\na@X 1 x\n").unwrap_err(), (2, "\"x\" is not a number".into()));
+        assert_eq!(
+            parse("\na@X 1 x\n").unwrap_err(),
+            (2, "\"x\" is not a number".into())
+        );
         assert_eq!(parse("a@X 1 1\na@X 2 2\n").unwrap_err().0, 2);
     }
 
@@ -249,9 +251,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let passwd = dir.path().join("passwd");
         let group = dir.path().join("group");
-        std::fs::write(&passwd, "root:x:0:0::/root:/bin/sh\ncarol:x:1002:1002::/h:/bin/sh\n")
-            .unwrap();
-        std::fs::write(&group, "carol:x:1002:\nstaff:x:50:carol,dave\nother:x:51:dave\n").unwrap();
+        std::fs::write(
+            &passwd,
+            "root:x:0:0::/root:/bin/sh\ncarol:x:1002:1002::/h:/bin/sh\n",
+        )
+        .unwrap();
+        std::fs::write(
+            &group,
+            "carol:x:1002:\nstaff:x:50:carol,dave\nother:x:51:dave\n",
+        )
+        .unwrap();
         let map_file = dir.path().join("map");
         std::fs::write(&map_file, "alice@EX.TEST 1000 1000 7\n").unwrap();
         let cfg = KerberosConfig {
@@ -262,10 +271,21 @@ mod tests {
             .unwrap()
             .with_user_files(&passwd, &group);
         assert_eq!(map.creds_of("alice@EX.TEST"), Some(creds(1000, 1000, &[7])));
-        assert_eq!(map.creds_of("carol@EX.TEST"), Some(creds(1002, 1002, &[50])));
-        assert_eq!(map.creds_of("alice@OTHER.TEST"), None, "the map is per principal");
+        assert_eq!(
+            map.creds_of("carol@EX.TEST"),
+            Some(creds(1002, 1002, &[50]))
+        );
+        assert_eq!(
+            map.creds_of("alice@OTHER.TEST"),
+            None,
+            "the map is per principal"
+        );
         assert_eq!(map.creds_of("nobody-here@EX.TEST"), None);
-        assert_eq!(map.creds_of("carol/admin@EX.TEST"), None, "an instance is not the user");
+        assert_eq!(
+            map.creds_of("carol/admin@EX.TEST"),
+            None,
+            "an instance is not the user"
+        );
         assert_eq!(map.creds_of("nfs/localhost@EX.TEST"), None);
     }
 

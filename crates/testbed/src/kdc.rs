@@ -161,10 +161,7 @@ impl Kdc {
         for (k, v) in kdc.env() {
             cmd.env(k, v);
         }
-        kdc.child = Some(
-            cmd.spawn()
-                .map_err(|e| KdcError(format!("krb5kdc: {e}")))?,
-        );
+        kdc.child = Some(cmd.spawn().map_err(|e| KdcError(format!("krb5kdc: {e}")))?);
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             if Instant::now() > deadline {

@@ -17,9 +17,9 @@ pub mod mkdir;
 pub mod mv;
 pub mod progress;
 pub mod rm;
+mod sec;
 pub mod stat;
 pub mod stream;
-mod sec;
 mod tls;
 pub mod url;
 

@@ -139,7 +139,9 @@ pub(crate) async fn establish<C: RawCaller + Sync>(
                 Err(RpcError::AuthError(s)) => {
                     return Err(gss_err(
                         peer,
-                        format_args!("the server refused RPCSEC_GSS ({s:?}); it may not offer Kerberos"),
+                        format_args!(
+                            "the server refused RPCSEC_GSS ({s:?}); it may not offer Kerberos"
+                        ),
                     ))
                 }
                 r => r?,
@@ -255,7 +257,10 @@ impl GssSession {
         };
         match wire::split_seq(&data) {
             Some((s, body)) if s == seq => Ok(Bytes::copy_from_slice(body)),
-            _ => Err(gss_err(self.peer, "reply body has the wrong sequence number")),
+            _ => Err(gss_err(
+                self.peer,
+                "reply body has the wrong sequence number",
+            )),
         }
     }
 }

@@ -200,7 +200,8 @@ type DisplayStatus = unsafe extern "C" fn(
 ) -> OmUint32;
 type ReleaseBuffer = unsafe extern "C" fn(*mut OmUint32, *mut BufferDesc) -> OmUint32;
 type ReleaseHandle = unsafe extern "C" fn(*mut OmUint32, *mut Handle) -> OmUint32;
-type DeleteSecContext = unsafe extern "C" fn(*mut OmUint32, *mut Handle, *mut BufferDesc) -> OmUint32;
+type DeleteSecContext =
+    unsafe extern "C" fn(*mut OmUint32, *mut Handle, *mut BufferDesc) -> OmUint32;
 
 /// The library's entry points. The `Library` is kept alive as long as them.
 struct Api {
@@ -381,7 +382,8 @@ fn acquire(usage: c_int, key: &str, store: Option<&str>) -> Result<Cred, GssErro
             GSS_C_INDEFINITE,
             &mechs,
             usage,
-            set.as_ref().map_or(ptr::null(), |s| s as *const KeyValueSet),
+            set.as_ref()
+                .map_or(ptr::null(), |s| s as *const KeyValueSet),
             &mut cred,
             ptr::null_mut(),
             ptr::null_mut(),

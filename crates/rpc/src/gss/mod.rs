@@ -13,8 +13,8 @@ pub(crate) mod client;
 mod context;
 pub mod gssapi;
 pub(crate) mod server;
-pub mod wire;
 pub mod window;
+pub mod wire;
 
 pub use client::GssClientConfig;
 pub use gssapi::{GssError, KRB5_MECH_OID};

@@ -12,8 +12,8 @@ use tracing::{debug, info, warn};
 
 use super::context::{ContextCache, ServerContext};
 use super::gssapi::{self, Cred, GssError, SecContext, GSS_S_CONTEXT_EXPIRED};
-use super::wire::{self, GssCred, GssProc, GssService, InitRes, MAX_TOKEN, RPCSEC_GSS};
 use super::window::{SeqVerdict, SEQ_WINDOW};
+use super::wire::{self, GssCred, GssProc, GssService, InitRes, MAX_TOKEN, RPCSEC_GSS};
 use crate::msg::{AuthStat, OpaqueAuth};
 use crate::server::ReplyBody;
 
@@ -145,16 +145,14 @@ impl GssServer {
                 GssError::Failed { major, minor, .. } => (*major, *minor),
                 _ => (gssapi::GSS_S_NO_CONTEXT, 0),
             };
-            Bytes::from(
-                InitRes {
-                    handle: Bytes::new(),
-                    gss_major: major,
-                    gss_minor: minor,
-                    seq_window: 0,
-                    token: Bytes::new(),
-                }
-                .encode(),
-            )
+            InitRes {
+                handle: Bytes::new(),
+                gss_major: major,
+                gss_minor: minor,
+                seq_window: 0,
+                token: Bytes::new(),
+            }
+            .encode()
         };
         let accepted = match state.gss.accept(&self.cred, &token) {
             Ok(a) => a,
@@ -250,7 +248,10 @@ impl GssServer {
         match state.window.check(cred.seq_num) {
             SeqVerdict::Accept => {}
             SeqVerdict::Drop => {
-                debug!(seq = cred.seq_num, "RPCSEC_GSS replay or old sequence number dropped");
+                debug!(
+                    seq = cred.seq_num,
+                    "RPCSEC_GSS replay or old sequence number dropped"
+                );
                 return GssVerdict::Drop;
             }
             SeqVerdict::Exhausted => {
@@ -307,7 +308,8 @@ fn unseal_args(gss: &mut SecContext, cred: &GssCred, args: Bytes) -> Result<Byte
         GssService::None => return Ok(args),
         GssService::Integrity => {
             let (data, mic) = wire::decode_integ(args, max).map_err(|_| "malformed integ data")?;
-            gss.verify_mic(&data, &mic).map_err(|_| "MIC of the arguments does not verify")?;
+            gss.verify_mic(&data, &mic)
+                .map_err(|_| "MIC of the arguments does not verify")?;
             data.to_vec()
         }
         GssService::Privacy => {
@@ -340,7 +342,10 @@ impl GssCaller {
             Ok(m) => gss_verf(m),
             Err(e) => {
                 warn!(error = %e, "RPCSEC_GSS: cannot sign a reply");
-                return (OpaqueAuth::none(), ReplyBody::AuthError(AuthStat::RpcsecGssCtxProblem));
+                return (
+                    OpaqueAuth::none(),
+                    ReplyBody::AuthError(AuthStat::RpcsecGssCtxProblem),
+                );
             }
         };
         let ReplyBody::Success(results) = body else {

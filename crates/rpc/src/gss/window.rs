@@ -80,7 +80,11 @@ mod tests {
         assert_eq!(w.check(10), SeqVerdict::Accept);
         assert_eq!(w.check(10 + SEQ_WINDOW), SeqVerdict::Accept);
         // 10 is now exactly one window behind: outside.
-        assert_eq!(w.check(11), SeqVerdict::Accept, "last number inside the window");
+        assert_eq!(
+            w.check(11),
+            SeqVerdict::Accept,
+            "last number inside the window"
+        );
         assert_eq!(w.check(10), SeqVerdict::Drop);
         assert_eq!(w.check(0), SeqVerdict::Drop);
         assert_eq!(w.check(12), SeqVerdict::Accept);
