@@ -7,6 +7,20 @@ use std::path::{Path, PathBuf};
 use txnfs_server::exportrules::parse_rule;
 use txnfs_server::{BackendKind, Config, ExportConfig, Server, TlsFiles};
 
+/// `txnfs serve`'s Kerberos options (ADR 0051).
+#[derive(Args, Debug, Clone, Default)]
+pub struct KerberosArgs {
+    /// Kerberos (RPCSEC_GSS, sec=krb5/krb5i/krb5p): the keytab with the service keys
+    /// (nfs/HOST@REALM). Default: the library's, /etc/krb5.keytab (or KRB5_KTNAME).
+    #[arg(long, value_name = "FILE")]
+    pub keytab: Option<PathBuf>,
+    /// Kerberos principal → uid/gid map: lines `alice@REALM 1000 1000 [gid,gid]`.
+    /// Without a line a principal acts as the local user of its name, else as the
+    /// export rule's anonymous user.
+    #[arg(long, value_name = "FILE")]
+    pub gss_map: Option<PathBuf>,
+}
+
 #[derive(Args, Debug, Clone)]
 #[command(after_help = "EXAMPLES:\n  \
     txnfs serve /srv/data                      export /srv/data as / on 127.0.0.1:2049\n  \
@@ -150,15 +164,9 @@ pub struct ServeArgs {
     /// signed by them may use sec=mtls exports.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
-    /// Kerberos (RPCSEC_GSS, sec=krb5/krb5i/krb5p): the keytab with the service keys
-    /// (nfs/HOST@REALM). Default: the library's, /etc/krb5.keytab (or KRB5_KTNAME).
-    #[arg(long, value_name = "FILE")]
-    pub keytab: Option<PathBuf>,
-    /// Kerberos principal → uid/gid map: lines `alice@REALM 1000 1000 [gid,gid]`.
-    /// Without a line a principal acts as the local user of its name, else as the
-    /// export rule's anonymous user.
-    #[arg(long, value_name = "FILE")]
-    pub gss_map: Option<PathBuf>,
+    /// Kerberos: --keytab, --gss-map (boxed: `Cmd` stays small).
+    #[command(flatten)]
+    pub kerberos: Box<KerberosArgs>,
     /// Check the configuration (files parse, paths exist, exports do not overlap) and
     /// exit: 0 with a summary, else 1 with the reason. Binds no port and leaves the
     /// state directory alone.
@@ -258,10 +266,11 @@ pub fn build_config(a: &ServeArgs) -> Result<Config> {
         // Checked now, so that a bad file stops the start with its name and problem.
         tls.load().context("RPC-with-TLS")?;
     }
-    if a.keytab.is_some() || a.gss_map.is_some() {
+    let flags = &a.kerberos;
+    if flags.keytab.is_some() || flags.gss_map.is_some() {
         let k = cfg.kerberos.get_or_insert_with(Default::default);
-        k.keytab = a.keytab.clone().or(k.keytab.take());
-        k.map = a.gss_map.clone().or(k.map.take());
+        k.keytab = flags.keytab.clone().or(k.keytab.take());
+        k.map = flags.gss_map.clone().or(k.map.take());
     }
     let backend = if a.memory {
         BackendKind::Memory
