@@ -52,12 +52,15 @@ async fn pipe(
     let _ = w.shutdown().await;
 }
 
-/// A TCP relay to `to` that records the bytes of both directions.
-async fn relay(to: std::net::SocketAddr) -> (std::net::SocketAddr, Arc<Mutex<Vec<u8>>>) {
+/// What a relay saw: client to server, server to client.
+type Seen = Arc<Mutex<Vec<u8>>>;
+
+/// A TCP relay to `to` that records the bytes of each direction.
+async fn relay(to: std::net::SocketAddr) -> (std::net::SocketAddr, Seen, Seen) {
     let l = TcpListener::bind("127.0.0.1:0").await.expect("bind relay");
     let addr = l.local_addr().expect("addr");
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let s = seen.clone();
+    let (up, down): (Seen, Seen) = Default::default();
+    let (u, d) = (up.clone(), down.clone());
     tokio::spawn(async move {
         while let Ok((a, _)) = l.accept().await {
             let Ok(b) = TcpStream::connect(to).await else {
@@ -65,11 +68,43 @@ async fn relay(to: std::net::SocketAddr) -> (std::net::SocketAddr, Arc<Mutex<Vec
             };
             let (ar, aw) = a.into_split();
             let (br, bw) = b.into_split();
-            tokio::spawn(pipe(ar, bw, s.clone()));
-            tokio::spawn(pipe(br, aw, s.clone()));
+            tokio::spawn(pipe(ar, bw, u.clone()));
+            tokio::spawn(pipe(br, aw, d.clone()));
         }
     });
-    (addr, seen)
+    (addr, up, down)
+}
+
+/// The last whole record (with its mark) in `bytes`, a stream of single-fragment
+/// records.
+fn last_record(bytes: &[u8]) -> Vec<u8> {
+    let mut at = 0;
+    let mut last = None;
+    while at + 4 <= bytes.len() {
+        let mark = u32::from_be_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+        let len = (mark & 0x7fff_ffff) as usize;
+        last = Some(bytes[at..at + 4 + len].to_vec());
+        at += 4 + len;
+    }
+    last.expect("a record")
+}
+
+/// Send `record` on a new connection to `addr`: the reply record, if one comes
+/// within half a second.
+async fn send_alone(addr: std::net::SocketAddr, record: &[u8]) -> Option<Vec<u8>> {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    s.write_all(record).await.expect("send");
+    let mut mark = [0u8; 4];
+    let read = async {
+        s.read_exact(&mut mark).await.ok()?;
+        let mut body = vec![0u8; (u32::from_be_bytes(mark) & 0x7fff_ffff) as usize];
+        s.read_exact(&mut body).await.ok()?;
+        Some(body)
+    };
+    tokio::time::timeout(Duration::from_millis(500), read)
+        .await
+        .ok()
+        .flatten()
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
@@ -106,7 +141,7 @@ fn kerberos_at_the_transport() {
 
         // (1) every service: echo, and the principal the service sees.
         for service in [GssService::None, GssService::Integrity, GssService::Privacy] {
-            let (addr, seen) = relay(srv.addr).await;
+            let (addr, up, down) = relay(srv.addr).await;
             let c = connect(addr, client_cfg(&kdc, service))
                 .await
                 .unwrap_or_else(|e| panic!("{service:?}: context creation: {e}"));
@@ -136,7 +171,33 @@ fn kerberos_at_the_transport() {
                 let (i, r) = call.await.expect("task");
                 assert_eq!(r.expect("concurrent echo").as_ref(), &i.to_be_bytes());
             }
-            let wire = seen.lock().expect("capture").clone();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let mut wire = up.lock().expect("capture").clone();
+            // A replay of the last call, on another connection: dropped, no reply
+            // (§5.3.3.1). The same call with one header byte changed fails its MIC:
+            // AUTH_ERROR RPCSEC_GSS_CREDPROBLEM, so silence above is the window's doing.
+            let last = last_record(&wire);
+            assert_eq!(
+                send_alone(srv.addr, &last).await,
+                None,
+                "{service:?}: a replay was answered"
+            );
+            let mut forged = last.clone();
+            forged[4 + 23] ^= 1; // the procedure number's last byte
+            let reply = send_alone(srv.addr, &forged)
+                .await
+                .expect("a forged call is answered");
+            assert_eq!(
+                &reply[8..16],
+                &[0, 0, 0, 1, 0, 0, 0, 1],
+                "{service:?}: MSG_DENIED / AUTH_ERROR"
+            );
+            assert_eq!(
+                &reply[16..20],
+                &13u32.to_be_bytes(),
+                "RPCSEC_GSS_CREDPROBLEM"
+            );
+            wire.extend_from_slice(&down.lock().expect("capture"));
             assert!(!wire.is_empty());
             let clear = contains(&wire, MARKER);
             match service {
