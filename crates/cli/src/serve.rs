@@ -675,6 +675,26 @@ mod tests {
     }
 
     #[test]
+    fn kerberos_from_toml_and_flags() {
+        let f = config_file(
+            "kerberos = { keytab = \"/k/nfs.keytab\", map = \"/k/map\" }\n[[exports]]\nname = \"/m\"\nbackend = \"memory\"\nclients = [\"*(rw,sec=krb5p:krb5i)\"]\n",
+        );
+        let path = f.path().to_str().unwrap();
+        let k = build_config(&args(&["--config", path])).unwrap().kerberos;
+        let k = k.expect("kerberos from TOML");
+        assert_eq!(k.keytab.as_deref(), Some(Path::new("/k/nfs.keytab")));
+        assert_eq!(k.map.as_deref(), Some(Path::new("/k/map")));
+        // A flag wins over the file; the other setting stays.
+        let cfg = build_config(&args(&["--config", path, "--keytab", "/other.keytab"])).unwrap();
+        let k = cfg.kerberos.expect("kerberos");
+        assert_eq!(k.keytab.as_deref(), Some(Path::new("/other.keytab")));
+        assert_eq!(k.map.as_deref(), Some(Path::new("/k/map")));
+        // Neither: no Kerberos section (rules naming krb5 still turn it on at start).
+        let cfg = build_config(&args(&["--memory"])).unwrap();
+        assert_eq!(cfg.kerberos, None);
+    }
+
+    #[test]
     fn tls_files_from_toml_and_flags_are_checked_at_load() {
         let dir = tempfile::tempdir().unwrap();
         let ca = txnfs_testbed::certs::TestCa::new(dir.path(), "t");
