@@ -86,8 +86,20 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// A server of this test, killed if the test fails before it is terminated.
+struct Serving(Child);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// `txnfs serve` of `dir/export` as `/krb`, with the KDC's environment and `flags`.
-fn serve(kdc: &Kdc, dir: &Path, flags: &[&str]) -> (Child, u16) {
+fn serve(kdc: &Kdc, dir: &Path, flags: &[&str]) -> (Serving, u16) {
     let port = free_port();
     std::fs::create_dir_all(dir.join("export")).unwrap();
     // Writable by the mapped user (uid 1000).
@@ -111,7 +123,7 @@ fn serve(kdc: &Kdc, dir: &Path, flags: &[&str]) -> (Child, u16) {
     for (k, v) in kdc.env() {
         cmd.env(k, v);
     }
-    let child = cmd.spawn().unwrap();
+    let child = Serving(cmd.spawn().unwrap());
     wait_listening(port);
     (child, port)
 }
@@ -300,7 +312,7 @@ fn kerberos_end_to_end() {
         mnt(port, "/krb", Some(&kdc)),
         (0, vec![390005, 390004, 390003])
     );
-    let (_, log) = terminate(&mut server);
+    let (_, log) = terminate(&mut server.0);
     assert!(log.contains("RPCSEC_GSS (Kerberos v5) enabled"), "{log}");
 
     // The same copy with AUTH_SYS on a sec=sys export: the marker is on the wire.
@@ -313,7 +325,7 @@ fn kerberos_end_to_end() {
     let proxy = RecordingProxy::start(SocketAddr::from(([127, 0, 0, 1], port)));
     let url = format!("nfs://127.0.0.1:{}/krb/plain.bin", proxy.addr.port());
     round_trip(&kdc, "sys", &src, &url, &data);
-    terminate(&mut plain);
+    terminate(&mut plain.0);
     assert!(proxy.saw(MARKER), "AUTH_SYS: the marker should be visible");
 
     // (c) A server whose keytab holds a stale key: the client fails at once, saying why.
@@ -332,7 +344,7 @@ fn kerberos_end_to_end() {
     let started = Instant::now();
     let out = txnfs(&kdc, &["cp", "--sec", "krb5p", s(&src), &url]);
     let took = started.elapsed();
-    terminate(&mut stale);
+    terminate(&mut stale.0);
     let err = String::from_utf8_lossy(&out.stderr);
     eprintln!("stale keytab, after {took:?}: {err}");
     assert!(
