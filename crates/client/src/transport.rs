@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Mutex;
 use txnfs_rpc::{
-    CallHandler, ClientConfig as RpcConfig, ClientTls, Credential, RpcClient, RpcError,
+    AuthStat, CallHandler, ClientConfig as RpcConfig, ClientTls, Credential, RpcClient, RpcError,
 };
 
 const NFS_PROGRAM: u32 = 100003;
@@ -169,6 +169,21 @@ impl Transport {
                         reply,
                         resent: attempt > 0,
                     })
+                }
+                // The server forgot or expired our Kerberos context (RFC 2203
+                // §5.3.3.3; the call was not executed): a new connection creates a new
+                // one, with the ticket the cache holds now.
+                Err(RpcError::AuthError(
+                    AuthStat::RpcsecGssCredProblem | AuthStat::RpcsecGssCtxProblem,
+                )) if self.gss.is_some() => {
+                    self.drop_conn(gen).await;
+                    attempt += 1;
+                    if attempt >= self.max_attempts {
+                        return Err(ClientError::Unreachable {
+                            addr: self.addr.to_string(),
+                            msg: "the server keeps refusing our Kerberos context".into(),
+                        });
+                    }
                 }
                 Err(RpcError::Disconnected | RpcError::Io(_)) => {
                     self.drop_conn(gen).await;
