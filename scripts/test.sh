@@ -53,6 +53,8 @@ dpkg-query -W -f='${Status}\n' rpcbind 2>/dev/null | grep -q '^install ok instal
 # libnfs-utils: nfs-cp/nfs-ls/nfs-cat, a third-party NFSv3 client (crates/cli/tests/rpcbind.rs)
 dpkg-query -W -f='${Status}\n' libnfs-utils 2>/dev/null | grep -q '^install ok installed$' || missing="$missing libnfs-utils"
 python3 -c 'import ensurepip, venv' 2>/dev/null || missing="$missing python3-venv"
+# krb5-kdc, krb5-admin-server, krb5-user: the private KDC of the Kerberos tests (ADR 0051)
+for p in krb5-kdc krb5-admin-server krb5-user; do dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing="$missing $p"; done
 if [ -n "$missing" ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "installing$missing"

@@ -7,6 +7,20 @@ use std::path::{Path, PathBuf};
 use txnfs_server::exportrules::parse_rule;
 use txnfs_server::{BackendKind, Config, ExportConfig, Server, TlsFiles};
 
+/// `txnfs serve`'s Kerberos options (ADR 0051).
+#[derive(Args, Debug, Clone, Default)]
+pub struct KerberosArgs {
+    /// Kerberos (RPCSEC_GSS, sec=krb5/krb5i/krb5p): the keytab with the service keys
+    /// (nfs/HOST@REALM). Default: the library's, /etc/krb5.keytab (or KRB5_KTNAME).
+    #[arg(long, value_name = "FILE")]
+    pub keytab: Option<PathBuf>,
+    /// Kerberos principal → uid/gid map: lines `alice@REALM 1000 1000 [gid,gid]`.
+    /// Without a line a principal acts as the local user of its name, else as the
+    /// export rule's anonymous user.
+    #[arg(long, value_name = "FILE")]
+    pub gss_map: Option<PathBuf>,
+}
+
 #[derive(Args, Debug, Clone)]
 #[command(after_help = "EXAMPLES:\n  \
     txnfs serve /srv/data                      export /srv/data as / on 127.0.0.1:2049\n  \
@@ -48,7 +62,7 @@ use txnfs_server::{BackendKind, Config, ExportConfig, Server, TlsFiles};
     /srv/data  127.0.0.1(rw,no_root_squash) 10.0.0.0/8(rw) *(ro,all_squash,anonuid=1000)\n\n\
     CLIENTS: an address, a network (10.0.0.0/8), a host name, a wildcard (*.example.com) or *;\n\
     options ro (default) or rw, root_squash (default), no_root_squash, all_squash, anonuid=N,\n\
-    anongid=N, sec=sys. An export without client rules serves this host only (127.0.0.0/8\n\
+    anongid=N, sec=sys (or sys:krb5:krb5i:krb5p:tls:mtls, any of them). An export without client rules serves this host only (127.0.0.0/8\n\
     and ::1), read-write, root as root.\n\n\
     RPC-WITH-TLS (RFC 9289): --tls-cert FILE --tls-key FILE (PEM) make the server answer the\n\
     AUTH_TLS probe with STARTTLS and run the connection inside TLS 1.3; --tls-client-ca FILE\n\
@@ -57,6 +71,13 @@ use txnfs_server::{BackendKind, Config, ExportConfig, Server, TlsFiles};
     connections, sec=mtls only those with a verified client certificate (identities stay\n\
     the AUTH_SYS ones, squashed as usual); sec=sys serves both. Clients: txnfs cp --tls\n\
     --tls-ca CA.pem ..., or the Linux client's mount -o xprtsec=tls.\n\n\
+    KERBEROS (RPCSEC_GSS, RFC 2203): exports with sec=krb5 (signed headers), krb5i (signed\n\
+    calls) or krb5p (encrypted calls) accept Kerberos v5 with the keys of --keytab FILE\n\
+    (default /etc/krb5.keytab; the principal nfs/HOST@REALM). --gss-map FILE maps principals\n\
+    to ids (lines: alice@REALM 1000 1000 [gid,gid]); an unmapped principal acts as the local\n\
+    user of its name, else as the rule's anonymous user. TOML: kerberos = { keytab = \"FILE\",\n\
+    map = \"FILE\" }. Needs the library libgssapi_krb5.so.2 (Debian: libgssapi-krb5-2).\n\
+    Clients: txnfs cp --sec krb5p ... (after kinit), or mount -o sec=krb5p.\n\n\
     Clients mount with: mount -t nfs -o vers=4.1,port=PORT HOST:/ /mnt\n\
     Logs go to stderr; set TXNFS_LOG=debug for more.")]
 pub struct ServeArgs {
@@ -143,6 +164,9 @@ pub struct ServeArgs {
     /// signed by them may use sec=mtls exports.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Kerberos: --keytab, --gss-map (boxed: `Cmd` stays small).
+    #[command(flatten)]
+    pub kerberos: Box<KerberosArgs>,
     /// Check the configuration (files parse, paths exist, exports do not overlap) and
     /// exit: 0 with a summary, else 1 with the reason. Binds no port and leaves the
     /// state directory alone.
@@ -241,6 +265,12 @@ pub fn build_config(a: &ServeArgs) -> Result<Config> {
     if let Some(tls) = &cfg.tls {
         // Checked now, so that a bad file stops the start with its name and problem.
         tls.load().context("RPC-with-TLS")?;
+    }
+    let flags = &a.kerberos;
+    if flags.keytab.is_some() || flags.gss_map.is_some() {
+        let k = cfg.kerberos.get_or_insert_with(Default::default);
+        k.keytab = flags.keytab.clone().or(k.keytab.take());
+        k.map = flags.gss_map.clone().or(k.map.take());
     }
     let backend = if a.memory {
         BackendKind::Memory
@@ -619,11 +649,12 @@ mod tests {
             f.path().to_str().unwrap()
         ]))
         .is_err());
-        let err =
-            build_config(&args(&["--client", "10.0.0.0/8(rw,sec=krb5p)", "--memory"])).unwrap_err();
-        assert!(
-            format!("{err:#}").contains("sec=krb5p: not supported yet"),
-            "{err:#}"
+        // Kerberos flavours are served (ADR 0051).
+        let cfg =
+            build_config(&args(&["--client", "10.0.0.0/8(rw,sec=krb5p)", "--memory"])).unwrap();
+        assert_eq!(
+            cfg.exports[0].clients[0].sec,
+            vec![txnfs_server::exportrules::Flavor::Krb5p]
         );
         // TOML: the same specs in `clients`.
         let toml = config_file(
@@ -641,6 +672,26 @@ mod tests {
             msg.contains("client \"10.1.0.0/16(rw,nope)\": unknown option \"nope\""),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn kerberos_from_toml_and_flags() {
+        let f = config_file(
+            "kerberos = { keytab = \"/k/nfs.keytab\", map = \"/k/map\" }\n[[exports]]\nname = \"/m\"\nbackend = \"memory\"\nclients = [\"*(rw,sec=krb5p:krb5i)\"]\n",
+        );
+        let path = f.path().to_str().unwrap();
+        let k = build_config(&args(&["--config", path])).unwrap().kerberos;
+        let k = k.expect("kerberos from TOML");
+        assert_eq!(k.keytab.as_deref(), Some(Path::new("/k/nfs.keytab")));
+        assert_eq!(k.map.as_deref(), Some(Path::new("/k/map")));
+        // A flag wins over the file; the other setting stays.
+        let cfg = build_config(&args(&["--config", path, "--keytab", "/other.keytab"])).unwrap();
+        let k = cfg.kerberos.expect("kerberos");
+        assert_eq!(k.keytab.as_deref(), Some(Path::new("/other.keytab")));
+        assert_eq!(k.map.as_deref(), Some(Path::new("/k/map")));
+        // Neither: no Kerberos section (rules naming krb5 still turn it on at start).
+        let cfg = build_config(&args(&["--memory"])).unwrap();
+        assert_eq!(cfg.kerberos, None);
     }
 
     #[test]

@@ -212,6 +212,7 @@ impl Client {
             cfg.call_timeout,
             Some(handler),
             cfg.tls.clone(),
+            cfg.gss.clone(),
         )
         .await?;
         // Is it NFSv4 at all? Ask before anything waits on the call timeout: a peer

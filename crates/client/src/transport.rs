@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Mutex;
 use txnfs_rpc::{
-    CallHandler, ClientConfig as RpcConfig, ClientTls, Credential, RpcClient, RpcError,
+    AuthStat, CallHandler, ClientConfig as RpcConfig, ClientTls, Credential, RpcClient, RpcError,
 };
 
 const NFS_PROGRAM: u32 = 100003;
@@ -38,6 +38,8 @@ pub(crate) struct Transport {
     timeout: Duration,
     /// RPC-with-TLS on every connection (ADR 0049).
     tls: Option<ClientTls>,
+    /// RPCSEC_GSS on every connection (ADR 0051).
+    gss: Option<txnfs_rpc::gss::GssClientConfig>,
 }
 
 fn backoff(attempt: u32) -> Duration {
@@ -52,6 +54,7 @@ impl Transport {
         timeout: Duration,
         handler: Option<CallHandler>,
         tls: Option<ClientTls>,
+        gss: Option<txnfs_rpc::gss::GssClientConfig>,
     ) -> Result<Self, ClientError> {
         let t = Transport {
             addr,
@@ -63,6 +66,7 @@ impl Transport {
             max_attempts,
             timeout,
             tls,
+            gss,
         };
         t.current().await?;
         Ok(t)
@@ -80,6 +84,7 @@ impl Transport {
                 self.cred.clone(),
                 RpcConfig {
                     tls: self.tls.clone(),
+                    gss: self.gss.clone(),
                     ..RpcConfig::default()
                 },
                 self.handler.clone(),
@@ -95,8 +100,13 @@ impl Transport {
                     *g = Some(c.clone());
                     return Ok(c);
                 }
-                // A refused probe or an untrusted certificate stays so: say it now.
-                Err(e @ (RpcError::TlsRefused { .. } | RpcError::TlsHandshake { .. })) => {
+                // A refused probe, an untrusted certificate or a refused Kerberos
+                // ticket stays so: say it now.
+                Err(
+                    e @ (RpcError::TlsRefused { .. }
+                    | RpcError::TlsHandshake { .. }
+                    | RpcError::Gss { .. }),
+                ) => {
                     return Err(e.into());
                 }
                 Err(e) => {
@@ -159,6 +169,21 @@ impl Transport {
                         reply,
                         resent: attempt > 0,
                     })
+                }
+                // The server forgot or expired our Kerberos context (RFC 2203
+                // §5.3.3.3; the call was not executed): a new connection creates a new
+                // one, with the ticket the cache holds now.
+                Err(RpcError::AuthError(
+                    AuthStat::RpcsecGssCredProblem | AuthStat::RpcsecGssCtxProblem,
+                )) if self.gss.is_some() => {
+                    self.drop_conn(gen).await;
+                    attempt += 1;
+                    if attempt >= self.max_attempts {
+                        return Err(ClientError::Unreachable {
+                            addr: self.addr.to_string(),
+                            msg: "the server keeps refusing our Kerberos context".into(),
+                        });
+                    }
                 }
                 Err(RpcError::Disconnected | RpcError::Io(_)) => {
                     self.drop_conn(gen).await;

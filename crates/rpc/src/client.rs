@@ -1,6 +1,6 @@
 //! An async ONC RPC client over one TCP connection: many concurrent calls matched by xid.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -14,6 +14,8 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
+use crate::gss::client::GssSession;
+use crate::gss::GssClientConfig;
 use crate::msg::*;
 use crate::record::{write_all_vectored, RecordError, RecordReader};
 use crate::server::DEFAULT_MAX_RECORD_SIZE;
@@ -64,6 +66,9 @@ pub struct ClientConfig {
     pub max_record_size: usize,
     /// RPC-with-TLS (RFC 9289): probe with AUTH_TLS, then run every call inside TLS.
     pub tls: Option<ClientTls>,
+    /// RPCSEC_GSS (RFC 2203): create a Kerberos context at connect and protect every
+    /// call with it (the credential given to `connect` is then not sent).
+    pub gss: Option<GssClientConfig>,
 }
 
 impl Default for ClientConfig {
@@ -71,6 +76,7 @@ impl Default for ClientConfig {
         ClientConfig {
             max_record_size: DEFAULT_MAX_RECORD_SIZE,
             tls: None,
+            gss: None,
         }
     }
 }
@@ -80,6 +86,8 @@ type Waiter = oneshot::Sender<Result<Bytes, RpcError>>;
 #[derive(Default)]
 struct Pending {
     waiters: HashMap<u32, Waiter>,
+    /// Calls whose waiter gets the whole reply record (RPCSEC_GSS checks its verifier).
+    whole: HashSet<u32>,
     closed: bool,
 }
 
@@ -110,6 +118,7 @@ pub struct RpcClient {
     cred: Credential,
     peer: SocketAddr,
     reader: JoinHandle<()>,
+    gss: Option<GssSession>,
 }
 
 impl Drop for RpcClient {
@@ -126,7 +135,19 @@ struct PendingGuard<'a> {
 
 impl Drop for PendingGuard<'_> {
     fn drop(&mut self) {
-        lock(self.pending).waiters.remove(&self.xid);
+        let mut p = lock(self.pending);
+        p.waiters.remove(&self.xid);
+        p.whole.remove(&self.xid);
+    }
+}
+
+impl crate::gss::client::RawCaller for RpcClient {
+    fn next_xid(&self) -> u32 {
+        RpcClient::next_xid(self)
+    }
+
+    async fn call_whole(&self, xid: u32, wire: Bytes) -> Result<Bytes, RpcError> {
+        self.send_and_wait(xid, wire, true).await
     }
 }
 
@@ -164,6 +185,20 @@ impl RpcClient {
     /// Connect with a handler for the CALLs the peer sends on this connection (the back
     /// channel); their REPLYs go back on the same connection.
     pub async fn connect_with_handler(
+        addr: SocketAddr,
+        cred: Credential,
+        cfg: ClientConfig,
+        handler: Option<CallHandler>,
+    ) -> Result<Self, RpcError> {
+        let gss = cfg.gss.clone();
+        let mut client = Self::connect_transport(addr, cred, cfg, handler).await?;
+        if let Some(gss) = gss {
+            client.gss = Some(crate::gss::client::establish(&client, addr, &gss).await?);
+        }
+        Ok(client)
+    }
+
+    async fn connect_transport(
         addr: SocketAddr,
         cred: Credential,
         cfg: ClientConfig,
@@ -239,6 +274,7 @@ impl RpcClient {
             cred,
             peer: addr,
             reader,
+            gss: None,
         }
     }
 
@@ -272,6 +308,9 @@ impl RpcClient {
         proc_num: u32,
         args: Bytes,
     ) -> Result<Bytes, RpcError> {
+        if let Some(gss) = &self.gss {
+            return gss.call(self, prog, vers, proc_num, &args).await;
+        }
         let xid = self.next_xid();
         let mut out = BytesMut::with_capacity(4 + 64 + args.len());
         out.put_u32(0);
@@ -291,6 +330,12 @@ impl RpcClient {
     /// Send `wire` verbatim (it must carry its own record marks, see [`record`]) and wait
     /// for the reply with transaction id `xid`. For tests that craft unusual requests.
     pub async fn call_raw_record(&self, xid: u32, wire: Bytes) -> Result<Bytes, RpcError> {
+        self.send_and_wait(xid, wire, false).await
+    }
+
+    /// Send `wire` and wait for the reply with `xid`: its results, or with `whole` the
+    /// whole reply record.
+    async fn send_and_wait(&self, xid: u32, wire: Bytes, whole: bool) -> Result<Bytes, RpcError> {
         let (wtx, wrx) = oneshot::channel();
         {
             let mut p = lock(&self.pending);
@@ -298,6 +343,9 @@ impl RpcClient {
                 return Err(RpcError::Disconnected);
             }
             p.waiters.insert(xid, wtx);
+            if whole {
+                p.whole.insert(xid);
+            }
         }
         let _guard = PendingGuard {
             pending: &self.pending,
@@ -488,7 +536,15 @@ async fn client_reader<R: AsyncRead + Unpin>(
             }
             continue;
         }
-        let (xid, result) = match decode_reply(rec.clone()) {
+        let whole_xid = rec
+            .get(..4)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+            .filter(|xid| lock(&pending).whole.remove(xid));
+        let decoded = match whole_xid {
+            Some(xid) => Ok((xid, Ok(rec.clone()))),
+            None => decode_reply(rec.clone()),
+        };
+        let (xid, result) = match decoded {
             Ok(r) => r,
             Err(e) => {
                 let Some(xid) = rec

@@ -89,10 +89,18 @@
 //! with [`ClientConfig::tls`] (a [`ClientTls`]) sends the probe and verifies the
 //! server's certificate; [`RpcError::TlsRefused`] and [`RpcError::TlsHandshake`] say
 //! why not.
+//!
+//! # RPCSEC_GSS (RFC 2203) with Kerberos v5
+//!
+//! With [`ServerConfig::gss`] (a [`gss::GssServer`] over a keytab) calls with the
+//! RPCSEC_GSS flavour are verified, and [`CallInfo::gss`] names the principal and the
+//! service (krb5, krb5i, krb5p); replies are signed or sealed to match. A client with
+//! [`ClientConfig::gss`] creates a context at connect and protects every call.
 
 mod backchannel;
 mod budget;
 mod client;
+pub mod gss;
 pub mod msg;
 pub mod portmap;
 mod record;
@@ -150,6 +158,9 @@ pub enum RpcError {
     /// The TLS handshake failed: an untrusted or mismatched certificate, mostly.
     #[error("TLS handshake with {addr} failed: {why}")]
     TlsHandshake { addr: SocketAddr, why: String },
+    /// RPCSEC_GSS (Kerberos) failed: no credentials, a refused ticket, a bad verifier.
+    #[error("Kerberos (RPCSEC_GSS) with {addr} failed: {why}")]
+    Gss { addr: SocketAddr, why: String },
     #[error("record of {size} bytes exceeds the limit {max}")]
     RecordTooLarge { size: usize, max: usize },
 }

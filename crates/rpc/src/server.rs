@@ -19,6 +19,7 @@ use txnfs_xdr::{get_opaque, get_u32, Decode, XdrError};
 
 use crate::backchannel::{BackChannel, DEFAULT_MAX_CALLBACKS_PER_CONN};
 use crate::budget::{Charge, InFlightBudget, DEFAULT_IN_FLIGHT_BYTES};
+use crate::gss::{GssCaller, GssServer};
 use crate::msg::*;
 use crate::record::{write_all_vectored, RecordError, RecordReader};
 use crate::starttls::Negotiated;
@@ -39,6 +40,8 @@ pub struct CallInfo {
     pub back_channel: BackChannel,
     /// The connection runs inside TLS (RFC 9289): what is known of the client.
     pub tls: Option<Arc<TlsPeer>>,
+    /// An RPCSEC_GSS call (then `cred` is `None`): its verified principal and service.
+    pub gss: Option<Arc<GssCaller>>,
 }
 
 /// What a service answers to a call.
@@ -113,6 +116,8 @@ pub struct ServerConfig {
     /// probe is answered STARTTLS and upgraded; without it the probe is refused as an
     /// unknown flavour.
     pub tls: Option<Arc<ServerTls>>,
+    /// RPCSEC_GSS (RFC 2203, Kerberos v5): without it the flavour is refused as unknown.
+    pub gss: Option<Arc<GssServer>>,
 }
 
 pub const DEFAULT_MAX_RECORD_SIZE: usize = 4 * 1024 * 1024 + 64 * 1024;
@@ -128,6 +133,7 @@ impl Default for ServerConfig {
             max_callbacks_per_conn: DEFAULT_MAX_CALLBACKS_PER_CONN,
             in_flight_budget: InFlightBudget::new(DEFAULT_IN_FLIGHT_BYTES),
             tls: None,
+            gss: None,
         }
     }
 }
@@ -162,6 +168,7 @@ pub async fn serve<S: RpcService>(
         live: AtomicUsize::new(0),
         budget: cfg.in_flight_budget.clone(),
         tls: cfg.tls.clone(),
+        gss: cfg.gss.clone(),
     });
     let max_connections = cfg.max_connections.max(1);
     let (sd_tx, sd_rx) = watch::channel(false);
@@ -332,6 +339,7 @@ struct Shared {
     /// Bytes in flight over all connections ([`ServerConfig::in_flight_budget`]).
     budget: Arc<InFlightBudget>,
     tls: Option<Arc<ServerTls>>,
+    gss: Option<Arc<GssServer>>,
 }
 
 impl Shared {
@@ -496,11 +504,11 @@ impl ReplySender {
     /// holding no other reservation (so waits cannot form a cycle).
     async fn send_charged(
         &mut self,
-        body: ReplyBody,
+        reply: Reply,
         charge: Option<Charge>,
         budget: &Arc<InFlightBudget>,
     ) {
-        let Some((head, body)) = encode_reply(self.xid, Reply::Body(body)) else {
+        let Some((head, body)) = encode_reply(self.xid, reply) else {
             // No reply (Drop): the call's slot is free again.
             self.permit = None;
             return;
@@ -537,6 +545,8 @@ impl Drop for ReplySender {
 /// Everything the transport can answer: the service's replies plus RPC_MISMATCH.
 enum Reply {
     Body(ReplyBody),
+    /// A reply with its own verifier (RPCSEC_GSS).
+    Verified(OpaqueAuth, ReplyBody),
     RpcMismatch,
 }
 
@@ -545,6 +555,10 @@ const INLINE_BODY: usize = 4096;
 
 /// Encode a reply as (record mark + header [+ small body], large body). `None` for `Drop`.
 fn encode_reply(xid: u32, reply: Reply) -> Option<(Bytes, Bytes)> {
+    let verf = match &reply {
+        Reply::Verified(verf, _) => verf.clone(),
+        _ => OpaqueAuth::none(),
+    };
     let (hdr, body) = match reply {
         Reply::RpcMismatch => (
             ReplyHeader::Denied(RejectedReply::RpcMismatch {
@@ -553,9 +567,9 @@ fn encode_reply(xid: u32, reply: Reply) -> Option<(Bytes, Bytes)> {
             }),
             Bytes::new(),
         ),
-        Reply::Body(b) => {
+        Reply::Body(b) | Reply::Verified(_, b) => {
             let accepted = |stat| ReplyHeader::Accepted {
-                verf: OpaqueAuth::none(),
+                verf: verf.clone(),
                 stat,
             };
             match b {
@@ -610,7 +624,9 @@ fn parse_call(
     peer: SocketAddr,
     back_channel: &BackChannel,
     tls: &Option<Arc<TlsPeer>>,
+    gss: Option<&GssServer>,
 ) -> Parsed {
+    let whole = rec.clone();
     // A REPLY (msg_type at offset 4) answers one of our callbacks: hand over the whole record.
     if rec.get(4..8) == Some(&MSG_REPLY.to_be_bytes()[..]) {
         return Parsed::BackReply(rec);
@@ -661,14 +677,31 @@ fn parse_call(
         Err(e @ XdrError::TooLong { .. }) => return auth_err("credential", AuthStat::BadCred, &e),
         Err(e) => return garbage("cred body", e),
     };
+    let header = whole.slice(..whole.len() - rec.len());
     let verf = match OpaqueAuth::decode(&mut rec) {
         Ok(v) => v,
         Err(e @ XdrError::TooLong { .. }) => return auth_err("verifier", AuthStat::BadVerf, &e),
         Err(e) => return garbage("verifier", e),
     };
-    let cred = match cred {
-        AUTH_NONE => Credential::None,
-        AUTH_SYS => {
+    let mut gss_caller = None;
+    let cred = match (cred, gss) {
+        (AUTH_NONE, _) => Credential::None,
+        (RPCSEC_GSS, Some(gss)) => {
+            match gss.accept(&header, cred_body, verf.clone(), proc_num, rec) {
+                crate::gss::server::GssVerdict::Drop => {
+                    return Parsed::Reply(xid, Reply::Body(ReplyBody::Drop))
+                }
+                crate::gss::server::GssVerdict::Reply { verf, body } => {
+                    return Parsed::Reply(xid, Reply::Verified(verf, body))
+                }
+                crate::gss::server::GssVerdict::Call { caller, args } => {
+                    gss_caller = Some(caller);
+                    rec = args;
+                    Credential::None
+                }
+            }
+        }
+        (AUTH_SYS, _) => {
             let mut body = cred_body;
             match AuthSys::decode(&mut body) {
                 Ok(s) if body.is_empty() => Credential::Sys(s),
@@ -678,7 +711,7 @@ fn parse_call(
                 Err(e) => return auth_err("AUTH_SYS credential", AuthStat::BadCred, &e),
             }
         }
-        f => {
+        (f, _) => {
             return auth_err(
                 "credential",
                 AuthStat::BadCred,
@@ -686,7 +719,7 @@ fn parse_call(
             )
         }
     };
-    if verf.flavor != AUTH_NONE {
+    if gss_caller.is_none() && verf.flavor != AUTH_NONE {
         return auth_err(
             "verifier",
             AuthStat::BadVerf,
@@ -703,6 +736,7 @@ fn parse_call(
         peer,
         back_channel: back_channel.clone(),
         tls: tls.clone(),
+        gss: gss_caller,
     };
     Parsed::Call(info, rec)
 }
@@ -863,7 +897,14 @@ impl<S: RpcService> Connection<S> {
                     break;
                 }
             };
-            let (xid, work) = match parse_call(rec, conn_id, peer, &back_channel, &tls) {
+            let (xid, work) = match parse_call(
+                rec,
+                conn_id,
+                peer,
+                &back_channel,
+                &tls,
+                self.shared.gss.as_deref(),
+            ) {
                 Parsed::Close => break,
                 Parsed::BackReply(rec) => {
                     back_channel.deliver(rec);
@@ -906,7 +947,15 @@ impl<S: RpcService> Connection<S> {
                     calls.spawn(async move {
                         let mut sender = sender;
                         // The request's bytes stay charged until it is answered.
+                        let gss = info.gss.clone();
                         let reply = svc.call(info, args).await;
+                        let reply = match gss {
+                            None => Reply::Body(reply),
+                            Some(g) => {
+                                let (verf, body) = g.seal_reply(reply);
+                                Reply::Verified(verf, body)
+                            }
+                        };
                         sender.send_charged(reply, charge, &budget).await;
                     });
                 }

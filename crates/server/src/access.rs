@@ -51,6 +51,18 @@ pub async fn caller_of(srv: &crate::server::Server, info: &CallInfo) -> Caller {
     if matches!(info.cred, Credential::None) {
         caller.flavor = CallFlavor::None;
     }
+    // RPCSEC_GSS (ADR 0051): the service it used, and whether the principal has a
+    // local identity.
+    if let Some(g) = &info.gss {
+        caller.flavor = CallFlavor::Kerberos {
+            flavor: match g.service {
+                txnfs_rpc::gss::GssService::None => Flavor::Krb5,
+                txnfs_rpc::gss::GssService::Integrity => Flavor::Krb5i,
+                txnfs_rpc::gss::GssService::Privacy => Flavor::Krb5p,
+            },
+            mapped: srv.principals.creds_of(&g.principal).is_some(),
+        };
+    }
     // RPC-with-TLS (ADR 0049): the certificate gates `mtls` exports; the identity
     // the request acts as is still its AUTH_SYS one, squashed by the rule.
     caller.transport = match &info.tls {

@@ -154,11 +154,13 @@ fn rpc_failure(e: RpcError) -> CallbackError {
         RpcError::SystemErr => CallbackError::SystemErr,
         RpcError::Xdr(x) => CallbackError::MalformedReply(x),
         RpcError::RecordTooLarge { size, max } => CallbackError::ArgsTooLarge { size, max },
-        // v4.0 callback connections are plain TCP (the server never asks for TLS).
+        // v4.0 callback connections are plain TCP with AUTH_SYS (the server never
+        // asks for TLS or Kerberos).
         RpcError::Io(_)
         | RpcError::Disconnected
         | RpcError::TlsRefused { .. }
-        | RpcError::TlsHandshake { .. } => CallbackError::ConnectionClosed,
+        | RpcError::TlsHandshake { .. }
+        | RpcError::Gss { .. } => CallbackError::ConnectionClosed,
     }
 }
 

@@ -196,6 +196,10 @@ pub struct Config {
     /// RPC-with-TLS (RFC 9289, ADR 0049): TOML `[tls]` with `cert`, `key` and
     /// optionally `client_ca`. Unset: the AUTH_TLS probe is refused.
     pub tls: Option<TlsFiles>,
+    /// RPCSEC_GSS with Kerberos v5 (ADR 0051): TOML `kerberos = { keytab = ..., map =
+    /// ... }`. Set (or any export rule naming `krb5`, `krb5i` or `krb5p`), the server
+    /// accepts Kerberos contexts with the keytab's keys.
+    pub kerberos: Option<crate::kerberos::KerberosConfig>,
     /// Tests only: a pause after every step of an asynchronous copy, so that one can be
     /// watched and cancelled while it runs. Not configurable from TOML.
     #[serde(skip)]
@@ -342,6 +346,7 @@ impl Default for Config {
             metrics: None,
             handles: HandleChoice::Auto,
             tls: None,
+            kerberos: None,
             async_copy_pause: None,
             mutations: Mutations::default(),
         }

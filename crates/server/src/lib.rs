@@ -71,6 +71,7 @@ pub mod fh;
 pub mod filechange;
 pub mod handle;
 pub mod held;
+pub mod kerberos;
 pub mod metrics;
 pub mod mount;
 pub mod nlm;
@@ -96,5 +97,6 @@ pub use txnfs_proto::nfs4 as nfs;
 pub use config::{
     BackendKind, Config, ExportConfig, LayerStack, Mutations, PrebuiltBackend, TlsFiles,
 };
+pub use kerberos::KerberosConfig;
 pub use server::Server;
 pub use service::{run, NfsService};

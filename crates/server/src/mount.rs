@@ -30,9 +30,6 @@ const MOUNTPROC3_UMNT: u32 = 3;
 const MOUNTPROC3_UMNTALL: u32 = 4;
 const MOUNTPROC3_EXPORT: u32 = 5;
 
-/// AUTH_SYS (RFC 5531), the one flavour served so far.
-const AUTH_SYS: i32 = 1;
-
 /// Entries of the mount list kept at most; past it MNT still answers but is not
 /// listed (the list is advisory: RFC 1813 appendix I says clients must not rely on
 /// it).
@@ -229,11 +226,10 @@ fn mnt(server: &Server, caller: &Caller, path: &Bytes) -> mountres3 {
     }
     mountres3::MNT3_OK(mountres3_ok {
         fhandle,
-        auth_flavors: flavors
+        // AUTH_SYS (1) for sys/tls/mtls, 390003-390005 for krb5/krb5i/krb5p.
+        auth_flavors: Flavor::advertised(&flavors)
             .iter()
-            .any(|f| matches!(f, Flavor::Sys | Flavor::Tls | Flavor::Mtls))
-            .then_some(AUTH_SYS)
-            .into_iter()
+            .map(|f| f.pseudo_flavor() as i32)
             .collect(),
     })
 }

@@ -45,6 +45,8 @@ pub enum ServerError {
     /// Another server holds the state directory (its PID, when it wrote it).
     #[error(transparent)]
     StateDirInUse(crate::statedir::OpenError),
+    #[error(transparent)]
+    Kerberos(#[from] crate::kerberos::KerberosError),
 }
 
 /// Whether sessions offer a back channel (CREATE_SESSION's CONN_BACK_CHAN,
@@ -116,6 +118,8 @@ pub struct Server {
     me: std::sync::Weak<Server>,
     /// NFSv3's lock manager and status monitor besides the lock table (`crate::nlm`).
     pub nlm: crate::nlm::Nlm,
+    /// Which local identity a Kerberos principal acts as (ADR 0051).
+    pub principals: crate::kerberos::PrincipalMap,
 }
 
 impl Server {
@@ -125,6 +129,7 @@ impl Server {
 
     /// A server whose leases, grace period and executor run on `clock`.
     pub fn with_clock(cfg: Config, clock: Arc<dyn Clock>) -> Result<Arc<Server>, ServerError> {
+        let principals = crate::kerberos::PrincipalMap::load(cfg.kerberos.as_ref())?;
         let dir = cfg.state_dir();
         // A state-directory error names the file (or the directory) it concerns.
         let error_at = |path: &std::path::Path| {
@@ -232,6 +237,7 @@ impl Server {
         Ok(Arc::new_cyclic(|me| Server {
             me: me.clone(),
             nlm: crate::nlm::Nlm::new(nsm),
+            principals,
             recall_waits: Default::default(),
             watches: Default::default(),
             file_changes: Default::default(),

@@ -23,7 +23,20 @@ const NFS_V4: u32 = 4;
 const PROC_NULL: u32 = 0;
 const PROC_COMPOUND: u32 = 1;
 
-/// Caller identity: AUTH_SYS as sent; AUTH_NONE as nobody (65534).
+/// Caller identity: AUTH_SYS as sent; a Kerberos principal as the principal map
+/// says (ADR 0051); AUTH_NONE and unmapped principals as nobody (65534), which the
+/// export rule replaces with its anonymous ids.
+fn call_creds(server: &Server, info: &CallInfo) -> Creds {
+    match &info.gss {
+        Some(g) => server
+            .principals
+            .creds_of(&g.principal)
+            .unwrap_or_else(|| creds(&Credential::None)),
+        None => creds(&info.cred),
+    }
+}
+
+/// AUTH_SYS as sent; AUTH_NONE as nobody (65534).
 fn creds(c: &Credential) -> Creds {
     match c {
         Credential::Sys(s) => Creds {
@@ -128,7 +141,7 @@ impl RpcService for NfsService {
             if info.vers == crate::v3::NFS_V3 {
                 let transactions =
                     self.transactions.load(Ordering::Relaxed) > 0 || !server.txns.is_empty();
-                let creds = creds(&info.cred);
+                let creds = call_creds(&server, &info);
                 return crate::v3::dispatch::call(
                     &self.v3,
                     &server,
@@ -150,7 +163,7 @@ impl RpcService for NfsService {
                         // `--no-txn`: answer as a server that never heard of them.
                         return ReplyBody::ProcUnavail;
                     }
-                    let creds = creds(&info.cred);
+                    let creds = call_creds(&server, &info);
                     let conn = info.conn_id;
                     server.stats.compounds.fetch_add(1, Ordering::Relaxed);
                     // Decoded once: placement reads the ops, the executor runs them.
@@ -243,7 +256,10 @@ pub async fn run(
     let lease_breaks = watch_lease_breaks(&server);
     let nlm_waiters = tokio::spawn(crate::nlm::blocked::run(server.clone()));
     let notifications = crate::nlm::nsm::notify_all(&server);
+    let gss = crate::kerberos::acceptor_for(&server)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
     let cfg = txnfs_rpc::ServerConfig {
+        gss,
         max_record_size: server.cfg.max_record_size,
         max_connections: server.cfg.max_connections,
         idle_timeout: server.cfg.idle_timeout(),

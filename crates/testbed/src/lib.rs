@@ -4,6 +4,7 @@
 //! * [`ganesha`]: NFS-Ganesha as the reference server, its one configuration and the
 //!   one way to start it;
 //! * [`data`]: deterministic file contents and directory trees;
+//! * [`kdc`]: a private MIT Kerberos KDC for the RPCSEC_GSS tests;
 //! * `certs` (feature `certs`, tests only): certificates for the RPC-with-TLS tests;
 //! * [`workspace_root`]: where the workspace (and its `target/`) is.
 //!
@@ -15,6 +16,7 @@
 pub mod certs;
 pub mod data;
 pub mod ganesha;
+pub mod kdc;
 
 pub use data::{pattern, TreeShape, XorShift};
 

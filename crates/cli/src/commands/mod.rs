@@ -17,6 +17,7 @@ pub mod mkdir;
 pub mod mv;
 pub mod progress;
 pub mod rm;
+mod sec;
 pub mod stat;
 pub mod stream;
 mod tls;
@@ -69,6 +70,11 @@ pub struct GlobalArgs {
     /// The key (PEM) of --tls-cert.
     #[arg(long, value_name = "FILE")]
     pub tls_key: Option<std::path::PathBuf>,
+    /// Security flavour: sys (AUTH_SYS, the default), or Kerberos v5 with the ticket
+    /// of KRB5CCNAME (run kinit first): krb5 (signed headers), krb5i (signed calls),
+    /// krb5p (encrypted calls). The server's principal is nfs/HOST of the URL.
+    #[arg(long, value_name = "FLAVOUR", value_enum)]
+    pub sec: Option<sec::Sec>,
 }
 
 impl GlobalArgs {
@@ -85,6 +91,7 @@ impl GlobalArgs {
             tls_ca: after.tls_ca.or(self.tls_ca),
             tls_cert: after.tls_cert.or(self.tls_cert),
             tls_key: after.tls_key.or(self.tls_key),
+            sec: after.sec.or(self.sec),
         }
     }
 
@@ -112,6 +119,7 @@ impl GlobalArgs {
             (self.tls_ca.is_some(), "--tls-ca"),
             (self.tls_cert.is_some(), "--tls-cert"),
             (self.tls_key.is_some(), "--tls-key"),
+            (self.sec.is_some(), "--sec"),
         ] {
             if given {
                 v.push(flag);
@@ -257,6 +265,7 @@ impl Ctx {
         cfg.minor = self.global.vers;
         cfg.on_busy = Some(interrupt::busy_notice(key.to_string()));
         cfg.tls = tls::client_tls(&self.global, &key.host)?;
+        cfg.gss = sec::client_gss(self.global.sec, &key.host);
         let client = Client::connect(cfg)
             .await
             .map_err(|e| anyhow::anyhow!("cannot connect to {key}: {}", describe(&e)))?;

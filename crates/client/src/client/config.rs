@@ -45,6 +45,11 @@ pub struct ClientConfig {
     /// runs inside TLS; a server that refuses it, or a certificate the CAs here do
     /// not vouch for, fails the connect at once (no retries). `None`: plain TCP.
     pub tls: Option<txnfs_rpc::ClientTls>,
+    /// RPCSEC_GSS with Kerberos v5 (ADR 0051): every connection creates a context
+    /// with the caller's ticket and protects each call (krb5, krb5i or krb5p). A
+    /// failed context creation (no ticket, a server that refuses it) fails the
+    /// connect at once. `None`: AUTH_SYS.
+    pub gss: Option<txnfs_rpc::gss::GssClientConfig>,
 }
 
 impl ClientConfig {
@@ -65,6 +70,7 @@ impl ClientConfig {
             on_busy: None,
             batch: Default::default(),
             tls: None,
+            gss: None,
         }
     }
 }

@@ -19,7 +19,8 @@ pub const PROG: u32 = 400000;
 
 /// prog 400000 vers 1..=2: proc 0 NULL, 1 echo, 2 sleep (first u32 of args, in ms, capped
 /// at 2 s) then echo, 3 GARBAGE_ARGS, 4 panics, 5 returns
-/// the credential and conn_id; anything else PROC_UNAVAIL.
+/// the credential and conn_id, 6 the TLS peer, 7 the RPCSEC_GSS caller; anything else
+/// PROC_UNAVAIL.
 #[derive(Default)]
 pub struct Toy {
     pub closed: AtomicUsize,
@@ -84,6 +85,15 @@ impl RpcService for Toy {
                     },
                 }
                 ReplyBody::Success(out.freeze())
+            }
+            7 => {
+                // the RPCSEC_GSS caller: "<service> <principal>", or empty
+                let text = info
+                    .gss
+                    .as_ref()
+                    .map(|g| format!("{} {}", g.service as u32, g.principal))
+                    .unwrap_or_default();
+                ReplyBody::Success(Bytes::from(text))
             }
             _ => ReplyBody::ProcUnavail,
         }

@@ -54,8 +54,6 @@ pub enum RuleError {
     Trailing(String),
     #[error("unknown security flavour {0:?} (known: sys, krb5, krb5i, krb5p, tls, mtls)")]
     UnknownFlavor(String),
-    #[error("sec={0}: not supported yet (this server serves sec=sys, tls and mtls)")]
-    Unsupported(&'static str),
     #[error("option \"secure\" is not supported: txnfs does not check client source ports (write insecure, or leave it out)")]
     Secure,
     #[error("the export path {0:?} must be absolute")]
@@ -276,9 +274,6 @@ fn apply_options(opts: &str, rule: &mut ClientRule) -> Result<(), (usize, RuleEr
                 for name in list.split(':') {
                     let f = Flavor::parse(name.trim())
                         .ok_or_else(|| (here, RuleError::UnknownFlavor(name.into())))?;
-                    if !f.supported() {
-                        return Err((here, RuleError::Unsupported(f.name())));
-                    }
                     if !sec.contains(&f) {
                         sec.push(f);
                     }
@@ -431,10 +426,6 @@ mod tests {
             err("/a *(sec=sys:krb9)").2,
             RuleError::UnknownFlavor("krb9".into())
         );
-        assert_eq!(
-            err("/a *(rw,sec=krb5p)"),
-            (1, 9, RuleError::Unsupported("krb5p"))
-        );
         assert_eq!(err("/a *(secure)").2, RuleError::Secure);
         assert_eq!(
             err("/a @trusted(rw)").2,
@@ -467,11 +458,14 @@ mod tests {
             parse_rule("::ffff:10.0.0.1").unwrap().spec,
             ClientSpec::Addr("10.0.0.1".parse().unwrap())
         );
-        // RPC-with-TLS flavours are served (ADR 0049); Kerberos is not yet.
+        // RPC-with-TLS (ADR 0049) and Kerberos (ADR 0051) flavours are served.
         assert_eq!(
             parse_rule("*(rw,sec=mtls:tls)").unwrap().sec,
             vec![Flavor::Mtls, Flavor::Tls]
         );
-        assert!(parse_rule("*(rw,sec=krb5i)").is_err());
+        assert_eq!(
+            parse_rule("*(rw,sec=krb5p:krb5i:krb5)").unwrap().sec,
+            vec![Flavor::Krb5p, Flavor::Krb5i, Flavor::Krb5]
+        );
     }
 }

@@ -52,8 +52,9 @@ pub enum Squash {
 
 /// A security flavour a rule allows (`sec=`). `sys` is AUTH_SYS (or AUTH_NONE) over
 /// any connection; `tls` the same over RPC-with-TLS only, `mtls` over TLS with a
-/// client certificate the server verified (RFC 9289; ADR 0049). The Kerberos flavours
-/// parse, and loading refuses them (`RuleError::Unsupported`).
+/// client certificate the server verified (RFC 9289; ADR 0049). `krb5`, `krb5i` and
+/// `krb5p` are RPCSEC_GSS with Kerberos v5 and the service none, integrity or privacy
+/// (RFC 2203, RFC 2623 §2.2; ADR 0051), over any connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Flavor {
     Sys,
@@ -88,21 +89,44 @@ impl Flavor {
         }
     }
 
-    /// Whether this server can serve requests of the flavour yet.
-    pub fn supported(self) -> bool {
-        matches!(self, Flavor::Sys | Flavor::Tls | Flavor::Mtls)
+    /// Whether a request authenticated by `flavor` over `transport` is of this
+    /// flavour: `sys` is AUTH_SYS or AUTH_NONE over any connection, `tls` the same
+    /// over TLS, `mtls` over TLS with a verified client certificate; a Kerberos
+    /// flavour exactly that RPCSEC_GSS service (as knfsd: krb5p does not stand in for
+    /// krb5), over any connection.
+    pub fn admits(self, flavor: CallFlavor, transport: CallTransport) -> bool {
+        let unauthenticated = matches!(flavor, CallFlavor::Sys | CallFlavor::None);
+        match self {
+            Flavor::Sys => unauthenticated,
+            Flavor::Tls => unauthenticated && transport != CallTransport::Plain,
+            Flavor::Mtls => unauthenticated && transport == CallTransport::MutualTls,
+            Flavor::Krb5 | Flavor::Krb5i | Flavor::Krb5p => {
+                matches!(flavor, CallFlavor::Kerberos { flavor, .. } if flavor == self)
+            }
+        }
     }
 
-    /// Whether a request (AUTH_SYS or AUTH_NONE) over `transport` is of this flavour:
-    /// `sys` over any connection, `tls` over TLS, `mtls` over TLS with a verified
-    /// client certificate. No request is of a Kerberos flavour yet.
-    pub fn admits(self, transport: CallTransport) -> bool {
+    /// The RPC flavour number a client is told (MOUNT's list, SECINFO): AUTH_SYS for
+    /// `sys`, `tls` and `mtls` (RFC 9289 has no number of its own), the Kerberos
+    /// pseudo-flavours 390003-390005 (RFC 2623 §2.2) for the others.
+    pub fn pseudo_flavor(self) -> u32 {
         match self {
-            Flavor::Sys => true,
-            Flavor::Tls => transport != CallTransport::Plain,
-            Flavor::Mtls => transport == CallTransport::MutualTls,
-            Flavor::Krb5 | Flavor::Krb5i | Flavor::Krb5p => false,
+            Flavor::Sys | Flavor::Tls | Flavor::Mtls => 1,
+            Flavor::Krb5 => 390003,
+            Flavor::Krb5i => 390004,
+            Flavor::Krb5p => 390005,
         }
+    }
+
+    /// `flavors` as a client is told them: in order, each pseudo-flavour once.
+    pub fn advertised(flavors: &[Flavor]) -> Vec<Flavor> {
+        let mut out: Vec<Flavor> = Vec::new();
+        for &f in flavors {
+            if !out.iter().any(|o| o.pseudo_flavor() == f.pseudo_flavor()) {
+                out.push(f);
+            }
+        }
+        out
     }
 }
 
@@ -168,6 +192,10 @@ pub enum CallFlavor {
     Sys,
     /// AUTH_NONE: served where `sys` is, as the anonymous user.
     None,
+    /// RPCSEC_GSS with Kerberos v5 and the service `flavor` names (`Krb5`, `Krb5i`,
+    /// `Krb5p`); `mapped`: the principal has a local identity (the principal map or a
+    /// local user), else it acts as the rule's anonymous user.
+    Kerberos { flavor: Flavor, mapped: bool },
 }
 
 /// The connection a request arrived on (RFC 9289).
@@ -276,7 +304,11 @@ impl ClientRules {
         };
         // AUTH_NONE rides on `sys` (as nobody): both are "no authentication"; `tls`
         // and `mtls` ask the same of the connection they arrive on.
-        if !rule.sec.iter().any(|f| f.admits(caller.transport)) {
+        if !rule
+            .sec
+            .iter()
+            .any(|f| f.admits(caller.flavor, caller.transport))
+        {
             return Decision::WrongSec(rule.sec.clone());
         }
         Decision::Allow {
@@ -287,7 +319,8 @@ impl ClientRules {
 }
 
 /// The identity `creds` of a caller authenticated by `flavor` becomes under `rule`:
-/// `all_squash` and AUTH_NONE give the anonymous ids; `root_squash` maps uid 0 and gid
+/// `all_squash`, AUTH_NONE and a Kerberos principal without a local identity give the
+/// anonymous ids; `root_squash` maps uid 0 and gid
 /// 0 (also among the supplementary groups) to them; `no_root_squash` keeps them.
 pub fn squash(rule: &ClientRule, flavor: CallFlavor, creds: &Creds) -> Creds {
     let anon = Creds {
@@ -295,7 +328,10 @@ pub fn squash(rule: &ClientRule, flavor: CallFlavor, creds: &Creds) -> Creds {
         gid: rule.anongid,
         gids: Vec::new(),
     };
-    if flavor == CallFlavor::None {
+    if matches!(
+        flavor,
+        CallFlavor::None | CallFlavor::Kerberos { mapped: false, .. }
+    ) {
         return anon;
     }
     match rule.squash {
@@ -521,6 +557,71 @@ mod tests {
             rules.decide(&at("10.0.0.1"), &sys(1, 1, &[])),
             Decision::WrongSec(vec![Flavor::Krb5p, Flavor::Krb5])
         );
+    }
+
+    #[test]
+    fn kerberos_flavours_admit_exactly_their_service() {
+        let rules = ClientRules::new(vec![ClientRule {
+            read_only: false,
+            sec: vec![Flavor::Krb5p, Flavor::Krb5i],
+            ..ClientRule::new(ClientSpec::Any, "*")
+        }]);
+        let krb = |flavor, mapped| Caller {
+            flavor: CallFlavor::Kerberos { flavor, mapped },
+            ..at("10.0.0.1")
+        };
+        let alice = sys(1000, 100, &[]);
+        for f in [Flavor::Krb5p, Flavor::Krb5i] {
+            assert_eq!(
+                rules.decide(&krb(f, true), &alice),
+                Decision::Allow {
+                    creds: alice.clone(),
+                    read_only: false
+                },
+                "{f:?}"
+            );
+        }
+        // krb5 (header only) is not krb5i; AUTH_SYS and AUTH_NONE are not Kerberos.
+        let wrongsec = Decision::WrongSec(vec![Flavor::Krb5p, Flavor::Krb5i]);
+        assert_eq!(rules.decide(&krb(Flavor::Krb5, true), &alice), wrongsec);
+        assert_eq!(rules.decide(&at("10.0.0.1"), &alice), wrongsec);
+        let none = Caller {
+            flavor: CallFlavor::None,
+            ..at("10.0.0.1")
+        };
+        assert_eq!(rules.decide(&none, &alice), wrongsec);
+        // A principal without a local identity acts as the anonymous user; a mapped
+        // root is squashed like AUTH_SYS root.
+        assert_eq!(
+            rules.decide(&krb(Flavor::Krb5p, false), &alice),
+            Decision::Allow {
+                creds: sys(ANON_ID, ANON_ID, &[]),
+                read_only: false
+            }
+        );
+        assert!(matches!(
+            rules.decide(&krb(Flavor::Krb5p, true), &sys(0, 0, &[])),
+            Decision::Allow { creds, .. } if creds.uid == ANON_ID
+        ));
+        // A `sys` export does not take Kerberos calls (knfsd's exact match).
+        let sys_only = ClientRules::new(vec![ClientRule::new(ClientSpec::Any, "*")]);
+        assert_eq!(
+            sys_only.decide(&krb(Flavor::Krb5, true), &alice),
+            Decision::WrongSec(vec![Flavor::Sys])
+        );
+    }
+
+    #[test]
+    fn advertised_flavours_collapse_the_tls_ones_into_auth_sys() {
+        assert_eq!(
+            Flavor::advertised(&[Flavor::Tls, Flavor::Krb5p, Flavor::Sys, Flavor::Mtls]),
+            vec![Flavor::Tls, Flavor::Krb5p]
+        );
+        let numbers: Vec<u32> = [Flavor::Sys, Flavor::Krb5, Flavor::Krb5i, Flavor::Krb5p]
+            .iter()
+            .map(|f| f.pseudo_flavor())
+            .collect();
+        assert_eq!(numbers, [1, 390003, 390004, 390005]);
     }
 
     #[test]

@@ -157,18 +157,29 @@ pub fn lookupp(c: &mut Compound) -> OpResult {
 /// The flavours the caller may use on `fh`: its export rule's (ADR 0043), AUTH_SYS on
 /// the pseudo file system (AUTH_NONE is accepted where AUTH_SYS is, as nobody). `tls`
 /// and `mtls` are AUTH_SYS over a TLS connection (RFC 9289 has no SECINFO entry of
-/// its own for them): listed as AUTH_SYS once. Loading refuses Kerberos rules.
+/// its own for them): listed as AUTH_SYS once. Kerberos flavours are RPCSEC_GSS
+/// entries with the krb5 mechanism's OID, QOP 0 and their service (ADR 0051).
 fn flavors(c: &Compound, fh: &Fh) -> SECINFO4resok {
+    use crate::exportrules::Flavor;
     let allowed = match fh {
         Fh::Obj(o) => c.flavors(&o.export),
-        Fh::Pseudo(_) => vec![crate::exportrules::Flavor::Sys],
+        Fh::Pseudo(_) => vec![Flavor::Sys],
     };
-    use crate::exportrules::Flavor;
-    allowed
+    let gss = |service| {
+        secinfo4::RPCSEC_GSS(rpcsec_gss_info {
+            oid: bytes::Bytes::from_static(txnfs_rpc::gss::KRB5_MECH_OID),
+            qop: 0,
+            service,
+        })
+    };
+    Flavor::advertised(&allowed)
         .into_iter()
-        .any(|f| matches!(f, Flavor::Sys | Flavor::Tls | Flavor::Mtls))
-        .then(|| secinfo4::default(AUTH_SYS))
-        .into_iter()
+        .map(|f| match f {
+            Flavor::Krb5 => gss(rpc_gss_svc_t::RPC_GSS_SVC_NONE),
+            Flavor::Krb5i => gss(rpc_gss_svc_t::RPC_GSS_SVC_INTEGRITY),
+            Flavor::Krb5p => gss(rpc_gss_svc_t::RPC_GSS_SVC_PRIVACY),
+            Flavor::Sys | Flavor::Tls | Flavor::Mtls => secinfo4::default(AUTH_SYS),
+        })
         .collect()
 }
 
