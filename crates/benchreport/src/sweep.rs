@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::compare::fmt_delay;
 use crate::servers::{RunningServer, ServerKind, ServerOpts};
-use crate::stats::{fmt_num, Summary};
+use crate::stats::Summary;
 use crate::sweep_plot::{ci_line_chart, CiLine};
 use txnfs_bench::cli::RunArgs;
 use txnfs_bench::results::{Repeat, Results};
