@@ -99,6 +99,27 @@ impl GatherBuf {
         }
     }
 
+    /// A copy of the bytes from `at` to the end (for small results kept apart, such
+    /// as an owner's replay cache).
+    pub fn copy_from(&self, at: usize) -> Bytes {
+        let mut out = BytesMut::with_capacity(self.len().saturating_sub(at));
+        let mut start = 0;
+        let tail: &[u8] = &self.tail;
+        for p in self
+            .parts
+            .iter()
+            .map(|p| &p[..])
+            .chain(std::iter::once(tail))
+        {
+            let end = start + p.len();
+            if end > at {
+                out.put_slice(&p[at.saturating_sub(start)..]);
+            }
+            start = end;
+        }
+        out.freeze()
+    }
+
     /// The message so far, without consuming the buffer: the finished parts are
     /// shared, the tail is copied (call [`GatherBuf::seal`] first to share it too).
     pub fn snapshot(&self) -> Gathered {
@@ -289,8 +310,10 @@ mod tests {
             h.tail().put_slice(b"X");
             let mut want = BytesMut::from(&full[..at]);
             want.put_slice(b"X");
+            assert_eq!(h.copy_from(0).len(), at + 1);
             assert_eq!(h.finish().to_bytes(), want.freeze(), "at = {at}");
         }
+        assert_eq!(g.copy_from(2008), full.slice(2008..));
     }
 
     #[test]
