@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
-use txnfs_xdr::{get_opaque, get_u32, Decode, Gathered, XdrError};
+use txnfs_xdr::{get_opaque, get_u32, Decode, Gathered, XdrError, SHARE_MIN};
 
 use crate::backchannel::{BackChannel, DEFAULT_MAX_CALLBACKS_PER_CONN};
 use crate::budget::{Charge, InFlightBudget, DEFAULT_IN_FLIGHT_BYTES};
@@ -547,17 +547,18 @@ impl Drop for ReplySender {
 }
 
 /// Everything the transport can answer: the service's replies plus RPC_MISMATCH.
-enum Reply {
+pub(crate) enum Reply {
     Body(ReplyBody),
     RpcMismatch,
 }
 
-/// Copy result bodies up to this size into the header buffer (one iovec per reply).
+/// Copy result bodies up to this size into the header buffer (one iovec per reply),
+/// except file data ([`SHARE_MIN`] bytes or more, ADR 0052).
 const INLINE_BODY: usize = 4096;
 
 /// Encode a reply as (record mark + header [+ small first part], the other parts).
 /// `None` for `Drop`.
-fn encode_reply(xid: u32, reply: Reply) -> Option<(Bytes, Vec<Bytes>)> {
+pub(crate) fn encode_reply(xid: u32, reply: Reply) -> Option<(Bytes, Vec<Bytes>)> {
     let (hdr, body) = match reply {
         Reply::RpcMismatch => (
             ReplyHeader::Denied(RejectedReply::RpcMismatch {
@@ -589,19 +590,23 @@ fn encode_reply(xid: u32, reply: Reply) -> Option<(Bytes, Vec<Bytes>)> {
             }
         }
     };
-    // The first part (a whole small reply, or the results' header before file data)
-    // goes into the header buffer: one iovec fewer.
-    let mut body = body.into_iter().peekable();
+    // Leading parts go into the header buffer (one iovec for a small reply): a whole
+    // small body, and the results' header before file data, never the file data
+    // itself (a part of `SHARE_MIN` bytes or more after the first).
     let inline = body
-        .peek()
-        .map_or(0, |b| if b.len() <= INLINE_BODY { b.len() } else { 0 });
-    let mut out = BytesMut::with_capacity(48 + inline);
+        .iter()
+        .enumerate()
+        .scan(0, |total, (i, p)| {
+            *total += p.len();
+            (*total <= INLINE_BODY && (i == 0 || p.len() < SHARE_MIN)).then_some(p.len())
+        })
+        .collect::<Vec<_>>();
+    let mut out = BytesMut::with_capacity(48 + inline.iter().sum::<usize>());
     out.put_u32(0);
     encode_reply_header(&mut out, xid, &hdr);
-    if inline > 0 {
-        if let Some(first) = body.next() {
-            out.put_slice(&first);
-        }
+    let mut body = body.into_iter();
+    for p in body.by_ref().take(inline.len()) {
+        out.put_slice(&p);
     }
     let body: Vec<Bytes> = body.collect();
     let len = out.len() - 4 + body.iter().map(Bytes::len).sum::<usize>();

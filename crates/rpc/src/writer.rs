@@ -218,6 +218,33 @@ mod tests {
         assert_eq!(sink.got, want);
     }
 
+    /// ADR 0052: a reply's file data reaches the writer as the buffer the service
+    /// made it from (no copy into the header), whatever its size from `SHARE_MIN` on;
+    /// what precedes it is gathered into the header buffer.
+    #[test]
+    fn file_data_is_handed_to_the_writer_as_its_own_buffer() {
+        use crate::server::{encode_reply, Reply};
+        use crate::ReplyBody;
+        use txnfs_xdr::{Gathered, SHARE_MIN};
+        for n in [SHARE_MIN, 4096, 1 << 20] {
+            let data = Bytes::from(vec![7u8; n]);
+            let parts = vec![
+                Bytes::from(vec![1u8; 60]),
+                data.clone(),
+                Bytes::from(vec![2u8; 8]),
+            ];
+            let reply = Reply::Body(ReplyBody::SuccessParts(Gathered::from_parts(parts)));
+            let Some((head, body)) = encode_reply(9, reply) else {
+                panic!("a reply")
+            };
+            assert_eq!(body.len(), 2, "{n}: data and trailer follow the header");
+            assert_eq!(body[0].as_ptr(), data.as_ptr(), "{n}: data copied");
+            assert_eq!(head.len(), 4 + 24 + 60);
+            let mark = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
+            assert_eq!(mark as usize & 0x7fff_ffff, 24 + 60 + n + 8);
+        }
+    }
+
     #[tokio::test]
     async fn a_reply_alone_is_one_write_of_all_its_parts() {
         let (tx, rx) = mpsc::unbounded_channel();
