@@ -237,13 +237,32 @@ fn one_mib_read_and_write_move_no_payload_byte_in_user_space() {
         "READ data was copied on its way to the reply: parts {:?}",
         reply.parts().iter().map(Bytes::len).collect::<Vec<_>>()
     );
-    assert_eq!(read_data(&decoded(&reply)), data, "the bytes read are those written");
+    assert_eq!(
+        read_data(&decoded(&reply)),
+        data,
+        "the bytes read are those written"
+    );
 
     // A retransmission (same slot, same sequence id): the cache shares the buffer too.
-    let reads_before = f.rec.seen.lock().unwrap_or_else(|e| e.into_inner()).reads.len();
+    let reads_before = f
+        .rec
+        .seen
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .reads
+        .len();
     let replay = run_parts(&f.srv, read_req);
-    let reads_after = f.rec.seen.lock().unwrap_or_else(|e| e.into_inner()).reads.len();
-    assert_eq!(reads_before, reads_after, "answered from the cache, not run again");
+    let reads_after = f
+        .rec
+        .seen
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .reads
+        .len();
+    assert_eq!(
+        reads_before, reads_after,
+        "answered from the cache, not run again"
+    );
     assert!(replay == reply, "the replay is the reply");
     assert!(
         holds_buffer(&replay, filled),

@@ -188,8 +188,8 @@ impl Gathered {
         }
     }
 
-    /// The first `n` bytes (at most 4 KiB are looked at by callers that read a status
-    /// word), copied only when they span parts.
+    /// The first `n` bytes (fewer if the message is shorter; a status word, say),
+    /// copied only when they span parts.
     pub fn prefix(&self, n: usize) -> Bytes {
         match self.parts.first() {
             Some(first) if first.len() >= n => first.slice(..n),
@@ -208,7 +208,7 @@ impl Gathered {
     }
 
     /// Replaces bytes `at..at + 4` by `v` (big-endian), copying only the part that
-    /// holds them (which must hold all four).
+    /// holds them. False (nothing changed) when no one part holds all four.
     pub fn set_u32(&mut self, at: usize, v: u32) -> bool {
         let mut start = 0;
         for p in &mut self.parts {

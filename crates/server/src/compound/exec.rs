@@ -159,7 +159,8 @@ pub(super) fn run(
     let count_at = reply_head(&mut out, &req.tag);
     if req.minor == 0 || req.minor > 2 {
         let mut reply = out.finish();
-        reply.set_u32(0, nfsstat4::NFS4ERR_MINOR_VERS_MISMATCH as u32);
+        let set = reply.set_u32(0, nfsstat4::NFS4ERR_MINOR_VERS_MISMATCH as u32);
+        assert!(set, "the COMPOUND head is one part");
         return reply;
     }
     let txn = proc.is_txn();
@@ -466,8 +467,10 @@ impl Exec<'_> {
     fn patched(&mut self) -> Gathered {
         self.out.seal();
         let mut reply = self.out.snapshot();
-        reply.set_u32(0, self.status as i32 as u32);
-        reply.set_u32(self.count_at, self.done);
+        let set =
+            reply.set_u32(0, self.status as i32 as u32) && reply.set_u32(self.count_at, self.done);
+        // `reply_head` made status and count one part.
+        assert!(set, "the COMPOUND head is one part");
         reply
     }
 
