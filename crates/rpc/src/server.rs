@@ -593,22 +593,21 @@ pub(crate) fn encode_reply(xid: u32, reply: Reply) -> Option<(Bytes, Vec<Bytes>)
     // Leading parts go into the header buffer (one iovec for a small reply): a whole
     // small body, and the results' header before file data, never the file data
     // itself (a part of `SHARE_MIN` bytes or more after the first).
-    let inline = body
-        .iter()
-        .enumerate()
-        .scan(0, |total, (i, p)| {
-            *total += p.len();
-            (*total <= INLINE_BODY && (i == 0 || p.len() < SHARE_MIN)).then_some(p.len())
-        })
-        .collect::<Vec<_>>();
-    let mut out = BytesMut::with_capacity(48 + inline.iter().sum::<usize>());
+    let mut body = body;
+    let (mut inline, mut inline_len) = (0, 0);
+    for (i, p) in body.iter().enumerate() {
+        if inline_len + p.len() > INLINE_BODY || (i > 0 && p.len() >= SHARE_MIN) {
+            break;
+        }
+        inline += 1;
+        inline_len += p.len();
+    }
+    let mut out = BytesMut::with_capacity(48 + inline_len);
     out.put_u32(0);
     encode_reply_header(&mut out, xid, &hdr);
-    let mut body = body.into_iter();
-    for p in body.by_ref().take(inline.len()) {
+    for p in body.drain(..inline) {
         out.put_slice(&p);
     }
-    let body: Vec<Bytes> = body.collect();
     let len = out.len() - 4 + body.iter().map(Bytes::len).sum::<usize>();
     out[..4].copy_from_slice(&(len as u32 | LAST_FRAGMENT).to_be_bytes());
     Some((out.freeze(), body))

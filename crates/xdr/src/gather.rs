@@ -210,15 +210,25 @@ impl Gathered {
     /// Replaces bytes `at..at + 4` by `v` (big-endian), copying only the part that
     /// holds them. False (nothing changed) when no one part holds all four.
     pub fn set_u32(&mut self, at: usize, v: u32) -> bool {
+        self.set_u32s(&[(at, v)])
+    }
+
+    /// [`Gathered::set_u32`] of several words that one part holds, copying it once.
+    pub fn set_u32s(&mut self, words: &[(usize, u32)]) -> bool {
+        let Some(&(at, _)) = words.first() else {
+            return true;
+        };
         let mut start = 0;
         for p in &mut self.parts {
             if at < start + p.len() {
-                let off = at - start;
-                if off + 4 > p.len() {
+                let inside = |&(w, _): &(usize, u32)| w >= start && w + 4 <= start + p.len();
+                if !words.iter().all(inside) {
                     return false;
                 }
                 let mut copy = BytesMut::from(&p[..]);
-                copy[off..off + 4].copy_from_slice(&v.to_be_bytes());
+                for &(w, v) in words {
+                    copy[w - start..w - start + 4].copy_from_slice(&v.to_be_bytes());
+                }
                 *p = copy.freeze();
                 return true;
             }
@@ -230,7 +240,9 @@ impl Gathered {
 
 impl From<Bytes> for Gathered {
     fn from(b: Bytes) -> Self {
-        Gathered::from_parts(vec![b])
+        let len = b.len();
+        let parts = if len == 0 { Vec::new() } else { vec![b] };
+        Gathered { parts, len }
     }
 }
 
@@ -334,5 +346,9 @@ mod tests {
         assert_eq!(&g.parts()[0][..], &[0, 0, 0, 0, 1, 2, 3, 4]);
         assert_eq!(g.parts()[1].as_ptr(), big.as_ptr());
         assert!(!g.set_u32(6, 1), "a word across two parts is refused");
+        assert!(g.set_u32s(&[(0, 9), (4, 10)]));
+        assert_eq!(&g.parts()[0][..], &[0, 0, 0, 9, 0, 0, 0, 10]);
+        assert!(!g.set_u32s(&[(0, 1), (8, 1)]), "words in two parts are refused");
+        assert_eq!(&g.parts()[0][..4], &[0, 0, 0, 9], "and nothing changed");
     }
 }

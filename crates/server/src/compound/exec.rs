@@ -467,8 +467,7 @@ impl Exec<'_> {
     fn patched(&mut self) -> Gathered {
         self.out.seal();
         let mut reply = self.out.snapshot();
-        let set =
-            reply.set_u32(0, self.status as i32 as u32) && reply.set_u32(self.count_at, self.done);
+        let set = reply.set_u32s(&[(0, self.status as i32 as u32), (self.count_at, self.done)]);
         // `reply_head` made status and count one part.
         assert!(set, "the COMPOUND head is one part");
         reply
