@@ -348,7 +348,10 @@ mod tests {
         assert!(!g.set_u32(6, 1), "a word across two parts is refused");
         assert!(g.set_u32s(&[(0, 9), (4, 10)]));
         assert_eq!(&g.parts()[0][..], &[0, 0, 0, 9, 0, 0, 0, 10]);
-        assert!(!g.set_u32s(&[(0, 1), (8, 1)]), "words in two parts are refused");
+        assert!(
+            !g.set_u32s(&[(0, 1), (8, 1)]),
+            "words in two parts are refused"
+        );
         assert_eq!(&g.parts()[0][..4], &[0, 0, 0, 9], "and nothing changed");
     }
 }
