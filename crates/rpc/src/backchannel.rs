@@ -193,7 +193,11 @@ impl BackChannel {
             if tx
                 .send(Outgoing {
                     head,
-                    body,
+                    body: if body.is_empty() {
+                        Vec::new()
+                    } else {
+                        vec![body]
+                    },
                     permit: None,
                     charge: None,
                 })

@@ -393,7 +393,7 @@ async fn client_writer<W: AsyncWrite + Unpin>(
         }
         // `flush` is free on TCP; TLS may hold the last record back until it.
         let written = match write_all_vectored(&mut wr, &mut segs).await {
-            Ok(()) => wr.flush().await,
+            Ok(_) => wr.flush().await,
             Err(e) => Err(e),
         };
         if let Err(e) = written {

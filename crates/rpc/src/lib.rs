@@ -107,6 +107,7 @@ mod record;
 mod server;
 mod starttls;
 mod tls;
+mod writer;
 mod x509name;
 
 pub use backchannel::{BackChannel, CallbackError, DEFAULT_MAX_CALLBACKS_PER_CONN};
@@ -122,8 +123,9 @@ pub use server::{
 };
 pub use starttls::{HANDSHAKE_TIMEOUT, STARTTLS};
 pub use tls::{ClientTls, ServerTls, TlsConfigError, TlsPeer, ALPN_SUNRPC};
+pub use writer::WriteCounts;
 
-pub use txnfs_xdr::XdrError;
+pub use txnfs_xdr::{Gathered, XdrError};
 
 use std::net::SocketAddr;
 

@@ -63,6 +63,9 @@ pub(crate) struct RecordReader<R> {
     /// The record being read has its reservation (`charge`, unless the budget closed).
     reserved: bool,
     reserving: Option<Reserving>,
+    /// Received bytes copied after their arrival (buffer growth, fragments joined):
+    /// what ADR 0052 counts on the receive path.
+    moved: u64,
 }
 
 impl<R: AsyncRead + Unpin> RecordReader<R> {
@@ -76,6 +79,7 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
             charge: None,
             reserved: false,
             reserving: None,
+            moved: 0,
         }
     }
 
@@ -88,6 +92,13 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
     /// Bytes read from the stream and not yet part of a returned record.
     pub(crate) fn buffered(&self) -> usize {
         self.buf.len()
+    }
+
+    /// Received bytes copied inside this reader so far (not counting the one copy
+    /// from the socket into its buffer).
+    #[cfg(test)]
+    pub(crate) fn bytes_moved(&self) -> u64 {
+        self.moved
     }
 
     /// Reserve every record's bytes in `budget` before reading its body; while the
@@ -147,6 +158,12 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
                 self.reserved = true;
             }
             if self.buf.len() < 4 + len {
+                if self.charge.is_some() {
+                    // The record's bytes are in the budget already: make room for all
+                    // of it now, so that its body is read into place and never moved
+                    // by the buffer growing (only the read-ahead is, at most once).
+                    self.reserve(4 + len - self.buf.len());
+                }
                 if !self.fill(4 + len).await? {
                     return Err(RecordError::Truncated);
                 }
@@ -158,6 +175,7 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
                 let rec = if self.partial.is_empty() {
                     frag.freeze()
                 } else {
+                    self.moved += frag.len() as u64;
                     self.partial.extend_from_slice(&frag);
                     self.partial.split().freeze()
                 };
@@ -168,7 +186,18 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
                 };
                 return Ok(Some((rec, charge)));
             }
+            self.moved += frag.len() as u64;
             self.partial.extend_from_slice(&frag);
+        }
+    }
+
+    /// Room for `additional` more bytes in the buffer, counting what moves if the
+    /// buffer is reallocated.
+    fn reserve(&mut self, additional: usize) {
+        let before = self.buf.as_ptr();
+        self.buf.reserve(additional);
+        if self.buf.as_ptr() != before {
+            self.moved += self.buf.len() as u64;
         }
     }
 
@@ -177,7 +206,7 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
     async fn fill(&mut self, want: usize) -> Result<bool, RecordError> {
         let missing = want.saturating_sub(self.buf.len());
         if self.buf.capacity() - self.buf.len() < MIN_READ {
-            self.buf.reserve(missing.clamp(MIN_READ, READ_CHUNK));
+            self.reserve(missing.clamp(MIN_READ, READ_CHUNK));
         }
         let n = self
             .io
@@ -192,11 +221,14 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
 const MAX_IOVECS: usize = 64;
 
 /// Write every segment of `segs`, gathering them into vectored writes; `segs` is drained.
+/// Returns how many writes it took.
 pub(crate) async fn write_all_vectored<W: AsyncWrite + Unpin>(
     w: &mut W,
     segs: &mut VecDeque<Bytes>,
-) -> io::Result<()> {
+) -> io::Result<u64> {
+    let mut writes = 0;
     while !segs.is_empty() {
+        writes += 1;
         let n = {
             let slices: Vec<IoSlice<'_>> = segs
                 .iter()
@@ -223,7 +255,8 @@ pub(crate) async fn write_all_vectored<W: AsyncWrite + Unpin>(
             segs.pop_front();
         }
     }
-    w.flush().await
+    w.flush().await?;
+    Ok(writes)
 }
 
 /// Read one record from `r` without internal buffering beyond the record itself (a test and
@@ -253,5 +286,68 @@ pub async fn read_record<R: AsyncRead + Unpin>(
         if last {
             return Ok(out.freeze());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+    use tokio::io::ReadBuf;
+
+    /// A socket that hands out at most `chunk` bytes per read, as TCP does.
+    struct Trickle {
+        data: Bytes,
+        chunk: usize,
+    }
+
+    impl AsyncRead for Trickle {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            let n = self.data.len().min(self.chunk).min(buf.remaining());
+            let part = self.data.split_to(n);
+            buf.put_slice(&part);
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    fn records(sizes: &[usize]) -> Bytes {
+        let mut out = BytesMut::new();
+        for (i, &n) in sizes.iter().enumerate() {
+            out.extend_from_slice(&(n as u32 | LAST_FRAGMENT).to_be_bytes());
+            out.extend_from_slice(&vec![i as u8; n]);
+        }
+        out.freeze()
+    }
+
+    /// ADR 0052: a 1 MiB WRITE's record is read into place: besides the socket's own
+    /// copy, at most the read-ahead that came with its record mark moves, once.
+    #[tokio::test]
+    async fn a_large_record_is_read_into_place() {
+        let sizes = [200, 1 << 20, 300, 1 << 20];
+        let io = Trickle {
+            data: records(&sizes),
+            chunk: 16 * 1024,
+        };
+        let mut r = RecordReader::new(io, 4 << 20).with_budget(InFlightBudget::new(64 << 20));
+        let mut kept = Vec::new();
+        for (i, &n) in sizes.iter().enumerate() {
+            let rec = r.next_record().await.ok().flatten();
+            let rec = rec.unwrap_or_else(|| panic!("record {i} missing"));
+            assert_eq!(rec.len(), n);
+            assert!(rec.iter().all(|&b| b == i as u8));
+            // Records still held (in flight) keep the old buffer shared.
+            kept.push(rec);
+        }
+        let moved = r.bytes_moved();
+        assert!(
+            moved <= 2 * (READ_CHUNK + MIN_READ) as u64,
+            "{moved} bytes of {} moved after they were received",
+            (2 << 20) + 500
+        );
     }
 }

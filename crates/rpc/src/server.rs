@@ -1,6 +1,6 @@
 //! The server transport: accept loop, per-connection reader / writer, call dispatch.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -9,21 +9,22 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use std::pin::Pin;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
-use txnfs_xdr::{get_opaque, get_u32, Decode, XdrError};
+use txnfs_xdr::{get_opaque, get_u32, Decode, Gathered, XdrError, SHARE_MIN};
 
 use crate::backchannel::{BackChannel, DEFAULT_MAX_CALLBACKS_PER_CONN};
 use crate::budget::{Charge, InFlightBudget, DEFAULT_IN_FLIGHT_BYTES};
 use crate::gss::{GssCaller, GssServer};
 use crate::msg::*;
-use crate::record::{write_all_vectored, RecordError, RecordReader};
+use crate::record::{RecordError, RecordReader};
 use crate::starttls::Negotiated;
 use crate::tls::{ServerTls, TlsPeer};
+use crate::writer::WriteCounts;
 
 /// What the transport tells a service about one call.
 #[derive(Debug, Clone)]
@@ -49,6 +50,11 @@ pub struct CallInfo {
 pub enum ReplyBody {
     /// MSG_ACCEPTED / SUCCESS followed by these encoded procedure results.
     Success(Bytes),
+    /// [`ReplyBody::Success`] with results made of parts (file data shared with the
+    /// buffer it was read into, ADR 0052), written with one gathered write. Whoever must
+    /// post-process the results whole (RPCSEC_GSS integrity or privacy) flattens them
+    /// with [`Gathered::to_bytes`], which copies.
+    SuccessParts(Gathered),
     /// Normally answered by the transport from [`RpcService::programs`].
     ProgUnavail,
     ProcUnavail,
@@ -118,6 +124,9 @@ pub struct ServerConfig {
     pub tls: Option<Arc<ServerTls>>,
     /// RPCSEC_GSS (RFC 2203, Kerberos v5): without it the flavour is refused as unknown.
     pub gss: Option<Arc<GssServer>>,
+    /// Gathered writes and the records they carried, over all connections (shared with
+    /// whoever watches them).
+    pub write_counts: Arc<WriteCounts>,
 }
 
 pub const DEFAULT_MAX_RECORD_SIZE: usize = 4 * 1024 * 1024 + 64 * 1024;
@@ -134,6 +143,7 @@ impl Default for ServerConfig {
             in_flight_budget: InFlightBudget::new(DEFAULT_IN_FLIGHT_BYTES),
             tls: None,
             gss: None,
+            write_counts: Arc::default(),
         }
     }
 }
@@ -169,6 +179,7 @@ pub async fn serve<S: RpcService>(
         budget: cfg.in_flight_budget.clone(),
         tls: cfg.tls.clone(),
         gss: cfg.gss.clone(),
+        write_counts: cfg.write_counts.clone(),
     });
     let max_connections = cfg.max_connections.max(1);
     let (sd_tx, sd_rx) = watch::channel(false);
@@ -340,6 +351,7 @@ struct Shared {
     budget: Arc<InFlightBudget>,
     tls: Option<Arc<ServerTls>>,
     gss: Option<Arc<GssServer>>,
+    write_counts: Arc<WriteCounts>,
 }
 
 impl Shared {
@@ -443,8 +455,8 @@ struct Connection<S> {
 pub(crate) struct Outgoing {
     /// Record mark and message header (and small bodies).
     pub(crate) head: Bytes,
-    /// The rest of the same record; may be empty.
-    pub(crate) body: Bytes,
+    /// The rest of the same record, as separate buffers; may be empty.
+    pub(crate) body: Vec<Bytes>,
     pub(crate) permit: Option<OwnedSemaphorePermit>,
     /// The reply's bytes in the in-flight budget, given back once written.
     pub(crate) charge: Option<Charge>,
@@ -543,18 +555,20 @@ impl Drop for ReplySender {
 }
 
 /// Everything the transport can answer: the service's replies plus RPC_MISMATCH.
-enum Reply {
+pub(crate) enum Reply {
     Body(ReplyBody),
     /// A reply with its own verifier (RPCSEC_GSS).
     Verified(OpaqueAuth, ReplyBody),
     RpcMismatch,
 }
 
-/// Copy result bodies up to this size into the header buffer (one iovec per reply).
+/// Copy result bodies up to this size into the header buffer (one iovec per reply),
+/// except file data ([`SHARE_MIN`] bytes or more, ADR 0052).
 const INLINE_BODY: usize = 4096;
 
-/// Encode a reply as (record mark + header [+ small body], large body). `None` for `Drop`.
-fn encode_reply(xid: u32, reply: Reply) -> Option<(Bytes, Bytes)> {
+/// Encode a reply as (record mark + header [+ small first part], the other parts).
+/// `None` for `Drop`.
+pub(crate) fn encode_reply(xid: u32, reply: Reply) -> Option<(Bytes, Vec<Bytes>)> {
     let verf = match &reply {
         Reply::Verified(verf, _) => verf.clone(),
         _ => OpaqueAuth::none(),
@@ -565,7 +579,7 @@ fn encode_reply(xid: u32, reply: Reply) -> Option<(Bytes, Bytes)> {
                 low: RPC_VERSION,
                 high: RPC_VERSION,
             }),
-            Bytes::new(),
+            Vec::new(),
         ),
         Reply::Body(b) | Reply::Verified(_, b) => {
             let accepted = |stat| ReplyHeader::Accepted {
@@ -574,35 +588,56 @@ fn encode_reply(xid: u32, reply: Reply) -> Option<(Bytes, Bytes)> {
             };
             match b {
                 ReplyBody::Drop => return None,
-                ReplyBody::Success(res) => {
-                    // 4 (mark) + 24 (header) + results must fit one fragment.
-                    if res.len() > MAX_FRAGMENT - 64 {
-                        error!(xid, len = res.len(), "reply too large; sending SYSTEM_ERR");
-                        (accepted(AcceptedStatus::SystemErr), Bytes::new())
-                    } else {
-                        (accepted(AcceptedStatus::Success), res)
-                    }
-                }
-                ReplyBody::ProgUnavail => (accepted(AcceptedStatus::ProgUnavail), Bytes::new()),
-                ReplyBody::ProcUnavail => (accepted(AcceptedStatus::ProcUnavail), Bytes::new()),
-                ReplyBody::GarbageArgs => (accepted(AcceptedStatus::GarbageArgs), Bytes::new()),
-                ReplyBody::SystemErr => (accepted(AcceptedStatus::SystemErr), Bytes::new()),
+                ReplyBody::Success(res) => success(xid, verf.clone(), Gathered::from(res)),
+                ReplyBody::SuccessParts(res) => success(xid, verf.clone(), res),
+                ReplyBody::ProgUnavail => (accepted(AcceptedStatus::ProgUnavail), Vec::new()),
+                ReplyBody::ProcUnavail => (accepted(AcceptedStatus::ProcUnavail), Vec::new()),
+                ReplyBody::GarbageArgs => (accepted(AcceptedStatus::GarbageArgs), Vec::new()),
+                ReplyBody::SystemErr => (accepted(AcceptedStatus::SystemErr), Vec::new()),
                 ReplyBody::ProgMismatch { low, high } => (
                     accepted(AcceptedStatus::ProgMismatch { low, high }),
-                    Bytes::new(),
+                    Vec::new(),
                 ),
-                ReplyBody::AuthError(s) => (
-                    ReplyHeader::Denied(RejectedReply::AuthError(s)),
-                    Bytes::new(),
-                ),
+                ReplyBody::AuthError(s) => {
+                    (ReplyHeader::Denied(RejectedReply::AuthError(s)), Vec::new())
+                }
             }
         }
     };
-    let inline = body.len() <= INLINE_BODY;
-    let mut out = BytesMut::with_capacity(48 + if inline { body.len() } else { 0 });
+    // Leading parts go into the header buffer (one iovec for a small reply): a whole
+    // small body, and the results' header before file data, never the file data
+    // itself (a part of `SHARE_MIN` bytes or more after the first).
+    let mut body = body;
+    let (mut inline, mut inline_len) = (0, 0);
+    for (i, p) in body.iter().enumerate() {
+        if inline_len + p.len() > INLINE_BODY || (i > 0 && p.len() >= SHARE_MIN) {
+            break;
+        }
+        inline += 1;
+        inline_len += p.len();
+    }
+    let mut out = BytesMut::with_capacity(48 + inline_len);
     out.put_u32(0);
     encode_reply_header(&mut out, xid, &hdr);
-    Some(finish_record(out, body, inline))
+    for p in body.drain(..inline) {
+        out.put_slice(&p);
+    }
+    let len = out.len() - 4 + body.iter().map(Bytes::len).sum::<usize>();
+    out[..4].copy_from_slice(&(len as u32 | LAST_FRAGMENT).to_be_bytes());
+    Some((out.freeze(), body))
+}
+
+/// SUCCESS with `res` (and the reply verifier `verf`), or SYSTEM_ERR when the record
+/// could not hold it.
+fn success(xid: u32, verf: OpaqueAuth, res: Gathered) -> (ReplyHeader, Vec<Bytes>) {
+    let accepted = |stat| ReplyHeader::Accepted { verf, stat };
+    // 4 (mark) + 24 (header) + results must fit one fragment.
+    if res.len() > MAX_FRAGMENT - 64 {
+        error!(xid, len = res.len(), "reply too large; sending SYSTEM_ERR");
+        (accepted(AcceptedStatus::SystemErr), Vec::new())
+    } else {
+        (accepted(AcceptedStatus::Success), res.into_parts())
+    }
 }
 
 /// The outcome of parsing one received record.
@@ -831,13 +866,17 @@ impl<S: RpcService> Connection<S> {
             back_channel: Some(back_channel.clone()),
         };
         let write_failed = Arc::new(Notify::new());
-        let writer = tokio::spawn(writer_loop(
+        let touch = {
+            let (state, shared) = (state.clone(), self.shared.clone());
+            move || state.touch(&shared)
+        };
+        let writer = tokio::spawn(crate::writer::writer_loop(
             wr,
             rx,
             write_failed.clone(),
             peer,
-            state.clone(),
-            self.shared.clone(),
+            self.shared.write_counts.clone(),
+            touch,
         ));
         guard.writer = Some(writer.abort_handle());
         self.svc.connection_opened(conn_id, &back_channel);
@@ -971,64 +1010,5 @@ impl<S: RpcService> Connection<S> {
         let _ = writer.await;
         debug!(%peer, conn_id, "connection finished");
         drop(guard);
-    }
-}
-
-/// Coalesce at most this many bytes of replies into one gathered write.
-const MAX_BATCH_BYTES: usize = 1024 * 1024;
-const MAX_BATCH_RECORDS: usize = 256;
-
-async fn writer_loop<W: AsyncWrite + Unpin>(
-    mut wr: W,
-    mut rx: mpsc::UnboundedReceiver<Outgoing>,
-    failed: Arc<Notify>,
-    peer: SocketAddr,
-    state: Arc<ConnState>,
-    shared: Arc<Shared>,
-) {
-    let mut segs = VecDeque::new();
-    let mut permits = Vec::new();
-    let mut ok = true;
-    while let Some(first) = rx.recv().await {
-        if !ok {
-            // Keep draining until every call is done so the connection ends only then.
-            continue;
-        }
-        let mut bytes = 0;
-        let mut push = |m: Outgoing, segs: &mut VecDeque<Bytes>, permits: &mut Vec<_>| {
-            bytes += m.head.len() + m.body.len();
-            segs.push_back(m.head);
-            if !m.body.is_empty() {
-                segs.push_back(m.body);
-            }
-            permits.push((m.permit, m.charge));
-            bytes
-        };
-        let mut total = push(first, &mut segs, &mut permits);
-        while total < MAX_BATCH_BYTES && permits.len() < MAX_BATCH_RECORDS {
-            match rx.try_recv() {
-                Ok(m) => total = push(m, &mut segs, &mut permits),
-                Err(_) => break,
-            }
-        }
-        // `flush` is free on TCP; TLS may hold the last record back until it.
-        let written = match write_all_vectored(&mut wr, &mut segs).await {
-            Ok(()) => wr.flush().await,
-            Err(e) => Err(e),
-        };
-        if let Err(e) = written {
-            debug!(%peer, error = %e, "write failed; closing connection");
-            ok = false;
-            segs.clear();
-            failed.notify_one();
-        } else {
-            // Before the permits are released, so the connection never looks idle
-            // with a stale timestamp right after its last reply went out.
-            state.touch(&shared);
-        }
-        permits.clear();
-    }
-    if ok {
-        let _ = wr.shutdown().await;
     }
 }

@@ -558,7 +558,7 @@ impl Server {
 
     /// Complete the slot a COMPOUND's SEQUENCE opened (`reply`: the reply to cache, or
     /// `None` when it is not cached).
-    pub fn finish_slot(&self, session: &Session, slot: u32, reply: Option<Bytes>) {
+    pub fn finish_slot(&self, session: &Session, slot: u32, reply: Option<txnfs_xdr::Gathered>) {
         self.lock_core("completing a slot")
             .finish_slot(&session.id, slot, reply);
     }

@@ -189,7 +189,8 @@ impl RpcService for NfsService {
                         );
                         if txn {
                             // The COMPOUND's status word: NFS4_OK when it committed.
-                            let status = crate::errors::status_word(&reply, 0).unwrap_or(-1);
+                            let status =
+                                crate::errors::status_word(&reply.prefix(4), 0).unwrap_or(-1);
                             server.metrics.transaction(status);
                         }
                         pace.record(blocking, started.elapsed().saturating_sub(waited.total()));
@@ -203,7 +204,7 @@ impl RpcService for NfsService {
                         tokio::task::spawn_blocking(|| crate::recall::on_blocking_pool(run)).await
                     };
                     match result {
-                        Ok(reply) => ReplyBody::Success(reply),
+                        Ok(reply) => ReplyBody::SuccessParts(reply),
                         Err(e) => {
                             tracing::error!(peer = %info.peer, "COMPOUND task failed: {e}");
                             ReplyBody::SystemErr

@@ -11,6 +11,7 @@
 use bytes::Bytes;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
+use txnfs_xdr::Gathered;
 
 use crate::deleg::{Access, DelegLimits, DelegTable, RevokeReason};
 use crate::effect::{ClientList, Effect, ReleaseReason};
@@ -172,7 +173,7 @@ impl StateCore {
 
     /// Completes the slot SEQUENCE opened: stores the reply for replays (`None`: not
     /// cached).
-    pub fn finish_slot(&mut self, session: &SessionId, slot: u32, reply: Option<Bytes>) {
+    pub fn finish_slot(&mut self, session: &SessionId, slot: u32, reply: Option<Gathered>) {
         self.sessions.finish_slot(session, slot, reply);
     }
 

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use txnfs_xdr::Gathered;
 
 use crate::slots::{SlotTable, SlotVerdict};
 use crate::types::ClientId;
@@ -327,7 +328,7 @@ impl SessionTable {
 
     /// Records the reply of the request executing in `slot` of `session` (the cache
     /// entry SEQUENCE marked in progress). A session destroyed meanwhile is ignored.
-    pub fn finish_slot(&mut self, session: &SessionId, slot: u32, reply: Option<Bytes>) {
+    pub fn finish_slot(&mut self, session: &SessionId, slot: u32, reply: Option<Gathered>) {
         if let Some(rec) = self.sessions.get_mut(session) {
             rec.slots.finish(slot, reply);
         }

@@ -6,7 +6,7 @@
 //! exactly-once. The table grows lazily: slots are materialised the first time a client
 //! uses them, so granting a large table costs nothing until it is used.
 
-use bytes::Bytes;
+use txnfs_xdr::Gathered;
 
 #[derive(Debug, Clone, Default)]
 enum Cached {
@@ -15,8 +15,9 @@ enum Cached {
     Empty,
     /// The request is executing now.
     InProgress,
-    /// The full encoded COMPOUND4res.
-    Reply(Bytes),
+    /// The full encoded COMPOUND4res, its parts shared with the reply that was sent
+    /// (file data is not copied into the cache).
+    Reply(Gathered),
     /// Executed, but the client did not ask us to cache it (or it was too big).
     Uncached,
 }
@@ -34,7 +35,7 @@ pub enum SlotVerdict {
     /// A new request: execute it (the slot is now marked in progress).
     Execute,
     /// A retransmission of a completed request: send this cached reply.
-    Replay(Bytes),
+    Replay(Gathered),
     /// NFS4ERR_DELAY: the original is still executing.
     InProgress,
     /// NFS4ERR_RETRY_UNCACHED_REP.
@@ -117,7 +118,7 @@ impl SlotTable {
     /// Sets `slot` as a restarted server found it in the durable session store (ADR
     /// 0022): last executed `seqid` with this request hash and reply (`None`: not
     /// cached).
-    pub fn restore(&mut self, slot: u32, seqid: u32, request_hash: u64, reply: Option<Bytes>) {
+    pub fn restore(&mut self, slot: u32, seqid: u32, request_hash: u64, reply: Option<Gathered>) {
         if slot >= self.granted {
             return;
         }
@@ -141,7 +142,7 @@ impl SlotTable {
     }
 
     /// Record the outcome of an executed request.
-    pub fn finish(&mut self, slot: u32, reply: Option<Bytes>) {
+    pub fn finish(&mut self, slot: u32, reply: Option<Gathered>) {
         if let Some(s) = self.slots.get_mut(slot as usize) {
             s.cached = match reply {
                 Some(b) => {
@@ -157,6 +158,7 @@ impl SlotTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
     use proptest::prelude::*;
 
     #[test]
@@ -166,10 +168,10 @@ mod tests {
         assert_eq!(t.begin(0, 2, 0), SlotVerdict::Misordered);
         assert_eq!(t.begin(0, 1, 10), SlotVerdict::Execute);
         assert_eq!(t.begin(0, 1, 10), SlotVerdict::InProgress);
-        t.finish(0, Some(Bytes::from_static(b"reply")));
+        t.finish(0, Some(Bytes::from_static(b"reply").into()));
         assert_eq!(
             t.begin(0, 1, 10),
-            SlotVerdict::Replay(Bytes::from_static(b"reply"))
+            SlotVerdict::Replay(Bytes::from_static(b"reply").into())
         );
         assert_eq!(t.begin(0, 1, 11), SlotVerdict::FalseRetry);
         assert_eq!(t.begin(0, 3, 12), SlotVerdict::Misordered);
@@ -190,10 +192,10 @@ mod tests {
                 match t.begin(slot, seq, h) {
                     SlotVerdict::Execute => {
                         prop_assert!(executed.insert((slot, seq)), "executed twice");
-                        t.finish(slot, Some(Bytes::from(format!("{slot}:{seq}"))));
+                        t.finish(slot, Some(Bytes::from(format!("{slot}:{seq}")).into()));
                     }
                     SlotVerdict::Replay(b) => {
-                        prop_assert_eq!(b, Bytes::from(format!("{slot}:{seq}")));
+                        prop_assert_eq!(b, Bytes::from(format!("{slot}:{seq}")).into());
                     }
                     _ => {}
                 }

@@ -7,6 +7,9 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
+mod gather;
+pub use gather::{GatherBuf, Gathered, SHARE_MIN};
+
 /// Why a buffer could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum XdrError {

@@ -348,8 +348,15 @@ impl GssCaller {
                 );
             }
         };
-        let ReplyBody::Success(results) = body else {
-            return (verf, body);
+        let results = match body {
+            ReplyBody::Success(results) => results,
+            // No service: the results go as they are, parts and all.
+            ReplyBody::SuccessParts(parts) if matches!(seal.service, GssService::None) => {
+                return (verf, ReplyBody::SuccessParts(parts));
+            }
+            // Integrity and privacy work on the whole results: one copy (ADR 0052).
+            ReplyBody::SuccessParts(parts) => parts.to_bytes(),
+            other => return (verf, other),
         };
         let data = wire::seq_body(seal.seq_num, &results);
         let sealed = match seal.service {

@@ -10,12 +10,12 @@ use crate::placement::{Blocking, WaitClock};
 use crate::server::Server;
 use crate::session::Session;
 use crate::txnspan::TxnProc;
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use txnfs_backend::{Creds, TxnSpan};
 use txnfs_state::session::SessionId;
-use txnfs_xdr::{Decode, Encode};
+use txnfs_xdr::{Decode, Encode, GatherBuf, Gathered};
 
 mod v40;
 
@@ -128,6 +128,19 @@ fn request_hash(args: &Bytes) -> u64 {
     h.finish()
 }
 
+/// The reply's head: status and result count (patched at the end) around the tag,
+/// a part of its own so that patching it copies nothing else. Returns where the
+/// count is.
+fn reply_head(out: &mut GatherBuf, tag: &Bytes) -> usize {
+    let head = out.tail();
+    head.put_u32(0);
+    txnfs_xdr::put_opaque(head, tag);
+    let count_at = head.len();
+    head.put_u32(0);
+    out.seal();
+    count_at
+}
+
 /// Runs `req` as procedure `proc` and returns the encoded COMPOUND4res.
 pub(super) fn run(
     srv: &Server,
@@ -137,19 +150,18 @@ pub(super) fn run(
     req: Request,
     proc: TxnProc,
     waited: &WaitClock,
-) -> Bytes {
-    let mut out = BytesMut::with_capacity(256);
-    out.put_u32(0); // status, patched at the end
-    txnfs_xdr::put_opaque(&mut out, &req.tag);
-    let count_at = out.len();
-    out.put_u32(0); // result count, patched at the end
+) -> Gathered {
     if req.minor == 0 && proc == TxnProc::Plain {
         // NFSv4.0: no sessions, per-owner sequence ids (`v40`).
         return v40::run(srv, creds, conn, req, waited);
     }
+    let mut out = GatherBuf::with_capacity(256);
+    let count_at = reply_head(&mut out, &req.tag);
     if req.minor == 0 || req.minor > 2 {
-        out[..4].copy_from_slice(&(nfsstat4::NFS4ERR_MINOR_VERS_MISMATCH as i32).to_be_bytes());
-        return out.freeze();
+        let mut reply = out.finish();
+        let set = reply.set_u32(0, nfsstat4::NFS4ERR_MINOR_VERS_MISMATCH as u32);
+        assert!(set, "the COMPOUND head is one part");
+        return reply;
     }
     let txn = proc.is_txn();
     let mut x = Exec {
@@ -201,7 +213,7 @@ pub(super) fn run(
 enum Step {
     Next,
     /// A retransmission answered from the slot's reply cache.
-    Replay(Bytes),
+    Replay(Gathered),
     /// SEQUENCE failed: the COMPOUND ends with this status.
     Failed(nfsstat4),
 }
@@ -210,7 +222,8 @@ enum Step {
 struct Exec<'a> {
     c: Compound<'a>,
     proc: TxnProc,
-    out: BytesMut,
+    /// The reply; file data is a part of its own (`super::payload`).
+    out: GatherBuf,
     /// Where the result count is patched in.
     count_at: usize,
     status: nfsstat4,
@@ -231,7 +244,7 @@ struct Exec<'a> {
     /// with that).
     refused: Option<nfsstat4>,
     /// The reply a one-COMPOUND transaction stored before it committed.
-    stored: Option<Bytes>,
+    stored: Option<Gathered>,
 }
 
 impl Exec<'_> {
@@ -242,7 +255,7 @@ impl Exec<'_> {
             // (RFC 8881 §15.2, §16.2.3: the result opcode is OP_ILLEGAL.)
             Tail::Illegal => self.illegal(),
             Tail::Garbled(entry) => {
-                entry.encode_error(&mut self.out, nfsstat4::NFS4ERR_BADXDR);
+                entry.encode_error(self.out.tail(), nfsstat4::NFS4ERR_BADXDR);
                 self.done += 1;
                 self.status = nfsstat4::NFS4ERR_BADXDR;
             }
@@ -251,7 +264,7 @@ impl Exec<'_> {
 
     fn illegal(&mut self) {
         optable::encode_status(
-            &mut self.out,
+            self.out.tail(),
             nfs_opnum4::OP_ILLEGAL as u32,
             nfsstat4::NFS4ERR_OP_ILLEGAL,
         );
@@ -285,7 +298,7 @@ impl Exec<'_> {
         self.cache_limit = s.fore.max_response_cached as usize;
         self.c.reply_left = s.fore.max_response as usize;
         self.slot.slot = Some((s, sa.sa_slotid));
-        nfs_resop4::OP_SEQUENCE(crate::nfs::SEQUENCE4res::NFS4_OK(res)).encode(&mut self.out);
+        nfs_resop4::OP_SEQUENCE(crate::nfs::SEQUENCE4res::NFS4_OK(res)).encode(self.out.tail());
         self.done += 1;
         Step::Next
     }
@@ -312,7 +325,7 @@ impl Exec<'_> {
     /// COMPOUND.
     fn fail_op(&mut self, arg: &nfs_argop4, s: nfsstat4) {
         if let Some(entry) = optable::entry(arg.discriminant()) {
-            entry.encode_error(&mut self.out, s);
+            entry.encode_error(self.out.tail(), s);
         }
         self.done += 1;
         self.status = s;
@@ -348,15 +361,15 @@ impl Exec<'_> {
         let st = match result {
             Ok(res) => {
                 self.c.apply_stateid_rule(entry.stateid, &res);
-                res.encode(&mut self.out);
+                super::payload::encode_v4(&res, &mut self.out);
                 nfsstat4::NFS4_OK
             }
             Err(OpError::Status(s)) => {
-                entry.encode_error(&mut self.out, s);
+                entry.encode_error(self.out.tail(), s);
                 s
             }
             Err(OpError::WithBody(s, res)) => {
-                res.encode(&mut self.out);
+                super::payload::encode_v4(&res, &mut self.out);
                 s
             }
         };
@@ -444,17 +457,20 @@ impl Exec<'_> {
         } else {
             nfsstat4::NFS4ERR_REP_TOO_BIG
         };
-        entry.encode_error(&mut self.out, s);
+        entry.encode_error(self.out.tail(), s);
         self.status = s;
         false
     }
 
-    /// The reply's head as it stands: status and result count patched in.
-    fn patched(&self) -> Bytes {
-        let mut out = self.out.clone();
-        out[..4].copy_from_slice(&(self.status as i32).to_be_bytes());
-        out[self.count_at..self.count_at + 4].copy_from_slice(&self.done.to_be_bytes());
-        out.freeze()
+    /// The reply as it stands, status and result count patched in: only the head
+    /// (its own part) is copied, the results are shared.
+    fn patched(&mut self) -> Gathered {
+        self.out.seal();
+        let mut reply = self.out.snapshot();
+        let set = reply.set_u32s(&[(0, self.status as i32 as u32), (self.count_at, self.done)]);
+        // `reply_head` made status and count one part.
+        assert!(set, "the COMPOUND head is one part");
+        reply
     }
 
     /// The end of the backend side: a transaction commits (its reply made durable first
@@ -492,7 +508,7 @@ impl Exec<'_> {
             // last op takes the blame, so the reply says that nothing happened.
             if let Some((at, entry)) = self.last_op {
                 self.out.truncate(at);
-                entry.encode_error(&mut self.out, nfsstat4::NFS4ERR_IO);
+                entry.encode_error(self.out.tail(), nfsstat4::NFS4ERR_IO);
                 self.status = nfsstat4::NFS4ERR_IO;
             }
         }
@@ -516,9 +532,12 @@ impl Exec<'_> {
     /// the stored reply if recovery rolls the transaction back. False when the reply
     /// could not be stored: no durable reply, no commit.
     fn durable_before_commit(&mut self, span: TxnSpan) -> bool {
-        let (true, TxnSpan::Whole, Some((s, slotid)), Some((seqid, hash))) =
-            (self.proc.is_txn(), span, &self.slot.slot, self.durable)
-        else {
+        let (true, TxnSpan::Whole, Some((s, slotid)), Some((seqid, hash))) = (
+            self.proc.is_txn(),
+            span,
+            self.slot.slot.clone(),
+            self.durable,
+        ) else {
             return true;
         };
         let pre = self.patched();
@@ -527,7 +546,7 @@ impl Exec<'_> {
         match self
             .c
             .srv
-            .persist_reply(s, *slotid, seqid, hash, id, keep.then(|| pre.clone()))
+            .persist_reply(&s, slotid, seqid, hash, id, keep.then(|| pre.to_bytes()))
         {
             Ok(()) => {
                 self.stored = Some(pre);
@@ -541,7 +560,9 @@ impl Exec<'_> {
     }
 
     /// The reply: made durable (persistent session) and cached in the slot, then sent.
-    fn complete(mut self) -> Bytes {
+    /// The cache shares the reply's parts; a durable reply is copied whole to be
+    /// written to the session store.
+    fn complete(mut self) -> Gathered {
         let srv = self.c.srv;
         let reply = self.patched();
         if let Some((s, slotid)) = self.slot.slot.take() {
@@ -552,8 +573,14 @@ impl Exec<'_> {
                 // and before it is sent.
                 if self.stored.as_ref() == Some(&reply) {
                     srv.settle_reply(&s, slotid);
-                } else if let Err(e) = srv.persist_reply(&s, slotid, seqid, hash, 0, cached.clone())
-                {
+                } else if let Err(e) = srv.persist_reply(
+                    &s,
+                    slotid,
+                    seqid,
+                    hash,
+                    0,
+                    cached.as_ref().map(Gathered::to_bytes),
+                ) {
                     tracing::error!("persistent session's reply not durable: {e}");
                 }
             }

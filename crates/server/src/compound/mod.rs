@@ -13,6 +13,7 @@
 
 mod exec;
 pub mod optable;
+pub(crate) mod payload;
 
 pub use crate::cstate::Compound;
 pub use crate::errors::{OpError, OpResult};
@@ -25,7 +26,7 @@ use crate::server::Server;
 use crate::txnspan::TxnProc;
 use bytes::{BufMut, Bytes, BytesMut};
 use txnfs_backend::Creds;
-use txnfs_xdr::XdrError;
+use txnfs_xdr::{Gathered, XdrError};
 
 /// Reasons the whole call is rejected at the RPC level.
 #[derive(Debug, thiserror::Error)]
@@ -81,14 +82,8 @@ pub fn execute_timed(
     proc: TxnProc,
     waited: &WaitClock,
 ) -> Result<Bytes, CompoundError> {
-    Ok(execute_request(
-        srv,
-        creds,
-        conn,
-        Request::decode(args)?,
-        proc,
-        waited,
-    ))
+    // In one buffer for callers in this process (tests, the simulation).
+    Ok(execute_request(srv, creds, conn, Request::decode(args)?, proc, waited).to_bytes())
 }
 
 /// Runs a decoded COMPOUND ([`Request::decode`]) of procedure `proc` from a caller in
@@ -100,12 +95,13 @@ pub fn execute_request(
     req: Request,
     proc: TxnProc,
     waited: &WaitClock,
-) -> Bytes {
+) -> Gathered {
     let caller = crate::exportrules::Caller::local();
     execute_request_from(srv, caller, creds, conn, req, proc, waited)
 }
 
-/// [`execute_request`] for `caller`, whom the export rules judge (ADR 0043).
+/// [`execute_request`] for `caller`, whom the export rules judge (ADR 0043). The
+/// reply's file data is a part of its own, shared with the backend's buffer (ADR 0052).
 pub fn execute_request_from(
     srv: &Server,
     caller: crate::exportrules::Caller,
@@ -114,14 +110,14 @@ pub fn execute_request_from(
     req: Request,
     proc: TxnProc,
     waited: &WaitClock,
-) -> Bytes {
+) -> Gathered {
     let tag = req.tag().clone();
     #[cfg(feature = "fault-injection")]
     srv.faults.before_compound();
     crate::panics::catch(srv, "COMPOUND", || {
         exec::run(srv, caller, creds, conn, req, proc, waited)
     })
-    .unwrap_or_else(|crate::panics::Panicked| serverfault_reply(&tag))
+    .unwrap_or_else(|crate::panics::Panicked| serverfault_reply(&tag).into())
 }
 
 /// A COMPOUND4res of status NFS4ERR_SERVERFAULT, with the request's tag and no

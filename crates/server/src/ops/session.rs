@@ -224,7 +224,7 @@ pub fn create_session(c: &mut Compound, a: &CREATE_SESSION4args) -> OpResult {
 /// Why SEQUENCE did not let the compound proceed.
 pub enum SeqFail {
     /// A retransmission: send the cached reply as the whole COMPOUND reply.
-    Replay(Bytes),
+    Replay(txnfs_xdr::Gathered),
     Status(nfsstat4),
 }
 

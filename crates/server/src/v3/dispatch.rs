@@ -14,7 +14,7 @@ use bytes::Bytes;
 use txnfs_backend::Creds;
 use txnfs_proto::nfs3::nfsstat3;
 use txnfs_rpc::{CallInfo, ReplyBody};
-use txnfs_xdr::XdrError;
+use txnfs_xdr::{Gathered, XdrError};
 
 use crate::cstate::Compound;
 use crate::placement::{MetadataPace, WaitClock};
@@ -78,7 +78,7 @@ pub async fn call(
             pace.record(blocking, took.saturating_sub(waited.total()));
             // Every v3 result begins with its nfsstat3 (NULL's is empty: OK).
             let status = match &r {
-                Ok(Ok(reply)) => crate::errors::status_word(reply, 0).unwrap_or(0),
+                Ok(Ok(reply)) => crate::errors::status_word(&reply.prefix(4), 0).unwrap_or(0),
                 _ => nfsstat3::NFS3ERR_SERVERFAULT as i32,
             };
             server.metrics.v3_proc(proc_num, took, status);
@@ -92,8 +92,12 @@ pub async fn call(
     };
     match result {
         Ok(Ok(Ok(reply))) => {
-            pending.answered(reply.clone());
-            ReplyBody::Success(reply)
+            // Only procedures that are not idempotent are cached (not READ): their
+            // replies are one part, shared, not copied.
+            if pending.key.is_some() {
+                pending.answered(reply.to_bytes());
+            }
+            ReplyBody::SuccessParts(reply)
         }
         Ok(Ok(Err(e))) => {
             tracing::debug!(peer = %info.peer, procedure = proc.name, "{e}");
@@ -171,7 +175,7 @@ pub fn execute(
     proc: &Proc3,
     args: Bytes,
     waited: &WaitClock,
-) -> Result<Result<Bytes, XdrError>, crate::panics::Panicked> {
+) -> Result<Result<Gathered, XdrError>, crate::panics::Panicked> {
     let caller = crate::exportrules::Caller::local();
     execute_from(srv, caller, creds, conn, proc, args, waited)
 }
@@ -185,7 +189,7 @@ pub fn execute_from(
     proc: &Proc3,
     args: Bytes,
     waited: &WaitClock,
-) -> Result<Result<Bytes, XdrError>, crate::panics::Panicked> {
+) -> Result<Result<Gathered, XdrError>, crate::panics::Panicked> {
     crate::panics::catch(srv, proc.name, || {
         let mut c = Compound::start(srv, creds, conn, 0, false, waited);
         c.caller = caller;

@@ -6,15 +6,16 @@
 
 use bytes::Bytes;
 use txnfs_proto::nfs3::*;
-use txnfs_xdr::{Decode, Encode, XdrError};
+use txnfs_xdr::{Decode, Encode, GatherBuf, Gathered, XdrError};
 
 use crate::cstate::Compound;
 use crate::placement::{Blocking, INLINE_IO_BYTES};
 use crate::v3::{attr, create, dir, file, fs, readdir};
 
-/// A procedure run on its encoded arguments: the encoded result and its status, or
-/// arguments that do not decode (GARBAGE_ARGS).
-pub type Handler = fn(&mut Compound, Bytes) -> Result<(Bytes, nfsstat3), XdrError>;
+/// A procedure run on its encoded arguments: the encoded result (READ's data a part
+/// of its own, ADR 0052) and its status, or arguments that do not decode
+/// (GARBAGE_ARGS).
+pub type Handler = fn(&mut Compound, Bytes) -> Result<(Gathered, nfsstat3), XdrError>;
 
 pub struct Proc3 {
     pub name: &'static str,
@@ -65,6 +66,19 @@ pub trait Status3 {
     fn status(&self) -> nfsstat3;
 }
 
+/// How a v3 result is encoded into a reply: whole into its tail, except READ's.
+pub trait Reply3: Encode + Status3 {
+    fn gather(&self, out: &mut GatherBuf) {
+        self.encode(out.tail());
+    }
+}
+
+impl Reply3 for READ3res {
+    fn gather(&self, out: &mut GatherBuf) {
+        crate::compound::payload::encode_read3(self, out);
+    }
+}
+
 macro_rules! status3 {
     ($($res:ident),* $(,)?) => {$(
         impl Status3 for $res {
@@ -75,6 +89,12 @@ macro_rules! status3 {
                 }
             }
         }
+    )*};
+}
+
+macro_rules! reply3 {
+    ($($res:ident),* $(,)?) => {$(
+        impl Reply3 for $res {}
     )*};
 }
 
@@ -102,15 +122,40 @@ status3!(
     COMMIT3res,
 );
 
+reply3!(
+    GETATTR3res,
+    SETATTR3res,
+    LOOKUP3res,
+    ACCESS3res,
+    READLINK3res,
+    WRITE3res,
+    CREATE3res,
+    MKDIR3res,
+    SYMLINK3res,
+    MKNOD3res,
+    REMOVE3res,
+    RMDIR3res,
+    RENAME3res,
+    LINK3res,
+    READDIR3res,
+    READDIRPLUS3res,
+    FSSTAT3res,
+    FSINFO3res,
+    PATHCONF3res,
+    COMMIT3res,
+);
+
 /// Decodes the arguments, runs `f`, encodes its result.
-fn run<A: Decode, Res: Encode + Status3>(
+fn run<A: Decode, Res: Reply3>(
     c: &mut Compound,
     args: Bytes,
     f: fn(&mut Compound, A) -> Res,
-) -> Result<(Bytes, nfsstat3), XdrError> {
+) -> Result<(Gathered, nfsstat3), XdrError> {
     let a = A::from_bytes(args)?;
     let res = f(c, a);
-    Ok((res.to_bytes(), res.status()))
+    let mut out = GatherBuf::default();
+    res.gather(&mut out);
+    Ok((out.finish(), res.status()))
 }
 
 macro_rules! row {
@@ -136,7 +181,7 @@ macro_rules! row {
 pub static PROCS: [Proc3; 22] = [
     Proc3 {
         name: "NULL",
-        run: |_, _| Ok((Bytes::new(), nfsstat3::NFS3_OK)),
+        run: |_, _| Ok((Gathered::default(), nfsstat3::NFS3_OK)),
         cached: false,
         blocking: |_| Blocking::No,
     },

@@ -161,7 +161,7 @@ impl SessionTable {
         self.drop_session(&s.id);
         let mut table = SlotTable::new(s.fore.max_requests);
         for d in slots {
-            table.restore(d.slot, d.seqid, d.request_hash, d.reply);
+            table.restore(d.slot, d.seqid, d.request_hash, d.reply.map(Into::into));
         }
         let cache_reserved =
             s.fore.max_requests as usize * (s.fore.max_response_cached as usize).max(1);

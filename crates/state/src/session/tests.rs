@@ -240,9 +240,12 @@ fn sequence_renews_binds_and_checks_limits() {
         t.sequence(&seq([9; 16], 0, 1, 7), t1).unwrap_err(),
         SessionError::BadSession
     );
-    t.finish_slot(&out.id, 0, Some(Bytes::from_static(b"r")));
+    t.finish_slot(&out.id, 0, Some(Bytes::from_static(b"r").into()));
     let again = t.sequence(&seq(out.id, 0, 1, 8), t1).unwrap();
-    assert_eq!(again.verdict, SlotVerdict::Replay(Bytes::from_static(b"r")));
+    assert_eq!(
+        again.verdict,
+        SlotVerdict::Replay(Bytes::from_static(b"r").into())
+    );
     t.connection_closed(1);
     assert_eq!(t.connections(&out.id), vec![7, 8]);
 }
@@ -403,7 +406,7 @@ fn a_restored_session_replays_its_stored_replies() {
         SlotVerdict::Execute
     );
     let reply = Bytes::from_static(b"the original reply");
-    before.finish_slot(&out.id, 0, Some(reply.clone()));
+    before.finish_slot(&out.id, 0, Some(reply.clone().into()));
     let (client, session) = before.durable(&out.id).unwrap();
     let slots = vec![DurableSlot {
         slot: 0,
@@ -425,7 +428,7 @@ fn a_restored_session_replays_its_stored_replies() {
     assert_eq!(after.confirmed_owners(), vec![Bytes::from_static(b"r")]);
 
     let first = after.sequence(&seq(out.id, 0, 1, 9), now).unwrap();
-    assert_eq!(first.verdict, SlotVerdict::Replay(reply));
+    assert_eq!(first.verdict, SlotVerdict::Replay(reply.into()));
     assert!(first.session.persistent);
     assert!(first.reclaim_needed);
     assert!(first.rebind_back_channel.is_some(), "bind the back channel");

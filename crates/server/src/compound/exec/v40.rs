@@ -29,12 +29,9 @@ pub(super) fn run(
     conn: u64,
     req: Request,
     waited: &WaitClock,
-) -> Bytes {
-    let mut out = BytesMut::with_capacity(256);
-    out.put_u32(0); // status, patched at the end
-    txnfs_xdr::put_opaque(&mut out, &req.tag);
-    let count_at = out.len();
-    out.put_u32(0); // result count, patched at the end
+) -> Gathered {
+    let mut out = GatherBuf::with_capacity(256);
+    let count_at = reply_head(&mut out, &req.tag);
     let mut x = Exec {
         c: Compound::start(srv, creds, conn, 0, false, waited),
         proc: TxnProc::Plain,
@@ -127,15 +124,15 @@ fn op(x: &mut Exec, arg: nfs_argop4) -> bool {
                     ok.rflags |= OPEN4_RESULT_CONFIRM;
                 }
             }
-            res.encode(&mut x.out);
+            super::super::payload::encode_v4(&res, &mut x.out);
             nfsstat4::NFS4_OK
         }
         Err(OpError::Status(s)) => {
-            entry.encode_error(&mut x.out, s);
+            entry.encode_error(x.out.tail(), s);
             s
         }
         Err(OpError::WithBody(s, res)) => {
-            res.encode(&mut x.out);
+            super::super::payload::encode_v4(&res, &mut x.out);
             s
         }
     };
@@ -156,7 +153,7 @@ fn op(x: &mut Exec, arg: nfs_argop4) -> bool {
 impl Exec<'_> {
     /// Op `entry` fails with `st` before it ran; the COMPOUND ends.
     fn fail40(&mut self, entry: &OpEntry, st: nfsstat4) -> bool {
-        entry.encode_error(&mut self.out, st);
+        entry.encode_error(self.out.tail(), st);
         self.done += 1;
         self.status = st;
         false
@@ -164,7 +161,7 @@ impl Exec<'_> {
 
     /// A retransmitted seqid: the owner's cached result (and filehandle) again.
     fn replay(&mut self, cached: CachedReply) -> bool {
-        self.out.extend_from_slice(&cached.result);
+        self.out.tail().extend_from_slice(&cached.result);
         self.done += 1;
         let st = crate::errors::status_word(&cached.result, 4)
             .and_then(nfsstat4::from_i32)
@@ -193,7 +190,7 @@ impl Exec<'_> {
             _ => None,
         };
         let reply = CachedReply {
-            result: Bytes::copy_from_slice(&self.out[before..]),
+            result: self.out.copy_from(before),
             fh,
         };
         let Ok(mut core) = srv.core() else { return };

@@ -1,0 +1,357 @@
+//! Encoded messages made of several buffers: file data read from storage travels as its
+//! own part, shared with the buffer it was read into, instead of being copied into the
+//! message (ADR 0052).
+//!
+//! [`GatherBuf`] is the encoder's buffer: small items are written into its tail (a
+//! `BytesMut`, as every [`crate::Encode`] impl expects), and [`GatherBuf::put_opaque_shared`]
+//! appends an `opaque<>` whose bytes stay where they are. [`Gathered`] is the finished
+//! message: a list of parts that a gathered write (`writev`) sends as they are.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::{pad_len, ZEROS};
+
+/// Opaques shorter than this are copied into the tail: an extra iovec (and a part in
+/// every cache holding the message) costs more than copying a few hundred bytes.
+pub const SHARE_MIN: usize = 1024;
+
+/// A message being encoded: finished parts plus the tail being written.
+#[derive(Debug, Default)]
+pub struct GatherBuf {
+    parts: Vec<Bytes>,
+    /// Bytes in `parts`.
+    parts_len: usize,
+    tail: BytesMut,
+}
+
+impl GatherBuf {
+    /// An empty message whose tail starts with room for `capacity` bytes.
+    pub fn with_capacity(capacity: usize) -> Self {
+        GatherBuf {
+            parts: Vec::new(),
+            parts_len: 0,
+            tail: BytesMut::with_capacity(capacity),
+        }
+    }
+
+    /// Bytes encoded so far, in all parts.
+    pub fn len(&self) -> usize {
+        self.parts_len + self.tail.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Where small items are encoded (the end of the message).
+    pub fn tail(&mut self) -> &mut BytesMut {
+        &mut self.tail
+    }
+
+    /// Ends the current part here: what follows starts a new part. The bytes already
+    /// written are not copied (the tail keeps its remaining capacity).
+    pub fn seal(&mut self) {
+        if !self.tail.is_empty() {
+            let done = self.tail.split().freeze();
+            self.parts_len += done.len();
+            self.parts.push(done);
+        }
+    }
+
+    /// Appends a finished buffer as its own part, not copied.
+    pub fn put_shared(&mut self, data: Bytes) {
+        if data.len() < SHARE_MIN {
+            self.tail.put_slice(&data);
+            return;
+        }
+        self.seal();
+        self.parts_len += data.len();
+        self.parts.push(data);
+    }
+
+    /// XDR `opaque<>` whose bytes become their own part (from [`SHARE_MIN`] bytes on):
+    /// the same encoding as [`crate::put_opaque`], without copying `data`.
+    pub fn put_opaque_shared(&mut self, data: Bytes) {
+        let pad = pad_len(data.len());
+        self.tail.put_u32(data.len() as u32);
+        self.put_shared(data);
+        self.tail.put_slice(&ZEROS[..pad]);
+    }
+
+    /// Shortens the message to `len` bytes (parts past it are dropped, the part it
+    /// falls in is cut without copying).
+    pub fn truncate(&mut self, len: usize) {
+        if len >= self.parts_len {
+            self.tail.truncate(len - self.parts_len);
+            return;
+        }
+        self.tail.clear();
+        while self.parts_len > len {
+            let Some(mut last) = self.parts.pop() else {
+                break;
+            };
+            self.parts_len -= last.len();
+            if self.parts_len < len {
+                last.truncate(len - self.parts_len);
+                self.parts_len += last.len();
+                self.parts.push(last);
+            }
+        }
+    }
+
+    /// A copy of the bytes from `at` to the end (for small results kept apart, such
+    /// as an owner's replay cache).
+    pub fn copy_from(&self, at: usize) -> Bytes {
+        let mut out = BytesMut::with_capacity(self.len().saturating_sub(at));
+        let mut start = 0;
+        let tail: &[u8] = &self.tail;
+        for p in self
+            .parts
+            .iter()
+            .map(|p| &p[..])
+            .chain(std::iter::once(tail))
+        {
+            let end = start + p.len();
+            if end > at {
+                out.put_slice(&p[at.saturating_sub(start)..]);
+            }
+            start = end;
+        }
+        out.freeze()
+    }
+
+    /// The message so far, without consuming the buffer: the finished parts are
+    /// shared, the tail is copied (call [`GatherBuf::seal`] first to share it too).
+    pub fn snapshot(&self) -> Gathered {
+        let mut parts = self.parts.clone();
+        if !self.tail.is_empty() {
+            parts.push(Bytes::copy_from_slice(&self.tail));
+        }
+        Gathered::from_parts(parts)
+    }
+
+    /// The finished message.
+    pub fn finish(mut self) -> Gathered {
+        self.seal();
+        Gathered {
+            parts: self.parts,
+            len: self.parts_len,
+        }
+    }
+}
+
+/// An encoded message as parts, in order. Two messages are equal when their bytes are,
+/// however they are cut into parts.
+#[derive(Debug, Clone, Default)]
+pub struct Gathered {
+    parts: Vec<Bytes>,
+    len: usize,
+}
+
+impl Gathered {
+    /// The message made of `parts` (empty parts are dropped).
+    pub fn from_parts(parts: Vec<Bytes>) -> Self {
+        let parts: Vec<Bytes> = parts.into_iter().filter(|p| !p.is_empty()).collect();
+        let len = parts.iter().map(Bytes::len).sum();
+        Gathered { parts, len }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn parts(&self) -> &[Bytes] {
+        &self.parts
+    }
+
+    pub fn into_parts(self) -> Vec<Bytes> {
+        self.parts
+    }
+
+    /// The message in one buffer: shared when it is one part already, else copied
+    /// (for callers that need contiguous bytes: tests, stores, whole-body wrapping).
+    pub fn to_bytes(&self) -> Bytes {
+        match self.parts.as_slice() {
+            [] => Bytes::new(),
+            [one] => one.clone(),
+            many => {
+                let mut out = BytesMut::with_capacity(self.len);
+                for p in many {
+                    out.put_slice(p);
+                }
+                out.freeze()
+            }
+        }
+    }
+
+    /// The first `n` bytes (fewer if the message is shorter; a status word, say),
+    /// copied only when they span parts.
+    pub fn prefix(&self, n: usize) -> Bytes {
+        match self.parts.first() {
+            Some(first) if first.len() >= n => first.slice(..n),
+            _ => {
+                let mut out = BytesMut::with_capacity(n);
+                for p in &self.parts {
+                    let want = n - out.len();
+                    out.put_slice(&p[..p.len().min(want)]);
+                    if out.len() == n {
+                        break;
+                    }
+                }
+                out.freeze()
+            }
+        }
+    }
+
+    /// Replaces bytes `at..at + 4` by `v` (big-endian), copying only the part that
+    /// holds them. False (nothing changed) when no one part holds all four.
+    pub fn set_u32(&mut self, at: usize, v: u32) -> bool {
+        self.set_u32s(&[(at, v)])
+    }
+
+    /// [`Gathered::set_u32`] of several words that one part holds, copying it once.
+    pub fn set_u32s(&mut self, words: &[(usize, u32)]) -> bool {
+        let Some(&(at, _)) = words.first() else {
+            return true;
+        };
+        let mut start = 0;
+        for p in &mut self.parts {
+            if at < start + p.len() {
+                let inside = |&(w, _): &(usize, u32)| w >= start && w + 4 <= start + p.len();
+                if !words.iter().all(inside) {
+                    return false;
+                }
+                let mut copy = BytesMut::from(&p[..]);
+                for &(w, v) in words {
+                    copy[w - start..w - start + 4].copy_from_slice(&v.to_be_bytes());
+                }
+                *p = copy.freeze();
+                return true;
+            }
+            start += p.len();
+        }
+        false
+    }
+}
+
+impl From<Bytes> for Gathered {
+    fn from(b: Bytes) -> Self {
+        let len = b.len();
+        let parts = if len == 0 { Vec::new() } else { vec![b] };
+        Gathered { parts, len }
+    }
+}
+
+impl PartialEq for Gathered {
+    fn eq(&self, other: &Self) -> bool {
+        if self.len != other.len {
+            return false;
+        }
+        let mut a = self.parts.iter().flat_map(|p| p.chunks(4096));
+        let mut b = other.parts.iter().flat_map(|p| p.chunks(4096));
+        // Compare chunk by chunk even when the two are cut differently.
+        let (mut x, mut y): (&[u8], &[u8]) = (&[], &[]);
+        loop {
+            if x.is_empty() {
+                x = a.next().unwrap_or(&[]);
+            }
+            if y.is_empty() {
+                y = b.next().unwrap_or(&[]);
+            }
+            if x.is_empty() || y.is_empty() {
+                return x.is_empty() && y.is_empty();
+            }
+            let n = x.len().min(y.len());
+            if x[..n] != y[..n] {
+                return false;
+            }
+            x = &x[n..];
+            y = &y[n..];
+        }
+    }
+}
+
+impl Eq for Gathered {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::put_opaque;
+
+    fn data(n: usize) -> Bytes {
+        Bytes::from((0..n).map(|i| i as u8).collect::<Vec<u8>>())
+    }
+
+    #[test]
+    fn shared_opaque_encodes_as_put_opaque_without_copying() {
+        for n in [0, 3, SHARE_MIN - 1, SHARE_MIN, SHARE_MIN + 1, 1 << 20] {
+            let d = data(n);
+            let mut g = GatherBuf::with_capacity(16);
+            g.tail().put_u32(7);
+            g.put_opaque_shared(d.clone());
+            g.tail().put_u32(9);
+            let got = g.finish();
+            let mut flat = BytesMut::new();
+            flat.put_u32(7);
+            put_opaque(&mut flat, &d);
+            flat.put_u32(9);
+            assert_eq!(got.to_bytes(), flat.freeze(), "n = {n}");
+            let shared = got.parts().iter().any(|p| p.as_ptr() == d.as_ptr());
+            assert_eq!(shared, n >= SHARE_MIN, "n = {n}: data shared, not copied");
+        }
+    }
+
+    #[test]
+    fn truncate_cuts_across_parts() {
+        let mut g = GatherBuf::default();
+        g.tail().put_slice(b"head");
+        g.put_opaque_shared(data(2000));
+        g.tail().put_slice(b"tail");
+        let full = g.snapshot().to_bytes();
+        for at in [0, 2, 4, 8, 100, 2008, 2010, full.len()] {
+            let mut h = GatherBuf::default();
+            h.tail().put_slice(b"head");
+            h.put_opaque_shared(data(2000));
+            h.tail().put_slice(b"tail");
+            h.truncate(at);
+            assert_eq!(h.len(), at);
+            h.tail().put_slice(b"X");
+            let mut want = BytesMut::from(&full[..at]);
+            want.put_slice(b"X");
+            assert_eq!(h.copy_from(0).len(), at + 1);
+            assert_eq!(h.finish().to_bytes(), want.freeze(), "at = {at}");
+        }
+        assert_eq!(g.copy_from(2008), full.slice(2008..));
+    }
+
+    #[test]
+    fn equality_ignores_where_parts_are_cut() {
+        let a = Gathered::from_parts(vec![Bytes::from_static(b"abc"), Bytes::from_static(b"def")]);
+        let b = Gathered::from_parts(vec![Bytes::from_static(b"a"), Bytes::from_static(b"bcdef")]);
+        let c = Gathered::from(Bytes::from_static(b"abcdeX"));
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(a.prefix(4), Bytes::from_static(b"abcd"));
+    }
+
+    #[test]
+    fn set_u32_copies_only_its_part() {
+        let big = data(4096);
+        let mut g = Gathered::from_parts(vec![Bytes::from_static(&[0; 8]), big.clone()]);
+        assert!(g.set_u32(4, 0x01020304));
+        assert_eq!(&g.parts()[0][..], &[0, 0, 0, 0, 1, 2, 3, 4]);
+        assert_eq!(g.parts()[1].as_ptr(), big.as_ptr());
+        assert!(!g.set_u32(6, 1), "a word across two parts is refused");
+        assert!(g.set_u32s(&[(0, 9), (4, 10)]));
+        assert_eq!(&g.parts()[0][..], &[0, 0, 0, 9, 0, 0, 0, 10]);
+        assert!(
+            !g.set_u32s(&[(0, 1), (8, 1)]),
+            "words in two parts are refused"
+        );
+        assert_eq!(&g.parts()[0][..4], &[0, 0, 0, 9], "and nothing changed");
+    }
+}
