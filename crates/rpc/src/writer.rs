@@ -185,14 +185,12 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn replies_ready_together_leave_in_one_write() {
+    /// Queue `records` before the writer looks, run it to the end of the queue, and
+    /// return what reached the socket and the counts.
+    async fn write_queued(records: Vec<Outgoing>) -> (CountingSink, Arc<WriteCounts>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        // Sixteen replies of three buffers each (48 iovecs) queued before the writer
-        // looks: one write carries them all, in order.
-        for i in 0..16 {
-            tx.send(record(i, 2))
-                .unwrap_or_else(|_| panic!("queue closed"));
+        for r in records {
+            tx.send(r).unwrap_or_else(|_| panic!("queue closed"));
         }
         drop(tx);
         let counts = Arc::new(WriteCounts::default());
@@ -207,6 +205,14 @@ mod tests {
             || {},
         )
         .await;
+        (sink, counts)
+    }
+
+    #[tokio::test]
+    async fn replies_ready_together_leave_in_one_write() {
+        // Sixteen replies of three buffers each (48 iovecs) queued before the writer
+        // looks: one write carries them all, in order.
+        let (sink, counts) = write_queued((0..16).map(|i| record(i, 2)).collect()).await;
         assert_eq!(
             sink.writes, 1,
             "one gathered write for sixteen ready replies"
@@ -247,22 +253,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_reply_alone_is_one_write_of_all_its_parts() {
-        let (tx, rx) = mpsc::unbounded_channel();
-        tx.send(record(1, 5))
-            .unwrap_or_else(|_| panic!("queue closed"));
-        drop(tx);
-        let counts = Arc::new(WriteCounts::default());
-        let mut sink = CountingSink::default();
-        let addr = SocketAddr::from(([127, 0, 0, 1], 2049));
-        writer_loop(
-            &mut sink,
-            rx,
-            Arc::new(Notify::new()),
-            addr,
-            counts.clone(),
-            || {},
-        )
-        .await;
+        let (sink, counts) = write_queued(vec![record(1, 5)]).await;
         assert_eq!((sink.writes, counts.records()), (1, 1));
     }
 }
