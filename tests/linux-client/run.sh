@@ -335,7 +335,13 @@ DROPNOTE=; [ "$DROPPED" -gt 0 ] && DROPNOTE=" (the capture dropped $DROPPED pack
 T=$(now)
 if [ -s "$W"/cap.pcapng ]; then
   TS=(tshark -n -r "$W"/cap.pcapng -d "tcp.port==$PORT,rpc")
-  STATS=$("${TS[@]}" -q -z "io,stat,0,nfs,_ws.malformed || _ws.expert.severity == error" 2>&1) || true
+  # Frames TCP analysis marks as retransmitted or out of order repeat bytes already
+  # captured, and their "reassembly error: new fragment overlaps old data" is about TCP
+  # (stop 21's CI: one 48 KB segment of the guest's WRITE seen twice on lo), not about
+  # what we encode: the first copy of those bytes is dissected and checked. Resending is
+  # the kernel's (and QEMU's) TCP, never our code, so nothing of ours is left unchecked.
+  BAD='(_ws.malformed || _ws.expert.severity == error) && !tcp.analysis.retransmission && !tcp.analysis.out_of_order && !tcp.analysis.spurious_retransmission'
+  STATS=$("${TS[@]}" -q -z "io,stat,0,nfs,$BAD" 2>&1) || true
   # the io,stat table's single data row: | 0 <> Dur | frames | bytes | frames | bytes |
   read -r NNFS NBAD < <(echo "$STATS" | awk -F'|' '/<>/ {gsub(/ /,""); print $3, $5}')
   log "capture: $(wc -c < "$W"/cap.pcapng) bytes, ${NNFS:-?} NFS frames, ${NBAD:-?} malformed/error frames, $DROPPED packets dropped ($(since "$T") s to analyse)"
@@ -345,8 +351,8 @@ if [ -s "$W"/cap.pcapng ]; then
     hfail "capture: no NFS frames at all (was the traffic captured?)"
   elif [ "$NBAD" -ne 0 ]; then
     hfail "capture: $NBAD frame(s) malformed or with expert severity 'error' (of $NNFS NFS frames); first ones:"
-    "${TS[@]}" -Y '_ws.malformed || _ws.expert.severity == error' 2> /dev/null | head -10 | sed 's/^/    /'
-    FIRST=$("${TS[@]}" -Y '_ws.malformed || _ws.expert.severity == error' -T fields -e frame.number 2> /dev/null | head -1)
+    "${TS[@]}" -Y "$BAD" 2> /dev/null | head -10 | sed 's/^/    /'
+    FIRST=$("${TS[@]}" -Y "$BAD" -T fields -e frame.number 2> /dev/null | head -1)
     [ -n "$FIRST" ] && "${TS[@]}" -Y "frame.number == $FIRST" -O rpc,nfs -V 2> /dev/null | grep -aiE 'malformed|expert|error|status' | head -15 | sed 's/^/    /'
   else
     hpass "capture: $NNFS NFS frames, none malformed, no expert errors"
