@@ -152,19 +152,7 @@ impl DirWatches {
         let dropped: Vec<Watched> = {
             let core = core.lock_core("releasing directory watches");
             let mut map = lock(&self.map);
-            let gone: Vec<FileId> = match released {
-                Some(dirs) => dirs
-                    .iter()
-                    .filter(|d| map.contains_key(d) && !core.delegations().is_delegated(**d))
-                    .copied()
-                    .collect(),
-                None => map
-                    .keys()
-                    .filter(|d| !core.delegations().is_delegated(**d))
-                    .copied()
-                    .collect(),
-            };
-            gone.iter().filter_map(|d| map.remove(d)).collect()
+            crate::watches::take_undelegated(&mut map, core.delegations(), released)
         };
         drop(dropped);
     }

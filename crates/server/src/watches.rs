@@ -129,19 +129,7 @@ impl FileWatches {
         let dropped: Vec<Entry> = {
             let core = core.lock_core("releasing watches");
             let mut map = self.lock();
-            let gone: Vec<FileId> = match released {
-                Some(files) => files
-                    .iter()
-                    .filter(|f| map.contains_key(f) && !core.delegations().is_delegated(**f))
-                    .copied()
-                    .collect(),
-                None => map
-                    .keys()
-                    .filter(|f| !core.delegations().is_delegated(**f))
-                    .copied()
-                    .collect(),
-            };
-            gone.iter().filter_map(|f| map.remove(f)).collect()
+            take_undelegated(&mut map, core.delegations(), released)
         };
         // Releasing a lease is a syscall: after the locks.
         drop(dropped);
@@ -224,4 +212,27 @@ pub(crate) enum WatchRefused {
     /// The backend cannot watch it (no SIGIO handler, no lease permission, an error).
     #[error("the file cannot be watched: {0}")]
     Backend(BackendError),
+}
+
+/// Take out of `watched` the watches of `released` (every watched file with `None`, the
+/// tick's sweep) whose file has no delegation left in `delegs`: the file and the
+/// directory watches let go the same way.
+pub(crate) fn take_undelegated<W>(
+    watched: &mut HashMap<FileId, W>,
+    delegs: &txnfs_state::deleg::DelegTable,
+    released: Option<&[FileId]>,
+) -> Vec<W> {
+    let gone: Vec<FileId> = match released {
+        Some(files) => files
+            .iter()
+            .filter(|f| watched.contains_key(f) && !delegs.is_delegated(**f))
+            .copied()
+            .collect(),
+        None => watched
+            .keys()
+            .filter(|f| !delegs.is_delegated(**f))
+            .copied()
+            .collect(),
+    };
+    gone.iter().filter_map(|f| watched.remove(f)).collect()
 }
