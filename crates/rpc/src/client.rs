@@ -573,10 +573,19 @@ async fn client_reader<R: AsyncRead + Unpin>(
 /// SUCCESS reply or the typed error of any other reply. The outer error is a reply that
 /// cannot be decoded at all.
 pub fn decode_reply(record: Bytes) -> Result<(u32, Result<Bytes, RpcError>), RpcError> {
+    let (xid, r) = decode_verified_reply(record)?;
+    Ok((xid, r.map(|(_, results)| results)))
+}
+
+/// A call's outcome with the SUCCESS reply's verifier: (verifier, encoded results).
+pub(crate) type VerifiedOutcome = Result<(OpaqueAuth, Bytes), RpcError>;
+
+/// [`decode_reply`] keeping a SUCCESS reply's verifier (RPCSEC_GSS checks it).
+pub(crate) fn decode_verified_reply(record: Bytes) -> Result<(u32, VerifiedOutcome), RpcError> {
     let (xid, hdr, rest) = decode_reply_message(record)?;
     let r = match hdr {
-        ReplyHeader::Accepted { stat, .. } => match stat {
-            AcceptedStatus::Success => Ok(rest),
+        ReplyHeader::Accepted { verf, stat } => match stat {
+            AcceptedStatus::Success => Ok((verf, rest)),
             AcceptedStatus::ProgUnavail => Err(RpcError::ProgUnavail),
             AcceptedStatus::ProgMismatch { low, high } => Err(RpcError::ProgMismatch { low, high }),
             AcceptedStatus::ProcUnavail => Err(RpcError::ProcUnavail),

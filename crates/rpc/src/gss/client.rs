@@ -11,10 +11,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use super::gssapi::{self, Cred, SecContext, GSS_S_CONTINUE_NEEDED};
 use super::wire::{self, GssCred, GssProc, GssService, InitRes, RPCSEC_GSS};
-use crate::msg::{
-    decode_reply_message, AcceptedStatus, OpaqueAuth, RejectedReply, ReplyHeader, LAST_FRAGMENT,
-    MSG_CALL, RPC_VERSION,
-};
+use crate::msg::{OpaqueAuth, LAST_FRAGMENT, MSG_CALL, RPC_VERSION};
 use crate::RpcError;
 
 /// How our client uses Kerberos on a connection.
@@ -72,21 +69,7 @@ fn record(header: &[u8], verf: &OpaqueAuth, args: &[u8]) -> Bytes {
 
 /// The outcome of a reply record as for AUTH_SYS, keeping the verifier.
 fn split_reply(raw: Bytes) -> Result<(OpaqueAuth, Bytes), RpcError> {
-    let (_, hdr, rest) = decode_reply_message(raw)?;
-    match hdr {
-        ReplyHeader::Accepted { verf, stat } => match stat {
-            AcceptedStatus::Success => Ok((verf, rest)),
-            AcceptedStatus::ProgUnavail => Err(RpcError::ProgUnavail),
-            AcceptedStatus::ProgMismatch { low, high } => Err(RpcError::ProgMismatch { low, high }),
-            AcceptedStatus::ProcUnavail => Err(RpcError::ProcUnavail),
-            AcceptedStatus::GarbageArgs => Err(RpcError::GarbageArgs),
-            AcceptedStatus::SystemErr => Err(RpcError::SystemErr),
-        },
-        ReplyHeader::Denied(RejectedReply::RpcMismatch { low, high }) => {
-            Err(RpcError::RpcMismatch { low, high })
-        }
-        ReplyHeader::Denied(RejectedReply::AuthError(s)) => Err(RpcError::AuthError(s)),
-    }
+    crate::client::decode_verified_reply(raw)?.1
 }
 
 /// Sends one record and returns the whole reply record.
