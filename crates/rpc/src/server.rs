@@ -3,8 +3,10 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -127,6 +129,11 @@ pub struct ServerConfig {
     /// Gathered writes and the records they carried, over all connections (shared with
     /// whoever watches them).
     pub write_counts: Arc<WriteCounts>,
+    /// Run-to-completion (ADR 0057): a call's first step runs on the connection's reader
+    /// task, and only a call that must wait (for the blocking pool, a recall, a lock)
+    /// becomes a task of its own. `false` spawns a task for every call, as before; the
+    /// environment variable `TXNFS_SPAWN_EVERY_CALL` selects that for A/B measurements.
+    pub run_inline: bool,
 }
 
 pub const DEFAULT_MAX_RECORD_SIZE: usize = 4 * 1024 * 1024 + 64 * 1024;
@@ -144,6 +151,7 @@ impl Default for ServerConfig {
             tls: None,
             gss: None,
             write_counts: Arc::default(),
+            run_inline: std::env::var_os("TXNFS_SPAWN_EVERY_CALL").is_none(),
         }
     }
 }
@@ -180,6 +188,7 @@ pub async fn serve<S: RpcService>(
         tls: cfg.tls.clone(),
         gss: cfg.gss.clone(),
         write_counts: cfg.write_counts.clone(),
+        run_inline: cfg.run_inline,
     });
     let max_connections = cfg.max_connections.max(1);
     let (sd_tx, sd_rx) = watch::channel(false);
@@ -352,6 +361,7 @@ struct Shared {
     tls: Option<Arc<ServerTls>>,
     gss: Option<Arc<GssServer>>,
     write_counts: Arc<WriteCounts>,
+    run_inline: bool,
 }
 
 impl Shared {
@@ -983,7 +993,7 @@ impl<S: RpcService> Connection<S> {
                         proc_num = info.proc_num, "RPC call");
                     let svc = self.svc.clone();
                     let budget = self.shared.budget.clone();
-                    calls.spawn(async move {
+                    let call = async move {
                         let mut sender = sender;
                         // The request's bytes stay charged until it is answered.
                         let gss = info.gss.clone();
@@ -996,7 +1006,15 @@ impl<S: RpcService> Connection<S> {
                             }
                         };
                         sender.send_charged(reply, charge, &budget).await;
-                    });
+                    };
+                    if self.shared.run_inline {
+                        let mut call = Box::pin(call);
+                        if poll_inline(call.as_mut(), peer, xid).await.is_pending() {
+                            calls.spawn(call);
+                        }
+                    } else {
+                        calls.spawn(call);
+                    }
                 }
             }
         }
@@ -1010,5 +1028,31 @@ impl<S: RpcService> Connection<S> {
         let _ = writer.await;
         debug!(%peer, conn_id, "connection finished");
         drop(guard);
+    }
+}
+
+/// Poll a call once on the reader's task (run-to-completion, ADR 0057): most calls
+/// finish in that one poll, and their replies go to the writer without a task of their
+/// own. One that returns `Pending` continues as its own task; the waker registered here
+/// may then fire once more for nothing, which the reader's loop absorbs. A panic that
+/// escapes the service (the NFS executor catches its own) ends only this call: the
+/// future is dropped, and its `ReplySender` answers SYSTEM_ERR, as a task's would.
+async fn poll_inline<F: Future<Output = ()>>(
+    mut call: Pin<&mut F>,
+    peer: SocketAddr,
+    xid: u32,
+) -> Poll<()> {
+    let polled = std::future::poll_fn(|cx| {
+        Poll::Ready(std::panic::catch_unwind(AssertUnwindSafe(|| {
+            call.as_mut().poll(cx)
+        })))
+    })
+    .await;
+    match polled {
+        Ok(p) => p,
+        Err(_) => {
+            error!(%peer, xid, "RPC call panicked");
+            Poll::Ready(())
+        }
     }
 }

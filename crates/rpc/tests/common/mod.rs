@@ -19,14 +19,17 @@ pub const PROG: u32 = 400000;
 
 /// prog 400000 vers 1..=2: proc 0 NULL, 1 echo, 2 sleep (first u32 of args, in ms, capped
 /// at 2 s) then echo, 3 GARBAGE_ARGS, 4 panics, 5 returns
-/// the credential and conn_id, 6 the TLS peer, 7 the RPCSEC_GSS caller; anything else
-/// PROC_UNAVAIL.
+/// the credential and conn_id, 6 the TLS peer, 7 the RPCSEC_GSS caller, 8 the id of the
+/// tokio task running the call, 9 waits until a proc 10 call arrives, 10 wakes the
+/// proc 9 callers; anything else PROC_UNAVAIL.
 #[derive(Default)]
 pub struct Toy {
     pub closed: AtomicUsize,
     pub calls: AtomicUsize,
     /// The back channel of every connection opened, in order.
     pub back_channels: std::sync::Mutex<Vec<txnfs_rpc::BackChannel>>,
+    /// What proc 9 waits for and proc 10 signals.
+    pub gate: tokio::sync::Notify,
 }
 
 impl RpcService for Toy {
@@ -94,6 +97,18 @@ impl RpcService for Toy {
                     .map(|g| format!("{} {}", g.service as u32, g.principal))
                     .unwrap_or_default();
                 ReplyBody::Success(Bytes::from(text))
+            }
+            8 => {
+                let id = tokio::task::try_id().map(|id| id.to_string());
+                ReplyBody::Success(Bytes::from(id.unwrap_or_default()))
+            }
+            9 => {
+                self.gate.notified().await;
+                ReplyBody::Success(args)
+            }
+            10 => {
+                self.gate.notify_waiters();
+                ReplyBody::Success(args)
             }
             _ => ReplyBody::ProcUnavail,
         }
