@@ -56,6 +56,7 @@ pub struct GaneshaConfArgs {
   txnfs bench run writefiles --target nfs://127.0.0.1:2049/ --files-per-txn 16 --clients 8 --sharing 100
   txnfs bench run randread --target nfs://127.0.0.1:2049/ --threads 32 --batch dynamic --duration 5
   txnfs bench run randread --target nfs://127.0.0.1:2049/ --processes 2 --threads 4 --duration 2
+  txnfs bench run randread --target nfs://127.0.0.1:2049/ --processes 2 --launch local --launch \"nice -n 5 txnfs\"
 
 Workloads: `txnfs bench list` (with the client libraries each runs with).
 --driver nfs-rs runs the timed part through the third-party nfs-rs client,
@@ -161,6 +162,13 @@ pub struct RunArgs {
     /// results add them up and report how far apart they started.
     #[arg(long, value_name = "N")]
     pub processes: Option<usize>,
+    /// With --processes: start client process i with the i-th of these commands (round
+    /// robin; `local` is this binary on this machine). CMD runs under `sh -c` with this
+    /// run's arguments after it and must start this same program elsewhere, e.g.
+    /// `--launch "ssh -T host2 /usr/local/bin/txnfs"`; the target must then be
+    /// reachable from there, and the start skew is only as good as the clocks' sync.
+    #[arg(long, value_name = "CMD", requires = "processes")]
+    pub launch: Vec<String>,
     /// A client process of --processes: wait for the parent's start instant.
     #[arg(long, hide = true)]
     pub gate: bool,
@@ -249,8 +257,9 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<crate::results::Results> {
             let exe = std::env::current_exe().context("locating this binary")?;
             let child_args = crate::processes::child_args(std::env::args().skip(1));
             let (repeat, pid) = (cfg.repeat, cfg.server_pid);
+            let launch = args.launch.clone();
             tokio::task::spawn_blocking(move || {
-                crate::processes::run(&exe, &child_args, n, repeat, pid)
+                crate::processes::run(&exe, &launch, &child_args, n, repeat, pid)
             })
             .await??
         }

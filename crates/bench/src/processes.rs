@@ -7,7 +7,9 @@
 //! Benchmaster's: mean 235 ms, max 432 ms).
 //!
 //! Each process works in its own directory with its own data set, as separate
-//! machines' clients would.
+//! machines' clients would. `--launch CMD` starts a process through a command of the
+//! user's (`ssh host2 txnfs`, a container runtime, …) so clients can run on other
+//! machines: the protocol is the process's stdin and stdout, whatever carries them.
 
 use crate::gate::{self, unix_ns};
 use crate::results::{Latency, Repeat, Results, StartSkew, SummaryBlock};
@@ -26,8 +28,9 @@ pub const START_LEAD: Duration = Duration::from_millis(200);
 /// Options of the parent that the children must not see, with whether each takes a
 /// value: the children get `--gate` instead, and the parent alone samples the server
 /// and writes the results.
-const PARENT_ONLY: [(&str, bool); 4] = [
+const PARENT_ONLY: [(&str, bool); 5] = [
     ("--processes", true),
+    ("--launch", true),
     ("--out", true),
     ("--server-pid", true),
     ("--strict", false),
@@ -94,10 +97,37 @@ impl Drop for ChildProc {
     }
 }
 
-/// Run `n` client processes of `exe` with `args` (the `run` command line) through
-/// `repeat` gated repeats; `server_pid` is sampled by this process.
+/// The command that starts client process `index`: `exe` itself, or the launch command
+/// of its turn (round robin) run by `sh -c` with `args` after it (`local` is `exe`).
+fn client_command(
+    exe: &std::path::Path,
+    launch: &[String],
+    index: usize,
+    args: &[String],
+) -> Command {
+    match launch.get(index % launch.len().max(1)).map(String::as_str) {
+        None | Some("local") => {
+            let mut c = Command::new(exe);
+            c.args(args);
+            c
+        }
+        Some(cmd) => {
+            let mut c = Command::new("sh");
+            c.arg("-c")
+                .arg(format!("{cmd} \"$@\""))
+                .arg("sh")
+                .args(args);
+            c
+        }
+    }
+}
+
+/// Run `n` client processes of `exe` (or started by the `launch` commands) with `args`
+/// (the `run` command line) through `repeat` gated repeats; `server_pid` is sampled by
+/// this process.
 pub fn run(
     exe: &std::path::Path,
+    launch: &[String],
     args: &[String],
     n: usize,
     repeat: usize,
@@ -108,13 +138,12 @@ pub fn run(
     }
     let mut kids = Vec::new();
     for index in 0..n {
-        let mut child = Command::new(exe)
-            .args(args)
+        let mut child = client_command(exe, launch, index, args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .with_context(|| format!("starting client process {index} ({})", exe.display()))?;
+            .with_context(|| format!("starting client process {index}"))?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             bail!("client process {index} has no pipes");
         };
@@ -356,6 +385,9 @@ mod tests {
             "--server-pid",
             "12",
             "--strict",
+            "--launch",
+            "ssh h2 txnfs",
+            "--launch=local",
             "--threads",
             "2",
         ]

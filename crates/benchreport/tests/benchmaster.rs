@@ -157,6 +157,58 @@ fn processes_start_together_and_add_up() {
         .all(|c| c["ok"] == true));
 }
 
+/// `--launch`: process 0 starts through a launch command of the user's (here a script
+/// that notes its arguments, then runs the binary), process 1 as `local`.
+#[test]
+fn processes_start_through_launch_commands() {
+    let Some(server) = txnfs() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("launch.sh");
+    let noted = dir.path().join("launched");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho \"$@\" >> '{}'\nexec '{}' \"$@\"\n",
+            noted.display(),
+            env!("CARGO_BIN_EXE_txnfs-bench")
+        ),
+    )
+    .unwrap();
+    let launch = format!("sh '{}'", script.display());
+    let v = bench_run_json(&[
+        "randread",
+        "--target",
+        &server.url(),
+        "--processes",
+        "2",
+        "--launch",
+        &launch,
+        "--launch",
+        "local",
+        "--files",
+        "4",
+        "--file-size",
+        "64k",
+        "--duration",
+        "1",
+    ]);
+    assert_eq!(v["processes"], 2);
+    let rep = &v["repeats"][0];
+    assert_eq!(rep["start_skew"]["processes"], 2, "{rep}");
+    assert!(rep["ops"].as_u64().unwrap() > 0);
+    let lines = std::fs::read_to_string(&noted).expect("the launch command ran");
+    assert_eq!(
+        lines.lines().count(),
+        1,
+        "one process of two launched: {lines}"
+    );
+    assert!(
+        lines.starts_with("run randread") && lines.contains("--gate"),
+        "the launch command gets the child's arguments: {lines}"
+    );
+    assert!(!lines.contains("--launch") && !lines.contains("--processes"));
+}
+
 #[test]
 fn a_tiny_sweep_draws_each_batch_mode_with_error_bars() {
     let Some(server) = txnfs() else { return };
