@@ -11,6 +11,9 @@ use txnfs_state::DelegStats;
 struct Gathered {
     clients: usize,
     sessions: usize,
+    /// Fore-channel slots executing a request now, and granted, over all sessions.
+    slots_in_use: u64,
+    slots_granted: u64,
     reply_cache_reserved: usize,
     opens: usize,
     lock_states: usize,
@@ -24,9 +27,12 @@ fn gather(srv: &Server) -> Option<Gathered> {
     let core = srv.core().ok()?;
     let (clients, sessions) = core.sessions().counts();
     let t = core.table().stats();
+    let (slots_in_use, slots_granted) = core.sessions().slot_counts();
     Some(Gathered {
         clients,
         sessions,
+        slots_in_use,
+        slots_granted,
         reply_cache_reserved: core.sessions().reply_cache_reserved(),
         opens: t.opens,
         lock_states: t.lock_states,
@@ -261,6 +267,20 @@ pub fn prometheus(srv: &Server, drc: Option<crate::v3::drc::DrcStats>) -> String
         );
         one(
             &mut s,
+            "txnfs_session_slots_in_use",
+            "gauge",
+            "Fore-channel slots executing a request now, over all sessions.",
+            g.slots_in_use as f64,
+        );
+        one(
+            &mut s,
+            "txnfs_session_slots",
+            "gauge",
+            "Fore-channel slots granted, over all sessions.",
+            g.slots_granted as f64,
+        );
+        one(
+            &mut s,
             "txnfs_reply_cache_reserved_bytes",
             "gauge",
             "Reply-cache bytes the sessions' slots reserve.",
@@ -401,9 +421,11 @@ pub fn summary(srv: &Server, drc: Option<crate::v3::drc::DrcStats>) -> String {
     if let Some(g) = gather(srv) {
         let _ = writeln!(
             s,
-            "State: {} clients, {} sessions, {} opens, {} locks{}",
+            "State: {} clients, {} sessions ({} of {} slots in use), {} opens, {} locks{}",
             g.clients,
             g.sessions,
+            g.slots_in_use,
+            g.slots_granted,
             g.opens,
             g.locks,
             if g.in_grace { ", in grace" } else { "" }
@@ -497,8 +519,19 @@ pub fn clients(srv: &Server) -> String {
         .collect();
     drop(core);
     let mut s = format!(
-        "{:<18} {:>6} {:>8} {:>5} {:>11} {:>8} {:>9}  owner\n",
-        "client id", "uid", "sessions", "conns", "delegations", "idle s", "state"
+        "{:<18} {:>6} {:>8} {:>5} {:>11} {:>8} {:>11} {:>5} {:>9} {:>10} {:>12} {:>12}  owner\n",
+        "client id",
+        "uid",
+        "sessions",
+        "conns",
+        "delegations",
+        "idle s",
+        "state",
+        "slots",
+        "compounds",
+        "ops",
+        "read B",
+        "written B"
     );
     for (c, delegs) in rows {
         let owner: String = String::from_utf8_lossy(&c.owner)
@@ -513,14 +546,19 @@ pub fn clients(srv: &Server) -> String {
         };
         let _ = writeln!(
             s,
-            "{:<18} {:>6} {:>8} {:>5} {:>11} {:>8} {:>9}  {owner}",
+            "{:<18} {:>6} {:>8} {:>5} {:>11} {:>8} {:>11} {:>5} {:>9} {:>10} {:>12} {:>12}  {owner}",
             format!("{:016x}", c.id),
             c.uid,
             c.sessions,
             c.connections,
             delegs,
             c.idle.as_secs(),
-            state
+            state,
+            c.slots_in_use,
+            c.compounds,
+            c.ops,
+            c.read_bytes,
+            c.write_bytes
         );
     }
     s
