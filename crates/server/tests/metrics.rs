@@ -218,3 +218,67 @@ async fn the_client_table_counts_each_clients_compounds_ops_and_bytes() {
     let _ = call_raw(&b.cl, again).await;
     assert_eq!(cols(&client_row(&srv, "ops-client-b").await), b2);
 }
+
+/// The transaction journal's bytes: a transactional COMPOUND appends to it; a
+/// read-only workload and plain COMPOUNDs do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn journal_bytes_grow_with_transactions_only() {
+    let srv = start_memory_server().await;
+    let mut s = Session::new(srv.addr, b"journal-client").await;
+    let journal = |p: &str| sample(p, "txnfs_journal_appended_bytes_total{export=\"/\"}");
+    let before = journal(&ask(&srv, "metrics").await);
+    // Plain COMPOUNDs: a file made and written, then read.
+    let (sid, fh) = s.open_new_file("plain").await;
+    s.run_ok(vec![
+        txnfs_rawclient::putfh(&fh),
+        txnfs_rawclient::write(&sid, 0, b"data"),
+    ])
+    .await;
+    s.run_ok(vec![
+        txnfs_rawclient::putfh(&fh),
+        txnfs_rawclient::read(&sid, 0, 100),
+    ])
+    .await;
+    assert_eq!(
+        journal(&ask(&srv, "metrics").await),
+        before,
+        "no transaction"
+    );
+
+    let r = s
+        .run_txn(vec![
+            nfs_argop4::OP_PUTROOTFH,
+            txnfs_rawclient::mkdir("in-a-txn"),
+        ])
+        .await
+        .expect("transactions are on");
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    let prom = ask(&srv, "metrics").await;
+    let after_txn = journal(&prom);
+    assert!(after_txn > before, "{prom}");
+    assert!(
+        sample(&prom, "txnfs_journal_records_total{export=\"/\"}") >= 2.0,
+        "Begin and Commit at least: {prom}"
+    );
+    let stats = ask(&srv, "stats").await;
+    assert!(
+        stats.contains(&format!("journal: {} bytes in ", after_txn as u64)),
+        "{stats}"
+    );
+
+    // Read-only: LOOKUPs, GETATTRs and a READ.
+    for _ in 0..3 {
+        s.run_ok(vec![
+            nfs_argop4::OP_PUTROOTFH,
+            txnfs_rawclient::lookup("in-a-txn"),
+            txnfs_rawclient::getattr_change_size(),
+        ])
+        .await;
+    }
+    s.run_ok(vec![
+        txnfs_rawclient::putfh(&fh),
+        txnfs_rawclient::read(&sid, 0, 100),
+    ])
+    .await;
+    assert_eq!(journal(&ask(&srv, "metrics").await), after_txn);
+}

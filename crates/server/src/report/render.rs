@@ -234,6 +234,39 @@ pub fn prometheus(srv: &Server, drc: Option<crate::v3::drc::DrcStats>) -> String
         "Transactional COMPOUNDs that failed (rolled back or refused).",
         load(&m.txn_failed),
     );
+    // The `txn` layers' journals, per export that keeps one.
+    let journals: Vec<_> = srv
+        .exports
+        .snapshot()
+        .exports
+        .values()
+        .filter_map(|e| Some((e.name.clone(), e.backend.journal_stats()?)))
+        .collect();
+    for (name, kind, help, value) in [
+        (
+            "txnfs_journal_appended_bytes_total",
+            "counter",
+            "Bytes appended to the transaction journal (records and their frames), per export.",
+            (|j: &txnfs_backend::JournalStats| j.appended_bytes) as fn(&_) -> u64,
+        ),
+        (
+            "txnfs_journal_records_total",
+            "counter",
+            "Records appended to the transaction journal, per export.",
+            |j| j.records,
+        ),
+        (
+            "txnfs_journal_size_bytes",
+            "gauge",
+            "Length of the transaction journal file now (a rewind shortens it), per export.",
+            |j| j.size,
+        ),
+    ] {
+        family(&mut s, name, kind, help);
+        for (export, j) in &journals {
+            let _ = writeln!(s, "{name}{{export=\"{export}\"}} {}", value(j));
+        }
+    }
     if let Some(d) = drc {
         one(
             &mut s,
@@ -444,12 +477,22 @@ pub fn summary(srv: &Server, drc: Option<crate::v3::drc::DrcStats>) -> String {
             d.recall_latency_us_max / 1000
         );
     }
-    let _ = writeln!(
+    let _ = write!(
         s,
         "Transactions: {} committed, {} failed",
         load(&m.txn_committed),
         load(&m.txn_failed)
     );
+    match srv.exports.journal_stats() {
+        Some(j) => {
+            let _ = writeln!(
+                s,
+                "; journal: {} bytes in {} records appended, {} bytes long",
+                j.appended_bytes, j.records, j.size
+            );
+        }
+        None => s.push_str("; no journal\n"),
+    }
     if let Some(d) = drc {
         let _ = writeln!(
             s,
