@@ -282,3 +282,40 @@ async fn journal_bytes_grow_with_transactions_only() {
     .await;
     assert_eq!(journal(&ask(&srv, "metrics").await), after_txn);
 }
+
+/// The transport's gathered writes (issue 19): one reply per call on one connection,
+/// sent in at most that many writes, all of it counted in bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_transport_write_counts_are_reported() {
+    let srv = start_memory_server().await;
+    let mut s = Session::new(srv.addr, b"transport-client").await;
+    let counts = |p: &str| {
+        (
+            sample(p, "txnfs_transport_writes_total") as u64,
+            sample(p, "txnfs_transport_records_total") as u64,
+            sample(p, "txnfs_transport_bytes_total") as u64,
+        )
+    };
+    let (w0, r0, b0) = counts(&ask(&srv, "metrics").await);
+    assert!(
+        r0 >= 3,
+        "EXCHANGE_ID, CREATE_SESSION, RECLAIM_COMPLETE: {r0}"
+    );
+    for _ in 0..5 {
+        s.run_ok(vec![nfs_argop4::OP_PUTROOTFH]).await;
+    }
+    let prom = ask(&srv, "metrics").await;
+    let (w1, r1, b1) = counts(&prom);
+    assert_eq!(r1 - r0, 5, "one record per reply: {prom}");
+    assert!(
+        (1..=5).contains(&(w1 - w0)),
+        "five replies, one after the other: {w0} -> {w1}"
+    );
+    // Each reply: record mark, RPC reply header, COMPOUND4res of two ops.
+    assert!(b1 - b0 >= 5 * 60, "{b0} -> {b1}");
+    let stats = ask(&srv, "stats").await;
+    assert!(
+        stats.contains(&format!("Transport: {w1} writes, {r1} records (")),
+        "{stats}"
+    );
+}

@@ -213,6 +213,28 @@ pub fn prometheus(srv: &Server, drc: Option<crate::v3::drc::DrcStats>) -> String
         "Connections accepted.",
         load(&m.connections_accepted),
     );
+    let w = &m.write_counts;
+    one(
+        &mut s,
+        "txnfs_transport_writes_total",
+        "counter",
+        "Gathered writes to client connections (writev, or one TLS write).",
+        w.writes() as f64,
+    );
+    one(
+        &mut s,
+        "txnfs_transport_records_total",
+        "counter",
+        "RPC records sent in them (replies and callback CALLs).",
+        w.records() as f64,
+    );
+    one(
+        &mut s,
+        "txnfs_transport_bytes_total",
+        "counter",
+        "Bytes sent in them, record marks included.",
+        w.bytes() as f64,
+    );
     one(
         &mut s,
         "txnfs_mount_calls_total",
@@ -450,6 +472,15 @@ pub fn summary(srv: &Server, drc: Option<crate::v3::drc::DrcStats>) -> String {
         load(&m.connections_accepted),
         st.compounds,
         st.replays
+    );
+    let w = &m.write_counts;
+    let _ = writeln!(
+        s,
+        "Transport: {} writes, {} records ({:.2} records per write), {} bytes",
+        w.writes(),
+        w.records(),
+        w.records() as f64 / w.writes().max(1) as f64,
+        w.bytes()
     );
     if let Some(g) = gather(srv) {
         let _ = writeln!(
