@@ -400,6 +400,18 @@ pub enum Advice {
     DontNeed,
 }
 
+/// A transaction journal's counters ([`Backend::journal_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JournalStats {
+    /// Bytes of records appended since the journal opened (framing included; a rewind
+    /// does not take them back).
+    pub appended_bytes: u64,
+    /// Records appended since the journal opened.
+    pub records: u64,
+    /// Its length now (header included; a rewind shortens it).
+    pub size: u64,
+}
+
 /// How [`Backend::setxattr`] treats an existing attribute (RFC 8276 `setxattr_option4`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum XattrSet {
@@ -524,6 +536,11 @@ macro_rules! with_backend_methods {
                 /// stored for one of them before its commit must be forgotten.
                 fn rolled_back_at_start(&self) -> Vec<u64> {
                     Vec::new()
+                }
+                /// The counters of the transaction journal of this stack (`txn` keeps
+                /// one), for `txnfs stats`; `None` when no layer journals.
+                fn journal_stats(&self) -> Option<JournalStats> {
+                    None
                 }
                 /// NFSv4.2 ALLOCATE: reserve storage for `len` bytes at `offset` of a regular
                 /// file so that later writes there cannot fail for lack of space; a range

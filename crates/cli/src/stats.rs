@@ -15,13 +15,18 @@ use txnfs_server::Config;
     txnfs stats                                  the server on the default state directory\n  \
     txnfs stats --state-dir /tmp/txnfs-state     the server started with that --state-dir\n  \
     txnfs stats --clients                        one line per NFSv4 client\n  \
-    txnfs stats --prometheus                     the metrics in Prometheus' text format")]
+    txnfs stats --prometheus                     the metrics in Prometheus' text format\n\n\
+    The summary: connections and COMPOUNDs; the transport's gathered writes (records per\n\
+    write); clients, sessions and fore-channel slots in use (executing a request now) of\n\
+    those granted; delegations; transactions and the bytes appended to their journal;\n\
+    READ/WRITE bytes per export; then per op its calls, errors and latency (p50, p99).")]
 pub struct StatsArgs {
     /// The state directory of the server to ask (as given to `txnfs serve`; default
     /// /var/lib/txnfs for root, else ~/.local/state/txnfs).
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
-    /// List the NFSv4 clients: id, uid, sessions, connections, delegations, idle time.
+    /// List the NFSv4 clients: id, uid, sessions, connections, delegations, idle time,
+    /// state, slots in use, COMPOUNDs, ops and READ/WRITE bytes (NFSv4.1+ sessions).
     #[arg(long, conflicts_with = "prometheus")]
     pub clients: bool,
     /// Print the metrics as the Prometheus endpoint (`serve --metrics`) serves them.

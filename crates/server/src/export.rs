@@ -231,6 +231,20 @@ impl Exports {
             .collect()
     }
 
+    /// The transaction journals' counters, summed over the exports that keep one
+    /// (`txn`); `None` when none does.
+    pub fn journal_stats(&self) -> Option<txnfs_backend::JournalStats> {
+        self.snapshot()
+            .exports
+            .values()
+            .filter_map(|e| e.backend.journal_stats())
+            .reduce(|a, b| txnfs_backend::JournalStats {
+                appended_bytes: a.appended_bytes + b.appended_bytes,
+                records: a.records + b.records,
+                size: a.size + b.size,
+            })
+    }
+
     /// A fresh id for a COMPOUND (unique while this server runs, never 0; across
     /// restarts too once `number_compounds_from` ran).
     pub fn next_compound_id(&self) -> u64 {

@@ -266,6 +266,8 @@ pub async fn run(
         idle_timeout: server.cfg.idle_timeout(),
         in_flight_budget: server.stats.in_flight.clone(),
         tls,
+        // Read by `txnfs stats` and the Prometheus endpoint.
+        write_counts: server.metrics.write_counts.clone(),
         ..Default::default()
     };
     let svc = Arc::new(NfsService::new(server.clone()));

@@ -8,6 +8,7 @@
 
 use bytes::Bytes;
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use txnfs_xdr::Gathered;
@@ -130,6 +131,24 @@ pub struct Session {
     /// CREATE_SESSION4_FLAG_PERSIST was granted: every cached reply must be durable
     /// before it is sent (ADR 0022).
     pub persistent: bool,
+    /// What the session's client did (shared by all its sessions and its record), counted
+    /// by the executor without the core's lock.
+    pub activity: Arc<ClientActivity>,
+}
+
+/// What one client did through its sessions, for `txnfs stats --clients` (ADR 0045):
+/// relaxed atomic adds by the executor, read when a report is made. Lives as long as
+/// the client record (a new session of the same record adds to it).
+#[derive(Debug, Default)]
+pub struct ClientActivity {
+    /// COMPOUNDs executed (SEQUENCE said execute; replays are not counted).
+    pub compounds: AtomicU64,
+    /// Ops executed in them, SEQUENCE included.
+    pub ops: AtomicU64,
+    /// READ payload bytes sent.
+    pub read_bytes: AtomicU64,
+    /// WRITE payload bytes written.
+    pub write_bytes: AtomicU64,
 }
 
 /// A session's mutable state, only touched under the core's lock.
@@ -172,6 +191,8 @@ pub(crate) struct ClientRecord {
     restored: bool,
     /// A v4.0 client (SETCLIENTID): its callback address and confirm verifier.
     pub(crate) v40: Option<setclientid::V40Client>,
+    /// What it did through its sessions (each [`Session::activity`] shares it).
+    pub(crate) activity: Arc<ClientActivity>,
 }
 
 impl ClientRecord {
@@ -543,6 +564,17 @@ impl SessionTable {
     /// (clients, sessions).
     pub fn counts(&self) -> (usize, usize) {
         (self.clients.len(), self.sessions.len())
+    }
+
+    /// Fore-channel slots of all sessions: (in use, granted). In use: executing a
+    /// request now ([`SlotTable::in_use`]).
+    pub fn slot_counts(&self) -> (u64, u64) {
+        self.sessions.values().fold((0, 0), |(u, g), s| {
+            (
+                u + u64::from(s.slots.in_use()),
+                g + u64::from(s.slots.granted()),
+            )
+        })
     }
 }
 

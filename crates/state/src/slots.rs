@@ -78,6 +78,15 @@ impl SlotTable {
         self.cached_bytes
     }
 
+    /// Slots whose request is executing now (marked by [`SlotTable::begin`], not yet
+    /// [`SlotTable::finish`]ed): what `txnfs stats` calls slots in use.
+    pub fn in_use(&self) -> u32 {
+        self.slots
+            .iter()
+            .filter(|s| matches!(s.cached, Cached::InProgress))
+            .count() as u32
+    }
+
     /// SEQUENCE's slot rules (RFC 8881 §2.10.6.1) for `seqid` in `slot`; on
     /// [`SlotVerdict::Execute`] the slot is marked in progress until [`SlotTable::finish`].
     pub fn begin(&mut self, slot: u32, seqid: u32, request_hash: u64) -> SlotVerdict {
@@ -179,6 +188,22 @@ mod tests {
         t.finish(0, None);
         assert_eq!(t.begin(0, 2, 12), SlotVerdict::RetryUncached);
         assert_eq!(t.cached_bytes(), 0);
+    }
+
+    #[test]
+    fn slots_in_use_are_those_executing() {
+        let mut t = SlotTable::new(4);
+        assert_eq!(t.in_use(), 0);
+        assert_eq!(t.begin(0, 1, 1), SlotVerdict::Execute);
+        assert_eq!(t.begin(2, 1, 1), SlotVerdict::Execute);
+        assert_eq!(t.in_use(), 2);
+        // A retransmission of a request in progress uses no second slot.
+        assert_eq!(t.begin(0, 1, 1), SlotVerdict::InProgress);
+        assert_eq!(t.in_use(), 2);
+        t.finish(0, Some(Bytes::from_static(b"r").into()));
+        assert_eq!(t.in_use(), 1);
+        t.finish(2, None);
+        assert_eq!(t.in_use(), 0);
     }
 
     proptest! {

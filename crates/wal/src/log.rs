@@ -37,6 +37,9 @@ impl Lsn {
 pub struct LogStats {
     /// Records appended.
     pub records: AtomicU64,
+    /// Bytes appended (records with their frames; not headers, restarts or
+    /// replacements).
+    pub bytes: AtomicU64,
     /// `fdatasync`s of the log file (a replacement's syncs count as one).
     pub syncs: AtomicU64,
     /// Replacements of the whole file ([`Log::replace`]) written.
@@ -231,6 +234,7 @@ impl Log {
         g.len += n;
         g.lsn += n;
         self.stats.records.fetch_add(1, Ordering::Relaxed);
+        self.stats.bytes.fetch_add(n, Ordering::Relaxed);
         Ok(Lsn(g.lsn))
     }
 

@@ -26,6 +26,10 @@ impl Layer for TxnLayer {
         v
     }
 
+    fn journal_stats(&self) -> Option<crate::JournalStats> {
+        Some(self.journal.stats())
+    }
+
     fn begin_compound(&self, cx: &OpCtx) -> Result<()> {
         let plain = OpCtx {
             txn: false,

@@ -281,6 +281,16 @@ impl Journal {
         Ok(lsn)
     }
 
+    /// Its counters (`txnfs stats`).
+    pub fn stats(&self) -> crate::JournalStats {
+        let st = self.log.stats();
+        crate::JournalStats {
+            appended_bytes: st.bytes.load(std::sync::atomic::Ordering::Relaxed),
+            records: st.records.load(std::sync::atomic::Ordering::Relaxed),
+            size: self.log.len(),
+        }
+    }
+
     /// Waits until the record at `lsn` and every earlier one is on stable storage; one
     /// caller at a time runs the fdatasync, the others wait for it and usually find
     /// their records covered (group commit).

@@ -374,6 +374,11 @@ impl Exec<'_> {
             }
         };
         srv.metrics.v4_op(opnum, started.elapsed(), st as i32);
+        if let Some(s) = &self.c.session {
+            s.activity
+                .ops
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         self.done += 1;
         self.last_op = Some((before, entry));
         if !self.reply_fits(before, entry, st) {

@@ -121,6 +121,9 @@ pub struct Metrics {
     pub txn_committed: AtomicU64,
     pub txn_failed: AtomicU64,
     pub mount_calls: AtomicU64,
+    /// The transport's gathered writes (ADR 0052): handed to the RPC server when it
+    /// starts (`service::run`), read by the reports.
+    pub write_counts: std::sync::Arc<txnfs_rpc::WriteCounts>,
 }
 
 impl Metrics {
@@ -141,6 +144,7 @@ impl Metrics {
             txn_committed: AtomicU64::new(0),
             txn_failed: AtomicU64::new(0),
             mount_calls: AtomicU64::new(0),
+            write_counts: Default::default(),
         }
     }
 

@@ -355,6 +355,11 @@ pub fn read(c: &mut Compound, a: &READ4args) -> OpResult {
         .backend
         .read(c.scope.ctx(), &o.key, a.offset, count)?;
     c.srv.metrics.read(o.export.id, data.len());
+    if let Some(s) = &c.session {
+        s.activity
+            .read_bytes
+            .fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
     Ok(nfs_resop4::OP_READ(READ4res::NFS4_OK(READ4resok {
         eof,
         data,
@@ -389,6 +394,11 @@ pub fn write(c: &mut Compound, a: WRITE4args) -> OpResult {
         o.export.backend.write(cx, &o.key, a.offset, &data, sync)?;
     }
     c.srv.metrics.wrote(o.export.id, data.len());
+    if let Some(s) = &c.session {
+        s.activity
+            .write_bytes
+            .fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
     // Size, times and change moved: delegated directories naming the file hear.
     crate::ops::notify::attrs_changed(c, &o.export, &o.key);
     Ok(nfs_resop4::OP_WRITE(WRITE4res::NFS4_OK(WRITE4resok {

@@ -300,6 +300,15 @@ pub fn sequence(
         SlotVerdict::BadSlot => return Err(SeqFail::Status(nfsstat4::NFS4ERR_BADSLOT)),
     }
     c.client = Some(session.client);
+    // `txnfs stats --clients` (ADR 0045): the COMPOUND and its SEQUENCE; the op loop
+    // counts the ops after it.
+    let activity = &session.activity;
+    activity
+        .compounds
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    activity
+        .ops
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     c.session = Some(session.clone());
     let highest = ok.highest_slot;
     Ok((

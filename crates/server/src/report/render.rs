@@ -11,6 +11,9 @@ use txnfs_state::DelegStats;
 struct Gathered {
     clients: usize,
     sessions: usize,
+    /// Fore-channel slots executing a request now, and granted, over all sessions.
+    slots_in_use: u64,
+    slots_granted: u64,
     reply_cache_reserved: usize,
     opens: usize,
     lock_states: usize,
@@ -24,9 +27,12 @@ fn gather(srv: &Server) -> Option<Gathered> {
     let core = srv.core().ok()?;
     let (clients, sessions) = core.sessions().counts();
     let t = core.table().stats();
+    let (slots_in_use, slots_granted) = core.sessions().slot_counts();
     Some(Gathered {
         clients,
         sessions,
+        slots_in_use,
+        slots_granted,
         reply_cache_reserved: core.sessions().reply_cache_reserved(),
         opens: t.opens,
         lock_states: t.lock_states,
@@ -207,6 +213,28 @@ pub fn prometheus(srv: &Server, drc: Option<crate::v3::drc::DrcStats>) -> String
         "Connections accepted.",
         load(&m.connections_accepted),
     );
+    let w = &m.write_counts;
+    one(
+        &mut s,
+        "txnfs_transport_writes_total",
+        "counter",
+        "Gathered writes to client connections (writev, or one TLS write).",
+        w.writes() as f64,
+    );
+    one(
+        &mut s,
+        "txnfs_transport_records_total",
+        "counter",
+        "RPC records sent in them (replies and callback CALLs).",
+        w.records() as f64,
+    );
+    one(
+        &mut s,
+        "txnfs_transport_bytes_total",
+        "counter",
+        "Bytes sent in them, record marks included.",
+        w.bytes() as f64,
+    );
     one(
         &mut s,
         "txnfs_mount_calls_total",
@@ -228,6 +256,39 @@ pub fn prometheus(srv: &Server, drc: Option<crate::v3::drc::DrcStats>) -> String
         "Transactional COMPOUNDs that failed (rolled back or refused).",
         load(&m.txn_failed),
     );
+    // The `txn` layers' journals, per export that keeps one.
+    let journals: Vec<_> = srv
+        .exports
+        .snapshot()
+        .exports
+        .values()
+        .filter_map(|e| Some((e.name.clone(), e.backend.journal_stats()?)))
+        .collect();
+    for (name, kind, help, value) in [
+        (
+            "txnfs_journal_appended_bytes_total",
+            "counter",
+            "Bytes appended to the transaction journal (records and their frames), per export.",
+            (|j: &txnfs_backend::JournalStats| j.appended_bytes) as fn(&_) -> u64,
+        ),
+        (
+            "txnfs_journal_records_total",
+            "counter",
+            "Records appended to the transaction journal, per export.",
+            |j| j.records,
+        ),
+        (
+            "txnfs_journal_size_bytes",
+            "gauge",
+            "Length of the transaction journal file now (a rewind shortens it), per export.",
+            |j| j.size,
+        ),
+    ] {
+        family(&mut s, name, kind, help);
+        for (export, j) in &journals {
+            let _ = writeln!(s, "{name}{{export=\"{export}\"}} {}", value(j));
+        }
+    }
     if let Some(d) = drc {
         one(
             &mut s,
@@ -258,6 +319,20 @@ pub fn prometheus(srv: &Server, drc: Option<crate::v3::drc::DrcStats>) -> String
             "gauge",
             "NFSv4.1+ sessions.",
             g.sessions as f64,
+        );
+        one(
+            &mut s,
+            "txnfs_session_slots_in_use",
+            "gauge",
+            "Fore-channel slots executing a request now, over all sessions.",
+            g.slots_in_use as f64,
+        );
+        one(
+            &mut s,
+            "txnfs_session_slots",
+            "gauge",
+            "Fore-channel slots granted, over all sessions.",
+            g.slots_granted as f64,
         );
         one(
             &mut s,
@@ -398,12 +473,23 @@ pub fn summary(srv: &Server, drc: Option<crate::v3::drc::DrcStats>) -> String {
         st.compounds,
         st.replays
     );
+    let w = &m.write_counts;
+    let _ = writeln!(
+        s,
+        "Transport: {} writes, {} records ({:.2} records per write), {} bytes",
+        w.writes(),
+        w.records(),
+        w.records() as f64 / w.writes().max(1) as f64,
+        w.bytes()
+    );
     if let Some(g) = gather(srv) {
         let _ = writeln!(
             s,
-            "State: {} clients, {} sessions, {} opens, {} locks{}",
+            "State: {} clients, {} sessions ({} of {} slots in use), {} opens, {} locks{}",
             g.clients,
             g.sessions,
+            g.slots_in_use,
+            g.slots_granted,
             g.opens,
             g.locks,
             if g.in_grace { ", in grace" } else { "" }
@@ -422,12 +508,22 @@ pub fn summary(srv: &Server, drc: Option<crate::v3::drc::DrcStats>) -> String {
             d.recall_latency_us_max / 1000
         );
     }
-    let _ = writeln!(
+    let _ = write!(
         s,
         "Transactions: {} committed, {} failed",
         load(&m.txn_committed),
         load(&m.txn_failed)
     );
+    match srv.exports.journal_stats() {
+        Some(j) => {
+            let _ = writeln!(
+                s,
+                "; journal: {} bytes in {} records appended, {} bytes long",
+                j.appended_bytes, j.records, j.size
+            );
+        }
+        None => s.push_str("; no journal\n"),
+    }
     if let Some(d) = drc {
         let _ = writeln!(
             s,
@@ -497,8 +593,19 @@ pub fn clients(srv: &Server) -> String {
         .collect();
     drop(core);
     let mut s = format!(
-        "{:<18} {:>6} {:>8} {:>5} {:>11} {:>8} {:>9}  owner\n",
-        "client id", "uid", "sessions", "conns", "delegations", "idle s", "state"
+        "{:<18} {:>6} {:>8} {:>5} {:>11} {:>8} {:>11} {:>5} {:>9} {:>10} {:>12} {:>12}  owner\n",
+        "client id",
+        "uid",
+        "sessions",
+        "conns",
+        "delegations",
+        "idle s",
+        "state",
+        "slots",
+        "compounds",
+        "ops",
+        "read B",
+        "written B"
     );
     for (c, delegs) in rows {
         let owner: String = String::from_utf8_lossy(&c.owner)
@@ -513,14 +620,19 @@ pub fn clients(srv: &Server) -> String {
         };
         let _ = writeln!(
             s,
-            "{:<18} {:>6} {:>8} {:>5} {:>11} {:>8} {:>9}  {owner}",
+            "{:<18} {:>6} {:>8} {:>5} {:>11} {:>8} {:>11} {:>5} {:>9} {:>10} {:>12} {:>12}  {owner}",
             format!("{:016x}", c.id),
             c.uid,
             c.sessions,
             c.connections,
             delegs,
             c.idle.as_secs(),
-            state
+            state,
+            c.slots_in_use,
+            c.compounds,
+            c.ops,
+            c.read_bytes,
+            c.write_bytes
         );
     }
     s

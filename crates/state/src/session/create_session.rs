@@ -98,6 +98,11 @@ impl SessionTable {
         id[8..12].copy_from_slice(&self.boot_epoch.to_be_bytes());
         id[12..].copy_from_slice(&self.next_session.to_be_bytes());
         self.next_session = self.next_session.wrapping_add(1);
+        let activity = self
+            .clients
+            .get(&clientid)
+            .map(|c| c.activity.clone())
+            .unwrap_or_default();
         // Persistence only when configured and asked for; never RDMA; the back-channel
         // flag only when connections may carry callbacks.
         let mut flags = if self.limits.back_channel {
@@ -116,6 +121,7 @@ impl SessionTable {
                     client: clientid,
                     fore,
                     persistent: flags & CREATE_SESSION4_FLAG_PERSIST != 0,
+                    activity,
                 }),
                 slots: SlotTable::new(fore.max_requests),
                 conns: HashSet::from([args.conn]),

@@ -138,6 +138,7 @@ impl SessionTable {
                 reclaim_complete: false,
                 restored: true,
                 v40: None,
+                activity: Default::default(),
             },
         );
     }
@@ -158,6 +159,7 @@ impl SessionTable {
         if !rec.sessions.contains(&s.id) {
             rec.sessions.push(s.id);
         }
+        let activity = rec.activity.clone();
         self.drop_session(&s.id);
         let mut table = SlotTable::new(s.fore.max_requests);
         for d in slots {
@@ -174,6 +176,7 @@ impl SessionTable {
                     client: s.client,
                     fore: s.fore,
                     persistent: true,
+                    activity,
                 }),
                 slots: table,
                 conns: HashSet::new(),

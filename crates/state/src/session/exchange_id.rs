@@ -94,6 +94,7 @@ impl SessionTable {
                 reclaim_complete: false,
                 restored: false,
                 v40: None,
+                activity: Default::default(),
             },
         );
         let conf = conf.filter(|c| Some(*c) != removed);

@@ -161,6 +161,7 @@ impl SessionTable {
                     confirm,
                     pending: None,
                 }),
+                activity: Default::default(),
             },
         );
         let conf = conf.filter(|c| Some(*c) != removed);

@@ -3,6 +3,7 @@
 
 use super::{ClientId, SessionTable};
 use bytes::Bytes;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// One client record as [`SessionTable::client_summaries`] reports it.
@@ -26,6 +27,16 @@ pub struct ClientSummary {
     pub idle: Duration,
     /// Restored from the durable session store and not yet done reclaiming.
     pub restored: bool,
+    /// Fore-channel slots of its sessions executing a request now.
+    pub slots_in_use: u64,
+    /// COMPOUNDs executed through its sessions (NFSv4.1+; replays not counted).
+    pub compounds: u64,
+    /// Ops executed in them, SEQUENCE included.
+    pub ops: u64,
+    /// READ payload bytes sent to it.
+    pub read_bytes: u64,
+    /// WRITE payload bytes it wrote.
+    pub write_bytes: u64,
 }
 
 impl SessionTable {
@@ -36,11 +47,13 @@ impl SessionTable {
             .iter()
             .map(|(id, c)| {
                 let sessions = c.sessions.iter().filter_map(|s| self.sessions.get(s));
-                let (mut conns, mut cache) = (0, 0);
+                let (mut conns, mut cache, mut slots) = (0, 0, 0);
                 for s in sessions {
                     conns += s.conns.len();
                     cache += s.cache_reserved;
+                    slots += u64::from(s.slots.in_use());
                 }
+                let a = &c.activity;
                 ClientSummary {
                     id: *id,
                     owner: c.owner.clone(),
@@ -51,6 +64,11 @@ impl SessionTable {
                     reply_cache_bytes: cache,
                     idle: now.saturating_duration_since(c.last_renew),
                     restored: c.restored,
+                    slots_in_use: slots,
+                    compounds: a.compounds.load(Ordering::Relaxed),
+                    ops: a.ops.load(Ordering::Relaxed),
+                    read_bytes: a.read_bytes.load(Ordering::Relaxed),
+                    write_bytes: a.write_bytes.load(Ordering::Relaxed),
                 }
             })
             .collect();
