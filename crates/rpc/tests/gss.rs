@@ -153,6 +153,33 @@ fn kerberos_at_the_transport() {
                 format!("{} {principal}", service as u32),
                 "{service:?}"
             );
+            // Replies the transport makes (PROG_UNAVAIL, PROG_MISMATCH) and the
+            // service's own errors carry the MIC of the sequence number as verifier
+            // (RFC 2203 §5.3.3.2): the client checks it on every accepted reply, so a
+            // reply with an AUTH_NONE verifier would fail as "reply verifier".
+            let r = c.call(PROG + 1, 1, 0, Bytes::new()).await;
+            assert!(
+                matches!(r, Err(RpcError::ProgUnavail)),
+                "{service:?}: unknown program: {r:?}"
+            );
+            let r = c.call(PROG, 9, 0, Bytes::new()).await;
+            assert!(
+                matches!(r, Err(RpcError::ProgMismatch { low: 1, high: 2 })),
+                "{service:?}: unknown version: {r:?}"
+            );
+            let r = c.call(PROG, 1, 3, Bytes::new()).await;
+            assert!(
+                matches!(r, Err(RpcError::GarbageArgs)),
+                "{service:?}: GARBAGE_ARGS of the service: {r:?}"
+            );
+            let r = c.call(PROG, 1, 99, Bytes::new()).await;
+            assert!(
+                matches!(r, Err(RpcError::ProcUnavail)),
+                "{service:?}: unknown procedure: {r:?}"
+            );
+            // The context is still good after them.
+            let back = c.call(PROG, 1, 1, Bytes::from_static(MARKER)).await;
+            assert_eq!(back.expect("echo after errors").as_ref(), MARKER);
             // Many calls at once, beyond any ordering: all inside the window.
             let c = Arc::new(c);
             let calls: Vec<_> = (0..40u32)

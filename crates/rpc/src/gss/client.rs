@@ -72,6 +72,29 @@ fn split_reply(raw: Bytes) -> Result<(OpaqueAuth, Bytes), RpcError> {
     crate::client::decode_verified_reply(raw)?.1
 }
 
+/// A data call's reply: the verifier of every accepted reply (SUCCESS or not: RFC 2203
+/// §5.3.3.2 signs them all) with its outcome, or a denied reply's error (no verifier).
+fn split_accepted(raw: Bytes) -> Result<(OpaqueAuth, Result<Bytes, RpcError>), RpcError> {
+    use crate::msg::{AcceptedStatus, RejectedReply, ReplyHeader};
+    let (_, hdr, rest) = crate::msg::decode_reply_message(raw)?;
+    let (verf, stat) = match hdr {
+        ReplyHeader::Accepted { verf, stat } => (verf, stat),
+        ReplyHeader::Denied(RejectedReply::RpcMismatch { low, high }) => {
+            return Err(RpcError::RpcMismatch { low, high })
+        }
+        ReplyHeader::Denied(RejectedReply::AuthError(s)) => return Err(RpcError::AuthError(s)),
+    };
+    let outcome = match stat {
+        AcceptedStatus::Success => Ok(rest),
+        AcceptedStatus::ProgUnavail => Err(RpcError::ProgUnavail),
+        AcceptedStatus::ProgMismatch { low, high } => Err(RpcError::ProgMismatch { low, high }),
+        AcceptedStatus::ProcUnavail => Err(RpcError::ProcUnavail),
+        AcceptedStatus::GarbageArgs => Err(RpcError::GarbageArgs),
+        AcceptedStatus::SystemErr => Err(RpcError::SystemErr),
+    };
+    Ok((verf, outcome))
+}
+
 /// Sends one record and returns the whole reply record.
 pub(crate) trait RawCaller {
     fn next_xid(&self) -> u32;
@@ -217,10 +240,11 @@ impl GssSession {
             record(&header, &verf, &body)
         };
         let raw = rpc.call_whole(xid, wire).await?;
-        let (verf, results) = split_reply(raw)?;
+        let (verf, outcome) = split_accepted(raw)?;
         let mut ctx = self.ctx();
         ctx.verify_mic(&seq.to_be_bytes(), &verf.body)
             .map_err(|e| gss_err(self.peer, format_args!("reply verifier: {e}")))?;
+        let results = outcome?;
         let max = results.len();
         let data = match self.service {
             GssService::None => return Ok(results),
