@@ -120,6 +120,19 @@ async fn connect(addr: std::net::SocketAddr, cfg: ClientConfig) -> Result<RpcCli
     .expect("connect (and context creation) in time")
 }
 
+/// Wait (up to 5 s) for the server to hold `n` contexts; fails saying how many it holds.
+async fn settle(gss: &GssServer, n: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while gss.contexts() != n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the server holds {} RPCSEC_GSS contexts, not {n}",
+            gss.contexts()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// One test, in order: the environment (KRB5_CONFIG) is the process's, so the steps
 /// do not run in parallel with each other.
 #[test]
@@ -136,6 +149,7 @@ fn kerberos_at_the_transport() {
             keytab: Some(kdc.service_keytab.clone()),
         })
         .expect("acceptor credential from the keytab");
+        let contexts = gss.clone();
         let srv = TestServer::start_set(|c| c.gss = Some(gss)).await;
         let principal = format!("{USER}@{REALM}");
 
@@ -234,6 +248,27 @@ fn kerberos_at_the_transport() {
                     "{service:?}: the marker is expected in clear (signed only)"
                 ),
             }
+        }
+
+        // (1c) RPCSEC_GSS_DESTROY when our client closes (RFC 2203 §5.4): the server
+        // frees the context, whether the client is closed (the answer awaited and its
+        // verifier checked) or dropped (DESTROY sent unanswered before the socket
+        // closes).
+        settle(&contexts, 0).await;
+        for service in [GssService::None, GssService::Integrity, GssService::Privacy] {
+            let c = connect(srv.addr, client_cfg(&kdc, service))
+                .await
+                .expect("context");
+            assert_echo(&c, 1, b"before close", "echo before close").await;
+            assert_eq!(contexts.contexts(), 1, "{service:?}: one context");
+            assert!(c.close().await, "{service:?}: DESTROY confirmed");
+            assert_eq!(contexts.contexts(), 0, "{service:?}: freed by DESTROY");
+            let c = connect(srv.addr, client_cfg(&kdc, service))
+                .await
+                .expect("context");
+            assert_eq!(contexts.contexts(), 1, "{service:?}: one context");
+            drop(c);
+            settle(&contexts, 0).await;
         }
 
         // (2) AUTH_SYS still served beside Kerberos (export rules decide per export).
