@@ -108,6 +108,13 @@ impl GssServer {
         self.contexts.len()
     }
 
+    /// Forget every context (an administrator revoking all Kerberos sessions, or a
+    /// test of the clients' recovery): their next calls get RPCSEC_GSS_CREDPROBLEM,
+    /// and a client creates a new context.
+    pub fn forget_contexts(&self) {
+        self.contexts.clear();
+    }
+
     /// The transport's program table, set once when serving starts (a server serving
     /// several services with one `GssServer` keeps the first).
     pub(crate) fn set_programs(&self, programs: Vec<(u32, u32, u32)>) {
