@@ -8,6 +8,7 @@ use anyhow::{bail, Context};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
+use txnfs_rpc::gss::{GssClientConfig, GssService};
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
@@ -157,6 +158,12 @@ pub struct RunArgs {
     /// The CA (PEM) that signed the server's certificate (with --tls).
     #[arg(long, value_name = "FILE", requires = "tls")]
     pub tls_ca: Option<PathBuf>,
+    /// Our client's security flavour: AUTH_SYS, or Kerberos v5 (RPCSEC_GSS, ADR 0051)
+    /// with the caller's ticket (`KRB5CCNAME`, as after `kinit`) and the service
+    /// none (krb5), integrity (krb5i) or privacy (krb5p), to measure what each costs.
+    /// The service principal is `nfs@` the target's address.
+    #[arg(long, value_enum, default_value = "sys")]
+    pub sec: Sec,
     /// Run the clients in N separate processes of this binary (each with --clients and
     /// --threads of its own and its own data set), released at one agreed instant; the
     /// results add them up and report how far apart they started.
@@ -179,6 +186,22 @@ pub struct RunArgs {
     #[arg(long, short)]
     pub quiet: bool,
 }
+
+/// `--sec` values, named as in exports(5) and `mount -o sec=`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Sec {
+    /// AUTH_SYS.
+    Sys,
+    /// Kerberos v5, the call headers signed.
+    Krb5,
+    /// Kerberos v5, every call and reply signed.
+    Krb5i,
+    /// Kerberos v5, every call and reply encrypted.
+    Krb5p,
+}
+
+/// The NFS program number (RPCSEC_GSS contexts are created on its NULL procedure).
+const NFS_PROGRAM: u32 = 100_003;
 
 fn parse_kv(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
@@ -213,7 +236,6 @@ impl RunArgs {
             (None, None) => None,
         };
         Ok(RunConfig {
-            target,
             clients: self.clients,
             threads: self.threads,
             delay_ms: self.delay_ms,
@@ -228,12 +250,34 @@ impl RunArgs {
             batch: self.batch,
             nfs_version: self.nfs_version,
             tls: self.tls_config()?,
+            gss: self.gss_config(&target)?,
+            target,
             gate: self.gate,
         })
     }
 }
 
 impl RunArgs {
+    /// The RPCSEC_GSS configuration of `--sec krb5|krb5i|krb5p` (our client only).
+    fn gss_config(&self, target: &Target) -> anyhow::Result<Option<GssClientConfig>> {
+        let service = match self.sec {
+            Sec::Sys => return Ok(None),
+            Sec::Krb5 => GssService::None,
+            Sec::Krb5i => GssService::Integrity,
+            Sec::Krb5p => GssService::Privacy,
+        };
+        if self.driver != Driver::Txnfs {
+            bail!("--sec is for our client (--driver txnfs)");
+        }
+        Ok(Some(GssClientConfig {
+            target: format!("nfs@{}", target.addr.ip()),
+            service,
+            ccache: None,
+            program: NFS_PROGRAM,
+            version: 4,
+        }))
+    }
+
     /// The TLS configuration of `--tls --tls-ca FILE` (our client only).
     fn tls_config(&self) -> anyhow::Result<Option<txnfs_rpc::ClientTls>> {
         let (true, Some(ca)) = (self.tls, &self.tls_ca) else {

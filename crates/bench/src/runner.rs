@@ -121,6 +121,8 @@ pub struct RunConfig {
     /// RPC-with-TLS for our client's connections (ADR 0049); the server's certificate
     /// is checked against the IP address connected to.
     pub tls: Option<txnfs_rpc::ClientTls>,
+    /// RPCSEC_GSS (Kerberos) for our client's connections (ADR 0051).
+    pub gss: Option<txnfs_rpc::gss::GssClientConfig>,
     /// A client process of `--processes`: wait at the start gate for the parent's
     /// start instant ([`crate::gate`]).
     pub gate: bool,
@@ -144,6 +146,7 @@ impl RunConfig {
             batch: BatchMode::None,
             nfs_version: NfsVersion::V41,
             tls: None,
+            gss: None,
             gate: false,
         }
     }
@@ -157,10 +160,12 @@ async fn connect(
     minor: Option<u32>,
     batch: BatchMode,
     tls: Option<txnfs_rpc::ClientTls>,
+    gss: Option<txnfs_rpc::gss::GssClientConfig>,
     what: &str,
 ) -> anyhow::Result<Client> {
     let mut cfg = ClientConfig::new(addr);
     cfg.tls = tls;
+    cfg.gss = gss;
     cfg.slots = slots;
     cfg.minor = minor;
     cfg.batch.mode = batch;
@@ -290,6 +295,7 @@ async fn run_once(
         cfg.minor,
         BatchMode::None,
         cfg.tls.clone(),
+        cfg.gss.clone(),
         "setup",
     )
     .await?;
@@ -358,6 +364,7 @@ async fn timed_part(
                 cfg.minor,
                 cfg.batch,
                 cfg.tls.clone(),
+                cfg.gss.clone(),
                 &format!("client{c}"),
             )
             .await?,

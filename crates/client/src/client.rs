@@ -777,6 +777,7 @@ impl Client {
             dca_clientid: st.clientid,
         });
         solo(t, st.minor, "DESTROY_CLIENTID", clientid).await?;
+        t.close().await;
         Ok(())
     }
 }

@@ -206,6 +206,19 @@ impl Transport {
         self.generation.load(Ordering::Relaxed)
     }
 
+    /// Close the current connection: with an RPCSEC_GSS context, RPCSEC_GSS_DESTROY
+    /// first (at most `txnfs_rpc::DESTROY_WAIT`) so the server frees it at once. A
+    /// connection still used by a call in flight is only dropped (its DESTROY is then
+    /// sent unanswered when the last user lets go).
+    pub(crate) async fn close(&self) {
+        let taken = self.conn.lock().await.take();
+        if let Some((_, c)) = taken {
+            if let Ok(c) = Arc::try_unwrap(c) {
+                c.close().await;
+            }
+        }
+    }
+
     /// Break the current connection (tests use it to simulate a network failure).
     pub(crate) async fn sever(&self) {
         let mut g = self.conn.lock().await;

@@ -123,9 +123,20 @@ pub struct RpcClient {
 
 impl Drop for RpcClient {
     fn drop(&mut self) {
+        // An RPCSEC_GSS context not closed with [`RpcClient::close`]: its DESTROY is
+        // queued before the connection closes (the writer sends what is queued before
+        // it sees the channel end), unanswered; the server frees the context.
+        if let Some(gss) = &self.gss {
+            if let Some((_, wire)) = gss.destroy_record(self.next_xid()) {
+                let _ = self.tx.send(wire);
+            }
+        }
         self.reader.abort();
     }
 }
+
+/// How long [`RpcClient::close`] waits for the answer to RPCSEC_GSS_DESTROY.
+pub const DESTROY_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Removes a waiter whose call future is dropped before its reply arrived.
 struct PendingGuard<'a> {
@@ -284,6 +295,37 @@ impl RpcClient {
 
     pub fn credential(&self) -> &Credential {
         &self.cred
+    }
+
+    /// Close the connection; with an RPCSEC_GSS context, first send
+    /// RPCSEC_GSS_DESTROY (RFC 2203 §5.4) so the server frees it, waiting at most
+    /// [`DESTROY_WAIT`] for its answer. Whether the server confirmed it (its reply's
+    /// verifier checks); `false` without a context (best effort: a dropped client
+    /// sends DESTROY too, without waiting).
+    pub async fn close(self) -> bool {
+        let Some(gss) = &self.gss else {
+            return false;
+        };
+        let xid = self.next_xid();
+        let Some((seq, wire)) = gss.destroy_record(xid) else {
+            return false;
+        };
+        match tokio::time::timeout(DESTROY_WAIT, self.send_and_wait(xid, wire, true)).await {
+            Ok(Ok(raw)) => gss.destroy_confirmed(seq, raw),
+            Ok(Err(e)) => {
+                debug!(error = %e, "RPCSEC_GSS_DESTROY failed");
+                false
+            }
+            Err(_) => {
+                debug!("RPCSEC_GSS_DESTROY not answered in time");
+                false
+            }
+        }
+    }
+
+    /// Whether calls carry an RPCSEC_GSS context.
+    pub fn has_gss(&self) -> bool {
+        self.gss.is_some()
     }
 
     /// Cut the connection now, as a network failure would: every pending call fails with

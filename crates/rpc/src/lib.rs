@@ -114,6 +114,7 @@ pub use backchannel::{BackChannel, CallbackError, DEFAULT_MAX_CALLBACKS_PER_CONN
 pub use budget::{InFlightBudget, BUDGET_UNIT, DEFAULT_IN_FLIGHT_BYTES};
 pub use client::{
     decode_reply, CallFuture, CallHandler, CallReply, ClientConfig, IncomingCall, RpcClient,
+    DESTROY_WAIT,
 };
 pub use msg::{encode_call, record, AuthStat, AuthSys, Credential, OpaqueAuth};
 pub use record::read_record;

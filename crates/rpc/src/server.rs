@@ -190,6 +190,9 @@ pub async fn serve<S: RpcService>(
         write_counts: cfg.write_counts.clone(),
         run_inline: cfg.run_inline,
     });
+    if let Some(gss) = &shared.gss {
+        gss.set_programs(shared.programs.clone());
+    }
     let max_connections = cfg.max_connections.max(1);
     let (sd_tx, sd_rx) = watch::channel(false);
     // The accept loop's view of every connection task, to pick one to close.
@@ -740,6 +743,13 @@ fn parse_call(
                     return Parsed::Reply(xid, Reply::Verified(verf, body))
                 }
                 crate::gss::server::GssVerdict::Call { caller, args } => {
+                    // A program or version not served: the transport's answer, signed
+                    // as every accepted reply of the context (RFC 2203 §5.3.3.2).
+                    if let Some(body) = gss.programs().and_then(|p| check_program(p, prog, vers)) {
+                        debug!(%peer, xid, prog, vers, reply = ?body, "program check failed");
+                        let (verf, body) = caller.seal_reply(body);
+                        return Parsed::Reply(xid, Reply::Verified(verf, body));
+                    }
                     gss_caller = Some(caller);
                     rec = args;
                     Credential::None

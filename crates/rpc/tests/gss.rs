@@ -120,6 +120,19 @@ async fn connect(addr: std::net::SocketAddr, cfg: ClientConfig) -> Result<RpcCli
     .expect("connect (and context creation) in time")
 }
 
+/// Wait (up to 5 s) for the server to hold `n` contexts; fails saying how many it holds.
+async fn settle(gss: &GssServer, n: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while gss.contexts() != n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the server holds {} RPCSEC_GSS contexts, not {n}",
+            gss.contexts()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// One test, in order: the environment (KRB5_CONFIG) is the process's, so the steps
 /// do not run in parallel with each other.
 #[test]
@@ -136,6 +149,7 @@ fn kerberos_at_the_transport() {
             keytab: Some(kdc.service_keytab.clone()),
         })
         .expect("acceptor credential from the keytab");
+        let contexts = gss.clone();
         let srv = TestServer::start_set(|c| c.gss = Some(gss)).await;
         let principal = format!("{USER}@{REALM}");
 
@@ -153,6 +167,33 @@ fn kerberos_at_the_transport() {
                 format!("{} {principal}", service as u32),
                 "{service:?}"
             );
+            // Replies the transport makes (PROG_UNAVAIL, PROG_MISMATCH) and the
+            // service's own errors carry the MIC of the sequence number as verifier
+            // (RFC 2203 §5.3.3.2): the client checks it on every accepted reply, so a
+            // reply with an AUTH_NONE verifier would fail as "reply verifier".
+            let r = c.call(PROG + 1, 1, 0, Bytes::new()).await;
+            assert!(
+                matches!(r, Err(RpcError::ProgUnavail)),
+                "{service:?}: unknown program: {r:?}"
+            );
+            let r = c.call(PROG, 9, 0, Bytes::new()).await;
+            assert!(
+                matches!(r, Err(RpcError::ProgMismatch { low: 1, high: 2 })),
+                "{service:?}: unknown version: {r:?}"
+            );
+            let r = c.call(PROG, 1, 3, Bytes::new()).await;
+            assert!(
+                matches!(r, Err(RpcError::GarbageArgs)),
+                "{service:?}: GARBAGE_ARGS of the service: {r:?}"
+            );
+            let r = c.call(PROG, 1, 99, Bytes::new()).await;
+            assert!(
+                matches!(r, Err(RpcError::ProcUnavail)),
+                "{service:?}: unknown procedure: {r:?}"
+            );
+            // The context is still good after them.
+            let back = c.call(PROG, 1, 1, Bytes::from_static(MARKER)).await;
+            assert_eq!(back.expect("echo after errors").as_ref(), MARKER);
             // Many calls at once, beyond any ordering: all inside the window.
             let c = Arc::new(c);
             let calls: Vec<_> = (0..40u32)
@@ -207,6 +248,27 @@ fn kerberos_at_the_transport() {
                     "{service:?}: the marker is expected in clear (signed only)"
                 ),
             }
+        }
+
+        // (1c) RPCSEC_GSS_DESTROY when our client closes (RFC 2203 §5.4): the server
+        // frees the context, whether the client is closed (the answer awaited and its
+        // verifier checked) or dropped (DESTROY sent unanswered before the socket
+        // closes).
+        settle(&contexts, 0).await;
+        for service in [GssService::None, GssService::Integrity, GssService::Privacy] {
+            let c = connect(srv.addr, client_cfg(&kdc, service))
+                .await
+                .expect("context");
+            assert_echo(&c, 1, b"before close", "echo before close").await;
+            assert_eq!(contexts.contexts(), 1, "{service:?}: one context");
+            assert!(c.close().await, "{service:?}: DESTROY confirmed");
+            assert_eq!(contexts.contexts(), 0, "{service:?}: freed by DESTROY");
+            let c = connect(srv.addr, client_cfg(&kdc, service))
+                .await
+                .expect("context");
+            assert_eq!(contexts.contexts(), 1, "{service:?}: one context");
+            drop(c);
+            settle(&contexts, 0).await;
         }
 
         // (2) AUTH_SYS still served beside Kerberos (export rules decide per export).

@@ -26,6 +26,16 @@ pub struct Compound<'a> {
     pub conn: u64,
     pub cfh: Option<Fh>,
     pub sfh: Option<Fh>,
+    /// The current filehandle was put by a put-filehandle op whose NFS4ERR_WRONGSEC
+    /// RFC 8881 §2.6.3.1.1 defers (the op after it may ask SECINFO, look up a parent,
+    /// save it, or put another one): the caller was not admitted to its export, and
+    /// every op but those gets NFS4ERR_WRONGSEC (`crate::compound::exec::runnable`).
+    pub cfh_wrongsec: bool,
+    /// The same for the saved filehandle (SAVEFH of such a current filehandle).
+    pub sfh_wrongsec: bool,
+    /// Whether the op after the running one lets a put-filehandle op defer its
+    /// NFS4ERR_WRONGSEC (set by the v4.1+ executor before each op; v4.0 never defers).
+    pub next_defers_wrongsec: bool,
     pub cur_sid: Option<stateid4>,
     pub saved_sid: Option<stateid4>,
     pub session: Option<Arc<Session>>,
@@ -62,6 +72,9 @@ impl<'a> Compound<'a> {
             conn,
             cfh: None,
             sfh: None,
+            cfh_wrongsec: false,
+            sfh_wrongsec: false,
+            next_defers_wrongsec: false,
             cur_sid: None,
             saved_sid: None,
             session: None,

@@ -81,11 +81,15 @@ pub fn acceptor_for(
                 .any(|f| matches!(f, Flavor::Krb5 | Flavor::Krb5i | Flavor::Krb5p))
         })
     });
-    match (&server.cfg.kerberos, wanted) {
-        (Some(k), _) => k.acceptor().map(Some),
-        (None, true) => KerberosConfig::default().acceptor().map(Some),
-        (None, false) => Ok(None),
+    if let Some(g) = server.gss.get() {
+        return Ok(Some(g.clone()));
     }
+    let acceptor = match (&server.cfg.kerberos, wanted) {
+        (Some(k), _) => k.acceptor()?,
+        (None, true) => KerberosConfig::default().acceptor()?,
+        (None, false) => return Ok(None),
+    };
+    Ok(Some(server.gss.get_or_init(|| acceptor).clone()))
 }
 
 /// How long a local user looked up in /etc/passwd is remembered.

@@ -120,9 +120,16 @@ pub struct Server {
     pub nlm: crate::nlm::Nlm,
     /// Which local identity a Kerberos principal acts as (ADR 0051).
     pub principals: crate::kerberos::PrincipalMap,
+    /// The RPCSEC_GSS acceptor and its contexts, once serving with Kerberos started.
+    pub(crate) gss: std::sync::OnceLock<Arc<txnfs_rpc::gss::GssServer>>,
 }
 
 impl Server {
+    /// The RPCSEC_GSS acceptor (its contexts), when serving with Kerberos started.
+    pub fn gss(&self) -> Option<&Arc<txnfs_rpc::gss::GssServer>> {
+        self.gss.get()
+    }
+
     pub fn new(cfg: Config) -> Result<Arc<Server>, ServerError> {
         Self::with_clock(cfg, Arc::new(SystemClock))
     }
@@ -238,6 +245,7 @@ impl Server {
             me: me.clone(),
             nlm: crate::nlm::Nlm::new(nsm),
             principals,
+            gss: std::sync::OnceLock::new(),
             recall_waits: Default::default(),
             watches: Default::default(),
             file_changes: Default::default(),

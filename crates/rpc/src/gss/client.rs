@@ -34,6 +34,10 @@ pub(crate) struct GssSession {
     service: GssService,
     next_seq: AtomicU32,
     peer: SocketAddr,
+    /// The program and version whose NULL procedure carried INIT (and carries DESTROY).
+    program: (u32, u32),
+    /// DESTROY was sent: no call may use the context any more.
+    destroyed: std::sync::atomic::AtomicBool,
 }
 
 fn gss_err(peer: SocketAddr, why: impl std::fmt::Display) -> RpcError {
@@ -70,6 +74,29 @@ fn record(header: &[u8], verf: &OpaqueAuth, args: &[u8]) -> Bytes {
 /// The outcome of a reply record as for AUTH_SYS, keeping the verifier.
 fn split_reply(raw: Bytes) -> Result<(OpaqueAuth, Bytes), RpcError> {
     crate::client::decode_verified_reply(raw)?.1
+}
+
+/// A data call's reply: the verifier of every accepted reply (SUCCESS or not: RFC 2203
+/// §5.3.3.2 signs them all) with its outcome, or a denied reply's error (no verifier).
+fn split_accepted(raw: Bytes) -> Result<(OpaqueAuth, Result<Bytes, RpcError>), RpcError> {
+    use crate::msg::{AcceptedStatus, RejectedReply, ReplyHeader};
+    let (_, hdr, rest) = crate::msg::decode_reply_message(raw)?;
+    let (verf, stat) = match hdr {
+        ReplyHeader::Accepted { verf, stat } => (verf, stat),
+        ReplyHeader::Denied(RejectedReply::RpcMismatch { low, high }) => {
+            return Err(RpcError::RpcMismatch { low, high })
+        }
+        ReplyHeader::Denied(RejectedReply::AuthError(s)) => return Err(RpcError::AuthError(s)),
+    };
+    let outcome = match stat {
+        AcceptedStatus::Success => Ok(rest),
+        AcceptedStatus::ProgUnavail => Err(RpcError::ProgUnavail),
+        AcceptedStatus::ProgMismatch { low, high } => Err(RpcError::ProgMismatch { low, high }),
+        AcceptedStatus::ProcUnavail => Err(RpcError::ProcUnavail),
+        AcceptedStatus::GarbageArgs => Err(RpcError::GarbageArgs),
+        AcceptedStatus::SystemErr => Err(RpcError::SystemErr),
+    };
+    Ok((verf, outcome))
 }
 
 /// Sends one record and returns the whole reply record.
@@ -164,6 +191,8 @@ pub(crate) async fn establish<C: RawCaller + Sync>(
                 service: cfg.service,
                 next_seq: AtomicU32::new(1),
                 peer,
+                program: (cfg.program, cfg.version),
+                destroyed: std::sync::atomic::AtomicBool::new(false),
             });
         }
     }
@@ -173,6 +202,70 @@ pub(crate) async fn establish<C: RawCaller + Sync>(
 impl GssSession {
     fn ctx(&self) -> std::sync::MutexGuard<'_, SecContext> {
         self.ctx.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The record of one call with this context (§5.3.1): signed header, arguments
+    /// protected by the service; and its sequence number.
+    fn record(
+        &self,
+        xid: u32,
+        prog: u32,
+        vers: u32,
+        proc_num: u32,
+        proc_: GssProc,
+        args: &[u8],
+    ) -> Result<(u32, Bytes), RpcError> {
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        let gc = GssCred {
+            proc_,
+            seq_num: seq,
+            service: self.service,
+            handle: self.handle.clone(),
+        };
+        let header = call_header(xid, prog, vers, proc_num, &gc);
+        let mut ctx = self.ctx();
+        let mic = ctx.get_mic(&header).map_err(|e| gss_err(self.peer, e))?;
+        let verf = OpaqueAuth {
+            flavor: RPCSEC_GSS,
+            body: Bytes::from(mic),
+        };
+        let body = match self.service {
+            GssService::None => Bytes::copy_from_slice(args),
+            GssService::Integrity => {
+                let data = wire::seq_body(seq, args);
+                let mic = ctx.get_mic(&data).map_err(|e| gss_err(self.peer, e))?;
+                wire::encode_integ(&data, &mic)
+            }
+            GssService::Privacy => {
+                let data = wire::seq_body(seq, args);
+                let sealed = ctx.wrap(&data, true).map_err(|e| gss_err(self.peer, e))?;
+                wire::encode_priv(&sealed)
+            }
+        };
+        Ok((seq, record(&header, &verf, &body)))
+    }
+
+    /// The RPCSEC_GSS_DESTROY call of this context (RFC 2203 §5.4: the NULL procedure
+    /// of the program that created it, no arguments) with transaction id `xid`, and
+    /// its sequence number; `None` once made (the context is then unusable).
+    pub(crate) fn destroy_record(&self, xid: u32) -> Option<(u32, Bytes)> {
+        if self.destroyed.swap(true, Ordering::Relaxed) {
+            return None;
+        }
+        let (prog, vers) = self.program;
+        self.record(xid, prog, vers, 0, GssProc::Destroy, &[]).ok()
+    }
+
+    /// Whether the reply `raw` to the DESTROY call `seq` is the server's (its
+    /// verifier is the MIC of `seq`).
+    pub(crate) fn destroy_confirmed(&self, seq: u32, raw: Bytes) -> bool {
+        match split_accepted(raw) {
+            Ok((verf, Ok(_))) => self
+                .ctx()
+                .verify_mic(&seq.to_be_bytes(), &verf.body)
+                .is_ok(),
+            _ => false,
+        }
     }
 
     /// One data call (§5.3.1): signed header, protected arguments; the results of a
@@ -185,42 +278,17 @@ impl GssSession {
         proc_num: u32,
         args: &[u8],
     ) -> Result<Bytes, RpcError> {
-        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        if self.destroyed.load(Ordering::Relaxed) {
+            return Err(gss_err(self.peer, "the RPCSEC_GSS context was destroyed"));
+        }
         let xid = rpc.next_xid();
-        let gc = GssCred {
-            proc_: GssProc::Data,
-            seq_num: seq,
-            service: self.service,
-            handle: self.handle.clone(),
-        };
-        let header = call_header(xid, prog, vers, proc_num, &gc);
-        let wire = {
-            let mut ctx = self.ctx();
-            let mic = ctx.get_mic(&header).map_err(|e| gss_err(self.peer, e))?;
-            let verf = OpaqueAuth {
-                flavor: RPCSEC_GSS,
-                body: Bytes::from(mic),
-            };
-            let body = match self.service {
-                GssService::None => Bytes::copy_from_slice(args),
-                GssService::Integrity => {
-                    let data = wire::seq_body(seq, args);
-                    let mic = ctx.get_mic(&data).map_err(|e| gss_err(self.peer, e))?;
-                    wire::encode_integ(&data, &mic)
-                }
-                GssService::Privacy => {
-                    let data = wire::seq_body(seq, args);
-                    let sealed = ctx.wrap(&data, true).map_err(|e| gss_err(self.peer, e))?;
-                    wire::encode_priv(&sealed)
-                }
-            };
-            record(&header, &verf, &body)
-        };
+        let (seq, wire) = self.record(xid, prog, vers, proc_num, GssProc::Data, args)?;
         let raw = rpc.call_whole(xid, wire).await?;
-        let (verf, results) = split_reply(raw)?;
+        let (verf, outcome) = split_accepted(raw)?;
         let mut ctx = self.ctx();
         ctx.verify_mic(&seq.to_be_bytes(), &verf.body)
             .map_err(|e| gss_err(self.peer, format_args!("reply verifier: {e}")))?;
+        let results = outcome?;
         let max = results.len();
         let data = match self.service {
             GssService::None => return Ok(results),

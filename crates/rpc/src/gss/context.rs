@@ -126,6 +126,11 @@ impl ContextCache {
     pub fn len(&self) -> usize {
         self.map().len()
     }
+
+    /// Forget every context.
+    pub fn clear(&self) {
+        self.map().clear();
+    }
 }
 
 #[cfg(test)]

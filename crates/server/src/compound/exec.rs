@@ -4,7 +4,7 @@
 
 use super::optable::{self, OpEntry};
 use super::{Compound, CompoundError, OpError, MAX_TAG};
-use crate::nfs::{nfs_argop4, nfs_opnum4, nfs_resop4, nfsstat4};
+use crate::nfs::{nfs_argop4, nfs_opnum4, nfs_resop4, nfsstat4, open_claim4};
 use crate::ops::session::SeqFail;
 use crate::placement::{Blocking, WaitClock};
 use crate::server::Server;
@@ -183,12 +183,13 @@ pub(super) fn run(
     x.c.caller = caller;
     let nops = req.nops;
     let (args, tail) = (req.args, req.tail);
-    let mut ops = req.ops.into_iter();
+    let mut ops = req.ops.into_iter().peekable();
     for i in 0..nops {
         let Some(arg) = ops.next() else {
             x.stop_at(tail);
             break;
         };
+        x.c.next_defers_wrongsec = defers_wrongsec(ops.peek());
         if i == 0 {
             if let nfs_argop4::OP_SEQUENCE(sa) = &arg {
                 match x.sequence(sa, nops, &args) {
@@ -631,15 +632,73 @@ fn close_txn_opens(c: &mut Compound) {
     }
 }
 
+/// Whether the op after a put-filehandle op lets it defer NFS4ERR_WRONGSEC (RFC 8881
+/// §2.6.3.1.1; Linux's `OP_HANDLES_WRONGSEC`): none (§2.6.3.1.1.6), another
+/// put-filehandle op (.2), SAVEFH (.1), LOOKUP or OPEN of a name (.3), LOOKUPP (.4),
+/// SECINFO or SECINFO_NO_NAME (.5). Any other op (.7) makes the put-filehandle op fail.
+fn defers_wrongsec(next: Option<&nfs_argop4>) -> bool {
+    use nfs_argop4::*;
+    match next {
+        None => true,
+        Some(OP_OPEN(a)) => matches!(
+            a.claim,
+            open_claim4::CLAIM_NULL(_)
+                | open_claim4::CLAIM_DELEGATE_CUR(_)
+                | open_claim4::CLAIM_DELEGATE_PREV(_)
+        ),
+        Some(
+            OP_PUTFH(_)
+            | OP_PUTROOTFH
+            | OP_PUTPUBFH
+            | OP_RESTOREFH
+            | OP_SAVEFH
+            | OP_LOOKUP(_)
+            | OP_LOOKUPP
+            | OP_SECINFO(_)
+            | OP_SECINFO_NO_NAME(_),
+        ) => true,
+        Some(_) => false,
+    }
+}
+
+/// The ops that may run while the current filehandle is one the caller was not
+/// admitted to (`Compound::cfh_wrongsec`): they put another one, save it, or ask about
+/// flavours or the parent (and check the export's rules themselves).
+fn handles_wrongsec(op: nfs_opnum4) -> bool {
+    use nfs_opnum4::*;
+    matches!(
+        op,
+        OP_PUTFH
+            | OP_PUTROOTFH
+            | OP_PUTPUBFH
+            | OP_RESTOREFH
+            | OP_SAVEFH
+            | OP_LOOKUPP
+            | OP_SECINFO
+            | OP_SECINFO_NO_NAME
+    )
+}
+
+/// The ops that use the saved filehandle besides RESTOREFH (which checks it again).
+fn uses_saved_fh(op: nfs_opnum4) -> bool {
+    use nfs_opnum4::*;
+    matches!(op, OP_RENAME | OP_LINK | OP_COPY | OP_CLONE)
+}
+
 /// The handler of an op that passed the table's checks, or why it may not run:
 /// unimplemented or not in this minor version (NOTSUPP, as RFC 8881 asks of the v4.0-only
-/// ops), or no current filehandle.
+/// ops), no current filehandle, or a filehandle of an export whose rules refuse the
+/// caller's flavour (NFS4ERR_WRONGSEC deferred by a put-filehandle op).
 fn runnable(entry: &OpEntry, c: &Compound) -> Result<optable::Handler, nfsstat4> {
     let info = entry.info();
     match entry.handler {
         Some(h) if info.in_minor(c.minor) => {
             if info.needs_fh && c.cfh.is_none() {
                 Err(nfsstat4::NFS4ERR_NOFILEHANDLE)
+            } else if (c.cfh_wrongsec && info.needs_fh && !handles_wrongsec(entry.op))
+                || (c.sfh_wrongsec && uses_saved_fh(entry.op))
+            {
+                Err(nfsstat4::NFS4ERR_WRONGSEC)
             } else {
                 Ok(h)
             }
