@@ -190,9 +190,6 @@ pub async fn serve<S: RpcService>(
         write_counts: cfg.write_counts.clone(),
         run_inline: cfg.run_inline,
     });
-    if let Some(gss) = &shared.gss {
-        gss.set_programs(shared.programs.clone());
-    }
     let max_connections = cfg.max_connections.max(1);
     let (sd_tx, sd_rx) = watch::channel(false);
     // The accept loop's view of every connection task, to pick one to close.
@@ -673,6 +670,7 @@ fn parse_call(
     back_channel: &BackChannel,
     tls: &Option<Arc<TlsPeer>>,
     gss: Option<&GssServer>,
+    programs: &[(u32, u32, u32)],
 ) -> Parsed {
     let whole = rec.clone();
     // A REPLY (msg_type at offset 4) answers one of our callbacks: hand over the whole record.
@@ -745,7 +743,7 @@ fn parse_call(
                 crate::gss::server::GssVerdict::Call { caller, args } => {
                     // A program or version not served: the transport's answer, signed
                     // as every accepted reply of the context (RFC 2203 §5.3.3.2).
-                    if let Some(body) = gss.programs().and_then(|p| check_program(p, prog, vers)) {
+                    if let Some(body) = check_program(programs, prog, vers) {
                         debug!(%peer, xid, prog, vers, reply = ?body, "program check failed");
                         let (verf, body) = caller.seal_reply(body);
                         return Parsed::Reply(xid, Reply::Verified(verf, body));
@@ -963,6 +961,7 @@ impl<S: RpcService> Connection<S> {
                 &back_channel,
                 &tls,
                 self.shared.gss.as_deref(),
+                &self.shared.programs,
             ) {
                 Parsed::Close => break,
                 Parsed::BackReply(rec) => {

@@ -29,10 +29,6 @@ pub struct GssServerConfig {
 pub struct GssServer {
     cred: Cred,
     contexts: ContextCache,
-    /// The served programs (the transport's table, set when serving starts): a data
-    /// call to another one is answered PROG_UNAVAIL / PROG_MISMATCH with the context's
-    /// verifier (RFC 2203 §5.3.3.2), which only this side can make.
-    programs: std::sync::OnceLock<Vec<(u32, u32, u32)>>,
 }
 
 impl std::fmt::Debug for GssServer {
@@ -98,7 +94,6 @@ impl GssServer {
         Ok(Arc::new(GssServer {
             cred,
             contexts: ContextCache::default(),
-            programs: std::sync::OnceLock::new(),
         }))
     }
 
@@ -113,17 +108,6 @@ impl GssServer {
     /// and a client creates a new context.
     pub fn forget_contexts(&self) {
         self.contexts.clear();
-    }
-
-    /// The transport's program table, set once when serving starts (a server serving
-    /// several services with one `GssServer` keeps the first).
-    pub(crate) fn set_programs(&self, programs: Vec<(u32, u32, u32)>) {
-        let _ = self.programs.set(programs);
-    }
-
-    /// The served programs, once serving started.
-    pub(crate) fn programs(&self) -> Option<&[(u32, u32, u32)]> {
-        self.programs.get().map(Vec::as_slice)
     }
 
     /// Handle one call with an RPCSEC_GSS credential: `header` is the call from its xid
