@@ -183,12 +183,12 @@ log "server listening on 127.0.0.1:$PORT (pid $SERVER_PID, $(since "$T") s)"
 # sec=krb5p through the guest's rpc.gssd (issue 20, ADR 0051), in the default (no vers=) boot
 # against txnfs: a private MIT KDC (realm TXNFS.TEST, like crates/testbed/src/kdc.rs: its own
 # files in $W/krb, KRB5_CONFIG/KRB5_KDC_PROFILE, nothing of the machine's Kerberos read or
-# changed) listening on TCP only for the guest, which reaches it as 10.0.2.101:88; a second
-# txnfs (its own export, port and state dir) whose only rule is 127.0.0.1(rw,sec=krb5p), with
-# the key of nfs/krbsrv.txnfs.test (the guest's /etc/hosts names 10.0.2.102 so, and gssd asks
-# for nfs@<that name>), reached as 10.0.2.102:2049; its gss map gives the guest's machine
+# changed), which the guest reaches (TCP) as 10.0.2.101:88; a second txnfs (its own export,
+# port and state dir) whose only rule is 127.0.0.1(rw,sec=krb5p:krb5i:krb5), with the key of
+# nfs/krbsrv.txnfs.test (the guest's /etc/hosts names 10.0.2.102 so, and gssd asks for
+# nfs@<that name>), reached as 10.0.2.102:2049; its gss map gives the guest's machine
 # principal nfs/lkguest.txnfs.test (the key in the guest's /etc/krb5.keytab, which gssd uses
-# for root) uid/gid 4242. A capture of that server's port must never hold the file's bytes.
+# for root) uid/gid 4242. Its own capture (kcap.pcapng) must never hold the krb5p file's bytes.
 KRB_ON=0; KRB_ERR=; KDC_PID=; KSERVER_PID=; KTSHARK_PID=; KPORT=; KDCPORT=
 K=$W/krb; KEXPORT=$W/kexport; KSLOG=$W/server-krb.log
 KREALM=TXNFS.TEST; KSRV=krbsrv.txnfs.test; KGUEST=lkguest.txnfs.test; KUID=4242
@@ -225,10 +225,14 @@ krb_setup() {
   ss -Hltn "sport = :$KDCPORT" 2> /dev/null | grep -q . ||
     { KRB_ERR="krb5kdc did not listen on 127.0.0.1:$KDCPORT (TCP): $(tail -3 "$K"/kdc.log "$K"/krb5kdc.out 2> /dev/null | tr '\n' ' ')"; return 1; }
   printf 'nfs/%s@%s %s %s\n' "$KGUEST" "$KREALM" "$KUID" "$KUID" > "$K"/gss-map
-  # the file the guest writes: a marker line that must never appear in the krb5p capture
-  KMARK="TXNFS-KRB5P-CLEARTEXT-MARKER-$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-  for _ in $(seq 4000); do echo "$KMARK"; done > "$SHARE"/krb/data.bin
-  echo "$KMARK" > "$SHARE"/krb/marker
+  # the files the guest writes, one per flavour: 4000 lines of a marker of its own; the krb5p
+  # one must never appear in the capture, the krb5i and krb5 ones do (not encrypted)
+  local f m
+  for f in krb5p krb5i krb5; do
+    m="TXNFS-${f^^}-CLEARTEXT-MARKER-$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+    for _ in $(seq 4000); do echo "$m"; done > "$SHARE"/krb/data-$f.bin
+    echo "$m" > "$SHARE"/krb/marker-$f
+  done
   tshark -i lo -B 32 -f "tcp port $KPORT" -w "$W"/kcap.pcapng -q > "$W"/ktshark.log 2>&1 &
   KTSHARK_PID=$!
   for _ in $(seq 100); do grep -q "Capturing on" "$W"/ktshark.log && break; sleep 0.1; done
@@ -236,7 +240,7 @@ krb_setup() {
   echo "=== $(date -u +%FT%TZ) start (Kerberos server)" >> "$KSLOG"
   TXNFS_LOG=${TXNFS_LOG:-info} NO_COLOR=1 "${KENV[@]}" "$W"/txnfs serve --listen "127.0.0.1:$KPORT" --no-grace --no-rpcbind \
     --state-dir "$W"/kstate --keytab "$K"/server.keytab --gss-map "$K"/gss-map \
-    --client "127.0.0.1(rw,sec=krb5p)" "$KEXPORT" >> "$KSLOG" 2>&1 < /dev/null &
+    --client "127.0.0.1(rw,sec=krb5p:krb5i:krb5)" "$KEXPORT" >> "$KSLOG" 2>&1 < /dev/null &
   KSERVER_PID=$!
   for _ in $(seq 300); do
     kill -0 "$KSERVER_PID" 2> /dev/null || { KRB_ERR="the Kerberos server exited: $(tail -5 "$KSLOG" | tr '\n' ' ')"; KSERVER_PID=; return 1; }
@@ -248,7 +252,7 @@ krb_setup() {
 if [ "$KRB_ON" = 1 ]; then
   T=$(now)
   if krb_setup; then
-    log "Kerberos (step k): KDC on 127.0.0.1:$KDCPORT (pid $KDC_PID), sec=krb5p server on 127.0.0.1:$KPORT (pid $KSERVER_PID), capture pid $KTSHARK_PID ($(since "$T") s)"
+    log "Kerberos (step k): KDC on 127.0.0.1:$KDCPORT (pid $KDC_PID), sec=krb5p:krb5i:krb5 server on 127.0.0.1:$KPORT (pid $KSERVER_PID), capture pid $KTSHARK_PID ($(since "$T") s)"
   else
     log "Kerberos (step k): setup failed: $KRB_ERR"
     rm -rf "$SHARE"/krb   # the guest runs step k only when its files are there
@@ -578,42 +582,50 @@ else
   hfail "deleg/ws.txt: missing on the host disk or no expected content from the guest (step g)"
 fi
 
-# Kerberos (step k): the guest's krb5p file on the host disk (bytes, owner from the gss map),
-# and the wire: RPCSEC_GSS privacy on the krb5p server's port, the marker line never in clear
-# there, and (control) present in the capture of the sec=sys server, where the guest wrote the
-# same file.
+# Kerberos (step k): the guest's files on the host disk (bytes, owner from the gss map), and
+# the wire: RPCSEC_GSS data calls of each service on the Kerberos server's port, the krb5p
+# file's marker never in clear there; controls: the krb5i and krb5 files' markers are in that
+# capture, and the krb5p marker is in the sec=sys server's, where the guest wrote it too.
 if [ "$KRB_ON" = 1 ]; then
   if [ -n "$KRB_ERR" ]; then
     hfail "Kerberos (step k): not run: $KRB_ERR"
   else
     stop_pid "$KTSHARK_PID" TERM; KTSHARK_PID=
-    KMARK=$(cat "$SHARE"/krb/marker)
-    if [ -f "$KEXPORT"/k.bin ] && cmp -s "$SHARE"/krb/data.bin "$KEXPORT"/k.bin; then
-      hpass "krb5p: k.bin on the host disk has the guest's bytes ($(wc -c < "$KEXPORT"/k.bin) bytes)"
-    else
-      hfail "krb5p: k.bin on the host disk: missing or not the guest's bytes"
-    fi
-    own=$(stat -c %u:%g "$KEXPORT"/k.bin 2> /dev/null || echo missing)
-    if [ "$own" = "$KUID:$KUID" ]; then hpass "krb5p: k.bin owned by $own (the gss map's ids of nfs/$KGUEST@$KREALM, the guest root's machine credential)"
-    else hfail "krb5p: k.bin owned by $own, want $KUID:$KUID (the gss map's ids of nfs/$KGUEST@$KREALM)"; fi
+    for f in krb5p krb5i krb5; do
+      if [ -f "$KEXPORT"/k-$f.bin ] && cmp -s "$SHARE"/krb/data-$f.bin "$KEXPORT"/k-$f.bin; then
+        hpass "$f: k-$f.bin on the host disk has the guest's bytes ($(wc -c < "$KEXPORT"/k-$f.bin) bytes)"
+      else
+        hfail "$f: k-$f.bin on the host disk: missing or not the guest's bytes"
+      fi
+      own=$(stat -c %u:%g "$KEXPORT"/k-$f.bin 2> /dev/null || echo missing)
+      if [ "$own" = "$KUID:$KUID" ]; then hpass "$f: k-$f.bin owned by $own (the gss map's ids of nfs/$KGUEST@$KREALM, the guest root's machine credential)"
+      else hfail "$f: k-$f.bin owned by $own, want $KUID:$KUID (the gss map's ids of nfs/$KGUEST@$KREALM)"; fi
+    done
     if [ -s "$W"/kcap.pcapng ]; then
       KTS=(tshark -n -r "$W"/kcap.pcapng -d "tcp.port==$KPORT,rpc")
-      ngss=$("${KTS[@]}" -Y 'rpc.auth.flavor == 6' 2> /dev/null | wc -l)
-      npriv=$("${KTS[@]}" -Y 'rpc.authgss.service == 3 && rpc.msgtyp == 0' 2> /dev/null | wc -l)
-      nclear=$(grep -caF "$KMARK" "$W"/kcap.pcapng || true)
-      ncontrol=$(grep -caF "$KMARK" "$W"/cap.pcapng 2> /dev/null || true)
-      log "krb5p capture: $(wc -c < "$W"/kcap.pcapng) bytes, $ngss RPCSEC_GSS frames, $npriv privacy calls, marker in clear: $nclear (sec=sys capture: $ncontrol)"
-      if [ "$npriv" -gt 0 ]; then hpass "krb5p on the wire: $npriv RPCSEC_GSS calls with service privacy ($ngss RPCSEC_GSS frames)"
-      else hfail "krb5p on the wire: no RPCSEC_GSS privacy call on port $KPORT ($ngss RPCSEC_GSS frames)"; fi
-      if [ "$nclear" -eq 0 ] && [ "${ncontrol:-0}" -gt 0 ]; then
-        hpass "krb5p on the wire: the file's marker line is not in the krb5p capture (it is $ncontrol times in the sec=sys one)"
-      elif [ "$nclear" -ne 0 ]; then
-        hfail "krb5p on the wire: the file's marker line is in the krb5p capture $nclear times"
+      # RPCSEC_GSS data calls by service: 1 none (krb5), 2 integrity (krb5i), 3 privacy (krb5p)
+      "${KTS[@]}" -Y 'rpc.msgtyp == 0 && rpc.auth.flavor == 6 && rpc.authgss.procedure == 0' -T fields \
+        -E occurrence=f -e rpc.authgss.service 2> /dev/null | sort | uniq -c > "$W"/kcap-services.txt || true
+      nsvc() { awk -v s="$1" '$2 == s { print $1 }' "$W"/kcap-services.txt | grep . || echo 0; }
+      mk() { grep -caF "$(cat "$SHARE"/krb/marker-$1)" "$2" 2> /dev/null || true; }
+      np=$(mk krb5p "$W"/kcap.pcapng); ni=$(mk krb5i "$W"/kcap.pcapng); nn=$(mk krb5 "$W"/kcap.pcapng)
+      nctl=$(mk krb5p "$W"/cap.pcapng)
+      log "Kerberos capture: $(wc -c < "$W"/kcap.pcapng) bytes; RPCSEC_GSS data calls: $(nsvc 3) privacy, $(nsvc 2) integrity, $(nsvc 1) none; marker lines in it: krb5p $np, krb5i $ni, krb5 $nn (krb5p marker in the sec=sys capture: $nctl)"
+      for sv in 3:krb5p:privacy 2:krb5i:integrity 1:krb5:none; do
+        IFS=: read -r n f d <<< "$sv"
+        c=$(nsvc "$n")
+        if [ "$c" -gt 0 ]; then hpass "$f on the wire: $c RPCSEC_GSS data calls with service $d"
+        else hfail "$f on the wire: no RPCSEC_GSS data call with service $d on port $KPORT"; fi
+      done
+      if [ "$np" -eq 0 ] && [ "$ni" -gt 0 ] && [ "$nn" -gt 0 ] && [ "${nctl:-0}" -gt 0 ]; then
+        hpass "krb5p on the wire: its file's marker line is not in the capture (the krb5i and krb5 files' markers are, $ni and $nn times; the krb5p marker is $nctl times in the sec=sys capture)"
+      elif [ "$np" -ne 0 ]; then
+        hfail "krb5p on the wire: its file's marker line is in the capture $np times (in clear)"
       else
-        hfail "krb5p on the wire: marker absent, but also absent from the sec=sys capture (control): the check proves nothing"
+        hfail "krb5p on the wire: marker absent, but a control failed (krb5i marker $ni, krb5 marker $nn times in the capture, krb5p marker $nctl times in the sec=sys capture): the check proves nothing"
       fi
     else
-      hfail "krb5p: $W/kcap.pcapng is empty or missing"
+      hfail "Kerberos: $W/kcap.pcapng is empty or missing"
     fi
     echo "--- Kerberos server log: warnings/errors (first 10) in $KSLOG"
     grep -aiE 'warn|error|panic' "$KSLOG" | head -10 || true
