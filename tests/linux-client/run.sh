@@ -19,14 +19,15 @@
 # env: WORK (cache + run dirs, default /tmp/txnfs-vm; run dirs older than 3 h are deleted),
 #      TIMEOUT (VM seconds, default 900), TXNFS_LOG (server log filter, default info),
 #      TXNFS_SERVE_ARGS (extra `txnfs serve` options, e.g. --no-delegations: the delegation
-#      checks then fail), SKIP_STEPS (development: "b c" skips the tar and listing steps),
+#      checks then fail), SKIP_STEPS (development: "b c" skips the tar and listing steps,
+#      "k" the Kerberos step: sec=krb5p/krb5i/krb5 through the guest's rpc.gssd, default boot),
 #      TREE_FILES_PER_DIR (step b's tar tree: 50 directories of this many files, default 100)
 # Exit status 0 iff every guest check and every host check passed.
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 SERVER=; BIN=$REPO/target/debug/txnfs; KEEP=0; VERS=; ALSO_V40=0
-usage() { sed -n '5,23p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '5,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --server) SERVER=${2:-}; shift 2 ;;
