@@ -4,7 +4,8 @@
 #                                  Debian kernel + mount.nfs (from the nfs-common .deb, extracted,
 #                                  never installed) + rpc.statd (same .deb) and the host's rpcbind,
 #                                  for NLM locks over NFSv3 + rpc.gssd (same .deb) and the
-#                                  auth_rpcgss/rpcsec_gss_krb5/cts modules, for sec=krb5* (step k)
+#                                  auth_rpcgss/rpcsec_gss_krb5/cts modules (in /lib/krb-modules,
+#                                  loaded by step k only), for sec=krb5*
 #                                  + guest-tool (static C helper: flock/fcntl
 #                                  locks, rename(2)) + guest-init as /init
 #   $WORK/vmlinux-$KVER            uncompressed ELF kernel (QEMU boots it through its PVH entry)
@@ -51,9 +52,14 @@ if [ -s "$OUT" ]; then
   echo "INITRAMFS=$OUT"; echo "VMLINUX=$VMLINUX"; echo "HOSTFWD=$HOSTFWD"; exit 0
 fi
 
-# rpcsec_gss_krb5 (+ auth_rpcgss): Kerberos mounts (step k); cts: the kernel's aes*-cts-hmac-sha1
-# enctypes need cts(cbc(aes)), and the guest has no modprobe the crypto API could call for it
-MODS="virtio_pci virtio_net 9pnet_virtio 9p nfsv4 nfsv3 rpcsec_gss_krb5 cts"   # insmod-ed by /init, in dependency order
+MODS="virtio_pci virtio_net 9pnet_virtio 9p nfsv4 nfsv3"
+# Kerberos (step k): rpcsec_gss_krb5 (+ auth_rpcgss), and cts (the kernel's
+# aes*-cts-hmac-sha1 enctypes need cts(cbc(aes)), a module in Debian's kernel). They live
+# outside /lib/modules (in /lib/krb-modules, listed in /etc/modules.krb) and step k insmods
+# them: loaded at boot, or found by the kernel's on-demand modprobe, they would make every
+# NFSv4 mount try krb5i for its lease first (and fall back to AUTH_SYS), so the other steps
+# and boots would not run as they did before.
+KRBMODS="rpcsec_gss_krb5 cts"   # insmod-ed by /init, in dependency order
 R=$(mktemp -d "$W/rootfs.XXXXXX")
 trap 'rm -rf "$R"' EXIT
 mkdir -p "$R"/bin "$R"/sbin "$R"/usr/bin "$R"/usr/sbin "$R"/etc "$R"/proc "$R"/sys \
@@ -75,6 +81,15 @@ for m in $MODS; do modprobe -S "$KVER" --show-depends "$m"; done |
     mkdir -p "$R/lib/modules/$KVER/$(dirname "$rel")"
     cp "$f" "$R/lib/modules/$KVER/$rel"
     echo "$rel" >> "$R"/etc/modules.load
+  done
+: > "$R"/etc/modules.krb
+mkdir -p "$R"/lib/krb-modules
+for m in $KRBMODS; do modprobe -S "$KVER" --show-depends "$m"; done |
+  awk '$1=="insmod"{print $2}' | awk '!seen[$0]++' | while read -r f; do
+    rel=${f#/lib/modules/"$KVER"/}
+    grep -qx "$rel" "$R"/etc/modules.load && continue   # sunrpc: loaded at boot
+    cp "$f" "$R"/lib/krb-modules/
+    basename "$f" >> "$R"/etc/modules.krb
   done
 cp /lib/modules/"$KVER"/modules.order /lib/modules/"$KVER"/modules.builtin* "$R"/lib/modules/"$KVER"/
 depmod -b "$R" "$KVER"
