@@ -181,8 +181,8 @@ start_server || die "server did not start"
 log "server listening on 127.0.0.1:$PORT (pid $SERVER_PID, $(since "$T") s)"
 
 # ------------------------------------------------------------------ Kerberos (step k)
-# sec=krb5p through the guest's rpc.gssd (issue 20, ADR 0051), in the default (no vers=) boot
-# against txnfs: a private MIT KDC (realm TXNFS.TEST, like crates/testbed/src/kdc.rs: its own
+# sec=krb5p, krb5i and krb5 through the guest's rpc.gssd (issue 20, ADR 0051), in the default
+# (no vers=) boot against txnfs: a private MIT KDC (realm TXNFS.TEST, like crates/testbed/src/kdc.rs: its own
 # files in $W/krb, KRB5_CONFIG/KRB5_KDC_PROFILE, nothing of the machine's Kerberos read or
 # changed), which the guest reaches (TCP) as 10.0.2.101:88; a second txnfs (its own export,
 # port and state dir) whose only rule is 127.0.0.1(rw,sec=krb5p:krb5i:krb5), with the key of
