@@ -3,7 +3,10 @@
 #   $WORK/initramfs-<key>.cpio.gz  busybox-static + virtio/9p/nfsv4 and nfsv3 modules of the installed
 #                                  Debian kernel + mount.nfs (from the nfs-common .deb, extracted,
 #                                  never installed) + rpc.statd (same .deb) and the host's rpcbind,
-#                                  for NLM locks over NFSv3 + guest-tool (static C helper: flock/fcntl
+#                                  for NLM locks over NFSv3 + rpc.gssd (same .deb) and the
+#                                  auth_rpcgss/rpcsec_gss_krb5/cts modules (in /lib/krb-modules,
+#                                  loaded by step k only), for sec=krb5*
+#                                  + guest-tool (static C helper: flock/fcntl
 #                                  locks, rename(2)) + guest-init as /init
 #   $WORK/vmlinux-$KVER            uncompressed ELF kernel (QEMU boots it through its PVH entry)
 #   $WORK/hostfwd-<key>            host-side guestfwd forwarder (hostfwd.c: why not socat)
@@ -49,7 +52,14 @@ if [ -s "$OUT" ]; then
   echo "INITRAMFS=$OUT"; echo "VMLINUX=$VMLINUX"; echo "HOSTFWD=$HOSTFWD"; exit 0
 fi
 
-MODS="virtio_pci virtio_net 9pnet_virtio 9p nfsv4 nfsv3"   # insmod-ed by /init, in dependency order
+MODS="virtio_pci virtio_net 9pnet_virtio 9p nfsv4 nfsv3"
+# Kerberos (step k): rpcsec_gss_krb5 (+ auth_rpcgss), and cts (the kernel's
+# aes*-cts-hmac-sha1 enctypes need cts(cbc(aes)), a module in Debian's kernel). They live
+# outside /lib/modules (in /lib/krb-modules, listed in /etc/modules.krb) and step k insmods
+# them: loaded at boot, or found by the kernel's on-demand modprobe, they would make every
+# NFSv4 mount try krb5i for its lease first (and fall back to AUTH_SYS), so the other steps
+# and boots would not run as they did before.
+KRBMODS="rpcsec_gss_krb5 cts"   # insmod-ed by /init, in dependency order
 R=$(mktemp -d "$W/rootfs.XXXXXX")
 trap 'rm -rf "$R"' EXIT
 mkdir -p "$R"/bin "$R"/sbin "$R"/usr/bin "$R"/usr/sbin "$R"/etc "$R"/proc "$R"/sys \
@@ -72,17 +82,27 @@ for m in $MODS; do modprobe -S "$KVER" --show-depends "$m"; done |
     cp "$f" "$R/lib/modules/$KVER/$rel"
     echo "$rel" >> "$R"/etc/modules.load
   done
+: > "$R"/etc/modules.krb
+mkdir -p "$R"/lib/krb-modules
+for m in $KRBMODS; do modprobe -S "$KVER" --show-depends "$m"; done |
+  awk '$1=="insmod"{print $2}' | awk '!seen[$0]++' | while read -r f; do
+    rel=${f#/lib/modules/"$KVER"/}
+    grep -qx "$rel" "$R"/etc/modules.load && continue   # sunrpc: loaded at boot
+    cp "$f" "$R"/lib/krb-modules/
+    basename "$f" >> "$R"/etc/modules.krb
+  done
 cp /lib/modules/"$KVER"/modules.order /lib/modules/"$KVER"/modules.builtin* "$R"/lib/modules/"$KVER"/
 depmod -b "$R" "$KVER"
 
 # mount.nfs from the Debian packages (extracted into $W/debroot, never installed on the host);
 # libraries it needs that are not in those .debs come from the host (libc, libmount, ...).
 D=$W/debroot-nfs-common
-if [ ! -x "$D"/sbin/mount.nfs ]; then
+# (libevent-core: rpc.gssd's, not a dependency of anything else here)
+if [ ! -x "$D"/sbin/mount.nfs ] || ! ls "$D"/usr/lib/x86_64-linux-gnu/libevent_core-*.so* > /dev/null 2>&1; then
   T=$(mktemp -d "$W/debs.XXXXXX")
   chmod 755 "$T"   # apt-get download runs as _apt where it can
   (cd "$T" && apt-get download -q nfs-common libtirpc3 libtirpc-common libgssapi-krb5-2 \
-       libkrb5-3 libk5crypto3 libkrb5support0 libkeyutils1 libcom-err2 2>&1 | grep -v '^W: Download is performed unsandboxed' >&2) || true
+       libkrb5-3 libk5crypto3 libkrb5support0 libkeyutils1 libcom-err2 libevent-core-2.1-7 2>&1 | grep -v '^W: Download is performed unsandboxed' >&2) || true
   ls "$T"/nfs-common_*.deb > /dev/null || { echo "apt-get download nfs-common failed (apt-get update?)" >&2; exit 1; }
   DT=$(mktemp -d "$W/debroot.XXXXXX")
   for d in "$T"/*.deb; do dpkg-deb -x "$d" "$DT"; done
@@ -95,20 +115,23 @@ ln -sf mount.nfs "$R"/sbin/mount.nfs4
 # and an rpcbind for statd and lockd to register with: rpc.statd from the same .deb, rpcbind
 # from the host (scripts/test.sh installs it for the rpcbind tests).
 cp "$D"/sbin/rpc.statd "$R"/sbin/rpc.statd
+# sec=krb5* (step k): rpc.gssd gets the kernel's context upcalls through rpc_pipefs and the
+# machine credential from /etc/krb5.keytab (both provided at run time, from the share)
+cp "$D"/usr/sbin/rpc.gssd "$R"/sbin/rpc.gssd
 RPCBIND=$(command -v rpcbind || ls /usr/sbin/rpcbind /sbin/rpcbind 2> /dev/null | head -1 || true)
 [ -n "$RPCBIND" ] && cp -L "$RPCBIND" "$R"/sbin/rpcbind
-for b in "$R"/sbin/mount.nfs "$R"/sbin/rpc.statd ${RPCBIND:+"$R"/sbin/rpcbind}; do
+for b in "$R"/sbin/mount.nfs "$R"/sbin/rpc.statd "$R"/sbin/rpc.gssd ${RPCBIND:+"$R"/sbin/rpcbind}; do
   LD_LIBRARY_PATH=$LP ldd "$b" | awk '/=>/ && $3 ~ /^\// {print $3}'
 done | sort -u | while read -r lib; do
     cp -L "$lib" "$R/lib/x86_64-linux-gnu/"
   done
 cp -L /lib64/ld-linux-x86-64.so.2 "$R"/lib64/
-for b in "$R"/sbin/mount.nfs "$R"/sbin/rpc.statd ${RPCBIND:+"$R"/sbin/rpcbind}; do
+for b in "$R"/sbin/mount.nfs "$R"/sbin/rpc.statd "$R"/sbin/rpc.gssd ${RPCBIND:+"$R"/sbin/rpcbind}; do
   if LD_LIBRARY_PATH=$R/lib/x86_64-linux-gnu ldd "$b" | grep -q 'not found'; then
     echo "$b: unresolved libraries" >&2; exit 1
   fi
 done
-mkdir -p "$R"/var/lib/nfs/sm "$R"/var/lib/nfs/sm.bak "$R"/run/rpcbind
+mkdir -p "$R"/var/lib/nfs/sm "$R"/var/lib/nfs/sm.bak "$R"/var/lib/nfs/rpc_pipefs "$R"/run/rpcbind
 ln -sfn /run "$R"/var/run   # the kernel finds rpcbind at /var/run/rpcbind.sock
 cp "$D"/etc/netconfig "$R"/etc/ 2>/dev/null || true
 printf 'root:x:0:0:root:/root:/bin/sh\n_rpc:x:0:0:rpcbind:/run/rpcbind:/bin/false\nstatd:x:0:0:statd:/var/lib/nfs:/bin/false\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' > "$R"/etc/passwd

@@ -585,6 +585,82 @@ fi
 end
 fi
 
+# ---------------------------------------------------------------- k: sec=krb5p/krb5i/krb5 through rpc.gssd
+# Only when the host set Kerberos up (run.sh: the default boot against txnfs; its files in
+# /share/krb): a second txnfs server, 10.0.2.102:2049, whose export admits only
+# sec=krb5p:krb5i:krb5; the KDC is 10.0.2.101:88 (TCP).  rpc.gssd gets the kernel's context
+# upcalls through rpc_pipefs and uses the machine key in /etc/krb5.keytab
+# (nfs/lkguest.txnfs.test) for root; it names the server nfs@krbsrv.txnfs.test from
+# /etc/hosts.  One mount per flavour writes its own marker file (data-FLAVOUR.bin) and reads
+# it back; the host checks the files on its disk (bytes, owner 4242 from the server's gss map)
+# and its capture of that server's port: the krb5p marker never in it, the krb5i and krb5 ones
+# in clear (integrity and header-only protection do not encrypt).  A vers=4.2,sec=sys mount is
+# refused.
+KS=/share/krb
+if want k && [ -s $KS/krb5.keytab ]; then
+begin k-krb5 150
+KF0=$NFAIL
+KSRV=10.0.2.102
+# the GSS modules (build-initramfs.sh keeps them out of the boot's and modprobe's way)
+KMODS=
+while read -r m; do insmod /lib/krb-modules/$m 2>/dev/null; KMODS="$KMODS ${m%.ko}"; done < /etc/modules.krb
+check "k: GSS modules loaded:$KMODS" sh -c "for m in rpcsec_gss_krb5 $KMODS; do grep -q \"^\$m \" /proc/modules || exit 1; done"
+cp $KS/krb5.conf /etc/krb5.conf
+cp $KS/krb5.keytab /etc/krb5.keytab; chmod 600 /etc/krb5.keytab
+echo "$KSRV krbsrv.txnfs.test krbsrv" >> /etc/hosts
+echo "10.0.2.15 lkguest.txnfs.test $(hostname)" >> /etc/hosts
+mkdir -p /var/lib/nfs/rpc_pipefs /mnt/krbsys
+grep -q ' /var/lib/nfs/rpc_pipefs ' /proc/mounts || mount -t rpc_pipefs rpc_pipefs /var/lib/nfs/rpc_pipefs
+KRB5_TRACE=/tmp/krb5-trace.log rpc.gssd -f -vvv -rrr -p /var/lib/nfs/rpc_pipefs > /tmp/gssd.log 2>&1 &
+GSSD=$!
+usleep 500000
+if kill -0 $GSSD 2>/dev/null; then pass "k: rpc.gssd running"; else fail "k: rpc.gssd exited: $(tail -5 /tmp/gssd.log | tr '\n' '|')"; fi
+KMOUNTED=
+for f in krb5p krb5i krb5; do
+  MK=/mnt/$f; mkdir -p $MK
+  t0=$(up)
+  if timeout 90 mount.nfs $KSRV:/ $MK -o sec=$f; then
+    pass "k: mount $KSRV:/ -o sec=$f ($(secs "$t0" "$(up)") s)"
+    KMOUNTED="$KMOUNTED $MK"
+    check "k: the mount is sec=$f" grep -q " $MK nfs4 .*sec=$f," /proc/mounts
+    check "k: $f: cp of its marker file (4000 lines)" cp $KS/data-$f.bin $MK/k-$f.bin
+  else
+    fail "k: mount $KSRV:/ -o sec=$f failed"
+    echo "--- dmesg tail"; dmesg | tail -20
+    echo "--- libkrb5 trace of rpc.gssd (errors; all in /share/krb/krb5-trace.log)"
+    grep -ai 'error\|fail\|unable' /tmp/krb5-trace.log | grep -v 'plugin' | tail -15
+  fi
+done
+dropcaches
+for MK in $KMOUNTED; do
+  f=${MK#/mnt/}
+  eq "k: $f: md5 read back (caches dropped)" "$(md5 $MK/k-$f.bin)" "$(md5 $KS/data-$f.bin)"
+  # the NFSv4 owner the server sends (numeric: no idmapd in the guest); the host checks its disk
+  eq "k: $f: owner as the guest sees it (the server's gss map: 4242)" "$(stat -c '%u:%g' $MK/k-$f.bin)" 4242:4242
+done
+# the krb5p bytes through the sec=sys mount of the other server: a second control (that
+# capture must hold the krb5p marker)
+check "k: cp of the krb5p marker file onto the sec=sys mount (capture control)" cp $KS/data-krb5p.bin $M/k-clear.bin
+sync
+# sec=sys against an export that admits only Kerberos: refused (NFS4ERR_WRONGSEC, which the
+# client reports as EPERM). vers=4.2: without it mount.nfs would fall back to NFSv3 and fail
+# there for want of rpc.statd, not because of the server.
+if timeout 60 mount.nfs $KSRV:/ /mnt/krbsys -o vers=4.2,sec=sys,retry=0 > /tmp/ksys.out 2>&1; then
+  fail "k: mount -o vers=4.2,sec=sys of the Kerberos-only export succeeded"
+  umount /mnt/krbsys
+elif grep -q 'not permitted' /tmp/ksys.out; then
+  pass "k: mount -o vers=4.2,sec=sys of the Kerberos-only export refused ($(tail -1 /tmp/ksys.out))"
+else
+  fail "k: mount -o vers=4.2,sec=sys failed, but not with EPERM: $(tr '\n' '|' < /tmp/ksys.out)"
+fi
+check "k: no sec=sys mount left" sh -c "! grep -q ' /mnt/krbsys ' /proc/mounts"
+for MK in $KMOUNTED; do check "k: umount $MK" umount $MK; done
+kill $GSSD 2>/dev/null
+[ "$NFAIL" -gt "$KF0" ] && { echo "--- rpc.gssd log (last 40 lines; all in /share/krb/gssd.log)"; tail -40 /tmp/gssd.log; }
+cp /tmp/gssd.log /tmp/krb5-trace.log $KS/ 2>/dev/null
+end
+fi
+
 # ---------------------------------------------------------------- h: umount
 begin h-umount 60
 echo "--- per-op counts (mountstats)"

@@ -8,6 +8,8 @@
 #        SHARE     host dir exported to the guest over 9p (tag "share", mounted on /share; required)
 #        WORK      cache dir of build-initramfs.sh (default /tmp/txnfs-vm)
 #        MEM=1536 SMP=1 TIMEOUT=600 (seconds, whole VM) GHOST=vm$$ (guest hostname)
+#        EXTRA_FWDS  more guestfwds through hostfwd, "GUESTIP:GUESTPORT=HOSTPORT ..." (each to
+#                    127.0.0.1:HOSTPORT; step k: the KDC and the Kerberos-only server)
 # Network: slirp user-mode networking with restrict=on (the guest reaches nothing) and two
 # guestfwds: guest 10.0.2.100:2049 -> hostfwd (one per connection; see hostfwd.c for why
 # not socat) -> 127.0.0.1:$NFSPORT; guest 10.0.2.100:111 -> portmap-stub.py (the server's
@@ -32,6 +34,12 @@ else
   NETDEV="$NETDEV,guestfwd=tcp:10.0.2.100:2049-cmd:$HOSTFWD 127.0.0.1 $NFSPORT"
 fi
 NETDEV="$NETDEV,guestfwd=tcp:10.0.2.100:111-cmd:python3 $HERE/portmap-stub.py"
+for f in ${EXTRA_FWDS:-}; do
+  case "$f" in
+    *.*.*.*:[0-9]*=[0-9]*) NETDEV="$NETDEV,guestfwd=tcp:${f%%=*}-cmd:$HOSTFWD 127.0.0.1 ${f#*=}" ;;
+    *) echo "run-vm.sh: bad EXTRA_FWDS entry '$f' (want GUESTIP:GUESTPORT=HOSTPORT)" >&2; exit 2 ;;
+  esac
+done
 
 T0=$(date +%s.%N)
 QPID=

@@ -19,14 +19,15 @@
 # env: WORK (cache + run dirs, default /tmp/txnfs-vm; run dirs older than 3 h are deleted),
 #      TIMEOUT (VM seconds, default 900), TXNFS_LOG (server log filter, default info),
 #      TXNFS_SERVE_ARGS (extra `txnfs serve` options, e.g. --no-delegations: the delegation
-#      checks then fail), SKIP_STEPS (development: "b c" skips the tar and listing steps),
+#      checks then fail), SKIP_STEPS (development: "b c" skips the tar and listing steps,
+#      "k" the Kerberos step: sec=krb5p/krb5i/krb5 through the guest's rpc.gssd, default boot),
 #      TREE_FILES_PER_DIR (step b's tar tree: 50 directories of this many files, default 100)
 # Exit status 0 iff every guest check and every host check passed.
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 SERVER=; BIN=$REPO/target/debug/txnfs; KEEP=0; VERS=; ALSO_V40=0
-usage() { sed -n '5,23p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '5,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --server) SERVER=${2:-}; shift 2 ;;
@@ -84,8 +85,11 @@ cleanup() {
   stop_pid "$SERVER_PID" TERM; SERVER_PID=
   stop_pid "$TSHARK_PID" TERM; TSHARK_PID=
   stop_pid "${LOCKHOLD_PID:-}" TERM; LOCKHOLD_PID=
+  stop_pid "${KSERVER_PID:-}" TERM; KSERVER_PID=
+  stop_pid "${KDC_PID:-}" TERM; KDC_PID=
+  stop_pid "${KTSHARK_PID:-}" TERM; KTSHARK_PID=
   if [ "$rc" -eq 0 ] && [ "$KEEP" = 0 ]; then
-    rm -rf "$EXPORT" "$W/hostref" "$W/cap.pcapng" "$SHARE/tree.tar" "$STATE" "$W/txnfs"
+    rm -rf "$EXPORT" "$W/hostref" "$W/cap.pcapng" "$SHARE/tree.tar" "$STATE" "$W/txnfs" "$W/kexport" "$W/kcap.pcapng" "$W/kstate"
     log "logs kept in $W"
   else
     log "run directory kept: $W"
@@ -176,6 +180,86 @@ T=$(now)
 start_server || die "server did not start"
 log "server listening on 127.0.0.1:$PORT (pid $SERVER_PID, $(since "$T") s)"
 
+# ------------------------------------------------------------------ Kerberos (step k)
+# sec=krb5p, krb5i and krb5 through the guest's rpc.gssd (issue 20, ADR 0051), in the default
+# (no vers=) boot against txnfs: a private MIT KDC (realm TXNFS.TEST, like crates/testbed/src/kdc.rs: its own
+# files in $W/krb, KRB5_CONFIG/KRB5_KDC_PROFILE, nothing of the machine's Kerberos read or
+# changed), which the guest reaches (TCP) as 10.0.2.101:88; a second txnfs (its own export,
+# port and state dir) whose only rule is 127.0.0.1(rw,sec=krb5p:krb5i:krb5), with the key of
+# nfs/krbsrv.txnfs.test (the guest's /etc/hosts names 10.0.2.102 so, and gssd asks for
+# nfs@<that name>), reached as 10.0.2.102:2049; its gss map gives the guest's machine
+# principal nfs/lkguest.txnfs.test (the key in the guest's /etc/krb5.keytab, which gssd uses
+# for root) uid/gid 4242. Its own capture (kcap.pcapng) must never hold the krb5p file's bytes.
+KRB_ON=0; KRB_ERR=; KDC_PID=; KSERVER_PID=; KTSHARK_PID=; KPORT=; KDCPORT=
+K=$W/krb; KEXPORT=$W/kexport; KSLOG=$W/server-krb.log
+KREALM=TXNFS.TEST; KSRV=krbsrv.txnfs.test; KGUEST=lkguest.txnfs.test; KUID=4242
+KENV=(env KRB5_CONFIG="$K"/krb5.conf KRB5_KDC_PROFILE="$K"/kdc.conf)
+want_step() { case " ${SKIP_STEPS:-} " in *" $1 "*) return 1 ;; *) return 0 ;; esac; }
+if [ "$SERVER" = txnfs ] && [ -z "$VERS" ] && want_step k; then KRB_ON=1; fi
+krb_setup() {
+  local t p
+  for t in krb5kdc kdb5_util kadmin.local; do
+    p=$(command -v "$t" || ls /usr/sbin/"$t" 2> /dev/null || true)
+    [ -n "$p" ] || { KRB_ERR="$t not found: install the Debian packages krb5-kdc krb5-admin-server krb5-user"; return 1; }
+  done
+  mkdir -p "$K" "$KEXPORT" "$W"/kstate "$SHARE"/krb
+  chmod 1777 "$KEXPORT"   # the guest's files are created by uid $KUID
+  KDCPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  KPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  printf '[libdefaults]\n default_realm = %s\n dns_lookup_kdc = false\n dns_lookup_realm = false\n rdns = false\n dns_canonicalize_hostname = false\n udp_preference_limit = 1\n\n[realms]\n %s = {\n  kdc = %s\n }\n\n[domain_realm]\n .txnfs.test = %s\n txnfs.test = %s\n' \
+    "$KREALM" "$KREALM" "127.0.0.1:$KDCPORT" "$KREALM" "$KREALM" > "$K"/krb5.conf
+  # the guest's: the KDC at its guestfwd address, over TCP (udp_preference_limit = 1)
+  sed "s/kdc = 127.0.0.1:$KDCPORT/kdc = 10.0.2.101:88/" "$K"/krb5.conf > "$SHARE"/krb/krb5.conf
+  # UDP and TCP on the one loopback port (the guest's guestfwd is TCP)
+  printf '[kdcdefaults]\n kdc_listen = 127.0.0.1:%s\n kdc_tcp_listen = 127.0.0.1:%s\n\n[realms]\n %s = {\n  database_name = %s/principal\n  key_stash_file = %s/stash\n  acl_file = %s/kadm5.acl\n  kdc_listen = 127.0.0.1:%s\n  kdc_tcp_listen = 127.0.0.1:%s\n }\n\n[logging]\n kdc = FILE:%s/kdc.log\n' \
+    "$KDCPORT" "$KDCPORT" "$KREALM" "$K" "$K" "$K" "$KDCPORT" "$KDCPORT" "$K" > "$K"/kdc.conf
+  : > "$K"/kadm5.acl
+  "${KENV[@]}" kdb5_util -r "$KREALM" create -s -P txnfs-test-master > "$K"/setup.log 2>&1 &&
+    "${KENV[@]}" kadmin.local -r "$KREALM" -q "addprinc -randkey nfs/$KSRV@$KREALM" >> "$K"/setup.log 2>&1 &&
+    "${KENV[@]}" kadmin.local -r "$KREALM" -q "ktadd -k $K/server.keytab nfs/$KSRV@$KREALM" >> "$K"/setup.log 2>&1 &&
+    "${KENV[@]}" kadmin.local -r "$KREALM" -q "addprinc -randkey nfs/$KGUEST@$KREALM" >> "$K"/setup.log 2>&1 &&
+    "${KENV[@]}" kadmin.local -r "$KREALM" -q "ktadd -k $SHARE/krb/krb5.keytab nfs/$KGUEST@$KREALM" >> "$K"/setup.log 2>&1 ||
+    { KRB_ERR="realm setup failed: $(tail -3 "$K"/setup.log | tr '\n' ' ')"; return 1; }
+  "${KENV[@]}" krb5kdc -n -r "$KREALM" > "$K"/krb5kdc.out 2>&1 < /dev/null &
+  KDC_PID=$!
+  for _ in $(seq 100); do ss -Hltn "sport = :$KDCPORT" 2> /dev/null | grep -q . && break; sleep 0.1; done
+  ss -Hltn "sport = :$KDCPORT" 2> /dev/null | grep -q . ||
+    { KRB_ERR="krb5kdc did not listen on 127.0.0.1:$KDCPORT (TCP): $(tail -3 "$K"/kdc.log "$K"/krb5kdc.out 2> /dev/null | tr '\n' ' ')"; return 1; }
+  printf 'nfs/%s@%s %s %s\n' "$KGUEST" "$KREALM" "$KUID" "$KUID" > "$K"/gss-map
+  # the files the guest writes, one per flavour: 4000 lines of a marker of its own; the krb5p
+  # one must never appear in the capture, the krb5i and krb5 ones do (not encrypted)
+  local f m
+  for f in krb5p krb5i krb5; do
+    m="TXNFS-${f^^}-CLEARTEXT-MARKER-$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+    for _ in $(seq 4000); do echo "$m"; done > "$SHARE"/krb/data-$f.bin
+    echo "$m" > "$SHARE"/krb/marker-$f
+  done
+  tshark -i lo -B 32 -f "tcp port $KPORT" -w "$W"/kcap.pcapng -q > "$W"/ktshark.log 2>&1 &
+  KTSHARK_PID=$!
+  for _ in $(seq 100); do grep -q "Capturing on" "$W"/ktshark.log && break; sleep 0.1; done
+  grep -q "Capturing on" "$W"/ktshark.log || { KRB_ERR="tshark (port $KPORT) did not start: $(cat "$W"/ktshark.log)"; return 1; }
+  echo "=== $(date -u +%FT%TZ) start (Kerberos server)" >> "$KSLOG"
+  TXNFS_LOG=${TXNFS_LOG:-info} NO_COLOR=1 "${KENV[@]}" "$W"/txnfs serve --listen "127.0.0.1:$KPORT" --no-grace --no-rpcbind \
+    --state-dir "$W"/kstate --keytab "$K"/server.keytab --gss-map "$K"/gss-map \
+    --client "127.0.0.1(rw,sec=krb5p:krb5i:krb5)" "$KEXPORT" >> "$KSLOG" 2>&1 < /dev/null &
+  KSERVER_PID=$!
+  for _ in $(seq 300); do
+    kill -0 "$KSERVER_PID" 2> /dev/null || { KRB_ERR="the Kerberos server exited: $(tail -5 "$KSLOG" | tr '\n' ' ')"; KSERVER_PID=; return 1; }
+    ss -Hltn "sport = :$KPORT" 2> /dev/null | grep -q . && return 0
+    sleep 0.1
+  done
+  KRB_ERR="the Kerberos server did not listen on 127.0.0.1:$KPORT (see $KSLOG)"; return 1
+}
+if [ "$KRB_ON" = 1 ]; then
+  T=$(now)
+  if krb_setup; then
+    log "Kerberos (step k): KDC on 127.0.0.1:$KDCPORT (pid $KDC_PID), sec=krb5p:krb5i:krb5 server on 127.0.0.1:$KPORT (pid $KSERVER_PID), capture pid $KTSHARK_PID ($(since "$T") s)"
+  else
+    log "Kerberos (step k): setup failed: $KRB_ERR"
+    rm -rf "$SHARE"/krb   # the guest runs step k only when its files are there
+  fi
+fi
+
 # ------------------------------------------------------------------ guest
 RESTARTS=0; RESTART_FAILED=0
 do_restart() {
@@ -256,7 +340,8 @@ do_action() {
 }
 T_VM=$(now)
 : > "$W"/vm.log   # before tail -f below opens it (the VM's redirection may come later)
-NFSPORT=$PORT SHARE=$SHARE TIMEOUT=${TIMEOUT:-900} GHOST=txnfs-lc-$$ \
+EXTRA_FWDS=; [ -s "$SHARE"/krb/krb5.keytab ] && EXTRA_FWDS="10.0.2.101:88=$KDCPORT 10.0.2.102:2049=$KPORT"
+NFSPORT=$PORT SHARE=$SHARE TIMEOUT=${TIMEOUT:-900} GHOST=txnfs-lc-$$ EXTRA_FWDS=$EXTRA_FWDS \
   "$HERE"/run-vm.sh "$HERE"/guest-tests.sh > "$W"/vm.log 2>&1 &
 VM_PID=$!
 tail -n +1 -f --pid="$VM_PID" "$W"/vm.log | tr -d '\033' &
@@ -496,6 +581,56 @@ elif [ -s "$SHARE"/deleg/ws-want ] && [ -f "$EXPORT"/deleg/ws.txt ]; then
   fi
 else
   hfail "deleg/ws.txt: missing on the host disk or no expected content from the guest (step g)"
+fi
+
+# Kerberos (step k): the guest's files on the host disk (bytes, owner from the gss map), and
+# the wire: RPCSEC_GSS data calls of each service on the Kerberos server's port, the krb5p
+# file's marker never in clear there; controls: the krb5i and krb5 files' markers are in that
+# capture, and the krb5p marker is in the sec=sys server's, where the guest wrote it too.
+if [ "$KRB_ON" = 1 ]; then
+  if [ -n "$KRB_ERR" ]; then
+    hfail "Kerberos (step k): not run: $KRB_ERR"
+  else
+    stop_pid "$KTSHARK_PID" TERM; KTSHARK_PID=
+    for f in krb5p krb5i krb5; do
+      if [ -f "$KEXPORT"/k-$f.bin ] && cmp -s "$SHARE"/krb/data-$f.bin "$KEXPORT"/k-$f.bin; then
+        hpass "$f: k-$f.bin on the host disk has the guest's bytes ($(wc -c < "$KEXPORT"/k-$f.bin) bytes)"
+      else
+        hfail "$f: k-$f.bin on the host disk: missing or not the guest's bytes"
+      fi
+      own=$(stat -c %u:%g "$KEXPORT"/k-$f.bin 2> /dev/null || echo missing)
+      if [ "$own" = "$KUID:$KUID" ]; then hpass "$f: k-$f.bin owned by $own (the gss map's ids of nfs/$KGUEST@$KREALM, the guest root's machine credential)"
+      else hfail "$f: k-$f.bin owned by $own, want $KUID:$KUID (the gss map's ids of nfs/$KGUEST@$KREALM)"; fi
+    done
+    if [ -s "$W"/kcap.pcapng ]; then
+      KTS=(tshark -n -r "$W"/kcap.pcapng -d "tcp.port==$KPORT,rpc")
+      # RPCSEC_GSS data calls by service: 1 none (krb5), 2 integrity (krb5i), 3 privacy (krb5p)
+      "${KTS[@]}" -Y 'rpc.msgtyp == 0 && rpc.auth.flavor == 6 && rpc.authgss.procedure == 0' -T fields \
+        -E occurrence=f -e rpc.authgss.service 2> /dev/null | sort | uniq -c > "$W"/kcap-services.txt || true
+      nsvc() { awk -v s="$1" '$2 == s { print $1 }' "$W"/kcap-services.txt | grep . || echo 0; }
+      mk() { grep -caF "$(cat "$SHARE"/krb/marker-$1)" "$2" 2> /dev/null || true; }
+      np=$(mk krb5p "$W"/kcap.pcapng); ni=$(mk krb5i "$W"/kcap.pcapng); nn=$(mk krb5 "$W"/kcap.pcapng)
+      nctl=$(mk krb5p "$W"/cap.pcapng)
+      log "Kerberos capture: $(wc -c < "$W"/kcap.pcapng) bytes; RPCSEC_GSS data calls: $(nsvc 3) privacy, $(nsvc 2) integrity, $(nsvc 1) none; marker lines in it: krb5p $np, krb5i $ni, krb5 $nn (krb5p marker in the sec=sys capture: $nctl)"
+      for sv in 3:krb5p:privacy 2:krb5i:integrity 1:krb5:none; do
+        IFS=: read -r n f d <<< "$sv"
+        c=$(nsvc "$n")
+        if [ "$c" -gt 0 ]; then hpass "$f on the wire: $c RPCSEC_GSS data calls with service $d"
+        else hfail "$f on the wire: no RPCSEC_GSS data call with service $d on port $KPORT"; fi
+      done
+      if [ "$np" -eq 0 ] && [ "$ni" -gt 0 ] && [ "$nn" -gt 0 ] && [ "${nctl:-0}" -gt 0 ]; then
+        hpass "krb5p on the wire: its file's marker line is not in the capture (the krb5i and krb5 files' markers are, $ni and $nn times; the krb5p marker is $nctl times in the sec=sys capture)"
+      elif [ "$np" -ne 0 ]; then
+        hfail "krb5p on the wire: its file's marker line is in the capture $np times (in clear)"
+      else
+        hfail "krb5p on the wire: marker absent, but a control failed (krb5i marker $ni, krb5 marker $nn times in the capture, krb5p marker $nctl times in the sec=sys capture): the check proves nothing"
+      fi
+    else
+      hfail "Kerberos: $W/kcap.pcapng is empty or missing"
+    fi
+    echo "--- Kerberos server log: warnings/errors (first 10) in $KSLOG"
+    grep -aiE 'warn|error|panic' "$KSLOG" | head -10 || true
+  fi
 fi
 
 echo
