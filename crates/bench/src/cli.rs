@@ -8,7 +8,7 @@ use anyhow::{bail, Context};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
-use txnfs_rpc::gss::{GssClientConfig, GssService};
+use txnfs_rpc::gss::GssClientConfig;
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
@@ -162,8 +162,8 @@ pub struct RunArgs {
     /// with the caller's ticket (`KRB5CCNAME`, as after `kinit`) and the service
     /// none (krb5), integrity (krb5i) or privacy (krb5p), to measure what each costs.
     /// The service principal is `nfs@` the target's address.
-    #[arg(long, value_enum, default_value = "sys")]
-    pub sec: Sec,
+    #[arg(long, default_value = "sys", value_name = "sys|krb5|krb5i|krb5p")]
+    pub sec: txnfs_client::Sec,
     /// Run the clients in N separate processes of this binary (each with --clients and
     /// --threads of its own and its own data set), released at one agreed instant; the
     /// results add them up and report how far apart they started.
@@ -186,22 +186,6 @@ pub struct RunArgs {
     #[arg(long, short)]
     pub quiet: bool,
 }
-
-/// `--sec` values, named as in exports(5) and `mount -o sec=`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Sec {
-    /// AUTH_SYS.
-    Sys,
-    /// Kerberos v5, the call headers signed.
-    Krb5,
-    /// Kerberos v5, every call and reply signed.
-    Krb5i,
-    /// Kerberos v5, every call and reply encrypted.
-    Krb5p,
-}
-
-/// The NFS program number (RPCSEC_GSS contexts are created on its NULL procedure).
-const NFS_PROGRAM: u32 = 100_003;
 
 fn parse_kv(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
@@ -260,22 +244,11 @@ impl RunArgs {
 impl RunArgs {
     /// The RPCSEC_GSS configuration of `--sec krb5|krb5i|krb5p` (our client only).
     fn gss_config(&self, target: &Target) -> anyhow::Result<Option<GssClientConfig>> {
-        let service = match self.sec {
-            Sec::Sys => return Ok(None),
-            Sec::Krb5 => GssService::None,
-            Sec::Krb5i => GssService::Integrity,
-            Sec::Krb5p => GssService::Privacy,
-        };
-        if self.driver != Driver::Txnfs {
+        let gss = self.sec.gss_config(&target.addr.ip().to_string());
+        if gss.is_some() && self.driver != Driver::Txnfs {
             bail!("--sec is for our client (--driver txnfs)");
         }
-        Ok(Some(GssClientConfig {
-            target: format!("nfs@{}", target.addr.ip()),
-            service,
-            ccache: None,
-            program: NFS_PROGRAM,
-            version: 4,
-        }))
+        Ok(gss)
     }
 
     /// The TLS configuration of `--tls --tls-ca FILE` (our client only).

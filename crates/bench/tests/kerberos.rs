@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use txnfs_bench::results::Results;
-use txnfs_testbed::kdc::{Kdc, REALM, USER};
+use txnfs_testbed::kdc::Kdc;
 
 /// A server of this test, killed by PID when the test ends.
 struct Serving(Child);
@@ -48,14 +48,9 @@ fn bench_run_with_sec_krb5p() {
     let dir = tempfile::tempdir().unwrap();
     let kdc_dir = dir.path().join("kdc");
     std::fs::create_dir(&kdc_dir).unwrap();
-    let kdc = Kdc::start(&kdc_dir).unwrap_or_else(|e| panic!("cannot start the test KDC: {e}"));
-    for (k, v) in kdc.env() {
-        // Our client's Kerberos calls run in this process; no thread reads the
-        // environment yet.
-        std::env::set_var(k, v);
-    }
-    let map = dir.path().join("gss-map");
-    std::fs::write(&map, format!("{USER}@{REALM} 0 0\n")).unwrap();
+    // This process's Kerberos calls use the test realm: before any thread exists.
+    let kdc = Kdc::start_for_this_process(&kdc_dir);
+    let map = kdc.write_gss_map(&dir.path().join("gss-map"), 0, 0);
     let export = dir.path().join("export");
     std::fs::create_dir(&export).unwrap();
 

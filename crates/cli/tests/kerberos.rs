@@ -230,14 +230,9 @@ fn kerberos_end_to_end() {
     let dir = tempfile::tempdir().unwrap();
     let kdc_dir = dir.path().join("kdc");
     std::fs::create_dir(&kdc_dir).unwrap();
-    let kdc = Kdc::start(&kdc_dir).unwrap_or_else(|e| panic!("cannot start the test KDC: {e}"));
-    // This process's own Kerberos calls (MNT below) find the realm too. One test in
-    // this binary, and before any thread of it uses the library.
-    for (k, v) in kdc.env() {
-        std::env::set_var(k, v);
-    }
-    let map = dir.path().join("gss-map");
-    std::fs::write(&map, format!("{USER}@{REALM} 1000 1000\n")).unwrap();
+    // This process's Kerberos calls use the test realm: before any thread exists.
+    let kdc = Kdc::start_for_this_process(&kdc_dir);
+    let map = kdc.write_gss_map(&dir.path().join("gss-map"), 1000, 1000);
     let (src, data) = marker_file(dir.path());
 
     // A krb5-only export.

@@ -17,7 +17,7 @@ use txnfs_client::{Client, ClientConfig, Fs};
 use txnfs_rpc::gss::{GssClientConfig, GssService};
 use txnfs_server::exportrules::parse_rule;
 use txnfs_server::{BackendKind, Config, ExportConfig, KerberosConfig, Server};
-use txnfs_testbed::kdc::{Kdc, REALM, USER};
+use txnfs_testbed::kdc::Kdc;
 
 /// Wait (up to 5 s) for the server to hold `n` contexts.
 async fn settle(srv: &Server, n: usize) {
@@ -38,13 +38,9 @@ fn the_client_recovers_when_the_server_forgets_its_context() {
     let dir = tempfile::tempdir().unwrap();
     let kdc_dir = dir.path().join("kdc");
     std::fs::create_dir(&kdc_dir).unwrap();
-    let kdc = Kdc::start(&kdc_dir).unwrap_or_else(|e| panic!("cannot start the test KDC: {e}"));
-    for (k, v) in kdc.env() {
-        // Before the runtime's threads exist: nothing reads the environment yet.
-        std::env::set_var(k, v);
-    }
-    let map = dir.path().join("gss-map");
-    std::fs::write(&map, format!("{USER}@{REALM} 0 0\n")).unwrap();
+    // This process's Kerberos calls use the test realm: before any thread exists.
+    let kdc = Kdc::start_for_this_process(&kdc_dir);
+    let map = kdc.write_gss_map(&dir.path().join("gss-map"), 0, 0);
     let export = dir.path().join("export");
     std::fs::create_dir(&export).unwrap();
     let state = dir.path().join("state");

@@ -138,11 +138,8 @@ async fn settle(gss: &GssServer, n: usize) {
 #[test]
 fn kerberos_at_the_transport() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let kdc = Kdc::start(dir.path()).unwrap_or_else(|e| panic!("cannot start the test KDC: {e}"));
-    for (k, v) in kdc.env() {
-        // Before the runtime's threads exist: nothing reads the environment yet.
-        std::env::set_var(k, v);
-    }
+    // Before the runtime's threads exist: nothing reads the environment yet.
+    let kdc = Kdc::start_for_this_process(dir.path());
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
         let gss = GssServer::new(&GssServerConfig {

@@ -174,6 +174,27 @@ impl Kdc {
     }
 }
 
+impl Kdc {
+    /// A test's KDC in `dir`, whose realm this process's own Kerberos calls use: its
+    /// environment is set here, so call it before any thread of the test uses the
+    /// library (one Kerberos test per test binary). Panics when the KDC cannot start:
+    /// a Kerberos test without its KDC must fail, not pass.
+    pub fn start_for_this_process(dir: &Path) -> Kdc {
+        let kdc = Kdc::start(dir).unwrap_or_else(|e| panic!("cannot start the test KDC: {e}"));
+        for (k, v) in kdc.env() {
+            std::env::set_var(k, v);
+        }
+        kdc
+    }
+
+    /// Write a `--gss-map` file at `path` that gives the test user `uid` and `gid`.
+    pub fn write_gss_map(&self, path: &Path, uid: u32, gid: u32) -> PathBuf {
+        std::fs::write(path, format!("{USER}@{REALM} {uid} {gid}\n"))
+            .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+        path.to_path_buf()
+    }
+}
+
 impl Drop for Kdc {
     fn drop(&mut self) {
         if let Some(child) = &mut self.child {

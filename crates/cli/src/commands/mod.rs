@@ -73,8 +73,8 @@ pub struct GlobalArgs {
     /// Security flavour: sys (AUTH_SYS, the default), or Kerberos v5 with the ticket
     /// of KRB5CCNAME (run kinit first): krb5 (signed headers), krb5i (signed calls),
     /// krb5p (encrypted calls). The server's principal is nfs/HOST of the URL.
-    #[arg(long, value_name = "FLAVOUR", value_enum)]
-    pub sec: Option<sec::Sec>,
+    #[arg(long, value_name = "sys|krb5|krb5i|krb5p")]
+    pub sec: Option<txnfs_client::Sec>,
 }
 
 impl GlobalArgs {
