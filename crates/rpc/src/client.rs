@@ -119,6 +119,8 @@ pub struct RpcClient {
     peer: SocketAddr,
     reader: JoinHandle<()>,
     gss: Option<GssSession>,
+    /// Held while a record is built and queued by `send_built_and_wait`.
+    send_order: Mutex<()>,
 }
 
 impl Drop for RpcClient {
@@ -159,6 +161,14 @@ impl crate::gss::client::RawCaller for RpcClient {
 
     async fn call_whole(&self, xid: u32, wire: Bytes) -> Result<Bytes, RpcError> {
         self.send_and_wait(xid, wire, true).await
+    }
+
+    async fn call_whole_built(
+        &self,
+        xid: u32,
+        make: impl FnOnce() -> Result<Bytes, RpcError> + Send,
+    ) -> Result<Bytes, RpcError> {
+        self.send_built_and_wait(xid, true, make).await
     }
 }
 
@@ -286,6 +296,7 @@ impl RpcClient {
             peer: addr,
             reader,
             gss: None,
+            send_order: Mutex::new(()),
         }
     }
 
@@ -378,6 +389,19 @@ impl RpcClient {
     /// Send `wire` and wait for the reply with `xid`: its results, or with `whole` the
     /// whole reply record.
     async fn send_and_wait(&self, xid: u32, wire: Bytes, whole: bool) -> Result<Bytes, RpcError> {
+        self.send_built_and_wait(xid, whole, || Ok(wire)).await
+    }
+
+    /// [`RpcClient::send_and_wait`] with the record built by `make` after the waiter is
+    /// registered, and built and queued under the connection's `send_order` lock: the
+    /// records of concurrent callers leave in the order they were built (RPCSEC_GSS
+    /// sequence numbers must not fall out of the server's window, RFC 2203 §5.3.3.1).
+    async fn send_built_and_wait(
+        &self,
+        xid: u32,
+        whole: bool,
+        make: impl FnOnce() -> Result<Bytes, RpcError>,
+    ) -> Result<Bytes, RpcError> {
         let (wtx, wrx) = oneshot::channel();
         {
             let mut p = lock(&self.pending);
@@ -393,7 +417,12 @@ impl RpcClient {
             pending: &self.pending,
             xid,
         };
-        if self.tx.send(wire).is_err() {
+        let queued = {
+            let _order = self.send_order.lock().unwrap_or_else(|e| e.into_inner());
+            let wire = make()?;
+            self.tx.send(wire)
+        };
+        if queued.is_err() {
             return Err(RpcError::Disconnected);
         }
         match wrx.await {

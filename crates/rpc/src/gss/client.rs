@@ -107,6 +107,13 @@ pub(crate) trait RawCaller {
         xid: u32,
         wire: Bytes,
     ) -> impl std::future::Future<Output = Result<Bytes, RpcError>> + Send;
+    /// Like `call_whole`, with the record built by `make` and queued under one lock of
+    /// the connection: records built this way leave in the order they were built.
+    fn call_whole_built(
+        &self,
+        xid: u32,
+        make: impl FnOnce() -> Result<Bytes, RpcError> + Send,
+    ) -> impl std::future::Future<Output = Result<Bytes, RpcError>> + Send;
 }
 
 /// Create a context with the server behind `rpc` (§5.2.2), on `prog`/`vers`'s NULL
@@ -282,8 +289,18 @@ impl GssSession {
             return Err(gss_err(self.peer, "the RPCSEC_GSS context was destroyed"));
         }
         let xid = rpc.next_xid();
-        let (seq, wire) = self.record(xid, prog, vers, proc_num, GssProc::Data, args)?;
-        let raw = rpc.call_whole(xid, wire).await?;
+        // The server drops a call whose number has fallen below its window (RFC 2203
+        // §5.3.3.1) without a reply, so calls must leave in the order of their numbers:
+        // the number is taken and the record queued under one lock of the connection
+        // (a thread preempted in between let 128 later calls overtake it under load).
+        let mut seq = 0;
+        let raw = rpc
+            .call_whole_built(xid, || {
+                let (s, wire) = self.record(xid, prog, vers, proc_num, GssProc::Data, args)?;
+                seq = s;
+                Ok(wire)
+            })
+            .await?;
         let (verf, outcome) = split_accepted(raw)?;
         let mut ctx = self.ctx();
         ctx.verify_mic(&seq.to_be_bytes(), &verf.body)
