@@ -170,8 +170,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "N")]
     pub processes: Option<usize>,
     /// With --processes: start client process i with the i-th of these commands (round
-    /// robin; `local` is this binary on this machine). CMD runs under `sh -c` with this
-    /// run's arguments after it and must start this same program elsewhere, e.g.
+    /// robin; `local` is this binary on this machine). CMD must start `txnfs`: it runs
+    /// under `sh -c` with `bench run` and this run's arguments after it, e.g.
     /// `--launch "ssh -T host2 /usr/local/bin/txnfs"`; the target must then be
     /// reachable from there, and the start skew is only as good as the clocks' sync.
     #[arg(long, value_name = "CMD", requires = "processes")]

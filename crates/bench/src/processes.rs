@@ -98,7 +98,8 @@ impl Drop for ChildProc {
 }
 
 /// The command that starts client process `index`: `exe` itself, or the launch command
-/// of its turn (round robin) run by `sh -c` with `args` after it (`local` is `exe`).
+/// of its turn (round robin) run by `sh -c` with `bench` and `args` after it (`local`
+/// is `exe`).
 fn client_command(
     exe: &std::path::Path,
     launch: &[String],
@@ -111,10 +112,12 @@ fn client_command(
             c.args(args);
             c
         }
+        // The launch command starts `txnfs` (there, `txnfs bench run ...` runs the bench
+        // binary beside it); `args` begin with `run`.
         Some(cmd) => {
             let mut c = Command::new("sh");
             c.arg("-c")
-                .arg(format!("{cmd} \"$@\""))
+                .arg(format!("{cmd} bench \"$@\""))
                 .arg("sh")
                 .args(args);
             c

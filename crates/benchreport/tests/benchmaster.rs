@@ -170,7 +170,9 @@ fn processes_start_through_launch_commands() {
         format!(
             "#!/bin/sh\necho \"$@\" >> '{}'\nexec '{}' \"$@\"\n",
             noted.display(),
-            env!("CARGO_BIN_EXE_txnfs-bench")
+            servers::find_txnfs_bin()
+                .expect("the txnfs binary")
+                .display()
         ),
     )
     .unwrap();
@@ -203,7 +205,7 @@ fn processes_start_through_launch_commands() {
         "one process of two launched: {lines}"
     );
     assert!(
-        lines.starts_with("run randread") && lines.contains("--gate"),
+        lines.starts_with("bench run randread") && lines.contains("--gate"),
         "the launch command gets the child's arguments: {lines}"
     );
     assert!(!lines.contains("--launch") && !lines.contains("--processes"));
