@@ -12,6 +12,16 @@
 //!
 //! The seed rounds nowhere; we round the rise up and the fall down, so that a level one
 //! below the outstanding count can still rise and a level of 2 can still fall to 1.
+//!
+//! Two departures from the seed, for a steady load that starts at full speed (a
+//! benchmark's, where the seed's workloads ramped up): nothing then moves the level off
+//! 1 but a probe, ten intervals in, and a won probe moved it by one, so a run of 64
+//! outstanding requests took tens of seconds to batch at all (ADR 0044 addendum).
+//! - The first probe comes `first_probe_after` (1) unchanged interval after the
+//!   reference one, later ones every `probe_after`.
+//! - A probe won at level + 1 is a rise of more than `threshold` like any other, so the
+//!   rise rule applies from the probe's base: ⌈(base + min(outstanding, max)) / 2⌉
+//!   (at least base + 1). A probe won at level − 1 moves by one, as in the seed.
 
 use std::time::Duration;
 
@@ -28,6 +38,8 @@ pub struct ControllerSettings {
     pub threshold: f64,
     /// Unchanged intervals before probing level ± 1 (seed: 10).
     pub probe_after: u32,
+    /// Unchanged intervals before the first probe (ours: 1; the seed's rule is 10).
+    pub first_probe_after: u32,
 }
 
 impl Default for ControllerSettings {
@@ -38,6 +50,7 @@ impl Default for ControllerSettings {
             interval: Duration::from_secs(1),
             threshold: 0.03,
             probe_after: 10,
+            first_probe_after: 1,
         }
     }
 }
@@ -66,6 +79,8 @@ pub struct Controller {
     level: u32,
     previous: Option<f64>,
     unchanged: u32,
+    /// Whether the level ever moved or a probe ended (then probes wait `probe_after`).
+    settled: bool,
     probe: Probe,
 }
 
@@ -80,6 +95,7 @@ impl Controller {
             level: 1,
             previous: None,
             unchanged: 0,
+            settled: false,
             probe: Probe::Off,
         }
     }
@@ -125,7 +141,7 @@ impl Controller {
                 return self.level;
             }
             Probe::Up { base, base_level } => {
-                self.end_probe(base, base_level, Some((base_level + 1, x)), None);
+                self.end_probe(base, base_level, Some((base_level + 1, x)), None, out);
                 return self.level;
             }
             Probe::Down {
@@ -134,7 +150,7 @@ impl Controller {
                 up,
             } => {
                 let up = (base_level < self.s.max_level).then_some((base_level + 1, up));
-                self.end_probe(base, base_level, up, Some((base_level - 1, x)));
+                self.end_probe(base, base_level, up, Some((base_level - 1, x)), out);
                 return self.level;
             }
             Probe::Off => {}
@@ -154,10 +170,16 @@ impl Controller {
         self.previous = Some(x);
         if self.level != before {
             self.unchanged = 0;
+            self.settled = true;
             return self.level;
         }
         self.unchanged += 1;
-        if self.unchanged >= self.s.probe_after {
+        let after = if self.settled {
+            self.s.probe_after
+        } else {
+            self.s.first_probe_after
+        };
+        if self.unchanged >= after.max(1) {
             self.unchanged = 0;
             self.start_probe(x);
         }
@@ -181,15 +203,17 @@ impl Controller {
     }
 
     /// Both neighbours measured: keep the better one if it beat `base` by the
-    /// threshold, else go back to `base_level`.
+    /// threshold (from above: by the rise rule), else go back to `base_level`.
     fn end_probe(
         &mut self,
         base: f64,
         base_level: u32,
         up: Option<(u32, f64)>,
         down: Option<(u32, f64)>,
+        out: f64,
     ) {
         self.probe = Probe::Off;
+        self.settled = true;
         let best = [up, down]
             .into_iter()
             .flatten()
@@ -197,7 +221,12 @@ impl Controller {
             .max_by(|a, b| a.1.total_cmp(&b.1));
         match best {
             Some((l, x)) => {
-                self.level = l;
+                self.level = if l > base_level {
+                    let target = (base_level as f64 + out.min(self.s.max_level as f64)) / 2.0;
+                    (target.ceil() as u32).clamp(l, self.s.max_level)
+                } else {
+                    l
+                };
                 self.previous = Some(x);
             }
             None => {
@@ -322,14 +351,73 @@ mod tests {
 
     #[test]
     fn a_probe_at_level_one_tries_only_two() {
-        let mut c = ctl(64);
+        // The seed's rule from the start: ten unchanged intervals before the first probe.
+        let mut c = Controller::new(ControllerSettings {
+            first_probe_after: 10,
+            ..ControllerSettings::default()
+        });
         c.on_interval(1000.0, 1.0);
         for _ in 0..9 {
             assert_eq!(c.on_interval(1000.0, 1.0), 1);
         }
         assert_eq!(c.on_interval(1000.0, 1.0), 2);
-        assert_eq!(c.on_interval(1100.0, 1.0), 2, "+10 % at 2: kept");
+        assert_eq!(
+            c.on_interval(1100.0, 1.0),
+            2,
+            "+10 % at 2 with 1 outstanding: kept"
+        );
         assert!(!c.probing());
+    }
+
+    #[test]
+    fn the_first_probe_comes_one_unchanged_interval_after_the_reference() {
+        let mut c = ctl(64);
+        assert_eq!(c.on_interval(1000.0, 64.0), 1, "reference");
+        assert_eq!(
+            c.on_interval(1000.0, 64.0),
+            2,
+            "unchanged once: probe level 2"
+        );
+        assert!(c.probing());
+        // Level 2 gave +20 % with 64 outstanding: the rise rule from the base,
+        // ⌈(1 + 64) / 2⌉ = 33, not the seed's single step.
+        assert_eq!(c.on_interval(1200.0, 64.0), 33);
+        assert!(!c.probing());
+        // Settled now: the next probe waits the seed's ten unchanged intervals.
+        for i in 0..9 {
+            assert_eq!(c.on_interval(1200.0, 64.0), 33, "interval {i} holds");
+        }
+        assert_eq!(c.on_interval(1200.0, 64.0), 34);
+    }
+
+    #[test]
+    fn a_won_probe_with_few_outstanding_moves_by_one() {
+        let mut c = ctl(64);
+        c.on_interval(1000.0, 2.0);
+        assert_eq!(c.on_interval(1000.0, 2.0), 2);
+        // ⌈(1 + 2) / 2⌉ = 2: the probe's own level, no further.
+        assert_eq!(c.on_interval(1100.0, 2.0), 2);
+    }
+
+    /// A steady closed-loop load that starts at full speed: 64 outstanding requests,
+    /// throughput growing with the batch level up to 16 (fewer messages per request)
+    /// and flat beyond. The controller must batch within a few intervals, where the
+    /// seed's rules alone stay at level 1 for ten.
+    #[test]
+    fn a_steady_load_is_batched_within_a_few_intervals() {
+        let throughput = |level: u32| 10_000.0 * (1.0 + level.min(16) as f64 / 4.0);
+        let mut c = ctl(64);
+        let mut level = 1;
+        let mut reached = None;
+        for i in 0..30 {
+            level = c.on_interval(throughput(level), 64.0);
+            if reached.is_none() && level >= 16 {
+                reached = Some(i);
+            }
+        }
+        let at = reached.expect("reached level 16");
+        assert!(at <= 4, "level 16 reached at interval {at}");
+        assert!(level >= 15, "stayed batched: level {level}");
     }
 
     #[test]

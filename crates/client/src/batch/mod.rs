@@ -298,8 +298,11 @@ impl Batcher {
         }
         w.account(now);
         let secs = dt.as_secs_f64();
-        let (work, area) = (w.work as f64, w.area);
-        let level = w.controller.on_interval(work / secs, area / secs);
+        let (work, outstanding) = (w.work as f64, w.area / secs);
+        let level = w.controller.on_interval(work / secs, outstanding);
+        // Never wait for more requests than there were callers: with one caller a
+        // level of 2 (a probe) would hold each request for `max_delay` and gain nothing.
+        let level = level.min((outstanding.ceil() as u32).max(1));
         w.started = now;
         w.work = 0;
         w.area = 0.0;
