@@ -20,8 +20,13 @@
 //! wait for it. [`MetadataPace`] tracks how long recent namespace changes took and sends
 //! them to the pool while they are slow; they are timed on the pool too, so they come
 //! back inline as soon as the file system is quick again.
+//!
+//! Large READs are in between too (ADR 0040 addendum): one runs inline, with no handoff
+//! (a 1 MiB READ on the pool cost about five context switches), while fewer than
+//! [`MetadataPace::max_inline_large_reads`] are running inline; the others go to the
+//! pool, so that the workers never all copy megabytes while quick requests wait.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// READs and unstable WRITEs up to this many bytes do not wait on the disk (the page
@@ -35,6 +40,8 @@ pub enum Blocking {
     No,
     /// Namespace changes: quick unless the file system is having a slow time.
     Metadata,
+    /// A READ larger than [`INLINE_IO_BYTES`]: inline within a bound.
+    LargeRead,
     /// May wait on the disk (fsync, large I/O, truncation) or is rare and heavy.
     Yes,
 }
@@ -61,6 +68,21 @@ pub struct MetadataPace {
     mean_ns: AtomicU64,
     /// Above this mean, namespace changes run on the blocking pool.
     slow: Duration,
+    /// Large READs running inline now, and the most that may.
+    large_reads: AtomicUsize,
+    max_large_reads: usize,
+}
+
+/// A COMPOUND placed inline; it holds a large READ's place in the bound until dropped.
+#[must_use = "the COMPOUND runs inline while this is held"]
+pub struct Inline<'a>(Option<&'a AtomicUsize>);
+
+impl Drop for Inline<'_> {
+    fn drop(&mut self) {
+        if let Some(n) = self.0 {
+            n.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// A handoff to the blocking pool costs two context switches (~10 µs each way on these
@@ -76,19 +98,56 @@ impl Default for MetadataPace {
 
 impl MetadataPace {
     pub fn new(slow: Duration) -> Self {
+        // Half the runtime's workers (it has one per core) may copy a large READ at once.
+        // `TXNFS_INLINE_LARGE_READS=N` sets another bound, for A/B measurements (0: every
+        // large READ on the pool, as before ADR 0040's addendum).
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let max_large_reads = std::env::var("TXNFS_INLINE_LARGE_READS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or((cores / 2).max(1));
         MetadataPace {
             mean_ns: AtomicU64::new(0),
             slow,
+            large_reads: AtomicUsize::new(0),
+            max_large_reads,
         }
     }
 
-    /// Whether a COMPOUND of this kind runs inline.
+    /// The most large READs that run inline at once.
+    pub fn max_inline_large_reads(&self) -> usize {
+        self.max_large_reads
+    }
+
+    /// Whether a COMPOUND of this kind runs inline, for kinds without a bound (a large
+    /// READ is placed by [`MetadataPace::place`]).
     pub fn inline(&self, b: Blocking) -> bool {
         match b {
             Blocking::No => true,
             Blocking::Metadata => self.mean() <= self.slow,
-            Blocking::Yes => false,
+            Blocking::LargeRead | Blocking::Yes => false,
         }
+    }
+
+    /// Where a COMPOUND of this kind runs: `Some` inline (keep it while running),
+    /// `None` on the blocking pool.
+    pub fn place(&self, b: Blocking) -> Option<Inline<'_>> {
+        if b != Blocking::LargeRead {
+            return self.inline(b).then_some(Inline(None));
+        }
+        let mut n = self.large_reads.load(Ordering::Relaxed);
+        while n < self.max_large_reads {
+            match self.large_reads.compare_exchange_weak(
+                n,
+                n + 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Some(Inline(Some(&self.large_reads))),
+                Err(now) => n = now,
+            }
+        }
+        None
     }
 
     /// Record how long a COMPOUND of this kind took to execute (wherever it ran).
@@ -142,6 +201,26 @@ mod tests {
         p.record(Blocking::No, 1_000_000 * US);
         p.record(Blocking::Yes, US);
         assert!(p.mean() > 9_000 * US, "only namespace changes are timed");
+    }
+
+    #[test]
+    fn large_reads_run_inline_within_the_bound() {
+        let p = MetadataPace::default();
+        let max = p.max_inline_large_reads();
+        let held: Vec<_> = (0..max)
+            .map(|i| {
+                p.place(Blocking::LargeRead)
+                    .unwrap_or_else(|| panic!("read {i} inline"))
+            })
+            .collect();
+        assert!(
+            p.place(Blocking::LargeRead).is_none(),
+            "past the bound: the pool"
+        );
+        assert!(p.place(Blocking::No).is_some(), "small ops are not bounded");
+        assert!(p.place(Blocking::Yes).is_none());
+        drop(held);
+        assert!(p.place(Blocking::LargeRead).is_some(), "places given back");
     }
 
     #[test]

@@ -197,11 +197,13 @@ impl RpcService for NfsService {
                         drop(running);
                         reply
                     };
-                    let result = if self.pace.inline(blocking) {
+                    let result = match self.pace.place(blocking) {
                         // Run to completion here: no handoff (ADR 0004).
-                        Ok(run())
-                    } else {
-                        tokio::task::spawn_blocking(|| crate::recall::on_blocking_pool(run)).await
+                        Some(_inline) => Ok(run()),
+                        None => {
+                            tokio::task::spawn_blocking(|| crate::recall::on_blocking_pool(run))
+                                .await
+                        }
                     };
                     match result {
                         Ok(reply) => ReplyBody::SuccessParts(reply),

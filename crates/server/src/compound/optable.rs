@@ -163,7 +163,11 @@ fn blocks_if(b: bool) -> Blocking {
 }
 
 fn read_blocks(a: &A) -> Blocking {
-    blocks_if(!matches!(a, A::OP_READ(r) if (r.count as usize) <= MAX_IO))
+    match a {
+        A::OP_READ(r) if (r.count as usize) <= MAX_IO => Blocking::No,
+        A::OP_READ(_) => Blocking::LargeRead,
+        _ => Blocking::Yes,
+    }
 }
 
 fn write_blocks(a: &A) -> Blocking {
@@ -287,7 +291,8 @@ static TABLE: [OpEntry; 73] = [
         .sid(Clears),
     // Small READs inline; one that must wait for the disk moves off the worker in the
     // backend (`Backend::read`, the local backend's `RWF_NOWAIT`; ADR 0040). Large ones
-    // on the pool: inline they measured faster alone but slower four at a time.
+    // inline within a bound (`placement::MetadataPace::place`): inline they measured
+    // faster alone but slower four at a time.
     e(OP_READ)
         .run(handler!(OP_READ(a) => |c, a| file::read(c, &a)))
         .blocks(When(read_blocks)),
@@ -475,10 +480,10 @@ mod tests {
                 count,
             })
         };
-        use Blocking::{Metadata, No, Yes};
+        use Blocking::{LargeRead, Metadata, No, Yes};
         let r = entry(OP_READ).unwrap();
         assert_eq!(r.may_block(&read(4096)), No);
-        assert_eq!(r.may_block(&read(1 << 20)), Yes);
+        assert_eq!(r.may_block(&read(1 << 20)), LargeRead);
         let setattr = |mask| {
             A::OP_SETATTR(SETATTR4args {
                 stateid: Default::default(),

@@ -85,10 +85,9 @@ pub async fn call(
             r
         }
     };
-    let result = if pace.inline(blocking) {
-        Ok(run())
-    } else {
-        tokio::task::spawn_blocking(|| crate::waitmode::on_blocking_pool(run)).await
+    let result = match pace.place(blocking) {
+        Some(_inline) => Ok(run()),
+        None => tokio::task::spawn_blocking(|| crate::waitmode::on_blocking_pool(run)).await,
     };
     match result {
         Ok(Ok(Ok(reply))) => {

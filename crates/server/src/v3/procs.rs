@@ -43,7 +43,10 @@ fn peek<A: Decode>(args: &Bytes) -> Option<A> {
 }
 
 fn read_blocks(args: &Bytes) -> Blocking {
-    blocks_if(peek::<READ3args>(args).is_some_and(|r| r.count as usize > INLINE_IO_BYTES))
+    match peek::<READ3args>(args) {
+        Some(r) if r.count as usize > INLINE_IO_BYTES => Blocking::LargeRead,
+        _ => Blocking::No,
+    }
 }
 
 fn write_blocks(args: &Bytes) -> Blocking {
@@ -286,7 +289,7 @@ mod tests {
         };
         let at = |n: u32, args: Bytes| (PROCS[n as usize].blocking)(&args);
         assert_eq!(at(6, read(4096)), Blocking::No);
-        assert_eq!(at(6, read(1 << 20)), Blocking::Yes);
+        assert_eq!(at(6, read(1 << 20)), Blocking::LargeRead);
         assert_eq!(at(7, write(stable_how::UNSTABLE, 4096)), Blocking::No);
         assert_eq!(at(7, write(stable_how::FILE_SYNC, 4096)), Blocking::Yes);
         assert_eq!(at(7, write(stable_how::UNSTABLE, 128 << 10)), Blocking::Yes);
