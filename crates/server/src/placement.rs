@@ -21,10 +21,12 @@
 //! them to the pool while they are slow; they are timed on the pool too, so they come
 //! back inline as soon as the file system is quick again.
 //!
-//! Large READs are in between too (ADR 0040 addendum): one runs inline, with no handoff
-//! (a 1 MiB READ on the pool cost about five context switches), while fewer than
-//! [`MetadataPace::max_inline_large_reads`] are running inline; the others go to the
-//! pool, so that the workers never all copy megabytes while quick requests wait.
+//! Large READs and unstable WRITEs are in between too (ADR 0040 addendum): one runs
+//! inline, with no handoff (a 1 MiB READ on the pool cost about five context switches),
+//! while fewer than [`MetadataPace::max_inline_large_io`] are running inline; the others
+//! go to the pool, so that the workers never all copy megabytes while quick requests
+//! wait, and a WRITE held by the kernel's dirty-page throttling holds one worker at most
+//! per bound.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -40,8 +42,8 @@ pub enum Blocking {
     No,
     /// Namespace changes: quick unless the file system is having a slow time.
     Metadata,
-    /// A READ larger than [`INLINE_IO_BYTES`]: inline within a bound.
-    LargeRead,
+    /// A READ or unstable WRITE larger than [`INLINE_IO_BYTES`]: inline within a bound.
+    LargeIo,
     /// May wait on the disk (fsync, large I/O, truncation) or is rare and heavy.
     Yes,
 }
@@ -68,12 +70,12 @@ pub struct MetadataPace {
     mean_ns: AtomicU64,
     /// Above this mean, namespace changes run on the blocking pool.
     slow: Duration,
-    /// Large READs running inline now, and the most that may.
-    large_reads: AtomicUsize,
-    max_large_reads: usize,
+    /// Large READs and WRITEs running inline now, and the most that may.
+    large_io: AtomicUsize,
+    max_large_io: usize,
 }
 
-/// A COMPOUND placed inline; it holds a large READ's place in the bound until dropped.
+/// A COMPOUND placed inline; it holds a large I/O's place in the bound until dropped.
 #[must_use = "the COMPOUND runs inline while this is held"]
 pub struct Inline<'a>(Option<&'a AtomicUsize>);
 
@@ -98,52 +100,52 @@ impl Default for MetadataPace {
 
 impl MetadataPace {
     pub fn new(slow: Duration) -> Self {
-        // Half the runtime's workers (it has one per core) may copy a large READ at once.
-        // `TXNFS_INLINE_LARGE_READS=N` sets another bound, for A/B measurements (0: every
-        // large READ on the pool, as before ADR 0040's addendum).
+        // Half the runtime's workers (it has one per core) may copy large I/O at once.
+        // `TXNFS_INLINE_LARGE_IO=N` sets another bound, for A/B measurements (0: every
+        // large READ and WRITE on the pool, as before ADR 0040's addendum).
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        let max_large_reads = std::env::var("TXNFS_INLINE_LARGE_READS")
+        let max_large_io = std::env::var("TXNFS_INLINE_LARGE_IO")
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or((cores / 2).max(1));
         MetadataPace {
             mean_ns: AtomicU64::new(0),
             slow,
-            large_reads: AtomicUsize::new(0),
-            max_large_reads,
+            large_io: AtomicUsize::new(0),
+            max_large_io,
         }
     }
 
-    /// The most large READs that run inline at once.
-    pub fn max_inline_large_reads(&self) -> usize {
-        self.max_large_reads
+    /// The most large READs and WRITEs that run inline at once.
+    pub fn max_inline_large_io(&self) -> usize {
+        self.max_large_io
     }
 
     /// Whether a COMPOUND of this kind runs inline, for kinds without a bound (a large
-    /// READ is placed by [`MetadataPace::place`]).
+    /// READ or WRITE is placed by [`MetadataPace::place`]).
     pub fn inline(&self, b: Blocking) -> bool {
         match b {
             Blocking::No => true,
             Blocking::Metadata => self.mean() <= self.slow,
-            Blocking::LargeRead | Blocking::Yes => false,
+            Blocking::LargeIo | Blocking::Yes => false,
         }
     }
 
     /// Where a COMPOUND of this kind runs: `Some` inline (keep it while running),
     /// `None` on the blocking pool.
     pub fn place(&self, b: Blocking) -> Option<Inline<'_>> {
-        if b != Blocking::LargeRead {
+        if b != Blocking::LargeIo {
             return self.inline(b).then_some(Inline(None));
         }
-        let mut n = self.large_reads.load(Ordering::Relaxed);
-        while n < self.max_large_reads {
-            match self.large_reads.compare_exchange_weak(
+        let mut n = self.large_io.load(Ordering::Relaxed);
+        while n < self.max_large_io {
+            match self.large_io.compare_exchange_weak(
                 n,
                 n + 1,
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => return Some(Inline(Some(&self.large_reads))),
+                Ok(_) => return Some(Inline(Some(&self.large_io))),
                 Err(now) => n = now,
             }
         }
@@ -204,23 +206,23 @@ mod tests {
     }
 
     #[test]
-    fn large_reads_run_inline_within_the_bound() {
+    fn large_io_run_inline_within_the_bound() {
         let p = MetadataPace::default();
-        let max = p.max_inline_large_reads();
+        let max = p.max_inline_large_io();
         let held: Vec<_> = (0..max)
             .map(|i| {
-                p.place(Blocking::LargeRead)
+                p.place(Blocking::LargeIo)
                     .unwrap_or_else(|| panic!("read {i} inline"))
             })
             .collect();
         assert!(
-            p.place(Blocking::LargeRead).is_none(),
+            p.place(Blocking::LargeIo).is_none(),
             "past the bound: the pool"
         );
         assert!(p.place(Blocking::No).is_some(), "small ops are not bounded");
         assert!(p.place(Blocking::Yes).is_none());
         drop(held);
-        assert!(p.place(Blocking::LargeRead).is_some(), "places given back");
+        assert!(p.place(Blocking::LargeIo).is_some(), "places given back");
     }
 
     #[test]

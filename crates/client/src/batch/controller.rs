@@ -22,6 +22,10 @@
 //! - A probe won at level + 1 is a rise of more than `threshold` like any other, so the
 //!   rise rule applies from the probe's base: ⌈(base + min(outstanding, max)) / 2⌉
 //!   (at least base + 1). A probe won at level − 1 moves by one, as in the seed.
+//! - A rise of throughput in the interval right after the level fell holds the level:
+//!   the seed reads every rise as more load to batch, but just after a fall it is the
+//!   fall's doing, and rising again undid it (on a noisy machine the level swung between
+//!   a batching level and its half for as long as the noise lasted).
 
 use std::time::Duration;
 
@@ -81,6 +85,8 @@ pub struct Controller {
     unchanged: u32,
     /// Whether the level ever moved or a probe ended (then probes wait `probe_after`).
     settled: bool,
+    /// Whether the level fell at the end of the last interval.
+    fell: bool,
     probe: Probe,
 }
 
@@ -96,6 +102,7 @@ impl Controller {
             previous: None,
             unchanged: 0,
             settled: false,
+            fell: false,
             probe: Probe::Off,
         }
     }
@@ -160,15 +167,19 @@ impl Controller {
             return self.level;
         };
         let before = self.level;
+        let fell = std::mem::take(&mut self.fell);
         if self.better(x, prev) {
-            let target = (before as f64 + out.min(self.s.max_level as f64)) / 2.0;
-            self.level = (target.ceil() as u32).clamp(1, self.s.max_level);
+            if !fell {
+                let target = (before as f64 + out.min(self.s.max_level as f64)) / 2.0;
+                self.level = (target.ceil() as u32).clamp(1, self.s.max_level);
+            }
         } else if prev > 0.0 && x < prev * (1.0 - self.s.threshold) {
             let target = (1.0 + out.min(before as f64)) / 2.0;
             self.level = (target.floor() as u32).clamp(1, self.s.max_level);
         }
         self.previous = Some(x);
         if self.level != before {
+            self.fell = self.level < before;
             self.unchanged = 0;
             self.settled = true;
             return self.level;
@@ -227,6 +238,7 @@ impl Controller {
                 } else {
                     l
                 };
+                self.fell = l < base_level;
                 self.previous = Some(x);
             }
             None => {
@@ -297,6 +309,19 @@ mod tests {
         // and never below 1
         assert_eq!(c.on_interval(x * 0.5, 0.0), 1);
         assert_eq!(c.on_interval(x * 0.1, 0.0), 1);
+    }
+
+    #[test]
+    fn a_rise_right_after_a_fall_holds_the_level() {
+        let mut c = ctl(64);
+        at_level(&mut c, 16);
+        let x = c.previous.unwrap();
+        // ⌊(1 + min(40, 16)) / 2⌋ = 8
+        assert_eq!(c.on_interval(x * 0.9, 40.0), 8);
+        // +10 % at the lower level: the fall helped, keep it (the seed: ⌈(8 + 40) / 2⌉).
+        assert_eq!(c.on_interval(x, 40.0), 8);
+        // A rise one interval later is more load again: the rise rule.
+        assert_eq!(c.on_interval(x * 1.1, 40.0), 24);
     }
 
     #[test]

@@ -165,14 +165,22 @@ fn blocks_if(b: bool) -> Blocking {
 fn read_blocks(a: &A) -> Blocking {
     match a {
         A::OP_READ(r) if (r.count as usize) <= MAX_IO => Blocking::No,
-        A::OP_READ(_) => Blocking::LargeRead,
+        A::OP_READ(_) => Blocking::LargeIo,
         _ => Blocking::Yes,
     }
 }
 
 fn write_blocks(a: &A) -> Blocking {
-    blocks_if(!matches!(a, A::OP_WRITE(w)
-        if w.stable == crate::nfs::stable_how4::UNSTABLE4 && w.data.len() <= MAX_IO))
+    match a {
+        A::OP_WRITE(w) if w.stable == crate::nfs::stable_how4::UNSTABLE4 => {
+            if w.data.len() <= MAX_IO {
+                Blocking::No
+            } else {
+                Blocking::LargeIo
+            }
+        }
+        _ => Blocking::Yes,
+    }
 }
 
 /// Truncating can free many blocks; other attribute changes are quick.
@@ -480,10 +488,10 @@ mod tests {
                 count,
             })
         };
-        use Blocking::{LargeRead, Metadata, No, Yes};
+        use Blocking::{LargeIo, Metadata, No, Yes};
         let r = entry(OP_READ).unwrap();
         assert_eq!(r.may_block(&read(4096)), No);
-        assert_eq!(r.may_block(&read(1 << 20)), LargeRead);
+        assert_eq!(r.may_block(&read(1 << 20)), LargeIo);
         let setattr = |mask| {
             A::OP_SETATTR(SETATTR4args {
                 stateid: Default::default(),

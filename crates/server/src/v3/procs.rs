@@ -44,16 +44,17 @@ fn peek<A: Decode>(args: &Bytes) -> Option<A> {
 
 fn read_blocks(args: &Bytes) -> Blocking {
     match peek::<READ3args>(args) {
-        Some(r) if r.count as usize > INLINE_IO_BYTES => Blocking::LargeRead,
+        Some(r) if r.count as usize > INLINE_IO_BYTES => Blocking::LargeIo,
         _ => Blocking::No,
     }
 }
 
 fn write_blocks(args: &Bytes) -> Blocking {
-    blocks_if(
-        peek::<WRITE3args>(args)
-            .is_some_and(|w| w.stable != stable_how::UNSTABLE || w.data.len() > INLINE_IO_BYTES),
-    )
+    match peek::<WRITE3args>(args) {
+        Some(w) if w.stable != stable_how::UNSTABLE => Blocking::Yes,
+        Some(w) if w.data.len() > INLINE_IO_BYTES => Blocking::LargeIo,
+        _ => Blocking::No,
+    }
 }
 
 /// Truncating can free many blocks; other attribute changes are quick.
@@ -289,10 +290,13 @@ mod tests {
         };
         let at = |n: u32, args: Bytes| (PROCS[n as usize].blocking)(&args);
         assert_eq!(at(6, read(4096)), Blocking::No);
-        assert_eq!(at(6, read(1 << 20)), Blocking::LargeRead);
+        assert_eq!(at(6, read(1 << 20)), Blocking::LargeIo);
         assert_eq!(at(7, write(stable_how::UNSTABLE, 4096)), Blocking::No);
         assert_eq!(at(7, write(stable_how::FILE_SYNC, 4096)), Blocking::Yes);
-        assert_eq!(at(7, write(stable_how::UNSTABLE, 128 << 10)), Blocking::Yes);
+        assert_eq!(
+            at(7, write(stable_how::UNSTABLE, 128 << 10)),
+            Blocking::LargeIo
+        );
         assert_eq!(at(2, setattr(set_size3::default(false))), Blocking::No);
         assert_eq!(at(2, setattr(set_size3::TRUE(0))), Blocking::Yes);
         assert_eq!(at(12, Bytes::new()), Blocking::Metadata);
