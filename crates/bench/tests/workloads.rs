@@ -390,3 +390,58 @@ fn delegations_used(res: &Results, name: &str, what: &str, failures: &mut Vec<St
         _ => {}
     }
 }
+
+/// Tyche's Fig. 8 shape (`--set join_threads`): the joiner starts late and reads
+/// 128 KiB at a time while the others read 4 KiB, batched dynamically; the per-op
+/// rules hold, the joiner's bytes are there, and none before it joined.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_joiners_of_another_size() {
+    let server = ServerGuard::start(ServerKind::Txnfs);
+    let target: Target = format!("nfs://127.0.0.1:{}{}", server.port(), server.export_path())
+        .parse()
+        .expect("target");
+    let mut params = Params {
+        file_size: Some(1 << 20),
+        ..Params::default()
+    };
+    for (k, v) in [
+        ("join_threads", "1"),
+        ("join_io", "128k"),
+        ("join_every_ms", "1200"),
+    ] {
+        params.set.insert(k.into(), v.into());
+    }
+    let w = workloads::by_name("randread", &params).expect("workload");
+    let mut cfg = RunConfig::new(target);
+    cfg.threads = 4;
+    cfg.batch = BatchMode::Dynamic;
+    cfg.stop = Some(StopAt::Duration(std::time::Duration::from_millis(2500)));
+    let res = runner::run(w, &cfg).await.expect("run");
+    let r = &res.repeats[0];
+    assert!(res.all_checks_ok(), "{:?}", res.failed_checks());
+    let big = (r.bytes - r.ops * 4096) / ((128 << 10) - 4096);
+    assert!(
+        big > 0,
+        "the joiner read: {} bytes in {} READs",
+        r.bytes,
+        r.ops
+    );
+    // Three 4 KiB readers alone in the first second: every byte there is theirs.
+    let first = &r.per_second[0];
+    assert_eq!(
+        first.bytes,
+        first.ops * 4096,
+        "nobody joined before 1.2 s: {first:?}"
+    );
+    // And the nfs-rs driver refuses the setting instead of ignoring it.
+    let w = workloads::by_name("randread", &params).expect("workload");
+    let mut cfg = RunConfig::new(
+        format!("nfs://127.0.0.1:{}{}", server.port(), server.export_path())
+            .parse()
+            .expect("target"),
+    );
+    cfg.driver = Driver::NfsRs;
+    cfg.stop = Some(StopAt::Ops(4));
+    let e = runner::run(w, &cfg).await.expect_err("refused");
+    assert!(format!("{e:#}").contains("join_threads"), "{e:#}");
+}

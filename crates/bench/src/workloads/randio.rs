@@ -6,6 +6,12 @@
 //! Both also run with `--driver nfs-rs` (READ or UNSTABLE WRITE with the
 //! anonymous stateid, one call at a time; a writer COMMITs once at the end);
 //! `--file-size 4k` reads one block only, always at offset 0 (opsloop's `read0`).
+//!
+//! Tyche's Fig. 8 (seed 004 §VII): `--set join_threads=N --set join_io=128k --set
+//! join_every_ms=10000` makes the first N workers "joiners" of `join_io`-byte requests,
+//! worker i starting (i + 1) × `join_every_ms` into the timed part, while the others
+//! keep to `--io-size`: the per-second series of the results shows what each joiner
+//! changes (with `--duration`; our client only, random I/O only).
 
 use crate::driver::{self, Driver};
 
@@ -29,7 +35,18 @@ pub struct BlockIo {
     pub sync: bool,
     /// Iterations per run by default.
     pub default_ops: u64,
+    /// Workers that join late with another request size (Tyche's Fig. 8).
+    pub join: Option<Joiners>,
     file: PreparedFile,
+}
+
+/// The first `threads` workers issue `io_size`-byte requests, worker i from
+/// (i + 1) × `every` into the timed part.
+#[derive(Debug, Clone, Copy)]
+pub struct Joiners {
+    pub threads: u64,
+    pub io_size: u64,
+    pub every: std::time::Duration,
 }
 
 impl BlockIo {
@@ -56,6 +73,7 @@ impl BlockIo {
             io_size,
             sync,
             default_ops,
+            join: None,
             file: PreparedFile::default(),
         })
     }
@@ -64,25 +82,50 @@ impl BlockIo {
     /// 10,000 iterations (times --scale).
     pub fn random(write: bool, p: &Params) -> anyhow::Result<BlockIo> {
         let io = p.io_size.unwrap_or(4096);
-        BlockIo::new(
+        let threads = p.get_u64("join_threads", 0)?;
+        let join_io = p.get_u64("join_io", 128 << 10)?;
+        let every = std::time::Duration::from_millis(p.get_u64("join_every_ms", 10_000)?);
+        let mut b = BlockIo::new(
             if write { "randwrite" } else { "randread" },
             write,
             true,
-            p.file_size.unwrap_or_else(|| p.scaled(64 << 20)).max(io),
+            p.file_size
+                .unwrap_or_else(|| p.scaled(64 << 20))
+                .max(io)
+                .max(if threads > 0 { join_io } else { 0 }),
             io,
             p.sync,
             p.scaled(10_000),
-        )
+        )?;
+        if threads > 0 {
+            if join_io == 0 || join_io > (1 << 20) {
+                bail!("--set join_io must be between 1 byte and 1 MiB");
+            }
+            b.join = Some(Joiners {
+                threads,
+                io_size: join_io,
+                every,
+            });
+        }
+        Ok(b)
     }
 
-    fn offset(&self, rng: &mut XorShift, i: u64) -> u64 {
-        let blocks = (self.file_size / self.io_size).max(1);
+    fn offset(&self, rng: &mut XorShift, i: u64, io: u64) -> u64 {
+        let blocks = (self.file_size / io).max(1);
         let b = if self.random {
             rng.next_u64() % blocks
         } else {
             i % blocks
         };
-        b * self.io_size
+        b * io
+    }
+
+    /// This worker's request size and how long into the timed part it starts.
+    fn role(&self, worker: usize) -> (u64, std::time::Duration) {
+        match self.join {
+            Some(j) if (worker as u64) < j.threads => (j.io_size, j.every * (worker as u32 + 1)),
+            _ => (self.io_size, std::time::Duration::ZERO),
+        }
     }
 }
 
@@ -96,7 +139,7 @@ impl BlockIo {
         let data = Bytes::from(crate::pattern(w.global_idx() as u64, io as usize));
         w.ready().await;
         while let Some(i) = w.next_iter() {
-            let off = self.offset(&mut rng, i);
+            let off = self.offset(&mut rng, i, io);
             if self.write {
                 let r = w
                     .nfsrs_call(
@@ -167,6 +210,9 @@ impl Workload for BlockIo {
         Box::pin(async move {
             let fh = self.file.handle()?;
             if w.driver == Driver::NfsRs {
+                if self.join.is_some() {
+                    bail!("--set join_threads runs with our client only (--driver txnfs)");
+                }
                 let fh = w.nfsrs_fh(FILE, fh).await?;
                 return self.run_nfsrs(w, fh).await;
             }
@@ -181,26 +227,30 @@ impl Workload for BlockIo {
             let o = c.open(FILE.as_bytes(), access, &w.owner.clone(), None);
             let r = w.call(&c).await?;
             let sid = r.open(o)?.stateid;
-            let data = Bytes::from(crate::pattern(w.global_idx() as u64, self.io_size as usize));
+            let (io, join_after) = self.role(w.global_idx());
+            let data = Bytes::from(crate::pattern(w.global_idx() as u64, io as usize));
             let mut rng = XorShift::new(w.global_idx() as u64 + 1);
             w.ready().await;
+            if !join_after.is_zero() {
+                tokio::time::sleep(join_after).await;
+            }
             while let Some(i) = w.next_iter() {
-                let off = self.offset(&mut rng, i);
+                let off = self.offset(&mut rng, i, io);
                 let mut c = Compound::new();
                 c.putfh(&fh);
                 if self.write {
                     let k = c.write(sid.clone(), off, data.clone(), self.sync);
                     let r = w.call(&c).await?;
                     let n = r.write(k)?.count as u64;
-                    if n != self.io_size {
-                        bail!("short WRITE: {n} of {} bytes at {off}", self.io_size);
+                    if n != io {
+                        bail!("short WRITE: {n} of {io} bytes at {off}");
                     }
                 } else {
-                    let k = c.read(sid.clone(), off, self.io_size as u32);
+                    let k = c.read(sid.clone(), off, io as u32);
                     let r = w.call(&c).await?;
                     let (d, _) = r.read(k)?;
-                    if d.len() as u64 != self.io_size {
-                        bail!("short READ: {} of {} bytes at {off}", d.len(), self.io_size);
+                    if d.len() as u64 != io {
+                        bail!("short READ: {} of {io} bytes at {off}", d.len());
                     }
                 }
                 w.done();
@@ -254,11 +304,23 @@ impl Workload for BlockIo {
             v.push(s.once_per_iteration("READ"));
             v.push(Expectation::eq("WRITE == 0", s.ops("WRITE"), 0));
         }
-        v.push(Expectation::eq(
-            "bytes == iterations × io_size",
-            s.rec.bytes,
-            it * self.io_size,
-        ));
+        match self.join {
+            None => v.push(Expectation::eq(
+                "bytes == iterations × io_size",
+                s.rec.bytes,
+                it * self.io_size,
+            )),
+            // Every request is io_size or join_io bytes.
+            Some(j) => {
+                let (small, big) = (self.io_size.min(j.io_size), self.io_size.max(j.io_size));
+                v.push(Expectation::that(
+                    "bytes == small × io_size + big × join_io",
+                    s.rec.bytes >= it * small
+                        && (s.rec.bytes - it * small).is_multiple_of(big - small),
+                    format!("{} bytes in {it} requests", s.rec.bytes),
+                ));
+            }
+        }
         v.push(Expectation::eq("CLOSE == workers", s.ops("CLOSE"), workers));
         v.push(Expectation::eq(
             "no OPEN in the timed part",
