@@ -7,7 +7,10 @@
 #      (TXNFS_INLINE_LARGE_IO=0, then the default), alternating, ROUNDS rounds of 5 s of
 #      seqread and seqwrite 1 MiB with 1 and 4 threads and randread 4 KiB with 16;
 #   4. the batching sweep: randread over 16, 64, 128 threads × none, static:8, static:64,
-#      dynamic, 3 repeats of 10 s (`txnfs bench sweep`, its plots and table in OUT/sweep).
+#      dynamic, 3 repeats of 10 s (`txnfs bench sweep`, its plots and table in OUT/sweep);
+#   5. Tyche's Fig. 8 shape: 128 threads of 4 KiB random reads, and a thread of 128 KiB
+#      reads joining every 10 s (4 in all), 50 s, none / static:8 / dynamic: MB/s per
+#      10-s phase.
 # Prints the medians per case: ops/s, MB/s, server and client CPU µs and context
 # switches per request, p50/p99 µs, requests per message, batch level.
 #   cargo build --release -p txnfs-cli && scripts/measure-tyche.sh [OUT] [ROUNDS]
@@ -66,6 +69,13 @@ done
 echo "sweep"
 "$BIN" bench sweep randread --threads 16,64,128 --delay-ms 0 --batch none,static:8,static:64,dynamic \
   --repeat 3 --duration 10 --out "$OUT/sweep" >"$OUT/sweep.log" 2>&1 || echo "FAILED: sweep" >&2
+echo "Fig. 8 shape"
+start
+for mode in none static:8 dynamic; do
+  bench "fig8-${mode/:/}" randread --threads 132 --set join_threads=4 --set join_io=128k \
+    --set join_every_ms=10000 --batch $mode --duration 50
+done
+stop
 python3 - "$OUT" <<'PY'
 import json, glob, os, statistics, sys
 out = sys.argv[1]
@@ -94,4 +104,11 @@ try:
 except Exception as e:
     print("loopback TCP: no figure:", e)
 print("sweep:", os.path.join(out, "sweep", "sweep.md"))
+print("Fig. 8 shape: MB/s per 10-s phase (phase k: k joiners of 128 KiB beside 128 threads of 4 KiB)")
+for d in sorted(x for x in os.listdir(out) if x.startswith("fig8-")):
+    for f in sorted(glob.glob(os.path.join(out, d, "*.json"))):
+        r = json.load(open(f))["repeats"][0]
+        ps = r["per_second"]
+        phases = [sum(x["bytes"] for x in ps if k * 10 <= x["t"] < (k + 1) * 10) / 10 / 1e6 for k in range(5)]
+        print(f"  {d:14}", " ".join(f"{p:8.1f}" for p in phases), "| level", r.get("batch_level"))
 PY
