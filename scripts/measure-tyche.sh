@@ -110,5 +110,6 @@ for d in sorted(x for x in os.listdir(out) if x.startswith("fig8-")):
         r = json.load(open(f))["repeats"][0]
         ps = r["per_second"]
         phases = [sum(x["bytes"] for x in ps if k * 10 <= x["t"] < (k + 1) * 10) / 10 / 1e6 for k in range(5)]
-        print(f"  {d:14}", " ".join(f"{p:8.1f}" for p in phases), "| level", r.get("batch_level"))
+        levels = [max([s.get("batch_level") or 0 for s in r.get("system", []) if k * 10 < s["t"] <= (k + 1) * 10] or [0]) for k in range(5)]
+        print(f"  {d:14}", " ".join(f"{p:8.1f}" for p in phases), "| highest level per phase", levels)
 PY

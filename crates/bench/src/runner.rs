@@ -444,7 +444,17 @@ async fn timed_part(
     shared.barrier.wait().await;
     let t0 = Instant::now();
     let started = gate::unix_ns();
-    let sampler = Sampler::start(cfg.server_pid);
+    let level = (cfg.batch != BatchMode::None).then(|| {
+        let clients = clients.clone();
+        Box::new(move || {
+            clients
+                .iter()
+                .filter_map(|c| c.batch_stats())
+                .map(|b| b.level)
+                .max()
+        }) as crate::sysstats::LevelProbe
+    });
+    let sampler = Sampler::start_with(cfg.server_pid, level);
     let times_before: Vec<_> = clients.iter().map(|c| c.op_times()).collect();
     let client_before = ProcSample::read(Proc::SelfProc).ok();
     let sent_before: u64 = clients.iter().map(|c| c.stats().compounds).sum();

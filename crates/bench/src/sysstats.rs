@@ -37,7 +37,13 @@ pub struct SysSecond {
     pub t: f64,
     pub client: ProcSecond,
     pub server: Option<ProcSecond>,
+    /// The highest batch level of the run's clients at the interval's end (batching on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_level: Option<u32>,
 }
+
+/// Reads the clients' batch level for the series (`None`: no batching).
+pub type LevelProbe = Box<dyn Fn() -> Option<u32> + Send>;
 
 impl ProcSecond {
     fn of(d: &ProcDelta, rss_kib: u64, ticks_per_s: u64) -> ProcSecond {
@@ -130,12 +136,22 @@ fn interval(
         }
         _ => None,
     };
-    Some(SysSecond { t, client, server })
+    Some(SysSecond {
+        t,
+        client,
+        server,
+        batch_level: None,
+    })
 }
 
 impl Sampler {
     /// Start sampling this process and, if given, the server process `server`.
     pub fn start(server: Option<u32>) -> Sampler {
+        Sampler::start_with(server, None)
+    }
+
+    /// [`Sampler::start`], also recording the batch level `level` reads each second.
+    pub fn start_with(server: Option<u32>, level: Option<LevelProbe>) -> Sampler {
         let (stop, stopped) = mpsc::channel::<()>();
         let thread = std::thread::spawn(move || {
             let ticks = crate::clock_ticks_per_sec();
@@ -149,7 +165,8 @@ impl Sampler {
                 );
                 let now = read(server);
                 let t = t0.elapsed().as_secs_f64();
-                if let Some(s) = interval(&last, &now, server, t, ticks) {
+                if let Some(mut s) = interval(&last, &now, server, t, ticks) {
+                    s.batch_level = level.as_ref().and_then(|l| l());
                     series.push(s);
                 }
                 last = now;

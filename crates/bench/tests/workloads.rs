@@ -433,6 +433,15 @@ async fn late_joiners_of_another_size() {
         first.ops * 4096,
         "nobody joined before 1.2 s: {first:?}"
     );
+    // The once-a-second series carries the batch level.
+    assert!(
+        !r.system.is_empty()
+            && r.system
+                .iter()
+                .all(|s| s.batch_level.is_some_and(|l| l >= 1)),
+        "{:?}",
+        r.system
+    );
     // And the nfs-rs driver refuses the setting instead of ignoring it.
     let w = workloads::by_name("randread", &params).expect("workload");
     let mut cfg = RunConfig::new(

@@ -150,6 +150,7 @@ mod tests {
                 t: 1.0,
                 client: second,
                 server: Some(second),
+                batch_level: None,
             }],
             ..Repeat::default()
         };
