@@ -27,7 +27,7 @@
 //!   times the mean relative change between two intervals at one level (the mean of
 //!   the first eight, then a moving average). At the seed's fixed 3 % the level
 //!   followed the noise: a run that batched 10 % above static:8 in its first seconds
-//!   drifted to 15 % below it.
+//!   fell as far as 25 % below it later.
 //! - **Undo.** A rise that loses more than the noise in the next interval is undone
 //!   (back to the level before it, with its throughput as the reference), and so is a
 //!   fall that loses against the interval before the one that caused it; the seed would
