@@ -15,6 +15,9 @@ use crate::msg::LAST_FRAGMENT;
 /// How much buffer space is reserved at most per read, whatever a fragment header declares.
 const READ_CHUNK: usize = 64 * 1024;
 const MIN_READ: usize = 8 * 1024;
+/// A record missing more than this sets the low-water mark (to at most `LOWAT_MAX`).
+const LOWAT_FROM: usize = 64 * 1024;
+const LOWAT_MAX: usize = 4 << 20;
 
 #[derive(Debug)]
 pub(crate) enum RecordError {
@@ -66,6 +69,10 @@ pub(crate) struct RecordReader<R> {
     /// Received bytes copied after their arrival (buffer growth, fragments joined):
     /// what ADR 0052 counts on the receive path.
     moved: u64,
+    /// Sets the socket's receive low-water mark (plain TCP only): a large record's
+    /// reader is woken once its rest has arrived, not for every segment.
+    lowat: Option<fn(&R, usize)>,
+    lowat_set: bool,
 }
 
 impl<R: AsyncRead + Unpin> RecordReader<R> {
@@ -80,7 +87,16 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
             reserved: false,
             reserving: None,
             moved: 0,
+            lowat: None,
+            lowat_set: false,
         }
+    }
+
+    /// Wake for large records only once their rest is there (`set` sets the socket's
+    /// `SO_RCVLOWAT`).
+    pub(crate) fn with_lowat(mut self, set: fn(&R, usize)) -> Self {
+        self.lowat = Some(set);
+        self
     }
 
     /// Parse `prefix` (bytes already read from the stream) before reading any more.
@@ -164,10 +180,25 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
                     // by the buffer growing (only the read-ahead is, at most once).
                     self.reserve(4 + len - self.buf.len());
                 }
+                let missing = 4 + len - self.buf.len();
+                if let Some(set) = self.lowat {
+                    // Never more than the record still needs: the peer may send no
+                    // more before it has the reply. Set again as the rest shrinks.
+                    if missing > LOWAT_FROM || self.lowat_set {
+                        set(&self.io, missing.min(LOWAT_MAX));
+                        self.lowat_set = true;
+                    }
+                }
                 if !self.fill(4 + len).await? {
                     return Err(RecordError::Truncated);
                 }
                 continue;
+            }
+            if self.lowat_set {
+                if let Some(set) = self.lowat {
+                    set(&self.io, 1);
+                }
+                self.lowat_set = false;
             }
             self.buf.advance(4);
             let frag = self.buf.split_to(len);

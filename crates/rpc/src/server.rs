@@ -429,6 +429,25 @@ impl ConnState {
 }
 
 /// The read half, noting when bytes arrive (a record trickling in counts as activity).
+/// `SO_RCVLOWAT` of a plain TCP connection's socket (a failure only costs wakeups).
+fn set_lowat(rd: &Touching<tokio::net::tcp::OwnedReadHalf>, bytes: usize) {
+    use std::os::fd::{AsFd, AsRawFd};
+    let stream: &TcpStream = rd.io.as_ref();
+    let fd = stream.as_fd();
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `fd` is borrowed from the live stream for the call; the option value
+    // points to a c_int on this stack frame and its exact size is passed.
+    let _ = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+}
+
 struct Touching<R> {
     io: R,
     state: Arc<ConnState>,
@@ -835,7 +854,9 @@ impl<S: RpcService> Connection<S> {
         let _ = stream.set_nodelay(true);
         let Some(tls) = self.shared.tls.clone() else {
             let (rd, wr) = stream.into_split();
-            return self.serve(rd, wr, &[], None, tx, rx).await;
+            return self
+                .serve(rd, wr, &[], None, (tx, rx), Some(set_lowat))
+                .await;
         };
         let mut shutdown = self.shutdown.clone();
         let negotiated = tokio::select! {
@@ -846,11 +867,13 @@ impl<S: RpcService> Connection<S> {
         match negotiated {
             Negotiated::Plain(stream, head) => {
                 let (rd, wr) = stream.into_split();
-                self.serve(rd, wr, &head, None, tx, rx).await
+                self.serve(rd, wr, &head, None, (tx, rx), Some(set_lowat))
+                    .await
             }
             Negotiated::Tls(stream, peer) => {
                 let (rd, wr) = tokio::io::split(*stream);
-                self.serve(rd, wr, &[], Some(Arc::new(peer)), tx, rx).await
+                self.serve(rd, wr, &[], Some(Arc::new(peer)), (tx, rx), None)
+                    .await
             }
             Negotiated::Closed => {
                 // The service never saw the connection: only the transport's books.
@@ -868,8 +891,11 @@ impl<S: RpcService> Connection<S> {
         wr: W,
         head: &[u8],
         tls: Option<Arc<TlsPeer>>,
-        tx: mpsc::UnboundedSender<Outgoing>,
-        rx: mpsc::UnboundedReceiver<Outgoing>,
+        (tx, rx): (
+            mpsc::UnboundedSender<Outgoing>,
+            mpsc::UnboundedReceiver<Outgoing>,
+        ),
+        lowat: Option<fn(&Touching<R>, usize)>,
     ) where
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
@@ -907,6 +933,11 @@ impl<S: RpcService> Connection<S> {
         let mut reader = RecordReader::new(rd, self.shared.max_record_size)
             .with_prefix(head)
             .with_budget(self.shared.budget.clone());
+        if let Some(set) = lowat {
+            if std::env::var_os("TXNFS_NO_RCVLOWAT").is_none() {
+                reader = reader.with_lowat(set);
+            }
+        }
         let mut calls = JoinSet::new();
 
         loop {
