@@ -389,7 +389,11 @@ impl RpcClient {
     /// Send `wire` and wait for the reply with `xid`: its results, or with `whole` the
     /// whole reply record.
     async fn send_and_wait(&self, xid: u32, wire: Bytes, whole: bool) -> Result<Bytes, RpcError> {
-        self.send_built_and_wait(xid, whole, || Ok(wire)).await
+        // A record built already needs no ordering lock: the queue keeps send order.
+        self.queue_and_wait(xid, whole, || {
+            self.tx.send(wire).map_err(|_| RpcError::Disconnected)
+        })
+        .await
     }
 
     /// [`RpcClient::send_and_wait`] with the record built by `make` after the waiter is
@@ -401,6 +405,22 @@ impl RpcClient {
         xid: u32,
         whole: bool,
         make: impl FnOnce() -> Result<Bytes, RpcError>,
+    ) -> Result<Bytes, RpcError> {
+        self.queue_and_wait(xid, whole, || {
+            let _order = self.send_order.lock().unwrap_or_else(|e| e.into_inner());
+            let wire = make()?;
+            self.tx.send(wire).map_err(|_| RpcError::Disconnected)
+        })
+        .await
+    }
+
+    /// Register a waiter for `xid`, run `queue` (which puts its record on the
+    /// connection's queue), and wait for the reply.
+    async fn queue_and_wait(
+        &self,
+        xid: u32,
+        whole: bool,
+        queue: impl FnOnce() -> Result<(), RpcError>,
     ) -> Result<Bytes, RpcError> {
         let (wtx, wrx) = oneshot::channel();
         {
@@ -417,14 +437,7 @@ impl RpcClient {
             pending: &self.pending,
             xid,
         };
-        let queued = {
-            let _order = self.send_order.lock().unwrap_or_else(|e| e.into_inner());
-            let wire = make()?;
-            self.tx.send(wire)
-        };
-        if queued.is_err() {
-            return Err(RpcError::Disconnected);
-        }
+        queue()?;
         match wrx.await {
             Ok(r) => r,
             Err(_) => Err(RpcError::Disconnected),

@@ -164,6 +164,12 @@ impl Controller {
         self.s.threshold.max(noise)
     }
 
+    /// The seed's rise rule from `level`: ⌈(level + min(outstanding, max)) / 2⌉.
+    fn rise_target(&self, level: u32, out: f64) -> u32 {
+        let target = (level as f64 + out.min(self.s.max_level as f64)) / 2.0;
+        (target.ceil() as u32).clamp(1, self.s.max_level)
+    }
+
     fn better(&self, x: f64, than: f64) -> bool {
         x > than * (1.0 + self.threshold()) || (than <= 0.0 && x > 0.0)
     }
@@ -266,8 +272,7 @@ impl Controller {
             return self.level;
         } else if self.better(x, prev) {
             if !fell {
-                let target = (before as f64 + out.min(self.s.max_level as f64)) / 2.0;
-                self.level = (target.ceil() as u32).clamp(1, self.s.max_level);
+                self.level = self.rise_target(before, out);
             }
         } else if loss {
             let target = (1.0 + out.min(before as f64)) / 2.0;
@@ -346,8 +351,7 @@ impl Controller {
             let to = if self.settled {
                 base_level + 1
             } else {
-                let target = (base_level as f64 + out.min(self.s.max_level as f64)) / 2.0;
-                (target.ceil() as u32).clamp(base_level + 1, self.s.max_level)
+                self.rise_target(base_level, out).max(base_level + 1)
             };
             self.probe = Probe::Up {
                 base,
@@ -390,8 +394,7 @@ impl Controller {
         match best {
             Some((l, x)) => {
                 self.level = if l > base_level {
-                    let target = (base_level as f64 + out.min(self.s.max_level as f64)) / 2.0;
-                    (target.ceil() as u32).clamp(l, self.s.max_level)
+                    self.rise_target(base_level, out).max(l)
                 } else {
                     l
                 };
