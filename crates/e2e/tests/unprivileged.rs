@@ -294,6 +294,27 @@ async fn a_normal_users_server_keeps_handles_across_restarts_and_renames() {
     let m = s.mount().await;
     assert_eq!(read_all(&s, &*m, &fh, "read after restart").await, data);
 
+    // A file created and never made durable (no COMMIT, no stable WRITE): its new id
+    // lives only in the table's redo log when the server is killed, and its handle
+    // must still work after the restart.
+    let sub = match timed("lookup /sub", m.lookup_path("/sub")).await {
+        Ok(r) => r.fh,
+        Err(e) => panic!("lookup /sub: {e:?}; log:\n{}", s.log()),
+    };
+    let fresh = match timed("create", m.create(sub, "fresh.txt", Some(0o644))).await {
+        Ok(r) => r.fh,
+        Err(e) => panic!("create: {e:?}; log:\n{}", s.log()),
+    };
+    drop(m);
+    s.restart();
+    let m = s.mount().await;
+    if let Err(e) = timed("getattr of a fresh file", m.getattr(fresh.clone())).await {
+        panic!(
+            "a file created before a kill -9 is stale after it: {e:?}; log:\n{}",
+            s.log()
+        );
+    }
+
     // Renamed on disk between two accesses, within its directory and then into
     // another one: still reached by its handle, running and after a restart.
     std::fs::rename(
@@ -325,10 +346,10 @@ async fn a_normal_users_server_keeps_handles_across_restarts_and_renames() {
         other => panic!("getattr of a removed file: want NFS4ERR_STALE, got {other:?}"),
     }
     let starts = s.starts;
-    assert_eq!(starts, 4);
+    assert_eq!(starts, 5);
     assert_eq!(
         s.log().matches("file handles: handle table").count(),
-        4,
+        5,
         "the INFO line once per start"
     );
 }

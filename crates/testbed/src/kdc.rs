@@ -195,6 +195,14 @@ impl Kdc {
     }
 }
 
+impl Kdc {
+    /// Leave the KDC running after this value is gone (a shell script stops it by the
+    /// PID returned).
+    pub fn detach(mut self) -> u32 {
+        self.child.take().map_or(0, |c| c.id())
+    }
+}
+
 impl Drop for Kdc {
     fn drop(&mut self) {
         if let Some(child) = &mut self.child {

@@ -35,8 +35,8 @@ impl Backend for LocalBackend {
         Ok(self.root_key.clone())
     }
 
-    /// Table mode: the ids the COMPOUND handed out are made durable before its reply
-    /// leaves (ADR 0050).
+    /// Table mode: the ids the COMPOUND handed out are in the table's redo log before
+    /// its reply leaves; now and then a durable commit empties the log (ADR 0050).
     fn end_compound(&self, _cx: &OpCtx, _ok: bool) -> Result<()> {
         match &self.table {
             Some(t) => t.flush(),
@@ -160,6 +160,7 @@ impl Backend for LocalBackend {
         }
         if sync {
             retry(|| rfs::fdatasync(&*fd)).map_err(map_errno)?;
+            self.table_durable()?;
         }
         let st = rfs::fstat(&*fd).map_err(map_errno)?;
         Ok(self.attrs(&st, true))
@@ -171,14 +172,15 @@ impl Backend for LocalBackend {
         match ftype_of(&st) {
             FileType::Regular => {
                 let (fd, _) = self.io_fd(key, false)?;
-                retry(|| rfs::fsync(&*fd)).map_err(map_errno)
+                retry(|| rfs::fsync(&*fd)).map_err(map_errno)?;
             }
             FileType::Directory => {
                 let fd = self.open_dir_for_reading(pfd.as_fd())?;
-                retry(|| rfs::fsync(&fd)).map_err(map_errno)
+                retry(|| rfs::fsync(&fd)).map_err(map_errno)?;
             }
-            _ => Err(BackendError::Inval),
+            _ => return Err(BackendError::Inval),
         }
+        self.table_durable()
     }
 
     fn create_file(

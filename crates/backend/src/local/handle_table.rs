@@ -13,19 +13,30 @@
 //! where the file system has none) tells a reused inode number from the object that
 //! had it. A key is [`KEY_TAG`] then the id big-endian: no kernel handle starts so.
 //!
-//! New ids are committed without a sync and made durable by [`HandleTable::flush`],
-//! which the backend calls at the end of every COMPOUND (before its reply can carry
-//! them): one sync per COMPOUND, not per new object. Link updates are never synced on
-//! their own, since a lost one only costs a search when the object is next resolved.
+//! Every change is committed without a sync (redb's `Durability::None`; its
+//! `Eventual` is an `fdatasync` on Linux) and written, also without a sync, to the
+//! redo log beside the table (`handle_log.rs`) before the COMPOUND's reply can carry
+//! a new id: a killed server replays the log when it opens the table again, as the
+//! files it created are still in the page cache. A durable commit (one sync) empties
+//! the log: when a COMMIT or a stable WRITE makes data durable
+//! ([`HandleTable::make_durable`], so every handle of durable data survives a power
+//! loss), once [`SYNC_EVERY`] unsynced commits have piled up (redb frees pages only at
+//! a durable commit), at start and at close.
+//!
+//! A power loss may lose the log's tail, and with it ids a client was given for files
+//! not yet made durable: those handles answer `Stale`. So that a lost id is never
+//! given to another object, a table opened after an unclean stop (its `meta.open`
+//! still 1) moves `next` on by [`ID_GAP`], more than can be handed out between two
+//! durable commits.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use bytes::Bytes;
 use redb::{Database, Durability, ReadableTable, ReadableTableMetadata, TableDefinition};
 use txnfs_wal::{Dec, Enc};
 
+use super::handle_log::{Change, RedoLog};
 use crate::{BackendError, FileKey, Result};
 
 const OBJECTS: TableDefinition<u64, &[u8]> = TableDefinition::new("objects");
@@ -80,7 +91,7 @@ pub(super) struct Object {
 }
 
 impl Object {
-    fn encode(&self) -> Vec<u8> {
+    pub(super) fn encode(&self) -> Vec<u8> {
         let mut e = Enc::new();
         e.u64(self.identity.dev)
             .u64(self.identity.ino)
@@ -90,7 +101,7 @@ impl Object {
         e.into_vec()
     }
 
-    fn decode(raw: &[u8]) -> Result<Object> {
+    pub(super) fn decode(raw: &[u8]) -> Result<Object> {
         let mut d = Dec::copy_from(raw);
         let bad = |e: txnfs_wal::DecodeError| BackendError::Io(format!("handle table: {e}"));
         Ok(Object {
@@ -145,12 +156,33 @@ fn db_err(e: impl std::fmt::Display) -> BackendError {
 /// The table of one export.
 pub(super) struct HandleTable {
     db: Database,
-    /// Commits of new ids so far (counted after each commit returns).
-    assigned: AtomicU64,
-    /// How many of those a sync has made durable; held while syncing, so a flush that
-    /// waits here sees the work of the one before.
-    synced: Mutex<u64>,
+    /// Held across every write transaction and its log record, and across a durable
+    /// commit and the log's reset, so no record is emptied away before its commit is
+    /// durable.
+    writes: Mutex<Writes>,
+    /// Tests: the process "dies" at the drop (no closing sync).
+    #[cfg(test)]
+    crashed: std::sync::atomic::AtomicBool,
 }
+
+/// What the writers share.
+#[derive(Debug)]
+struct Writes {
+    /// The redo log (`None` for a table kept in memory).
+    log: Option<RedoLog>,
+    /// Unsynced commits that assigned ids, and of any kind, since the last durable one.
+    assigned: u64,
+    written: u64,
+}
+
+/// Unsynced commits after which the end of a COMPOUND syncs: redb reuses the pages
+/// of older versions only after a durable commit, and the log stays short.
+const SYNC_EVERY: u64 = 1024;
+
+/// How far `next` moves on after an unclean stop: far more ids than [`SYNC_EVERY`]
+/// commits can assign (a READDIR's at most, each), and 2^32 unclean stops before
+/// the ids run out.
+const ID_GAP: u64 = 1 << 32;
 
 impl std::fmt::Debug for HandleTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -170,11 +202,26 @@ impl HandleTable {
                 .create_with_backend(redb::backends::InMemoryBackend::new())
                 .map_err(db_err)?,
         };
+        let (log, replay) = match path {
+            Some(p) => {
+                let (log, changes) = RedoLog::open(&p.with_extension("log"))?;
+                (Some(log), changes)
+            }
+            None => (None, Vec::new()),
+        };
         let table = HandleTable {
             db,
-            assigned: AtomicU64::new(0),
-            synced: Mutex::new(0),
+            writes: Mutex::new(Writes {
+                log,
+                assigned: 0,
+                written: 0,
+            }),
+            #[cfg(test)]
+            crashed: std::sync::atomic::AtomicBool::new(false),
         };
+        if path.is_some() {
+            table.recover(&replay)?;
+        }
         let root_obj = Object {
             identity: root,
             parent: ROOT_ID,
@@ -205,6 +252,109 @@ impl HandleTable {
             w.commit().map_err(db_err)?;
         }
         Ok(table)
+    }
+
+    /// Applies what the log kept of the last run, moves `next` on by [`ID_GAP`] if
+    /// that run did not close the table, and marks the table open, in one durable
+    /// commit; then empties the log.
+    fn recover(&self, replay: &[Change]) -> Result<()> {
+        let mut writes = self.writes();
+        let w = self.db.begin_write().map_err(db_err)?;
+        {
+            let mut objects = w.open_table(OBJECTS).map_err(db_err)?;
+            let mut inodes = w.open_table(INODES).map_err(db_err)?;
+            let mut meta = w.open_table(META).map_err(db_err)?;
+            let mut next = meta.get("next").map_err(db_err)?.map(|v| v.value());
+            for c in replay {
+                match c {
+                    Change::Put { id, object } => {
+                        objects
+                            .insert(*id, object.encode().as_slice())
+                            .map_err(db_err)?;
+                        let at = (object.identity.dev, object.identity.ino);
+                        inodes.insert(at, *id).map_err(db_err)?;
+                    }
+                    Change::Remove { id } => remove_object(&mut objects, &mut inodes, *id)?,
+                    Change::Next(n) => next = Some(next.map_or(*n, |v| v.max(*n))),
+                }
+            }
+            let unclean = meta.get("open").map_err(db_err)?.map(|v| v.value()) == Some(1);
+            if let Some(n) = next {
+                let n = if unclean { n.saturating_add(ID_GAP) } else { n };
+                meta.insert("next", n).map_err(db_err)?;
+            }
+            if unclean || !replay.is_empty() {
+                tracing::info!(
+                    changes = replay.len(),
+                    "handle table: the last run did not close it; its log replayed, new ids skip {ID_GAP}"
+                );
+            }
+            meta.insert("open", 1).map_err(db_err)?;
+        }
+        w.commit().map_err(db_err)?;
+        if let Some(log) = writes.log.as_mut() {
+            log.reset()?;
+        }
+        Ok(())
+    }
+
+    fn writes(&self) -> MutexGuard<'_, Writes> {
+        // A panic in a writer leaves at worst a record for a commit that did not
+        // happen; replaying it records a real sighting.
+        self.writes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `change` in a write transaction committed without a sync, and logs the
+    /// changes it lists; `assigns` says whether it handed out ids.
+    fn write<T>(
+        &self,
+        change: impl FnOnce(&redb::WriteTransaction, &mut Vec<Change>) -> Result<(T, bool)>,
+    ) -> Result<T> {
+        let mut writes = self.writes();
+        let mut w = self.db.begin_write().map_err(db_err)?;
+        let mut changes = Vec::new();
+        let (out, assigns) = change(&w, &mut changes)?;
+        w.set_durability(Durability::None);
+        w.commit().map_err(db_err)?;
+        if let Some(log) = writes.log.as_mut() {
+            log.append(&changes)?;
+        }
+        writes.written += 1;
+        writes.assigned += u64::from(assigns);
+        Ok(out)
+    }
+
+    /// One durable commit (which makes the unsynced ones before it durable too), then
+    /// an empty log, when `due(&writes)` says so; `open` is what `meta.open` becomes.
+    fn sync(&self, due: impl Fn(&Writes) -> bool, open: u64) -> Result<()> {
+        let mut writes = self.writes();
+        if !due(&writes) {
+            return Ok(());
+        }
+        let w = self.db.begin_write().map_err(db_err)?;
+        {
+            let mut meta = w.open_table(META).map_err(db_err)?;
+            meta.insert("open", open).map_err(db_err)?;
+        }
+        w.commit().map_err(db_err)?;
+        if let Some(log) = writes.log.as_mut() {
+            log.reset()?;
+        }
+        writes.assigned = 0;
+        writes.written = 0;
+        Ok(())
+    }
+
+    /// The end of a COMPOUND: new ids are in the log already; a durable commit only
+    /// every [`SYNC_EVERY`] unsynced ones.
+    pub(super) fn flush(&self) -> Result<()> {
+        self.sync(|w| w.written >= SYNC_EVERY, 1)
+    }
+
+    /// Data was made durable (COMMIT, a stable WRITE): so are the ids handed out so
+    /// far, so that a handle to durable data survives a power loss.
+    pub(super) fn make_durable(&self) -> Result<()> {
+        self.sync(|w| w.assigned > 0, 1)
     }
 
     /// The row of `id`, if it has one.
@@ -272,10 +422,9 @@ impl HandleTable {
 
     /// The write half of `ids_for`: one transaction for every sighting.
     fn write_sightings(&self, seen: &[Sighting<'_>], relink: bool) -> Result<Vec<u64>> {
-        let mut ids = Vec::with_capacity(seen.len());
-        let mut w = self.db.begin_write().map_err(db_err)?;
-        let mut assigned = false;
-        {
+        self.write(|w, changes| {
+            let mut ids = Vec::with_capacity(seen.len());
+            let mut assigned = false;
             let mut objects = w.open_table(OBJECTS).map_err(db_err)?;
             let mut inodes = w.open_table(INODES).map_err(db_err)?;
             let mut meta = w.open_table(META).map_err(db_err)?;
@@ -306,75 +455,54 @@ impl HandleTable {
                     Some((id, _)) => {
                         // The inode number was reused: the old object is gone.
                         objects.remove(id).map_err(db_err)?;
+                        changes.push(Change::Remove { id });
                         assigned = true;
-                        let id = next;
                         next += 1;
-                        id
+                        next - 1
                     }
                     None => {
                         assigned = true;
-                        let id = next;
                         next += 1;
-                        id
+                        next - 1
                     }
                 };
-                let row = Object {
+                let object = Object {
                     identity: s.identity,
                     parent: s.parent,
                     name: Bytes::copy_from_slice(s.name),
                 };
                 objects
-                    .insert(id, row.encode().as_slice())
+                    .insert(id, object.encode().as_slice())
                     .map_err(db_err)?;
                 inodes.insert(at, id).map_err(db_err)?;
+                changes.push(Change::Put { id, object });
                 ids.push(id);
             }
             meta.insert("next", next).map_err(db_err)?;
-        }
-        // Synced by `flush` (new ids) or never (only links moved: see `relink`).
-        w.set_durability(Durability::Eventual);
-        w.commit().map_err(db_err)?;
-        if assigned {
-            self.assigned.fetch_add(1, Ordering::SeqCst);
-        }
-        Ok(ids)
-    }
-
-    /// Makes every id assigned so far durable (one sync for all of them; nothing when
-    /// none is new since the last flush).
-    pub(super) fn flush(&self) -> Result<()> {
-        let target = self.assigned.load(Ordering::SeqCst);
-        let mut synced = self.synced.lock().unwrap_or_else(|e| e.into_inner());
-        if *synced >= target {
-            return Ok(());
-        }
-        // An Immediate commit makes the Eventual ones before it durable too.
-        let w = self.db.begin_write().map_err(db_err)?;
-        w.commit().map_err(db_err)?;
-        *synced = target;
-        Ok(())
+            changes.push(Change::Next(next));
+            Ok((ids, assigned))
+        })
     }
 
     /// Records that object `id` is now `name` in directory `parent` (a rename through
-    /// the server, or a link found by a search). Not synced: see the module doc.
+    /// the server, or a link found by a search).
     pub(super) fn relink(&self, id: u64, parent: u64, name: &[u8]) -> Result<()> {
-        let Some(mut obj) = self.get(id)? else {
+        let Some(mut object) = self.get(id)? else {
             return Ok(());
         };
-        if obj.parent == parent && obj.name == name {
+        if object.parent == parent && object.name == name {
             return Ok(());
         }
-        obj.parent = parent;
-        obj.name = Bytes::copy_from_slice(name);
-        let mut w = self.db.begin_write().map_err(db_err)?;
-        w.set_durability(Durability::Eventual);
-        {
+        object.parent = parent;
+        object.name = Bytes::copy_from_slice(name);
+        self.write(|w, changes| {
             let mut objects = w.open_table(OBJECTS).map_err(db_err)?;
             objects
-                .insert(id, obj.encode().as_slice())
+                .insert(id, object.encode().as_slice())
                 .map_err(db_err)?;
-        }
-        w.commit().map_err(db_err)
+            changes.push(Change::Put { id, object });
+            Ok(((), false))
+        })
     }
 
     /// Drops object `id` (its last link is gone): its handles are stale from now on.
@@ -382,24 +510,13 @@ impl HandleTable {
         if id == ROOT_ID {
             return Ok(());
         }
-        let mut w = self.db.begin_write().map_err(db_err)?;
-        w.set_durability(Durability::Eventual);
-        {
+        self.write(|w, changes| {
             let mut objects = w.open_table(OBJECTS).map_err(db_err)?;
             let mut inodes = w.open_table(INODES).map_err(db_err)?;
-            let removed = objects
-                .remove(id)
-                .map_err(db_err)?
-                .map(|v| Object::decode(v.value()))
-                .transpose()?;
-            if let Some(o) = removed {
-                let at = (o.identity.dev, o.identity.ino);
-                if inodes.get(at).map_err(db_err)?.map(|v| v.value()) == Some(id) {
-                    inodes.remove(at).map_err(db_err)?;
-                }
-            }
-        }
-        w.commit().map_err(db_err)
+            remove_object(&mut objects, &mut inodes, id)?;
+            changes.push(Change::Remove { id });
+            Ok(((), false))
+        })
     }
 
     /// Number of objects recorded (tests, reports).
@@ -410,10 +527,36 @@ impl HandleTable {
     }
 }
 
+/// Removes `objects[id]`, and `inodes[(dev, ino)]` where it names `id`.
+fn remove_object(
+    objects: &mut redb::Table<'_, u64, &[u8]>,
+    inodes: &mut redb::Table<'_, (u64, u64), u64>,
+    id: u64,
+) -> Result<()> {
+    let removed = objects
+        .remove(id)
+        .map_err(db_err)?
+        .map(|v| Object::decode(v.value()))
+        .transpose()?;
+    if let Some(o) = removed {
+        let at = (o.identity.dev, o.identity.ino);
+        if inodes.get(at).map_err(db_err)?.map(|v| v.value()) == Some(id) {
+            inodes.remove(at).map_err(db_err)?;
+        }
+    }
+    Ok(())
+}
+
 impl Drop for HandleTable {
+    /// A clean close: everything durable, the log empty, `meta.open` 0 (no gap at the
+    /// next start).
     fn drop(&mut self) {
-        if let Err(e) = self.flush() {
-            tracing::warn!(error = %e, "handle table: new ids not synced at close");
+        #[cfg(test)]
+        if self.crashed.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        if let Err(e) = self.sync(|_| true, 0) {
+            tracing::warn!(error = %e, "handle table: not synced at close");
         }
     }
 }
@@ -481,5 +624,86 @@ mod tests {
         assert_eq!(t.get(b).unwrap(), None);
         assert_eq!(t.id_of(&ident(11, 6)).unwrap(), None);
         assert_eq!(t.len().unwrap(), 2);
+    }
+
+    fn sighting(ino: u64, name: &'static [u8]) -> Sighting<'static> {
+        Sighting {
+            identity: ident(ino, 1),
+            parent: ROOT_ID,
+            name,
+        }
+    }
+
+    fn new_id(t: &HandleTable, ino: u64) -> u64 {
+        t.ids_for(&[sighting(ino, b"x")], false).unwrap()[0]
+    }
+
+    #[test]
+    fn an_unclean_stop_replays_the_log_and_never_gives_a_lost_id_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("handles.redb");
+        let log = dir.path().join("handles.log");
+        let a = {
+            let t = HandleTable::open(Some(&path), ident(2, 1)).unwrap();
+            let a = new_id(&t, 10);
+            t.flush().unwrap();
+            assert!(
+                std::fs::metadata(&log).unwrap().len() > 0,
+                "the id is in the log"
+            );
+            t.crashed.store(true, std::sync::atomic::Ordering::Relaxed);
+            a
+        };
+        // What the log kept beyond what redb made durable: an id the dying server gave.
+        {
+            let (mut l, _) = RedoLog::open(&log).unwrap();
+            let object = Object {
+                identity: ident(50, 1),
+                parent: ROOT_ID,
+                name: Bytes::from_static(b"late"),
+            };
+            l.append(&[Change::Put { id: 999, object }, Change::Next(1000)])
+                .unwrap();
+        }
+        let b = {
+            let t = HandleTable::open(Some(&path), ident(2, 1)).unwrap();
+            assert_eq!(
+                std::fs::metadata(&log).unwrap().len(),
+                0,
+                "replayed, emptied"
+            );
+            assert_eq!(t.id_of(&ident(10, 1)).unwrap(), Some(a));
+            assert_eq!(t.id_of(&ident(50, 1)).unwrap(), Some(999));
+            assert_eq!(
+                t.get(999).unwrap().unwrap().name,
+                Bytes::from_static(b"late")
+            );
+            let b = new_id(&t, 11);
+            assert!(b >= 1000 + ID_GAP, "ids of an unclean run are skipped: {b}");
+            b
+        };
+        // A clean close: no gap at the next start.
+        let t = HandleTable::open(Some(&path), ident(2, 1)).unwrap();
+        assert_eq!(new_id(&t, 12), b + 1);
+    }
+
+    #[test]
+    fn data_made_durable_makes_the_ids_durable_and_empties_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("handles.redb");
+        let log = dir.path().join("handles.log");
+        let t = HandleTable::open(Some(&path), ident(2, 1)).unwrap();
+        new_id(&t, 10);
+        t.flush().unwrap();
+        assert!(std::fs::metadata(&log).unwrap().len() > 0);
+        t.make_durable().unwrap();
+        assert_eq!(std::fs::metadata(&log).unwrap().len(), 0);
+        // Nothing new: no sync, nothing logged.
+        t.make_durable().unwrap();
+        t.relink(2, ROOT_ID, b"y").unwrap();
+        assert!(
+            std::fs::metadata(&log).unwrap().len() > 0,
+            "links are logged too"
+        );
     }
 }

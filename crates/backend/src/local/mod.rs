@@ -54,6 +54,7 @@ mod descriptors;
 mod dirwatch;
 mod errors;
 mod fd_cache;
+mod handle_log;
 mod handle_table;
 mod handles;
 mod io;

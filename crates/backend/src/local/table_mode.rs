@@ -80,6 +80,15 @@ struct Found {
 }
 
 impl LocalBackend {
+    /// Data was made durable: so are the table's ids, so that every handle of durable
+    /// data survives a power loss (a no-op in kernel mode).
+    pub(super) fn table_durable(&self) -> Result<()> {
+        match &self.table {
+            Some(t) => t.make_durable(),
+            None => Ok(()),
+        }
+    }
+
     /// The handle table (table mode only).
     fn table(&self) -> Result<&HandleTable> {
         self.table
