@@ -30,6 +30,7 @@
 //! durable commits.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use bytes::Bytes;
@@ -160,6 +161,9 @@ pub(super) struct HandleTable {
     /// commit and the log's reset, so no record is emptied away before its commit is
     /// durable.
     writes: Mutex<Writes>,
+    /// Unsynced commits since the last durable one (a copy of `Writes::written` that
+    /// the end of every COMPOUND reads without taking the lock).
+    unsynced: AtomicU64,
     /// Tests: the process "dies" at the drop (no closing sync).
     #[cfg(test)]
     crashed: std::sync::atomic::AtomicBool,
@@ -216,6 +220,7 @@ impl HandleTable {
                 assigned: 0,
                 written: 0,
             }),
+            unsynced: AtomicU64::new(0),
             #[cfg(test)]
             crashed: std::sync::atomic::AtomicBool::new(false),
         };
@@ -320,6 +325,7 @@ impl HandleTable {
             log.append(&changes)?;
         }
         writes.written += 1;
+        self.unsynced.store(writes.written, Ordering::Relaxed);
         writes.assigned += u64::from(assigns);
         Ok(out)
     }
@@ -342,12 +348,16 @@ impl HandleTable {
         }
         writes.assigned = 0;
         writes.written = 0;
+        self.unsynced.store(0, Ordering::Relaxed);
         Ok(())
     }
 
     /// The end of a COMPOUND: new ids are in the log already; a durable commit only
     /// every [`SYNC_EVERY`] unsynced ones.
     pub(super) fn flush(&self) -> Result<()> {
+        if self.unsynced.load(Ordering::Relaxed) < SYNC_EVERY {
+            return Ok(());
+        }
         self.sync(|w| w.written >= SYNC_EVERY, 1)
     }
 
