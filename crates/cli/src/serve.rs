@@ -352,14 +352,10 @@ fn check(a: &ServeArgs) -> Result<()> {
     Ok(())
 }
 
-/// How a reload reads the exports again: the same flags, the files read anew.
+/// How a reload reads the configuration again: the same flags, the files read anew.
 fn config_source(a: &ServeArgs) -> txnfs_server::reload::ConfigSource {
     let a = a.clone();
-    Box::new(move || {
-        build_config(&a)
-            .map(|cfg| cfg.exports)
-            .map_err(|e| format!("{e:#}"))
-    })
+    Box::new(move || build_config(&a).map_err(|e| format!("{e:#}")))
 }
 
 pub fn run(a: ServeArgs) -> Result<()> {
