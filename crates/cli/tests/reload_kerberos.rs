@@ -52,6 +52,33 @@ fn write_as_alice(kdc: &Kdc, port: u16, src: &Path, export: &Path, name: &str) -
     (md.uid(), md.gid())
 }
 
+/// `txnfs serve --keytab KEYTAB --gss-map MAP` of `dir/export` as `/krb` (krb5i only).
+fn serve(kdc: &Kdc, dir: &Path, keytab: &Path, map: &Path) -> (Serving, u16) {
+    let export = dir.join("export");
+    std::fs::create_dir_all(&export).unwrap();
+    // Writable by every mapped user.
+    std::fs::set_permissions(&export, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let port = free_port();
+    let mut cmd = Command::new(bin());
+    cmd.args(["serve", "--no-rpcbind", "--no-grace", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .args(["--keytab", s(keytab), "--gss-map", s(map)])
+        .args(["--client", "127.0.0.1(rw,no_root_squash,sec=krb5i)"])
+        .arg("--export")
+        .arg(format!("/krb={}", export.display()))
+        .env("TXNFS_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (k, v) in kdc.env() {
+        cmd.env(k, v);
+    }
+    let server = Serving(cmd.spawn().unwrap());
+    wait_listening(port);
+    (server, port)
+}
+
 #[test]
 fn a_reload_changes_which_uid_a_principal_acts_as() {
     let dir = tempfile::tempdir().unwrap();
@@ -67,24 +94,7 @@ fn a_reload_changes_which_uid_a_principal_acts_as() {
     let src = d.join("source.bin");
     std::fs::write(&src, b"written by alice\n").unwrap();
 
-    let port = free_port();
-    let mut cmd = Command::new(bin());
-    cmd.args(["serve", "--no-rpcbind", "--no-grace", "--listen"])
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--state-dir")
-        .arg(d.join("state"))
-        .args(["--keytab", s(&kdc.service_keytab), "--gss-map", s(&map)])
-        .args(["--client", "127.0.0.1(rw,no_root_squash,sec=krb5i)"])
-        .arg("--export")
-        .arg(format!("/krb={}", export.display()))
-        .env("TXNFS_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    for (k, v) in kdc.env() {
-        cmd.env(k, v);
-    }
-    let mut server = Serving(cmd.spawn().unwrap());
-    wait_listening(port);
+    let (mut server, port) = serve(&kdc, d, &kdc.service_keytab, &map);
     let reload = || txnfs(&kdc, &["reload", "--state-dir", s(&d.join("state"))]);
 
     assert_eq!(
@@ -131,4 +141,31 @@ fn a_reload_changes_which_uid_a_principal_acts_as() {
         log.contains("INFO txnfs_server::reload: gss map reloaded: 1 principal(s)"),
         "{log}"
     );
+}
+
+#[test]
+fn a_rekeyed_keytab_at_the_same_path_is_used_without_a_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let kdc_dir = d.join("kdc");
+    std::fs::create_dir(&kdc_dir).unwrap();
+    let kdc = Kdc::start(&kdc_dir).unwrap_or_else(|e| panic!("cannot start the test KDC: {e}"));
+    let map = kdc.write_gss_map(&d.join("gss-map"), 1000, 1000);
+    // The server starts with a key the KDC does not know.
+    let keytab = d.join("nfs.keytab");
+    std::fs::copy(&kdc.wrong_keytab, &keytab).unwrap();
+    let (mut server, port) = serve(&kdc, d, &keytab, &map);
+    let src = d.join("source.bin");
+    std::fs::write(&src, b"written by alice\n").unwrap();
+    let url = format!("nfs://127.0.0.1:{port}/krb/f.txt");
+    let out = txnfs(&kdc, &["cp", "--sec", "krb5i", s(&src), &url]);
+    assert!(!out.status.success(), "a stale key was accepted: {out:?}");
+    // The current keys at the same path: the next context uses them.
+    std::fs::copy(&kdc.service_keytab, &keytab).unwrap();
+    let out = txnfs(&kdc, &["cp", "--sec", "krb5i", s(&src), &url]);
+    assert!(
+        out.status.success(),
+        "the rekeyed keytab was not used: {out:?}"
+    );
+    terminate(&mut server.0);
 }
