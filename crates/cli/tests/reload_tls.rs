@@ -7,7 +7,9 @@
 //! trusting only the old CA is refused (UnknownIssuer) and writes nothing; a connection
 //! made in TLS before the reload still answers; a key that does not go with the
 //! certificate, or a certificate file that holds no PEM, makes `txnfs reload` exit 1
-//! naming the problem, and the certificate loaded before is still served.
+//! naming the problem, and the certificate loaded before is still served. With `tls =
+//! {...}` in the configuration file: other files and a client CA are taken by a reload,
+//! and a file without TLS is named as waiting for a restart while TLS goes on.
 
 mod common;
 
@@ -211,4 +213,76 @@ fn a_reload_serves_a_renewed_certificate_at_the_same_path() {
         "{log}"
     );
     assert_eq!(std::fs::read(d.join("export/b.bin")).unwrap(), data);
+}
+
+#[test]
+fn tls_of_the_config_file_reloads_and_turning_it_off_waits_for_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (ca1, ca2) = (TestCa::new(d, "one"), TestCa::new(d, "two"));
+    let (cert_a, cert_b) = (ca1.server(d, "a"), ca2.server(d, "b"));
+    let export = d.join("export");
+    std::fs::create_dir(&export).unwrap();
+    let config = d.join("txnfs.toml");
+    let write = |tls: &str| {
+        let text = format!("{tls}[[exports]]\nname = \"/\"\npath = {export:?}\n");
+        std::fs::write(&config, text).unwrap();
+    };
+    write(&format!(
+        "tls = {{ cert = {:?}, key = {:?} }}\n",
+        cert_a.cert, cert_a.key
+    ));
+    let port = free_port();
+    let child = Command::new(bin())
+        .args(["serve", "--no-rpcbind", "--no-grace", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--state-dir")
+        .arg(d.join("state"))
+        .arg("--config")
+        .arg(&config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut server = Serving(child);
+    wait_listening(port);
+    let src = d.join("source.bin");
+    std::fs::write(&src, b"over TLS\n").unwrap();
+    let url = format!("nfs://127.0.0.1:{port}/f.txt");
+    let cp = |ca: &Path| txnfs(&["cp", "--tls", "--tls-ca", s(ca), s(&src), &url]);
+    assert!(cp(&ca1.cert_pem).status.success());
+
+    // Other files, and client certificates verified from now on.
+    write(&format!(
+        "tls = {{ cert = {:?}, key = {:?}, client_ca = {:?} }}\n",
+        cert_b.cert, cert_b.key, ca2.cert_pem
+    ));
+    let (ok, answer, err) = reload(d);
+    assert!(ok, "{answer}{err}");
+    assert!(
+        answer.starts_with("tls certificate reloaded: CN="),
+        "{answer}"
+    );
+    assert!(
+        answer.contains(&format!(
+            "; client certificates checked against {}\n",
+            ca2.cert_pem.display()
+        )),
+        "{answer}"
+    );
+    assert!(cp(&ca2.cert_pem).status.success());
+    assert!(!cp(&ca1.cert_pem).status.success());
+
+    // Without TLS: named as waiting for a restart; B is still served meanwhile.
+    write("");
+    let (ok, answer, err) = reload(d);
+    assert!(ok, "{answer}{err}");
+    assert_eq!(
+        answer,
+        "tls (turning RPC-with-TLS on or off) changed: takes effect after a restart\n\
+         1 export(s) unchanged; nothing to apply\n"
+    );
+    assert!(cp(&ca2.cert_pem).status.success());
+    let (status, log) = terminate(&mut server.0);
+    assert!(status.success(), "{log}");
 }

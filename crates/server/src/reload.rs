@@ -91,11 +91,7 @@ enum TlsStep {
     /// Neither before nor after.
     Off,
     /// Loaded and checked: swapped in once everything else is checked too.
-    Replace(
-        Arc<txnfs_rpc::ServerTls>,
-        txnfs_rpc::ServerTls,
-        Option<TlsFiles>,
-    ),
+    Replace(Arc<txnfs_rpc::ServerTls>, txnfs_rpc::ServerTls, TlsFiles),
     /// Turned on or off: named as waiting for a restart.
     Restart,
 }
@@ -105,7 +101,7 @@ fn prepare_tls(server: &Server, new: &Config) -> Result<TlsStep, ReloadError> {
     Ok(match (server.tls.get(), &new.tls) {
         (None, None) => TlsStep::Off,
         (Some(running), Some(files)) => {
-            TlsStep::Replace(running.clone(), files.load()?, Some(files.clone()))
+            TlsStep::Replace(running.clone(), files.load()?, files.clone())
         }
         _ => TlsStep::Restart,
     })
@@ -124,14 +120,27 @@ pub fn apply_config(server: &Server, new: &Config) -> Result<ReloadReport, Reloa
         reloaded: Vec::new(),
         need_restart: restart_only_changes(&server.cfg, new),
     };
-    match tls {
+    swap_tls(tls, &mut report);
+    swap_map(server, new, map, &mut report);
+    for line in &report.reloaded {
+        tracing::info!("{line}");
+    }
+    for line in report.restart_lines() {
+        tracing::warn!("{line}");
+    }
+    Ok(report)
+}
+
+/// Swaps the checked TLS configuration in (or names TLS as waiting for a restart).
+fn swap_tls(step: TlsStep, report: &mut ReloadReport) {
+    match step {
         TlsStep::Off => {}
         TlsStep::Restart => report
             .need_restart
             .push("tls (turning RPC-with-TLS on or off)".into()),
         TlsStep::Replace(running, next, files) => {
             let (before, after) = (running.certificate(), next.certificate());
-            let client_ca = match files.as_ref().and_then(|f| f.client_ca.as_ref()) {
+            let client_ca = match &files.client_ca {
                 Some(ca) => format!("; client certificates checked against {}", ca.display()),
                 None => String::new(),
             };
@@ -143,8 +152,12 @@ pub fn apply_config(server: &Server, new: &Config) -> Result<ReloadReport, Reloa
             });
         }
     }
-    let map_file = new.kerberos.as_ref().and_then(|k| k.map.as_ref());
-    match map_file {
+}
+
+/// Swaps the checked principal map in; names Kerberos as waiting for a restart when
+/// the new configuration wants it and it is not running.
+fn swap_map(server: &Server, new: &Config, map: PrincipalMap, report: &mut ReloadReport) {
+    match new.kerberos.as_ref().and_then(|k| k.map.as_ref()) {
         Some(file) => report.reloaded.push(format!(
             "gss map reloaded: {} principal(s) from {}",
             map.len(),
@@ -156,19 +169,12 @@ pub fn apply_config(server: &Server, new: &Config) -> Result<ReloadReport, Reloa
         None => {}
     }
     server.principals.replace_with(map);
-    let gss_wanted = new.kerberos.is_some() || wants_kerberos(&new.exports);
-    if server.gss().is_none() && gss_wanted {
+    let wanted = new.kerberos.is_some() || wants_kerberos(&new.exports);
+    if server.gss().is_none() && wanted {
         report
             .need_restart
             .push("kerberos (RPCSEC_GSS is not running)".into());
     }
-    for line in &report.reloaded {
-        tracing::info!("{line}");
-    }
-    for line in report.restart_lines() {
-        tracing::warn!("{line}");
-    }
-    Ok(report)
 }
 
 /// Whether an export rule names a Kerberos flavour (then Kerberos runs; ADR 0051).
