@@ -218,9 +218,14 @@ impl ServerTls {
             .clone()
     }
 
-    /// The acceptor for a handshake starting now.
+    /// The acceptor for a handshake starting now (the read lock is held for the clone
+    /// of one `Arc` only).
     pub(crate) fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
-        self.loaded().acceptor
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .acceptor
+            .clone()
     }
 
     /// Whether client certificates are asked for and verified (a client CA is set).
