@@ -110,7 +110,8 @@ enum Cmd {
     /// delegations (read from its state directory's control socket).
     Stats(stats::StatsArgs),
     /// Make a running server read its configuration again and apply the export
-    /// changes (through its state directory's control socket; SIGHUP does the same).
+    /// changes, the TLS certificate and the principal map (through its state
+    /// directory's control socket; SIGHUP does the same).
     Reload(reload::ReloadArgs),
     /// Benchmarks: run a workload, or compare servers side by side (runs the separate
     /// txnfs-bench binary: `txnfs bench --help`).

@@ -1,6 +1,7 @@
 //! `txnfs reload`: asks a running server, through the control socket in its state
-//! directory (ADR 0045), to read its configuration again and apply the export changes
-//! (ADR 0048); prints what changed, or why nothing did (exit status 1).
+//! directory (ADR 0045), to read its configuration again and apply the changes it can
+//! (exports, TLS certificate, principal map; ADR 0048); prints what changed and what
+//! waits for a restart, or why nothing changed (exit status 1).
 
 use anyhow::{bail, Result};
 use clap::Args;
@@ -12,8 +13,12 @@ use txnfs_server::reload::REFUSED;
     txnfs reload                                 the server on the default state directory\n  \
     txnfs reload --state-dir /tmp/txnfs-state    the server started with that --state-dir\n\n\
     The server reads the --config and --exports files again (and keeps its command-line\n\
-    exports), checks everything, and applies export additions, removals and rule changes;\n\
-    an invalid configuration changes nothing. SIGHUP to `txnfs serve` does the same.")]
+    flags), checks everything, and applies export additions, removals and rule changes,\n\
+    the TLS certificate, key and client CAs (read again from their files) and the\n\
+    Kerberos principal map; it names every other setting that changed as taking effect\n\
+    after a restart. An invalid configuration (a TLS key that is not the certificate's,\n\
+    a bad map line, a missing export directory...) changes nothing and exits 1 with the\n\
+    reason. SIGHUP to `txnfs serve` does the same.")]
 pub struct ReloadArgs {
     /// The state directory of the server to reload (as given to `txnfs serve`; default
     /// /var/lib/txnfs for root, else ~/.local/state/txnfs).

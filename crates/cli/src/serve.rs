@@ -33,8 +33,12 @@ pub struct KerberosArgs {
     txnfs serve --handles table /srv/data      handles from a table in the state directory (as a normal user: the default)\n  \
     txnfs serve --check --config /etc/txnfs.toml   check a configuration, serve nothing\n\n\
     RELOAD: SIGHUP or `txnfs reload` reads the configuration again (the --config and\n\
-    --exports files, and the flags the server was started with) and applies export\n\
-    additions, removals and rule changes without a restart; other settings need one.\n\n\
+    --exports files, and the flags the server was started with) and applies, without a\n\
+    restart: export additions, removals and rule changes; the TLS certificate, key and\n\
+    client CAs (the files read again, e.g. a renewed certificate at the same path; new\n\
+    handshakes use it, open connections keep theirs); the --gss-map principal map. The\n\
+    answer names every other setting that changed (listen, lease_time, limits, TLS on or\n\
+    off, the keytab path...): it takes effect after a restart. A bad file changes nothing.\n\n\
     CONFIG FILE (TOML, same settings as the flags):\n  \
     listen = \"127.0.0.1:2049\"\n  \
     state_dir = \"/var/lib/txnfs\"\n  \
@@ -352,14 +356,10 @@ fn check(a: &ServeArgs) -> Result<()> {
     Ok(())
 }
 
-/// How a reload reads the exports again: the same flags, the files read anew.
+/// How a reload reads the configuration again: the same flags, the files read anew.
 fn config_source(a: &ServeArgs) -> txnfs_server::reload::ConfigSource {
     let a = a.clone();
-    Box::new(move || {
-        build_config(&a)
-            .map(|cfg| cfg.exports)
-            .map_err(|e| format!("{e:#}"))
-    })
+    Box::new(move || build_config(&a).map_err(|e| format!("{e:#}")))
 }
 
 pub fn run(a: ServeArgs) -> Result<()> {
@@ -375,7 +375,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     rt.block_on(async move {
         // The signal handlers first: a SIGTERM or SIGINT that arrives while the server
         // starts (binding, registering with rpcbind) must stop it cleanly too, not kill
-        // it. SIGHUP reloads the exports (ADR 0048).
+        // it. SIGHUP reloads the configuration (ADR 0048).
         use tokio::signal::unix::{signal, SignalKind};
         let mut term = signal(SignalKind::terminate()).context("cannot catch SIGTERM")?;
         let mut int = signal(SignalKind::interrupt()).context("cannot catch SIGINT")?;

@@ -2,8 +2,10 @@
 //! FILE`, the file rewritten, then `txnfs reload` or SIGHUP. Outcomes asserted over a
 //! raw NFSv4.1 session: a new export is served while an open file of another export
 //! keeps its session and stateid; a refused configuration changes nothing; a rule
-//! change makes WRITE answer ROFS; a removed export's handles answer STALE. And `serve
-//! --check` on good and bad configurations.
+//! change makes WRITE answer ROFS; a removed export's handles answer STALE; settings a
+//! reload does not apply (listen, lease_time, max_connections) are named as waiting for
+//! a restart, and the old address is still served. And `serve --check` on good and bad
+//! configurations.
 
 mod common;
 
@@ -366,6 +368,61 @@ fn a_removed_export_answers_stale() {
         assert_eq!(read_fh(&mut s, &fh_a, &sid_a).await.1, &b"alpha"[..]);
     });
     terminate(&mut server);
+}
+
+#[test]
+fn settings_a_reload_does_not_apply_are_named() {
+    let t = Setup::new();
+    let other_port = free_port();
+    let write = |listen: u16, head: &str| {
+        let text = format!(
+            "listen = \"127.0.0.1:{listen}\"\n{head}[[exports]]\nname = \"/a\"\npath = {:?}\n",
+            t.path("a")
+        );
+        std::fs::write(t.config(), text).unwrap();
+    };
+    write(t.port, "lease_time = 60\n");
+    // The listen address comes from the file only (a flag would win over it).
+    let child = Command::new(bin())
+        .args(["serve", "--no-rpcbind", "--no-grace", "--state-dir"])
+        .arg(t.state())
+        .arg("--config")
+        .arg(t.config())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut server = child;
+    wait_listening(t.port);
+
+    write(other_port, "lease_time = 30\nmax_connections = 100\n");
+    let (ok, out, err) = t.reload();
+    assert!(ok, "{out}{err}");
+    assert_eq!(
+        out,
+        "listen changed: takes effect after a restart\n\
+         lease_time changed: takes effect after a restart\n\
+         max_connections changed: takes effect after a restart\n\
+         1 export(s) unchanged; nothing to apply\n"
+    );
+    // Still served where it was, not on the new address.
+    assert!(std::net::TcpStream::connect(("127.0.0.1", other_port)).is_err());
+    let rt = runtime();
+    rt.block_on(async {
+        let mut s = t.session(b"settings").await;
+        assert_eq!(root_names(&mut s).await, ["a"]);
+    });
+    // Back to the running values: nothing is named.
+    write(t.port, "lease_time = 60\n");
+    let (ok, out, _) = t.reload();
+    assert!(ok);
+    assert_eq!(out, "1 export(s) unchanged; nothing to apply\n");
+    let (status, log) = terminate(&mut server);
+    assert!(status.success(), "{log}");
+    assert!(
+        log.contains("WARN txnfs_server::reload: listen changed: takes effect after a restart"),
+        "{log}"
+    );
 }
 
 /// `txnfs serve --check ARGS`: (succeeded, stdout, stderr).

@@ -82,7 +82,7 @@ pub(crate) async fn accept(mut stream: TcpStream, tls: &ServerTls, peer: SocketA
     let upgraded = tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
         stream.read_exact(&mut rest).await?;
         stream.write_all(&starttls_reply(xid)).await?;
-        tls.acceptor.accept(stream).await
+        tls.acceptor().accept(stream).await
     })
     .await;
     match upgraded {

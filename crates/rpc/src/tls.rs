@@ -7,7 +7,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -117,17 +117,42 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 /// The server's side: its certificate chain and key, and the CAs whose client
-/// certificates it verifies (mTLS) when configured.
+/// certificates it verifies (mTLS) when configured. Replaceable while serving
+/// ([`ServerTls::replace_with`]): a handshake takes the configuration current when it
+/// starts, a connection already in TLS keeps the one it was made with.
 pub struct ServerTls {
-    pub(crate) acceptor: tokio_rustls::TlsAcceptor,
+    current: RwLock<Loaded>,
+}
+
+/// One loaded configuration of [`ServerTls`].
+#[derive(Clone)]
+struct Loaded {
+    acceptor: tokio_rustls::TlsAcceptor,
     verifies_clients: bool,
+    /// The leaf certificate, for the administrator: `CN=... sha256:...`.
+    certificate: String,
 }
 
 impl fmt::Debug for ServerTls {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let l = self.loaded();
         f.debug_struct("ServerTls")
-            .field("verifies_clients", &self.verifies_clients)
+            .field("certificate", &l.certificate)
+            .field("verifies_clients", &l.verifies_clients)
             .finish_non_exhaustive()
+    }
+}
+
+/// `CN=<common name> sha256:<first 16 hex digits of the fingerprint>` of `cert`.
+fn describe(cert: &CertificateDer<'_>) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, cert.as_ref());
+    let hex: String = digest.as_ref()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    match crate::x509name::subject_common_name(cert.as_ref()) {
+        Some(cn) => format!("CN={cn} sha256:{hex}"),
+        None => format!("sha256:{hex}"),
     }
 }
 
@@ -142,6 +167,7 @@ impl ServerTls {
         client_ca: Option<&Path>,
     ) -> Result<Self, TlsConfigError> {
         let chain = certificates("TLS certificate", cert)?;
+        let certificate = describe(&chain[0]);
         let private = private_key(key)?;
         let builder = ServerConfig::builder_with_provider(provider())
             .with_protocol_versions(&[&rustls::version::TLS13])
@@ -177,14 +203,48 @@ impl ServerTls {
                 })?;
         config.alpn_protocols = vec![ALPN_SUNRPC.to_vec()];
         Ok(ServerTls {
-            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
-            verifies_clients: client_ca.is_some(),
+            current: RwLock::new(Loaded {
+                acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+                verifies_clients: client_ca.is_some(),
+                certificate,
+            }),
         })
+    }
+
+    fn loaded(&self) -> Loaded {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The acceptor for a handshake starting now (the read lock is held for the clone
+    /// of one `Arc` only).
+    pub(crate) fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .acceptor
+            .clone()
     }
 
     /// Whether client certificates are asked for and verified (a client CA is set).
     pub fn verifies_clients(&self) -> bool {
-        self.verifies_clients
+        self.loaded().verifies_clients
+    }
+
+    /// The leaf certificate served now: `CN=<subject common name> sha256:<the first 16
+    /// hex digits of its SHA-256 fingerprint>`.
+    pub fn certificate(&self) -> String {
+        self.loaded().certificate
+    }
+
+    /// Serve `next`'s certificate, key and client CAs from the next handshake on
+    /// (`next` was loaded, and so checked, by [`ServerTls::from_pem_files`]).
+    /// Connections already in TLS are not touched.
+    pub fn replace_with(&self, next: ServerTls) {
+        let next = next.current.into_inner().unwrap_or_else(|p| p.into_inner());
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = next;
     }
 }
 

@@ -2,7 +2,8 @@
 //! the connection upgraded; calls, large records and callbacks inside TLS; plain
 //! connections beside TLS ones; the probe refused by a server without TLS; an
 //! untrusted or misnamed server certificate refused by the client; the verified
-//! client certificate's identity handed to the service; configuration errors.
+//! client certificate's identity handed to the service; a certificate replaced while
+//! serving; configuration errors.
 
 mod common;
 
@@ -208,6 +209,46 @@ async fn an_untrusted_server_certificate_is_refused() {
         e => panic!("expected TlsHandshake, got {e:?}"),
     }
     assert_eq!(srv.svc.calls.load(std::sync::atomic::Ordering::Relaxed), 0);
+    srv.stop().await.expect("stop");
+}
+
+#[tokio::test]
+async fn a_replaced_certificate_serves_new_handshakes_and_old_connections_go_on() {
+    let p = pki();
+    let tls = server_tls(&p, None);
+    let shared = tls.clone();
+    let srv = TestServer::start_set(|c| c.tls = Some(shared)).await;
+    let before = tls.certificate();
+    assert!(
+        before.starts_with("CN=txnfs test server sha256:"),
+        "{before}"
+    );
+    let early = tls_client(srv.addr, trusting(&p.ca.cert_pem))
+        .await
+        .expect("TLS connect before the swap");
+    assert_eq!(conn_tls(&early).await, (1, String::new()));
+
+    // A certificate of another CA, with client verification on.
+    let ca2 = TestCa::new(p.dir.path(), "second");
+    let server2 = ca2.server(p.dir.path(), "server2");
+    let next = ServerTls::from_pem_files(&server2.cert, &server2.key, Some(&ca2.cert_pem))
+        .expect("second TLS");
+    tls.replace_with(next);
+    assert!(tls.verifies_clients());
+    assert_ne!(tls.certificate(), before);
+
+    // New handshakes: the second CA's certificate, the first CA no longer trusted.
+    let late = tls_client(srv.addr, trusting(&ca2.cert_pem))
+        .await
+        .expect("TLS connect after the swap");
+    assert_eq!(conn_tls(&late).await, (1, String::new()));
+    match tls_client(srv.addr, trusting(&p.ca.cert_pem)).await {
+        Err(RpcError::TlsHandshake { why, .. }) => assert!(why.contains("UnknownIssuer"), "{why}"),
+        Err(e) => panic!("another error: {e}"),
+        Ok(_) => panic!("the old certificate is still served"),
+    }
+    // The connection made before the swap goes on.
+    assert_eq!(conn_tls(&early).await, (1, String::new()));
     srv.stop().await.expect("stop");
 }
 

@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
@@ -97,10 +97,13 @@ const LOCAL_USER_TTL: Duration = Duration::from_secs(60);
 /// Principals remembered at once (the cache is emptied when it is full).
 const MAX_REMEMBERED: usize = 4096;
 
-/// Principal → identity, from the map file and the local users.
+/// Principal → identity, from the map file and the local users. The map file's lines
+/// can be replaced while serving ([`PrincipalMap::replace_with`], a reload): every call
+/// looks its principal up anew, so the next call of a principal acts as the new line
+/// says.
 #[derive(Debug, Default)]
 pub struct PrincipalMap {
-    lines: HashMap<String, Creds>,
+    lines: RwLock<Arc<HashMap<String, Creds>>>,
     /// Where local users come from (tests point these elsewhere).
     passwd: PathBuf,
     group: PathBuf,
@@ -112,7 +115,7 @@ impl PrincipalMap {
     /// The map of `cfg` (empty without a file).
     pub fn load(cfg: Option<&KerberosConfig>) -> Result<Self, KerberosError> {
         let mut map = PrincipalMap {
-            lines: HashMap::new(),
+            lines: RwLock::default(),
             passwd: PathBuf::from("/etc/passwd"),
             group: PathBuf::from("/etc/group"),
             remembered: Mutex::default(),
@@ -122,11 +125,12 @@ impl PrincipalMap {
                 path: path.display().to_string(),
                 err,
             })?;
-            map.lines = parse(&text).map_err(|(line, why)| KerberosError::Line {
+            let lines = parse(&text).map_err(|(line, why)| KerberosError::Line {
                 path: path.display().to_string(),
                 line,
                 why,
             })?;
+            map.lines = RwLock::new(Arc::new(lines));
         }
         Ok(map)
     }
@@ -138,9 +142,34 @@ impl PrincipalMap {
         self
     }
 
+    /// The principals the map file names.
+    pub fn len(&self) -> usize {
+        self.current_lines().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn current_lines(&self) -> Arc<HashMap<String, Creds>> {
+        self.lines.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Takes `next`'s map file lines (it was loaded, and so checked, by
+    /// [`PrincipalMap::load`]); local users are looked up again from the next call on.
+    /// Where local users come from stays as it was.
+    pub fn replace_with(&self, next: PrincipalMap) {
+        let lines = next.current_lines();
+        *self.lines.write().unwrap_or_else(|p| p.into_inner()) = lines;
+        self.remembered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
     /// The identity `principal` acts as, or `None` (the anonymous user).
     pub fn creds_of(&self, principal: &str) -> Option<Creds> {
-        if let Some(c) = self.lines.get(principal) {
+        if let Some(c) = self.current_lines().get(principal) {
             return Some(c.clone());
         }
         let (name, _realm) = principal.rsplit_once('@').unwrap_or((principal, ""));
@@ -291,6 +320,38 @@ mod tests {
             "an instance is not the user"
         );
         assert_eq!(map.creds_of("nfs/localhost@EX.TEST"), None);
+    }
+
+    #[test]
+    fn a_replaced_map_answers_the_next_lookup() {
+        let dir = tempfile::tempdir().unwrap();
+        let (passwd, group) = (dir.path().join("passwd"), dir.path().join("group"));
+        std::fs::write(&passwd, "carol:x:1002:1002::/h:/bin/sh\n").unwrap();
+        std::fs::write(&group, "").unwrap();
+        let map_file = dir.path().join("map");
+        std::fs::write(&map_file, "alice@EX.TEST 1000 1000\n").unwrap();
+        let cfg = KerberosConfig {
+            keytab: None,
+            map: Some(map_file.clone()),
+        };
+        let map = PrincipalMap::load(Some(&cfg))
+            .unwrap()
+            .with_user_files(&passwd, &group);
+        assert_eq!(map.creds_of("carol@EX.TEST"), Some(creds(1002, 1002, &[])));
+        std::fs::write(
+            &map_file,
+            "alice@EX.TEST 2000 2000\ncarol@EX.TEST 3000 3000 [5]\n",
+        )
+        .unwrap();
+        map.replace_with(PrincipalMap::load(Some(&cfg)).unwrap());
+        assert_eq!(map.len(), 2);
+        assert_eq!(map.creds_of("alice@EX.TEST"), Some(creds(2000, 2000, &[])));
+        assert_eq!(map.creds_of("carol@EX.TEST"), Some(creds(3000, 3000, &[5])));
+        // Without a map file: local users again, from the same files as before.
+        map.replace_with(PrincipalMap::load(None).unwrap());
+        assert!(map.is_empty());
+        assert_eq!(map.creds_of("alice@EX.TEST"), None);
+        assert_eq!(map.creds_of("carol@EX.TEST"), Some(creds(1002, 1002, &[])));
     }
 
     #[test]

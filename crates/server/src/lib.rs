@@ -18,7 +18,7 @@
 //! service     → compound, v3, mount, nlm, report, access, server, durable, placement,
 //!               recall, txnspan, errors
 //! report      → v3, server, metrics, statecore, reload
-//! reload      → server, export, config, metrics
+//! reload      → server, export, config, kerberos, metrics
 //! nlm         → v3, ops, cstate, server, panics, placement, waitmode, statedir
 //! v3          → ops, access, cstate, server, panics, placement, waitmode, fh, errors, export
 //! mount       → access, server, export, exportrules

@@ -122,6 +122,11 @@ pub struct Server {
     pub principals: crate::kerberos::PrincipalMap,
     /// The RPCSEC_GSS acceptor and its contexts, once serving with Kerberos started.
     pub(crate) gss: std::sync::OnceLock<Arc<txnfs_rpc::gss::GssServer>>,
+    /// The RPC-with-TLS certificate served, once serving with TLS started (a reload
+    /// replaces what it holds; ADR 0048).
+    pub(crate) tls: std::sync::OnceLock<Arc<txnfs_rpc::ServerTls>>,
+    /// One reload at a time (SIGHUP and the control socket may ask at once).
+    pub(crate) reloading: Mutex<()>,
 }
 
 impl Server {
@@ -246,6 +251,8 @@ impl Server {
             nlm: crate::nlm::Nlm::new(nsm),
             principals,
             gss: std::sync::OnceLock::new(),
+            tls: std::sync::OnceLock::new(),
+            reloading: Mutex::new(()),
             recall_waits: Default::default(),
             watches: Default::default(),
             file_changes: Default::default(),

@@ -239,11 +239,16 @@ pub async fn run(
 ) -> std::io::Result<()> {
     // RPC-with-TLS (ADR 0049): `txnfs serve` has checked the files already; a
     // server started otherwise learns of a bad one here, before it serves.
-    let tls = match &server.cfg.tls {
-        None => None,
-        Some(files) => Some(Arc::new(files.load().map_err(|e| {
-            std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string())
-        })?)),
+    // The server keeps it, so that a reload can replace the certificate.
+    let tls = match (&server.cfg.tls, server.tls.get()) {
+        (None, _) => None,
+        (Some(_), Some(running)) => Some(running.clone()),
+        (Some(files), None) => {
+            let loaded = Arc::new(files.load().map_err(|e| {
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string())
+            })?);
+            Some(server.tls.get_or_init(|| loaded).clone())
+        }
     };
     let ticker = {
         let server = server.clone();
