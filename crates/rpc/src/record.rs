@@ -5,6 +5,7 @@ use std::future::Future;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -73,7 +74,48 @@ pub(crate) struct RecordReader<R> {
     /// reader is woken once its rest has arrived, not for every segment.
     lowat: Option<fn(&R, usize)>,
     lowat_set: bool,
+    /// Busy polling (plain TCP only): a non-blocking read tried for up to this long
+    /// before the task sleeps on the socket.
+    spin: Option<Spin<R>>,
+    /// Spins in a row that found nothing: after [`SPIN_MISSES`] (an idle peer) the
+    /// reader sleeps at once, and tries a spin again every [`SPIN_RETRY`] waits.
+    spin_misses: u32,
+    waits: u32,
+    /// Records in a row that arrived while nothing else of the connection was in
+    /// progress: a peer that sends one call at a time. Spinning waits for such a peer
+    /// only ([`SYNC_STREAK`]); one with calls in flight keeps the CPUs busy itself.
+    sync_streak: u32,
 }
+
+/// A non-blocking read into the buffer (`WouldBlock` when nothing is there).
+pub(crate) type TryRead<R> = fn(&R, &mut BytesMut) -> io::Result<usize>;
+
+/// Busy polling's settings.
+pub(crate) struct Spin<R> {
+    pub read: TryRead<R>,
+    /// Whether the peer has nothing in progress with us (no call executing, no reply
+    /// waiting to be written): only then is it waiting for its reply, and about to send
+    /// its next call. A peer with calls in progress keeps the CPUs busy anyway, and a
+    /// spin would take CPU from them.
+    pub idle: fn(&R) -> bool,
+    pub limit: Duration,
+}
+
+// Not derived: the derive would ask `R: Copy`, and the fields are copies whatever `R`.
+impl<R> Clone for Spin<R> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<R> Copy for Spin<R> {}
+
+/// Records that must arrive one at a time before spinning starts.
+const SYNC_STREAK: u32 = 4;
+/// Spins in a row that may find nothing before spinning pauses.
+const SPIN_MISSES: u32 = 4;
+/// While paused, one wait in this many spins again.
+const SPIN_RETRY: u32 = 64;
 
 impl<R: AsyncRead + Unpin> RecordReader<R> {
     pub(crate) fn new(io: R, max: usize) -> Self {
@@ -89,6 +131,10 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
             moved: 0,
             lowat: None,
             lowat_set: false,
+            spin: None,
+            spin_misses: 0,
+            waits: 0,
+            sync_streak: 0,
         }
     }
 
@@ -96,6 +142,16 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
     /// `SO_RCVLOWAT`).
     pub(crate) fn with_lowat(mut self, set: fn(&R, usize)) -> Self {
         self.lowat = Some(set);
+        self
+    }
+
+    /// Busy polling: before sleeping on the socket, try `read` for up to `spin` (a
+    /// peer that answers within it costs no wake-up: on a virtual machine a wake-up of
+    /// an idle CPU takes tens of microseconds, ADR 0057 addendum).
+    pub(crate) fn with_spin(mut self, spin: Spin<R>) -> Self {
+        if !spin.limit.is_zero() {
+            self.spin = Some(spin);
+        }
         self
     }
 
@@ -211,6 +267,13 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
                     self.partial.split().freeze()
                 };
                 self.reserved = false;
+                if let Some(spin) = self.spin {
+                    self.sync_streak = if (spin.idle)(&self.io) {
+                        self.sync_streak.saturating_add(1)
+                    } else {
+                        0
+                    };
+                }
                 let charge = match (self.charge.take(), &self.budget) {
                     (Some(c), Some(b)) => b.resize(c, rec.len()),
                     (c, _) => c,
@@ -239,12 +302,60 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
         if self.buf.capacity() - self.buf.len() < MIN_READ {
             self.reserve(missing.clamp(MIN_READ, READ_CHUNK));
         }
+        if self.spin_due() {
+            // Let the tasks this one woke (the writer with the reply just made) run
+            // first: spinning before they did would hold the reply back, and the
+            // peer's next call with it.
+            tokio::task::yield_now().await;
+            if self.spin.is_some_and(|s| (s.idle)(&self.io)) {
+                if let Some(n) = self.spin_read()? {
+                    return Ok(n > 0);
+                }
+            }
+        }
         let n = self
             .io
             .read_buf(&mut self.buf)
             .await
             .map_err(RecordError::Io)?;
         Ok(n > 0)
+    }
+}
+
+impl<R> RecordReader<R> {
+    /// Whether this wait should spin first: spinning is on, the peer sends one call at
+    /// a time, and spinning is not paused by [`SPIN_MISSES`] misses in a row (then
+    /// only every [`SPIN_RETRY`]th wait spins).
+    fn spin_due(&mut self) -> bool {
+        if self.spin.is_none() || self.sync_streak < SYNC_STREAK {
+            return false;
+        }
+        self.waits = self.waits.wrapping_add(1);
+        self.spin_misses < SPIN_MISSES || self.waits.is_multiple_of(SPIN_RETRY)
+    }
+
+    /// Busy polling: bytes read by spinning, or `None` when the spin found nothing
+    /// (or is off) and the caller should sleep on the socket.
+    fn spin_read(&mut self) -> Result<Option<usize>, RecordError> {
+        let Some(Spin { read, limit, .. }) = self.spin else {
+            return Ok(None);
+        };
+        let start = std::time::Instant::now();
+        loop {
+            match read(&self.io, &mut self.buf) {
+                Ok(n) => {
+                    self.spin_misses = 0;
+                    return Ok(Some(n));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(RecordError::Io(e)),
+            }
+            if start.elapsed() >= limit {
+                self.spin_misses = self.spin_misses.saturating_add(1);
+                return Ok(None);
+            }
+            std::hint::spin_loop();
+        }
     }
 }
 
@@ -322,6 +433,110 @@ pub async fn read_record<R: AsyncRead + Unpin>(
 
 #[cfg(test)]
 mod tests {
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
+    /// A stream whose bytes come by the reactor path (`poll_read`) only while
+    /// `reactor` is open, and by the spin path (`spin_read_of`) always; it counts which.
+    #[derive(Default)]
+    struct TwoPaths {
+        bytes: Mutex<VecDeque<u8>>,
+        reactor: std::sync::atomic::AtomicBool,
+        by_reactor: std::sync::atomic::AtomicUsize,
+        by_spin: std::sync::atomic::AtomicUsize,
+        idle: std::sync::atomic::AtomicBool,
+    }
+
+    impl AsyncRead for &TwoPaths {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            use std::sync::atomic::Ordering::SeqCst;
+            let mut q = self.bytes.lock().unwrap();
+            if !self.reactor.load(SeqCst) || q.is_empty() {
+                // Never woken: a test that needs this path and lacks it hangs (and
+                // the test's timeout fails it).
+                return Poll::Pending;
+            }
+            while buf.remaining() > 0 {
+                let Some(b) = q.pop_front() else { break };
+                buf.put_slice(&[b]);
+            }
+            self.by_reactor.fetch_add(1, SeqCst);
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    fn spin_read_of(t: &&TwoPaths, buf: &mut BytesMut) -> io::Result<usize> {
+        let mut q = t.bytes.lock().unwrap();
+        if q.is_empty() {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let n = q.len();
+        buf.extend(q.drain(..));
+        t.by_spin.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(n)
+    }
+
+    fn idle_of(t: &&TwoPaths) -> bool {
+        t.idle.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn record(body: &[u8]) -> Vec<u8> {
+        let mut r = (0x8000_0000u32 | body.len() as u32).to_be_bytes().to_vec();
+        r.extend_from_slice(body);
+        r
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn spinning_waits_only_for_a_peer_that_sends_one_call_at_a_time() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let t: &'static TwoPaths = Box::leak(Box::default());
+        t.reactor.store(true, SeqCst);
+        t.idle.store(true, SeqCst);
+        let mut r = RecordReader::new(t, 1 << 20).with_spin(Spin {
+            read: spin_read_of,
+            idle: idle_of,
+            limit: Duration::from_millis(50),
+        });
+        let limit = Duration::from_secs(5);
+        let next = |n: u8| {
+            t.bytes.lock().unwrap().extend(record(&[n; 8]));
+        };
+        // The first SYNC_STREAK records, one at a time, come by the reactor.
+        for n in 0..SYNC_STREAK as u8 {
+            next(n);
+            let rec = tokio::time::timeout(limit, r.next_record()).await.unwrap();
+            assert_eq!(rec.unwrap().unwrap().as_ref(), &[n; 8]);
+        }
+        assert_eq!(t.by_spin.load(SeqCst), 0);
+        // Then the reactor goes quiet: a record arriving during the spin (sent from
+        // the other worker) is read by it.
+        t.reactor.store(false, SeqCst);
+        let feeder = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            t.bytes.lock().unwrap().extend(record(&[9; 8]));
+        });
+        let rec = tokio::time::timeout(limit, r.next_record()).await.unwrap();
+        assert_eq!(rec.unwrap().unwrap().as_ref(), &[9; 8]);
+        assert!(t.by_spin.load(SeqCst) >= 1, "read by the spin");
+        feeder.await.unwrap();
+        // A record that arrives while the connection is busy (calls in flight) ends
+        // the streak: the next wait does not spin, and the reactor delivers.
+        t.reactor.store(true, SeqCst);
+        t.idle.store(false, SeqCst);
+        next(10);
+        let spun = t.by_spin.load(SeqCst);
+        let rec = tokio::time::timeout(limit, r.next_record()).await.unwrap();
+        assert_eq!(rec.unwrap().unwrap().as_ref(), &[10; 8]);
+        next(11);
+        let rec = tokio::time::timeout(limit, r.next_record()).await.unwrap();
+        assert_eq!(rec.unwrap().unwrap().as_ref(), &[11; 8]);
+        assert_eq!(t.by_spin.load(SeqCst), spun, "no spin for a busy peer");
+    }
+
     use super::*;
     use std::pin::Pin;
     use std::task::{Context, Poll};

@@ -134,6 +134,11 @@ pub struct ServerConfig {
     /// becomes a task of its own. `false` spawns a task for every call, as before; the
     /// environment variable `TXNFS_SPAWN_EVERY_CALL` selects that for A/B measurements.
     pub run_inline: bool,
+    /// Busy polling on plain TCP (ADR 0057 addendum): a connection's reader tries a
+    /// non-blocking read for up to this long before it sleeps on the socket, so a
+    /// client that sends its next call within it costs no wake-up. Zero (the default)
+    /// never spins; `TXNFS_BUSY_POLL_US` sets it for measurements.
+    pub busy_poll: Duration,
 }
 
 pub const DEFAULT_MAX_RECORD_SIZE: usize = 4 * 1024 * 1024 + 64 * 1024;
@@ -152,6 +157,10 @@ impl Default for ServerConfig {
             gss: None,
             write_counts: Arc::default(),
             run_inline: std::env::var_os("TXNFS_SPAWN_EVERY_CALL").is_none(),
+            busy_poll: std::env::var("TXNFS_BUSY_POLL_US")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .map_or(Duration::ZERO, Duration::from_micros),
         }
     }
 }
@@ -189,6 +198,7 @@ pub async fn serve<S: RpcService>(
         gss: cfg.gss.clone(),
         write_counts: cfg.write_counts.clone(),
         run_inline: cfg.run_inline,
+        busy_poll: cfg.busy_poll,
     });
     let max_connections = cfg.max_connections.max(1);
     let (sd_tx, sd_rx) = watch::channel(false);
@@ -362,6 +372,7 @@ struct Shared {
     gss: Option<Arc<GssServer>>,
     write_counts: Arc<WriteCounts>,
     run_inline: bool,
+    busy_poll: Duration,
 }
 
 impl Shared {
@@ -427,6 +438,59 @@ impl ConnState {
         }
     }
 }
+
+/// A non-blocking read of a plain TCP connection (busy polling), noting activity as
+/// `Touching` does.
+fn try_read_now(
+    rd: &Touching<tokio::net::tcp::OwnedReadHalf>,
+    buf: &mut bytes::BytesMut,
+) -> std::io::Result<usize> {
+    use bytes::BufMut;
+    use std::os::fd::{AsFd, AsRawFd};
+    // Not tokio's `try_read`: it answers `WouldBlock` without a system call until the
+    // reactor (which a spinning worker does not run) sees the socket readable again.
+    let stream: &TcpStream = rd.io.as_ref();
+    let spare = buf.spare_capacity_mut();
+    if spare.is_empty() {
+        return Err(std::io::ErrorKind::WouldBlock.into());
+    }
+    // SAFETY: `recv` writes at most `spare.len()` bytes into the buffer's spare
+    // capacity, which `spare` borrows mutably for the call; the descriptor is borrowed
+    // from the live stream.
+    let got = unsafe {
+        libc::recv(
+            stream.as_fd().as_raw_fd(),
+            spare.as_mut_ptr().cast(),
+            spare.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    let n = usize::try_from(got).map_err(|_| std::io::Error::last_os_error())?;
+    // SAFETY: the kernel initialized the first `n` bytes of the spare capacity.
+    unsafe { buf.advance_mut(n) };
+    if n > 0 {
+        rd.state.touch(&rd.shared);
+    }
+    Ok(n)
+}
+
+/// Whether the connection has nothing in progress (busy polling spins only then).
+fn connection_idle<R>(rd: &Touching<R>) -> bool {
+    !rd.state.busy(rd.shared.max_in_flight)
+}
+
+/// What only a plain TCP connection's reader can do.
+struct PlainTcp<R> {
+    lowat: fn(&R, usize),
+    try_read: crate::record::TryRead<R>,
+    idle: fn(&R) -> bool,
+}
+
+const PLAIN_TCP: PlainTcp<Touching<tokio::net::tcp::OwnedReadHalf>> = PlainTcp {
+    lowat: set_lowat,
+    try_read: try_read_now,
+    idle: connection_idle,
+};
 
 /// The read half, noting when bytes arrive (a record trickling in counts as activity).
 /// `SO_RCVLOWAT` of a plain TCP connection's socket (a failure only costs wakeups).
@@ -855,7 +919,7 @@ impl<S: RpcService> Connection<S> {
         let Some(tls) = self.shared.tls.clone() else {
             let (rd, wr) = stream.into_split();
             return self
-                .serve(rd, wr, &[], None, (tx, rx), Some(set_lowat))
+                .serve(rd, wr, &[], None, (tx, rx), Some(PLAIN_TCP))
                 .await;
         };
         let mut shutdown = self.shutdown.clone();
@@ -867,7 +931,7 @@ impl<S: RpcService> Connection<S> {
         match negotiated {
             Negotiated::Plain(stream, head) => {
                 let (rd, wr) = stream.into_split();
-                self.serve(rd, wr, &head, None, (tx, rx), Some(set_lowat))
+                self.serve(rd, wr, &head, None, (tx, rx), Some(PLAIN_TCP))
                     .await
             }
             Negotiated::Tls(stream, peer) => {
@@ -895,7 +959,7 @@ impl<S: RpcService> Connection<S> {
             mpsc::UnboundedSender<Outgoing>,
             mpsc::UnboundedReceiver<Outgoing>,
         ),
-        lowat: Option<fn(&Touching<R>, usize)>,
+        plain: Option<PlainTcp<Touching<R>>>,
     ) where
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
@@ -933,10 +997,15 @@ impl<S: RpcService> Connection<S> {
         let mut reader = RecordReader::new(rd, self.shared.max_record_size)
             .with_prefix(head)
             .with_budget(self.shared.budget.clone());
-        if let Some(set) = lowat {
+        if let Some(plain) = plain {
             if std::env::var_os("TXNFS_NO_RCVLOWAT").is_none() {
-                reader = reader.with_lowat(set);
+                reader = reader.with_lowat(plain.lowat);
             }
+            reader = reader.with_spin(crate::record::Spin {
+                read: plain.try_read,
+                idle: plain.idle,
+                limit: self.shared.busy_poll,
+            });
         }
         let mut calls = JoinSet::new();
 

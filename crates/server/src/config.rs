@@ -165,6 +165,11 @@ pub struct Config {
     /// layer on top of their stack, and procedure `PROC_TXN_COMPOUND` is served. Off
     /// (`--no-txn`), that procedure is answered PROC_UNAVAIL and stacks stay as written.
     pub txn: bool,
+    /// Busy polling (ADR 0057 addendum): microseconds a connection's reader spins on a
+    /// non-blocking read before it sleeps, for a client that sends one call at a time
+    /// (its next call then costs no wake-up). 0 (the default) never spins; it costs up
+    /// to this much CPU per wait of such a client, none for others.
+    pub busy_poll_us: u32,
     /// Largest number of COMPOUNDs in one transaction of several (BEGIN .. COMMIT).
     pub max_txn_compounds: u32,
     /// Seconds a transaction of several COMPOUNDs may stay open before it is rolled
@@ -338,6 +343,7 @@ impl Default for Config {
             recall_wait_ms: None,
             max_held_requests: 256,
             txn: true,
+            busy_poll_us: 0,
             max_txn_compounds: 4096,
             txn_timeout: None,
             persistent_sessions: false,

@@ -215,6 +215,7 @@ pub fn restart_only_changes(old: &Config, new: &Config) -> Vec<String> {
         delegations,
         recall_wait_ms,
         max_held_requests,
+        busy_poll_us,
         txn,
         max_txn_compounds,
         txn_timeout,
@@ -262,6 +263,7 @@ pub fn restart_only_changes(old: &Config, new: &Config) -> Vec<String> {
         *max_reply_cache_bytes != old.max_reply_cache_bytes,
     );
     differ("max_connections", *max_connections != old.max_connections);
+    differ("busy_poll_us", *busy_poll_us != old.busy_poll_us);
     differ(
         "max_in_flight_bytes",
         *max_in_flight_bytes != old.max_in_flight_bytes,

@@ -277,6 +277,14 @@ pub async fn run(
         write_counts: server.metrics.write_counts.clone(),
         ..Default::default()
     };
+    let cfg = txnfs_rpc::ServerConfig {
+        // The configuration's, else the `TXNFS_BUSY_POLL_US` of measurements.
+        busy_poll: match server.cfg.busy_poll_us {
+            0 => cfg.busy_poll,
+            us => std::time::Duration::from_micros(u64::from(us)),
+        },
+        ..cfg
+    };
     let svc = Arc::new(NfsService::new(server.clone()));
     let reports = Arc::new(crate::report::Reports {
         server: server.clone(),
