@@ -81,8 +81,8 @@ pub(crate) struct RecordReader<R> {
     /// reader sleeps at once, and tries a spin again every [`SPIN_RETRY`] waits.
     spin_misses: u32,
     waits: u32,
-    /// Records in a row that arrived while nothing else of the connection was in
-    /// progress: a peer that sends one call at a time. Spinning waits for such a peer
+    /// Small records in a row that arrived while nothing else of the connection was
+    /// in progress: a peer that sends one call at a time. Spinning waits for such a peer
     /// only ([`SYNC_STREAK`]); one with calls in flight keeps the CPUs busy itself.
     sync_streak: u32,
 }
@@ -268,7 +268,9 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
                 };
                 self.reserved = false;
                 if let Some(spin) = self.spin {
-                    self.sync_streak = if (spin.idle)(&self.io) {
+                    // A large record takes longer than a spin to arrive: after one,
+                    // sleep (a writer of 1 MiB records gains nothing by spinning).
+                    self.sync_streak = if rec.len() <= LOWAT_FROM && (spin.idle)(&self.io) {
                         self.sync_streak.saturating_add(1)
                     } else {
                         0
