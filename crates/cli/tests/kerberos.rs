@@ -19,11 +19,11 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{bin, free_port, terminate, wait_listening};
+use common::{bin, free_port, s, terminate, wait_listening, Serving};
 use txnfs_proto::nfs4::{
     nfs_argop4, nfs_resop4, rpc_gss_svc_t, secinfo4, SECINFO4args, SECINFO4res,
 };
@@ -79,22 +79,6 @@ impl RecordingProxy {
         let seen = self.seen.lock().unwrap();
         assert!(!seen.is_empty(), "nothing went through the proxy");
         seen.windows(needle.len()).any(|w| w == needle)
-    }
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-/// A server of this test, killed if the test fails before it is terminated.
-struct Serving(Child);
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
     }
 }
 

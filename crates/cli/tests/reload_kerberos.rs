@@ -12,26 +12,10 @@ mod common;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 
-use common::{bin, free_port, terminate, wait_listening};
+use common::{bin, free_port, s, terminate, wait_listening, Serving};
 use txnfs_testbed::kdc::{Kdc, REALM, USER};
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-/// A server of this test, stopped by its PID when the test ends (or fails).
-struct Serving(Child);
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
 
 /// A command of `txnfs` with the KDC's environment (and the user's ticket).
 fn txnfs(kdc: &Kdc, args: &[&str]) -> Output {

@@ -15,26 +15,10 @@ mod common;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::process::{Command, Output};
 
-use common::{bin, free_port, spawn_serve, terminate, wait_listening};
+use common::{bin, free_port, s, spawn_serve, terminate, wait_listening, Serving};
 use txnfs_testbed::certs::{CertFiles, TestCa};
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-/// A server of this test, stopped by its PID when the test ends (or fails).
-struct Serving(Child);
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
 
 fn txnfs(args: &[&str]) -> Output {
     Command::new(bin())

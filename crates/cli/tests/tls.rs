@@ -15,7 +15,7 @@ use std::process::{Child, Command, Output};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{bin, free_port, spawn_serve, terminate, wait_listening};
+use common::{bin, free_port, s, spawn_serve, terminate, wait_listening};
 use txnfs_testbed::certs::{CertFiles, TestCa};
 
 /// What a recording proxy saw of one connection: client→server and server→client.
@@ -155,10 +155,6 @@ fn pki(dir: &Path) -> Pki {
         alice,
         other_ca,
     }
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 /// `txnfs serve` with TLS (and `extra` flags) on a fresh export under `dir`.

@@ -81,3 +81,20 @@ pub fn terminate(child: &mut Child) -> (std::process::ExitStatus, String) {
     }
     (status, log)
 }
+
+/// A path as the `&str` a command line takes (the tests' paths are UTF-8).
+pub fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// A server of a test, killed when the test ends before it was stopped (or fails).
+pub struct Serving(pub Child);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}

@@ -214,3 +214,35 @@ pub async fn write_lenient(s: &mut TcpStream, data: &[u8]) {
 pub fn be32(v: u32) -> [u8; 4] {
     v.to_be_bytes()
 }
+
+/// An echo call (proc 1, AUTH_NONE) of `args` as one record.
+pub fn echo_record(xid: u32, args: &[u8]) -> Vec<u8> {
+    let mut m = Vec::new();
+    for w in [xid, 0, 2, PROG, 1, 1, 0, 0, 0, 0] {
+        m.extend_from_slice(&be32(w));
+    }
+    m.extend_from_slice(args);
+    let mut rec = be32(0x8000_0000 | m.len() as u32).to_vec();
+    rec.extend_from_slice(&m);
+    rec
+}
+
+/// The next reply record to an echo call, within `limit`: (xid, its echoed body).
+pub async fn echo_reply(s: &mut TcpStream, limit: Duration) -> (u32, Vec<u8>) {
+    let mut mark = [0u8; 4];
+    tokio::time::timeout(limit, s.read_exact(&mut mark))
+        .await
+        .expect("a reply in time")
+        .expect("read");
+    let len = (u32::from_be_bytes(mark) & 0x7fff_ffff) as usize;
+    let mut rec = vec![0u8; len];
+    tokio::time::timeout(limit, s.read_exact(&mut rec))
+        .await
+        .expect("the reply's body in time")
+        .expect("read");
+    let xid = u32::from_be_bytes([rec[0], rec[1], rec[2], rec[3]]);
+    // xid, REPLY, MSG_ACCEPTED, verifier (flavor, length 0), SUCCESS: 24 bytes.
+    assert_eq!(&rec[4..8], &be32(1), "a reply");
+    assert_eq!(&rec[20..24], &be32(0), "SUCCESS");
+    (xid, rec[24..].to_vec())
+}
