@@ -19,6 +19,8 @@ use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 use txnfs_xdr::{get_opaque, get_u32, Decode, Gathered, XdrError, SHARE_MIN};
 
+mod plain_tcp;
+
 use crate::backchannel::{BackChannel, DEFAULT_MAX_CALLBACKS_PER_CONN};
 use crate::budget::{Charge, InFlightBudget, DEFAULT_IN_FLIGHT_BYTES};
 use crate::gss::{GssCaller, GssServer};
@@ -439,79 +441,7 @@ impl ConnState {
     }
 }
 
-/// A non-blocking read of a plain TCP connection (busy polling), noting activity as
-/// `Touching` does.
-fn try_read_now(
-    rd: &Touching<tokio::net::tcp::OwnedReadHalf>,
-    buf: &mut bytes::BytesMut,
-) -> std::io::Result<usize> {
-    use bytes::BufMut;
-    use std::os::fd::{AsFd, AsRawFd};
-    // Not tokio's `try_read`: it answers `WouldBlock` without a system call until the
-    // reactor (which a spinning worker does not run) sees the socket readable again.
-    let stream: &TcpStream = rd.io.as_ref();
-    let spare = buf.spare_capacity_mut();
-    if spare.is_empty() {
-        return Err(std::io::ErrorKind::WouldBlock.into());
-    }
-    // SAFETY: `recv` writes at most `spare.len()` bytes into the buffer's spare
-    // capacity, which `spare` borrows mutably for the call; the descriptor is borrowed
-    // from the live stream.
-    let got = unsafe {
-        libc::recv(
-            stream.as_fd().as_raw_fd(),
-            spare.as_mut_ptr().cast(),
-            spare.len(),
-            libc::MSG_DONTWAIT,
-        )
-    };
-    let n = usize::try_from(got).map_err(|_| std::io::Error::last_os_error())?;
-    // SAFETY: the kernel initialized the first `n` bytes of the spare capacity.
-    unsafe { buf.advance_mut(n) };
-    if n > 0 {
-        rd.state.touch(&rd.shared);
-    }
-    Ok(n)
-}
-
-/// Whether the connection has nothing in progress (busy polling spins only then).
-fn connection_idle<R>(rd: &Touching<R>) -> bool {
-    !rd.state.busy(rd.shared.max_in_flight)
-}
-
-/// What only a plain TCP connection's reader can do.
-struct PlainTcp<R> {
-    lowat: fn(&R, usize),
-    try_read: crate::record::TryRead<R>,
-    idle: fn(&R) -> bool,
-}
-
-const PLAIN_TCP: PlainTcp<Touching<tokio::net::tcp::OwnedReadHalf>> = PlainTcp {
-    lowat: set_lowat,
-    try_read: try_read_now,
-    idle: connection_idle,
-};
-
 /// The read half, noting when bytes arrive (a record trickling in counts as activity).
-/// `SO_RCVLOWAT` of a plain TCP connection's socket (a failure only costs wakeups).
-fn set_lowat(rd: &Touching<tokio::net::tcp::OwnedReadHalf>, bytes: usize) {
-    use std::os::fd::{AsFd, AsRawFd};
-    let stream: &TcpStream = rd.io.as_ref();
-    let fd = stream.as_fd();
-    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-    // SAFETY: `fd` is borrowed from the live stream for the call; the option value
-    // points to a c_int on this stack frame and its exact size is passed.
-    let _ = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVLOWAT,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-}
-
 struct Touching<R> {
     io: R,
     state: Arc<ConnState>,
@@ -919,7 +849,7 @@ impl<S: RpcService> Connection<S> {
         let Some(tls) = self.shared.tls.clone() else {
             let (rd, wr) = stream.into_split();
             return self
-                .serve(rd, wr, &[], None, (tx, rx), Some(PLAIN_TCP))
+                .serve(rd, wr, &[], None, (tx, rx), Some(plain_tcp::PLAIN_TCP))
                 .await;
         };
         let mut shutdown = self.shutdown.clone();
@@ -931,7 +861,7 @@ impl<S: RpcService> Connection<S> {
         match negotiated {
             Negotiated::Plain(stream, head) => {
                 let (rd, wr) = stream.into_split();
-                self.serve(rd, wr, &head, None, (tx, rx), Some(PLAIN_TCP))
+                self.serve(rd, wr, &head, None, (tx, rx), Some(plain_tcp::PLAIN_TCP))
                     .await
             }
             Negotiated::Tls(stream, peer) => {
@@ -959,7 +889,7 @@ impl<S: RpcService> Connection<S> {
             mpsc::UnboundedSender<Outgoing>,
             mpsc::UnboundedReceiver<Outgoing>,
         ),
-        plain: Option<PlainTcp<Touching<R>>>,
+        plain: Option<plain_tcp::PlainTcp<Touching<R>>>,
     ) where
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
