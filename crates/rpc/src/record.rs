@@ -98,6 +98,10 @@ pub(crate) struct Spin<R> {
     /// its next call. A peer with calls in progress keeps the CPUs busy anyway, and a
     /// spin would take CPU from them.
     pub idle: fn(&R) -> bool,
+    /// Takes one of the server's spinner places (false: all taken, do not spin), and
+    /// gives it back: a spin holds a runtime worker, so only so many may spin at once.
+    pub claim: fn(&R) -> bool,
+    pub release: fn(&R),
     pub limit: Duration,
 }
 
@@ -339,25 +343,30 @@ impl<R> RecordReader<R> {
     /// Busy polling: bytes read by spinning, or `None` when the spin found nothing
     /// (or is off) and the caller should sleep on the socket.
     fn spin_read(&mut self) -> Result<Option<usize>, RecordError> {
-        let Some(Spin { read, limit, .. }) = self.spin else {
+        let Some(spin) = self.spin else {
             return Ok(None);
         };
+        if !(spin.claim)(&self.io) {
+            return Ok(None);
+        }
         let start = std::time::Instant::now();
-        loop {
-            match read(&self.io, &mut self.buf) {
+        let out = loop {
+            match (spin.read)(&self.io, &mut self.buf) {
                 Ok(n) => {
                     self.spin_misses = 0;
-                    return Ok(Some(n));
+                    break Ok(Some(n));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(RecordError::Io(e)),
+                Err(e) => break Err(RecordError::Io(e)),
             }
-            if start.elapsed() >= limit {
+            if start.elapsed() >= spin.limit {
                 self.spin_misses = self.spin_misses.saturating_add(1);
-                return Ok(None);
+                break Ok(None);
             }
             std::hint::spin_loop();
-        }
+        };
+        (spin.release)(&self.io);
+        out
     }
 }
 
@@ -447,6 +456,8 @@ mod tests {
         by_reactor: std::sync::atomic::AtomicUsize,
         by_spin: std::sync::atomic::AtomicUsize,
         idle: std::sync::atomic::AtomicBool,
+        /// The server's spinner places: one, taken while `taken` is set.
+        taken: std::sync::atomic::AtomicBool,
     }
 
     impl AsyncRead for &TwoPaths {
@@ -486,6 +497,14 @@ mod tests {
         t.idle.load(std::sync::atomic::Ordering::SeqCst)
     }
 
+    fn claim_of(t: &&TwoPaths) -> bool {
+        !t.taken.swap(true, std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn release_of(t: &&TwoPaths) {
+        t.taken.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
     fn record(body: &[u8]) -> Vec<u8> {
         let mut r = (0x8000_0000u32 | body.len() as u32).to_be_bytes().to_vec();
         r.extend_from_slice(body);
@@ -501,6 +520,8 @@ mod tests {
         let mut r = RecordReader::new(t, 1 << 20).with_spin(Spin {
             read: spin_read_of,
             idle: idle_of,
+            claim: claim_of,
+            release: release_of,
             limit: Duration::from_millis(50),
         });
         let limit = Duration::from_secs(5);
@@ -537,6 +558,25 @@ mod tests {
         let rec = tokio::time::timeout(limit, r.next_record()).await.unwrap();
         assert_eq!(rec.unwrap().unwrap().as_ref(), &[11; 8]);
         assert_eq!(t.by_spin.load(SeqCst), spun, "no spin for a busy peer");
+        assert!(!t.taken.load(SeqCst), "every spin gave its place back");
+        // One-at-a-time again, but another connection holds the only spinner place:
+        // no spin, the record waits for the reactor.
+        for n in 12..12 + SYNC_STREAK as u8 {
+            t.idle.store(true, SeqCst);
+            next(n);
+            let rec = tokio::time::timeout(limit, r.next_record()).await.unwrap();
+            assert_eq!(rec.unwrap().unwrap().as_ref(), &[n; 8]);
+        }
+        t.taken.store(true, SeqCst);
+        t.reactor.store(false, SeqCst);
+        let spun = t.by_spin.load(SeqCst);
+        next(20);
+        let short = Duration::from_millis(100);
+        assert!(tokio::time::timeout(short, r.next_record()).await.is_err());
+        assert_eq!(t.by_spin.load(SeqCst), spun, "no place, no spin");
+        t.reactor.store(true, SeqCst);
+        let rec = tokio::time::timeout(limit, r.next_record()).await.unwrap();
+        assert_eq!(rec.unwrap().unwrap().as_ref(), &[20; 8]);
     }
 
     use super::*;

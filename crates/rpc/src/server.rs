@@ -201,6 +201,8 @@ pub async fn serve<S: RpcService>(
         write_counts: cfg.write_counts.clone(),
         run_inline: cfg.run_inline,
         busy_poll: cfg.busy_poll,
+        spinners: AtomicUsize::new(0),
+        max_spinners: std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)),
     });
     let max_connections = cfg.max_connections.max(1);
     let (sd_tx, sd_rx) = watch::channel(false);
@@ -375,6 +377,9 @@ struct Shared {
     write_counts: Arc<WriteCounts>,
     run_inline: bool,
     busy_poll: Duration,
+    /// Readers spinning now (busy polling), and how many may at once.
+    spinners: AtomicUsize,
+    max_spinners: usize,
 }
 
 impl Shared {
@@ -934,6 +939,8 @@ impl<S: RpcService> Connection<S> {
             reader = reader.with_spin(crate::record::Spin {
                 read: plain.try_read,
                 idle: plain.idle,
+                claim: plain.claim,
+                release: plain.release,
                 limit: self.shared.busy_poll,
             });
         }

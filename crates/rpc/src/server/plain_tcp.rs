@@ -3,6 +3,7 @@
 //! (ADR 0057 addenda). Each `unsafe` block here is a socket call, argued beside it.
 
 use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::Ordering;
 
 use tokio::net::TcpStream;
 
@@ -47,17 +48,37 @@ fn connection_idle<R>(rd: &Touching<R>) -> bool {
     !rd.state.busy(rd.shared.max_in_flight)
 }
 
+/// Takes one of the server's places for a spinning reader (busy polling holds a
+/// runtime worker while it spins: at most half the cores' worth spin at once).
+fn claim_spinner<R>(rd: &Touching<R>) -> bool {
+    let max = rd.shared.max_spinners;
+    rd.shared
+        .spinners
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < max).then_some(n + 1)
+        })
+        .is_ok()
+}
+
+fn release_spinner<R>(rd: &Touching<R>) {
+    rd.shared.spinners.fetch_sub(1, Ordering::AcqRel);
+}
+
 /// What only a plain TCP connection's reader can do.
 pub(super) struct PlainTcp<R> {
     pub(super) lowat: fn(&R, usize),
     pub(super) try_read: crate::record::TryRead<R>,
     pub(super) idle: fn(&R) -> bool,
+    pub(super) claim: fn(&R) -> bool,
+    pub(super) release: fn(&R),
 }
 
 pub(super) const PLAIN_TCP: PlainTcp<Touching<tokio::net::tcp::OwnedReadHalf>> = PlainTcp {
     lowat: set_lowat,
     try_read: try_read_now,
     idle: connection_idle,
+    claim: claim_spinner,
+    release: release_spinner,
 };
 
 /// `SO_RCVLOWAT` of a plain TCP connection's socket (a failure only costs wakeups).
