@@ -9,7 +9,9 @@
 //! certificate, or a certificate file that holds no PEM, makes `txnfs reload` exit 1
 //! naming the problem, and the certificate loaded before is still served. With `tls =
 //! {...}` in the configuration file: other files and a client CA are taken by a reload,
-//! and a file without TLS is named as waiting for a restart while TLS goes on.
+//! and a file without TLS is named as waiting for a restart while TLS goes on. A
+//! `sec=mtls` export admits the client certificates of the client CA a reload names,
+//! and no longer those of the one before.
 
 mod common;
 
@@ -267,6 +269,93 @@ fn tls_of_the_config_file_reloads_and_turning_it_off_waits_for_a_restart() {
          1 export(s) unchanged; nothing to apply\n"
     );
     assert!(cp(&ca2.cert_pem).status.success());
+    let (status, log) = terminate(&mut server.0);
+    assert!(status.success(), "{log}");
+}
+
+#[test]
+fn a_reload_changes_which_client_certificates_an_mtls_export_admits() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let server_ca = TestCa::new(d, "server");
+    let (old_clients, new_clients) = (TestCa::new(d, "old"), TestCa::new(d, "new"));
+    let cert = server_ca.server(d, "served");
+    let (alice_old, alice_new) = (
+        old_clients.client(d, "alice-old", "alice"),
+        new_clients.client(d, "alice-new", "alice"),
+    );
+    let export = d.join("export");
+    std::fs::create_dir(&export).unwrap();
+    let config = d.join("txnfs.toml");
+    let write = |client_ca: &Path| {
+        let text = format!(
+            "tls = {{ cert = {:?}, key = {:?}, client_ca = {client_ca:?} }}\n\
+             [[exports]]\nname = \"/\"\npath = {export:?}\n\
+             clients = [\"127.0.0.1(rw,no_root_squash,sec=mtls)\"]\n",
+            cert.cert, cert.key
+        );
+        std::fs::write(&config, text).unwrap();
+    };
+    write(&old_clients.cert_pem);
+    let port = free_port();
+    let child = Command::new(bin())
+        .args(["serve", "--no-rpcbind", "--no-grace", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--state-dir")
+        .arg(d.join("state"))
+        .arg("--config")
+        .arg(&config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut server = Serving(child);
+    wait_listening(port);
+    let src = d.join("source.bin");
+    std::fs::write(&src, b"through mutual TLS\n").unwrap();
+    let cp = |who: &CertFiles, name: &str| {
+        let url = format!("nfs://127.0.0.1:{port}/{name}");
+        let args = [
+            "cp",
+            "--tls",
+            "--tls-ca",
+            s(&server_ca.cert_pem),
+            "--tls-cert",
+            s(&who.cert),
+            "--tls-key",
+            s(&who.key),
+            s(&src),
+            &url,
+        ];
+        txnfs(&args).status.success() && export.join(name).exists()
+    };
+    assert!(
+        cp(&alice_old, "before-old"),
+        "the old CA's client is admitted"
+    );
+    assert!(
+        !cp(&alice_new, "before-new"),
+        "the new CA's client is not yet"
+    );
+
+    write(&new_clients.cert_pem);
+    let (ok, answer, err) = reload(d);
+    assert!(ok, "{answer}{err}");
+    assert!(
+        answer.contains(&format!(
+            "; client certificates checked against {}\n",
+            new_clients.cert_pem.display()
+        )),
+        "{answer}"
+    );
+    assert!(
+        cp(&alice_new, "after-new"),
+        "the new CA's client is admitted"
+    );
+    assert!(
+        !cp(&alice_old, "after-old"),
+        "the old CA's client no longer"
+    );
     let (status, log) = terminate(&mut server.0);
     assert!(status.success(), "{log}");
 }
