@@ -26,8 +26,20 @@ fn fake_bench(dir: &Path) -> PathBuf {
     p
 }
 
+/// Runs `cmd`, again while the kernel answers ETXTBSY: an executable this test process
+/// just wrote (the copied `txnfs`, the fake `txnfs-bench`) stays "busy" while a child
+/// that another test thread forked in the meantime still holds the write descriptor
+/// before its `exec` closes it (rust-lang/rust#114554). Seen once in CI.
 fn run(cmd: &mut Command) -> Output {
-    cmd.output().expect("run txnfs")
+    for _ in 0..100 {
+        match cmd.output() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            r => return r.expect("run txnfs"),
+        }
+    }
+    panic!("run txnfs: executable still busy after 2 s");
 }
 
 #[test]
