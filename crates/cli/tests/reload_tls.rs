@@ -17,17 +17,28 @@ mod common;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
-use common::{bin, free_port, s, spawn_serve, terminate, wait_listening, Serving};
+use common::{bin, free_port, s, spawn_serve, terminate, txnfs, wait_listening, Serving};
 use txnfs_testbed::certs::{CertFiles, TestCa};
 
-fn txnfs(args: &[&str]) -> Output {
-    Command::new(bin())
-        .args(args)
-        .env("TXNFS_LOG", "warn")
-        .output()
-        .unwrap()
+/// `txnfs serve --config CONFIG` with its state in `dir/state`, listening.
+fn serve_config(dir: &Path, config: &Path) -> (Serving, u16) {
+    let port = free_port();
+    let child = Command::new(bin())
+        .args(["serve", "--no-rpcbind", "--no-grace", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .arg("--config")
+        .arg(config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let server = Serving(child);
+    wait_listening(port);
+    (server, port)
 }
 
 /// `txnfs reload` of the server whose state directory is `dir/state`.
@@ -218,20 +229,7 @@ fn tls_of_the_config_file_reloads_and_turning_it_off_waits_for_a_restart() {
         "tls = {{ cert = {:?}, key = {:?} }}\n",
         cert_a.cert, cert_a.key
     ));
-    let port = free_port();
-    let child = Command::new(bin())
-        .args(["serve", "--no-rpcbind", "--no-grace", "--listen"])
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--state-dir")
-        .arg(d.join("state"))
-        .arg("--config")
-        .arg(&config)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut server = Serving(child);
-    wait_listening(port);
+    let (mut server, port) = serve_config(d, &config);
     let src = d.join("source.bin");
     std::fs::write(&src, b"over TLS\n").unwrap();
     let url = format!("nfs://127.0.0.1:{port}/f.txt");
@@ -297,20 +295,7 @@ fn a_reload_changes_which_client_certificates_an_mtls_export_admits() {
         std::fs::write(&config, text).unwrap();
     };
     write(&old_clients.cert_pem);
-    let port = free_port();
-    let child = Command::new(bin())
-        .args(["serve", "--no-rpcbind", "--no-grace", "--listen"])
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--state-dir")
-        .arg(d.join("state"))
-        .arg("--config")
-        .arg(&config)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut server = Serving(child);
-    wait_listening(port);
+    let (mut server, port) = serve_config(d, &config);
     let src = d.join("source.bin");
     std::fs::write(&src, b"through mutual TLS\n").unwrap();
     let cp = |who: &CertFiles, name: &str| {

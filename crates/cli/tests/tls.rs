@@ -11,11 +11,11 @@ mod common;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{bin, free_port, s, spawn_serve, terminate, wait_listening};
+use common::{bin, free_port, s, spawn_serve, terminate, txnfs, wait_listening};
 use txnfs_testbed::certs::{CertFiles, TestCa};
 
 /// What a recording proxy saw of one connection: client→server and server→client.
@@ -171,14 +171,6 @@ fn serve_tls(dir: &Path, p: &Pki, extra: &[&str]) -> (Child, u16) {
     let child = spawn_serve(dir, port, &flags, true);
     wait_listening(port);
     (child, port)
-}
-
-fn txnfs(args: &[&str]) -> Output {
-    Command::new(bin())
-        .args(args)
-        .env("TXNFS_LOG", "warn")
-        .output()
-        .unwrap()
 }
 
 /// A file whose bytes are easy to spot: a marker string repeated, 300 KiB.

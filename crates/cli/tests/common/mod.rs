@@ -98,3 +98,12 @@ impl Drop for Serving {
         }
     }
 }
+
+/// A `txnfs` command's output, its log kept to warnings.
+pub fn txnfs(args: &[&str]) -> std::process::Output {
+    Command::new(bin())
+        .args(args)
+        .env("TXNFS_LOG", "warn")
+        .output()
+        .unwrap()
+}
