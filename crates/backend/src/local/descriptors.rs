@@ -216,21 +216,42 @@ impl LocalBackend {
     /// server never breaks its own lease; and no open here ever waits for a lease (the
     /// opens are non-blocking: a lease being broken answers `Conflict`, retry later).
     pub(super) fn io_fd(&self, key: &FileKey, need_write: bool) -> Result<(Arc<OwnedFd>, Stat)> {
+        match self.open_io_fd(key, need_write) {
+            Some(fd) => {
+                let st = self.stat_live(key, &fd)?;
+                Ok((fd, st))
+            }
+            None => self.new_io_fd(key, need_write),
+        }
+    }
+
+    /// `io_fd` without its stat when a descriptor is open already: for READ and WRITE,
+    /// whose handlers have just looked at the object (its type, the caller's access, and
+    /// that it still has a link), so a second `fstat` per call would buy nothing.
+    pub(super) fn io_fd_unchecked(&self, key: &FileKey, need_write: bool) -> Result<Arc<OwnedFd>> {
+        match self.open_io_fd(key, need_write) {
+            Some(fd) => Ok(fd),
+            None => Ok(self.new_io_fd(key, need_write)?.0),
+        }
+    }
+
+    /// The lease's or the cache's descriptor of `key`, if one fits `need_write`.
+    fn open_io_fd(&self, key: &FileKey, need_write: bool) -> Option<Arc<OwnedFd>> {
         if let Some(fd) = self.leased_fd(key, need_write) {
-            let st = self.stat_live(key, &fd)?;
-            return Ok((fd, st));
+            return Some(fd);
         }
         // (bound first: the guard must not live through the block, which may lock again)
-        let cached = lock(&self.rw).get(key);
-        if let Some(fd) = cached {
-            let st = self.stat_live(key, &fd)?;
-            let writable = rfs::fcntl_getfl(&*fd)
+        let cached = lock(&self.rw).get(key)?;
+        // Every cached descriptor reads; only a write asks whether it also writes.
+        let fits = !need_write
+            || rfs::fcntl_getfl(&*cached)
                 .map(|f| f.contains(OFlags::RDWR))
                 .unwrap_or(false);
-            if writable || !need_write {
-                return Ok((fd, st));
-            }
-        }
+        fits.then_some(cached)
+    }
+
+    /// Opens `key` for I/O (read-write when possible) and caches the descriptor.
+    fn new_io_fd(&self, key: &FileKey, need_write: bool) -> Result<(Arc<OwnedFd>, Stat)> {
         let pfd = self.resolve(key)?;
         let st = self.stat_live(key, &pfd)?;
         let fd = match self.reopen_file(&pfd, &st, OFlags::RDWR | OFlags::NONBLOCK) {

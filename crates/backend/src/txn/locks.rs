@@ -18,6 +18,7 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -102,6 +103,11 @@ struct Holder {
 struct Shard {
     held: Mutex<HashMap<LockId, Vec<Holder>>>,
     released: Condvar,
+    /// Callers inside `wait` on `released`; changed and read only under `held`'s
+    /// mutex. A release notifies only when there is one: the condition variable's
+    /// notify is a system call even with nobody waiting, and every plain call
+    /// releases its locks (two `futex` calls per READ before this).
+    waiters: AtomicUsize,
 }
 
 const SHARDS: usize = 64;
@@ -205,8 +211,11 @@ impl LockTable {
                 held.remove(&id);
             }
         }
+        let waited_for = shard.waiters.load(Ordering::Relaxed) > 0;
         drop(held);
-        shard.released.notify_all();
+        if waited_for {
+            shard.released.notify_all();
+        }
     }
 
     /// Waits (at most until `deadline`) for a release in `id`'s shard.
@@ -220,7 +229,13 @@ impl LockTable {
         // A release between the failed try and this wait is missed; the timeout (short,
         // capped below) bounds the cost of that.
         let step = (deadline - now).min(Duration::from_millis(2));
-        let _ = shard.released.wait_timeout(held, step);
+        shard.waiters.fetch_add(1, Ordering::Relaxed);
+        let (held, _) = shard
+            .released
+            .wait_timeout(held, step)
+            .unwrap_or_else(|p| p.into_inner());
+        shard.waiters.fetch_sub(1, Ordering::Relaxed);
+        drop(held);
         true
     }
 

@@ -54,6 +54,16 @@ pub fn check_create_write_read<B: Backend>(b: &B) {
     let (data, eof) = b.read(&user(), &k, 1000, 5).unwrap();
     assert!(data.is_empty());
     assert!(eof);
+    // (the local backend answers small reads without a stat, large ones with one)
+    let (data, eof) = b.read(&user(), &k, 6, 1 << 20).unwrap();
+    assert_eq!(&data[..], b"world");
+    assert!(eof, "a large read past EOF");
+    let (data, eof) = b.read(&user(), &k, 3, 0).unwrap();
+    assert!(data.is_empty());
+    assert!(!eof, "reading nothing inside the file is not its end");
+    let (data, eof) = b.read(&user(), &k, u64::MAX - 1, 5).unwrap();
+    assert!(data.is_empty());
+    assert!(eof, "an offset no file reaches");
     // a hole
     b.write(&OpCtx::default(), &k, 20, b"x", false).unwrap();
     let (data, _) = b.read(&user(), &k, 0, 100).unwrap();
