@@ -657,7 +657,8 @@ fn a_plain_backend_refuses_transactions() {
 }
 
 /// A plain COMPOUND keeps its read locks to its end: it never sees one file before a
-/// transaction and another after it. Its read of what the transaction holds fails
+/// transaction and another after it. Here a transaction is open before the COMPOUND
+/// starts, so it locks (`gate`): its read of what the transaction holds fails
 /// (NFS4ERR_DELAY, and the client retries) instead of mixing; the transaction waits
 /// for the COMPOUND and then commits.
 #[test]
@@ -670,6 +671,8 @@ fn a_plain_compound_never_sees_a_transaction_in_part() {
     };
     let t = Arc::new(TxnLayer::open(lower, None, settings).unwrap());
     let (f, g) = (at(&*t, &root_cx(), "f"), at(&*t, &root_cx(), "d/g"));
+    let cx = txn_cx(51);
+    t.begin_compound(&cx).unwrap();
     let (ready_tx, ready) = std::sync::mpsc::channel();
     let (go, go_rx) = std::sync::mpsc::channel::<()>();
     let reader = {
@@ -689,8 +692,6 @@ fn a_plain_compound_never_sees_a_transaction_in_part() {
         })
     };
     ready.recv().unwrap();
-    let cx = txn_cx(51);
-    t.begin_compound(&cx).unwrap();
     t.write(&cx, &g, 0, b"NEW", false).unwrap();
     go.send(()).unwrap();
     // Waits for the reader's COMPOUND to end, then goes ahead.
@@ -701,6 +702,71 @@ fn a_plain_compound_never_sees_a_transaction_in_part() {
     assert_eq!(second, Err(BackendError::Conflict));
     assert_eq!(&t.read(&root_cx(), &g, 0, 3).unwrap().0[..], b"NEW");
     assert_eq!(t.held_locks(), 0);
+}
+
+/// While no transaction is open, plain COMPOUNDs take no locks at all (`gate`, ADR
+/// 0058); a transaction that opens meanwhile waits for them to end before it changes
+/// anything, so such a COMPOUND sees it entirely or not at all too. One that cannot
+/// wait that long answers `Conflict` (NFS4ERR_DELAY) and leaves nothing behind.
+#[test]
+fn a_transaction_opens_after_the_unlocked_plain_compounds_end() {
+    let lower = memory();
+    setup(&*lower);
+    let settings = TxnSettings {
+        lock_wait: Duration::from_secs(5),
+        ..TxnSettings::default()
+    };
+    let t = Arc::new(TxnLayer::open(lower, None, settings).unwrap());
+    let (f, g) = (at(&*t, &root_cx(), "f"), at(&*t, &root_cx(), "d/g"));
+    let reader = plain_cx(80);
+    t.begin_compound(&reader).unwrap();
+    let first = t.read(&reader, &f, 0, 4).unwrap().0;
+    t.write(&reader, &f, 0, &pattern(4, 1), false).unwrap();
+    assert_eq!(t.held_locks(), 0, "an unlocked COMPOUND holds nothing");
+    let (opened_tx, opened) = std::sync::mpsc::channel();
+    let writer = {
+        let (t, f, g) = (t.clone(), f.clone(), g.clone());
+        std::thread::spawn(move || {
+            let cx = txn_cx(81);
+            t.begin_compound(&cx).unwrap();
+            opened_tx.send(()).unwrap();
+            t.write(&cx, &g, 0, b"NEW", false).unwrap();
+            t.write(&cx, &f, 0, b"NEWF", false).unwrap();
+            t.end_compound(&cx, true).unwrap();
+        })
+    };
+    assert!(
+        opened.recv_timeout(Duration::from_millis(200)).is_err(),
+        "the transaction opened while an unlocked COMPOUND ran"
+    );
+    let second = t.read(&reader, &g, 0, 3).unwrap().0;
+    t.end_compound(&reader, true).unwrap();
+    opened
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the transaction opens once the COMPOUND ended");
+    writer.join().unwrap();
+    assert_eq!(&first[..], &pattern(4, 1)[..]);
+    assert_eq!(&second[..], b"gee", "g as before the transaction");
+    assert_eq!(&t.read(&root_cx(), &g, 0, 3).unwrap().0[..], b"NEW");
+    assert_eq!(&t.read(&root_cx(), &f, 0, 4).unwrap().0[..], b"NEWF");
+    // A transaction that cannot wait long enough: Conflict, and the gate stays open.
+    let ql = memory();
+    setup(&*ql);
+    let quick = layer(ql, None);
+    let slow = plain_cx(90);
+    quick.begin_compound(&slow).unwrap();
+    assert_eq!(
+        quick.begin_compound(&txn_cx(91)).unwrap_err(),
+        BackendError::Conflict
+    );
+    quick.end_compound(&slow, true).unwrap();
+    let w = txn_cx(92);
+    quick.begin_compound(&w).unwrap();
+    let h = at(&quick, &w, "f");
+    quick.write(&w, &h, 0, b"done", false).unwrap();
+    quick.end_compound(&w, true).unwrap();
+    assert_eq!(&quick.read(&root_cx(), &h, 0, 4).unwrap().0[..], b"done");
+    assert_eq!(quick.held_locks(), 0);
 }
 
 /// Undo never touches an object outside its export: a journal of directory A replayed
@@ -775,6 +841,9 @@ fn read_locks_follow_the_compound_not_the_thread_interleaved() {
     let t = layer(lower, None);
     let (f, g) = (at(&t, &root_cx(), "f"), at(&t, &root_cx(), "d/g"));
     assert_eq!(t.held_locks(), 0);
+    // An open transaction makes plain COMPOUNDs lock (without one they run unlocked).
+    let open = txn_cx(59);
+    t.begin_compound(&open).unwrap();
     let (a, b) = (plain_cx(60), plain_cx(61));
     t.begin_compound(&a).unwrap();
     t.begin_compound(&b).unwrap();
@@ -805,6 +874,7 @@ fn read_locks_follow_the_compound_not_the_thread_interleaved() {
     t.begin_compound(&w).unwrap();
     t.write(&w, &g, 0, b"now", false).unwrap();
     t.end_compound(&w, true).unwrap();
+    t.end_compound(&open, true).unwrap();
     assert_eq!(t.held_locks(), 0);
 }
 
@@ -817,6 +887,9 @@ fn read_locks_follow_the_compound_not_the_thread_across_threads() {
     setup(&*lower);
     let t = Arc::new(layer(lower, None));
     let f = at(&*t, &root_cx(), "f");
+    // An open transaction makes plain COMPOUNDs lock (without one they run unlocked).
+    let open = txn_cx(69);
+    t.begin_compound(&open).unwrap();
     let cx = plain_cx(70);
     t.begin_compound(&cx).unwrap();
     {
@@ -846,5 +919,6 @@ fn read_locks_follow_the_compound_not_the_thread_across_threads() {
     t.begin_compound(&w).unwrap();
     t.write(&w, &f, 0, b"mine", false).unwrap();
     t.end_compound(&w, true).unwrap();
+    t.end_compound(&open, true).unwrap();
     assert_eq!(&t.read(&root_cx(), &f, 0, 4).unwrap().0[..], b"mine");
 }

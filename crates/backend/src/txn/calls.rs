@@ -45,7 +45,26 @@ impl Layer for TxnLayer {
             // Made by the first COMPOUND of the transaction that reaches this export
             // (the server tracks which transactions are open, so a later COMPOUND of one
             // that has not touched the export yet starts it here too).
+            let known = self
+                .open
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(&owner.id);
+            if known {
+                return Ok(());
+            }
+            // Plain COMPOUNDs lock from now on; those running unlocked end first.
+            let deadline = std::time::Instant::now() + self.settings.lock_wait;
+            if !cx.waited.timed(|| self.gate.open_txn(deadline)) {
+                self.lower.end_compound(&plain, false)?;
+                return Err(BackendError::Conflict);
+            }
             let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+            if open.contains_key(&owner.id) {
+                // Another COMPOUND of the transaction opened it meanwhile.
+                self.gate.close_txn();
+                return Ok(());
+            }
             open.entry(owner.id).or_insert_with(|| Txn {
                 txid: 0,
                 owner,

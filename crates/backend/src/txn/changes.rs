@@ -371,6 +371,7 @@ impl TxnLayer {
         };
         counter.fetch_add(1, Ordering::Relaxed);
         self.locks.release_set(t.owner, &t.locks);
+        self.gate.close_txn();
         r
     }
 }

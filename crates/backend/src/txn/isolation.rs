@@ -6,6 +6,7 @@
 //! from the thread that makes the call: one COMPOUND's calls may come from several
 //! threads, and one thread may interleave several COMPOUNDs.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -16,8 +17,24 @@ use crate::{BackendError, OpCtx, Result, WaitClock};
 
 const SHARDS: usize = 16;
 
-/// One shard: COMPOUND id → the (lock, mode) pairs it holds.
-type Shard = HashMap<u64, HashSet<(LockId, Mode)>>;
+/// A plain COMPOUND open here: whether it runs unlocked (`gate`), else the (lock,
+/// mode) pairs it holds.
+#[derive(Default)]
+struct Open {
+    unlocked: bool,
+    held: HashSet<(LockId, Mode)>,
+}
+
+/// One shard: COMPOUND id → what it holds.
+type Shard = HashMap<u64, Open>;
+
+/// What a plain COMPOUND's call has to take (`CompoundLocks::missing`).
+enum Missing {
+    /// Nothing: the COMPOUND runs unlocked.
+    Nothing,
+    /// These locks, which it does not hold yet.
+    Locks(Vec<(LockId, Mode)>),
+}
 
 /// The read locks each plain COMPOUND holds in this layer until its `end_compound`, by
 /// COMPOUND id (`OpCtx::compound`). A COMPOUND has an entry from its `begin_compound`
@@ -40,32 +57,56 @@ impl CompoundLocks {
             .unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The plain COMPOUND `id` starts here (again: no change).
-    pub(super) fn begin(&self, id: u64) {
-        self.shard(id).entry(id).or_default();
+    /// The plain COMPOUND `id` starts here; false when it had already (no change).
+    fn begin(&self, id: u64, unlocked: bool) -> bool {
+        match self.shard(id).entry(id) {
+            Entry::Occupied(_) => false,
+            Entry::Vacant(v) => {
+                v.insert(Open {
+                    unlocked,
+                    held: HashSet::new(),
+                });
+                true
+            }
+        }
     }
 
     /// Does the plain COMPOUND `id` hold read locks here?
     pub(super) fn holds(&self, id: u64) -> bool {
-        self.shard(id).get(&id).is_some_and(|h| !h.is_empty())
+        self.shard(id).get(&id).is_some_and(|o| !o.held.is_empty())
     }
 
-    /// The locks of `set` that COMPOUND `id` does not hold yet (`None`: it is not open).
-    fn missing(&self, id: u64, set: &[(LockId, Mode)]) -> Option<Vec<(LockId, Mode)>> {
+    /// Does the plain COMPOUND `id` run unlocked here?
+    fn unlocked(&self, id: u64) -> bool {
+        self.shard(id).get(&id).is_some_and(|o| o.unlocked)
+    }
+
+    /// What of `set` COMPOUND `id` has to take (`None`: it is not open).
+    fn missing(&self, id: u64, set: &[(LockId, Mode)]) -> Option<Missing> {
         let shard = self.shard(id);
-        let held = shard.get(&id)?;
-        Some(set.iter().copied().filter(|l| !held.contains(l)).collect())
+        let open = shard.get(&id)?;
+        if open.unlocked {
+            return Some(Missing::Nothing);
+        }
+        Some(Missing::Locks(
+            set.iter()
+                .copied()
+                .filter(|l| !open.held.contains(l))
+                .collect(),
+        ))
     }
 
     /// Records that COMPOUND `id` holds `l`; false if it held it already or is no
     /// longer open (the caller then gives back the count it took).
     fn insert(&self, id: u64, l: (LockId, Mode)) -> bool {
-        self.shard(id).get_mut(&id).is_some_and(|h| h.insert(l))
+        self.shard(id)
+            .get_mut(&id)
+            .is_some_and(|o| !o.unlocked && o.held.insert(l))
     }
 
     /// The COMPOUND `id` ends here: its entry goes, and with it the locks it held.
-    fn end(&self, id: u64) -> HashSet<(LockId, Mode)> {
-        self.shard(id).remove(&id).unwrap_or_default()
+    fn end(&self, id: u64) -> Option<Open> {
+        self.shard(id).remove(&id)
     }
 }
 
@@ -134,9 +175,7 @@ impl TxnLayer {
         });
         if let Some((todo, holding)) = in_txn {
             if !todo.is_empty() {
-                waited
-                    .timed(|| self.locks.acquire(owner, &todo, holding))
-                    .map_err(|_| BackendError::Conflict)?;
+                self.acquire(waited, owner, &todo, holding)?;
                 self.with_txn(owner, |t| {
                     for l in todo {
                         if t.held.insert(l) {
@@ -154,6 +193,10 @@ impl TxnLayer {
         // is not open here, or no longer.)
         let todo = match owner.kind {
             Kind::Compound => self.compounds.missing(owner.id, set),
+            // A plain change of an unlocked COMPOUND takes nothing either.
+            Kind::Call if owner.id != 0 && self.compounds.unlocked(owner.id) => {
+                return Ok(LockGuard::unlocked(self));
+            }
             _ => None,
         };
         let owner = match todo {
@@ -163,49 +206,76 @@ impl TxnLayer {
                 ..owner
             },
         };
-        if let Some(todo) = todo {
-            if !todo.is_empty() {
-                let holding = self.compound_holds(owner.id);
-                waited
-                    .timed(|| self.locks.acquire(owner, &todo, holding))
-                    .map_err(|_| BackendError::Conflict)?;
-                for l in todo {
-                    // Taken twice (two calls of the COMPOUND at once) or after its end:
-                    // the extra count goes back.
-                    if !self.compounds.insert(owner.id, l) {
-                        self.locks.release(owner, l.0, l.1);
+        match todo {
+            Some(Missing::Nothing) => return Ok(LockGuard::unlocked(self)),
+            Some(Missing::Locks(todo)) => {
+                if !todo.is_empty() {
+                    let holding = self.compound_holds(owner.id);
+                    self.acquire(waited, owner, &todo, holding)?;
+                    for l in todo {
+                        // Taken twice (two calls of the COMPOUND at once) or after its
+                        // end: the extra count goes back.
+                        if !self.compounds.insert(owner.id, l) {
+                            self.locks.release(owner, l.0, l.1);
+                        }
                     }
                 }
+                return Ok(LockGuard::none(self));
             }
-            return Ok(LockGuard::none(self));
+            None => {}
         }
-        waited
-            .timed(|| {
-                self.locks
-                    .acquire(owner, set, self.compound_holds(owner.id))
-            })
-            .map_err(|_| BackendError::Conflict)?;
+        self.acquire(waited, owner, set, self.compound_holds(owner.id))?;
         Ok(LockGuard {
             table: self,
             owner,
             set: set.to_vec(),
+            unlocked: false,
         })
     }
 
-    /// The plain COMPOUND `id` starts here: from now on its reads keep their locks.
+    /// Takes `set` for `owner` (`LockTable::acquire`), counting a wait for others on
+    /// `waited`. Free locks are taken without reading the clock: most calls never wait,
+    /// and a clock read costs as much as the lock itself.
+    fn acquire(
+        &self,
+        waited: &WaitClock,
+        owner: Owner,
+        set: &[(LockId, Mode)],
+        holding: bool,
+    ) -> Result<()> {
+        if self.locks.try_acquire(owner, set) {
+            return Ok(());
+        }
+        waited
+            .timed(|| self.locks.acquire(owner, set, holding))
+            .map_err(|_| BackendError::Conflict)
+    }
+
+    /// The plain COMPOUND `id` starts here: from now on its reads keep their locks, or,
+    /// while no transaction is open, it runs unlocked to its end (`gate`).
     pub(super) fn begin_plain_compound(&self, id: u64) {
         if id != 0 {
-            self.compounds.begin(id);
+            let unlocked = self.gate.enter();
+            if !self.compounds.begin(id, unlocked) && unlocked {
+                self.gate.leave();
+            }
         }
     }
 
     /// Gives back the read locks of the plain COMPOUND `id` here (at its end).
     pub(super) fn release_compound(&self, id: u64) {
+        let Some(open) = self.compounds.end(id) else {
+            return;
+        };
+        if open.unlocked {
+            self.gate.leave();
+            return;
+        }
         let owner = Owner {
             id,
             kind: Kind::Compound,
         };
-        for (lock, mode) in self.compounds.end(id) {
+        for (lock, mode) in open.held {
             self.locks.release(owner, lock, mode);
         }
     }
@@ -222,6 +292,9 @@ impl TxnLayer {
         if owner.is_txn() {
             // A transaction's locks live in the transaction, not in the guard.
             self.lock(waited, owner, set)?;
+            return Ok(());
+        }
+        if guard.unlocked {
             return Ok(());
         }
         if !self.locks.try_acquire(owner, set) {
@@ -268,6 +341,8 @@ pub(super) struct LockGuard<'a> {
     table: &'a TxnLayer,
     owner: Owner,
     set: Vec<(LockId, Mode)>,
+    /// The call's COMPOUND runs unlocked: `lock_more` takes nothing either.
+    unlocked: bool,
 }
 
 impl<'a> LockGuard<'a> {
@@ -279,7 +354,14 @@ impl<'a> LockGuard<'a> {
                 kind: Kind::Txn,
             },
             set: Vec::new(),
+            unlocked: false,
         }
+    }
+
+    fn unlocked(table: &'a TxnLayer) -> Self {
+        let mut g = Self::none(table);
+        g.unlocked = true;
+        g
     }
 }
 

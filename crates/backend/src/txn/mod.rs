@@ -23,6 +23,7 @@
 
 mod calls;
 mod changes;
+mod gate;
 mod isolation;
 mod journal;
 mod locks;
@@ -152,6 +153,8 @@ pub struct TxnLayer {
     locks: LockTable,
     /// The read locks of the plain COMPOUNDs open here (`isolation`).
     compounds: CompoundLocks,
+    /// Whether plain COMPOUNDs lock at all (`gate`).
+    gate: gate::Gate,
     open: Mutex<HashMap<u64, Txn>>,
     next_txid: AtomicU64,
     settings: TxnSettings,
@@ -277,6 +280,7 @@ impl TxnLayer {
             locks: LockTable::new(settings.lock_wait),
             compounds: CompoundLocks::new(),
             open: Mutex::new(HashMap::new()),
+            gate: gate::Gate::default(),
             next_txid: AtomicU64::new(next_txid),
             settings,
             faults,

@@ -179,6 +179,7 @@ pub(super) fn run(
         txn_session: None,
         refused: None,
         stored: None,
+        op_ended: None,
     };
     x.c.caller = caller;
     let nops = req.nops;
@@ -246,6 +247,8 @@ struct Exec<'a> {
     refused: Option<nfsstat4>,
     /// The reply a one-COMPOUND transaction stored before it committed.
     stored: Option<Gathered>,
+    /// When the last op ended (`op`): the next one's start, for its latency metric.
+    op_ended: Option<std::time::Instant>,
 }
 
 impl Exec<'_> {
@@ -345,7 +348,8 @@ impl Exec<'_> {
         srv.stats.count(opnum);
         let info = entry.info();
         let before = self.out.len();
-        let started = std::time::Instant::now();
+        // One clock read per op: this op starts when the one before it ended.
+        let started = self.op_ended.unwrap_or_else(std::time::Instant::now);
         let result = match self.admit(i, nops, entry, &arg) {
             Err(s) => Err(OpError::Status(s)),
             // A panic fails this op with SERVERFAULT (`crate::panics`, ADR 0029).
@@ -374,7 +378,9 @@ impl Exec<'_> {
                 s
             }
         };
-        srv.metrics.v4_op(opnum, started.elapsed(), st as i32);
+        let ended = std::time::Instant::now();
+        srv.metrics.v4_op(opnum, ended - started, st as i32);
+        self.op_ended = Some(ended);
         if let Some(s) = &self.c.session {
             s.activity
                 .ops

@@ -47,6 +47,7 @@ pub(super) fn run(
         txn_session: None,
         refused: None,
         stored: None,
+        op_ended: None,
     };
     let mut ops = req.ops.into_iter();
     for _ in 0..req.nops {
