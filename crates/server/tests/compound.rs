@@ -163,6 +163,47 @@ async fn exactly_once_exclusive_create() {
     .await;
 }
 
+/// A COMPOUND that changes nothing keeps its reply for a retransmission only when its
+/// client set `sa_cachethis` (ADR 0003 addendum): else the retransmission gets
+/// NFS4ERR_RETRY_UNCACHED_REP (RFC 8881 §2.10.6.1.3). One that changes something is
+/// kept either way.
+#[tokio::test]
+async fn read_only_replies_are_kept_only_when_asked() {
+    let (_srv, s) = start_with_session(b"keep").await;
+    let getattr = || {
+        nfs_argop4::OP_GETATTR(GETATTR4args {
+            attr_request: GETATTR_TYPE_SIZE.to_vec(),
+        })
+    };
+    let read_only = |slot, cache| {
+        encode_compound(vec![
+            sequence(s.sid, slot, 1, cache),
+            nfs_argop4::OP_PUTROOTFH,
+            getattr(),
+        ])
+    };
+    // Asked: the retransmission is the reply, byte for byte.
+    let first = call_raw(&s.cl, read_only(1, true)).await;
+    assert_eq!(call_raw(&s.cl, read_only(1, true)).await, first);
+    // Not asked: refused as uncached, in SEQUENCE's place (nothing ran again).
+    let first = COMPOUND4res::from_bytes(call_raw(&s.cl, read_only(2, false)).await).unwrap();
+    assert_eq!(first.status, nfsstat4::NFS4_OK);
+    let again = COMPOUND4res::from_bytes(call_raw(&s.cl, read_only(2, false)).await).unwrap();
+    assert_eq!(again.status, nfsstat4::NFS4ERR_RETRY_UNCACHED_REP);
+    // A change without cachethis is kept all the same.
+    let change = encode_compound(vec![
+        sequence(s.sid, 3, 1, false),
+        nfs_argop4::OP_PUTROOTFH,
+        mkdir("kept"),
+    ]);
+    let first = call_raw(&s.cl, change.clone()).await;
+    assert_eq!(
+        COMPOUND4res::from_bytes(first.clone()).unwrap().status,
+        nfsstat4::NFS4_OK
+    );
+    assert_eq!(call_raw(&s.cl, change).await, first, "from the cache");
+}
+
 #[tokio::test]
 async fn slot_rules() {
     let (_srv, s) = start_with_session(b"slots").await;

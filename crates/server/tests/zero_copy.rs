@@ -220,9 +220,10 @@ fn one_mib_read_and_write_move_no_payload_byte_in_user_space() {
         "WRITE data reached the backend copied, not as a slice of the request"
     );
 
+    // (cachethis: a reply that changes nothing is kept only when asked, ADR 0003)
     let read_req = args(
         vec![
-            sequence(sid, 0, 3, false),
+            sequence(sid, 0, 3, true),
             nfs_argop4::OP_PUTROOTFH,
             lookup("big"),
             read(&ANON, 0, MIB as u32),

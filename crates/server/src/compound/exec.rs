@@ -180,6 +180,7 @@ pub(super) fn run(
         refused: None,
         stored: None,
         op_ended: None,
+        modifies: false,
     };
     x.c.caller = caller;
     let nops = req.nops;
@@ -249,6 +250,9 @@ struct Exec<'a> {
     stored: Option<Gathered>,
     /// When the last op ended (`op`): the next one's start, for its latency metric.
     op_ended: Option<std::time::Instant>,
+    /// An op that changes state ran (or was tried): the reply is kept for a
+    /// retransmission even without `sa_cachethis`.
+    modifies: bool,
 }
 
 impl Exec<'_> {
@@ -347,6 +351,7 @@ impl Exec<'_> {
         let opnum = entry.op as u32;
         srv.stats.count(opnum);
         let info = entry.info();
+        self.modifies |= info.modifies;
         let before = self.out.len();
         // One clock read per op: this op starts when the one before it ended.
         let started = self.op_ended.unwrap_or_else(std::time::Instant::now);
@@ -578,7 +583,13 @@ impl Exec<'_> {
         let srv = self.c.srv;
         let reply = self.patched();
         if let Some((s, slotid)) = self.slot.slot.take() {
-            let keep = reply.len() <= s.fore.max_response_cached as usize;
+            // A COMPOUND that changed nothing and whose client did not ask for its reply
+            // to be kept is not kept (RFC 8881 §2.10.6.1.3): a retransmission gets
+            // NFS4ERR_RETRY_UNCACHED_REP and is sent again, which is harmless for reads.
+            // Keeping every READ reply held its data until the slot's next request (up
+            // to 64 KiB per slot) and cost a copy of the reply's part list per call.
+            let wanted = self.cachethis || self.modifies;
+            let keep = wanted && reply.len() <= s.fore.max_response_cached as usize;
             let cached = keep.then(|| reply.clone());
             if let Some((seqid, hash)) = self.durable {
                 // Durable before it is cached (a retransmission cannot see it earlier)

@@ -48,6 +48,7 @@ pub(super) fn run(
         refused: None,
         stored: None,
         op_ended: None,
+        modifies: false,
     };
     let mut ops = req.ops.into_iter();
     for _ in 0..req.nops {
