@@ -44,9 +44,11 @@ pub fn attrs_changed(
     key: &FileKey,
     encode: &EncodeAttrs<'_>,
 ) {
+    // Only directory delegations hear of attribute changes: file delegations alone
+    // (a write delegation per file written is common) must not cost a GETATTR here.
     let any = core
         .core()
-        .map(|core| !core.delegations().is_empty())
+        .map(|core| core.delegations().has_dir_delegations())
         .unwrap_or(false);
     if !any {
         return;

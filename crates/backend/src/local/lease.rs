@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use rustix::fs::OFlags;
+use rustix::fs::{self as rfs, OFlags};
 use rustix::io::Errno;
 
 use super::errors::map_errno;
@@ -160,13 +160,27 @@ impl LocalBackend {
         // The backend's own cached read-write descriptor would make the lease fail: the
         // lease's descriptor serves the file's I/O from now on. (One still in use by a
         // running request makes it fail: no delegation this time.)
-        lock(&self.rw).remove(key);
+        let cached = lock(&self.rw).remove(key);
         let flags = match kind {
             WatchKind::Read => OFlags::RDONLY,
             WatchKind::Write => OFlags::RDWR,
         };
-        // Non-blocking: an outside lease on the file answers at once.
-        let fd = self.reopen_file(&pfd, &st, flags | OFlags::NONBLOCK)?;
+        // A write lease adopts that descriptor when it is read-write and nobody else
+        // uses it (a file just created or truncated by OPEN has one): one reopen
+        // through /proc and one close fewer. A read lease needs a read-only one.
+        let adopted = cached
+            .filter(|_| kind == WatchKind::Write)
+            .and_then(|fd| Arc::try_unwrap(fd).ok())
+            .filter(|fd| {
+                rfs::fcntl_getfl(fd)
+                    .map(|f| f.contains(OFlags::RDWR))
+                    .unwrap_or(false)
+            });
+        let fd = match adopted {
+            Some(fd) => fd,
+            // Non-blocking: an outside lease on the file answers at once.
+            None => self.reopen_file(&pfd, &st, flags | OFlags::NONBLOCK)?,
+        };
         let arg = match kind {
             WatchKind::Read => libc::F_RDLCK,
             WatchKind::Write => libc::F_WRLCK,
@@ -230,13 +244,23 @@ fn last_errno() -> Errno {
 /// Whether this process handles SIGIO (neither the default action, which ends the
 /// process, nor ignored, which would lose lease breaks). Leases are taken only then.
 pub fn sigio_handled() -> bool {
+    // Once seen handled, handled for good: the server installs its handler at start
+    // and never takes it away (this runs for every delegation granted).
+    static SEEN: AtomicBool = AtomicBool::new(false);
+    if SEEN.load(Ordering::Relaxed) {
+        return true;
+    }
     // SAFETY: all-zero bytes are a valid `sigaction` (plain integers, a signal set and
     // a handler address of 0 = SIG_DFL); it is only an output buffer here.
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: a null `act` only queries the disposition; `old` is a live, writable
     // `sigaction` the kernel fills before returning and keeps no pointer to.
     let rc = unsafe { libc::sigaction(libc::SIGIO, std::ptr::null(), &mut old) };
-    rc == 0 && old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN
+    let handled = rc == 0 && old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN;
+    if handled {
+        SEEN.store(true, Ordering::Relaxed);
+    }
+    handled
 }
 
 /// Send SIGIO to this process, as a lease break does: the server then scans its

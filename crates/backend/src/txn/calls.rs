@@ -264,6 +264,10 @@ impl Layer for TxnLayer {
                     (locks::entry(dir, name), Mode::Exclusive),
                 ],
             )?;
+            if g.is_unlocked() {
+                // Nothing to lock (`gate`), so no lookup to find what to lock.
+                return self.lower.create_file(cx, dir, name, mode, attrs);
+            }
             let existing = match self.lower.lookup(cx, dir, name) {
                 Ok((k, _)) => Some(k),
                 Err(BackendError::NotFound) => None,
@@ -369,6 +373,9 @@ impl Layer for TxnLayer {
                     (locks::entry(dir, name), Mode::Exclusive),
                 ],
             )?;
+            if g.is_unlocked() {
+                return self.lower.remove(cx, dir, name);
+            }
             let (victim, vattrs) = self.lower.lookup(cx, dir, name)?;
             self.lock_more(
                 &mut g,
@@ -410,6 +417,9 @@ impl Layer for TxnLayer {
                     (locks::entry(to_dir, to), Mode::Exclusive),
                 ],
             )?;
+            if g.is_unlocked() {
+                return self.lower.rename(cx, from_dir, from, to_dir, to);
+            }
             let (moved, mattrs) = self.lower.lookup(cx, from_dir, from)?;
             let victim = match self.lower.lookup(cx, to_dir, to) {
                 Ok(v) => Some(v),

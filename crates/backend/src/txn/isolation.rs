@@ -358,6 +358,12 @@ impl<'a> LockGuard<'a> {
         }
     }
 
+    /// The call's COMPOUND runs unlocked (`gate`): a plain change needs no lookup to
+    /// find the objects to lock.
+    pub(super) fn is_unlocked(&self) -> bool {
+        self.unlocked
+    }
+
     fn unlocked(table: &'a TxnLayer) -> Self {
         let mut g = Self::none(table);
         g.unlocked = true;

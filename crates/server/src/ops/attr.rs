@@ -76,7 +76,7 @@ pub fn getattr(c: &mut Compound, a: &GETATTR4args) -> OpResult {
 /// written without telling the server, so the server asks it (CB_GETATTR). If it
 /// modified the file, the reply carries its size and a change attribute past the one
 /// it was granted at; if it does not answer, the delegation is recalled instead and
-/// this GETATTR waits for the flushed data. `None`: our own attributes are right.
+/// this GETATTR waits for the flushed data. `None`: read our own attributes (again).
 fn delegated_attrs(c: &Compound, fh: &Fh, request: &[u32]) -> Result<Option<Attrs>, OpError> {
     let times = (1u64 << FATTR4_TIME_ACCESS)
         | (1u64 << FATTR4_TIME_MODIFY)
@@ -94,7 +94,20 @@ fn delegated_attrs(c: &Compound, fh: &Fh, request: &[u32]) -> Result<Option<Attr
         return Ok(None);
     }
     let attrs = o.export.backend.getattr(c.scope.ctx(), &o.key)?;
-    held_attrs(c, o, attrs)
+    if attrs.ftype == FileType::Regular {
+        let file = c.srv.state_file_id(&o.export, attrs.fileid);
+        if c.srv
+            .core()?
+            .delegations()
+            .write_holder(c.client, file)
+            .is_some()
+        {
+            return held_attrs(c, o, attrs);
+        }
+    }
+    // Nobody else may have written it unseen: the attributes just read are the answer
+    // (no second GETATTR of the backend).
+    Ok(Some(attrs))
 }
 
 /// The attributes `attrs` of the file `o` as another client's write delegation may

@@ -88,7 +88,9 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
         atomic: false,
     };
     let mut created = false;
-    let target: ObjFh = match &a.claim {
+    // The object, with its attributes when finding it read them already (a lookup or
+    // a create): OPEN then needs no GETATTR of its own.
+    let (target, found): (ObjFh, Option<Attrs>) = match &a.claim {
         open_claim4::CLAIM_NULL(name) => {
             check_name(name)?;
             let Fh::Obj(dir) = &fh else {
@@ -158,20 +160,20 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
                     }
                     dir_change = made.dir;
                     match c.srv.obj_fh(&dir.export, made.key) {
-                        Fh::Obj(o) => o,
+                        Fh::Obj(o) => (o, Some(made.attrs)),
                         Fh::Pseudo(_) => return Err(nfsstat4::NFS4ERR_SERVERFAULT.into()),
                     }
                 }
                 None => {
                     require(&dattrs, &c.creds, X)?;
-                    let (key, _) = be.lookup(c.scope.ctx(), &dir.key, name)?;
+                    let (key, found) = be.lookup(c.scope.ctx(), &dir.key, name)?;
                     dir_change = DirChange {
                         before: dattrs.change,
                         after: dattrs.change,
                         atomic: true,
                     };
                     match c.srv.obj_fh(&dir.export, key) {
-                        Fh::Obj(o) => o,
+                        Fh::Obj(o) => (o, Some(found)),
                         Fh::Pseudo(_) => return Err(nfsstat4::NFS4ERR_SERVERFAULT.into()),
                     }
                 }
@@ -199,7 +201,7 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
                 _ => {}
             }
             match &fh {
-                Fh::Obj(o) => o.clone(),
+                Fh::Obj(o) => (o.clone(), None),
                 Fh::Pseudo(_) => return Err(nfsstat4::NFS4ERR_ISDIR.into()),
             }
         }
@@ -217,7 +219,7 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
                 .backend
                 .lookup(c.scope.ctx(), &dir.key, &cur.file)?;
             match c.srv.obj_fh(&dir.export, key) {
-                Fh::Obj(o) => o,
+                Fh::Obj(o) => (o, None),
                 Fh::Pseudo(_) => return Err(nfsstat4::NFS4ERR_SERVERFAULT.into()),
             }
         }
@@ -225,7 +227,10 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
     };
 
     let be = &target.export.backend;
-    let attrs = be.getattr(c.scope.ctx(), &target.key)?;
+    let attrs = match found {
+        Some(attrs) => attrs,
+        None => be.getattr(c.scope.ctx(), &target.key)?,
+    };
     type_check(attrs.ftype)?;
     if !created {
         let mut want = 0;

@@ -321,6 +321,7 @@ impl super::DelegTable {
                 dir: Some(Box::new(state)),
             },
         );
+        self.dirs += 1;
         self.by_file.entry(dir).or_default().push(id);
         self.by_client.entry(client).or_default().insert(id);
         self.count(client, |s| {

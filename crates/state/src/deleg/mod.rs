@@ -269,6 +269,8 @@ pub struct DelegTable {
     /// Objects that are entries of directories whose delegations want
     /// CHANGE_CHILD_ATTRS, and those delegations.
     watched: HashMap<FileId, HashSet<u64>>,
+    /// Directory delegations in `delegs` (revoked ones included).
+    dirs: usize,
     total: DelegStats,
     per_client: HashMap<ClientId, DelegStats>,
 }
@@ -309,6 +311,7 @@ impl DelegTable {
             cool_down: HashMap::new(),
             revoked_by_client: HashMap::new(),
             watched: HashMap::new(),
+            dirs: 0,
             total: DelegStats::default(),
             per_client: HashMap::new(),
         }
@@ -606,6 +609,7 @@ impl DelegTable {
     fn remove(&mut self, id: u64) -> Option<Delegation> {
         if self.delegs.get(&id)?.dir.is_some() {
             self.unwatch(id);
+            self.dirs -= 1;
         }
         let d = self.delegs.remove(&id)?;
         if d.phase == Phase::Revoked {
@@ -777,6 +781,12 @@ impl DelegTable {
     /// Whether any live delegation exists (the cheap test before a conflict check).
     pub fn is_empty(&self) -> bool {
         self.by_file.is_empty()
+    }
+
+    /// Whether any directory delegation exists (the cheap test before attribute
+    /// notifications, which need the object's attributes read first).
+    pub fn has_dir_delegations(&self) -> bool {
+        self.dirs > 0
     }
 
     /// Whether `client` holds any delegation (DESTROY_CLIENTID is refused then).
