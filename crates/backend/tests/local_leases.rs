@@ -181,4 +181,22 @@ fn leases_back_watches() {
         .expect("a read lease again");
     assert!(!w.broken());
     assert_eq!(std::fs::read(&path).unwrap(), b"jELLO world");
+    drop(w);
+
+    // A write lease on a file just created: it takes over the read-write descriptor
+    // the create left in the backend's cache (no second open), and works as any.
+    let new = create(&b, &root, "g");
+    let w = b
+        .watch_file(&ctx(), &new, WatchKind::Write)
+        .unwrap()
+        .expect("a write lease on a new file");
+    b.write(&ctx(), &new, 0, b"fresh", true).unwrap();
+    assert_eq!(&b.read(&ctx(), &new, 0, 10).unwrap().0[..], b"fresh");
+    assert!(!w.broken());
+    let done = open_elsewhere(dir.path().join("g"), false, b"");
+    wait_until("the break of the adopted write lease", || w.broken());
+    drop(w);
+    done.recv_timeout(Duration::from_secs(2))
+        .expect("reader ran");
+    assert_eq!(std::fs::read(dir.path().join("g")).unwrap(), b"fresh");
 }

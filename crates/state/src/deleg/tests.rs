@@ -194,8 +194,10 @@ mod directories {
         assert_eq!(no_cb, Err(NoDeleg::Resource));
         let in_grace = t.grant_dir(t0, C1, D, params(ENTRIES), true, true, Bytes::new());
         assert_eq!(in_grace, Err(NoDeleg::Resource));
+        assert!(!t.has_dir_delegations());
         // Asked for everything: the cookie verifier never changes, so not that.
         let g = grant(&mut t, t0, C1, 0x3f);
+        assert!(t.has_dir_delegations());
         assert_eq!(g.types, 0x1f);
         // The delay is bounded.
         assert_eq!(
@@ -219,7 +221,9 @@ mod directories {
             Err(StateError::BadStateid)
         );
         t.delegreturn(t0, C1, &g.stateid, D).unwrap();
+        assert!(t.has_dir_delegations(), "C2's is left");
         t.delegreturn(t0, C2, &g2.stateid, D).unwrap();
+        assert!(!t.has_dir_delegations(), "counted down as they went");
         let s = t.stats();
         assert_eq!((s.granted, s.returned, s.outstanding), (2, 2, 0));
         assert!(t.is_empty());
