@@ -10,7 +10,9 @@
 //! other work to another thread first. Waits are timed ([`WaitClock`]) and left out of
 //! the pace below: only execution time says whether the file system is slow.
 //!
-//! Ops that never wait on storage run inline. Large I/O, COMMIT and truncation always go
+//! Ops that never wait on storage run inline, also in a long COMPOUND (a client's batch
+//! of small READs) up to 256 ops and 256 KiB of I/O; a longer one, or a long one with
+//! any op that may wait, runs on the pool. Large I/O, COMMIT and truncation always go
 //! to the pool. Namespace changes (OPEN with create, CREATE, REMOVE, RENAME, LINK) are in
 //! between: on a healthy file system each is one syscall of a few tens of µs, cheaper to
 //! run inline than to hand off, but some file systems make them slow at times — ext4

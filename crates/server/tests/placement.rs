@@ -94,3 +94,53 @@ async fn waiting_transactions_leave_the_workers_free() {
     let r = s.run_proc(txnfs_proto::PROC_TXN_ABORT, vec![]).await;
     assert_eq!(r.status, nfsstat4::NFS4_OK);
 }
+
+/// A batch of small READs (our client's batching, ADR 0044) is a long COMPOUND of quick
+/// ops: it runs inline up to 256 ops and 256 KiB of I/O, not on the blocking pool (a
+/// batch of eight READs there cost more server CPU per READ than eight COMPOUNDs of one
+/// inline). A long COMPOUND with one op that may wait, or past either bound, goes to
+/// the pool.
+#[test]
+fn a_batch_of_small_reads_runs_inline() {
+    use bytes::Bytes;
+    use txnfs_server::compound::Request;
+    use txnfs_server::placement::Blocking;
+    use txnfs_xdr::Encode;
+    let fh = Bytes::from_static(b"any handle");
+    let reads = |n: usize, count: u32| {
+        let mut ops = vec![sequence([0; 16], 0, 1, false)];
+        for i in 0..n {
+            ops.push(nfs_argop4::OP_PUTFH(PUTFH4args { object: fh.clone() }));
+            ops.push(nfs_argop4::OP_READ(READ4args {
+                stateid: current_sid(),
+                offset: i as u64 * u64::from(count),
+                count,
+            }));
+        }
+        ops
+    };
+    let placed = |ops: Vec<nfs_argop4>| {
+        let args = COMPOUND4args {
+            tag: Bytes::new(),
+            minorversion: 1,
+            argarray: ops,
+        }
+        .to_bytes();
+        Request::decode(args).expect("decodes").blocking()
+    };
+    assert_eq!(placed(reads(1, 4096)), Blocking::No);
+    assert_eq!(placed(reads(8, 4096)), Blocking::No, "17 ops, 32 KiB");
+    assert_eq!(placed(reads(64, 4096)), Blocking::No, "129 ops, 256 KiB");
+    assert_eq!(placed(reads(65, 4096)), Blocking::Yes, "past 256 KiB");
+    assert_eq!(placed(reads(127, 1024)), Blocking::No, "255 ops, 127 KiB");
+    assert_eq!(placed(reads(128, 1024)), Blocking::Yes, "257 ops");
+    let mut with_commit = reads(8, 4096);
+    with_commit.push(nfs_argop4::OP_COMMIT(COMMIT4args {
+        offset: 0,
+        count: 0,
+    }));
+    assert_eq!(placed(with_commit), Blocking::Yes);
+    let mut with_getattr = reads(8, 4096);
+    with_getattr.push(getattr_size());
+    assert_eq!(placed(with_getattr), Blocking::No);
+}
