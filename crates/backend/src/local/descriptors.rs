@@ -20,6 +20,13 @@ pub(super) fn cname(name: &[u8]) -> Result<CString> {
     CString::new(name).map_err(|_| BackendError::BadName)
 }
 
+/// Whether `fd` was opened read-write (one `fcntl`).
+pub(super) fn opened_read_write(fd: &OwnedFd) -> bool {
+    rfs::fcntl_getfl(fd)
+        .map(|f| f.contains(OFlags::RDWR))
+        .unwrap_or(false)
+}
+
 /// The magic link that names exactly the inode of `fd` (no path is walked), for calls
 /// that need a path: reopening an `O_PATH` descriptor for I/O, chmod, utimensat.
 pub(super) fn proc_path(fd: BorrowedFd<'_>) -> String {
@@ -243,11 +250,7 @@ impl LocalBackend {
         // (bound first: the guard must not live through the block, which may lock again)
         let cached = lock(&self.rw).get(key)?;
         // Every cached descriptor reads; only a write asks whether it also writes.
-        let fits = !need_write
-            || rfs::fcntl_getfl(&*cached)
-                .map(|f| f.contains(OFlags::RDWR))
-                .unwrap_or(false);
-        fits.then_some(cached)
+        (!need_write || opened_read_write(&cached)).then_some(cached)
     }
 
     /// Opens `key` for I/O (read-write when possible) and caches the descriptor.

@@ -31,9 +31,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use rustix::fs::{self as rfs, OFlags};
+use rustix::fs::OFlags;
 use rustix::io::Errno;
 
+use super::descriptors::opened_read_write;
 use super::errors::map_errno;
 use super::{lock, LocalBackend};
 use crate::{BackendError, FileKey, Result, Watch, WatchHandle, WatchKind};
@@ -171,11 +172,7 @@ impl LocalBackend {
         let adopted = cached
             .filter(|_| kind == WatchKind::Write)
             .and_then(|fd| Arc::try_unwrap(fd).ok())
-            .filter(|fd| {
-                rfs::fcntl_getfl(fd)
-                    .map(|f| f.contains(OFlags::RDWR))
-                    .unwrap_or(false)
-            });
+            .filter(opened_read_write);
         let fd = match adopted {
             Some(fd) => fd,
             // Non-blocking: an outside lease on the file answers at once.

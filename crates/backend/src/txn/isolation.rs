@@ -19,7 +19,6 @@ const SHARDS: usize = 16;
 
 /// A plain COMPOUND open here: whether it runs unlocked (`gate`), else the (lock,
 /// mode) pairs it holds.
-#[derive(Default)]
 struct Open {
     unlocked: bool,
     held: HashSet<(LockId, Mode)>,
