@@ -234,10 +234,7 @@ impl Client {
         });
         let (state, _) = establish(&transport, &cfg, &owner, verifier, 1, &callbacks).await?;
         let bound = transport.generation();
-        let (batcher, batch_queue) = match crate::batch::Batcher::new(cfg.batch) {
-            Some((b, q)) => (Some(b), Some(q)),
-            None => (None, None),
-        };
+        let batcher = crate::batch::Batcher::new(cfg.batch);
         let inner = Arc::new(Inner {
             cfg,
             cache: cache.clone(),
@@ -264,9 +261,6 @@ impl Client {
             op_times: Default::default(),
         });
         cache.attach(Arc::downgrade(&inner));
-        if let Some(q) = batch_queue {
-            crate::batch::spawn(Arc::downgrade(&inner), q);
-        }
         let c = Client { inner };
         // Lease time for the renewal task (default 60 s if the server does not say).
         let mut q = Compound::new();

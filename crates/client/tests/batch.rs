@@ -197,3 +197,43 @@ async fn dynamic_batching_keeps_every_result_right() {
     assert!((1..=64).contains(&b.level), "{b:?}");
     assert!(rounds > 10, "only {rounds} rounds");
 }
+
+/// One READ of `f` whole through `client`.
+async fn read_one(client: &Client, f: &OpenFile) -> Result<Bytes, ClientError> {
+    let mut c = Compound::new();
+    c.putfh(&f.fh);
+    let k = c.read(f.stateid.clone(), 0, 64 << 10);
+    client.compound(&c).await?.read(k).map(|(d, _)| d)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_who_gives_up_strands_no_one_in_its_batch() {
+    // No batcher task sends batches, and only the caller who started a batch waits
+    // with a timer. Here that caller gives up while the batch fills, after a second
+    // caller joined it: the batch must still leave, and the second caller get its bytes.
+    let srv = start_memory_server().await;
+    let client = batching_client(&srv, BatchMode::Static(8), Duration::from_secs(30)).await;
+    let files = open_files(&client).await;
+    let (c, f) = (client.clone(), files[0].clone());
+    let first = tokio::spawn(async move { read_one(&c, &f).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (c, f) = (client.clone(), files[1].clone());
+    let second = tokio::spawn(async move { read_one(&c, &f).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !first.is_finished() && !second.is_finished(),
+        "left before the batch filled"
+    );
+    first.abort();
+    let got = tokio::time::timeout(Duration::from_secs(5), second)
+        .await
+        .expect("stranded: the batch's first caller gave up and nobody sent it")
+        .expect("task");
+    assert_eq!(got.expect("read"), content(1));
+    let b = client.batch_stats().expect("on");
+    assert_eq!(
+        (b.messages, b.requests),
+        (1, 2),
+        "both parts in one COMPOUND: {b:?}"
+    );
+}

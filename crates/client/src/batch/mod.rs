@@ -2,11 +2,12 @@
 //!
 //! With [`BatchMode::Static`] or [`BatchMode::Dynamic`], a COMPOUND that
 //! [`batchable`] accepts (a PUTFH and independent READ / WRITE / GETATTR / ACCESS /
-//! COMMIT on it) enters a queue instead of going out alone; one batcher task packs
-//! queued requests of different callers into one COMPOUND (`SEQUENCE, PUTFH a, READ,
-//! PUTFH b, READ, ...`) when the batch level is reached or the first request has
-//! waited `max_delay`, within the session's limits (ops, request and reply size). Each
-//! part begins with its own PUTFH, so no part sees another's current filehandle.
+//! COMMIT on it) joins the batch being filled instead of going out alone: requests of
+//! different callers go in one COMPOUND (`SEQUENCE, PUTFH a, READ, PUTFH b, READ, ...`),
+//! sent by the caller whose request fills it to the batch level, or by the first caller
+//! whose wait reaches `max_delay`, within the session's limits (ops, request and reply
+//! size). No batcher task stands between the callers. Each part begins with its own
+//! PUTFH, so no part sees another's current filehandle.
 //!
 //! The reply is cut back into each caller's reply. A COMPOUND stops at its first failed
 //! op: the parts before it get their results, the part holding it gets its own results
@@ -22,16 +23,16 @@
 
 pub mod controller;
 
-use crate::client::{Client, Inner, Limits};
+use crate::client::{Client, Limits};
 use crate::compound::{Compound, Reply, CURRENT_STATEID};
 use crate::ClientError;
 pub use controller::{Controller, ControllerSettings};
 use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Mutex, Weak};
+use std::sync::Mutex;
 use std::time::Instant;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use txnfs_proto::nfs4::*;
 
 /// How requests of concurrent callers are batched.
@@ -168,68 +169,67 @@ struct Pending {
     since: Instant,
 }
 
-/// The interval being measured for the controller.
+/// The controller and the start of the interval being measured (locked once per
+/// interval, by the call that ends it).
 struct Window {
     controller: Controller,
     started: Instant,
-    /// Payload bytes plus one per request completed (so a run without data still
-    /// measures something, in the same unit every interval).
-    work: u64,
-    /// Requests outstanding now, and their integral over time since `started`.
-    outstanding: u32,
-    area: f64,
-    last: Instant,
-}
-
-impl Window {
-    fn account(&mut self, now: Instant) {
-        self.area += self.outstanding as f64 * now.duration_since(self.last).as_secs_f64();
-        self.last = now;
-    }
 }
 
 pub(crate) struct Batcher {
     cfg: BatchConfig,
-    queue: mpsc::UnboundedSender<Pending>,
     level: AtomicU32,
     window: Mutex<Window>,
+    /// What the interval measured so far, counted by each call without a lock: payload
+    /// bytes plus one per request completed (so a run without data still measures
+    /// something, in the same unit every interval), and the calls' summed time in
+    /// flight, whose ratio to the interval is the mean number outstanding (Little).
+    work: AtomicU64,
+    in_flight_ns: AtomicU64,
+    /// When the next interval ends, in nanoseconds since `origin`.
+    revise_at: AtomicU64,
+    origin: Instant,
+    forming: Mutex<Forming>,
     messages: AtomicU64,
     requests: AtomicU64,
     resent: AtomicU64,
     level_changes: AtomicU64,
 }
 
-/// The queue's receiving end, for [`spawn`] once the client exists.
-pub(crate) struct BatchQueue(mpsc::UnboundedReceiver<Pending>);
+/// The batch being filled, if any, and which one it is: a caller whose `max_delay`
+/// runs out sends the batch it joined, never a later one.
+#[derive(Default)]
+struct Forming {
+    fill: Option<Filling>,
+    generation: u64,
+}
 
 impl Batcher {
     /// `None` for [`BatchMode::None`].
-    pub(crate) fn new(cfg: BatchConfig) -> Option<(Batcher, BatchQueue)> {
+    pub(crate) fn new(cfg: BatchConfig) -> Option<Batcher> {
         let level = match cfg.mode {
             BatchMode::None => return None,
             BatchMode::Static(n) => n.max(1),
             BatchMode::Dynamic => 1,
         };
-        let (tx, rx) = mpsc::unbounded_channel();
         let now = Instant::now();
-        let b = Batcher {
+        Some(Batcher {
             cfg,
-            queue: tx,
             level: AtomicU32::new(level),
             window: Mutex::new(Window {
                 controller: Controller::new(cfg.settings),
                 started: now,
-                work: 0,
-                outstanding: 0,
-                area: 0.0,
-                last: now,
             }),
+            work: AtomicU64::new(0),
+            in_flight_ns: AtomicU64::new(0),
+            revise_at: AtomicU64::new(nanos(cfg.settings.interval)),
+            origin: now,
+            forming: Mutex::default(),
             messages: AtomicU64::new(0),
             requests: AtomicU64::new(0),
             resent: AtomicU64::new(0),
             level_changes: AtomicU64::new(0),
-        };
-        Some((b, BatchQueue(rx)))
+        })
     }
 
     fn level(&self) -> u32 {
@@ -250,63 +250,166 @@ impl Batcher {
         self.window.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Send `c` (batchable) through the batch queue, or alone at level 1.
+    fn forming(&self) -> std::sync::MutexGuard<'_, Forming> {
+        self.forming.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Send `c` (batchable) in a batch, or alone at level 1.
     pub(crate) async fn call(&self, client: &Client, c: &Compound) -> Result<Reply, ClientError> {
-        {
-            let mut w = self.window();
-            w.account(Instant::now());
-            w.outstanding += 1;
-        }
+        let start = Instant::now();
         let r = if self.level() <= 1 {
             client.send_alone(c).await
         } else {
-            let (tx, rx) = oneshot::channel();
-            let p = Pending {
-                ops: c.clone(),
-                reply: tx,
-                since: Instant::now(),
-            };
-            match self.queue.send(p) {
-                Ok(()) => rx
-                    .await
-                    .unwrap_or_else(|_| Err(ClientError::Protocol("the batcher stopped".into()))),
-                // The batcher is gone (the client is closing): send it alone.
-                Err(_) => client.send_alone(c).await,
-            }
+            self.join(client, c).await
         };
-        let mut w = self.window();
-        w.account(Instant::now());
-        w.outstanding = w.outstanding.saturating_sub(1);
-        if let Ok(reply) = &r {
-            w.work += payload(c, reply) + 1;
+        if self.cfg.mode == BatchMode::Dynamic {
+            let end = Instant::now();
+            self.in_flight_ns
+                .fetch_add(nanos(end - start), Ordering::Relaxed);
+            if let Ok(reply) = &r {
+                self.work
+                    .fetch_add(payload(c, reply) + 1, Ordering::Relaxed);
+            }
+            self.revise(end);
         }
-        drop(w);
-        self.revise();
         r
     }
 
+    /// Put `c` in the batch being filled (or start one) and wait for its reply.
+    ///
+    /// No batcher task stands between the callers (ADR 0044 addendum: waking one per
+    /// batch made level 2 slower than no batching): the caller whose request fills the
+    /// batch sends it, and the caller who started it sends it as it is if it is still
+    /// filling at its `max_delay`. Only that caller arms a timer.
+    async fn join(&self, client: &Client, c: &Compound) -> Result<Reply, ClientError> {
+        let (tx, mut rx) = oneshot::channel();
+        let since = Instant::now();
+        let p = Pending {
+            ops: c.clone(),
+            reply: tx,
+            since,
+        };
+        let limits = client.limits();
+        let level = self.level().max(1) as usize;
+        let (generation, started, no_room, full) = {
+            let mut forming = self.forming();
+            let mut no_room = None;
+            let started = match forming.fill.as_mut() {
+                Some(f) if f.fits(&p, &limits) => {
+                    f.push(p);
+                    false
+                }
+                _ => {
+                    // No batch, or no room in it for `c`: that one goes as it is.
+                    no_room = forming.fill.take();
+                    let mut f = Filling::default();
+                    f.push(p);
+                    forming.fill = Some(f);
+                    forming.generation += 1;
+                    true
+                }
+            };
+            let full = match &forming.fill {
+                Some(f) if f.parts.len() >= level => forming.fill.take(),
+                _ => None,
+            };
+            (forming.generation, started, no_room, full)
+        };
+        if let Some(f) = no_room {
+            tokio::spawn(send_batch(client.clone(), f.parts));
+        }
+        if let Some(f) = full {
+            self.send(client, f.parts).await;
+        } else if started {
+            // The caller who started the batch sends it if it is still filling at its
+            // `max_delay`, or (the guard) if this caller gives up before then.
+            let mut leader = Leader {
+                batcher: self,
+                client,
+                generation,
+            };
+            let deadline = tokio::time::Instant::from_std(since + self.cfg.settings.max_delay);
+            if let Ok(r) = tokio::time::timeout_at(deadline, &mut rx).await {
+                leader.generation = 0;
+                return self.received(client, c, r).await;
+            }
+            leader.generation = 0;
+            if let Some(parts) = self.take_forming(generation) {
+                self.send(client, parts).await;
+            }
+        }
+        let r = rx.await;
+        self.received(client, c, r).await
+    }
+
+    /// The batch `generation` if it is still filling.
+    fn take_forming(&self, generation: u64) -> Option<Vec<Pending>> {
+        let mut forming = self.forming();
+        if forming.generation == generation {
+            forming.fill.take().map(|f| f.parts)
+        } else {
+            None
+        }
+    }
+
+    /// Send a batch. One that may repeat harmlessly (no WRITE) is sent from the caller's
+    /// own task; one with a WRITE is sent from a task of its own, so that a caller who
+    /// gives up (drops its future) cannot abandon other callers' writes half-sent.
+    async fn send(&self, client: &Client, parts: Vec<Pending>) {
+        let writes = parts.iter().any(|p| {
+            p.ops
+                .ops()
+                .iter()
+                .any(|o| matches!(o, nfs_argop4::OP_WRITE(_)))
+        });
+        if writes {
+            tokio::spawn(send_batch(client.clone(), parts));
+        } else {
+            send_batch(client.clone(), parts).await;
+        }
+    }
+
+    /// A part's reply, or (its batch's sender dropped before replying: only a batch
+    /// without WRITEs, sent by a caller who gave up) the part sent again alone.
+    async fn received(
+        &self,
+        client: &Client,
+        c: &Compound,
+        r: Result<Result<Reply, ClientError>, oneshot::error::RecvError>,
+    ) -> Result<Reply, ClientError> {
+        match r {
+            Ok(r) => r,
+            Err(_) => {
+                self.resent.fetch_add(1, Ordering::Relaxed);
+                client.send_alone(c).await
+            }
+        }
+    }
+
     /// At the end of an interval, let the controller set the next level (dynamic only).
-    fn revise(&self) {
-        if self.cfg.mode != BatchMode::Dynamic {
+    /// One atomic load per call; the call that ends the interval takes the lock.
+    fn revise(&self, now: Instant) {
+        let t = nanos(now - self.origin);
+        let due = self.revise_at.load(Ordering::Relaxed);
+        let next = t.saturating_add(nanos(self.cfg.settings.interval));
+        if t < due
+            || self
+                .revise_at
+                .compare_exchange(due, next, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
             return;
         }
-        let now = Instant::now();
         let mut w = self.window();
-        let dt = now.duration_since(w.started);
-        if dt < self.cfg.settings.interval {
-            return;
-        }
-        w.account(now);
-        let secs = dt.as_secs_f64();
-        let (work, outstanding) = (w.work as f64, w.area / secs);
+        let secs = now.duration_since(w.started).as_secs_f64();
+        w.started = now;
+        let work = self.work.swap(0, Ordering::Relaxed) as f64;
+        let outstanding = self.in_flight_ns.swap(0, Ordering::Relaxed) as f64 / 1e9 / secs;
         let level = w.controller.on_interval(work / secs, outstanding);
+        drop(w);
         // Never wait for more requests than there were callers: with one caller a
         // level of 2 (a probe) would hold each request for `max_delay` and gain nothing.
         let level = level.min((outstanding.ceil() as u32).max(1));
-        w.started = now;
-        w.work = 0;
-        w.area = 0.0;
-        drop(w);
         if self.level.swap(level, Ordering::Relaxed) != level {
             self.level_changes.fetch_add(1, Ordering::Relaxed);
             tracing::debug!("batch level {level}");
@@ -314,7 +417,35 @@ impl Batcher {
     }
 }
 
+/// A duration in nanoseconds (saturating: centuries).
+fn nanos(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The caller who started a batch, while it waits for the batch to fill: if its
+/// future is dropped then (the caller gave up), the batch leaves from a task of its
+/// own, or the callers who joined it would wait for ever. Generation 0: disarmed.
+struct Leader<'a> {
+    batcher: &'a Batcher,
+    client: &'a Client,
+    generation: u64,
+}
+
+impl Drop for Leader<'_> {
+    fn drop(&mut self) {
+        if self.generation == 0 {
+            return;
+        }
+        if let Some(parts) = self.batcher.take_forming(self.generation) {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(send_batch(self.client.clone(), parts));
+            }
+        }
+    }
+}
+
 /// The batch being filled, within the session's limits.
+#[derive(Default)]
 struct Filling {
     parts: Vec<Pending>,
     ops: u64,
@@ -340,55 +471,6 @@ impl Filling {
         self.reply += rep;
         self.parts.push(p);
     }
-}
-
-/// The batcher task: fills batches from the queue and sends each in its own task, so
-/// the next batch fills while this one is on the wire. Ends when the client is gone.
-pub(crate) fn spawn(weak: Weak<Inner>, queue: BatchQueue) {
-    let mut rx = queue.0;
-    tokio::spawn(async move {
-        let mut held: Option<Pending> = None;
-        loop {
-            let first = match held.take() {
-                Some(p) => p,
-                None => match rx.recv().await {
-                    Some(p) => p,
-                    None => return,
-                },
-            };
-            let Some(inner) = weak.upgrade() else { return };
-            let client = Client { inner };
-            let Some(b) = client.batcher() else { return };
-            let level = b.level() as usize;
-            let limits = client.limits();
-            let deadline = tokio::time::Instant::from_std(first.since + b.cfg.settings.max_delay);
-            let mut fill = Filling {
-                parts: Vec::with_capacity(level),
-                ops: 0,
-                request: 0,
-                reply: 0,
-            };
-            fill.push(first);
-            while fill.parts.len() < level {
-                let next = match rx.try_recv() {
-                    Ok(p) => p,
-                    Err(mpsc::error::TryRecvError::Disconnected) => break,
-                    Err(mpsc::error::TryRecvError::Empty) => {
-                        match tokio::time::timeout_at(deadline, rx.recv()).await {
-                            Ok(Some(p)) => p,
-                            Ok(None) | Err(_) => break,
-                        }
-                    }
-                };
-                if !fill.fits(&next, &limits) {
-                    held = Some(next);
-                    break;
-                }
-                fill.push(next);
-            }
-            tokio::spawn(send_batch(client, fill.parts));
-        }
-    });
 }
 
 /// The reply of the part at `at..at + n` of a batch's reply `r`; `None` if that part
