@@ -37,8 +37,13 @@
 //!   halve the level instead, or halve it again.
 //! - **After a fall**, a rise of throughput holds the level: the seed reads every rise
 //!   as more load to batch, but right after a fall the rise is the fall's doing.
-//! - A probe won at level + 1 applies the rise rule from the probe's base (at least
-//!   base + 1); one won at level − 1 moves by one, as in the seed.
+//! - **More load.** With a noise factor, a rise of throughput moves the level up by the
+//!   rise rule only if the mean outstanding count rose by the threshold too, and a
+//!   probe won at level ± 1 moves by one. The seed reads every rise as more load to
+//!   batch; under a steady load (a closed loop) a rise that large is the noise's, and
+//!   the rise rule's jump (16 to ⌈(16 + 64) / 2⌉ = 40) lost and was undone.
+//! - Without a noise factor a probe won at level + 1 applies the rise rule from the
+//!   probe's base (at least base + 1); one won at level − 1 moves by one, as in the seed.
 //!
 //! With `noise_factor` 0 and `first_probe_after` 10 the rules are the seed's, but for
 //! the first probe's climb and the hold after a fall.
@@ -112,6 +117,9 @@ pub struct Controller {
     s: ControllerSettings,
     level: u32,
     previous: Option<f64>,
+    /// The mean outstanding count of the interval before (with a noise factor, a rise
+    /// of throughput moves the level up only if this rose too).
+    previous_out: f64,
     unchanged: u32,
     /// Whether the level ever moved or a probe ended (then probes wait `probe_after`).
     settled: bool,
@@ -141,6 +149,7 @@ impl Controller {
             },
             level: 1,
             previous: None,
+            previous_out: 0.0,
             unchanged: 0,
             settled: false,
             fell_from: None,
@@ -179,6 +188,14 @@ impl Controller {
         (target.ceil() as u32).clamp(1, self.s.max_level)
     }
 
+    /// Whether more requests were outstanding than in the interval before, by the
+    /// threshold: the seed reads a rise of throughput as more load to batch, but under
+    /// a steady load a rise that large is the noise's (a lucky interval took the level
+    /// from 16 to 40 and back). Always, with the seed's fixed threshold.
+    fn more_load(&self, out: f64, previous_out: f64) -> bool {
+        self.s.noise_factor <= 0.0 || out > previous_out * (1.0 + self.threshold())
+    }
+
     fn better(&self, x: f64, than: f64) -> bool {
         x > than * (1.0 + self.threshold()) || (than <= 0.0 && x > 0.0)
     }
@@ -196,6 +213,7 @@ impl Controller {
         } else {
             0.0
         };
+        let previous_out = std::mem::replace(&mut self.previous_out, out);
         if self.probe != Probe::Off {
             self.steady = false;
         }
@@ -289,7 +307,7 @@ impl Controller {
             self.unchanged = 0;
             return self.level;
         } else if self.better(x, prev) {
-            if !fell {
+            if !fell && self.more_load(out, previous_out) {
                 self.level = self.rise_target(before, out);
             }
         } else if loss {
@@ -415,7 +433,9 @@ impl Controller {
             .max_by(|a, b| a.1.total_cmp(&b.1));
         match best {
             Some((l, x)) => {
-                self.level = if l > base_level {
+                // (With a noise factor the probe's level itself: a won probe under a
+                // steady load is no more load to batch.)
+                self.level = if l > base_level && self.s.noise_factor <= 0.0 {
                     self.rise_target(base_level, out).max(l)
                 } else {
                     l
@@ -521,11 +541,14 @@ mod tests {
             let ((l0, x0), (l1, x1)) = (AT[i - 1], AT[i]);
             x0 + (x1 - x0) * f64::from(level - l0) / f64::from(l1 - l0)
         };
-        let cases: [(&str, Model, f64, f64, f64); 4] = [
+        // And at 16 threads: levels 1 to 4 alike within the noise, worse beyond.
+        let flat = |level: u32| 110e3 * (1.0 - 0.025 * f64::from(level.saturating_sub(4)));
+        let cases: [(&str, Model, f64, f64, f64); 5] = [
             ("hurts", hurts, 16.0, hurts(1), 0.95),
             ("helps", helps, 128.0, helps(32), 0.95),
             ("peaked", peaked, 64.0, peaked(8), 0.92),
-            ("measured", measured, 64.0, measured(16), 0.93),
+            ("measured", measured, 64.0, measured(16), 0.95),
+            ("flat", flat, 16.0, flat(1), 0.95),
         ];
         for (name, f, out, best, required) in cases {
             for first in 1..=20u64 {
@@ -703,6 +726,22 @@ mod tests {
             assert_eq!(c.on_interval(1300.0, 64.0), 4, "interval {i} holds");
         }
         assert_eq!(c.on_interval(1300.0, 64.0), 5);
+    }
+
+    #[test]
+    fn with_a_noise_factor_only_more_load_applies_the_rise_rule() {
+        let mut c = Controller::new(ControllerSettings::default());
+        for _ in 0..=c.settings().first_probe_after {
+            c.on_interval(1000.0, 64.0);
+        }
+        // The climb: 2, 4, then 8 loses; 4 stays.
+        assert_eq!(c.on_interval(1200.0, 64.0), 4);
+        assert_eq!(c.on_interval(1500.0, 64.0), 8);
+        assert_eq!(c.on_interval(1000.0, 64.0), 4);
+        // +20 % at the same 64 outstanding: noise to this rule, the level holds.
+        assert_eq!(c.on_interval(1800.0, 64.0), 4);
+        // +20 % with twice the requests outstanding: ⌈(4 + 64) / 2⌉ (max 64).
+        assert_eq!(c.on_interval(2200.0, 128.0), 34);
     }
 
     #[test]
