@@ -25,7 +25,9 @@
 //!   level measured if it beat level 1 by the threshold. (Until stop 26 it tried the rise rule's level, 33 with 64
 //!   outstanding, and halved while that lost, keeping the first level that won: with
 //!   64 callers it kept 33, where 16 moved twice as much.) Later probes are the seed's
-//!   ± 1 every `probe_after`.
+//!   ± 1 every `probe_after`. Until that first probe has ended the intervals last
+//!   `start_interval` (250 ms), then the seed's 1 s: the start takes about three
+//!   seconds instead of ten.
 //! - **Noise.** A change counts when it exceeds both `threshold` and `noise_factor` (2)
 //!   times the mean relative change between two intervals at one level (the mean of
 //!   the first eight, then a moving average). At the seed's fixed 3 % the level
@@ -59,6 +61,10 @@ pub struct ControllerSettings {
     pub max_delay: Duration,
     /// How often the level is revised (seed: 1 s).
     pub interval: Duration,
+    /// How often until the first probe has ended: the noise measurement and the climb
+    /// (ours: 250 ms, so that a run is batched at its level within about three
+    /// seconds, not ten; at most `interval`).
+    pub start_interval: Duration,
     /// The relative throughput change that moves the level (seed: 3 %).
     pub threshold: f64,
     /// Unchanged intervals before probing level ± 1 (seed: 10).
@@ -77,6 +83,7 @@ impl Default for ControllerSettings {
             max_level: 64,
             max_delay: Duration::from_millis(5),
             interval: Duration::from_secs(1),
+            start_interval: Duration::from_millis(250),
             threshold: 0.03,
             probe_after: 10,
             first_probe_after: 4,
@@ -168,6 +175,16 @@ impl Controller {
 
     pub fn settings(&self) -> &ControllerSettings {
         &self.s
+    }
+
+    /// How long the interval that begins now lasts: `start_interval` until the first
+    /// probe has ended (or the level first moved), then `interval`.
+    pub fn interval(&self) -> Duration {
+        if self.settled {
+            self.s.interval
+        } else {
+            self.s.start_interval.min(self.s.interval)
+        }
     }
 
     /// Whether a probe interval is running (for reports and tests).
@@ -742,6 +759,27 @@ mod tests {
         assert_eq!(c.on_interval(1800.0, 64.0), 4);
         // +20 % with twice the requests outstanding: ⌈(4 + 64) / 2⌉ (max 64).
         assert_eq!(c.on_interval(2200.0, 128.0), 34);
+    }
+
+    #[test]
+    fn intervals_are_short_until_the_first_probe_ends() {
+        let mut c = Controller::new(ControllerSettings::default());
+        let short = c.settings().start_interval;
+        assert_eq!(short, Duration::from_millis(250));
+        for _ in 0..=c.settings().first_probe_after {
+            assert_eq!(c.interval(), short);
+            c.on_interval(1000.0, 64.0);
+        }
+        assert!(c.probing());
+        assert_eq!(c.interval(), short, "the climb runs short intervals too");
+        c.on_interval(1200.0, 64.0);
+        c.on_interval(1000.0, 64.0);
+        assert!(!c.probing());
+        assert_eq!(
+            c.interval(),
+            Duration::from_secs(1),
+            "settled: the seed's interval"
+        );
     }
 
     #[test]

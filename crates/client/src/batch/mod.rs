@@ -222,7 +222,9 @@ impl Batcher {
             }),
             work: AtomicU64::new(0),
             in_flight_ns: AtomicU64::new(0),
-            revise_at: AtomicU64::new(nanos(cfg.settings.interval)),
+            revise_at: AtomicU64::new(nanos(
+                cfg.settings.start_interval.min(cfg.settings.interval),
+            )),
             origin: now,
             forming: Mutex::default(),
             messages: AtomicU64::new(0),
@@ -391,11 +393,11 @@ impl Batcher {
     fn revise(&self, now: Instant) {
         let t = nanos(now - self.origin);
         let due = self.revise_at.load(Ordering::Relaxed);
-        let next = t.saturating_add(nanos(self.cfg.settings.interval));
+        // Claimed by one call: the others see no deadline until the next is set.
         if t < due
             || self
                 .revise_at
-                .compare_exchange(due, next, Ordering::Relaxed, Ordering::Relaxed)
+                .compare_exchange(due, u64::MAX, Ordering::Relaxed, Ordering::Relaxed)
                 .is_err()
         {
             return;
@@ -406,7 +408,9 @@ impl Batcher {
         let work = self.work.swap(0, Ordering::Relaxed) as f64;
         let outstanding = self.in_flight_ns.swap(0, Ordering::Relaxed) as f64 / 1e9 / secs;
         let level = w.controller.on_interval(work / secs, outstanding);
+        let next = t.saturating_add(nanos(w.controller.interval()));
         drop(w);
+        self.revise_at.store(next, Ordering::Relaxed);
         // Never wait for more requests than there were callers: with one caller a
         // level of 2 (a probe) would hold each request for `max_delay` and gain nothing.
         let level = level.min((outstanding.ceil() as u32).max(1));
