@@ -39,9 +39,10 @@
 //!   halve the level instead, or halve it again.
 //! - **After a fall**, a rise of throughput holds the level: the seed reads every rise
 //!   as more load to batch, but right after a fall the rise is the fall's doing.
-//! - **More load.** With a noise factor, a rise of throughput moves the level up by the
-//!   rise rule only if the mean outstanding count rose by the threshold too, and a
-//!   probe won at level ± 1 moves by one. The seed reads every rise as more load to
+//! - **More load, less load.** With a noise factor, a rise of throughput moves the level
+//!   up by the rise rule only if the mean outstanding count rose by the threshold too, a
+//!   loss moves it down by the fall rule only if that count fell, and a probe won at
+//!   level ± 1 moves by one. The seed reads every rise as more load to
 //!   batch; under a steady load (a closed loop) a rise that large is the noise's, and
 //!   the rise rule's jump (16 to ⌈(16 + 64) / 2⌉ = 40) lost and was undone.
 //! - Without a noise factor a probe won at level + 1 applies the rise rule from the
@@ -213,6 +214,13 @@ impl Controller {
         self.s.noise_factor <= 0.0 || out > previous_out * (1.0 + self.threshold())
     }
 
+    /// The same for a fall: with a noise factor, a loss of throughput moves the level
+    /// down by the fall rule only if fewer requests were outstanding (a noisy second
+    /// took 128 callers from level 16 to 8, where they moved a fifth less).
+    fn less_load(&self, out: f64, previous_out: f64) -> bool {
+        self.s.noise_factor <= 0.0 || out < previous_out * (1.0 - self.threshold())
+    }
+
     fn better(&self, x: f64, than: f64) -> bool {
         x > than * (1.0 + self.threshold()) || (than <= 0.0 && x > 0.0)
     }
@@ -327,7 +335,7 @@ impl Controller {
             if !fell && self.more_load(out, previous_out) {
                 self.level = self.rise_target(before, out);
             }
-        } else if loss {
+        } else if loss && self.less_load(out, previous_out) {
             let target = (1.0 + out.min(before as f64)) / 2.0;
             self.level = (target.floor() as u32).clamp(1, self.s.max_level);
         }
@@ -759,6 +767,26 @@ mod tests {
         assert_eq!(c.on_interval(1800.0, 64.0), 4);
         // +20 % with twice the requests outstanding: ⌈(4 + 64) / 2⌉ (max 64).
         assert_eq!(c.on_interval(2200.0, 128.0), 34);
+    }
+
+    #[test]
+    fn with_a_noise_factor_only_less_load_applies_the_fall_rule() {
+        let mut c = Controller::new(ControllerSettings::default());
+        for _ in 0..=c.settings().first_probe_after {
+            c.on_interval(1000.0, 64.0);
+        }
+        assert_eq!(c.on_interval(1200.0, 64.0), 4);
+        assert_eq!(c.on_interval(1500.0, 64.0), 8);
+        assert_eq!(c.on_interval(1600.0, 64.0), 16);
+        assert_eq!(
+            c.on_interval(1000.0, 64.0),
+            8,
+            "the climb keeps its best, 8"
+        );
+        // -25 % at the same 64 outstanding: noise to this rule, the level holds.
+        assert_eq!(c.on_interval(1150.0, 64.0), 8);
+        // -25 % again with a quarter of the requests outstanding: ⌊(1 + 8) / 2⌋.
+        assert_eq!(c.on_interval(860.0, 16.0), 4);
     }
 
     #[test]
