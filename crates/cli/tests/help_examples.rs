@@ -165,6 +165,22 @@ fn serve(export: &Path, state: &Path, port: u16) -> Server {
     Server(child)
 }
 
+/// Waits (up to 10 s) for the control socket of the server of `state`: the server
+/// listens for NFS before it opens that socket, so `wait_listening` alone left
+/// `txnfs reload` and `txnfs stats` a moment in which no server answered there.
+fn wait_control_socket(state: &Path) {
+    let sock = state.join("control.sock");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !sock.exists() {
+        assert!(
+            std::time::Instant::now() < until,
+            "no {} after 10 s",
+            sock.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// `sh -c EXAMPLE` in `cwd` with this `txnfs` first on the PATH.
 fn shell(example: &str, cwd: &Path, path_dir: &Path) -> std::process::Output {
     let path = format!(
@@ -336,6 +352,7 @@ fn every_stats_example_reads_a_running_server() {
     let state = scratch.path().join("state");
     let port = free_port();
     let _server = serve(&scratch.path().join("export"), &state, port);
+    wait_control_socket(&state);
     let ex = examples(&help(&["stats"]));
     assert!(ex.len() >= 3, "{ex:?}");
     for e in &ex {
@@ -367,6 +384,7 @@ fn every_reload_example_reloads_a_running_server() {
     let state = scratch.path().join("state");
     let port = free_port();
     let _server = serve(&scratch.path().join("export"), &state, port);
+    wait_control_socket(&state);
     let ex = examples(&help(&["reload"]));
     assert!(ex.len() >= 2, "{ex:?}");
     for e in &ex {
