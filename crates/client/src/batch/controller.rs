@@ -753,12 +753,19 @@ mod tests {
         assert_eq!(c.on_interval(1300.0, 64.0), 5);
     }
 
-    #[test]
-    fn with_a_noise_factor_only_more_load_applies_the_rise_rule() {
+    /// A controller with the default settings whose first probe (the climb, at 2)
+    /// has just begun, after a steady 1000 with 64 outstanding.
+    fn climbing() -> Controller {
         let mut c = Controller::new(ControllerSettings::default());
         for _ in 0..=c.settings().first_probe_after {
             c.on_interval(1000.0, 64.0);
         }
+        c
+    }
+
+    #[test]
+    fn with_a_noise_factor_only_more_load_applies_the_rise_rule() {
+        let mut c = climbing();
         // The climb: 2, 4, then 8 loses; 4 stays.
         assert_eq!(c.on_interval(1200.0, 64.0), 4);
         assert_eq!(c.on_interval(1500.0, 64.0), 8);
@@ -771,10 +778,7 @@ mod tests {
 
     #[test]
     fn with_a_noise_factor_only_less_load_applies_the_fall_rule() {
-        let mut c = Controller::new(ControllerSettings::default());
-        for _ in 0..=c.settings().first_probe_after {
-            c.on_interval(1000.0, 64.0);
-        }
+        let mut c = climbing();
         assert_eq!(c.on_interval(1200.0, 64.0), 4);
         assert_eq!(c.on_interval(1500.0, 64.0), 8);
         assert_eq!(c.on_interval(1600.0, 64.0), 16);

@@ -258,13 +258,14 @@ impl Batcher {
 
     /// Send `c` (batchable) in a batch, or alone at level 1.
     pub(crate) async fn call(&self, client: &Client, c: &Compound) -> Result<Reply, ClientError> {
-        let start = Instant::now();
+        // Only the dynamic level needs each call's time in flight (static counts nothing).
+        let start = (self.cfg.mode == BatchMode::Dynamic).then(Instant::now);
         let r = if self.level() <= 1 {
             client.send_alone(c).await
         } else {
             self.join(client, c).await
         };
-        if self.cfg.mode == BatchMode::Dynamic {
+        if let Some(start) = start {
             let end = Instant::now();
             self.in_flight_ns
                 .fetch_add(nanos(end - start), Ordering::Relaxed);
