@@ -47,6 +47,12 @@ pub struct CallInfo {
     pub tls: Option<Arc<TlsPeer>>,
     /// An RPCSEC_GSS call (then `cred` is `None`): its verified principal and service.
     pub gss: Option<Arc<GssCaller>>,
+    /// When the call was read, no other call of its connection was executing and no
+    /// further byte of the connection had been received, nor for the connection's
+    /// last few calls: the client waits for this reply only, so holding the
+    /// connection's reader while the call runs delays no one on it (the placement of
+    /// short syncs, ADR 0059).
+    pub alone: bool,
 }
 
 /// What a service answers to a call.
@@ -808,6 +814,7 @@ fn parse_call(
         back_channel: back_channel.clone(),
         tls: tls.clone(),
         gss: gss_caller,
+        alone: false,
     };
     Parsed::Call(info, rec)
 }
@@ -945,6 +952,8 @@ impl<S: RpcService> Connection<S> {
             });
         }
         let mut calls = JoinSet::new();
+        // Calls to come that are not `CallInfo::alone` (see `COMPANY_MEMORY`).
+        let mut company = 0u32;
 
         loop {
             let rec = tokio::select! {
@@ -1006,7 +1015,15 @@ impl<S: RpcService> Connection<S> {
                     continue;
                 }
                 Parsed::Reply(xid, reply) => (xid, Work::Reply(reply)),
-                Parsed::Call(info, args) => {
+                Parsed::Call(mut info, args) => {
+                    // A client seen with calls in parallel lately is likely to send
+                    // another while this one runs: not alone for the next few calls.
+                    company = if calls.is_empty() && reader.buffered() == 0 {
+                        company.saturating_sub(1)
+                    } else {
+                        COMPANY_MEMORY
+                    };
+                    info.alone = company == 0;
                     let (xid, prog, vers, proc_num) =
                         (info.xid, info.prog, info.vers, info.proc_num);
                     match check_program(&self.shared.programs, prog, vers) {
@@ -1076,6 +1093,12 @@ impl<S: RpcService> Connection<S> {
         drop(guard);
     }
 }
+
+/// After a call that found another of its connection running or already received,
+/// this many calls of the connection are not `CallInfo::alone`, even when they find
+/// none: a client with several threads has idle moments too, and a call placed as if
+/// alone (a short sync holding the reader) makes the others wait for it.
+const COMPANY_MEMORY: u32 = 8;
 
 /// Poll a call once on the reader's task (run-to-completion, ADR 0057): most calls
 /// finish in that one poll, and their replies go to the writer without a task of their

@@ -90,3 +90,53 @@ async fn waiting_call_leaves_the_connection_free_multi_thread() {
 async fn waiting_call_leaves_the_connection_free_current_thread() {
     waiting_call_leaves_the_connection_free().await;
 }
+
+/// `CallInfo::alone` (ADR 0059): a call is alone when nothing else of its connection
+/// runs or was received, and has not for the connection's last few calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_is_alone_only_while_its_client_waits_for_it_only() {
+    let srv = TestServer::start().await;
+    let c = Arc::new(srv.client().await);
+    let alone = |c: Arc<txnfs_rpc::RpcClient>| async move {
+        let r = tokio::time::timeout(T, c.call(PROG, 1, 11, Bytes::new()))
+            .await
+            .expect("reply in time")
+            .expect("proc 11");
+        r[..] == [1]
+    };
+    for i in 0..3 {
+        assert!(alone(c.clone()).await, "call {i} one after another: alone");
+    }
+    // A call of the connection waits (proc 9): the next ones have company.
+    let waiter = {
+        let c = c.clone();
+        tokio::spawn(async move { c.call(PROG, 1, 9, Bytes::new()).await })
+    };
+    let deadline = tokio::time::Instant::now() + T;
+    while srv.svc.calls.load(std::sync::atomic::Ordering::Relaxed) < 4 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "proc 9 never arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(
+        !alone(c.clone()).await,
+        "a call beside a waiting one is not alone"
+    );
+    while !waiter.is_finished() {
+        assert!(tokio::time::Instant::now() < deadline, "proc 9 never woke");
+        c.call(PROG, 1, 10, Bytes::new()).await.expect("proc 10");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    waiter.await.expect("waiter task").expect("proc 9");
+    // Company is remembered for a few calls, then calls one after another are alone again.
+    let mut n = 0;
+    while !alone(c.clone()).await {
+        n += 1;
+        assert!(n <= 16, "still not alone after {n} calls one after another");
+    }
+    assert!(n >= 4, "company forgotten after {n} calls");
+    assert!(alone(c.clone()).await);
+}

@@ -29,6 +29,17 @@
 //! go to the pool, so that the workers never all copy megabytes while quick requests
 //! wait, and a WRITE held by the kernel's dirty-page throttling holds one worker at most
 //! per bound.
+//!
+//! Small stable WRITEs (FILE_SYNC or DATA_SYNC, up to [`INLINE_IO_BYTES`]) wait for one
+//! sync of the data just written: a few hundred µs on a quick disk, of which the pool's
+//! handoff and the wake-ups back cost about 50 here (ADR 0059). One runs inline, in the
+//! same bound as large I/O, when three things hold: the call is alone on its connection
+//! (`CallInfo::alone`: nothing else of the connection running or received, so the
+//! connection's reader, held meanwhile, delays no one), recent syncs were quick (a
+//! moving mean up to [`SLOW_SYNC`]), and namespace changes are quick too (such a WRITE
+//! often follows an OPEN that creates). Otherwise it goes to the pool, so that the
+//! syncs of concurrent writers still overlap there. It blocks the worker plainly:
+//! `block_in_place` around it was measured slower than the pool.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -44,6 +55,8 @@ pub enum Blocking {
     No,
     /// Namespace changes: quick unless the file system is having a slow time.
     Metadata,
+    /// A stable WRITE of up to [`INLINE_IO_BYTES`]: one short sync (module documentation).
+    Sync,
     /// A READ or unstable WRITE larger than [`INLINE_IO_BYTES`]: inline within a bound.
     LargeIo,
     /// May wait on the disk (fsync, large I/O, truncation) or is rare and heavy.
@@ -72,6 +85,8 @@ pub struct MetadataPace {
     mean_ns: AtomicU64,
     /// Above this mean, namespace changes run on the blocking pool.
     slow: Duration,
+    /// The same mean for COMPOUNDs placed as [`Blocking::Sync`].
+    sync_ns: AtomicU64,
     /// Large READs and WRITEs running inline now, and the most that may.
     large_io: AtomicUsize,
     max_large_io: usize,
@@ -94,6 +109,11 @@ impl Drop for Inline<'_> {
 /// requests queued behind it by more than the handoff would have cost them.
 pub const DEFAULT_SLOW: Duration = Duration::from_micros(200);
 
+/// Above this mean a small stable WRITE runs on the pool, even alone: a disk this slow
+/// (a spinning one, a loaded one) makes the handoff a small share of the call, and
+/// holding a worker and a connection's reader for longer is not worth it.
+pub const SLOW_SYNC: Duration = Duration::from_millis(1);
+
 impl Default for MetadataPace {
     fn default() -> Self {
         MetadataPace::new(DEFAULT_SLOW)
@@ -113,6 +133,7 @@ impl MetadataPace {
         MetadataPace {
             mean_ns: AtomicU64::new(0),
             slow,
+            sync_ns: AtomicU64::new(0),
             large_io: AtomicUsize::new(0),
             max_large_io,
         }
@@ -123,21 +144,30 @@ impl MetadataPace {
         self.max_large_io
     }
 
-    /// Whether a COMPOUND of this kind runs inline, for kinds without a bound (a large
-    /// READ or WRITE is placed by [`MetadataPace::place`]).
+    /// Whether a COMPOUND of this kind runs inline, for kinds without a bound (large
+    /// I/O and short syncs are placed by [`MetadataPace::place`]).
     pub fn inline(&self, b: Blocking) -> bool {
         match b {
             Blocking::No => true,
             Blocking::Metadata => self.mean() <= self.slow,
-            Blocking::LargeIo | Blocking::Yes => false,
+            Blocking::Sync | Blocking::LargeIo | Blocking::Yes => false,
         }
     }
 
     /// Where a COMPOUND of this kind runs: `Some` inline (keep it while running),
-    /// `None` on the blocking pool.
-    pub fn place(&self, b: Blocking) -> Option<Inline<'_>> {
-        if b != Blocking::LargeIo {
-            return self.inline(b).then_some(Inline(None));
+    /// `None` on the blocking pool. `alone`: the call is alone on its connection
+    /// (`CallInfo::alone`), which a short sync needs to run inline.
+    pub fn place(&self, b: Blocking, alone: bool) -> Option<Inline<'_>> {
+        match b {
+            Blocking::LargeIo => {}
+            Blocking::Sync => {
+                let quick = Duration::from_nanos(self.sync_ns.load(Ordering::Relaxed)) <= SLOW_SYNC
+                    && self.mean() <= self.slow;
+                if !(alone && quick) {
+                    return None;
+                }
+            }
+            _ => return self.inline(b).then_some(Inline(None)),
         }
         let mut n = self.large_io.load(Ordering::Relaxed);
         while n < self.max_large_io {
@@ -156,19 +186,21 @@ impl MetadataPace {
 
     /// Record how long a COMPOUND of this kind took to execute (wherever it ran).
     pub fn record(&self, b: Blocking, took: Duration) {
-        if b != Blocking::Metadata {
-            return;
-        }
+        let mean = match b {
+            Blocking::Metadata => &self.mean_ns,
+            Blocking::Sync => &self.sync_ns,
+            _ => return,
+        };
         let sample = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
         // Concurrent updates may lose one another's sample: harmless for an average
         // that only steers placement, and cheaper than a compare-and-swap loop.
-        let old = self.mean_ns.load(Ordering::Relaxed);
+        let old = mean.load(Ordering::Relaxed);
         let new = if sample >= old {
             old + (sample - old) / 8
         } else {
             old - (old - sample) / 8
         };
-        self.mean_ns.store(new, Ordering::Relaxed);
+        mean.store(new, Ordering::Relaxed);
     }
 
     /// The current mean execution time of namespace changes.
@@ -213,18 +245,68 @@ mod tests {
         let max = p.max_inline_large_io();
         let held: Vec<_> = (0..max)
             .map(|i| {
-                p.place(Blocking::LargeIo)
+                p.place(Blocking::LargeIo, false)
                     .unwrap_or_else(|| panic!("read {i} inline"))
             })
             .collect();
         assert!(
-            p.place(Blocking::LargeIo).is_none(),
+            p.place(Blocking::LargeIo, false).is_none(),
             "past the bound: the pool"
         );
-        assert!(p.place(Blocking::No).is_some(), "small ops are not bounded");
-        assert!(p.place(Blocking::Yes).is_none());
+        assert!(
+            p.place(Blocking::No, false).is_some(),
+            "small ops are not bounded"
+        );
+        assert!(p.place(Blocking::Yes, true).is_none());
         drop(held);
-        assert!(p.place(Blocking::LargeIo).is_some(), "places given back");
+        assert!(
+            p.place(Blocking::LargeIo, false).is_some(),
+            "places given back"
+        );
+    }
+
+    #[test]
+    fn a_short_sync_runs_inline_only_alone_quick_and_within_the_bound() {
+        let p = MetadataPace::default();
+        assert!(
+            p.place(Blocking::Sync, false).is_none(),
+            "another call of the connection runs or waits: the pool"
+        );
+        let held: Vec<_> = (0..p.max_inline_large_io())
+            .map(|i| {
+                p.place(Blocking::Sync, true)
+                    .unwrap_or_else(|| panic!("sync {i} inline"))
+            })
+            .collect();
+        assert!(
+            p.place(Blocking::Sync, true).is_none(),
+            "past the large-I/O bound: the pool"
+        );
+        assert!(
+            p.place(Blocking::LargeIo, false).is_none(),
+            "one bound for both"
+        );
+        drop(held);
+        // A slow disk: after a few slow syncs, alone or not, the pool.
+        let mut n = 0;
+        while p.place(Blocking::Sync, true).is_some() {
+            p.record(Blocking::Sync, 8_000 * US);
+            n += 1;
+        }
+        assert!(n <= 3, "took {n} slow samples");
+        assert!(
+            p.mean() < US,
+            "syncs are timed apart from namespace changes"
+        );
+        while p.place(Blocking::Sync, true).is_none() {
+            p.record(Blocking::Sync, 200 * US);
+        }
+        // Slow namespace changes keep it on the pool too (an OPEN that creates may
+        // share its COMPOUND).
+        for _ in 0..20 {
+            p.record(Blocking::Metadata, 3_000 * US);
+        }
+        assert!(p.place(Blocking::Sync, true).is_none());
     }
 
     #[test]

@@ -165,6 +165,7 @@ impl RpcService for NfsService {
                     }
                     let creds = call_creds(&server, &info);
                     let conn = info.conn_id;
+                    let alone = info.alone;
                     server.stats.compounds.fetch_add(1, Ordering::Relaxed);
                     // Decoded once: placement reads the ops, the executor runs them.
                     let req = match crate::compound::Request::decode(args) {
@@ -197,7 +198,7 @@ impl RpcService for NfsService {
                         drop(running);
                         reply
                     };
-                    let result = match self.pace.place(blocking) {
+                    let result = match self.pace.place(blocking, alone) {
                         // Run to completion here: no handoff (ADR 0004).
                         Some(_inline) => Ok(run()),
                         None => {

@@ -144,3 +144,43 @@ fn a_batch_of_small_reads_runs_inline() {
     with_getattr.push(getattr_size());
     assert_eq!(placed(with_getattr), Blocking::No);
 }
+
+/// A short COMPOUND whose only wait is the sync of a small stable WRITE is a short sync
+/// (ADR 0059: inline when alone on its connection and syncs are quick); a large stable
+/// WRITE, or a long COMPOUND with one, goes to the pool as before.
+#[test]
+fn a_small_stable_write_is_a_short_sync() {
+    use bytes::Bytes;
+    use txnfs_server::compound::Request;
+    use txnfs_server::placement::Blocking;
+    use txnfs_xdr::Encode;
+    let fh = Bytes::from_static(b"any handle");
+    let writes = |n: usize, size: usize, stable: stable_how4| {
+        let mut ops = vec![sequence([0; 16], 0, 1, false)];
+        for i in 0..n {
+            ops.push(nfs_argop4::OP_PUTFH(PUTFH4args { object: fh.clone() }));
+            ops.push(nfs_argop4::OP_WRITE(WRITE4args {
+                stateid: current_sid(),
+                offset: (i * size) as u64,
+                stable,
+                data: Bytes::from(vec![1u8; size]),
+            }));
+        }
+        ops
+    };
+    let placed = |ops: Vec<nfs_argop4>| {
+        let args = COMPOUND4args {
+            tag: Bytes::new(),
+            minorversion: 1,
+            argarray: ops,
+        }
+        .to_bytes();
+        Request::decode(args).expect("decodes").blocking()
+    };
+    use stable_how4::{DATA_SYNC4, FILE_SYNC4, UNSTABLE4};
+    assert_eq!(placed(writes(1, 4096, UNSTABLE4)), Blocking::No);
+    assert_eq!(placed(writes(1, 4096, FILE_SYNC4)), Blocking::Sync);
+    assert_eq!(placed(writes(2, 64 << 10, DATA_SYNC4)), Blocking::Sync);
+    assert_eq!(placed(writes(1, (64 << 10) + 1, FILE_SYNC4)), Blocking::Yes);
+    assert_eq!(placed(writes(8, 4096, FILE_SYNC4)), Blocking::Yes, "17 ops");
+}

@@ -21,7 +21,8 @@ pub const PROG: u32 = 400000;
 /// at 2 s) then echo, 3 GARBAGE_ARGS, 4 panics, 5 returns
 /// the credential and conn_id, 6 the TLS peer, 7 the RPCSEC_GSS caller, 8 the id of the
 /// tokio task running the call, 9 waits until a proc 10 call arrives, 10 wakes the
-/// proc 9 callers; anything else PROC_UNAVAIL.
+/// proc 9 callers, 11 answers 1 if the call was `CallInfo::alone`, else 0; anything
+/// else PROC_UNAVAIL.
 #[derive(Default)]
 pub struct Toy {
     pub closed: AtomicUsize,
@@ -110,6 +111,7 @@ impl RpcService for Toy {
                 self.gate.notify_waiters();
                 ReplyBody::Success(args)
             }
+            11 => ReplyBody::Success(Bytes::from(vec![u8::from(info.alone)])),
             _ => ReplyBody::ProcUnavail,
         }
     }

@@ -179,6 +179,7 @@ fn write_blocks(a: &A) -> Blocking {
                 Blocking::LargeIo
             }
         }
+        A::OP_WRITE(w) if w.data.len() <= MAX_IO => Blocking::Sync,
         _ => Blocking::Yes,
     }
 }
@@ -488,10 +489,27 @@ mod tests {
                 count,
             })
         };
-        use Blocking::{LargeIo, Metadata, No, Yes};
+        use Blocking::{LargeIo, Metadata, No, Sync, Yes};
         let r = entry(OP_READ).unwrap();
         assert_eq!(r.may_block(&read(4096)), No);
         assert_eq!(r.may_block(&read(1 << 20)), LargeIo);
+        let write = |stable, n| {
+            A::OP_WRITE(WRITE4args {
+                stateid: Default::default(),
+                offset: 0,
+                stable,
+                data: bytes::Bytes::from(vec![0u8; n]),
+            })
+        };
+        let w = entry(OP_WRITE).unwrap();
+        assert_eq!(w.may_block(&write(stable_how4::UNSTABLE4, 4096)), No);
+        assert_eq!(
+            w.may_block(&write(stable_how4::UNSTABLE4, 1 << 20)),
+            LargeIo
+        );
+        assert_eq!(w.may_block(&write(stable_how4::FILE_SYNC4, 4096)), Sync);
+        assert_eq!(w.may_block(&write(stable_how4::DATA_SYNC4, 4096)), Sync);
+        assert_eq!(w.may_block(&write(stable_how4::FILE_SYNC4, 1 << 20)), Yes);
         let setattr = |mask| {
             A::OP_SETATTR(SETATTR4args {
                 stateid: Default::default(),

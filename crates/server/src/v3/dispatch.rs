@@ -85,7 +85,7 @@ pub async fn call(
             r
         }
     };
-    let result = match pace.place(blocking) {
+    let result = match pace.place(blocking, info.alone) {
         Some(_inline) => Ok(run()),
         None => tokio::task::spawn_blocking(|| crate::waitmode::on_blocking_pool(run)).await,
     };

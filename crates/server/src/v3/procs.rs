@@ -51,7 +51,10 @@ fn read_blocks(args: &Bytes) -> Blocking {
 
 fn write_blocks(args: &Bytes) -> Blocking {
     match peek::<WRITE3args>(args) {
-        Some(w) if w.stable != stable_how::UNSTABLE => Blocking::Yes,
+        Some(w) if w.stable != stable_how::UNSTABLE && w.data.len() > INLINE_IO_BYTES => {
+            Blocking::Yes
+        }
+        Some(w) if w.stable != stable_how::UNSTABLE => Blocking::Sync,
         Some(w) if w.data.len() > INLINE_IO_BYTES => Blocking::LargeIo,
         _ => Blocking::No,
     }
@@ -292,7 +295,12 @@ mod tests {
         assert_eq!(at(6, read(4096)), Blocking::No);
         assert_eq!(at(6, read(1 << 20)), Blocking::LargeIo);
         assert_eq!(at(7, write(stable_how::UNSTABLE, 4096)), Blocking::No);
-        assert_eq!(at(7, write(stable_how::FILE_SYNC, 4096)), Blocking::Yes);
+        assert_eq!(at(7, write(stable_how::FILE_SYNC, 4096)), Blocking::Sync);
+        assert_eq!(at(7, write(stable_how::DATA_SYNC, 4096)), Blocking::Sync);
+        assert_eq!(
+            at(7, write(stable_how::FILE_SYNC, 128 << 10)),
+            Blocking::Yes
+        );
         assert_eq!(
             at(7, write(stable_how::UNSTABLE, 128 << 10)),
             Blocking::LargeIo
