@@ -95,6 +95,20 @@ async fn waiting_transactions_leave_the_workers_free() {
     assert_eq!(r.status, nfsstat4::NFS4_OK);
 }
 
+/// Where a COMPOUND of these ops is placed (`Request::blocking`).
+fn placed(ops: Vec<nfs_argop4>) -> txnfs_server::placement::Blocking {
+    use txnfs_xdr::Encode;
+    let args = COMPOUND4args {
+        tag: bytes::Bytes::new(),
+        minorversion: 1,
+        argarray: ops,
+    }
+    .to_bytes();
+    txnfs_server::compound::Request::decode(args)
+        .expect("decodes")
+        .blocking()
+}
+
 /// A batch of small READs (our client's batching, ADR 0044) is a long COMPOUND of quick
 /// ops: it runs inline up to 256 ops and 256 KiB of I/O, not on the blocking pool (a
 /// batch of eight READs there cost more server CPU per READ than eight COMPOUNDs of one
@@ -103,9 +117,7 @@ async fn waiting_transactions_leave_the_workers_free() {
 #[test]
 fn a_batch_of_small_reads_runs_inline() {
     use bytes::Bytes;
-    use txnfs_server::compound::Request;
     use txnfs_server::placement::Blocking;
-    use txnfs_xdr::Encode;
     let fh = Bytes::from_static(b"any handle");
     let reads = |n: usize, count: u32| {
         let mut ops = vec![sequence([0; 16], 0, 1, false)];
@@ -118,15 +130,6 @@ fn a_batch_of_small_reads_runs_inline() {
             }));
         }
         ops
-    };
-    let placed = |ops: Vec<nfs_argop4>| {
-        let args = COMPOUND4args {
-            tag: Bytes::new(),
-            minorversion: 1,
-            argarray: ops,
-        }
-        .to_bytes();
-        Request::decode(args).expect("decodes").blocking()
     };
     assert_eq!(placed(reads(1, 4096)), Blocking::No);
     assert_eq!(placed(reads(8, 4096)), Blocking::No, "17 ops, 32 KiB");
@@ -151,9 +154,7 @@ fn a_batch_of_small_reads_runs_inline() {
 #[test]
 fn a_small_stable_write_is_a_short_sync() {
     use bytes::Bytes;
-    use txnfs_server::compound::Request;
     use txnfs_server::placement::Blocking;
-    use txnfs_xdr::Encode;
     let fh = Bytes::from_static(b"any handle");
     let writes = |n: usize, size: usize, stable: stable_how4| {
         let mut ops = vec![sequence([0; 16], 0, 1, false)];
@@ -167,15 +168,6 @@ fn a_small_stable_write_is_a_short_sync() {
             }));
         }
         ops
-    };
-    let placed = |ops: Vec<nfs_argop4>| {
-        let args = COMPOUND4args {
-            tag: Bytes::new(),
-            minorversion: 1,
-            argarray: ops,
-        }
-        .to_bytes();
-        Request::decode(args).expect("decodes").blocking()
     };
     use stable_how4::{DATA_SYNC4, FILE_SYNC4, UNSTABLE4};
     assert_eq!(placed(writes(1, 4096, UNSTABLE4)), Blocking::No);
