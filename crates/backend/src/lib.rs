@@ -596,6 +596,15 @@ macro_rules! with_backend_methods {
                     let _ = (cx, key, name);
                     Err(BackendError::NotSupp)
                 }
+                /// The size of the regular file `name` in the directory `dir`, looked
+                /// at without opening the file or taking any lock: a hint for placing a
+                /// request before it runs (an OPEN that would truncate an existing
+                /// non-empty file, ADR 0059). `None`: no such regular file, or this
+                /// backend cannot tell cheaply.
+                fn peek_size(&self, dir: &FileKey, name: &[u8]) -> Option<u64> {
+                    let _ = (dir, name);
+                    None
+                }
                 /// Whether `key`'s object lies inside this export's tree, as far as the
                 /// backend can tell: the `txn` layer asks before every undo step, which
                 /// must never touch anything outside its export. A backend whose keys can

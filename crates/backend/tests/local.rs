@@ -172,6 +172,25 @@ fn stale_after_external_removal() {
     );
 }
 
+/// `peek_size` (a placement hint, ADR 0059): the size of a regular file by name, and
+/// nothing for anything else.
+#[test]
+fn peek_size_sees_regular_files_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = LocalBackend::open(dir.path()).unwrap();
+    let root = b.root().unwrap();
+    std::fs::write(dir.path().join("full"), b"four").unwrap();
+    std::fs::write(dir.path().join("empty"), b"").unwrap();
+    std::fs::create_dir(dir.path().join("d")).unwrap();
+    symlink("full", dir.path().join("link")).unwrap();
+    assert_eq!(b.peek_size(&root, b"full"), Some(4));
+    assert_eq!(b.peek_size(&root, b"empty"), Some(0));
+    assert_eq!(b.peek_size(&root, b"missing"), None);
+    assert_eq!(b.peek_size(&root, b"d"), None);
+    assert_eq!(b.peek_size(&root, b"link"), None, "not followed");
+    assert_eq!(b.peek_size(&root, b"bad\0name"), None);
+}
+
 #[test]
 fn exclusive_verifier_lives_in_atime_mtime() {
     let dir = tempfile::tempdir().unwrap();

@@ -30,6 +30,11 @@
 //! wait, and a WRITE held by the kernel's dirty-page throttling holds one worker at most
 //! per bound.
 //!
+//! A namespace change that truncates a non-empty file (an OPEN or v3 CREATE, UNCHECKED,
+//! with a size among its attributes, of a name that is such a file now: what
+//! `open(O_CREAT | O_TRUNC)` of an existing file sends) goes to the pool when its call
+//! has company on its connection ([`with_truncation`]).
+//!
 //! Small stable WRITEs (FILE_SYNC or DATA_SYNC, up to [`INLINE_IO_BYTES`]) wait for one
 //! sync of the data just written: a few hundred µs on a quick disk, of which the pool's
 //! handoff and the wake-ups back cost about 50 here (ADR 0059). One runs inline, in the
@@ -71,6 +76,21 @@ pub fn needs_pool(ops: Blocking, txn: bool, transactions: bool) -> Blocking {
         Blocking::Yes
     } else {
         ops
+    }
+}
+
+/// A namespace change that truncates a non-empty file (`truncates`, asked only when it
+/// matters) runs on the pool when its call has company on its connection: truncating
+/// takes about 100 µs here under the file's own lock, so truncations of several
+/// threads overlap on the pool instead of waiting one after another on the
+/// connection's reader. Creates of new files stay as they are: in one directory they
+/// serialise on its lock wherever they run, and on the pool they only contend for it
+/// (ADR 0059).
+pub fn with_truncation(b: Blocking, alone: bool, truncates: impl FnOnce() -> bool) -> Blocking {
+    if b == Blocking::Metadata && !alone && truncates() {
+        Blocking::Yes
+    } else {
+        b
     }
 }
 

@@ -176,7 +176,9 @@ impl RpcService for NfsService {
                         }
                     };
                     let blocking = crate::placement::needs_pool(
-                        req.blocking(),
+                        crate::placement::with_truncation(req.blocking(), alone, || {
+                            req.truncates_a_file(&server)
+                        }),
                         txn,
                         self.transactions.load(Ordering::Relaxed) > 0 || !server.txns.is_empty(),
                     );

@@ -176,3 +176,139 @@ fn a_small_stable_write_is_a_short_sync() {
     assert_eq!(placed(writes(1, (64 << 10) + 1, FILE_SYNC4)), Blocking::Yes);
     assert_eq!(placed(writes(8, 4096, FILE_SYNC4)), Blocking::Yes, "17 ops");
 }
+
+/// An OPEN that would truncate an existing non-empty file (UNCHECKED with a size, what
+/// `open(O_CREAT | O_TRUNC)` sends) is told from one that creates a new file before it
+/// runs (`Request::truncates_a_file`, ADR 0059): with company on its connection the
+/// first goes to the pool, where truncations overlap; the second stays inline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_that_truncates_a_file_is_told_from_a_create() {
+    use bytes::Bytes;
+    use txnfs_server::compound::Request;
+    use txnfs_server::placement::{with_truncation, Blocking};
+    use txnfs_xdr::Encode;
+    let (srv, dir) = start_local_server("placement-truncates").await;
+    std::fs::write(dir.join("full"), b"some bytes").expect("write full");
+    std::fs::write(dir.join("empty"), b"").expect("write empty");
+    let mut s = Session::new(srv.addr, b"placement-truncates").await;
+    let r = s
+        .run(vec![nfs_argop4::OP_PUTROOTFH, nfs_argop4::OP_GETFH])
+        .await;
+    let root = match &r.resarray[..] {
+        [_, _, nfs_resop4::OP_GETFH(GETFH4res::NFS4_OK(ok))] => ok.object.clone(),
+        other => panic!("root handle: {other:?}"),
+    };
+    let request_after = |between: Vec<nfs_argop4>, name: &str, how: createhow4| {
+        let mut ops = vec![
+            sequence([0; 16], 0, 1, false),
+            nfs_argop4::OP_PUTFH(PUTFH4args {
+                object: root.clone(),
+            }),
+        ];
+        ops.extend(between);
+        ops.push(nfs_argop4::OP_OPEN(OPEN4args {
+            seqid: 0,
+            share_access: OPEN4_SHARE_ACCESS_WRITE,
+            share_deny: 0,
+            owner: Default::default(),
+            openhow: openflag4::OPEN4_CREATE(how),
+            claim: open_claim4::CLAIM_NULL(Bytes::from(name.to_string())),
+        }));
+        let args = COMPOUND4args {
+            tag: Bytes::new(),
+            minorversion: 1,
+            argarray: ops,
+        }
+        .to_bytes();
+        Request::decode(args).expect("decodes")
+    };
+    let request = |name: &str, how| request_after(Vec::new(), name, how);
+    let sized = || {
+        createhow4::UNCHECKED4(fattr4 {
+            attrmask: vec![1 << FATTR4_SIZE],
+            attr_vals: Bytes::from_static(&[0; 8]),
+        })
+    };
+    let truncates = |name: &str, how| request(name, how).truncates_a_file(&srv.server);
+    // As the Linux client sends it: SAVEFH between the directory's PUTFH and the OPEN.
+    let saved = request_after(vec![nfs_argop4::OP_SAVEFH], "full", sized());
+    assert!(saved.truncates_a_file(&srv.server));
+    // A LOOKUP between: the OPEN is in another directory, not looked at.
+    let elsewhere = request_after(vec![lookup("sub")], "full", sized());
+    assert!(!elsewhere.truncates_a_file(&srv.server));
+    assert!(truncates("full", sized()));
+    assert!(!truncates("empty", sized()), "nothing to free");
+    assert!(!truncates("new", sized()), "a create");
+    assert!(
+        !truncates("full", createhow4::UNCHECKED4(Default::default())),
+        "no size: no truncation"
+    );
+    assert!(
+        !truncates(
+            "full",
+            createhow4::GUARDED4(fattr4 {
+                attrmask: vec![1 << FATTR4_SIZE],
+                attr_vals: Bytes::from_static(&[0; 8]),
+            })
+        ),
+        "GUARDED fails on an existing file"
+    );
+    // Placement: the pool only with company; alone, the hint is not even asked.
+    let full = request("full", sized());
+    let b = full.blocking();
+    assert_eq!(b, Blocking::Metadata);
+    assert_eq!(
+        with_truncation(b, false, || full.truncates_a_file(&srv.server)),
+        Blocking::Yes
+    );
+    assert_eq!(
+        with_truncation(b, true, || panic!("asked while alone")),
+        Blocking::Metadata
+    );
+    let new = request("new", sized());
+    assert_eq!(
+        with_truncation(new.blocking(), false, || new.truncates_a_file(&srv.server)),
+        Blocking::Metadata
+    );
+    // NFSv3: CREATE UNCHECKED with a size (procedure 8), by the same hint.
+    let create3 = |name: &str, size: txnfs_proto::nfs3::set_size3| {
+        use txnfs_proto::nfs3::*;
+        CREATE3args {
+            r#where: diropargs3 {
+                dir: nfs_fh3 { data: root.clone() },
+                name: Bytes::from(name.to_string()),
+            },
+            how: createhow3::UNCHECKED(sattr3 {
+                mode: set_mode3::default(false),
+                uid: set_uid3::default(false),
+                gid: set_gid3::default(false),
+                size,
+                atime: set_atime::default(time_how::DONT_CHANGE),
+                mtime: set_mtime::default(time_how::DONT_CHANGE),
+            }),
+        }
+        .to_bytes()
+    };
+    use txnfs_proto::nfs3::set_size3;
+    use txnfs_server::v3::procs::truncates_a_file as truncates3;
+    assert!(truncates3(
+        &srv.server,
+        8,
+        &create3("full", set_size3::TRUE(0))
+    ));
+    assert!(!truncates3(
+        &srv.server,
+        8,
+        &create3("new", set_size3::TRUE(0))
+    ));
+    assert!(!truncates3(
+        &srv.server,
+        8,
+        &create3("full", set_size3::default(false))
+    ));
+    assert!(
+        !truncates3(&srv.server, 9, &create3("full", set_size3::TRUE(0))),
+        "MKDIR"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

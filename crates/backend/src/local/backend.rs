@@ -548,6 +548,13 @@ impl Backend for LocalBackend {
     /// the root of its file system. A handle names no parent of any other object (and a
     /// file may have names in several directories), so for those the check is that the
     /// object is on the export's file system and mount.
+    fn peek_size(&self, dir: &FileKey, name: &[u8]) -> Option<u64> {
+        let name = cname(name).ok()?;
+        let dfd = self.resolve(dir).ok()?;
+        let st = rfs::statat(&*dfd, &name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+        (ftype_of(&st) == FileType::Regular).then(|| u64::try_from(st.st_size).unwrap_or(0))
+    }
+
     fn contains(&self, key: &FileKey) -> Result<bool> {
         let fd = self.resolve(key)?;
         let st = rfs::fstat(&*fd).map_err(map_errno)?;

@@ -119,6 +119,63 @@ impl Request {
         most
     }
 
+    /// Whether an OPEN of this COMPOUND would truncate an existing non-empty file: an
+    /// UNCHECKED create with a size, in the directory a PUTFH set (ops that keep the
+    /// current filehandle may come between, as SAVEFH in the Linux client's OPEN), of a
+    /// name that is such a file now (`Backend::peek_size`, a hint: the file may change
+    /// before the OPEN runs). Only the first few such OPENs are looked at.
+    pub fn truncates_a_file(&self, srv: &Server) -> bool {
+        use crate::fh::Fh;
+        use crate::nfs::{createhow4, openflag4};
+        const SIZE_BIT: u32 = 1 << txnfs_attr::fattr::SIZE;
+        const MAX_PEEKS: usize = 4;
+        let mut peeks = 0;
+        let mut dir: Option<&Bytes> = None;
+        for op in &self.ops {
+            let open = match op {
+                nfs_argop4::OP_PUTFH(a) => {
+                    dir = Some(&a.object);
+                    continue;
+                }
+                nfs_argop4::OP_SEQUENCE(_)
+                | nfs_argop4::OP_SAVEFH
+                | nfs_argop4::OP_GETFH
+                | nfs_argop4::OP_GETATTR(_)
+                | nfs_argop4::OP_ACCESS(_) => continue,
+                nfs_argop4::OP_OPEN(open) => open,
+                _ => {
+                    dir = None;
+                    continue;
+                }
+            };
+            // The OPEN makes the file the current filehandle.
+            let Some(wire) = dir.take() else { continue };
+            let openflag4::OPEN4_CREATE(createhow4::UNCHECKED4(attrs)) = &open.openhow else {
+                continue;
+            };
+            let open_claim4::CLAIM_NULL(name) = &open.claim else {
+                continue;
+            };
+            if attrs.attrmask.first().is_none_or(|w| w & SIZE_BIT == 0) {
+                continue;
+            }
+            if peeks == MAX_PEEKS {
+                break;
+            }
+            peeks += 1;
+            if let Ok(Fh::Obj(d)) = srv.fh_from_wire(wire) {
+                if d.export
+                    .backend
+                    .peek_size(&d.key, name)
+                    .is_some_and(|n| n > 0)
+                {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
     /// The bytes its READs ask for and its WRITEs carry.
     fn io_bytes(&self) -> u64 {
         self.ops

@@ -64,7 +64,10 @@ pub async fn call(
     };
     // Forgets the cache entry unless the call is answered (a panic, a cancelled task).
     let mut pending = Pending { v3, key };
-    let blocking = crate::placement::needs_pool((proc.blocking)(&args), false, transactions);
+    let blocking = crate::placement::with_truncation((proc.blocking)(&args), info.alone, || {
+        super::procs::truncates_a_file(server, info.proc_num, &args)
+    });
+    let blocking = crate::placement::needs_pool(blocking, false, transactions);
     let run = {
         let server = server.clone();
         let pace = pace.clone();

@@ -60,6 +60,33 @@ fn write_blocks(args: &Bytes) -> Blocking {
     }
 }
 
+/// Whether a CREATE would truncate an existing non-empty file: UNCHECKED with a size,
+/// of a name that is such a file now (a hint, as `Request::truncates_a_file` for v4).
+pub fn truncates_a_file(srv: &crate::server::Server, proc_num: u32, args: &Bytes) -> bool {
+    const CREATE: u32 = 8;
+    if proc_num != CREATE {
+        return false;
+    }
+    let Some(CREATE3args {
+        r#where,
+        how: createhow3::UNCHECKED(s),
+    }) = peek::<CREATE3args>(args)
+    else {
+        return false;
+    };
+    if !matches!(s.size, set_size3::TRUE(_)) {
+        return false;
+    }
+    match srv.fh_from_wire(&r#where.dir.data) {
+        Ok(crate::fh::Fh::Obj(d)) => d
+            .export
+            .backend
+            .peek_size(&d.key, &r#where.name)
+            .is_some_and(|n| n > 0),
+        _ => false,
+    }
+}
+
 /// Truncating can free many blocks; other attribute changes are quick.
 fn setattr_blocks(args: &Bytes) -> Blocking {
     blocks_if(
