@@ -94,6 +94,24 @@ pub fn with_truncation(b: Blocking, alone: bool, truncates: impl FnOnce() -> boo
     }
 }
 
+/// Whether `name` in the directory of the handle `dir` (as the client sent it) is a
+/// non-empty regular file now: what makes a create with a size a truncation
+/// (`Backend::peek_size`; a hint, the file may change before the create runs).
+pub fn names_a_non_empty_file(
+    srv: &crate::server::Server,
+    dir: &bytes::Bytes,
+    name: &[u8],
+) -> bool {
+    match srv.fh_from_wire(dir) {
+        Ok(crate::fh::Fh::Obj(d)) => d
+            .export
+            .backend
+            .peek_size(&d.key, name)
+            .is_some_and(|n| n > 0),
+        _ => false,
+    }
+}
+
 /// The time one COMPOUND spent waiting for others: the server's recall waits and the
 /// `txn` layer's lock waits add to it through the COMPOUND's `OpCtx`.
 pub use txnfs_backend::WaitClock;

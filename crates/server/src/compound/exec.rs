@@ -125,7 +125,6 @@ impl Request {
     /// name that is such a file now (`Backend::peek_size`, a hint: the file may change
     /// before the OPEN runs). Only the first few such OPENs are looked at.
     pub fn truncates_a_file(&self, srv: &Server) -> bool {
-        use crate::fh::Fh;
         use crate::nfs::{createhow4, openflag4};
         const SIZE_BIT: u32 = 1 << txnfs_attr::fattr::SIZE;
         const MAX_PEEKS: usize = 4;
@@ -163,14 +162,8 @@ impl Request {
                 break;
             }
             peeks += 1;
-            if let Ok(Fh::Obj(d)) = srv.fh_from_wire(wire) {
-                if d.export
-                    .backend
-                    .peek_size(&d.key, name)
-                    .is_some_and(|n| n > 0)
-                {
-                    return true;
-                }
+            if crate::placement::names_a_non_empty_file(srv, wire, name) {
+                return true;
             }
         }
         false

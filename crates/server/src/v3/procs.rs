@@ -51,10 +51,13 @@ fn read_blocks(args: &Bytes) -> Blocking {
 
 fn write_blocks(args: &Bytes) -> Blocking {
     match peek::<WRITE3args>(args) {
-        Some(w) if w.stable != stable_how::UNSTABLE && w.data.len() > INLINE_IO_BYTES => {
-            Blocking::Yes
+        Some(w) if w.stable != stable_how::UNSTABLE => {
+            if w.data.len() > INLINE_IO_BYTES {
+                Blocking::Yes
+            } else {
+                Blocking::Sync
+            }
         }
-        Some(w) if w.stable != stable_how::UNSTABLE => Blocking::Sync,
         Some(w) if w.data.len() > INLINE_IO_BYTES => Blocking::LargeIo,
         _ => Blocking::No,
     }
@@ -77,14 +80,7 @@ pub fn truncates_a_file(srv: &crate::server::Server, proc_num: u32, args: &Bytes
     if !matches!(s.size, set_size3::TRUE(_)) {
         return false;
     }
-    match srv.fh_from_wire(&r#where.dir.data) {
-        Ok(crate::fh::Fh::Obj(d)) => d
-            .export
-            .backend
-            .peek_size(&d.key, &r#where.name)
-            .is_some_and(|n| n > 0),
-        _ => false,
-    }
+    crate::placement::names_a_non_empty_file(srv, &r#where.dir.data, &r#where.name)
 }
 
 /// Truncating can free many blocks; other attribute changes are quick.
