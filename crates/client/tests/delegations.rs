@@ -180,6 +180,74 @@ async fn a_flush_truncates_a_file_that_got_shorter() {
     a.close().await.expect("close a");
 }
 
+/// A stable whole-file write of a file under a write delegation goes under it: PUTFH,
+/// SETATTR of the size (the file got shorter), WRITE, GETATTR; no OPEN, CLOSE or
+/// DELEGRETURN, and the delegation stays. The bytes are on the server: another client
+/// (whose OPEN recalls the delegation) reads them. Afterwards the write goes through an
+/// OPEN again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stable_rewrite_under_a_write_delegation_sends_no_open() {
+    let srv = start_memory_server().await;
+    let a = connect(srv.addr, true).await;
+    let fs = Fs::new(a.clone());
+    let write = |data: &'static [u8]| {
+        let fs = fs.clone();
+        async move {
+            for r in fs
+                .vwrite(&[("s.txt", Bytes::from_static(data))], true)
+                .await
+            {
+                r.expect("stable write");
+            }
+        }
+    };
+    write(b"a rather long first version").await;
+    assert_eq!(
+        a.cache_stats().write_delegations,
+        1,
+        "no write delegation granted"
+    );
+    let count =
+        |a: &Client| ["OPEN", "CLOSE", "DELEGRETURN", "SETATTR", "WRITE"].map(|op| ops(a, op));
+    let before = count(&a);
+    write(b"second").await;
+    let after = count(&a);
+    let sent: Vec<u64> = after.iter().zip(&before).map(|(x, y)| x - y).collect();
+    assert_eq!(
+        sent,
+        [0, 0, 0, 1, 1],
+        "OPEN, CLOSE, DELEGRETURN, SETATTR, WRITE sent"
+    );
+    assert_eq!(a.delegations_held(), (1, 0), "the delegation stays");
+    assert_eq!(
+        fs.vread(&["s.txt"]).await[0]
+            .as_ref()
+            .expect("read from the cache"),
+        &Bytes::from_static(b"second")
+    );
+    let b = connect(srv.addr, false).await;
+    let fs_b = Fs::new(b.clone());
+    assert_eq!(
+        fs_b.vread(&["s.txt"]).await[0]
+            .as_ref()
+            .expect("read by another client"),
+        &Bytes::from_static(b"second")
+    );
+    wait_until_none_held(&a).await;
+    assert_eq!(a.delegations_held(), (0, 0), "recalled and returned");
+    let opens = ops(&a, "OPEN");
+    write(b"third, through an OPEN").await;
+    assert_eq!(ops(&a, "OPEN"), opens + 1);
+    assert_eq!(
+        fs_b.vread(&["s.txt"]).await[0]
+            .as_ref()
+            .expect("read again"),
+        &Bytes::from_static(b"third, through an OPEN")
+    );
+    b.close().await.expect("close b");
+    a.close().await.expect("close a");
+}
+
 /// Another client's GETATTR of a write-delegated file is answered through CB_GETATTR
 /// with the holder's buffered size, without a recall.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -211,6 +211,46 @@ impl DelegCache {
         true
     }
 
+    /// A write delegation of `path` that a whole-file write can go under, with no OPEN:
+    /// (file handle, delegation stateid, the size the server has). None while the file
+    /// is being returned, has buffered data, or its attributes are not known.
+    pub(crate) fn write_delegation(&self, path: &str) -> Option<(Bytes, stateid4, Option<u64>)> {
+        let g = self.lock_enabled()?;
+        let fh = g.paths.get(&path_key(path))?;
+        let f = g.files.get(fh)?;
+        (f.write && !f.returning && !f.dirty && f.attrs.is_some())
+            .then(|| (fh.clone(), f.stateid.clone(), f.server_size))
+    }
+
+    /// A whole-file write of `fh` under its write delegation reached the server: keep
+    /// its content (clean) and the attributes the server reported after it.
+    pub(crate) fn wrote_under_delegation(
+        &self,
+        fh: &Bytes,
+        data: Bytes,
+        attrs: Option<Attributes>,
+    ) {
+        let mut guard = self.lock();
+        let g = &mut *guard;
+        let Some(f) = g.files.get_mut(fh).filter(|f| !f.returning) else {
+            return;
+        };
+        f.server_size = Some(data.len() as u64);
+        // A file with several names may change through another: cache no content.
+        let several_names = attrs
+            .as_ref()
+            .is_some_and(|a| a.nlink.is_some_and(|n| n > 1));
+        if let Some(a) = attrs {
+            f.attrs = Some(a);
+        }
+        // The old content is stale whether or not the new one fits.
+        g.bytes -= f.data.take().map_or(0, |d| d.len());
+        g.stats.delegated_writes += 1;
+        if !several_names {
+            set_data(g, self.budget, fh, data, false);
+        }
+    }
+
     /// The file handle of a delegated file known as `path`.
     pub(crate) fn fh_of(&self, path: &str) -> Option<Bytes> {
         let g = self.lock();

@@ -57,6 +57,8 @@ pub struct CacheStats {
     pub buffered_writes: u64,
     /// Flushes of buffered data to the server.
     pub flushes: u64,
+    /// Whole-file writes sent under a write delegation (no OPEN or CLOSE).
+    pub delegated_writes: u64,
     /// Delegations the server revoked (found by TEST_STATEID or refused DELEGRETURN),
     /// dropped with what was cached under them.
     pub revoked: u64,

@@ -322,7 +322,9 @@ impl Fs {
     ///
     /// Under a write delegation an unstable write of a file is kept in the cache and
     /// sent later ([`Fs::vflush`], `Client::close`, or when the server recalls the
-    /// delegation); reads and GETATTRs of the file see it at once.
+    /// delegation); reads and GETATTRs of the file see it at once. A small file that is
+    /// written through (stable, or too large to keep) goes under the delegation's
+    /// stateid with no OPEN or CLOSE, and the delegation stays.
     pub async fn vwrite<S: AsRef<str>>(
         &self,
         files: &[(S, Bytes)],
@@ -336,17 +338,34 @@ impl Fs {
         let mut rest: Vec<(String, Bytes)> = Vec::new();
         let mut rest_idx = Vec::new();
         let mut giveback = Vec::new();
+        let mut delegated = Vec::new();
+        let per_item = self.per_item();
         for (i, (p, data)) in files.iter().enumerate() {
             if !stable && cache.buffer_write(p.as_ref(), data) {
                 continue;
+            }
+            cache.invalidate_parent_listing(p.as_ref());
+            // Under a write delegation the file is ours: no OPEN, no CLOSE, and the
+            // delegation stays (RFC 8881 §10.4).
+            if data.len() <= per_item {
+                if let Some((fh, sid, server_size)) = cache.write_delegation(p.as_ref()) {
+                    delegated.push((i, fh, sid, server_size));
+                    continue;
+                }
             }
             // Written through: buffered data of the file must reach the server first,
             // and the delegation goes back (the OPEN below may get a new one).
             if let Some(fh) = cache.fh_of(p.as_ref()) {
                 giveback.push(fh);
             }
-            cache.invalidate_parent_listing(p.as_ref());
             rest.push((p.as_ref().to_string(), data.clone()));
+            rest_idx.push(i);
+        }
+        // A write under a delegation that failed (recalled or revoked meanwhile) goes
+        // back with its delegation and through an OPEN like the others.
+        for (i, fh) in self.vwrite_delegated(files, &delegated, stable).await {
+            giveback.push(fh);
+            rest.push((files[i].0.as_ref().to_string(), files[i].1.clone()));
             rest_idx.push(i);
         }
         cache.return_many(&giveback, true).await;
@@ -361,14 +380,88 @@ impl Fs {
         out
     }
 
+    /// Bytes of a file's data that go in its first item (a file up to this size is one
+    /// item).
+    fn per_item(&self) -> usize {
+        ((self.client.limits().max_request as usize).saturating_sub(4096) / 2).clamp(4096, CHUNK)
+    }
+
+    /// Whole small files written under their write delegations (`delegated`: index in
+    /// `files`, handle, delegation stateid, the server's size): PUTFH, SETATTR of the
+    /// size when the server's copy is longer, WRITE, COMMIT when unstable, GETATTR. The
+    /// files whose item failed come back as (index, handle).
+    async fn vwrite_delegated<S: AsRef<str>>(
+        &self,
+        files: &[(S, Bytes)],
+        delegated: &[(usize, Bytes, stateid4, Option<u64>)],
+        stable: bool,
+    ) -> Vec<(usize, Bytes)> {
+        if delegated.is_empty() {
+            return Vec::new();
+        }
+        let items = delegated
+            .iter()
+            .map(|(i, fh, sid, server_size)| {
+                let data = &files[*i].1;
+                let mut ops = vec![nfs_argop4::OP_PUTFH(PUTFH4args { object: fh.clone() })];
+                if server_size.is_none_or(|s| s > data.len() as u64) {
+                    ops.push(nfs_argop4::OP_SETATTR(SETATTR4args {
+                        stateid: sid.clone(),
+                        obj_attributes: attrs::encode_set(&SetAttributes {
+                            size: Some(data.len() as u64),
+                            ..Default::default()
+                        }),
+                    }));
+                }
+                if !data.is_empty() {
+                    ops.push(nfs_argop4::OP_WRITE(WRITE4args {
+                        stateid: sid.clone(),
+                        offset: 0,
+                        stable: if stable {
+                            stable_how4::FILE_SYNC4
+                        } else {
+                            stable_how4::UNSTABLE4
+                        },
+                        data: data.clone(),
+                    }));
+                    if !stable {
+                        ops.push(nfs_argop4::OP_COMMIT(COMMIT4args {
+                            offset: 0,
+                            count: 0,
+                        }));
+                    }
+                }
+                ops.push(nfs_argop4::OP_GETATTR(GETATTR4args {
+                    attr_request: attrs::stat_bitmap(),
+                }));
+                Item {
+                    ops,
+                    reply_estimate: 300,
+                    optional_from: None,
+                }
+            })
+            .collect();
+        let cache = self.client.cache();
+        let mut failed = Vec::new();
+        for ((i, fh, ..), r) in delegated.iter().zip(self.run(items).await) {
+            match r {
+                Ok(v) => cache.wrote_under_delegation(fh, files[*i].1.clone(), last_getattr(&v)),
+                Err(e) => {
+                    tracing::debug!("write under delegation failed ({e}); writing through");
+                    failed.push((*i, fh.clone()));
+                }
+            }
+        }
+        failed
+    }
+
     async fn vwrite_through<S: AsRef<str>>(
         &self,
         files: &[(S, Bytes)],
         stable: bool,
     ) -> Vec<Result<(), ClientError>> {
         let caching = self.client.delegations_enabled();
-        let per_item = ((self.client.limits().max_request as usize).saturating_sub(4096) / 2)
-            .clamp(4096, CHUNK);
+        let per_item = self.per_item();
         let create = SetAttributes {
             size: Some(0),
             mode: Some(0o644),
