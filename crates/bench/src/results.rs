@@ -235,6 +235,20 @@ impl Repeat {
     }
 }
 
+impl Repeat {
+    /// A cost per request (COMPOUND) as a cost per workload op: servers that a
+    /// client drives with different numbers of requests per op (our client packs
+    /// a batch into one COMPOUND where NFS-Ganesha's limits take two) compare per
+    /// op. Without a request count the value stays as it is.
+    pub fn per_op(&self, per_request: f64) -> f64 {
+        if self.ops > 0 && self.compounds > 0 {
+            per_request * self.compounds as f64 / self.ops as f64
+        } else {
+            per_request
+        }
+    }
+}
+
 impl SummaryBlock {
     pub fn of(repeats: &[Repeat]) -> SummaryBlock {
         let col = |f: &dyn Fn(&Repeat) -> Option<f64>| -> Option<Summary> {
@@ -289,22 +303,22 @@ impl Results {
             .filter_map(|r| match metric {
                 Metric::OpsPerS => Some(r.ops_per_s),
                 Metric::MbPerS => Some(r.mb_per_s),
-                Metric::CpuUsPerOp => r.server.map(|s| s.cpu_us_per_op),
-                Metric::CtxSwitchesPerOp => r.server.map(|s| s.ctx_switches_per_op),
+                Metric::CpuUsPerOp => r.server.map(|s| r.per_op(s.cpu_us_per_op)),
+                Metric::CtxSwitchesPerOp => r.server.map(|s| r.per_op(s.ctx_switches_per_op)),
             })
             .filter(|v| v.is_finite())
             .collect()
     }
 
     /// The summary's estimate of `metric`, or one computed from the repeats
-    /// when the summary lacks it.
+    /// when the summary lacks it. The server's costs always come from the repeats:
+    /// the summary has them per request, the comparison per workload op.
     pub fn estimate(&self, metric: Metric) -> Option<Summary> {
         let s = &self.summary;
         let from_summary = match metric {
             Metric::OpsPerS => s.ops_per_s,
             Metric::MbPerS => s.mb_per_s,
-            Metric::CpuUsPerOp => s.cpu_us_per_op,
-            Metric::CtxSwitchesPerOp => s.ctx_switches_per_op,
+            Metric::CpuUsPerOp | Metric::CtxSwitchesPerOp => None,
         };
         from_summary
             .filter(|e| e.mean.is_finite())
@@ -403,6 +417,25 @@ mod tests {
       "summary": {"ops_per_s": {"mean": 1050, "ci95": 635.3, "n": 2}, "mb_per_s": null,
                   "cpu_us_per_op": null, "ctx_switches_per_op": null}
     }"#;
+
+    /// A server driven with two COMPOUNDs per op costs twice its per-request
+    /// figure per op, in the samples and in the estimate (the summary's
+    /// per-request value is not used).
+    #[test]
+    fn server_costs_compare_per_op() {
+        let v = serde_json::json!({
+            "workload": "writefiles", "server": "ganesha", "target": "nfs://127.0.0.1:1/",
+            "repeats": [
+                {"duration_s": 1.0, "ops": 100, "compounds": 200, "ops_per_s": 100,
+                 "server": {"cpu_us_per_op": 10.0, "ctx_switches_per_op": 3.0}, "checks": []}
+            ],
+            "summary": {"cpu_us_per_op": {"mean": 10.0, "ci95": 0.0, "n": 1}}
+        });
+        let r = &Results::from_value(v).unwrap()[0];
+        assert_eq!(r.samples(Metric::CpuUsPerOp), vec![20.0]);
+        assert_eq!(r.samples(Metric::CtxSwitchesPerOp), vec![6.0]);
+        assert_eq!(r.estimate(Metric::CpuUsPerOp).unwrap().mean, 20.0);
+    }
 
     #[test]
     fn parses_leniently() {

@@ -298,7 +298,11 @@ pub fn markdown(cmp: &Comparison, written: &Written, out: &Path) -> String {
                 let _ = writeln!(md, "| {} |", row.join(" | "));
             }
         }
-        md.push('\n');
+        md.push_str(
+            "\nServer CPU and context switches are per workload op (an op of `ops/s`): a \
+             client may send one server two requests where it sends another one. The \
+             processes table below has them per request.\n\n",
+        );
 
         // Latencies.
         let mut lat_rows = Vec::new();
