@@ -137,9 +137,10 @@ impl Backend for LocalBackend {
             }
             // want <= MAX_READ (16 MiB), fits in usize.
             let want = (count as u64).min(size - offset) as usize;
-            let mut buf = vec![0u8; want];
-            let got = self.read_into(&fd, &mut buf, offset)?;
-            buf.truncate(got);
+            let mut buf = Vec::with_capacity(want);
+            self.read_into(&fd, &mut buf, offset)?;
+            buf.truncate(want);
+            let got = buf.len();
             // A short read means the file shrank meanwhile: that is end of file too.
             let eof = got < want || offset + got as u64 >= size;
             return Ok((Bytes::from(buf), eof));
@@ -147,10 +148,10 @@ impl Backend for LocalBackend {
         // A small read asks for one byte more instead of an `fstat`: getting it says the
         // file goes on past this read, not getting it says the read reached the end.
         let fd = self.io_fd_unchecked(key, false)?;
-        let mut buf = vec![0u8; count + 1];
-        let got = self.read_into(&fd, &mut buf, offset)?;
-        let eof = got <= count;
-        buf.truncate(got.min(count));
+        let mut buf = Vec::with_capacity(count + 1);
+        self.read_into(&fd, &mut buf, offset)?;
+        let eof = buf.len() <= count;
+        buf.truncate(count);
         Ok((Bytes::from(buf), eof))
     }
 
