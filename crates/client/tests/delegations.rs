@@ -248,6 +248,67 @@ async fn a_stable_rewrite_under_a_write_delegation_sends_no_open() {
     a.close().await.expect("close a");
 }
 
+/// A write under a delegation the server has revoked (without a recall the holder
+/// could see) fails, and the file goes through an OPEN instead: the caller sees
+/// success and another client reads the new bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_under_a_revoked_delegation_goes_through_an_open() {
+    let srv = start_memory_server().await;
+    let a = connect(srv.addr, true).await;
+    let fs = Fs::new(a.clone());
+    for r in fs
+        .vwrite(&[("r.txt", Bytes::from_static(b"first"))], true)
+        .await
+    {
+        r.expect("first write");
+    }
+    assert_eq!(
+        a.cache_stats().write_delegations,
+        1,
+        "no write delegation granted"
+    );
+    {
+        let mut core = srv.server.core().expect("core");
+        // Delegation ids are a counter with the top bit set (state crate, `deleg`).
+        let ids: Vec<u64> = (0..1_000).map(|n| (1 << 63) | n).collect();
+        core.revoke_delegations(&ids, txnfs_state::deleg::RevokeReason::Timeout);
+    }
+    assert_eq!(
+        server_delegations(&srv).revoked,
+        1,
+        "the delegation was not revoked"
+    );
+    let opens = ops(&a, "OPEN");
+    let writes = ops(&a, "WRITE");
+    // (A lease renewal in between would tell the client first: then it writes
+    // through an OPEN at once.)
+    let unaware = a.delegations_held() == (1, 0);
+    for r in fs
+        .vwrite(&[("r.txt", Bytes::from_static(b"second"))], true)
+        .await
+    {
+        r.expect("write after the revocation");
+    }
+    assert_eq!(ops(&a, "OPEN"), opens + 1, "written through an OPEN");
+    if unaware {
+        assert_eq!(
+            ops(&a, "WRITE"),
+            writes + 2,
+            "tried under the delegation, then through the OPEN"
+        );
+    }
+    assert_eq!(a.cache_stats().delegated_writes, 0);
+    let b = connect(srv.addr, false).await;
+    assert_eq!(
+        Fs::new(b.clone()).vread(&["r.txt"]).await[0]
+            .as_ref()
+            .expect("read by another client"),
+        &Bytes::from_static(b"second")
+    );
+    b.close().await.expect("close b");
+    a.close().await.expect("close a");
+}
+
 /// Another client's GETATTR of a write-delegated file is answered through CB_GETATTR
 /// with the holder's buffered size, without a recall.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
