@@ -460,6 +460,7 @@ fn log_delegation_counters(server: &Server) {
         held_returned = s.held_returned,
         held_unreachable = s.held_unreachable,
         held_timeout = s.held_timeout,
+        held_gave_way = s.held_gave_way,
         held_max_ms = s.held_us_max / 1000,
         "delegation counters"
     );

@@ -735,3 +735,102 @@ async fn a_large_written_file_reports_its_true_size() {
     a.close().await.expect("close a");
     assert_eq!(server_delegations(&srv).outstanding, 0);
 }
+
+/// A recall of a delegation whose grant the client has not processed yet is answered
+/// by returning it at once. Here the grant is in a vectorized write still waiting for
+/// another item, which the server holds for a third client's delegation: waiting for
+/// the grant would make whoever recalled it wait as long (and two clients doing this
+/// to each other would wait until the server revoked both).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recall_of_a_grant_not_yet_processed_is_returned_at_once() {
+    // The silent holder keeps a's write of y waiting for the recall wait (5 s).
+    let srv = start_memory_server_with(|c| c.recall_wait_ms = Some(5_000)).await;
+    write_plain(&srv, "x", b"x0").await;
+    write_plain(&srv, "y", b"y0").await;
+    // B: a read delegation on y, then silent (its runtime does not run until told).
+    let addr = srv.addr;
+    let (b_tx, b_rx) = std::sync::mpsc::channel();
+    let (wake_tx, wake_rx) = std::sync::mpsc::channel::<()>();
+    let b_thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let b = rt.block_on(async {
+            let b = connect(addr, true).await;
+            let r = Fs::new(b.clone()).vread(&["y"]).await;
+            assert_eq!(
+                r[0].as_ref().expect("b reads y"),
+                &Bytes::from_static(b"y0")
+            );
+            b
+        });
+        b_tx.send(b.delegations_held()).expect("report");
+        let _ = wake_rx.recv();
+        rt.block_on(async {
+            let _ = b.close().await;
+        });
+    });
+    let b_held = tokio::task::spawn_blocking(move || b_rx.recv().expect("b ready"))
+        .await
+        .expect("join");
+    assert_eq!(b_held, (1, 0), "b holds no read delegation on y");
+
+    // A writes x and y in one call: x is granted a write delegation, y waits for B.
+    let a = connect(srv.addr, true).await;
+    let a_fs = Fs::new(a.clone());
+    let write = tokio::spawn(async move {
+        a_fs.vwrite(
+            &[
+                ("x", Bytes::from_static(b"x1")),
+                ("y", Bytes::from_static(b"y1")),
+            ],
+            true,
+        )
+        .await
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while server_delegations(&srv).recalled == 0 || server_delegations(&srv).granted < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "y's recall and x's grant never happened: {:?}",
+            server_delegations(&srv)
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+
+    // C reads x: A is recalled while its write still waits, and returns x at once.
+    let c = connect(srv.addr, false).await;
+    let started = std::time::Instant::now();
+    let got = Fs::new(c.clone()).vread(&["x"]).await;
+    let took = started.elapsed();
+    assert_eq!(
+        got[0].as_ref().expect("c reads x"),
+        &Bytes::from_static(b"x1")
+    );
+    assert!(
+        took < Duration::from_secs(2),
+        "c waited {took:?}: the recall was answered only when a's write ended"
+    );
+    assert!(
+        !write.is_finished(),
+        "a's write ended before c's read: nothing was tested"
+    );
+
+    // The silent holder loses y; a's write then goes through.
+    for r in write.await.expect("join") {
+        r.expect("a's write");
+    }
+    let s = server_delegations(&srv);
+    assert_eq!(s.revoked, 1, "only b's delegation is revoked: {s:?}");
+    assert_eq!(
+        a.cache_stats().write_delegations,
+        1,
+        "y granted to a: {:?}",
+        a.cache_stats()
+    );
+    wake_tx.send(()).expect("wake b");
+    b_thread.join().expect("b ends");
+    c.close().await.expect("close c");
+    a.close().await.expect("close a");
+}

@@ -140,7 +140,16 @@ impl<'a> Recall<'a> {
         }
         let _held = HeldGuard(&waits.held);
         let start = Instant::now();
-        let r = self.wait_for_return(&ids, mode, start, start + self.cfg.recall_wait());
+        let deadline = start + self.cfg.recall_wait();
+        let r = match (mode, client) {
+            // Held on its connection's reader (ADR 0057): nothing more of that connection
+            // is read while it waits, not even its own client's DELEGRETURNs. Should that
+            // client's delegations be recalled meanwhile (another client waits for them;
+            // two clients may wait for each other so), the request gives way: NFS4ERR_DELAY,
+            // and its client's returns come in.
+            (WaitMode::InPlace, Some(own)) => self.wait(&ids, mode, start, deadline, Some(own)),
+            _ => self.wait_for_return(&ids, mode, start, deadline),
+        };
         waited.add(start.elapsed());
         r
     }
@@ -155,6 +164,21 @@ impl<'a> Recall<'a> {
         start: Instant,
         deadline: Instant,
     ) -> Result<(), nfsstat4> {
+        self.wait(ids, mode, start, deadline, None)
+    }
+
+    /// [`Recall::wait_for_return`], giving way (NFS4ERR_DELAY, no revocation) as soon as
+    /// a delegation of `give_way_to` is being recalled.
+    fn wait(
+        &self,
+        ids: &[u64],
+        mode: WaitMode,
+        start: Instant,
+        deadline: Instant,
+        give_way_to: Option<ClientId>,
+    ) -> Result<(), nfsstat4> {
+        // A recall of the waiter's own client wakes no one: look every few milliseconds.
+        const LOOK_AGAIN: Duration = Duration::from_millis(2);
         let waits = self.waits;
         let mut revoked_some = false;
         blocking(mode, || loop {
@@ -176,8 +200,15 @@ impl<'a> Recall<'a> {
                     core.note_hold(HoldOutcome::Timeout, start.elapsed());
                     return Err(nfsstat4::NFS4ERR_DELAY);
                 }
+                if give_way_to.is_some_and(|own| core.client_is_recalled(own)) {
+                    core.note_hold(HoldOutcome::GaveWay, start.elapsed());
+                    return Err(nfsstat4::NFS4ERR_DELAY);
+                }
             }
-            waits.wait(seen, deadline);
+            match give_way_to {
+                Some(_) => waits.wait(seen, deadline.min(Instant::now() + LOOK_AGAIN)),
+                None => waits.wait(seen, deadline),
+            }
         })
     }
 

@@ -726,3 +726,65 @@ async fn a_connected_silent_holder_gets_the_whole_recall_wait() {
     assert!(s.held_us_max >= 2_500_000, "{s:?}");
     drop(a);
 }
+
+/// Two holders whose requests each conflict with the other's delegation, both held on
+/// their connections' readers, where neither DELEGRETURN could be read: each request
+/// gives way (NFS4ERR_DELAY, at once, nothing revoked) as soon as its own client's
+/// delegation is recalled. Both return, and their retries go through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_holders_waiting_for_each_other_give_way() {
+    let srv = deleg_server(LONG_WAIT_MS).await;
+    let _o = other_client(&srv, &["f1", "f2"], b"x").await;
+    let mut a = Holder::new(&srv, b"holder-a").await;
+    let mut b = Holder::new(&srv, b"holder-b").await;
+    let (_, da, fh1) = a.open("f1", BOTH).await;
+    let (_, db, fh2) = b.open("f2", BOTH).await;
+    let (da, db) = (deleg_stateid(&da), deleg_stateid(&db));
+    let a_open = tokio::spawn(async move {
+        let t0 = Instant::now();
+        let r = a
+            .run(vec![
+                nfs_argop4::OP_PUTROOTFH,
+                open_plain("f2", BOTH, b"holder-a"),
+            ])
+            .await;
+        (a, r, t0.elapsed())
+    });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while srv.server.core().unwrap().delegations().stats().recalled == 0 {
+        assert!(Instant::now() < deadline, "a's open recalled nothing");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let t0 = Instant::now();
+    let r = b
+        .run(vec![
+            nfs_argop4::OP_PUTROOTFH,
+            open_plain("f1", BOTH, b"holder-b"),
+        ])
+        .await;
+    let b_took = t0.elapsed();
+    let (mut a, ra, a_took) = a_open.await.unwrap();
+    assert_eq!(ra.status, nfsstat4::NFS4ERR_DELAY, "a: {:?}", ra.resarray);
+    assert_eq!(r.status, nfsstat4::NFS4ERR_DELAY, "b: {:?}", r.resarray);
+    assert!(
+        b_took < Duration::from_secs(2),
+        "b's open answered after {b_took:?} (a's after {a_took:?})"
+    );
+    let s = srv.server.core().unwrap().delegations().stats();
+    assert_eq!((s.recalled, s.revoked, s.held_gave_way), (2, 0, 2), "{s:?}");
+    // Their connections read again: the returns come in, the retries go through.
+    assert_eq!(a.delegreturn(&fh1, &da).await, nfsstat4::NFS4_OK);
+    assert_eq!(b.delegreturn(&fh2, &db).await, nfsstat4::NFS4_OK);
+    a.run_ok(vec![
+        nfs_argop4::OP_PUTROOTFH,
+        open_plain("f2", BOTH, b"holder-a"),
+    ])
+    .await;
+    b.run_ok(vec![
+        nfs_argop4::OP_PUTROOTFH,
+        open_plain("f1", BOTH, b"holder-b"),
+    ])
+    .await;
+    let s = srv.server.core().unwrap().delegations().stats();
+    assert_eq!((s.returned, s.revoked), (2, 0), "{s:?}");
+}

@@ -69,7 +69,13 @@ impl DelegCache {
         let key = path_key(path);
         let mut g = self.lock();
         if let Some(i) = g.early_recalls.iter().position(|o| *o == stateid.other) {
+            // Recalled before its grant arrived, and already returned (`cb_recall`).
             g.early_recalls.remove(i);
+            return;
+        }
+        if g.dirs.get(fh).is_some_and(|d| d.returning) {
+            // The delegation before is on its way back (its entry goes with it): the
+            // new one goes back too rather than be held unknown.
             drop(g);
             self.spawn_return_stateid(fh.clone(), stateid);
             return;

@@ -59,10 +59,9 @@ impl DelegCache {
         }
         if let Some((_, sid)) = &grant {
             if let Some(i) = g.early_recalls.iter().position(|o| *o == sid.other) {
+                // Recalled before its grant arrived, and already returned (`cb_recall`).
                 g.early_recalls.remove(i);
-                drop(g);
                 tracing::debug!(path, "delegation recalled before its grant arrived");
-                self.spawn_return_stateid(fh.clone(), sid.clone());
                 return;
             }
         }
@@ -96,6 +95,13 @@ impl DelegCache {
             (grant, true) => {
                 let Some(f) = g.files.get_mut(fh) else { return };
                 if f.returning {
+                    // The delegation before is on its way back: a new one (another
+                    // stateid) is not recorded, and must go back too, or it would be
+                    // held unknown until its recall timed out.
+                    if let Some((_, sid)) = grant.filter(|(_, s)| s.other != f.stateid.other) {
+                        drop(g);
+                        self.spawn_return_stateid(fh.clone(), sid);
+                    }
                     return;
                 }
                 if let Some((write, stateid)) = grant {

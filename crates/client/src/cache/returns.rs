@@ -139,7 +139,8 @@ impl DelegCache {
         self.lock().stats.returns += 1;
     }
 
-    /// Return a delegation we never recorded (its grant came after its recall).
+    /// Return a delegation we never recorded (recalled before its grant was seen, or
+    /// granted again while the one before was being returned).
     pub(super) fn spawn_return_stateid(&self, fh: Bytes, sid: stateid4) {
         let Some(c) = self.client() else { return };
         let running = BackgroundReturn::start(c.cache().clone());
@@ -279,20 +280,27 @@ impl DelegCache {
         }
     }
 
-    /// CB_RECALL: return the delegation, or remember the recall when its grant has not
-    /// arrived yet.
+    /// CB_RECALL: return the delegation. One this cache does not hold under that
+    /// stateid (its grant is still on its way, or waits in a reply this client has not
+    /// processed yet) is returned at once by the recall's stateid and handle, and its
+    /// grant is ignored when it arrives. Waiting for the grant instead could wait
+    /// forever: the reply carrying it may be held by the server for a delegation of
+    /// ours that another client's recall is waiting for, or be processed only when
+    /// a request the server holds for another client's delegation completes, while
+    /// that client waits the same way for us.
     pub(super) fn cb_recall(&self, stateid: &stateid4, fh: &Bytes, _truncate: bool) -> nfsstat4 {
         let mut g = self.lock();
         g.stats.recalls += 1;
-        let file = g.files.contains_key(fh);
-        let dir = g.dirs.contains_key(fh);
+        let held = |sid: &stateid4| sid.other == stateid.other;
+        let file = g.files.get(fh).is_some_and(|f| held(&f.stateid));
+        let dir = g.dirs.get(fh).is_some_and(|d| held(&d.stateid));
         if !file && !dir {
-            // Not granted yet as far as we know: the OPEN (or GET_DIR_DELEGATION) reply
-            // is still on its way; return it as soon as it arrives.
             if g.early_recalls.len() >= EARLY_RECALLS {
                 g.early_recalls.pop_front();
             }
             g.early_recalls.push_back(stateid.other);
+            drop(g);
+            self.spawn_return_stateid(fh.clone(), stateid.clone());
             return nfsstat4::NFS4_OK;
         }
         drop(g);

@@ -92,6 +92,11 @@ impl StateCore {
         self.delegs.any_live(ids)
     }
 
+    /// Whether a delegation of `client` is being recalled.
+    pub fn client_is_recalled(&self, client: ClientId) -> bool {
+        self.delegs.client_is_recalled(client)
+    }
+
     /// Revoke those of `ids` still held, for `reason`: their holders did not return
     /// them in time ([`RevokeReason::Timeout`]), or cannot be reached any more.
     pub fn revoke_delegations(&mut self, ids: &[u64], reason: RevokeReason) {

@@ -157,8 +157,11 @@ pub struct DelegStats {
     pub held_returned: u64,
     /// ... a holder could not be reached and lost its delegation at once ...
     pub held_unreachable: u64,
-    /// ... or the recall wait ran out (the request is answered NFS4ERR_DELAY).
+    /// ... or the recall wait ran out (the request is answered NFS4ERR_DELAY) ...
     pub held_timeout: u64,
+    /// ... or, held on its connection's reader, the request gave way to a recall of its
+    /// own client's delegations (answered NFS4ERR_DELAY; see `HoldOutcome::GaveWay`).
+    pub held_gave_way: u64,
     /// The longest a request was held (µs).
     pub held_us_max: u64,
 }
@@ -201,6 +204,10 @@ pub enum HoldOutcome {
     Unreachable,
     /// The recall wait ran out.
     Timeout,
+    /// The request waited on its connection's reader, where nothing more of that
+    /// connection is read, and its own client's delegations were recalled meanwhile:
+    /// it stopped waiting so that their DELEGRETURNs can come in.
+    GaveWay,
 }
 
 /// A delegation granted by [`DelegTable::grant`].
@@ -789,6 +796,17 @@ impl DelegTable {
         self.dirs > 0
     }
 
+    /// Whether a delegation of `client` is being recalled.
+    pub fn client_is_recalled(&self, client: ClientId) -> bool {
+        self.by_client.get(&client).is_some_and(|ids| {
+            ids.iter().any(|id| {
+                self.delegs
+                    .get(id)
+                    .is_some_and(|d| matches!(d.phase, Phase::Recalling { .. }))
+            })
+        })
+    }
+
     /// Whether `client` holds any delegation (DESTROY_CLIENTID is refused then).
     pub fn client_has_delegations(&self, client: ClientId) -> bool {
         self.by_client.contains_key(&client)
@@ -837,6 +855,7 @@ impl DelegTable {
             HoldOutcome::Returned => s.held_returned += 1,
             HoldOutcome::Unreachable => s.held_unreachable += 1,
             HoldOutcome::Timeout => s.held_timeout += 1,
+            HoldOutcome::GaveWay => s.held_gave_way += 1,
         }
         let us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
         s.held_us_max = s.held_us_max.max(us);
