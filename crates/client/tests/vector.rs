@@ -282,6 +282,58 @@ async fn tree_operations_are_rpc_economical() {
     }
 }
 
+/// Files written with FILE_SYNC are spread over the COMPOUNDs the client sends at once
+/// (one server thread per COMPOUND can then sync them side by side, ADR 0061), while
+/// reads of the same files still share one COMPOUND; the bytes land either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stable_writes_are_spread_over_the_slots_reads_are_packed() {
+    let _g = SERIAL.lock().await;
+    for kind in kinds() {
+        let env = Env::new(kind).await;
+        all_ok(
+            "mkdir",
+            env.fs.vmkdir(&[env.p("spread")], 0o755, true).await,
+        );
+        let files: Vec<(String, Bytes)> = (0..16)
+            .map(|i| (env.p(&format!("spread/f{i}")), content(i, 4096)))
+            .collect();
+        let parallel = (env.fs.client().limits().slots as u64).clamp(1, 16);
+        let before = env.compounds();
+        all_ok("vwrite", env.fs.vwrite(&files, true).await);
+        let sent = env.compounds() - before;
+        let per = 16u64.div_ceil(parallel);
+        // Ganesha's limits may cut further: at least as many there.
+        assert!(
+            sent == 16u64.div_ceil(per) || (kind != ServerKind::Txnfs && sent > 16 / per),
+            "{kind:?}: 16 FILE_SYNC files in {sent} COMPOUNDs with {parallel} slots"
+        );
+        if kind == ServerKind::Txnfs {
+            assert!(
+                sent > 1,
+                "txnfs grants more than one slot: the files are spread"
+            );
+        }
+        for i in [0, 7, 15] {
+            let disk = std::fs::read(env.server.export_dir().join(format!("spread/f{i}")))
+                .expect("on disk");
+            assert_eq!(disk, content(i, 4096).to_vec(), "{kind:?} file {i}");
+        }
+        let addr: SocketAddr = format!("127.0.0.1:{}", env.server.port()).parse().unwrap();
+        let mut cfg = ClientConfig::new(addr);
+        (cfg.uid, cfg.gid, cfg.delegations) = (0, 0, false);
+        let reader = Fs::new(Client::connect(cfg).await.expect("connect"));
+        let paths: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
+        let before = reader.client().stats().compounds;
+        let back = all_ok("vread", reader.vread(&paths).await);
+        assert_eq!(
+            reader.client().stats().compounds - before,
+            1,
+            "{kind:?}: 16 reads in one COMPOUND"
+        );
+        assert_eq!(back[3], content(3, 4096), "{kind:?}");
+    }
+}
+
 /// Cutting the connection during a large vwrite loses and duplicates nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_cut_during_vwrite() {

@@ -11,10 +11,11 @@
 //!   (OPEN create/truncate, FILE_SYNC WRITEs, CLOSE each; durable at commit)
 //!   through the client's transaction builder; plain, the same files are
 //!   written with FILE_SYNC through the vectorized client (`Fs::vwrite`),
-//!   which packs them into as few COMPOUNDs as the server's limits allow (one
-//!   when N files fit, as the transaction must); a file still under the write
-//!   delegation its last OPEN got is written under it, with no OPEN or CLOSE. Every write overwrites a file
-//!   prepare made (a transaction then backs up what it truncates): each
+//!   which spreads them over the COMPOUNDs it sends at once (one per session
+//!   slot, up to 16, so that the server syncs them side by side: ADR 0061;
+//!   the transaction is one COMPOUND); a file still under the write
+//!   delegation its last OPEN got is written under it, with no OPEN or
+//!   CLOSE (ADR 0060). Every write overwrites a file prepare made (a transaction then backs up what it truncates): each
 //!   worker has its own set of `files` files, and with `--sharing P` a share P
 //!   of every iteration's files comes from one set all workers write in
 //!   common, in the same order (worst-case conflicts: transactions on the
@@ -467,10 +468,11 @@ impl TcNfs {
                 it,
             ));
         } else if s.threads == 1 {
-            // The vectorized client packs the files: one COMPOUND in all when
-            // they fit the server's limits; a file larger than its share of a
-            // request or reply (about 512 KiB of WRITE, 7/8 MiB / N of READ)
-            // continues in further COMPOUNDs.
+            // The vectorized client packs reads into one COMPOUND when they fit
+            // the server's limits and spreads FILE_SYNC writes over up to 16
+            // COMPOUNDs in flight; a file larger than its share of a request or
+            // reply (about 512 KiB of WRITE, 7/8 MiB / N of READ) continues in
+            // further COMPOUNDs.
             let per_file = 2 + self.file_size.div_ceil(256 << 10);
             v.push(Expectation::le(
                 "COMPOUNDs <= files × (2 + ⌈size / 256 KiB⌉)",

@@ -324,7 +324,9 @@ impl Fs {
     /// sent later ([`Fs::vflush`], `Client::close`, or when the server recalls the
     /// delegation); reads and GETATTRs of the file see it at once. A small file that is
     /// written through (stable, or too large to keep) goes under the delegation's
-    /// stateid with no OPEN or CLOSE, and the delegation stays.
+    /// stateid with no OPEN or CLOSE, and the delegation stays. Files whose write waits
+    /// for the disk (FILE_SYNC, or a COMMIT) are spread over the COMPOUNDs sent at once
+    /// rather than packed into one, so that the server syncs them side by side.
     pub async fn vwrite<S: AsRef<str>>(
         &self,
         files: &[(S, Bytes)],

@@ -38,6 +38,16 @@ pub(crate) struct Item {
 }
 
 impl Item {
+    /// Whether the server must reach the disk before answering this item: a stable
+    /// WRITE or a COMMIT.
+    fn waits_for_disk(&self) -> bool {
+        self.ops.iter().any(|o| match o {
+            nfs_argop4::OP_WRITE(w) => w.stable != stable_how4::UNSTABLE4,
+            nfs_argop4::OP_COMMIT(_) => true,
+            _ => false,
+        })
+    }
+
     /// This item without its optional ops.
     fn without_optional(&self) -> Item {
         let mut ops = self.ops.clone();
@@ -247,8 +257,26 @@ impl Fs {
             // to be cached exactly when it changes state and carries no data
             // (`Compound::wants_cache`).
             let (mut changes, mut data) = (false, false);
+            // Items that wait for the disk are spread over the COMPOUNDs sent at once
+            // (ADR 0061): a server runs a COMPOUND's ops one after another, so syncs
+            // packed into one COMPOUND wait in turn, where syncs in several overlap.
+            let parallel = (limits.slots as usize).clamp(1, 16);
+            let waiting = pending
+                .iter()
+                .filter(|&&i| items[i].waits_for_disk())
+                .count();
+            let sync_cap = waiting.div_ceil(parallel).max(1);
+            let mut syncs = 0usize;
             for &i in &pending {
                 let it = &items[i];
+                let isync = it.waits_for_disk();
+                if !cur.is_empty() && isync && syncs >= sync_cap {
+                    batches.push(std::mem::take(&mut cur));
+                    (ops, req, rep) = (0, 0, 0);
+                    syncs = 0;
+                    (changes, data) = (false, false);
+                }
+                syncs += usize::from(isync);
                 let iops = it.ops.len();
                 let ireq: usize = it.ops.iter().map(request_size).sum();
                 let irep = it.reply_estimate + 16 * iops;
@@ -274,7 +302,6 @@ impl Fs {
                 batches.push(cur);
             }
             // Send the batches, as many at once as we have slots.
-            let parallel = (limits.slots as usize).clamp(1, 16);
             let mut set = tokio::task::JoinSet::new();
             let mut next_pending = Vec::new();
             let mut queue = batches.into_iter();
