@@ -82,8 +82,12 @@ async fn txn_writefiles_commits_and_reads_back() {
             assert!(lat.contains_key("TXN_WRITEFILES"), "{what}: {lat:?}");
         } else {
             assert_eq!(counter(&r, "txn_commits"), 0, "{what}");
-            // 4 files of 5000 bytes fit one COMPOUND: one per iteration.
-            assert!(r.repeats[0].compounds <= 2 * it, "{what}: packed");
+            // 4 FILE_SYNC files of 5000 bytes go one per COMPOUND, side by side
+            // (ADR 0061), plus at most one of delegation returns per iteration.
+            assert!(
+                r.repeats[0].compounds <= 5 * it,
+                "{what}: one COMPOUND per file"
+            );
         }
     }
     // Readfiles and the tree copy/removal as transactions.
