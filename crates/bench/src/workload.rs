@@ -287,7 +287,17 @@ impl Worker {
     pub async fn call_raw(&mut self, c: &Compound) -> anyhow::Result<Reply> {
         let t = Instant::now();
         let r = self.client.compound(c).await;
-        let lat = t.elapsed();
+        self.record_reply(c, r, t.elapsed())
+    }
+
+    /// Record a COMPOUND sent without [`Worker::call_raw`] (several in flight at once),
+    /// its result `r` after `lat`, as `call_raw` does.
+    pub fn record_reply(
+        &mut self,
+        c: &Compound,
+        r: Result<Reply, txnfs_client::ClientError>,
+        lat: Duration,
+    ) -> anyhow::Result<Reply> {
         if self.recording() {
             let kind = nfs::primary_op(c);
             let bytes = nfs::write_bytes(c) + r.as_ref().map(nfs::read_bytes).unwrap_or(0);

@@ -459,3 +459,63 @@ async fn late_joiners_of_another_size() {
     let e = runner::run(w, &cfg).await.expect_err("refused");
     assert!(format!("{e:#}").contains("join_threads"), "{e:#}");
 }
+
+/// `--set depth=N` (Tyche's "threads × 4 outstanding", a sequential reader's
+/// readahead): one worker keeps N requests in flight, every one checked and counted;
+/// out of range, or with nfs-rs, it is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_worker_keeps_depth_requests_in_flight() {
+    let server = ServerGuard::start(ServerKind::Txnfs);
+    let target: Target = format!("nfs://127.0.0.1:{}{}", server.port(), server.export_path())
+        .parse()
+        .expect("target");
+    let mut on_the_wire = Vec::new();
+    for depth in ["1", "4"] {
+        let mut params = Params {
+            file_size: Some(1 << 20),
+            io_size: Some(64 << 10),
+            ..Params::default()
+        };
+        params.set.insert("depth".into(), depth.into());
+        let w = workloads::by_name("seqread", &params).expect("workload");
+        let mut cfg = RunConfig::new(target.clone());
+        cfg.threads = 1;
+        cfg.stop = Some(StopAt::Ops(64));
+        let res = runner::run(w, &cfg).await.expect("run");
+        assert!(res.all_checks_ok(), "{:?}", res.failed_checks());
+        let r = &res.repeats[0];
+        assert!(r.ops >= 64, "depth {depth}: {} ops", r.ops);
+        assert_eq!(r.bytes, r.ops * (64 << 10), "depth {depth}: whole READs");
+        assert_eq!(
+            r.op_counts.get("READ").copied(),
+            Some(r.ops),
+            "depth {depth}"
+        );
+        let wire = r.wire.as_ref().expect("wire view");
+        on_the_wire.push(wire.transport.on_the_wire);
+        if depth == "4" {
+            assert_eq!(res.params["depth"], 4, "{}", res.params);
+        }
+    }
+    assert!(
+        on_the_wire[1] >= on_the_wire[0] + 1.5,
+        "messages on the wire at depth 1 and 4: {on_the_wire:?}"
+    );
+    for (driver, depth, why) in [
+        (Driver::Txnfs, "0", "between 1 and 64"),
+        (Driver::NfsRs, "2", "our client only"),
+    ] {
+        let mut params = Params::default();
+        params.set.insert("depth".into(), depth.into());
+        let e = match workloads::by_name("randread", &params) {
+            Err(e) => e,
+            Ok(w) => {
+                let mut cfg = RunConfig::new(target.clone());
+                cfg.driver = driver;
+                cfg.stop = Some(StopAt::Ops(4));
+                runner::run(w, &cfg).await.expect_err("refused")
+            }
+        };
+        assert!(format!("{e:#}").contains(why), "{e:#}");
+    }
+}

@@ -12,6 +12,10 @@
 //! worker i starting (i + 1) × `join_every_ms` into the timed part, while the others
 //! keep to `--io-size`: the per-second series of the results shows what each joiner
 //! changes (with `--duration`; our client only, random I/O only).
+//!
+//! `--set depth=N` keeps N requests in flight per worker (Tyche's "threads × 4
+//! outstanding"; a sequential reader's readahead), each its own COMPOUND, sent as
+//! soon as one returns (our client only; default 1, one at a time).
 
 use crate::driver::{self, Driver};
 
@@ -37,6 +41,8 @@ pub struct BlockIo {
     pub default_ops: u64,
     /// Workers that join late with another request size (Tyche's Fig. 8).
     pub join: Option<Joiners>,
+    /// Requests each worker keeps in flight (`--set depth`).
+    pub depth: usize,
     file: PreparedFile,
 }
 
@@ -74,8 +80,19 @@ impl BlockIo {
             sync,
             default_ops,
             join: None,
+            depth: 1,
             file: PreparedFile::default(),
         })
+    }
+
+    /// `--set depth=N`: requests in flight per worker, 1 to 64.
+    pub(crate) fn with_depth(mut self, p: &Params) -> anyhow::Result<BlockIo> {
+        let depth = p.get_u64("depth", 1)?;
+        if !(1..=64).contains(&depth) {
+            bail!("--set depth must be between 1 and 64");
+        }
+        self.depth = depth as usize;
+        Ok(self)
     }
 
     /// Random read/write: default a 64 MiB file (times --scale), 4 KiB I/O,
@@ -107,7 +124,7 @@ impl BlockIo {
                 every,
             });
         }
-        Ok(b)
+        b.with_depth(p)
     }
 
     fn offset(&self, rng: &mut XorShift, i: u64, io: u64) -> u64 {
@@ -130,6 +147,54 @@ impl BlockIo {
 }
 
 impl BlockIo {
+    /// The timed loop with `depth` requests in flight: each its own COMPOUND, the
+    /// next sent as soon as one returns, each recorded with its own latency.
+    async fn run_deep(
+        &self,
+        w: &mut Worker,
+        fh: &Bytes,
+        sid: &txnfs_proto::nfs4::stateid4,
+        io: u64,
+        data: &Bytes,
+        rng: &mut XorShift,
+    ) -> anyhow::Result<()> {
+        let mut flight = tokio::task::JoinSet::new();
+        loop {
+            while flight.len() < self.depth {
+                let Some(i) = w.next_iter() else { break };
+                let off = self.offset(rng, i, io);
+                let mut c = Compound::new();
+                c.putfh(fh);
+                let k = if self.write {
+                    c.write(sid.clone(), off, data.clone(), self.sync)
+                } else {
+                    c.read(sid.clone(), off, io as u32)
+                };
+                let client = w.client.clone();
+                flight.spawn(async move {
+                    let t = std::time::Instant::now();
+                    let r = client.compound(&c).await;
+                    (c, k, off, r, t.elapsed())
+                });
+            }
+            let Some(done) = flight.join_next().await else {
+                return Ok(());
+            };
+            let (c, k, off, r, lat) = done?;
+            let r = w.record_reply(&c, r, lat)?;
+            crate::nfs::check(&r, crate::nfs::primary_op(&c))?;
+            let n = if self.write {
+                r.write(k)?.count as u64
+            } else {
+                r.read(k)?.0.len() as u64
+            };
+            if n != io {
+                bail!("short transfer: {n} of {io} bytes at {off}");
+            }
+            w.done();
+        }
+    }
+
     /// The timed loop through nfs-rs, one call at a time: READs, or UNSTABLE WRITEs
     /// and one COMMIT at the end (as our client's writers do).
     async fn run_nfsrs(&self, w: &mut Worker, fh: Bytes) -> anyhow::Result<()> {
@@ -186,12 +251,16 @@ impl Workload for BlockIo {
     }
 
     fn params(&self) -> serde_json::Value {
-        serde_json::json!({
+        let mut v = serde_json::json!({
             "file_size": self.file_size,
             "io_size": self.io_size,
             "sync": self.sync,
             "random": self.random,
-        })
+        });
+        if self.depth > 1 {
+            v["depth"] = self.depth.into();
+        }
+        v
     }
 
     fn default_ops(&self) -> u64 {
@@ -213,6 +282,9 @@ impl Workload for BlockIo {
                 if self.join.is_some() {
                     bail!("--set join_threads runs with our client only (--driver txnfs)");
                 }
+                if self.depth > 1 {
+                    bail!("--set depth runs with our client only (--driver txnfs)");
+                }
                 let fh = w.nfsrs_fh(FILE, fh).await?;
                 return self.run_nfsrs(w, fh).await;
             }
@@ -233,6 +305,9 @@ impl Workload for BlockIo {
             w.ready().await;
             if !join_after.is_zero() {
                 tokio::time::sleep(join_after).await;
+            }
+            if self.depth > 1 {
+                self.run_deep(w, &fh, &sid, io, &data, &mut rng).await?;
             }
             while let Some(i) = w.next_iter() {
                 let off = self.offset(&mut rng, i, io);

@@ -18,5 +18,6 @@ pub fn sequential(write: bool, p: &Params) -> anyhow::Result<BlockIo> {
         io,
         p.sync,
         (size / io).max(1),
-    )
+    )?
+    .with_depth(p)
 }
