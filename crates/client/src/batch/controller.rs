@@ -25,13 +25,15 @@
 //!   level measured if it beat level 1 by the threshold. (Until stop 26 it tried the rise rule's level, 33 with 64
 //!   outstanding, and halved while that lost, keeping the first level that won: with
 //!   64 callers it kept 33, where 16 moved twice as much.) Until that first probe has ended the intervals last
-//!   `start_interval` (250 ms), then the seed's 1 s: the start takes about three
-//!   seconds instead of ten.
+//!   `start_interval` (100 ms; 250 ms until stop 29), then the seed's 1 s: the start
+//!   takes about one second instead of ten.
 //! - **Later probes** climb as well, from twice the level and on while each level
 //!   wins, up to a quarter of the outstanding count (four batches in flight), then the
-//!   seed's probe at level − 1 if none won; at or above that quarter they are the
-//!   seed's ± 1. A start misled by one noisy interval left 128 callers at level 4 (0.55
-//!   of level 16) for good, where no ± 1 step gains more than the noise.
+//!   seed's probe at level − 1 if none won; at that quarter they are the seed's ± 1,
+//!   and above it they try half the level. A start misled by one noisy interval left
+//!   128 callers at level 4 (0.55 of level 16), and one caller with 4 requests
+//!   outstanding at level 4 (0.78 of level 1), for good: no ± 1 step there gains more
+//!   than the noise.
 //! - **Noise.** A change counts when it exceeds both `threshold` and `noise_factor` (2)
 //!   times the mean relative change between two intervals at one level (the mean of
 //!   the first eight, then a moving average). At the seed's fixed 3 % the level
@@ -67,8 +69,8 @@ pub struct ControllerSettings {
     /// How often the level is revised (seed: 1 s).
     pub interval: Duration,
     /// How often until the first probe has ended: the noise measurement and the climb
-    /// (ours: 250 ms, so that a run is batched at its level within about three
-    /// seconds, not ten; at most `interval`).
+    /// (ours: 100 ms, so that a run is batched at its level within about a second,
+    /// not ten; at most `interval`).
     pub start_interval: Duration,
     /// The relative throughput change that moves the level (seed: 3 %).
     pub threshold: f64,
@@ -88,7 +90,7 @@ impl Default for ControllerSettings {
             max_level: 64,
             max_delay: Duration::from_millis(5),
             interval: Duration::from_secs(1),
-            start_interval: Duration::from_millis(250),
+            start_interval: Duration::from_millis(100),
             threshold: 0.03,
             probe_after: 10,
             first_probe_after: 4,
@@ -118,10 +120,12 @@ enum Probe {
         best: Option<(u32, f64)>,
         later: bool,
     },
-    /// Running the interval at `base_level - 1`; `up` is what `base_level + 1` gave.
+    /// Running the interval at `to` (`base_level - 1`, or half a level above a
+    /// quarter of the outstanding count); `up` is what `base_level + 1` gave.
     Down {
         base: f64,
         base_level: u32,
+        to: u32,
         up: f64,
     },
 }
@@ -302,6 +306,7 @@ impl Controller {
                     self.probe = Probe::Down {
                         base,
                         base_level,
+                        to: base_level - 1,
                         up: 0.0,
                     };
                     self.level = base_level - 1;
@@ -320,6 +325,7 @@ impl Controller {
                 self.probe = Probe::Down {
                     base,
                     base_level,
+                    to: base_level - 1,
                     up: x,
                 };
                 self.level = base_level - 1;
@@ -336,10 +342,11 @@ impl Controller {
             Probe::Down {
                 base,
                 base_level,
+                to,
                 up,
             } => {
                 let up = (base_level < self.s.max_level).then_some((base_level + 1, up));
-                self.end_probe(base, base_level, up, Some((base_level - 1, x)), out);
+                self.end_probe(base, base_level, up, Some((to, x)), out);
                 return self.level;
             }
             Probe::Off => {}
@@ -445,50 +452,62 @@ impl Controller {
 
     fn start_probe(&mut self, base: f64) {
         let base_level = self.level;
-        if base_level < self.s.max_level {
+        // With a noise factor, later probes move by more than one level where one
+        // level gains less than the noise (`climb_cap`: a quarter of the outstanding
+        // count). Below that quarter they climb, from twice the level, on while each
+        // level wins: a start misled by a noisy interval left 128 callers at level 4,
+        // 0.55 of level 16, where probes of ± 1 never showed a gain above the noise.
+        // Above it they try half the level: one caller with 4 requests outstanding
+        // was left at level 4, 0.78 of level 1, each batch waiting for all four.
+        let cap = self.climb_cap(true, self.previous_out);
+        let later = self.settled && self.s.noise_factor > 0.0;
+        let doubled = base_level.saturating_mul(2).min(cap);
+        self.probe = if !self.settled && base_level < self.s.max_level {
             // The first probe climbs (2, 4, 8, ...): under noise a step of one level
             // cannot be told from the noise, and the best level may lie far above.
-            // With a noise factor later probes climb too, from twice the level, while
-            // that is within a quarter of the outstanding count (`climb_cap`): a start
-            // misled by a noisy interval left 128 callers at level 4, 0.55 of level
-            // 16, where probes of ± 1 never showed a gain above the noise.
-            let doubled = base_level
-                .saturating_mul(2)
-                .min(self.climb_cap(true, self.previous_out));
-            self.probe = match (self.settled, doubled > base_level + 1) {
-                (false, _) => Probe::Climb {
-                    base,
-                    base_level,
-                    to: base_level + 1,
-                    best: None,
-                    later: false,
-                },
-                (true, true) => Probe::Climb {
-                    base,
-                    base_level,
-                    to: doubled,
-                    best: None,
-                    later: true,
-                },
-                (true, false) => Probe::Up {
-                    base,
-                    base_level,
-                    to: base_level + 1,
-                },
-            };
-            self.level = match self.probe {
-                Probe::Climb { to, .. } | Probe::Up { to, .. } => to,
-                _ => base_level,
-            };
-        } else if base_level > 1 {
-            self.probe = Probe::Down {
+            Probe::Climb {
                 base,
                 base_level,
+                to: base_level + 1,
+                best: None,
+                later: false,
+            }
+        } else if later && base_level > 1 && base_level > cap.max(1) {
+            Probe::Down {
+                base,
+                base_level,
+                to: (base_level / 2).max(cap).max(1),
                 up: 0.0,
-            };
-            self.level = base_level - 1;
-        }
-        // A controller fixed at max_level = 1 has nothing to probe.
+            }
+        } else if later && doubled > base_level + 1 {
+            Probe::Climb {
+                base,
+                base_level,
+                to: doubled,
+                best: None,
+                later: true,
+            }
+        } else if base_level < self.s.max_level {
+            Probe::Up {
+                base,
+                base_level,
+                to: base_level + 1,
+            }
+        } else if base_level > 1 {
+            Probe::Down {
+                base,
+                base_level,
+                to: base_level - 1,
+                up: 0.0,
+            }
+        } else {
+            // A controller fixed at max_level = 1 has nothing to probe.
+            Probe::Off
+        };
+        self.level = match self.probe {
+            Probe::Climb { to, .. } | Probe::Up { to, .. } | Probe::Down { to, .. } => to,
+            Probe::Off => base_level,
+        };
     }
 
     /// Both neighbours measured: keep the better one if it beat `base` by the
