@@ -737,17 +737,19 @@ async fn a_large_written_file_reports_its_true_size() {
 }
 
 /// A recall of a delegation whose grant the client has not processed yet is answered
-/// by returning it at once. Here the grant is in a vectorized write still waiting for
-/// another item, which the server holds for a third client's delegation: waiting for
-/// the grant would make whoever recalled it wait as long (and two clients doing this
-/// to each other would wait until the server revoked both).
+/// by returning it at once. Here the grant is in a vectorized read whose other file the
+/// server holds for a third client's delegation (one COMPOUND: the grant is in its held
+/// reply): waiting for the grant would make whoever recalled it wait as long, and two
+/// clients doing this to each other would wait until the server revoked both. The held
+/// COMPOUND runs on its connection's reader, so this also needs the server to let it
+/// give way once its own client is recalled (ADR 0062).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recall_of_a_grant_not_yet_processed_is_returned_at_once() {
-    // The silent holder keeps a's write of y waiting for the recall wait (5 s).
+    // The silent holder keeps a's read of y waiting for the recall wait (5 s).
     let srv = start_memory_server_with(|c| c.recall_wait_ms = Some(5_000)).await;
     write_plain(&srv, "x", b"x0").await;
-    write_plain(&srv, "y", b"y0").await;
-    // B: a read delegation on y, then silent (its runtime does not run until told).
+    // B: a write delegation on y (which it writes), then silent (its runtime does not
+    // run until told).
     let addr = srv.addr;
     let (b_tx, b_rx) = std::sync::mpsc::channel();
     let (wake_tx, wake_rx) = std::sync::mpsc::channel::<()>();
@@ -758,14 +760,16 @@ async fn a_recall_of_a_grant_not_yet_processed_is_returned_at_once() {
             .expect("runtime");
         let b = rt.block_on(async {
             let b = connect(addr, true).await;
-            let r = Fs::new(b.clone()).vread(&["y"]).await;
-            assert_eq!(
-                r[0].as_ref().expect("b reads y"),
-                &Bytes::from_static(b"y0")
-            );
+            for r in Fs::new(b.clone())
+                .vwrite(&[("y", Bytes::from_static(b"y1"))], true)
+                .await
+            {
+                r.expect("b writes y");
+            }
             b
         });
-        b_tx.send(b.delegations_held()).expect("report");
+        b_tx.send(b.cache_stats().write_delegations)
+            .expect("report");
         let _ = wake_rx.recv();
         rt.block_on(async {
             let _ = b.close().await;
@@ -774,21 +778,13 @@ async fn a_recall_of_a_grant_not_yet_processed_is_returned_at_once() {
     let b_held = tokio::task::spawn_blocking(move || b_rx.recv().expect("b ready"))
         .await
         .expect("join");
-    assert_eq!(b_held, (1, 0), "b holds no read delegation on y");
+    assert_eq!(b_held, 1, "b holds no write delegation on y");
 
-    // A writes x and y in one call: x is granted a write delegation, y waits for B.
+    // A reads x and y in one call (one COMPOUND): x is granted a read delegation, y
+    // waits for B.
     let a = connect(srv.addr, true).await;
     let a_fs = Fs::new(a.clone());
-    let write = tokio::spawn(async move {
-        a_fs.vwrite(
-            &[
-                ("x", Bytes::from_static(b"x1")),
-                ("y", Bytes::from_static(b"y1")),
-            ],
-            true,
-        )
-        .await
-    });
+    let read = tokio::spawn(async move { a_fs.vread(&["x", "y"]).await });
     let deadline = std::time::Instant::now() + Duration::from_secs(3);
     while server_delegations(&srv).recalled == 0 || server_delegations(&srv).granted < 2 {
         assert!(
@@ -799,36 +795,37 @@ async fn a_recall_of_a_grant_not_yet_processed_is_returned_at_once() {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
 
-    // C reads x: A is recalled while its write still waits, and returns x at once.
+    // C writes x: A is recalled while its read still waits, and returns x at once.
     let c = connect(srv.addr, false).await;
     let started = std::time::Instant::now();
-    let got = Fs::new(c.clone()).vread(&["x"]).await;
+    for r in Fs::new(c.clone())
+        .vwrite(&[("x", Bytes::from_static(b"x2"))], true)
+        .await
+    {
+        r.expect("c writes x");
+    }
     let took = started.elapsed();
-    assert_eq!(
-        got[0].as_ref().expect("c reads x"),
-        &Bytes::from_static(b"x1")
-    );
     assert!(
         took < Duration::from_secs(2),
-        "c waited {took:?}: the recall was answered only when a's write ended"
+        "c waited {took:?}: the recall was answered only when a's read ended"
     );
     assert!(
-        !write.is_finished(),
-        "a's write ended before c's read: nothing was tested"
+        !read.is_finished(),
+        "a's read ended before c's write: nothing was tested"
     );
 
-    // The silent holder loses y; a's write then goes through.
-    for r in write.await.expect("join") {
-        r.expect("a's write");
-    }
+    // The silent holder loses y; a's read then goes through.
+    let got = read.await.expect("join");
+    assert_eq!(
+        got[0].as_ref().expect("a reads x"),
+        &Bytes::from_static(b"x0")
+    );
+    assert_eq!(
+        got[1].as_ref().expect("a reads y"),
+        &Bytes::from_static(b"y1")
+    );
     let s = server_delegations(&srv);
     assert_eq!(s.revoked, 1, "only b's delegation is revoked: {s:?}");
-    assert_eq!(
-        a.cache_stats().write_delegations,
-        1,
-        "y granted to a: {:?}",
-        a.cache_stats()
-    );
     wake_tx.send(()).expect("wake b");
     b_thread.join().expect("b ends");
     c.close().await.expect("close c");

@@ -79,6 +79,20 @@ impl RecallWaits {
     }
 }
 
+/// When a held request stops waiting without its delegations back (NFS4ERR_DELAY, no
+/// revocation): once a delegation of `own` is being recalled, or at `at`.
+#[derive(Debug, Clone, Copy, Default)]
+struct GiveWay {
+    own: Option<ClientId>,
+    at: Option<Instant>,
+}
+
+/// How long a request held on its connection's reader waits when that connection had
+/// other calls lately (`waitmode::reader_has_company`): a holder on the same network
+/// returns within a few milliseconds, and the calls behind it should not wait for a
+/// silent one.
+const INLINE_HOLD: Duration = Duration::from_millis(20);
+
 struct HeldGuard<'a>(&'a AtomicUsize);
 
 impl Drop for HeldGuard<'_> {
@@ -141,13 +155,20 @@ impl<'a> Recall<'a> {
         let _held = HeldGuard(&waits.held);
         let start = Instant::now();
         let deadline = start + self.cfg.recall_wait();
-        let r = match (mode, client) {
+        let r = match mode {
             // Held on its connection's reader (ADR 0057): nothing more of that connection
             // is read while it waits, not even its own client's DELEGRETURNs. Should that
             // client's delegations be recalled meanwhile (another client waits for them;
             // two clients may wait for each other so), the request gives way: NFS4ERR_DELAY,
-            // and its client's returns come in.
-            (WaitMode::InPlace, Some(own)) => self.wait(&ids, mode, start, deadline, Some(own)),
+            // and its client's returns come in. So it does after `INLINE_HOLD` when its
+            // connection had other calls lately: they would wait behind it.
+            WaitMode::InPlace => {
+                let give_way = GiveWay {
+                    own: client,
+                    at: crate::waitmode::reader_has_company().then(|| start + INLINE_HOLD),
+                };
+                self.wait(&ids, mode, start, deadline, give_way)
+            }
             _ => self.wait_for_return(&ids, mode, start, deadline),
         };
         waited.add(start.elapsed());
@@ -164,18 +185,18 @@ impl<'a> Recall<'a> {
         start: Instant,
         deadline: Instant,
     ) -> Result<(), nfsstat4> {
-        self.wait(ids, mode, start, deadline, None)
+        self.wait(ids, mode, start, deadline, GiveWay::default())
     }
 
-    /// [`Recall::wait_for_return`], giving way (NFS4ERR_DELAY, no revocation) as soon as
-    /// a delegation of `give_way_to` is being recalled.
+    /// [`Recall::wait_for_return`], giving way (NFS4ERR_DELAY, no revocation) as
+    /// `give_way` says.
     fn wait(
         &self,
         ids: &[u64],
         mode: WaitMode,
         start: Instant,
         deadline: Instant,
-        give_way_to: Option<ClientId>,
+        give_way: GiveWay,
     ) -> Result<(), nfsstat4> {
         // A recall of the waiter's own client wakes no one: look every few milliseconds.
         const LOOK_AGAIN: Duration = Duration::from_millis(2);
@@ -200,14 +221,23 @@ impl<'a> Recall<'a> {
                     core.note_hold(HoldOutcome::Timeout, start.elapsed());
                     return Err(nfsstat4::NFS4ERR_DELAY);
                 }
-                if give_way_to.is_some_and(|own| core.client_is_recalled(own)) {
+                let now = Instant::now();
+                if give_way.at.is_some_and(|at| now >= at)
+                    || give_way.own.is_some_and(|own| core.client_is_recalled(own))
+                {
                     core.note_hold(HoldOutcome::GaveWay, start.elapsed());
                     return Err(nfsstat4::NFS4ERR_DELAY);
                 }
             }
-            match give_way_to {
-                Some(_) => waits.wait(seen, deadline.min(Instant::now() + LOOK_AGAIN)),
-                None => waits.wait(seen, deadline),
+            match give_way {
+                GiveWay {
+                    own: None,
+                    at: None,
+                } => waits.wait(seen, deadline),
+                GiveWay { at, .. } => {
+                    let next = (Instant::now() + LOOK_AGAIN).min(at.unwrap_or(deadline));
+                    waits.wait(seen, deadline.min(next))
+                }
             }
         })
     }

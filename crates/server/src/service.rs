@@ -202,7 +202,7 @@ impl RpcService for NfsService {
                     };
                     let result = match self.pace.place(blocking, alone) {
                         // Run to completion here: no handoff (ADR 0004).
-                        Some(_inline) => Ok(run()),
+                        Some(_inline) => Ok(crate::waitmode::on_reader(alone, run)),
                         None => {
                             tokio::task::spawn_blocking(|| crate::recall::on_blocking_pool(run))
                                 .await

@@ -8,6 +8,23 @@ use std::cell::Cell;
 thread_local! {
     /// Set while a COMPOUND runs on a blocking-pool thread, where waiting is plain.
     static ON_BLOCKING_POOL: Cell<bool> = const { Cell::new(false) };
+    /// Set while a call runs on its connection's reader and that connection had other
+    /// calls lately (`CallInfo::alone` false): calls may be queued behind this one.
+    static READER_HAS_COMPANY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Run `f` on its connection's reader (ADR 0057), a call that was `alone` or not.
+pub fn on_reader<R>(alone: bool, f: impl FnOnce() -> R) -> R {
+    READER_HAS_COMPANY.with(|b| b.set(!alone));
+    let r = f();
+    READER_HAS_COMPANY.with(|b| b.set(false));
+    r
+}
+
+/// Whether the call running here runs on a reader whose connection had other calls
+/// lately (see [`on_reader`]).
+pub fn reader_has_company() -> bool {
+    READER_HAS_COMPANY.with(|b| b.get())
 }
 
 /// Run `f` marked as running on the blocking pool (the service's handoff).

@@ -89,7 +89,7 @@ pub async fn call(
         }
     };
     let result = match pace.place(blocking, info.alone) {
-        Some(_inline) => Ok(run()),
+        Some(_inline) => Ok(crate::waitmode::on_reader(info.alone, run)),
         None => tokio::task::spawn_blocking(|| crate::waitmode::on_blocking_pool(run)).await,
     };
     match result {

@@ -159,8 +159,8 @@ pub struct DelegStats {
     pub held_unreachable: u64,
     /// ... or the recall wait ran out (the request is answered NFS4ERR_DELAY) ...
     pub held_timeout: u64,
-    /// ... or, held on its connection's reader, the request gave way to a recall of its
-    /// own client's delegations (answered NFS4ERR_DELAY; see `HoldOutcome::GaveWay`).
+    /// ... or, held on its connection's reader, the request gave way (answered
+    /// NFS4ERR_DELAY; see `HoldOutcome::GaveWay`).
     pub held_gave_way: u64,
     /// The longest a request was held (µs).
     pub held_us_max: u64,
@@ -205,8 +205,9 @@ pub enum HoldOutcome {
     /// The recall wait ran out.
     Timeout,
     /// The request waited on its connection's reader, where nothing more of that
-    /// connection is read, and its own client's delegations were recalled meanwhile:
-    /// it stopped waiting so that their DELEGRETURNs can come in.
+    /// connection is read, and stopped waiting (NFS4ERR_DELAY, nothing revoked): its
+    /// own client's delegations were recalled meanwhile, whose DELEGRETURNs must come
+    /// in, or its connection had other calls lately, which would wait behind it.
     GaveWay,
 }
 
