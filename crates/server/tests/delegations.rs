@@ -788,3 +788,45 @@ async fn two_holders_waiting_for_each_other_give_way() {
     let s = srv.server.core().unwrap().delegations().stats();
     assert_eq!((s.returned, s.revoked), (2, 0), "{s:?}");
 }
+
+/// A request held on its connection's reader keeps the calls behind it unread: when the
+/// connection had other calls lately it gives way after a short wait (NFS4ERR_DELAY,
+/// nothing revoked) instead of holding them for the whole recall wait of a silent
+/// holder. Two COMPOUNDs written in one go: an OPEN that conflicts, and a GETATTR.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_request_with_calls_behind_it_gives_way() {
+    let (srv, _o, mut a, _, _, _) = holder_of_f(LONG_WAIT_MS, READ).await;
+    a.p.answer = false;
+    let mut b = Holder::new(&srv, b"holder-b").await;
+    b.seq += 1;
+    let replies =
+        b.p.compounds_pipelined(
+            vec![
+                vec![
+                    sequence(b.sid, 0, b.seq, false),
+                    nfs_argop4::OP_PUTROOTFH,
+                    open_plain("f", BOTH, b"holder-b"),
+                ],
+                vec![
+                    sequence(b.sid, 2, 1, false),
+                    nfs_argop4::OP_PUTROOTFH,
+                    nfs_argop4::OP_GETATTR(GETATTR4args {
+                        attr_request: vec![1 << FATTR4_TYPE],
+                    }),
+                ],
+            ],
+            Duration::from_secs(15),
+        )
+        .await;
+    let (open, open_took) = &replies[0];
+    let (getattr, getattr_took) = &replies[1];
+    assert_eq!(open.status, nfsstat4::NFS4ERR_DELAY, "{:?}", open.resarray);
+    assert_eq!(getattr.status, nfsstat4::NFS4_OK, "{:?}", getattr.resarray);
+    assert!(
+        *open_took < Duration::from_secs(2) && *getattr_took < Duration::from_secs(2),
+        "answered after {open_took:?} and {getattr_took:?}"
+    );
+    let s = srv.server.core().unwrap().delegations().stats();
+    assert_eq!((s.held_gave_way, s.revoked), (1, 0), "{s:?}");
+    drop(a);
+}

@@ -232,6 +232,47 @@ impl Peer {
         }
     }
 
+    /// Several COMPOUNDs written in one go (one `write`, so the server finds them in
+    /// its buffer together), each answered within `wait` after the last was sent:
+    /// their replies in the order sent, and when each came, from the write. CALLs from
+    /// the server arriving meanwhile are handled.
+    pub async fn compounds_pipelined(
+        &mut self,
+        calls: Vec<Vec<nfs_argop4>>,
+        wait: Duration,
+    ) -> Vec<(COMPOUND4res, Duration)> {
+        let first = self.xid;
+        let mut out = Vec::new();
+        for ops in calls {
+            let args = encode_compound_minor(ops, self.minor);
+            out.extend_from_slice(&record(&encode_call(
+                self.xid,
+                100003,
+                4,
+                1,
+                &root_cred(),
+                &args,
+            )));
+            self.xid += 1;
+        }
+        let sent = Instant::now();
+        self.s.write_all(&out).await.expect("write calls");
+        let n = (self.xid - first) as usize;
+        let mut replies: Vec<Option<(COMPOUND4res, Duration)>> = vec![None; n];
+        while replies.iter().any(Option::is_none) {
+            let left = (sent + wait).saturating_duration_since(Instant::now());
+            match self.read(left).await {
+                Some((x, body)) if x >= first && ((x - first) as usize) < n => {
+                    let r = COMPOUND4res::from_bytes(body).expect("COMPOUND reply decodes");
+                    replies[(x - first) as usize] = Some((r, sent.elapsed()));
+                }
+                Some(_) => {}
+                None => panic!("no reply to every pipelined call within {wait:?}"),
+            }
+        }
+        replies.into_iter().flatten().collect()
+    }
+
     /// The next CALL from the server (within `wait`), if any.
     pub async fn next_call(&mut self, wait: Duration) -> Option<ServerCall> {
         let deadline = Instant::now() + wait;
