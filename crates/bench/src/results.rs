@@ -168,6 +168,18 @@ pub struct SummaryBlock {
 }
 
 impl Repeat {
+    /// A cost per request (COMPOUND) as a cost per workload op: servers that a
+    /// client drives with different numbers of requests per op (our client packs
+    /// a batch into one COMPOUND where NFS-Ganesha's limits take two) compare per
+    /// op. Without a request count the value stays as it is.
+    pub fn per_op(&self, per_request: f64) -> f64 {
+        if self.ops > 0 && self.compounds > 0 {
+            per_request * self.compounds as f64 / self.ops as f64
+        } else {
+            per_request
+        }
+    }
+
     pub fn from_recorder(
         rec: &Recorder,
         duration_s: f64,
@@ -231,20 +243,6 @@ impl Repeat {
             start_unix_ns: None,
             agreed_start_unix_ns: None,
             start_skew: None,
-        }
-    }
-}
-
-impl Repeat {
-    /// A cost per request (COMPOUND) as a cost per workload op: servers that a
-    /// client drives with different numbers of requests per op (our client packs
-    /// a batch into one COMPOUND where NFS-Ganesha's limits take two) compare per
-    /// op. Without a request count the value stays as it is.
-    pub fn per_op(&self, per_request: f64) -> f64 {
-        if self.ops > 0 && self.compounds > 0 {
-            per_request * self.compounds as f64 / self.ops as f64
-        } else {
-            per_request
         }
     }
 }

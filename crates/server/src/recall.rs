@@ -1,8 +1,11 @@
 //! Recall-and-wait (ADR 0017): a request that conflicts with another
 //! client's delegation is held in the server while the holder is asked to give it back
 //! (CB_RECALL), and answered as soon as the delegation is returned, not with
-//! NFS4ERR_DELAY for the client to poll. Only a holder that stays silent for
-//! `Config::recall_wait` makes the request answer DELAY, and loses the delegation.
+//! NFS4ERR_DELAY for the client to poll. A holder that stays silent for
+//! `Config::recall_wait` makes the request answer DELAY, and loses the delegation. A
+//! request held on its connection's reader gives way with DELAY, revoking nothing, once
+//! its own client's delegations are recalled, or after 20 ms when its connection had
+//! other calls lately (ADR 0062).
 //!
 //! The executor is synchronous, so holding a request means blocking its thread: on a
 //! blocking-pool thread directly, on a multi-threaded runtime's worker through
@@ -229,16 +232,13 @@ impl<'a> Recall<'a> {
                     return Err(nfsstat4::NFS4ERR_DELAY);
                 }
             }
-            match give_way {
-                GiveWay {
-                    own: None,
-                    at: None,
-                } => waits.wait(seen, deadline),
-                GiveWay { at, .. } => {
-                    let next = (Instant::now() + LOOK_AGAIN).min(at.unwrap_or(deadline));
-                    waits.wait(seen, deadline.min(next))
-                }
+            // Wake at the deadline, at the time to give way, and (only to see whether
+            // its own client is recalled) every `LOOK_AGAIN`.
+            let mut until = give_way.at.map_or(deadline, |at| at.min(deadline));
+            if give_way.own.is_some() {
+                until = until.min(Instant::now() + LOOK_AGAIN);
             }
+            waits.wait(seen, until);
         })
     }
 

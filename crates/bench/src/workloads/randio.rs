@@ -163,13 +163,7 @@ impl BlockIo {
             while flight.len() < self.depth {
                 let Some(i) = w.next_iter() else { break };
                 let off = self.offset(rng, i, io);
-                let mut c = Compound::new();
-                c.putfh(fh);
-                let k = if self.write {
-                    c.write(sid.clone(), off, data.clone(), self.sync)
-                } else {
-                    c.read(sid.clone(), off, io as u32)
-                };
+                let (c, k) = self.request(fh, sid, off, io, data);
                 let client = w.client.clone();
                 flight.spawn(async move {
                     let t = std::time::Instant::now();
@@ -183,16 +177,48 @@ impl BlockIo {
             let (c, k, off, r, lat) = done?;
             let r = w.record_reply(&c, r, lat)?;
             crate::nfs::check(&r, crate::nfs::primary_op(&c))?;
-            let n = if self.write {
-                r.write(k)?.count as u64
-            } else {
-                r.read(k)?.0.len() as u64
-            };
-            if n != io {
-                bail!("short transfer: {n} of {io} bytes at {off}");
-            }
+            self.check_transfer(&r, k, io, off)?;
             w.done();
         }
+    }
+
+    /// One request of the timed loop: PUTFH and the READ or WRITE of `io` bytes at
+    /// `off`, and that op's index.
+    fn request(
+        &self,
+        fh: &Bytes,
+        sid: &txnfs_proto::nfs4::stateid4,
+        off: u64,
+        io: u64,
+        data: &Bytes,
+    ) -> (Compound, usize) {
+        let mut c = Compound::new();
+        c.putfh(fh);
+        let k = if self.write {
+            c.write(sid.clone(), off, data.clone(), self.sync)
+        } else {
+            c.read(sid.clone(), off, io as u32)
+        };
+        (c, k)
+    }
+
+    /// An error unless the READ or WRITE at `k` moved all `io` bytes.
+    fn check_transfer(
+        &self,
+        r: &txnfs_client::Reply,
+        k: usize,
+        io: u64,
+        off: u64,
+    ) -> anyhow::Result<()> {
+        let (what, n) = if self.write {
+            ("WRITE", r.write(k)?.count as u64)
+        } else {
+            ("READ", r.read(k)?.0.len() as u64)
+        };
+        if n != io {
+            bail!("short {what}: {n} of {io} bytes at {off}");
+        }
+        Ok(())
     }
 
     /// The timed loop through nfs-rs, one call at a time: READs, or UNSTABLE WRITEs
@@ -308,27 +334,14 @@ impl Workload for BlockIo {
             }
             if self.depth > 1 {
                 self.run_deep(w, &fh, &sid, io, &data, &mut rng).await?;
-            }
-            while let Some(i) = w.next_iter() {
-                let off = self.offset(&mut rng, i, io);
-                let mut c = Compound::new();
-                c.putfh(&fh);
-                if self.write {
-                    let k = c.write(sid.clone(), off, data.clone(), self.sync);
+            } else {
+                while let Some(i) = w.next_iter() {
+                    let off = self.offset(&mut rng, i, io);
+                    let (c, k) = self.request(&fh, &sid, off, io, &data);
                     let r = w.call(&c).await?;
-                    let n = r.write(k)?.count as u64;
-                    if n != io {
-                        bail!("short WRITE: {n} of {io} bytes at {off}");
-                    }
-                } else {
-                    let k = c.read(sid.clone(), off, io as u32);
-                    let r = w.call(&c).await?;
-                    let (d, _) = r.read(k)?;
-                    if d.len() as u64 != io {
-                        bail!("short READ: {} of {io} bytes at {off}", d.len());
-                    }
+                    self.check_transfer(&r, k, io, off)?;
+                    w.done();
                 }
-                w.done();
             }
             let mut c = Compound::new();
             c.putfh(&fh);
