@@ -15,13 +15,14 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 use txnfs_proto::nfs4::*;
 use txnfs_rpc::{AuthSys, CallFuture, CallHandler, Credential, IncomingCall};
-use txnfs_xdr::Decode;
 
 mod config;
 mod establish;
+mod wire;
 
 pub use config::ClientConfig;
 use establish::{establish, solo};
+use wire::{decode_reply, encode};
 
 /// Negotiated limits of the fore channel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,18 +171,6 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The minor versions this client speaks, newest first.
 pub const MINOR_VERSIONS: [u32; 2] = [2, 1];
-
-fn encode(minor: u32, ops: &[nfs_argop4]) -> Bytes {
-    let mut out = bytes::BytesMut::with_capacity(256);
-    txnfs_xdr::put_opaque(&mut out, b"txnfs");
-    txnfs_xdr::put_u32(&mut out, minor);
-    txnfs_xdr::put_array(&mut out, ops);
-    out.freeze()
-}
-
-fn decode_reply(b: Bytes) -> Result<COMPOUND4res, ClientError> {
-    COMPOUND4res::from_bytes(b).map_err(|e| ClientError::Protocol(format!("COMPOUND reply: {e}")))
-}
 
 impl Client {
     /// Connect, create a client id and a session.

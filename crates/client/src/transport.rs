@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Mutex;
 use txnfs_rpc::{
-    AuthStat, CallHandler, ClientConfig as RpcConfig, ClientTls, Credential, RpcClient, RpcError,
+    AuthStat, CallHandler, ClientConfig as RpcConfig, ClientTls, Credential, Gathered, RpcClient,
+    RpcError,
 };
 
 const NFS_PROGRAM: u32 = 100003;
@@ -148,18 +149,18 @@ impl Transport {
 
     /// Send an encoded COMPOUND4args; on a broken connection, reconnect and re-send the
     /// same bytes.
-    pub(crate) async fn compound(&self, args: Bytes) -> Result<Bytes, ClientError> {
+    pub(crate) async fn compound(&self, args: Gathered) -> Result<Bytes, ClientError> {
         Ok(self.call(PROC_COMPOUND, args).await?.reply)
     }
 
     /// Send `args` as procedure `proc_num`; on a broken connection, reconnect and re-send
     /// the same bytes. The answer says whether it was re-sent: then an earlier sending
     /// may have been executed by a server that has since lost its session (a restart).
-    pub(crate) async fn call(&self, proc_num: u32, args: Bytes) -> Result<Answer, ClientError> {
+    pub(crate) async fn call(&self, proc_num: u32, args: Gathered) -> Result<Answer, ClientError> {
         let mut attempt = 0;
         loop {
             let (gen, c) = self.current().await?;
-            let call = c.call(NFS_PROGRAM, NFS_V4, proc_num, args.clone());
+            let call = c.call_parts(NFS_PROGRAM, NFS_V4, proc_num, args.clone());
             let Ok(reply) = tokio::time::timeout(self.timeout, call).await else {
                 return Err(ClientError::Timeout(self.timeout));
             };

@@ -21,6 +21,7 @@ use crate::record::{write_all_vectored, RecordError, RecordReader};
 use crate::server::DEFAULT_MAX_RECORD_SIZE;
 use crate::tls::ClientTls;
 use crate::RpcError;
+use txnfs_xdr::Gathered;
 use txnfs_xdr::{get_u32, Decode};
 
 /// A CALL the peer sent on a client connection (the NFSv4.1 back channel: the server
@@ -109,10 +110,21 @@ fn fail_all(p: &Mutex<Pending>) {
     }
 }
 
+/// What the connection's writer sends, in queue order.
+enum Wire {
+    /// One whole record, record mark included.
+    Record(Bytes),
+    /// One record as its head (record mark included) and further parts, written in
+    /// order with nothing of another record between them.
+    Parts(Bytes, Vec<Bytes>),
+    /// `abort()`: close our side of the connection.
+    Close,
+}
+
 /// An ONC RPC client on one TCP connection. Calls take `&self` and may run concurrently;
 /// share it with `Arc`. Dropping it closes the connection.
 pub struct RpcClient {
-    tx: mpsc::UnboundedSender<Bytes>,
+    tx: mpsc::UnboundedSender<Wire>,
     pending: SharedPending,
     next_xid: AtomicU32,
     cred: Credential,
@@ -130,7 +142,7 @@ impl Drop for RpcClient {
         // it sees the channel end), unanswered; the server frees the context.
         if let Some(gss) = &self.gss {
             if let Some((_, wire)) = gss.destroy_record(self.next_xid()) {
-                let _ = self.tx.send(wire);
+                let _ = self.tx.send(Wire::Record(wire));
             }
         }
         self.reader.abort();
@@ -344,7 +356,7 @@ impl RpcClient {
     pub fn abort(&self) {
         self.reader.abort();
         fail_all(&self.pending);
-        let _ = self.tx.send(Bytes::new());
+        let _ = self.tx.send(Wire::Close);
     }
 
     /// A fresh transaction id.
@@ -364,20 +376,46 @@ impl RpcClient {
         if let Some(gss) = &self.gss {
             return gss.call(self, prog, vers, proc_num, &args).await;
         }
+        self.call_parts(prog, vers, proc_num, Gathered::from(args))
+            .await
+    }
+
+    /// [`RpcClient::call`] with arguments made of parts ([`Gathered`]): file data that
+    /// is a part of its own (a WRITE's) goes to the socket from the caller's buffer,
+    /// never copied into the record (ADR 0063). With RPCSEC_GSS the arguments are
+    /// joined first: krb5i/krb5p checksum or wrap them whole.
+    pub async fn call_parts(
+        &self,
+        prog: u32,
+        vers: u32,
+        proc_num: u32,
+        args: Gathered,
+    ) -> Result<Bytes, RpcError> {
+        if let Some(gss) = &self.gss {
+            return gss.call(self, prog, vers, proc_num, &args.to_bytes()).await;
+        }
         let xid = self.next_xid();
-        let mut out = BytesMut::with_capacity(4 + 64 + args.len());
-        out.put_u32(0);
+        let mut head = BytesMut::with_capacity(4 + 64);
+        head.put_u32(0);
         let header = CallHeader::new(xid, prog, vers, proc_num, &self.cred);
-        encode_call_into(&mut out, &header, &args);
-        let len = out.len() - 4;
+        encode_call_into(&mut head, &header, &[]);
+        let len = head.len() - 4 + args.len();
         if len > MAX_FRAGMENT {
             return Err(RpcError::RecordTooLarge {
                 size: len,
                 max: MAX_FRAGMENT,
             });
         }
-        out[..4].copy_from_slice(&(len as u32 | LAST_FRAGMENT).to_be_bytes());
-        self.call_raw_record(xid, out.freeze()).await
+        let (head, rest) = crate::record::frame(head, args.into_parts());
+        let wire = if rest.is_empty() {
+            Wire::Record(head)
+        } else {
+            Wire::Parts(head, rest)
+        };
+        self.queue_and_wait(xid, false, || {
+            self.tx.send(wire).map_err(|_| RpcError::Disconnected)
+        })
+        .await
     }
 
     /// Send `wire` verbatim (it must carry its own record marks, see [`record`]) and wait
@@ -391,7 +429,9 @@ impl RpcClient {
     async fn send_and_wait(&self, xid: u32, wire: Bytes, whole: bool) -> Result<Bytes, RpcError> {
         // A record built already needs no ordering lock: the queue keeps send order.
         self.queue_and_wait(xid, whole, || {
-            self.tx.send(wire).map_err(|_| RpcError::Disconnected)
+            self.tx
+                .send(Wire::Record(wire))
+                .map_err(|_| RpcError::Disconnected)
         })
         .await
     }
@@ -409,7 +449,9 @@ impl RpcClient {
         self.queue_and_wait(xid, whole, || {
             let _order = self.send_order.lock().unwrap_or_else(|e| e.into_inner());
             let wire = make()?;
-            self.tx.send(wire).map_err(|_| RpcError::Disconnected)
+            self.tx
+                .send(Wire::Record(wire))
+                .map_err(|_| RpcError::Disconnected)
         })
         .await
     }
@@ -457,22 +499,30 @@ fn initial_xid() -> u32 {
 
 async fn client_writer<W: AsyncWrite + Unpin>(
     mut wr: W,
-    mut rx: mpsc::UnboundedReceiver<Bytes>,
+    mut rx: mpsc::UnboundedReceiver<Wire>,
     pending: SharedPending,
 ) {
     let mut segs = VecDeque::new();
     while let Some(first) = rx.recv().await {
-        if first.is_empty() {
-            // `abort()`: close our side of the connection.
-            let _ = wr.shutdown().await;
-            fail_all(&pending);
-            return;
-        }
-        segs.push_back(first);
-        while segs.len() < 64 {
-            match rx.try_recv() {
-                Ok(b) => segs.push_back(b),
-                Err(_) => break,
+        let mut next = Some(first);
+        let mut records = 0;
+        while let Some(wire) = next.take() {
+            match wire {
+                Wire::Record(b) => segs.push_back(b),
+                Wire::Parts(head, rest) => {
+                    segs.push_back(head);
+                    segs.extend(rest);
+                }
+                Wire::Close => {
+                    // `abort()`: close our side now, as a network failure would.
+                    let _ = wr.shutdown().await;
+                    fail_all(&pending);
+                    return;
+                }
+            }
+            records += 1;
+            if records < 64 {
+                next = rx.try_recv().ok();
             }
         }
         // `flush` is free on TCP; TLS may hold the last record back until it.
@@ -491,7 +541,7 @@ async fn client_writer<W: AsyncWrite + Unpin>(
 /// Where the reader hands incoming CALLs.
 struct Incoming {
     handler: CallHandler,
-    tx: mpsc::UnboundedSender<Bytes>,
+    tx: mpsc::UnboundedSender<Wire>,
     limit: Arc<Semaphore>,
 }
 
@@ -556,7 +606,7 @@ async fn dispatch_incoming(inc: &Incoming, rec: Bytes) {
             return;
         }
         Some(Err((xid, hdr))) => {
-            let _ = inc.tx.send(reply_record(xid, &hdr, &[]));
+            let _ = inc.tx.send(Wire::Record(reply_record(xid, &hdr, &[])));
             return;
         }
         Some(Ok(c)) => c,
@@ -584,9 +634,14 @@ async fn dispatch_incoming(inc: &Incoming, rec: Bytes) {
             verf: OpaqueAuth::none(),
             stat,
         };
-        let _ = tx.send(reply_record(call.xid, &hdr, &results));
+        let _ = tx.send(Wire::Record(reply_record(call.xid, &hdr, &results)));
     });
 }
+
+/// Replies up to this size are read into place (ADR 0063): a 1 MiB READ's data is
+/// never moved by the receive buffer growing. A server that declares a reply and sends
+/// nothing makes the connection hold this much, once.
+const PLACE_MAX: usize = 2 << 20;
 
 async fn client_reader<R: AsyncRead + Unpin>(
     rd: R,
@@ -594,7 +649,7 @@ async fn client_reader<R: AsyncRead + Unpin>(
     max: usize,
     incoming: Option<Incoming>,
 ) {
-    let mut reader = RecordReader::new(rd, max);
+    let mut reader = RecordReader::new(rd, max).with_place_max(PLACE_MAX);
     loop {
         let rec = match reader.next_record().await {
             Ok(Some(r)) => r,

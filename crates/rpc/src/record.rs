@@ -66,6 +66,13 @@ pub(crate) struct RecordReader<R> {
     charge: Option<Charge>,
     /// The record being read has its reservation (`charge`, unless the budget closed).
     reserved: bool,
+    /// Without a budget, a single-fragment record of at most this many bytes is read
+    /// into place too (0: never; the bound is what a peer that declares a record and
+    /// sends nothing makes this reader allocate).
+    place_max: usize,
+    /// Room for the whole record being read is made: reads go into it, and the buffer
+    /// is not grown until the record is complete.
+    placed: bool,
     reserving: Option<Reserving>,
     /// Received bytes copied after their arrival (buffer growth, fragments joined):
     /// what ADR 0052 counts on the receive path.
@@ -132,6 +139,8 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
             charge: None,
             reserved: false,
             reserving: None,
+            place_max: 0,
+            placed: false,
             moved: 0,
             lowat: None,
             lowat_set: false,
@@ -156,6 +165,15 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
         if !spin.limit.is_zero() {
             self.spin = Some(spin);
         }
+        self
+    }
+
+    /// Read single-fragment records of at most `max` bytes into place (ADR 0063): room
+    /// for the whole record is made when its mark is read, so its body is never moved
+    /// by the buffer growing. A peer that declares such a record and sends nothing
+    /// makes this reader allocate `max` bytes at most.
+    pub(crate) fn with_place_max(mut self, max: usize) -> Self {
+        self.place_max = max;
         self
     }
 
@@ -234,11 +252,13 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
                 self.reserved = true;
             }
             if self.buf.len() < 4 + len {
-                if self.charge.is_some() {
-                    // The record's bytes are in the budget already: make room for all
-                    // of it now, so that its body is read into place and never moved
-                    // by the buffer growing (only the read-ahead is, at most once).
+                if self.charge.is_some() || (last && len <= self.place_max) {
+                    // The record's bytes are in the budget already (or the record is
+                    // small enough to be trusted): make room for all of it now, so that
+                    // its body is read into place and never moved by the buffer
+                    // growing (only the read-ahead is, at most once).
                     self.reserve(4 + len - self.buf.len());
+                    self.placed = true;
                 }
                 let missing = 4 + len - self.buf.len();
                 if let Some(set) = self.lowat {
@@ -260,6 +280,7 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
                 }
                 self.lowat_set = false;
             }
+            self.placed = false;
             self.buf.advance(4);
             let frag = self.buf.split_to(len);
             if last {
@@ -305,7 +326,7 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
     /// [`READ_CHUNK`] at a time. Returns false on EOF.
     async fn fill(&mut self, want: usize) -> Result<bool, RecordError> {
         let missing = want.saturating_sub(self.buf.len());
-        if self.buf.capacity() - self.buf.len() < MIN_READ {
+        if !self.placed && self.buf.capacity() - self.buf.len() < MIN_READ {
             self.reserve(missing.clamp(MIN_READ, READ_CHUNK));
         }
         if self.spin_due() {
@@ -368,6 +389,33 @@ impl<R> RecordReader<R> {
         (spin.release)(&self.io);
         out
     }
+}
+
+/// The most body bytes copied behind an RPC header (one iovec for a small message),
+/// except file data ([`txnfs_xdr::SHARE_MIN`] bytes or more, ADR 0052).
+const INLINE_BODY: usize = 4096;
+
+/// One record of a message whose header is in `head` (after 4 bytes kept for the record
+/// mark) and whose body is `body`: (record mark + header + leading small parts, the
+/// other parts). The leading parts are copied behind the header (a whole small body,
+/// or the encoded fields before file data); file data itself, a part of `SHARE_MIN`
+/// bytes or more after the first, is never copied (ADR 0052, 0063).
+pub(crate) fn frame(mut head: BytesMut, mut body: Vec<Bytes>) -> (Bytes, Vec<Bytes>) {
+    let (mut inline, mut inline_len) = (0, 0);
+    for (i, p) in body.iter().enumerate() {
+        if inline_len + p.len() > INLINE_BODY || (i > 0 && p.len() >= txnfs_xdr::SHARE_MIN) {
+            break;
+        }
+        inline += 1;
+        inline_len += p.len();
+    }
+    head.reserve(inline_len);
+    for p in body.drain(..inline) {
+        head.extend_from_slice(&p);
+    }
+    let len = head.len() - 4 + body.iter().map(Bytes::len).sum::<usize>();
+    head[..4].copy_from_slice(&(len as u32 | LAST_FRAGMENT).to_be_bytes());
+    (head.freeze(), body)
 }
 
 /// Maximum number of iovecs handed to one `writev`.
@@ -636,6 +684,40 @@ mod tests {
             moved <= 2 * (READ_CHUNK + MIN_READ) as u64,
             "{moved} bytes of {} moved after they were received",
             (2 << 20) + 500
+        );
+    }
+
+    /// ADR 0063: the client reads replies up to its bound into place without a budget
+    /// (a 1 MiB READ's data never moves); a larger record is still read, with the
+    /// bounded growth. With the bound at 0, 130,356 bytes of the first 2 MiB move.
+    #[tokio::test]
+    async fn a_reply_within_the_bound_is_read_into_place_without_a_budget() {
+        let sizes = [200, 1 << 20, 300, 1 << 20, 3 << 20];
+        let io = Trickle {
+            data: records(&sizes),
+            chunk: 16 * 1024,
+        };
+        let mut r = RecordReader::new(io, 4 << 20).with_place_max(2 << 20);
+        let mut kept = Vec::new();
+        let mut moved_before_last = 0;
+        for (i, &n) in sizes.iter().enumerate() {
+            if i == sizes.len() - 1 {
+                moved_before_last = r.bytes_moved();
+            }
+            let rec = r.next_record().await.ok().flatten();
+            let rec = rec.unwrap_or_else(|| panic!("record {i} missing"));
+            assert_eq!(rec.len(), n);
+            assert!(rec.iter().all(|&b| b == i as u8));
+            kept.push(rec);
+        }
+        assert!(
+            moved_before_last <= (READ_CHUNK / 2) as u64,
+            "{moved_before_last} bytes of {} moved after they were received",
+            (2 << 20) + 500
+        );
+        assert!(
+            r.bytes_moved() > moved_before_last,
+            "the 3 MiB record, above the bound, grows the buffer as it arrives"
         );
     }
 }

@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
-use txnfs_xdr::{get_opaque, get_u32, Decode, Gathered, XdrError, SHARE_MIN};
+use txnfs_xdr::{get_opaque, get_u32, Decode, Gathered, XdrError};
 
 mod plain_tcp;
 
@@ -596,10 +596,6 @@ pub(crate) enum Reply {
     RpcMismatch,
 }
 
-/// Copy result bodies up to this size into the header buffer (one iovec per reply),
-/// except file data ([`SHARE_MIN`] bytes or more, ADR 0052).
-const INLINE_BODY: usize = 4096;
-
 /// Encode a reply as (record mark + header [+ small first part], the other parts).
 /// `None` for `Drop`.
 pub(crate) fn encode_reply(xid: u32, reply: Reply) -> Option<(Bytes, Vec<Bytes>)> {
@@ -638,27 +634,10 @@ pub(crate) fn encode_reply(xid: u32, reply: Reply) -> Option<(Bytes, Vec<Bytes>)
             }
         }
     };
-    // Leading parts go into the header buffer (one iovec for a small reply): a whole
-    // small body, and the results' header before file data, never the file data
-    // itself (a part of `SHARE_MIN` bytes or more after the first).
-    let mut body = body;
-    let (mut inline, mut inline_len) = (0, 0);
-    for (i, p) in body.iter().enumerate() {
-        if inline_len + p.len() > INLINE_BODY || (i > 0 && p.len() >= SHARE_MIN) {
-            break;
-        }
-        inline += 1;
-        inline_len += p.len();
-    }
-    let mut out = BytesMut::with_capacity(48 + inline_len);
-    out.put_u32(0);
-    encode_reply_header(&mut out, xid, &hdr);
-    for p in body.drain(..inline) {
-        out.put_slice(&p);
-    }
-    let len = out.len() - 4 + body.iter().map(Bytes::len).sum::<usize>();
-    out[..4].copy_from_slice(&(len as u32 | LAST_FRAGMENT).to_be_bytes());
-    Some((out.freeze(), body))
+    let mut head = BytesMut::with_capacity(48);
+    head.put_u32(0);
+    encode_reply_header(&mut head, xid, &hdr);
+    Some(crate::record::frame(head, body))
 }
 
 /// SUCCESS with `res` (and the reply verifier `verf`), or SYSTEM_ERR when the record

@@ -2,6 +2,7 @@
 //! arrives in many small pieces and is answered whole, and the mark is reset after it,
 //! so that a small call sent alone afterwards is answered at once, not left waiting
 //! for bytes that never come.
+//! Calls made of parts (ADR 0063) leave as whole records too.
 
 mod common;
 
@@ -40,4 +41,31 @@ async fn a_large_record_in_pieces_then_a_small_one_alone() {
     s.write_all(&rec).await.expect("write");
     let (xid, body) = reply(&mut s, Duration::from_secs(10)).await;
     assert_eq!((xid, body.len()), (3, big.len()));
+}
+
+/// ADR 0063: arguments made of parts (a WRITE's data as its own part) leave as one
+/// record each, with nothing of another caller's record between their parts, when
+/// many callers send at once; every echo comes back whole and to its own caller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_made_of_parts_from_many_callers_arrive_whole() {
+    let srv = TestServer::start().await;
+    let c = std::sync::Arc::new(srv.client().await);
+    let mut tasks = tokio::task::JoinSet::new();
+    for caller in 0..8u8 {
+        let c = c.clone();
+        tasks.spawn(async move {
+            for round in 0..4u8 {
+                let head = bytes::Bytes::from(vec![caller; 40]);
+                let data = bytes::Bytes::from(vec![round ^ caller; (256 << 10) + caller as usize]);
+                let tail = bytes::Bytes::from(vec![0xee; 12]);
+                let args = txnfs_rpc::Gathered::from_parts(vec![head, data, tail]);
+                let want = args.to_bytes();
+                let got = c.call_parts(common::PROG, 1, 1, args).await.expect("echo");
+                assert_eq!(got, want, "caller {caller} round {round}");
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.expect("caller");
+    }
 }
