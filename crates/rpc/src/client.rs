@@ -17,7 +17,7 @@ use tracing::{debug, warn};
 use crate::gss::client::GssSession;
 use crate::gss::GssClientConfig;
 use crate::msg::*;
-use crate::record::{write_all_vectored, RecordError, RecordReader};
+use crate::record::{write_all_vectored, RecordError, RecordReader, SetLowat};
 use crate::server::DEFAULT_MAX_RECORD_SIZE;
 use crate::tls::ClientTls;
 use crate::RpcError;
@@ -245,8 +245,10 @@ impl RpcClient {
                 let xid = initial_xid();
                 let stream = crate::starttls::connect(stream, &tls, addr, xid).await?;
                 let (rd, wr) = tokio::io::split(stream);
+                // No low-water mark under TLS: the TLS layer may hold ciphertext of
+                // the record already, so what is still to come on the socket is unknown.
                 Ok(Self::on_io(
-                    rd,
+                    (rd, None),
                     wr,
                     addr,
                     cred,
@@ -268,13 +270,28 @@ impl RpcClient {
     ) -> Result<Self, RpcError> {
         let _ = stream.set_nodelay(true);
         let (rd, wr) = stream.into_split();
-        Ok(Self::on_io(rd, wr, addr, cred, cfg, handler, initial_xid()))
+        let lowat: SetLowat<_> = crate::server::plain_tcp::set_client_lowat;
+        // `TXNFS_NO_RCVLOWAT` (any value) turns the mark off here as in the server,
+        // for A/B measurements.
+        let lowat = std::env::var_os("TXNFS_NO_RCVLOWAT")
+            .is_none()
+            .then_some(lowat);
+        Ok(Self::on_io(
+            (rd, lowat),
+            wr,
+            addr,
+            cred,
+            cfg,
+            handler,
+            initial_xid(),
+        ))
     }
 
     /// A client reading replies from `rd` and writing calls to `wr` (the halves of a
-    /// TCP or a TLS stream).
+    /// TCP or a TLS stream), with the socket's low-water mark setter for `rd` on plain
+    /// TCP.
     fn on_io<R, W>(
-        rd: R,
+        (rd, lowat): (R, Option<SetLowat<R>>),
         wr: W,
         addr: SocketAddr,
         cred: Credential,
@@ -296,6 +313,7 @@ impl RpcClient {
         });
         let reader = tokio::spawn(client_reader(
             rd,
+            lowat,
             pending.clone(),
             cfg.max_record_size,
             incoming,
@@ -645,11 +663,15 @@ const PLACE_MAX: usize = 2 << 20;
 
 async fn client_reader<R: AsyncRead + Unpin>(
     rd: R,
+    lowat: Option<SetLowat<R>>,
     pending: SharedPending,
     max: usize,
     incoming: Option<Incoming>,
 ) {
     let mut reader = RecordReader::new(rd, max).with_place_max(PLACE_MAX);
+    if let Some(set) = lowat {
+        reader = reader.with_lowat(set);
+    }
     loop {
         let rec = match reader.next_record().await {
             Ok(Some(r)) => r,

@@ -79,7 +79,7 @@ pub(crate) struct RecordReader<R> {
     moved: u64,
     /// Sets the socket's receive low-water mark (plain TCP only): a large record's
     /// reader is woken once its rest has arrived, not for every segment.
-    lowat: Option<fn(&R, usize)>,
+    lowat: Option<SetLowat<R>>,
     lowat_set: bool,
     /// Busy polling (plain TCP only): a non-blocking read tried for up to this long
     /// before the task sleeps on the socket.
@@ -93,6 +93,9 @@ pub(crate) struct RecordReader<R> {
     /// only ([`SYNC_STREAK`]); one with calls in flight keeps the CPUs busy itself.
     sync_streak: u32,
 }
+
+/// Sets a socket's receive low-water mark (`SO_RCVLOWAT`) for the reader `R`.
+pub(crate) type SetLowat<R> = fn(&R, usize);
 
 /// A non-blocking read into the buffer (`WouldBlock` when nothing is there).
 pub(crate) type TryRead<R> = fn(&R, &mut BytesMut) -> io::Result<usize>;
@@ -153,7 +156,7 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
 
     /// Wake for large records only once their rest is there (`set` sets the socket's
     /// `SO_RCVLOWAT`).
-    pub(crate) fn with_lowat(mut self, set: fn(&R, usize)) -> Self {
+    pub(crate) fn with_lowat(mut self, set: SetLowat<R>) -> Self {
         self.lowat = Some(set);
         self
     }

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 use txnfs_xdr::{get_opaque, get_u32, Decode, Gathered, XdrError};
 
-mod plain_tcp;
+pub(crate) mod plain_tcp;
 
 use crate::backchannel::{BackChannel, DEFAULT_MAX_CALLBACKS_PER_CONN};
 use crate::budget::{Charge, InFlightBudget, DEFAULT_IN_FLIGHT_BYTES};

@@ -66,7 +66,7 @@ fn release_spinner<R>(rd: &Touching<R>) {
 
 /// What only a plain TCP connection's reader can do.
 pub(super) struct PlainTcp<R> {
-    pub(super) lowat: fn(&R, usize),
+    pub(super) lowat: crate::record::SetLowat<R>,
     pub(super) try_read: crate::record::TryRead<R>,
     pub(super) idle: fn(&R) -> bool,
     pub(super) claim: fn(&R) -> bool,
@@ -83,7 +83,17 @@ pub(super) const PLAIN_TCP: PlainTcp<Touching<tokio::net::tcp::OwnedReadHalf>> =
 
 /// `SO_RCVLOWAT` of a plain TCP connection's socket (a failure only costs wakeups).
 fn set_lowat(rd: &Touching<tokio::net::tcp::OwnedReadHalf>, bytes: usize) {
-    let stream: &TcpStream = rd.io.as_ref();
+    set_rcvlowat(rd.io.as_ref(), bytes);
+}
+
+/// `SO_RCVLOWAT` of the client's side of a plain TCP connection (ADR 0063: a 1 MiB
+/// reply wakes its reader once, not for every few segments).
+pub(crate) fn set_client_lowat(rd: &tokio::net::tcp::OwnedReadHalf, bytes: usize) {
+    set_rcvlowat(rd.as_ref(), bytes);
+}
+
+/// `SO_RCVLOWAT` of `stream` (a failure only costs wakeups).
+fn set_rcvlowat(stream: &TcpStream, bytes: usize) {
     let fd = stream.as_fd();
     let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
     // SAFETY: `fd` is borrowed from the live stream for the call; the option value
