@@ -69,3 +69,74 @@ async fn calls_made_of_parts_from_many_callers_arrive_whole() {
         done.expect("caller");
     }
 }
+
+/// A SUCCESS reply record to `xid` carrying `results`.
+fn reply_record(xid: u32, results: &[u8]) -> Vec<u8> {
+    let mut m = Vec::new();
+    for w in [xid, 1, 0, 0, 0, 0] {
+        m.extend_from_slice(&common::be32(w));
+    }
+    m.extend_from_slice(results);
+    let mut rec = common::be32(0x8000_0000 | m.len() as u32).to_vec();
+    rec.extend_from_slice(&m);
+    rec
+}
+
+/// ADR 0063: the client sets the low-water mark for a large reply as the server does
+/// for a large call. A 1 MiB reply that arrives in pieces is read whole, and the mark
+/// is reset after it: a small reply sent alone after a pause reaches its caller at
+/// once (a mark left at ~1 MiB would leave it unread forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_reads_a_large_reply_in_pieces_then_a_small_one_alone() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let big: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 253) as u8).collect();
+    let sent = big.clone();
+    let server = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.expect("accept");
+        for round in 0..2 {
+            let call = txnfs_rpc::read_record(&mut s, 1 << 20).await.expect("call");
+            let xid = u32::from_be_bytes([call[0], call[1], call[2], call[3]]);
+            if round == 0 {
+                for piece in reply_record(xid, &sent).chunks(16 << 10) {
+                    s.write_all(piece).await.expect("write");
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            } else {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                s.write_all(&reply_record(xid, b"tiny"))
+                    .await
+                    .expect("write");
+            }
+        }
+        s
+    });
+    let c = txnfs_rpc::RpcClient::connect(addr, txnfs_rpc::Credential::None)
+        .await
+        .expect("connect");
+    let got = tokio::time::timeout(
+        Duration::from_secs(10),
+        c.call(common::PROG, 1, 1, bytes::Bytes::new()),
+    )
+    .await
+    .expect("the large reply in time")
+    .expect("call");
+    assert_eq!(&got[..], &big[..], "the large reply read whole");
+    let t = Instant::now();
+    let got = tokio::time::timeout(
+        Duration::from_secs(5),
+        c.call(common::PROG, 1, 1, bytes::Bytes::new()),
+    )
+    .await
+    .expect("the small reply in time")
+    .expect("call");
+    assert_eq!(&got[..], b"tiny");
+    assert!(
+        t.elapsed() < Duration::from_secs(1),
+        "answered in {:?}",
+        t.elapsed()
+    );
+    drop(server.await.expect("server"));
+}
