@@ -27,9 +27,10 @@ SP=$!
 for _ in $(seq 50); do (echo >/dev/tcp/127.0.0.1/$PORT) 2>/dev/null && break; sleep 0.1; done
 for r in $(seq $R); do
   iperf3 -s -1 -p $IPORT -B 127.0.0.1 >/dev/null 2>&1 &
+  IP=$!
   sleep 0.3
   ip=$(iperf3 -c 127.0.0.1 -p $IPORT -t 4 -J | python3 -c "import json,sys; print(round(json.load(sys.stdin)['end']['sum_received']['bits_per_second']/8e6))")
-  wait
+  wait $IP
   echo "round $r: iperf3 $ip MB/s"
   for d in $DEPTHS; do
     for spec in "$@"; do
