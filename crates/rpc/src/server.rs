@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 use txnfs_xdr::{get_opaque, get_u32, Decode, Gathered, XdrError};
 
+pub(crate) mod behind;
 pub(crate) mod plain_tcp;
 
 use crate::backchannel::{BackChannel, DEFAULT_MAX_CALLBACKS_PER_CONN};
@@ -837,10 +838,20 @@ impl<S: RpcService> Connection<S> {
         rx: mpsc::UnboundedReceiver<Outgoing>,
     ) {
         let _ = stream.set_nodelay(true);
+        // The socket, for a held call's look at what waits behind it (`behind.rs`):
+        // the same descriptor under TLS.
+        let sock = std::os::fd::AsRawFd::as_raw_fd(&stream);
         let Some(tls) = self.shared.tls.clone() else {
             let (rd, wr) = stream.into_split();
             return self
-                .serve(rd, wr, &[], None, (tx, rx), Some(plain_tcp::PLAIN_TCP))
+                .serve(
+                    rd,
+                    wr,
+                    &[],
+                    None,
+                    (tx, rx),
+                    (sock, Some(plain_tcp::PLAIN_TCP)),
+                )
                 .await;
         };
         let mut shutdown = self.shutdown.clone();
@@ -852,12 +863,19 @@ impl<S: RpcService> Connection<S> {
         match negotiated {
             Negotiated::Plain(stream, head) => {
                 let (rd, wr) = stream.into_split();
-                self.serve(rd, wr, &head, None, (tx, rx), Some(plain_tcp::PLAIN_TCP))
-                    .await
+                self.serve(
+                    rd,
+                    wr,
+                    &head,
+                    None,
+                    (tx, rx),
+                    (sock, Some(plain_tcp::PLAIN_TCP)),
+                )
+                .await
             }
             Negotiated::Tls(stream, peer) => {
                 let (rd, wr) = tokio::io::split(*stream);
-                self.serve(rd, wr, &[], Some(Arc::new(peer)), (tx, rx), None)
+                self.serve(rd, wr, &[], Some(Arc::new(peer)), (tx, rx), (sock, None))
                     .await
             }
             Negotiated::Closed => {
@@ -880,7 +898,7 @@ impl<S: RpcService> Connection<S> {
             mpsc::UnboundedSender<Outgoing>,
             mpsc::UnboundedReceiver<Outgoing>,
         ),
-        plain: Option<plain_tcp::PlainTcp<Touching<R>>>,
+        (sock, plain): (std::os::fd::RawFd, Option<plain_tcp::PlainTcp<Touching<R>>>),
     ) where
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
@@ -1051,7 +1069,10 @@ impl<S: RpcService> Connection<S> {
                     };
                     if self.shared.run_inline {
                         let mut call = Box::pin(call);
-                        if poll_inline(call.as_mut(), peer, xid).await.is_pending() {
+                        if poll_inline(call.as_mut(), sock, peer, xid)
+                            .await
+                            .is_pending()
+                        {
                             calls.spawn(call);
                         }
                     } else {
@@ -1087,12 +1108,13 @@ const COMPANY_MEMORY: u32 = 8;
 /// future is dropped, and its `ReplySender` answers SYSTEM_ERR, as a task's would.
 async fn poll_inline<F: Future<Output = ()>>(
     mut call: Pin<&mut F>,
+    sock: std::os::fd::RawFd,
     peer: SocketAddr,
     xid: u32,
 ) -> Poll<()> {
     let polled = std::future::poll_fn(|cx| {
         Poll::Ready(std::panic::catch_unwind(AssertUnwindSafe(|| {
-            call.as_mut().poll(cx)
+            behind::polling(sock, || call.as_mut().poll(cx))
         })))
     })
     .await;

@@ -83,17 +83,38 @@ impl RecallWaits {
 }
 
 /// When a held request stops waiting without its delegations back (NFS4ERR_DELAY, no
-/// revocation): once a delegation of `own` is being recalled, or at `at`.
+/// revocation): once a delegation of `own` is being recalled, at `at`, or, with
+/// `behind` from `behind_from` on, once another call of its connection has arrived
+/// behind it (`txnfs_rpc::calls_waiting_behind`).
 #[derive(Debug, Clone, Copy, Default)]
 struct GiveWay {
     own: Option<ClientId>,
     at: Option<Instant>,
+    behind_from: Option<Instant>,
+}
+
+impl GiveWay {
+    /// Whether the request should give way now (`own_recalled` says whether a
+    /// delegation of its own client is being recalled).
+    fn now(&self, now: Instant, own_recalled: impl FnOnce(ClientId) -> bool) -> bool {
+        self.at.is_some_and(|at| now >= at)
+            || self.own.is_some_and(own_recalled)
+            || self
+                .behind_from
+                .is_some_and(|from| now >= from && txnfs_rpc::calls_waiting_behind() == Some(true))
+    }
+
+    /// Whether it must look again every few milliseconds (a recall of its own client
+    /// and a call arriving behind it wake no one).
+    fn polls(&self) -> bool {
+        self.own.is_some() || self.behind_from.is_some()
+    }
 }
 
 /// How long a request held on its connection's reader waits when that connection had
-/// other calls lately (`waitmode::reader_has_company`): a holder on the same network
-/// returns within a few milliseconds, and the calls behind it should not wait for a
-/// silent one.
+/// other calls lately (`waitmode::reader_has_company`), or once a call has arrived
+/// behind it: a holder on the same network returns within a few milliseconds, and the
+/// calls behind it should not wait for a silent one.
 const INLINE_HOLD: Duration = Duration::from_millis(20);
 
 struct HeldGuard<'a>(&'a AtomicUsize);
@@ -164,11 +185,14 @@ impl<'a> Recall<'a> {
             // client's delegations be recalled meanwhile (another client waits for them;
             // two clients may wait for each other so), the request gives way: NFS4ERR_DELAY,
             // and its client's returns come in. So it does after `INLINE_HOLD` when its
-            // connection had other calls lately: they would wait behind it.
+            // connection had other calls lately (they would wait behind it), and, from
+            // `INLINE_HOLD` on, once a call has arrived behind it.
             WaitMode::InPlace => {
+                let on_reader = txnfs_rpc::calls_waiting_behind().is_some();
                 let give_way = GiveWay {
                     own: client,
                     at: crate::waitmode::reader_has_company().then(|| start + INLINE_HOLD),
+                    behind_from: on_reader.then(|| start + INLINE_HOLD),
                 };
                 self.wait(&ids, mode, start, deadline, give_way)
             }
@@ -224,18 +248,15 @@ impl<'a> Recall<'a> {
                     core.note_hold(HoldOutcome::Timeout, start.elapsed());
                     return Err(nfsstat4::NFS4ERR_DELAY);
                 }
-                let now = Instant::now();
-                if give_way.at.is_some_and(|at| now >= at)
-                    || give_way.own.is_some_and(|own| core.client_is_recalled(own))
-                {
+                if give_way.now(Instant::now(), |own| core.client_is_recalled(own)) {
                     core.note_hold(HoldOutcome::GaveWay, start.elapsed());
                     return Err(nfsstat4::NFS4ERR_DELAY);
                 }
             }
             // Wake at the deadline, at the time to give way, and (only to see whether
-            // its own client is recalled) every `LOOK_AGAIN`.
+            // its own client is recalled or a call arrived behind it) every `LOOK_AGAIN`.
             let mut until = give_way.at.map_or(deadline, |at| at.min(deadline));
-            if give_way.own.is_some() {
+            if give_way.polls() {
                 until = until.min(Instant::now() + LOOK_AGAIN);
             }
             waits.wait(seen, until);

@@ -830,3 +830,48 @@ async fn a_held_request_with_calls_behind_it_gives_way() {
     assert_eq!((s.held_gave_way, s.revoked), (1, 0), "{s:?}");
     drop(a);
 }
+
+/// A request that arrived alone and is held on its connection's reader gives way too
+/// once another call of that connection arrives behind it (ADR 0062 addendum): the
+/// OPEN is sent alone, the GETATTR 200 ms later. Without the look at the socket both
+/// were answered after the whole 10 s wait, and the delegation was revoked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_request_gives_way_to_a_call_that_arrives_behind_it() {
+    let (srv, _o, mut a, _, _, _) = holder_of_f(LONG_WAIT_MS, READ).await;
+    a.p.answer = false;
+    let mut b = Holder::new(&srv, b"holder-b").await;
+    b.seq += 1;
+    let gap = Duration::from_millis(200);
+    let replies =
+        b.p.compounds_spaced(
+            vec![
+                vec![
+                    sequence(b.sid, 0, b.seq, false),
+                    nfs_argop4::OP_PUTROOTFH,
+                    open_plain("f", BOTH, b"holder-b"),
+                ],
+                vec![
+                    sequence(b.sid, 2, 1, false),
+                    nfs_argop4::OP_PUTROOTFH,
+                    nfs_argop4::OP_GETATTR(GETATTR4args {
+                        attr_request: vec![1 << FATTR4_TYPE],
+                    }),
+                ],
+            ],
+            gap,
+            Duration::from_secs(15),
+        )
+        .await;
+    let (open, open_took) = &replies[0];
+    let (getattr, getattr_took) = &replies[1];
+    assert_eq!(open.status, nfsstat4::NFS4ERR_DELAY, "{:?}", open.resarray);
+    assert_eq!(getattr.status, nfsstat4::NFS4_OK, "{:?}", getattr.resarray);
+    assert!(
+        *open_took >= gap && *getattr_took < gap + Duration::from_secs(1),
+        "the OPEN answered after {open_took:?} (it waited alone first), the GETATTR \
+         after {getattr_took:?}"
+    );
+    let s = srv.server.core().unwrap().delegations().stats();
+    assert_eq!((s.held_gave_way, s.revoked), (1, 0), "{s:?}");
+    drop(a);
+}

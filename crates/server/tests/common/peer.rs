@@ -241,11 +241,22 @@ impl Peer {
         calls: Vec<Vec<nfs_argop4>>,
         wait: Duration,
     ) -> Vec<(COMPOUND4res, Duration)> {
+        self.compounds_spaced(calls, Duration::ZERO, wait).await
+    }
+
+    /// [`Peer::compounds_pipelined`], with `gap` between one call's write and the next
+    /// (zero: all in one write); times are from the first write.
+    pub async fn compounds_spaced(
+        &mut self,
+        calls: Vec<Vec<nfs_argop4>>,
+        gap: Duration,
+        wait: Duration,
+    ) -> Vec<(COMPOUND4res, Duration)> {
         let first = self.xid;
-        let mut out = Vec::new();
+        let mut records = Vec::new();
         for ops in calls {
             let args = encode_compound_minor(ops, self.minor);
-            out.extend_from_slice(&record(&encode_call(
+            records.push(record(&encode_call(
                 self.xid,
                 100003,
                 4,
@@ -256,7 +267,19 @@ impl Peer {
             self.xid += 1;
         }
         let sent = Instant::now();
-        self.s.write_all(&out).await.expect("write calls");
+        if gap.is_zero() {
+            self.s
+                .write_all(&records.concat())
+                .await
+                .expect("write calls");
+        } else {
+            for (i, r) in records.iter().enumerate() {
+                if i > 0 {
+                    tokio::time::sleep(gap).await;
+                }
+                self.s.write_all(r).await.expect("write call");
+            }
+        }
         let n = (self.xid - first) as usize;
         let mut replies: Vec<Option<(COMPOUND4res, Duration)>> = vec![None; n];
         while replies.iter().any(Option::is_none) {
