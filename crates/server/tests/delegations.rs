@@ -789,6 +789,24 @@ async fn two_holders_waiting_for_each_other_give_way() {
     assert_eq!((s.returned, s.revoked), (2, 0), "{s:?}");
 }
 
+/// Holder `b`'s OPEN of "f" for both access (slot 0) and a GETATTR (slot 2).
+fn open_then_getattr(b: &Holder) -> Vec<Vec<nfs_argop4>> {
+    vec![
+        vec![
+            sequence(b.sid, 0, b.seq, false),
+            nfs_argop4::OP_PUTROOTFH,
+            open_plain("f", BOTH, b"holder-b"),
+        ],
+        vec![
+            sequence(b.sid, 2, 1, false),
+            nfs_argop4::OP_PUTROOTFH,
+            nfs_argop4::OP_GETATTR(GETATTR4args {
+                attr_request: vec![1 << FATTR4_TYPE],
+            }),
+        ],
+    ]
+}
+
 /// A request held on its connection's reader keeps the calls behind it unread: when the
 /// connection had other calls lately it gives way after a short wait (NFS4ERR_DELAY,
 /// nothing revoked) instead of holding them for the whole recall wait of a silent
@@ -800,24 +818,8 @@ async fn a_held_request_with_calls_behind_it_gives_way() {
     let mut b = Holder::new(&srv, b"holder-b").await;
     b.seq += 1;
     let replies =
-        b.p.compounds_pipelined(
-            vec![
-                vec![
-                    sequence(b.sid, 0, b.seq, false),
-                    nfs_argop4::OP_PUTROOTFH,
-                    open_plain("f", BOTH, b"holder-b"),
-                ],
-                vec![
-                    sequence(b.sid, 2, 1, false),
-                    nfs_argop4::OP_PUTROOTFH,
-                    nfs_argop4::OP_GETATTR(GETATTR4args {
-                        attr_request: vec![1 << FATTR4_TYPE],
-                    }),
-                ],
-            ],
-            Duration::from_secs(15),
-        )
-        .await;
+        b.p.compounds_pipelined(open_then_getattr(&b), Duration::from_secs(15))
+            .await;
     let (open, open_took) = &replies[0];
     let (getattr, getattr_took) = &replies[1];
     assert_eq!(open.status, nfsstat4::NFS4ERR_DELAY, "{:?}", open.resarray);
@@ -843,25 +845,8 @@ async fn a_held_request_gives_way_to_a_call_that_arrives_behind_it() {
     b.seq += 1;
     let gap = Duration::from_millis(200);
     let replies =
-        b.p.compounds_spaced(
-            vec![
-                vec![
-                    sequence(b.sid, 0, b.seq, false),
-                    nfs_argop4::OP_PUTROOTFH,
-                    open_plain("f", BOTH, b"holder-b"),
-                ],
-                vec![
-                    sequence(b.sid, 2, 1, false),
-                    nfs_argop4::OP_PUTROOTFH,
-                    nfs_argop4::OP_GETATTR(GETATTR4args {
-                        attr_request: vec![1 << FATTR4_TYPE],
-                    }),
-                ],
-            ],
-            gap,
-            Duration::from_secs(15),
-        )
-        .await;
+        b.p.compounds_spaced(open_then_getattr(&b), gap, Duration::from_secs(15))
+            .await;
     let (open, open_took) = &replies[0];
     let (getattr, getattr_took) = &replies[1];
     assert_eq!(open.status, nfsstat4::NFS4ERR_DELAY, "{:?}", open.resarray);
