@@ -21,8 +21,7 @@ use crate::record::{write_all_vectored, RecordError, RecordReader, SetLowat};
 use crate::server::DEFAULT_MAX_RECORD_SIZE;
 use crate::tls::ClientTls;
 use crate::RpcError;
-use txnfs_xdr::Gathered;
-use txnfs_xdr::{get_u32, Decode};
+use txnfs_xdr::{get_u32, Decode, Gathered};
 
 /// A CALL the peer sent on a client connection (the NFSv4.1 back channel: the server
 /// calls the client's callback program over the client's own connection).
@@ -391,9 +390,6 @@ impl RpcClient {
         proc_num: u32,
         args: Bytes,
     ) -> Result<Bytes, RpcError> {
-        if let Some(gss) = &self.gss {
-            return gss.call(self, prog, vers, proc_num, &args).await;
-        }
         self.call_parts(prog, vers, proc_num, Gathered::from(args))
             .await
     }
