@@ -692,7 +692,8 @@ mod tests {
 
     /// ADR 0063: the client reads replies up to its bound into place without a budget
     /// (a 1 MiB READ's data never moves); a larger record is still read, with the
-    /// bounded growth. With the bound at 0, 130,356 bytes of the first 2 MiB move.
+    /// bounded growth. With the bound at 0, 130,356 bytes of the first 2 MiB moved here
+    /// (how many depends on whether the allocator can grow the buffer where it is).
     #[tokio::test]
     async fn a_reply_within_the_bound_is_read_into_place_without_a_budget() {
         let sizes = [200, 1 << 20, 300, 1 << 20, 3 << 20];
@@ -717,10 +718,6 @@ mod tests {
             moved_before_last <= (READ_CHUNK / 2) as u64,
             "{moved_before_last} bytes of {} moved after they were received",
             (2 << 20) + 500
-        );
-        assert!(
-            r.bytes_moved() > moved_before_last,
-            "the 3 MiB record, above the bound, grows the buffer as it arrives"
         );
     }
 }
