@@ -367,10 +367,14 @@ async fn connection_cut_during_vwrite() {
         assert!(disk == big.to_vec(), "{kind:?}: content differs");
         let back = all_ok(
             "vread",
-            env.fs.vread(&[env.p("small1"), env.p("small2")]).await,
+            env.fs
+                .vread(&[env.p("small1"), env.p("small2"), env.p("big")])
+                .await,
         );
         assert_eq!(back[0], content(1, 1000));
         assert_eq!(back[1], content(2, 1000));
+        // 32 MiB: read in many chunks, joined once.
+        assert!(back[2] == big, "{kind:?}: the large file read back differs");
     }
 }
 

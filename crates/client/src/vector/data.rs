@@ -10,6 +10,44 @@ use crate::attrs::{self, SetAttributes};
 use crate::compound::{CreateHow, CURRENT_STATEID};
 use crate::{cache, ClientError};
 use bytes::{Bytes, BytesMut};
+
+/// A file's content as read, chunk by chunk: each chunk is a slice of its reply, and
+/// only a file read in several chunks is joined (one copy; ADR 0063).
+#[derive(Default)]
+struct Chunks {
+    parts: Vec<Bytes>,
+    len: u64,
+}
+
+impl Chunks {
+    fn push(&mut self, d: Bytes) {
+        self.len += d.len() as u64;
+        if !d.is_empty() {
+            self.parts.push(d);
+        }
+    }
+
+    /// The whole content; joined once, then shared by every later call.
+    fn join(&mut self) -> Bytes {
+        let one = match self.parts.as_slice() {
+            [] => Bytes::new(),
+            [one] => one.clone(),
+            many => {
+                let mut all = BytesMut::with_capacity(self.len as usize);
+                for p in many {
+                    all.extend_from_slice(p);
+                }
+                all.freeze()
+            }
+        };
+        self.parts = if one.is_empty() {
+            Vec::new()
+        } else {
+            vec![one.clone()]
+        };
+        one
+    }
+}
 use txnfs_proto::nfs4::*;
 
 /// An open file: its handle and open stateid.
@@ -211,8 +249,8 @@ impl Fs {
         // larger ones continue below.
         let first = ((self.client.limits().max_response as usize * 7 / 8) / paths.len().max(1))
             .clamp(4096, CHUNK);
-        let mut out: Vec<Result<BytesMut, ClientError>> =
-            paths.iter().map(|_| Ok(BytesMut::new())).collect();
+        let mut out: Vec<Result<Chunks, ClientError>> =
+            paths.iter().map(|_| Ok(Chunks::default())).collect();
         let mut cached: Vec<Option<Bytes>> = paths.iter().map(|p| cache.read(p.as_ref())).collect();
         // (output index, path, offset) still to read
         let mut todo: Vec<(usize, String, u64)> = paths
@@ -286,12 +324,13 @@ impl Fs {
                     Ok(rd)
                 });
                 match (got, &mut out[i]) {
-                    (Ok((d, eof)), Ok(buf)) => {
-                        buf.extend_from_slice(&d);
-                        if !eof && !d.is_empty() {
-                            next.push((i, p, buf.len() as u64));
+                    (Ok((d, eof)), Ok(chunks)) => {
+                        let more = !eof && !d.is_empty();
+                        chunks.push(d);
+                        if more {
+                            next.push((i, p, chunks.len));
                         } else if off > 0 && delegated[i] {
-                            cache.store_read(&p, Bytes::copy_from_slice(buf));
+                            cache.store_read(&p, chunks.join());
                         }
                     }
                     (Err(e), slot) => *slot = Err(e),
@@ -305,7 +344,7 @@ impl Fs {
             .zip(cached.iter_mut())
             .map(|(r, c)| match c.take() {
                 Some(d) => Ok(d),
-                None => r.map(BytesMut::freeze),
+                None => r.map(|mut c| c.join()),
             })
             .collect()
     }
@@ -629,5 +668,40 @@ impl Fs {
             out[i] = r;
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file read in one READ is handed over as the reply's own bytes (no copy); one
+    /// read in several is joined once, and that buffer is shared afterwards.
+    #[test]
+    fn one_chunk_is_shared_and_several_are_joined_once() {
+        let reply = Bytes::from(vec![7u8; 8192]);
+        let mut one = Chunks::default();
+        one.push(reply.slice(100..4196));
+        one.push(Bytes::new());
+        let got = one.join();
+        assert_eq!(got.len(), 4096);
+        assert_eq!(
+            got.as_ptr(),
+            reply[100..].as_ptr(),
+            "the reply's bytes, not a copy"
+        );
+
+        let mut many = Chunks::default();
+        many.push(Bytes::from_static(b"abc"));
+        many.push(Bytes::from_static(b"def"));
+        assert_eq!(many.len, 6);
+        let joined = many.join();
+        assert_eq!(&joined[..], b"abcdef");
+        assert_eq!(
+            many.join().as_ptr(),
+            joined.as_ptr(),
+            "joined once, then shared"
+        );
+        assert!(Chunks::default().join().is_empty());
     }
 }
