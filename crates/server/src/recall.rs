@@ -83,9 +83,9 @@ impl RecallWaits {
 }
 
 /// When a held request stops waiting without its delegations back (NFS4ERR_DELAY, no
-/// revocation): once a delegation of `own` is being recalled, at `at`, or, with
-/// `behind` from `behind_from` on, once another call of its connection has arrived
-/// behind it (`txnfs_rpc::calls_waiting_behind`).
+/// revocation): once a delegation of `own` is being recalled, at `at`, or, from
+/// `behind_from` on, once another call of its connection has arrived behind it
+/// (`txnfs_rpc::calls_waiting_behind`).
 #[derive(Debug, Clone, Copy, Default)]
 struct GiveWay {
     own: Option<ClientId>,
