@@ -409,18 +409,19 @@ impl RpcClient {
             return gss.call(self, prog, vers, proc_num, &args.to_bytes()).await;
         }
         let xid = self.next_xid();
-        let mut head = BytesMut::with_capacity(4 + 64);
-        head.put_u32(0);
         let header = CallHeader::new(xid, prog, vers, proc_num, &self.cred);
-        encode_call_into(&mut head, &header, &[]);
-        let len = head.len() - 4 + args.len();
+        let (head, rest) = crate::record::frame(
+            64,
+            |head| encode_call_into(head, &header, &[]),
+            args.into_parts(),
+        );
+        let len = head.len() - 4 + rest.iter().map(Bytes::len).sum::<usize>();
         if len > MAX_FRAGMENT {
             return Err(RpcError::RecordTooLarge {
                 size: len,
                 max: MAX_FRAGMENT,
             });
         }
-        let (head, rest) = crate::record::frame(head, args.into_parts());
         let wire = if rest.is_empty() {
             Wire::Record(head)
         } else {

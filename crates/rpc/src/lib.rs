@@ -118,7 +118,7 @@ pub use client::{
 };
 pub use msg::{encode_call, record, AuthStat, AuthSys, Credential, OpaqueAuth};
 pub use record::read_record;
-pub use server::behind::calls_waiting_behind;
+pub use server::behind::{calls_waiting_behind, on_connection_reader};
 pub use server::{
     serve, CallInfo, ReplyBody, RpcService, ServerConfig, DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_RECORD_SIZE, SHUTDOWN_GRACE,

@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::budget::{Charge, InFlightBudget};
@@ -398,12 +398,17 @@ impl<R> RecordReader<R> {
 /// except file data ([`txnfs_xdr::SHARE_MIN`] bytes or more, ADR 0052).
 const INLINE_BODY: usize = 4096;
 
-/// One record of a message whose header is in `head` (after 4 bytes kept for the record
-/// mark) and whose body is `body`: (record mark + header + leading small parts, the
-/// other parts). The leading parts are copied behind the header (a whole small body,
-/// or the encoded fields before file data); file data itself, a part of `SHARE_MIN`
-/// bytes or more after the first, is never copied (ADR 0052, 0063).
-pub(crate) fn frame(mut head: BytesMut, mut body: Vec<Bytes>) -> (Bytes, Vec<Bytes>) {
+/// One record of a message: its header, written by `write_head` (about `head_room`
+/// bytes), then `body`. Returns (record mark + header + leading small parts, the other
+/// parts). The leading parts are copied behind the header (a whole small body, or the
+/// encoded fields before file data), in the one buffer allocated for them and the
+/// header; file data itself, a part of `SHARE_MIN` bytes or more after the first, is
+/// never copied (ADR 0052, 0063).
+pub(crate) fn frame(
+    head_room: usize,
+    write_head: impl FnOnce(&mut BytesMut),
+    mut body: Vec<Bytes>,
+) -> (Bytes, Vec<Bytes>) {
     let (mut inline, mut inline_len) = (0, 0);
     for (i, p) in body.iter().enumerate() {
         if inline_len + p.len() > INLINE_BODY || (i > 0 && p.len() >= txnfs_xdr::SHARE_MIN) {
@@ -412,7 +417,9 @@ pub(crate) fn frame(mut head: BytesMut, mut body: Vec<Bytes>) -> (Bytes, Vec<Byt
         inline += 1;
         inline_len += p.len();
     }
-    head.reserve(inline_len);
+    let mut head = BytesMut::with_capacity(4 + head_room + inline_len);
+    head.put_u32(0);
+    write_head(&mut head);
     for p in body.drain(..inline) {
         head.extend_from_slice(&p);
     }

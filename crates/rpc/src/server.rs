@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use std::pin::Pin;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -635,10 +635,11 @@ pub(crate) fn encode_reply(xid: u32, reply: Reply) -> Option<(Bytes, Vec<Bytes>)
             }
         }
     };
-    let mut head = BytesMut::with_capacity(48);
-    head.put_u32(0);
-    encode_reply_header(&mut head, xid, &hdr);
-    Some(crate::record::frame(head, body))
+    Some(crate::record::frame(
+        44,
+        |head| encode_reply_header(head, xid, &hdr),
+        body,
+    ))
 }
 
 /// SUCCESS with `res` (and the reply verifier `verf`), or SYSTEM_ERR when the record

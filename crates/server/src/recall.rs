@@ -188,7 +188,7 @@ impl<'a> Recall<'a> {
             // connection had other calls lately (they would wait behind it), and, from
             // `INLINE_HOLD` on, once a call has arrived behind it.
             WaitMode::InPlace => {
-                let on_reader = txnfs_rpc::calls_waiting_behind().is_some();
+                let on_reader = txnfs_rpc::on_connection_reader();
                 let give_way = GiveWay {
                     own: client,
                     at: crate::waitmode::reader_has_company().then(|| start + INLINE_HOLD),

@@ -28,6 +28,12 @@ pub(crate) fn polling<T>(sock: RawFd, f: impl FnOnce() -> T) -> T {
     f()
 }
 
+/// Whether the current call runs on its connection's reader (where a wait keeps the
+/// calls behind it unread), without looking at the socket.
+pub fn on_connection_reader() -> bool {
+    READER_SOCKET.with(|s| s.get()).is_some()
+}
+
 /// Whether bytes have arrived on the socket of the connection whose reader runs the
 /// current call, unread: another call waits behind this one (or the peer closed).
 /// `None` when the current call does not run on its connection's reader (a task of its

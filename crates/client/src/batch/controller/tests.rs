@@ -130,6 +130,18 @@ fn at_level(c: &mut Controller, level: u32) {
     assert_eq!(c.level(), level, "setup overshot");
 }
 
+/// A controller of `max` settled at `level` with `level` outstanding, after nine
+/// unchanged intervals (the tenth probes), and the throughput it settled at.
+fn one_interval_before_a_probe(max: u32, level: u32) -> (Controller, f64) {
+    let mut c = ctl(max);
+    at_level(&mut c, level);
+    let x = c.previous.unwrap();
+    for _ in 0..9 {
+        c.on_interval(x, level as f64);
+    }
+    (c, x)
+}
+
 #[test]
 fn the_first_interval_only_sets_the_reference() {
     let mut c = ctl(64);
@@ -215,12 +227,7 @@ fn probes_after_ten_unchanged_intervals_and_keeps_a_better_neighbour() {
 
 #[test]
 fn a_probe_without_a_better_neighbour_goes_back() {
-    let mut c = ctl(64);
-    at_level(&mut c, 8);
-    let x = c.previous.unwrap();
-    for _ in 0..9 {
-        c.on_interval(x, 8.0);
-    }
+    let (mut c, x) = one_interval_before_a_probe(64, 8);
     assert_eq!(c.on_interval(x, 8.0), 9);
     assert_eq!(c.on_interval(x * 1.02, 8.0), 7);
     assert_eq!(c.on_interval(x * 0.99, 8.0), 8);
@@ -393,12 +400,7 @@ fn a_steady_load_is_batched_within_a_few_intervals() {
 
 #[test]
 fn a_probe_at_max_tries_only_below() {
-    let mut c = ctl(4);
-    at_level(&mut c, 4);
-    let x = c.previous.unwrap();
-    for _ in 0..9 {
-        c.on_interval(x, 4.0);
-    }
+    let (mut c, x) = one_interval_before_a_probe(4, 4);
     assert_eq!(c.on_interval(x, 4.0), 3);
     assert_eq!(c.on_interval(x * 1.1, 4.0), 3, "+10 % at 3: kept");
 }
