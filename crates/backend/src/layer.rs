@@ -15,8 +15,8 @@ use crate::local::LocalBackend;
 use crate::memory::{MemoryBackend, MemoryLimits};
 use crate::{
     Advice, Attrs, Backend, BackendError, CloneMethod, CreateMode, Created, DirChange, DirEntry,
-    DirWatch, FileKey, FsStats, JournalStats, Linked, Made, NodeKind, OpCtx, RenameChange, Result,
-    SeekWhat, SetAttrs, Watch, WatchKind, XattrChange, XattrSet,
+    DirWatch, FileKey, FileType, FsStats, JournalStats, Linked, Made, NodeKind, OpCtx,
+    RenameChange, Result, SeekWhat, SetAttrs, Watch, WatchKind, XattrChange, XattrSet,
 };
 
 /// Writes the [`Layer`] trait and the blanket `impl<L: Layer> Backend for L` from the

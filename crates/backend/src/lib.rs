@@ -512,6 +512,15 @@ macro_rules! with_backend_methods {
                 fn release(&self, cx: &OpCtx, key: &FileKey);
             }
             provided {
+                /// The type and fileid of `key`: what a READ or WRITE under an open,
+                /// lock or delegation stateid needs to know of its file. Both never change
+                /// while the object lives, so a backend may answer from a cache without
+                /// a stat (the local one does); unlike [`Backend::getattr`], an answer
+                /// does not say the object still has a link.
+                fn identity(&self, cx: &OpCtx, key: &FileKey) -> Result<(FileType, u64)> {
+                    let a = self.getattr(cx, key)?;
+                    Ok((a.ftype, a.fileid))
+                }
                 /// A COMPOUND whose context is `cx` starts using this backend (called once per
                 /// COMPOUND and export, before the first call on its behalf). An error fails the op
                 /// that touched the export; `Conflict` tells the client to retry later. A

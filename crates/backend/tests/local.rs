@@ -489,3 +489,38 @@ fn reads_on_a_runtime_worker_cached_or_not() {
         assert!(got == data, "{round}: bytes differ");
     }
 }
+
+/// A READ or WRITE under an open stateid asks for its file's type and fileid only; the
+/// local backend answers that from its descriptor cache after the first stat. Seen from
+/// outside: once known, the identity is still answered after the object's last link
+/// went (removed behind the server's back), where a getattr's stat says `Stale`.
+#[test]
+fn a_known_identity_is_answered_without_a_stat() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = LocalBackend::open(dir.path()).unwrap();
+    let root = b.root().unwrap();
+    let file = create(&b, &root, "file");
+    let sub = mkdir(&b, &root, "sub");
+    let ino = |p: &str| {
+        std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(dir.path().join(p)).unwrap())
+    };
+    let (file_ino, sub_ino) = (ino("file"), ino("sub"));
+    assert_eq!(
+        b.identity(&user(), &file).unwrap(),
+        (FileType::Regular, file_ino)
+    );
+    assert_eq!(
+        b.identity(&user(), &sub).unwrap(),
+        (FileType::Directory, sub_ino)
+    );
+    assert_eq!(b.getattr(&user(), &file).unwrap().fileid, file_ino);
+
+    std::fs::remove_file(dir.path().join("file")).unwrap();
+    assert_eq!(
+        b.identity(&user(), &file).unwrap(),
+        (FileType::Regular, file_ino)
+    );
+    assert_eq!(b.getattr(&user(), &file).unwrap_err(), BackendError::Stale);
+    // The stat that found it gone dropped its descriptors, and the identity with them.
+    assert_eq!(b.identity(&user(), &file).unwrap_err(), BackendError::Stale);
+}

@@ -52,6 +52,17 @@ impl Backend for LocalBackend {
         Ok(self.attrs(&st, false))
     }
 
+    fn identity(&self, _cx: &OpCtx, key: &FileKey) -> Result<(FileType, u64)> {
+        if let Some(known) = lock(&self.paths).identity(key) {
+            return Ok(known);
+        }
+        let fd = self.resolve(key)?;
+        let st = self.stat_live(key, &fd)?;
+        let known = (ftype_of(&st), st.st_ino as u64);
+        lock(&self.paths).set_identity(key, known);
+        Ok(known)
+    }
+
     fn lookup(&self, _cx: &OpCtx, dir: &FileKey, name: &[u8]) -> Result<(FileKey, Attrs)> {
         let name = cname(name)?;
         let dfd = self.resolve(dir)?;

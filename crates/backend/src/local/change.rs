@@ -12,7 +12,7 @@
 //! removes half of the table, so a mutation costs amortised O(1), however many files a
 //! run creates.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 /// Capacity of the change-counter table.
 const CHANGE_TABLE_CAP: usize = 65536;

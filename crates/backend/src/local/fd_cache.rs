@@ -1,19 +1,23 @@
 //! Bounded caches of open descriptors (`O_PATH` and read-write), sized to the process's
 //! descriptor limit, so that hot keys are not reopened on every call.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
-use crate::FileKey;
+use crate::{FileKey, FileType};
 
 /// Capacity of the `O_PATH` descriptor cache.
 const PATH_CACHE_CAP: usize = 4096;
 /// Capacity of the read-write descriptor cache.
 const RW_CACHE_CAP: usize = 128;
 
+/// A cached descriptor, when it was last used, and (once known) its object's type and
+/// fileid, which never change while the object lives.
+type Entry = (Arc<OwnedFd>, u64, Option<(FileType, u64)>);
+
 pub(super) struct FdCache {
-    map: HashMap<FileKey, (Arc<OwnedFd>, u64)>,
+    map: HashMap<FileKey, Entry>,
     tick: u64,
     cap: usize,
 }
@@ -30,22 +34,39 @@ impl FdCache {
     pub(super) fn get(&mut self, key: &FileKey) -> Option<Arc<OwnedFd>> {
         self.tick += 1;
         let tick = self.tick;
-        self.map.get_mut(key).map(|(fd, t)| {
+        self.map.get_mut(key).map(|(fd, t, _)| {
             *t = tick;
             fd.clone()
         })
     }
 
+    /// The type and fileid of `key`'s object, if its entry has them.
+    pub(super) fn identity(&mut self, key: &FileKey) -> Option<(FileType, u64)> {
+        self.tick += 1;
+        let tick = self.tick;
+        let (_, t, identity) = self.map.get_mut(key)?;
+        *t = tick;
+        *identity
+    }
+
+    /// Records the type and fileid of `key`'s object, read through the descriptor
+    /// cached for it (nothing happens if that entry has gone meanwhile).
+    pub(super) fn set_identity(&mut self, key: &FileKey, identity: (FileType, u64)) {
+        if let Some(e) = self.map.get_mut(key) {
+            e.2 = Some(identity);
+        }
+    }
+
     pub(super) fn insert(&mut self, key: FileKey, fd: Arc<OwnedFd>) {
         if self.map.len() >= self.cap && !self.map.contains_key(&key) {
             // Drop the least recently used eighth in one go (amortized O(1) per insert).
-            let mut ticks: Vec<u64> = self.map.values().map(|&(_, t)| t).collect();
+            let mut ticks: Vec<u64> = self.map.values().map(|&(_, t, _)| t).collect();
             let k = (self.cap / 8).max(1).min(ticks.len() - 1);
             let (_, &mut cut, _) = ticks.select_nth_unstable(k);
-            self.map.retain(|_, (_, t)| *t > cut);
+            self.map.retain(|_, (_, t, _)| *t > cut);
         }
         self.tick += 1;
-        self.map.insert(key, (fd, self.tick));
+        self.map.insert(key, (fd, self.tick, None));
     }
 
     /// Drops the least recently used half.
@@ -53,14 +74,14 @@ impl FdCache {
         if self.map.is_empty() {
             return;
         }
-        let mut ticks: Vec<u64> = self.map.values().map(|&(_, t)| t).collect();
+        let mut ticks: Vec<u64> = self.map.values().map(|&(_, t, _)| t).collect();
         let k = ticks.len() / 2;
         let (_, &mut cut, _) = ticks.select_nth_unstable(k);
-        self.map.retain(|_, (_, t)| *t > cut);
+        self.map.retain(|_, (_, t, _)| *t > cut);
     }
 
     pub(super) fn remove(&mut self, key: &FileKey) -> Option<Arc<OwnedFd>> {
-        self.map.remove(key).map(|(fd, _)| fd)
+        self.map.remove(key).map(|(fd, _, _)| fd)
     }
 }
 

@@ -63,7 +63,7 @@ mod readdir;
 mod table_mode;
 mod v42;
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -7,7 +7,9 @@
 //! threads, and one thread may interleave several COMPOUNDs.
 
 use std::collections::hash_map::Entry;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
+
+use foldhash::{HashMap, HashMapExt};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 

@@ -16,7 +16,7 @@
 //! ([`Conflict`]), rolls back and the client retries after NFS4ERR_DELAY. Every wait is
 //! bounded.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};

@@ -2,7 +2,7 @@
 
 use crate::cstate::Compound;
 use crate::errors::status_from_u32;
-use crate::errors::OpResult;
+use crate::errors::{OpError, OpResult};
 use crate::fh::{Fh, ObjFh};
 use crate::nfs::*;
 use crate::ops::attr::{require, R, W, X};
@@ -58,6 +58,27 @@ pub(crate) fn check_io_access(
     if stateid_from_wire(sid).is_special() {
         require(attrs, &c.creds, if write { W } else { R })?;
     }
+    Ok(())
+}
+
+/// The checks before a READ or WRITE (`write`) of `o` with the wire stateid `wire`: the
+/// object must be a regular file, and its state (with a special stateid, the caller's
+/// permissions too) must allow the I/O. Under an open, lock or delegation stateid the
+/// file's type and fileid are all it takes, and the backend may know them without an
+/// `fstat` (one per 4 KiB READ was about 5 % of the server's CPU).
+fn io_allowed(c: &Compound, o: &ObjFh, wire: &stateid4, write: bool) -> Result<(), OpError> {
+    let sid = c.resolve_sid(wire);
+    if matches!(&sid, Ok(s) if !stateid_from_wire(s).is_special()) {
+        let (ftype, fileid) = o.export.backend.identity(c.scope.ctx(), &o.key)?;
+        io_type_check(ftype)?;
+        let file = c.srv.state_file_id(&o.export, fileid);
+        c.srv
+            .check_io(c.now, c.client, &sid?, file, write, c.waited)?;
+        return Ok(());
+    }
+    let attrs = o.export.backend.getattr(c.scope.ctx(), &o.key)?;
+    io_type_check(attrs.ftype)?;
+    check_io_access(c, o, &sid?, &attrs, write)?;
     Ok(())
 }
 
@@ -348,10 +369,7 @@ pub fn close(c: &mut Compound, a: &CLOSE4args) -> OpResult {
 
 pub fn read(c: &mut Compound, a: &READ4args) -> OpResult {
     let o = c.cobj().map_err(|_| nfsstat4::NFS4ERR_ISDIR)?.clone();
-    let attrs = o.export.backend.getattr(c.scope.ctx(), &o.key)?;
-    io_type_check(attrs.ftype)?;
-    let sid = c.resolve_sid(&a.stateid)?;
-    check_io_access(c, &o, &sid, &attrs, false)?;
+    io_allowed(c, &o, &a.stateid, false)?;
     // Fit the data into what is left of the reply (eof + length + padding overhead).
     let room = c.reply_left.saturating_sub(16) as u32;
     let count = a.count.min(c.srv.cfg.max_io_size).min(room);
@@ -386,12 +404,7 @@ pub fn write(c: &mut Compound, a: WRITE4args) -> OpResult {
     if a.offset.checked_add(data.len() as u64).is_none() {
         return Err(nfsstat4::NFS4ERR_FBIG.into());
     }
-    let sid = c.resolve_sid(&a.stateid)?;
-    // Only a stateid check needs the fileid; avoid the stat for the common case
-    // of a regular open stateid by asking the backend once.
-    let attrs = o.export.backend.getattr(c.scope.ctx(), &o.key)?;
-    io_type_check(attrs.ftype)?;
-    check_io_access(c, &o, &sid, &attrs, true)?;
+    io_allowed(c, &o, &a.stateid, true)?;
     let sync = a.stable != stable_how4::UNSTABLE4;
     let cx = c.scope.ctx_for(&o.export, &c.creds, c.client)?;
     {

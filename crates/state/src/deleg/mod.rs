@@ -12,7 +12,9 @@ mod check;
 pub mod dir;
 pub mod policy;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
+
+use foldhash::{HashMap, HashMapExt};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;

@@ -54,7 +54,9 @@ mod nlm;
 pub use nlm::{is_nlm_client, nlm_client};
 mod v40;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
+
+use foldhash::{HashMap, HashMapExt};
 
 use crate::range::Range;
 use crate::types::*;
