@@ -89,6 +89,18 @@ impl InFlightBudget {
         Some(Charge(permit))
     }
 
+    /// Reserve `bytes` if they are free now. A queued [`InFlightBudget::reserve`] gets
+    /// permits given back before they are free again, so this never overtakes one.
+    pub(crate) fn try_reserve(&self, bytes: usize) -> Option<Charge> {
+        let permit = self
+            .sem
+            .clone()
+            .try_acquire_many_owned(self.units_for(bytes))
+            .ok()?;
+        self.note_peak();
+        Some(Charge(permit))
+    }
+
     /// Make `charge` cover `bytes`: give back what it holds beyond them, or take the
     /// difference if it is free right now. `None` when the difference is not free:
     /// the charge has been given back, and the caller must [`InFlightBudget::reserve`]

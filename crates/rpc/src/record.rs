@@ -245,12 +245,23 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
                     } else {
                         self.max
                     };
-                    let budget = budget.clone();
-                    let wait = self
-                        .reserving
-                        .get_or_insert_with(|| Box::pin(budget.reserve(want)));
-                    self.charge = wait.as_mut().await;
-                    self.reserving = None;
+                    // Free now (the usual case): no wait to allocate and keep.
+                    let now = match self.reserving {
+                        None => budget.try_reserve(want),
+                        Some(_) => None,
+                    };
+                    self.charge = match now {
+                        Some(charge) => Some(charge),
+                        None => {
+                            let budget = budget.clone();
+                            let wait = self
+                                .reserving
+                                .get_or_insert_with(|| Box::pin(budget.reserve(want)));
+                            let charge = wait.as_mut().await;
+                            self.reserving = None;
+                            charge
+                        }
+                    };
                 }
                 self.reserved = true;
             }

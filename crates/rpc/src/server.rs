@@ -13,7 +13,7 @@ use bytes::Bytes;
 use std::pin::Pin;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore, TryAcquireError};
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
@@ -1045,12 +1045,16 @@ impl<S: RpcService> Connection<S> {
                 }
             };
             // One slot per call (or transport-generated reply) until its reply is written.
-            let permit = tokio::select! {
-                biased;
-                _ = &mut stopping => break,
-                p = slots.clone().acquire_owned() => match p {
-                    Ok(p) => p,
-                    Err(_) => break,
+            let permit = match slots.clone().try_acquire_owned() {
+                Ok(p) => p,
+                Err(TryAcquireError::Closed) => break,
+                Err(TryAcquireError::NoPermits) => tokio::select! {
+                    biased;
+                    _ = &mut stopping => break,
+                    p = slots.clone().acquire_owned() => match p {
+                        Ok(p) => p,
+                        Err(_) => break,
+                    },
                 },
             };
             let mut sender = ReplySender {

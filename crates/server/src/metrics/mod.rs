@@ -185,16 +185,25 @@ impl Metrics {
     }
 
     pub fn read(&self, export: u16, bytes: usize) {
-        if let Some(e) = self.export_io(export) {
+        self.with_export_io(export, |e| {
             e.reads.fetch_add(1, Ordering::Relaxed);
             e.read_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
-        }
+        });
     }
 
     pub fn wrote(&self, export: u16, bytes: usize) {
-        if let Some(e) = self.export_io(export) {
+        self.with_export_io(export, |e| {
             e.writes.fetch_add(1, Ordering::Relaxed);
             e.write_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        });
+    }
+
+    /// Counts on export `id`'s counters under the map's read lock: no `Arc` to clone
+    /// and drop per READ or WRITE.
+    fn with_export_io(&self, id: u16, count: impl FnOnce(&ExportIo)) {
+        let exports = self.exports.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = exports.get(&id) {
+            count(e);
         }
     }
 
