@@ -12,8 +12,8 @@
 //!
 //! Ops that never wait on storage run inline, also in a long COMPOUND (a client's batch
 //! of small READs) up to 256 ops and 256 KiB of I/O; a longer one, or a long one with
-//! any op that may wait, runs on the pool. Large I/O, COMMIT and truncation always go
-//! to the pool. Namespace changes (OPEN with create, CREATE, REMOVE, RENAME, LINK) are in
+//! any op that may wait, runs on the pool. Large stable WRITEs and a SETATTR that
+//! truncates always go to the pool. Namespace changes (OPEN with create, CREATE, REMOVE, RENAME, LINK) are in
 //! between: on a healthy file system each is one syscall of a few tens of µs, cheaper to
 //! run inline than to hand off, but some file systems make them slow at times — ext4
 //! without a journal scans every recently deleted inode when it allocates one, a create
@@ -44,7 +44,10 @@
 //! moving mean up to [`SLOW_SYNC`]), and namespace changes are quick too (such a WRITE
 //! often follows an OPEN that creates). Otherwise it goes to the pool, so that the
 //! syncs of concurrent writers still overlap there. It blocks the worker plainly:
-//! `block_in_place` around it was measured slower than the pool.
+//! `block_in_place` around it was measured slower than the pool. A COMMIT is placed the
+//! same way (ADR 0059 addendum): it syncs whatever the file has unwritten, which for a
+//! client that writes one call at a time is one small file's data; a long one raises
+//! the mean and sends the next ones to the pool, and the bound keeps it to one worker.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -60,11 +63,12 @@ pub enum Blocking {
     No,
     /// Namespace changes: quick unless the file system is having a slow time.
     Metadata,
-    /// A stable WRITE of up to [`INLINE_IO_BYTES`]: one short sync (module documentation).
+    /// A stable WRITE of up to [`INLINE_IO_BYTES`], or a COMMIT: one sync, short for a
+    /// client that writes one call at a time (module documentation).
     Sync,
     /// A READ or unstable WRITE larger than [`INLINE_IO_BYTES`]: inline within a bound.
     LargeIo,
-    /// May wait on the disk (fsync, large I/O, truncation) or is rare and heavy.
+    /// May wait on the disk (large stable writes, truncation) or is rare and heavy.
     Yes,
 }
 

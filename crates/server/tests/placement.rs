@@ -148,9 +148,9 @@ fn a_batch_of_small_reads_runs_inline() {
     assert_eq!(placed(with_getattr), Blocking::No);
 }
 
-/// A short COMPOUND whose only wait is the sync of a small stable WRITE is a short sync
-/// (ADR 0059: inline when alone on its connection and syncs are quick); a large stable
-/// WRITE, or a long COMPOUND with one, goes to the pool as before.
+/// A short COMPOUND whose only wait is the sync of a small stable WRITE, or a COMMIT, is
+/// a short sync (ADR 0059: inline when alone on its connection and syncs are quick); a
+/// large stable WRITE, or a long COMPOUND with one, goes to the pool as before.
 #[test]
 fn a_small_stable_write_is_a_short_sync() {
     use bytes::Bytes;
@@ -175,6 +175,18 @@ fn a_small_stable_write_is_a_short_sync() {
     assert_eq!(placed(writes(2, 64 << 10, DATA_SYNC4)), Blocking::Sync);
     assert_eq!(placed(writes(1, (64 << 10) + 1, FILE_SYNC4)), Blocking::Yes);
     assert_eq!(placed(writes(8, 4096, FILE_SYNC4)), Blocking::Yes, "17 ops");
+    // A COMMIT is one sync of what the file has unwritten (ADR 0059 addendum).
+    let commit = nfs_argop4::OP_COMMIT(COMMIT4args {
+        offset: 0,
+        count: 0,
+    });
+    let mut put_commit = vec![sequence([0; 16], 0, 1, false)];
+    put_commit.push(nfs_argop4::OP_PUTFH(PUTFH4args { object: fh.clone() }));
+    put_commit.push(commit.clone());
+    assert_eq!(placed(put_commit), Blocking::Sync);
+    let mut write_commit = writes(1, 4096, UNSTABLE4);
+    write_commit.push(commit);
+    assert_eq!(placed(write_commit), Blocking::Sync);
 }
 
 /// An OPEN that would truncate an existing non-empty file (UNCHECKED with a size, what

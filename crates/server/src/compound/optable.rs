@@ -254,7 +254,7 @@ static TABLE: [OpEntry; 73] = [
         .sid(Clears),
     e(OP_COMMIT)
         .run(handler!(OP_COMMIT(a) => |c, a| file::commit(c, &a)))
-        .blocks(Always),
+        .blocks(When(|_| Blocking::Sync)),
     e(OP_CREATE)
         .run(handler!(OP_CREATE(a) => dir::create))
         .blocks(Metadata)
@@ -542,7 +542,7 @@ mod tests {
         for op in [OP_CREATE, OP_REMOVE, OP_RENAME, OP_LINK] {
             assert_eq!(entry(op).unwrap().may_block(&A::OP_GETFH), Metadata);
         }
-        assert_eq!(entry(OP_COMMIT).unwrap().may_block(&A::OP_GETFH), Yes);
+        assert_eq!(entry(OP_COMMIT).unwrap().may_block(&A::OP_GETFH), Sync);
         // Copying data blocks; an op answered NOTSUPP does not.
         assert_eq!(entry(OP_COPY).unwrap().may_block(&A::OP_GETFH), Yes);
         assert_eq!(entry(OP_LAYOUTGET).unwrap().may_block(&A::OP_GETFH), No);

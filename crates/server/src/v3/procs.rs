@@ -236,7 +236,7 @@ pub static PROCS: [Proc3; 22] = [
     row!("FSSTAT", fs::fsstat3, cached: false, No),
     row!("FSINFO", fs::fsinfo3, cached: false, No),
     row!("PATHCONF", fs::pathconf3, cached: false, No),
-    row!("COMMIT", file::commit3, cached: false, Yes),
+    row!("COMMIT", file::commit3, cached: false, Sync),
 ];
 
 /// The row of procedure `proc_num`, if v3 has one.
@@ -320,6 +320,7 @@ mod tests {
         assert_eq!(at(7, write(stable_how::UNSTABLE, 4096)), Blocking::No);
         assert_eq!(at(7, write(stable_how::FILE_SYNC, 4096)), Blocking::Sync);
         assert_eq!(at(7, write(stable_how::DATA_SYNC, 4096)), Blocking::Sync);
+        assert_eq!(at(21, Bytes::new()), Blocking::Sync, "COMMIT");
         assert_eq!(
             at(7, write(stable_how::FILE_SYNC, 128 << 10)),
             Blocking::Yes
