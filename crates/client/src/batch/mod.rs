@@ -178,9 +178,9 @@ struct Window {
 
 /// A value alone on its cache lines (128 bytes: two lines, as the adjacent-line
 /// prefetcher pairs them). Every call of the dynamic mode adds to `work` and
-/// `in_flight_ns` and reads `level` and `revise_at`; on shared lines each add made the
-/// other core's next read miss. At 64 callers that cost dynamic batching 10-17 % of
-/// static batching's throughput at the same level (ADR 0044 addendum).
+/// `in_flight_ns` and reads `level` and `revise_at`; on shared lines an add on one core
+/// made the other core's next read miss. At 64 callers apart they moved about 6 % more
+/// (median of six runs; ADR 0044 addendum).
 #[repr(align(128))]
 struct Padded<T>(T);
 
