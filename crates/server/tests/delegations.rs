@@ -807,29 +807,44 @@ fn open_then_getattr(b: &Holder) -> Vec<Vec<nfs_argop4>> {
     ]
 }
 
+/// `f` read-delegated to a holder that no longer answers recalls, and a second client
+/// (its sequence id advanced past its setup) about to open `f`; the session that wrote
+/// `f` stays open with them.
+async fn silent_holder_and_opener() -> (TestServer, (Session, Holder), Holder) {
+    let (srv, o, mut a, _, _, _) = holder_of_f(LONG_WAIT_MS, READ).await;
+    a.p.answer = false;
+    let mut b = Holder::new(&srv, b"holder-b").await;
+    b.seq += 1;
+    (srv, (o, a), b)
+}
+
+/// The OPEN of `open_then_getattr` got DELAY and the GETATTR its answer, one held
+/// request gave way and nothing was revoked; how long each took.
+fn gave_way_once(srv: &TestServer, replies: &[(COMPOUND4res, Duration)]) -> (Duration, Duration) {
+    let (open, open_took) = &replies[0];
+    let (getattr, getattr_took) = &replies[1];
+    assert_eq!(open.status, nfsstat4::NFS4ERR_DELAY, "{:?}", open.resarray);
+    assert_eq!(getattr.status, nfsstat4::NFS4_OK, "{:?}", getattr.resarray);
+    let s = srv.server.core().unwrap().delegations().stats();
+    assert_eq!((s.held_gave_way, s.revoked), (1, 0), "{s:?}");
+    (*open_took, *getattr_took)
+}
+
 /// A request held on its connection's reader keeps the calls behind it unread: when the
 /// connection had other calls lately it gives way after a short wait (NFS4ERR_DELAY,
 /// nothing revoked) instead of holding them for the whole recall wait of a silent
 /// holder. Two COMPOUNDs written in one go: an OPEN that conflicts, and a GETATTR.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_request_with_calls_behind_it_gives_way() {
-    let (srv, _o, mut a, _, _, _) = holder_of_f(LONG_WAIT_MS, READ).await;
-    a.p.answer = false;
-    let mut b = Holder::new(&srv, b"holder-b").await;
-    b.seq += 1;
+    let (srv, a, mut b) = silent_holder_and_opener().await;
     let replies =
         b.p.compounds_pipelined(open_then_getattr(&b), Duration::from_secs(15))
             .await;
-    let (open, open_took) = &replies[0];
-    let (getattr, getattr_took) = &replies[1];
-    assert_eq!(open.status, nfsstat4::NFS4ERR_DELAY, "{:?}", open.resarray);
-    assert_eq!(getattr.status, nfsstat4::NFS4_OK, "{:?}", getattr.resarray);
+    let (open_took, getattr_took) = gave_way_once(&srv, &replies);
     assert!(
-        *open_took < Duration::from_secs(2) && *getattr_took < Duration::from_secs(2),
+        open_took < Duration::from_secs(2) && getattr_took < Duration::from_secs(2),
         "answered after {open_took:?} and {getattr_took:?}"
     );
-    let s = srv.server.core().unwrap().delegations().stats();
-    assert_eq!((s.held_gave_way, s.revoked), (1, 0), "{s:?}");
     drop(a);
 }
 
@@ -839,24 +854,16 @@ async fn a_held_request_with_calls_behind_it_gives_way() {
 /// were answered after the whole 10 s wait, and the delegation was revoked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_request_gives_way_to_a_call_that_arrives_behind_it() {
-    let (srv, _o, mut a, _, _, _) = holder_of_f(LONG_WAIT_MS, READ).await;
-    a.p.answer = false;
-    let mut b = Holder::new(&srv, b"holder-b").await;
-    b.seq += 1;
+    let (srv, a, mut b) = silent_holder_and_opener().await;
     let gap = Duration::from_millis(200);
     let replies =
         b.p.compounds_spaced(open_then_getattr(&b), gap, Duration::from_secs(15))
             .await;
-    let (open, open_took) = &replies[0];
-    let (getattr, getattr_took) = &replies[1];
-    assert_eq!(open.status, nfsstat4::NFS4ERR_DELAY, "{:?}", open.resarray);
-    assert_eq!(getattr.status, nfsstat4::NFS4_OK, "{:?}", getattr.resarray);
+    let (open_took, getattr_took) = gave_way_once(&srv, &replies);
     assert!(
-        *open_took >= gap && *getattr_took < gap + Duration::from_secs(1),
+        open_took >= gap && getattr_took < gap + Duration::from_secs(1),
         "the OPEN answered after {open_took:?} (it waited alone first), the GETATTR \
          after {getattr_took:?}"
     );
-    let s = srv.server.core().unwrap().delegations().stats();
-    assert_eq!((s.held_gave_way, s.revoked), (1, 0), "{s:?}");
     drop(a);
 }
