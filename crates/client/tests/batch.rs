@@ -196,6 +196,10 @@ async fn dynamic_batching_keeps_every_result_right() {
     let b = client.batch_stats().expect("on");
     assert!((1..=64).contains(&b.level), "{b:?}");
     assert!(rounds > 10, "only {rounds} rounds");
+    // Every request completed was counted by the level's measure, the batched ones
+    // once per message by their batch's sender.
+    assert!(b.messages > 0, "nothing was batched: {b:?}");
+    assert_eq!(b.measured, (rounds * FILES) as u64, "{b:?}");
 }
 
 /// One READ of `f` whole through `client`.

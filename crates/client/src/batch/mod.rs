@@ -103,6 +103,8 @@ pub struct BatchStats {
     pub resent: u64,
     /// Times the controller changed the level.
     pub level_changes: u64,
+    /// Requests the dynamic level's measure counted (none in static mode).
+    pub measured: u64,
 }
 
 /// Whether `c` may share a COMPOUND with other callers' requests: it starts with PUTFH,
@@ -177,10 +179,11 @@ struct Window {
 }
 
 /// A value alone on its cache lines (128 bytes: two lines, as the adjacent-line
-/// prefetcher pairs them). Every call of the dynamic mode adds to `work` and
-/// `in_flight_ns` and reads `level` and `revise_at`; on shared lines an add on one core
-/// made the other core's next read miss. At 64 callers apart they moved about 6 % more
-/// (median of six runs; ADR 0044 addendum).
+/// prefetcher pairs them). Every call reads `level`; in the dynamic mode every message
+/// (every call at level 1) adds to the `measure` and reads `revise_at`. On
+/// shared lines an add on one core made the other core's next read miss: at 64 callers,
+/// when each call still added, apart they moved about 6 % more (median of six runs;
+/// ADR 0044 addendum).
 #[repr(align(128))]
 struct Padded<T>(T);
 
@@ -191,16 +194,26 @@ impl<T> std::ops::Deref for Padded<T> {
     }
 }
 
+/// What the interval measured so far, counted without a lock by each batch's sender
+/// (`send_batch`; by each call at level 1). Written together, so on one line.
+#[derive(Default)]
+struct Measure {
+    /// Payload bytes plus one per request completed (so a run without data still
+    /// measures something, in the same unit every interval).
+    work: AtomicU64,
+    /// The requests' summed time in flight, whose ratio to the interval is the mean
+    /// number outstanding (Little).
+    in_flight_ns: AtomicU64,
+    /// Requests counted since the start (for [`BatchStats::measured`]). A part sent
+    /// again alone after its batch's sender gave up (`received`) is not counted.
+    requests: AtomicU64,
+}
+
 pub(crate) struct Batcher {
     cfg: BatchConfig,
     level: Padded<AtomicU32>,
     window: Mutex<Window>,
-    /// What the interval measured so far, counted by each call without a lock: payload
-    /// bytes plus one per request completed (so a run without data still measures
-    /// something, in the same unit every interval), and the calls' summed time in
-    /// flight, whose ratio to the interval is the mean number outstanding (Little).
-    work: Padded<AtomicU64>,
-    in_flight_ns: Padded<AtomicU64>,
+    measure: Padded<Measure>,
     /// When the next interval ends, in nanoseconds since `origin`.
     revise_at: Padded<AtomicU64>,
     origin: Instant,
@@ -235,8 +248,7 @@ impl Batcher {
                 controller: Controller::new(cfg.settings),
                 started: now,
             }),
-            work: Padded(AtomicU64::new(0)),
-            in_flight_ns: Padded(AtomicU64::new(0)),
+            measure: Padded(Measure::default()),
             revise_at: Padded(AtomicU64::new(nanos(
                 cfg.settings.start_interval.min(cfg.settings.interval),
             ))),
@@ -260,6 +272,7 @@ impl Batcher {
             requests: self.requests.load(Ordering::Relaxed),
             resent: self.resent.load(Ordering::Relaxed),
             level_changes: self.level_changes.load(Ordering::Relaxed),
+            measured: self.measure.requests.load(Ordering::Relaxed),
         }
     }
 
@@ -273,24 +286,37 @@ impl Batcher {
 
     /// Send `c` (batchable) in a batch, or alone at level 1.
     pub(crate) async fn call(&self, client: &Client, c: &Compound) -> Result<Reply, ClientError> {
+        if self.level() > 1 {
+            // Counted by the batch's sender, once per message (`send_batch`).
+            return self.join(client, c).await;
+        }
         // Only the dynamic level needs each call's time in flight (static counts nothing).
-        let start = (self.cfg.mode == BatchMode::Dynamic).then(Instant::now);
-        let r = if self.level() <= 1 {
-            client.send_alone(c).await
-        } else {
-            self.join(client, c).await
-        };
+        let start = self.dynamic().then(Instant::now);
+        let r = client.send_alone(c).await;
         if let Some(start) = start {
-            let end = Instant::now();
-            self.in_flight_ns
-                .fetch_add(nanos(end - start), Ordering::Relaxed);
-            if let Ok(reply) = &r {
-                self.work
-                    .fetch_add(payload(c, reply) + 1, Ordering::Relaxed);
-            }
-            self.revise(end);
+            self.count(start, c, &r, Instant::now());
         }
         r
+    }
+
+    fn dynamic(&self) -> bool {
+        self.cfg.mode == BatchMode::Dynamic
+    }
+
+    /// Add one request to the interval's measure: its payload and its time in flight
+    /// (from `since`, when its caller asked, to `now`), and end the interval if due.
+    fn count(&self, since: Instant, c: &Compound, r: &Result<Reply, ClientError>, now: Instant) {
+        let work = r.as_ref().map_or(0, |reply| payload(c, reply) + 1);
+        self.add(1, nanos(now - since), work, now);
+    }
+
+    /// Add `requests` requests, their summed time in flight and their work.
+    fn add(&self, requests: u64, in_flight_ns: u64, work: u64, now: Instant) {
+        let m = &self.measure;
+        m.in_flight_ns.fetch_add(in_flight_ns, Ordering::Relaxed);
+        m.work.fetch_add(work, Ordering::Relaxed);
+        m.requests.fetch_add(requests, Ordering::Relaxed);
+        self.revise(now);
     }
 
     /// Put `c` in the batch being filled (or start one) and wait for its reply.
@@ -421,8 +447,8 @@ impl Batcher {
         let mut w = self.window();
         let secs = now.duration_since(w.started).as_secs_f64();
         w.started = now;
-        let work = self.work.swap(0, Ordering::Relaxed) as f64;
-        let outstanding = self.in_flight_ns.swap(0, Ordering::Relaxed) as f64 / 1e9 / secs;
+        let work = self.measure.work.swap(0, Ordering::Relaxed) as f64;
+        let outstanding = self.measure.in_flight_ns.swap(0, Ordering::Relaxed) as f64 / 1e9 / secs;
         let level = w.controller.on_interval(work / secs, outstanding);
         let next = t.saturating_add(nanos(w.controller.interval()));
         drop(w);
@@ -522,9 +548,16 @@ async fn send_batch(client: Client, parts: Vec<Pending>) {
         .map(|p| (crate::optimes::request_type(&p.ops.ops), now - p.since))
         .collect();
     client.inner.op_times.batched(&waits);
+    // The dynamic level's measure is counted here, once per message for all its parts,
+    // not by each caller: at 64 callers the per-call adds to two shared counters cost
+    // the client more than the batching saved (ADR 0044 addendum).
+    let batcher = client.batcher().filter(|b| b.dynamic());
     if parts.len() == 1 {
         for p in parts {
             let r = client.send_alone(&p.ops).await;
+            if let Some(b) = batcher {
+                b.count(p.since, &p.ops, &r, Instant::now());
+            }
             let _ = p.reply.send(r);
         }
         return;
@@ -541,9 +574,30 @@ async fn send_batch(client: Client, parts: Vec<Pending>) {
     }
     let reply = client.send_alone(&all).await.ok();
     let mut at = 0;
-    for p in parts {
-        let n = p.ops.len();
-        match reply.as_ref().and_then(|r| part_reply(r, at, n)) {
+    let answered: Vec<_> = parts
+        .into_iter()
+        .map(|p| {
+            let n = p.ops.len();
+            at += n;
+            let r = reply.as_ref().and_then(|r| part_reply(r, at - n, n));
+            (p, r)
+        })
+        .collect();
+    if let Some(b) = batcher {
+        // Counted before any caller wakes, so a caller sees its own request counted.
+        let now = Instant::now();
+        let (mut counted, mut in_flight_ns, mut work) = (0u64, 0u64, 0u64);
+        for (p, r) in &answered {
+            if let Some(r) = r {
+                counted += 1;
+                in_flight_ns = in_flight_ns.saturating_add(nanos(now - p.since));
+                work += payload(&p.ops, r) + 1;
+            }
+        }
+        b.add(counted, in_flight_ns, work, now);
+    }
+    for (p, r) in answered {
+        match r {
             Some(r) => {
                 let _ = p.reply.send(Ok(r));
             }
@@ -554,11 +608,13 @@ async fn send_batch(client: Client, parts: Vec<Pending>) {
                 let c = client.clone();
                 tokio::spawn(async move {
                     let r = c.send_alone(&p.ops).await;
+                    if let Some(b) = c.batcher().filter(|b| b.dynamic()) {
+                        b.count(p.since, &p.ops, &r, Instant::now());
+                    }
                     let _ = p.reply.send(r);
                 });
             }
         }
-        at += n;
     }
 }
 
@@ -588,8 +644,8 @@ mod tests {
         Bytes::from(vec![n; 16])
     }
 
-    /// What every call of the dynamic mode writes (`work`, `in_flight_ns`) and what it
-    /// reads (`level`, `revise_at`) sit on cache lines of their own: no two of them
+    /// What the dynamic mode writes per message (the `measure`) and what it reads
+    /// (`level`, `revise_at`) sit on cache lines of their own: no two of them
     /// within 128 bytes of each other, nor of the batch being filled.
     #[test]
     fn the_counters_every_call_touches_share_no_cache_line() {
@@ -601,8 +657,7 @@ mod tests {
         let at = |p: *const u8| p as usize;
         let hot = [
             at((&*b.level as *const AtomicU32).cast()),
-            at((&*b.work as *const AtomicU64).cast()),
-            at((&*b.in_flight_ns as *const AtomicU64).cast()),
+            at((&*b.measure as *const Measure).cast()),
             at((&*b.revise_at as *const AtomicU64).cast()),
             at((&b.forming as *const Mutex<Forming>).cast()),
         ];
