@@ -312,11 +312,11 @@ fn with_a_noise_factor_only_less_load_applies_the_fall_rule() {
     assert_eq!(c.on_interval(1500.0, 64.0), 8);
     assert_eq!(c.on_interval(1600.0, 64.0), 16);
     assert_eq!(
-        c.on_interval(1000.0, 64.0),
+        c.on_interval(1400.0, 64.0),
         8,
         "the climb keeps its best, 8"
     );
-    // -25 % at the same 64 outstanding: noise to this rule, the level holds.
+    // -28 % at the same 64 outstanding: noise to this rule, the level holds.
     assert_eq!(c.on_interval(1150.0, 64.0), 8);
     // -25 % again with a quarter of the requests outstanding: ⌊(1 + 8) / 2⌋.
     assert_eq!(c.on_interval(860.0, 16.0), 4);
@@ -488,4 +488,67 @@ fn a_later_probe_halves_a_level_the_start_left_too_high() {
         at_one >= 10,
         "{at_one} of 30 intervals at level 1: {seen:?}"
     );
+}
+
+/// The start on a machine as noisy as this one, where one 100 ms interval differs from
+/// the next by 10-25 % (the client and the server share two cores): 64 callers whose
+/// throughput peaks at level 8, with 4 at 0.79 of it, 16 at 0.94 and 32 at 0.67 (the
+/// shape measured in stop 32). Judged with its neighbours' intervals, the climb keeps 8
+/// more often, and never a level that loses a fifth.
+#[test]
+fn the_first_climb_is_not_won_by_one_lucky_interval() {
+    let curve = |level: u32| {
+        1e9 * match level {
+            0..=1 => 0.37,
+            2..=3 => 0.5,
+            4..=7 => 0.79,
+            8..=15 => 1.0,
+            16..=31 => 0.94,
+            32..=63 => 0.67,
+            _ => 0.45,
+        }
+    };
+    let settings = ControllerSettings::default();
+    let mut kept = Vec::new();
+    for first in 1..=40u64 {
+        let mut seed = first;
+        let mut c = Controller::new(settings);
+        let mut level = 1;
+        for _ in 0..20 {
+            level = c.on_interval(curve(level) * noise(&mut seed, 0.2), 56.0);
+            if c.interval() == settings.interval {
+                break;
+            }
+        }
+        assert_eq!(
+            c.interval(),
+            settings.interval,
+            "seed {first}: the start ended"
+        );
+        kept.push(level);
+    }
+    let at_best = kept.iter().filter(|l| (8..16).contains(*l)).count();
+    // Judged alone: 26 (16 in twelve seeds, 4 in two); with the neighbours: 31 (16 in
+    // the others, never 4 or 32).
+    assert!(at_best >= 30, "{at_best} of 40 seeds kept 8: {kept:?}");
+    assert!(
+        kept.iter().all(|l| (8..32).contains(l)),
+        "a level below 8 or from 32: {kept:?}"
+    );
+}
+
+/// The first interval starts with the client, before its callers do: a low one is no
+/// noise, and does not lower level 1's mean.
+#[test]
+fn the_first_interval_is_neither_noise_nor_level_ones_mean() {
+    let mut c = Controller::new(ControllerSettings::default());
+    assert_eq!(c.on_interval(300.0, 64.0), 1);
+    for _ in 1..c.settings().first_probe_after {
+        assert_eq!(c.on_interval(1000.0, 64.0), 1);
+    }
+    assert_eq!(c.on_interval(1000.0, 64.0), 2, "the climb starts");
+    assert_eq!(c.threshold(), 0.03, "no noise was measured");
+    // The climb's base is 1000: +2 % at level 2 does not beat it.
+    assert_eq!(c.on_interval(1020.0, 64.0), 4);
+    assert_eq!(c.on_interval(900.0, 64.0), 1, "back to level 1");
 }
