@@ -19,12 +19,14 @@
 //! any batching, as much as the seed's 3 % threshold):
 //! - **Start.** Nothing moves the level off 1 under the seed's rules but a probe, ten
 //!   intervals in, by one. Here the first `first_probe_after` (4) intervals after the
-//!   reference only measure the noise, then the first probe climbs: level 2, then 4,
-//!   8, ... (not above the outstanding count or `max_level`) until a level loses
-//!   against the best one before it by more than the threshold, and keeps the best
-//!   level measured if it beat level 1 by the threshold. (Until stop 26 it tried the rise rule's level, 33 with 64
-//!   outstanding, and halved while that lost, keeping the first level that won: with
-//!   64 callers it kept 33, where 16 moved twice as much.) Until that first probe has ended the intervals last
+//!   reference (the first interval, which began with the client) only measure the
+//!   noise, then the first probe climbs: level 2, then 4, 8, ... (not above the
+//!   outstanding count or `max_level`) until a level loses against the best one before
+//!   it by more than the threshold, and keeps the best level, each judged with its
+//!   neighbours' intervals (`first_choice`), if it beat level 1 by the threshold.
+//!   (Until stop 26 it tried the rise rule's level, 33 with 64 outstanding, and halved
+//!   while that lost, keeping the first level that won: with 64 callers it kept 33,
+//!   where 16 moved twice as much.) Until that first probe has ended the intervals last
 //!   `start_interval` (100 ms; 250 ms until stop 29), then the seed's 1 s: the start
 //!   takes about one second instead of ten.
 //! - **Later probes** climb as well, from twice the level and on while each level

@@ -493,8 +493,8 @@ fn a_later_probe_halves_a_level_the_start_left_too_high() {
 /// The start on a machine as noisy as this one, where one 100 ms interval differs from
 /// the next by 10-25 % (the client and the server share two cores): 64 callers whose
 /// throughput peaks at level 8, with 4 at 0.79 of it, 16 at 0.94 and 32 at 0.67 (the
-/// shape measured in stop 32). Judged with its neighbours' intervals, the climb keeps 8
-/// more often, and never a level that loses a fifth.
+/// shape of one traced run here). Judged with its neighbours' intervals, the climb
+/// keeps 8 more often, and never a level that loses a fifth.
 #[test]
 fn the_first_climb_is_not_won_by_one_lucky_interval() {
     let curve = |level: u32| {
