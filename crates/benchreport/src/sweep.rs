@@ -15,7 +15,7 @@ use crate::servers::{RunningServer, ServerKind, ServerOpts};
 use crate::stats::Summary;
 use crate::sweep_plot::{ci_line_chart, CiLine};
 use txnfs_bench::cli::RunArgs;
-use txnfs_bench::results::{Repeat, Results};
+use txnfs_bench::results::{Repeat, Results, SummaryBlock};
 
 /// Run one workload over a grid of threads, delays and batch modes; write
 /// `sweep.json`, `sweep.md` and SVG line plots with 95 % CI error bars.
@@ -26,7 +26,9 @@ use txnfs_bench::results::{Repeat, Results};
   txnfs bench sweep smallfiles --threads 1,2,4,8,16,32 --delay-ms 10 --batch none -- --slots 16
 
 Every cell is a `txnfs bench run` (arguments after `--` go to each) of --duration
-seconds, repeated --repeat times. Without --target a txnfs server is started on
+seconds, repeated --repeat times: the first repeat of every cell, then the second,
+the batch modes of a point one after another in an order rotated every repeat, so
+that a drift of the machine falls on every mode alike. Without --target a txnfs server is started on
 127.0.0.1 for the sweep and stopped after it (its CPU and context switches are
 sampled). The plots: ops/s and the mean session-slot wait per message against
 threads, one per delay, a line per batch mode.")]
@@ -157,7 +159,8 @@ fn cell_args(
         ("--threads", t.to_string()),
         ("--delay-ms", d.to_string()),
         ("--batch", b.to_string()),
-        ("--repeat", a.repeat.to_string()),
+        // One repeat per run: `main` interleaves the repeats of the cells.
+        ("--repeat", "1".to_string()),
         ("--duration", a.duration.to_string()),
     ] {
         v.push(k.into());
@@ -204,17 +207,53 @@ pub fn main(a: SweepArgs) -> Result<(Sweep, Vec<PathBuf>)> {
         target: target.clone(),
         cells: Vec::new(),
     };
-    for &d in &a.delay_ms {
-        for b in &a.batch {
-            for &t in &a.threads {
-                let args = cell_args(&a, &target, pid, t, d, b);
-                eprintln!("sweep: {} threads, {d} ms, batch {b}", t);
-                let r = RunOnly::try_parse_from(&args)
-                    .map_err(anyhow::Error::from)
-                    .and_then(|mut p| {
-                        p.run.minor = a.minor;
-                        rt.block_on(txnfs_bench::cli::run(&p.run))
+    // Repeat r of every cell runs before repeat r + 1, and the batch modes of one point
+    // run one after another, in an order rotated every repeat: a shared machine drifts
+    // (static:8 moved 243,000 and then 321,000 ops/s within minutes), and a cell's
+    // repeats run back to back would give the drift to whichever mode ran at its time.
+    let mut merged: Vec<Option<Result<Results>>> =
+        (0..a.delay_ms.len() * a.batch.len() * a.threads.len())
+            .map(|_| None)
+            .collect();
+    let at = |di: usize, bi: usize, ti: usize| (di * a.batch.len() + bi) * a.threads.len() + ti;
+    for r in 0..a.repeat {
+        for (di, &d) in a.delay_ms.iter().enumerate() {
+            for (ti, &t) in a.threads.iter().enumerate() {
+                for k in 0..a.batch.len() {
+                    let bi = (k + r) % a.batch.len();
+                    let b = &a.batch[bi];
+                    let args = cell_args(&a, &target, pid, t, d, b);
+                    eprintln!(
+                        "sweep: {t} threads, {d} ms, batch {b}, repeat {} of {}",
+                        r + 1,
+                        a.repeat
+                    );
+                    let one = RunOnly::try_parse_from(&args)
+                        .map_err(anyhow::Error::from)
+                        .and_then(|mut p| {
+                            p.run.minor = a.minor;
+                            rt.block_on(txnfs_bench::cli::run(&p.run))
+                        });
+                    let cell = &mut merged[at(di, bi, ti)];
+                    *cell = Some(match (cell.take(), one) {
+                        (None, one) => one,
+                        (Some(Ok(mut all)), Ok(one)) => {
+                            all.repeats.extend(one.repeats);
+                            all.summary = SummaryBlock::of(&all.repeats);
+                            Ok(all)
+                        }
+                        (Some(Err(e)), _) | (Some(Ok(_)), Err(e)) => Err(e),
                     });
+                }
+            }
+        }
+    }
+    for (di, &d) in a.delay_ms.iter().enumerate() {
+        for (bi, b) in a.batch.iter().enumerate() {
+            for (ti, &t) in a.threads.iter().enumerate() {
+                let r = merged[at(di, bi, ti)]
+                    .take()
+                    .unwrap_or_else(|| Err(anyhow::anyhow!("no repeat ran")));
                 sweep.cells.push(Cell::of(t, d, b, r));
             }
         }

@@ -215,7 +215,7 @@ fn processes_start_through_launch_commands() {
 fn a_tiny_sweep_draws_each_batch_mode_with_error_bars() {
     let Some(server) = txnfs() else { return };
     let out = tempfile::tempdir().unwrap();
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_txnfs-bench"))
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_txnfs-bench"))
         .args(["sweep", "randread", "--target", &server.url()])
         .args(["--server-pid", &server.pid.to_string()])
         .args([
@@ -229,9 +229,29 @@ fn a_tiny_sweep_draws_each_batch_mode_with_error_bars() {
         .args(["--repeat", "2", "--duration", "0.5", "--out"])
         .arg(out.path())
         .args(["--", "--files", "4", "--file-size", "64k"])
-        .status()
+        .output()
         .expect("run txnfs-bench sweep");
-    assert!(status.success(), "{status}");
+    assert!(o.status.success(), "{o:?}");
+    // The repeats interleave, the modes' order rotating: a drift of the machine falls
+    // on both modes alike.
+    let order: Vec<String> = String::from_utf8_lossy(&o.stderr)
+        .lines()
+        .filter_map(|l| l.strip_prefix("sweep: "))
+        .map(String::from)
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "1 threads, 0 ms, batch none, repeat 1 of 2",
+            "1 threads, 0 ms, batch static:2, repeat 1 of 2",
+            "2 threads, 0 ms, batch none, repeat 1 of 2",
+            "2 threads, 0 ms, batch static:2, repeat 1 of 2",
+            "1 threads, 0 ms, batch static:2, repeat 2 of 2",
+            "1 threads, 0 ms, batch none, repeat 2 of 2",
+            "2 threads, 0 ms, batch static:2, repeat 2 of 2",
+            "2 threads, 0 ms, batch none, repeat 2 of 2",
+        ]
+    );
     let v: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.path().join("sweep.json")).unwrap()).unwrap();
     let cells = v["cells"].as_array().unwrap();
