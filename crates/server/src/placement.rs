@@ -13,11 +13,12 @@
 //! Ops that never wait on storage run inline, also in a long COMPOUND (a client's batch
 //! of small READs) up to 256 ops and 256 KiB of I/O; a longer one, or a long one with
 //! any op that may wait, runs on the pool. Large stable WRITEs and a SETATTR that
-//! truncates always go to the pool. Namespace changes (OPEN with create, CREATE, REMOVE, RENAME, LINK) are in
-//! between: on a healthy file system each is one syscall of a few tens of µs, cheaper to
-//! run inline than to hand off, but some file systems make them slow at times — ext4
-//! without a journal scans every recently deleted inode when it allocates one, a create
-//! after a mass delete took milliseconds here — and a slow op inline holds one of the
+//! truncates always go to the pool. Namespace changes (OPEN with create, CREATE,
+//! REMOVE, RENAME, LINK) are in between: on a healthy file system each is one syscall
+//! of a few tens of µs, cheaper to run inline than to hand off, but some file systems
+//! make them slow at times — ext4 without a journal scans every recently deleted inode
+//! when it allocates one, a create after a mass delete took milliseconds here — and a
+//! slow op inline holds one of the
 //! runtime's few worker threads, so the quick requests queued behind it (CLOSE, GETATTR)
 //! wait for it. [`MetadataPace`] tracks how long recent namespace changes took and sends
 //! them to the pool while they are slow; they are timed on the pool too, so they come

@@ -158,7 +158,7 @@ pub struct Controller {
     /// their count: a probe's base is their mean, not one interval's luck.
     at_level: (f64, u32),
     probe: Probe,
-    /// What the first climb measured, level by level (`first_choice`).
+    /// What the first climb measured, level by level from its base (`first_choice`).
     climbed: Vec<(u32, f64)>,
 }
 
@@ -266,9 +266,7 @@ impl Controller {
     ///
     /// Returns the level, its judged throughput and its own interval's.
     fn first_choice(&mut self, base_level: u32, base: f64) -> (u32, f64, f64) {
-        let climbed = std::mem::take(&mut self.climbed);
-        let mut points = vec![(base_level, base)];
-        points.extend(climbed);
+        let points = std::mem::take(&mut self.climbed);
         let mut best: Option<(u32, f64, f64)> = None;
         for i in 1..points.len() {
             let mut sum = points[i - 1].1 + 2.0 * points[i].1;
@@ -511,10 +509,10 @@ impl Controller {
         let cap = self.climb_cap(true, self.previous_out);
         let later = self.settled && self.s.noise_factor > 0.0;
         let doubled = base_level.saturating_mul(2).min(cap);
-        self.climbed.clear();
         self.probe = if !self.settled && base_level < self.s.max_level {
             // The first probe climbs (2, 4, 8, ...): under noise a step of one level
             // cannot be told from the noise, and the best level may lie far above.
+            self.climbed = vec![(base_level, base)];
             Probe::Climb {
                 base,
                 base_level,
