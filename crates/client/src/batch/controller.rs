@@ -18,9 +18,9 @@
 //! and server share two cores, and one second differs from the next by 2–4 % without
 //! any batching, as much as the seed's 3 % threshold):
 //! - **Start.** Nothing moves the level off 1 under the seed's rules but a probe, ten
-//!   intervals in, by one. Here the first `first_probe_after` (4) intervals after the
-//!   reference (the first interval, which began with the client) only measure the
-//!   noise, then the first probe climbs: level 2, then 4, 8, ... (not above the
+//!   intervals in, by one. Here the first `first_probe_after` (4) intervals (the
+//!   first begins with the first call, not with the client) only measure the noise,
+//!   then the first probe climbs: level 2, then 4, 8, ... (not above the
 //!   outstanding count or `max_level`) until a level loses against the best one before
 //!   it by more than the threshold, and keeps the best level, each judged with its
 //!   neighbours' intervals (`first_choice`), if it beat level 1 by the threshold.
@@ -398,10 +398,14 @@ impl Controller {
             Probe::Off => {}
         }
         let Some(prev) = self.previous else {
-            // The first interval began with the client, before its callers did: a
-            // reference for the next, but neither noise nor part of level 1's mean (its
-            // change to the second made the start's threshold 30-120 % here).
+            // The first interval is one at level 1 like the next: the batcher begins it
+            // with the first call, not with the client (an interval that began with the
+            // client, before its callers did, made the start's threshold 30-120 % here,
+            // and was dropped, 100 ms at level 1 for nothing).
             self.previous = Some(x);
+            self.at_level = (x, 1);
+            self.unchanged = 1;
+            self.steady = true;
             return self.level;
         };
         let steady = std::mem::take(&mut self.steady);

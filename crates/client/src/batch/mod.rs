@@ -175,7 +175,9 @@ struct Pending {
 /// interval, by the call that ends it).
 struct Window {
     controller: Controller,
-    started: Instant,
+    /// `None` until the first call is counted: the first interval begins with it, not
+    /// with the client, which may be made long before its callers start.
+    started: Option<Instant>,
 }
 
 /// A value alone on its cache lines (128 bytes: two lines, as the adjacent-line
@@ -246,12 +248,11 @@ impl Batcher {
             level: Padded(AtomicU32::new(level)),
             window: Mutex::new(Window {
                 controller: Controller::new(cfg.settings),
-                started: now,
+                started: None,
             }),
             measure: Padded(Measure::default()),
-            revise_at: Padded(AtomicU64::new(nanos(
-                cfg.settings.start_interval.min(cfg.settings.interval),
-            ))),
+            // Due at once: the first call counted begins the first interval.
+            revise_at: Padded(AtomicU64::new(0)),
             origin: now,
             forming: Mutex::default(),
             messages: AtomicU64::new(0),
@@ -445,10 +446,18 @@ impl Batcher {
             return;
         }
         let mut w = self.window();
-        let secs = now.duration_since(w.started).as_secs_f64();
-        w.started = now;
         let work = self.measure.work.swap(0, Ordering::Relaxed) as f64;
-        let outstanding = self.measure.in_flight_ns.swap(0, Ordering::Relaxed) as f64 / 1e9 / secs;
+        let in_flight = self.measure.in_flight_ns.swap(0, Ordering::Relaxed) as f64;
+        let Some(started) = w.started.replace(now) else {
+            // The first call counted: the first interval begins now (what that call
+            // measured began before it, and is dropped).
+            let next = t.saturating_add(nanos(w.controller.interval()));
+            drop(w);
+            self.revise_at.store(next, Ordering::Relaxed);
+            return;
+        };
+        let secs = now.duration_since(started).as_secs_f64();
+        let outstanding = in_flight / 1e9 / secs;
         let level = w.controller.on_interval(work / secs, outstanding);
         let next = t.saturating_add(nanos(w.controller.interval()));
         drop(w);
@@ -666,6 +675,34 @@ mod tests {
             for y in &hot[i + 1..] {
                 assert!(x.abs_diff(*y) >= 128, "{x:#x} and {y:#x} share a line");
             }
+        }
+    }
+
+    /// A client may be made long before its callers start, or just before: the first
+    /// interval begins with the first call counted, and is one of level 1's measured
+    /// intervals, so the climb starts `first_probe_after` intervals after that call,
+    /// not one interval later (an interval begun with the client was dropped).
+    #[test]
+    fn the_first_interval_begins_with_the_first_call() {
+        let settings = ControllerSettings::default();
+        let interval = settings.start_interval;
+        for after in [interval / 2, std::time::Duration::from_secs(10)] {
+            let b = Batcher::new(BatchConfig {
+                mode: BatchMode::Dynamic,
+                settings,
+            })
+            .expect("a batcher");
+            let first = b.origin + after;
+            b.add(1, 0, 4097, first);
+            assert_eq!(b.window().started, Some(first), "begun by the first call");
+            // 64 outstanding throughout, the same throughput every interval.
+            let in_flight = nanos(interval) * 64;
+            for i in 1..=settings.first_probe_after {
+                assert_eq!(b.level(), 1, "{after:?}: interval {i} runs at level 1");
+                b.add(640, in_flight, 640 * 4097, first + interval * i);
+            }
+            assert_eq!(b.level(), 2, "{after:?}: the climb starts");
+            assert_eq!(b.stats().level_changes, 1);
         }
     }
 

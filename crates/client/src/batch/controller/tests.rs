@@ -28,7 +28,7 @@ fn noise_raises_the_threshold() {
     });
     assert_eq!(c.on_interval(1000.0, 64.0), 1);
     // ±6 % swings at level 1 before the first probe: only measured, never acted on.
-    for i in 0..7 {
+    for i in 0..6 {
         let x = if i % 2 == 0 { 1060.0 } else { 1000.0 };
         assert_eq!(c.on_interval(x, 64.0), 1, "interval {i}");
     }
@@ -247,7 +247,7 @@ fn a_probe_at_level_one_tries_only_two() {
         ..ControllerSettings::default()
     });
     c.on_interval(1000.0, 1.0);
-    for _ in 0..9 {
+    for _ in 0..8 {
         assert_eq!(c.on_interval(1000.0, 1.0), 1);
     }
     assert_eq!(c.on_interval(1000.0, 1.0), 2);
@@ -262,8 +262,8 @@ fn a_probe_at_level_one_tries_only_two() {
 #[test]
 fn the_first_probe_climbs_after_first_probe_after_intervals() {
     let mut c = ctl(64);
-    assert_eq!(c.on_interval(1000.0, 64.0), 1, "reference");
-    for i in 1..c.settings().first_probe_after {
+    assert_eq!(c.on_interval(1000.0, 64.0), 1, "the first interval");
+    for i in 2..c.settings().first_probe_after {
         assert_eq!(c.on_interval(1000.0, 64.0), 1, "unchanged {i}");
     }
     // Then the first probe climbs: 2, 4, 8, ... while no level loses.
@@ -286,7 +286,7 @@ fn the_first_probe_climbs_after_first_probe_after_intervals() {
 /// has just begun, after a steady 1000 with 64 outstanding.
 fn climbing() -> Controller {
     let mut c = Controller::new(ControllerSettings::default());
-    for _ in 0..=c.settings().first_probe_after {
+    for _ in 0..c.settings().first_probe_after {
         c.on_interval(1000.0, 64.0);
     }
     c
@@ -327,7 +327,7 @@ fn intervals_are_short_until_the_first_probe_ends() {
     let mut c = Controller::new(ControllerSettings::default());
     let short = c.settings().start_interval;
     assert_eq!(short, Duration::from_millis(100));
-    for _ in 0..=c.settings().first_probe_after {
+    for _ in 0..c.settings().first_probe_after {
         assert_eq!(c.interval(), short);
         c.on_interval(1000.0, 64.0);
     }
@@ -346,7 +346,7 @@ fn intervals_are_short_until_the_first_probe_ends() {
 #[test]
 fn the_climb_stops_at_the_outstanding_count_and_at_max() {
     let mut c = ctl(64);
-    for _ in 0..c.settings().first_probe_after {
+    for _ in 1..c.settings().first_probe_after {
         c.on_interval(1000.0, 5.0);
     }
     assert_eq!(c.on_interval(1000.0, 5.0), 2);
@@ -355,7 +355,7 @@ fn the_climb_stops_at_the_outstanding_count_and_at_max() {
     assert_eq!(c.on_interval(1200.0, 5.0), 4);
     assert!(!c.probing());
     let mut c = ctl(4);
-    for _ in 0..c.settings().first_probe_after {
+    for _ in 1..c.settings().first_probe_after {
         c.on_interval(1000.0, 64.0);
     }
     assert_eq!(c.on_interval(1000.0, 64.0), 2);
@@ -368,7 +368,7 @@ fn the_climb_stops_at_the_outstanding_count_and_at_max() {
 fn a_won_probe_with_few_outstanding_moves_by_one() {
     let mut c = ctl(64);
     c.on_interval(1000.0, 2.0);
-    for _ in 1..c.settings().first_probe_after {
+    for _ in 2..c.settings().first_probe_after {
         assert_eq!(c.on_interval(1000.0, 2.0), 1);
     }
     assert_eq!(c.on_interval(1000.0, 2.0), 2);
@@ -420,7 +420,7 @@ fn a_later_probe_climbs_out_of_a_level_the_start_left_too_low() {
     };
     let mut c = Controller::new(ControllerSettings::default());
     assert_eq!(c.on_interval(125e3, 128.0), 1);
-    for i in 0..c.settings().first_probe_after {
+    for i in 1..c.settings().first_probe_after {
         let x = if i % 2 == 0 { 127e3 } else { 124e3 };
         c.on_interval(x, 128.0);
     }
@@ -467,7 +467,7 @@ fn a_later_probe_halves_a_level_the_start_left_too_high() {
     };
     let mut c = Controller::new(ControllerSettings::default());
     assert_eq!(c.on_interval(44e3, 4.0), 1);
-    for i in 0..c.settings().first_probe_after {
+    for i in 1..c.settings().first_probe_after {
         let x = if i % 2 == 0 { 44.5e3 } else { 43.5e3 };
         c.on_interval(x, 4.0);
     }
@@ -494,7 +494,7 @@ fn a_later_probe_halves_a_level_the_start_left_too_high() {
 /// the next by 10-25 % (the client and the server share two cores): 64 callers whose
 /// throughput peaks at level 8, with 4 at 0.79 of it, 16 at 0.94 and 32 at 0.67 (the
 /// shape of one traced run here). Judged with its neighbours' intervals, the climb
-/// keeps 8 more often, and never a level that loses a fifth.
+/// keeps 8 more often, and a level below it (a fifth lost) hardly ever.
 #[test]
 fn the_first_climb_is_not_won_by_one_lucky_interval() {
     let curve = |level: u32| {
@@ -510,7 +510,7 @@ fn the_first_climb_is_not_won_by_one_lucky_interval() {
     };
     let settings = ControllerSettings::default();
     let mut kept = Vec::new();
-    for first in 1..=40u64 {
+    for first in 1..=200u64 {
         let mut seed = first;
         let mut c = Controller::new(settings);
         let mut level = 1;
@@ -528,27 +528,43 @@ fn the_first_climb_is_not_won_by_one_lucky_interval() {
         kept.push(level);
     }
     let at_best = kept.iter().filter(|l| (8..16).contains(*l)).count();
-    // Judged alone: 26 (16 in twelve seeds, 4 in two); with the neighbours: 31 (16 in
-    // the others, never 4 or 32).
-    assert!(at_best >= 30, "{at_best} of 40 seeds kept 8: {kept:?}");
+    let below = kept.iter().filter(|l| **l < 8).count();
+    // Each level judged by its own interval: 122 of 200 seeds keep 8, and 9 a level
+    // below it. With the neighbours: 156, and one below (16 in the others).
+    assert!(at_best >= 140, "{at_best} of 200 seeds kept 8: {kept:?}");
     assert!(
-        kept.iter().all(|l| (8..32).contains(l)),
-        "a level below 8 or from 32: {kept:?}"
+        below <= 3,
+        "{below} of 200 seeds kept a level below 8: {kept:?}"
     );
+    assert!(kept.iter().all(|l| *l < 32), "a level from 32: {kept:?}");
 }
 
-/// The first interval starts with the client, before its callers do: a low one is no
-/// noise, and does not lower level 1's mean.
+/// The first interval (begun by the batcher with the first call) is one of level 1's:
+/// its change to the second is noise, it is part of level 1's mean, and it counts
+/// towards `first_probe_after`.
 #[test]
-fn the_first_interval_is_neither_noise_nor_level_ones_mean() {
+fn the_first_interval_is_noise_and_part_of_level_ones_mean() {
     let mut c = Controller::new(ControllerSettings::default());
-    assert_eq!(c.on_interval(300.0, 64.0), 1);
-    for _ in 1..c.settings().first_probe_after {
+    let n = c.settings().first_probe_after;
+    assert_eq!(c.on_interval(800.0, 64.0), 1);
+    for _ in 2..n {
         assert_eq!(c.on_interval(1000.0, 64.0), 1);
     }
     assert_eq!(c.on_interval(1000.0, 64.0), 2, "the climb starts");
-    assert_eq!(c.threshold(), 0.03, "no noise was measured");
-    // The climb's base is 1000: +2 % at level 2 does not beat it.
-    assert_eq!(c.on_interval(1020.0, 64.0), 4);
-    assert_eq!(c.on_interval(900.0, 64.0), 1, "back to level 1");
+    // Three changes: 25 %, 0, 0 (mean 8.3 %), twice: 16.7 %.
+    assert!(
+        (c.threshold() - 2.0 * 0.25 / 3.0).abs() < 1e-9,
+        "{}",
+        c.threshold()
+    );
+    // The climb's base is level 1's mean, 950. Level 2 gains 26 %, 4 as much, and 8
+    // loses by more than the threshold, which ends the climb. Judged with its
+    // neighbours, 2 gains 20 % (4 only 16 %, within the threshold).
+    assert_eq!(c.on_interval(1200.0, 64.0), 4);
+    assert_eq!(c.on_interval(1200.0, 64.0), 8);
+    assert_eq!(
+        c.on_interval(800.0, 64.0),
+        2,
+        "2 is judged best with its neighbours"
+    );
 }
