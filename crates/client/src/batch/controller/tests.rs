@@ -559,7 +559,8 @@ fn the_first_interval_is_noise_and_part_of_level_ones_mean() {
     );
     // The climb's base is level 1's mean, 950. Level 2 gains 26 %, 4 as much, and 8
     // loses by more than the threshold, which ends the climb. Judged with its
-    // neighbours, 2 gains 20 % (4 only 16 %, within the threshold).
+    // neighbours, 2 gains 20 % over the base: more than 4 (16 %) and than the
+    // threshold.
     assert_eq!(c.on_interval(1200.0, 64.0), 4);
     assert_eq!(c.on_interval(1200.0, 64.0), 8);
     assert_eq!(
