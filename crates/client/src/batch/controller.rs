@@ -18,12 +18,16 @@
 //! and server share two cores, and one second differs from the next by 2–4 % without
 //! any batching, as much as the seed's 3 % threshold):
 //! - **Start.** Nothing moves the level off 1 under the seed's rules but a probe, ten
-//!   intervals in, by one. Here the first `first_probe_after` (4) intervals (the
-//!   first begins with the first call, not with the client) only measure the noise,
-//!   then the first probe climbs: level 2, then 4, 8, ... (not above the
-//!   outstanding count or `max_level`) until a level loses against the best one before
-//!   it by more than the threshold, and keeps the best level, each judged with its
-//!   neighbours' intervals (`first_choice`), if it beat level 1 by the threshold.
+//!   intervals in, by one. Here the first probe starts after the first interval (which
+//!   begins with the first call, not with the client) and climbs: level 2, then 4, 8,
+//!   ... (not above the outstanding count or `max_level`) until a level loses against
+//!   the best one before it by more than `start_tolerance` (25 %), and chooses the best
+//!   level, each judged with its neighbours' intervals (`first_choice`). The next
+//!   `first_probe_after` (4) intervals run at that level and measure the noise; the
+//!   level is kept if their mean beat level 1 by the threshold, else the level goes
+//!   back to 1. (Until stop 33 four intervals at level 1 measured the noise before the
+//!   climb: with 64 callers, level 1 moves a third of level 8, and those 400 ms cost
+//!   3 % of a 10 s run.)
 //!   (Until stop 26 it tried the rise rule's level, 33 with 64 outstanding, and halved
 //!   while that lost, keeping the first level that won: with 64 callers it kept 33,
 //!   where 16 moved twice as much.) Until that first probe has ended the intervals last
@@ -78,9 +82,15 @@ pub struct ControllerSettings {
     pub threshold: f64,
     /// Unchanged intervals before probing level ± 1 (seed: 10).
     pub probe_after: u32,
-    /// Unchanged intervals before the first probe (ours: 4, which measure the noise;
-    /// the seed's rule is 10).
+    /// Unchanged intervals before the first probe (the seed's rule is 10). With a noise
+    /// factor the first climb starts after the first interval, and this many intervals
+    /// (ours: 4) then measure the noise at the level it chose, before that level is
+    /// kept or left.
     pub first_probe_after: u32,
+    /// How much the first climb lets a level lose against the best before it, before
+    /// the noise is measured (ours: 25 %, what one 100 ms interval differs from the
+    /// next by here; with a noise factor only).
+    pub start_tolerance: f64,
     /// A change must also exceed this many times the measured noise (ours: 2; 0 is
     /// the seed's fixed threshold, and turns off the undo of a move that lost).
     pub noise_factor: f64,
@@ -96,6 +106,7 @@ impl Default for ControllerSettings {
             threshold: 0.03,
             probe_after: 10,
             first_probe_after: 4,
+            start_tolerance: 0.25,
             noise_factor: 2.0,
         }
     }
@@ -121,6 +132,16 @@ enum Probe {
         to: u32,
         best: Option<(u32, f64)>,
         later: bool,
+    },
+    /// After the first climb (with a noise factor): `n` intervals at the level it chose,
+    /// `to`, measured so far (their throughput summed in `sum`), which measure the noise
+    /// and then decide whether `to` beat `base` (level `base_level`) by the threshold.
+    Verify {
+        base: f64,
+        base_level: u32,
+        to: u32,
+        sum: f64,
+        n: u32,
     },
     /// Running the interval at `to` (`base_level - 1`, or half a level above a
     /// quarter of the outstanding count); `up` is what `base_level + 1` gave.
@@ -316,7 +337,7 @@ impl Controller {
                 let goes_on = if later {
                     self.better(x, top)
                 } else {
-                    x >= top * (1.0 - self.threshold())
+                    x >= top * (1.0 - self.climb_tolerance())
                 };
                 let best = match best {
                     Some(b) if b.1 >= x => b,
@@ -353,6 +374,19 @@ impl Controller {
                 // best is judged with its neighbours (`first_choice`).
                 if later {
                     self.end_probe(base, base_level, Some(best), None, 0.0);
+                } else if self.s.noise_factor > 0.0 {
+                    // The level chosen runs on while it measures the noise; then it is
+                    // kept only if it beat the base by more than that.
+                    let (level, _, own) = self.first_choice(base_level, base);
+                    self.probe = Probe::Verify {
+                        base,
+                        base_level,
+                        to: level,
+                        sum: 0.0,
+                        n: 0,
+                    };
+                    self.level = level;
+                    self.previous = Some(own);
                 } else {
                     let (level, judged, own) = self.first_choice(base_level, base);
                     self.end_probe(base, base_level, Some((level, judged)), None, 0.0);
@@ -361,6 +395,34 @@ impl Controller {
                         self.previous = Some(own);
                     }
                 }
+                return self.level;
+            }
+            Probe::Verify {
+                base,
+                base_level,
+                to,
+                sum,
+                n,
+            } => {
+                // Not against the climb's own interval at `to`: it was chosen for
+                // being high.
+                if let Some(prev) = self.previous.filter(|p| n > 0 && *p > 0.0) {
+                    self.sample_noise((x - prev).abs() / prev);
+                }
+                self.previous = Some(x);
+                let (sum, n) = (sum + x, n + 1);
+                if n < self.s.first_probe_after.max(1) {
+                    self.probe = Probe::Verify {
+                        base,
+                        base_level,
+                        to,
+                        sum,
+                        n,
+                    };
+                    return self.level;
+                }
+                let mean = sum / f64::from(n);
+                self.end_probe(base, base_level, Some((to, mean)), None, 0.0);
                 return self.level;
             }
             Probe::Up {
@@ -406,6 +468,13 @@ impl Controller {
             self.at_level = (x, 1);
             self.unchanged = 1;
             self.steady = true;
+            if self.s.noise_factor > 0.0 {
+                // The first climb starts at once, and the noise is measured after it,
+                // at the level it chose (`Probe::Verify`): four intervals of noise at
+                // level 1 first cost 64 callers 3 % of a 10 s run.
+                self.unchanged = 0;
+                self.start_probe(x);
+            }
             return self.level;
         };
         let steady = std::mem::take(&mut self.steady);
@@ -441,12 +510,7 @@ impl Controller {
             // Two intervals at one level: what they differ by is noise, as far as this
             // controller can tell (a real change counts too, and makes it more careful
             // for a while; a move made on noise alone must count, or noise never shows).
-            let change = (x - prev).abs() / prev;
-            // The mean of the first eight, then a moving average over about eight.
-            self.noise_samples = self.noise_samples.saturating_add(1);
-            let weight = 1.0 / self.noise_samples.min(8) as f64;
-            let n = self.noise.unwrap_or(0.0);
-            self.noise = Some(n + (change - n) * weight);
+            self.sample_noise((x - prev).abs() / prev);
         }
         if self.level != before {
             self.at_level = (0.0, 0);
@@ -477,6 +541,26 @@ impl Controller {
             self.steady = true;
         }
         self.level
+    }
+
+    /// One relative change between two intervals at one level: the mean of the first
+    /// eight, then a moving average over about eight.
+    fn sample_noise(&mut self, change: f64) {
+        self.noise_samples = self.noise_samples.saturating_add(1);
+        let weight = 1.0 / self.noise_samples.min(8) as f64;
+        let n = self.noise.unwrap_or(0.0);
+        self.noise = Some(n + (change - n) * weight);
+    }
+
+    /// How much a level of the first climb may lose against the best before it and the
+    /// climb go on: the threshold, and before any noise was measured (with a noise
+    /// factor) `start_tolerance`.
+    fn climb_tolerance(&self) -> f64 {
+        if self.noise.is_none() && self.s.noise_factor > 0.0 {
+            self.threshold().max(self.s.start_tolerance)
+        } else {
+            self.threshold()
+        }
     }
 
     /// With a noise factor, the move of the last interval if it lost: a rise that
@@ -557,7 +641,10 @@ impl Controller {
             Probe::Off
         };
         self.level = match self.probe {
-            Probe::Climb { to, .. } | Probe::Up { to, .. } | Probe::Down { to, .. } => to,
+            Probe::Climb { to, .. }
+            | Probe::Up { to, .. }
+            | Probe::Down { to, .. }
+            | Probe::Verify { to, .. } => to,
             Probe::Off => base_level,
         };
     }

@@ -679,9 +679,9 @@ mod tests {
     }
 
     /// A client may be made long before its callers start, or just before: the first
-    /// interval begins with the first call counted, and is one of level 1's measured
-    /// intervals, so the climb starts `first_probe_after` intervals after that call,
-    /// not one interval later (an interval begun with the client was dropped).
+    /// interval begins with the first call counted, and the first climb starts when it
+    /// ends, one interval after that call (an interval begun with the client was only
+    /// a reference, and four of noise at level 1 followed it).
     #[test]
     fn the_first_interval_begins_with_the_first_call() {
         let settings = ControllerSettings::default();
@@ -695,12 +695,12 @@ mod tests {
             let first = b.origin + after;
             b.add(1, 0, 4097, first);
             assert_eq!(b.window().started, Some(first), "begun by the first call");
-            // 64 outstanding throughout, the same throughput every interval.
+            assert_eq!(b.level(), 1);
+            // 64 outstanding, as many requests as one interval holds at 64 callers.
             let in_flight = nanos(interval) * 64;
-            for i in 1..=settings.first_probe_after {
-                assert_eq!(b.level(), 1, "{after:?}: interval {i} runs at level 1");
-                b.add(640, in_flight, 640 * 4097, first + interval * i);
-            }
+            b.add(640, in_flight, 640 * 4097, first + interval / 2);
+            assert_eq!(b.level(), 1, "{after:?}: within the first interval");
+            b.add(640, in_flight, 640 * 4097, first + interval);
             assert_eq!(b.level(), 2, "{after:?}: the climb starts");
             assert_eq!(b.stats().level_changes, 1);
         }
