@@ -481,8 +481,9 @@ impl Controller {
         let before = self.level;
         let fell_from = self.fell_from.take();
         let fell = fell_from.is_some();
-        // With a noise factor, the intervals before the first probe only measure the
-        // noise: a move there would be judged against a threshold of no samples.
+        // With a noise factor the first climb starts after the first interval, so only
+        // a controller with nothing to climb (`max_level` 1) gets here unsettled: it
+        // only measures the noise (a move would be judged against no samples).
         let measuring = !self.settled && self.s.noise_factor > 0.0;
         let rose_from = self.rose_from.take();
         let loss = prev > 0.0 && x < prev * (1.0 - self.threshold());
