@@ -460,10 +460,11 @@ impl Controller {
             Probe::Off => {}
         }
         let Some(prev) = self.previous else {
-            // The first interval is one at level 1 like the next: the batcher begins it
-            // with the first call, not with the client (an interval that began with the
-            // client, before its callers did, made the start's threshold 30-120 % here,
-            // and was dropped, 100 ms at level 1 for nothing).
+            // The first interval is level 1's measure: the batcher begins it with the
+            // first call, not with the client (an interval that began with the client,
+            // before its callers did, made the start's threshold 30-120 % here, and was
+            // dropped, 100 ms at level 1 for nothing). Under the seed's rules it is the
+            // first of the unchanged intervals before the first probe.
             self.previous = Some(x);
             self.at_level = (x, 1);
             self.unchanged = 1;
