@@ -196,8 +196,22 @@ impl<T> std::ops::Deref for Padded<T> {
     }
 }
 
+/// Shards of the measure: a thread adds to its own (`shard`), so that no line moves
+/// between cores on every message; the call that ends the interval sums them.
+const SHARDS: usize = 8;
+
+/// This thread's shard of the measure (threads take them in turn).
+fn shard() -> usize {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    thread_local! {
+        static SHARD: usize = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
+    }
+    SHARD.with(|s| *s)
+}
+
 /// What the interval measured so far, counted without a lock by each batch's sender
-/// (`send_batch`; by each call at level 1). Written together, so on one line.
+/// (`send_batch`; by each call at level 1), in its thread's shard. Written together,
+/// so on one line.
 #[derive(Default)]
 struct Measure {
     /// Payload bytes plus one per request completed (so a run without data still
@@ -215,7 +229,7 @@ pub(crate) struct Batcher {
     cfg: BatchConfig,
     level: Padded<AtomicU32>,
     window: Mutex<Window>,
-    measure: Padded<Measure>,
+    measure: [Padded<Measure>; SHARDS],
     /// When the next interval ends, in nanoseconds since `origin`.
     revise_at: Padded<AtomicU64>,
     origin: Instant,
@@ -250,7 +264,7 @@ impl Batcher {
                 controller: Controller::new(cfg.settings),
                 started: None,
             }),
-            measure: Padded(Measure::default()),
+            measure: std::array::from_fn(|_| Padded(Measure::default())),
             // Due at once: the first call counted begins the first interval.
             revise_at: Padded(AtomicU64::new(0)),
             origin: now,
@@ -273,7 +287,11 @@ impl Batcher {
             requests: self.requests.load(Ordering::Relaxed),
             resent: self.resent.load(Ordering::Relaxed),
             level_changes: self.level_changes.load(Ordering::Relaxed),
-            measured: self.measure.requests.load(Ordering::Relaxed),
+            measured: self
+                .measure
+                .iter()
+                .map(|m| m.requests.load(Ordering::Relaxed))
+                .sum(),
         }
     }
 
@@ -313,7 +331,7 @@ impl Batcher {
 
     /// Add `requests` requests, their summed time in flight and their work.
     fn add(&self, requests: u64, in_flight_ns: u64, work: u64, now: Instant) {
-        let m = &self.measure;
+        let m = &self.measure[shard()];
         m.in_flight_ns.fetch_add(in_flight_ns, Ordering::Relaxed);
         m.work.fetch_add(work, Ordering::Relaxed);
         m.requests.fetch_add(requests, Ordering::Relaxed);
@@ -446,8 +464,12 @@ impl Batcher {
             return;
         }
         let mut w = self.window();
-        let work = self.measure.work.swap(0, Ordering::Relaxed) as f64;
-        let in_flight = self.measure.in_flight_ns.swap(0, Ordering::Relaxed) as f64;
+        let (mut work, mut in_flight) = (0u64, 0u64);
+        for m in &self.measure {
+            work = work.saturating_add(m.work.swap(0, Ordering::Relaxed));
+            in_flight = in_flight.saturating_add(m.in_flight_ns.swap(0, Ordering::Relaxed));
+        }
+        let (work, in_flight) = (work as f64, in_flight as f64);
         let Some(started) = w.started.replace(now) else {
             // The first call counted: the first interval begins now (what that call
             // measured began before it, and is dropped).
@@ -665,12 +687,16 @@ mod tests {
         })
         .expect("a batcher");
         let at = |p: *const u8| p as usize;
-        let hot = [
+        let mut hot = vec![
             at((&*b.level as *const AtomicU32).cast()),
-            at((&*b.measure as *const Measure).cast()),
             at((&*b.revise_at as *const AtomicU64).cast()),
             at((&b.forming as *const Mutex<Forming>).cast()),
         ];
+        hot.extend(
+            b.measure
+                .iter()
+                .map(|m| at((&**m as *const Measure).cast())),
+        );
         for (i, x) in hot.iter().enumerate() {
             for y in &hot[i + 1..] {
                 assert!(x.abs_diff(*y) >= 128, "{x:#x} and {y:#x} share a line");
