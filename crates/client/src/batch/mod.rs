@@ -469,24 +469,23 @@ impl Batcher {
             work = work.saturating_add(m.work.swap(0, Ordering::Relaxed));
             in_flight = in_flight.saturating_add(m.in_flight_ns.swap(0, Ordering::Relaxed));
         }
-        let (work, in_flight) = (work as f64, in_flight as f64);
-        let Some(started) = w.started.replace(now) else {
-            // The first call counted: the first interval begins now (what that call
-            // measured began before it, and is dropped).
-            let next = t.saturating_add(nanos(w.controller.interval()));
-            drop(w);
-            self.revise_at.store(next, Ordering::Relaxed);
-            return;
-        };
-        let secs = now.duration_since(started).as_secs_f64();
-        let outstanding = in_flight / 1e9 / secs;
-        let level = w.controller.on_interval(work / secs, outstanding);
+        // The first call counted begins the first interval: what it measured began
+        // before it, and is dropped.
+        let level = w.started.replace(now).map(|started| {
+            let secs = now.duration_since(started).as_secs_f64();
+            let outstanding = in_flight as f64 / 1e9 / secs;
+            let level = w.controller.on_interval(work as f64 / secs, outstanding);
+            // Never wait for more requests than there were callers: with one caller a
+            // level of 2 (a probe) would hold each request for `max_delay` and gain
+            // nothing.
+            level.min((outstanding.ceil() as u32).max(1))
+        });
         let next = t.saturating_add(nanos(w.controller.interval()));
         drop(w);
         self.revise_at.store(next, Ordering::Relaxed);
-        // Never wait for more requests than there were callers: with one caller a
-        // level of 2 (a probe) would hold each request for `max_delay` and gain nothing.
-        let level = level.min((outstanding.ceil() as u32).max(1));
+        let Some(level) = level else {
+            return;
+        };
         if self.level.swap(level, Ordering::Relaxed) != level {
             self.level_changes.fetch_add(1, Ordering::Relaxed);
             tracing::debug!("batch level {level}");
