@@ -25,7 +25,11 @@
 //!   level, each judged with its neighbours' intervals (`first_choice`). The next
 //!   `first_probe_after` (4) intervals run at that level and measure the noise; the
 //!   level is kept if their mean beat level 1 by the threshold, else the level goes
-//!   back to 1. (Until stop 33 four intervals at level 1 measured the noise before the
+//!   back to 1. A level kept above a quarter of the outstanding count (fewer than four
+//!   batches in flight) is then checked against half of it (not below that quarter),
+//!   in one more short interval, and half is kept if it beat the four intervals'
+//!   mean by the threshold (since stop 34: lucky intervals high in the climb left 64
+//!   callers at 32, 0.55 of 16, for a whole run). (Until stop 33 four intervals at level 1 measured the noise before the
 //!   climb: with 64 callers, level 1 moves a third of level 8, and those 400 ms cost
 //!   3 % of a 10 s run.)
 //!   (Until stop 26 it tried the rise rule's level, 33 with 64 outstanding, and halved
@@ -423,6 +427,23 @@ impl Controller {
                 }
                 let mean = sum / f64::from(n);
                 self.end_probe(base, base_level, Some((to, mean)), None, 0.0);
+                let cap = self.climb_cap(true, out).max(1);
+                if self.level == to && to > cap {
+                    // Fewer than four batches in flight: half the level is tried at
+                    // once, in a short interval, not ten seconds on. Lucky intervals
+                    // high in the climb left 64 callers at level 32 (0.55 of 8 and of
+                    // 16) for a whole run, in one run of 6 and one of 22 here; level 32
+                    // beat level 1, so the mean above kept it.
+                    self.probe = Probe::Down {
+                        base: mean,
+                        base_level: to,
+                        to: (to / 2).max(cap),
+                        up: 0.0,
+                    };
+                    self.level = (to / 2).max(cap);
+                    // The check is part of the start: its interval is short.
+                    self.settled = false;
+                }
                 return self.level;
             }
             Probe::Up {

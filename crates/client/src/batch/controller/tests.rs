@@ -270,7 +270,12 @@ fn a_probe_at_level_one_tries_only_two() {
     assert_eq!(c.on_interval(1000.0, 1.0), 2);
     assert_eq!(c.on_interval(1100.0, 1.0), 2, "the climb ends at 2");
     verify(&mut c, 1100.0, 1.0);
-    assert_eq!(c.level(), 2, "+10 % at 2 with 1 outstanding: kept");
+    assert_eq!(c.level(), 1, "2 is above the outstanding count: 1 is tried");
+    assert_eq!(
+        c.on_interval(1000.0, 1.0),
+        2,
+        "+10 % at 2 with 1 outstanding: kept"
+    );
     assert!(!c.probing());
 }
 
@@ -487,7 +492,10 @@ fn a_later_probe_halves_a_level_the_start_left_too_high() {
     assert_eq!(c.on_interval(47e3, 4.0), 4);
     assert_eq!(c.on_interval(48e3, 4.0), 4);
     verify(&mut c, 48e3, 4.0);
-    assert_eq!(c.level(), 4);
+    // Above a quarter of the outstanding count the start tries half at once (2 here);
+    // one interval at 2 does not beat the lucky mean at 4.
+    assert_eq!(c.level(), 2, "the start's check of half the level");
+    assert_eq!(c.on_interval(curve(2), 4.0), 4);
     let mut seed = 11;
     let mut seen = Vec::new();
     for _ in 0..30 {
@@ -550,4 +558,60 @@ fn the_first_climb_is_not_won_by_one_lucky_interval() {
         "{below} of 200 seeds kept a level below 8: {kept:?}"
     );
     assert!(kept.iter().all(|l| *l < 32), "a level from 32: {kept:?}");
+}
+
+/// Lucky intervals high in the first climb choose 32 for 64 callers, whose throughput
+/// at 32 is 0.55 of 16's (as once in 6 runs here, for a whole 10 s run): level 32 beats
+/// level 1, so the four intervals after the climb keep it; with fewer than four batches
+/// in flight the start then tries half the level, in a short interval, and keeps it.
+#[test]
+fn a_start_that_chose_too_few_batches_in_flight_tries_half_at_once() {
+    let curve = |level: u32| {
+        1e9 * match level {
+            0..=1 => 0.37,
+            2..=3 => 0.5,
+            4..=7 => 0.79,
+            8..=15 => 1.0,
+            16..=31 => 0.94,
+            _ => 0.55,
+        }
+    };
+    let mut c = Controller::new(ControllerSettings::default());
+    assert_eq!(c.on_interval(curve(1), 64.0), 2);
+    assert_eq!(c.on_interval(curve(2), 64.0), 4);
+    assert_eq!(c.on_interval(0.8e9, 64.0), 8, "an unlucky interval at 4");
+    assert_eq!(c.on_interval(0.8e9, 64.0), 16, "and at 8");
+    assert_eq!(c.on_interval(1.0e9, 64.0), 32);
+    assert_eq!(c.on_interval(1.1e9, 64.0), 64, "a lucky one at 32");
+    // 64 at 0.76: within the start's tolerance of the best, but the climb's top.
+    assert_eq!(
+        c.on_interval(0.76e9, 64.0),
+        32,
+        "judged with its neighbours"
+    );
+    verify(&mut c, curve(32), 64.0);
+    assert_eq!(c.level(), 16, "half of 32, a quarter of 64 callers");
+    assert!(c.probing());
+    assert_eq!(
+        c.interval(),
+        c.settings().start_interval,
+        "a short interval"
+    );
+    assert_eq!(c.on_interval(curve(16), 64.0), 16, "16 beat 32: kept");
+    assert!(!c.probing());
+    assert_eq!(c.interval(), c.settings().interval);
+    // Not when four batches or more are in flight: 64 callers kept at 8 or 16.
+    for level in [8, 16] {
+        let mut c = Controller::new(ControllerSettings::default());
+        assert_eq!(c.on_interval(1e6, 64.0), 2);
+        while c.level() <= level {
+            c.on_interval(1e6 * f64::from(c.level()), 64.0);
+        }
+        // The level above it loses clearly: the climb ends and chooses it.
+        c.on_interval(2e6, 64.0);
+        assert_eq!(c.level(), level);
+        verify(&mut c, 1e6 * f64::from(level), 64.0);
+        assert_eq!(c.level(), level, "kept at {level}: no check");
+        assert!(!c.probing());
+    }
 }
