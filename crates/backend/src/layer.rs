@@ -52,6 +52,12 @@ macro_rules! layer_forwarding {
                     self.lower().$name($($arg),*)
                 }
             )*
+            /// Not forwarded unless the layer says so (it would bypass the layer's
+            /// `read`): `None`, and the server calls `read`.
+            fn read_piped(&self, cx: &OpCtx, key: &FileKey, offset: u64, count: u32) -> Result<Option<(txnfs_xdr::Piped, bool)>> {
+                let _ = (cx, key, offset, count);
+                Ok(None)
+            }
         }
 
         impl<L: Layer> Backend for L {
@@ -60,6 +66,9 @@ macro_rules! layer_forwarding {
                     Layer::$name(self $(, $arg)*)
                 }
             )*
+            fn read_piped(&self, cx: &OpCtx, key: &FileKey, offset: u64, count: u32) -> Result<Option<(txnfs_xdr::Piped, bool)>> {
+                Layer::read_piped(self, cx, key, offset, count)
+            }
         }
     };
 }

@@ -664,6 +664,15 @@ macro_rules! backend_trait {
         pub trait Backend: Send + Sync + 'static {
             $($required)*
             $($provided)*
+            /// [`Backend::read`] with the data left in the page cache: `Some` when the
+            /// backend put it into a pipe by reference (`splice`), for the server to
+            /// splice into the socket without copying it (ADR 0065); `None` when it
+            /// cannot (then the server calls `read`). Not forwarded by a [`Layer`]
+            /// unless it says so: a layer that changes reads must see them.
+            fn read_piped(&self, cx: &OpCtx, key: &FileKey, offset: u64, count: u32) -> Result<Option<(txnfs_xdr::Piped, bool)>> {
+                let _ = (cx, key, offset, count);
+                Ok(None)
+            }
         }
     };
 }

@@ -198,6 +198,7 @@ impl BackChannel {
                     } else {
                         vec![body]
                     },
+                    piped: None,
                     permit: None,
                     charge: None,
                 })

@@ -414,6 +414,7 @@ impl RpcClient {
             64,
             |head| encode_call_into(head, &header, &[]),
             args.into_parts(),
+            0,
         );
         let len = head.len() - 4 + rest.iter().map(Bytes::len).sum::<usize>();
         if len > MAX_FRAGMENT {

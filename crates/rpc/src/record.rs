@@ -410,7 +410,7 @@ impl<R> RecordReader<R> {
 const INLINE_BODY: usize = 4096;
 
 /// One record of a message: its header, written by `write_head` (about `head_room`
-/// bytes), then `body`. Returns (record mark + header + leading small parts, the other
+/// bytes), then `body`, then `trailing` bytes sent apart (a piped part, ADR 0065). Returns (record mark + header + leading small parts, the other
 /// parts). The leading parts are copied behind the header (a whole small body, or the
 /// encoded fields before file data), in the one buffer allocated for them and the
 /// header; file data itself, a part of `SHARE_MIN` bytes or more after the first, is
@@ -419,6 +419,7 @@ pub(crate) fn frame(
     head_room: usize,
     write_head: impl FnOnce(&mut BytesMut),
     mut body: Vec<Bytes>,
+    trailing: usize,
 ) -> (Bytes, Vec<Bytes>) {
     let (mut inline, mut inline_len) = (0, 0);
     for (i, p) in body.iter().enumerate() {
@@ -434,7 +435,7 @@ pub(crate) fn frame(
     for p in body.drain(..inline) {
         head.extend_from_slice(&p);
     }
-    let len = head.len() - 4 + body.iter().map(Bytes::len).sum::<usize>();
+    let len = head.len() - 4 + body.iter().map(Bytes::len).sum::<usize>() + trailing;
     head[..4].copy_from_slice(&(len as u32 | LAST_FRAGMENT).to_be_bytes());
     (head.freeze(), body)
 }

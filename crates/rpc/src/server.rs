@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore, TryAcqui
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
-use txnfs_xdr::{get_opaque, get_u32, Decode, Gathered, XdrError};
+use txnfs_xdr::{get_opaque, get_u32, Decode, Gathered, PipedTail, XdrError};
 
 pub(crate) mod behind;
 pub(crate) mod plain_tcp;
@@ -492,6 +492,8 @@ pub(crate) struct Outgoing {
     pub(crate) head: Bytes,
     /// The rest of the same record, as separate buffers; may be empty.
     pub(crate) body: Vec<Bytes>,
+    /// The record's end, file data in a pipe (ADR 0065), after `body`.
+    pub(crate) piped: Option<PipedTail>,
     pub(crate) permit: Option<OwnedSemaphorePermit>,
     /// The reply's bytes in the in-flight budget, given back once written.
     pub(crate) charge: Option<Charge>,
@@ -535,10 +537,11 @@ impl ReplySender {
         let Some(permit) = self.permit.take() else {
             return;
         };
-        if let Some((head, body)) = encode_reply(self.xid, reply) {
+        if let Some((head, body, piped)) = encode_reply(self.xid, reply) {
             let _ = self.tx.send(Outgoing {
                 head,
                 body,
+                piped,
                 permit: Some(permit),
                 charge: None,
             });
@@ -555,7 +558,7 @@ impl ReplySender {
         charge: Option<Charge>,
         budget: &Arc<InFlightBudget>,
     ) {
-        let Some((head, body)) = encode_reply(self.xid, reply) else {
+        let Some((head, body, piped)) = encode_reply(self.xid, reply) else {
             // No reply (Drop): the call's slot is free again.
             self.permit = None;
             return;
@@ -571,6 +574,7 @@ impl ReplySender {
         let _ = self.tx.send(Outgoing {
             head,
             body,
+            piped,
             permit: Some(permit),
             charge,
         });
@@ -597,20 +601,23 @@ pub(crate) enum Reply {
     RpcMismatch,
 }
 
-/// Encode a reply as (record mark + header [+ small first part], the other parts).
-/// `None` for `Drop`.
-pub(crate) fn encode_reply(xid: u32, reply: Reply) -> Option<(Bytes, Vec<Bytes>)> {
+/// Encode a reply as (record mark + header [+ small first part], the other parts, a
+/// piped last part). `None` for `Drop`.
+pub(crate) fn encode_reply(
+    xid: u32,
+    reply: Reply,
+) -> Option<(Bytes, Vec<Bytes>, Option<PipedTail>)> {
     let verf = match &reply {
         Reply::Verified(verf, _) => verf.clone(),
         _ => OpaqueAuth::none(),
     };
-    let (hdr, body) = match reply {
+    let (hdr, (body, piped)) = match reply {
         Reply::RpcMismatch => (
             ReplyHeader::Denied(RejectedReply::RpcMismatch {
                 low: RPC_VERSION,
                 high: RPC_VERSION,
             }),
-            Vec::new(),
+            (Vec::new(), None),
         ),
         Reply::Body(b) | Reply::Verified(_, b) => {
             let accepted = |stat| ReplyHeader::Accepted {
@@ -621,37 +628,51 @@ pub(crate) fn encode_reply(xid: u32, reply: Reply) -> Option<(Bytes, Vec<Bytes>)
                 ReplyBody::Drop => return None,
                 ReplyBody::Success(res) => success(xid, verf.clone(), Gathered::from(res)),
                 ReplyBody::SuccessParts(res) => success(xid, verf.clone(), res),
-                ReplyBody::ProgUnavail => (accepted(AcceptedStatus::ProgUnavail), Vec::new()),
-                ReplyBody::ProcUnavail => (accepted(AcceptedStatus::ProcUnavail), Vec::new()),
-                ReplyBody::GarbageArgs => (accepted(AcceptedStatus::GarbageArgs), Vec::new()),
-                ReplyBody::SystemErr => (accepted(AcceptedStatus::SystemErr), Vec::new()),
+                ReplyBody::ProgUnavail => {
+                    (accepted(AcceptedStatus::ProgUnavail), (Vec::new(), None))
+                }
+                ReplyBody::ProcUnavail => {
+                    (accepted(AcceptedStatus::ProcUnavail), (Vec::new(), None))
+                }
+                ReplyBody::GarbageArgs => {
+                    (accepted(AcceptedStatus::GarbageArgs), (Vec::new(), None))
+                }
+                ReplyBody::SystemErr => (accepted(AcceptedStatus::SystemErr), (Vec::new(), None)),
                 ReplyBody::ProgMismatch { low, high } => (
                     accepted(AcceptedStatus::ProgMismatch { low, high }),
-                    Vec::new(),
+                    (Vec::new(), None),
                 ),
-                ReplyBody::AuthError(s) => {
-                    (ReplyHeader::Denied(RejectedReply::AuthError(s)), Vec::new())
-                }
+                ReplyBody::AuthError(s) => (
+                    ReplyHeader::Denied(RejectedReply::AuthError(s)),
+                    (Vec::new(), None),
+                ),
             }
         }
     };
-    Some(crate::record::frame(
+    let trailing = piped.as_ref().map_or(0, PipedTail::len);
+    let (head, body) = crate::record::frame(
         44,
         |head| encode_reply_header(head, xid, &hdr),
         body,
-    ))
+        trailing,
+    );
+    Some((head, body, piped))
 }
 
 /// SUCCESS with `res` (and the reply verifier `verf`), or SYSTEM_ERR when the record
 /// could not hold it.
-fn success(xid: u32, verf: OpaqueAuth, res: Gathered) -> (ReplyHeader, Vec<Bytes>) {
+fn success(
+    xid: u32,
+    verf: OpaqueAuth,
+    res: Gathered,
+) -> (ReplyHeader, (Vec<Bytes>, Option<PipedTail>)) {
     let accepted = |stat| ReplyHeader::Accepted { verf, stat };
     // 4 (mark) + 24 (header) + results must fit one fragment.
     if res.len() > MAX_FRAGMENT - 64 {
         error!(xid, len = res.len(), "reply too large; sending SYSTEM_ERR");
-        (accepted(AcceptedStatus::SystemErr), Vec::new())
+        (accepted(AcceptedStatus::SystemErr), (Vec::new(), None))
     } else {
-        (accepted(AcceptedStatus::Success), res.into_parts())
+        (accepted(AcceptedStatus::Success), res.into_parts_piped())
     }
 }
 
@@ -902,7 +923,7 @@ impl<S: RpcService> Connection<S> {
         (sock, plain): (std::os::fd::RawFd, Option<plain_tcp::PlainTcp<Touching<R>>>),
     ) where
         R: AsyncRead + Unpin + Send + 'static,
-        W: AsyncWrite + Unpin + Send + 'static,
+        W: AsyncWrite + crate::writer::PipeSink + Unpin + Send + 'static,
     {
         let (conn_id, peer) = (self.conn_id, self.peer);
         let state = self.state.clone();

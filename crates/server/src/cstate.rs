@@ -43,6 +43,12 @@ pub struct Compound<'a> {
     pub minor: u32,
     /// Bytes still available in the reply (for sizing READ and READDIR).
     pub reply_left: usize,
+    /// The running op may leave its data in a pipe (ADR 0065): set by the v4.1+
+    /// executor before each op, for the COMPOUND's last op when its reply is not kept
+    /// for a retransmission and no transaction runs.
+    pub may_pipe: bool,
+    /// Data the running op left in a pipe: the executor encodes it as the reply's end.
+    pub piped: Option<txnfs_xdr::Piped>,
     pub now: Instant,
     /// The backend side: OpCtx and begin/end_compound per touched export.
     pub scope: crate::export::CompoundScope,
@@ -81,6 +87,8 @@ impl<'a> Compound<'a> {
             client: None,
             minor,
             reply_left: srv.limits.max_response as usize,
+            may_pipe: false,
+            piped: None,
             now: srv.clock.now(),
             scope: crate::export::CompoundScope::with_txn(&srv.exports, txn, waited.clone()),
             txn_opens: Vec::new(),

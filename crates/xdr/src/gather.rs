@@ -7,13 +7,44 @@
 //! appends an `opaque<>` whose bytes stay where they are. [`Gathered`] is the finished
 //! message: a list of parts that a gathered write (`writev`) sends as they are.
 
+use std::sync::Arc;
+
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::{pad_len, ZEROS};
+use crate::{pad_len, Piped, ZEROS};
 
 /// Opaques shorter than this are copied into the tail: an extra iovec (and a part in
 /// every cache holding the message) costs more than copying a few hundred bytes.
 pub const SHARE_MIN: usize = 1024;
+
+/// The end of a message held in a pipe (ADR 0065): an `opaque<>`'s data, then `pad`
+/// zero bytes. Only the last item of a message can be piped; anything encoded after
+/// it reads the data into memory first.
+#[derive(Debug, Clone)]
+pub struct PipedTail {
+    pub data: Arc<Piped>,
+    pub pad: usize,
+}
+
+impl PipedTail {
+    /// Bytes on the wire: the data and its padding.
+    pub fn len(&self) -> usize {
+        self.data.len() + self.pad
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The data and padding in memory (read out of the pipe once).
+    fn to_parts(&self) -> [Bytes; 2] {
+        let data = self
+            .data
+            .to_bytes()
+            .unwrap_or_else(|e| panic!("piped reply data lost before it was sent: {e}"));
+        [data, Bytes::from_static(&ZEROS[..self.pad])]
+    }
+}
 
 /// A message being encoded: finished parts plus the tail being written.
 #[derive(Debug, Default)]
@@ -21,6 +52,8 @@ pub struct GatherBuf {
     parts: Vec<Bytes>,
     /// Bytes in `parts`.
     parts_len: usize,
+    /// Follows `parts` (and precedes `tail`, which is then empty).
+    piped: Option<PipedTail>,
     tail: BytesMut,
 }
 
@@ -30,13 +63,14 @@ impl GatherBuf {
         GatherBuf {
             parts: Vec::new(),
             parts_len: 0,
+            piped: None,
             tail: BytesMut::with_capacity(capacity),
         }
     }
 
     /// Bytes encoded so far, in all parts.
     pub fn len(&self) -> usize {
-        self.parts_len + self.tail.len()
+        self.parts_len + self.piped.as_ref().map_or(0, PipedTail::len) + self.tail.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -52,6 +86,7 @@ impl GatherBuf {
     /// written are not copied (the tail keeps its remaining capacity).
     pub fn seal(&mut self) {
         if !self.tail.is_empty() {
+            self.unpipe();
             let done = self.tail.split().freeze();
             self.parts_len += done.len();
             self.parts.push(done);
@@ -65,8 +100,33 @@ impl GatherBuf {
             return;
         }
         self.seal();
+        self.unpipe();
         self.parts_len += data.len();
         self.parts.push(data);
+    }
+
+    /// XDR `opaque<>` whose bytes wait in a pipe (ADR 0065): the message's last item
+    /// (the same encoding as [`crate::put_opaque`]; anything encoded after it reads
+    /// the data into memory).
+    pub fn put_opaque_piped(&mut self, data: Piped) {
+        let pad = pad_len(data.len());
+        self.tail.put_u32(data.len() as u32);
+        self.seal();
+        self.unpipe();
+        self.piped = Some(PipedTail {
+            data: Arc::new(data),
+            pad,
+        });
+    }
+
+    /// Reads piped data into memory, as parts: something follows it.
+    fn unpipe(&mut self) {
+        if let Some(t) = self.piped.take() {
+            for p in t.to_parts() {
+                self.parts_len += p.len();
+                self.parts.push(p);
+            }
+        }
     }
 
     /// XDR `opaque<>` whose bytes become their own part (from [`SHARE_MIN`] bytes on):
@@ -81,6 +141,7 @@ impl GatherBuf {
     /// Shortens the message to `len` bytes (parts past it are dropped, the part it
     /// falls in is cut without copying).
     pub fn truncate(&mut self, len: usize) {
+        self.unpipe();
         if len >= self.parts_len {
             self.tail.truncate(len - self.parts_len);
             return;
@@ -102,6 +163,9 @@ impl GatherBuf {
     /// A copy of the bytes from `at` to the end (for small results kept apart, such
     /// as an owner's replay cache).
     pub fn copy_from(&self, at: usize) -> Bytes {
+        if self.piped.is_some() {
+            return self.snapshot().to_bytes().slice(at.min(self.len())..);
+        }
         let mut out = BytesMut::with_capacity(self.len().saturating_sub(at));
         let mut start = 0;
         let tail: &[u8] = &self.tail;
@@ -124,28 +188,41 @@ impl GatherBuf {
     /// shared, the tail is copied (call [`GatherBuf::seal`] first to share it too).
     pub fn snapshot(&self) -> Gathered {
         let mut parts = self.parts.clone();
+        let mut piped = self.piped.clone();
         if !self.tail.is_empty() {
+            if let Some(t) = piped.take() {
+                parts.extend(t.to_parts());
+            }
             parts.push(Bytes::copy_from_slice(&self.tail));
         }
-        Gathered::from_parts(parts)
+        let mut g = Gathered::from_parts(parts);
+        if let Some(t) = piped {
+            g.len += t.len();
+            g.piped = Some(t);
+        }
+        g
     }
 
     /// The finished message.
     pub fn finish(mut self) -> Gathered {
         self.seal();
+        let len = self.len();
         Gathered {
             parts: self.parts,
-            len: self.parts_len,
+            len,
+            piped: self.piped,
         }
     }
 }
 
-/// An encoded message as parts, in order. Two messages are equal when their bytes are,
-/// however they are cut into parts.
+/// An encoded message as parts, in order, and maybe a last part held in a pipe (ADR
+/// 0065). Two messages are equal when their bytes are, however they are cut into parts.
 #[derive(Debug, Clone, Default)]
 pub struct Gathered {
     parts: Vec<Bytes>,
+    /// Bytes in all parts, the piped one included.
     len: usize,
+    piped: Option<PipedTail>,
 }
 
 impl Gathered {
@@ -153,7 +230,11 @@ impl Gathered {
     pub fn from_parts(parts: Vec<Bytes>) -> Self {
         let parts: Vec<Bytes> = parts.into_iter().filter(|p| !p.is_empty()).collect();
         let len = parts.iter().map(Bytes::len).sum();
-        Gathered { parts, len }
+        Gathered {
+            parts,
+            len,
+            piped: None,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -164,17 +245,40 @@ impl Gathered {
         self.len == 0
     }
 
+    /// The parts in memory (all but a piped last one).
     pub fn parts(&self) -> &[Bytes] {
         &self.parts
     }
 
+    /// The last part, if it waits in a pipe.
+    pub fn piped(&self) -> Option<&PipedTail> {
+        self.piped.as_ref()
+    }
+
+    /// The parts in memory (piped data read out into memory: a copy).
     pub fn into_parts(self) -> Vec<Bytes> {
-        self.parts
+        let mut parts = self.parts;
+        if let Some(t) = self.piped {
+            parts.extend(t.to_parts());
+        }
+        parts
+    }
+
+    /// The parts in memory, and the piped last one apart (not read out).
+    pub fn into_parts_piped(self) -> (Vec<Bytes>, Option<PipedTail>) {
+        (self.parts, self.piped)
     }
 
     /// The message in one buffer: shared when it is one part already, else copied
     /// (for callers that need contiguous bytes: tests, stores, whole-body wrapping).
     pub fn to_bytes(&self) -> Bytes {
+        if self.piped.is_some() {
+            let mut out = BytesMut::with_capacity(self.len);
+            for p in self.clone().into_parts() {
+                out.put_slice(&p);
+            }
+            return out.freeze();
+        }
         match self.parts.as_slice() {
             [] => Bytes::new(),
             [one] => one.clone(),
@@ -193,6 +297,10 @@ impl Gathered {
     pub fn prefix(&self, n: usize) -> Bytes {
         match self.parts.first() {
             Some(first) if first.len() >= n => first.slice(..n),
+            _ if self.piped.is_some() => {
+                let all = self.to_bytes();
+                all.slice(..n.min(all.len()))
+            }
             _ => {
                 let mut out = BytesMut::with_capacity(n);
                 for p in &self.parts {
@@ -242,7 +350,11 @@ impl From<Bytes> for Gathered {
     fn from(b: Bytes) -> Self {
         let len = b.len();
         let parts = if len == 0 { Vec::new() } else { vec![b] };
-        Gathered { parts, len }
+        Gathered {
+            parts,
+            len,
+            piped: None,
+        }
     }
 }
 
@@ -250,6 +362,9 @@ impl PartialEq for Gathered {
     fn eq(&self, other: &Self) -> bool {
         if self.len != other.len {
             return false;
+        }
+        if self.piped.is_some() || other.piped.is_some() {
+            return self.to_bytes() == other.to_bytes();
         }
         let mut a = self.parts.iter().flat_map(|p| p.chunks(4096));
         let mut b = other.parts.iter().flat_map(|p| p.chunks(4096));
@@ -326,6 +441,51 @@ mod tests {
             assert_eq!(h.finish().to_bytes(), want.freeze(), "at = {at}");
         }
         assert_eq!(g.copy_from(2008), full.slice(2008..));
+    }
+
+    /// `n` bytes of `data(n)` in a pipe.
+    fn piped(n: usize) -> Piped {
+        use std::io::Write;
+        let (rd, mut wr) = std::io::pipe().expect("pipe");
+        let d = data(n);
+        let writer = std::thread::spawn(move || wr.write_all(&d).expect("fill"));
+        let p = Piped::new(std::fs::File::from(std::os::fd::OwnedFd::from(rd)), n);
+        // Read out at once where the pipe is smaller than `n` (the writer waits).
+        if n > 60_000 {
+            p.to_bytes().expect("read out");
+        }
+        writer.join().expect("writer");
+        p
+    }
+
+    /// A piped opaque encodes as `put_opaque`: as the message's last part when nothing
+    /// follows it, read into memory, in order, when something does.
+    #[test]
+    fn piped_opaque_encodes_as_put_opaque() {
+        for (n, after) in [(5, false), (5, true), (3000, false), (100_001, true)] {
+            let mut g = GatherBuf::with_capacity(16);
+            g.tail().put_u32(7);
+            g.put_opaque_piped(piped(n));
+            if after {
+                g.tail().put_u32(9);
+            }
+            let mut flat = BytesMut::new();
+            flat.put_u32(7);
+            put_opaque(&mut flat, &data(n));
+            if after {
+                flat.put_u32(9);
+            }
+            assert_eq!(g.len(), flat.len(), "{n} {after}: length");
+            assert_eq!(g.snapshot().to_bytes(), flat, "{n} {after}: snapshot");
+            let got = g.finish();
+            assert_eq!(got.piped().is_some(), !after, "{n} {after}: piped end");
+            assert_eq!(got.len(), flat.len());
+            assert_eq!(got.prefix(4), &flat[..4]);
+            assert_eq!(got.to_bytes(), flat, "{n} {after}: bytes");
+            assert_eq!(got, Gathered::from(flat.clone().freeze()));
+            let parts: Vec<u8> = got.into_parts().concat();
+            assert_eq!(parts, flat, "{n} {after}: parts read out");
+        }
     }
 
     #[test]

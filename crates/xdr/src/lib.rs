@@ -8,7 +8,9 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 mod gather;
-pub use gather::{GatherBuf, Gathered, SHARE_MIN};
+mod piped;
+pub use gather::{GatherBuf, Gathered, PipedTail, SHARE_MIN};
+pub use piped::Piped;
 
 /// Why a buffer could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

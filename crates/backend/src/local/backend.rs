@@ -132,6 +132,16 @@ impl Backend for LocalBackend {
         Ok(self.attrs(&st, true))
     }
 
+    fn read_piped(
+        &self,
+        _cx: &OpCtx,
+        key: &FileKey,
+        offset: u64,
+        count: u32,
+    ) -> Result<Option<(txnfs_xdr::Piped, bool)>> {
+        self.read_into_pipe(key, offset, count.min(MAX_READ))
+    }
+
     fn read(&self, _cx: &OpCtx, key: &FileKey, offset: u64, count: u32) -> Result<(Bytes, bool)> {
         let count = count.min(MAX_READ) as usize;
         if offset > i64::MAX as u64 {

@@ -59,6 +59,7 @@ mod handle_table;
 mod handles;
 mod io;
 mod lease;
+mod piped;
 mod readdir;
 mod table_mode;
 mod v42;

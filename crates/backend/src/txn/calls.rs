@@ -152,6 +152,24 @@ impl Layer for TxnLayer {
         self.lower.read(cx, key, offset, count)
     }
 
+    /// Under the same shared lock as `read`: the pipe then holds the pages as they
+    /// were under it (a later write may still change a page the pipe refers to before
+    /// it is sent, as with the kernel's server; ADR 0065).
+    fn read_piped(
+        &self,
+        cx: &OpCtx,
+        key: &FileKey,
+        offset: u64,
+        count: u32,
+    ) -> Result<Option<(txnfs_xdr::Piped, bool)>> {
+        let _g = self.lock(
+            &cx.waited,
+            Self::reader(cx),
+            &[(locks::object(key), Mode::Shared)],
+        )?;
+        self.lower.read_piped(cx, key, offset, count)
+    }
+
     fn readlink(&self, cx: &OpCtx, key: &FileKey) -> Result<Bytes> {
         let _g = self.lock(
             &cx.waited,

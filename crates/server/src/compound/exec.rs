@@ -427,6 +427,7 @@ impl Exec<'_> {
         let before = self.out.len();
         // One clock read per op: this op starts when the one before it ended.
         let started = self.op_ended.unwrap_or_else(std::time::Instant::now);
+        self.c.may_pipe = i + 1 == nops && !self.cachethis && !self.modifies && !self.proc.is_txn();
         let result = match self.admit(i, nops, entry, &arg) {
             Err(s) => Err(OpError::Status(s)),
             // A panic fails this op with SERVERFAULT (`crate::panics`, ADR 0029).
@@ -443,7 +444,10 @@ impl Exec<'_> {
         let st = match result {
             Ok(res) => {
                 self.c.apply_stateid_rule(entry.stateid, &res);
-                super::payload::encode_v4(&res, &mut self.out);
+                match self.c.piped.take() {
+                    Some(data) => super::payload::encode_v4_piped(&res, data, &mut self.out),
+                    None => super::payload::encode_v4(&res, &mut self.out),
+                }
                 nfsstat4::NFS4_OK
             }
             Err(OpError::Status(s)) => {
@@ -455,6 +459,8 @@ impl Exec<'_> {
                 s
             }
         };
+        // (An op that failed after piping its data drops the pipe.)
+        self.c.piped = None;
         let ended = std::time::Instant::now();
         srv.metrics.v4_op(opnum, ended - started, st as i32);
         self.op_ended = Some(ended);

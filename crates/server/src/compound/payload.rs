@@ -5,7 +5,7 @@
 //! other result is encoded into the reply's tail as before.
 
 use txnfs_proto::nfs3::READ3res;
-use txnfs_xdr::{put_bool, put_i32, put_u32, put_u64, Encode, GatherBuf};
+use txnfs_xdr::{put_bool, put_i32, put_u32, put_u64, Encode, GatherBuf, Piped};
 
 use crate::nfs::{nfs_opnum4, nfs_resop4, read_plus_content, READ4res, READ_PLUS4res};
 
@@ -38,6 +38,21 @@ pub fn encode_v4(res: &nfs_resop4, out: &mut GatherBuf) {
             }
         }
         other => other.encode(out.tail()),
+    }
+}
+
+/// Encodes a READ result whose data the op left in a pipe (ADR 0065): the same bytes
+/// as [`encode_v4`] with that data, the data the reply's last part.
+pub fn encode_v4_piped(res: &nfs_resop4, data: Piped, out: &mut GatherBuf) {
+    match res {
+        nfs_resop4::OP_READ(READ4res::NFS4_OK(ok)) => {
+            let tail = out.tail();
+            put_i32(tail, nfs_opnum4::OP_READ as i32);
+            put_i32(tail, 0);
+            put_bool(tail, ok.eof);
+            out.put_opaque_piped(data);
+        }
+        other => encode_v4(other, out),
     }
 }
 

@@ -1,5 +1,7 @@
 //! Open files and their data: OPEN, OPEN_DOWNGRADE, CLOSE, READ, WRITE, COMMIT.
 
+use bytes::Bytes;
+
 use crate::cstate::Compound;
 use crate::errors::status_from_u32;
 use crate::errors::{OpError, OpResult};
@@ -373,15 +375,31 @@ pub fn read(c: &mut Compound, a: &READ4args) -> OpResult {
     // Fit the data into what is left of the reply (eof + length + padding overhead).
     let room = c.reply_left.saturating_sub(16) as u32;
     let count = a.count.min(c.srv.cfg.max_io_size).min(room);
-    let (data, eof) = o
-        .export
-        .backend
-        .read(c.scope.ctx(), &o.key, a.offset, count)?;
-    c.srv.metrics.read(o.export.id, data.len());
+    let backend = &o.export.backend;
+    // The COMPOUND's last op, its reply not kept: the data may stay in the page cache
+    // and go to the socket from there (ADR 0065).
+    let piped = if c.may_pipe {
+        backend.read_piped(c.scope.ctx(), &o.key, a.offset, count)?
+    } else {
+        None
+    };
+    let (data, eof, len) = match piped {
+        Some((p, eof)) => {
+            let len = p.len();
+            c.piped = Some(p);
+            (Bytes::new(), eof, len)
+        }
+        None => {
+            let (data, eof) = backend.read(c.scope.ctx(), &o.key, a.offset, count)?;
+            let len = data.len();
+            (data, eof, len)
+        }
+    };
+    c.srv.metrics.read(o.export.id, len);
     if let Some(s) = &c.session {
         s.activity
             .read_bytes
-            .fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            .fetch_add(len as u64, std::sync::atomic::Ordering::Relaxed);
     }
     Ok(nfs_resop4::OP_READ(READ4res::NFS4_OK(READ4resok {
         eof,

@@ -230,6 +230,13 @@ pub fn prometheus(srv: &Server, drc: Option<crate::v3::drc::DrcStats>) -> String
     );
     one(
         &mut s,
+        "txnfs_transport_spliced_bytes_total",
+        "counter",
+        "READ data spliced from the page cache into sockets, never copied (ADR 0065).",
+        w.spliced_bytes() as f64,
+    );
+    one(
+        &mut s,
         "txnfs_transport_bytes_total",
         "counter",
         "Bytes sent in them, record marks included.",
