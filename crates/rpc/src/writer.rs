@@ -174,8 +174,10 @@ impl<T: PipeSink + ?Sized> PipeSink for &mut T {
 }
 
 /// [`write_all_vectored`] of `segs` with the piped ends in between: the buffers before
-/// each, then its data (spliced into a plain TCP socket when this writer holds the
-/// only reference to it; else read into memory, a copy), then its padding.
+/// each, then its data, then its padding. The data is spliced into a plain TCP socket
+/// for the batch's first piped end if the socket had nothing in flight when the batch
+/// began (and this writer holds the only reference to it); other data is read into
+/// memory, a copy, as reading it into a buffer would have cost.
 async fn write_with_pipes<W: AsyncWrite + PipeSink + Unpin>(
     w: &mut W,
     segs: &mut VecDeque<Bytes>,
@@ -183,6 +185,7 @@ async fn write_with_pipes<W: AsyncWrite + PipeSink + Unpin>(
     spliced: &AtomicU64,
 ) -> std::io::Result<u64> {
     let mut writes = 0;
+    let mut idle = w.tcp().and_then(unacknowledged) == Some(0);
     // What the next gathered write sends; `segs` keeps what follows the next pipe.
     let mut out = VecDeque::new();
     let mut taken = 0;
@@ -191,8 +194,8 @@ async fn write_with_pipes<W: AsyncWrite + PipeSink + Unpin>(
         taken = at;
         out.append(segs);
         *segs = rest;
-        let pipe = match (w.tcp(), Arc::strong_count(&t.data)) {
-            (Some(_), 1) => t.data.take_pipe(),
+        let pipe = match Arc::strong_count(&t.data) {
+            1 if std::mem::take(&mut idle) => t.data.take_pipe(),
             _ => None,
         };
         match pipe {
@@ -213,6 +216,21 @@ async fn write_with_pipes<W: AsyncWrite + PipeSink + Unpin>(
     out.append(segs);
     writes += write_all_vectored(w, &mut out).await?;
     Ok(writes)
+}
+
+/// Bytes in `sock`'s send queue not yet acknowledged by the peer (`SIOCOUTQ`).
+///
+/// Data is spliced only into a socket with nothing in flight: spliced behind other
+/// replies, one 1 MiB READ stream with four requests outstanding moved 1,850-2,100
+/// MB/s on loopback against 2,360-2,990 copied (ADR 0065).
+fn unacknowledged(sock: &TcpStream) -> Option<usize> {
+    let mut n: libc::c_int = 0;
+    let fd = std::os::fd::AsRawFd::as_raw_fd(sock);
+    // SAFETY: `TIOCOUTQ` (`SIOCOUTQ`) on a TCP socket writes one `int` through its
+    // argument, which points at `n`, live and ours for the call; `fd` is the socket
+    // `sock` holds open.
+    let r = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut n as *mut libc::c_int) };
+    (r == 0).then(|| usize::try_from(n).unwrap_or(0))
 }
 
 /// Moves `len` bytes from `pipe` into `sock` without copying them (the pipe's pages
@@ -382,7 +400,7 @@ mod tests {
 
     /// Records whose ends are piped, between plain ones: over a socket that cannot
     /// splice (TLS) the data is read into memory, in order, padding after it; over
-    /// plain TCP it is spliced and counted.
+    /// plain TCP the first is spliced (the socket was idle) and counted.
     #[tokio::test]
     async fn piped_ends_arrive_in_order_over_tls_and_tcp() {
         let n = 200_001; // three bytes of padding
@@ -450,7 +468,8 @@ mod tests {
             got.len(),
             want.len()
         );
-        assert_eq!(counts.spliced_bytes(), 2 * n as u64, "TCP: spliced");
+        // The first on the idle socket; the second behind it is read into memory.
+        assert_eq!(counts.spliced_bytes(), n as u64, "TCP: spliced");
     }
 
     #[tokio::test]
