@@ -44,7 +44,9 @@ fn read_result(r: &COMPOUND4res) -> (Bytes, bool) {
 }
 
 async fn server() -> (TestServer, std::path::PathBuf) {
-    let dir = std::env::temp_dir().join(format!("txnfs-piped-{}", std::process::id()));
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("txnfs-piped-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("export dir");
     // Written through the page cache, so every page is cached.
@@ -134,5 +136,41 @@ async fn large_reads_are_spliced_and_read_back_exactly() {
         data[..] == want[2 * MIB..2 * MIB + data.len()],
         "replayed: bytes"
     );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// NFSv3 READ (`vers=3` mounts) leaves the page cache the same way: its reply is never
+/// kept, so every large READ of cached data may be spliced.
+#[tokio::test]
+async fn large_v3_reads_are_spliced_and_read_back_exactly() {
+    use txnfs_proto::nfs3::{LOOKUP3res, READ3res};
+    let (srv, dir) = server().await;
+    let want = pattern();
+    let c = txnfs_rawclient::v3::V3Client::connect(srv.addr, root_cred())
+        .await
+        .expect("connect");
+    let root = c.root("/").await;
+    let LOOKUP3res::NFS3_OK(f) = c.lookup(&root, "f").await.expect("LOOKUP") else {
+        panic!("LOOKUP f")
+    };
+    for (offset, count) in [(0, MIB), (MIB + 3, 100_001), (SIZE - 100_000, MIB)] {
+        let before = spliced(&srv);
+        let READ3res::NFS3_OK(r) = c
+            .read(&f.object, offset as u64, count as u32)
+            .await
+            .expect("READ")
+        else {
+            panic!("READ {offset}+{count}")
+        };
+        let end = (offset + count).min(SIZE);
+        assert_eq!(r.count as usize, end - offset, "{offset}+{count}: count");
+        assert!(r.data[..] == want[offset..end], "{offset}+{count}: bytes");
+        assert_eq!(r.eof, end == SIZE, "{offset}+{count}: eof");
+        let moved = spliced(&srv) - before;
+        assert!(
+            moved == r.data.len() as u64 || (offset % 4096 != 0 && moved == 0),
+            "{offset}+{count}: spliced {moved}"
+        );
+    }
     let _ = std::fs::remove_dir_all(dir);
 }

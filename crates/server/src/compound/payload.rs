@@ -71,6 +71,22 @@ pub fn encode_read3(res: &READ3res, out: &mut GatherBuf) {
     }
 }
 
+/// Encodes v3 READ result `res` whose data the procedure left in a pipe (ADR 0065):
+/// the same bytes as [`encode_read3`] with that data, the data the reply's end.
+pub fn encode_read3_piped(res: &READ3res, data: Piped, out: &mut GatherBuf) {
+    match res {
+        READ3res::NFS3_OK(ok) => {
+            let tail = out.tail();
+            put_i32(tail, 0);
+            ok.file_attributes.encode(tail);
+            put_u32(tail, ok.count);
+            put_bool(tail, ok.eof);
+            out.put_opaque_piped(data);
+        }
+        other => encode_read3(other, out),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

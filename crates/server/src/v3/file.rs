@@ -41,9 +41,9 @@ pub fn read3(c: &mut Compound, a: READ3args) -> READ3res {
         None => post_op_attr::FALSE,
     };
     match r {
-        Ok((data, eof)) => READ3res::NFS3_OK(READ3resok {
+        Ok((data, eof, count)) => READ3res::NFS3_OK(READ3resok {
             file_attributes,
-            count: data.len() as u32,
+            count: count as u32,
             eof,
             data,
         }),
@@ -55,7 +55,7 @@ fn read_in(
     c: &mut Compound,
     a: &READ3args,
     seen: &mut Option<(ObjFh, Attrs)>,
-) -> R<(bytes::Bytes, bool)> {
+) -> R<(bytes::Bytes, bool, usize)> {
     let o = obj(c, &a.file)?;
     let attrs = getattr(c, &o)?;
     *seen = Some((o.clone(), attrs.clone()));
@@ -67,12 +67,19 @@ fn read_in(
     let count = a.count.min(c.srv.cfg.max_io_size);
     // The attributes read before answer for after: a read changes none but the
     // access time, and a second stat on every READ is not worth that.
-    let (data, eof) = be(o
-        .export
-        .backend
-        .read(c.scope.ctx(), &o.key, a.offset, count))?;
+    // A READ's reply is never kept (the DRC keeps what is not idempotent), so a large
+    // one may leave the page cache by splice (ADR 0065); its data is then in `c.piped`.
+    let backend = &o.export.backend;
+    if let Some((p, eof)) = be(backend.read_piped(c.scope.ctx(), &o.key, a.offset, count))? {
+        let len = p.len();
+        c.piped = Some(p);
+        c.srv.metrics.read(o.export.id, len);
+        return Ok((bytes::Bytes::new(), eof, len));
+    }
+    let (data, eof) = be(backend.read(c.scope.ctx(), &o.key, a.offset, count))?;
     c.srv.metrics.read(o.export.id, data.len());
-    Ok((data, eof))
+    let len = data.len();
+    Ok((data, eof, len))
 }
 
 pub fn write3(c: &mut Compound, a: WRITE3args) -> WRITE3res {
