@@ -563,7 +563,11 @@ impl ReplySender {
             self.permit = None;
             return;
         };
-        let len = head.len() + body.len();
+        // Every part's bytes (since replies became parts, ADR 0052, this counted parts),
+        // and the piped data's, which the writer may read into memory.
+        let len = head.len()
+            + body.iter().map(Bytes::len).sum::<usize>()
+            + piped.as_ref().map_or(0, PipedTail::len);
         let charge = match charge.and_then(|c| budget.resize(c, len)) {
             Some(c) => Some(c),
             None => budget.clone().reserve(len).await,

@@ -130,6 +130,10 @@ async fn large_reads_are_spliced_and_read_back_exactly() {
     let first = call_raw(&s.cl, args.clone()).await;
     let again = call_raw(&s.cl, args).await;
     assert_eq!(first, again, "the replay is the reply");
+    // A large reply's bytes are charged to the in-flight budget while it waits to be
+    // written (ADR 0029): the parts' bytes and the piped data's, not a count of parts.
+    let peak = srv.server.stats.in_flight.peak();
+    assert!(peak >= MIB, "in-flight peak {peak}");
     let r = <COMPOUND4res as txnfs_xdr::Decode>::from_bytes(first).expect("decodes");
     let (data, _) = read_result(&r);
     assert!(
