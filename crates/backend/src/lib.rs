@@ -37,6 +37,11 @@ pub type FileKey = Bytes;
 /// export id and MAC).
 pub const MAX_KEY_LEN: usize = 88;
 
+/// Reads of at least this many bytes may go through a pipe ([`Backend::read_piped`],
+/// ADR 0065): below, copying costs less than the pipe's four system calls, and the
+/// server does not ask (a layer's `read_piped` may lock as its `read` does).
+pub const PIPED_READ_MIN: u32 = 64 << 10;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FileType {
     Regular,

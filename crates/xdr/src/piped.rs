@@ -7,6 +7,7 @@
 
 use std::fs::File;
 use std::io::{self, Read};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use bytes::Bytes;
@@ -15,6 +16,8 @@ use bytes::Bytes;
 pub struct Piped {
     len: usize,
     state: Mutex<State>,
+    /// Counts the pipes alive, if the maker bounds them ([`Piped::counted`]).
+    live: Option<&'static AtomicUsize>,
 }
 
 enum State {
@@ -33,7 +36,14 @@ impl Piped {
         Piped {
             len,
             state: Mutex::new(State::Pipe(read_end)),
+            live: None,
         }
+    }
+
+    /// This pipe counted in `live` until it is dropped (the caller added it).
+    pub fn counted(mut self, live: &'static AtomicUsize) -> Piped {
+        self.live = Some(live);
+        self
     }
 
     pub fn len(&self) -> usize {
@@ -78,6 +88,14 @@ impl Piped {
         match std::mem::replace(&mut *state, State::Taken) {
             State::Pipe(f) => Some(f),
             _ => None,
+        }
+    }
+}
+
+impl Drop for Piped {
+    fn drop(&mut self) {
+        if let Some(live) = self.live {
+            live.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }

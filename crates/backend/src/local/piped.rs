@@ -10,7 +10,7 @@
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use rustix::io::Errno;
 use rustix::pipe::{fcntl_setpipe_size, pipe_with, splice, PipeFlags, SpliceFlags};
@@ -19,11 +19,16 @@ use txnfs_xdr::Piped;
 use super::LocalBackend;
 use crate::{FileKey, Result};
 
-/// Reads of at least this many bytes go through a pipe: below, copying costs less than
-/// the pipe's four system calls.
-pub const PIPED_MIN: usize = 64 << 10;
+/// Reads of at least this many bytes go through a pipe.
+const PIPED_MIN: usize = crate::PIPED_READ_MIN as usize;
 
 const PAGE: u64 = 4096;
+
+/// At most this many pipes alive at once (each holds a descriptor until its reply is
+/// sent or read out): past it reads copy, and descriptors stay for files and sockets.
+const MAX_PIPES: usize = 256;
+
+static LIVE_PIPES: AtomicUsize = AtomicUsize::new(0);
 
 /// Whether this kernel splices files and answers `cachestat` (cleared on the first
 /// refusal; `TXNFS_NO_PIPED_READS=1` clears it from the start, to measure without).
@@ -62,6 +67,12 @@ impl LocalBackend {
         if want < PIPED_MIN || !all_cached(&fd, offset, want as u64) {
             return Ok(None);
         }
+        if LIVE_PIPES.fetch_add(1, Ordering::Relaxed) >= MAX_PIPES {
+            LIVE_PIPES.fetch_sub(1, Ordering::Relaxed);
+            return Ok(None);
+        }
+        // Counted from here: given back when the `Piped` goes, or at once below.
+        let slot = PipeSlot;
         let Ok((rd, wr)) = pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK) else {
             return Ok(None);
         };
@@ -103,7 +114,20 @@ impl LocalBackend {
         }
         let eof = got < want || offset + got as u64 >= size;
         drop(wr);
-        Ok(Some((Piped::new(File::from(rd), got), eof)))
+        std::mem::forget(slot);
+        Ok(Some((
+            Piped::new(File::from(rd), got).counted(&LIVE_PIPES),
+            eof,
+        )))
+    }
+}
+
+/// One of `LIVE_PIPES`, given back if no `Piped` takes it over.
+struct PipeSlot;
+
+impl Drop for PipeSlot {
+    fn drop(&mut self) {
+        LIVE_PIPES.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -378,7 +378,7 @@ pub fn read(c: &mut Compound, a: &READ4args) -> OpResult {
     let backend = &o.export.backend;
     // The COMPOUND's last op, its reply not kept: the data may stay in the page cache
     // and go to the socket from there (ADR 0065).
-    let piped = if c.may_pipe {
+    let piped = if c.may_pipe && count >= txnfs_backend::PIPED_READ_MIN {
         backend.read_piped(c.scope.ctx(), &o.key, a.offset, count)?
     } else {
         None

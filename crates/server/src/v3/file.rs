@@ -70,7 +70,12 @@ fn read_in(
     // A READ's reply is never kept (the DRC keeps what is not idempotent), so a large
     // one may leave the page cache by splice (ADR 0065); its data is then in `c.piped`.
     let backend = &o.export.backend;
-    if let Some((p, eof)) = be(backend.read_piped(c.scope.ctx(), &o.key, a.offset, count))? {
+    let piped = if count >= txnfs_backend::PIPED_READ_MIN {
+        be(backend.read_piped(c.scope.ctx(), &o.key, a.offset, count))?
+    } else {
+        None
+    };
+    if let Some((p, eof)) = piped {
         let len = p.len();
         c.piped = Some(p);
         c.srv.metrics.read(o.export.id, len);
