@@ -4,6 +4,7 @@
 //! the wire are exactly those of the generated encoders (a test compares them); every
 //! other result is encoded into the reply's tail as before.
 
+use bytes::Bytes;
 use txnfs_proto::nfs3::READ3res;
 use txnfs_xdr::{put_bool, put_i32, put_u32, put_u64, Encode, GatherBuf, Piped};
 
@@ -11,13 +12,23 @@ use crate::nfs::{nfs_opnum4, nfs_resop4, read_plus_content, READ4res, READ_PLUS4
 
 /// Encodes op result `res` into `out`, file data as its own part.
 pub fn encode_v4(res: &nfs_resop4, out: &mut GatherBuf) {
+    encode_v4_with(res, None, out)
+}
+
+/// As [`encode_v4`], a READ's data being what the op left in a pipe (ADR 0065): the
+/// same bytes, the data the reply's last part.
+pub fn encode_v4_piped(res: &nfs_resop4, data: Piped, out: &mut GatherBuf) {
+    encode_v4_with(res, Some(data), out)
+}
+
+fn encode_v4_with(res: &nfs_resop4, piped: Option<Piped>, out: &mut GatherBuf) {
     match res {
         nfs_resop4::OP_READ(READ4res::NFS4_OK(ok)) => {
             let tail = out.tail();
             put_i32(tail, nfs_opnum4::OP_READ as i32);
             put_i32(tail, 0);
             put_bool(tail, ok.eof);
-            out.put_opaque_shared(ok.data.clone());
+            put_data(out, &ok.data, piped);
         }
         nfs_resop4::OP_READ_PLUS(READ_PLUS4res::NFS4_OK(ok)) => {
             let tail = out.tail();
@@ -41,23 +52,17 @@ pub fn encode_v4(res: &nfs_resop4, out: &mut GatherBuf) {
     }
 }
 
-/// Encodes a READ result whose data the op left in a pipe (ADR 0065): the same bytes
-/// as [`encode_v4`] with that data, the data the reply's last part.
-pub fn encode_v4_piped(res: &nfs_resop4, data: Piped, out: &mut GatherBuf) {
-    match res {
-        nfs_resop4::OP_READ(READ4res::NFS4_OK(ok)) => {
-            let tail = out.tail();
-            put_i32(tail, nfs_opnum4::OP_READ as i32);
-            put_i32(tail, 0);
-            put_bool(tail, ok.eof);
-            out.put_opaque_piped(data);
-        }
-        other => encode_v4(other, out),
-    }
-}
-
 /// Encodes v3 READ result `res` into `out`, file data as its own part.
 pub fn encode_read3(res: &READ3res, out: &mut GatherBuf) {
+    encode_read3_with(res, None, out)
+}
+
+/// As [`encode_read3`], the data being what the procedure left in a pipe (ADR 0065).
+pub fn encode_read3_piped(res: &READ3res, data: Piped, out: &mut GatherBuf) {
+    encode_read3_with(res, Some(data), out)
+}
+
+fn encode_read3_with(res: &READ3res, piped: Option<Piped>, out: &mut GatherBuf) {
     match res {
         READ3res::NFS3_OK(ok) => {
             let tail = out.tail();
@@ -65,25 +70,17 @@ pub fn encode_read3(res: &READ3res, out: &mut GatherBuf) {
             ok.file_attributes.encode(tail);
             put_u32(tail, ok.count);
             put_bool(tail, ok.eof);
-            out.put_opaque_shared(ok.data.clone());
+            put_data(out, &ok.data, piped);
         }
         other => other.encode(out.tail()),
     }
 }
 
-/// Encodes v3 READ result `res` whose data the procedure left in a pipe (ADR 0065):
-/// the same bytes as [`encode_read3`] with that data, the data the reply's end.
-pub fn encode_read3_piped(res: &READ3res, data: Piped, out: &mut GatherBuf) {
-    match res {
-        READ3res::NFS3_OK(ok) => {
-            let tail = out.tail();
-            put_i32(tail, 0);
-            ok.file_attributes.encode(tail);
-            put_u32(tail, ok.count);
-            put_bool(tail, ok.eof);
-            out.put_opaque_piped(data);
-        }
-        other => encode_read3(other, out),
+/// A READ's `opaque<>` data: from the pipe if the op left it there, else `data`.
+fn put_data(out: &mut GatherBuf, data: &Bytes, piped: Option<Piped>) {
+    match piped {
+        Some(p) => out.put_opaque_piped(p),
+        None => out.put_opaque_shared(data.clone()),
     }
 }
 
