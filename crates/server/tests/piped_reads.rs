@@ -178,3 +178,45 @@ async fn large_v3_reads_are_spliced_and_read_back_exactly() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// READ_PLUS (what newer Linux clients read with on a 4.2 mount) pipes its last data
+/// segment the same way: one DATA segment of the file's bytes, spliced.
+#[tokio::test]
+async fn large_read_plus_is_spliced_and_read_back_exactly() {
+    let (srv, dir) = server().await;
+    let want = pattern();
+    let (mut s, _) = Session::with_limits(srv.addr, b"piped-read-plus", 2 << 20, 2 << 20).await;
+    for (offset, count) in [(0, MIB), (SIZE - 100_000, MIB)] {
+        let before = spliced(&srv);
+        s.seq += 1;
+        let ops = vec![
+            sequence(s.sid, 0, s.seq, false),
+            nfs_argop4::OP_PUTROOTFH,
+            lookup("f"),
+            nfs_argop4::OP_READ_PLUS(READ_PLUS4args {
+                rpa_stateid: anonymous(),
+                rpa_offset: offset as u64,
+                rpa_count: count as u32,
+            }),
+        ];
+        let reply = call_raw(&s.cl, encode_compound_minor(ops, 2)).await;
+        let r = <COMPOUND4res as txnfs_xdr::Decode>::from_bytes(reply).expect("decodes");
+        assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+        let nfs_resop4::OP_READ_PLUS(READ_PLUS4res::NFS4_OK(ok)) = &r.resarray[3] else {
+            panic!("READ_PLUS: {:?}", r.resarray[3])
+        };
+        let end = (offset + count).min(SIZE);
+        let [read_plus_content::NFS4_CONTENT_DATA(d)] = ok.rpr_contents.as_slice() else {
+            panic!("{offset}+{count}: one data segment: {:?}", ok.rpr_contents)
+        };
+        assert_eq!(d.d_offset, offset as u64);
+        assert!(d.d_data[..] == want[offset..end], "{offset}+{count}: bytes");
+        assert_eq!(ok.rpr_eof, end == SIZE, "{offset}+{count}: eof");
+        let moved = spliced(&srv) - before;
+        assert!(
+            moved == d.d_data.len() as u64 || (offset % 4096 != 0 && moved == 0),
+            "{offset}+{count}: spliced {moved}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

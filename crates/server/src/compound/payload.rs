@@ -36,13 +36,17 @@ fn encode_v4_with(res: &nfs_resop4, piped: Option<Piped>, out: &mut GatherBuf) {
             put_i32(tail, 0);
             put_bool(tail, ok.rpr_eof);
             put_u32(tail, ok.rpr_contents.len() as u32);
-            for content in &ok.rpr_contents {
+            let last = ok.rpr_contents.len().saturating_sub(1);
+            let mut piped = piped;
+            for (i, content) in ok.rpr_contents.iter().enumerate() {
                 match content {
                     read_plus_content::NFS4_CONTENT_DATA(d) => {
                         let tail = out.tail();
                         put_i32(tail, 0);
                         put_u64(tail, d.d_offset);
-                        out.put_opaque_shared(d.d_data.clone());
+                        // (The op leaves a pipe only for its last content.)
+                        let data = if i == last { piped.take() } else { None };
+                        put_data(out, &d.d_data, data);
                     }
                     other => other.encode(out.tail()),
                 }

@@ -140,6 +140,10 @@ pub fn read_plus(c: &mut Compound, a: &READ_PLUS4args) -> OpResult {
     let mut pos = a.rpa_offset;
     let mut used = 0usize;
     let mut contents = Vec::new();
+    // The range's last segment, if data, may stay in the page cache (ADR 0065): the
+    // index of its content and the pipe.
+    let mut piped = None;
+    let may_pipe = c.may_pipe;
     let cx = c.scope.ctx_for(&o.export, &c.creds, c.client)?;
     while pos < end && used + SEGMENT < room {
         let data_at = match be.seek(cx, &o.key, pos, SeekWhat::Data) {
@@ -167,6 +171,20 @@ pub fn read_plus(c: &mut Compound, a: &READ_PLUS4args) -> OpResult {
         if want == 0 {
             break;
         }
+        let last = pos + u64::from(want) >= end;
+        if may_pipe && last && want >= txnfs_backend::PIPED_READ_MIN {
+            if let Some((p, _)) = be.read_piped(cx, &o.key, pos, want)? {
+                let n = p.len();
+                used += SEGMENT + n.div_ceil(4) * 4;
+                piped = Some((contents.len(), p));
+                contents.push(read_plus_content::NFS4_CONTENT_DATA(data4 {
+                    d_offset: pos,
+                    d_data: Bytes::new(),
+                }));
+                pos += n as u64;
+                continue;
+            }
+        }
         let (data, _) = be.read(cx, &o.key, pos, want)?;
         if data.is_empty() {
             break; // the file shrank meanwhile
@@ -178,6 +196,15 @@ pub fn read_plus(c: &mut Compound, a: &READ_PLUS4args) -> OpResult {
             d_data: data,
         }));
         pos += n;
+    }
+    if let Some((at, p)) = piped {
+        if at + 1 == contents.len() {
+            // The encoder puts the pipe in the last content.
+            c.piped = Some(p);
+        } else if let Some(read_plus_content::NFS4_CONTENT_DATA(d)) = contents.get_mut(at) {
+            // The file shrank under the read and more segments followed: in memory.
+            d.d_data = p.to_bytes().map_err(|_| nfsstat4::NFS4ERR_IO)?;
+        }
     }
     Ok(nfs_resop4::OP_READ_PLUS(READ_PLUS4res::NFS4_OK(
         read_plus_res4 {
