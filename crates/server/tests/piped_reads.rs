@@ -220,3 +220,37 @@ async fn large_read_plus_is_spliced_and_read_back_exactly() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// NFSv4.0 (`vers=4.0` mounts) keeps no reply but an owner's seqid op's, and READ uses
+/// no seqid: its last op's data may be spliced too.
+#[tokio::test]
+async fn large_v40_reads_are_spliced_and_read_back_exactly() {
+    let (srv, dir) = server().await;
+    let want = pattern();
+    let cl = connect(srv.addr).await;
+    for (offset, count) in [(0, MIB), (MIB + 5, 200_003)] {
+        let before = spliced(&srv);
+        let ops = vec![
+            nfs_argop4::OP_PUTROOTFH,
+            lookup("f"),
+            read_op(offset as u64, count as u32),
+        ];
+        let reply = call_raw(&cl, encode_compound_minor(ops, 0)).await;
+        let r = <COMPOUND4res as txnfs_xdr::Decode>::from_bytes(reply).expect("decodes");
+        assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+        let nfs_resop4::OP_READ(READ4res::NFS4_OK(ok)) = &r.resarray[2] else {
+            panic!("READ: {:?}", r.resarray[2])
+        };
+        assert_eq!(ok.data.len(), count, "{offset}+{count}: length");
+        assert!(
+            ok.data[..] == want[offset..offset + count],
+            "{offset}+{count}: bytes"
+        );
+        let moved = spliced(&srv) - before;
+        assert!(
+            moved == count as u64 || (offset % 4096 != 0 && moved == 0),
+            "{offset}+{count}: spliced {moved}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
