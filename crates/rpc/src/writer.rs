@@ -210,7 +210,7 @@ async fn write_with_pipes<W: AsyncWrite + PipeSink + Unpin>(
             None => out.push_back(t.data.to_bytes()?),
         }
         if t.pad > 0 {
-            out.push_back(Bytes::from_static(&[0u8; 4][..t.pad]));
+            out.push_back(t.padding());
         }
     }
     out.append(segs);

@@ -60,6 +60,21 @@ fn spliced(srv: &TestServer) -> u64 {
     srv.server.metrics.write_counts.spliced_bytes()
 }
 
+/// The bytes spliced for a READ of `len` bytes at `offset`: all of them from an aligned
+/// offset. An unaligned range needs a pipe of 2 MiB, which an unprivileged server may
+/// not have (`pipe-max-size`): then it is copied (still exactly), or spliced whole.
+fn assert_spliced(moved: u64, len: usize, offset: usize, count: usize) {
+    let len = len as u64;
+    if offset.is_multiple_of(4096) {
+        assert_eq!(moved, len, "{offset}+{count}: spliced");
+    } else {
+        assert!(
+            moved == 0 || moved == len,
+            "{offset}+{count}: spliced {moved}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn large_reads_are_spliced_and_read_back_exactly() {
     let (srv, dir) = server().await;
@@ -82,17 +97,7 @@ async fn large_reads_are_spliced_and_read_back_exactly() {
         assert_eq!(data.len(), end - offset, "{offset}+{count}: length");
         assert!(data[..] == want[offset..end], "{offset}+{count}: bytes");
         assert_eq!(eof, end == SIZE, "{offset}+{count}: eof");
-        let moved = spliced(&srv) - before;
-        // The unaligned range needs a pipe of 2 MiB, which an unprivileged server may
-        // not have (`pipe-max-size`): then it is copied, still exactly.
-        if offset % 4096 == 0 {
-            assert_eq!(moved, data.len() as u64, "{offset}+{count}: spliced");
-        } else {
-            assert!(
-                moved == 0 || moved == data.len() as u64,
-                "{offset}+{count}: {moved}"
-            );
-        }
+        assert_spliced(spliced(&srv) - before, data.len(), offset, count);
         // The connection is still in step: a small call after it answers.
         let r = s.run_uncached(path()).await;
         assert_eq!(r.status, nfsstat4::NFS4_OK);
@@ -170,11 +175,7 @@ async fn large_v3_reads_are_spliced_and_read_back_exactly() {
         assert_eq!(r.count as usize, end - offset, "{offset}+{count}: count");
         assert!(r.data[..] == want[offset..end], "{offset}+{count}: bytes");
         assert_eq!(r.eof, end == SIZE, "{offset}+{count}: eof");
-        let moved = spliced(&srv) - before;
-        assert!(
-            moved == r.data.len() as u64 || (offset % 4096 != 0 && moved == 0),
-            "{offset}+{count}: spliced {moved}"
-        );
+        assert_spliced(spliced(&srv) - before, r.data.len(), offset, count);
     }
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -212,11 +213,7 @@ async fn large_read_plus_is_spliced_and_read_back_exactly() {
         assert_eq!(d.d_offset, offset as u64);
         assert!(d.d_data[..] == want[offset..end], "{offset}+{count}: bytes");
         assert_eq!(ok.rpr_eof, end == SIZE, "{offset}+{count}: eof");
-        let moved = spliced(&srv) - before;
-        assert!(
-            moved == d.d_data.len() as u64 || (offset % 4096 != 0 && moved == 0),
-            "{offset}+{count}: spliced {moved}"
-        );
+        assert_spliced(spliced(&srv) - before, d.d_data.len(), offset, count);
     }
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -246,11 +243,7 @@ async fn large_v40_reads_are_spliced_and_read_back_exactly() {
             ok.data[..] == want[offset..offset + count],
             "{offset}+{count}: bytes"
         );
-        let moved = spliced(&srv) - before;
-        assert!(
-            moved == count as u64 || (offset % 4096 != 0 && moved == 0),
-            "{offset}+{count}: spliced {moved}"
-        );
+        assert_spliced(spliced(&srv) - before, count, offset, count);
     }
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -36,13 +36,18 @@ impl PipedTail {
         self.len() == 0
     }
 
+    /// The zero bytes that follow the data.
+    pub fn padding(&self) -> Bytes {
+        Bytes::from_static(&ZEROS[..self.pad])
+    }
+
     /// The data and padding in memory (read out of the pipe once).
     fn to_parts(&self) -> [Bytes; 2] {
         let data = self
             .data
             .to_bytes()
             .unwrap_or_else(|e| panic!("piped reply data lost before it was sent: {e}"));
-        [data, Bytes::from_static(&ZEROS[..self.pad])]
+        [data, self.padding()]
     }
 }
 

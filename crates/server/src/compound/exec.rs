@@ -444,10 +444,7 @@ impl Exec<'_> {
         let st = match result {
             Ok(res) => {
                 self.c.apply_stateid_rule(entry.stateid, &res);
-                match self.c.piped.take() {
-                    Some(data) => super::payload::encode_v4_piped(&res, data, &mut self.out),
-                    None => super::payload::encode_v4(&res, &mut self.out),
-                }
+                super::payload::encode_v4(&res, self.c.piped.take(), &mut self.out);
                 nfsstat4::NFS4_OK
             }
             Err(OpError::Status(s)) => {
@@ -455,7 +452,7 @@ impl Exec<'_> {
                 s
             }
             Err(OpError::WithBody(s, res)) => {
-                super::payload::encode_v4(&res, &mut self.out);
+                super::payload::encode_v4(&res, None, &mut self.out);
                 s
             }
         };

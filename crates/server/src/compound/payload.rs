@@ -10,18 +10,10 @@ use txnfs_xdr::{put_bool, put_i32, put_u32, put_u64, Encode, GatherBuf, Piped};
 
 use crate::nfs::{nfs_opnum4, nfs_resop4, read_plus_content, READ4res, READ_PLUS4res};
 
-/// Encodes op result `res` into `out`, file data as its own part.
-pub fn encode_v4(res: &nfs_resop4, out: &mut GatherBuf) {
-    encode_v4_with(res, None, out)
-}
-
-/// As [`encode_v4`], a READ's data being what the op left in a pipe (ADR 0065): the
-/// same bytes, the data the reply's last part.
-pub fn encode_v4_piped(res: &nfs_resop4, data: Piped, out: &mut GatherBuf) {
-    encode_v4_with(res, Some(data), out)
-}
-
-fn encode_v4_with(res: &nfs_resop4, piped: Option<Piped>, out: &mut GatherBuf) {
+/// Encodes op result `res` into `out`, file data as its own part: a READ's data from
+/// `piped` if the op left it in a pipe (ADR 0065; the same bytes, the data the reply's
+/// last part), else the buffer the backend read it into.
+pub fn encode_v4(res: &nfs_resop4, piped: Option<Piped>, out: &mut GatherBuf) {
     match res {
         nfs_resop4::OP_READ(READ4res::NFS4_OK(ok)) => {
             let tail = out.tail();
@@ -56,17 +48,9 @@ fn encode_v4_with(res: &nfs_resop4, piped: Option<Piped>, out: &mut GatherBuf) {
     }
 }
 
-/// Encodes v3 READ result `res` into `out`, file data as its own part.
-pub fn encode_read3(res: &READ3res, out: &mut GatherBuf) {
-    encode_read3_with(res, None, out)
-}
-
-/// As [`encode_read3`], the data being what the procedure left in a pipe (ADR 0065).
-pub fn encode_read3_piped(res: &READ3res, data: Piped, out: &mut GatherBuf) {
-    encode_read3_with(res, Some(data), out)
-}
-
-fn encode_read3_with(res: &READ3res, piped: Option<Piped>, out: &mut GatherBuf) {
+/// Encodes v3 READ result `res` into `out`, file data as its own part (from `piped`
+/// if the procedure left it in a pipe, as [`encode_v4`]).
+pub fn encode_read3(res: &READ3res, piped: Option<Piped>, out: &mut GatherBuf) {
     match res {
         READ3res::NFS3_OK(ok) => {
             let tail = out.tail();
@@ -106,11 +90,11 @@ mod tests {
         let mut out = GatherBuf::default();
         let want = match (res_v4, res_v3) {
             (Some(r), _) => {
-                encode_v4(r, &mut out);
+                encode_v4(r, None, &mut out);
                 r.to_bytes()
             }
             (_, Some(r)) => {
-                encode_read3(r, &mut out);
+                encode_read3(r, None, &mut out);
                 r.to_bytes()
             }
             _ => unreachable!("a result to encode"),

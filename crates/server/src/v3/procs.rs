@@ -98,24 +98,16 @@ pub trait Status3 {
 
 /// How a v3 result is encoded into a reply: whole into its tail, except READ's.
 pub trait Reply3: Encode + Status3 {
-    fn gather(&self, out: &mut GatherBuf) {
+    /// `piped`: the data the procedure left in a pipe (READ only; ADR 0065).
+    fn gather(&self, piped: Option<txnfs_xdr::Piped>, out: &mut GatherBuf) {
+        drop(piped);
         self.encode(out.tail());
-    }
-
-    /// With the data the procedure left in a pipe (READ only; ADR 0065).
-    fn gather_piped(&self, data: txnfs_xdr::Piped, out: &mut GatherBuf) {
-        drop(data);
-        self.gather(out);
     }
 }
 
 impl Reply3 for READ3res {
-    fn gather(&self, out: &mut GatherBuf) {
-        crate::compound::payload::encode_read3(self, out);
-    }
-
-    fn gather_piped(&self, data: txnfs_xdr::Piped, out: &mut GatherBuf) {
-        crate::compound::payload::encode_read3_piped(self, data, out);
+    fn gather(&self, piped: Option<txnfs_xdr::Piped>, out: &mut GatherBuf) {
+        crate::compound::payload::encode_read3(self, piped, out);
     }
 }
 
@@ -194,10 +186,7 @@ fn run<A: Decode, Res: Reply3>(
     let a = A::from_bytes(args)?;
     let res = f(c, a);
     let mut out = GatherBuf::default();
-    match c.piped.take() {
-        Some(data) => res.gather_piped(data, &mut out),
-        None => res.gather(&mut out),
-    }
+    res.gather(c.piped.take(), &mut out);
     Ok((out.finish(), res.status()))
 }
 

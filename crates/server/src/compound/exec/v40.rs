@@ -129,10 +129,7 @@ fn op(x: &mut Exec, arg: nfs_argop4) -> bool {
                     ok.rflags |= OPEN4_RESULT_CONFIRM;
                 }
             }
-            match x.c.piped.take() {
-                Some(data) => super::super::payload::encode_v4_piped(&res, data, &mut x.out),
-                None => super::super::payload::encode_v4(&res, &mut x.out),
-            }
+            super::super::payload::encode_v4(&res, x.c.piped.take(), &mut x.out);
             nfsstat4::NFS4_OK
         }
         Err(OpError::Status(s)) => {
@@ -140,7 +137,7 @@ fn op(x: &mut Exec, arg: nfs_argop4) -> bool {
             s
         }
         Err(OpError::WithBody(s, res)) => {
-            super::super::payload::encode_v4(&res, &mut x.out);
+            super::super::payload::encode_v4(&res, None, &mut x.out);
             s
         }
     };
