@@ -43,9 +43,10 @@ pub struct Compound<'a> {
     pub minor: u32,
     /// Bytes still available in the reply (for sizing READ and READDIR).
     pub reply_left: usize,
-    /// The running op may leave its data in a pipe (ADR 0065): set by the v4.1+
-    /// executor before each op, for the COMPOUND's last op when its reply is not kept
-    /// for a retransmission and no transaction runs.
+    /// The running op may leave its data in a pipe (ADR 0065): set by the v4
+    /// executors before each op, for the COMPOUND's last op when its reply is not kept
+    /// for a retransmission and no transaction runs (v3 READ asks without it: its
+    /// reply is never kept).
     pub may_pipe: bool,
     /// Data the running op left in a pipe: the executor encodes it as the reply's end.
     pub piped: Option<txnfs_xdr::Piped>,
