@@ -8,7 +8,7 @@
 
 use crate::cstate::Compound;
 use crate::export::{Export, PseudoChild};
-use crate::exportrules::{CallFlavor, CallTransport, Caller, Decision, Flavor};
+use crate::exportrules::{squash_into, CallFlavor, CallTransport, Caller, Flavor};
 use crate::nfs::nfsstat4;
 use txnfs_proto::nfs3::nfsstat3;
 use txnfs_rpc::{CallInfo, Credential};
@@ -80,15 +80,13 @@ impl Compound<'_> {
     /// Admits this request to `export`: from now on it acts as the identity the
     /// matching rule gives the caller's claimed one.
     pub fn admit(&mut self, export: &Export) -> Result<(), Refusal> {
-        match export.clients.decide(&self.caller, &self.rpc_creds) {
-            Decision::Allow { creds, .. } => {
-                if creds != self.creds {
-                    self.creds = creds;
-                }
+        match export.clients.admitting(&self.caller) {
+            Ok(rule) => {
+                squash_into(rule, self.caller.flavor, &self.rpc_creds, &mut self.creds);
                 Ok(())
             }
-            Decision::WrongSec(_) => Err(Refusal::WrongSec),
-            Decision::Denied => {
+            Err(Some(_)) => Err(Refusal::WrongSec),
+            Err(None) => {
                 tracing::debug!(caller = %self.caller.addr, export = %export.name, "no export rule matches the client");
                 Err(Refusal::Denied)
             }

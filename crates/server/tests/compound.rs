@@ -204,6 +204,55 @@ async fn read_only_replies_are_kept_only_when_asked() {
     assert_eq!(call_raw(&s.cl, change).await, first, "from the cache");
 }
 
+/// A request of reads alone whose client did not ask for its reply to be kept is not
+/// hashed (ADR 0064 addendum): another request on its slot and sequence id gets
+/// NFS4ERR_RETRY_UNCACHED_REP, as its retransmission does. A request that could have
+/// been kept is still told apart (NFS4ERR_SEQ_FALSE_RETRY).
+#[tokio::test]
+async fn an_uncached_request_of_reads_is_compared_only_by_kind() {
+    let (_srv, s) = start_with_session(b"unhashed").await;
+    let r = call(
+        &s.cl,
+        vec![sequence(s.sid, 0, 1, false), nfs_argop4::OP_PUTROOTFH],
+    )
+    .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK);
+    let r = call(
+        &s.cl,
+        vec![sequence(s.sid, 0, 1, false), nfs_argop4::OP_PUTROOTFH],
+    )
+    .await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_RETRY_UNCACHED_REP);
+    let r = call(
+        &s.cl,
+        vec![sequence(s.sid, 0, 1, false), nfs_argop4::OP_PUTPUBFH],
+    )
+    .await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_RETRY_UNCACHED_REP);
+    // Asking for the reply to be kept, or an op that changes state: hashed, and so a
+    // false retry.
+    let r = call(
+        &s.cl,
+        vec![sequence(s.sid, 0, 1, true), nfs_argop4::OP_PUTPUBFH],
+    )
+    .await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_SEQ_FALSE_RETRY);
+    let commit = nfs_argop4::OP_COMMIT(COMMIT4args {
+        offset: 0,
+        count: 0,
+    });
+    let r = call(
+        &s.cl,
+        vec![
+            sequence(s.sid, 0, 1, false),
+            nfs_argop4::OP_PUTROOTFH,
+            commit,
+        ],
+    )
+    .await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_SEQ_FALSE_RETRY);
+}
+
 #[tokio::test]
 async fn slot_rules() {
     let (_srv, s) = start_with_session(b"slots").await;

@@ -247,10 +247,7 @@ impl LocalBackend {
         if let Some(fd) = self.leased_fd(key, need_write) {
             return Some(fd);
         }
-        // (bound first: the guard must not live through the block, which may lock again)
-        let cached = lock(&self.rw).get(key)?;
-        // Every cached descriptor reads; only a write asks whether it also writes.
-        (!need_write || opened_read_write(&cached)).then_some(cached)
+        lock(&self.rw).get_for_io(key, need_write, opened_read_write)
     }
 
     /// Opens `key` for I/O (read-write when possible) and caches the descriptor.

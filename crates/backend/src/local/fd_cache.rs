@@ -12,9 +12,15 @@ const PATH_CACHE_CAP: usize = 4096;
 /// Capacity of the read-write descriptor cache.
 const RW_CACHE_CAP: usize = 128;
 
-/// A cached descriptor, when it was last used, and (once known) its object's type and
-/// fileid, which never change while the object lives.
-type Entry = (Arc<OwnedFd>, u64, Option<(FileType, u64)>);
+/// A cached descriptor, when it was last used, (once known) its object's type and
+/// fileid, which never change while the object lives, and (once asked) whether the
+/// descriptor was opened for writing.
+struct Entry {
+    fd: Arc<OwnedFd>,
+    used: u64,
+    identity: Option<(FileType, u64)>,
+    writes: Option<bool>,
+}
 
 pub(super) struct FdCache {
     map: HashMap<FileKey, Entry>,
@@ -34,39 +40,64 @@ impl FdCache {
     pub(super) fn get(&mut self, key: &FileKey) -> Option<Arc<OwnedFd>> {
         self.tick += 1;
         let tick = self.tick;
-        self.map.get_mut(key).map(|(fd, t, _)| {
-            *t = tick;
-            fd.clone()
+        self.map.get_mut(key).map(|e| {
+            e.used = tick;
+            e.fd.clone()
         })
+    }
+
+    /// The descriptor cached for `key` if it serves I/O that writes (`need_write`) or
+    /// only reads: every one reads; whether it writes is asked of the kernel once per
+    /// entry (`writes`), not once per WRITE.
+    pub(super) fn get_for_io(
+        &mut self,
+        key: &FileKey,
+        need_write: bool,
+        writes: impl FnOnce(&OwnedFd) -> bool,
+    ) -> Option<Arc<OwnedFd>> {
+        self.tick += 1;
+        let tick = self.tick;
+        let e = self.map.get_mut(key)?;
+        e.used = tick;
+        if need_write && !*e.writes.get_or_insert_with(|| writes(&e.fd)) {
+            return None;
+        }
+        Some(e.fd.clone())
     }
 
     /// The type and fileid of `key`'s object, if its entry has them.
     pub(super) fn identity(&mut self, key: &FileKey) -> Option<(FileType, u64)> {
         self.tick += 1;
         let tick = self.tick;
-        let (_, t, identity) = self.map.get_mut(key)?;
-        *t = tick;
-        *identity
+        let e = self.map.get_mut(key)?;
+        e.used = tick;
+        e.identity
     }
 
     /// Records the type and fileid of `key`'s object, read through the descriptor
     /// cached for it (nothing happens if that entry has gone meanwhile).
     pub(super) fn set_identity(&mut self, key: &FileKey, identity: (FileType, u64)) {
         if let Some(e) = self.map.get_mut(key) {
-            e.2 = Some(identity);
+            e.identity = Some(identity);
         }
     }
 
     pub(super) fn insert(&mut self, key: FileKey, fd: Arc<OwnedFd>) {
         if self.map.len() >= self.cap && !self.map.contains_key(&key) {
             // Drop the least recently used eighth in one go (amortized O(1) per insert).
-            let mut ticks: Vec<u64> = self.map.values().map(|&(_, t, _)| t).collect();
+            let mut ticks: Vec<u64> = self.map.values().map(|e| e.used).collect();
             let k = (self.cap / 8).max(1).min(ticks.len() - 1);
             let (_, &mut cut, _) = ticks.select_nth_unstable(k);
-            self.map.retain(|_, (_, t, _)| *t > cut);
+            self.map.retain(|_, e| e.used > cut);
         }
         self.tick += 1;
-        self.map.insert(key, (fd, self.tick, None));
+        let e = Entry {
+            fd,
+            used: self.tick,
+            identity: None,
+            writes: None,
+        };
+        self.map.insert(key, e);
     }
 
     /// Drops the least recently used half.
@@ -74,14 +105,14 @@ impl FdCache {
         if self.map.is_empty() {
             return;
         }
-        let mut ticks: Vec<u64> = self.map.values().map(|&(_, t, _)| t).collect();
+        let mut ticks: Vec<u64> = self.map.values().map(|e| e.used).collect();
         let k = ticks.len() / 2;
         let (_, &mut cut, _) = ticks.select_nth_unstable(k);
-        self.map.retain(|_, (_, t, _)| *t > cut);
+        self.map.retain(|_, e| e.used > cut);
     }
 
     pub(super) fn remove(&mut self, key: &FileKey) -> Option<Arc<OwnedFd>> {
-        self.map.remove(key).map(|(fd, _, _)| fd)
+        self.map.remove(key).map(|e| e.fd)
     }
 }
 

@@ -119,6 +119,21 @@ impl Request {
         most
     }
 
+    /// Whether a retransmission of this request could be answered from the reply cache:
+    /// it has an op that changes state (whose reply is kept), or one that did not
+    /// decode, or it is a transaction's. Only then does SEQUENCE hash it
+    /// ([`request_hash`]); a request of reads alone whose client did not ask for its
+    /// reply to be kept is answered NFS4ERR_RETRY_UNCACHED_REP on a retransmission
+    /// whatever it holds (ADR 0064 addendum).
+    fn may_be_kept(&self, proc: TxnProc) -> bool {
+        proc != TxnProc::Plain
+            || self.ops.len() < self.nops as usize
+            || self
+                .ops
+                .iter()
+                .any(|op| optable::entry(op.discriminant()).is_none_or(|e| e.info().modifies))
+    }
+
     /// Whether an OPEN of this COMPOUND would truncate an existing non-empty file: an
     /// UNCHECKED create with a size, in the directory a PUTFH set (ops that keep the
     /// current filehandle may come between, as SAVEFH in the Linux client's OPEN), of a
@@ -256,6 +271,7 @@ pub(super) fn run(
     };
     x.c.caller = caller;
     let nops = req.nops;
+    let hashed = req.may_be_kept(proc);
     let (args, tail) = (req.args, req.tail);
     let mut ops = req.ops.into_iter().peekable();
     for i in 0..nops {
@@ -266,7 +282,7 @@ pub(super) fn run(
         x.c.next_defers_wrongsec = defers_wrongsec(ops.peek());
         if i == 0 {
             if let nfs_argop4::OP_SEQUENCE(sa) = &arg {
-                match x.sequence(sa, nops, &args) {
+                match x.sequence(sa, nops, &args, hashed) {
                     Step::Next => continue,
                     Step::Replay(bytes) => return bytes,
                     Step::Failed(s) => {
@@ -354,10 +370,24 @@ impl Exec<'_> {
 
     /// SEQUENCE as the first op: the slot, the reply limits, and (for a COMPOUND of a
     /// transaction of several) the transaction's span.
-    fn sequence(&mut self, sa: &crate::nfs::SEQUENCE4args, nops: u32, args: &Bytes) -> Step {
+    /// `hashed`: whether the request must be told from another one with the same slot
+    /// and sequence id ([`Request::may_be_kept`], or the client asks for its reply to be
+    /// kept); the others all hash to 0, so a retransmission of one is answered
+    /// NFS4ERR_RETRY_UNCACHED_REP, never NFS4ERR_SEQ_FALSE_RETRY.
+    fn sequence(
+        &mut self,
+        sa: &crate::nfs::SEQUENCE4args,
+        nops: u32,
+        args: &Bytes,
+        hashed: bool,
+    ) -> Step {
         let srv = self.c.srv;
         srv.stats.count(nfs_opnum4::OP_SEQUENCE as u32);
-        let hash = request_hash(args);
+        let hash = if hashed || sa.sa_cachethis {
+            request_hash(args)
+        } else {
+            0
+        };
         let (res, s) = match crate::ops::session::sequence(
             &mut self.c,
             sa,
@@ -558,7 +588,12 @@ impl Exec<'_> {
     /// (its own part) is copied, the results are shared.
     fn patched(&mut self) -> Gathered {
         self.out.seal();
-        let mut reply = self.out.snapshot();
+        let reply = self.out.snapshot();
+        self.patch(reply)
+    }
+
+    /// `reply` with its status and result count patched in.
+    fn patch(&self, mut reply: Gathered) -> Gathered {
         let set = reply.set_u32s(&[(0, self.status as i32 as u32), (self.count_at, self.done)]);
         // `reply_head` made status and count one part.
         assert!(set, "the COMPOUND head is one part");
@@ -656,7 +691,9 @@ impl Exec<'_> {
     /// written to the session store.
     fn complete(mut self) -> Gathered {
         let srv = self.c.srv;
-        let reply = self.patched();
+        // The last use of the reply buffer: its parts move, no snapshot.
+        let reply = std::mem::take(&mut self.out).finish();
+        let reply = self.patch(reply);
         if let Some((s, slotid)) = self.slot.slot.take() {
             // A COMPOUND that changed nothing and whose client did not ask for its reply
             // to be kept is not kept (RFC 8881 §2.10.6.1.3): a retransmission gets

@@ -10,8 +10,8 @@ pub mod rules;
 
 pub use exports_file::{parse_rule, ExportLine, ParseError, RuleError};
 pub use rules::{
-    CallFlavor, CallTransport, Caller, ClientRule, ClientRules, ClientSpec, Decision, Flavor,
-    Squash,
+    squash_into, CallFlavor, CallTransport, Caller, ClientRule, ClientRules, ClientSpec, Decision,
+    Flavor, Squash,
 };
 
 /// Deserializes a TOML `clients` list: each entry an exports(5) spec (`"10.0.0.0/8(ro)"`).

@@ -299,21 +299,30 @@ impl ClientRules {
 
     /// May `caller`, claiming `creds`, use the export, and as whom?
     pub fn decide(&self, caller: &Caller, creds: &Creds) -> Decision {
-        let Some(rule) = self.rule_for(caller) else {
-            return Decision::Denied;
-        };
+        match self.admitting(caller) {
+            Ok(rule) => Decision::Allow {
+                creds: squash(rule, caller.flavor, creds),
+                read_only: rule.read_only,
+            },
+            Err(Some(sec)) => Decision::WrongSec(sec.to_vec()),
+            Err(None) => Decision::Denied,
+        }
+    }
+
+    /// The rule that lets `caller` use the export; else `Err` with the flavours of the
+    /// rule that matches it but not its flavour, or `None` when no rule matches.
+    pub fn admitting(&self, caller: &Caller) -> Result<&ClientRule, Option<&[Flavor]>> {
+        let rule = self.rule_for(caller).ok_or(None)?;
         // AUTH_NONE rides on `sys` (as nobody): both are "no authentication"; `tls`
         // and `mtls` ask the same of the connection they arrive on.
-        if !rule
+        if rule
             .sec
             .iter()
             .any(|f| f.admits(caller.flavor, caller.transport))
         {
-            return Decision::WrongSec(rule.sec.clone());
-        }
-        Decision::Allow {
-            creds: squash(rule, caller.flavor, creds),
-            read_only: rule.read_only,
+            Ok(rule)
+        } else {
+            Err(Some(&rule.sec))
         }
     }
 }
@@ -323,37 +332,38 @@ impl ClientRules {
 /// anonymous ids; `root_squash` maps uid 0 and gid
 /// 0 (also among the supplementary groups) to them; `no_root_squash` keeps them.
 pub fn squash(rule: &ClientRule, flavor: CallFlavor, creds: &Creds) -> Creds {
-    let anon = Creds {
-        uid: rule.anonuid,
-        gid: rule.anongid,
-        gids: Vec::new(),
+    let mut out = Creds::default();
+    squash_into(rule, flavor, creds, &mut out);
+    out
+}
+
+/// [`squash`] into `out`, which allocates nothing when `out` already holds the result
+/// (every PUTFH admits its caller again: ADR 0064 addendum).
+pub fn squash_into(rule: &ClientRule, flavor: CallFlavor, creds: &Creds, out: &mut Creds) {
+    let anon = rule.squash == Squash::All
+        || matches!(
+            flavor,
+            CallFlavor::None | CallFlavor::Kerberos { mapped: false, .. }
+        );
+    let root = rule.squash == Squash::Root;
+    let id = |id: u32, anon_id: u32| {
+        if anon || (root && id == 0) {
+            anon_id
+        } else {
+            id
+        }
     };
-    if matches!(
-        flavor,
-        CallFlavor::None | CallFlavor::Kerberos { mapped: false, .. }
-    ) {
-        return anon;
-    }
-    match rule.squash {
-        Squash::None => creds.clone(),
-        Squash::All => anon,
-        Squash::Root => Creds {
-            uid: if creds.uid == 0 {
-                rule.anonuid
-            } else {
-                creds.uid
-            },
-            gid: if creds.gid == 0 {
-                rule.anongid
-            } else {
-                creds.gid
-            },
-            gids: creds
-                .gids
-                .iter()
-                .map(|&g| if g == 0 { rule.anongid } else { g })
-                .collect(),
-        },
+    out.uid = id(creds.uid, rule.anonuid);
+    out.gid = id(creds.gid, rule.anongid);
+    let gids =
+        creds
+            .gids
+            .iter()
+            .filter(|_| !anon)
+            .map(|&g| if root && g == 0 { rule.anongid } else { g });
+    if !out.gids.iter().copied().eq(gids.clone()) {
+        out.gids.clear();
+        out.gids.extend(gids);
     }
 }
 
