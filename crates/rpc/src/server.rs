@@ -655,7 +655,7 @@ pub(crate) fn encode_reply(
     };
     let trailing = piped.as_ref().map_or(0, PipedTail::len);
     let (head, body) = crate::record::frame(
-        44,
+        crate::msg::reply_header_len(&hdr),
         |head| encode_reply_header(head, xid, &hdr),
         body,
         trailing,

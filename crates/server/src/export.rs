@@ -262,7 +262,8 @@ impl Exports {
 pub struct CompoundScope {
     ctx: OpCtx,
     /// Exports whose `begin_compound` succeeded (few per COMPOUND: a linear scan).
-    entered: Vec<Arc<Export>>,
+    /// (Inline: almost every COMPOUND enters one export, and this is per COMPOUND.)
+    entered: smallvec::SmallVec<[Arc<Export>; 2]>,
     finished: bool,
     /// The export of the transaction this COMPOUND continues (a transaction of several
     /// COMPOUNDs stays in one export).
@@ -287,7 +288,7 @@ impl CompoundScope {
                 span: txnfs_backend::TxnSpan::Whole,
                 waited,
             },
-            entered: Vec::new(),
+            entered: smallvec::SmallVec::new(),
             finished: false,
             txn_export: None,
         }
