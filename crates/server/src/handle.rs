@@ -70,16 +70,12 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }
-    let word = |c: &[u8]| {
-        let mut w = [0u8; 8];
-        w[..c.len()].copy_from_slice(c);
-        u64::from_ne_bytes(w)
-    };
-    let diff = a
-        .chunks(8)
-        .zip(b.chunks(8))
-        .fold(0u64, |d, (x, y)| d | (word(x) ^ word(y)));
-    std::hint::black_box(diff) == 0
+    let (wa, wb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (wa.remainder(), wb.remainder());
+    let word = |c: &[u8]| u64::from_ne_bytes(c.try_into().unwrap_or_default());
+    let words = wa.zip(wb).fold(0u64, |d, (x, y)| d | (word(x) ^ word(y)));
+    let rest = ra.iter().zip(rb).fold(0u8, |d, (x, y)| d | (x ^ y));
+    std::hint::black_box(words | u64::from(rest)) == 0
 }
 
 impl HandleCodec {
@@ -193,6 +189,19 @@ mod tests {
         // Another server's codec on this thread does not take this one's memory.
         let other = HandleCodec::new(&[8; 32]);
         assert_eq!(other.decode(&fh), Err(HandleError::Forged));
+    }
+
+    #[test]
+    fn same_bytes_sees_every_byte() {
+        let a: Vec<u8> = (0..37).collect();
+        assert!(same_bytes(&a, &a.clone()));
+        for i in 0..a.len() {
+            let mut b = a.clone();
+            b[i] ^= 1;
+            assert!(!same_bytes(&a, &b), "byte {i}");
+        }
+        assert!(!same_bytes(&a, &a[..36]));
+        assert!(same_bytes(&[], &[]));
     }
 
     #[test]
