@@ -266,7 +266,6 @@ pub enum ReplyHeader {
     Denied(RejectedReply),
 }
 
-/// Encode `xid`, `REPLY` and the reply header (results, if any, are appended by the caller).
 /// How many bytes [`encode_reply_header`] writes for `hdr`: the reply's head is sized
 /// exactly, so that it becomes `Bytes` without a shared header of its own (one
 /// allocation fewer per reply, ADR 0064 addendum).
@@ -283,6 +282,7 @@ pub fn reply_header_len(hdr: &ReplyHeader) -> usize {
     }
 }
 
+/// Encode `xid`, `REPLY` and the reply header (results, if any, are appended by the caller).
 pub fn encode_reply_header(out: &mut BytesMut, xid: u32, hdr: &ReplyHeader) {
     put_u32(out, xid);
     put_u32(out, MSG_REPLY);
