@@ -412,9 +412,10 @@ const INLINE_BODY: usize = 4096;
 /// One record of a message: its header, written by `write_head` (about `head_room`
 /// bytes; exactly, and the head needs no allocation of its own when it becomes
 /// `Bytes`), then `body`, then `trailing` bytes sent apart (a piped part, ADR 0065).
-/// Returns (record mark + header + leading small parts, the other parts). The leading parts are copied behind the header (a whole small body, or the
-/// encoded fields before file data), in the one buffer allocated for them and the
-/// header; file data itself, a part of `SHARE_MIN` bytes or more after the first, is
+/// Returns (record mark + header + leading small parts, the other parts). The leading
+/// parts are copied behind the header (a whole small body, or the encoded fields
+/// before file data), in the one buffer allocated for them and the header; file data
+/// itself, a part of `SHARE_MIN` bytes or more after the first, is
 /// never copied (ADR 0052, 0063).
 pub(crate) fn frame(
     head_room: usize,
