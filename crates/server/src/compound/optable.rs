@@ -57,6 +57,8 @@ pub enum ErrorBody {
 #[derive(Clone, Copy)]
 pub struct OpEntry {
     pub op: nfs_opnum4,
+    /// The protocol facts of `op`, computed with the table (asked several times per op).
+    info: OpInfo,
     /// `None`: not implemented (NFS4ERR_NOTSUPP).
     pub handler: Option<Handler>,
     pub may_block: MayBlock,
@@ -69,6 +71,7 @@ impl OpEntry {
     const fn new(op: nfs_opnum4) -> Self {
         OpEntry {
             op,
+            info: txnfs_proto::ops::info(op),
             handler: None,
             may_block: MayBlock::Never,
             stateid: CurrentStateid::Keeps,
@@ -94,7 +97,7 @@ impl OpEntry {
 
     /// The protocol facts of this op.
     pub fn info(&self) -> OpInfo {
-        txnfs_proto::ops::info(self.op)
+        self.info
     }
 
     pub fn may_block(&self, arg: &A) -> Blocking {
