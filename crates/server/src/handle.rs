@@ -61,6 +61,12 @@ thread_local! {
     static VERIFIED: RefCell<Vec<(u64, Bytes)>> = const { RefCell::new(Vec::new()) };
 }
 
+#[cfg(test)]
+thread_local! {
+    /// HMACs this thread computed to verify a handle: the tests see the memory used.
+    static HMACS_RUN: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
 /// Codec ids (one per secret as loaded).
 static NEXT_CODEC: AtomicU64 = AtomicU64::new(1);
 
@@ -99,6 +105,8 @@ impl HandleCodec {
         if known {
             return true;
         }
+        #[cfg(test)]
+        HMACS_RUN.set(HMACS_RUN.get() + 1);
         let mut m = self.mac.clone();
         m.update(body);
         // Constant-time comparison of the truncated tag.
@@ -178,8 +186,15 @@ mod tests {
         };
         let fh = c.encode(&t);
         // The first decode verifies by HMAC and remembers; the second by the memory.
+        let before = HMACS_RUN.get();
         assert_eq!(c.decode(&fh), Ok(t.clone()));
+        assert_eq!(HMACS_RUN.get(), before + 1);
         assert_eq!(c.decode(&fh), Ok(t));
+        assert_eq!(
+            HMACS_RUN.get(),
+            before + 1,
+            "a remembered handle runs no HMAC"
+        );
         // Same slot (the tag's first byte), any other byte changed: forged.
         for i in [1, 5, fh.len() - 1] {
             let mut bad = fh.to_vec();
