@@ -22,7 +22,12 @@
 //! runtime's few worker threads, so the quick requests queued behind it (CLOSE, GETATTR)
 //! wait for it. [`MetadataPace`] tracks how long recent namespace changes took and sends
 //! them to the pool while they are slow; they are timed on the pool too, so they come
-//! back inline as soon as the file system is quick again.
+//! back inline as soon as the file system is quick again. A change whose call is alone
+//! on its connection (`CallInfo::alone`) stays inline while the mean is within
+//! [`SLOW_SYNC`], in the bound of large I/O below, as a short sync does: truncating a
+//! 64 KiB file (an OPEN that truncates) takes about 200 µs here, and a client writing
+//! files one call at a time paid the pool's handoff for every OPEN and, through the
+//! rule below, every COMMIT.
 //!
 //! Large READs and unstable WRITEs are in between too (ADR 0040 addendum): one runs
 //! inline, with no handoff (a 1 MiB READ on the pool cost about five context switches),
@@ -42,8 +47,8 @@
 //! same bound as large I/O, when three things hold: the call is alone on its connection
 //! (`CallInfo::alone`: nothing else of the connection running or received, so the
 //! connection's reader, held meanwhile, delays no one), recent syncs were quick (a
-//! moving mean up to [`SLOW_SYNC`]), and namespace changes are quick too (such a WRITE
-//! often follows an OPEN that creates). Otherwise it goes to the pool, so that the
+//! moving mean up to [`SLOW_SYNC`]), and namespace changes are within that too (such a
+//! WRITE often follows an OPEN that creates). Otherwise it goes to the pool, so that the
 //! syncs of concurrent writers still overlap there. It blocks the worker plainly:
 //! `block_in_place` around it was measured slower than the pool. A COMMIT is placed the
 //! same way (ADR 0059 addendum): it syncs whatever the file has unwritten, which for a
@@ -205,8 +210,17 @@ impl MetadataPace {
             Blocking::LargeIo => {}
             Blocking::Sync => {
                 let quick = Duration::from_nanos(self.sync_ns.load(Ordering::Relaxed)) <= SLOW_SYNC
-                    && self.mean() <= self.slow;
+                    && self.mean() <= SLOW_SYNC;
                 if !(alone && quick) {
+                    return None;
+                }
+            }
+            // Namespace changes slower than `slow` but within `SLOW_SYNC` (truncating
+            // a 64 KiB file takes about 200 µs here): alone on its connection, such a
+            // change delays no other call of it, so it runs inline in the bound, as a
+            // short sync does, instead of paying the pool's handoff.
+            Blocking::Metadata if self.mean() > self.slow => {
+                if !(alone && self.mean() <= SLOW_SYNC) {
                     return None;
                 }
             }
@@ -349,6 +363,45 @@ mod tests {
         for _ in 0..20 {
             p.record(Blocking::Metadata, 3_000 * US);
         }
+        assert!(p.place(Blocking::Sync, true).is_none());
+    }
+
+    #[test]
+    fn a_slowish_namespace_change_runs_inline_only_alone_and_within_the_bound() {
+        let p = MetadataPace::default();
+        // Truncations of 64 KiB files: above `slow`, within `SLOW_SYNC`.
+        while p.mean() <= DEFAULT_SLOW {
+            p.record(Blocking::Metadata, 400 * US);
+        }
+        assert!(!p.inline(Blocking::Metadata), "slow for calls with company");
+        assert!(
+            p.place(Blocking::Metadata, false).is_none(),
+            "with company: the pool"
+        );
+        let held: Vec<_> = (0..p.max_inline_large_io())
+            .map(|i| {
+                p.place(Blocking::Metadata, true)
+                    .unwrap_or_else(|| panic!("change {i} inline"))
+            })
+            .collect();
+        assert!(
+            p.place(Blocking::Metadata, true).is_none(),
+            "past the large-I/O bound: the pool"
+        );
+        assert!(
+            p.place(Blocking::Sync, true).is_none(),
+            "one bound for short syncs too"
+        );
+        drop(held);
+        assert!(
+            p.place(Blocking::Sync, true).is_some(),
+            "a short sync alone is not held back by such changes"
+        );
+        // Slower than a short sync may be: the pool, alone or not.
+        while p.mean() <= SLOW_SYNC {
+            p.record(Blocking::Metadata, 5_000 * US);
+        }
+        assert!(p.place(Blocking::Metadata, true).is_none());
         assert!(p.place(Blocking::Sync, true).is_none());
     }
 
