@@ -524,3 +524,52 @@ fn a_known_identity_is_answered_without_a_stat() {
     // The stat that found it gone dropped its descriptors, and the identity with them.
     assert_eq!(b.identity(&user(), &file).unwrap_err(), BackendError::Stale);
 }
+
+/// Small reads share a per-thread buffer (`LocalBackend::read_small`): each read's
+/// bytes stay its own while later reads fill the buffer, wrap past its end and reuse
+/// it, and the end of the file is told by the byte asked for beyond the read.
+#[test]
+fn small_reads_held_together_keep_their_own_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = LocalBackend::open(dir.path()).unwrap();
+    let root = b.root().unwrap();
+    let f = create(&b, &root, "f");
+    let data = pattern(200 << 10);
+    b.write(&OpCtx::default(), &f, 0, &data, false).unwrap();
+    let size = data.len() as u64;
+    // Sizes around the shared buffer's size, at offsets that do not repeat its bytes.
+    let mut held = Vec::new();
+    let mut off = 0u64;
+    for i in 0..120u64 {
+        let count = [1u32, 512, 4096, 4095, 8191, 3000][i as usize % 6];
+        let (d, eof) = b.read(&user(), &f, off, count).unwrap();
+        let end = (off + u64::from(count)).min(size);
+        assert_eq!(
+            &d[..],
+            &data[off as usize..end as usize],
+            "read {i} at {off}"
+        );
+        assert_eq!(eof, end == size, "read {i} at {off}: end of file");
+        held.push((off, d));
+        off = (off + 7919 * (i + 1)) % size;
+    }
+    // Every held read still has its bytes after all the others.
+    for (off, d) in &held {
+        assert_eq!(&d[..], &data[*off as usize..*off as usize + d.len()]);
+    }
+    // Released, then read again: the buffer is reused, the bytes still right.
+    drop(held);
+    for i in 0..20u64 {
+        let off = size - 4096 * (i + 1) + 3;
+        let (d, eof) = b.read(&user(), &f, off, 4096).unwrap();
+        assert_eq!(&d[..], &data[off as usize..(off + 4096).min(size) as usize]);
+        assert_eq!(eof, off + 4096 >= size);
+    }
+    // The very end: a read that ends at the file's end is end of file.
+    let (d, eof) = b.read(&user(), &f, size - 100, 100).unwrap();
+    assert_eq!(d.len(), 100);
+    assert!(eof);
+    let (d, eof) = b.read(&user(), &f, size - 101, 100).unwrap();
+    assert_eq!(&d[..], &data[data.len() - 101..data.len() - 1]);
+    assert!(!eof);
+}

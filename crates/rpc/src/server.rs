@@ -975,6 +975,10 @@ impl<S: RpcService> Connection<S> {
             });
         }
         let mut calls = JoinSet::new();
+        // The box of the last call that completed on the reader (ADR 0064 addendum): the
+        // next call's future is written into it, so a call run to completion costs no
+        // allocation for its future. A completed async block holds nothing.
+        let mut spare_call = None;
         // Calls to come that are not `CallInfo::alone` (see `COMPANY_MEMORY`).
         let mut company = 0u32;
         // The events that end the loop are waited for by futures made once, not once per
@@ -1109,12 +1113,20 @@ impl<S: RpcService> Connection<S> {
                         sender.send_charged(reply, charge, &budget).await;
                     };
                     if self.shared.run_inline {
-                        let mut call = Box::pin(call);
-                        if poll_inline(call.as_mut(), sock, peer, xid)
-                            .await
-                            .is_pending()
-                        {
-                            calls.spawn(call);
+                        let mut call = match spare_call.take() {
+                            Some(mut boxed) => {
+                                Pin::set(&mut boxed, call);
+                                boxed
+                            }
+                            None => Box::pin(call),
+                        };
+                        match poll_inline(call.as_mut(), sock, peer, xid).await {
+                            Poll::Pending => {
+                                calls.spawn(call);
+                            }
+                            Poll::Ready(Completed::Normally) => spare_call = Some(call),
+                            // Dropped now: its `ReplySender` answers SYSTEM_ERR.
+                            Poll::Ready(Completed::Panicked) => {}
                         }
                     } else {
                         calls.spawn(call);
@@ -1152,7 +1164,7 @@ async fn poll_inline<F: Future<Output = ()>>(
     sock: std::os::fd::RawFd,
     peer: SocketAddr,
     xid: u32,
-) -> Poll<()> {
+) -> Poll<Completed> {
     let polled = std::future::poll_fn(|cx| {
         Poll::Ready(std::panic::catch_unwind(AssertUnwindSafe(|| {
             behind::polling(sock, || call.as_mut().poll(cx))
@@ -1160,10 +1172,18 @@ async fn poll_inline<F: Future<Output = ()>>(
     })
     .await;
     match polled {
-        Ok(p) => p,
+        Ok(p) => p.map(|()| Completed::Normally),
         Err(_) => {
             error!(%peer, xid, "RPC call panicked");
-            Poll::Ready(())
+            Poll::Ready(Completed::Panicked)
         }
     }
+}
+
+/// How a call polled on the reader ended.
+enum Completed {
+    Normally,
+    /// Its future must be dropped (its `ReplySender` then answers SYSTEM_ERR), not
+    /// reused.
+    Panicked,
 }

@@ -31,6 +31,8 @@ fn added(name: &std::ffi::CStr) -> DirEvent {
 const MAX_READ: u32 = 16 << 20;
 /// Reads of up to this many bytes tell end of file without a stat (`read`).
 const UNSIZED_READ: usize = 64 << 10;
+/// Reads below this many bytes share a per-thread buffer (`LocalBackend::read_small`).
+const SHARED_READ: usize = 8 << 10;
 
 impl Backend for LocalBackend {
     fn root(&self) -> Result<FileKey> {
@@ -166,9 +168,12 @@ impl Backend for LocalBackend {
             let eof = got < want || offset + got as u64 >= size;
             return Ok((Bytes::from(buf), eof));
         }
+        let fd = self.io_fd_unchecked(key, false)?;
+        if count < SHARED_READ {
+            return self.read_small(&fd, count, offset);
+        }
         // A small read asks for one byte more instead of an `fstat`: getting it says the
         // file goes on past this read, not getting it says the read reached the end.
-        let fd = self.io_fd_unchecked(key, false)?;
         let mut buf = Vec::with_capacity(count + 1);
         self.read_into(&fd, &mut buf, offset)?;
         let eof = buf.len() <= count;

@@ -9,10 +9,12 @@
 //! `RWF_NOWAIT` reads plainly: inline for small reads, as before, and through
 //! `may_block` for large ones.
 
+use std::cell::RefCell;
+use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 
-use rustix::buffer::spare_capacity;
+use bytes::{Bytes, BytesMut};
 use rustix::io::Errno;
 
 use super::errors::{map_errno, retry};
@@ -23,18 +25,70 @@ use crate::Result;
 /// small disk read costs less than moving the runtime's other work away.
 const SMALL_READ: usize = 64 << 10;
 
+/// Small reads share a buffer of this size per thread ([`LocalBackend::read_small`]).
+const ARENA_BYTES: usize = 32 << 10;
+
+thread_local! {
+    /// Where this thread's small reads land: each read's bytes are split off it, so
+    /// a 4 KiB READ costs no allocation of its own. The buffer is reused whole once
+    /// every read split off it has been dropped (sent), and replaced by a new one
+    /// while some are still held; a held read keeps at most `ARENA_BYTES` alive.
+    static ARENA: RefCell<BytesMut> = RefCell::new(BytesMut::new());
+}
+
 impl LocalBackend {
     /// Reads into `buf`'s spare capacity from `fd` at `offset` until it is full or the
     /// file ends (`buf` starts empty; its length is then the bytes read). The buffer is
     /// never zero-filled first: on a 1 MiB READ that pass cost about 5 % of the server's
     /// CPU.
     pub(super) fn read_into(&self, fd: &OwnedFd, buf: &mut Vec<u8>, offset: u64) -> Result<()> {
+        let n = self.read_window(fd, buf.spare_capacity_mut(), offset)?;
+        // SAFETY: `read_window` initialised the first `n` bytes of the spare capacity
+        // (`n` is at most its length), and `buf` was empty.
+        unsafe { buf.set_len(n) };
+        Ok(())
+    }
+
+    /// Up to `count` bytes at `offset` (`count` at most a quarter of [`ARENA_BYTES`]),
+    /// read into this thread's shared buffer, and whether the read reached the end of
+    /// the file: it asks for one byte more instead of an `fstat`, and getting it says
+    /// the file goes on past this read.
+    pub(super) fn read_small(
+        &self,
+        fd: &OwnedFd,
+        count: usize,
+        offset: u64,
+    ) -> Result<(Bytes, bool)> {
+        ARENA.with_borrow_mut(|arena| {
+            arena.clear();
+            if arena.capacity() < count + 1 {
+                // Reclaims the whole buffer when no read split off it is held any
+                // more, else allocates a new one of the first one's size.
+                arena.reserve(ARENA_BYTES.max(count + 1));
+            }
+            let n = self.read_window(fd, &mut arena.spare_capacity_mut()[..count + 1], offset)?;
+            // SAFETY: `read_window` initialised the first `n` bytes of the spare
+            // capacity, and the arena was empty.
+            unsafe { arena.set_len(n) };
+            let data = arena.split_to(n.min(count)).freeze();
+            Ok((data, n <= count))
+        })
+    }
+
+    /// Reads into `window` from `fd` at `offset` until it is full or the file ends;
+    /// returns how many bytes it initialised, from its start.
+    fn read_window(
+        &self,
+        fd: &OwnedFd,
+        window: &mut [MaybeUninit<u8>],
+        offset: u64,
+    ) -> Result<usize> {
+        let mut got = 0;
         if self.nowait_reads.load(Ordering::Relaxed) {
-            while buf.len() < buf.capacity() {
-                let pos = offset + buf.len() as u64;
-                match pread_nowait(fd, buf, pos) {
-                    Ok(0) => return Ok(()),
-                    Ok(_) => {}
+            while got < window.len() {
+                match pread_nowait(fd, &mut window[got..], offset + got as u64) {
+                    Ok(0) => return Ok(got),
+                    Ok(n) => got += n,
                     Err(Errno::INTR) => {}
                     // The rest is not cached: read it where the thread may block.
                     Err(Errno::AGAIN) => break,
@@ -46,26 +100,30 @@ impl LocalBackend {
                     Err(e) => return Err(map_errno(e)),
                 }
             }
-            if buf.len() == buf.capacity() {
-                return Ok(());
+            if got == window.len() {
+                return Ok(got);
             }
-        } else if buf.capacity() <= SMALL_READ {
-            return read_plain(fd, buf, offset);
+        } else if window.len() <= SMALL_READ {
+            return read_plain(fd, window, offset, got);
         }
-        crate::blocking::may_block(|| read_plain(fd, buf, offset))
+        crate::blocking::may_block(|| read_plain(fd, window, offset, got))
     }
 }
 
-/// One `preadv2(RWF_NOWAIT)` into `buf`'s spare capacity; `buf` grows by the bytes read.
-fn pread_nowait(fd: &OwnedFd, buf: &mut Vec<u8>, pos: u64) -> rustix::io::Result<usize> {
-    let spare = buf.spare_capacity_mut();
+/// One `preadv2(RWF_NOWAIT)` into `window`; returns the bytes read (initialised from
+/// the window's start).
+fn pread_nowait(
+    fd: &OwnedFd,
+    window: &mut [MaybeUninit<u8>],
+    pos: u64,
+) -> rustix::io::Result<usize> {
     let iov = libc::iovec {
-        iov_base: spare.as_mut_ptr().cast(),
-        iov_len: spare.len(),
+        iov_base: window.as_mut_ptr().cast(),
+        iov_len: window.len(),
     };
-    // SAFETY: `iov` describes `spare`, memory `buf` owns and nothing else can touch while
-    // we hold `&mut buf`; it lives through the call. The kernel writes at most `iov_len`
-    // bytes there and returns how many, or -1 having written nothing we count.
+    // SAFETY: `iov` describes `window`, memory we hold exclusively (`&mut`) through the
+    // call. The kernel writes at most `iov_len` bytes there and returns how many, or -1
+    // having written nothing we count.
     let n = unsafe {
         libc::preadv2(
             fd.as_raw_fd(),
@@ -78,22 +136,24 @@ fn pread_nowait(fd: &OwnedFd, buf: &mut Vec<u8>, pos: u64) -> rustix::io::Result
     if n < 0 {
         return Err(Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO));
     }
-    let n = n as usize;
-    // SAFETY: the kernel initialised exactly the `n` bytes after the old length, and
-    // `n <= spare.len()`, so the new length is within the capacity.
-    unsafe { buf.set_len(buf.len() + n) };
-    Ok(n)
+    Ok(n as usize)
 }
 
-/// Fills the rest of `buf`'s capacity with plain (blocking) reads.
-fn read_plain(fd: &OwnedFd, buf: &mut Vec<u8>, offset: u64) -> Result<()> {
-    while buf.len() < buf.capacity() {
-        let pos = offset + buf.len() as u64;
-        match retry(|| rustix::io::pread(fd, spare_capacity(buf), pos)) {
+/// Fills the rest of `window` after its first `got` (initialised) bytes with plain
+/// (blocking) reads; returns the bytes initialised from its start.
+fn read_plain(
+    fd: &OwnedFd,
+    window: &mut [MaybeUninit<u8>],
+    offset: u64,
+    mut got: usize,
+) -> Result<usize> {
+    while got < window.len() {
+        let pos = offset + got as u64;
+        match retry(|| rustix::io::pread(fd, &mut window[got..], pos).map(|(read, _)| read.len())) {
             Ok(0) => break,
-            Ok(_) => {}
+            Ok(n) => got += n,
             Err(e) => return Err(map_errno(e)),
         }
     }
-    Ok(())
+    Ok(got)
 }
