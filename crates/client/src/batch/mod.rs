@@ -475,6 +475,13 @@ impl Batcher {
             let secs = now.duration_since(started).as_secs_f64();
             let outstanding = in_flight as f64 / 1e9 / secs;
             let level = w.controller.on_interval(work as f64 / secs, outstanding);
+            tracing::trace!(
+                throughput = work as f64 / secs,
+                outstanding,
+                secs,
+                level,
+                "batch interval"
+            );
             // Never wait for more requests than there were callers: with one caller a
             // level of 2 (a probe) would hold each request for `max_delay` and gain
             // nothing.
