@@ -34,8 +34,9 @@ fn verify(c: &mut Controller, x: f64, out: f64) {
 }
 
 /// With a noise factor the first climb starts after the first interval; the noise is
-/// measured after it, at the level it chose, and that level is kept only if it beat
-/// level 1 by more than the noise.
+/// measured after it, at the level it chose, and that level is kept if it beat level
+/// 1's one interval by more than the noise; if not, level 1 is measured as long, and
+/// the better mean of the two is kept.
 #[test]
 fn the_noise_is_measured_at_the_level_the_first_climb_chose() {
     let mut c = Controller::new(ControllerSettings::default());
@@ -49,13 +50,28 @@ fn the_noise_is_measured_at_the_level_the_first_climb_chose() {
     assert!(c.probing(), "measuring the noise at 2");
     assert_eq!(c.threshold(), 0.03, "no noise measured yet");
     // ±6 % swings at 2: only measured. Their mean, +3 % over level 1's interval, is
-    // within twice the noise: back to level 1.
+    // within twice the noise: level 1 is measured as long as 2 was.
     for (i, x) in [1060.0, 1000.0, 1060.0].into_iter().enumerate() {
         assert_eq!(c.on_interval(x, 64.0), 2, "interval {i}");
     }
     assert_eq!(c.on_interval(1000.0, 64.0), 1);
-    assert!(!c.probing());
+    assert!(c.probing(), "level 1 measured again");
     assert!(c.threshold() > 0.10, "threshold {}", c.threshold());
+    let compared = c.clone();
+    // Level 1 moves more over as many intervals: back to level 1.
+    for _ in 1..c.settings().first_probe_after {
+        assert_eq!(c.on_interval(1050.0, 64.0), 1);
+    }
+    assert_eq!(c.on_interval(1050.0, 64.0), 1);
+    assert!(!c.probing());
+    // Level 1 moves less (1,000 against 2's 1,030): 2 is kept, though below the
+    // threshold (one interval of level 1 alone could not tell).
+    let mut c = compared;
+    for _ in 1..c.settings().first_probe_after {
+        assert_eq!(c.on_interval(1000.0, 64.0), 1);
+    }
+    assert_eq!(c.on_interval(1000.0, 64.0), 2);
+    assert!(!c.probing());
     // With the same swings but +20 %, 2 would have been kept.
     let mut c = Controller::new(ControllerSettings::default());
     c.on_interval(1000.0, 64.0);
