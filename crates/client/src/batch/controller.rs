@@ -449,16 +449,7 @@ impl Controller {
                     // Judged by the threshold alone, 16 callers went back to level 1
                     // in 5 runs of 5, 0.85 of level 2, where 100 ms intervals differ
                     // by 20-40 % and the threshold is twice that (stop 42).
-                    self.probe = Probe::Compare {
-                        base: mean,
-                        base_level: to,
-                        to: base_level,
-                        sum: 0.0,
-                        n: 0,
-                    };
-                    self.level = base_level;
-                    self.settled = false;
-                    return self.level;
+                    return self.compare(to, mean, base_level);
                 }
                 self.end_probe(base, base_level, Some((to, mean)), None, 0.0);
                 let cap = self.climb_cap(true, out).max(1);
@@ -474,17 +465,7 @@ impl Controller {
                     // Half, even below the quarter: callers between two calls make the
                     // outstanding count lower than their number (52 of 64 here), and
                     // a check of 13 against 16 missed 8, the best level.
-                    let half = to / 2;
-                    self.probe = Probe::Compare {
-                        base: mean,
-                        base_level: to,
-                        to: half,
-                        sum: 0.0,
-                        n: 0,
-                    };
-                    self.level = half;
-                    // The check is part of the start: its intervals are short.
-                    self.settled = false;
+                    return self.compare(to, mean, to / 2);
                 }
                 return self.level;
             }
@@ -743,6 +724,22 @@ impl Controller {
             | Probe::Compare { to, .. } => to,
             Probe::Off => base_level,
         };
+    }
+
+    /// Measure `other` for as many intervals as `level` had (its mean `mean`), then
+    /// keep the better of the two (`Probe::Compare`). Part of the start: its intervals
+    /// are short.
+    fn compare(&mut self, level: u32, mean: f64, other: u32) -> u32 {
+        self.probe = Probe::Compare {
+            base: mean,
+            base_level: level,
+            to: other,
+            sum: 0.0,
+            n: 0,
+        };
+        self.level = other;
+        self.settled = false;
+        self.level
     }
 
     /// Both neighbours measured: keep the better one if it beat `base` by the
