@@ -410,11 +410,10 @@ impl<R> RecordReader<R> {
 const INLINE_BODY: usize = 4096;
 
 /// One record of a message: its header, written by `write_head` (about `head_room`
-/// bytes; exactly, and the head needs no allocation of its own when it becomes
-/// `Bytes`), then `body`, then `trailing` bytes sent apart (a piped part, ADR 0065).
+/// bytes), then `body`, then `trailing` bytes sent apart (a piped part, ADR 0065).
 /// Returns (record mark + header + leading small parts, the other parts). The leading
 /// parts are copied behind the header (a whole small body, or the encoded fields
-/// before file data), in the one buffer allocated for them and the header; file data
+/// before file data), split off this thread's buffer of heads (`HEADS`); file data
 /// itself, a part of `SHARE_MIN` bytes or more after the first, is
 /// never copied (ADR 0052, 0063).
 pub(crate) fn frame(
@@ -431,15 +430,35 @@ pub(crate) fn frame(
         inline += 1;
         inline_len += p.len();
     }
-    let mut head = BytesMut::with_capacity(4 + head_room + inline_len);
-    head.put_u32(0);
-    write_head(&mut head);
-    for p in body.drain(..inline) {
-        head.extend_from_slice(&p);
-    }
-    let len = head.len() - 4 + body.iter().map(Bytes::len).sum::<usize>() + trailing;
-    head[..4].copy_from_slice(&(len as u32 | LAST_FRAGMENT).to_be_bytes());
-    (head.freeze(), body)
+    let head = HEADS.with_borrow_mut(|heads| {
+        // (Empty unless a head's writer panicked half-way.)
+        heads.clear();
+        let need = 4 + head_room + inline_len;
+        if heads.capacity() < need {
+            // Reclaims the whole buffer when no head split off it is held any more
+            // (all were sent), else allocates a new one.
+            heads.reserve(HEADS_BYTES.max(need));
+        }
+        heads.put_u32(0);
+        write_head(heads);
+        for p in body.drain(..inline) {
+            heads.extend_from_slice(&p);
+        }
+        let len = heads.len() - 4 + body.iter().map(Bytes::len).sum::<usize>() + trailing;
+        heads[..4].copy_from_slice(&(len as u32 | LAST_FRAGMENT).to_be_bytes());
+        heads.split().freeze()
+    });
+    (head, body)
+}
+
+/// Record heads share a buffer of this size per thread ([`frame`]).
+const HEADS_BYTES: usize = 16 << 10;
+
+thread_local! {
+    /// Where this thread's record heads are written: each is split off it, so a record
+    /// costs no allocation of its own (a head lives until its record is written, and
+    /// the buffer is reused whole once none is held).
+    static HEADS: std::cell::RefCell<BytesMut> = std::cell::RefCell::new(BytesMut::new());
 }
 
 /// Maximum number of iovecs handed to one `writev`.
@@ -740,5 +759,42 @@ mod tests {
             "{moved_before_last} bytes of {} moved after they were received",
             (2 << 20) + 500
         );
+    }
+
+    /// Heads split off the per-thread buffer keep their own bytes however many are
+    /// held (past the buffer's size), and after they are all dropped and the buffer
+    /// is reused; the record mark counts the parts left apart.
+    #[test]
+    fn record_heads_held_together_keep_their_own_bytes() {
+        let data = Bytes::from(vec![7u8; txnfs_xdr::SHARE_MIN]);
+        let make = |i: u32| {
+            let small = Bytes::from(vec![i as u8; 40 + (i as usize % 50)]);
+            frame(
+                8,
+                |h| {
+                    h.put_u32(i);
+                    h.put_u32(!i);
+                },
+                vec![small, data.clone()],
+                3,
+            )
+        };
+        let check = |i: u32, head: &Bytes, rest: &[Bytes]| {
+            let small = 40 + (i as usize % 50);
+            assert_eq!(head.len(), 4 + 8 + small, "head {i}");
+            let mark = u32::from_be_bytes(head[..4].try_into().unwrap());
+            assert_eq!(mark, LAST_FRAGMENT | (8 + small + data.len() + 3) as u32);
+            assert_eq!(&head[4..8], &i.to_be_bytes());
+            assert_eq!(&head[8..12], &(!i).to_be_bytes());
+            assert!(head[12..].iter().all(|&b| b == i as u8), "head {i}'s body");
+            assert_eq!(rest.len(), 1);
+            assert_eq!(rest[0].as_ptr(), data.as_ptr(), "file data is not copied");
+        };
+        for _round in 0..2 {
+            let held: Vec<_> = (0..600).map(make).collect();
+            for (i, (head, rest)) in held.iter().enumerate() {
+                check(i as u32, head, rest);
+            }
+        }
     }
 }

@@ -8,7 +8,8 @@
 //! and which connections are bound; this registry keeps the transport handles and the
 //! probe results, and SEQUENCE asks it for the status flags.
 
-use std::collections::HashMap;
+// (foldhash: every SEQUENCE looks its session up here; ids are the server's own.)
+use foldhash::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 

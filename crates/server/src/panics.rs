@@ -30,9 +30,15 @@ pub struct Panicked;
 /// handled (the state core is rechecked before it is used again, the other tables
 /// recover their guard: they hold plain maps updated in single statements), and the
 /// backends are `Sync` objects that must stay consistent across any error return.
-pub fn catch<T>(srv: &Server, what: &str, f: impl FnOnce() -> T) -> Result<T, Panicked> {
+/// `what` names the request in the log; it is asked only after a panic (an op's name is
+/// looked up per op otherwise).
+pub fn catch<'a, T>(
+    srv: &Server,
+    what: impl FnOnce() -> &'a str,
+    f: impl FnOnce() -> T,
+) -> Result<T, Panicked> {
     catch_unwind(AssertUnwindSafe(f)).map_err(|payload| {
-        report(srv, what, payload.as_ref());
+        report(srv, what(), payload.as_ref());
         Panicked
     })
 }

@@ -326,7 +326,8 @@ impl Gathered {
         self.set_u32s(&[(at, v)])
     }
 
-    /// [`Gathered::set_u32`] of several words that one part holds, copying it once.
+    /// [`Gathered::set_u32`] of several words that one part holds, copying it at most
+    /// once.
     pub fn set_u32s(&mut self, words: &[(usize, u32)]) -> bool {
         let Some(&(at, _)) = words.first() else {
             return true;
@@ -338,11 +339,16 @@ impl Gathered {
                 if !words.iter().all(inside) {
                     return false;
                 }
-                let mut copy = BytesMut::from(&p[..]);
+                // In place when this part is the only view of its bytes (a finished
+                // buffer's head usually is); else a copy of the part alone.
+                let mut part = match std::mem::take(p).try_into_mut() {
+                    Ok(unique) => unique,
+                    Err(shared) => BytesMut::from(&shared[..]),
+                };
                 for &(w, v) in words {
-                    copy[w - start..w - start + 4].copy_from_slice(&v.to_be_bytes());
+                    part[w - start..w - start + 4].copy_from_slice(&v.to_be_bytes());
                 }
-                *p = copy.freeze();
+                *p = part.freeze();
                 return true;
             }
             start += p.len();
@@ -400,7 +406,7 @@ impl Eq for Gathered {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::put_opaque;
+    use crate::{put_opaque, put_u32};
 
     fn data(n: usize) -> Bytes {
         Bytes::from((0..n).map(|i| i as u8).collect::<Vec<u8>>())
@@ -518,5 +524,28 @@ mod tests {
             "words in two parts are refused"
         );
         assert_eq!(&g.parts()[0][..4], &[0, 0, 0, 9], "and nothing changed");
+    }
+
+    #[test]
+    fn set_u32s_patches_a_part_in_place_only_when_no_one_else_sees_it() {
+        // A finished buffer's head: its only view, patched where it is.
+        let mut b = GatherBuf::with_capacity(64);
+        put_u32(b.tail(), 0);
+        put_u32(b.tail(), 0);
+        let mut g = b.finish();
+        let head = g.parts()[0].as_ptr();
+        assert!(g.set_u32s(&[(0, 7), (4, 8)]));
+        assert_eq!(&g.parts()[0][..], &[0, 0, 0, 7, 0, 0, 0, 8]);
+        assert_eq!(g.parts()[0].as_ptr(), head, "patched in place");
+        // A part someone else holds too (a cached reply) is copied, and theirs stays.
+        let kept = g.clone();
+        assert!(g.set_u32(0, 1));
+        assert_ne!(g.parts()[0].as_ptr(), head, "copied");
+        assert_eq!(
+            &kept.parts()[0][..4],
+            &[0, 0, 0, 7],
+            "the other view is unchanged"
+        );
+        assert_eq!(&g.parts()[0][..4], &[0, 0, 0, 1]);
     }
 }

@@ -1,6 +1,7 @@
 //! The backend calls of the `txn` layer: each takes its locks and, in a transaction,
 //! records its undo before it forwards to the layer below.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 
 use bytes::Bytes;
@@ -14,6 +15,19 @@ use crate::{
     Linked, Made, NodeKind, OpCtx, RenameChange, Result, SeekWhat, SetAttrs, TxnSpan, XattrChange,
     XattrSet,
 };
+
+/// The context the layer below sees: a plain COMPOUND, whatever this one is. A plain
+/// one is passed as it is (no copy of its credentials per COMPOUND).
+fn plain_below(cx: &OpCtx) -> Cow<'_, OpCtx> {
+    if !cx.txn && cx.span == TxnSpan::Whole {
+        return Cow::Borrowed(cx);
+    }
+    Cow::Owned(OpCtx {
+        txn: false,
+        span: TxnSpan::Whole,
+        ..cx.clone()
+    })
+}
 
 impl Layer for TxnLayer {
     fn lower(&self) -> &dyn Backend {
@@ -31,11 +45,7 @@ impl Layer for TxnLayer {
     }
 
     fn begin_compound(&self, cx: &OpCtx) -> Result<()> {
-        let plain = OpCtx {
-            txn: false,
-            span: TxnSpan::Whole,
-            ..cx.clone()
-        };
+        let plain = plain_below(cx);
         self.lower.begin_compound(&plain)?;
         let owner = Self::owner_of(cx);
         if !cx.txn {
@@ -104,11 +114,7 @@ impl Layer for TxnLayer {
             }
         }
         self.release_compound(cx.compound);
-        let plain = OpCtx {
-            txn: false,
-            span: TxnSpan::Whole,
-            ..cx.clone()
-        };
+        let plain = plain_below(cx);
         let below = self.lower.end_compound(&plain, ok && r.is_ok());
         r.and(below)
     }

@@ -215,16 +215,16 @@ fn request_hash(args: &Bytes) -> u64 {
     h.finish()
 }
 
-/// The reply's head: status and result count (patched at the end) around the tag,
-/// a part of its own so that patching it copies nothing else. Returns where the
-/// count is.
+/// The reply's head: status and result count (patched at the end) around the tag.
+/// Returns where the count is. It starts the first part, which the patch changes in
+/// place when nothing else shares its buffer by then (a reply of one part, or of a
+/// first part and data), and copies otherwise (`Gathered::set_u32s`).
 fn reply_head(out: &mut GatherBuf, tag: &Bytes) -> usize {
     let head = out.tail();
     head.put_u32(0);
     txnfs_xdr::put_opaque(head, tag);
     let count_at = head.len();
     head.put_u32(0);
-    out.seal();
     count_at
 }
 
@@ -463,11 +463,15 @@ impl Exec<'_> {
             // A panic fails this op with SERVERFAULT (`crate::panics`, ADR 0029).
             Ok(handler) => {
                 let c = &mut self.c;
-                crate::panics::catch(srv, info.name(), || {
-                    #[cfg(feature = "fault-injection")]
-                    srv.faults.before_op(srv, opnum);
-                    handler(c, arg)
-                })
+                crate::panics::catch(
+                    srv,
+                    || info.name(),
+                    || {
+                        #[cfg(feature = "fault-injection")]
+                        srv.faults.before_op(srv, opnum);
+                        handler(c, arg)
+                    },
+                )
                 .unwrap_or(Err(OpError::Status(nfsstat4::NFS4ERR_SERVERFAULT)))
             }
         };

@@ -114,9 +114,11 @@ pub fn execute_request_from(
     let tag = req.tag().clone();
     #[cfg(feature = "fault-injection")]
     srv.faults.before_compound();
-    crate::panics::catch(srv, "COMPOUND", || {
-        exec::run(srv, caller, creds, conn, req, proc, waited)
-    })
+    crate::panics::catch(
+        srv,
+        || "COMPOUND",
+        || exec::run(srv, caller, creds, conn, req, proc, waited),
+    )
     .unwrap_or_else(|crate::panics::Panicked| serverfault_reply(&tag).into())
 }
 

@@ -71,9 +71,11 @@ pub async fn call(srv: &Arc<Server>, info: CallInfo, args: Bytes) -> ReplyBody {
     let caller = crate::access::caller_of(srv, &info).await;
     let s = srv.clone();
     let run = move || {
-        crate::panics::catch(&s, "an NLM procedure", || {
-            crate::waitmode::on_blocking_pool(|| execute(&s, &caller, peer, p, args))
-        })
+        crate::panics::catch(
+            &s,
+            || "an NLM procedure",
+            || crate::waitmode::on_blocking_pool(|| execute(&s, &caller, peer, p, args)),
+        )
     };
     match tokio::task::spawn_blocking(run).await {
         Ok(Ok(Ok(Answer::Reply(r)))) => ReplyBody::Success(r),

@@ -192,18 +192,22 @@ pub fn execute_from(
     args: Bytes,
     waited: &WaitClock,
 ) -> Result<Result<Gathered, XdrError>, crate::panics::Panicked> {
-    crate::panics::catch(srv, proc.name, || {
-        let mut c = Compound::start(srv, creds, conn, 0, false, waited);
-        c.caller = caller;
-        let r = (proc.run)(&mut c, args);
-        let ok = matches!(r, Ok((_, nfsstat3::NFS3_OK)));
-        if let Err(e) = c.scope.finish(ok) {
-            // Only a transaction's commit fails here, and v3 runs none.
-            tracing::warn!(
-                procedure = proc.name,
-                "ending the backend scope failed: {e}"
-            );
-        }
-        r.map(|(reply, _)| reply)
-    })
+    crate::panics::catch(
+        srv,
+        || proc.name,
+        || {
+            let mut c = Compound::start(srv, creds, conn, 0, false, waited);
+            c.caller = caller;
+            let r = (proc.run)(&mut c, args);
+            let ok = matches!(r, Ok((_, nfsstat3::NFS3_OK)));
+            if let Err(e) = c.scope.finish(ok) {
+                // Only a transaction's commit fails here, and v3 runs none.
+                tracing::warn!(
+                    procedure = proc.name,
+                    "ending the backend scope failed: {e}"
+                );
+            }
+            r.map(|(reply, _)| reply)
+        },
+    )
 }

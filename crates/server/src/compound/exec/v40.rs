@@ -118,7 +118,7 @@ fn op(x: &mut Exec, arg: nfs_argop4) -> bool {
         Err(s) => Err(OpError::Status(s)),
         Ok(handler) => {
             let c = &mut x.c;
-            crate::panics::catch(srv, entry.info().name(), || handler(c, arg))
+            crate::panics::catch(srv, || entry.info().name(), || handler(c, arg))
                 .unwrap_or(Err(OpError::Status(nfsstat4::NFS4ERR_SERVERFAULT)))
         }
     };
