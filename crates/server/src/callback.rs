@@ -117,11 +117,13 @@ impl SessionCallback {
         *self.slot.lock().await
     }
 
-    /// The open connection to call on, with the program, credential and minor version.
+    /// The open connection to call on, with the program, credential and minor version:
+    /// the one bound last. A client binds a new connection when it lost one, and the
+    /// server may not have seen the old one close yet: a callback sent there is lost.
     fn target(&self) -> Option<(BackChannel, u32, Credential, u32)> {
         let mut g = self.lock();
         g.conns.retain(|c| !c.is_closed());
-        let bc = g.conns.first()?.clone();
+        let bc = g.conns.last()?.clone();
         Some((bc, g.params.program, credential(&g.params.sec), g.minor))
     }
 }

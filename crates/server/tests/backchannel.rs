@@ -163,6 +163,53 @@ async fn bind_conn_to_session_for_the_back_channel_is_probed() {
     assert_eq!(seq_flags(&mut fore, sid, 1).await, 0);
 }
 
+/// A client that lost its connection binds a new one, and the server may not have seen
+/// the old one close yet: callbacks go to the connection bound last.
+#[tokio::test]
+async fn a_callback_goes_to_the_connection_bound_last() {
+    let srv = start_memory_server().await;
+    let mut first = Peer::connect(srv.addr, true).await;
+    let (sid, _) = new_session(&mut first, b"bc-last", true).await;
+    assert_probe(
+        &first
+            .next_call(T)
+            .await
+            .expect("probe on the first connection"),
+    );
+    wait_path(&srv, &sid, PathState::Up).await;
+    let mut second = Peer::connect(srv.addr, true).await;
+    let r = second
+        .compound(vec![nfs_argop4::OP_BIND_CONN_TO_SESSION(
+            BIND_CONN_TO_SESSION4args {
+                bctsa_sessid: sid,
+                bctsa_dir: channel_dir_from_client4::CDFC4_BACK_OR_BOTH,
+                bctsa_use_conn_in_rdma_mode: false,
+            },
+        )])
+        .await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    assert_probe(
+        &second
+            .next_call(T)
+            .await
+            .expect("probe on the second connection"),
+    );
+    wait_path(&srv, &sid, PathState::Up).await;
+    let server = srv.server.clone();
+    let task = tokio::spawn(async move { server.callback_sequence(&sid).await });
+    let call = second
+        .next_call(T)
+        .await
+        .expect("the CB_COMPOUND on the connection bound last");
+    let (_, seq) = cb_sequence_of(&call);
+    assert_eq!(seq.csa_sequenceid, 1);
+    assert_eq!(task.await.expect("task"), Ok(vec![]));
+    assert!(
+        first.next_call(Duration::from_millis(200)).await.is_none(),
+        "nothing on the connection bound first"
+    );
+}
+
 #[tokio::test]
 async fn closing_the_back_connection_reports_the_path_down() {
     let srv = start_memory_server().await;
