@@ -15,7 +15,30 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, Default)]
 pub struct WaitClock(Arc<AtomicU64>);
 
+thread_local! {
+    /// The last clock [`WaitClock::fresh`] handed out on this thread.
+    static SPARE: std::cell::RefCell<Option<Arc<AtomicU64>>> = const { std::cell::RefCell::new(None) };
+}
+
 impl WaitClock {
+    /// A clock at zero, like `default()`, but reusing the last one this thread made
+    /// when no copy of it is held any more (a COMPOUND's clock, per COMPOUND: one
+    /// allocation fewer for each).
+    pub fn fresh() -> WaitClock {
+        SPARE.with_borrow_mut(|spare| match spare {
+            // Only this thread's slot holds it: no one can count into it any more.
+            Some(clock) if Arc::strong_count(clock) == 1 => {
+                clock.store(0, Ordering::Relaxed);
+                WaitClock(clock.clone())
+            }
+            _ => {
+                let clock = Arc::new(AtomicU64::new(0));
+                *spare = Some(clock.clone());
+                WaitClock(clock)
+            }
+        })
+    }
+
     /// Adds a wait of `d`.
     pub fn add(&self, d: Duration) {
         let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
@@ -49,6 +72,29 @@ impl Eq for WaitClock {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fresh_clock_starts_at_zero_and_is_never_one_still_held() {
+        let a = WaitClock::fresh();
+        a.add(Duration::from_millis(3));
+        let b = WaitClock::fresh();
+        assert_eq!(
+            b.total(),
+            Duration::ZERO,
+            "a new clock while the first is held"
+        );
+        b.add(Duration::from_millis(1));
+        assert_eq!(
+            a.total(),
+            Duration::from_millis(3),
+            "and the first counts alone"
+        );
+        drop(b);
+        let c = WaitClock::fresh();
+        assert_eq!(c.total(), Duration::ZERO, "a reused clock starts at zero");
+        c.add(Duration::from_millis(2));
+        assert_eq!(a.total(), Duration::from_millis(3));
+    }
 
     #[test]
     fn clones_share_one_total() {

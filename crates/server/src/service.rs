@@ -186,7 +186,7 @@ impl RpcService for NfsService {
                     let running = txn.then(|| TxnRunning::start(&self.transactions));
                     let run = move || {
                         let started = Instant::now();
-                        let waited = WaitClock::default();
+                        let waited = WaitClock::fresh();
                         let reply = crate::compound::execute_request_from(
                             &server, caller, creds, conn, req, proc, &waited,
                         );

@@ -54,8 +54,12 @@ impl PipedTail {
 /// A message being encoded: finished parts plus the tail being written.
 #[derive(Debug, Default)]
 pub struct GatherBuf {
+    /// The first finished part, kept writable until the message is finished, so that
+    /// words in it (a COMPOUND's status and result count) can be set at the end in
+    /// place ([`GatherBuf::set_u32s`]). Empty until the first seal; it precedes `parts`.
+    first: BytesMut,
     parts: Vec<Bytes>,
-    /// Bytes in `parts`.
+    /// Bytes in `first` and `parts`.
     parts_len: usize,
     /// Follows `parts` (and precedes `tail`, which is then empty).
     piped: Option<PipedTail>,
@@ -66,10 +70,37 @@ impl GatherBuf {
     /// An empty message whose tail starts with room for `capacity` bytes.
     pub fn with_capacity(capacity: usize) -> Self {
         GatherBuf {
+            first: BytesMut::new(),
             parts: Vec::new(),
             parts_len: 0,
             piped: None,
             tail: BytesMut::with_capacity(capacity),
+        }
+    }
+
+    /// [`GatherBuf::with_capacity`] whose first `capacity` bytes are split off this
+    /// thread's buffer of message heads: no allocation of its own (two otherwise: the
+    /// buffer, and its shared header when its first part is split off). What grows past
+    /// `capacity` moves to a buffer of its own. A message kept for long (a reply cache)
+    /// keeps its own copy of its small parts ([`Gathered::detached`]), so as not to
+    /// pin the thread's buffer.
+    pub fn in_thread_buffer(capacity: usize) -> Self {
+        let tail = HEADS.with_borrow_mut(|heads| {
+            heads.clear();
+            if heads.capacity() < capacity {
+                // Reclaims the whole buffer when no message split off it is held any
+                // more, else allocates a new one.
+                heads.reserve(HEADS_BYTES.max(capacity));
+            }
+            // (Zeroed, so that the view split off is made of written bytes.)
+            heads.resize(capacity, 0);
+            let mut tail = heads.split_to(capacity);
+            tail.clear();
+            tail
+        });
+        GatherBuf {
+            tail,
+            ..GatherBuf::default()
         }
     }
 
@@ -92,9 +123,41 @@ impl GatherBuf {
     pub fn seal(&mut self) {
         if !self.tail.is_empty() {
             self.unpipe();
-            let done = self.tail.split().freeze();
+            let done = self.tail.split();
             self.parts_len += done.len();
-            self.parts.push(done);
+            if self.first.is_empty() && self.parts.is_empty() {
+                self.first = done;
+            } else {
+                self.parts.push(done.freeze());
+            }
+        }
+    }
+
+    /// [`Gathered::set_u32s`] before the message is finished: in place when the words
+    /// lie in its first part (sealed or not), which no one else can see yet. False
+    /// (nothing changed) when they do not.
+    pub fn set_u32s(&mut self, words: &[(usize, u32)]) -> bool {
+        let part = if !self.first.is_empty() {
+            &mut self.first
+        } else if self.parts.is_empty() && self.piped.is_none() {
+            &mut self.tail
+        } else {
+            return false;
+        };
+        if !words.iter().all(|&(w, _)| w + 4 <= part.len()) {
+            return false;
+        }
+        for &(w, v) in words {
+            part[w..w + 4].copy_from_slice(&v.to_be_bytes());
+        }
+        true
+    }
+
+    /// Makes the first part an ordinary one (for the rare calls that rework parts).
+    fn freeze_first(&mut self) {
+        if !self.first.is_empty() {
+            let first = self.first.split().freeze();
+            self.parts.insert(0, first);
         }
     }
 
@@ -147,6 +210,7 @@ impl GatherBuf {
     /// falls in is cut without copying).
     pub fn truncate(&mut self, len: usize) {
         self.unpipe();
+        self.freeze_first();
         if len >= self.parts_len {
             self.tail.truncate(len - self.parts_len);
             return;
@@ -173,11 +237,9 @@ impl GatherBuf {
         }
         let mut out = BytesMut::with_capacity(self.len().saturating_sub(at));
         let mut start = 0;
-        let tail: &[u8] = &self.tail;
-        for p in self
-            .parts
-            .iter()
-            .map(|p| &p[..])
+        let (first, tail): (&[u8], &[u8]) = (&self.first, &self.tail);
+        for p in std::iter::once(first)
+            .chain(self.parts.iter().map(|p| &p[..]))
             .chain(std::iter::once(tail))
         {
             let end = start + p.len();
@@ -192,7 +254,12 @@ impl GatherBuf {
     /// The message so far, without consuming the buffer: the finished parts are
     /// shared, the tail is copied (call [`GatherBuf::seal`] first to share it too).
     pub fn snapshot(&self) -> Gathered {
-        let mut parts = self.parts.clone();
+        // (The first part is still writable: copied, as the tail is.)
+        let mut parts = Vec::with_capacity(self.parts.len() + 2);
+        if !self.first.is_empty() {
+            parts.push(Bytes::copy_from_slice(&self.first));
+        }
+        parts.extend(self.parts.iter().cloned());
         let mut piped = self.piped.clone();
         if !self.tail.is_empty() {
             if let Some(t) = piped.take() {
@@ -211,6 +278,7 @@ impl GatherBuf {
     /// The finished message.
     pub fn finish(mut self) -> Gathered {
         self.seal();
+        self.freeze_first();
         let len = self.len();
         Gathered {
             parts: self.parts,
@@ -218,6 +286,13 @@ impl GatherBuf {
             piped: self.piped,
         }
     }
+}
+
+/// The size of a thread's buffer of message heads ([`GatherBuf::in_thread_buffer`]).
+const HEADS_BYTES: usize = 16 << 10;
+
+thread_local! {
+    static HEADS: std::cell::RefCell<BytesMut> = std::cell::RefCell::new(BytesMut::new());
 }
 
 /// An encoded message as parts, in order, and maybe a last part held in a pipe (ADR
@@ -253,6 +328,39 @@ impl Gathered {
     /// The parts in memory (all but a piped last one).
     pub fn parts(&self) -> &[Bytes] {
         &self.parts
+    }
+
+    /// The same message with its small parts (under [`SHARE_MIN`] bytes: encoded
+    /// fields, not file data) copied into one buffer of their own, for a message kept
+    /// for long: it then keeps no thread's buffer of heads alive
+    /// ([`GatherBuf::in_thread_buffer`]).
+    pub fn detached(&self) -> Gathered {
+        let small: usize = self
+            .parts
+            .iter()
+            .filter(|p| p.len() < SHARE_MIN)
+            .map(Bytes::len)
+            .sum();
+        if small == 0 {
+            return self.clone();
+        }
+        let mut own = BytesMut::with_capacity(small);
+        let parts = self
+            .parts
+            .iter()
+            .map(|p| {
+                if p.len() >= SHARE_MIN {
+                    return p.clone();
+                }
+                own.put_slice(p);
+                own.split().freeze()
+            })
+            .collect();
+        Gathered {
+            parts,
+            len: self.len,
+            piped: self.piped.clone(),
+        }
     }
 
     /// The last part, if it waits in a pipe.
@@ -318,42 +426,6 @@ impl Gathered {
                 out.freeze()
             }
         }
-    }
-
-    /// Replaces bytes `at..at + 4` by `v` (big-endian), copying only the part that
-    /// holds them. False (nothing changed) when no one part holds all four.
-    pub fn set_u32(&mut self, at: usize, v: u32) -> bool {
-        self.set_u32s(&[(at, v)])
-    }
-
-    /// [`Gathered::set_u32`] of several words that one part holds, copying it at most
-    /// once.
-    pub fn set_u32s(&mut self, words: &[(usize, u32)]) -> bool {
-        let Some(&(at, _)) = words.first() else {
-            return true;
-        };
-        let mut start = 0;
-        for p in &mut self.parts {
-            if at < start + p.len() {
-                let inside = |&(w, _): &(usize, u32)| w >= start && w + 4 <= start + p.len();
-                if !words.iter().all(inside) {
-                    return false;
-                }
-                // In place when this part is the only view of its bytes (a finished
-                // buffer's head usually is); else a copy of the part alone.
-                let mut part = match std::mem::take(p).try_into_mut() {
-                    Ok(unique) => unique,
-                    Err(shared) => BytesMut::from(&shared[..]),
-                };
-                for &(w, v) in words {
-                    part[w - start..w - start + 4].copy_from_slice(&v.to_be_bytes());
-                }
-                *p = part.freeze();
-                return true;
-            }
-            start += p.len();
-        }
-        false
     }
 }
 
@@ -510,42 +582,71 @@ mod tests {
     }
 
     #[test]
-    fn set_u32_copies_only_its_part() {
-        let big = data(4096);
-        let mut g = Gathered::from_parts(vec![Bytes::from_static(&[0; 8]), big.clone()]);
-        assert!(g.set_u32(4, 0x01020304));
-        assert_eq!(&g.parts()[0][..], &[0, 0, 0, 0, 1, 2, 3, 4]);
-        assert_eq!(g.parts()[1].as_ptr(), big.as_ptr());
-        assert!(!g.set_u32(6, 1), "a word across two parts is refused");
-        assert!(g.set_u32s(&[(0, 9), (4, 10)]));
-        assert_eq!(&g.parts()[0][..], &[0, 0, 0, 9, 0, 0, 0, 10]);
-        assert!(
-            !g.set_u32s(&[(0, 1), (8, 1)]),
-            "words in two parts are refused"
-        );
-        assert_eq!(&g.parts()[0][..4], &[0, 0, 0, 9], "and nothing changed");
-    }
-
-    #[test]
-    fn set_u32s_patches_a_part_in_place_only_when_no_one_else_sees_it() {
-        // A finished buffer's head: its only view, patched where it is.
+    fn words_of_the_first_part_are_set_in_place_until_it_is_finished() {
+        // Still in the tail.
         let mut b = GatherBuf::with_capacity(64);
         put_u32(b.tail(), 0);
         put_u32(b.tail(), 0);
-        let mut g = b.finish();
-        let head = g.parts()[0].as_ptr();
-        assert!(g.set_u32s(&[(0, 7), (4, 8)]));
-        assert_eq!(&g.parts()[0][..], &[0, 0, 0, 7, 0, 0, 0, 8]);
-        assert_eq!(g.parts()[0].as_ptr(), head, "patched in place");
-        // A part someone else holds too (a cached reply) is copied, and theirs stays.
-        let kept = g.clone();
-        assert!(g.set_u32(0, 1));
-        assert_ne!(g.parts()[0].as_ptr(), head, "copied");
-        assert_eq!(
-            &kept.parts()[0][..4],
-            &[0, 0, 0, 7],
-            "the other view is unchanged"
+        assert!(b.set_u32s(&[(0, 7)]));
+        // Sealed, with file data and more after it.
+        b.put_opaque_shared(data(4096));
+        put_u32(b.tail(), 5);
+        let first = b.first.as_ptr();
+        assert!(b.set_u32s(&[(0, 9), (4, 10)]));
+        assert!(
+            !b.set_u32s(&[(12, 1)]),
+            "a word past the first part is refused"
         );
-        assert_eq!(&g.parts()[0][..4], &[0, 0, 0, 1]);
+        assert_eq!(
+            &b.snapshot().prefix(8)[..],
+            &[0, 0, 0, 9, 0, 0, 0, 10],
+            "a snapshot sees them"
+        );
+        let g = b.finish();
+        assert_eq!(g.parts()[0].as_ptr(), first, "set in place, not copied");
+        assert_eq!(&g.parts()[0][..], &[0, 0, 0, 9, 0, 0, 0, 10, 0, 0, 16, 0]);
+        assert_eq!(g.len(), 12 + 4096 + 4);
+        // A buffer whose first part is file data has no words of its own to set.
+        let mut d = GatherBuf::with_capacity(8);
+        d.put_shared(data(4096));
+        assert!(!d.set_u32s(&[(0, 1)]));
+    }
+
+    #[test]
+    fn messages_in_the_thread_buffer_keep_their_bytes_and_kept_ones_detach() {
+        // More messages held together than one thread buffer holds.
+        let held: Vec<Gathered> = (0..300u32)
+            .map(|i| {
+                let mut b = GatherBuf::in_thread_buffer(256);
+                put_u32(b.tail(), 0);
+                for _ in 0..(i % 60) {
+                    put_u32(b.tail(), i);
+                }
+                if i % 3 == 0 {
+                    b.put_opaque_shared(data(2048));
+                    put_u32(b.tail(), i);
+                }
+                assert!(b.set_u32s(&[(0, !i)]));
+                b.finish()
+            })
+            .collect();
+        for (i, g) in held.iter().enumerate() {
+            let i = i as u32;
+            let bytes = g.to_bytes();
+            assert_eq!(&bytes[..4], &(!i).to_be_bytes(), "message {i}");
+            let words = (i % 60) as usize;
+            assert!(bytes[4..4 + 4 * words]
+                .chunks(4)
+                .all(|w| w == i.to_be_bytes()));
+            let detached = g.detached();
+            assert_eq!(&detached, g, "a detached copy is the same message");
+            for (a, b) in detached.parts().iter().zip(g.parts()) {
+                if b.len() < SHARE_MIN {
+                    assert_ne!(a.as_ptr(), b.as_ptr(), "small parts are copied");
+                } else {
+                    assert_eq!(a.as_ptr(), b.as_ptr(), "file data is shared");
+                }
+            }
+        }
     }
 }

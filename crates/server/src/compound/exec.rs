@@ -215,10 +215,8 @@ fn request_hash(args: &Bytes) -> u64 {
     h.finish()
 }
 
-/// The reply's head: status and result count (patched at the end) around the tag.
-/// Returns where the count is. It starts the first part, which the patch changes in
-/// place when nothing else shares its buffer by then (a reply of one part, or of a
-/// first part and data), and copies otherwise (`Gathered::set_u32s`).
+/// The reply's head: status and result count (patched at the end, in place:
+/// `GatherBuf::set_u32s`) around the tag. Returns where the count is.
 fn reply_head(out: &mut GatherBuf, tag: &Bytes) -> usize {
     let head = out.tail();
     head.put_u32(0);
@@ -242,13 +240,12 @@ pub(super) fn run(
         // NFSv4.0: no sessions, per-owner sequence ids (`v40`).
         return v40::run(srv, creds, conn, req, waited);
     }
-    let mut out = GatherBuf::with_capacity(256);
+    let mut out = GatherBuf::in_thread_buffer(256);
     let count_at = reply_head(&mut out, &req.tag);
     if req.minor == 0 || req.minor > 2 {
-        let mut reply = out.finish();
-        let set = reply.set_u32(0, nfsstat4::NFS4ERR_MINOR_VERS_MISMATCH as u32);
-        assert!(set, "the COMPOUND head is one part");
-        return reply;
+        let set = out.set_u32s(&[(0, nfsstat4::NFS4ERR_MINOR_VERS_MISMATCH as u32)]);
+        assert!(set, "the COMPOUND head is in the first part");
+        return out.finish();
     }
     let txn = proc.is_txn();
     let mut x = Exec {
@@ -588,20 +585,22 @@ impl Exec<'_> {
         false
     }
 
-    /// The reply as it stands, status and result count patched in: only the head
-    /// (its own part) is copied, the results are shared.
+    /// The reply as it stands, status and result count patched in: only the first
+    /// part is copied, the results after it are shared.
     fn patched(&mut self) -> Gathered {
         self.out.seal();
-        let reply = self.out.snapshot();
-        self.patch(reply)
+        self.patch();
+        self.out.snapshot()
     }
 
-    /// `reply` with its status and result count patched in.
-    fn patch(&self, mut reply: Gathered) -> Gathered {
-        let set = reply.set_u32s(&[(0, self.status as i32 as u32), (self.count_at, self.done)]);
-        // `reply_head` made status and count one part.
-        assert!(set, "the COMPOUND head is one part");
-        reply
+    /// Status and result count set in the reply's head, in place: the head starts the
+    /// reply's first part, which the buffer keeps writable until it is finished.
+    fn patch(&mut self) {
+        let set = self
+            .out
+            .set_u32s(&[(0, self.status as i32 as u32), (self.count_at, self.done)]);
+        // `reply_head` wrote status and count into the first part.
+        assert!(set, "the COMPOUND head is in the first part");
     }
 
     /// The end of the backend side: a transaction commits (its reply made durable first
@@ -697,8 +696,8 @@ impl Exec<'_> {
     fn complete(&mut self) -> Gathered {
         let srv = self.c.srv;
         // The last use of the reply buffer: its parts move, no snapshot.
+        self.patch();
         let reply = std::mem::take(&mut self.out).finish();
-        let reply = self.patch(reply);
         if let Some((s, slotid)) = self.slot.slot.take() {
             // A COMPOUND that changed nothing and whose client did not ask for its reply
             // to be kept is not kept (RFC 8881 §2.10.6.1.3): a retransmission gets
@@ -707,7 +706,8 @@ impl Exec<'_> {
             // to 64 KiB per slot) and cost a copy of the reply's part list per call.
             let wanted = self.cachethis || self.modifies;
             let keep = wanted && reply.len() <= s.fore.max_response_cached as usize;
-            let cached = keep.then(|| reply.clone());
+            // (Detached: a kept reply must not pin the thread's buffer of heads.)
+            let cached = keep.then(|| reply.detached());
             if let Some((seqid, hash)) = self.durable {
                 // Durable before it is cached (a retransmission cannot see it earlier)
                 // and before it is sent.
