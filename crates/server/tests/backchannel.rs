@@ -11,6 +11,15 @@ use txnfs_server::callback::{CallbackFailure, PathState};
 use txnfs_server::nfs::*;
 use txnfs_server::Config;
 
+/// BIND_CONN_TO_SESSION of the connection it is sent on to `sid`, in `dir`.
+fn bind_conn(sid: sessionid4, dir: channel_dir_from_client4) -> nfs_argop4 {
+    nfs_argop4::OP_BIND_CONN_TO_SESSION(BIND_CONN_TO_SESSION4args {
+        bctsa_sessid: sid,
+        bctsa_dir: dir,
+        bctsa_use_conn_in_rdma_mode: false,
+    })
+}
+
 #[tokio::test]
 async fn back_channel_on_the_fore_connection_is_probed_and_up() {
     let srv = start_memory_server().await;
@@ -133,12 +142,9 @@ async fn bind_conn_to_session_for_the_back_channel_is_probed() {
     let (sid, _) = new_session(&mut fore, b"bc-bind", false).await;
     let mut back = Peer::connect(srv.addr, true).await;
     let r = back
-        .compound(vec![nfs_argop4::OP_BIND_CONN_TO_SESSION(
-            BIND_CONN_TO_SESSION4args {
-                bctsa_sessid: sid,
-                bctsa_dir: channel_dir_from_client4::CDFC4_BACK_OR_BOTH,
-                bctsa_use_conn_in_rdma_mode: false,
-            },
+        .compound(vec![bind_conn(
+            sid,
+            channel_dir_from_client4::CDFC4_BACK_OR_BOTH,
         )])
         .await;
     let nfs_resop4::OP_BIND_CONN_TO_SESSION(BIND_CONN_TO_SESSION4res::NFS4_OK(ok)) = &r.resarray[0]
@@ -179,12 +185,9 @@ async fn a_callback_goes_to_the_connection_bound_last() {
     wait_path(&srv, &sid, PathState::Up).await;
     let mut second = Peer::connect(srv.addr, true).await;
     let r = second
-        .compound(vec![nfs_argop4::OP_BIND_CONN_TO_SESSION(
-            BIND_CONN_TO_SESSION4args {
-                bctsa_sessid: sid,
-                bctsa_dir: channel_dir_from_client4::CDFC4_BACK_OR_BOTH,
-                bctsa_use_conn_in_rdma_mode: false,
-            },
+        .compound(vec![bind_conn(
+            sid,
+            channel_dir_from_client4::CDFC4_BACK_OR_BOTH,
         )])
         .await;
     assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
@@ -217,13 +220,7 @@ async fn closing_the_back_connection_reports_the_path_down() {
     let (sid, _) = new_session(&mut fore, b"bc-close", false).await;
     let mut back = Peer::connect(srv.addr, true).await;
     let r = back
-        .compound(vec![nfs_argop4::OP_BIND_CONN_TO_SESSION(
-            BIND_CONN_TO_SESSION4args {
-                bctsa_sessid: sid,
-                bctsa_dir: channel_dir_from_client4::CDFC4_BACK,
-                bctsa_use_conn_in_rdma_mode: false,
-            },
-        )])
+        .compound(vec![bind_conn(sid, channel_dir_from_client4::CDFC4_BACK)])
         .await;
     assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
     assert_probe(&back.next_call(T).await.expect("probe"));
