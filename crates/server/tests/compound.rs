@@ -509,6 +509,29 @@ async fn reply_size_limits() {
     let last = r.resarray.last().unwrap();
     assert_eq!(status_of(last), nfsstat4::NFS4ERR_REP_TOO_BIG);
     assert!(r.resarray.len() > 10 && r.resarray.len() < 201);
+
+    // A READ's data is a part of the reply of its own. Ops after it that do not fit
+    // cut the reply back behind that data, and the COMPOUND's status and result count
+    // are still set in its head.
+    static DATA: [u8; 3000] = [5; 3000];
+    let (sid, fh) = t.open_new_file("read-then-more").await;
+    let putfh = nfs_argop4::OP_PUTFH(PUTFH4args { object: fh });
+    let r = t.run(vec![putfh.clone(), write(&sid, 0, &DATA)]).await;
+    assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
+    let mut ops = vec![putfh, read(&sid, 0, 3000)];
+    for _ in 0..100 {
+        ops.push(nfs_argop4::OP_PUTROOTFH);
+        ops.push(nfs_argop4::OP_GETFH);
+    }
+    let r = t.run_uncached(ops).await;
+    assert_eq!(r.status, nfsstat4::NFS4ERR_REP_TOO_BIG);
+    let nfs_resop4::OP_READ(READ4res::NFS4_OK(read_ok)) = &r.resarray[2] else {
+        panic!("the READ: {:?}", r.resarray[2]);
+    };
+    assert_eq!(&read_ok.data[..], &DATA[..]);
+    let last = r.resarray.last().unwrap();
+    assert_eq!(status_of(last), nfsstat4::NFS4ERR_REP_TOO_BIG);
+    assert!(r.resarray.len() > 4 && r.resarray.len() < 203);
 }
 
 #[tokio::test]

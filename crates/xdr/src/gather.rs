@@ -133,9 +133,9 @@ impl GatherBuf {
         }
     }
 
-    /// [`Gathered::set_u32s`] before the message is finished: in place when the words
-    /// lie in its first part (sealed or not), which no one else can see yet. False
-    /// (nothing changed) when they do not.
+    /// Sets each `(offset, value)` of `words` as a big-endian `u32`, in place, when all
+    /// lie in the message's first part (sealed or not), which no one else can see
+    /// before the message is finished. False (nothing changed) when they do not.
     pub fn set_u32s(&mut self, words: &[(usize, u32)]) -> bool {
         let part = if !self.first.is_empty() {
             &mut self.first
@@ -153,7 +153,7 @@ impl GatherBuf {
         true
     }
 
-    /// Makes the first part an ordinary one (for the rare calls that rework parts).
+    /// Makes the first part an ordinary one, when the message is finished.
     fn freeze_first(&mut self) {
         if !self.first.is_empty() {
             let first = self.first.split().freeze();
@@ -210,7 +210,6 @@ impl GatherBuf {
     /// falls in is cut without copying).
     pub fn truncate(&mut self, len: usize) {
         self.unpipe();
-        self.freeze_first();
         if len >= self.parts_len {
             self.tail.truncate(len - self.parts_len);
             return;
@@ -218,6 +217,10 @@ impl GatherBuf {
         self.tail.clear();
         while self.parts_len > len {
             let Some(mut last) = self.parts.pop() else {
+                // The cut falls in the first part, which stays the first part (its
+                // words can still be set).
+                self.first.truncate(len);
+                self.parts_len = len;
                 break;
             };
             self.parts_len -= last.len();
@@ -606,6 +609,25 @@ mod tests {
         assert_eq!(g.parts()[0].as_ptr(), first, "set in place, not copied");
         assert_eq!(&g.parts()[0][..], &[0, 0, 0, 9, 0, 0, 0, 10, 0, 0, 16, 0]);
         assert_eq!(g.len(), 12 + 4096 + 4);
+        // Cut back (a result too big for the reply): into the data, to the data, into
+        // the first part. The first part stays where its words can be set.
+        let mut t = GatherBuf::with_capacity(64);
+        put_u32(t.tail(), 0);
+        put_u32(t.tail(), 0);
+        t.put_opaque_shared(data(4096));
+        put_u32(t.tail(), 5);
+        t.truncate(12 + 100);
+        assert!(t.set_u32s(&[(0, 1)]), "after a cut in the data");
+        t.truncate(12);
+        assert!(t.set_u32s(&[(4, 2)]), "after a cut back to the data");
+        t.truncate(8);
+        put_u32(t.tail(), 3);
+        assert!(t.set_u32s(&[(0, 4)]), "after a cut into the first part");
+        let g = t.finish();
+        assert_eq!(
+            g.to_bytes(),
+            Bytes::from_static(&[0, 0, 0, 4, 0, 0, 0, 2, 0, 0, 0, 3])
+        );
         // A buffer whose first part is file data has no words of its own to set.
         let mut d = GatherBuf::with_capacity(8);
         d.put_shared(data(4096));

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use txnfs_rawclient::tcp::{self, CallError, Options};
 #[allow(unused_imports)] // each test uses some
 pub use txnfs_rawclient::{
-    empty_fattr, lookup, mkdir, open_create, open_new, remove, rename, write,
+    empty_fattr, lookup, mkdir, open_create, open_new, read, remove, rename, write,
 };
 use txnfs_rpc::{Credential, RpcClient};
 use txnfs_server::nfs::*;
