@@ -2,7 +2,10 @@
 # Issue 19's release measurements in one run (ADR 0040 addendum, ADR 0044 addendum):
 #   1. loopback TCP, one stream (iperf3, 5 s): the yardstick of the 1 MiB figures;
 #   2. batching: randread 4 KiB with 64 threads (none, static:8, dynamic; 20 s) and with
-#      one thread (none, dynamic; 10 s), ROUNDS rounds on one server each;
+#      one thread (none, dynamic; 10 s), ROUNDS rounds on one server each; then randwrite
+#      4 KiB with 64 and 16 threads (none, static:2, static:8, dynamic; 8 s), ROUNDS
+#      rounds (ADR 0044 stop-43 addendum: on ext4 of kernels 6.16+ small overwrites
+#      of large folios cost the server half its CPU; EXPORT_BASE=/mnt/xfs compares);
 #   3. large I/O inline within the bound against all on the pool: a server per setting
 #      (TXNFS_INLINE_LARGE_IO=0, then the default), alternating, ROUNDS rounds of 5 s of
 #      seqread and seqwrite 1 MiB with 1 and 4 threads and randread 4 KiB with 16;
@@ -14,7 +17,8 @@
 # Prints the medians per case: ops/s, MB/s, server and client CPU µs and context
 # switches per request, p50/p99 µs, requests per message, batch level.
 #   cargo build --release -p txnfs-cli && scripts/measure-tyche.sh [OUT] [ROUNDS]
-# BIN overrides the txnfs binary (default target/release/txnfs, with txnfs-bench beside it).
+# BIN overrides the txnfs binary (default target/release/txnfs, with txnfs-bench beside it);
+# EXPORT_BASE the directory under which the export and state live (default /tmp).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-$PWD/target/release/txnfs}
@@ -23,7 +27,7 @@ ROUNDS=${2:-3}
 [ -x "$BIN" ] || { echo "no $BIN: cargo build --release -p txnfs-cli" >&2; exit 1; }
 command -v iperf3 >/dev/null || { echo "iperf3 missing: apt-get install iperf3" >&2; exit 1; }
 rm -rf "$OUT"; mkdir -p "$OUT"
-WORK=$(mktemp -d /tmp/measure-tyche.XXXXXX)
+WORK=$(mktemp -d "${EXPORT_BASE:-/tmp}/measure-tyche.XXXXXX")
 SPID=
 trap '[ -n "$SPID" ] && kill $SPID 2>/dev/null; rm -rf "$WORK"' EXIT
 PORT=$((20000 + RANDOM % 20000))
@@ -52,6 +56,16 @@ for _ in $(seq "$ROUNDS"); do
   start
   for mode in none static:8 dynamic; do bench "batch64-${mode/:/}" randread --threads 64 --batch $mode --duration 20; done
   for mode in none dynamic; do bench "batch1-${mode/:/}" randread --threads 1 --batch $mode --duration 10; done
+  stop
+done
+echo "batching, 4 KiB random writes"
+for _ in $(seq "$ROUNDS"); do
+  start
+  for threads in 64 16; do
+    for mode in none static:2 static:8 dynamic; do
+      bench "wbatch$threads-${mode/:/}" randwrite --threads $threads --batch $mode --duration 8
+    done
+  done
   stop
 done
 echo "large I/O inline (bound: default) against the pool (bound 0)"
