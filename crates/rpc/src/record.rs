@@ -413,7 +413,8 @@ const INLINE_BODY: usize = 4096;
 /// bytes), then `body`, then `trailing` bytes sent apart (a piped part, ADR 0065).
 /// Returns (record mark + header + leading small parts, the other parts). The leading
 /// parts are copied behind the header (a whole small body, or the encoded fields
-/// before file data), split off this thread's buffer of heads (`HEADS`); file data
+/// before file data), split off this thread's buffer of heads
+/// (`txnfs_xdr::with_thread_heads`); file data
 /// itself, a part of `SHARE_MIN` bytes or more after the first, is
 /// never copied (ADR 0052, 0063).
 pub(crate) fn frame(
@@ -430,15 +431,7 @@ pub(crate) fn frame(
         inline += 1;
         inline_len += p.len();
     }
-    let head = HEADS.with_borrow_mut(|heads| {
-        // (Empty unless a head's writer panicked half-way.)
-        heads.clear();
-        let need = 4 + head_room + inline_len;
-        if heads.capacity() < need {
-            // Reclaims the whole buffer when no head split off it is held any more
-            // (all were sent), else allocates a new one.
-            heads.reserve(HEADS_BYTES.max(need));
-        }
+    let head = txnfs_xdr::with_thread_heads(4 + head_room + inline_len, |heads| {
         heads.put_u32(0);
         write_head(heads);
         for p in body.drain(..inline) {
@@ -449,16 +442,6 @@ pub(crate) fn frame(
         heads.split().freeze()
     });
     (head, body)
-}
-
-/// Record heads share a buffer of this size per thread ([`frame`]).
-const HEADS_BYTES: usize = 16 << 10;
-
-thread_local! {
-    /// Where this thread's record heads are written: each is split off it, so a record
-    /// costs no allocation of its own (a head lives until its record is written, and
-    /// the buffer is reused whole once none is held).
-    static HEADS: std::cell::RefCell<BytesMut> = std::cell::RefCell::new(BytesMut::new());
 }
 
 /// Maximum number of iovecs handed to one `writev`.

@@ -85,13 +85,7 @@ impl GatherBuf {
     /// keeps its own copy of its small parts ([`Gathered::detached`]), so as not to
     /// pin the thread's buffer.
     pub fn in_thread_buffer(capacity: usize) -> Self {
-        let tail = HEADS.with_borrow_mut(|heads| {
-            heads.clear();
-            if heads.capacity() < capacity {
-                // Reclaims the whole buffer when no message split off it is held any
-                // more, else allocates a new one.
-                heads.reserve(HEADS_BYTES.max(capacity));
-            }
+        let tail = with_thread_heads(capacity, |heads| {
             // (Zeroed, so that the view split off is made of written bytes.)
             heads.resize(capacity, 0);
             let mut tail = heads.split_to(capacity);
@@ -291,11 +285,27 @@ impl GatherBuf {
     }
 }
 
-/// The size of a thread's buffer of message heads ([`GatherBuf::in_thread_buffer`]).
+/// The size of a thread's buffer of message heads ([`with_thread_heads`]).
 const HEADS_BYTES: usize = 16 << 10;
 
 thread_local! {
     static HEADS: std::cell::RefCell<BytesMut> = std::cell::RefCell::new(BytesMut::new());
+}
+
+/// Runs `f` on this thread's buffer of message heads, empty and with room for `need`
+/// bytes; `f` splits what it wrote off it, so that a small message part costs no
+/// allocation of its own (a reply's first bytes, [`GatherBuf::in_thread_buffer`]; an
+/// RPC record's head). The buffer is reused whole once nothing split off it is held
+/// any more, else a new one is allocated.
+pub fn with_thread_heads<R>(need: usize, f: impl FnOnce(&mut BytesMut) -> R) -> R {
+    HEADS.with_borrow_mut(|heads| {
+        // (Empty unless a writer panicked half-way.)
+        heads.clear();
+        if heads.capacity() < need {
+            heads.reserve(HEADS_BYTES.max(need));
+        }
+        f(heads)
+    })
 }
 
 /// An encoded message as parts, in order, and maybe a last part held in a pipe (ADR

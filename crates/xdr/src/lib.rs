@@ -9,7 +9,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 mod gather;
 mod piped;
-pub use gather::{GatherBuf, Gathered, PipedTail, SHARE_MIN};
+pub use gather::{with_thread_heads, GatherBuf, Gathered, PipedTail, SHARE_MIN};
 pub use piped::Piped;
 
 /// Why a buffer could not be decoded.
