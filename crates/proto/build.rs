@@ -13,13 +13,50 @@ const SPECS: &[(&str, &str)] = &[
     ("tests/xdrgen_test.x", "xdrgen_test.rs"),
 ];
 
+/// Union arms carried boxed (`txnfs_xdrgen::Options::boxed_arms`, ADR 0066): the
+/// arguments and results of NFSv4 ops larger than 64 bytes. An `nfs_argop4` or
+/// `nfs_resop4` is then at most 72 bytes instead of about 200, and a COMPOUND of small
+/// ops (SEQUENCE, PUTFH, READ) no longer moves OPEN's size with each op it decodes,
+/// runs and encodes.
+const NFS4_BOXED_ARMS: &[&str] = &[
+    // nfs_argop4
+    "CREATE4args",
+    "LOCK4args",
+    "OPEN4args",
+    "SETATTR4args",
+    "SETCLIENTID4args",
+    "EXCHANGE_ID4args",
+    "CREATE_SESSION4args",
+    "GET_DIR_DELEGATION4args",
+    "LAYOUTCOMMIT4args",
+    "LAYOUTRETURN4args",
+    "COPY4args",
+    "COPY_NOTIFY4args",
+    "LAYOUTSTATS4args",
+    "WRITE_SAME4args",
+    "SETXATTR4args",
+    // nfs_resop4, or the success arm of an op's result
+    "OPEN4resok",
+    "EXCHANGE_ID4resok",
+    "CREATE_SESSION4resok",
+    "SETCLIENTID4res",
+    "GET_DIR_DELEGATION4resok",
+    "WANT_DELEGATION4res",
+];
+
 fn main() {
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     for (path, file) in SPECS {
         println!("cargo:rerun-if-changed={path}");
         let src = std::fs::read_to_string(path)
             .unwrap_or_else(|e| panic!("cannot read XDR specification {path}: {e}"));
-        let rust = txnfs_xdrgen::generate(&src)
+        let options = txnfs_xdrgen::Options {
+            boxed_arms: match *file {
+                "nfs4.rs" => NFS4_BOXED_ARMS.iter().map(|s| s.to_string()).collect(),
+                _ => Vec::new(),
+            },
+        };
+        let rust = txnfs_xdrgen::generate_with(&src, &options)
             .unwrap_or_else(|e| panic!("XDR specification {path} is invalid: {e}"));
         let dest = out_dir.join(file);
         std::fs::write(&dest, rust)

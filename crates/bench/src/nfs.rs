@@ -227,7 +227,7 @@ pub fn lock_new_owner(
     offset: u64,
     length: u64,
 ) -> nfs_argop4 {
-    nfs_argop4::OP_LOCK(LOCK4args {
+    nfs_argop4::OP_LOCK(Box::new(LOCK4args {
         locktype,
         reclaim: false,
         offset,
@@ -241,7 +241,7 @@ pub fn lock_new_owner(
                 owner: Bytes::copy_from_slice(owner),
             },
         }),
-    })
+    }))
 }
 
 /// LOCKU of a lock stateid.

@@ -96,10 +96,10 @@ impl Compound {
         }))
     }
     pub fn setattr(&mut self, stateid: stateid4, set: &SetAttributes) -> usize {
-        self.op(nfs_argop4::OP_SETATTR(SETATTR4args {
+        self.op(nfs_argop4::OP_SETATTR(Box::new(SETATTR4args {
             stateid,
             obj_attributes: attrs::encode_set(set),
-        }))
+        })))
     }
     pub fn access(&mut self, bits: u32) -> usize {
         self.op(nfs_argop4::OP_ACCESS(ACCESS4args { access: bits }))
@@ -156,7 +156,7 @@ impl Compound {
         openhow: openflag4,
         claim: open_claim4,
     ) -> usize {
-        self.op(nfs_argop4::OP_OPEN(OPEN4args {
+        self.op(nfs_argop4::OP_OPEN(Box::new(OPEN4args {
             seqid: 0,
             share_access: access | OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
             share_deny: OPEN4_SHARE_DENY_NONE,
@@ -166,7 +166,7 @@ impl Compound {
             },
             openhow,
             claim,
-        }))
+        })))
     }
     pub fn close(&mut self, stateid: stateid4) -> usize {
         self.op(nfs_argop4::OP_CLOSE(CLOSE4args {
@@ -208,18 +208,18 @@ impl Compound {
         }))
     }
     pub fn mkdir(&mut self, n: &[u8], set: &SetAttributes) -> usize {
-        self.op(nfs_argop4::OP_CREATE(CREATE4args {
+        self.op(nfs_argop4::OP_CREATE(Box::new(CREATE4args {
             objtype: createtype4::NF4DIR,
             objname: name(n),
             createattrs: attrs::encode_set(set),
-        }))
+        })))
     }
     pub fn symlink(&mut self, n: &[u8], target: &[u8], set: &SetAttributes) -> usize {
-        self.op(nfs_argop4::OP_CREATE(CREATE4args {
+        self.op(nfs_argop4::OP_CREATE(Box::new(CREATE4args {
             objtype: createtype4::NF4LNK(name(target)),
             objname: name(n),
             createattrs: attrs::encode_set(set),
-        }))
+        })))
     }
     pub fn readlink(&mut self) -> usize {
         self.op(nfs_argop4::OP_READLINK)
@@ -442,7 +442,7 @@ impl Reply {
         /// The attributes of op `i`, a GETATTR.
         attrs: Attributes = OP_GETATTR(GETATTR4res) |r| attrs::decode(&r.obj_attributes);
         /// The result of op `i`, an OPEN.
-        open: OPEN4resok = OP_OPEN(OPEN4res) |r| Ok(r.clone());
+        open: OPEN4resok = OP_OPEN(OPEN4res) |r| Ok(OPEN4resok::clone(r));
         /// The data and EOF flag of op `i`, a READ.
         read: (Bytes, bool) = OP_READ(READ4res) |r| Ok((r.data.clone(), r.eof));
         /// The result of op `i`, a WRITE.

@@ -145,13 +145,13 @@ mod tests {
             locktype: nfs_lock_type4::WRITE_LT,
             owner: lock_owner4 { clientid: 1, owner },
         }));
-        let lock = A::OP_LOCK(LOCK4args {
+        let lock = A::OP_LOCK(Box::new(LOCK4args {
             locktype: nfs_lock_type4::WRITE_LT,
             reclaim: false,
             offset: 0,
             length: 1,
             locker: locker4::FALSE(exist_lock_owner4::default()),
-        });
+        }));
         // LOCK is bounded by what it sends when it changed state; a denied LOCK changed
         // nothing and is checked on its real bytes. LOCKT's bound covers the denial.
         let granted = R::OP_LOCK(LOCK4res::NFS4_OK(LOCK4resok::default()));
@@ -188,71 +188,73 @@ mod tests {
         }));
         assert!(
             size(&create)
-                <= bound(&A::OP_CREATE(CREATE4args {
+                <= bound(&A::OP_CREATE(Box::new(CREATE4args {
                     objtype: createtype4::NF4DIR,
                     objname: Default::default(),
                     createattrs: Default::default(),
-                }))
+                })))
         );
         let big = |n| bytes::Bytes::from(vec![b'x'; n]);
-        let exchange_id = R::OP_EXCHANGE_ID(EXCHANGE_ID4res::NFS4_OK(EXCHANGE_ID4resok {
-            eir_clientid: 1,
-            eir_sequenceid: 1,
-            eir_flags: 0,
-            eir_state_protect: state_protect4_r::SP4_MACH_CRED(state_protect_ops4 {
-                spo_must_enforce: vec![u32::MAX; 3],
-                spo_must_allow: vec![u32::MAX; 3],
-            }),
-            eir_server_owner: server_owner4 {
-                so_minor_id: 1,
-                so_major_id: big(1024),
-            },
-            eir_server_scope: big(1024),
-            eir_server_impl_id: vec![nfs_impl_id4 {
-                nii_domain: big(1024),
-                nii_name: big(1024),
-                nii_date: Default::default(),
-            }],
-        }));
+        let exchange_id =
+            R::OP_EXCHANGE_ID(EXCHANGE_ID4res::NFS4_OK(Box::new(EXCHANGE_ID4resok {
+                eir_clientid: 1,
+                eir_sequenceid: 1,
+                eir_flags: 0,
+                eir_state_protect: state_protect4_r::SP4_MACH_CRED(state_protect_ops4 {
+                    spo_must_enforce: vec![u32::MAX; 3],
+                    spo_must_allow: vec![u32::MAX; 3],
+                }),
+                eir_server_owner: server_owner4 {
+                    so_minor_id: 1,
+                    so_major_id: big(1024),
+                },
+                eir_server_scope: big(1024),
+                eir_server_impl_id: vec![nfs_impl_id4 {
+                    nii_domain: big(1024),
+                    nii_name: big(1024),
+                    nii_date: Default::default(),
+                }],
+            })));
         assert!(
             size(&exchange_id)
-                <= bound(&A::OP_EXCHANGE_ID(EXCHANGE_ID4args {
+                <= bound(&A::OP_EXCHANGE_ID(Box::new(EXCHANGE_ID4args {
                     eia_clientowner: Default::default(),
                     eia_flags: 0,
                     eia_state_protect: state_protect4_a::SP4_NONE,
                     eia_client_impl_id: vec![],
-                }))
+                })))
         );
         let chan = channel_attrs4 {
             ca_rdma_ird: vec![1],
             ..Default::default()
         };
-        let create_session =
-            R::OP_CREATE_SESSION(CREATE_SESSION4res::NFS4_OK(CREATE_SESSION4resok {
+        let create_session = R::OP_CREATE_SESSION(CREATE_SESSION4res::NFS4_OK(Box::new(
+            CREATE_SESSION4resok {
                 csr_sessionid: [1; 16],
                 csr_sequence: 1,
                 csr_flags: 0,
                 csr_fore_chan_attrs: chan.clone(),
                 csr_back_chan_attrs: chan,
-            }));
+            },
+        )));
         assert!(size(&create_session) <= bound(&A::OP_CREATE_SESSION(Default::default())));
-        let open = R::OP_OPEN(OPEN4res::NFS4_OK(OPEN4resok {
+        let open = R::OP_OPEN(OPEN4res::NFS4_OK(Box::new(OPEN4resok {
             stateid: Default::default(),
             cinfo: Default::default(),
             rflags: 0,
             attrset: vec![u32::MAX; 3],
             delegation: open_delegation4::OPEN_DELEGATE_NONE,
-        }));
+        })));
         assert!(
             size(&open)
-                <= bound(&A::OP_OPEN(OPEN4args {
+                <= bound(&A::OP_OPEN(Box::new(OPEN4args {
                     seqid: 0,
                     share_access: 0,
                     share_deny: 0,
                     owner: Default::default(),
                     openhow: openflag4::default(opentype4::OPEN4_NOCREATE),
                     claim: open_claim4::CLAIM_FH,
-                }))
+                })))
         );
         let getattr = A::OP_GETATTR(GETATTR4args {
             attr_request: vec![u32::MAX, u32::MAX, u32::MAX],

@@ -50,11 +50,11 @@ pub fn lookup(n: &str) -> nfs_argop4 {
 }
 
 pub fn mkdir(n: &str) -> nfs_argop4 {
-    nfs_argop4::OP_CREATE(CREATE4args {
+    nfs_argop4::OP_CREATE(Box::new(CREATE4args {
         objtype: createtype4::NF4DIR,
         objname: name(n),
         createattrs: empty_fattr(),
-    })
+    }))
 }
 
 pub fn rename(from: &str, to: &str) -> nfs_argop4 {
@@ -71,7 +71,7 @@ pub fn remove(n: &str) -> nfs_argop4 {
 /// OPEN of `n` in the current directory by the open owner `owner` (client id 0: the
 /// session's), with `how` (create or not).
 pub fn open(n: &[u8], owner: &[u8], access: u32, deny: u32, how: openflag4) -> nfs_argop4 {
-    nfs_argop4::OP_OPEN(OPEN4args {
+    nfs_argop4::OP_OPEN(Box::new(OPEN4args {
         seqid: 0,
         share_access: access,
         share_deny: deny,
@@ -81,7 +81,7 @@ pub fn open(n: &[u8], owner: &[u8], access: u32, deny: u32, how: openflag4) -> n
         },
         openhow: how,
         claim: open_claim4::CLAIM_NULL(Bytes::copy_from_slice(n)),
-    })
+    }))
 }
 
 /// Create with UNCHECKED4 and no attributes if `create`, else open what exists.
@@ -170,10 +170,10 @@ pub fn read(sid: &stateid4, offset: u64, count: u32) -> nfs_argop4 {
 
 /// SETATTR size with the anonymous stateid.
 pub fn truncate(size: u64) -> nfs_argop4 {
-    nfs_argop4::OP_SETATTR(SETATTR4args {
+    nfs_argop4::OP_SETATTR(Box::new(SETATTR4args {
         stateid: ANON,
         obj_attributes: size_fattr(size),
-    })
+    }))
 }
 
 /// GETATTR of change and size (see [`crate::decode_change_size`]).
@@ -199,7 +199,7 @@ pub fn lock_new_owner(
     open_sid: &stateid4,
     owner: &[u8],
 ) -> nfs_argop4 {
-    nfs_argop4::OP_LOCK(LOCK4args {
+    nfs_argop4::OP_LOCK(Box::new(LOCK4args {
         locktype: lock_type(write),
         reclaim: false,
         offset,
@@ -213,12 +213,12 @@ pub fn lock_new_owner(
                 owner: Bytes::copy_from_slice(owner),
             },
         }),
-    })
+    }))
 }
 
 /// LOCK by the owner of the lock stateid `lock_sid`.
 pub fn lock_existing(write: bool, offset: u64, length: u64, lock_sid: &stateid4) -> nfs_argop4 {
-    nfs_argop4::OP_LOCK(LOCK4args {
+    nfs_argop4::OP_LOCK(Box::new(LOCK4args {
         locktype: lock_type(write),
         reclaim: false,
         offset,
@@ -227,7 +227,7 @@ pub fn lock_existing(write: bool, offset: u64, length: u64, lock_sid: &stateid4)
             lock_stateid: lock_sid.clone(),
             lock_seqid: 0,
         }),
-    })
+    }))
 }
 
 pub fn lockt(write: bool, offset: u64, length: u64, owner: &[u8]) -> nfs_argop4 {

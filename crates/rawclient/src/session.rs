@@ -120,7 +120,7 @@ pub fn exchange_id(owner: &[u8]) -> nfs_argop4 {
 /// EXCHANGE_ID of the client `owner` (this incarnation: `verifier`), no state
 /// protection.
 pub fn exchange_id_verf(owner: &[u8], verifier: [u8; 8]) -> nfs_argop4 {
-    nfs_argop4::OP_EXCHANGE_ID(EXCHANGE_ID4args {
+    nfs_argop4::OP_EXCHANGE_ID(Box::new(EXCHANGE_ID4args {
         eia_clientowner: client_owner4 {
             co_verifier: verifier,
             co_ownerid: Bytes::copy_from_slice(owner),
@@ -128,7 +128,7 @@ pub fn exchange_id_verf(owner: &[u8], verifier: [u8; 8]) -> nfs_argop4 {
         eia_flags: 0,
         eia_state_protect: state_protect4_a::SP4_NONE,
         eia_client_impl_id: vec![],
-    })
+    }))
 }
 
 /// CREATE_SESSION for the client `e` answered EXCHANGE_ID with; a back channel
@@ -151,7 +151,7 @@ pub fn create_session_for(
     back: channel_attrs4,
     back_chan: bool,
 ) -> nfs_argop4 {
-    nfs_argop4::OP_CREATE_SESSION(CREATE_SESSION4args {
+    nfs_argop4::OP_CREATE_SESSION(Box::new(CREATE_SESSION4args {
         csa_clientid: clientid,
         csa_sequence: seq,
         csa_flags: if back_chan {
@@ -163,7 +163,7 @@ pub fn create_session_for(
         csa_back_chan_attrs: back,
         csa_cb_program: CB_PROGRAM,
         csa_sec_parms: vec![callback_sec_parms4::AUTH_NONE],
-    })
+    }))
 }
 
 /// Channel attributes with 1 MiB requests and replies, 64 KiB cached replies.

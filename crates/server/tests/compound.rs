@@ -410,7 +410,7 @@ async fn locks_conflict_across_clients() {
     let lock = |cid: u64, sid: &stateid4, fh: &Bytes, owner: &'static [u8]| {
         vec![
             nfs_argop4::OP_PUTFH(PUTFH4args { object: fh.clone() }),
-            nfs_argop4::OP_LOCK(LOCK4args {
+            nfs_argop4::OP_LOCK(Box::new(LOCK4args {
                 locktype: nfs_lock_type4::WRITE_LT,
                 reclaim: false,
                 offset: 0,
@@ -424,7 +424,7 @@ async fn locks_conflict_across_clients() {
                         owner: Bytes::from_static(owner),
                     },
                 }),
-            }),
+            })),
         ]
     };
     let r = a.run(lock(a.clientid, &sids[0].0, &sids[0].1, b"la")).await;
@@ -543,7 +543,7 @@ async fn share_deny_downgrade_and_stateids() {
     let open = |cid: u64, access: u32, deny: u32| {
         vec![
             nfs_argop4::OP_PUTROOTFH,
-            nfs_argop4::OP_OPEN(OPEN4args {
+            nfs_argop4::OP_OPEN(Box::new(OPEN4args {
                 seqid: 0,
                 share_access: access,
                 share_deny: deny,
@@ -553,7 +553,7 @@ async fn share_deny_downgrade_and_stateids() {
                 },
                 openhow: openflag4::OPEN4_CREATE(createhow4::UNCHECKED4(empty_fattr())),
                 claim: open_claim4::CLAIM_NULL(Bytes::from_static(b"shared")),
-            }),
+            })),
         ]
     };
     let on_shared = |op: nfs_argop4| vec![nfs_argop4::OP_PUTROOTFH, lookup("shared"), op];
@@ -710,10 +710,10 @@ async fn setattr_size_with_the_open_stateid() {
         .run(vec![
             nfs_argop4::OP_PUTROOTFH,
             lookup("t"),
-            nfs_argop4::OP_SETATTR(SETATTR4args {
+            nfs_argop4::OP_SETATTR(Box::new(SETATTR4args {
                 stateid: sid,
                 obj_attributes: size7,
-            }),
+            })),
             nfs_argop4::OP_GETATTR(GETATTR4args {
                 attr_request: GETATTR_TYPE_SIZE.to_vec(),
             }),

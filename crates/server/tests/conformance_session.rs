@@ -22,7 +22,7 @@ async fn connect_as_user(addr: std::net::SocketAddr) -> RpcClient {
 }
 
 fn exchange_id_with(owner: &[u8], verifier: u8, flags: u32) -> nfs_argop4 {
-    nfs_argop4::OP_EXCHANGE_ID(EXCHANGE_ID4args {
+    nfs_argop4::OP_EXCHANGE_ID(Box::new(EXCHANGE_ID4args {
         eia_clientowner: client_owner4 {
             co_verifier: [verifier; 8],
             co_ownerid: Bytes::copy_from_slice(owner),
@@ -30,7 +30,7 @@ fn exchange_id_with(owner: &[u8], verifier: u8, flags: u32) -> nfs_argop4 {
         eia_flags: flags,
         eia_state_protect: state_protect4_a::SP4_NONE,
         eia_client_impl_id: vec![],
-    })
+    }))
 }
 
 /// EXCHANGE_ID over `cl`: its status and, on success, its result.
@@ -43,7 +43,7 @@ async fn exchange(
     let r = call(cl, vec![exchange_id_with(owner, verifier, flags)]).await;
     match r.resarray.first() {
         Some(nfs_resop4::OP_EXCHANGE_ID(EXCHANGE_ID4res::NFS4_OK(e))) => {
-            (r.status, Some(e.clone()))
+            (r.status, Some(EXCHANGE_ID4resok::clone(e)))
         }
         _ => (r.status, None),
     }
@@ -58,7 +58,7 @@ async fn create(
     fore: channel_attrs4,
     flags: u32,
 ) -> (nfsstat4, Option<CREATE_SESSION4resok>) {
-    let op = nfs_argop4::OP_CREATE_SESSION(CREATE_SESSION4args {
+    let op = nfs_argop4::OP_CREATE_SESSION(Box::new(CREATE_SESSION4args {
         csa_clientid: clientid,
         csa_sequence: seq,
         csa_flags: flags,
@@ -66,11 +66,11 @@ async fn create(
         csa_back_chan_attrs: channel(16, 1),
         csa_cb_program: 0x4000_0000,
         csa_sec_parms: vec![callback_sec_parms4::AUTH_NONE],
-    });
+    }));
     let r = call(cl, vec![op]).await;
     match r.resarray.first() {
         Some(nfs_resop4::OP_CREATE_SESSION(CREATE_SESSION4res::NFS4_OK(s))) => {
-            (r.status, Some(s.clone()))
+            (r.status, Some(CREATE_SESSION4resok::clone(s)))
         }
         _ => (r.status, None),
     }

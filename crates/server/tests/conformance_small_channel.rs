@@ -56,7 +56,7 @@ fn lock(
 ) -> Vec<nfs_argop4> {
     vec![
         nfs_argop4::OP_PUTFH(PUTFH4args { object: fh.clone() }),
-        nfs_argop4::OP_LOCK(LOCK4args {
+        nfs_argop4::OP_LOCK(Box::new(LOCK4args {
             locktype: nfs_lock_type4::WRITE_LT,
             reclaim: false,
             offset,
@@ -70,7 +70,7 @@ fn lock(
                     owner: Bytes::copy_from_slice(owner),
                 },
             }),
-        }),
+        })),
     ]
 }
 

@@ -99,7 +99,7 @@ async fn lock(
     let r = s
         .run(vec![
             nfs_argop4::OP_PUTFH(PUTFH4args { object: fh.clone() }),
-            nfs_argop4::OP_LOCK(LOCK4args {
+            nfs_argop4::OP_LOCK(Box::new(LOCK4args {
                 locktype,
                 reclaim: false,
                 offset: 0,
@@ -113,7 +113,7 @@ async fn lock(
                         owner: Bytes::from_static(owner),
                     },
                 }),
-            }),
+            })),
         ])
         .await;
     match &r.resarray.get(2) {

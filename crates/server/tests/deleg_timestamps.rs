@@ -51,10 +51,10 @@ fn set_time(bit: u32, sec: i64, nsec: u32) -> fattr4 {
 fn setattr(fh: &Bytes, stateid: &stateid4, attrs: fattr4) -> Vec<nfs_argop4> {
     vec![
         putfh(fh),
-        nfs_argop4::OP_SETATTR(SETATTR4args {
+        nfs_argop4::OP_SETATTR(Box::new(SETATTR4args {
             stateid: stateid.clone(),
             obj_attributes: attrs,
-        }),
+        })),
     ]
 }
 

@@ -168,13 +168,13 @@ fn conflicts(name: &str, stateid: &stateid4) -> Vec<(&'static str, Vec<nfs_argop
             vec![
                 nfs_argop4::OP_PUTROOTFH,
                 lookup(name),
-                nfs_argop4::OP_SETATTR(SETATTR4args {
+                nfs_argop4::OP_SETATTR(Box::new(SETATTR4args {
                     stateid: stateid.clone(),
                     obj_attributes: fattr4 {
                         attrmask: vec![1 << 4],
                         attr_vals: Bytes::from_static(&[0, 0, 0, 0, 0, 0, 0, 1]),
                     },
-                }),
+                })),
             ],
         ),
         (
@@ -351,7 +351,7 @@ async fn the_holder_opens_under_its_delegation_before_returning_it() {
     let under = |share_access: u32| {
         vec![
             putfh(&fh),
-            nfs_argop4::OP_OPEN(OPEN4args {
+            nfs_argop4::OP_OPEN(Box::new(OPEN4args {
                 seqid: 0,
                 share_access,
                 share_deny: 0,
@@ -361,7 +361,7 @@ async fn the_holder_opens_under_its_delegation_before_returning_it() {
                 },
                 openhow: openflag4::default(opentype4::OPEN4_NOCREATE),
                 claim: open_claim4::CLAIM_DELEG_CUR_FH(dsid.clone()),
-            }),
+            })),
         ]
     };
     a.run_ok(under(READ)).await;

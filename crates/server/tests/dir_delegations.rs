@@ -57,7 +57,7 @@ impl Holder {
         else {
             panic!("{:?}", r.resarray)
         };
-        g.clone()
+        GET_DIR_DELEGATION4resok::clone(g)
     }
 
     async fn granted(
@@ -67,7 +67,7 @@ impl Holder {
         delay: Duration,
     ) -> GET_DIR_DELEGATION4resok {
         match self.gdd(fh, types, delay).await {
-            GET_DIR_DELEGATION4res_non_fatal::GDD4_OK(ok) => ok,
+            GET_DIR_DELEGATION4res_non_fatal::GDD4_OK(ok) => *ok,
             other => panic!("not granted: {other:?}"),
         }
     }
@@ -84,14 +84,14 @@ fn gdd_args_with(types: u32, delay: Duration, child: u32, dir: u32) -> nfs_argop
         seconds: delay.as_secs() as i64,
         nseconds: delay.subsec_nanos(),
     };
-    nfs_argop4::OP_GET_DIR_DELEGATION(GET_DIR_DELEGATION4args {
+    nfs_argop4::OP_GET_DIR_DELEGATION(Box::new(GET_DIR_DELEGATION4args {
         gdda_signal_deleg_avail: false,
         gdda_notification_types: vec![types],
         gdda_child_attr_delay: t.clone(),
         gdda_dir_attr_delay: t,
         gdda_child_attributes: vec![child],
         gdda_dir_attributes: if dir == 0 { vec![] } else { vec![dir] },
-    })
+    }))
 }
 
 fn name(s: &str) -> Bytes {
@@ -580,7 +580,7 @@ async fn child_attribute_changes_are_notified_with_the_attributes_asked_for() {
         .run(vec![
             putfh(d),
             lookup("mine"),
-            nfs_argop4::OP_SETATTR(SETATTR4args {
+            nfs_argop4::OP_SETATTR(Box::new(SETATTR4args {
                 stateid: stateid4 {
                     seqid: 0,
                     other: [0; 12],
@@ -589,7 +589,7 @@ async fn child_attribute_changes_are_notified_with_the_attributes_asked_for() {
                     attrmask: vec![SIZE],
                     attr_vals: Bytes::from_static(&[0, 0, 0, 0, 0, 0, 0, 7]),
                 },
-            }),
+            })),
         ])
         .await;
     assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
@@ -635,7 +635,7 @@ async fn directory_attribute_changes_are_notified() {
     let g = &a
         .granted_by(
             d,
-            nfs_argop4::OP_GET_DIR_DELEGATION(GET_DIR_DELEGATION4args {
+            nfs_argop4::OP_GET_DIR_DELEGATION(Box::new(GET_DIR_DELEGATION4args {
                 gdda_signal_deleg_avail: false,
                 gdda_notification_types: vec![ADD | DIR_ATTRS],
                 gdda_child_attr_delay: nfstime4 {
@@ -648,7 +648,7 @@ async fn directory_attribute_changes_are_notified() {
                 },
                 gdda_child_attributes: vec![],
                 gdda_dir_attributes: vec![0, 1 << 1],
-            }),
+            })),
         )
         .await;
     assert_eq!(g.gddr_notification, vec![ADD | DIR_ATTRS]);
@@ -657,7 +657,7 @@ async fn directory_attribute_changes_are_notified() {
     let r = o
         .run(vec![
             putfh(d),
-            nfs_argop4::OP_SETATTR(SETATTR4args {
+            nfs_argop4::OP_SETATTR(Box::new(SETATTR4args {
                 stateid: stateid4 {
                     seqid: 0,
                     other: [0; 12],
@@ -666,7 +666,7 @@ async fn directory_attribute_changes_are_notified() {
                     attrmask: vec![0, 1 << 1],
                     attr_vals: Bytes::from_static(&[0, 0, 0o7, 0o50]),
                 },
-            }),
+            })),
         ])
         .await;
     assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);

@@ -433,10 +433,10 @@ async fn a_read_only_rule_refuses_every_change_with_rofs() {
         remove("file"),
         rename("file", "moved"),
         open_plain("file", OPEN4_SHARE_ACCESS_WRITE, b"w"),
-        nfs_argop4::OP_SETATTR(SETATTR4args {
+        nfs_argop4::OP_SETATTR(Box::new(SETATTR4args {
             stateid: stateid4::default(),
             obj_attributes: size_fattr(0),
-        }),
+        })),
     ] {
         let name = format!("{:?}", op.discriminant());
         let ops = ro(op);

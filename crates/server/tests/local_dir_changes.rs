@@ -55,14 +55,14 @@ fn gdd(types: u32) -> nfs_argop4 {
         seconds: 0,
         nseconds: 0,
     };
-    nfs_argop4::OP_GET_DIR_DELEGATION(GET_DIR_DELEGATION4args {
+    nfs_argop4::OP_GET_DIR_DELEGATION(Box::new(GET_DIR_DELEGATION4args {
         gdda_signal_deleg_avail: false,
         gdda_notification_types: vec![types],
         gdda_child_attr_delay: none.clone(),
         gdda_dir_attr_delay: none,
         gdda_child_attributes: vec![TYPE_AND_FILEID],
         gdda_dir_attributes: vec![],
-    })
+    }))
 }
 
 impl Holder {
@@ -85,7 +85,7 @@ impl Holder {
         else {
             panic!("not granted: {:?}", r.resarray)
         };
-        (fh.object.clone(), g.clone())
+        (fh.object.clone(), GET_DIR_DELEGATION4resok::clone(g))
     }
 }
 

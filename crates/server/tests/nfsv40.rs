@@ -25,7 +25,7 @@ fn uaddr(a: SocketAddr) -> String {
 }
 
 fn setclientid_op(owner: &[u8], verifier: [u8; 8], cb: &str) -> nfs_argop4 {
-    nfs_argop4::OP_SETCLIENTID(SETCLIENTID4args {
+    nfs_argop4::OP_SETCLIENTID(Box::new(SETCLIENTID4args {
         client: nfs_client_id4 {
             verifier,
             id: Bytes::copy_from_slice(owner),
@@ -38,7 +38,7 @@ fn setclientid_op(owner: &[u8], verifier: [u8; 8], cb: &str) -> nfs_argop4 {
             },
         },
         callback_ident: CB_IDENT,
-    })
+    }))
 }
 
 fn confirm_op(clientid: u64, verf: [u8; 8]) -> nfs_argop4 {
@@ -66,7 +66,10 @@ async fn setclientid(
 ) -> Result<(u64, [u8; 8]), nfsstat4> {
     let r = run40(cl, vec![setclientid_op(owner, verifier, cb)]).await;
     match &r.resarray[..] {
-        [nfs_resop4::OP_SETCLIENTID(SETCLIENTID4res::NFS4_OK(ok))] => {
+        [nfs_resop4::OP_SETCLIENTID(r)] if matches!(**r, SETCLIENTID4res::NFS4_OK(_)) => {
+            let SETCLIENTID4res::NFS4_OK(ok) = &**r else {
+                unreachable!()
+            };
             Ok((ok.clientid, ok.setclientid_confirm))
         }
         _ => Err(r.status),
@@ -107,7 +110,7 @@ impl V40 {
     }
 
     fn open_op(&mut self, name: &str, access: u32, how: openflag4) -> nfs_argop4 {
-        nfs_argop4::OP_OPEN(OPEN4args {
+        nfs_argop4::OP_OPEN(Box::new(OPEN4args {
             seqid: self.next_seq(),
             share_access: access,
             share_deny: OPEN4_SHARE_DENY_NONE,
@@ -117,7 +120,7 @@ impl V40 {
             },
             openhow: how,
             claim: open_claim4::CLAIM_NULL(Bytes::copy_from_slice(name.as_bytes())),
-        })
+        }))
     }
 
     /// OPEN (and OPEN_CONFIRM when asked): the open stateid, file handle, delegation.
@@ -384,7 +387,7 @@ async fn a_retransmitted_close_or_lock_gets_its_first_reply() {
     let mut c = V40::new(srv.addr, b"reclose", &uaddr(dead_address().await)).await;
     let (sid, fh, _) = c.open("f", OPEN4_SHARE_ACCESS_BOTH, create()).await;
     // LOCK of a new lock-owner, sent twice: one lock, the same stateid.
-    let lock = nfs_argop4::OP_LOCK(LOCK4args {
+    let lock = nfs_argop4::OP_LOCK(Box::new(LOCK4args {
         locktype: nfs_lock_type4::WRITE_LT,
         reclaim: false,
         offset: 0,
@@ -398,7 +401,7 @@ async fn a_retransmitted_close_or_lock_gets_its_first_reply() {
                 owner: Bytes::from_static(b"pid-9"),
             },
         }),
-    });
+    }));
     let args = encode_compound_minor(vec![putfh(&fh), lock], 0);
     let first = call_raw(&c.cl, args.clone()).await;
     assert_eq!(first, call_raw(&c.cl, args).await);
@@ -639,7 +642,7 @@ async fn a_v40_lock_conflicts_with_a_v41_lock() {
     let (sid40, fh40, _) = c.open("locked", OPEN4_SHARE_ACCESS_BOTH, no_create()).await;
     assert_eq!(fh40, fh);
     // v4.0: a new lock-owner, its sequence starting at 0.
-    let lock = nfs_argop4::OP_LOCK(LOCK4args {
+    let lock = nfs_argop4::OP_LOCK(Box::new(LOCK4args {
         locktype: nfs_lock_type4::WRITE_LT,
         reclaim: false,
         offset: 0,
@@ -653,7 +656,7 @@ async fn a_v40_lock_conflicts_with_a_v41_lock() {
                 owner: Bytes::from_static(b"pid-1"),
             },
         }),
-    });
+    }));
     let r = c.run(vec![putfh(&fh), lock]).await;
     let lsid = lock_result(&r).unwrap_or_else(|| panic!("LOCK {:?}", r.resarray));
     // v4.1: the same range is taken.

@@ -218,14 +218,14 @@ async fn an_open_that_truncates_a_file_is_told_from_a_create() {
             }),
         ];
         ops.extend(between);
-        ops.push(nfs_argop4::OP_OPEN(OPEN4args {
+        ops.push(nfs_argop4::OP_OPEN(Box::new(OPEN4args {
             seqid: 0,
             share_access: OPEN4_SHARE_ACCESS_WRITE,
             share_deny: 0,
             owner: Default::default(),
             openhow: openflag4::OPEN4_CREATE(how),
             claim: open_claim4::CLAIM_NULL(Bytes::from(name.to_string())),
-        }));
+        })));
         let args = COMPOUND4args {
             tag: Bytes::new(),
             minorversion: 1,

@@ -83,10 +83,10 @@ fn heterogeneous() -> Vec<nfs_argop4> {
         remove("gone"),
         nfs_argop4::OP_PUTROOTFH,
         lookup("big"),
-        nfs_argop4::OP_SETATTR(SETATTR4args {
+        nfs_argop4::OP_SETATTR(Box::new(SETATTR4args {
             stateid: anon(),
             obj_attributes: size_attr(2),
-        }),
+        })),
     ]
 }
 

@@ -398,7 +398,7 @@ async fn allocate_extends_deallocate_zeroes_and_both_refuse_a_directory() {
 }
 
 fn copy(src: &stateid4, dst: &stateid4, so: u64, dof: u64, count: u64) -> nfs_argop4 {
-    nfs_argop4::OP_COPY(COPY4args {
+    nfs_argop4::OP_COPY(Box::new(COPY4args {
         ca_src_stateid: src.clone(),
         ca_dst_stateid: dst.clone(),
         ca_src_offset: so,
@@ -407,7 +407,7 @@ fn copy(src: &stateid4, dst: &stateid4, so: u64, dof: u64, count: u64) -> nfs_ar
         ca_consecutive: true,
         ca_synchronous: true,
         ca_source_server: vec![],
-    })
+    }))
 }
 
 #[tokio::test]
@@ -524,11 +524,11 @@ async fn copy_within_the_server_and_its_errors() {
 }
 
 fn setxattr(name: &str, value: &[u8], option: setxattr_option4) -> nfs_argop4 {
-    nfs_argop4::OP_SETXATTR(SETXATTR4args {
+    nfs_argop4::OP_SETXATTR(Box::new(SETXATTR4args {
         sxa_option: option,
         sxa_key: Bytes::copy_from_slice(name.as_bytes()),
         sxa_value: Bytes::copy_from_slice(value),
-    })
+    }))
 }
 
 fn getxattr(name: &str) -> nfs_argop4 {

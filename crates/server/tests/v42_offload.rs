@@ -93,7 +93,7 @@ async fn holder_open(h: &mut Holder, name: &str, access: u32) -> (stateid4, Byte
 
 /// COPY of `count` bytes (0: to the end) from offset 0 to offset 0.
 fn copy_op(src: &stateid4, dst: &stateid4, count: u64, synchronous: bool) -> nfs_argop4 {
-    nfs_argop4::OP_COPY(COPY4args {
+    nfs_argop4::OP_COPY(Box::new(COPY4args {
         ca_src_stateid: src.clone(),
         ca_dst_stateid: dst.clone(),
         ca_src_offset: 0,
@@ -102,7 +102,7 @@ fn copy_op(src: &stateid4, dst: &stateid4, count: u64, synchronous: bool) -> nfs
         ca_consecutive: true,
         ca_synchronous: synchronous,
         ca_source_server: vec![],
-    })
+    }))
 }
 
 /// PUTFH(src) SAVEFH PUTFH(dst) COPY.

@@ -137,11 +137,11 @@ pub fn random_action(sim: &mut Sim, ci: usize) -> Result<(), Violation> {
             let name = wire::name(&format!("d{}", req(sim)));
             let ops = vec![
                 wire::putfh(&dir),
-                nfs_argop4::OP_CREATE(CREATE4args {
+                nfs_argop4::OP_CREATE(Box::new(CREATE4args {
                     objtype: createtype4::NF4DIR,
                     objname: name.clone(),
                     createattrs: wire::empty_fattr(),
-                }),
+                })),
                 nfs_argop4::OP_GETFH,
             ];
             go(sim, ci, Intent::Mkdir { dir, name }, ops)
@@ -176,10 +176,10 @@ pub fn random_action(sim: &mut Sim, ci: usize) -> Result<(), Violation> {
                 let sid = sim.clients[ci].opens[&f].clone();
                 let ops = vec![
                     wire::putfh(&f),
-                    nfs_argop4::OP_SETATTR(SETATTR4args {
+                    nfs_argop4::OP_SETATTR(Box::new(SETATTR4args {
                         stateid: sid,
                         obj_attributes: wire::size_fattr(size),
-                    }),
+                    })),
                 ];
                 go(sim, ci, Intent::Truncate { file: f, size }, ops)
             }

@@ -539,10 +539,10 @@ fn goto(m: &TxModel, dir: usize, ops: &mut Vec<nfs_argop4>) {
 }
 
 fn setattr(attrs: fattr4) -> nfs_argop4 {
-    nfs_argop4::OP_SETATTR(SETATTR4args {
+    nfs_argop4::OP_SETATTR(Box::new(SETATTR4args {
         stateid: ANON,
         obj_attributes: attrs,
-    })
+    }))
 }
 
 const FATTR4_TYPE: u32 = 1;
@@ -590,11 +590,11 @@ fn step_ops(m: &TxModel, s: &Step, owner: &Bytes) -> Vec<nfs_argop4> {
     match s {
         Step::Mkdir { dir, name } => {
             goto(m, *dir, &mut ops);
-            ops.push(nfs_argop4::OP_CREATE(CREATE4args {
+            ops.push(nfs_argop4::OP_CREATE(Box::new(CREATE4args {
                 objtype: createtype4::NF4DIR,
                 objname: name.clone(),
                 createattrs: wire::empty_fattr(),
-            }));
+            })));
         }
         Step::CreateWrite {
             dir,
@@ -697,11 +697,11 @@ fn step_ops(m: &TxModel, s: &Step, owner: &Bytes) -> Vec<nfs_argop4> {
         }
         Step::FailCreateExisting { dir, name } => {
             goto(m, *dir, &mut ops);
-            ops.push(nfs_argop4::OP_CREATE(CREATE4args {
+            ops.push(nfs_argop4::OP_CREATE(Box::new(CREATE4args {
                 objtype: createtype4::NF4DIR,
                 objname: name.clone(),
                 createattrs: wire::empty_fattr(),
-            }));
+            })));
         }
         Step::FailNotAllowed => {
             ops.push(nfs_argop4::OP_RECLAIM_COMPLETE(RECLAIM_COMPLETE4args {
@@ -769,11 +769,11 @@ impl Sim {
         self.setup.backend.set_spare(Spare::All);
         let ops = vec![
             nfs_argop4::OP_PUTROOTFH,
-            nfs_argop4::OP_CREATE(CREATE4args {
+            nfs_argop4::OP_CREATE(Box::new(CREATE4args {
                 objtype: createtype4::NF4DIR,
                 objname: Bytes::from_static(AREA),
                 createattrs: wire::empty_fattr(),
-            }),
+            })),
             nfs_argop4::OP_GETFH,
         ];
         let r = self.send_ops(0, ops);

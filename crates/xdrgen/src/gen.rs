@@ -4,7 +4,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
 use crate::ast::*;
-use crate::Error;
+use crate::{Error, Options};
 
 fn sem<T>(msg: impl Into<String>) -> Result<T, Error> {
     Err(Error::Semantic(msg.into()))
@@ -58,12 +58,15 @@ struct Gen<'a> {
     /// `typedef S *name;` with `S` a list struct: generated as a newtype over `Vec<S>`.
     list_typedefs: HashSet<String>,
     has_float: bool,
+    /// Union arms of these types are boxed (`Options::boxed_arms`).
+    boxed_arms: HashSet<&'a str>,
     out: String,
 }
 
-pub fn generate(spec: &Spec) -> Result<String, Error> {
+pub fn generate<'a>(spec: &'a Spec, options: &'a Options) -> Result<String, Error> {
     let mut g = Gen {
         spec,
+        boxed_arms: options.boxed_arms.iter().map(String::as_str).collect(),
         types: HashMap::new(),
         raw_values: HashMap::new(),
         list_structs: HashSet::new(),
@@ -637,6 +640,12 @@ impl<'a> Gen<'a> {
         sem("typedefs nest too deeply")
     }
 
+    /// Whether a union arm is carried boxed: a plain use of a type named in
+    /// `Options::boxed_arms`.
+    fn is_boxed_arm(&self, d: &Decl) -> bool {
+        matches!((&d.ty, &d.kind), (Type::Named(n), DeclKind::Scalar) if self.boxed_arms.contains(n.as_str()))
+    }
+
     fn emit_union(&self, o: &mut String, u: &Union) -> Result<(), Error> {
         let name = id(&u.name)?;
         let dk = self.disc_kind(&u.disc)?;
@@ -722,6 +731,23 @@ impl<'a> Gen<'a> {
             };
             let dlit = lit(*x);
             match decl {
+                Some(d) if self.is_boxed_arm(d) => {
+                    writeln!(body, "{variant}(Box<{}>),", self.rty(d)?).ok();
+                    writeln!(
+                        enc,
+                        "{name}::{variant}(x) => {{ {} {} }}",
+                        put_disc(&dlit),
+                        self.enc(d, "&**x", 0)?
+                    )
+                    .ok();
+                    writeln!(
+                        dec,
+                        "{dlit} => {name}::{variant}(Box::new({})),",
+                        self.dec(d, 0)?
+                    )
+                    .ok();
+                    writeln!(discf, "{name}::{variant}(..) => {dval},").ok();
+                }
                 Some(d) => {
                     writeln!(body, "{variant}({}),", self.rty(d)?).ok();
                     writeln!(
@@ -895,6 +921,30 @@ mod tests {
         // The self pointer is not a member of the Rust struct.
         assert!(!out.contains("pub next"), "{out}");
         assert!(out.contains("Clone, Debug, PartialEq, Eq, Hash"));
+    }
+
+    #[test]
+    fn arms_of_named_types_are_boxed_on_request() {
+        let src = "struct big { hyper a; hyper b; hyper c; };
+             union u switch (int d) { case 1: big b; case 2: int x; case 3: big many<>; };";
+        let options = crate::Options {
+            boxed_arms: vec!["big".into()],
+        };
+        let out = crate::generate_with(src, &options).unwrap_or_else(|e| panic!("{e}"));
+        for want in [
+            "V1(Box<big>),",
+            "V2(i32),",
+            // Only a plain use is boxed: a list is small already.
+            "V3(Vec<big>),",
+            "1 => u::V1(Box::new(<big as ::txnfs_xdr::Decode>::decode(src)?)),",
+            "u::V1(x) => { ::txnfs_xdr::put_i32(out, 1); ::txnfs_xdr::Encode::encode(&**x, out); }",
+        ] {
+            assert!(out.contains(want), "missing {want:?} in:\n{out}");
+        }
+        assert!(
+            !gen_ok(src).contains("Box<big>"),
+            "boxed without being asked"
+        );
     }
 
     #[test]

@@ -23,8 +23,22 @@ pub enum Error {
     Semantic(String),
 }
 
+/// Choices of the Rust mapping that the XDR text cannot express.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Union arms of these (named) types are carried as `Box<T>`. A Rust enum is as
+    /// large as its largest arm, and it is moved whole: one rare, large arm (NFSv4's
+    /// OPEN among its many small ops) would make every value of the union pay for it.
+    pub boxed_arms: Vec<String>,
+}
+
 /// Parse an XDR specification and generate the Rust module body for it.
 pub fn generate(src: &str) -> Result<String, Error> {
+    generate_with(src, &Options::default())
+}
+
+/// [`generate`], with mapping choices.
+pub fn generate_with(src: &str, options: &Options) -> Result<String, Error> {
     let spec = parse(src)?;
-    gen::generate(&spec)
+    gen::generate(&spec, options)
 }

@@ -47,7 +47,7 @@ pub(super) async fn establish(
     epoch: u64,
     callbacks: &CallbackService,
 ) -> Result<(SessionState, ()), ClientError> {
-    let exchange_id = nfs_argop4::OP_EXCHANGE_ID(EXCHANGE_ID4args {
+    let exchange_id = nfs_argop4::OP_EXCHANGE_ID(Box::new(EXCHANGE_ID4args {
         eia_clientowner: client_owner4 {
             co_verifier: verifier,
             co_ownerid: owner.clone(),
@@ -62,7 +62,7 @@ pub(super) async fn establish(
                 nseconds: 0,
             },
         }],
-    });
+    }));
     // The highest minor version the server accepts (RFC 8881 §2.7: a server answers
     // a minor version it does not know with NFS4ERR_MINOR_VERS_MISMATCH).
     let wanted: &[u32] = match &cfg.minor {
@@ -97,19 +97,21 @@ pub(super) async fn establish(
     let r = decode_reply(
         t.compound(encode(
             minor,
-            &[nfs_argop4::OP_CREATE_SESSION(CREATE_SESSION4args {
-                csa_clientid: eid.eir_clientid,
-                csa_sequence: eid.eir_sequenceid,
-                // Callbacks ride this connection (RFC 8881 §2.10.3.1). PERSIST: a server
-                // that grants it answers a request re-sent after its restart from the
-                // reply it kept, so a transaction whose reply was lost to the crash is
-                // answered, not run again (ADR 0022).
-                csa_flags: CREATE_SESSION4_FLAG_CONN_BACK_CHAN | CREATE_SESSION4_FLAG_PERSIST,
-                csa_fore_chan_attrs: channel(cfg.slots),
-                csa_back_chan_attrs: back_channel_attrs(),
-                csa_cb_program: CB_PROGRAM,
-                csa_sec_parms: vec![callback_sec_parms4::AUTH_NONE],
-            })],
+            &[nfs_argop4::OP_CREATE_SESSION(Box::new(
+                CREATE_SESSION4args {
+                    csa_clientid: eid.eir_clientid,
+                    csa_sequence: eid.eir_sequenceid,
+                    // Callbacks ride this connection (RFC 8881 §2.10.3.1). PERSIST: a server
+                    // that grants it answers a request re-sent after its restart from the
+                    // reply it kept, so a transaction whose reply was lost to the crash is
+                    // answered, not run again (ADR 0022).
+                    csa_flags: CREATE_SESSION4_FLAG_CONN_BACK_CHAN | CREATE_SESSION4_FLAG_PERSIST,
+                    csa_fore_chan_attrs: channel(cfg.slots),
+                    csa_back_chan_attrs: back_channel_attrs(),
+                    csa_cb_program: CB_PROGRAM,
+                    csa_sec_parms: vec![callback_sec_parms4::AUTH_NONE],
+                },
+            ))],
         ))
         .await?,
     )?;

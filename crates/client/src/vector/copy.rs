@@ -72,7 +72,7 @@ fn copy_result(v: &[nfs_resop4], index: usize) -> Option<Copied> {
 }
 
 fn copy_op(src: &Source, dst_sid: stateid4, from: u64) -> nfs_argop4 {
-    nfs_argop4::OP_COPY(COPY4args {
+    nfs_argop4::OP_COPY(Box::new(COPY4args {
         ca_src_stateid: src.sid.clone(),
         ca_dst_stateid: dst_sid,
         ca_src_offset: from,
@@ -83,7 +83,7 @@ fn copy_op(src: &Source, dst_sid: stateid4, from: u64) -> nfs_argop4 {
         // anyway is followed with OFFLOAD_STATUS.
         ca_synchronous: true,
         ca_source_server: Vec::new(),
-    })
+    }))
 }
 
 fn putfh(fh: &Bytes) -> nfs_argop4 {
@@ -114,7 +114,7 @@ impl Fs {
             seqid: 0,
             other: [0; 12],
         };
-        c.op(nfs_argop4::OP_COPY(COPY4args {
+        c.op(nfs_argop4::OP_COPY(Box::new(COPY4args {
             ca_src_stateid: anonymous.clone(),
             ca_dst_stateid: anonymous,
             ca_src_offset: 0,
@@ -123,7 +123,7 @@ impl Fs {
             ca_consecutive: true,
             ca_synchronous: true,
             ca_source_server: Vec::new(),
-        }));
+        })));
         let yes = match self.client.compound(&c).await {
             Ok(r) => !matches!(
                 r.failed(),
@@ -426,13 +426,13 @@ impl Fs {
             let mut ops = vec![putfh(&t.fh)];
             if let (Some(src), true) = (&sources[t.src], out[t.pair].is_ok()) {
                 // Cut what an older, longer destination had beyond the copy.
-                ops.push(nfs_argop4::OP_SETATTR(SETATTR4args {
+                ops.push(nfs_argop4::OP_SETATTR(Box::new(SETATTR4args {
                     stateid: t.sid.clone(),
                     obj_attributes: attrs::encode_set(&SetAttributes {
                         size: Some(src.size),
                         ..Default::default()
                     }),
-                }));
+                })));
             }
             if t.done > 0 && out[t.pair].is_ok() {
                 // COPY's bytes may still be in the server's page cache (UNSTABLE).

@@ -446,13 +446,13 @@ impl Fs {
                 let data = &files[*i].1;
                 let mut ops = vec![nfs_argop4::OP_PUTFH(PUTFH4args { object: fh.clone() })];
                 if server_size.is_none_or(|s| s > data.len() as u64) {
-                    ops.push(nfs_argop4::OP_SETATTR(SETATTR4args {
+                    ops.push(nfs_argop4::OP_SETATTR(Box::new(SETATTR4args {
                         stateid: sid.clone(),
                         obj_attributes: attrs::encode_set(&SetAttributes {
                             size: Some(data.len() as u64),
                             ..Default::default()
                         }),
-                    }));
+                    })));
                 }
                 if !data.is_empty() {
                     ops.push(nfs_argop4::OP_WRITE(WRITE4args {

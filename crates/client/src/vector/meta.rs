@@ -100,10 +100,10 @@ impl Fs {
         cache.return_many(&giveback, true).await;
         let (items, errs) = items_for(sets, 32, |(p, set)| {
             let mut ops = self.resolve(p.as_ref())?;
-            ops.push(nfs_argop4::OP_SETATTR(SETATTR4args {
+            ops.push(nfs_argop4::OP_SETATTR(Box::new(SETATTR4args {
                 stateid: ANONYMOUS_STATEID,
                 obj_attributes: attrs::encode_set(set),
-            }));
+            })));
             Ok(ops)
         });
         merge(errs, self.run(items).await, unit)
@@ -160,11 +160,11 @@ impl Fs {
                 let Ok(mut ops) = self.resolve(&parent) else {
                     continue;
                 };
-                ops.push(nfs_argop4::OP_CREATE(CREATE4args {
+                ops.push(nfs_argop4::OP_CREATE(Box::new(CREATE4args {
                     objtype: createtype4::NF4DIR,
                     objname: name(&leaf),
                     createattrs: attrs::encode_set(&set),
-                }));
+                })));
                 ops.push(nfs_argop4::OP_GETFH);
                 items.push(Item {
                     ops,
@@ -204,11 +204,11 @@ impl Fs {
         let (items, errs) = items_for(links, 64, |(p, target)| {
             let (parent, leaf) = split_parent(p.as_ref())?;
             let mut ops = self.resolve(&parent)?;
-            ops.push(nfs_argop4::OP_CREATE(CREATE4args {
+            ops.push(nfs_argop4::OP_CREATE(Box::new(CREATE4args {
                 objtype: createtype4::NF4LNK(name(target.as_ref())),
                 objname: name(&leaf),
                 createattrs: attrs::encode_set(&SetAttributes::default()),
-            }));
+            })));
             Ok(ops)
         });
         merge(errs, self.run(items).await, unit)
@@ -510,25 +510,27 @@ impl Fs {
                         let mut optional_from = None;
                         if gdd {
                             optional_from = Some(ops.len());
-                            ops.push(nfs_argop4::OP_GET_DIR_DELEGATION(GET_DIR_DELEGATION4args {
-                                gdda_signal_deleg_avail: false,
-                                gdda_notification_types: attrs::bitmap(&[
-                                    notify_type4::NOTIFY4_CHANGE_CHILD_ATTRS as u32,
-                                    notify_type4::NOTIFY4_REMOVE_ENTRY as u32,
-                                    notify_type4::NOTIFY4_ADD_ENTRY as u32,
-                                    notify_type4::NOTIFY4_RENAME_ENTRY as u32,
-                                ]),
-                                gdda_child_attr_delay: nfstime4 {
-                                    seconds: 0,
-                                    nseconds: 0,
+                            ops.push(nfs_argop4::OP_GET_DIR_DELEGATION(Box::new(
+                                GET_DIR_DELEGATION4args {
+                                    gdda_signal_deleg_avail: false,
+                                    gdda_notification_types: attrs::bitmap(&[
+                                        notify_type4::NOTIFY4_CHANGE_CHILD_ATTRS as u32,
+                                        notify_type4::NOTIFY4_REMOVE_ENTRY as u32,
+                                        notify_type4::NOTIFY4_ADD_ENTRY as u32,
+                                        notify_type4::NOTIFY4_RENAME_ENTRY as u32,
+                                    ]),
+                                    gdda_child_attr_delay: nfstime4 {
+                                        seconds: 0,
+                                        nseconds: 0,
+                                    },
+                                    gdda_dir_attr_delay: nfstime4 {
+                                        seconds: 0,
+                                        nseconds: 0,
+                                    },
+                                    gdda_child_attributes: crate::cache::needed_entry_bits(),
+                                    gdda_dir_attributes: vec![],
                                 },
-                                gdda_dir_attr_delay: nfstime4 {
-                                    seconds: 0,
-                                    nseconds: 0,
-                                },
-                                gdda_child_attributes: crate::cache::needed_entry_bits(),
-                                gdda_dir_attributes: vec![],
-                            }));
+                            )));
                         }
                         if gdd || generation.is_some() {
                             ops.push(change());

@@ -135,11 +135,11 @@ impl Fs {
         }
         let (items, errs) = super::meta::items_for(sets, 200, |(p, name, value)| {
             let mut ops = self.resolve(p.as_ref())?;
-            ops.push(nfs_argop4::OP_SETXATTR(SETXATTR4args {
+            ops.push(nfs_argop4::OP_SETXATTR(Box::new(SETXATTR4args {
                 sxa_option: setxattr_option4::SETXATTR4_EITHER,
                 sxa_key: name.clone(),
                 sxa_value: value.clone(),
-            }));
+            })));
             Ok(ops)
         });
         let res = self.run(items).await;

@@ -137,6 +137,17 @@ const MAX_IO: usize = crate::placement::INLINE_IO_BYTES;
 /// Builds a handler from a pattern on the decoded arguments. A mismatch (the table and
 /// the decoder disagree) is a server bug: SERVERFAULT, never a panic.
 macro_rules! handler {
+    // An op whose arguments are boxed (`NFS4_BOXED_ARMS` in the proto crate's build.rs):
+    // the handler takes them unboxed.
+    ($v:ident(*$a:ident) => $body:expr) => {{
+        fn h(c: &mut Compound, arg: A) -> OpResult {
+            match arg {
+                A::$v($a) => $body(c, *$a),
+                _ => Err(OpError::Status(nfsstat4::NFS4ERR_SERVERFAULT)),
+            }
+        }
+        h as Handler
+    }};
     ($v:ident($a:ident) => $body:expr) => {{
         fn h(c: &mut Compound, arg: A) -> OpResult {
             match arg {
@@ -259,7 +270,7 @@ static TABLE: [OpEntry; 73] = [
         .run(handler!(OP_COMMIT(a) => |c, a| file::commit(c, &a)))
         .blocks(When(|_| Blocking::Sync)),
     e(OP_CREATE)
-        .run(handler!(OP_CREATE(a) => dir::create))
+        .run(handler!(OP_CREATE(*a) => dir::create))
         .blocks(Metadata)
         .sid(Clears),
     e(OP_DELEGPURGE).run(handler!(OP_DELEGPURGE(a) => |c, a| deleg::delegpurge(c, &a))),
@@ -270,7 +281,7 @@ static TABLE: [OpEntry; 73] = [
         .run(handler!(OP_LINK(a) => |c, a| dir::link(c, &a)))
         .blocks(Metadata),
     e(OP_LOCK)
-        .run(handler!(OP_LOCK(a) => |c, a| lock::lock(c, &a)))
+        .run(handler!(OP_LOCK(*a) => |c, a| lock::lock(c, &a)))
         .sid(Sets(lock_sid)),
     e(OP_LOCKT).run(handler!(OP_LOCKT(a) => |c, a| lock::lockt(c, &a))),
     e(OP_LOCKU)
@@ -284,7 +295,7 @@ static TABLE: [OpEntry; 73] = [
         .sid(Clears),
     e(OP_NVERIFY).run(handler!(OP_NVERIFY(a) => |c, a| attr::nverify(c, &a))),
     e(OP_OPEN)
-        .run(handler!(OP_OPEN(a) => file::open))
+        .run(handler!(OP_OPEN(*a) => file::open))
         .blocks(When(open_blocks))
         .sid(Sets(open_sid)),
     e(OP_OPENATTR).sid(Clears),
@@ -326,11 +337,11 @@ static TABLE: [OpEntry; 73] = [
     e(OP_SECINFO).run(handler!(OP_SECINFO(a) => |c, a| fh::secinfo(c, &a))),
     e(OP_SETATTR)
         // SETATTR, then CB_NOTIFY of the attribute change (`crate::ops::notify`).
-        .run(handler!(OP_SETATTR(a) => |c, a| crate::ops::notify::setattr(c, &a)))
+        .run(handler!(OP_SETATTR(*a) => |c, a| crate::ops::notify::setattr(c, &a)))
         .blocks(When(setattr_blocks))
         .on_error(ErrorBody::EmptyBitmap),
     e(OP_SETCLIENTID)
-        .run(handler!(OP_SETCLIENTID(a) => |c, a| v40::setclientid(c, &a)))
+        .run(handler!(OP_SETCLIENTID(*a) => |c, a| v40::setclientid(c, &a)))
         .blocks(Always),
     e(OP_SETCLIENTID_CONFIRM)
         .run(handler!(OP_SETCLIENTID_CONFIRM(a) => |c, a| v40::setclientid_confirm(c, &a)))
@@ -347,16 +358,16 @@ static TABLE: [OpEntry; 73] = [
         .run(handler!(OP_BIND_CONN_TO_SESSION(a) => |c, a| session::bind_conn_to_session(c, &a)))
         .blocks(Always),
     e(OP_EXCHANGE_ID)
-        .run(handler!(OP_EXCHANGE_ID(a) => |c, a| session::exchange_id(c, &a)))
+        .run(handler!(OP_EXCHANGE_ID(*a) => |c, a| session::exchange_id(c, &a)))
         .blocks(Always),
     e(OP_CREATE_SESSION)
-        .run(handler!(OP_CREATE_SESSION(a) => |c, a| session::create_session(c, &a)))
+        .run(handler!(OP_CREATE_SESSION(*a) => |c, a| session::create_session(c, &a)))
         .blocks(Always),
     e(OP_DESTROY_SESSION)
         .run(handler!(OP_DESTROY_SESSION(a) => |c, a| session::destroy_session(c, &a))),
     e(OP_FREE_STATEID).run(handler!(OP_FREE_STATEID(a) => |c, a| lock::free_stateid(c, &a))),
     e(OP_GET_DIR_DELEGATION)
-        .run(handler!(OP_GET_DIR_DELEGATION(a) => |c, a| deleg::get_dir_delegation(c, &a))),
+        .run(handler!(OP_GET_DIR_DELEGATION(*a) => |c, a| deleg::get_dir_delegation(c, &a))),
     e(OP_GETDEVICEINFO),
     e(OP_GETDEVICELIST),
     e(OP_LAYOUTCOMMIT),
@@ -378,7 +389,7 @@ static TABLE: [OpEntry; 73] = [
         .run(handler!(OP_ALLOCATE(a) => |c, a| v42::allocate(c, &a)))
         .blocks(Always),
     e(OP_COPY)
-        .run(handler!(OP_COPY(a) => |c, a| v42::copy(c, &a)))
+        .run(handler!(OP_COPY(*a) => |c, a| v42::copy(c, &a)))
         .blocks(Always),
     // Inter-server copy is not offered (ADR 0025): NOTSUPP.
     e(OP_COPY_NOTIFY),
@@ -402,7 +413,7 @@ static TABLE: [OpEntry; 73] = [
         .blocks(Always),
     e(OP_GETXATTR).run(handler!(OP_GETXATTR(a) => |c, a| v42::getxattr(c, &a))),
     e(OP_SETXATTR)
-        .run(handler!(OP_SETXATTR(a) => |c, a| v42::setxattr(c, &a)))
+        .run(handler!(OP_SETXATTR(*a) => |c, a| v42::setxattr(c, &a)))
         .blocks(Metadata),
     e(OP_LISTXATTRS).run(handler!(OP_LISTXATTRS(a) => |c, a| v42::listxattrs(c, &a))),
     e(OP_REMOVEXATTR)
@@ -514,26 +525,26 @@ mod tests {
         assert_eq!(w.may_block(&write(stable_how4::DATA_SYNC4, 4096)), Sync);
         assert_eq!(w.may_block(&write(stable_how4::FILE_SYNC4, 1 << 20)), Yes);
         let setattr = |mask| {
-            A::OP_SETATTR(SETATTR4args {
+            A::OP_SETATTR(Box::new(SETATTR4args {
                 stateid: Default::default(),
                 obj_attributes: fattr4 {
                     attrmask: mask,
                     attr_vals: Default::default(),
                 },
-            })
+            }))
         };
         let s = entry(OP_SETATTR).unwrap();
         assert_eq!(s.may_block(&setattr(vec![1 << 4])), Yes);
         assert_eq!(s.may_block(&setattr(vec![0, 1 << 1])), No);
         let open = |openhow| {
-            A::OP_OPEN(OPEN4args {
+            A::OP_OPEN(Box::new(OPEN4args {
                 seqid: 0,
                 share_access: OPEN4_SHARE_ACCESS_READ,
                 share_deny: 0,
                 owner: Default::default(),
                 openhow,
                 claim: open_claim4::CLAIM_FH,
-            })
+            }))
         };
         let o = entry(OP_OPEN).unwrap();
         assert_eq!(

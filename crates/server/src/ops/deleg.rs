@@ -269,9 +269,9 @@ pub fn want_delegation(c: &mut Compound, a: &WANT_DELEGATION4args) -> OpResult {
     };
     let timestamps = wants_timestamps(c, a.wda_want);
     let d = grant(c, &o, &attrs, access, want, false, timestamps)?;
-    Ok(nfs_resop4::OP_WANT_DELEGATION(
+    Ok(nfs_resop4::OP_WANT_DELEGATION(Box::new(
         WANT_DELEGATION4res::NFS4_OK(d),
-    ))
+    )))
 }
 
 /// The entries of the directory `o` as (name, state id), or `None` if it cannot be
@@ -385,7 +385,7 @@ pub fn get_dir_delegation(c: &mut Compound, a: &GET_DIR_DELEGATION4args) -> OpRe
         | (1 << notify_type::CHANGE_CHILD_ATTRS);
     let dir_attrs = 1 << notify_type::CHANGE_DIR_ATTRS;
     Ok(nfs_resop4::OP_GET_DIR_DELEGATION(
-        GET_DIR_DELEGATION4res::NFS4_OK(GET_DIR_DELEGATION4res_non_fatal::GDD4_OK(
+        GET_DIR_DELEGATION4res::NFS4_OK(GET_DIR_DELEGATION4res_non_fatal::GDD4_OK(Box::new(
             GET_DIR_DELEGATION4resok {
                 gddr_cookieverf: c.srv.cookieverf(&Fh::Obj(o)),
                 gddr_stateid: stateid_to_wire(&g.stateid),
@@ -406,6 +406,6 @@ pub fn get_dir_delegation(c: &mut Compound, a: &GET_DIR_DELEGATION4args) -> OpRe
                     Vec::new()
                 },
             },
-        )),
+        ))),
     ))
 }

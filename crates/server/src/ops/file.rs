@@ -325,13 +325,15 @@ pub fn open(c: &mut Compound, a: OPEN4args) -> OpResult {
         }
     };
     c.cfh = Some(Fh::Obj(target));
-    Ok(nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(OPEN4resok {
-        stateid: sid,
-        cinfo: change_info(dir_change),
-        rflags: OPEN4_RESULT_LOCKTYPE_POSIX,
-        attrset,
-        delegation,
-    })))
+    Ok(nfs_resop4::OP_OPEN(OPEN4res::NFS4_OK(Box::new(
+        OPEN4resok {
+            stateid: sid,
+            cinfo: change_info(dir_change),
+            rflags: OPEN4_RESULT_LOCKTYPE_POSIX,
+            attrset,
+            delegation,
+        },
+    ))))
 }
 
 pub fn open_downgrade(c: &mut Compound, a: &OPEN_DOWNGRADE4args) -> OpResult {

@@ -123,7 +123,7 @@ pub fn exchange_id(c: &mut Compound, a: &EXCHANGE_ID4args) -> OpResult {
         eir_flags |= EXCHGID4_FLAG_CONFIRMED_R;
     }
     Ok(nfs_resop4::OP_EXCHANGE_ID(EXCHANGE_ID4res::NFS4_OK(
-        EXCHANGE_ID4resok {
+        Box::new(EXCHANGE_ID4resok {
             eir_clientid: ok.clientid,
             eir_sequenceid: ok.sequenceid,
             eir_flags,
@@ -141,7 +141,7 @@ pub fn exchange_id(c: &mut Compound, a: &EXCHANGE_ID4args) -> OpResult {
                     nseconds: 0,
                 },
             }],
-        },
+        }),
     )))
 }
 
@@ -211,13 +211,13 @@ pub fn create_session(c: &mut Compound, a: &CREATE_SESSION4args) -> OpResult {
         );
     }
     Ok(nfs_resop4::OP_CREATE_SESSION(CREATE_SESSION4res::NFS4_OK(
-        CREATE_SESSION4resok {
+        Box::new(CREATE_SESSION4resok {
             csr_sessionid: id,
             csr_sequence: seq,
             csr_flags: flags,
             csr_fore_chan_attrs: from_attrs(&fore),
             csr_back_chan_attrs: from_attrs(&back),
-        },
+        }),
     )))
 }
 

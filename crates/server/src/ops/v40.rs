@@ -34,17 +34,17 @@ pub fn setclientid(c: &mut Compound, a: &SETCLIENTID4args) -> OpResult {
             let res = SETCLIENTID4res::NFS4ERR_CLID_INUSE(clientaddr4::default());
             return Err(OpError::WithBody(
                 nfsstat4::NFS4ERR_CLID_INUSE,
-                Box::new(nfs_resop4::OP_SETCLIENTID(res)),
+                Box::new(nfs_resop4::OP_SETCLIENTID(Box::new(res))),
             ));
         }
         Err(e) => return Err(e.into()),
     };
     c.srv.apply(effects);
-    Ok(nfs_resop4::OP_SETCLIENTID(SETCLIENTID4res::NFS4_OK(
-        SETCLIENTID4resok {
+    Ok(nfs_resop4::OP_SETCLIENTID(Box::new(
+        SETCLIENTID4res::NFS4_OK(SETCLIENTID4resok {
             clientid: ok.clientid,
             setclientid_confirm: ok.confirm,
-        },
+        }),
     )))
 }
 

@@ -357,14 +357,14 @@ fn without_a_runtime_a_due_notification_recalls_the_directory_delegation() {
         vec![
             sequence(sid, 0, 2, false),
             nfs_argop4::OP_PUTROOTFH,
-            nfs_argop4::OP_CREATE(CREATE4args {
+            nfs_argop4::OP_CREATE(Box::new(CREATE4args {
                 objtype: createtype4::NF4DIR,
                 objname: Bytes::from_static(b"x"),
                 createattrs: fattr4 {
                     attrmask: vec![],
                     attr_vals: Bytes::new(),
                 },
-            }),
+            })),
         ],
     );
     assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
@@ -387,14 +387,14 @@ fn without_a_runtime_a_due_notification_recalls_the_directory_delegation() {
         vec![
             sequence(sid, 0, 3, false),
             nfs_argop4::OP_PUTROOTFH,
-            nfs_argop4::OP_GET_DIR_DELEGATION(GET_DIR_DELEGATION4args {
+            nfs_argop4::OP_GET_DIR_DELEGATION(Box::new(GET_DIR_DELEGATION4args {
                 gdda_signal_deleg_avail: false,
                 gdda_notification_types: vec![1 << 3],
                 gdda_child_attr_delay: nfstime4::default(),
                 gdda_dir_attr_delay: nfstime4::default(),
                 gdda_child_attributes: vec![],
                 gdda_dir_attributes: vec![],
-            }),
+            })),
         ],
     );
     assert_eq!(
