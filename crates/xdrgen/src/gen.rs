@@ -731,33 +731,27 @@ impl<'a> Gen<'a> {
             };
             let dlit = lit(*x);
             match decl {
-                Some(d) if self.is_boxed_arm(d) => {
-                    writeln!(body, "{variant}(Box<{}>),", self.rty(d)?).ok();
+                Some(d) => {
+                    // A boxed arm holds `Box<T>`: encoded through `&**x`, decoded into a box.
+                    let (ty, x, (dec_open, dec_close)) = if self.is_boxed_arm(d) {
+                        (format!("Box<{}>", self.rty(d)?), "&**x", ("Box::new(", ")"))
+                    } else {
+                        (self.rty(d)?, "x", ("", ""))
+                    };
+                    writeln!(body, "{variant}({ty}),").ok();
                     writeln!(
                         enc,
                         "{name}::{variant}(x) => {{ {} {} }}",
                         put_disc(&dlit),
-                        self.enc(d, "&**x", 0)?
+                        self.enc(d, x, 0)?
                     )
                     .ok();
                     writeln!(
                         dec,
-                        "{dlit} => {name}::{variant}(Box::new({})),",
+                        "{dlit} => {name}::{variant}({dec_open}{}{dec_close}),",
                         self.dec(d, 0)?
                     )
                     .ok();
-                    writeln!(discf, "{name}::{variant}(..) => {dval},").ok();
-                }
-                Some(d) => {
-                    writeln!(body, "{variant}({}),", self.rty(d)?).ok();
-                    writeln!(
-                        enc,
-                        "{name}::{variant}(x) => {{ {} {} }}",
-                        put_disc(&dlit),
-                        self.enc(d, "x", 0)?
-                    )
-                    .ok();
-                    writeln!(dec, "{dlit} => {name}::{variant}({}),", self.dec(d, 0)?).ok();
                     writeln!(discf, "{name}::{variant}(..) => {dval},").ok();
                 }
                 None => {
