@@ -66,12 +66,10 @@ async fn setclientid(
 ) -> Result<(u64, [u8; 8]), nfsstat4> {
     let r = run40(cl, vec![setclientid_op(owner, verifier, cb)]).await;
     match &r.resarray[..] {
-        [nfs_resop4::OP_SETCLIENTID(r)] if matches!(**r, SETCLIENTID4res::NFS4_OK(_)) => {
-            let SETCLIENTID4res::NFS4_OK(ok) = &**r else {
-                unreachable!()
-            };
-            Ok((ok.clientid, ok.setclientid_confirm))
-        }
+        [nfs_resop4::OP_SETCLIENTID(res)] => match &**res {
+            SETCLIENTID4res::NFS4_OK(ok) => Ok((ok.clientid, ok.setclientid_confirm)),
+            _ => Err(r.status),
+        },
         _ => Err(r.status),
     }
 }
