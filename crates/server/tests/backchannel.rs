@@ -20,6 +20,36 @@ fn bind_conn(sid: sessionid4, dir: channel_dir_from_client4) -> nfs_argop4 {
     })
 }
 
+/// A new connection that binds itself to `sid` for both channels, and the reply.
+async fn bound_for_both(srv: &TestServer, sid: sessionid4) -> (Peer, COMPOUND4res) {
+    let mut peer = Peer::connect(srv.addr, true).await;
+    let r = peer
+        .compound(vec![bind_conn(
+            sid,
+            channel_dir_from_client4::CDFC4_BACK_OR_BOTH,
+        )])
+        .await;
+    (peer, r)
+}
+
+/// The next call on `peer` is the back channel's probe, and the path is up after it.
+async fn probed_and_up(peer: &mut Peer, srv: &TestServer, sid: &sessionid4, on: &str) {
+    let call = peer.next_call(T).await;
+    assert_probe(&call.unwrap_or_else(|| panic!("no probe on {on}")));
+    wait_path(srv, sid, PathState::Up).await;
+}
+
+/// The server's first CB_SEQUENCE of `sid` (sequence id 1) arrives on `peer`, and the
+/// server's call succeeds.
+async fn first_callback_arrives_on(peer: &mut Peer, srv: &TestServer, sid: sessionid4, on: &str) {
+    let server = srv.server.clone();
+    let task = tokio::spawn(async move { server.callback_sequence(&sid).await });
+    let call = peer.next_call(T).await;
+    let (_, seq) = cb_sequence_of(&call.unwrap_or_else(|| panic!("no CB_COMPOUND on {on}")));
+    assert_eq!(seq.csa_sequenceid, 1);
+    assert_eq!(task.await.expect("task"), Ok(vec![]));
+}
+
 #[tokio::test]
 async fn back_channel_on_the_fore_connection_is_probed_and_up() {
     let srv = start_memory_server().await;
@@ -140,32 +170,16 @@ async fn bind_conn_to_session_for_the_back_channel_is_probed() {
     let srv = start_memory_server().await;
     let mut fore = Peer::connect(srv.addr, true).await;
     let (sid, _) = new_session(&mut fore, b"bc-bind", false).await;
-    let mut back = Peer::connect(srv.addr, true).await;
-    let r = back
-        .compound(vec![bind_conn(
-            sid,
-            channel_dir_from_client4::CDFC4_BACK_OR_BOTH,
-        )])
-        .await;
+    let (mut back, r) = bound_for_both(&srv, sid).await;
     let nfs_resop4::OP_BIND_CONN_TO_SESSION(BIND_CONN_TO_SESSION4res::NFS4_OK(ok)) = &r.resarray[0]
     else {
         panic!("BIND_CONN_TO_SESSION {:?}", r.resarray)
     };
     assert_eq!(ok.bctsr_dir, channel_dir_from_server4::CDFS4_BOTH);
-    assert_probe(
-        &back
-            .next_call(T)
-            .await
-            .expect("probe on the bound connection"),
-    );
-    wait_path(&srv, &sid, PathState::Up).await;
+    probed_and_up(&mut back, &srv, &sid, "the bound connection").await;
     assert!(fore.calls.is_empty(), "nothing on the fore-only connection");
     // The callback goes to the bound connection.
-    let server = srv.server.clone();
-    let task = tokio::spawn(async move { server.callback_sequence(&sid).await });
-    let (_, seq) = cb_sequence_of(&back.next_call(T).await.expect("CB_COMPOUND"));
-    assert_eq!(seq.csa_sequenceid, 1);
-    assert_eq!(task.await.expect("task"), Ok(vec![]));
+    first_callback_arrives_on(&mut back, &srv, sid, "the bound connection").await;
     assert_eq!(seq_flags(&mut fore, sid, 1).await, 0);
 }
 
@@ -176,37 +190,11 @@ async fn a_callback_goes_to_the_connection_bound_last() {
     let srv = start_memory_server().await;
     let mut first = Peer::connect(srv.addr, true).await;
     let (sid, _) = new_session(&mut first, b"bc-last", true).await;
-    assert_probe(
-        &first
-            .next_call(T)
-            .await
-            .expect("probe on the first connection"),
-    );
-    wait_path(&srv, &sid, PathState::Up).await;
-    let mut second = Peer::connect(srv.addr, true).await;
-    let r = second
-        .compound(vec![bind_conn(
-            sid,
-            channel_dir_from_client4::CDFC4_BACK_OR_BOTH,
-        )])
-        .await;
+    probed_and_up(&mut first, &srv, &sid, "the first connection").await;
+    let (mut second, r) = bound_for_both(&srv, sid).await;
     assert_eq!(r.status, nfsstat4::NFS4_OK, "{:?}", r.resarray);
-    assert_probe(
-        &second
-            .next_call(T)
-            .await
-            .expect("probe on the second connection"),
-    );
-    wait_path(&srv, &sid, PathState::Up).await;
-    let server = srv.server.clone();
-    let task = tokio::spawn(async move { server.callback_sequence(&sid).await });
-    let call = second
-        .next_call(T)
-        .await
-        .expect("the CB_COMPOUND on the connection bound last");
-    let (_, seq) = cb_sequence_of(&call);
-    assert_eq!(seq.csa_sequenceid, 1);
-    assert_eq!(task.await.expect("task"), Ok(vec![]));
+    probed_and_up(&mut second, &srv, &sid, "the second connection").await;
+    first_callback_arrives_on(&mut second, &srv, sid, "the connection bound last").await;
     assert!(
         first.next_call(Duration::from_millis(200)).await.is_none(),
         "nothing on the connection bound first"
